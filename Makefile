@@ -1,0 +1,88 @@
+# seckill — flash-sale inventory service.
+#   make            build build/seckill
+#   make test       install what is missing, build, run every test
+#   make demo       install what is missing, build, run the multi-instance proof
+#   make SANITIZER=address|undefined|thread test
+
+PREFIX ?= /usr/local
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARNINGS = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers -Wno-format-truncation
+STD = -std=c11 -D_GNU_SOURCE -pthread
+
+SANITIZER ?=
+ifeq ($(SANITIZER),)
+BUILD = build
+SAN_FLAGS =
+else ifeq ($(SANITIZER),address)
+BUILD = build/address
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else ifeq ($(SANITIZER),undefined)
+BUILD = build/undefined
+SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else ifeq ($(SANITIZER),thread)
+BUILD = build/thread
+SAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
+else
+$(error SANITIZER must be address, undefined or thread)
+endif
+
+PKGS = libmicrohttpd hiredis jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) -Ilock -Iinventory -Iservice
+ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread
+LIBS = $(PKG_LIBS) -lm
+
+LIB_SRC := $(wildcard lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o
+
+.PHONY: all deps test check demo bench clean install format
+all: $(BUILD)/seckill
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libseckill.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/seckill: $(BUILD)/obj/service/main.o $(BUILD)/libseckill.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TESTUTIL_OBJ) $(BUILD)/libseckill.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LIBS)
+
+deps:
+	@scripts/deps.sh
+
+# The README's second command: set-up is part of it.
+test: deps
+	@$(MAKE) --no-print-directory check
+
+check: $(BUILD)/seckill $(TEST_BIN)
+	@SECKILL_BUILD=$(BUILD) tests/run.sh
+
+# The README's first command.
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@loadtest/run.sh $(DEMO_ARGS)
+
+clean:
+	rm -rf build
+
+install: $(BUILD)/seckill
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/seckill $(DESTDIR)$(PREFIX)/bin/seckill
+
+format:
+	clang-format -i lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]
+
+-include $(shell find build -name '*.d' 2>/dev/null)

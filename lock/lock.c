@@ -1,0 +1,238 @@
+#include "lock_impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+const int64_t lock_wait_bucket_us[LOCK_WAIT_BUCKETS - 1] = {
+    100, 500, 1000, 2000, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+    2500000};
+
+static const struct lock_backend *const backends[] = {
+    &lock_backend_none,  &lock_backend_local,   &lock_backend_setnx,
+    &lock_backend_redis, &lock_backend_redlock,
+};
+
+struct lock_session {
+    struct lock *lock;
+    struct rconn *data;
+    void *impl;
+};
+
+static const struct lock_backend *backend_find(const char *mode)
+{
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
+        if (mode && strcmp(backends[i]->name, mode) == 0)
+            return backends[i];
+    return NULL;
+}
+
+int lock_mode_known(const char *mode)
+{
+    return backend_find(mode) != NULL;
+}
+
+struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err,
+                      size_t errlen)
+{
+    const struct lock_backend *be = backend_find(mode);
+    if (!be) {
+        snprintf(err, errlen, "unknown lock mode '%s'", mode ? mode : "");
+        return NULL;
+    }
+    if (cfg->ttl_ms <= 0) {
+        snprintf(err, errlen, "lock ttl must be positive");
+        return NULL;
+    }
+    struct lock *l = calloc(1, sizeof(*l));
+    if (!l)
+        abort();
+    l->be = be;
+    l->cfg = *cfg;
+    if (l->cfg.max_lease_ms <= 0)
+        l->cfg.max_lease_ms = 10 * l->cfg.ttl_ms;
+    if (l->cfg.timeout_ms <= 0)
+        l->cfg.timeout_ms = 1000;
+    l->state = be->create(&l->cfg, &l->counters, err, errlen);
+    if (!l->state) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void lock_free(struct lock *l)
+{
+    if (!l)
+        return;
+    l->be->destroy(l->state);
+    free(l);
+}
+
+const char *lock_name(const struct lock *l)
+{
+    return l->be->name;
+}
+
+int lock_fenced(const struct lock *l)
+{
+    return l->be->fenced && l->cfg.fencing;
+}
+
+struct lock_session *lock_session_new(struct lock *l, struct rconn *data)
+{
+    struct lock_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        abort();
+    s->lock = l;
+    s->data = data;
+    s->impl = l->be->session_new(l->state, data);
+    return s;
+}
+
+void lock_session_free(struct lock_session *s)
+{
+    if (!s)
+        return;
+    s->lock->be->session_free(s->impl);
+    free(s);
+}
+
+int64_t lock_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void lock_fence_key(const char *key, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s:fence", key);
+}
+
+static void count_wait(struct lock_counters *c, int64_t waited_us)
+{
+    int b = 0;
+    while (b < LOCK_WAIT_BUCKETS - 1 && waited_us > lock_wait_bucket_us[b])
+        b++;
+    atomic_fetch_add_explicit(&c->wait_buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->wait_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->wait_sum_us, (uint64_t)waited_us, memory_order_relaxed);
+}
+
+static void bump(_Atomic uint64_t *counter)
+{
+    atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
+void lock_count_renewal(struct lock_counters *c)
+{
+    bump(&c->renewals);
+}
+
+void lock_count_lost(struct lock_counters *c)
+{
+    bump(&c->leases_lost);
+}
+
+/* Takes the fencing token for a backend that does not hand one out itself. */
+static int take_fence(struct lock_session *s, const char *key, struct lock_grant *g)
+{
+    char fkey[600];
+    lock_fence_key(key, fkey, sizeof(fkey));
+    redisReply *r = rconn_command(s->data, "INCR %s", fkey);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        g->fence = (uint64_t)r->integer;
+    if (r)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
+                         struct lock_grant *g)
+{
+    struct lock *l = s->lock;
+    memset(g, 0, sizeof(*g));
+    int64_t start = lock_now_us();
+    int64_t deadline = start + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
+    lock_status st = l->be->acquire(s->impl, key, deadline, g);
+    int64_t waited = lock_now_us() - start;
+    if (st == LOCK_ACQUIRED && lock_fenced(l) && g->fence == 0 &&
+        take_fence(s, key, g) != 0) {
+        l->be->release(s->impl, key, g);
+        st = LOCK_ERROR;
+    }
+    switch (st) {
+    case LOCK_ACQUIRED:
+        g->waited_us = waited;
+        if (!g->acquired_us)
+            g->acquired_us = lock_now_us();
+        bump(&l->counters.acquisitions);
+        if (g->contended)
+            bump(&l->counters.contended);
+        count_wait(&l->counters, waited);
+        break;
+    case LOCK_BUSY:
+        bump(&l->counters.wait_timeouts);
+        count_wait(&l->counters, waited);
+        break;
+    default:
+        bump(&l->counters.errors);
+        break;
+    }
+    return st;
+}
+
+lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g)
+{
+    struct lock *l = s->lock;
+    lock_status st = l->be->release(s->impl, key, g);
+    if (st == LOCK_RELEASED)
+        bump(&l->counters.releases);
+    else if (st == LOCK_NOT_HELD)
+        bump(&l->counters.releases_not_held);
+    else
+        bump(&l->counters.errors);
+    return st;
+}
+
+void lock_stats(const struct lock *l, struct lock_stats *out)
+{
+    const struct lock_counters *c = &l->counters;
+    out->acquisitions = atomic_load(&c->acquisitions);
+    out->contended = atomic_load(&c->contended);
+    out->wait_timeouts = atomic_load(&c->wait_timeouts);
+    out->errors = atomic_load(&c->errors);
+    out->releases = atomic_load(&c->releases);
+    out->releases_not_held = atomic_load(&c->releases_not_held);
+    out->renewals = atomic_load(&c->renewals);
+    out->leases_lost = atomic_load(&c->leases_lost);
+    out->wait_count = atomic_load(&c->wait_count);
+    out->wait_sum_us = atomic_load(&c->wait_sum_us);
+    for (int i = 0; i < LOCK_WAIT_BUCKETS; i++)
+        out->wait_buckets[i] = atomic_load(&c->wait_buckets[i]);
+}
+
+void lock_token_new(char out[33])
+{
+    unsigned char raw[16];
+    size_t got = 0;
+    while (got < sizeof(raw)) {
+        ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            abort(); /* getrandom only fails on a broken kernel: never a weak token */
+        got += (size_t)n;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[32] = '\0';
+}

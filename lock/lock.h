@@ -1,0 +1,109 @@
+/* lock: distributed (and not so distributed) mutual exclusion behind one interface.
+ *
+ * A `struct lock` is one lock mode for the whole process, shared by all threads.
+ * Each thread opens a `struct lock_session` on it, which holds that thread's
+ * connections (the caller's data Redis connection is borrowed, never freed).
+ * Lock keys are plain strings chosen by the caller; this library knows nothing
+ * of what they protect.
+ *
+ * Fencing: a mode with `fenced` set hands out, with every grant, a token that is
+ * strictly greater than every token granted before for that key. The counter
+ * lives on the data Redis at "<key>:fence" (see lock_fence_key), so a commit
+ * script can refuse a write whose grant is no longer the newest. */
+#ifndef SECKILL_LOCK_H
+#define SECKILL_LOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rconn.h"
+
+typedef enum {
+    LOCK_ACQUIRED = 0, /* acquire: the caller holds the lock */
+    LOCK_RELEASED,     /* release: the lock was held by the caller and is now free */
+    LOCK_BUSY,         /* acquire: another holder kept it until the wait deadline */
+    LOCK_NOT_HELD,     /* release: the caller's lease had already expired or moved on */
+    LOCK_ERROR,        /* Redis unreachable or answered an error; nothing is held */
+} lock_status;
+
+/* What a successful acquire hands back. Plain value; the caller keeps it until
+ * release. */
+struct lock_grant {
+    char token[33];          /* owner token: 128 random bits in hex */
+    uint64_t fence;          /* fencing token; 0 when the mode has none */
+    int64_t acquired_us;     /* monotonic time of the grant */
+    int64_t valid_until_us;  /* monotonic time after which the lease may be lost */
+    int64_t waited_us;       /* time spent waiting for it */
+    int contended;           /* 1 when the first attempt found it taken */
+    void *holder;            /* backend-private (watchdog entry, redlock nodes, ...) */
+};
+
+struct lock_config {
+    int ttl_ms;                       /* lease length */
+    const struct rconn_addr *nodes;   /* redlock: independent masters */
+    int nnodes;
+    const char *password;             /* AUTH for lock nodes; NULL for none */
+    int timeout_ms;                   /* connect/command timeout for lock nodes */
+    int fencing;                      /* hand out fencing tokens (fenced modes only) */
+    int max_lease_ms;                 /* watchdog: longest total lease (0: 10 x ttl) */
+};
+
+#define LOCK_WAIT_BUCKETS 14
+/* Upper bounds of the wait histogram in microseconds; the last bucket is +Inf. */
+extern const int64_t lock_wait_bucket_us[LOCK_WAIT_BUCKETS - 1];
+
+/* Process-wide counters of one lock. Plain value copied by lock_stats(). */
+struct lock_stats {
+    uint64_t acquisitions;
+    uint64_t contended;
+    uint64_t wait_timeouts;
+    uint64_t errors;
+    uint64_t releases;
+    uint64_t releases_not_held;
+    uint64_t renewals;
+    uint64_t leases_lost;
+    uint64_t wait_count;
+    uint64_t wait_sum_us;
+    uint64_t wait_buckets[LOCK_WAIT_BUCKETS]; /* non-cumulative counts */
+};
+
+struct lock;
+struct lock_session;
+
+/* Creates the lock of mode `mode` ("none", "local", "setnx", "redis",
+ * "redlock"). Returns NULL with a message in err when the mode is unknown or
+ * the configuration unusable. */
+struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err,
+                      size_t errlen);
+void lock_free(struct lock *l); /* NULL is a no-op; all sessions must be freed first */
+
+/* True when mode names a lock mode this library has. */
+int lock_mode_known(const char *mode);
+const char *lock_name(const struct lock *l);
+/* True when the mode hands out fencing tokens (distributed modes with fencing on). */
+int lock_fenced(const struct lock *l);
+
+/* A session for the calling thread. data is the thread's connection to the data
+ * Redis; it is borrowed and must outlive the session. Never returns NULL. */
+struct lock_session *lock_session_new(struct lock *l, struct rconn *data);
+void lock_session_free(struct lock_session *s); /* NULL is a no-op; releases nothing */
+
+/* Acquires key, waiting at most wait_ms. On LOCK_ACQUIRED, *g describes the
+ * grant. On any other status nothing is held and *g is undefined. */
+lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
+                         struct lock_grant *g);
+
+/* Releases a grant of key. LOCK_RELEASED, LOCK_NOT_HELD (the lease expired and
+ * maybe someone else holds it now: nothing of theirs was touched) or
+ * LOCK_ERROR. The grant is finished either way. */
+lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g);
+
+/* Writes "<key>:fence", the data-Redis key of key's fence counter. */
+void lock_fence_key(const char *key, char *buf, size_t len);
+
+void lock_stats(const struct lock *l, struct lock_stats *out);
+
+/* Monotonic clock in microseconds. */
+int64_t lock_now_us(void);
+
+#endif

@@ -1,0 +1,57 @@
+/* lock_impl: what a lock backend implements. Private to lock/. */
+#ifndef SECKILL_LOCK_IMPL_H
+#define SECKILL_LOCK_IMPL_H
+
+#include <stdatomic.h>
+
+#include "lock.h"
+
+struct lock_counters;
+
+/* If a fenced backend leaves g->fence at 0 on LOCK_ACQUIRED while fencing is on,
+ * lock.c takes the token with INCR "<key>:fence" on the data Redis (not atomic
+ * with the grant: backends that can, do it inside their acquire script). */
+struct lock_backend {
+    const char *name;
+    int fenced; /* grants carry fencing tokens when lock_config.fencing is on */
+    /* Backend state for a new lock; NULL with err set when unusable. */
+    void *(*create)(const struct lock_config *cfg, struct lock_counters *counters,
+                    char *err, size_t errlen);
+    void (*destroy)(void *state);
+    /* Per-thread state; data is borrowed. */
+    void *(*session_new)(void *state, struct rconn *data);
+    void (*session_free)(void *session);
+    /* Fills token/fence/valid_until_us/contended/holder of g on LOCK_ACQUIRED. */
+    lock_status (*acquire)(void *session, const char *key, int64_t deadline_us,
+                           struct lock_grant *g);
+    lock_status (*release)(void *session, const char *key, struct lock_grant *g);
+};
+
+/* Counters a backend may bump (renewals, leases lost); the rest are kept by lock.c. */
+struct lock_counters {
+    _Atomic uint64_t acquisitions, contended, wait_timeouts, errors, releases,
+        releases_not_held, renewals, leases_lost, wait_count, wait_sum_us;
+    _Atomic uint64_t wait_buckets[LOCK_WAIT_BUCKETS];
+};
+
+struct lock {
+    const struct lock_backend *be;
+    void *state;
+    struct lock_config cfg;
+    struct lock_counters counters;
+};
+
+/* For backends that renew leases (the counters come with create). */
+void lock_count_renewal(struct lock_counters *c);
+void lock_count_lost(struct lock_counters *c);
+
+/* 128 random bits from getrandom(2), as 32 hex characters + NUL. */
+void lock_token_new(char out[33]);
+
+extern const struct lock_backend lock_backend_none;
+extern const struct lock_backend lock_backend_local;
+extern const struct lock_backend lock_backend_setnx;
+extern const struct lock_backend lock_backend_redis;
+extern const struct lock_backend lock_backend_redlock;
+
+#endif

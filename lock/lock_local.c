@@ -1,0 +1,147 @@
+/* local: a mutex per key inside this process. Exclusive between the threads of
+ * one instance, invisible to every other instance: two instances each "hold"
+ * the same segment at once, which is how an in-process lock oversells in a
+ * cluster. Waiters sleep on a condition variable until release or deadline. */
+#include "lock_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LOCAL_STRIPES 64
+
+struct held_key {
+    struct held_key *next;
+    char key[];
+};
+
+struct stripe {
+    pthread_mutex_t mu;
+    pthread_cond_t released;
+    struct held_key *held;
+};
+
+struct local_state {
+    struct stripe stripes[LOCAL_STRIPES];
+};
+
+static uint32_t key_hash(const char *key)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *key; key++)
+        h = (h ^ (unsigned char)*key) * 16777619u;
+    return h;
+}
+
+static void *local_create(const struct lock_config *cfg, struct lock_counters *counters,
+                          char *err, size_t errlen)
+{
+    (void)cfg, (void)counters, (void)err, (void)errlen;
+    struct local_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        abort();
+    for (int i = 0; i < LOCAL_STRIPES; i++) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_mutex_init(&st->stripes[i].mu, NULL);
+        pthread_cond_init(&st->stripes[i].released, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    return st;
+}
+
+static void local_destroy(void *state)
+{
+    struct local_state *st = state;
+    for (int i = 0; i < LOCAL_STRIPES; i++) {
+        struct held_key *h = st->stripes[i].held;
+        while (h) {
+            struct held_key *next = h->next;
+            free(h);
+            h = next;
+        }
+        pthread_mutex_destroy(&st->stripes[i].mu);
+        pthread_cond_destroy(&st->stripes[i].released);
+    }
+    free(st);
+}
+
+static void *local_session_new(void *state, struct rconn *data)
+{
+    (void)data;
+    return state;
+}
+
+static void local_session_free(void *session)
+{
+    (void)session;
+}
+
+static struct held_key **find_held(struct stripe *s, const char *key)
+{
+    struct held_key **p = &s->held;
+    while (*p && strcmp((*p)->key, key) != 0)
+        p = &(*p)->next;
+    return p;
+}
+
+static lock_status local_acquire(void *session, const char *key, int64_t deadline_us,
+                                 struct lock_grant *g)
+{
+    struct local_state *st = session;
+    struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
+    struct timespec deadline = {.tv_sec = deadline_us / 1000000,
+                                .tv_nsec = (deadline_us % 1000000) * 1000};
+    size_t keylen = strlen(key);
+    struct held_key *mine = malloc(sizeof(*mine) + keylen + 1);
+    if (!mine)
+        abort();
+    memcpy(mine->key, key, keylen + 1);
+
+    pthread_mutex_lock(&s->mu);
+    while (*find_held(s, key)) {
+        g->contended = 1;
+        if (pthread_cond_timedwait(&s->released, &s->mu, &deadline) == ETIMEDOUT &&
+            *find_held(s, key)) {
+            pthread_mutex_unlock(&s->mu);
+            free(mine);
+            return LOCK_BUSY;
+        }
+    }
+    mine->next = s->held;
+    s->held = mine;
+    pthread_mutex_unlock(&s->mu);
+    lock_token_new(g->token);
+    g->valid_until_us = INT64_MAX; /* an in-process mutex has no lease */
+    return LOCK_ACQUIRED;
+}
+
+static lock_status local_release(void *session, const char *key, struct lock_grant *g)
+{
+    (void)g;
+    struct local_state *st = session;
+    struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
+    pthread_mutex_lock(&s->mu);
+    struct held_key **p = find_held(s, key);
+    struct held_key *h = *p;
+    if (h)
+        *p = h->next;
+    pthread_cond_broadcast(&s->released);
+    pthread_mutex_unlock(&s->mu);
+    free(h);
+    return h ? LOCK_RELEASED : LOCK_NOT_HELD;
+}
+
+const struct lock_backend lock_backend_local = {
+    .name = "local",
+    .fenced = 0,
+    .create = local_create,
+    .destroy = local_destroy,
+    .session_new = local_session_new,
+    .session_free = local_session_free,
+    .acquire = local_acquire,
+    .release = local_release,
+};

@@ -1,0 +1,254 @@
+#include "rconn.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+struct rconn {
+    char host[256];
+    int port;
+    char *password;
+    int timeout_ms;
+    redisContext *ctx;
+    char err[128];
+};
+
+int rconn_addr_parse(const char *text, struct rconn_addr *addr)
+{
+    const char *colon = text ? strrchr(text, ':') : NULL;
+    if (!colon || colon == text || (size_t)(colon - text) >= sizeof(addr->host))
+        return -1;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
+        return -1;
+    memcpy(addr->host, text, (size_t)(colon - text));
+    addr->host[colon - text] = '\0';
+    addr->port = (int)port;
+    return 0;
+}
+
+struct rconn *rconn_new(const char *host, int port, const char *password, int timeout_ms)
+{
+    struct rconn *rc = calloc(1, sizeof(*rc));
+    if (!rc)
+        abort();
+    snprintf(rc->host, sizeof(rc->host), "%s", host);
+    rc->port = port;
+    rc->password = password && *password ? strdup(password) : NULL;
+    rc->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
+    return rc;
+}
+
+void rconn_free(struct rconn *rc)
+{
+    if (!rc)
+        return;
+    if (rc->ctx)
+        redisFree(rc->ctx);
+    free(rc->password);
+    free(rc);
+}
+
+void rconn_drop(struct rconn *rc, const char *why)
+{
+    if (why)
+        snprintf(rc->err, sizeof(rc->err), "%s", why);
+    if (rc->ctx) {
+        redisFree(rc->ctx);
+        rc->ctx = NULL;
+    }
+}
+
+const char *rconn_errstr(const struct rconn *rc)
+{
+    return rc->err[0] ? rc->err : "no error";
+}
+
+const char *rconn_host(const struct rconn *rc)
+{
+    return rc->host;
+}
+
+int rconn_port(const struct rconn *rc)
+{
+    return rc->port;
+}
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+redisContext *rconn_ctx(struct rconn *rc)
+{
+    if (rc->ctx && !rc->ctx->err)
+        return rc->ctx;
+    if (rc->ctx)
+        rconn_drop(rc, rc->ctx->errstr);
+    redisContext *c = redisConnectWithTimeout(rc->host, rc->port, ms_to_tv(rc->timeout_ms));
+    if (!c) {
+        snprintf(rc->err, sizeof(rc->err), "out of memory");
+        return NULL;
+    }
+    if (c->err) {
+        snprintf(rc->err, sizeof(rc->err), "connect %s:%d: %s", rc->host, rc->port,
+                 c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, ms_to_tv(rc->timeout_ms));
+    redisEnableKeepAlive(c);
+    if (rc->password) {
+        redisReply *r = redisCommand(c, "AUTH %s", rc->password);
+        int ok = r && r->type != REDIS_REPLY_ERROR;
+        snprintf(rc->err, sizeof(rc->err), "AUTH: %s",
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            redisFree(c);
+            return NULL;
+        }
+    }
+    rc->err[0] = '\0';
+    rc->ctx = c;
+    return c;
+}
+
+static redisReply *checked(struct rconn *rc, void *reply)
+{
+    if (!reply) {
+        rconn_drop(rc, rc->ctx ? rc->ctx->errstr : "connection lost");
+        return NULL;
+    }
+    return reply;
+}
+
+redisReply *rconn_command(struct rconn *rc, const char *fmt, ...)
+{
+    redisContext *c = rconn_ctx(rc);
+    if (!c)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    void *reply = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    return checked(rc, reply);
+}
+
+redisReply *rconn_command_argv(struct rconn *rc, int argc, const char **argv,
+                               const size_t *argvlen)
+{
+    redisContext *c = rconn_ctx(rc);
+    if (!c)
+        return NULL;
+    return checked(rc, redisCommandArgv(c, argc, argv, argvlen));
+}
+
+redisReply *rconn_reply(struct rconn *rc)
+{
+    if (!rc->ctx)
+        return NULL;
+    void *reply = NULL;
+    if (redisGetReply(rc->ctx, &reply) != REDIS_OK)
+        return checked(rc, NULL);
+    return checked(rc, reply);
+}
+
+int rconn_is_noscript(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+int rconn_script_load(struct rconn *rc, struct rscript *s)
+{
+    if (atomic_load_explicit(&s->loaded, memory_order_acquire))
+        return 0;
+    redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->src);
+    if (!r)
+        return -1;
+    int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
+    if (ok) {
+        pthread_mutex_lock(&s->mu);
+        if (!atomic_load_explicit(&s->loaded, memory_order_relaxed)) {
+            memcpy(s->sha, r->str, 40);
+            s->sha[40] = '\0';
+            atomic_store_explicit(&s->loaded, 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        snprintf(rc->err, sizeof(rc->err), "SCRIPT LOAD %s: %s", s->name,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+#define EVAL_MAX_ARGS 32
+
+static int build_eval_argv(const char *verb, const char *body, int nkeys, int nargs,
+                           const char **argv, const size_t *argvlen, const char **out,
+                           size_t *outlen, char *numkeys)
+{
+    int total = nkeys + nargs;
+    if (total + 3 > EVAL_MAX_ARGS)
+        return -1;
+    snprintf(numkeys, 12, "%d", nkeys);
+    out[0] = verb;
+    outlen[0] = strlen(verb);
+    out[1] = body;
+    outlen[1] = strlen(body);
+    out[2] = numkeys;
+    outlen[2] = strlen(numkeys);
+    for (int i = 0; i < total; i++) {
+        out[3 + i] = argv[i];
+        outlen[3 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+    }
+    return total + 3;
+}
+
+redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
+                       const char **argv, const size_t *argvlen)
+{
+    const char *full[EVAL_MAX_ARGS];
+    size_t fulllen[EVAL_MAX_ARGS];
+    char numkeys[12];
+    if (rconn_script_load(rc, s) != 0)
+        return NULL;
+    int n = build_eval_argv("EVALSHA", s->sha, nkeys, nargs, argv, argvlen, full, fulllen,
+                            numkeys);
+    if (n < 0)
+        abort(); /* a programming error: too many script arguments */
+    redisReply *r = rconn_command_argv(rc, n, full, fulllen);
+    if (!rconn_is_noscript(r))
+        return r;
+    /* Redis lost its script cache (restart, SCRIPT FLUSH): EVAL re-caches it. */
+    freeReplyObject(r);
+    full[0] = "EVAL";
+    fulllen[0] = 4;
+    full[1] = s->src;
+    fulllen[1] = strlen(s->src);
+    return rconn_command_argv(rc, n, full, fulllen);
+}
+
+int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
+                      const char **argv, const size_t *argvlen)
+{
+    const char *full[EVAL_MAX_ARGS];
+    size_t fulllen[EVAL_MAX_ARGS];
+    char numkeys[12];
+    redisContext *c = rconn_ctx(rc);
+    if (!c || rconn_script_load(rc, s) != 0)
+        return -1;
+    int n = build_eval_argv("EVALSHA", s->sha, nkeys, nargs, argv, argvlen, full, fulllen,
+                            numkeys);
+    if (n < 0)
+        abort();
+    return redisAppendCommandArgv(c, n, full, fulllen) == REDIS_OK ? 0 : -1;
+}

@@ -1,0 +1,89 @@
+/* rconn: one thread's connection to one Redis node.
+ *
+ * Wraps a hiredis context that is (re)connected on demand: after any I/O error
+ * the context is dropped and the next call connects again, so a Redis restart
+ * heals by itself. Connect and command timeouts bound every call.
+ *
+ * Lua scripts are `struct rscript` constants, loaded once per process with
+ * SCRIPT LOAD and called by SHA; a NOSCRIPT answer (Redis restarted, SCRIPT
+ * FLUSH) falls back to EVAL, which also re-caches the script.
+ *
+ * Thread safety: an rconn belongs to one thread. rscript values are shared and
+ * safe to use from any thread. */
+#ifndef SECKILL_RCONN_H
+#define SECKILL_RCONN_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+struct rconn;
+
+struct rconn_addr {
+    char host[256];
+    int port;
+};
+
+/* Parses "HOST:PORT" into addr. Returns 0, or -1 when malformed. */
+int rconn_addr_parse(const char *text, struct rconn_addr *addr);
+
+/* A new, not yet connected, connection to host:port. password may be NULL.
+ * timeout_ms bounds connect and each command. Never returns NULL. */
+struct rconn *rconn_new(const char *host, int port, const char *password, int timeout_ms);
+void rconn_free(struct rconn *rc); /* NULL is a no-op */
+
+/* The connected context, connecting (and AUTHing) first if needed.
+ * NULL when Redis cannot be reached; rconn_errstr() says why. */
+redisContext *rconn_ctx(struct rconn *rc);
+
+/* Runs one command (printf-style as redisCommand). Returns the reply (caller
+ * frees with freeReplyObject), or NULL on a connection error, after which the
+ * context is dropped and the next call reconnects. A Redis error reply is a
+ * reply of type REDIS_REPLY_ERROR, not NULL. */
+redisReply *rconn_command(struct rconn *rc, const char *fmt, ...);
+redisReply *rconn_command_argv(struct rconn *rc, int argc, const char **argv,
+                               const size_t *argvlen);
+
+/* Pipelining: append commands to rconn_ctx() with redisAppendCommand*, then
+ * collect each answer with rconn_reply(). NULL on a connection error (the
+ * context is dropped; the remaining answers are gone too). */
+redisReply *rconn_reply(struct rconn *rc);
+
+/* Marks the connection broken so that the next call reconnects. */
+void rconn_drop(struct rconn *rc, const char *why);
+const char *rconn_errstr(const struct rconn *rc);
+const char *rconn_host(const struct rconn *rc);
+int rconn_port(const struct rconn *rc);
+
+struct rscript {
+    const char *name;
+    const char *src;
+    char sha[41];
+    _Atomic int loaded;
+    pthread_mutex_t mu;
+};
+#define RSCRIPT_INIT(name_, src_)                                                        \
+    {                                                                                    \
+        .name = (name_), .src = (src_), .sha = {0}, .loaded = 0,                         \
+        .mu = PTHREAD_MUTEX_INITIALIZER                                                  \
+    }
+
+/* EVALSHA script with nkeys KEYS followed by ARGV; argv holds nkeys + nargs
+ * strings (argvlen may be NULL for NUL-terminated strings). Loads the script on
+ * first use; falls back to EVAL on NOSCRIPT. Returns as rconn_command. */
+redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
+                       const char **argv, const size_t *argvlen);
+
+/* Appends an EVALSHA of a script already loaded (rconn_script_load) to the
+ * pipeline. Returns 0, or -1 when not connected. */
+int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
+                      const char **argv, const size_t *argvlen);
+
+/* SCRIPT LOADs s if this process has not done so yet. 0 on success. */
+int rconn_script_load(struct rconn *rc, struct rscript *s);
+
+/* True when reply is a NOSCRIPT error. */
+int rconn_is_noscript(const redisReply *r);
+
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install what seckill needs from Debian packages, only what is missing.
+# Idempotent: when everything is present it runs no apt-get at all.
+set -euo pipefail
+
+packages=(
+    build-essential pkg-config
+    libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev
+    redis-server redis-tools wrk nginx-light gnuplot-nox curl
+)
+# Optional extras callers may ask for: DEPS_EXTRA="haproxy clang" scripts/deps.sh
+if [[ -n "${DEPS_EXTRA:-}" ]]; then
+    read -r -a extra <<<"$DEPS_EXTRA"
+    packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+    sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Installing redis-server/nginx must not start system services on the default
+# ports: everything here runs its own throwaway instances.
+policy=/usr/sbin/policy-rc.d
+added_policy=0
+if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod +x "$policy"
+    added_policy=1
+fi
+cleanup() { if ((added_policy)); then $sudo rm -f "$policy"; fi; }
+trap cleanup EXIT
+if ! $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    $sudo apt-get update -q
+    $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,175 @@
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SERVERS 16
+static struct test_redis *running[MAX_SERVERS];
+static int atexit_done;
+
+static void stop_all(void)
+{
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (running[i] && running[i]->pid > 0)
+            test_redis_stop(running[i], 1, 0);
+}
+
+static void track(struct test_redis *r, int on)
+{
+    if (!atexit_done) {
+        atexit(stop_all);
+        atexit_done = 1;
+    }
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (on && !running[i]) {
+            running[i] = r;
+            return;
+        }
+        if (!on && running[i] == r) {
+            running[i] = NULL;
+            return;
+        }
+    }
+}
+
+int test_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        perror("test_free_port");
+        abort();
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 2) {
+        if (cond_fn(arg))
+            return 1;
+        sleep_ms(2);
+    }
+    return cond_fn(arg);
+}
+
+struct ping_arg {
+    struct test_redis *r;
+};
+
+static int answers_ping(void *arg)
+{
+    struct test_redis *r = ((struct ping_arg *)arg)->r;
+    int status;
+    if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
+        fprintf(stderr, "redis-server on port %d exited early\n", r->port);
+        r->pid = -1;
+        return 1;
+    }
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    int ok = 0;
+    if (c && !c->err) {
+        redisReply *rep = redisCommand(c, "PING");
+        ok = rep && rep->type == REDIS_REPLY_STATUS;
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+static int spawn(struct test_redis *r, const char *const *extra_args)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%d", r->port);
+    const char *argv[64] = {"redis-server", "--port",  port,       "--bind",
+                            "127.0.0.1",    "--dir",   r->dir,     "--save",
+                            "",             "--daemonize", "no",   "--logfile",
+                            "redis.log",    NULL};
+    int n = 13;
+    for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
+        argv[n++] = extra_args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        execvp("redis-server", (char *const *)argv);
+        perror("exec redis-server");
+        _exit(127);
+    }
+    r->pid = pid;
+    track(r, 1);
+    struct ping_arg arg = {r};
+    if (!test_wait_for(answers_ping, &arg, 10000) || r->pid < 0)
+        return -1;
+    return 0;
+}
+
+void test_redis_start(struct test_redis *r, const char *const *extra_args)
+{
+    memset(r, 0, sizeof(*r));
+    snprintf(r->dir, sizeof(r->dir), "/tmp/seckill-test-XXXXXX");
+    if (!mkdtemp(r->dir)) {
+        perror("mkdtemp");
+        abort();
+    }
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = test_free_port();
+        if (spawn(r, extra_args) == 0)
+            return;
+        if (r->pid > 0)
+            test_redis_stop(r, 1, 1);
+    }
+    fprintf(stderr, "could not start redis-server\n");
+    abort();
+}
+
+void test_redis_restart(struct test_redis *r, const char *const *extra_args)
+{
+    if (spawn(r, extra_args) != 0) {
+        fprintf(stderr, "could not restart redis-server on port %d\n", r->port);
+        abort();
+    }
+}
+
+void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
+{
+    if (r->pid > 0) {
+        kill(r->pid, hard ? SIGKILL : SIGTERM);
+        while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        r->pid = 0;
+    }
+    track(r, 0);
+    if (!keep_dir && r->dir[0]) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", r->dir);
+        r->dir[0] = '\0';
+    }
+}
