@@ -46,6 +46,8 @@ struct lock_config {
     int timeout_ms;                   /* connect/command timeout for lock nodes */
     int fencing;                      /* hand out fencing tokens (fenced modes only) */
     int max_lease_ms;                 /* watchdog: longest total lease (0: 10 x ttl) */
+    int clock_skew_ms;                /* setnx: added to this instance's wall clock, to
+                                         show what unsynchronised clocks do (0: none) */
 };
 
 #define LOCK_WAIT_BUCKETS 14
@@ -98,10 +100,19 @@ lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
  * LOCK_ERROR. The grant is finished either way. */
 lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g);
 
+/* The monotonic time until which the grant's lease is known to be valid, as
+ * extended by renewals (the watchdog of the redis mode); 0 once the lease is
+ * known to be lost. For modes without renewal this is g->valid_until_us. Call
+ * only between acquire and release of g, on the session that acquired it. */
+int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g);
+
 /* Writes "<key>:fence", the data-Redis key of key's fence counter. */
 void lock_fence_key(const char *key, char *buf, size_t len);
 
 void lock_stats(const struct lock *l, struct lock_stats *out);
+
+/* 128 random bits from getrandom(2), as 32 hex characters + NUL. */
+void lock_token_new(char out[33]);
 
 /* Monotonic clock in microseconds. */
 int64_t lock_now_us(void);

@@ -25,6 +25,8 @@ struct lock_backend {
     lock_status (*acquire)(void *session, const char *key, int64_t deadline_us,
                            struct lock_grant *g);
     lock_status (*release)(void *session, const char *key, struct lock_grant *g);
+    /* Optional: the grant's current validity (see lock_valid_until_us). */
+    int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };
 
 /* Counters a backend may bump (renewals, leases lost); the rest are kept by lock.c. */
@@ -44,9 +46,6 @@ struct lock {
 /* For backends that renew leases (the counters come with create). */
 void lock_count_renewal(struct lock_counters *c);
 void lock_count_lost(struct lock_counters *c);
-
-/* 128 random bits from getrandom(2), as 32 hex characters + NUL. */
-void lock_token_new(char out[33]);
 
 extern const struct lock_backend lock_backend_none;
 extern const struct lock_backend lock_backend_local;

@@ -54,6 +54,16 @@ void rconn_free(struct rconn *rc)
     free(rc);
 }
 
+struct rconn *rconn_clone(const struct rconn *rc)
+{
+    return rconn_new(rc->host, rc->port, rc->password, rc->timeout_ms);
+}
+
+int rconn_timeout_ms(const struct rconn *rc)
+{
+    return rc->timeout_ms;
+}
+
 void rconn_drop(struct rconn *rc, const char *why)
 {
     if (why)
@@ -190,65 +200,82 @@ int rconn_script_load(struct rconn *rc, struct rscript *s)
     return ok ? 0 : -1;
 }
 
-#define EVAL_MAX_ARGS 32
+/* The argument vector of EVAL/EVALSHA: verb, body, numkeys, keys and args.
+ * Small calls use the caller's stack arrays; large ones (admin scripts with a
+ * value per segment) get heap arrays. */
+struct eval_argv {
+    const char **v;
+    size_t *len;
+    int n;
+    char numkeys[12];
+    const char *small_v[32];
+    size_t small_len[32];
+};
 
-static int build_eval_argv(const char *verb, const char *body, int nkeys, int nargs,
-                           const char **argv, const size_t *argvlen, const char **out,
-                           size_t *outlen, char *numkeys)
+static void eval_argv_build(struct eval_argv *a, const char *verb, const char *body,
+                            int nkeys, int nargs, const char **argv, const size_t *argvlen)
 {
     int total = nkeys + nargs;
-    if (total + 3 > EVAL_MAX_ARGS)
-        return -1;
-    snprintf(numkeys, 12, "%d", nkeys);
-    out[0] = verb;
-    outlen[0] = strlen(verb);
-    out[1] = body;
-    outlen[1] = strlen(body);
-    out[2] = numkeys;
-    outlen[2] = strlen(numkeys);
-    for (int i = 0; i < total; i++) {
-        out[3 + i] = argv[i];
-        outlen[3 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+    a->n = total + 3;
+    a->v = a->small_v;
+    a->len = a->small_len;
+    if (a->n > 32) {
+        a->v = malloc(sizeof(*a->v) * (size_t)a->n);
+        a->len = malloc(sizeof(*a->len) * (size_t)a->n);
+        if (!a->v || !a->len)
+            abort();
     }
-    return total + 3;
+    snprintf(a->numkeys, sizeof(a->numkeys), "%d", nkeys);
+    a->v[0] = verb;
+    a->len[0] = strlen(verb);
+    a->v[1] = body;
+    a->len[1] = strlen(body);
+    a->v[2] = a->numkeys;
+    a->len[2] = strlen(a->numkeys);
+    for (int i = 0; i < total; i++) {
+        a->v[3 + i] = argv[i];
+        a->len[3 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+    }
+}
+
+static void eval_argv_free(struct eval_argv *a)
+{
+    if (a->v != a->small_v) {
+        free(a->v);
+        free(a->len);
+    }
 }
 
 redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
                        const char **argv, const size_t *argvlen)
 {
-    const char *full[EVAL_MAX_ARGS];
-    size_t fulllen[EVAL_MAX_ARGS];
-    char numkeys[12];
     if (rconn_script_load(rc, s) != 0)
         return NULL;
-    int n = build_eval_argv("EVALSHA", s->sha, nkeys, nargs, argv, argvlen, full, fulllen,
-                            numkeys);
-    if (n < 0)
-        abort(); /* a programming error: too many script arguments */
-    redisReply *r = rconn_command_argv(rc, n, full, fulllen);
-    if (!rconn_is_noscript(r))
-        return r;
-    /* Redis lost its script cache (restart, SCRIPT FLUSH): EVAL re-caches it. */
-    freeReplyObject(r);
-    full[0] = "EVAL";
-    fulllen[0] = 4;
-    full[1] = s->src;
-    fulllen[1] = strlen(s->src);
-    return rconn_command_argv(rc, n, full, fulllen);
+    struct eval_argv a;
+    eval_argv_build(&a, "EVALSHA", s->sha, nkeys, nargs, argv, argvlen);
+    redisReply *r = rconn_command_argv(rc, a.n, a.v, a.len);
+    if (rconn_is_noscript(r)) {
+        /* Redis lost its script cache (restart, SCRIPT FLUSH): EVAL re-caches it. */
+        freeReplyObject(r);
+        a.v[0] = "EVAL";
+        a.len[0] = 4;
+        a.v[1] = s->src;
+        a.len[1] = strlen(s->src);
+        r = rconn_command_argv(rc, a.n, a.v, a.len);
+    }
+    eval_argv_free(&a);
+    return r;
 }
 
 int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
                       const char **argv, const size_t *argvlen)
 {
-    const char *full[EVAL_MAX_ARGS];
-    size_t fulllen[EVAL_MAX_ARGS];
-    char numkeys[12];
     redisContext *c = rconn_ctx(rc);
     if (!c || rconn_script_load(rc, s) != 0)
         return -1;
-    int n = build_eval_argv("EVALSHA", s->sha, nkeys, nargs, argv, argvlen, full, fulllen,
-                            numkeys);
-    if (n < 0)
-        abort();
-    return redisAppendCommandArgv(c, n, full, fulllen) == REDIS_OK ? 0 : -1;
+    struct eval_argv a;
+    eval_argv_build(&a, "EVALSHA", s->sha, nkeys, nargs, argv, argvlen);
+    int ok = redisAppendCommandArgv(c, a.n, a.v, a.len) == REDIS_OK;
+    eval_argv_free(&a);
+    return ok ? 0 : -1;
 }

@@ -33,6 +33,12 @@ int rconn_addr_parse(const char *text, struct rconn_addr *addr);
 struct rconn *rconn_new(const char *host, int port, const char *password, int timeout_ms);
 void rconn_free(struct rconn *rc); /* NULL is a no-op */
 
+/* A new, not yet connected, connection to the same node with the same password
+ * and timeout as rc (for a helper thread that needs its own). Never NULL. */
+struct rconn *rconn_clone(const struct rconn *rc);
+/* The connect/command timeout rc was made with, in milliseconds. */
+int rconn_timeout_ms(const struct rconn *rc);
+
 /* The connected context, connecting (and AUTHing) first if needed.
  * NULL when Redis cannot be reached; rconn_errstr() says why. */
 redisContext *rconn_ctx(struct rconn *rc);

@@ -1,0 +1,749 @@
+#include "inventory.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Commit of the lock-guarded modes. KEYS[1] meta, [2] stock, [3] sold,
+ * [4] buyers, [5] orders, [6] order:<id>, [7] idem, [8] the segment lock's fence
+ * counter. ARGV[1] SKU epoch seen at the start, [2] segment, [3] new stock of
+ * the segment (computed by the caller from what it read under the lock),
+ * [4] qty, [5] user id, [6] order id, [7] sku, [8] Idempotency-Key or '',
+ * [9] fencing token or '0' (unfenced).
+ * Returns {1} placed, {-1} SKU reset since, {-2} fenced off, {-3, first order
+ * id} idempotent replay, {-4} per-user limit reached. Writes nothing unless {1}. */
+static struct rscript commit_script = RSCRIPT_INIT("inv_commit",
+    "if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end\n"
+    "if ARGV[9] ~= '0' and redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-2} end\n"
+    "if ARGV[8] ~= '' then\n"
+    "  local first = redis.call('HGET', KEYS[7], ARGV[8])\n"
+    "  if first then return {-3, first} end\n"
+    "end\n"
+    "local qty = tonumber(ARGV[4])\n"
+    "local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))\n"
+    "if tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0') + qty > limit then\n"
+    "  return {-4}\n"
+    "end\n"
+    "redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])\n"
+    "redis.call('HINCRBY', KEYS[3], ARGV[2], qty)\n"
+    "redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
+    "redis.call('HINCRBY', KEYS[1], 'orders', 1)\n"
+    "redis.call('HINCRBY', KEYS[4], ARGV[5], qty)\n"
+    "redis.call('RPUSH', KEYS[5], ARGV[6] .. ' ' .. ARGV[5] .. ' ' .. qty .. ' ' .. ARGV[2])\n"
+    "redis.call('HSET', KEYS[6], 'sku', ARGV[7], 'user_id', ARGV[5], 'qty', qty,\n"
+    "           'segment', ARGV[2])\n"
+    "if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], ARGV[8], ARGV[6]) end\n"
+    "return {1}\n");
+
+/* The atomic mode: check and decrement in one step, no lock. KEYS as the
+ * commit's first seven. ARGV[1] home segment, [2] qty, [3] user id, [4] order
+ * id, [5] sku, [6] Idempotency-Key or ''. ARGV[1] is the user's routing
+ * number (seg_route); the home segment is it modulo the segment count.
+ * Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit, {-5} sold
+ * out, {-6} unknown SKU, {-7} qty above the limit. */
+static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic",
+    "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit')\n"
+    "if not meta[1] then return {-6} end\n"
+    "local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])\n"
+    "if qty > limit then return {-7} end\n"
+    "if ARGV[6] ~= '' then\n"
+    "  local first = redis.call('HGET', KEYS[7], ARGV[6])\n"
+    "  if first then return {-3, first} end\n"
+    "end\n"
+    "if tonumber(redis.call('HGET', KEYS[4], ARGV[3]) or '0') + qty > limit then\n"
+    "  return {-4}\n"
+    "end\n"
+    "local home = tonumber(ARGV[1]) % k\n"
+    "for j = 0, k - 1 do\n"
+    "  local seg = tostring((home + j) % k)\n"
+    "  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then\n"
+    "    redis.call('HINCRBY', KEYS[2], seg, -qty)\n"
+    "    redis.call('HINCRBY', KEYS[3], seg, qty)\n"
+    "    redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
+    "    redis.call('HINCRBY', KEYS[1], 'orders', 1)\n"
+    "    redis.call('HINCRBY', KEYS[4], ARGV[3], qty)\n"
+    "    redis.call('RPUSH', KEYS[5], ARGV[4] .. ' ' .. ARGV[3] .. ' ' .. qty .. ' ' .. seg)\n"
+    "    redis.call('HSET', KEYS[6], 'sku', ARGV[5], 'user_id', ARGV[3], 'qty', qty,\n"
+    "               'segment', seg)\n"
+    "    if ARGV[6] ~= '' then redis.call('HSET', KEYS[7], ARGV[6], ARGV[4]) end\n"
+    "    return {1, tonumber(seg), home}\n"
+    "  end\n"
+    "end\n"
+    "return {-5}\n");
+
+/* Create or reset. KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers,
+ * [6] orders, [7] idem. ARGV[1] initial stock, [2] segments k, [3] per-user
+ * limit, [4 .. 3+k] stock of each segment. Deletes the SKU's order records,
+ * bumps the epoch (in-flight commits of the old epoch are refused).
+ * Returns 1 when the SKU was new, 0 when it was reset. */
+static struct rscript reset_script = RSCRIPT_INIT("inv_reset",
+    "local existed = redis.call('EXISTS', KEYS[1])\n"
+    "local n = redis.call('LLEN', KEYS[6])\n"
+    "for i = 0, n - 1, 1000 do\n"
+    "  for _, rec in ipairs(redis.call('LRANGE', KEYS[6], i, i + 999)) do\n"
+    "    redis.call('DEL', 'order:' .. string.match(rec, '^(%d+)'))\n"
+    "  end\n"
+    "end\n"
+    "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])\n"
+    "local k = tonumber(ARGV[2])\n"
+    "for i = 0, k - 1 do\n"
+    "  redis.call('HSET', KEYS[2], i, ARGV[4 + i])\n"
+    "  redis.call('HSET', KEYS[3], i, ARGV[4 + i])\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],\n"
+    "           'sold', 0, 'orders', 0)\n"
+    "redis.call('HINCRBY', KEYS[1], 'epoch', 1)\n"
+    "return existed == 1 and 0 or 1\n");
+
+struct inv_counters {
+    _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
+        epoch_changed, spilled, commits_after_lease;
+};
+
+struct inv {
+    struct inv_config cfg;
+    struct inv_counters counters;
+};
+
+struct inv_session {
+    struct inv *inv;
+    struct rconn *rc;
+    struct lock_session *lock;
+};
+
+/* The Redis keys of one SKU. */
+struct sku_keys {
+    char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96];
+};
+
+static void sku_keys_init(struct sku_keys *k, const char *sku)
+{
+    snprintf(k->meta, sizeof(k->meta), "sk:{%s}:meta", sku);
+    snprintf(k->stock, sizeof(k->stock), "sk:{%s}:stock", sku);
+    snprintf(k->init, sizeof(k->init), "sk:{%s}:init", sku);
+    snprintf(k->sold, sizeof(k->sold), "sk:{%s}:sold", sku);
+    snprintf(k->buyers, sizeof(k->buyers), "sk:{%s}:buyers", sku);
+    snprintf(k->orders, sizeof(k->orders), "sk:{%s}:orders", sku);
+    snprintf(k->idem, sizeof(k->idem), "sk:{%s}:idem", sku);
+}
+
+static void count(_Atomic uint64_t *c)
+{
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+int inv_id_valid(const char *id)
+{
+    size_t n = 0;
+    for (const char *p = id; *p; p++, n++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == ':' || c == '-';
+        if (!ok || n >= INV_ID_MAX)
+            return 0;
+    }
+    return n > 0;
+}
+
+struct inv *inv_new(const struct inv_config *cfg)
+{
+    struct inv *inv = calloc(1, sizeof(*inv));
+    if (!inv)
+        abort();
+    inv->cfg = *cfg;
+    return inv;
+}
+
+void inv_free(struct inv *inv)
+{
+    free(inv);
+}
+
+void inv_stats(const struct inv *inv, struct inv_stats *out)
+{
+    const struct inv_counters *c = &inv->counters;
+    out->placed = atomic_load(&c->placed);
+    out->replayed = atomic_load(&c->replayed);
+    out->sold_out = atomic_load(&c->sold_out);
+    out->limit = atomic_load(&c->limit);
+    out->busy = atomic_load(&c->busy);
+    out->unavailable = atomic_load(&c->unavailable);
+    out->fenced_off = atomic_load(&c->fenced_off);
+    out->epoch_changed = atomic_load(&c->epoch_changed);
+    out->spilled = atomic_load(&c->spilled);
+    out->commits_after_lease = atomic_load(&c->commits_after_lease);
+}
+
+struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)
+{
+    struct inv_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        abort();
+    s->inv = inv;
+    s->rc = rc;
+    if (inv->cfg.lock)
+        s->lock = lock_session_new(inv->cfg.lock, rc);
+    return s;
+}
+
+void inv_session_free(struct inv_session *s)
+{
+    if (!s)
+        return;
+    lock_session_free(s->lock);
+    free(s);
+}
+
+int inv_ping(struct inv_session *s)
+{
+    redisReply *r = rconn_command(s->rc, "PING");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
+/* ---- small reply helpers ------------------------------------------------ */
+
+static long long reply_ll(const redisReply *r, long long dflt)
+{
+    if (!r)
+        return dflt;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return dflt;
+}
+
+static void free_replies(redisReply **r, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (r[i])
+            freeReplyObject(r[i]);
+}
+
+/* Collects n pipelined replies; 0 when all arrived and none is an error. */
+static int collect(struct rconn *rc, redisReply **r, int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        r[i] = ok ? rconn_reply(rc) : NULL;
+        if (!r[i] || r[i]->type == REDIS_REPLY_ERROR)
+            ok = 0;
+    }
+    return ok ? 0 : -1;
+}
+
+static void sleep_us(int us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static inv_status load_order(struct inv_session *s, const char *id_text,
+                             struct inv_order *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long id = strtoull(id_text, &end, 10);
+    if (errno || *end)
+        return INV_UNAVAILABLE;
+    return inv_order_get(s, (uint64_t)id, out);
+}
+
+/* ---- placing an order --------------------------------------------------- */
+
+static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
+                               const char *sku, const char *user_id, int qty,
+                               const char *idem_key, struct inv_order *order)
+{
+    char home[12], qtys[12], idtext[24], okey[40];
+    snprintf(home, sizeof(home), "%u", seg_route(user_id));
+    snprintf(qtys, sizeof(qtys), "%d", qty);
+    snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
+    snprintf(okey, sizeof(okey), "order:%s", idtext);
+    const char *argv[] = {k->meta, k->stock, k->sold,  k->buyers, k->orders, okey, k->idem,
+                          home,    qtys,     user_id,  idtext,    sku,       idem_key};
+    redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        if (r)
+            freeReplyObject(r);
+        return INV_UNAVAILABLE;
+    }
+    long long code = reply_ll(r->element[0], 0);
+    inv_status st;
+    switch (code) {
+    case 1:
+        order->segment = (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0);
+        if (r->elements > 2 && reply_ll(r->element[2], 0) != order->segment)
+            count(&s->inv->counters.spilled);
+        st = INV_PLACED;
+        break;
+    case -3:
+        st = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING
+                 ? load_order(s, r->element[1]->str, order)
+                 : INV_UNAVAILABLE;
+        if (st == INV_OK)
+            st = INV_REPLAYED;
+        break;
+    case -4: st = INV_LIMIT; break;
+    case -5: st = INV_SOLD_OUT; break;
+    case -6: st = INV_NOT_FOUND; break;
+    case -7: st = INV_BAD_QTY; break;
+    default: st = INV_UNAVAILABLE; break;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+/* What the order learned before taking any lock, in one round trip. */
+struct order_view {
+    int segments, limit;
+    char epoch[24];
+    long long home_stock, bought;
+    char first_id[24]; /* idempotent replay: the first order's id, or "" */
+};
+
+static inv_status order_view_load(struct inv_session *s, const struct sku_keys *k,
+                                  const char *user_id, const char *idem_key, int *home,
+                                  struct order_view *v)
+{
+    redisContext *c = rconn_ctx(s->rc);
+    if (!c)
+        return INV_UNAVAILABLE;
+    redisAppendCommand(c, "HMGET %s segments limit epoch", k->meta);
+    redisAppendCommand(c, "HGET %s %s", k->buyers, user_id);
+    redisAppendCommand(c, "HGET %s %s", k->idem, idem_key);
+    redisReply *r[3];
+    if (collect(s->rc, r, 3) != 0) {
+        free_replies(r, 3);
+        return INV_UNAVAILABLE;
+    }
+    redisReply *m = r[0];
+    inv_status st = INV_OK;
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 ||
+        m->element[0]->type != REDIS_REPLY_STRING) {
+        st = INV_NOT_FOUND;
+    } else {
+        v->segments = (int)reply_ll(m->element[0], 1);
+        v->limit = (int)reply_ll(m->element[1], 1);
+        snprintf(v->epoch, sizeof(v->epoch), "%s",
+                 m->element[2]->type == REDIS_REPLY_STRING ? m->element[2]->str : "0");
+        v->bought = reply_ll(r[1], 0);
+        snprintf(v->first_id, sizeof(v->first_id), "%s",
+                 r[2]->type == REDIS_REPLY_STRING ? r[2]->str : "");
+        if (v->segments < 1 || v->segments > INV_MAX_SEGMENTS)
+            st = INV_UNAVAILABLE;
+    }
+    free_replies(r, 3);
+    if (st != INV_OK)
+        return st;
+    *home = seg_home(user_id, v->segments);
+    return INV_OK;
+}
+
+/* Segments other than home that held at least qty at the time of reading, in
+ * routing order after home. Stock only goes down within an epoch, so a
+ * segment seen short is short: skipping it strands nothing. */
+static int spill_candidates(struct inv_session *s, const struct sku_keys *k, int home,
+                            int nseg, int qty, int *cand)
+{
+    redisReply *r = rconn_command(s->rc, "HGETALL %s", k->stock);
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    long long stock[INV_MAX_SEGMENTS] = {0};
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        long long seg = reply_ll(r->element[i], -1);
+        if (seg >= 0 && seg < nseg)
+            stock[seg] = reply_ll(r->element[i + 1], 0);
+    }
+    freeReplyObject(r);
+    int n = 0;
+    for (int j = 1; j < nseg; j++) {
+        int seg = (home + j) % nseg;
+        if (stock[seg] >= qty)
+            cand[n++] = seg;
+    }
+    return n;
+}
+
+static long long read_stock(struct inv_session *s, const struct sku_keys *k, int seg)
+{
+    redisReply *r = rconn_command(s->rc, "HGET %s %d", k->stock, seg);
+    long long v = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
+                      ? reply_ll(r, 0)
+                      : -1;
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
+
+/* The critical section on one segment, with the segment lock held. Returns
+ * INV_PLACED, INV_SOLD_OUT (this segment is short: try another), or a final
+ * status. */
+static inv_status critical_section(struct inv_session *s, const struct sku_keys *k,
+                                   const char *sku, const char *user_id, int qty,
+                                   const char *idem_key, const struct order_view *v,
+                                   int seg, const char *lkey, const struct lock_grant *g,
+                                   struct inv_order *order)
+{
+    struct inv *inv = s->inv;
+    long long stock = read_stock(s, k, seg);
+    if (stock < 0)
+        return INV_UNAVAILABLE;
+    if (stock < qty)
+        return INV_SOLD_OUT;
+    if (inv->cfg.work_us > 0)
+        sleep_us(inv->cfg.work_us);
+
+    char segtext[12], newstock[24], qtys[12], idtext[24], okey[40], fkey[160], fence[24];
+    snprintf(segtext, sizeof(segtext), "%d", seg);
+    snprintf(newstock, sizeof(newstock), "%lld", stock - qty);
+    snprintf(qtys, sizeof(qtys), "%d", qty);
+    snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
+    snprintf(okey, sizeof(okey), "order:%s", idtext);
+    lock_fence_key(lkey, fkey, sizeof(fkey));
+    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g->fence : 0);
+    const char *argv[] = {k->meta, k->stock,  k->sold,  k->buyers, k->orders, okey,
+                          k->idem, fkey,      v->epoch, segtext,   newstock,  qtys,
+                          user_id, idtext,    sku,      idem_key,  fence};
+    redisReply *r = rconn_eval(s->rc, &commit_script, 8, 9, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        if (r)
+            freeReplyObject(r);
+        return INV_UNAVAILABLE;
+    }
+    inv_status st;
+    switch (reply_ll(r->element[0], 0)) {
+    case 1:
+        order->segment = seg;
+        st = INV_PLACED;
+        break;
+    case -1:
+        count(&inv->counters.epoch_changed);
+        st = INV_BUSY;
+        break;
+    case -2:
+        count(&inv->counters.fenced_off);
+        st = INV_BUSY;
+        break;
+    case -3:
+        st = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING
+                 ? load_order(s, r->element[1]->str, order)
+                 : INV_UNAVAILABLE;
+        if (st == INV_OK)
+            st = INV_REPLAYED;
+        break;
+    case -4: st = INV_LIMIT; break;
+    default: st = INV_UNAVAILABLE; break;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
+                               const char *sku, const char *user_id, int qty,
+                               const char *idem_key, struct inv_order *order)
+{
+    struct inv *inv = s->inv;
+    struct order_view v;
+    int home;
+    inv_status st = order_view_load(s, k, user_id, idem_key, &home, &v);
+    if (st != INV_OK)
+        return st;
+    if (qty > v.limit)
+        return INV_BAD_QTY;
+    if (v.first_id[0]) {
+        st = load_order(s, v.first_id, order);
+        return st == INV_OK ? INV_REPLAYED : st;
+    }
+    if (v.bought + qty > v.limit)
+        return INV_LIMIT;
+
+    int cand[INV_MAX_SEGMENTS], ncand = 0, widened = 0;
+    cand[ncand++] = home;
+    int64_t deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
+    char lkey[128];
+    for (int c = 0;; c++) {
+        if (c == ncand) {
+            if (widened)
+                return INV_SOLD_OUT;
+            widened = 1;
+            int n = spill_candidates(s, k, home, v.segments, qty, cand + ncand);
+            if (n < 0)
+                return INV_UNAVAILABLE;
+            ncand += n;
+            if (c == ncand)
+                return INV_SOLD_OUT;
+        }
+        int seg = cand[c];
+        int wait_ms = (int)((deadline - lock_now_us()) / 1000);
+        snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
+        struct lock_grant g;
+        lock_status ls = lock_acquire(s->lock, lkey, wait_ms > 0 ? wait_ms : 0, &g);
+        if (ls == LOCK_BUSY)
+            return INV_BUSY;
+        if (ls != LOCK_ACQUIRED)
+            return INV_UNAVAILABLE;
+        st = critical_section(s, k, sku, user_id, qty, idem_key, &v, seg, lkey, &g, order);
+        lock_status rs = lock_release(s->lock, lkey, &g);
+        if (st == INV_PLACED && rs == LOCK_NOT_HELD)
+            count(&inv->counters.commits_after_lease);
+        if (st == INV_PLACED && seg != home)
+            count(&inv->counters.spilled);
+        if (st != INV_SOLD_OUT)
+            return st;
+    }
+}
+
+inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
+                           int qty, const char *idem_key, struct inv_order *order)
+{
+    struct inv *inv = s->inv;
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    memset(order, 0, sizeof(*order));
+    inv_status st;
+    if (inv->cfg.lease && !orderid_lease_valid(inv->cfg.lease)) {
+        st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
+    } else {
+        order->id = orderid_next(inv->cfg.ids);
+        snprintf(order->sku, sizeof(order->sku), "%s", sku);
+        snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
+        order->qty = qty;
+        const char *idem = idem_key ? idem_key : "";
+        st = inv->cfg.lock ? place_locked(s, &k, sku, user_id, qty, idem, order)
+                           : place_atomic(s, &k, sku, user_id, qty, idem, order);
+    }
+    struct inv_counters *c = &inv->counters;
+    switch (st) {
+    case INV_PLACED: count(&c->placed); break;
+    case INV_REPLAYED: count(&c->replayed); break;
+    case INV_SOLD_OUT: count(&c->sold_out); break;
+    case INV_LIMIT: count(&c->limit); break;
+    case INV_BUSY: count(&c->busy); break;
+    case INV_UNAVAILABLE: count(&c->unavailable); break;
+    default: break;
+    }
+    return st;
+}
+
+/* ---- SKUs, orders, audit ------------------------------------------------ */
+
+inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
+                       int segments, int limit)
+{
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    int n = 10 + segments;
+    const char **argv = malloc(sizeof(*argv) * (size_t)n);
+    char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
+    if (!argv || !vals)
+        abort();
+    const char *keys[] = {k.meta, k.stock, k.init, k.sold, k.buyers, k.orders, k.idem};
+    memcpy(argv, keys, sizeof(keys));
+    snprintf(vals[0], 24, "%lld", stock);
+    snprintf(vals[1], 24, "%d", segments);
+    snprintf(vals[2], 24, "%d", limit);
+    for (int i = 0; i < segments; i++)
+        snprintf(vals[3 + i], 24, "%lld", seg_initial(stock, segments, i));
+    for (int i = 0; i < segments + 3; i++)
+        argv[7 + i] = vals[i];
+    redisReply *r = rconn_eval(s->rc, &reset_script, 7, 3 + segments, argv, NULL);
+    free(argv);
+    free(vals);
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        st = r->integer == 1 ? INV_CREATED : INV_OK;
+    if (r)
+        freeReplyObject(r);
+    return st;
+}
+
+/* Fills per-segment values from an HGETALL reply (index -> number). */
+static void segment_values(const redisReply *r, int nseg, struct inv_sku_report *out,
+                           size_t offset)
+{
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        long long seg = reply_ll(r->element[i], -1);
+        if (seg >= 0 && seg < nseg)
+            *(long long *)((char *)&out->segments[seg] + offset) =
+                reply_ll(r->element[i + 1], 0);
+    }
+}
+
+inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
+{
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    redisContext *c = rconn_ctx(s->rc);
+    if (!c)
+        return INV_UNAVAILABLE;
+    redisAppendCommand(c, "MULTI");
+    redisAppendCommand(c, "HMGET %s initial segments limit sold orders", k.meta);
+    redisAppendCommand(c, "HGETALL %s", k.stock);
+    redisAppendCommand(c, "HGETALL %s", k.init);
+    redisAppendCommand(c, "HGETALL %s", k.sold);
+    redisAppendCommand(c, "EXEC");
+    redisReply *r[6];
+    if (collect(s->rc, r, 6) != 0 || r[5]->type != REDIS_REPLY_ARRAY ||
+        r[5]->elements != 4) {
+        free_replies(r, 6);
+        return INV_UNAVAILABLE;
+    }
+    redisReply **e = r[5]->element;
+    redisReply *m = e[0];
+    inv_status st = INV_OK;
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 5 ||
+        m->element[0]->type != REDIS_REPLY_STRING) {
+        st = INV_NOT_FOUND;
+    } else {
+        memset(out, 0, offsetof(struct inv_sku_report, segments));
+        snprintf(out->sku, sizeof(out->sku), "%s", sku);
+        out->initial = reply_ll(m->element[0], 0);
+        out->nsegments = (int)reply_ll(m->element[1], 0);
+        if (out->nsegments < 1 || out->nsegments > INV_MAX_SEGMENTS)
+            out->nsegments = 0;
+        out->limit = (int)reply_ll(m->element[2], 1);
+        out->sold = reply_ll(m->element[3], 0);
+        out->orders = reply_ll(m->element[4], 0);
+        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+        memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
+        segment_values(e[1], out->nsegments, out,
+                       offsetof(struct inv_segment_report, remaining));
+        segment_values(e[2], out->nsegments, out, offsetof(struct inv_segment_report, initial));
+        segment_values(e[3], out->nsegments, out, offsetof(struct inv_segment_report, sold));
+        for (int i = 0; i < out->nsegments; i++)
+            out->remaining += out->segments[i].remaining;
+    }
+    free_replies(r, 6);
+    return st;
+}
+
+inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
+{
+    redisReply *r = rconn_command(s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment", id);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+        if (r)
+            freeReplyObject(r);
+        return INV_UNAVAILABLE;
+    }
+    inv_status st = INV_NOT_FOUND;
+    if (r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        memset(out, 0, sizeof(*out));
+        out->id = id;
+        snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
+        snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
+        out->qty = (int)reply_ll(r->element[2], 0);
+        out->segment = (int)reply_ll(r->element[3], 0);
+        st = INV_OK;
+    }
+    freeReplyObject(r);
+    return st;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define AUDIT_CHUNK 2000
+
+inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
+{
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    redisContext *c = rconn_ctx(s->rc);
+    if (!c)
+        return INV_UNAVAILABLE;
+    /* One snapshot of the counters and the list length: the list only grows
+     * within an epoch, so its first n records are stable afterwards. */
+    redisAppendCommand(c, "MULTI");
+    redisAppendCommand(c, "HMGET %s initial limit sold orders", k.meta);
+    redisAppendCommand(c, "LLEN %s", k.orders);
+    redisAppendCommand(c, "EXEC");
+    redisReply *r[4];
+    if (collect(s->rc, r, 4) != 0 || r[3]->type != REDIS_REPLY_ARRAY ||
+        r[3]->elements != 2) {
+        free_replies(r, 4);
+        return INV_UNAVAILABLE;
+    }
+    redisReply *m = r[3]->element[0];
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 4 ||
+        m->element[0]->type != REDIS_REPLY_STRING) {
+        free_replies(r, 4);
+        return INV_NOT_FOUND;
+    }
+    memset(out, 0, sizeof(*out));
+    snprintf(out->sku, sizeof(out->sku), "%s", sku);
+    out->initial = reply_ll(m->element[0], 0);
+    long long limit = reply_ll(m->element[1], 1);
+    long long counted_sold = reply_ll(m->element[2], 0);
+    long long counted_orders = reply_ll(m->element[3], 0);
+    long long n = reply_ll(r[3]->element[1], 0);
+    free_replies(r, 4);
+
+    uint64_t *ids = malloc(sizeof(*ids) * (size_t)(n > 0 ? n : 1));
+    json_t *bought = json_object(); /* user id -> units */
+    if (!ids || !bought)
+        abort();
+    inv_status st = INV_OK;
+    for (long long from = 0; from < n && st == INV_OK; from += AUDIT_CHUNK) {
+        long long to = from + AUDIT_CHUNK - 1 < n - 1 ? from + AUDIT_CHUNK - 1 : n - 1;
+        redisReply *l = rconn_command(s->rc, "LRANGE %s %lld %lld", k.orders, from, to);
+        if (!l || l->type != REDIS_REPLY_ARRAY) {
+            st = INV_UNAVAILABLE;
+        } else {
+            for (size_t i = 0; i < l->elements; i++) {
+                unsigned long long id;
+                char user[INV_ID_MAX + 1];
+                long long qty;
+                int seg;
+                if (l->element[i]->type != REDIS_REPLY_STRING ||
+                    sscanf(l->element[i]->str, "%llu %64s %lld %d", &id, user, &qty, &seg) !=
+                        4)
+                    continue;
+                ids[out->orders++] = id;
+                out->sold += qty;
+                json_t *u = json_object_get(bought, user);
+                json_object_set_new(bought, user,
+                                    json_integer((u ? json_integer_value(u) : 0) + qty));
+            }
+        }
+        if (l)
+            freeReplyObject(l);
+    }
+    if (st == INV_OK) {
+        qsort(ids, (size_t)out->orders, sizeof(*ids), cmp_u64);
+        for (long long i = 1; i < out->orders; i++)
+            if (ids[i] == ids[i - 1])
+                out->duplicate_order_ids++;
+        const char *user;
+        json_t *units;
+        json_object_foreach(bought, user, units)
+        {
+            if (json_integer_value(units) > limit)
+                out->limit_breaches++;
+        }
+        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+        out->consistent = out->oversold == 0 && out->limit_breaches == 0 &&
+                          out->duplicate_order_ids == 0 && out->sold == counted_sold &&
+                          out->orders == counted_orders;
+    }
+    free(ids);
+    json_decref(bought);
+    return st;
+}

@@ -1,0 +1,129 @@
+/* inventory: SKUs split into segments, and the order critical section.
+ *
+ * A `struct inv` is the process-wide configuration (lock mode, wait, work,
+ * fencing, order-id generator); each thread opens an `struct inv_session`
+ * with its own data-Redis connection. The critical section is written once,
+ * in inv_order_place(); the lock mode only changes the guard around it:
+ *
+ *   read the segment's stock -> check stock and the user's limit ->
+ *   --work-us of business work -> write the new stock and record the order
+ *
+ * The write is one Lua script (the commit) that also refuses the write when
+ * the SKU was reset since the order started (the SKU epoch: the shared side of
+ * the SKU's read-write lock, for free) or, with fencing, when the segment's
+ * lock was granted to someone else since (a stale holder). The `atomic` mode
+ * has no lock: one script checks, decrements and records.
+ *
+ * Redis keys of SKU s (the {s} hash tag keeps them on one cluster slot):
+ *   sk:{s}:meta    hash  initial segments limit epoch sold orders
+ *   sk:{s}:stock   hash  segment index -> remaining
+ *   sk:{s}:init    hash  segment index -> initial
+ *   sk:{s}:sold    hash  segment index -> units sold
+ *   sk:{s}:buyers  hash  user id -> units bought
+ *   sk:{s}:orders  list  "id user qty segment", one per order (the audit trail)
+ *   sk:{s}:idem    hash  Idempotency-Key -> order id
+ *   sk:{s}:lock:i  the segment lock (and ...:fence its fencing counter)
+ *   order:<id>     hash  sku user_id qty segment */
+#ifndef SECKILL_INVENTORY_H
+#define SECKILL_INVENTORY_H
+
+#include <stdint.h>
+
+#include "lock.h"
+#include "orderid.h"
+#include "segment.h"
+
+#define INV_ID_MAX 64 /* SKU and user ids: 1..64 chars of [A-Za-z0-9_.:-] */
+#define INV_IDEM_MAX 128
+#define INV_MAX_STOCK 1000000000LL
+#define INV_MAX_LIMIT 1000000
+
+typedef enum {
+    INV_PLACED = 0,   /* a new order was recorded */
+    INV_REPLAYED,     /* Idempotency-Key seen before: *order is the first answer */
+    INV_OK,           /* read or admin operation done */
+    INV_CREATED,      /* PUT made a new SKU */
+    INV_NOT_FOUND,    /* unknown SKU or order */
+    INV_SOLD_OUT,     /* no segment holds the quantity */
+    INV_LIMIT,        /* the user already bought per_user_limit units */
+    INV_BAD_QTY,      /* qty outside 1..per_user_limit */
+    INV_BUSY,         /* no segment lock within the wait, or the commit was fenced off */
+    INV_UNAVAILABLE,  /* Redis unreachable or failing */
+} inv_status;
+
+struct inv_config {
+    struct lock *lock;          /* NULL for the atomic mode */
+    int wait_ms;                /* longest wait for a segment lock */
+    int work_us;                /* simulated work inside the critical section */
+    int fencing;                /* fenced commits (needs a fenced lock) */
+    struct orderid_gen *ids;
+    struct orderid_lease *lease; /* NULL: ids need no lease check */
+};
+
+struct inv_order {
+    uint64_t id;
+    char sku[INV_ID_MAX + 1];
+    char user_id[INV_ID_MAX + 1];
+    int qty;
+    int segment;
+};
+
+struct inv_segment_report {
+    long long initial, remaining, sold;
+};
+
+struct inv_sku_report {
+    char sku[INV_ID_MAX + 1];
+    long long initial, remaining, sold, oversold, orders;
+    int limit;
+    int nsegments;
+    struct inv_segment_report segments[INV_MAX_SEGMENTS];
+};
+
+struct inv_audit {
+    char sku[INV_ID_MAX + 1];
+    long long initial, orders, sold, oversold, limit_breaches, duplicate_order_ids;
+    int consistent; /* the records agree with the counters and break no invariant */
+};
+
+/* Counters of the critical section, process-wide. */
+struct inv_stats {
+    uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
+        epoch_changed, spilled, commits_after_lease;
+};
+
+struct inv;
+struct inv_session;
+
+/* Validates an id (SKU or user): 1..64 chars of [A-Za-z0-9_.:-]. */
+int inv_id_valid(const char *id);
+
+struct inv *inv_new(const struct inv_config *cfg);
+void inv_free(struct inv *inv); /* NULL is a no-op; sessions must be freed first */
+void inv_stats(const struct inv *inv, struct inv_stats *out);
+
+/* A session for the calling thread; rc (borrowed) is its data-Redis connection. */
+struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc);
+void inv_session_free(struct inv_session *s); /* NULL is a no-op */
+
+/* Places an order of qty units of sku for user_id. idem_key (may be NULL) makes
+ * a retry return the first order (INV_REPLAYED). On INV_PLACED/INV_REPLAYED
+ * *order is filled. Any other status placed nothing and changed no state. */
+inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
+                           int qty, const char *idem_key, struct inv_order *order);
+
+/* Creates (INV_CREATED) or resets (INV_OK) sku: stock split over segments,
+ * orders, buyers and idempotency keys cleared, in one atomic step. In-flight
+ * orders of the previous epoch are refused at commit. */
+inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
+                       int segments, int limit);
+
+inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out);
+inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out);
+/* Recomputes the SKU's figures from its order records, not from the counters. */
+inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out);
+
+/* True when Redis answers PING. */
+int inv_ping(struct inv_session *s);
+
+#endif

@@ -1,0 +1,280 @@
+#include "orderid.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lock.h"
+
+#define LEASE_TTL_MS 10000
+#define LEASE_RENEW_MS 2000
+
+int64_t orderid_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void orderid_init(struct orderid_gen *gen, int worker, int64_t (*now_ms)(void),
+                  int64_t floor_ms)
+{
+    pthread_mutex_init(&gen->mu, NULL);
+    gen->worker = worker;
+    gen->now_ms = now_ms ? now_ms : orderid_wall_ms;
+    gen->last_ms = floor_ms > ORDERID_EPOCH_MS ? floor_ms - ORDERID_EPOCH_MS : 0;
+    gen->seq = -1; /* the first id of last_ms gets sequence 0 */
+    gen->clock_backwards = 0;
+}
+
+uint64_t orderid_next(struct orderid_gen *gen)
+{
+    pthread_mutex_lock(&gen->mu);
+    int64_t now = gen->now_ms() - ORDERID_EPOCH_MS;
+    if (now > gen->last_ms) {
+        gen->last_ms = now;
+        gen->seq = 0;
+    } else {
+        if (now < gen->last_ms)
+            gen->clock_backwards++;
+        /* Same millisecond, or the clock went back: keep counting from the
+         * last millisecond used, and borrow the next one when it is full. */
+        if (++gen->seq >= (1 << ORDERID_SEQ_BITS)) {
+            gen->last_ms++;
+            gen->seq = 0;
+        }
+    }
+    uint64_t id = ((uint64_t)gen->last_ms << (ORDERID_SEQ_BITS + ORDERID_WORKER_BITS)) |
+                  ((uint64_t)gen->worker << ORDERID_SEQ_BITS) | (uint64_t)gen->seq;
+    pthread_mutex_unlock(&gen->mu);
+    return id;
+}
+
+int64_t orderid_last_unix_ms(struct orderid_gen *gen)
+{
+    pthread_mutex_lock(&gen->mu);
+    int64_t last = gen->last_ms + ORDERID_EPOCH_MS;
+    pthread_mutex_unlock(&gen->mu);
+    return last;
+}
+
+int orderid_worker_of(uint64_t id)
+{
+    return (int)((id >> ORDERID_SEQ_BITS) & ORDERID_MAX_WORKER);
+}
+
+int64_t orderid_unix_ms_of(uint64_t id)
+{
+    return (int64_t)(id >> (ORDERID_SEQ_BITS + ORDERID_WORKER_BITS)) + ORDERID_EPOCH_MS;
+}
+
+/* ---- worker id lease ---------------------------------------------------- */
+
+/* KEYS[1] lease key, KEYS[2] high-water mark key; ARGV[1] token (empty for a
+ * fixed id: no lease to check), ARGV[2] ttl ms, ARGV[3] high-water mark (unix
+ * ms). 1 when renewed, 0 when the lease is no longer ours. */
+static struct rscript renew_script = RSCRIPT_INIT("worker_renew",
+    "if ARGV[1] ~= '' then\n"
+    "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "end\n"
+    "local old = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
+    "if tonumber(ARGV[3]) > old then redis.call('SET', KEYS[2], ARGV[3]) end\n"
+    "return 1\n");
+
+/* KEYS[1] lease key; ARGV[1] token. Deletes the lease if still ours. */
+static struct rscript drop_script = RSCRIPT_INIT("worker_drop",
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
+    "return 0\n");
+
+struct orderid_lease {
+    struct rconn *rc;
+    struct orderid_gen *gen;
+    int leased; /* 0: a fixed id given by the operator, nothing to renew */
+    char token[33];
+    int worker;
+    _Atomic int64_t valid_until_us; /* monotonic */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    int stopping;
+};
+
+static void lease_keys(int worker, char *key, char *hwm, size_t len)
+{
+    snprintf(key, len, "seckill:worker:%d", worker);
+    snprintf(hwm, len, "seckill:worker:%d:hwm", worker);
+}
+
+/* Takes a worker id: returns it, -1 when all are taken, -2 on a Redis error. */
+static int lease_take(struct orderid_lease *l)
+{
+    char key[64], hwm[64], ttl[16];
+    snprintf(ttl, sizeof(ttl), "%d", LEASE_TTL_MS);
+    int start = (int)(strtoul(l->token, NULL, 16) % (ORDERID_MAX_WORKER + 1));
+    for (int n = 0; n <= ORDERID_MAX_WORKER; n++) {
+        int worker = (start + n) % (ORDERID_MAX_WORKER + 1);
+        lease_keys(worker, key, hwm, sizeof(key));
+        redisReply *r = rconn_command(l->rc, "SET %s %s NX PX %s", key, l->token, ttl);
+        if (!r)
+            return -2;
+        int won = r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        if (won)
+            return worker;
+    }
+    return -1;
+}
+
+static int64_t lease_hwm(struct orderid_lease *l, int worker)
+{
+    char key[64], hwm[64];
+    lease_keys(worker, key, hwm, sizeof(key));
+    redisReply *r = rconn_command(l->rc, "GET %s", hwm);
+    if (!r)
+        return -1;
+    int64_t v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Renews the lease and the high-water mark: 1 renewed, 0 lost, -1 error. */
+static int lease_renew(struct orderid_lease *l)
+{
+    char key[64], hwm[64], ttl[16], mark[24];
+    lease_keys(l->worker, key, hwm, sizeof(key));
+    snprintf(ttl, sizeof(ttl), "%d", LEASE_TTL_MS);
+    /* Ids may be issued up to the next renewal: record that far ahead. */
+    int64_t high = orderid_last_unix_ms(l->gen);
+    int64_t wall = orderid_wall_ms();
+    snprintf(mark, sizeof(mark), "%lld",
+             (long long)((high > wall ? high : wall) + 2 * LEASE_RENEW_MS));
+    const char *argv[] = {key, hwm, l->leased ? l->token : "", ttl, mark};
+    int64_t sent = lock_now_us();
+    redisReply *r = rconn_eval(l->rc, &renew_script, 2, 3, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    int ok = r->integer == 1;
+    freeReplyObject(r);
+    if (ok)
+        atomic_store(&l->valid_until_us, sent + (int64_t)(LEASE_TTL_MS - LEASE_RENEW_MS) * 1000);
+    return ok;
+}
+
+/* Takes a (new) worker id and moves the generator onto it above its mark. */
+static int lease_acquire(struct orderid_lease *l, char *err, size_t errlen)
+{
+    int worker = l->worker;
+    if (l->leased) {
+        worker = lease_take(l);
+        if (worker < 0) {
+            snprintf(err, errlen, "%s",
+                     worker == -1 ? "every worker id 0..1023 is leased"
+                                  : rconn_errstr(l->rc));
+            return -1;
+        }
+    }
+    int64_t floor_ms = lease_hwm(l, worker);
+    if (floor_ms < 0) {
+        snprintf(err, errlen, "%s", rconn_errstr(l->rc));
+        return -1;
+    }
+    pthread_mutex_lock(&l->gen->mu);
+    l->gen->worker = worker;
+    if (floor_ms - ORDERID_EPOCH_MS > l->gen->last_ms) {
+        l->gen->last_ms = floor_ms - ORDERID_EPOCH_MS;
+        l->gen->seq = -1;
+    }
+    pthread_mutex_unlock(&l->gen->mu);
+    l->worker = worker;
+    return lease_renew(l) == 1 ? 0 : -1;
+}
+
+static void *lease_loop(void *arg)
+{
+    struct orderid_lease *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += LEASE_RENEW_MS / 1000;
+        pthread_cond_timedwait(&l->wake, &l->mu, &until);
+        if (l->stopping)
+            break;
+        pthread_mutex_unlock(&l->mu);
+        if (lease_renew(l) == 0 && l->leased) {
+            char err[128];
+            fprintf(stdout, "level=error event=worker_lease_lost worker=%d\n", l->worker);
+            fflush(stdout);
+            atomic_store(&l->valid_until_us, 0);
+            if (lease_acquire(l, err, sizeof(err)) == 0)
+                fprintf(stdout, "level=warn event=worker_lease_taken worker=%d\n", l->worker);
+            fflush(stdout);
+        }
+        pthread_mutex_lock(&l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+struct orderid_lease *orderid_lease_start(const char *host, int port, const char *password,
+                                          int fixed, struct orderid_gen *gen, char *err,
+                                          size_t errlen)
+{
+    struct orderid_lease *l = calloc(1, sizeof(*l));
+    if (!l)
+        abort();
+    l->rc = rconn_new(host, port, password, 1000);
+    l->gen = gen;
+    l->leased = fixed < 0;
+    l->worker = fixed;
+    lock_token_new(l->token);
+    if (lease_acquire(l, err, errlen) != 0) {
+        rconn_free(l->rc);
+        free(l);
+        return NULL;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&l->mu, NULL);
+    if (pthread_create(&l->thread, NULL, lease_loop, l) != 0)
+        abort();
+    return l;
+}
+
+int orderid_lease_valid(struct orderid_lease *l)
+{
+    return !l->leased || lock_now_us() < atomic_load(&l->valid_until_us);
+}
+
+void orderid_lease_stop(struct orderid_lease *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stopping = 1;
+    pthread_cond_signal(&l->wake);
+    pthread_mutex_unlock(&l->mu);
+    pthread_join(l->thread, NULL);
+    lease_renew(l); /* leave the high-water mark for whoever takes the id next */
+    if (l->leased) {
+        char key[64], hwm[64];
+        lease_keys(l->worker, key, hwm, sizeof(key));
+        const char *argv[] = {key, l->token};
+        redisReply *r = rconn_eval(l->rc, &drop_script, 1, 1, argv, NULL);
+        if (r)
+            freeReplyObject(r);
+    }
+    rconn_free(l->rc);
+    pthread_cond_destroy(&l->wake);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}

@@ -1,0 +1,68 @@
+/* orderid: snowflake order ids, unique across instances.
+ *
+ * An id is 41 bits of milliseconds since ORDERID_EPOCH_MS, 10 bits of worker
+ * id (one per instance) and 12 bits of sequence within the millisecond. The
+ * generator never goes back in time: when the clock jumps backwards it keeps
+ * counting from the last millisecond it used (borrowing the next millisecond
+ * when a sequence runs out), so ids stay unique and increasing.
+ *
+ * The worker id is leased in Redis (orderid_lease_*) unless given: a key per
+ * worker id taken with SET NX PX and renewed by a thread. Each renewal also
+ * records a high-water mark of the time used, so that an instance that takes
+ * the id next (or this one after a restart with the clock set back) starts
+ * above every id already issued. */
+#ifndef SECKILL_ORDERID_H
+#define SECKILL_ORDERID_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "rconn.h"
+
+#define ORDERID_EPOCH_MS 1704067200000LL /* 2024-01-01T00:00:00Z */
+#define ORDERID_MAX_WORKER 1023
+#define ORDERID_SEQ_BITS 12
+#define ORDERID_WORKER_BITS 10
+
+struct orderid_gen {
+    pthread_mutex_t mu;
+    int worker;
+    int64_t last_ms; /* milliseconds since ORDERID_EPOCH_MS of the last id */
+    int seq;
+    uint64_t clock_backwards; /* times the clock was seen going back */
+    int64_t (*now_ms)(void);  /* wall clock in unix ms; injectable for tests */
+};
+
+/* Initialises gen for worker (0..1023). now_ms NULL means the real clock.
+ * floor_ms (unix ms, 0 for none): no id is issued below this time. */
+void orderid_init(struct orderid_gen *gen, int worker, int64_t (*now_ms)(void),
+                  int64_t floor_ms);
+
+/* The next id. Thread-safe. */
+uint64_t orderid_next(struct orderid_gen *gen);
+
+/* Unix ms of the newest id issued so far (for the high-water mark). */
+int64_t orderid_last_unix_ms(struct orderid_gen *gen);
+
+int orderid_worker_of(uint64_t id);
+int64_t orderid_unix_ms_of(uint64_t id);
+
+/* Real wall clock in unix ms. */
+int64_t orderid_wall_ms(void);
+
+struct orderid_lease;
+
+/* Leases a worker id in Redis: `fixed` >= 0 takes that id without a lease
+ * (the operator guarantees uniqueness), otherwise the first free of
+ * 0..1023 is taken with SET NX PX. Starts gen above the recorded high-water
+ * mark and starts the renewal thread. Returns NULL with err set when Redis is
+ * unreachable or every id is taken. */
+struct orderid_lease *orderid_lease_start(const char *host, int port, const char *password,
+                                          int fixed, struct orderid_gen *gen, char *err,
+                                          size_t errlen);
+/* True while the lease is known to be held (renewed within its ttl). */
+int orderid_lease_valid(struct orderid_lease *l);
+/* Stops renewal and deletes the lease (if still ours). NULL is a no-op. */
+void orderid_lease_stop(struct orderid_lease *l);
+
+#endif

@@ -1,0 +1,269 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lock.h"
+#include "log.h"
+
+typedef int (*option_parse_fn)(struct svc_config *cfg, const char *value, char *err,
+                               size_t errlen);
+
+struct option_spec {
+    const char *name; /* flag without the leading "--" */
+    const char *arg;  /* what the value looks like, for --help */
+    const char *dflt; /* default, for --help */
+    const char *help;
+    option_parse_fn parse;
+};
+
+static int parse_int(const char *value, long min, long max, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (errno || end == value || *end || v < min || v > max)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+#define INT_OPTION(fn, field, min, max)                                                  \
+    static int fn(struct svc_config *cfg, const char *value, char *err, size_t errlen)    \
+    {                                                                                    \
+        if (parse_int(value, min, max, &cfg->field) == 0)                                \
+            return 0;                                                                    \
+        snprintf(err, errlen, "must be an integer in %ld..%ld", (long)(min), (long)(max)); \
+        return -1;                                                                       \
+    }
+
+INT_OPTION(opt_segments, segments, 1, 1024)
+INT_OPTION(opt_ttl, lock_ttl_ms, 10, 3600000)
+INT_OPTION(opt_wait, wait_ms, 0, 600000)
+INT_OPTION(opt_work, work_us, 0, 10000000)
+INT_OPTION(opt_instance, instance_id, 0, 1023)
+INT_OPTION(opt_threads, threads, 1, 1024)
+
+static int addr_option(struct rconn_addr *addr, const char *value, char *err, size_t errlen)
+{
+    if (rconn_addr_parse(value, addr) == 0)
+        return 0;
+    snprintf(err, errlen, "must be HOST:PORT");
+    return -1;
+}
+
+static int opt_listen(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    return addr_option(&cfg->listen, value, err, errlen);
+}
+
+static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    return addr_option(&cfg->redis, value, err, errlen);
+}
+
+static int opt_password(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    if (strlen(value) >= sizeof(cfg->redis_password)) {
+        snprintf(err, errlen, "is too long");
+        return -1;
+    }
+    snprintf(cfg->redis_password, sizeof(cfg->redis_password), "%s", value);
+    return 0;
+}
+
+static int opt_lock(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    if (strcmp(value, "atomic") != 0 && !lock_mode_known(value)) {
+        snprintf(err, errlen, "must be none, local, setnx, redis, redlock or atomic");
+        return -1;
+    }
+    snprintf(cfg->lock_mode, sizeof(cfg->lock_mode), "%s", value);
+    return 0;
+}
+
+static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
+                          size_t errlen)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", value);
+    cfg->nlock_nodes = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (cfg->nlock_nodes == CONFIG_MAX_LOCK_NODES ||
+            rconn_addr_parse(tok, &cfg->lock_nodes[cfg->nlock_nodes]) != 0) {
+            snprintf(err, errlen, "must be up to %d HOST:PORT separated by commas",
+                     CONFIG_MAX_LOCK_NODES);
+            return -1;
+        }
+        cfg->nlock_nodes++;
+    }
+    if (cfg->nlock_nodes < 3 || cfg->nlock_nodes % 2 == 0) {
+        snprintf(err, errlen, "needs an odd number of nodes, at least 3");
+        return -1;
+    }
+    return 0;
+}
+
+static int opt_fencing(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
+        cfg->fencing = strcmp(value, "on") == 0;
+        return 0;
+    }
+    snprintf(err, errlen, "must be on or off");
+    return -1;
+}
+
+static int opt_token(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    if (!*value || strlen(value) >= sizeof(cfg->admin_token)) {
+        snprintf(err, errlen, "must be 1..255 characters");
+        return -1;
+    }
+    snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", value);
+    return 0;
+}
+
+static int opt_log_level(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    cfg->log_level = log_level_parse(value);
+    if (cfg->log_level >= 0)
+        return 0;
+    snprintf(err, errlen, "must be debug, info, warn or error");
+    return -1;
+}
+
+static const struct option_spec options[] = {
+    {"listen", "HOST:PORT", "127.0.0.1:8080", "HTTP address", opt_listen},
+    {"redis", "HOST:PORT", "127.0.0.1:6379", "Redis holding stock, orders and locks",
+     opt_redis},
+    {"redis-password", "PW", "none", "Redis AUTH password", opt_password},
+    {"lock", "MODE", "redis", "none, local, setnx, redis, redlock or atomic", opt_lock},
+    {"lock-nodes", "H:P,H:P,...", "the --redis node",
+     "independent Redis masters for redlock (odd, >= 3)", opt_lock_nodes},
+    {"segments", "K", "16", "segments of a SKU created without a count (1..1024)",
+     opt_segments},
+    {"lock-ttl-ms", "N", "3000", "lock lease", opt_ttl},
+    {"wait-ms", "N", "1000", "longest wait for a segment lock before 503 busy", opt_wait},
+    {"work-us", "N", "0", "simulated work inside the critical section", opt_work},
+    {"fencing", "on|off", "on", "fenced commits", opt_fencing},
+    {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023", opt_instance},
+    {"threads", "N", "8 per core, 4..64", "HTTP worker threads", opt_threads},
+    {"admin-token", "T", "none", "admin routes need Authorization: Bearer T", opt_token},
+    {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
+};
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+static void print_help(void)
+{
+    printf("usage: seckill [flags]\n\nEvery flag also reads SECKILL_<NAME> from the "
+           "environment; the flag wins.\n\n");
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        char env[64], flag[64];
+        size_t n = 0;
+        for (const char *p = options[i].name; *p && n < sizeof(env) - 1; p++)
+            env[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+        env[n] = '\0';
+        snprintf(flag, sizeof(flag), "--%s %s", options[i].name, options[i].arg);
+        printf("  %-28s %s (default: %s)\n  %-28s env SECKILL_%s\n", flag, options[i].help,
+               options[i].dflt, "", env);
+    }
+    printf("  %-28s this text\n", "--help");
+}
+
+static const struct option_spec *option_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (strlen(options[i].name) == len && strncmp(options[i].name, name, len) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static int apply(struct svc_config *cfg, const struct option_spec *o, const char *value,
+                 const char *origin, char *err, size_t errlen)
+{
+    char why[160];
+    if (o->parse(cfg, value, why, sizeof(why)) == 0)
+        return 0;
+    snprintf(err, errlen, "%s: invalid value '%s': %s", origin, value, why);
+    return -1;
+}
+
+static int default_threads(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = (cores > 0 ? cores : 1) * 8;
+    return (int)(n < 4 ? 4 : n > 64 ? 64 : n);
+}
+
+config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
+                              size_t errlen)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    rconn_addr_parse("127.0.0.1:8080", &cfg->listen);
+    rconn_addr_parse("127.0.0.1:6379", &cfg->redis);
+    snprintf(cfg->lock_mode, sizeof(cfg->lock_mode), "redis");
+    cfg->segments = 16;
+    cfg->lock_ttl_ms = 3000;
+    cfg->wait_ms = 1000;
+    cfg->fencing = 1;
+    cfg->instance_id = -1;
+    cfg->threads = default_threads();
+    cfg->log_level = LOG_INFO;
+
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        char env[64] = "SECKILL_";
+        size_t n = strlen(env);
+        for (const char *p = options[i].name; *p && n < sizeof(env) - 1; p++)
+            env[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+        env[n] = '\0';
+        const char *value = getenv(env);
+        if (value && apply(cfg, &options[i], value, env, err, errlen) != 0)
+            return CONFIG_ERROR;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            print_help();
+            return CONFIG_HELP;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            snprintf(err, errlen, "unexpected argument '%s' (see --help)", arg);
+            return CONFIG_ERROR;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const struct option_spec *o = option_find(name, len);
+        if (!o) {
+            snprintf(err, errlen, "unknown flag '%.*s' (see --help)", (int)len + 2, arg);
+            return CONFIG_ERROR;
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "flag '--%s' needs a value", o->name);
+                return CONFIG_ERROR;
+            }
+            value = argv[++i];
+        }
+        char origin[80];
+        snprintf(origin, sizeof(origin), "--%s", o->name);
+        if (apply(cfg, o, value, origin, err, errlen) != 0)
+            return CONFIG_ERROR;
+    }
+    if (cfg->nlock_nodes == 0) {
+        cfg->lock_nodes[0] = cfg->redis;
+        cfg->nlock_nodes = 1;
+    }
+    if (strcmp(cfg->lock_mode, "redlock") == 0 && cfg->nlock_nodes < 3) {
+        snprintf(err, errlen, "--lock redlock needs --lock-nodes with at least 3 nodes");
+        return CONFIG_ERROR;
+    }
+    return CONFIG_OK;
+}

@@ -1,0 +1,38 @@
+/* config: the server's flags, each with an environment variable
+ * SECKILL_<NAME> (upper case, '-' becomes '_'); the flag wins. */
+#ifndef SECKILL_CONFIG_H
+#define SECKILL_CONFIG_H
+
+#include <stddef.h>
+
+#include "rconn.h"
+
+#define CONFIG_MAX_LOCK_NODES 15
+
+struct svc_config {
+    struct rconn_addr listen;
+    struct rconn_addr redis;
+    char redis_password[256];
+    char lock_mode[16];
+    struct rconn_addr lock_nodes[CONFIG_MAX_LOCK_NODES];
+    int nlock_nodes;
+    int segments;
+    int lock_ttl_ms;
+    int wait_ms;
+    int work_us;
+    int fencing;
+    int instance_id; /* -1: leased from Redis */
+    int threads;
+    char admin_token[256];
+    int log_level;
+};
+
+typedef enum { CONFIG_OK = 0, CONFIG_HELP, CONFIG_ERROR } config_status;
+
+/* Fills cfg from defaults, then the environment, then argv. CONFIG_HELP when
+ * --help was asked (the text is printed to stdout); CONFIG_ERROR with a
+ * message in err for a bad flag or value. */
+config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
+                              size_t errlen);
+
+#endif

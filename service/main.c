@@ -1,0 +1,130 @@
+/* seckill: the flash-sale inventory server. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "inventory.h"
+#include "lock.h"
+#include "log.h"
+#include "orderid.h"
+#include "server.h"
+
+#define STARTUP_REDIS_WAIT_MS 10000
+#define DRAIN_GRACE_MS 300
+#define DRAIN_WAIT_MS 5000
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* Leases the order-id worker id, retrying while Redis starts. */
+static struct orderid_lease *lease_worker(const struct svc_config *cfg,
+                                          struct orderid_gen *ids)
+{
+    char err[256] = "";
+    for (int waited = 0; waited <= STARTUP_REDIS_WAIT_MS; waited += 200) {
+        struct orderid_lease *l =
+            orderid_lease_start(cfg->redis.host, cfg->redis.port, cfg->redis_password,
+                                cfg->instance_id, ids, err, sizeof(err));
+        if (l)
+            return l;
+        struct timespec ts = {0, 200 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    log_event(LOG_ERROR, "startup_failed", "reason=\"worker id lease: %s\"", err);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    struct svc_config cfg;
+    char err[512];
+    switch (svc_config_load(&cfg, argc, argv, err, sizeof(err))) {
+    case CONFIG_HELP: return 0;
+    case CONFIG_ERROR: fprintf(stderr, "seckill: %s\n", err); return 2;
+    case CONFIG_OK: break;
+    }
+    log_set_level(cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Block the stop signals before any thread starts, so that only the main
+     * thread takes them, in sigsuspend below. */
+    sigset_t stop_set, old_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_set, &old_set);
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    int atomic_mode = strcmp(cfg.lock_mode, "atomic") == 0;
+    struct lock *lock = NULL;
+    if (!atomic_mode) {
+        struct lock_config lc = {
+            .ttl_ms = cfg.lock_ttl_ms,
+            .nodes = cfg.lock_nodes,
+            .nnodes = cfg.nlock_nodes,
+            .password = cfg.redis_password,
+            .timeout_ms = 1000,
+            .fencing = cfg.fencing,
+        };
+        lock = lock_new(cfg.lock_mode, &lc, err, sizeof(err));
+        if (!lock) {
+            fprintf(stderr, "seckill: --lock %s: %s\n", cfg.lock_mode, err);
+            return 2;
+        }
+    }
+
+    struct orderid_gen ids;
+    orderid_init(&ids, cfg.instance_id >= 0 ? cfg.instance_id : 0, NULL, 0);
+    struct orderid_lease *lease = lease_worker(&cfg, &ids);
+    if (!lease) {
+        lock_free(lock);
+        return 1;
+    }
+
+    struct inv_config ic = {
+        .lock = lock,
+        .wait_ms = cfg.wait_ms,
+        .work_us = cfg.work_us,
+        .fencing = cfg.fencing,
+        .ids = &ids,
+        .lease = lease,
+    };
+    struct inv *inv = inv_new(&ic);
+    struct svc_app app = {
+        .cfg = &cfg, .inv = inv, .lock = lock, .lease = lease, .worker_id = ids.worker};
+
+    struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
+    if (!srv) {
+        log_event(LOG_ERROR, "startup_failed", "reason=\"%s\"", err);
+        orderid_lease_stop(lease);
+        inv_free(inv);
+        lock_free(lock);
+        return 1;
+    }
+    log_event(LOG_INFO, "listening",
+              "addr=%s:%d redis=%s:%d lock=%s segments=%d threads=%d worker_id=%d "
+              "fencing=%s work_us=%d",
+              cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port, cfg.lock_mode,
+              cfg.segments, cfg.threads, ids.worker, cfg.fencing ? "on" : "off", cfg.work_us);
+
+    while (!stop_requested)
+        sigsuspend(&old_set);
+
+    svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
+    orderid_lease_stop(lease);
+    inv_free(inv);
+    lock_free(lock);
+    log_event(LOG_INFO, "exit", "code=0");
+    return 0;
+}

@@ -1,0 +1,179 @@
+/* /stats (JSON) and /metrics (Prometheus text format 0.0.4), both rendered
+ * from the route table's counters, the inventory's and the lock's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "routes.h"
+
+static json_t *lock_stats_json(struct svc_app *app)
+{
+    if (!app->lock)
+        return json_null();
+    struct lock_stats ls;
+    lock_stats(app->lock, &ls);
+    json_t *hist = json_object();
+    for (int b = 0; b < LOCK_WAIT_BUCKETS; b++) {
+        char le[32];
+        if (b < LOCK_WAIT_BUCKETS - 1)
+            snprintf(le, sizeof(le), "le_%lldus", (long long)lock_wait_bucket_us[b]);
+        else
+            snprintf(le, sizeof(le), "le_inf");
+        json_object_set_new(hist, le, json_integer((json_int_t)ls.wait_buckets[b]));
+    }
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode",
+                     lock_name(app->lock), "acquisitions", (json_int_t)ls.acquisitions,
+                     "contended", (json_int_t)ls.contended, "wait_timeouts",
+                     (json_int_t)ls.wait_timeouts, "errors", (json_int_t)ls.errors,
+                     "releases", (json_int_t)ls.releases, "releases_not_held",
+                     (json_int_t)ls.releases_not_held, "renewals", (json_int_t)ls.renewals,
+                     "leases_lost", (json_int_t)ls.leases_lost, "wait_count",
+                     (json_int_t)ls.wait_count, "wait_sum_us", (json_int_t)ls.wait_sum_us,
+                     "wait_histogram", hist);
+}
+
+json_t *svc_stats_json(struct svc_app *app)
+{
+    struct inv_stats is;
+    inv_stats(app->inv, &is);
+    json_t *requests = json_object();
+    size_t n;
+    struct svc_route *routes = svc_routes(&n);
+    for (size_t i = 0; i <= n; i++) {
+        struct svc_route *r = i < n ? &routes[i] : svc_route_unmatched();
+        json_t *codes = json_object();
+        for (int c = 0; c < ROUTE_NCODES; c++) {
+            uint64_t v = atomic_load(&r->answers[c]);
+            if (!v)
+                continue;
+            char code[8];
+            snprintf(code, sizeof(code), "%d", route_codes[c]);
+            json_object_set_new(codes, route_codes[c] ? code : "other",
+                                json_integer((json_int_t)v));
+        }
+        json_object_set_new(requests, r->name, codes);
+    }
+    json_t *orders = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed", (json_int_t)is.placed, "replayed",
+        (json_int_t)is.replayed, "sold_out", (json_int_t)is.sold_out, "limit_reached",
+        (json_int_t)is.limit, "busy", (json_int_t)is.busy, "unavailable",
+        (json_int_t)is.unavailable, "spilled", (json_int_t)is.spilled);
+    return json_pack("{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
+                     app->worker_id, "lock_mode", app->cfg->lock_mode, "requests", requests,
+                     "orders", orders, "lock", lock_stats_json(app), "fenced_off_commits",
+                     (json_int_t)is.fenced_off, "epoch_changed_commits",
+                     (json_int_t)is.epoch_changed, "commits_after_lease_lost",
+                     (json_int_t)is.commits_after_lease, "inflight",
+                     atomic_load(&app->inflight), "draining", atomic_load(&app->draining));
+}
+
+static void counter(FILE *f, const char *name, const char *help, uint64_t v)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+            (unsigned long long)v);
+}
+
+char *svc_metrics_text(struct svc_app *app)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    size_t n;
+    struct svc_route *routes = svc_routes(&n);
+
+    fprintf(f, "# HELP seckill_http_requests_total HTTP answers by route and status.\n"
+               "# TYPE seckill_http_requests_total counter\n");
+    for (size_t i = 0; i <= n; i++) {
+        struct svc_route *r = i < n ? &routes[i] : svc_route_unmatched();
+        for (int c = 0; c < ROUTE_NCODES; c++) {
+            char code[8];
+            snprintf(code, sizeof(code), "%d", route_codes[c]);
+            fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n", r->name,
+                    route_codes[c] ? code : "other",
+                    (unsigned long long)atomic_load(&r->answers[c]));
+        }
+    }
+    fprintf(f, "# HELP seckill_http_request_duration_seconds Time to answer, by route.\n"
+               "# TYPE seckill_http_request_duration_seconds histogram\n");
+    for (size_t i = 0; i < n; i++) {
+        struct svc_route *r = &routes[i];
+        uint64_t cum = 0;
+        for (int b = 0; b < ROUTE_NBUCKETS; b++) {
+            cum += atomic_load(&r->duration_buckets[b]);
+            if (b < ROUTE_NBUCKETS - 1)
+                fprintf(f,
+                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} "
+                        "%llu\n",
+                        r->name, route_bucket_s[b], (unsigned long long)cum);
+            else
+                fprintf(f,
+                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"}"
+                        " %llu\n",
+                        r->name, (unsigned long long)cum);
+        }
+        fprintf(f, "seckill_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", r->name,
+                (double)atomic_load(&r->duration_sum_us) / 1e6);
+        fprintf(f, "seckill_http_request_duration_seconds_count{route=\"%s\"} %llu\n", r->name,
+                (unsigned long long)cum);
+    }
+
+    struct inv_stats is;
+    inv_stats(app->inv, &is);
+    fprintf(f, "# HELP seckill_orders_total Order outcomes.\n"
+               "# TYPE seckill_orders_total counter\n");
+    const struct {
+        const char *outcome;
+        uint64_t v;
+    } outcomes[] = {{"placed", is.placed},         {"replayed", is.replayed},
+                    {"sold_out", is.sold_out},     {"limit_reached", is.limit},
+                    {"busy", is.busy},             {"unavailable", is.unavailable}};
+    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
+        fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", outcomes[i].outcome,
+                (unsigned long long)outcomes[i].v);
+    counter(f, "seckill_orders_spilled_total", "Orders served by a segment other than home.",
+            is.spilled);
+    counter(f, "seckill_fenced_commits_refused_total",
+            "Commits refused because the lock was granted to someone else since.",
+            is.fenced_off);
+
+    if (app->lock) {
+        struct lock_stats ls;
+        lock_stats(app->lock, &ls);
+        counter(f, "seckill_lock_acquisitions_total", "Segment locks acquired.",
+                ls.acquisitions);
+        counter(f, "seckill_lock_contended_total", "Acquisitions that had to wait.",
+                ls.contended);
+        counter(f, "seckill_lock_wait_timeouts_total", "Waits that ended in 503 busy.",
+                ls.wait_timeouts);
+        counter(f, "seckill_lock_errors_total", "Lock operations that failed on Redis.",
+                ls.errors);
+        counter(f, "seckill_lock_renewals_total", "Lease renewals by the watchdog.",
+                ls.renewals);
+        counter(f, "seckill_lock_leases_lost_total", "Leases found lost while held.",
+                ls.leases_lost);
+        fprintf(f, "# HELP seckill_lock_wait_seconds Time spent waiting for a segment lock.\n"
+                   "# TYPE seckill_lock_wait_seconds histogram\n");
+        uint64_t cum = 0;
+        for (int b = 0; b < LOCK_WAIT_BUCKETS; b++) {
+            cum += ls.wait_buckets[b];
+            if (b < LOCK_WAIT_BUCKETS - 1)
+                fprintf(f, "seckill_lock_wait_seconds_bucket{le=\"%g\"} %llu\n",
+                        (double)lock_wait_bucket_us[b] / 1e6, (unsigned long long)cum);
+            else
+                fprintf(f, "seckill_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
+                        (unsigned long long)cum);
+        }
+        fprintf(f, "seckill_lock_wait_seconds_sum %.6f\nseckill_lock_wait_seconds_count %llu\n",
+                (double)ls.wait_sum_us / 1e6, (unsigned long long)cum);
+    }
+    fprintf(f, "# HELP seckill_inflight_requests Requests being answered now.\n"
+               "# TYPE seckill_inflight_requests gauge\nseckill_inflight_requests %d\n",
+            atomic_load(&app->inflight));
+    fprintf(f, "# HELP seckill_draining 1 while the instance drains for shutdown.\n"
+               "# TYPE seckill_draining gauge\nseckill_draining %d\n",
+            atomic_load(&app->draining));
+    fclose(f);
+    return buf;
+}

@@ -1,0 +1,121 @@
+#include "request.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Loads a JSON object; -1 with detail when the body is not one. */
+static json_t *load_object(const char *body, size_t len, char *detail, size_t detail_len)
+{
+    if (len == 0) {
+        snprintf(detail, detail_len, "empty body: a JSON object is required");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        snprintf(detail, detail_len, "malformed JSON at position %d: %s", jerr.position,
+                 jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        snprintf(detail, detail_len, "the body must be a JSON object");
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* An optional integer field in [min, max]; absent leaves *out as it is. */
+static int int_field(json_t *root, const char *name, long long min, long long max,
+                     long long *out, char *detail, size_t detail_len)
+{
+    json_t *v = json_object_get(root, name);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        snprintf(detail, detail_len, "%s must be an integer in %lld..%lld", name, min, max);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int req_parse_order(const char *body, size_t len, struct req_order *out, char *detail,
+                    size_t detail_len)
+{
+    json_t *root = load_object(body, len, detail, detail_len);
+    if (!root)
+        return -1;
+    int rc = -1;
+    json_t *user = json_object_get(root, "user_id");
+    long long qty = 1;
+    if (!user) {
+        snprintf(detail, detail_len, "user_id is required");
+    } else if (!json_is_string(user) || json_string_length(user) != strlen(json_string_value(user)) ||
+               !inv_id_valid(json_string_value(user))) {
+        snprintf(detail, detail_len, "user_id must be 1..64 characters of [A-Za-z0-9_.:-]");
+    } else if (int_field(root, "qty", 1, INV_MAX_LIMIT, &qty, detail, detail_len) == 0) {
+        snprintf(out->user_id, sizeof(out->user_id), "%s", json_string_value(user));
+        out->qty = (int)qty;
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+int req_parse_sku(const char *body, size_t len, int default_segments, struct req_sku *out,
+                  char *detail, size_t detail_len)
+{
+    json_t *root = load_object(body, len, detail, detail_len);
+    if (!root)
+        return -1;
+    long long stock = -1, segments = default_segments, limit = 1;
+    int rc = -1;
+    if (!json_object_get(root, "stock"))
+        snprintf(detail, detail_len, "stock is required");
+    else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) == 0 &&
+             int_field(root, "segments", 1, INV_MAX_SEGMENTS, &segments, detail,
+                       detail_len) == 0 &&
+             int_field(root, "per_user_limit", 1, INV_MAX_LIMIT, &limit, detail,
+                       detail_len) == 0) {
+        out->stock = stock;
+        out->segments = (int)segments;
+        out->limit = (int)limit;
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+int req_idem_key_valid(const char *key)
+{
+    size_t n = strlen(key);
+    if (n == 0 || n > INV_IDEM_MAX)
+        return 0;
+    for (const char *p = key; *p; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == ':' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int req_order_id_parse(const char *text, uint64_t *id)
+{
+    size_t n = strlen(text);
+    if (n == 0 || n > 20 || (text[0] == '0' && n > 1))
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (text[i] < '0' || text[i] > '9')
+            return -1;
+    errno = 0;
+    unsigned long long v = strtoull(text, NULL, 10);
+    if (errno)
+        return -1;
+    *id = v;
+    return 0;
+}

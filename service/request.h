@@ -1,0 +1,43 @@
+/* request: parsing and validation of what clients send. Pure functions: no
+ * I/O, no state; the fuzz target drives them directly. */
+#ifndef SECKILL_REQUEST_H
+#define SECKILL_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "inventory.h"
+
+#define REQ_BODY_MAX 4096 /* bytes; a larger body is 413 */
+
+struct req_order {
+    char user_id[INV_ID_MAX + 1];
+    int qty;
+};
+
+struct req_sku {
+    long long stock;
+    int segments;
+    int limit;
+};
+
+/* Parses an order body {"user_id": "...", "qty": N}. qty is optional (1) and
+ * must be an integer >= 1 (its upper bound, the SKU's limit, is checked by the
+ * inventory). Returns 0, or -1 with a human-readable reason in detail. */
+int req_parse_order(const char *body, size_t len, struct req_order *out, char *detail,
+                    size_t detail_len);
+
+/* Parses a SKU body {"stock": N, "segments": K, "per_user_limit": L}:
+ * stock 0..INV_MAX_STOCK, segments 1..1024 (default default_segments), limit
+ * 1..INV_MAX_LIMIT (default 1). Returns 0, or -1 with detail. */
+int req_parse_sku(const char *body, size_t len, int default_segments, struct req_sku *out,
+                  char *detail, size_t detail_len);
+
+/* An Idempotency-Key: 1..128 characters of [A-Za-z0-9_.:-]. */
+int req_idem_key_valid(const char *key);
+
+/* An order id in a path: a decimal uint64 without sign, spaces or leading
+ * zeros. Returns 0 and sets *id, or -1. */
+int req_order_id_parse(const char *text, uint64_t *id);
+
+#endif

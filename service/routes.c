@@ -1,0 +1,367 @@
+#include "routes.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "request.h"
+
+const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405, 409, 413, 503, 0};
+const double route_bucket_s[ROUTE_NBUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                   0.05,   0.1,   0.25,   0.5,   1,    2.5};
+
+void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
+{
+    res->status = status;
+    json_decref(res->json);
+    res->json = json_pack("{s:s, s:s}", "error", code, "detail", detail);
+}
+
+/* Answers an inventory status that is not a success. */
+static void inv_error(struct svc_response *res, inv_status st)
+{
+    switch (st) {
+    case INV_NOT_FOUND: svc_error(res, 404, "not_found", "no such SKU or order"); break;
+    case INV_SOLD_OUT:
+        svc_error(res, 409, "sold_out", "no segment has enough stock left");
+        break;
+    case INV_LIMIT:
+        svc_error(res, 409, "limit_reached", "the user already bought the per-user limit");
+        break;
+    case INV_BAD_QTY:
+        svc_error(res, 400, "bad_request", "qty must be an integer in 1..per_user_limit");
+        break;
+    case INV_BUSY:
+        svc_error(res, 503, "busy", "the segment is busy; nothing was placed, retry");
+        res->retry_after = 1;
+        break;
+    default:
+        svc_error(res, 503, "unavailable", "Redis is unreachable; nothing was placed");
+        res->retry_after = 1;
+        break;
+    }
+}
+
+/* Constant-time comparison of the Authorization header with "Bearer <token>". */
+static int admin_allowed(const struct svc_request *req)
+{
+    const char *token = req->app->cfg->admin_token;
+    if (!token[0])
+        return 1;
+    const char *got = req->authorization ? req->authorization : "";
+    char want[300];
+    int wn = snprintf(want, sizeof(want), "Bearer %s", token);
+    size_t gn = strlen(got);
+    unsigned char diff = (unsigned char)(gn != (size_t)wn);
+    for (int i = 0; i < wn; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < (int)gn ? got[i] : 0);
+    return diff == 0;
+}
+
+static int sku_param_ok(const struct svc_request *req, struct svc_response *res)
+{
+    if (inv_id_valid(req->params[0]))
+        return 1;
+    svc_error(res, 400, "bad_request", "sku must be 1..64 characters of [A-Za-z0-9_.:-]");
+    return 0;
+}
+
+static json_t *order_json(const struct inv_order *o)
+{
+    char id[24];
+    snprintf(id, sizeof(id), "%" PRIu64, o->id);
+    return json_pack("{s:s, s:s, s:s, s:i, s:i}", "order_id", id, "sku", o->sku, "user_id",
+                     o->user_id, "qty", o->qty, "segment", o->segment);
+}
+
+static void h_sku_put(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    struct req_sku body;
+    char detail[200];
+    if (req_parse_sku(req->body, req->body_len, req->app->cfg->segments, &body, detail,
+                      sizeof(detail)) != 0) {
+        svc_error(res, 400, "bad_request", detail);
+        return;
+    }
+    inv_status st = inv_sku_put(req->worker->inv, req->params[0], body.stock, body.segments,
+                                body.limit);
+    if (st != INV_OK && st != INV_CREATED) {
+        inv_error(res, st);
+        return;
+    }
+    log_event(LOG_INFO, "sku_reset", "sku=%s stock=%lld segments=%d limit=%d created=%d",
+              req->params[0], body.stock, body.segments, body.limit, st == INV_CREATED);
+    res->status = st == INV_CREATED ? 201 : 200;
+    res->json = json_pack("{s:s, s:I, s:i, s:i}", "sku", req->params[0], "stock",
+                          (json_int_t)body.stock, "segments", body.segments,
+                          "per_user_limit", body.limit);
+}
+
+static void h_sku_get(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
+    inv_status st = inv_sku_get(req->worker->inv, req->params[0], &report);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    json_t *segs = json_array();
+    for (int i = 0; i < report.nsegments; i++) {
+        const struct inv_segment_report *s = &report.segments[i];
+        json_array_append_new(segs, json_pack("{s:i, s:I, s:I, s:I}", "index", i, "initial",
+                                              (json_int_t)s->initial, "remaining",
+                                              (json_int_t)s->remaining, "sold",
+                                              (json_int_t)s->sold));
+    }
+    res->status = 200;
+    res->json = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o}", "sku", report.sku,
+                          "initial", (json_int_t)report.initial, "remaining",
+                          (json_int_t)report.remaining, "sold", (json_int_t)report.sold,
+                          "oversold", (json_int_t)report.oversold, "orders",
+                          (json_int_t)report.orders, "per_user_limit", report.limit,
+                          "segments", segs);
+}
+
+static void h_order_post(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    struct req_order body;
+    char detail[200];
+    if (req_parse_order(req->body, req->body_len, &body, detail, sizeof(detail)) != 0) {
+        svc_error(res, 400, "bad_request", detail);
+        return;
+    }
+    if (req->idem_key && !req_idem_key_valid(req->idem_key)) {
+        svc_error(res, 400, "bad_request",
+                  "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
+        return;
+    }
+    struct inv_order order;
+    inv_status st = inv_order_place(req->worker->inv, req->params[0], body.user_id, body.qty,
+                                    req->idem_key, &order);
+    if (st != INV_PLACED && st != INV_REPLAYED) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 201;
+    res->json = order_json(&order);
+}
+
+static void h_order_get(const struct svc_request *req, struct svc_response *res)
+{
+    uint64_t id;
+    if (req_order_id_parse(req->params[0], &id) != 0) {
+        svc_error(res, 400, "bad_request", "order id must be a decimal number");
+        return;
+    }
+    struct inv_order order;
+    inv_status st = inv_order_get(req->worker->inv, id, &order);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = order_json(&order);
+}
+
+static void h_audit(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    struct inv_audit a;
+    inv_status st = inv_audit(req->worker->inv, req->params[0], &a);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "sku", a.sku, "initial",
+                          (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold",
+                          (json_int_t)a.sold, "oversold", (json_int_t)a.oversold,
+                          "limit_breaches", (json_int_t)a.limit_breaches,
+                          "duplicate_order_ids", (json_int_t)a.duplicate_order_ids,
+                          "consistent", a.consistent);
+}
+
+static void h_stats(const struct svc_request *req, struct svc_response *res)
+{
+    res->status = 200;
+    res->json = svc_stats_json(req->app);
+}
+
+static void h_metrics(const struct svc_request *req, struct svc_response *res)
+{
+    res->status = 200;
+    res->text = svc_metrics_text(req->app);
+    res->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+static void h_livez(const struct svc_request *req, struct svc_response *res)
+{
+    (void)req;
+    res->status = 200;
+    res->json = json_pack("{s:s}", "status", "live");
+}
+
+static void h_readyz(const struct svc_request *req, struct svc_response *res)
+{
+    struct svc_app *app = req->app;
+    if (atomic_load(&app->draining)) {
+        svc_error(res, 503, "unavailable", "draining");
+    } else if (app->lease && !orderid_lease_valid(app->lease)) {
+        svc_error(res, 503, "unavailable", "order-id worker lease not held");
+    } else if (!inv_ping(req->worker->inv)) {
+        svc_error(res, 503, "unavailable", "Redis is unreachable");
+    } else {
+        res->status = 200;
+        res->json = json_pack("{s:s}", "status", "ready");
+    }
+}
+
+static struct svc_route routes[] = {
+    {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN},
+    {"GET", "/skus/*", "sku_get", h_sku_get, 0},
+    {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
+    {"GET", "/skus/*/audit", "audit", h_audit, 0},
+    {"GET", "/orders/*", "order_get", h_order_get, 0},
+    {"GET", "/stats", "stats", h_stats, 0},
+    {"GET", "/metrics", "metrics", h_metrics, 0},
+    {"GET", "/livez", "livez", h_livez, 0},
+    {"GET", "/readyz", "readyz", h_readyz, 0},
+};
+#define NROUTES (sizeof(routes) / sizeof(routes[0]))
+
+static struct svc_route unmatched = {"", "", "unmatched", NULL, 0};
+
+struct svc_route *svc_route_unmatched(void)
+{
+    return &unmatched;
+}
+
+struct svc_route *svc_routes(size_t *n)
+{
+    *n = NROUTES;
+    return routes;
+}
+
+/* Matches path (already split into segs) against pattern. */
+static int pattern_match(const char *pattern, char **segs, int nsegs,
+                         const char *params[SVC_MAX_PARAMS])
+{
+    int i = 0, np = 0;
+    const char *p = pattern;
+    while (*p == '/') {
+        p++;
+        const char *end = strchr(p, '/');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (i >= nsegs)
+            return 0;
+        if (len == 1 && *p == '*') {
+            if (np < SVC_MAX_PARAMS && params)
+                params[np] = segs[i];
+            np++;
+        } else if (strlen(segs[i]) != len || strncmp(segs[i], p, len) != 0) {
+            return 0;
+        }
+        i++;
+        p += len;
+    }
+    return i == nsegs;
+}
+
+#define MAX_SEGS 8
+
+/* Splits "/a/b/c" in place into {"a","b","c"}; -1 when not a clean path. */
+static int split_path(char *path, char **segs)
+{
+    if (path[0] != '/')
+        return -1;
+    int n = 0;
+    char *p = path + 1;
+    while (*p) {
+        if (n == MAX_SEGS)
+            return -1;
+        segs[n++] = p;
+        char *slash = strchr(p, '/');
+        if (!slash)
+            break;
+        *slash = '\0';
+        p = slash + 1;
+        if (!*p)
+            return -1; /* a trailing slash names nothing */
+    }
+    for (int i = 0; i < n; i++)
+        if (!segs[i][0])
+            return -1;
+    return n;
+}
+
+struct svc_route *svc_route_find(const char *method, char *path,
+                                 const char *params[SVC_MAX_PARAMS], int *path_known)
+{
+    char *segs[MAX_SEGS];
+    *path_known = 0;
+    int n = split_path(path, segs);
+    if (n < 0)
+        return NULL;
+    const char *m = strcmp(method, "HEAD") == 0 ? "GET" : method;
+    for (size_t i = 0; i < NROUTES; i++) {
+        if (!pattern_match(routes[i].pattern, segs, n, params))
+            continue;
+        if (strcmp(routes[i].method, m) == 0)
+            return &routes[i];
+        *path_known = 1;
+    }
+    return NULL;
+}
+
+void svc_route_allowed(const char *path, char *buf, size_t len)
+{
+    char copy[512], *segs[MAX_SEGS];
+    snprintf(copy, sizeof(copy), "%s", path);
+    int n = split_path(copy, segs);
+    buf[0] = '\0';
+    for (size_t i = 0; n >= 0 && i < NROUTES; i++) {
+        if (!pattern_match(routes[i].pattern, segs, n, NULL))
+            continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", used ? ", " : "", routes[i].method);
+        if (strcmp(routes[i].method, "GET") == 0) {
+            used = strlen(buf);
+            snprintf(buf + used, len - used, ", HEAD");
+        }
+    }
+}
+
+void svc_route_count(struct svc_route *r, int status, int64_t duration_us)
+{
+    int c = 0;
+    while (c < ROUTE_NCODES - 1 && route_codes[c] != status)
+        c++;
+    atomic_fetch_add_explicit(&r->answers[c], 1, memory_order_relaxed);
+    int b = 0;
+    while (b < ROUTE_NBUCKETS - 1 && (double)duration_us / 1e6 > route_bucket_s[b])
+        b++;
+    atomic_fetch_add_explicit(&r->duration_buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->duration_sum_us, (uint64_t)duration_us,
+                              memory_order_relaxed);
+}
+
+/* Runs the route's handler after the admin check. */
+void svc_route_run(struct svc_route *r, const struct svc_request *req,
+                   struct svc_response *res)
+{
+    if ((r->flags & ROUTE_ADMIN) && !admin_allowed(req)) {
+        svc_error(res, 401, "unauthorized", "admin route: Authorization: Bearer <token>");
+        return;
+    }
+    r->handler(req, res);
+    if (!res->json && !res->text)
+        svc_error(res, 503, "unavailable", "out of memory");
+}

@@ -1,0 +1,107 @@
+/* routes: the route table and its handlers.
+ *
+ * A route is {method, path pattern, handler, flags} plus its own counters
+ * (answers by status, a duration histogram), as Redis keeps call counters in
+ * its command table; /stats and /metrics are rendered from the table. */
+#ifndef SECKILL_ROUTES_H
+#define SECKILL_ROUTES_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "inventory.h"
+#include "lock.h"
+
+/* What every handler can reach: process-wide, read-only after start but for
+ * the atomics. */
+struct svc_app {
+    const struct svc_config *cfg;
+    struct inv *inv;
+    struct lock *lock;                 /* NULL in atomic mode */
+    struct orderid_lease *lease;
+    int worker_id;
+    _Atomic int draining;
+    _Atomic int inflight;
+};
+
+/* One thread's connections. */
+struct svc_worker {
+    struct rconn *rc;
+    struct inv_session *inv;
+};
+
+#define SVC_MAX_PARAMS 2
+
+struct svc_request {
+    struct svc_app *app;
+    struct svc_worker *worker;
+    const char *method;
+    const char *params[SVC_MAX_PARAMS]; /* the path's '*' segments */
+    const char *body;
+    size_t body_len;
+    const char *idem_key;      /* Idempotency-Key header or NULL */
+    const char *authorization; /* Authorization header or NULL */
+};
+
+struct svc_response {
+    int status;
+    json_t *json;             /* owned; serialised as the body */
+    char *text;               /* owned (malloc); used instead of json when set */
+    const char *content_type; /* default application/json */
+    int retry_after;          /* seconds; 0 for none */
+};
+
+typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *res);
+
+#define ROUTE_ADMIN 1
+
+/* Status codes counted per route; anything else counts as "other". */
+#define ROUTE_NCODES 10
+extern const int route_codes[ROUTE_NCODES]; /* last entry 0 = other */
+#define ROUTE_NBUCKETS 13
+extern const double route_bucket_s[ROUTE_NBUCKETS - 1]; /* last bucket +Inf */
+
+struct svc_route {
+    const char *method;
+    const char *pattern; /* '/'-separated; a '*' segment matches one path segment */
+    const char *name;    /* label in metrics */
+    svc_handler handler;
+    int flags;
+    _Atomic uint64_t answers[ROUTE_NCODES];
+    _Atomic uint64_t duration_buckets[ROUTE_NBUCKETS];
+    _Atomic uint64_t duration_sum_us;
+};
+
+/* Finds the route of method + path. Fills params with pointers into `path`,
+ * which is modified (segments are NUL-terminated in place). Returns the route,
+ * or NULL with *path_known set when the path exists under another method
+ * (405) and clear when it does not exist (404). HEAD finds GET routes. */
+struct svc_route *svc_route_find(const char *method, char *path,
+                                 const char *params[SVC_MAX_PARAMS], int *path_known);
+/* Methods allowed on a path that exists (for the Allow header). */
+void svc_route_allowed(const char *path, char *buf, size_t len);
+
+/* The pseudo-route counting requests that matched no route. */
+struct svc_route *svc_route_unmatched(void);
+/* Iterates the table: routes[0..n-1]. */
+struct svc_route *svc_routes(size_t *n);
+
+/* Runs r's handler for req (refusing admin routes without the token). res is
+ * always filled afterwards. */
+void svc_route_run(struct svc_route *r, const struct svc_request *req,
+                   struct svc_response *res);
+
+/* Counts an answer of route r. */
+void svc_route_count(struct svc_route *r, int status, int64_t duration_us);
+
+/* Fills res as an error answer {"error": code, "detail": detail}. */
+void svc_error(struct svc_response *res, int status, const char *code, const char *detail);
+
+/* /stats and /metrics renderers (metrics.c). */
+json_t *svc_stats_json(struct svc_app *app);
+char *svc_metrics_text(struct svc_app *app);
+
+#endif

@@ -1,0 +1,292 @@
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "request.h"
+
+#define SERVER_CONN_TIMEOUT_S 15
+#define SERVER_CONN_LIMIT 8192
+#define SERVER_CONN_MEMORY (32 * 1024)
+#define SERVER_PATH_MAX 512
+
+struct svc_server {
+    struct MHD_Daemon *daemon;
+    struct svc_app *app;
+};
+
+/* One request's state across the access handler's calls. */
+struct conn_state {
+    struct svc_route *route;
+    int status_hint; /* 404/405/413 decided before the body arrived, or 0 */
+    int too_large;
+    size_t body_len;
+    int64_t start_us;
+    char path[SERVER_PATH_MAX];  /* as requested, for Allow */
+    char split[SERVER_PATH_MAX]; /* split in place; params point into it */
+    const char *params[SVC_MAX_PARAMS];
+    char body[REQ_BODY_MAX];
+};
+
+static pthread_key_t worker_key;
+static pthread_once_t worker_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct svc_worker *tls_worker;
+
+static void worker_free(void *p)
+{
+    struct svc_worker *w = p;
+    inv_session_free(w->inv);
+    rconn_free(w->rc);
+    free(w);
+}
+
+static void worker_key_init(void)
+{
+    pthread_key_create(&worker_key, worker_free);
+}
+
+/* This thread's worker, created on its first request: one hiredis context
+ * per thread, never shared. */
+static struct svc_worker *worker_get(struct svc_app *app)
+{
+    if (tls_worker)
+        return tls_worker;
+    struct svc_worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        abort();
+    const struct svc_config *cfg = app->cfg;
+    w->rc = rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
+    w->inv = inv_session_new(app->inv, w->rc);
+    pthread_once(&worker_key_once, worker_key_init);
+    pthread_setspecific(worker_key, w);
+    tls_worker = w;
+    return w;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_state *st,
+                                     struct svc_response *res)
+{
+    char *body = res->text;
+    size_t len = 0;
+    if (!body && res->json)
+        body = json_dumps(res->json, JSON_COMPACT);
+    if (!body) {
+        res->status = 503;
+        body = strdup("{\"error\":\"unavailable\",\"detail\":\"out of memory\"}");
+        if (!body)
+            return MHD_NO;
+    }
+    len = strlen(body);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            res->content_type ? res->content_type : "application/json");
+    if (res->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", res->retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (res->status == 405) {
+        char allow[64];
+        svc_route_allowed(st->path, allow, sizeof(allow));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)res->status, r);
+    MHD_destroy_response(r);
+    json_decref(res->json);
+    return ret;
+}
+
+static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char *url,
+                                         const char *method)
+{
+    struct conn_state *st = malloc(sizeof(*st));
+    if (!st)
+        return NULL;
+    st->route = NULL;
+    st->status_hint = 0;
+    st->too_large = 0;
+    st->body_len = 0;
+    st->start_us = now_us();
+    st->params[0] = st->params[1] = NULL;
+    if (strlen(url) >= SERVER_PATH_MAX) {
+        snprintf(st->path, sizeof(st->path), "/");
+        st->status_hint = 404;
+        return st;
+    }
+    snprintf(st->path, sizeof(st->path), "%s", url);
+    snprintf(st->split, sizeof(st->split), "%s", url);
+    int known;
+    st->route = svc_route_find(method, st->split, st->params, &known);
+    if (!st->route)
+        st->status_hint = known ? 405 : 404;
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > REQ_BODY_MAX)
+        st->too_large = 1;
+    return st;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    struct svc_app *app = cls;
+    struct conn_state *st = *con_cls;
+    if (!st) {
+        st = conn_state_new(conn, url, method);
+        if (!st)
+            return MHD_NO;
+        *con_cls = st;
+        atomic_fetch_add(&app->inflight, 1);
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        /* The cap is enforced while reading: past it, the rest is discarded. */
+        size_t n = *upload_data_size;
+        if (!st->too_large && st->body_len + n <= REQ_BODY_MAX) {
+            memcpy(st->body + st->body_len, upload_data, n);
+            st->body_len += n;
+        } else {
+            st->too_large = 1;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+
+    struct svc_response res = {0};
+    if (st->status_hint == 404) {
+        svc_error(&res, 404, "not_found", "no such route");
+    } else if (st->status_hint == 405) {
+        svc_error(&res, 405, "method_not_allowed", "this path does not take that method");
+    } else if (st->too_large) {
+        svc_error(&res, 413, "too_large", "the body is over 4 KiB");
+    } else {
+        struct svc_request req = {
+            .app = app,
+            .worker = worker_get(app),
+            .method = method,
+            .params = {st->params[0], st->params[1]},
+            .body = st->body,
+            .body_len = st->body_len,
+            .idem_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
+            .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                         MHD_HTTP_HEADER_AUTHORIZATION),
+        };
+        svc_route_run(st->route, &req, &res);
+    }
+    svc_route_count(st->route ? st->route : svc_route_unmatched(), res.status,
+                    now_us() - st->start_us);
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method, url,
+                  res.status, (long long)(now_us() - st->start_us));
+    return send_response(conn, st, &res);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn, (void)toe;
+    struct svc_app *app = cls;
+    if (*con_cls) {
+        free(*con_cls);
+        *con_cls = NULL;
+        atomic_fetch_sub(&app->inflight, 1);
+    }
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[256];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_event(LOG_WARN, "http", "detail=\"%s\"", msg);
+}
+
+struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen)
+{
+    const struct svc_config *cfg = app->cfg;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->listen.port)};
+    const char *host = strcmp(cfg->listen.host, "localhost") == 0 ? "127.0.0.1" : cfg->listen.host;
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", cfg->listen.host);
+        return NULL;
+    }
+    struct svc_server *srv = calloc(1, sizeof(*srv));
+    if (!srv)
+        abort();
+    srv->app = app;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                         MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, app,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_LIMIT,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
+        MHD_OPTION_END);
+    if (!srv->daemon) {
+        snprintf(err, errlen, "cannot listen on %s:%d (in use?)", cfg->listen.host,
+                 cfg->listen.port);
+        free(srv);
+        return NULL;
+    }
+    return srv;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
+{
+    if (!srv)
+        return;
+    struct svc_app *app = srv->app;
+    atomic_store(&app->draining, 1);
+    log_event(LOG_INFO, "draining", "grace_ms=%d inflight=%d", grace_ms,
+              atomic_load(&app->inflight));
+    /* Let the balancer see /readyz fail before refusing connections. Nothing
+     * to wait on here but time: the balancer's health check is elsewhere. */
+    if (grace_ms > 0)
+        sleep_ms(grace_ms);
+    MHD_socket lsock = MHD_quiesce_daemon(srv->daemon);
+    for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms; waited += 10)
+        sleep_ms(10);
+    int left = atomic_load(&app->inflight);
+    MHD_stop_daemon(srv->daemon);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    log_event(LOG_INFO, "stopped", "inflight_left=%d", left);
+    free(srv);
+}

@@ -1,0 +1,22 @@
+/* server: the libmicrohttpd daemon (internal epoll thread + thread pool), the
+ * per-thread Redis connections, and the request/response glue around the
+ * route table. */
+#ifndef SECKILL_SERVER_H
+#define SECKILL_SERVER_H
+
+#include <stddef.h>
+
+#include "routes.h"
+
+struct svc_server;
+
+/* Starts listening on app->cfg->listen. NULL with err set on failure (address
+ * in use, bad host). app must outlive the server. */
+struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen);
+
+/* Drains: /readyz answers 503 at once, new connections are refused after
+ * grace_ms, in-flight requests finish (at most wait_ms), then the daemon stops
+ * and every worker's connections are closed. Frees the server. */
+void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms);
+
+#endif
