@@ -1,0 +1,452 @@
+/* Integration tests of the inventory against a real redis-server: the order
+ * critical section under every guard, spill-over, limits, idempotency, reset,
+ * fencing and the audit. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "inventory.h"
+#include "testutil.h"
+
+static struct test_redis redis;
+static struct orderid_gen ids;
+
+struct fixture {
+    struct lock *lock;
+    struct inv *inv;
+    struct rconn *rc;
+    struct inv_session *s;
+};
+
+static void fixture_open(struct fixture *f, const char *mode, int work_us, int fencing,
+                         int ttl_ms)
+{
+    memset(f, 0, sizeof(*f));
+    if (strcmp(mode, "atomic") != 0) {
+        struct lock_config lc = {.ttl_ms = ttl_ms, .fencing = fencing, .timeout_ms = 1000};
+        char err[200];
+        f->lock = lock_new(mode, &lc, err, sizeof(err));
+        assert_non_null(f->lock);
+    }
+    struct inv_config ic = {.lock = f->lock, .wait_ms = 5000, .work_us = work_us,
+                            .fencing = fencing, .ids = &ids};
+    f->inv = inv_new(&ic);
+    f->rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+    f->s = inv_session_new(f->inv, f->rc);
+}
+
+static void fixture_close(struct fixture *f)
+{
+    inv_session_free(f->s);
+    rconn_free(f->rc);
+    inv_free(f->inv);
+    lock_free(f->lock);
+}
+
+/* A user id whose home segment among k is `home`. */
+static void user_with_home(int home, int k, int nth, char *out, size_t len)
+{
+    for (int i = 0, found = 0;; i++) {
+        snprintf(out, len, "u%d", i);
+        if (seg_home(out, k) == home && found++ == nth)
+            return;
+    }
+}
+
+static void test_put_splits_stock(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0, 1, 3000);
+    assert_int_equal(inv_sku_put(f.s, "split", 10, 4, 1), INV_CREATED);
+    assert_int_equal(inv_sku_put(f.s, "split", 10, 4, 1), INV_OK);
+    struct inv_sku_report *r = malloc(sizeof(*r));
+    assert_int_equal(inv_sku_get(f.s, "split", r), INV_OK);
+    assert_int_equal(r->initial, 10);
+    assert_int_equal(r->remaining, 10);
+    assert_int_equal(r->nsegments, 4);
+    long long want[] = {3, 3, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(r->segments[i].initial, want[i]);
+        assert_int_equal(r->segments[i].remaining, want[i]);
+    }
+    assert_int_equal(inv_sku_get(f.s, "missing", r), INV_NOT_FOUND);
+    free(r);
+    fixture_close(&f);
+}
+
+static void test_order_places_and_sells_out(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0, 1, 3000);
+    assert_int_equal(inv_sku_put(f.s, "small", 3, 2, 1), INV_CREATED);
+    struct inv_order o;
+    char user[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(user, sizeof(user), "buyer%d", i);
+        assert_int_equal(inv_order_place(f.s, "small", user, 1, NULL, &o), INV_PLACED);
+        assert_string_equal(o.user_id, user);
+        struct inv_order back;
+        assert_int_equal(inv_order_get(f.s, o.id, &back), INV_OK);
+        assert_string_equal(back.sku, "small");
+        assert_int_equal(back.segment, o.segment);
+    }
+    assert_int_equal(inv_order_place(f.s, "small", "late", 1, NULL, &o), INV_SOLD_OUT);
+    assert_int_equal(inv_order_place(f.s, "nosuch", "late", 1, NULL, &o), INV_NOT_FOUND);
+    struct inv_audit a;
+    assert_int_equal(inv_audit(f.s, "small", &a), INV_OK);
+    assert_int_equal(a.orders, 3);
+    assert_int_equal(a.sold, 3);
+    assert_true(a.consistent);
+    fixture_close(&f);
+}
+
+/* Invariant 2: a user whose home segment is empty is served by another one, and
+ * sold_out comes only when every segment is empty. */
+static void test_spill_over_strands_nothing(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        inv_sku_put(f.s, "spill", 8, 4, 1);
+        char user[16];
+        struct inv_order o;
+        for (int i = 0; i < 8; i++) { /* everyone lives in segment 2 */
+            user_with_home(2, 4, i, user, sizeof(user));
+            assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o), INV_PLACED);
+        }
+        user_with_home(2, 4, 8, user, sizeof(user));
+        assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o), INV_SOLD_OUT);
+        struct inv_sku_report *r = malloc(sizeof(*r));
+        inv_sku_get(f.s, "spill", r);
+        assert_int_equal(r->remaining, 0);
+        assert_int_equal(r->sold, 8);
+        free(r);
+        fixture_close(&f);
+    }
+}
+
+static void test_quantity_and_limit(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0, 1, 3000);
+    inv_sku_put(f.s, "lim", 100, 4, 3);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "lim", "ann", 4, NULL, &o), INV_BAD_QTY);
+    assert_int_equal(inv_order_place(f.s, "lim", "ann", 2, NULL, &o), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "lim", "ann", 2, NULL, &o), INV_LIMIT);
+    assert_int_equal(inv_order_place(f.s, "lim", "ann", 1, NULL, &o), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "lim", "ann", 1, NULL, &o), INV_LIMIT);
+    /* qty larger than any one segment (25 each) but not than the SKU */
+    inv_sku_put(f.s, "big", 100, 4, 30);
+    assert_int_equal(inv_order_place(f.s, "big", "bob", 30, NULL, &o), INV_SOLD_OUT);
+    assert_int_equal(inv_order_place(f.s, "big", "bob", 25, NULL, &o), INV_PLACED);
+    fixture_close(&f);
+}
+
+static void test_idempotent_retry(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        inv_sku_put(f.s, "idem", 5, 2, 1);
+        struct inv_order first, again;
+        assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &first), INV_PLACED);
+        assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &again),
+                         INV_REPLAYED);
+        assert_true(first.id == again.id);
+        assert_int_equal(first.segment, again.segment);
+        struct inv_sku_report *r = malloc(sizeof(*r));
+        inv_sku_get(f.s, "idem", r);
+        assert_int_equal(r->sold, 1);
+        assert_int_equal(r->orders, 1);
+        free(r);
+        fixture_close(&f);
+    }
+}
+
+static void test_reset_clears_orders(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0, 1, 3000);
+    inv_sku_put(f.s, "again", 2, 1, 1);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "again", "zed", 1, "k", &o), INV_PLACED);
+    uint64_t old = o.id;
+    assert_int_equal(inv_sku_put(f.s, "again", 2, 1, 1), INV_OK);
+    assert_int_equal(inv_order_get(f.s, old, &o), INV_NOT_FOUND);
+    /* buyers and idempotency keys are cleared with the orders */
+    assert_int_equal(inv_order_place(f.s, "again", "zed", 1, "k", &o), INV_PLACED);
+    assert_true(o.id != old);
+    struct inv_audit a;
+    inv_audit(f.s, "again", &a);
+    assert_int_equal(a.orders, 1);
+    fixture_close(&f);
+}
+
+static int lock_key_exists(void *arg)
+{
+    struct rconn *rc = arg;
+    redisReply *r = rconn_command(rc, "EXISTS sk:{fence}:lock:0");
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+/* A commit whose lock grant is no longer the newest is refused and writes
+ * nothing: the fencing invariant (5). While the order works inside its
+ * critical section, its lease disappears (as it does when the holder's process
+ * is frozen past the lease: the watchdog cannot renew it) and another process
+ * is granted the lock, which moves the fence on. */
+static void test_stale_fence_is_refused(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 400000, 1, 3000); /* 400 ms of work */
+    inv_sku_put(f.s, "fence", 1, 1, 1);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct fixture g;
+        fixture_open(&g, "redis", 0, 1, 3000);
+        int ok = test_wait_for(lock_key_exists, g.rc, 5000);
+        redisReply *r = rconn_command(g.rc, "DEL sk:{fence}:lock:0"); /* the lease ran out */
+        ok = ok && r && r->integer == 1;
+        if (r)
+            freeReplyObject(r);
+        struct lock_session *ls = lock_session_new(g.lock, g.rc);
+        struct lock_grant grant;
+        ok = ok && lock_acquire(ls, "sk:{fence}:lock:0", 5000, &grant) == LOCK_ACQUIRED;
+        lock_release(ls, "sk:{fence}:lock:0", &grant);
+        lock_session_free(ls);
+        fixture_close(&g);
+        _exit(ok ? 0 : 1);
+    }
+    struct inv_order o;
+    inv_status st = inv_order_place(f.s, "fence", "slow", 1, NULL, &o);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(st, INV_BUSY);
+    struct inv_sku_report *r = malloc(sizeof(*r));
+    inv_sku_get(f.s, "fence", r);
+    assert_int_equal(r->sold, 0);
+    assert_int_equal(r->remaining, 1);
+    free(r);
+    struct inv_stats stats;
+    inv_stats(f.inv, &stats);
+    assert_int_equal(stats.fenced_off, 1);
+
+    /* The same pause with fencing off: the stale commit goes through. */
+    fixture_close(&f);
+    fixture_open(&f, "redis", 400000, 0, 3000);
+    inv_sku_put(f.s, "fence", 1, 1, 1);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rconn *rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+        int ok = test_wait_for(lock_key_exists, rc, 5000);
+        redisReply *r2 = rconn_command(rc, "DEL sk:{fence}:lock:0");
+        if (r2)
+            freeReplyObject(r2);
+        rconn_free(rc);
+        _exit(ok ? 0 : 1);
+    }
+    assert_int_equal(inv_order_place(f.s, "fence", "slow", 1, NULL, &o), INV_PLACED);
+    waitpid(pid, &status, 0);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    fixture_close(&f);
+}
+
+/* ---- storms: many threads, each with its own connection ----------------- */
+
+struct storm {
+    const char *mode;
+    int work_us;
+    int threads, per_thread;
+    int users; /* distinct users; 0 = every order a new user */
+    struct inv *inv;
+    _Atomic int placed;
+    _Atomic int errors;
+    int thread_no;
+    pthread_mutex_t mu;
+};
+
+static void *storm_thread(void *arg)
+{
+    struct storm *st = arg;
+    pthread_mutex_lock(&st->mu);
+    int me = st->thread_no++;
+    pthread_mutex_unlock(&st->mu);
+    struct rconn *rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+    struct inv_session *s = inv_session_new(st->inv, rc);
+    char user[32];
+    for (int i = 0; i < st->per_thread; i++) {
+        if (st->users)
+            snprintf(user, sizeof(user), "pool%d", (me * st->per_thread + i) % st->users);
+        else
+            snprintf(user, sizeof(user), "t%d-%d", me, i);
+        struct inv_order o;
+        inv_status r = inv_order_place(s, "storm", user, 1, NULL, &o);
+        if (r == INV_PLACED)
+            st->placed++;
+        else if (r != INV_SOLD_OUT && r != INV_LIMIT)
+            st->errors++;
+    }
+    inv_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+static void run_storm(struct storm *st, long long stock, int segments, int limit)
+{
+    struct fixture f;
+    fixture_open(&f, st->mode, st->work_us, 1, 3000);
+    st->inv = f.inv;
+    st->placed = 0;
+    st->errors = 0;
+    st->thread_no = 0;
+    pthread_mutex_init(&st->mu, NULL);
+    inv_sku_put(f.s, "storm", stock, segments, limit);
+    pthread_t t[32];
+    for (int i = 0; i < st->threads; i++)
+        pthread_create(&t[i], NULL, storm_thread, st);
+    for (int i = 0; i < st->threads; i++)
+        pthread_join(t[i], NULL);
+    fixture_close(&f);
+}
+
+static void storm_report(long long *sold, struct inv_audit *a)
+{
+    struct fixture f;
+    fixture_open(&f, "atomic", 0, 1, 3000);
+    struct inv_sku_report *r = malloc(sizeof(*r));
+    assert_int_equal(inv_sku_get(f.s, "storm", r), INV_OK);
+    *sold = r->sold;
+    free(r);
+    assert_int_equal(inv_audit(f.s, "storm", a), INV_OK);
+    fixture_close(&f);
+}
+
+static void test_storm_guarded_modes_sell_exactly(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "local", "atomic"};
+    for (int m = 0; m < 3; m++) {
+        /* 8 threads x 40 orders against 50 units on 2 segments, 1 ms of work */
+        struct storm st = {.mode = modes[m], .work_us = 1000, .threads = 8, .per_thread = 40};
+        run_storm(&st, 50, 2, 1);
+        long long sold;
+        struct inv_audit a;
+        storm_report(&sold, &a);
+        print_message("mode %s: placed %d sold %lld errors %d\n", modes[m], st.placed, sold,
+                      st.errors);
+        assert_int_equal(st.errors, 0);
+        assert_int_equal(st.placed, 50);
+        assert_int_equal(sold, 50);
+        assert_int_equal(a.oversold, 0);
+        assert_true(a.consistent);
+    }
+}
+
+static void test_storm_without_lock_oversells(void **state)
+{
+    (void)state;
+    struct storm st = {.mode = "none", .work_us = 2000, .threads = 8, .per_thread = 30};
+    run_storm(&st, 50, 2, 1);
+    long long sold;
+    struct inv_audit a;
+    storm_report(&sold, &a);
+    print_message("mode none: placed %d of 50\n", st.placed);
+    assert_true(st.placed > 50);
+    assert_int_equal(sold, st.placed);
+    assert_true(a.oversold > 0);
+    assert_false(a.consistent);
+}
+
+/* Invariant 3 under concurrency: 8 threads buying for the same 5 users, limit
+ * 2, spread over segments: nobody gets more than 2. */
+static void test_storm_limit_holds_across_segments(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "none", "atomic"};
+    for (int m = 0; m < 3; m++) {
+        struct storm st = {.mode = modes[m], .work_us = 500, .threads = 8, .per_thread = 20,
+                           .users = 5};
+        run_storm(&st, 1000, 8, 2);
+        long long sold;
+        struct inv_audit a;
+        storm_report(&sold, &a);
+        assert_int_equal(a.limit_breaches, 0);
+        assert_int_equal(st.placed, 10);
+        assert_int_equal(sold, 10);
+    }
+}
+
+static void test_redis_down_is_unavailable_and_recovers(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0, 1, 3000);
+    inv_sku_put(f.s, "outage", 5, 1, 1);
+    test_redis_stop(&redis, 1, 1);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "outage", "x1", 1, NULL, &o), INV_UNAVAILABLE);
+    assert_false(inv_ping(f.s));
+    test_redis_restart(&redis, NULL);
+    /* no persistence in this server: the SKU is gone, but the session heals */
+    assert_true(inv_ping(f.s));
+    assert_int_equal(inv_sku_put(f.s, "outage", 5, 1, 1), INV_CREATED);
+    assert_int_equal(inv_order_place(f.s, "outage", "x1", 1, NULL, &o), INV_PLACED);
+    fixture_close(&f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    test_redis_start(&redis, NULL);
+    orderid_init(&ids, 7, NULL, 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&redis, 0, 0);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_splits_stock),
+        cmocka_unit_test(test_order_places_and_sells_out),
+        cmocka_unit_test(test_spill_over_strands_nothing),
+        cmocka_unit_test(test_quantity_and_limit),
+        cmocka_unit_test(test_idempotent_retry),
+        cmocka_unit_test(test_reset_clears_orders),
+        cmocka_unit_test(test_stale_fence_is_refused),
+        cmocka_unit_test(test_storm_guarded_modes_sell_exactly),
+        cmocka_unit_test(test_storm_without_lock_oversells),
+        cmocka_unit_test(test_storm_limit_holds_across_segments),
+        cmocka_unit_test(test_redis_down_is_unavailable_and_recovers),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
