@@ -202,6 +202,7 @@ void inv_session_free(struct inv_session *s)
 
 int inv_ping(struct inv_session *s)
 {
+    rconn_check(s->rc);
     redisReply *r = rconn_command(s->rc, "PING");
     int ok = r && r->type == REDIS_REPLY_STATUS;
     if (r)
@@ -514,6 +515,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
     struct sku_keys k;
     sku_keys_init(&k, sku);
     memset(order, 0, sizeof(*order));
+    rconn_check(s->rc);
     inv_status st;
     if (inv->cfg.lease && !orderid_lease_valid(inv->cfg.lease)) {
         st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
@@ -544,6 +546,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit)
 {
+    rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
     int n = 10 + segments;
@@ -585,6 +588,7 @@ static void segment_values(const redisReply *r, int nseg, struct inv_sku_report 
 
 inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
 {
+    rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
     redisContext *c = rconn_ctx(s->rc);
@@ -633,6 +637,7 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
 
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
 {
+    rconn_check(s->rc);
     redisReply *r = rconn_command(s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment", id);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
         if (r)
@@ -664,6 +669,7 @@ static int cmp_u64(const void *a, const void *b)
 
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
 {
+    rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
     redisContext *c = rconn_ctx(s->rc);

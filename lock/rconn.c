@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 struct rconn {
@@ -129,6 +130,18 @@ redisContext *rconn_ctx(struct rconn *rc)
     rc->err[0] = '\0';
     rc->ctx = c;
     return c;
+}
+
+void rconn_check(struct rconn *rc)
+{
+    if (!rc->ctx || rc->ctx->err)
+        return;
+    char byte;
+    ssize_t n = recv(rc->ctx->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    /* Nothing is pending on an idle connection: EAGAIN. EOF or an error means
+     * the server closed it; unsolicited data cannot happen outside a pipeline. */
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+        rconn_drop(rc, "connection closed by Redis");
 }
 
 static redisReply *checked(struct rconn *rc, void *reply)

@@ -56,6 +56,11 @@ redisReply *rconn_command_argv(struct rconn *rc, int argc, const char **argv,
  * context is dropped; the remaining answers are gone too). */
 redisReply *rconn_reply(struct rconn *rc);
 
+/* Drops the connection when its peer has closed it (Redis restarted): one
+ * non-blocking peek at the socket, so that a request does not fail on a
+ * connection that died while idle. Call once at the start of an operation. */
+void rconn_check(struct rconn *rc);
+
 /* Marks the connection broken so that the next call reconnects. */
 void rconn_drop(struct rconn *rc, const char *why);
 const char *rconn_errstr(const struct rconn *rc);

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
     build-essential pkg-config
     libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev
-    redis-server redis-tools wrk nginx-light gnuplot-nox curl
+    redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
 )
 # Optional extras callers may ask for: DEPS_EXTRA="haproxy clang" scripts/deps.sh
 if [[ -n "${DEPS_EXTRA:-}" ]]; then
