@@ -42,23 +42,36 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
-.PHONY: all deps test check demo bench clean install format
+.PHONY: all deps test check demo bench fuzz clean install format
 all: $(BUILD)/seckill
+
+# `make V=1` shows the full commands.
+ifeq ($(V),1)
+Q =
+say = @true
+else
+Q = @
+say = @printf '  %-6s %s\n'
+endif
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libseckill.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(say) AR $@
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/seckill: $(BUILD)/obj/service/main.o $(BUILD)/libseckill.a
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TESTUTIL_OBJ) $(BUILD)/libseckill.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LIBS)
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LIBS)
 
 deps:
 	@scripts/deps.sh
@@ -74,6 +87,22 @@ check: $(BUILD)/seckill $(TEST_BIN)
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@loadtest/run.sh $(DEMO_ARGS)
+
+# libFuzzer (clang) over request parsing and validation, bounded in time.
+FUZZ_SECONDS ?= 60
+FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/log.c $(wildcard lock/*.c inventory/*.c)
+build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	$(say) FUZZ $@
+	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -Ilock -Iinventory \
+		-Iservice -o $@ $^ $(PKG_LIBS) -lm
+
+fuzz:
+	@DEPS_EXTRA="clang libclang-rt-14-dev" scripts/deps.sh
+	@$(MAKE) --no-print-directory build/fuzz/fuzz_request
+	@mkdir -p build/fuzz/corpus fuzz/crashes
+	build/fuzz/fuzz_request -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+		-artifact_prefix=fuzz/crashes/ -print_final_stats=1 build/fuzz/corpus fuzz/corpus
 
 clean:
 	rm -rf build

@@ -1,0 +1,44 @@
+/* libFuzzer target: everything a client controls before Redis is touched —
+ * order and SKU bodies, the Idempotency-Key, order ids and request paths.
+ * Build and run: make fuzz (FUZZ_SECONDS=N). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+#include "routes.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char detail[256];
+    struct req_order order;
+    if (req_parse_order((const char *)data, size, &order, detail, sizeof(detail)) == 0) {
+        /* what was accepted must satisfy the contract */
+        if (!inv_id_valid(order.user_id) || order.qty < 1 || order.qty > INV_MAX_LIMIT)
+            abort();
+    }
+    struct req_sku sku;
+    if (req_parse_sku((const char *)data, size, 16, &sku, detail, sizeof(detail)) == 0) {
+        if (sku.stock < 0 || sku.stock > INV_MAX_STOCK || sku.segments < 1 ||
+            sku.segments > INV_MAX_SEGMENTS || sku.limit < 1)
+            abort();
+    }
+    /* the same bytes as a NUL-terminated header value and as a path */
+    char text[600];
+    size_t n = size < sizeof(text) - 1 ? size : sizeof(text) - 1;
+    memcpy(text, data, n);
+    text[n] = '\0';
+    req_idem_key_valid(text);
+    uint64_t id;
+    req_order_id_parse(text, &id);
+    const char *params[SVC_MAX_PARAMS];
+    int known;
+    struct svc_route *r = svc_route_find("POST", text, params, &known);
+    if (r && r->pattern[0] != '/')
+        abort();
+    char allow[64];
+    memcpy(text, data, n);
+    text[n] = '\0';
+    svc_route_allowed(text, allow, sizeof(allow));
+    return 0;
+}
