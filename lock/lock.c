@@ -200,6 +200,12 @@ lock_status lock_release(struct lock_session *s, const char *key, struct lock_gr
     return st;
 }
 
+int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g)
+{
+    const struct lock_backend *be = s->lock->be;
+    return be->valid_until ? be->valid_until(s->impl, g) : g->valid_until_us;
+}
+
 void lock_stats(const struct lock *l, struct lock_stats *out)
 {
     const struct lock_counters *c = &l->counters;

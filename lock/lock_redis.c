@@ -1,57 +1,211 @@
-/* redis: SET key token NX PX ttl, unlocked by an owner-checked Lua
- * compare-and-delete. The grant and its fencing token are taken in one script,
- * so no grant exists without a token. Waiting retries with jittered backoff
- * until the deadline. */
+/* redis: a reentrant lease lock on one Redis, in the manner of Redisson.
+ *
+ * The lock key is a hash {owner: holds} with a PX lease; the owner is the
+ * session (one per thread), so the same session re-acquiring increments its
+ * count and must release as many times. Grant, lease and fencing token (INCR
+ * "<key>:fence" on a new grant) are one script, so no grant exists without a
+ * token.
+ *
+ * Watchdog: one thread per lock renews every held lease at ttl/3 with an
+ * owner-checked PEXPIRE, pipelined. It stops on release, when the lease turns
+ * out lost (counted), and at max_lease_ms after the grant. Validity is kept on
+ * the monotonic clock: renewal sent at t with lease L is valid until t + L.
+ *
+ * Waiting without polling, by hand-off: a waiter whose attempt finds the lock
+ * taken is queued on "<key>:queue" as "<deadline ms>:<owner>" (Redis clock)
+ * and BLPOPs its own "<key>:grant:<owner>" for at most min(wait left, the
+ * holder's PTTL). The release that frees the lock gives it straight to the
+ * first queued waiter whose deadline has not passed (new lease, new fence)
+ * and pushes the fence onto that waiter's grant list: one waiter is woken, and
+ * it already holds the lock, so nobody barges in between and no wake is
+ * wasted. A grant pushed before the waiter blocks waits in its list (and the
+ * next attempt picks it up), so no wake is lost. A holder that crashed pushes
+ * nothing, but its lease, which bounds the BLPOP, runs out and the waiter's
+ * next attempt takes the free lock. A waiter that gives up at its deadline
+ * leaves the queue in its last attempt. A waiter whose process died while
+ * queued can be handed the lock until its deadline; that grant then runs out
+ * after one ttl (nobody renews it). */
 #include "lock_impl.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token, ARGV[2] ttl ms,
- * ARGV[3] "1" to take a fencing token. Returns the fence (0 when not fenced),
- * or -1 when the lock is taken. */
-static struct rscript acquire_script = RSCRIPT_INIT("redis_acquire",
-    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-    "  if ARGV[3] == '1' then return redis.call('INCR', KEYS[2]) end\n"
-    "  return 0\n"
-    "end\n"
-    "return -1\n");
+/* Slack over a BLPOP's own timeout before the socket gives up on it: Redis
+ * times out blocked clients from its event loop, up to 1/hz late when idle. */
+#define BLPOP_SLACK_MS 15
+#define RENEW_BATCH 64
+#define KEY_MAX 600
 
-/* KEYS[1] lock key; ARGV[1] token. 1 when deleted, 0 when not the owner. */
-static struct rscript release_script = RSCRIPT_INIT("redis_release",
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  return redis.call('DEL', KEYS[1])\n"
+/* KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue, KEYS[4] the
+ * caller's grant list; ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take
+ * fencing tokens, ARGV[4] ms the caller will wait (0: it will not, and leaves
+ * the queue), ARGV[5] the caller's queue entry from an earlier attempt or "".
+ * Returns {1, fence, ""} for a new grant (also one handed over earlier),
+ * {2, fence, ""} when the owner re-entered, {0, holder's PTTL, queue entry}
+ * when taken. */
+static struct rscript acquire_script = RSCRIPT_INIT(
+    "redis_acquire",
+    "local pttl = redis.call('PTTL', KEYS[1])\n"
+    "if pttl == -2 then\n"
+    "  if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end\n"
+    "  redis.call('HSET', KEYS[1], ARGV[1], 1)\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end\n"
+    "  return {1, 0, ''}\n"
     "end\n"
-    "return 0\n");
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then\n"
+    "  local handed = redis.call('LPOP', KEYS[4])\n"
+    "  if handed then return {1, tonumber(handed), ''} end\n"
+    "  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  if ARGV[3] == '1' then\n"
+    "    return {2, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}\n"
+    "  end\n"
+    "  return {2, 0, ''}\n"
+    "end\n"
+    "local entry = ARGV[5]\n"
+    "if ARGV[4] == '0' then\n"
+    "  if entry ~= '' then redis.call('LREM', KEYS[3], 1, entry) end\n"
+    "  entry = ''\n"
+    "elseif entry == '' then\n"
+    "  local t = redis.call('TIME')\n"
+    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "  entry = (now + tonumber(ARGV[4])) .. ':' .. ARGV[1]\n"
+    "  redis.call('RPUSH', KEYS[3], entry)\n"
+    "  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]) + tonumber(ARGV[2]))\n"
+    "end\n"
+    "return {0, pttl, entry}\n");
+
+/* KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue; ARGV[1] owner,
+ * ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens, ARGV[4] the prefix of
+ * grant lists ("<key>:grant:"; the next owner's list is ARGV[4]..owner).
+ * Returns the owner's holds left (> 0), 0 when released (and handed to the
+ * first live waiter, if any), -1 when ARGV[1] does not hold it. */
+static struct rscript release_script = RSCRIPT_INIT(
+    "redis_release",
+    "local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)\n"
+    "if left > 0 then return left end\n"
+    "if left < 0 then\n"
+    "  redis.call('HDEL', KEYS[1], ARGV[1]) -- not ours: undo (an empty hash goes)\n"
+    "  return -1\n"
+    "end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "local now = nil\n"
+    "while true do\n"
+    "  local e = redis.call('LPOP', KEYS[3])\n"
+    "  if not e then return 0 end\n"
+    "  if not now then\n"
+    "    local t = redis.call('TIME')\n"
+    "    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "  end\n"
+    "  local sep = string.find(e, ':', 1, true)\n"
+    "  if sep and tonumber(string.sub(e, 1, sep - 1)) > now then\n"
+    "    local owner = string.sub(e, sep + 1)\n"
+    "    redis.call('HSET', KEYS[1], owner, 1)\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "    local fence = 0\n"
+    "    if ARGV[3] == '1' then fence = redis.call('INCR', KEYS[2]) end\n"
+    "    local grant = ARGV[4] .. owner\n"
+    "    redis.call('RPUSH', grant, fence)\n"
+    "    redis.call('PEXPIRE', grant, ARGV[2])\n"
+    "    return 0\n"
+    "  end\n"
+    "end\n");
+
+/* KEYS[1] lock hash; ARGV[1] owner, ARGV[2] lease ms. 1 when renewed, 0 when
+ * ARGV[1] no longer holds it. */
+static struct rscript renew_script =
+    RSCRIPT_INIT("redis_renew", "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then\n"
+                                "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+                                "end\n"
+                                "return 0\n");
+
+/* One key held by one session; shared with the watchdog (under st->mu). */
+struct lease {
+    struct lease *prev, *next; /* the watchdog's list */
+    struct lease *snext;       /* the session's list (session thread only) */
+    int depth;                 /* grants of this session not yet released */
+    int lost;                  /* renewal found another owner (or none) */
+    int in_flight;             /* the watchdog is renewing it right now */
+    int orphan;                /* released while in flight: the watchdog frees it */
+    int64_t valid_until_us;
+    int64_t renew_at_us; /* INT64_MAX: no more renewals */
+    int64_t max_until_us;
+    char owner[33];
+    char key[];
+};
 
 struct redis_state {
     int ttl_ms;
+    int max_lease_ms;
     int fencing;
+    char ttl_arg[16];
+    struct lock_counters *counters;
+
+    pthread_mutex_t mu;
+    pthread_cond_t changed; /* a lease added, or stop */
+    struct lease *leases;
+    int started, stop;
+    pthread_t thread;
+    struct rconn *conn; /* the watchdog's own connection */
 };
 
 struct redis_session {
     struct redis_state *st;
     struct rconn *data;
-    unsigned int seed;
+    struct lease *mine;
+    char owner[33];
 };
+
+static int64_t renew_period_us(const struct redis_state *st)
+{
+    return (int64_t)st->ttl_ms * 1000 / 3;
+}
 
 static void *redis_create(const struct lock_config *cfg, struct lock_counters *counters,
                           char *err, size_t errlen)
 {
-    (void)counters, (void)err, (void)errlen;
+    (void)err, (void)errlen;
     struct redis_state *st = calloc(1, sizeof(*st));
     if (!st)
         abort();
     st->ttl_ms = cfg->ttl_ms;
+    st->max_lease_ms = cfg->max_lease_ms > cfg->ttl_ms ? cfg->max_lease_ms : cfg->ttl_ms;
     st->fencing = cfg->fencing;
+    snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
+    st->counters = counters;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&st->mu, NULL);
     return st;
 }
 
 static void redis_destroy(void *state)
 {
-    free(state);
+    struct redis_state *st = state;
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_signal(&st->changed);
+    int started = st->started;
+    pthread_mutex_unlock(&st->mu);
+    if (started)
+        pthread_join(st->thread, NULL);
+    while (st->leases) { /* held by sessions freed without releasing */
+        struct lease *l = st->leases;
+        st->leases = l->next;
+        free(l);
+    }
+    rconn_free(st->conn);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->changed);
+    free(st);
 }
 
 static void *redis_session_new(void *state, struct rconn *data)
@@ -61,75 +215,364 @@ static void *redis_session_new(void *state, struct rconn *data)
         abort();
     s->st = state;
     s->data = data;
-    char token[33];
-    lock_token_new(token);
-    s->seed = (unsigned int)strtoul(token + 24, NULL, 16);
+    lock_token_new(s->owner);
     return s;
 }
 
+static void lease_end(struct redis_session *s, struct lease *l);
+
 static void redis_session_free(void *session)
 {
-    free(session);
+    struct redis_session *s = session;
+    while (s->mine) /* not released: stop renewing, let the leases run out */
+        lease_end(s, s->mine);
+    free(s);
 }
 
-static void sleep_us(int64_t us)
+/* ---- watchdog ---------------------------------------------------------- */
+
+static void lease_unlink(struct redis_state *st, struct lease *l)
 {
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
+    if (l->prev)
+        l->prev->next = l->next;
+    else if (st->leases == l)
+        st->leases = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+/* Sends one batch of due renewals; called with st->mu held, drops it while on
+ * the network. */
+static void renew_due(struct redis_state *st, int64_t now)
+{
+    struct lease *batch[RENEW_BATCH];
+    char lease_ms[RENEW_BATCH][16];
+    int n = 0;
+    for (struct lease *l = st->leases; l && n < RENEW_BATCH; l = l->next) {
+        if (l->renew_at_us > now || l->in_flight)
+            continue;
+        int64_t ms = (l->max_until_us - now) / 1000;
+        if (ms > st->ttl_ms)
+            ms = st->ttl_ms;
+        if (ms <= 0) {
+            l->renew_at_us = INT64_MAX; /* max lease reached: let it run out */
+            continue;
+        }
+        snprintf(lease_ms[n], sizeof(lease_ms[n]), "%lld", (long long)ms);
+        l->in_flight = 1;
+        batch[n++] = l;
+    }
+    if (n == 0)
+        return;
+    pthread_mutex_unlock(&st->mu);
+    /* key and owner never change while the lease exists, and in_flight keeps
+     * it alive, so they are read without the mutex. */
+    int sent = 0;
+    if (rconn_script_load(st->conn, &renew_script) == 0) {
+        for (; sent < n; sent++) {
+            const char *argv[] = {batch[sent]->key, batch[sent]->owner, lease_ms[sent]};
+            if (rconn_append_eval(st->conn, &renew_script, 1, 2, argv, NULL) != 0)
+                break;
+        }
+    }
+    long long result[RENEW_BATCH];
+    int noscript = 0;
+    for (int i = 0; i < n; i++) {
+        redisReply *r = i < sent ? rconn_reply(st->conn) : NULL;
+        result[i] = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (rconn_is_noscript(r))
+            noscript = 1;
+        if (r)
+            freeReplyObject(r);
+    }
+    if (noscript) {
+        /* Redis lost its script cache: the next round's EVAL fallback reloads it. */
+        const char *argv[] = {batch[0]->key, batch[0]->owner, lease_ms[0]};
+        redisReply *r = rconn_eval(st->conn, &renew_script, 1, 2, argv, NULL);
+        if (r)
+            freeReplyObject(r);
+    }
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < n; i++) {
+        struct lease *l = batch[i];
+        l->in_flight = 0;
+        if (l->orphan) {
+            free(l);
+            continue;
+        }
+        if (result[i] == 1) {
+            int64_t until = now + atoll(lease_ms[i]) * 1000;
+            if (until > l->valid_until_us)
+                l->valid_until_us = until;
+            l->renew_at_us = now + renew_period_us(st);
+            lock_count_renewal(st->counters);
+        } else if (result[i] == 0) {
+            l->lost = 1;
+            l->valid_until_us = 0;
+            l->renew_at_us = INT64_MAX;
+            lock_count_lost(st->counters);
+        } else {
+            /* Redis unreachable: try again soon, while the lease may still live. */
+            l->renew_at_us = now + renew_period_us(st) / 4;
+        }
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct redis_state *st = arg;
+    pthread_mutex_lock(&st->mu);
+    while (!st->stop) {
+        int64_t now = lock_now_us();
+        int64_t next = INT64_MAX;
+        for (struct lease *l = st->leases; l; l = l->next)
+            if (!l->in_flight && l->renew_at_us < next)
+                next = l->renew_at_us;
+        if (next <= now) {
+            renew_due(st, now);
+            continue;
+        }
+        if (next == INT64_MAX) {
+            pthread_cond_wait(&st->changed, &st->mu);
+        } else {
+            struct timespec ts = {.tv_sec = next / 1000000,
+                                  .tv_nsec = (long)(next % 1000000) * 1000};
+            pthread_cond_timedwait(&st->changed, &st->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+/* Starts tracking a new hold of key by s; starts the watchdog on first use. */
+static struct lease *lease_new(struct redis_session *s, const char *key, int64_t start)
+{
+    struct redis_state *st = s->st;
+    size_t keylen = strlen(key);
+    struct lease *l = calloc(1, sizeof(*l) + keylen + 1);
+    if (!l)
+        abort();
+    memcpy(l->key, key, keylen + 1);
+    memcpy(l->owner, s->owner, sizeof(l->owner));
+    l->depth = 1;
+    l->valid_until_us = start + (int64_t)st->ttl_ms * 1000;
+    l->max_until_us = start + (int64_t)st->max_lease_ms * 1000;
+    l->renew_at_us =
+        l->max_until_us > l->valid_until_us ? start + renew_period_us(st) : INT64_MAX;
+    l->snext = s->mine;
+    s->mine = l;
+    pthread_mutex_lock(&st->mu);
+    if (!st->started) {
+        st->conn = rconn_clone(s->data);
+        if (pthread_create(&st->thread, NULL, watchdog_main, st) != 0)
+            abort();
+        st->started = 1;
+    }
+    l->next = st->leases;
+    if (l->next)
+        l->next->prev = l;
+    st->leases = l;
+    if (l->renew_at_us != INT64_MAX)
+        pthread_cond_signal(&st->changed);
+    pthread_mutex_unlock(&st->mu);
+    return l;
+}
+
+/* Stops tracking l (its last grant is released). */
+static void lease_end(struct redis_session *s, struct lease *l)
+{
+    for (struct lease **p = &s->mine; *p; p = &(*p)->snext) {
+        if (*p == l) {
+            *p = l->snext;
+            break;
+        }
+    }
+    struct redis_state *st = s->st;
+    pthread_mutex_lock(&st->mu);
+    lease_unlink(st, l);
+    int in_flight = l->in_flight;
+    if (in_flight)
+        l->orphan = 1;
+    pthread_mutex_unlock(&st->mu);
+    if (!in_flight)
+        free(l);
+}
+
+/* The session's live lease on key, or NULL. */
+static struct lease *lease_find(struct redis_session *s, const char *key)
+{
+    for (struct lease *l = s->mine; l; l = l->snext)
+        if (strcmp(l->key, key) == 0)
+            return l;
+    return NULL;
+}
+
+/* ---- acquire / release ---------------------------------------------------- */
+
+/* Blocks on the session's grant list of key for at most wait_us. Returns 1
+ * with *fence set when the lock was handed over, 0 when timed out or the
+ * connection failed (the next attempt tells which mattered). */
+static int wait_grant(struct redis_session *s, const char *grant_key, int64_t wait_us,
+                      long long *fence)
+{
+    char timeout[24];
+    int64_t ms = (wait_us + 999) / 1000;
+    if (ms < 1)
+        ms = 1; /* 0 would block forever */
+    snprintf(timeout, sizeof(timeout), "%lld.%03lld", (long long)(ms / 1000),
+             (long long)(ms % 1000));
+    redisContext *c = rconn_ctx(s->data);
+    if (!c)
+        return 0;
+    /* The socket gives up shortly after Redis should have: the BLPOP can be
+     * longer than the connection's own timeout, and Redis may be late. */
+    int64_t sock_ms = ms + BLPOP_SLACK_MS;
+    struct timeval tv = {.tv_sec = sock_ms / 1000, .tv_usec = (sock_ms % 1000) * 1000};
+    redisSetTimeout(c, tv);
+    const char *argv[] = {"BLPOP", grant_key, timeout};
+    redisReply *r = rconn_command_argv(s->data, 3, argv, NULL);
+    if (!r)
+        return 0; /* the context is gone; the next call reconnects */
+    int normal = rconn_timeout_ms(s->data);
+    tv.tv_sec = normal / 1000;
+    tv.tv_usec = (normal % 1000) * 1000;
+    redisSetTimeout(c, tv);
+    int handed = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 r->element[1]->type == REDIS_REPLY_STRING;
+    if (handed)
+        *fence = atoll(r->element[1]->str);
+    freeReplyObject(r);
+    return handed;
+}
+
+/* Records a grant of key that s got at start (monotonic). */
+static void grant_fill(struct redis_session *s, const char *key, int reentered,
+                       long long fence, int64_t start, struct lock_grant *g)
+{
+    struct redis_state *st = s->st;
+    struct lease *l = lease_find(s, key);
+    if (reentered && l) {
+        l->depth++;
+        pthread_mutex_lock(&st->mu);
+        if (!l->lost && start + (int64_t)st->ttl_ms * 1000 > l->valid_until_us)
+            l->valid_until_us = start + (int64_t)st->ttl_ms * 1000;
+        pthread_mutex_unlock(&st->mu);
+    } else {
+        if (l) { /* an earlier hold of ours was lost unnoticed: a new lease */
+            pthread_mutex_lock(&st->mu);
+            if (!l->lost) {
+                l->lost = 1;
+                l->valid_until_us = 0;
+                l->renew_at_us = INT64_MAX;
+                lock_count_lost(st->counters);
+            }
+            pthread_mutex_unlock(&st->mu);
+            for (struct lease **p = &s->mine; *p; p = &(*p)->snext)
+                if (*p == l) {
+                    *p = l->snext;
+                    break;
+                }
+            l->snext = NULL;
+        }
+        l = lease_new(s, key, start);
+    }
+    memcpy(g->token, s->owner, sizeof(g->token));
+    g->fence = (uint64_t)fence;
+    g->acquired_us = start;
+    g->valid_until_us = start + (int64_t)st->ttl_ms * 1000;
+    g->holder = l;
 }
 
 static lock_status redis_acquire(void *session, const char *key, int64_t deadline_us,
                                  struct lock_grant *g)
 {
     struct redis_session *s = session;
-    char fkey[600], ttl[16];
+    struct redis_state *st = s->st;
+    char fkey[KEY_MAX], qkey[KEY_MAX], gkey[KEY_MAX], wait_arg[24], entry[80] = "";
     lock_fence_key(key, fkey, sizeof(fkey));
-    snprintf(ttl, sizeof(ttl), "%d", s->st->ttl_ms);
-    lock_token_new(g->token);
-    const char *argv[] = {key, fkey, g->token, ttl, s->st->fencing ? "1" : "0"};
-    int64_t backoff_us = 200;
+    snprintf(qkey, sizeof(qkey), "%s:queue", key);
+    snprintf(gkey, sizeof(gkey), "%s:grant:%s", key, s->owner);
+    const char *argv[] = {
+        key,      fkey, qkey, gkey, s->owner, st->ttl_arg, st->fencing ? "1" : "0",
+        wait_arg, entry};
     for (;;) {
         int64_t start = lock_now_us();
-        redisReply *r = rconn_eval(s->data, &acquire_script, 2, 3, argv, NULL);
-        if (!r || r->type != REDIS_REPLY_INTEGER) {
+        int64_t left_ms = (deadline_us - start) / 1000;
+        snprintf(wait_arg, sizeof(wait_arg), "%lld",
+                 (long long)(left_ms > 0 ? left_ms : 0));
+        redisReply *r = rconn_eval(s->data, &acquire_script, 4, 5, argv, NULL);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER ||
+            r->element[1]->type != REDIS_REPLY_INTEGER ||
+            r->element[2]->type != REDIS_REPLY_STRING) {
             if (r)
                 freeReplyObject(r);
-            return LOCK_ERROR;
+            return LOCK_ERROR; /* a queue entry left behind dies with its deadline */
         }
-        long long fence = r->integer;
+        long long kind = r->element[0]->integer, value = r->element[1]->integer;
+        snprintf(entry, sizeof(entry), "%s", r->element[2]->str);
         freeReplyObject(r);
-        if (fence >= 0) {
-            g->fence = (uint64_t)fence;
-            g->acquired_us = start;
-            g->valid_until_us = start + (int64_t)s->st->ttl_ms * 1000;
+        if (kind != 0) {
+            grant_fill(s, key, kind == 2, value, start, g);
             return LOCK_ACQUIRED;
         }
         g->contended = 1;
-        int64_t now = lock_now_us();
-        if (now >= deadline_us)
-            return LOCK_BUSY;
-        int64_t pause = backoff_us / 2 + rand_r(&s->seed) % (backoff_us / 2 + 1);
-        if (now + pause > deadline_us)
-            pause = deadline_us - now;
-        sleep_us(pause);
-        if (backoff_us < 20000)
-            backoff_us *= 2;
+        if (left_ms <= 0)
+            return LOCK_BUSY; /* that attempt also left the queue */
+        int64_t wait_us = deadline_us - lock_now_us();
+        int64_t lease_us = (value >= 0 ? value : st->ttl_ms) * 1000 + 1000;
+        if (lease_us < wait_us)
+            wait_us = lease_us;
+        long long fence;
+        /* A grant handed over cannot predate this attempt, or the attempt
+         * would have found it: its lease is counted from start. */
+        if (wait_us > 0 && wait_grant(s, gkey, wait_us, &fence)) {
+            int64_t now = lock_now_us();
+            grant_fill(s, key, 0, fence, start, g);
+            g->acquired_us = now;
+            return LOCK_ACQUIRED;
+        }
     }
 }
 
 static lock_status redis_release(void *session, const char *key, struct lock_grant *g)
 {
     struct redis_session *s = session;
-    const char *argv[] = {key, g->token};
-    redisReply *r = rconn_eval(s->data, &release_script, 1, 1, argv, NULL);
-    if (!r || r->type != REDIS_REPLY_INTEGER) {
-        if (r)
-            freeReplyObject(r);
-        return LOCK_ERROR;
+    struct redis_state *st = s->st;
+    char fkey[KEY_MAX], qkey[KEY_MAX], prefix[KEY_MAX];
+    lock_fence_key(key, fkey, sizeof(fkey));
+    snprintf(qkey, sizeof(qkey), "%s:queue", key);
+    snprintf(prefix, sizeof(prefix), "%s:grant:", key);
+    const char *argv[] = {
+        key, fkey, qkey, g->token, st->ttl_arg, st->fencing ? "1" : "0", prefix};
+    redisReply *r = rconn_eval(s->data, &release_script, 3, 4, argv, NULL);
+    lock_status res = LOCK_ERROR;
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        res = r->integer >= 0 ? LOCK_RELEASED : LOCK_NOT_HELD;
+    if (r)
+        freeReplyObject(r);
+    /* The grant is finished either way: forget it locally. A grant of another
+     * key is not ours to touch. */
+    struct lease *l = g->holder;
+    if (l && strcmp(l->key, key) == 0) {
+        g->holder = NULL;
+        if (--l->depth == 0)
+            lease_end(s, l); /* also a lost lease that a newer one replaced */
     }
-    lock_status st = r->integer == 1 ? LOCK_RELEASED : LOCK_NOT_HELD;
-    freeReplyObject(r);
-    return st;
+    return res;
+}
+
+static int64_t redis_valid_until(void *session, const struct lock_grant *g)
+{
+    struct redis_session *s = session;
+    struct lease *l = g->holder;
+    if (!l)
+        return g->valid_until_us;
+    pthread_mutex_lock(&s->st->mu);
+    int64_t until = l->lost ? 0 : l->valid_until_us;
+    pthread_mutex_unlock(&s->st->mu);
+    return until;
 }
 
 const struct lock_backend lock_backend_redis = {
@@ -141,4 +584,5 @@ const struct lock_backend lock_backend_redis = {
     .session_free = redis_session_free,
     .acquire = redis_acquire,
     .release = redis_release,
+    .valid_until = redis_valid_until,
 };

@@ -1,17 +1,229 @@
-/* redlock: placeholder until the backend lands. */
+/* redlock: the Redlock algorithm over N independent Redis masters (N >= 3, odd).
+ *
+ * Acquire: SET key token NX PX ttl on every node at once (pipelined, one short
+ * per-node timeout), with the same random token. Held when a majority said OK
+ * and the validity ttl - elapsed - drift (drift = 1% of ttl + 2 ms) is still
+ * positive; otherwise the partial grant is released on all nodes and the
+ * attempt retried after a jittered pause, until the wait deadline.
+ * Release: owner-checked delete on every node. Survives the loss of a minority
+ * of nodes. Fencing tokens come from the data Redis (lock.c's INCR), since the
+ * nodes share no counter. */
 #include "lock_impl.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define REDLOCK_MAX_NODES 15
+#define REDLOCK_NODE_TIMEOUT_MS 50
+
+/* KEYS[1] lock key; ARGV[1] token. 1 when deleted, 0 when not the owner. */
+static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                  "  return redis.call('DEL', KEYS[1])\n"
+                                  "end\n"
+                                  "return 0\n";
+
+struct redlock_state {
+    int ttl_ms;
+    char ttl_arg[16];
+    int nnodes;
+    struct rconn_addr nodes[REDLOCK_MAX_NODES];
+    char *password;
+    int node_timeout_ms;
+};
+
+struct redlock_session {
+    struct redlock_state *st;
+    struct rconn *node[REDLOCK_MAX_NODES];
+    unsigned int seed;
+};
 
 static void *redlock_create(const struct lock_config *cfg, struct lock_counters *counters,
-                          char *err, size_t errlen)
+                            char *err, size_t errlen)
 {
-    (void)cfg, (void)counters;
-    snprintf(err, errlen, "lock mode 'redlock' is not implemented yet");
-    return NULL;
+    (void)counters;
+    if (!cfg->nodes || cfg->nnodes < 3 || cfg->nnodes % 2 == 0 ||
+        cfg->nnodes > REDLOCK_MAX_NODES) {
+        snprintf(err, errlen,
+                 "redlock needs an odd number of independent nodes, 3 to %d "
+                 "(--lock-nodes); got %d",
+                 REDLOCK_MAX_NODES, cfg->nodes ? cfg->nnodes : 0);
+        return NULL;
+    }
+    struct redlock_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        abort();
+    st->ttl_ms = cfg->ttl_ms;
+    snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
+    st->nnodes = cfg->nnodes;
+    memcpy(st->nodes, cfg->nodes, sizeof(st->nodes[0]) * (size_t)cfg->nnodes);
+    st->password = cfg->password && *cfg->password ? strdup(cfg->password) : NULL;
+    st->node_timeout_ms = cfg->timeout_ms < REDLOCK_NODE_TIMEOUT_MS
+                              ? cfg->timeout_ms
+                              : REDLOCK_NODE_TIMEOUT_MS;
+    return st;
+}
+
+static void redlock_destroy(void *state)
+{
+    struct redlock_state *st = state;
+    free(st->password);
+    free(st);
+}
+
+static void *redlock_session_new(void *state, struct rconn *data)
+{
+    (void)data;
+    struct redlock_state *st = state;
+    struct redlock_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        abort();
+    s->st = st;
+    for (int i = 0; i < st->nnodes; i++)
+        s->node[i] = rconn_new(st->nodes[i].host, st->nodes[i].port, st->password,
+                               st->node_timeout_ms);
+    char token[33];
+    lock_token_new(token);
+    s->seed = (unsigned int)strtoul(token + 24, NULL, 16);
+    return s;
+}
+
+static void redlock_session_free(void *session)
+{
+    struct redlock_session *s = session;
+    for (int i = 0; i < s->st->nnodes; i++)
+        rconn_free(s->node[i]);
+    free(s);
+}
+
+/* Sends argv to every node at once and collects the answers: ok[i] is 1 when
+ * node i's reply satisfied is_ok. Returns how many nodes answered at all. */
+static int all_nodes(struct redlock_session *s, int argc, const char **argv,
+                     int (*is_ok)(const redisReply *), int *ok)
+{
+    int n = s->st->nnodes, sent[REDLOCK_MAX_NODES], answered = 0;
+    for (int i = 0; i < n; i++) {
+        ok[i] = 0;
+        redisContext *c = rconn_ctx(s->node[i]);
+        sent[i] = c && redisAppendCommandArgv(c, argc, argv, NULL) == REDIS_OK;
+    }
+    for (int i = 0; i < n; i++) { /* flush all before waiting on any */
+        if (!sent[i])
+            continue;
+        redisContext *c = rconn_ctx(s->node[i]);
+        int done = 0;
+        while (!done && c && redisBufferWrite(c, &done) == REDIS_OK)
+            ;
+        if (!done) {
+            rconn_drop(s->node[i], "write failed");
+            sent[i] = 0;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!sent[i])
+            continue;
+        redisReply *r = rconn_reply(s->node[i]);
+        if (!r)
+            continue;
+        answered++;
+        ok[i] = is_ok(r);
+        freeReplyObject(r);
+    }
+    return answered;
+}
+
+static int set_ok(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+}
+
+static int deleted_ok(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+/* Owner-checked delete on every node; returns how many deleted. */
+static int release_all(struct redlock_session *s, const char *key, const char *token)
+{
+    const char *argv[] = {"EVAL", release_lua, "1", key, token};
+    int ok[REDLOCK_MAX_NODES], deleted = 0;
+    all_nodes(s, 5, argv, deleted_ok, ok);
+    for (int i = 0; i < s->st->nnodes; i++)
+        deleted += ok[i];
+    return deleted;
+}
+
+static void sleep_us(int64_t us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static lock_status redlock_acquire(void *session, const char *key, int64_t deadline_us,
+                                   struct lock_grant *g)
+{
+    struct redlock_session *s = session;
+    struct redlock_state *st = s->st;
+    int quorum = st->nnodes / 2 + 1;
+    int64_t ttl_us = (int64_t)st->ttl_ms * 1000;
+    int64_t drift_us = ttl_us / 100 + 2000;
+    lock_token_new(g->token);
+    const char *argv[] = {"SET", key, g->token, "NX", "PX", st->ttl_arg};
+    int64_t backoff_us = 1000;
+    for (;;) {
+        int64_t start = lock_now_us();
+        int ok[REDLOCK_MAX_NODES], granted = 0;
+        int answered = all_nodes(s, 6, argv, set_ok, ok);
+        for (int i = 0; i < st->nnodes; i++)
+            granted += ok[i];
+        int64_t now = lock_now_us();
+        int64_t validity = ttl_us - (now - start) - drift_us;
+        if (granted >= quorum && validity > 0) {
+            g->acquired_us = start;
+            g->valid_until_us = start + validity;
+            return LOCK_ACQUIRED;
+        }
+        if (granted > 0)
+            release_all(s, key, g->token);
+        if (answered < quorum)
+            return LOCK_ERROR; /* a majority is unreachable: nobody can hold it */
+        g->contended = 1;
+        now = lock_now_us();
+        if (now >= deadline_us)
+            return LOCK_BUSY;
+        int64_t pause = backoff_us / 2 + rand_r(&s->seed) % (backoff_us / 2 + 1);
+        if (now + pause > deadline_us)
+            pause = deadline_us - now;
+        sleep_us(pause);
+        if (backoff_us < 20000)
+            backoff_us *= 2;
+    }
+}
+
+static lock_status redlock_release(void *session, const char *key, struct lock_grant *g)
+{
+    struct redlock_session *s = session;
+    int ok[REDLOCK_MAX_NODES];
+    const char *argv[] = {"EVAL", release_lua, "1", key, g->token};
+    int answered = all_nodes(s, 5, argv, deleted_ok, ok);
+    int deleted = 0;
+    for (int i = 0; i < s->st->nnodes; i++)
+        deleted += ok[i];
+    if (deleted >= s->st->nnodes / 2 + 1)
+        return LOCK_RELEASED;
+    return answered >= s->st->nnodes / 2 + 1 ? LOCK_NOT_HELD : LOCK_ERROR;
 }
 
 const struct lock_backend lock_backend_redlock = {
     .name = "redlock",
+    .fenced = 1,
     .create = redlock_create,
+    .destroy = redlock_destroy,
+    .session_new = redlock_session_new,
+    .session_free = redlock_session_free,
+    .acquire = redlock_acquire,
+    .release = redlock_release,
 };

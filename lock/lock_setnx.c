@@ -1,17 +1,214 @@
-/* setnx: placeholder until the backend lands. */
+/* setnx: the classic pre-2.6.12 Redis lock.
+ *
+ *   SETNX key <expiry>          expiry = this instance's wall clock + ttl, in ms
+ *   taken: GET key; when the stored expiry has passed, GETSET key <new expiry>
+ *          and win only if the value GETSET returned had itself expired
+ *   release: DEL key, only if our own expiry has not passed yet
+ *
+ * Waiting polls with jittered backoff until the deadline.
+ *
+ * Known weaknesses, kept on purpose (this mode is here to be measured):
+ * - No owner token: the value is only a timestamp. A holder whose expiry check
+ *   passes and whose DEL then arrives late (a pause, or a clock that runs
+ *   behind another instance's) deletes a lock someone else now holds.
+ * - Correctness rests on synchronised wall clocks: an instance whose clock runs
+ *   ahead sees a live lease as expired and takes it over (lock_config's
+ *   clock_skew_ms shows this).
+ * - A loser's GETSET overwrites the winner's expiry with its own, so the winner's
+ *   lease silently becomes the loser's timing.
+ * - The key never expires in Redis; a crashed holder's key stays until the next
+ *   GETSET takeover.
+ * Fencing tokens (lock.c's INCR after the grant) make commits safe regardless. */
 #include "lock_impl.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct setnx_state {
+    int ttl_ms;
+    int skew_ms;
+};
+
+struct setnx_session {
+    struct setnx_state *st;
+    struct rconn *data;
+    unsigned int seed;
+};
 
 static void *setnx_create(const struct lock_config *cfg, struct lock_counters *counters,
                           char *err, size_t errlen)
 {
-    (void)cfg, (void)counters;
-    snprintf(err, errlen, "lock mode 'setnx' is not implemented yet");
-    return NULL;
+    (void)counters, (void)err, (void)errlen;
+    struct setnx_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        abort();
+    st->ttl_ms = cfg->ttl_ms;
+    st->skew_ms = cfg->clock_skew_ms;
+    return st;
+}
+
+static void setnx_destroy(void *state)
+{
+    free(state);
+}
+
+static void *setnx_session_new(void *state, struct rconn *data)
+{
+    struct setnx_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        abort();
+    s->st = state;
+    s->data = data;
+    char token[33];
+    lock_token_new(token);
+    s->seed = (unsigned int)strtoul(token + 24, NULL, 16);
+    return s;
+}
+
+static void setnx_session_free(void *session)
+{
+    free(session);
+}
+
+/* This instance's idea of the wall clock, in unix milliseconds. */
+static long long wall_ms(const struct setnx_state *st)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + st->skew_ms;
+}
+
+static void sleep_us(int64_t us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* A stored expiry: -1 when the key is gone (nil), -2 when unreadable. */
+static long long reply_expiry(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_NIL)
+        return -1;
+    if (r->type != REDIS_REPLY_STRING)
+        return -2;
+    char *end;
+    errno = 0;
+    long long v = strtoll(r->str, &end, 10);
+    return errno || *end ? -2 : v;
+}
+
+enum attempt { ATTEMPT_WON, ATTEMPT_TAKEN, ATTEMPT_ERROR };
+
+/* One SETNX (+ GET in the same round trip). On ATTEMPT_TAKEN, *held_until is
+ * the stored expiry (or -1 when it just vanished). */
+static enum attempt setnx_try(struct setnx_session *s, const char *key, long long now,
+                              long long expiry, long long *held_until)
+{
+    char val[24];
+    snprintf(val, sizeof(val), "%lld", expiry);
+    redisContext *c = rconn_ctx(s->data);
+    if (!c || redisAppendCommand(c, "SETNX %s %s", key, val) != REDIS_OK ||
+        redisAppendCommand(c, "GET %s", key) != REDIS_OK)
+        return ATTEMPT_ERROR;
+    redisReply *set = rconn_reply(s->data);
+    redisReply *get = set ? rconn_reply(s->data) : NULL;
+    enum attempt res = ATTEMPT_ERROR;
+    if (set && get && set->type == REDIS_REPLY_INTEGER) {
+        if (set->integer == 1) {
+            res = ATTEMPT_WON;
+        } else {
+            *held_until = reply_expiry(get);
+            res = *held_until == -2 ? ATTEMPT_ERROR : ATTEMPT_TAKEN;
+        }
+    }
+    if (set)
+        freeReplyObject(set);
+    if (get)
+        freeReplyObject(get);
+    if (res != ATTEMPT_TAKEN || *held_until < 0 || *held_until >= now)
+        return res;
+    /* Expired: take it over. Every loser of this race also overwrites the value. */
+    redisReply *r = rconn_command(s->data, "GETSET %s %s", key, val);
+    if (!r)
+        return ATTEMPT_ERROR;
+    long long old = reply_expiry(r);
+    freeReplyObject(r);
+    if (old == -2)
+        return ATTEMPT_ERROR;
+    if (old < now)
+        return ATTEMPT_WON; /* nil (deleted meanwhile) or still expired: ours */
+    *held_until = old;
+    return ATTEMPT_TAKEN;
+}
+
+static lock_status setnx_acquire(void *session, const char *key, int64_t deadline_us,
+                                 struct lock_grant *g)
+{
+    struct setnx_session *s = session;
+    int64_t backoff_us = 200;
+    for (;;) {
+        int64_t start = lock_now_us();
+        long long now = wall_ms(s->st);
+        long long expiry = now + s->st->ttl_ms + 1;
+        long long held_until = 0;
+        switch (setnx_try(s, key, now, expiry, &held_until)) {
+        case ATTEMPT_ERROR:
+            return LOCK_ERROR;
+        case ATTEMPT_WON:
+            /* The token is the expiry: this algorithm has no owner identity. */
+            snprintf(g->token, sizeof(g->token), "%lld", expiry);
+            g->acquired_us = start;
+            g->valid_until_us = start + (int64_t)s->st->ttl_ms * 1000;
+            return LOCK_ACQUIRED;
+        case ATTEMPT_TAKEN:
+            break;
+        }
+        g->contended = 1;
+        int64_t now_us = lock_now_us();
+        if (now_us >= deadline_us)
+            return LOCK_BUSY;
+        if (held_until < 0)
+            continue; /* released between SETNX and GET: try again at once */
+        int64_t pause = backoff_us / 2 + rand_r(&s->seed) % (backoff_us / 2 + 1);
+        int64_t until_expiry = (held_until - now) * 1000 + 1000;
+        if (pause > until_expiry)
+            pause = until_expiry;
+        if (now_us + pause > deadline_us)
+            pause = deadline_us - now_us;
+        sleep_us(pause);
+        if (backoff_us < 20000)
+            backoff_us *= 2;
+    }
+}
+
+static lock_status setnx_release(void *session, const char *key, struct lock_grant *g)
+{
+    struct setnx_session *s = session;
+    long long expiry = strtoll(g->token, NULL, 10);
+    if (wall_ms(s->st) >= expiry)
+        return LOCK_NOT_HELD; /* someone may hold it now: leave the key alone */
+    redisReply *r = rconn_command(s->data, "DEL %s", key);
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        if (r)
+            freeReplyObject(r);
+        return LOCK_ERROR;
+    }
+    lock_status st = r->integer == 1 ? LOCK_RELEASED : LOCK_NOT_HELD;
+    freeReplyObject(r);
+    return st;
 }
 
 const struct lock_backend lock_backend_setnx = {
     .name = "setnx",
+    .fenced = 1,
     .create = setnx_create,
+    .destroy = setnx_destroy,
+    .session_new = setnx_session_new,
+    .session_free = setnx_session_free,
+    .acquire = setnx_acquire,
+    .release = setnx_release,
 };

@@ -1,0 +1,157 @@
+-- orders.lua — wrk script: every request places one order, POST /skus/{sku}/orders.
+--
+--   wrk -t2 -c32 -d5s -s loadtest/orders.lua http://127.0.0.1:PORT -- SKU [USERS] [QTY] [TAG]
+--
+--   SKU    the SKU to buy (default "demo")
+--   USERS  0 (default): a fresh user per request, "<TAG>-t<thread>-<n>", so each user
+--          buys once and only stock limits the sale;
+--          N > 0: users drawn at random from a pool of N ("<TAG>-u<k>"), so users
+--          come back and the per-user limit is exercised
+--   QTY    units per order (default 1)
+--   TAG    user id prefix (default "w"); use a new one per run
+--
+-- Answers are counted per outcome in each thread; done() prints one JSON line starting
+-- with {"tool":"wrk-orders" holding the counts, req/s, latency percentiles (ms) and
+-- selling_s, the seconds from the first request to the last 201 (-1 when unknown).
+
+local threads = {}
+
+-- A monotonic clock through LuaJIT's FFI (wrk embeds LuaJIT); nil where unavailable.
+local now
+do
+    local ok, ffi = pcall(require, "ffi")
+    if ok then
+        ok = pcall(ffi.cdef, [[
+            typedef struct { long tv_sec; long tv_nsec; } orders_timespec;
+            int clock_gettime(int clk, orders_timespec *ts);
+        ]])
+    end
+    if ok then
+        local ts = ffi.new("orders_timespec")
+        now = function()
+            ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC: comparable across threads
+            return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) / 1e9
+        end
+    end
+end
+
+-- Runs in the main Lua state once per thread, before the threads start.
+function setup(thread)
+    table.insert(threads, thread)
+    thread:set("thread_no", #threads)
+end
+
+-- Per-thread state. The n_* globals are read back by done() through thread:get().
+local path, users, qty, tag
+local counter = 0
+local headers = { ["Content-Type"] = "application/json" }
+n_201, n_sold_out, n_limit, n_busy, n_unavailable, n_409_other, n_503_other = 0, 0, 0, 0, 0, 0, 0
+n_other = 0
+other_codes = "" -- "code:count,..." of the answers none of the above describe
+t_first, t_last_201 = -1, -1 -- monotonic seconds: first request sent, last 201 received
+local other = {}
+
+function init(args)
+    local sku = args[1] or "demo"
+    users = tonumber(args[2] or "0") or 0
+    qty = tonumber(args[3] or "1") or 1
+    tag = args[4] or "w"
+    path = "/skus/" .. sku .. "/orders"
+    math.randomseed(os.time() * 1000 + (thread_no or 0) * 7919)
+end
+
+function request()
+    counter = counter + 1
+    if counter == 1 and now then t_first = now() end
+    local user
+    if users > 0 then
+        user = tag .. "-u" .. math.random(users)
+    else
+        user = tag .. "-t" .. (thread_no or 0) .. "-" .. counter
+    end
+    local body = '{"user_id":"' .. user .. '","qty":' .. qty .. '}'
+    return wrk.format("POST", path, headers, body)
+end
+
+local function has(body, word)
+    return body ~= nil and string.find(body, '"' .. word .. '"', 1, true) ~= nil
+end
+
+function response(status, hdrs, body)
+    if status == 201 then
+        n_201 = n_201 + 1
+        if now then t_last_201 = now() end
+    elseif status == 409 then
+        if has(body, "sold_out") then
+            n_sold_out = n_sold_out + 1
+        elseif has(body, "limit_reached") then
+            n_limit = n_limit + 1
+        else
+            n_409_other = n_409_other + 1
+        end
+    elseif status == 503 then
+        if has(body, "busy") then
+            n_busy = n_busy + 1
+        elseif has(body, "unavailable") then
+            n_unavailable = n_unavailable + 1
+        else
+            n_503_other = n_503_other + 1
+        end
+    else
+        n_other = n_other + 1
+        other[status] = (other[status] or 0) + 1
+        local parts = {}
+        for code, n in pairs(other) do
+            table.insert(parts, code .. ":" .. n)
+        end
+        table.sort(parts)
+        other_codes = table.concat(parts, ",")
+    end
+end
+
+local function ms(us)
+    return (us or 0) / 1000.0
+end
+
+function done(summary, latency, requests)
+    local names = { "n_201", "n_sold_out", "n_limit", "n_busy", "n_unavailable",
+                    "n_409_other", "n_503_other", "n_other" }
+    local total = {}
+    for _, name in ipairs(names) do total[name] = 0 end
+    local merged = {}
+    local first, last = nil, nil
+    for _, t in ipairs(threads) do
+        local tf, tl = tonumber(t:get("t_first")) or -1, tonumber(t:get("t_last_201")) or -1
+        if tf >= 0 and (first == nil or tf < first) then first = tf end
+        if tl >= 0 and (last == nil or tl > last) then last = tl end
+        for _, name in ipairs(names) do
+            total[name] = total[name] + (tonumber(t:get(name)) or 0)
+        end
+        local codes = t:get("other_codes") or ""
+        for code, n in string.gmatch(codes, "(%d+):(%d+)") do
+            merged[code] = (merged[code] or 0) + tonumber(n)
+        end
+    end
+    local codes = {}
+    for code, n in pairs(merged) do
+        table.insert(codes, string.format('"%s":%d', code, n))
+    end
+    table.sort(codes)
+    -- Seconds from the first request to the last 201: how long selling took.
+    local selling = (first and last and last >= first) and (last - first) or -1
+    local secs = summary.duration / 1e6
+    local e = summary.errors
+    io.write(string.format(
+        '{"tool":"wrk-orders","threads":%d,"requests":%d,"duration_s":%.3f,' ..
+        '"req_per_s":%.1f,"p50_ms":%.3f,"p90_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,' ..
+        '"selling_s":%.3f,' ..
+        '"status_201":%d,"sold_out":%d,"limit_reached":%d,"busy":%d,"unavailable":%d,' ..
+        '"other_409":%d,"other_503":%d,"other":%d,"other_codes":{%s},' ..
+        '"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d}}\n',
+        #threads, summary.requests, secs, secs > 0 and summary.requests / secs or 0,
+        ms(latency:percentile(50)), ms(latency:percentile(90)), ms(latency:percentile(99)),
+        ms(latency.max), selling,
+        total.n_201, total.n_sold_out, total.n_limit, total.n_busy, total.n_unavailable,
+        total.n_409_other, total.n_503_other, total.n_other, table.concat(codes, ","),
+        e.connect, e.read, e.write, e.timeout))
+end

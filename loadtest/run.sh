@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+# run.sh — the oversell proof: for every lock mode, a fresh cluster (redis + N seckill
+# instances + a load balancer, scripts/cluster.sh), a SKU reset, wrk through the
+# balancer, then the client's counts against the server's counters and audit.
+#
+#   loadtest/run.sh [options] [-- extra seckill flags]
+#
+#   --modes LIST        comma-separated lock modes (none,local,setnx,redis,redlock,atomic)
+#   --instances N       seckill instances behind the balancer (3)
+#   --segments K        stock segments of the SKU (16)
+#   --stock N           initial stock (300)
+#   --duration D        wrk duration per mode, wrk syntax (5s)
+#   --connections C     wrk connections (48)
+#   --threads T         wrk threads (2)
+#   --work-us US        simulated work inside the critical section (3000)
+#   --users N           0: a fresh user per request; N: users drawn from a pool of N (0)
+#   --per-user-limit L  the SKU's per-user limit (1)
+#   --qty Q             units per order (1)
+#   --lb nginx|haproxy  the load balancer (nginx)
+#   --out DIR           where report.json, summary.tsv, chart.png go
+#                       (results/<time>-<pid>/, results/latest links to it)
+#   --no-chart          skip the gnuplot chart
+#   --keep              keep the clusters' dirs (logs, AOF) under DIR/clusters/
+#   --quiet             only the report table
+#
+# Exit status: 0 when every mode ran and gave numbers the client and the server agree
+# on; 1 when a mode failed to run (its row says why). Whether a mode oversold is the
+# report's business, not an error: tests/it_invariants.sh asserts on it. Ctrl-C stops
+# the running cluster; nothing is left running.
+# shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+CLUSTER=$ROOT/scripts/cluster.sh
+LUA=$ROOT/loadtest/orders.lua
+
+modes="none,local,setnx,redis,redlock,atomic"
+instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
+work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0
+extra=()
+
+usage() {
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '/^set -euo/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+    exit "${1:-2}"
+}
+while (($#)); do
+    case $1 in
+    --modes) modes=${2:?"$1 needs a value"}; shift 2 ;;
+    --instances) instances=${2:?"$1 needs a value"}; shift 2 ;;
+    --segments) segments=${2:?"$1 needs a value"}; shift 2 ;;
+    --stock) stock=${2:?"$1 needs a value"}; shift 2 ;;
+    --duration) duration=${2:?"$1 needs a value"}; shift 2 ;;
+    --connections) connections=${2:?"$1 needs a value"}; shift 2 ;;
+    --threads) wrk_threads=${2:?"$1 needs a value"}; shift 2 ;;
+    --work-us) work_us=${2:?"$1 needs a value"}; shift 2 ;;
+    --users) users=${2:?"$1 needs a value"}; shift 2 ;;
+    --per-user-limit) limit=${2:?"$1 needs a value"}; shift 2 ;;
+    --qty) qty=${2:?"$1 needs a value"}; shift 2 ;;
+    --lb) lb=${2:?"$1 needs a value"}; shift 2 ;;
+    --out) out=${2:?"$1 needs a value"}; shift 2 ;;
+    --no-chart) chart=0; shift ;;
+    --keep) keep=1; shift ;;
+    --quiet) quiet=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    -h | --help) usage 0 ;;
+    *) log "unknown option $1"; usage ;;
+    esac
+done
+for v in instances segments stock connections wrk_threads work_us users limit qty; do
+    [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} must be a whole number (got '${!v}')"
+done
+((stock > 0 && instances > 0 && qty > 0)) || die "--stock, --instances and --qty must be > 0"
+IFS=', ' read -r -a mode_list <<<"$modes"
+for m in "${mode_list[@]}"; do
+    case $m in none | local | setnx | redis | redlock | atomic) ;; *) die "unknown mode '$m'" ;; esac
+done
+for p in wrk curl; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
+seckill_bin >/dev/null || exit 1
+
+say() { ((quiet)) || printf '%s\n' "$*" >&2; }
+
+if [[ -z $out ]]; then
+    out=$ROOT/results/$(date +%Y%m%d-%H%M%S)-$$
+    mkdir -p "$out"
+    ln -sfn "$(basename "$out")" "$ROOT/results/latest"
+fi
+mkdir -p "$out/modes" "$out/clusters"
+out=$(cd "$out" && pwd)
+
+# ---- cleanup: whatever cluster is up goes down, on success, failure or Ctrl-C -------
+CUR_CLUSTER=""
+cleanup() {
+    local rc=$?
+    if [[ -n $CUR_CLUSTER && -d $CUR_CLUSTER ]]; then
+        "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet || rc=1
+        CUR_CLUSTER=""
+    fi
+    if ((!keep)) && ((rc == 0)); then rm -rf "$out/clusters"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT
+trap 'exit 143' TERM
+
+# ---- one mode -----------------------------------------------------------------------
+
+# num JSON KEY: a number field, or the default $3 (0) when absent.
+num() {
+    local v
+    v=$(json_get "$2" <<<"$1" 2>/dev/null) || v=""
+    [[ $v =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && echo "$v" || echo "${3:-0}"
+}
+# raw JSON or null, for embedding server answers in the report
+json_or_null() { [[ $1 == \{* || $1 == \[* ]] && printf '%s' "$1" || printf 'null'; }
+
+# All instances have finished what they were doing (the last answers wrk did not wait
+# for are still placed or refused server-side before the audit is read).
+instances_idle() {
+    local u s n
+    for u in $INSTANCE_URLS; do
+        s=$(curl -s --max-time 2 "$u/stats") || return 1
+        n=$(num "$s" inflight 0)
+        ((n <= 1)) || return 1 # the /stats request itself
+    done
+}
+
+# stats_as_object '[a,b,c]' -> '"0":a,"1":b,"2":c' (so json_get can pick element i)
+stats_as_object() {
+    awk 'BEGIN { RS = "\001" } {
+        s = $0; sub(/^[ \t\r\n]*\[/, "", s); sub(/\][ \t\r\n]*$/, "", s)
+        out = ""; depth = 0; instr = 0; start = 1; n = 0
+        for (i = 1; i <= length(s); i++) {
+            c = substr(s, i, 1)
+            if (instr) { if (c == "\\") i++; else if (c == "\"") instr = 0; continue }
+            if (c == "\"") instr = 1
+            else if (c == "{" || c == "[") depth++
+            else if (c == "}" || c == "]") depth--
+            else if (c == "," && depth == 0) {
+                out = out (n ? "," : "") "\"" n "\":" substr(s, start, i - start); n++; start = i + 1
+            }
+        }
+        if (length(s) >= start) out = out (n ? "," : "") "\"" n "\":" substr(s, start)
+        printf "%s", out
+    }' <<<"$1"
+}
+
+ROWS=() # tab-separated rows, see the header in summary.tsv
+any_error=0
+
+run_mode() {
+    local mode=$1 cdir=$out/clusters/$1 mdir=$out/modes
+    local error="" put_code wrk_json="" sku_json="" audit_json="" stats_json="[]"
+    local -a up_args=(up --dir "$cdir" --quiet --instances "$instances" --lb "$lb" --lock "$mode")
+    say ""
+    say "== $mode: $instances instances, K=$segments, stock $stock, ${work_us}us of work, wrk -c$connections -d$duration"
+    CUR_CLUSTER=$cdir # from here on the exit trap takes it down
+    if ! "$CLUSTER" "${up_args[@]}" -- --segments "$segments" --work-us "$work_us" \
+        --log-level warn "${extra[@]}" >/dev/null 2>"$mdir/$mode.up.err"; then
+        error="cluster did not start: $(grep -v '^ ' "$mdir/$mode.up.err" | grep -iv 'stopping what' | tail -n 1)"
+        [[ ! -d $cdir ]] || "$CLUSTER" down --dir "$cdir" --quiet || true
+        CUR_CLUSTER=""
+    else
+        # shellcheck disable=SC1091
+        source "$cdir/cluster.env"
+        local sku="proof-$mode" body tag
+        body=$(printf '{"stock":%d,"segments":%d,"per_user_limit":%d}' "$stock" "$segments" "$limit")
+        local -a auth=()
+        [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
+        put_code=$(curl -s -o "$mdir/$mode.put.json" -w '%{http_code}' --max-time 10 -X PUT \
+            -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$LB_URL/skus/$sku") || true
+        if [[ $put_code != 200 && $put_code != 201 ]]; then
+            error="PUT /skus/$sku answered $put_code: $(cat "$mdir/$mode.put.json" 2>/dev/null)"
+        else
+            tag="$mode$$x$RANDOM"
+            say "   wrk through $LB_KIND at $LB_URL ..."
+            wrk -t "$wrk_threads" -c "$connections" -d "$duration" -s "$LUA" "$LB_URL" \
+                -- "$sku" "$users" "$qty" "$tag" >"$mdir/$mode.wrk.txt" 2>&1 || true
+            wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$mdir/$mode.wrk.txt" || true)
+            [[ -n $wrk_json ]] || error="wrk gave no summary: $(tail -n 1 "$mdir/$mode.wrk.txt")"
+            wait_until 10 instances_idle || say "   (instances still busy after 10s)"
+            sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" || true)
+            audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
+            local u s sep=""
+            stats_json="["
+            for u in $INSTANCE_URLS; do
+                s=$(curl -s --max-time 5 "$u/stats" || true)
+                stats_json+="$sep$(json_or_null "$s")"
+                sep=","
+            done
+            stats_json+="]"
+            [[ -n $error || $audit_json == \{* ]] || error="no audit: $audit_json"
+        fi
+        "$CLUSTER" down --dir "$cdir" --quiet || error="${error:-cluster down failed}"
+        CUR_CLUSTER=""
+        # Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the logs.
+        local flagged
+        flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
+            "$cdir"/seckill-*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ' || true)
+        [[ -z $flagged ]] || error="${error:+$error; }sanitizer report in ${flagged% } (kept in $cdir)"
+    fi
+
+    # ---- the row ----
+    local reqs p50 p99 selling c201 sold_out lim busy unav others placed oversold stranded
+    local remaining srv_sold audit_sold audit_orders breaches consistent agree result
+    reqs=$(num "$wrk_json" req_per_s) p50=$(num "$wrk_json" p50_ms) p99=$(num "$wrk_json" p99_ms)
+    selling=$(num "$wrk_json" selling_s -1)
+    c201=$(num "$wrk_json" status_201) sold_out=$(num "$wrk_json" sold_out)
+    lim=$(num "$wrk_json" limit_reached) busy=$(num "$wrk_json" busy)
+    unav=$(num "$wrk_json" unavailable)
+    local se
+    se=$(json_get socket_errors <<<"$wrk_json" 2>/dev/null || true)
+    others=$(($(num "$wrk_json" other_409) + $(num "$wrk_json" other_503) + $(num "$wrk_json" other) +
+        $(num "$se" connect) + $(num "$se" read) + $(num "$se" write) + $(num "$se" timeout)))
+    placed=$((c201 * qty))
+    oversold=$((placed > stock ? placed - stock : 0))
+    remaining=$(num "$sku_json" remaining -1)
+    srv_sold=$(num "$sku_json" sold -1)
+    stranded=0
+    if ((sold_out > 0 && remaining > 0)); then stranded=$remaining; fi
+    audit_sold=$(num "$audit_json" sold -1) audit_orders=$(num "$audit_json" orders -1)
+    breaches=$(num "$audit_json" limit_breaches -1)
+    consistent=$(json_get consistent <<<"$audit_json" 2>/dev/null || echo "?")
+    if [[ -n $error ]]; then
+        agree="-"
+    elif ((audit_sold == placed && audit_orders == c201 && srv_sold == placed)); then
+        agree=yes
+    else
+        agree=NO
+    fi
+    if [[ -n $error ]]; then
+        result="ERROR"
+        any_error=1
+    elif ((oversold > 0)); then
+        result="OVERSOLD"
+    elif ((placed == stock)); then
+        result="exact"
+    elif ((sold_out == 0 && lim > 0)); then
+        result="limited" # stock left, every user got their limit: demand ran out
+    elif ((sold_out == 0)); then
+        result="UNFINISHED" # stock left and nobody was refused: the run was too short
+    else
+        result="UNDERSOLD"
+    fi
+    if [[ $result != ERROR && $agree == NO ]]; then
+        result+="+MISMATCH" # acknowledged orders and the server's records disagree
+        any_error=1
+    fi
+    [[ -z $error ]] || say "   ERROR: $error"
+
+    ROWS+=("$(printf '%s\t' "$mode" "$instances" "$segments" "$reqs" "$p50" "$p99" "$selling" "$placed" \
+        "$stock" "$oversold" "$stranded" "$breaches" "$busy" "$unav" "$others" "$srv_sold" \
+        "$audit_sold" "$consistent" "$agree" "$result")${error//$'\t'/ }")
+
+    # ---- the JSON record ----
+    {
+        printf '{"mode":"%s","instances":%d,"segments":%d,"stock":%d,' "$mode" "$instances" "$segments" "$stock"
+        printf '"req_per_s":%s,"p50_ms":%s,"p99_ms":%s,"selling_s":%s,' "$reqs" "$p50" "$p99" "$selling"
+        printf '"placed":%d,"oversold":%d,"stranded":%d,"limit_breaches":%d,' "$placed" "$oversold" "$stranded" "$breaches"
+        printf '"busy":%d,"unavailable":%d,"other_errors":%d,' "$busy" "$unav" "$others"
+        printf '"server_sold":%d,"server_remaining":%d,"audit_sold":%d,"audit_orders":%d,' \
+            "$srv_sold" "$remaining" "$audit_sold" "$audit_orders"
+        printf '"client_matches_server":%s,"result":"%s",' \
+            "$([[ $agree == yes ]] && echo true || echo false)" "$result"
+        printf '"error":%s,' "$([[ -n $error ]] && printf '"%s"' "$(printf '%s' "$error" | sed 's/[\\"]/\\&/g' | tr -d '\n\r\t')" || echo null)"
+        printf '"wrk":%s,"sku":%s,"audit":%s,"stats":%s}\n' "$(json_or_null "$wrk_json")" \
+            "$(json_or_null "$sku_json")" "$(json_or_null "$audit_json")" "$stats_json"
+    } >"$mdir/$mode.json"
+    say "   placed $placed of $stock, server sold $srv_sold, audit sold $audit_sold: $result"
+    if [[ $stats_json != "[]" ]]; then
+        local per="" st i=0 o
+        while st=$(json_get "$i" <<<"{$(stats_as_object "$stats_json")}" 2>/dev/null); do
+            o=$(json_get orders <<<"$st" 2>/dev/null || true)
+            per+="${per:+ / }$(num "$o" placed "?")"
+            i=$((i + 1))
+        done
+        say "   orders placed per instance: $per"
+    fi
+}
+
+started=$SECONDS
+for m in "${mode_list[@]}"; do run_mode "$m"; done
+
+# ---- report -------------------------------------------------------------------------
+{
+    printf 'mode\tinstances\tsegments\treq_per_s\tp50_ms\tp99_ms\tselling_s\tplaced\tstock\toversold\tstranded\t'
+    printf 'limit_breaches\tbusy\tunavailable\tother_errors\tserver_sold\taudit_sold\taudit_consistent\t'
+    printf 'client_matches_server\tresult\terror\n'
+    printf '%s\n' "${ROWS[@]}"
+} >"$out/summary.tsv"
+
+{
+    printf '{"created":"%s","config":{"modes":"%s","instances":%d,"segments":%d,"stock":%d,' \
+        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$modes" "$instances" "$segments" "$stock"
+    printf '"duration":"%s","connections":%d,"threads":%d,"work_us":%d,"users":%d,' \
+        "$duration" "$connections" "$wrk_threads" "$work_us" "$users"
+    printf '"per_user_limit":%d,"qty":%d,"lb":"%s","extra_flags":"%s"},"modes":[' \
+        "$limit" "$qty" "$lb" "${extra[*]}"
+    sep=""
+    for m in "${mode_list[@]}"; do
+        printf '%s' "$sep"
+        tr -d '\n' <"$out/modes/$m.json"
+        sep=","
+    done
+    printf ']}\n'
+} >"$out/report.json"
+
+print_table() {
+    local fmt='%-8s %4s %4s %9s %8s %8s %7s %7s %6s %9s %9s %9s %6s %8s %7s %9s %9s  %s\n'
+    # shellcheck disable=SC2059
+    printf "$fmt" mode inst K req/s p50_ms p99_ms sell_s placed stock oversold stranded breaches \
+        busy unavail errors audit "consistent" result
+    local row mode inst k reqs p50 p99 sell placed stock over strand br busy unav oth cons agree result err
+    for row in "${ROWS[@]}"; do
+        IFS=$'\t' read -r mode inst k reqs p50 p99 sell placed stock over strand br busy unav oth _ _ cons agree result err <<<"$row"
+        if [[ $result == ERROR ]]; then
+            # shellcheck disable=SC2059
+            printf "$fmt" "$mode" "$inst" "$k" - - - - - "$stock" - - - - - - - - "ERROR: $err"
+            continue
+        fi
+        [[ $agree == yes ]] && agree="=client" || agree="MISMATCH"
+        [[ $sell == -* ]] && sell="?"
+        # shellcheck disable=SC2059
+        printf "$fmt" "$mode" "$inst" "$k" "$reqs" "$p50" "$p99" "$sell" "$placed" "$stock" "$over" \
+            "$strand" "$br" "$busy" "$unav" "$oth" "$agree" "$cons" "$result"
+    done
+}
+
+if ((chart)) && command -v gnuplot >/dev/null; then
+    {
+        echo "# mode placed stock req_per_s"
+        for row in "${ROWS[@]}"; do
+            IFS=$'\t' read -r m _ _ r _ _ _ p s _ <<<"$row"
+            echo "$m $p $s $r"
+        done
+    } >"$out/chart.dat"
+    term="pngcairo size 1000,700 font 'sans,10'"
+    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 || term="png size 1000,700"
+    if gnuplot >"$out/chart.log" 2>&1 <<EOF; then
+set terminal $term
+set output '$out/chart.png'
+set multiplot layout 2,1 title "seckill: $instances instances, K=$segments, stock $stock, ${work_us}us work, wrk -c$connections -d$duration via $lb"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set grid ytics
+set yrange [0:*]
+set key top right
+set offsets 0, 0, graph 0.15, 0
+set title "units placed (client-counted 201s) vs initial stock"
+plot '$out/chart.dat' using 2:xtic(1) title 'placed' lc rgb '#d62728', \
+     '' using 3 title 'stock' lc rgb '#7f7f7f'
+set title "throughput through the balancer (req/s, all answers)"
+unset key
+plot '$out/chart.dat' using 4:xtic(1) title 'req/s' lc rgb '#1f77b4'
+unset multiplot
+EOF
+        rm -f "$out/chart.log"
+    else
+        say "(gnuplot failed, see $out/chart.log)"
+    fi
+fi
+
+echo ""
+echo "seckill oversell report: instances $instances via $lb, K=$segments, stock $stock, ${work_us}us work," \
+    "wrk -t$wrk_threads -c$connections -d$duration, users $([[ $users == 0 ]] && echo 'unique' || echo "pool of $users"), limit $limit"
+print_table
+if ((quiet)); then exit "$any_error"; fi
+echo ""
+echo "sell_s = seconds from the first request to the last 201 (req/s counts every answer,"
+echo "mostly sold_out once the stock is gone); placed = client-counted units in 201 answers;"
+echo "oversold = placed - stock (floored at 0);"
+echo "stranded = stock left although demand was refused as sold_out; breaches = users over the"
+echo "per-user limit (audit); errors = other answers and socket errors; audit = the server's"
+echo "audit (recomputed from order records) vs the client's count."
+echo "none and local are expected to oversell across instances; the other modes must be exact."
+echo "report: $out/report.json  table: $out/summary.tsv$([[ -f $out/chart.png ]] && echo "  chart: $out/chart.png")"
+echo "took $((SECONDS - started))s"
+exit "$any_error"

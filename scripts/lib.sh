@@ -1,0 +1,278 @@
+# shellcheck shell=bash
+# lib.sh — shared helpers for scripts/, loadtest/ and tests/ (source it, don't run it).
+#
+#   free_port                    a loopback port nobody uses, below the ephemeral range
+#   proc_start NAME DIR CMD...   start CMD detached (own session); DIR/NAME.pid, DIR/NAME.log
+#   proc_alive NAME DIR          0 when the process recorded in DIR/NAME.pid still runs
+#   proc_stop NAME DIR [SECS]    SIGTERM, wait up to SECS (10), then SIGKILL; by pid file only
+#   wait_until SECS CMD...       poll CMD until it succeeds (0) or SECS pass (1)
+#   wait_started NAME DIR SECS CMD...  like wait_until, but gives up (2) when NAME died
+#   http_code URL                HTTP status of a GET (000 when no answer)
+#   redis_ping PORT              0 when redis-server on 127.0.0.1:PORT answers PONG
+#   json_get KEY                 a top-level field of the JSON object on stdin
+#   seckill_bin                  path of the server: $SECKILL_BIN, $SECKILL_BUILD/seckill,
+#                                or build/seckill
+#
+# Processes are found again only through their pid files, and a pid is only signalled
+# when /proc shows it is still the process that was started (same start time, kept in
+# DIR/NAME.start), so a recycled pid is never hit.
+
+SECKILL_ROOT=${SECKILL_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+
+log() { printf '%s\n' "$*" >&2; }
+die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+
+# Ports recently handed out by free_port, by any script of this user: one empty file per
+# port, created atomically (noclobber), so that picks made in subshells ($(free_port))
+# or by concurrent scripts differ even before the first one is bound. A reservation
+# expires after two minutes; by then the port is bound (and seen by ss) or abandoned.
+_LIB_PORTS_DIR=${TMPDIR:-/tmp}/seckill-ports.$(id -u)
+
+# free_port: prints a TCP port in [10000, ephemeral range start) with no socket on it.
+# Callers must still handle losing the race (the start helpers retry on "in use").
+free_port() {
+    local lo=10000 hi=32767 range p try
+    if [[ -r /proc/sys/net/ipv4/ip_local_port_range ]]; then
+        read -r range _ </proc/sys/net/ipv4/ip_local_port_range
+        if ((range > lo + 1000)); then hi=$((range - 1)); fi
+    fi
+    mkdir -p "$_LIB_PORTS_DIR" 2>/dev/null || true
+    find "$_LIB_PORTS_DIR" -type f -mmin +2 -delete 2>/dev/null || true
+    for ((try = 0; try < 200; try++)); do
+        p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+        # Any socket (listening or connected) on that local port disqualifies it.
+        if [[ -n $(ss -Htan "( sport = :$p )" 2>/dev/null) ]]; then continue; fi
+        # Belt and braces where ss is missing: nobody must accept a connection.
+        if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
+        if [[ -d $_LIB_PORTS_DIR ]] && ! (set -C && : >"$_LIB_PORTS_DIR/$p") 2>/dev/null; then
+            continue # somebody reserved it a moment ago
+        fi
+        echo "$p"
+        return 0
+    done
+    log "free_port: no free port found"
+    return 1
+}
+
+_proc_pid() { # NAME DIR -> pid on stdout, 1 when there is no pid file
+    local f="$2/$1.pid" pid
+    [[ -s $f ]] || return 1
+    read -r pid <"$f" || true
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    echo "$pid"
+}
+
+# proc_alive NAME DIR: the recorded process exists, is not a zombie, and is ours.
+proc_alive() {
+    local name=$1 dir=$2 pid state want
+    pid=$(_proc_pid "$name" "$dir") || return 1
+    [[ -d /proc/$pid ]] || return 1
+    state=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z && $state != X ]] || return 1
+    if [[ -s $dir/$name.start ]]; then
+        read -r want <"$dir/$name.start"
+        [[ $(_proc_starttime "$pid") == "$want" ]] || return 1
+    fi
+    return 0
+}
+
+_proc_starttime() { # PID -> start time in clock ticks since boot (field 22 of stat)
+    awk '{ sub(/^.*\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null
+}
+
+# proc_start NAME DIR CMD ARGS...: starts CMD in its own session (terminal signals
+# such as Ctrl-C do not reach it; whoever started it stops it with proc_stop), stdin
+# from /dev/null, stdout+stderr appended to DIR/NAME.log. Writes DIR/NAME.pid (the
+# pid of CMD itself) and DIR/NAME.start. Returns once the pid file exists.
+proc_start() {
+    local name=$1 dir=$2 prog i pid
+    shift 2
+    if proc_alive "$name" "$dir"; then
+        log "proc_start: $name already runs (pid $(_proc_pid "$name" "$dir"))"
+        return 1
+    fi
+    prog=$(command -v "$1") || {
+        log "proc_start: $1: not found"
+        return 1
+    }
+    rm -f "$dir/$name.pid" "$dir/$name.start"
+    # The inner shell records its own pid and then becomes CMD (exec keeps the pid).
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    setsid bash -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' \
+        "$dir/$name.pid" "$prog" "${@:2}" </dev/null >>"$dir/$name.log" 2>&1 &
+    for ((i = 0; i < 500; i++)); do
+        if [[ -s $dir/$name.pid ]]; then
+            # (pid, start time) names the process for good: a recycled pid differs.
+            pid=$(_proc_pid "$name" "$dir")
+            _proc_starttime "$pid" >"$dir/$name.start" || true
+            return 0
+        fi
+        sleep 0.01
+    done
+    log "proc_start: $name did not start"
+    return 1
+}
+
+# proc_stop NAME DIR [SECS]: stops the process of DIR/NAME.pid if it is still ours
+# (SIGTERM; SIGKILL after SECS, default 10) and removes the pid file. Returns 1 only
+# when the process could not be stopped.
+proc_stop() {
+    local name=$1 dir=$2 secs=${3:-10} pid i
+    pid=$(_proc_pid "$name" "$dir") || {
+        rm -f "$dir/$name.pid"
+        return 0
+    }
+    if proc_alive "$name" "$dir"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < secs * 20; i++)); do
+            proc_alive "$name" "$dir" || break
+            sleep 0.05
+        done
+        if proc_alive "$name" "$dir"; then
+            log "proc_stop: $name (pid $pid) ignored SIGTERM for ${secs}s, killing"
+            kill -KILL "$pid" 2>/dev/null || true
+            for ((i = 0; i < 100; i++)); do
+                proc_alive "$name" "$dir" || break
+                sleep 0.05
+            done
+            if proc_alive "$name" "$dir"; then
+                log "proc_stop: $name (pid $pid) survived SIGKILL"
+                return 1
+            fi
+        fi
+    fi
+    # Reap it when it happens to be our own child (no zombie left behind).
+    wait "$pid" 2>/dev/null || true
+    rm -f "$dir/$name.pid" "$dir/$name.start"
+    return 0
+}
+
+# wait_until SECS CMD...: true as soon as CMD succeeds; false after SECS.
+wait_until() {
+    local secs=$1 deadline
+    shift
+    deadline=$((SECONDS + secs))
+    while true; do
+        "$@" && return 0
+        ((SECONDS >= deadline)) && return 1
+        sleep 0.05
+    done
+}
+
+# wait_started NAME DIR SECS CMD...: waits for CMD like wait_until, but returns 2 at
+# once when the process NAME has died (so the caller can look at its log and retry).
+wait_started() {
+    local name=$1 dir=$2 secs=$3 deadline
+    shift 3
+    deadline=$((SECONDS + secs))
+    while true; do
+        "$@" && return 0
+        proc_alive "$name" "$dir" || return 2
+        ((SECONDS >= deadline)) && return 1
+        sleep 0.05
+    done
+}
+
+# Did NAME die because its port was taken? (looks at the end of its log)
+log_says_port_in_use() {
+    tail -n 30 "$2/$1.log" 2>/dev/null | grep -qiE 'in use|EADDRINUSE|cannot bind|could not bind|bind\(\)'
+}
+
+http_code() {
+    curl -s -o /dev/null -w '%{http_code}' --max-time "${2:-2}" "$1" 2>/dev/null || true
+}
+http_ok() { [[ $(http_code "$1") == 200 ]]; }
+
+redis_ping() {
+    [[ $(redis-cli -h 127.0.0.1 -p "$1" --no-auth-warning ping 2>/dev/null) == PONG ]]
+}
+
+# json_get KEY < json: the value of KEY at the top level of a JSON object: strings
+# without quotes (escapes kept as written), numbers/true/false/null as written,
+# nested objects/arrays as their raw text. Empty output and status 1 when absent.
+json_get() {
+    awk -v key="$1" '
+    BEGIN { RS = "\001"; found = 0 }
+    {
+        s = $0; n = length(s); depth = 0; i = 1
+        while (i <= n) {
+            c = substr(s, i, 1)
+            if (c == "\"") {
+                j = i + 1; str = ""
+                while (j <= n) {
+                    d = substr(s, j, 1)
+                    if (d == "\\") { str = str substr(s, j, 2); j += 2; continue }
+                    if (d == "\"") break
+                    str = str d; j++
+                }
+                i = j + 1
+                if (depth == 1) {
+                    k = i
+                    while (k <= n && substr(s, k, 1) ~ /[ \t\r\n]/) k++
+                    if (substr(s, k, 1) == ":" && str == key) {
+                        k++
+                        while (k <= n && substr(s, k, 1) ~ /[ \t\r\n]/) k++
+                        print value_at(s, k, n); found = 1; exit
+                    }
+                }
+                continue
+            }
+            if (c == "{" || c == "[") depth++
+            else if (c == "}" || c == "]") depth--
+            i++
+        }
+    }
+    function value_at(s, k, n,    c, j, d, dep, instr) {
+        c = substr(s, k, 1)
+        if (c == "\"") {
+            j = k + 1
+            while (j <= n) {
+                d = substr(s, j, 1)
+                if (d == "\\") { j += 2; continue }
+                if (d == "\"") break
+                j++
+            }
+            return substr(s, k + 1, j - k - 1)
+        }
+        if (c == "{" || c == "[") {
+            dep = 0; instr = 0
+            for (j = k; j <= n; j++) {
+                d = substr(s, j, 1)
+                if (instr) {
+                    if (d == "\\") j++
+                    else if (d == "\"") instr = 0
+                    continue
+                }
+                if (d == "\"") instr = 1
+                else if (d == "{" || d == "[") dep++
+                else if (d == "}" || d == "]") { dep--; if (dep == 0) break }
+            }
+            return substr(s, k, j - k + 1)
+        }
+        j = k
+        while (j <= n && substr(s, j, 1) !~ /[,}\] \t\r\n]/) j++
+        return substr(s, k, j - k)
+    }
+    END { exit found ? 0 : 1 }'
+}
+
+# seckill_bin: absolute path of the server binary to run.
+seckill_bin() {
+    local b
+    if [[ -n ${SECKILL_BIN:-} ]]; then
+        b=$SECKILL_BIN
+    elif [[ -n ${SECKILL_BUILD:-} ]]; then
+        b=$SECKILL_BUILD/seckill
+    else
+        b=build/seckill
+    fi
+    if [[ $b != /* && ! -e $b ]]; then b=$SECKILL_ROOT/$b; fi
+    if [[ ! -x $b ]]; then
+        log "seckill binary not found at $b (build it with make, or set SECKILL_BIN / SECKILL_BUILD)"
+        return 1
+    fi
+    (cd "$(dirname "$b")" && printf '%s/%s\n' "$(pwd)" "$(basename "$b")")
+}

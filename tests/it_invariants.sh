@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# it_invariants.sh — the oversell proof as a test: a short loadtest/run.sh over three
+# instances behind nginx, asserting outcomes (never timings):
+#   - none and local oversell across instances (placed > stock);
+#   - setnx, redis, redlock and atomic sell exactly the stock: client-counted 201s ==
+#     stock == the server's sold, nothing oversold, nothing stranded;
+#   - in every mode the client's count equals the server's audit (recomputed from the
+#     order records), no per-user-limit breach, no duplicate order id, no answer other
+#     than 201 / 409 / 503;
+#   - with users drawn from a pool (per-user limit 1), the correct modes give each user
+#     exactly one unit;
+#   - local is correct in a single instance (it is the cluster that breaks it).
+#
+#   tests/it_invariants.sh [MODES]      MODES: comma-separated, also $IT_MODES
+#                                        (default none,local,setnx,redis,redlock,atomic)
+#   IT_LIMIT_MODES   modes for the per-user-limit run (default redis,atomic; "" skips it)
+#   IT_SINGLE_LOCAL  1 (default): also run local with one instance; 0 skips it
+#   IT_STOCK, IT_DURATION, IT_WORK_US    scenario size (200, 3s, 3000)
+#   SECKILL_BIN / SECKILL_BUILD          the server binary (default build/seckill)
+#
+# Last line: "N passed, N failed"; exit status 1 when anything failed.
+# shellcheck disable=SC2317 # functions run from traps and check look unreachable
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+
+MODES=${1:-${IT_MODES:-none,local,setnx,redis,redlock,atomic}}
+LIMIT_MODES=${IT_LIMIT_MODES-redis,atomic}
+SINGLE_LOCAL=${IT_SINGLE_LOCAL:-1}
+STOCK=${IT_STOCK:-200}
+DURATION=${IT_DURATION:-3s}
+WORK_US=${IT_WORK_US:-3000}
+INSTANCES=3
+POOL=$((STOCK * 3 / 4)) # fewer users than units: only the limit stops them
+
+passed=0 failed=0
+check() { # DESCRIPTION CONDITION...
+    local what=$1
+    shift
+    if "$@"; then
+        passed=$((passed + 1))
+        echo "ok   - $what"
+    else
+        failed=$((failed + 1))
+        echo "FAIL - $what"
+    fi
+}
+finish() {
+    echo "$passed passed, $failed failed"
+    ((failed == 0))
+    exit
+}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-invariants.XXXXXX")
+cleanup() {
+    local rc=$?
+    # run.sh stops its own clusters, also when interrupted; keep the logs of a failure.
+    if ((failed == 0 && rc == 0)); then rm -rf "$WORK"; else echo "(logs kept in $WORK)"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ! seckill_bin >/dev/null; then
+    check "server binary present" false
+    finish
+fi
+
+# field ROW_NAME COLUMN: a column of a summary.tsv row (looked up by the header)
+declare -A COL
+row_field() { # ROW COLUMN
+    local -a f
+    IFS=$'\t' read -r -a f <<<"$1"
+    printf '%s' "${f[${COL[$2]}]:-}"
+}
+load_header() {
+    local -a h
+    local i
+    IFS=$'\t' read -r -a h <"$1"
+    for i in "${!h[@]}"; do COL[${h[$i]}]=$i; done
+}
+audit_field() { # OUT MODE KEY: a field of the audit the server returned
+    local a
+    a=$(json_get audit <"$1/modes/$2.json" 2>/dev/null) || return 0
+    json_get "$3" <<<"$a" 2>/dev/null || true
+}
+eq() { [[ $1 == "$2" ]]; }
+gt() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($1 > $2)); }
+
+# ---- scenario 1: unique users, every mode ------------------------------------------
+OUT=$WORK/proof
+echo "# proof: modes $MODES, $INSTANCES instances, stock $STOCK, $DURATION, ${WORK_US}us of work"
+"$ROOT/loadtest/run.sh" --modes "$MODES" --instances "$INSTANCES" --stock "$STOCK" \
+    --duration "$DURATION" --work-us "$WORK_US" --out "$OUT" --no-chart --quiet ||
+    true # a mode that fails to run shows as ERROR in its row
+
+if [[ ! -s $OUT/summary.tsv ]]; then
+    check "loadtest/run.sh wrote a summary" false
+    finish
+fi
+load_header "$OUT/summary.tsv"
+IFS=', ' read -r -a mode_list <<<"$MODES"
+for m in "${mode_list[@]}"; do
+    row=$(awk -F'\t' -v m="$m" 'NR > 1 && $1 == m' "$OUT/summary.tsv")
+    if [[ -z $row ]]; then
+        check "$m: has a result" false
+        continue
+    fi
+    result=$(row_field "$row" result)
+    if [[ $result == ERROR ]]; then
+        check "$m: ran ($(row_field "$row" error))" false
+        continue
+    fi
+    placed=$(row_field "$row" placed)
+    sold=$(row_field "$row" server_sold)
+    asold=$(row_field "$row" audit_sold)
+    case $m in
+    none | local)
+        check "$m: oversells across $INSTANCES instances (placed $placed > stock $STOCK)" \
+            gt "$placed" "$STOCK"
+        ;;
+    *)
+        check "$m: client-counted units == stock ($placed == $STOCK)" eq "$placed" "$STOCK"
+        check "$m: server sold == stock ($sold == $STOCK)" eq "$sold" "$STOCK"
+        check "$m: nothing oversold" eq "$(row_field "$row" oversold)" 0
+        check "$m: nothing stranded" eq "$(row_field "$row" stranded)" 0
+        check "$m: audit consistent" eq "$(row_field "$row" audit_consistent)" true
+        ;;
+    esac
+    check "$m: client count == server audit ($placed == $asold) == server sold ($sold)" \
+        eq "$(row_field "$row" client_matches_server)" yes
+    check "$m: no per-user-limit breach" eq "$(row_field "$row" limit_breaches)" 0
+    check "$m: no duplicate order id" eq "$(audit_field "$OUT" "$m" duplicate_order_ids)" 0
+    check "$m: no answer other than 201/409/503" eq "$(row_field "$row" other_errors)" 0
+done
+
+# ---- scenario 2: a pool of returning users, per-user limit 1 ----------------------
+if [[ -n $LIMIT_MODES ]]; then
+    OUT=$WORK/limit
+    echo "# per-user limit: modes $LIMIT_MODES, $POOL users for $STOCK units, limit 1"
+    "$ROOT/loadtest/run.sh" --modes "$LIMIT_MODES" --instances "$INSTANCES" --stock "$STOCK" \
+        --users "$POOL" --per-user-limit 1 --duration "$DURATION" --work-us "$WORK_US" \
+        --out "$OUT" --no-chart --quiet || true
+    if [[ ! -s $OUT/summary.tsv ]]; then
+        check "limit run wrote a summary" false
+        finish
+    fi
+    load_header "$OUT/summary.tsv"
+    IFS=', ' read -r -a mode_list <<<"$LIMIT_MODES"
+    for m in "${mode_list[@]}"; do
+        row=$(awk -F'\t' -v m="$m" 'NR > 1 && $1 == m' "$OUT/summary.tsv")
+        if [[ -z $row || $(row_field "$row" result) == ERROR ]]; then
+            check "$m (limit): ran" false
+            continue
+        fi
+        placed=$(row_field "$row" placed)
+        check "$m (limit): one unit per user ($placed == $POOL users)" eq "$placed" "$POOL"
+        check "$m (limit): no per-user-limit breach" eq "$(row_field "$row" limit_breaches)" 0
+        check "$m (limit): client count == server audit" \
+            eq "$(row_field "$row" client_matches_server)" yes
+    done
+fi
+
+# ---- scenario 3: local in one instance ---------------------------------------------
+if [[ $SINGLE_LOCAL == 1 ]]; then
+    OUT=$WORK/single
+    echo "# local with a single instance, stock $STOCK"
+    "$ROOT/loadtest/run.sh" --modes local --instances 1 --stock "$STOCK" --duration "$DURATION" \
+        --work-us "$WORK_US" --out "$OUT" --no-chart --quiet || true
+    row=""
+    if [[ -s $OUT/summary.tsv ]]; then
+        load_header "$OUT/summary.tsv"
+        row=$(awk -F'\t' 'NR > 1 && $1 == "local"' "$OUT/summary.tsv")
+    fi
+    if [[ -z $row || $(row_field "$row" result) == ERROR ]]; then
+        check "local (1 instance): ran" false
+    else
+        placed=$(row_field "$row" placed)
+        check "local (1 instance): sells exactly the stock ($placed == $STOCK)" eq "$placed" "$STOCK"
+        check "local (1 instance): client count == server audit" \
+            eq "$(row_field "$row" client_matches_server)" yes
+    fi
+fi
+
+finish

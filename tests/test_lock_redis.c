@@ -1,0 +1,559 @@
+/* test_lock_redis: what the redis mode adds over a plain SET NX lease —
+ * reentrancy, the watchdog, waking waiters on release, and its cost in Redis
+ * commands under contention — against a real redis-server. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lock.h"
+#include "testutil.h"
+
+static struct test_redis srv;
+static struct rconn *admin; /* the test's own look at Redis */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    test_redis_start(&srv, NULL);
+    admin = rconn_new("127.0.0.1", srv.port, NULL, 2000);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    rconn_free(admin);
+    test_redis_stop(&srv, 1, 0);
+    return 0;
+}
+
+static struct rconn *conn_new(void)
+{
+    return rconn_new("127.0.0.1", srv.port, NULL, 2000);
+}
+
+static struct lock *lock_make(const char *mode, int ttl_ms, int max_lease_ms)
+{
+    struct lock_config cfg = {
+        .ttl_ms = ttl_ms, .fencing = 1, .max_lease_ms = max_lease_ms};
+    char err[256] = "";
+    struct lock *l = lock_new(mode, &cfg, err, sizeof(err));
+    if (!l)
+        fail_msg("lock_new(%s): %s", mode, err);
+    return l;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void admin_cmd(const char *fmt, const char *arg)
+{
+    redisReply *r = rconn_command(admin, fmt, arg);
+    assert_non_null(r);
+    freeReplyObject(r);
+}
+
+static void key_reset(const char *key)
+{
+    redisReply *r = rconn_command(admin, "DEL %s %s:fence %s:queue", key, key, key);
+    assert_non_null(r);
+    freeReplyObject(r);
+}
+
+/* A numeric field "name:value" of an INFO section; -1 when absent. */
+static long long info_field(const char *section, const char *name)
+{
+    redisReply *r = rconn_command(admin, "INFO %s", section);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char pattern[128];
+    snprintf(pattern, sizeof(pattern), "\n%s:", name);
+    const char *p = strstr(r->str, pattern);
+    long long v = -1;
+    if (!p && strncmp(r->str, pattern + 1, strlen(pattern) - 1) == 0)
+        p = r->str - 1;
+    if (p)
+        v = atoll(p + strlen(pattern));
+    freeReplyObject(r);
+    return v;
+}
+
+/* calls= of one command in INFO commandstats (0 when never called). */
+static long long command_calls(const char *cmd)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "cmdstat_%s", cmd);
+    redisReply *r = rconn_command(admin, "INFO commandstats");
+    assert_non_null(r);
+    char pattern[80];
+    snprintf(pattern, sizeof(pattern), "%s:calls=", name);
+    const char *p = strstr(r->str, pattern);
+    long long v = p ? atoll(p + strlen(pattern)) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Sum of calls= over every command in INFO commandstats but INFO/CONFIG. */
+static long long all_calls(void)
+{
+    redisReply *r = rconn_command(admin, "INFO commandstats");
+    assert_non_null(r);
+    long long total = 0;
+    for (const char *p = strstr(r->str, "cmdstat_"); p; p = strstr(p + 1, "cmdstat_")) {
+        if (strncmp(p, "cmdstat_info:", 13) == 0 || strncmp(p, "cmdstat_config", 14) == 0)
+            continue;
+        const char *c = strstr(p, "calls=");
+        if (c)
+            total += atoll(c + 6);
+    }
+    freeReplyObject(r);
+    return total;
+}
+
+static int blocked_is(long long n)
+{
+    return info_field("clients", "blocked_clients") == n;
+}
+
+static int one_blocked(void *arg)
+{
+    (void)arg;
+    return blocked_is(1);
+}
+
+static int two_blocked(void *arg)
+{
+    (void)arg;
+    return blocked_is(2);
+}
+
+/* ---- reentrancy ------------------------------------------------------------ */
+
+static void test_reentrant(void **state)
+{
+    (void)state;
+    const char *key = "t:reentrant";
+    key_reset(key);
+    struct lock *l = lock_make("redis", 5000, 0);
+    struct rconn *ra = conn_new(), *rb = conn_new();
+    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct lock_grant g1, g2, gb;
+    assert_int_equal(lock_acquire(a, key, 0, &g1), LOCK_ACQUIRED);
+    assert_int_equal(lock_acquire(a, key, 0, &g2), LOCK_ACQUIRED); /* re-entered */
+    assert_int_equal(g2.fence, g1.fence); /* the same ownership, the same fence */
+    assert_string_equal(g1.token, g2.token);
+    redisReply *r = rconn_command(admin, "HGET %s %s", key, g1.token);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "2");
+    freeReplyObject(r);
+    assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_BUSY);
+    assert_int_equal(lock_release(a, key, &g2), LOCK_RELEASED);
+    assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_BUSY); /* one hold left */
+    assert_int_equal(lock_release(a, key, &g1), LOCK_RELEASED);
+    assert_int_equal(lock_release(a, key, &g1), LOCK_NOT_HELD); /* no more holds */
+    assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_ACQUIRED);
+    assert_true(gb.fence > g1.fence);
+    assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
+    lock_session_free(a);
+    lock_session_free(b);
+    rconn_free(ra);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* ---- watchdog -------------------------------------------------------------- */
+
+/* A holder that keeps working past its ttl keeps the lock: the watchdog renews. */
+static void test_watchdog_renews(void **state)
+{
+    (void)state;
+    const char *key = "t:watchdog";
+    key_reset(key);
+    const int ttl = 300;
+    struct lock *l = lock_make("redis", ttl, 10000);
+    struct rconn *ra = conn_new(), *rb = conn_new();
+    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct lock_grant ga, gb;
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    int64_t first_valid = lock_valid_until_us(a, &ga);
+    assert_int_equal(first_valid, ga.valid_until_us);
+    /* B waits three leases long and does not get in. */
+    assert_int_equal(lock_acquire(b, key, 3 * ttl, &gb), LOCK_BUSY);
+    struct lock_stats st;
+    lock_stats(l, &st);
+    assert_true(st.renewals >= 5);
+    assert_int_equal(st.leases_lost, 0);
+    int64_t valid = lock_valid_until_us(a, &ga);
+    assert_true(valid > lock_now_us());
+    assert_true(valid > first_valid + 2 * ttl * 1000);
+    assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
+    /* Renewal stops on release: nothing is renewed over two periods. */
+    lock_stats(l, &st);
+    uint64_t renewed = st.renewals;
+    sleep_us(2 * ttl * 1000 / 3 + 50000);
+    lock_stats(l, &st);
+    assert_int_equal(st.renewals, renewed);
+    lock_session_free(a);
+    lock_session_free(b);
+    rconn_free(ra);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* The watchdog gives up at max_lease_ms: a holder that never releases loses it. */
+static void test_watchdog_max_lease(void **state)
+{
+    (void)state;
+    const char *key = "t:maxlease";
+    key_reset(key);
+    const int ttl = 200, max_lease = 600;
+    struct lock *l = lock_make("redis", ttl, max_lease);
+    struct rconn *ra = conn_new(), *rb = conn_new();
+    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct lock_grant ga, gb;
+    int64_t t0 = lock_now_us();
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    assert_int_equal(lock_acquire(b, key, 3000, &gb), LOCK_ACQUIRED);
+    int64_t took_ms = (lock_now_us() - t0) / 1000;
+    if (took_ms < max_lease - 30 || took_ms > max_lease + 150)
+        fail_msg("lease ended after %lld ms, max lease %d", (long long)took_ms,
+                 max_lease);
+    assert_int_equal(lock_release(a, key, &ga), LOCK_NOT_HELD);
+    assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
+    lock_session_free(a);
+    lock_session_free(b);
+    rconn_free(ra);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+struct lost_arg {
+    struct lock *lock;
+};
+
+static int lease_lost_counted(void *arg)
+{
+    struct lock_stats st;
+    lock_stats(((struct lost_arg *)arg)->lock, &st);
+    return st.leases_lost == 1;
+}
+
+/* A lease taken away behind the holder's back (here: deleted, as a failover
+ * would) is noticed by the next renewal, counted, and no longer renewed. */
+static void test_watchdog_notices_lost_lease(void **state)
+{
+    (void)state;
+    const char *key = "t:lost";
+    key_reset(key);
+    const int ttl = 300;
+    struct lock *l = lock_make("redis", ttl, 10000);
+    struct rconn *ra = conn_new(), *rb = conn_new();
+    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct lock_grant ga, gb;
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    admin_cmd("DEL %s", key);
+    assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_ACQUIRED);
+    struct lost_arg arg = {l};
+    assert_true(test_wait_for(lease_lost_counted, &arg, 2 * ttl));
+    assert_int_equal(lock_valid_until_us(a, &ga), 0);
+    /* B's lease was not touched by A's renewals. */
+    assert_true(lock_valid_until_us(b, &gb) > lock_now_us());
+    assert_int_equal(lock_release(a, key, &ga), LOCK_NOT_HELD);
+    assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
+    lock_session_free(a);
+    lock_session_free(b);
+    rconn_free(ra);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* ---- waking waiters ---------------------------------------------------------- */
+
+struct waiter {
+    struct lock *lock;
+    const char *key;
+    int wait_ms;
+    lock_status status;
+    int64_t acquired_at_us;
+    struct lock_grant grant;
+    pthread_t thread;
+    /* released by the test when it is done looking */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int may_release;
+    atomic_int acquired;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    struct rconn *rc = conn_new();
+    struct lock_session *s = lock_session_new(w->lock, rc);
+    w->status = lock_acquire(s, w->key, w->wait_ms, &w->grant);
+    w->acquired_at_us = lock_now_us();
+    atomic_store(&w->acquired, 1);
+    if (w->status == LOCK_ACQUIRED) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->may_release)
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        lock_release(s, w->key, &w->grant);
+    }
+    lock_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+static void waiter_start(struct waiter *w, struct lock *l, const char *key, int wait_ms)
+{
+    memset(w, 0, sizeof(*w));
+    w->lock = l;
+    w->key = key;
+    w->wait_ms = wait_ms;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+}
+
+static void waiter_let_go(struct waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->may_release = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void waiter_join(struct waiter *w)
+{
+    waiter_let_go(w);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+static int has_acquired(void *arg)
+{
+    return atomic_load(&((struct waiter *)arg)->acquired);
+}
+
+/* A blocked waiter gets the lock as soon as the holder releases it, not when
+ * the holder's (long) lease would have run out. */
+static void test_release_wakes_waiter(void **state)
+{
+    (void)state;
+    const char *key = "t:wake";
+    key_reset(key);
+    struct lock *l = lock_make("redis", 10000, 0);
+    struct rconn *ra = conn_new();
+    struct lock_session *a = lock_session_new(l, ra);
+    struct lock_grant ga;
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    struct waiter w;
+    waiter_start(&w, l, key, 5000);
+    assert_true(test_wait_for(one_blocked, NULL, 2000));
+    int64_t released_at = lock_now_us();
+    assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
+    assert_true(test_wait_for(has_acquired, &w, 2000));
+    assert_int_equal(w.status, LOCK_ACQUIRED);
+    assert_true(w.grant.contended);
+    int64_t latency_us = w.acquired_at_us - released_at;
+    if (latency_us > 50000)
+        fail_msg("waiter got in %lld us after the release", (long long)latency_us);
+    waiter_join(&w);
+    lock_session_free(a);
+    rconn_free(ra);
+    lock_free(l);
+}
+
+/* Two blocked waiters, one release: one is woken and gets in, the other stays
+ * blocked (it makes no attempt at all) until the next release. */
+static void test_release_wakes_one(void **state)
+{
+    (void)state;
+    const char *key = "t:wakeone";
+    key_reset(key);
+    struct lock *l = lock_make("redis", 10000, 0);
+    struct rconn *ra = conn_new();
+    struct lock_session *a = lock_session_new(l, ra);
+    struct lock_grant ga;
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    struct waiter w[2];
+    waiter_start(&w[0], l, key, 5000);
+    waiter_start(&w[1], l, key, 5000);
+    assert_true(test_wait_for(two_blocked, NULL, 2000));
+    admin_cmd("CONFIG RESETSTAT%s", "");
+    assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
+    struct waiter *first = NULL, *second = NULL;
+    for (int i = 0; i < 200 && !first; i++) {
+        for (int j = 0; j < 2; j++)
+            if (atomic_load(&w[j].acquired))
+                first = &w[j], second = &w[1 - j];
+        if (!first)
+            sleep_us(5000);
+    }
+    assert_non_null(first);
+    assert_int_equal(first->status, LOCK_ACQUIRED);
+    assert_true(test_wait_for(one_blocked, NULL, 1000));
+    /* The release handed it over: no attempt by either waiter since. */
+    assert_int_equal(command_calls("evalsha"), 1);
+    assert_false(atomic_load(&second->acquired));
+    waiter_let_go(first);
+    assert_true(test_wait_for(has_acquired, second, 2000));
+    assert_int_equal(second->status, LOCK_ACQUIRED);
+    waiter_join(&w[0]);
+    waiter_join(&w[1]);
+    lock_session_free(a);
+    rconn_free(ra);
+    lock_free(l);
+}
+
+/* A holder that dies without releasing sends no wake; its lease running out
+ * still lets the waiter in, soon after the ttl. */
+static void test_crashed_holder(void **state)
+{
+    (void)state;
+    const char *key = "t:crash";
+    key_reset(key);
+    const int ttl = 300;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rconn *rc = conn_new();
+        struct lock *l = lock_make("redis", ttl, 10000);
+        struct lock_session *s = lock_session_new(l, rc);
+        struct lock_grant g;
+        _exit(lock_acquire(s, key, 0, &g) == LOCK_ACQUIRED ? 0 : 1); /* no release */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    int64_t crashed_at = lock_now_us();
+    struct lock *l = lock_make("redis", ttl, 0);
+    struct rconn *rb = conn_new();
+    struct lock_session *b = lock_session_new(l, rb);
+    struct lock_grant gb;
+    assert_int_equal(lock_acquire(b, key, 5000, &gb), LOCK_ACQUIRED);
+    int64_t took_ms = (lock_now_us() - crashed_at) / 1000;
+    if (took_ms > ttl + 100)
+        fail_msg("waiter got in %lld ms after the crash (ttl %d)", (long long)took_ms,
+                 ttl);
+    assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
+    lock_session_free(b);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* ---- cost under contention ------------------------------------------------- */
+
+struct bench {
+    struct lock *lock;
+    const char *key;
+    int iterations;
+    int work_us;
+    atomic_int failures;
+};
+
+static void *bench_worker(void *arg)
+{
+    struct bench *b = arg;
+    struct rconn *rc = conn_new();
+    struct lock_session *s = lock_session_new(b->lock, rc);
+    for (int i = 0; i < b->iterations; i++) {
+        struct lock_grant g;
+        if (lock_acquire(s, b->key, 10000, &g) != LOCK_ACQUIRED) {
+            atomic_fetch_add(&b->failures, 1);
+            continue;
+        }
+        sleep_us(b->work_us);
+        lock_release(s, b->key, &g);
+    }
+    lock_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+/* Runs nthreads contending workers; returns total Redis commands (including
+ * those run inside scripts) and client round trips per acquisition. */
+static void contend(const char *mode, int nthreads, int iterations, double *commands,
+                    double *round_trips, double *contended_share)
+{
+    const char *key = "t:bench";
+    key_reset(key);
+    struct bench b = {.lock = lock_make(mode, 3000, 0),
+                      .key = key,
+                      .iterations = iterations,
+                      .work_us = 300};
+    admin_cmd("CONFIG RESETSTAT%s", "");
+    pthread_t t[16];
+    for (int i = 0; i < nthreads; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, bench_worker, &b), 0);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&b.failures), 0);
+    long long total = all_calls();
+    long long trips = command_calls("evalsha") + command_calls("eval") +
+                      command_calls("blpop") + command_calls("setnx") +
+                      command_calls("getset") + command_calls("del") +
+                      command_calls("incr") + command_calls("script|load");
+    if (strcmp(mode, "setnx") != 0) /* in-script commands are not round trips */
+        trips = command_calls("evalsha") + command_calls("eval") + command_calls("blpop");
+    struct lock_stats st;
+    lock_stats(b.lock, &st);
+    double acq = (double)st.acquisitions;
+    *commands = (double)total / acq;
+    *round_trips = (double)trips / acq;
+    *contended_share = (double)st.contended / acq;
+    lock_free(b.lock);
+}
+
+static void test_commands_per_acquisition(void **state)
+{
+    (void)state;
+    double cmds, trips, share;
+    contend("redis", 8, 100, &cmds, &trips, &share);
+    printf("redis mode, 8 threads on one key: %.2f commands (%.2f round trips) per "
+           "acquisition, %.0f%% contended\n",
+           cmds, trips, share * 100);
+    /* Uncontended the cost is 2 round trips (acquire + release script); a woken
+     * waiter adds one BLPOP and one more attempt. Polling would be far more. */
+    assert_true(share > 0.3);
+    assert_true(trips < 5.0);
+    double s_cmds, s_trips, s_share;
+    contend("setnx", 8, 100, &s_cmds, &s_trips, &s_share);
+    printf("setnx mode (polling), same load: %.2f commands (%.2f round trips) per "
+           "acquisition, %.0f%% contended\n",
+           s_cmds, s_trips, s_share * 100);
+    assert_true(trips < s_trips);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reentrant),
+        cmocka_unit_test(test_watchdog_renews),
+        cmocka_unit_test(test_watchdog_max_lease),
+        cmocka_unit_test(test_watchdog_notices_lost_lease),
+        cmocka_unit_test(test_release_wakes_waiter),
+        cmocka_unit_test(test_release_wakes_one),
+        cmocka_unit_test(test_crashed_holder),
+        cmocka_unit_test(test_commands_per_acquisition),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
