@@ -275,6 +275,63 @@ static void test_stale_fence_is_refused(void **state)
     fixture_close(&f);
 }
 
+/* The SKU's read-write lock: an order holds the shared side through the SKU
+ * epoch it read at its start (checked in its commit), a reset takes the
+ * exclusive side by moving the epoch on in one atomic script. A reset in the
+ * middle of an order's critical section therefore never interleaves with it:
+ * the order is refused and the new stock is untouched. */
+struct slow_order {
+    struct inv *inv;
+    inv_status status;
+};
+
+static void *place_slowly(void *arg)
+{
+    struct slow_order *so = arg;
+    struct rconn *rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+    struct inv_session *s = inv_session_new(so->inv, rc);
+    struct inv_order o;
+    so->status = inv_order_place(s, "epoch", "early", 1, NULL, &o);
+    inv_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+static int epoch_lock_held(void *arg)
+{
+    struct rconn *rc = arg;
+    redisReply *r = rconn_command(rc, "EXISTS sk:{epoch}:lock:0");
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+static void test_reset_never_interleaves_with_an_order(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 300000, 1, 3000); /* 300 ms inside the section */
+    inv_sku_put(f.s, "epoch", 5, 1, 1);
+    struct slow_order so = {.inv = f.inv};
+    pthread_t t;
+    pthread_create(&t, NULL, place_slowly, &so);
+    assert_true(test_wait_for(epoch_lock_held, f.rc, 5000));
+    assert_int_equal(inv_sku_put(f.s, "epoch", 7, 1, 1), INV_OK); /* reset mid-order */
+    pthread_join(t, NULL);
+    assert_int_equal(so.status, INV_BUSY);
+    struct inv_sku_report *r = malloc(sizeof(*r));
+    inv_sku_get(f.s, "epoch", r);
+    assert_int_equal(r->initial, 7);
+    assert_int_equal(r->remaining, 7);
+    assert_int_equal(r->sold, 0);
+    free(r);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.epoch_changed, 1);
+    fixture_close(&f);
+}
+
 /* ---- storms: many threads, each with its own connection ----------------- */
 
 struct storm {
@@ -443,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_idempotent_retry),
         cmocka_unit_test(test_reset_clears_orders),
         cmocka_unit_test(test_stale_fence_is_refused),
+        cmocka_unit_test(test_reset_never_interleaves_with_an_order),
         cmocka_unit_test(test_storm_guarded_modes_sell_exactly),
         cmocka_unit_test(test_storm_without_lock_oversells),
         cmocka_unit_test(test_storm_limit_holds_across_segments),
