@@ -77,6 +77,32 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic",
     "end\n"
     "return {-5}\n");
 
+/* What an order of the lock-guarded modes learns before taking any lock, in
+ * one round trip. KEYS[1] meta, [2] stock, [3] buyers, [4] idem. ARGV[1] the
+ * user's routing number (seg_route), [2] qty, [3] user id, [4]
+ * Idempotency-Key or '', [5] most candidates to return.
+ * Returns {-1} for an unknown SKU, else {segments, limit, epoch, bought,
+ * first order id or '', home, candidate segments...}: the segments that held
+ * at least qty, home first, then in routing order. Stock only goes down within
+ * an epoch, so a segment seen short is short: skipping it strands nothing,
+ * and no candidates means sold out without taking a lock. */
+static struct rscript peek_script = RSCRIPT_INIT("inv_peek",
+    "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch')\n"
+    "if not meta[1] then return {-1} end\n"
+    "local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])\n"
+    "local home = tonumber(ARGV[1]) % k\n"
+    "local out = {k, tonumber(meta[2]), meta[3],\n"
+    "             tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0'),\n"
+    "             ARGV[4] ~= '' and redis.call('HGET', KEYS[4], ARGV[4]) or '', home}\n"
+    "for j = 0, k - 1 do\n"
+    "  local seg = (home + j) % k\n"
+    "  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then\n"
+    "    out[#out + 1] = seg\n"
+    "    if #out - 6 >= most then break end\n"
+    "  end\n"
+    "end\n"
+    "return out\n");
+
 /* Create or reset. KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers,
  * [6] orders, [7] idem. ARGV[1] initial stock, [2] segments k, [3] per-user
  * limit, [4 .. 3+k] stock of each segment. Deletes the SKU's order records,
@@ -305,78 +331,49 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
     return st;
 }
 
-/* What the order learned before taking any lock, in one round trip. */
+#define PEEK_CANDIDATES 4
+
+/* What the order learned before taking any lock (peek_script). */
 struct order_view {
-    int segments, limit;
+    int segments, limit, home;
     char epoch[24];
-    long long home_stock, bought;
+    long long bought;
     char first_id[24]; /* idempotent replay: the first order's id, or "" */
+    int cand[PEEK_CANDIDATES];
+    int ncand;
 };
 
-static inv_status order_view_load(struct inv_session *s, const struct sku_keys *k,
-                                  const char *user_id, const char *idem_key, int *home,
-                                  struct order_view *v)
+static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
+                             const char *user_id, int qty, const char *idem_key,
+                             struct order_view *v)
 {
-    redisContext *c = rconn_ctx(s->rc);
-    if (!c)
-        return INV_UNAVAILABLE;
-    redisAppendCommand(c, "HMGET %s segments limit epoch", k->meta);
-    redisAppendCommand(c, "HGET %s %s", k->buyers, user_id);
-    redisAppendCommand(c, "HGET %s %s", k->idem, idem_key);
-    redisReply *r[3];
-    if (collect(s->rc, r, 3) != 0) {
-        free_replies(r, 3);
-        return INV_UNAVAILABLE;
-    }
-    redisReply *m = r[0];
-    inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 ||
-        m->element[0]->type != REDIS_REPLY_STRING) {
+    char route[12], qtys[12], most[12];
+    snprintf(route, sizeof(route), "%u", seg_route(user_id));
+    snprintf(qtys, sizeof(qtys), "%d", qty);
+    snprintf(most, sizeof(most), "%d", PEEK_CANDIDATES);
+    const char *argv[] = {k->meta, k->stock, k->buyers, k->idem,
+                          route,   qtys,     user_id,   idem_key, most};
+    redisReply *r = rconn_eval(s->rc, &peek_script, 4, 5, argv, NULL);
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
         st = INV_NOT_FOUND;
-    } else {
-        v->segments = (int)reply_ll(m->element[0], 1);
-        v->limit = (int)reply_ll(m->element[1], 1);
-        snprintf(v->epoch, sizeof(v->epoch), "%s",
-                 m->element[2]->type == REDIS_REPLY_STRING ? m->element[2]->str : "0");
-        v->bought = reply_ll(r[1], 0);
+    } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 6) {
+        redisReply **e = r->element;
+        v->segments = (int)reply_ll(e[0], 0);
+        v->limit = (int)reply_ll(e[1], 1);
+        snprintf(v->epoch, sizeof(v->epoch), "%s", e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "0");
+        v->bought = reply_ll(e[3], 0);
         snprintf(v->first_id, sizeof(v->first_id), "%s",
-                 r[2]->type == REDIS_REPLY_STRING ? r[2]->str : "");
-        if (v->segments < 1 || v->segments > INV_MAX_SEGMENTS)
-            st = INV_UNAVAILABLE;
+                 e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
+        v->home = (int)reply_ll(e[5], 0);
+        v->ncand = 0;
+        for (size_t i = 6; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
+            v->cand[v->ncand++] = (int)reply_ll(e[i], 0);
+        st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK : INV_UNAVAILABLE;
     }
-    free_replies(r, 3);
-    if (st != INV_OK)
-        return st;
-    *home = seg_home(user_id, v->segments);
-    return INV_OK;
-}
-
-/* Segments other than home that held at least qty at the time of reading, in
- * routing order after home. Stock only goes down within an epoch, so a
- * segment seen short is short: skipping it strands nothing. */
-static int spill_candidates(struct inv_session *s, const struct sku_keys *k, int home,
-                            int nseg, int qty, int *cand)
-{
-    redisReply *r = rconn_command(s->rc, "HGETALL %s", k->stock);
-    if (!r || r->type != REDIS_REPLY_ARRAY) {
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    long long stock[INV_MAX_SEGMENTS] = {0};
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        long long seg = reply_ll(r->element[i], -1);
-        if (seg >= 0 && seg < nseg)
-            stock[seg] = reply_ll(r->element[i + 1], 0);
-    }
-    freeReplyObject(r);
-    int n = 0;
-    for (int j = 1; j < nseg; j++) {
-        int seg = (home + j) % nseg;
-        if (stock[seg] >= qty)
-            cand[n++] = seg;
-    }
-    return n;
+    if (r)
+        freeReplyObject(r);
+    return st;
 }
 
 static long long read_stock(struct inv_session *s, const struct sku_keys *k, int seg)
@@ -458,53 +455,46 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
                                const char *idem_key, struct inv_order *order)
 {
     struct inv *inv = s->inv;
-    struct order_view v;
-    int home;
-    inv_status st = order_view_load(s, k, user_id, idem_key, &home, &v);
-    if (st != INV_OK)
-        return st;
-    if (qty > v.limit)
-        return INV_BAD_QTY;
-    if (v.first_id[0]) {
-        st = load_order(s, v.first_id, order);
-        return st == INV_OK ? INV_REPLAYED : st;
-    }
-    if (v.bought + qty > v.limit)
-        return INV_LIMIT;
-
-    int cand[INV_MAX_SEGMENTS], ncand = 0, widened = 0;
-    cand[ncand++] = home;
     int64_t deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
     char lkey[128];
-    for (int c = 0;; c++) {
-        if (c == ncand) {
-            if (widened)
-                return INV_SOLD_OUT;
-            widened = 1;
-            int n = spill_candidates(s, k, home, v.segments, qty, cand + ncand);
-            if (n < 0)
-                return INV_UNAVAILABLE;
-            ncand += n;
-            if (c == ncand)
-                return INV_SOLD_OUT;
-        }
-        int seg = cand[c];
-        int wait_ms = (int)((deadline - lock_now_us()) / 1000);
-        snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
-        struct lock_grant g;
-        lock_status ls = lock_acquire(s->lock, lkey, wait_ms > 0 ? wait_ms : 0, &g);
-        if (ls == LOCK_BUSY)
-            return INV_BUSY;
-        if (ls != LOCK_ACQUIRED)
-            return INV_UNAVAILABLE;
-        st = critical_section(s, k, sku, user_id, qty, idem_key, &v, seg, lkey, &g, order);
-        lock_status rs = lock_release(s->lock, lkey, &g);
-        if (st == INV_PLACED && rs == LOCK_NOT_HELD)
-            count(&inv->counters.commits_after_lease);
-        if (st == INV_PLACED && seg != home)
-            count(&inv->counters.spilled);
-        if (st != INV_SOLD_OUT)
+    /* Each round tries the segments the peek saw with stock. A candidate found
+     * short under its lock was emptied meanwhile; once all are, peek again: the
+     * next peek no longer lists them, so the rounds end. */
+    for (;;) {
+        struct order_view v;
+        inv_status st = order_peek(s, k, user_id, qty, idem_key, &v);
+        if (st != INV_OK)
             return st;
+        if (qty > v.limit)
+            return INV_BAD_QTY;
+        if (v.first_id[0]) {
+            st = load_order(s, v.first_id, order);
+            return st == INV_OK ? INV_REPLAYED : st;
+        }
+        if (v.bought + qty > v.limit)
+            return INV_LIMIT;
+        if (v.ncand == 0)
+            return INV_SOLD_OUT;
+        for (int c = 0; c < v.ncand; c++) {
+            int seg = v.cand[c];
+            int wait_ms = (int)((deadline - lock_now_us()) / 1000);
+            snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
+            struct lock_grant g;
+            lock_status ls = lock_acquire(s->lock, lkey, wait_ms > 0 ? wait_ms : 0, &g);
+            if (ls == LOCK_BUSY)
+                return INV_BUSY;
+            if (ls != LOCK_ACQUIRED)
+                return INV_UNAVAILABLE;
+            st = critical_section(s, k, sku, user_id, qty, idem_key, &v, seg, lkey, &g,
+                                  order);
+            lock_status rs = lock_release(s->lock, lkey, &g);
+            if (st == INV_PLACED && rs == LOCK_NOT_HELD)
+                count(&inv->counters.commits_after_lease);
+            if (st == INV_PLACED && seg != v.home)
+                count(&inv->counters.spilled);
+            if (st != INV_SOLD_OUT)
+                return st;
+        }
     }
 }
 
