@@ -268,6 +268,25 @@ static int collect(struct rconn *rc, redisReply **r, int n)
     return ok ? 0 : -1;
 }
 
+/* Collects the answers of a transaction the caller appended: MULTI, n
+ * commands, EXEC. Returns the EXEC answer (an array of n replies, caller
+ * frees), or NULL when Redis failed or the transaction did not run. */
+static redisReply *multi_exec_reply(struct rconn *rc, int n)
+{
+    redisReply *r[16];
+    int total = n + 2;
+    if (total > 16)
+        abort();
+    redisReply *exec = NULL;
+    if (collect(rc, r, total) == 0 && r[total - 1]->type == REDIS_REPLY_ARRAY &&
+        r[total - 1]->elements == (size_t)n) {
+        exec = r[total - 1];
+        r[total - 1] = NULL;
+    }
+    free_replies(r, total);
+    return exec;
+}
+
 static void sleep_us(int us)
 {
     struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
@@ -590,13 +609,10 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
     redisAppendCommand(c, "HGETALL %s", k.init);
     redisAppendCommand(c, "HGETALL %s", k.sold);
     redisAppendCommand(c, "EXEC");
-    redisReply *r[6];
-    if (collect(s->rc, r, 6) != 0 || r[5]->type != REDIS_REPLY_ARRAY ||
-        r[5]->elements != 4) {
-        free_replies(r, 6);
+    redisReply *snap = multi_exec_reply(s->rc, 4);
+    if (!snap)
         return INV_UNAVAILABLE;
-    }
-    redisReply **e = r[5]->element;
+    redisReply **e = snap->element;
     redisReply *m = e[0];
     inv_status st = INV_OK;
     if (m->type != REDIS_REPLY_ARRAY || m->elements != 5 ||
@@ -621,7 +637,7 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
         for (int i = 0; i < out->nsegments; i++)
             out->remaining += out->segments[i].remaining;
     }
-    free_replies(r, 6);
+    freeReplyObject(snap);
     return st;
 }
 
@@ -671,16 +687,13 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
     redisAppendCommand(c, "HMGET %s initial limit sold orders", k.meta);
     redisAppendCommand(c, "LLEN %s", k.orders);
     redisAppendCommand(c, "EXEC");
-    redisReply *r[4];
-    if (collect(s->rc, r, 4) != 0 || r[3]->type != REDIS_REPLY_ARRAY ||
-        r[3]->elements != 2) {
-        free_replies(r, 4);
+    redisReply *snap = multi_exec_reply(s->rc, 2);
+    if (!snap)
         return INV_UNAVAILABLE;
-    }
-    redisReply *m = r[3]->element[0];
+    redisReply *m = snap->element[0];
     if (m->type != REDIS_REPLY_ARRAY || m->elements != 4 ||
         m->element[0]->type != REDIS_REPLY_STRING) {
-        free_replies(r, 4);
+        freeReplyObject(snap);
         return INV_NOT_FOUND;
     }
     memset(out, 0, sizeof(*out));
@@ -689,8 +702,8 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
     long long limit = reply_ll(m->element[1], 1);
     long long counted_sold = reply_ll(m->element[2], 0);
     long long counted_orders = reply_ll(m->element[3], 0);
-    long long n = reply_ll(r[3]->element[1], 0);
-    free_replies(r, 4);
+    long long n = reply_ll(snap->element[1], 0);
+    freeReplyObject(snap);
 
     uint64_t *ids = malloc(sizeof(*ids) * (size_t)(n > 0 ? n : 1));
     json_t *bought = json_object(); /* user id -> units */
