@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# it_redlock_chaos.sh — Redlock keeps selling, exactly, when one of its three lock nodes
+# dies in the middle of the load.
+#
+# Three instances behind nginx, lock mode redlock over three independent lock nodes
+# (scripts/cluster.sh --lock redlock --lock-nodes 3), wrk placing orders of fresh users.
+# Once a sixth of the stock is sold, lock node 2 is killed with SIGKILL (by its pid
+# file). Asserted, never timings:
+#   - the kill happened mid-load (stock was left) and orders went on being placed after
+#     it (the server's sold count grew by 500 more units after the node was gone);
+#   - exactly the stock was sold: client-counted 201s == stock == server sold, nothing
+#     oversold, nothing left;
+#   - the audit (recomputed from the order records) agrees: sold == stock, orders ==
+#     201s, consistent, no per-user-limit breach, no duplicate order id;
+#   - no answer other than 201 / 409 / 503 and no socket error.
+#
+#   tests/it_redlock_chaos.sh    SECKILL_BIN / SECKILL_BUILD: the server binary
+#
+# Last line: "N passed, N failed"; exit status 1 when anything failed.
+# shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+
+STOCK=3000
+SEGMENTS=8
+WORK_US=2000
+DURATION=12s # wrk; the stock sells out in a few seconds, the rest is sold_out answers
+CONNECTIONS=32
+AFTER_KILL=500 # units that must still be sold after the node died
+
+passed=0 failed=0
+check() { # DESCRIPTION CONDITION...
+    local what=$1
+    shift
+    if "$@"; then
+        passed=$((passed + 1))
+        echo "ok   - $what"
+    else
+        failed=$((failed + 1))
+        echo "FAIL - $what"
+    fi
+}
+eq() { [[ $1 == "$2" ]]; }
+has_prefix() { [[ $1 == "$2"* ]]; }
+lt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 < $2)); }
+finish() {
+    echo "$passed passed, $failed failed"
+    ((failed == 0))
+    exit
+}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-redlock.XXXXXX")
+CDIR=$WORK/cluster
+UP=0
+cleanup() {
+    local rc=$?
+    proc_stop wrk "$WORK" 2 || true
+    if ((UP)); then "$ROOT/scripts/cluster.sh" down --dir "$CDIR" --quiet || rc=1; fi
+    if ((failed == 0 && rc == 0)); then rm -rf "$WORK"; else echo "(logs kept in $WORK)"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ! seckill_bin >/dev/null; then
+    check "server binary present" false
+    finish
+fi
+for p in wrk curl jq nginx redis-server; do
+    command -v "$p" >/dev/null || {
+        check "$p installed" false
+        finish
+    }
+done
+
+jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
+sku_json() { curl -s --max-time 5 "$LB_URL/skus/$SKU" || true; }
+sold_now() { jfield "$(sku_json)" .sold; }
+sold_at_least() { # N
+    local v
+    v=$(sold_now)
+    [[ $v =~ ^[0-9]+$ ]] && ((v >= $1))
+}
+node_dead() { ! proc_alive lock-2 "$CDIR"; }
+wrk_done() { ! proc_alive wrk "$WORK"; }
+instances_idle() {
+    local u n
+    for u in $INSTANCE_URLS; do
+        n=$(jfield "$(curl -s --max-time 2 "$u/stats")" .inflight)
+        [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1
+    done
+}
+
+echo "# redlock over 3 lock nodes, 3 instances + nginx, stock $STOCK in $SEGMENTS segments," \
+    "${WORK_US}us of work, wrk -c$CONNECTIONS -d$DURATION; lock node 2 killed mid-load"
+UP=1
+if ! "$ROOT/scripts/cluster.sh" up --dir "$CDIR" --quiet --instances 3 --lb nginx \
+    --lock redlock --lock-nodes 3 -- --work-us "$WORK_US" --log-level warn \
+    >"$WORK/up.out" 2>&1; then
+    tail -n 5 "$WORK/up.out"
+    check "cluster started" false
+    finish
+fi
+# shellcheck disable=SC1091
+source "$CDIR/cluster.env"
+SKU=chaos
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+    -H 'Content-Type: application/json' \
+    -d "$(printf '{"stock":%d,"segments":%d,"per_user_limit":1}' "$STOCK" "$SEGMENTS")" \
+    "$LB_URL/skus/$SKU")
+if [[ $code != 201 && $code != 200 ]]; then
+    check "PUT /skus/$SKU (answered $code)" false
+    finish
+fi
+
+proc_start wrk "$WORK" wrk -t 2 -c "$CONNECTIONS" -d "$DURATION" -s "$ROOT/loadtest/orders.lua" \
+    "$LB_URL" -- "$SKU" 0 1 "chaos$$x$RANDOM" || {
+    check "wrk started" false
+    finish
+}
+
+# ---- the kill, mid-load ----
+if ! wait_until 30 sold_at_least $((STOCK / 6)); then
+    check "a sixth of the stock sold before the kill (sold $(sold_now))" false
+    finish
+fi
+node_pid=$(cat "$CDIR/lock-2.pid")
+proc_alive lock-2 "$CDIR" && kill -KILL "$node_pid"
+wait_until 10 node_dead
+check "lock node 2 (pid $node_pid) is dead" node_dead
+sold_at_kill=$(sold_now)
+echo "  lock node 2 killed with $sold_at_kill of $STOCK units sold"
+check "the kill came mid-load (sold $sold_at_kill < stock $STOCK)" lt "${sold_at_kill:-$STOCK}" "$STOCK"
+target=$((sold_at_kill + AFTER_KILL))
+((target <= STOCK)) || target=$STOCK
+check "orders went on after the kill (sold reached $target)" wait_until 30 sold_at_least "$target"
+
+# ---- the end of the load ----
+wait_until 60 wrk_done || echo "  wrk did not finish"
+wait_until 10 instances_idle || echo "  instances still busy"
+wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$WORK/wrk.log" || true)
+skuj=$(sku_json)
+audit=$(curl -s --max-time 30 "$LB_URL/skus/$SKU/audit" || true)
+echo "  wrk: $(jq -c '{requests, status_201, sold_out, busy, unavailable, other, other_codes, socket_errors}' <<<"$wrk_json" 2>/dev/null || echo "${wrk_json:-none}")"
+echo "  sku: $(jq -c 'del(.segments)' <<<"$skuj" 2>/dev/null || echo "$skuj")"
+echo "  audit: $audit"
+for u in $INSTANCE_URLS; do
+    echo "  $u lock: $(curl -s --max-time 2 "$u/stats" | jq -c '.lock | {acquisitions, contended, wait_timeouts, errors, releases_not_held}' 2>/dev/null)"
+done
+
+c201=$(jfield "$wrk_json" .status_201)
+sold=$(jfield "$skuj" .sold)
+check "wrk reported its counts" has_prefix "$wrk_json" '{"tool":"wrk-orders"'
+check "sold out before the load ended (remaining 0, sold_out answers > 0)" \
+    eq "$(jfield "$skuj" .remaining)/$(jfield "$wrk_json" '.sold_out > 0')" 0/true
+check "client-counted 201s == stock ($c201 == $STOCK)" eq "$c201" "$STOCK"
+check "server sold == stock ($sold == $STOCK), nothing oversold" \
+    eq "$sold/$(jfield "$skuj" .oversold)" "$STOCK/0"
+check "audit: sold == stock, orders == 201s" \
+    eq "$(jfield "$audit" .sold)/$(jfield "$audit" .orders)" "$STOCK/$c201"
+check "audit: consistent, oversold 0" \
+    eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .oversold)" true/0
+check "audit: no limit breach, no duplicate order id" \
+    eq "$(jfield "$audit" .limit_breaches)/$(jfield "$audit" .duplicate_order_ids)" 0/0
+check "no answer other than 201 / 409 / 503, no socket error" \
+    eq "$(jfield "$wrk_json" '.other + .other_409 + .other_503 + ([.socket_errors[]] | add)')" 0
+"$ROOT/scripts/cluster.sh" down --dir "$CDIR" --quiet || check "cluster stopped" false
+UP=0
+# Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the instance logs.
+flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
+    "$CDIR"/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
+check "no sanitizer report in the instance logs ${flagged}" eq "$flagged" ""
+
+finish
