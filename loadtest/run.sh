@@ -68,15 +68,18 @@ while (($#)); do
     *) log "unknown option $1"; usage ;;
     esac
 done
-for v in instances segments stock connections wrk_threads work_us users limit qty; do
-    [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} must be a whole number (got '${!v}')"
+for v in instances:instances segments:segments stock:stock connections:connections \
+    wrk_threads:threads work_us:work-us users:users limit:per-user-limit qty:qty; do
+    var=${v%%:*}
+    [[ ${!var} =~ ^[0-9]+$ ]] || die "--${v#*:} must be a whole number (got '${!var}')"
+    printf -v "$var" '%d' "$((10#${!var}))" # "08" -> 8: they go into the report as JSON numbers
 done
+for p in jq wrk curl; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
 ((stock > 0 && instances > 0 && qty > 0)) || die "--stock, --instances and --qty must be > 0"
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
     case $m in none | local | setnx | redis | redlock | atomic) ;; *) die "unknown mode '$m'" ;; esac
 done
-for p in wrk curl; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
 seckill_bin >/dev/null || exit 1
 
 say() { ((quiet)) || printf '%s\n' "$*" >&2; }
@@ -106,14 +109,30 @@ trap 'exit 143' TERM
 
 # ---- one mode -----------------------------------------------------------------------
 
-# num JSON KEY: a number field, or the default $3 (0) when absent.
+# JSON goes through jq only. field JSON PATH [DEFAULT]: the value at the jq PATH
+# (.sold, .socket_errors.connect) as text (strings without quotes), or DEFAULT (empty)
+# when JSON is not one valid JSON value or the value is absent or null.
+field() {
+    local v
+    v=$(jq -r "($2)? | select(. != null)" <<<"$1" 2>/dev/null) || v=""
+    printf '%s\n' "${v:-${3:-}}"
+}
+# num JSON PATH [DEFAULT]: the number at PATH, or DEFAULT (0).
 num() {
     local v
-    v=$(json_get "$2" <<<"$1" 2>/dev/null) || v=""
+    v=$(field "$1" "$2")
     [[ $v =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && echo "$v" || echo "${3:-0}"
 }
-# raw JSON or null, for embedding server answers in the report
-json_or_null() { [[ $1 == \{* || $1 == \[* ]] && printf '%s' "$1" || printf 'null'; }
+# json_or_null TEXT: TEXT compacted when it is one valid JSON value, else null (an empty
+# answer or a balancer's HTML error page must not break the report).
+json_or_null() {
+    local j
+    if j=$(jq -c . <<<"$1" 2>/dev/null) && [[ -n $j && $j != *$'\n'* ]]; then
+        printf '%s' "$j"
+    else
+        printf 'null'
+    fi
+}
 
 # All instances have finished what they were doing (the last answers wrk did not wait
 # for are still placed or refused server-side before the audit is read).
@@ -121,29 +140,9 @@ instances_idle() {
     local u s n
     for u in $INSTANCE_URLS; do
         s=$(curl -s --max-time 2 "$u/stats") || return 1
-        n=$(num "$s" inflight 0)
+        n=$(num "$s" .inflight 0)
         ((n <= 1)) || return 1 # the /stats request itself
     done
-}
-
-# stats_as_object '[a,b,c]' -> '"0":a,"1":b,"2":c' (so json_get can pick element i)
-stats_as_object() {
-    awk 'BEGIN { RS = "\001" } {
-        s = $0; sub(/^[ \t\r\n]*\[/, "", s); sub(/\][ \t\r\n]*$/, "", s)
-        out = ""; depth = 0; instr = 0; start = 1; n = 0
-        for (i = 1; i <= length(s); i++) {
-            c = substr(s, i, 1)
-            if (instr) { if (c == "\\") i++; else if (c == "\"") instr = 0; continue }
-            if (c == "\"") instr = 1
-            else if (c == "{" || c == "[") depth++
-            else if (c == "}" || c == "]") depth--
-            else if (c == "," && depth == 0) {
-                out = out (n ? "," : "") "\"" n "\":" substr(s, start, i - start); n++; start = i + 1
-            }
-        }
-        if (length(s) >= start) out = out (n ? "," : "") "\"" n "\":" substr(s, start)
-        printf "%s", out
-    }' <<<"$1"
 }
 
 ROWS=() # tab-separated rows, see the header in summary.tsv
@@ -182,14 +181,13 @@ run_mode() {
             wait_until 10 instances_idle || say "   (instances still busy after 10s)"
             sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" || true)
             audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
-            local u s sep=""
-            stats_json="["
+            local u s
+            local -a stats=()
             for u in $INSTANCE_URLS; do
                 s=$(curl -s --max-time 5 "$u/stats" || true)
-                stats_json+="$sep$(json_or_null "$s")"
-                sep=","
+                stats+=("$(json_or_null "$s")")
             done
-            stats_json+="]"
+            stats_json=$(printf '%s\n' "${stats[@]}" | jq -cs .)
             [[ -n $error || $audit_json == \{* ]] || error="no audit: $audit_json"
         fi
         "$CLUSTER" down --dir "$cdir" --quiet || error="${error:-cluster down failed}"
@@ -204,24 +202,26 @@ run_mode() {
     # ---- the row ----
     local reqs p50 p99 selling c201 sold_out lim busy unav others placed oversold stranded
     local remaining srv_sold audit_sold audit_orders breaches consistent agree result
-    reqs=$(num "$wrk_json" req_per_s) p50=$(num "$wrk_json" p50_ms) p99=$(num "$wrk_json" p99_ms)
-    selling=$(num "$wrk_json" selling_s -1)
-    c201=$(num "$wrk_json" status_201) sold_out=$(num "$wrk_json" sold_out)
-    lim=$(num "$wrk_json" limit_reached) busy=$(num "$wrk_json" busy)
-    unav=$(num "$wrk_json" unavailable)
-    local se
-    se=$(json_get socket_errors <<<"$wrk_json" 2>/dev/null || true)
-    others=$(($(num "$wrk_json" other_409) + $(num "$wrk_json" other_503) + $(num "$wrk_json" other) +
-        $(num "$se" connect) + $(num "$se" read) + $(num "$se" write) + $(num "$se" timeout)))
+    # Latencies and rates keep wrk's own format (jq 1.6 writes 8090.0 as 8090).
+    reqs=$(printf '%.1f' "$(num "$wrk_json" .req_per_s)")
+    p50=$(printf '%.3f' "$(num "$wrk_json" .p50_ms)")
+    p99=$(printf '%.3f' "$(num "$wrk_json" .p99_ms)")
+    selling=$(printf '%.3f' "$(num "$wrk_json" .selling_s -1)")
+    c201=$(num "$wrk_json" .status_201) sold_out=$(num "$wrk_json" .sold_out)
+    lim=$(num "$wrk_json" .limit_reached) busy=$(num "$wrk_json" .busy)
+    unav=$(num "$wrk_json" .unavailable)
+    others=$(($(num "$wrk_json" .other_409) + $(num "$wrk_json" .other_503) + $(num "$wrk_json" .other) +
+        $(num "$wrk_json" .socket_errors.connect) + $(num "$wrk_json" .socket_errors.read) +
+        $(num "$wrk_json" .socket_errors.write) + $(num "$wrk_json" .socket_errors.timeout)))
     placed=$((c201 * qty))
     oversold=$((placed > stock ? placed - stock : 0))
-    remaining=$(num "$sku_json" remaining -1)
-    srv_sold=$(num "$sku_json" sold -1)
+    remaining=$(num "$sku_json" .remaining -1)
+    srv_sold=$(num "$sku_json" .sold -1)
     stranded=0
     if ((sold_out > 0 && remaining > 0)); then stranded=$remaining; fi
-    audit_sold=$(num "$audit_json" sold -1) audit_orders=$(num "$audit_json" orders -1)
-    breaches=$(num "$audit_json" limit_breaches -1)
-    consistent=$(json_get consistent <<<"$audit_json" 2>/dev/null || echo "?")
+    audit_sold=$(num "$audit_json" .sold -1) audit_orders=$(num "$audit_json" .orders -1)
+    breaches=$(num "$audit_json" .limit_breaches -1)
+    consistent=$(field "$audit_json" .consistent "?")
     if [[ -n $error ]]; then
         agree="-"
     elif ((audit_sold == placed && audit_orders == c201 && srv_sold == placed)); then
@@ -254,28 +254,31 @@ run_mode() {
         "$audit_sold" "$consistent" "$agree" "$result")${error//$'\t'/ }")
 
     # ---- the JSON record ----
-    {
-        printf '{"mode":"%s","instances":%d,"segments":%d,"stock":%d,' "$mode" "$instances" "$segments" "$stock"
-        printf '"req_per_s":%s,"p50_ms":%s,"p99_ms":%s,"selling_s":%s,' "$reqs" "$p50" "$p99" "$selling"
-        printf '"placed":%d,"oversold":%d,"stranded":%d,"limit_breaches":%d,' "$placed" "$oversold" "$stranded" "$breaches"
-        printf '"busy":%d,"unavailable":%d,"other_errors":%d,' "$busy" "$unav" "$others"
-        printf '"server_sold":%d,"server_remaining":%d,"audit_sold":%d,"audit_orders":%d,' \
-            "$srv_sold" "$remaining" "$audit_sold" "$audit_orders"
-        printf '"client_matches_server":%s,"result":"%s",' \
-            "$([[ $agree == yes ]] && echo true || echo false)" "$result"
-        printf '"error":%s,' "$([[ -n $error ]] && printf '"%s"' "$(printf '%s' "$error" | sed 's/[\\"]/\\&/g' | tr -d '\n\r\t')" || echo null)"
-        printf '"wrk":%s,"sku":%s,"audit":%s,"stats":%s}\n' "$(json_or_null "$wrk_json")" \
-            "$(json_or_null "$sku_json")" "$(json_or_null "$audit_json")" "$stats_json"
-    } >"$mdir/$mode.json"
+    jq -cn --arg mode "$mode" --argjson instances "$instances" --argjson segments "$segments" \
+        --argjson stock "$stock" --argjson req_per_s "$reqs" --argjson p50_ms "$p50" \
+        --argjson p99_ms "$p99" --argjson selling_s "$selling" --argjson placed "$placed" \
+        --argjson oversold "$oversold" --argjson stranded "$stranded" \
+        --argjson limit_breaches "$breaches" --argjson busy "$busy" --argjson unavailable "$unav" \
+        --argjson other_errors "$others" --argjson server_sold "$srv_sold" \
+        --argjson server_remaining "$remaining" --argjson audit_sold "$audit_sold" \
+        --argjson audit_orders "$audit_orders" --arg agree "$agree" --arg result "$result" \
+        --arg error "$error" --argjson wrk "$(json_or_null "$wrk_json")" \
+        --argjson sku "$(json_or_null "$sku_json")" --argjson audit "$(json_or_null "$audit_json")" \
+        --argjson stats "$stats_json" '{
+            mode: $mode, instances: $instances, segments: $segments, stock: $stock,
+            req_per_s: $req_per_s, p50_ms: $p50_ms, p99_ms: $p99_ms, selling_s: $selling_s,
+            placed: $placed, oversold: $oversold, stranded: $stranded,
+            limit_breaches: $limit_breaches, busy: $busy, unavailable: $unavailable,
+            other_errors: $other_errors, server_sold: $server_sold,
+            server_remaining: $server_remaining, audit_sold: $audit_sold,
+            audit_orders: $audit_orders, client_matches_server: ($agree == "yes"),
+            result: $result, error: (if $error == "" then null else $error end),
+            wrk: $wrk, sku: $sku, audit: $audit, stats: $stats
+        }' >"$mdir/$mode.json"
     say "   placed $placed of $stock, server sold $srv_sold, audit sold $audit_sold: $result"
     if [[ $stats_json != "[]" ]]; then
-        local per="" st i=0 o
-        while st=$(json_get "$i" <<<"{$(stats_as_object "$stats_json")}" 2>/dev/null); do
-            o=$(json_get orders <<<"$st" 2>/dev/null || true)
-            per+="${per:+ / }$(num "$o" placed "?")"
-            i=$((i + 1))
-        done
-        say "   orders placed per instance: $per"
+        say "   orders placed per instance: $(jq -r \
+            '[.[] | (.orders.placed? | numbers) // "?" | tostring] | join(" / ")' <<<"$stats_json")"
     fi
 }
 
@@ -290,21 +293,21 @@ for m in "${mode_list[@]}"; do run_mode "$m"; done
     printf '%s\n' "${ROWS[@]}"
 } >"$out/summary.tsv"
 
-{
-    printf '{"created":"%s","config":{"modes":"%s","instances":%d,"segments":%d,"stock":%d,' \
-        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$modes" "$instances" "$segments" "$stock"
-    printf '"duration":"%s","connections":%d,"threads":%d,"work_us":%d,"users":%d,' \
-        "$duration" "$connections" "$wrk_threads" "$work_us" "$users"
-    printf '"per_user_limit":%d,"qty":%d,"lb":"%s","extra_flags":"%s"},"modes":[' \
-        "$limit" "$qty" "$lb" "${extra[*]}"
-    sep=""
-    for m in "${mode_list[@]}"; do
-        printf '%s' "$sep"
-        tr -d '\n' <"$out/modes/$m.json"
-        sep=","
-    done
-    printf ']}\n'
-} >"$out/report.json"
+files=()
+for m in "${mode_list[@]}"; do files+=("$out/modes/$m.json"); done
+jq -cn --arg created "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --arg modes "$modes" \
+    --argjson instances "$instances" --argjson segments "$segments" --argjson stock "$stock" \
+    --arg duration "$duration" --argjson connections "$connections" \
+    --argjson threads "$wrk_threads" --argjson work_us "$work_us" --argjson users "$users" \
+    --argjson per_user_limit "$limit" --argjson qty "$qty" --arg lb "$lb" \
+    --arg extra_flags "${extra[*]}" '{
+        created: $created,
+        config: {modes: $modes, instances: $instances, segments: $segments, stock: $stock,
+                 duration: $duration, connections: $connections, threads: $threads,
+                 work_us: $work_us, users: $users, per_user_limit: $per_user_limit,
+                 qty: $qty, lb: $lb, extra_flags: $extra_flags},
+        modes: [inputs]
+    }' "${files[@]}" >"$out/report.json"
 
 print_table() {
     local fmt='%-8s %4s %4s %9s %8s %8s %7s %7s %6s %9s %9s %9s %6s %8s %7s %9s %9s  %s\n'
@@ -329,31 +332,50 @@ print_table() {
 
 if ((chart)) && command -v gnuplot >/dev/null; then
     {
-        echo "# mode placed stock req_per_s"
+        echo "# mode placed stock req_per_s selling_s"
         for row in "${ROWS[@]}"; do
-            IFS=$'\t' read -r m _ _ r _ _ _ p s _ <<<"$row"
-            echo "$m $p $s $r"
+            IFS=$'\t' read -r m _ _ r _ _ sell p s _ <<<"$row"
+            echo "$m $p $s $r $sell"
         done
     } >"$out/chart.dat"
-    term="pngcairo size 1000,700 font 'sans,10'"
-    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 || term="png size 1000,700"
+    # Three panels over the modes: units placed against a line at the stock (a bar above
+    # the line is oversell), req/s through the balancer, and sell_s. column(N) rather
+    # than $N keeps gnuplot's syntax clear of this heredoc's expansions.
+    term="pngcairo size 1000,960 font 'sans,10'"
+    gnuplot -e "set terminal pngcairo" >/dev/null 2>&1 || term="png size 1000,960"
     if gnuplot >"$out/chart.log" 2>&1 <<EOF; then
 set terminal $term
+set termoption noenhanced
 set output '$out/chart.png'
-set multiplot layout 2,1 title "seckill: $instances instances, K=$segments, stock $stock, ${work_us}us work, wrk -c$connections -d$duration via $lb"
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set grid ytics
+n = ${#ROWS[@]}
+stock = $stock
+set multiplot layout 3,1 title "seckill oversell proof: $instances instances via $lb, K=$segments segments, stock $stock, ${work_us}us work, wrk -c$connections -d$duration" font ',12'
+set style fill solid 0.85 border lc rgb '#404040'
+set boxwidth 0.6
+set grid ytics lc rgb '#d0d0d0'
+set xrange [-0.6:n - 0.4]
 set yrange [0:*]
-set key top right
-set offsets 0, 0, graph 0.15, 0
-set title "units placed (client-counted 201s) vs initial stock"
-plot '$out/chart.dat' using 2:xtic(1) title 'placed' lc rgb '#d62728', \
-     '' using 3 title 'stock' lc rgb '#7f7f7f'
-set title "throughput through the balancer (req/s, all answers)"
+set offsets 0, 0, graph 0.22, 0
+set xtics nomirror scale 0 font ',11'
+set ytics nomirror
+set key top right opaque box lc rgb '#a0a0a0'
+set title 'units sold (client-counted 201 answers) against the initial stock: a bar above the line is oversell'
+set ylabel 'units'
+plot '$out/chart.dat' using 0:(column(2) > column(3) ? column(2) : 1/0) with boxes lc rgb '#d62728' title 'oversold', \
+     '' using 0:(column(2) > column(3) ? 1/0 : column(2)) with boxes lc rgb '#2ca02c' title 'within stock', \
+     '' using 0:2:2:xtic(1) with labels offset 0,0.8 notitle, \
+     stock with lines dt 2 lw 2.5 lc rgb 'black' title sprintf('initial stock (%d)', stock)
 unset key
-plot '$out/chart.dat' using 4:xtic(1) title 'req/s' lc rgb '#1f77b4'
+set title 'throughput through the balancer: every answer counts, mostly 409 sold_out once the stock is gone'
+set ylabel 'requests / s'
+plot '$out/chart.dat' using 0:4 with boxes lc rgb '#1f77b4', \
+     '' using 0:4:(sprintf('%.0f', column(4))):xtic(1) with labels offset 0,0.8
+set title 'sell_s: seconds from the first request to the last 201 (how long selling the stock took)'
+set ylabel 'seconds'
+set xlabel 'lock mode (--lock)'
+plot '$out/chart.dat' using 0:(column(5) < 0 ? 1/0 : column(5)) with boxes lc rgb '#ff7f0e', \
+     '' using 0:(column(5) < 0 ? 0 : column(5)):(column(5) < 0 ? '?' : sprintf('%.2f', column(5))):xtic(1) \
+        with labels offset 0,0.8
 unset multiplot
 EOF
         rm -f "$out/chart.log"

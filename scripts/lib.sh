@@ -9,7 +9,6 @@
 #   wait_started NAME DIR SECS CMD...  like wait_until, but gives up (2) when NAME died
 #   http_code URL                HTTP status of a GET (000 when no answer)
 #   redis_ping PORT              0 when redis-server on 127.0.0.1:PORT answers PONG
-#   json_get KEY                 a top-level field of the JSON object on stdin
 #   seckill_bin                  path of the server: $SECKILL_BIN, $SECKILL_BUILD/seckill,
 #                                or build/seckill
 #
@@ -188,75 +187,6 @@ http_ok() { [[ $(http_code "$1") == 200 ]]; }
 
 redis_ping() {
     [[ $(redis-cli -h 127.0.0.1 -p "$1" --no-auth-warning ping 2>/dev/null) == PONG ]]
-}
-
-# json_get KEY < json: the value of KEY at the top level of a JSON object: strings
-# without quotes (escapes kept as written), numbers/true/false/null as written,
-# nested objects/arrays as their raw text. Empty output and status 1 when absent.
-json_get() {
-    awk -v key="$1" '
-    BEGIN { RS = "\001"; found = 0 }
-    {
-        s = $0; n = length(s); depth = 0; i = 1
-        while (i <= n) {
-            c = substr(s, i, 1)
-            if (c == "\"") {
-                j = i + 1; str = ""
-                while (j <= n) {
-                    d = substr(s, j, 1)
-                    if (d == "\\") { str = str substr(s, j, 2); j += 2; continue }
-                    if (d == "\"") break
-                    str = str d; j++
-                }
-                i = j + 1
-                if (depth == 1) {
-                    k = i
-                    while (k <= n && substr(s, k, 1) ~ /[ \t\r\n]/) k++
-                    if (substr(s, k, 1) == ":" && str == key) {
-                        k++
-                        while (k <= n && substr(s, k, 1) ~ /[ \t\r\n]/) k++
-                        print value_at(s, k, n); found = 1; exit
-                    }
-                }
-                continue
-            }
-            if (c == "{" || c == "[") depth++
-            else if (c == "}" || c == "]") depth--
-            i++
-        }
-    }
-    function value_at(s, k, n,    c, j, d, dep, instr) {
-        c = substr(s, k, 1)
-        if (c == "\"") {
-            j = k + 1
-            while (j <= n) {
-                d = substr(s, j, 1)
-                if (d == "\\") { j += 2; continue }
-                if (d == "\"") break
-                j++
-            }
-            return substr(s, k + 1, j - k - 1)
-        }
-        if (c == "{" || c == "[") {
-            dep = 0; instr = 0
-            for (j = k; j <= n; j++) {
-                d = substr(s, j, 1)
-                if (instr) {
-                    if (d == "\\") j++
-                    else if (d == "\"") instr = 0
-                    continue
-                }
-                if (d == "\"") instr = 1
-                else if (d == "{" || d == "[") dep++
-                else if (d == "}" || d == "]") { dep--; if (dep == 0) break }
-            }
-            return substr(s, k, j - k + 1)
-        }
-        j = k
-        while (j <= n && substr(s, j, 1) !~ /[,}\] \t\r\n]/) j++
-        return substr(s, k, j - k)
-    }
-    END { exit found ? 0 : 1 }'
 }
 
 # seckill_bin: absolute path of the server binary to run.

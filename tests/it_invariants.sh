@@ -68,6 +68,10 @@ if ! seckill_bin >/dev/null; then
     check "server binary present" false
     finish
 fi
+if ! command -v jq >/dev/null; then
+    check "jq present (scripts/deps.sh installs it)" false
+    finish
+fi
 
 # field ROW_NAME COLUMN: a column of a summary.tsv row (looked up by the header)
 declare -A COL
@@ -82,10 +86,8 @@ load_header() {
     IFS=$'\t' read -r -a h <"$1"
     for i in "${!h[@]}"; do COL[${h[$i]}]=$i; done
 }
-audit_field() { # OUT MODE KEY: a field of the audit the server returned
-    local a
-    a=$(json_get audit <"$1/modes/$2.json" 2>/dev/null) || return 0
-    json_get "$3" <<<"$a" 2>/dev/null || true
+audit_field() { # OUT MODE KEY: a field of the audit the server returned (empty if none)
+    jq -r --arg key "$3" '.audit[$key]? | select(. != null)' "$1/modes/$2.json" 2>/dev/null || true
 }
 eq() { [[ $1 == "$2" ]]; }
 gt() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($1 > $2)); }
