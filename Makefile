@@ -3,6 +3,7 @@
 #   make test       install what is missing, build, run every test
 #   make demo       install what is missing, build, run the multi-instance proof
 #   make SANITIZER=address|undefined|thread test
+#   make valgrind   the server under valgrind through a short workload, no leak allowed
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -42,7 +43,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
-.PHONY: all deps test check demo bench fuzz clean install format
+.PHONY: all deps test check demo bench fuzz valgrind clean install format
 all: $(BUILD)/seckill
 
 # `make V=1` shows the full commands.
@@ -83,6 +84,13 @@ test: deps
 check: $(BUILD)/seckill $(TEST_BIN)
 	@SECKILL_BUILD=$(BUILD) tests/run.sh
 
+# memcheck over the unsanitized server (valgrind and the sanitizers do not mix):
+# every lock mode through a short real workload; fails on any error or leak.
+valgrind: deps
+	@DEPS_EXTRA="valgrind" scripts/deps.sh
+	@$(MAKE) --no-print-directory SANITIZER= all
+	@SECKILL_BUILD=build tests/valgrind.sh $(VALGRIND_MODES)
+
 # The README's first command.
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -113,5 +121,8 @@ install: $(BUILD)/seckill
 
 format:
 	clang-format -i lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]
+
+# Keep the objects of the test binaries: no relink on the next make.
+.SECONDARY:
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -43,7 +43,8 @@
 /* KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue, KEYS[4] the
  * caller's grant list; ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take
  * fencing tokens, ARGV[4] ms the caller will wait (0: it will not, and leaves
- * the queue), ARGV[5] the caller's queue entry from an earlier attempt or "".
+ * the queue), ARGV[5] the caller's queue entry from an earlier attempt or "",
+ * ARGV[6] "1" when the caller's session holds a grant of the key (re-entry).
  * Returns {1, fence, ""} for a new grant (also one handed over earlier),
  * {2, fence, ""} when the owner re-entered, {0, holder's PTTL, queue entry}
  * when taken. */
@@ -60,6 +61,15 @@ static struct rscript acquire_script = RSCRIPT_INIT(
     "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then\n"
     "  local handed = redis.call('LPOP', KEYS[4])\n"
     "  if handed then return {1, tonumber(handed), ''} end\n"
+    "  if ARGV[6] ~= '1' then\n"
+    "    -- ours, but the session keeps no grant of it: a release lost with\n"
+    "    -- Redis (crash, timeout). A new grant, not a re-entry.\n"
+    "    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end\n"
+    "    redis.call('HSET', KEYS[1], ARGV[1], 1)\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "    if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end\n"
+    "    return {1, 0, ''}\n"
+    "  end\n"
     "  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "  if ARGV[3] == '1' then\n"
@@ -495,13 +505,13 @@ static lock_status redis_acquire(void *session, const char *key, int64_t deadlin
     snprintf(gkey, sizeof(gkey), "%s:grant:%s", key, s->owner);
     const char *argv[] = {
         key,      fkey, qkey, gkey, s->owner, st->ttl_arg, st->fencing ? "1" : "0",
-        wait_arg, entry};
+        wait_arg, entry, lease_find(s, key) ? "1" : "0"};
     for (;;) {
         int64_t start = lock_now_us();
         int64_t left_ms = (deadline_us - start) / 1000;
         snprintf(wait_arg, sizeof(wait_arg), "%lld",
                  (long long)(left_ms > 0 ? left_ms : 0));
-        redisReply *r = rconn_eval(s->data, &acquire_script, 4, 5, argv, NULL);
+        redisReply *r = rconn_eval(s->data, &acquire_script, 4, 6, argv, NULL);
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
             r->element[0]->type != REDIS_REPLY_INTEGER ||
             r->element[1]->type != REDIS_REPLY_INTEGER ||

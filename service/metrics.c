@@ -1,10 +1,133 @@
 /* /stats (JSON) and /metrics (Prometheus text format 0.0.4), both rendered
- * from the route table's counters, the inventory's and the lock's. */
+ * from the route table's counters, the inventory's and the lock's, plus stock
+ * gauges of the SKUs this instance served lately (read at scrape time). */
+#include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "routes.h"
+
+/* ---- SKUs seen: the stock gauges' subjects ------------------------------
+ *
+ * The order path only notes the SKU's name here (no Redis call); a scrape
+ * reads the figures of at most METRICS_SKUS of them, the most recently used,
+ * one pipelined read each. The table is small and a thread that keeps serving
+ * the same SKU (the flash-sale case) touches the lock only every
+ * SEEN_REFRESH_EVERY orders. */
+#define METRICS_SKUS 32
+#define SEEN_REFRESH_EVERY 256
+
+static struct {
+    pthread_mutex_t mu;
+    char sku[METRICS_SKUS][INV_ID_MAX + 1];
+    uint64_t used[METRICS_SKUS]; /* clock value of the last use; 0 = free slot */
+    uint64_t clock;
+} seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local char seen_last[INV_ID_MAX + 1];
+static _Thread_local unsigned seen_last_skips;
+
+void svc_metrics_sku_seen(const char *sku)
+{
+    if (seen_last_skips > 0 && strcmp(seen_last, sku) == 0) {
+        seen_last_skips--;
+        return;
+    }
+    pthread_mutex_lock(&seen.mu);
+    int slot = -1, oldest = 0;
+    for (int i = 0; i < METRICS_SKUS && slot < 0; i++) {
+        if (seen.used[i] && strcmp(seen.sku[i], sku) == 0)
+            slot = i;
+        else if (seen.used[i] < seen.used[oldest])
+            oldest = i;
+    }
+    if (slot < 0) {
+        slot = oldest;
+        snprintf(seen.sku[slot], sizeof(seen.sku[slot]), "%s", sku);
+    }
+    seen.used[slot] = ++seen.clock;
+    pthread_mutex_unlock(&seen.mu);
+    snprintf(seen_last, sizeof(seen_last), "%s", sku);
+    seen_last_skips = SEEN_REFRESH_EVERY;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* Copies the names of the SKUs seen, sorted; returns how many. */
+static int seen_copy(char names[METRICS_SKUS][INV_ID_MAX + 1])
+{
+    int n = 0;
+    pthread_mutex_lock(&seen.mu);
+    for (int i = 0; i < METRICS_SKUS; i++)
+        if (seen.used[i])
+            memcpy(names[n++], seen.sku[i], INV_ID_MAX + 1);
+    pthread_mutex_unlock(&seen.mu);
+    qsort(names, (size_t)n, INV_ID_MAX + 1, cmp_name);
+    return n;
+}
+
+struct sku_figures {
+    const char *sku;
+    long long initial, remaining, sold, oversold, orders;
+};
+
+/* The stock gauges: one read per SKU seen. A SKU that no longer exists is left
+ * out; the first failed read ends the reading (Redis is down: the scrape must
+ * not wait a timeout per SKU) and seckill_sku_stock_read_ok says 0. */
+static void sku_gauges(FILE *f, struct inv_session *inv)
+{
+    char names[METRICS_SKUS][INV_ID_MAX + 1];
+    struct sku_figures figs[METRICS_SKUS];
+    int n = inv ? seen_copy(names) : 0, nfigs = 0, read_ok = 1;
+    struct inv_sku_report *report = n ? malloc(sizeof(*report)) : NULL;
+    if (n && !report)
+        read_ok = 0;
+    for (int i = 0; i < n && read_ok; i++) {
+        inv_status st = inv_sku_get(inv, names[i], report);
+        if (st == INV_NOT_FOUND)
+            continue;
+        if (st != INV_OK) {
+            read_ok = 0;
+            break;
+        }
+        figs[nfigs++] = (struct sku_figures){names[i], report->initial, report->remaining,
+                                             report->sold, report->oversold, report->orders};
+    }
+    free(report);
+
+    const struct {
+        const char *name, *help;
+        size_t offset;
+    } gauges[] = {
+        {"seckill_sku_initial", "Initial stock of the SKU since its last reset.",
+         offsetof(struct sku_figures, initial)},
+        {"seckill_sku_remaining", "Units left in all segments of the SKU.",
+         offsetof(struct sku_figures, remaining)},
+        {"seckill_sku_sold", "Units sold since the SKU's last reset (all instances).",
+         offsetof(struct sku_figures, sold)},
+        {"seckill_sku_oversold", "Units sold beyond the initial stock.",
+         offsetof(struct sku_figures, oversold)},
+        {"seckill_sku_orders", "Orders placed since the SKU's last reset (all instances).",
+         offsetof(struct sku_figures, orders)},
+    };
+    for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+        fprintf(f, "# HELP %s %s Read from Redis at scrape time, for the %d SKUs this "
+                   "instance served most recently.\n# TYPE %s gauge\n",
+                gauges[g].name, gauges[g].help, METRICS_SKUS, gauges[g].name);
+        for (int i = 0; i < nfigs; i++)
+            fprintf(f, "%s{sku=\"%s\"} %lld\n", gauges[g].name, figs[i].sku,
+                    *(const long long *)((const char *)&figs[i] + gauges[g].offset));
+    }
+    fprintf(f, "# HELP seckill_sku_stock_read_ok 1 when the stock gauges of every SKU "
+               "seen were read from Redis in this scrape, 0 when Redis failed.\n"
+               "# TYPE seckill_sku_stock_read_ok gauge\nseckill_sku_stock_read_ok %d\n",
+            read_ok);
+}
 
 static json_t *lock_stats_json(struct svc_app *app)
 {
@@ -73,7 +196,7 @@ static void counter(FILE *f, const char *name, const char *help, uint64_t v)
             (unsigned long long)v);
 }
 
-char *svc_metrics_text(struct svc_app *app)
+char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -174,6 +297,7 @@ char *svc_metrics_text(struct svc_app *app)
     fprintf(f, "# HELP seckill_draining 1 while the instance drains for shutdown.\n"
                "# TYPE seckill_draining gauge\nseckill_draining %d\n",
             atomic_load(&app->draining));
+    sku_gauges(f, inv);
     fclose(f);
     return buf;
 }

@@ -92,6 +92,7 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         inv_error(res, st);
         return;
     }
+    svc_metrics_sku_seen(req->params[0]);
     log_event(LOG_INFO, "sku_reset", "sku=%s stock=%lld segments=%d limit=%d created=%d",
               req->params[0], body.stock, body.segments, body.limit, st == INV_CREATED);
     res->status = st == INV_CREATED ? 201 : 200;
@@ -110,6 +111,7 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
         inv_error(res, st);
         return;
     }
+    svc_metrics_sku_seen(req->params[0]);
     json_t *segs = json_array();
     for (int i = 0; i < report.nsegments; i++) {
         const struct inv_segment_report *s = &report.segments[i];
@@ -145,6 +147,8 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
     struct inv_order order;
     inv_status st = inv_order_place(req->worker->inv, req->params[0], body.user_id, body.qty,
                                     req->idem_key, &order);
+    if (st != INV_NOT_FOUND && st != INV_UNAVAILABLE)
+        svc_metrics_sku_seen(req->params[0]); /* the SKU exists */
     if (st != INV_PLACED && st != INV_REPLAYED) {
         inv_error(res, st);
         return;
@@ -198,7 +202,7 @@ static void h_stats(const struct svc_request *req, struct svc_response *res)
 static void h_metrics(const struct svc_request *req, struct svc_response *res)
 {
     res->status = 200;
-    res->text = svc_metrics_text(req->app);
+    res->text = svc_metrics_text(req->app, req->worker->inv);
     res->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 

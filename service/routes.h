@@ -100,8 +100,12 @@ void svc_route_count(struct svc_route *r, int status, int64_t duration_us);
 /* Fills res as an error answer {"error": code, "detail": detail}. */
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail);
 
-/* /stats and /metrics renderers (metrics.c). */
+/* /stats and /metrics renderers (metrics.c). The metrics' stock gauges are
+ * read through inv (the scraping thread's session; NULL leaves them out). */
 json_t *svc_stats_json(struct svc_app *app);
-char *svc_metrics_text(struct svc_app *app);
+char *svc_metrics_text(struct svc_app *app, struct inv_session *inv);
+/* Notes that sku exists and was just used, for the stock gauges. Cheap, no
+ * Redis call: call it from the order path. */
+void svc_metrics_sku_seen(const char *sku);
 
 #endif

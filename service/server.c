@@ -160,9 +160,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = st;
         atomic_fetch_add(&app->inflight, 1);
-        return MHD_YES;
-    }
-    if (*upload_data_size) {
+        /* A body declared over the cap is refused before it is read (MHD then
+         * closes the connection): a client that announces 1 GB gets its 413 at
+         * once instead of after sending it, or never when it sends nothing. */
+        if (!st->too_large)
+            return MHD_YES;
+    } else if (*upload_data_size) {
         /* The cap is enforced while reading: past it, the rest is discarded. */
         size_t n = *upload_data_size;
         if (!st->too_large && st->body_len + n <= REQ_BODY_MAX) {
@@ -202,6 +205,41 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method, url,
                   res.status, (long long)(now_us() - st->start_us));
     return send_response(conn, st, &res);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes s in place like MHD's default, except the escapes of '/' and
+ * NUL, which stay as written: decoded, "%2F" would split a path segment (POST
+ * /skus/tv%2Forders would order SKU tv) and "%00" would cut the path short
+ * (/orders/1%00x would read order 1). Left alone, their '%' is refused by every
+ * id check further on. Returns the new length. */
+static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls, (void)conn;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hex_value(r[1]) : -1;
+        int lo = hi >= 0 ? hex_value(r[2]) : -1;
+        int c = hi * 16 + lo;
+        if (lo >= 0 && c != '/' && c != 0) {
+            *w++ = (char)c;
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -252,6 +290,7 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
         MHD_OPTION_END);
     if (!srv->daemon) {
         snprintf(err, errlen, "cannot listen on %s:%d (in use?)", cfg->listen.host,

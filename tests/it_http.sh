@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Integration: every route and status of the contract's API table, end to end
 # through one real instance and a real redis-server; a failed request changes
-# no state; a Redis outage answers 503 and heals; SIGTERM drains and exits 0.
+# no state; hostile requests (malformed, oversized, lying framing, tricky paths,
+# a flood) get their exact status and change nothing; a Redis outage answers
+# 503 and heals; SIGTERM drains and exits 0.
 set -uo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 
@@ -141,6 +143,141 @@ check "metrics carry counters" "1" "$(curl -s "$base/metrics" | grep -c '^seckil
 req GET /stats
 check "stats" "200 2 1" "$status $(field .orders.placed) $(field .orders.replayed)"
 check "livez" "200" "$(http_code "$base/livez")"
+
+# --- hostile requests: each gets its exact status and changes nothing. The SKU has
+# stock left, so that a request wrongly taken for an order would show in the state.
+req PUT /skus/hx '{"stock":10,"segments":2,"per_user_limit":1}' "${auth[@]}"
+# state: the SKU's figures and the number of keys in Redis
+state() { echo "$(curl -s "$base/skus/hx" | jq -c '[.sold, .remaining, .orders]') $(redis-cli -p "$rport" dbsize)"; }
+baseline=$(state)
+# hostile NAME EXPECTED ACTUAL: the answer, then the state
+hostile() {
+    check "$1" "$2" "$3"
+    check "$1: state unchanged" "$baseline" "$(state)"
+}
+# raw BYTES [SECS]: sends BYTES (printf format) on a new connection, prints the
+# status of the answer, or "none" when the server closed or kept quiet for SECS.
+raw() {
+    local fd line
+    exec {fd}<>"/dev/tcp/127.0.0.1/$hport" || { echo "no connection"; return; }
+    # The server may close before everything is written: no SIGPIPE for this shell.
+    (printf "$1" >&"$fd") 2>/dev/null
+    line=$(timeout "${2:-5}" head -n 1 <&"$fd" | tr -d '\r')
+    exec {fd}>&-
+    [[ $line =~ ^HTTP/1\.[01]\ ([0-9]{3}) ]] && echo "${BASH_REMATCH[1]}" || echo none
+}
+repeat() { head -c "$2" /dev/zero | tr '\0' "$1"; } # CHAR COUNT
+H=$dir/hostile
+mkdir -p "$H"
+order=/skus/hx/orders
+
+# bodies
+repeat '[' 10000 >"$H/nest10k"
+repeat ']' 10000 >>"$H/nest10k"
+req POST $order "" --data-binary @"$H/nest10k"
+hostile "JSON nested 10000 levels (over 4 KiB)" "413 too_large/string" "$status $(err)"
+{ printf '{"user_id":'; repeat '[' 2000; repeat ']' 2000; printf '}'; } >"$H/nest2k"
+req POST $order "" --data-binary @"$H/nest2k"
+hostile "user_id nested 2000 levels deep (under 4 KiB)" "400 bad_request/string" "$status $(err)"
+printf '{"user_id":"ann"}\0\0\0\x01\x02' >"$H/nuls"
+req POST $order "" --data-binary @"$H/nuls"
+hostile "binary body with NULs after the JSON" "400 bad_request/string" "$status $(err)"
+head -c 3000 /dev/urandom >"$H/random"
+req POST $order "" --data-binary @"$H/random"
+hostile "3000 random bytes" "400 bad_request/string" "$status $(err)"
+printf '{"user_id":"an\xff\xfe"}' >"$H/utf8"
+req POST $order "" --data-binary @"$H/utf8"
+hostile "invalid UTF-8 in user_id" "400 bad_request/string" "$status $(err)"
+req POST $order '{"user_id":"ann\u0000x"}'
+hostile "escaped NUL in user_id" "400 bad_request/string" "$status $(err)"
+req POST $order '{"user_id":"ann","user_id":"bob"}'
+hostile "duplicate key" "400 bad_request/string" "$status $(err)"
+req POST $order "{\"user_id\":\"$(repeat a 65)\"}"
+hostile "user_id of 65 characters" "400 bad_request/string" "$status $(err)"
+req POST $order '{"user_id":["ann"]}'
+hostile "user_id an array" "400 bad_request/string" "$status $(err)"
+req POST $order '{"user_id":"ann","qty":1e30}'
+hostile "qty 1e30" "400 bad_request/string" "$status $(err)"
+req POST $order '{"user_id":"ann","qty":-1}'
+hostile "qty negative" "400 bad_request/string" "$status $(err)"
+req POST $order "" -H 'Content-Type: application/json'
+hostile "empty body" "400 bad_request/string" "$status $(err)"
+
+# framing
+repeat 'x' 5000 >"$H/5k"
+req POST $order "" -H 'Transfer-Encoding: chunked' --data-binary @"$H/5k"
+hostile "chunked body over 4 KiB, no Content-Length" "413 too_large/string" "$status $(err)"
+hostile "Content-Length 1000000, no body sent: 413 at once" "413" \
+    "$(raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n' 3)"
+hostile "Content-Length lie: 100 announced, 20 sent (no answer, no order)" "none" \
+    "$(raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"user_id":"liar"}  ' 2)"
+hostile "Content-Length shorter than the body" "400" \
+    "$(raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{"user_id":"short"}' 3)"
+hostile "Content-Length negative" "400" \
+    "$(raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{"user_id":"neg"}' 3)"
+hostile "invalid chunk size" "400" \
+    "$(raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{"user_id":"chunky"}\r\n0\r\n\r\n' 3)"
+hostile "garbage instead of a request line (closed, no answer)" "none" "$(raw 'GARBAGE\r\n\r\n' 3)"
+hostile "HTTP/9.9" "505" "$(raw 'GET /skus/hx HTTP/9.9\r\nHost: x\r\n\r\n' 3)"
+
+# headers
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $(repeat a 40000)" "$base/skus/hx")
+hostile "a 40 KB header" "431" "$code"
+hdrs=()
+for ((i = 0; i < 1000; i++)); do hdrs+=(-H "X-H$i: v"); done
+code=$(curl -s -o /dev/null -w '%{http_code}' "${hdrs[@]}" -X POST -d '{"user_id":"many"}' "$base$order")
+hostile "1000 headers" "431" "$code"
+req POST $order '{"user_id":"ann"}' -H "Idempotency-Key: $(repeat k 10240)"
+hostile "Idempotency-Key of 10 KB" "400 bad_request/string" "$status $(err)"
+req PUT /skus/hx '{"stock":1000}' -H "Authorization: Bearer $(repeat s 10240)"
+hostile "Bearer token of 10 KB on an admin route" "401 unauthorized/string" "$status $(err)"
+
+# paths
+code=$(curl -s -o /dev/null -w '%{http_code}' "$base/skus/$(repeat a 40000)")
+hostile "a 40 KB URL" "414" "$code"
+req GET "/skus/$(repeat a 600)"
+hostile "a 600-byte path" "404 not_found/string" "$status $(err)"
+req POST /skus/hx%2Forders '{"user_id":"slash"}'
+hostile "POST /skus/hx%2Forders (an encoded slash is not a separator)" \
+    "405 method_not_allowed/string" "$status $(err)"
+req GET /skus/hx%2Faudit
+hostile "GET /skus/hx%2Faudit" "400 bad_request/string" "$status $(err)"
+req POST /skus/hx/../hx/orders '{"user_id":"dots"}' --path-as-is
+hostile "POST /skus/hx/../hx/orders" "404 not_found/string" "$status $(err)"
+req GET /skus/../stats "" --path-as-is
+hostile "GET /skus/../stats" "404 not_found/string" "$status $(err)"
+req GET "/orders/$first%00junk"
+hostile "GET /orders/<id>%00junk (an encoded NUL does not cut the path)" \
+    "400 bad_request/string" "$status $(err)"
+req POST /skus/hx%00/orders '{"user_id":"nul"}'
+hostile "POST /skus/hx%00/orders" "400 bad_request/string" "$status $(err)"
+# libmicrohttpd 0.9.75 ends the path at a raw NUL: "/skus/hx", which takes no POST.
+hostile "a raw NUL in the path of a POST" "405" \
+    "$(raw 'POST /skus/hx\0/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n{"user_id":"nul"}' 3)"
+
+# methods
+code=$(curl -s -I -o /dev/null -w '%{http_code}' "$base$order")
+allow=$(curl -s -I "$base$order" | tr -d '\r' | awk -F': ' 'tolower($1)=="allow"{print $2}')
+hostile "HEAD on a POST-only route" "405 POST" "$code $allow"
+req FOO /skus/hx
+hostile "unknown method FOO" "405 method_not_allowed/string" "$status $(err)"
+req POST /skus/hx '{"stock":1}'
+hostile "POST on a PUT/GET path" "405 method_not_allowed/string" "$status $(err)"
+
+# a thousand bad requests at once, 300 connections in parallel
+for ((i = 0; i < 1000; i++)); do
+    ((i)) && echo next
+    printf 'url = "%s%s"\ndata = "{\\"user_id\\": \\"bad user %d\\"}"\n' "$base" "$order" "$i"
+    printf 'output = "/dev/null"\nmax-time = 30\nwrite-out = "%%{http_code}\\n"\n'
+done >"$H/flood.cfg"
+answers=$(curl -s --parallel --parallel-max 300 -K "$H/flood.cfg" 2>/dev/null | sort | uniq -c |
+    awk '{ print $2 "x" $1 }')
+hostile "1000 concurrent bad requests: all 400" "400x1000" "$answers"
+
+check "the process is alive after all of them" "200" "$(http_code "$base/livez")"
+check "the log shows no crash or assertion" "0" "$(grep -ciE 'assert|segfault|abort' "$dir/seckill.log")"
+req POST $order '{"user_id":"honest"}'
+check "a real order still works" "201" "$status"
 
 # --- Redis outage: 503 unavailable within bounds, nothing half-written, heals
 proc_stop redis "$dir" 5

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Integration: operations. Idle and slow (slowloris) connections do not starve
 # a real order; an Idempotency-Key retried through another instance, and while
-# the first attempt is in flight, places one order; /metrics passes promtool
-# (when installed); SIGTERM drains: /readyz 503, the in-flight order finishes,
-# its lock is released, exit 0.
+# the first attempt is in flight, places one order; /metrics carries stock
+# gauges that match the SKU report (bounded to the SKUs served lately) and passes
+# promtool (when installed); SIGTERM drains: /readyz 503, the in-flight order
+# finishes, its lock is released, exit 0.
 set -uo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 
@@ -81,6 +82,29 @@ check "... promptly (< 2 s; 300 ms of it is --work-us)" "1" "$((ms < 2000))"
 echo "order answered in ${ms} ms beside 300 idle/slow connections"
 for fd in "${held_fds[@]}"; do exec {fd}>&-; done
 held_fds=()
+
+# --- stock gauges: read from Redis at scrape time, for the SKUs an instance served
+gauge() { # URL NAME SKU
+    curl -s "$1/metrics" | awk -v m="$2{sku=\"$3\"}" '$1 == m { print $2 }'
+}
+report=$(curl -s "$A/skus/ops")
+check "seckill_sku_sold == GET /skus sold" "$(jq -r .sold <<<"$report")" "$(gauge "$A" seckill_sku_sold ops)"
+check "seckill_sku_remaining == GET /skus remaining" "$(jq -r .remaining <<<"$report")" \
+    "$(gauge "$A" seckill_sku_remaining ops)"
+check "seckill_sku_initial" "100" "$(gauge "$A" seckill_sku_initial ops)"
+check "seckill_sku_oversold" "0" "$(gauge "$A" seckill_sku_oversold ops)"
+check "the other instance, which also served ops, agrees" "$(jq -r .sold <<<"$report")" \
+    "$(gauge "$B" seckill_sku_sold ops)"
+curl -s -X POST "$B/skus/ops/orders" -d '{"user_id":"gauge-user"}' >/dev/null
+check "an order through B shows in A's gauge at the next scrape" \
+    "$(($(jq -r .sold <<<"$report") + 1))" "$(gauge "$A" seckill_sku_sold ops)"
+for ((i = 1; i <= 40; i++)); do
+    curl -s -o /dev/null -X PUT "$A/skus/many-$i" -d '{"stock":5}'
+done
+check "a SKU an instance never served is not in its gauges" "" "$(gauge "$B" seckill_sku_sold many-40)"
+check "gauges of at most 32 SKUs, the most recent" "32 1 0" \
+    "$(curl -s "$A/metrics" | grep -c '^seckill_sku_sold{') $(gauge "$A" seckill_sku_sold many-9 | wc -l) $(gauge "$A" seckill_sku_sold many-8 | wc -l)"
+check "stock read ok" "1" "$(curl -s "$A/metrics" | awk '$1 == "seckill_sku_stock_read_ok" { print $2 }')"
 
 # --- metrics pass promtool
 if command -v promtool >/dev/null; then

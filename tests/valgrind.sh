@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# valgrind.sh — the server under valgrind (memcheck) through a short real workload,
+# once per lock mode: a SKU, a few hundred concurrent orders (placed, replayed,
+# sold out, limit reached), every route and error status, a Redis crash and restart
+# in the middle (503s, reconnects), then SIGTERM with an order in flight. Passes
+# when every instance exits 0 and valgrind reports no error and no leak:
+# "definitely lost: 0" and "indirectly lost: 0" (memory still reachable at exit,
+# e.g. libraries' caches, is not a leak). Needs: valgrind, redis-server, curl, jq.
+#
+#   tests/valgrind.sh [MODES]     MODES comma-separated, also $VG_MODES
+#                                 (default redis,redlock,setnx,atomic)
+#   VG_ORDERS                     orders per mode (default 300)
+#   SECKILL_BIN / SECKILL_BUILD   the server (default build/seckill: an unsanitized
+#                                 build; valgrind and the sanitizers do not mix)
+#
+# Prints each mode's LEAK SUMMARY and ERROR SUMMARY, then "N passed, N failed".
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+
+MODES=${1:-${VG_MODES:-redis,redlock,setnx,atomic}}
+ORDERS=${VG_ORDERS:-300}
+CLIENTS=4
+
+command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install valgrind)"
+bin=$(seckill_bin) || exit 1
+dir=$(mktemp -d "${TMPDIR:-/tmp}/seckill-valgrind.XXXXXX")
+nodes=()
+pass=0
+fail=0
+keep=0
+cleanup() {
+    proc_stop seckill "$dir" 20
+    for n in "${nodes[@]}"; do proc_stop "$n" "$dir" 5; done
+    proc_stop redis "$dir" 5
+    if ((fail == 0 && keep == 0)); then rm -rf "$dir"; else echo "(logs kept in $dir)"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+check() { # NAME EXPECTED ACTUAL
+    if [[ $2 == "$3" ]]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL $1: expected '$2', got '$3'"
+    fi
+}
+
+start_redis() { # NAME PORT
+    mkdir -p "$dir/$1.data"
+    proc_start "$1" "$dir" redis-server --port "$2" --bind 127.0.0.1 --dir "$dir/$1.data" \
+        --save "" --appendonly yes --appendfsync always || return 1
+    wait_until 10 redis_ping "$2"
+}
+
+rport=$(free_port) || exit 1
+start_redis redis "$rport" || die "redis did not start"
+lock_nodes=""
+for i in 1 2 3; do
+    p=$(free_port) || exit 1
+    start_redis "node$i" "$p" || die "lock node $i did not start"
+    nodes+=("node$i")
+    lock_nodes+="${lock_nodes:+,}127.0.0.1:$p"
+done
+
+# req METHOD URL [curl args...] -> "status error"
+req() {
+    local m=$1 u=$2 out
+    shift 2
+    out=$(curl -s -X "$m" --max-time 30 -w '\n%{http_code}' "$@" "$u")
+    echo "${out##*$'\n'} $(jq -r '.error // empty' <<<"${out%$'\n'*}" 2>/dev/null)"
+}
+
+# orders FROM TO: one client placing orders FROM..TO, each with its own key, then
+# replaying every tenth; prints one status per request.
+orders() {
+    local i
+    for ((i = $1; i <= $2; i++)); do
+        curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 -X POST "$base/skus/$sku/orders" \
+            -H "Idempotency-Key: k$i" -d "{\"user_id\":\"u$((i % (ORDERS / 2)))\"}"
+        if ((i % 10 == 0)); then
+            curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 -X POST \
+                "$base/skus/$sku/orders" -H "Idempotency-Key: k$i" \
+                -d "{\"user_id\":\"u$((i % (ORDERS / 2)))\"}"
+        fi
+    done
+}
+
+run_mode() {
+    local mode=$1 hport vlog pid code
+    hport=$(free_port) || return 1
+    base="http://127.0.0.1:$hport"
+    sku="vg-$mode"
+    vlog="$dir/valgrind.$mode.log"
+    local extra=()
+    [[ $mode == redlock ]] && extra=(--lock-nodes "$lock_nodes")
+    echo "# $mode: $ORDERS orders under valgrind"
+    local started=$SECONDS
+    proc_start seckill "$dir" valgrind --leak-check=full \
+        --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+        --error-exitcode=99 --num-callers=30 --log-file="$vlog" \
+        "$bin" --listen "127.0.0.1:$hport" --redis "127.0.0.1:$rport" --lock "$mode" \
+        "${extra[@]}" --segments 4 --threads 4 --admin-token vg --lock-ttl-ms 2000 ||
+        return 1
+    pid=$(cat "$dir/seckill.pid")
+    if ! wait_started seckill "$dir" 60 http_ok "$base/readyz"; then
+        check "$mode: ready under valgrind" ready "not ready"
+        tail -20 "$dir/seckill.log"
+        return 1
+    fi
+    local auth=(-H 'Authorization: Bearer vg')
+
+    # every route and error status
+    check "$mode: PUT creates" "201 " "$(req PUT "$base/skus/$sku" "${auth[@]}" \
+        -d "{\"stock\":$((ORDERS / 3)),\"per_user_limit\":1}")"
+    check "$mode: PUT without token" "401 unauthorized" "$(req PUT "$base/skus/$sku" -d '{"stock":1}')"
+    check "$mode: PUT bad body" "400 bad_request" "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":-1}')"
+    check "$mode: bad order" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"a b"}')"
+    check "$mode: bad JSON" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":')"
+    check "$mode: unknown SKU" "404 not_found" "$(req POST "$base/skus/none/orders" -d '{"user_id":"a"}')"
+    check "$mode: 405" "405 method_not_allowed" "$(req DELETE "$base/skus/$sku")"
+    check "$mode: 404 route" "404 not_found" "$(req GET "$base/no/such/route")"
+    check "$mode: 413 declared" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
+        --data-binary "$(printf '%05000d' 0)")"
+    check "$mode: 413 chunked" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
+        -H 'Transfer-Encoding: chunked' --data-binary "$(printf '%05000d' 0)")"
+
+    local order_id
+    order_id=$(curl -s -X POST "$base/skus/$sku/orders" -H 'Idempotency-Key: first' \
+        -d '{"user_id":"first"}' | jq -r .order_id)
+
+    # concurrent orders: placed, replayed, limit reached, sold out
+    local per=$((ORDERS / CLIENTS)) c clients=()
+    for ((c = 0; c < CLIENTS; c++)); do
+        orders $((c * per + 1)) $(((c + 1) * per)) >"$dir/orders.$mode.$c" &
+        clients+=($!)
+    done
+    wait "${clients[@]}"
+    local placed
+    placed=$(cat "$dir"/orders."$mode".* | grep -c '^201$')
+    check "$mode: every order answered 201/409" "0" \
+        "$(cat "$dir"/orders."$mode".* | grep -vc -e '^201$' -e '^409$')"
+    check "$mode: orders were placed and refused" "yes" \
+        "$( ((placed > 0 && placed < ORDERS)) && echo yes || echo no)"
+    check "$mode: GET order" "200 " "$(req GET "$base/orders/$order_id")"
+    check "$mode: GET unknown order" "404 not_found" "$(req GET "$base/orders/1")"
+    check "$mode: GET bad order id" "400 bad_request" "$(req GET "$base/orders/x")"
+    check "$mode: GET sku" "200 " "$(req GET "$base/skus/$sku")"
+    check "$mode: HEAD sku" "200" "$(curl -s -I -o /dev/null -w '%{http_code}' "$base/skus/$sku")"
+    check "$mode: audit consistent" "true" "$(curl -s "$base/skus/$sku/audit" | jq -r .consistent)"
+    local sold
+    sold=$(curl -s "$base/skus/$sku" | jq -r .sold)
+    check "$mode: the stock sold out, exactly" "$((ORDERS / 3))" "$sold"
+    check "$mode: stats" "200 " "$(req GET "$base/stats")"
+    check "$mode: metrics" "200 " "$(req GET "$base/metrics")"
+    check "$mode: livez" "200 " "$(req GET "$base/livez")"
+
+    # Redis crash and restart: 503 unavailable meanwhile, reconnects by itself
+    local rpid
+    rpid=$(cat "$dir/redis.pid")
+    kill -KILL "$rpid"
+    wait "$rpid" 2>/dev/null # our child (proc_start): reap it quietly
+    wait_until 10 bash -c "! redis-cli -p $rport ping >/dev/null 2>&1"
+    check "$mode: order while Redis is down" "503 unavailable" \
+        "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"down"}')"
+    check "$mode: readyz while Redis is down" "503 unavailable" "$(req GET "$base/readyz")"
+    check "$mode: metrics while Redis is down" "200 " "$(req GET "$base/metrics")"
+    proc_stop redis "$dir" 1
+    start_redis redis "$rport" || return 1
+    wait_until 30 http_ok "$base/readyz"
+    check "$mode: ready again" "200 " "$(req GET "$base/readyz")"
+    check "$mode: sold survived the crash" "$sold" "$(curl -s "$base/skus/$sku" | jq -r .sold)"
+    check "$mode: PUT resets" "200 " "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":5}')"
+    check "$mode: order after recovery" "201 " "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"back"}')"
+
+    # SIGTERM with an order in flight (a slow one: the server is under valgrind)
+    curl -s -o "$dir/inflight.$mode" --max-time 30 -X POST "$base/skus/$sku/orders" \
+        -d '{"user_id":"last"}' &
+    local client=$!
+    kill -TERM "$pid"
+    wait "$client"
+    wait "$pid"
+    code=$?
+    rm -f "$dir/seckill.pid" "$dir/seckill.start"
+    check "$mode: exit code (99: valgrind found errors)" "0" "$code"
+    local summary
+    summary=$(grep -E 'total heap usage|in use at exit|definitely lost|indirectly lost|possibly lost|ERROR SUMMARY|no leaks are possible' "$vlog" |
+        sed 's/^==[0-9]*== *//')
+    echo "$summary" | sed "s/^/  $mode: /"
+    check "$mode: no valgrind error or leak in the log" "" "$(grep -E 'definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|Invalid (read|write|free)|uninitialised|Mismatched' "$vlog" | head -3)"
+    echo "# $mode: $((SECONDS - started))s"
+    if [[ $code != 0 ]]; then
+        keep=1
+        head -60 "$vlog"
+    fi
+}
+
+IFS=', ' read -r -a mode_list <<<"$MODES"
+for m in "${mode_list[@]}"; do
+    run_mode "$m" || check "$m: ran" ok failed
+done
+echo "$pass passed, $fail failed"
+((fail == 0))
