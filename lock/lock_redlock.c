@@ -17,7 +17,11 @@
 #include <time.h>
 
 #define REDLOCK_MAX_NODES 15
-#define REDLOCK_NODE_TIMEOUT_MS 50
+/* The per-node timeout: a twentieth of the lease, at least 50 ms, at most the
+ * configured command timeout. Short against the lease, as the algorithm asks
+ * (a slow node must not eat the validity), but not so short that a loaded
+ * machine's scheduling delay reads as a dead node. */
+#define REDLOCK_NODE_TIMEOUT_MIN_MS 50
 
 /* KEYS[1] lock key; ARGV[1] token. 1 when deleted, 0 when not the owner. */
 static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
@@ -60,9 +64,10 @@ static void *redlock_create(const struct lock_config *cfg, struct lock_counters 
     st->nnodes = cfg->nnodes;
     memcpy(st->nodes, cfg->nodes, sizeof(st->nodes[0]) * (size_t)cfg->nnodes);
     st->password = cfg->password && *cfg->password ? strdup(cfg->password) : NULL;
-    st->node_timeout_ms = cfg->timeout_ms < REDLOCK_NODE_TIMEOUT_MS
-                              ? cfg->timeout_ms
-                              : REDLOCK_NODE_TIMEOUT_MS;
+    int node_ms = cfg->ttl_ms / 20;
+    if (node_ms < REDLOCK_NODE_TIMEOUT_MIN_MS)
+        node_ms = REDLOCK_NODE_TIMEOUT_MIN_MS;
+    st->node_timeout_ms = node_ms < cfg->timeout_ms ? node_ms : cfg->timeout_ms;
     return st;
 }
 
