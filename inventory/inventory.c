@@ -18,7 +18,8 @@
  * [9] fencing token or '0' (unfenced).
  * Returns {1} placed, {-1} SKU reset since, {-2} fenced off, {-3, first order
  * id} idempotent replay, {-4} per-user limit reached. Writes nothing unless {1}. */
-static struct rscript commit_script = RSCRIPT_INIT("inv_commit",
+static struct rscript commit_script = RSCRIPT_INIT(
+    "inv_commit",
     "if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end\n"
     "if ARGV[9] ~= '0' and redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-2} end\n"
     "if ARGV[8] ~= '' then\n"
@@ -35,7 +36,8 @@ static struct rscript commit_script = RSCRIPT_INIT("inv_commit",
     "redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
     "redis.call('HINCRBY', KEYS[1], 'orders', 1)\n"
     "redis.call('HINCRBY', KEYS[4], ARGV[5], qty)\n"
-    "redis.call('RPUSH', KEYS[5], ARGV[6] .. ' ' .. ARGV[5] .. ' ' .. qty .. ' ' .. ARGV[2])\n"
+    "local rec = table.concat({ARGV[6], ARGV[5], qty, ARGV[2]}, ' ')\n"
+    "redis.call('RPUSH', KEYS[5], rec)\n"
     "redis.call('HSET', KEYS[6], 'sku', ARGV[7], 'user_id', ARGV[5], 'qty', qty,\n"
     "           'segment', ARGV[2])\n"
     "if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], ARGV[8], ARGV[6]) end\n"
@@ -47,7 +49,8 @@ static struct rscript commit_script = RSCRIPT_INIT("inv_commit",
  * number (seg_route); the home segment is it modulo the segment count.
  * Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit, {-5} sold
  * out, {-6} unknown SKU, {-7} qty above the limit. */
-static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic",
+static struct rscript atomic_script = RSCRIPT_INIT(
+    "inv_atomic",
     "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit')\n"
     "if not meta[1] then return {-6} end\n"
     "local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])\n"
@@ -68,7 +71,8 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic",
     "    redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
     "    redis.call('HINCRBY', KEYS[1], 'orders', 1)\n"
     "    redis.call('HINCRBY', KEYS[4], ARGV[3], qty)\n"
-    "    redis.call('RPUSH', KEYS[5], ARGV[4] .. ' ' .. ARGV[3] .. ' ' .. qty .. ' ' .. seg)\n"
+    "    local rec = table.concat({ARGV[4], ARGV[3], qty, seg}, ' ')\n"
+    "    redis.call('RPUSH', KEYS[5], rec)\n"
     "    redis.call('HSET', KEYS[6], 'sku', ARGV[5], 'user_id', ARGV[3], 'qty', qty,\n"
     "               'segment', seg)\n"
     "    if ARGV[6] ~= '' then redis.call('HSET', KEYS[7], ARGV[6], ARGV[4]) end\n"
@@ -86,7 +90,8 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic",
  * at least qty, home first, then in routing order. Stock only goes down within
  * an epoch, so a segment seen short is short: skipping it strands nothing,
  * and no candidates means sold out without taking a lock. */
-static struct rscript peek_script = RSCRIPT_INIT("inv_peek",
+static struct rscript peek_script = RSCRIPT_INIT(
+    "inv_peek",
     "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch')\n"
     "if not meta[1] then return {-1} end\n"
     "local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])\n"
@@ -108,7 +113,8 @@ static struct rscript peek_script = RSCRIPT_INIT("inv_peek",
  * limit, [4 .. 3+k] stock of each segment. Deletes the SKU's order records,
  * bumps the epoch (in-flight commits of the old epoch are refused).
  * Returns 1 when the SKU was new, 0 when it was reset. */
-static struct rscript reset_script = RSCRIPT_INIT("inv_reset",
+static struct rscript reset_script = RSCRIPT_INIT(
+    "inv_reset",
     "local existed = redis.call('EXISTS', KEYS[1])\n"
     "local n = redis.call('LLEN', KEYS[6])\n"
     "for i = 0, n - 1, 1000 do\n"
@@ -169,8 +175,8 @@ int inv_id_valid(const char *id)
     size_t n = 0;
     for (const char *p = id; *p; p++, n++) {
         char c = *p;
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '.' || c == ':' || c == '-';
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-';
         if (!ok || n >= INV_ID_MAX)
             return 0;
     }
@@ -316,8 +322,9 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
     snprintf(qtys, sizeof(qtys), "%d", qty);
     snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
     snprintf(okey, sizeof(okey), "order:%s", idtext);
-    const char *argv[] = {k->meta, k->stock, k->sold,  k->buyers, k->orders, okey, k->idem,
-                          home,    qtys,     user_id,  idtext,    sku,       idem_key};
+    const char *argv[] = {k->meta, k->stock, k->sold, k->buyers, k->orders,
+                          okey,    k->idem,  home,    qtys,      user_id,
+                          idtext,  sku,      idem_key};
     redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         if (r)
@@ -340,11 +347,21 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
         if (st == INV_OK)
             st = INV_REPLAYED;
         break;
-    case -4: st = INV_LIMIT; break;
-    case -5: st = INV_SOLD_OUT; break;
-    case -6: st = INV_NOT_FOUND; break;
-    case -7: st = INV_BAD_QTY; break;
-    default: st = INV_UNAVAILABLE; break;
+    case -4:
+        st = INV_LIMIT;
+        break;
+    case -5:
+        st = INV_SOLD_OUT;
+        break;
+    case -6:
+        st = INV_NOT_FOUND;
+        break;
+    case -7:
+        st = INV_BAD_QTY;
+        break;
+    default:
+        st = INV_UNAVAILABLE;
+        break;
     }
     freeReplyObject(r);
     return st;
@@ -370,8 +387,8 @@ static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
     snprintf(route, sizeof(route), "%u", seg_route(user_id));
     snprintf(qtys, sizeof(qtys), "%d", qty);
     snprintf(most, sizeof(most), "%d", PEEK_CANDIDATES);
-    const char *argv[] = {k->meta, k->stock, k->buyers, k->idem,
-                          route,   qtys,     user_id,   idem_key, most};
+    const char *argv[] = {k->meta, k->stock, k->buyers, k->idem, route,
+                          qtys,    user_id,  idem_key,  most};
     redisReply *r = rconn_eval(s->rc, &peek_script, 4, 5, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
@@ -380,7 +397,8 @@ static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
         redisReply **e = r->element;
         v->segments = (int)reply_ll(e[0], 0);
         v->limit = (int)reply_ll(e[1], 1);
-        snprintf(v->epoch, sizeof(v->epoch), "%s", e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "0");
+        snprintf(v->epoch, sizeof(v->epoch), "%s",
+                 e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "0");
         v->bought = reply_ll(e[3], 0);
         snprintf(v->first_id, sizeof(v->first_id), "%s",
                  e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
@@ -388,7 +406,8 @@ static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
         v->ncand = 0;
         for (size_t i = 6; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
             v->cand[v->ncand++] = (int)reply_ll(e[i], 0);
-        st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK : INV_UNAVAILABLE;
+        st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK
+                                                                 : INV_UNAVAILABLE;
     }
     if (r)
         freeReplyObject(r);
@@ -432,9 +451,9 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
     snprintf(okey, sizeof(okey), "order:%s", idtext);
     lock_fence_key(lkey, fkey, sizeof(fkey));
     snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g->fence : 0);
-    const char *argv[] = {k->meta, k->stock,  k->sold,  k->buyers, k->orders, okey,
-                          k->idem, fkey,      v->epoch, segtext,   newstock,  qtys,
-                          user_id, idtext,    sku,      idem_key,  fence};
+    const char *argv[] = {k->meta, k->stock, k->sold,  k->buyers, k->orders, okey,
+                          k->idem, fkey,     v->epoch, segtext,   newstock,  qtys,
+                          user_id, idtext,   sku,      idem_key,  fence};
     redisReply *r = rconn_eval(s->rc, &commit_script, 8, 9, argv, NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         if (r)
@@ -462,8 +481,12 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
         if (st == INV_OK)
             st = INV_REPLAYED;
         break;
-    case -4: st = INV_LIMIT; break;
-    default: st = INV_UNAVAILABLE; break;
+    case -4:
+        st = INV_LIMIT;
+        break;
+    default:
+        st = INV_UNAVAILABLE;
+        break;
     }
     freeReplyObject(r);
     return st;
@@ -539,13 +562,26 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
     }
     struct inv_counters *c = &inv->counters;
     switch (st) {
-    case INV_PLACED: count(&c->placed); break;
-    case INV_REPLAYED: count(&c->replayed); break;
-    case INV_SOLD_OUT: count(&c->sold_out); break;
-    case INV_LIMIT: count(&c->limit); break;
-    case INV_BUSY: count(&c->busy); break;
-    case INV_UNAVAILABLE: count(&c->unavailable); break;
-    default: break;
+    case INV_PLACED:
+        count(&c->placed);
+        break;
+    case INV_REPLAYED:
+        count(&c->replayed);
+        break;
+    case INV_SOLD_OUT:
+        count(&c->sold_out);
+        break;
+    case INV_LIMIT:
+        count(&c->limit);
+        break;
+    case INV_BUSY:
+        count(&c->busy);
+        break;
+    case INV_UNAVAILABLE:
+        count(&c->unavailable);
+        break;
+    default:
+        break;
     }
     return st;
 }
@@ -632,8 +668,10 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         segment_values(e[1], out->nsegments, out,
                        offsetof(struct inv_segment_report, remaining));
-        segment_values(e[2], out->nsegments, out, offsetof(struct inv_segment_report, initial));
-        segment_values(e[3], out->nsegments, out, offsetof(struct inv_segment_report, sold));
+        segment_values(e[2], out->nsegments, out,
+                       offsetof(struct inv_segment_report, initial));
+        segment_values(e[3], out->nsegments, out,
+                       offsetof(struct inv_segment_report, sold));
         for (int i = 0; i < out->nsegments; i++)
             out->remaining += out->segments[i].remaining;
     }
@@ -644,7 +682,8 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
 {
     rconn_check(s->rc);
-    redisReply *r = rconn_command(s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment", id);
+    redisReply *r =
+        rconn_command(s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment", id);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
         if (r)
             freeReplyObject(r);
@@ -722,8 +761,8 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
                 long long qty;
                 int seg;
                 if (l->element[i]->type != REDIS_REPLY_STRING ||
-                    sscanf(l->element[i]->str, "%llu %64s %lld %d", &id, user, &qty, &seg) !=
-                        4)
+                    sscanf(l->element[i]->str, "%llu %64s %lld %d", &id, user, &qty,
+                           &seg) != 4)
                     continue;
                 ids[out->orders++] = id;
                 out->sold += qty;

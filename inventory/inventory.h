@@ -39,23 +39,23 @@
 #define INV_MAX_LIMIT 1000000
 
 typedef enum {
-    INV_PLACED = 0,   /* a new order was recorded */
-    INV_REPLAYED,     /* Idempotency-Key seen before: *order is the first answer */
-    INV_OK,           /* read or admin operation done */
-    INV_CREATED,      /* PUT made a new SKU */
-    INV_NOT_FOUND,    /* unknown SKU or order */
-    INV_SOLD_OUT,     /* no segment holds the quantity */
-    INV_LIMIT,        /* the user already bought per_user_limit units */
-    INV_BAD_QTY,      /* qty outside 1..per_user_limit */
-    INV_BUSY,         /* no segment lock within the wait, or the commit was fenced off */
-    INV_UNAVAILABLE,  /* Redis unreachable or failing */
+    INV_PLACED = 0,  /* a new order was recorded */
+    INV_REPLAYED,    /* Idempotency-Key seen before: *order is the first answer */
+    INV_OK,          /* read or admin operation done */
+    INV_CREATED,     /* PUT made a new SKU */
+    INV_NOT_FOUND,   /* unknown SKU or order */
+    INV_SOLD_OUT,    /* no segment holds the quantity */
+    INV_LIMIT,       /* the user already bought per_user_limit units */
+    INV_BAD_QTY,     /* qty outside 1..per_user_limit */
+    INV_BUSY,        /* no segment lock within the wait, or the commit was fenced off */
+    INV_UNAVAILABLE, /* Redis unreachable or failing */
 } inv_status;
 
 struct inv_config {
-    struct lock *lock;          /* NULL for the atomic mode */
-    int wait_ms;                /* longest wait for a segment lock */
-    int work_us;                /* simulated work inside the critical section */
-    int fencing;                /* fenced commits (needs a fenced lock) */
+    struct lock *lock; /* NULL for the atomic mode */
+    int wait_ms;       /* longest wait for a segment lock */
+    int work_us;       /* simulated work inside the critical section */
+    int fencing;       /* fenced commits (needs a fenced lock) */
     struct orderid_gen *ids;
     struct orderid_lease *lease; /* NULL: ids need no lease check */
 };
@@ -118,7 +118,8 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit);
 
-inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out);
+inv_status inv_sku_get(struct inv_session *s, const char *sku,
+                       struct inv_sku_report *out);
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out);
 /* Recomputes the SKU's figures from its order records, not from the counters. */
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out);

@@ -75,7 +75,8 @@ int64_t orderid_unix_ms_of(uint64_t id)
 /* KEYS[1] lease key, KEYS[2] high-water mark key; ARGV[1] token (empty for a
  * fixed id: no lease to check), ARGV[2] ttl ms, ARGV[3] high-water mark (unix
  * ms). 1 when renewed, 0 when the lease is no longer ours. */
-static struct rscript renew_script = RSCRIPT_INIT("worker_renew",
+static struct rscript renew_script = RSCRIPT_INIT(
+    "worker_renew",
     "if ARGV[1] ~= '' then\n"
     "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
@@ -85,9 +86,10 @@ static struct rscript renew_script = RSCRIPT_INIT("worker_renew",
     "return 1\n");
 
 /* KEYS[1] lease key; ARGV[1] token. Deletes the lease if still ours. */
-static struct rscript drop_script = RSCRIPT_INIT("worker_drop",
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
-    "return 0\n");
+static struct rscript drop_script =
+    RSCRIPT_INIT("worker_drop", "if redis.call('GET', KEYS[1]) == ARGV[1] then return "
+                                "redis.call('DEL', KEYS[1]) end\n"
+                                "return 0\n");
 
 struct orderid_lease {
     struct rconn *rc;
@@ -162,7 +164,8 @@ static int lease_renew(struct orderid_lease *l)
     int ok = r->integer == 1;
     freeReplyObject(r);
     if (ok)
-        atomic_store(&l->valid_until_us, sent + (int64_t)(LEASE_TTL_MS - LEASE_RENEW_MS) * 1000);
+        atomic_store(&l->valid_until_us,
+                     sent + (int64_t)(LEASE_TTL_MS - LEASE_RENEW_MS) * 1000);
     return ok;
 }
 
@@ -213,7 +216,8 @@ static void *lease_loop(void *arg)
             fflush(stdout);
             atomic_store(&l->valid_until_us, 0);
             if (lease_acquire(l, err, sizeof(err)) == 0)
-                fprintf(stdout, "level=warn event=worker_lease_taken worker=%d\n", l->worker);
+                fprintf(stdout, "level=warn event=worker_lease_taken worker=%d\n",
+                        l->worker);
             fflush(stdout);
         }
         pthread_mutex_lock(&l->mu);
@@ -222,8 +226,9 @@ static void *lease_loop(void *arg)
     return NULL;
 }
 
-struct orderid_lease *orderid_lease_start(const char *host, int port, const char *password,
-                                          int fixed, struct orderid_gen *gen, char *err,
+struct orderid_lease *orderid_lease_start(const char *host, int port,
+                                          const char *password, int fixed,
+                                          struct orderid_gen *gen, char *err,
                                           size_t errlen)
 {
     struct orderid_lease *l = calloc(1, sizeof(*l));

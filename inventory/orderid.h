@@ -57,8 +57,9 @@ struct orderid_lease;
  * 0..1023 is taken with SET NX PX. Starts gen above the recorded high-water
  * mark and starts the renewal thread. Returns NULL with err set when Redis is
  * unreachable or every id is taken. */
-struct orderid_lease *orderid_lease_start(const char *host, int port, const char *password,
-                                          int fixed, struct orderid_gen *gen, char *err,
+struct orderid_lease *orderid_lease_start(const char *host, int port,
+                                          const char *password, int fixed,
+                                          struct orderid_gen *gen, char *err,
                                           size_t errlen);
 /* True while the lease is known to be held (renewed within its ttl). */
 int orderid_lease_valid(struct orderid_lease *l);

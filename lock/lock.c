@@ -8,8 +8,8 @@
 #include <time.h>
 
 const int64_t lock_wait_bucket_us[LOCK_WAIT_BUCKETS - 1] = {
-    100, 500, 1000, 2000, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
-    2500000};
+    100,   500,    1000,   2000,   5000,    10000,  25000,
+    50000, 100000, 250000, 500000, 1000000, 2500000};
 
 static const struct lock_backend *const backends[] = {
     &lock_backend_none,  &lock_backend_local,   &lock_backend_setnx,

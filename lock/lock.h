@@ -29,25 +29,25 @@ typedef enum {
 /* What a successful acquire hands back. Plain value; the caller keeps it until
  * release. */
 struct lock_grant {
-    char token[33];          /* owner token: 128 random bits in hex */
-    uint64_t fence;          /* fencing token; 0 when the mode has none */
-    int64_t acquired_us;     /* monotonic time of the grant */
-    int64_t valid_until_us;  /* monotonic time after which the lease may be lost */
-    int64_t waited_us;       /* time spent waiting for it */
-    int contended;           /* 1 when the first attempt found it taken */
-    void *holder;            /* backend-private (watchdog entry, redlock nodes, ...) */
+    char token[33];         /* owner token: 128 random bits in hex */
+    uint64_t fence;         /* fencing token; 0 when the mode has none */
+    int64_t acquired_us;    /* monotonic time of the grant */
+    int64_t valid_until_us; /* monotonic time after which the lease may be lost */
+    int64_t waited_us;      /* time spent waiting for it */
+    int contended;          /* 1 when the first attempt found it taken */
+    void *holder;           /* backend-private (watchdog entry, redlock nodes, ...) */
 };
 
 struct lock_config {
-    int ttl_ms;                       /* lease length */
-    const struct rconn_addr *nodes;   /* redlock: independent masters */
+    int ttl_ms;                     /* lease length */
+    const struct rconn_addr *nodes; /* redlock: independent masters */
     int nnodes;
-    const char *password;             /* AUTH for lock nodes; NULL for none */
-    int timeout_ms;                   /* connect/command timeout for lock nodes */
-    int fencing;                      /* hand out fencing tokens (fenced modes only) */
-    int max_lease_ms;                 /* watchdog: longest total lease (0: 10 x ttl) */
-    int clock_skew_ms;                /* setnx: added to this instance's wall clock, to
-                                         show what unsynchronised clocks do (0: none) */
+    const char *password; /* AUTH for lock nodes; NULL for none */
+    int timeout_ms;       /* connect/command timeout for lock nodes */
+    int fencing;          /* hand out fencing tokens (fenced modes only) */
+    int max_lease_ms;     /* watchdog: longest total lease (0: 10 x ttl) */
+    int clock_skew_ms;    /* setnx: added to this instance's wall clock, to
+                             show what unsynchronised clocks do (0: none) */
 };
 
 #define LOCK_WAIT_BUCKETS 14

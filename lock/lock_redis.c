@@ -503,9 +503,16 @@ static lock_status redis_acquire(void *session, const char *key, int64_t deadlin
     lock_fence_key(key, fkey, sizeof(fkey));
     snprintf(qkey, sizeof(qkey), "%s:queue", key);
     snprintf(gkey, sizeof(gkey), "%s:grant:%s", key, s->owner);
-    const char *argv[] = {
-        key,      fkey, qkey, gkey, s->owner, st->ttl_arg, st->fencing ? "1" : "0",
-        wait_arg, entry, lease_find(s, key) ? "1" : "0"};
+    const char *argv[] = {key,
+                          fkey,
+                          qkey,
+                          gkey,
+                          s->owner,
+                          st->ttl_arg,
+                          st->fencing ? "1" : "0",
+                          wait_arg,
+                          entry,
+                          lease_find(s, key) ? "1" : "0"};
     for (;;) {
         int64_t start = lock_now_us();
         int64_t left_ms = (deadline_us - start) / 1000;

@@ -102,7 +102,8 @@ redisContext *rconn_ctx(struct rconn *rc)
         return rc->ctx;
     if (rc->ctx)
         rconn_drop(rc, rc->ctx->errstr);
-    redisContext *c = redisConnectWithTimeout(rc->host, rc->port, ms_to_tv(rc->timeout_ms));
+    redisContext *c =
+        redisConnectWithTimeout(rc->host, rc->port, ms_to_tv(rc->timeout_ms));
     if (!c) {
         snprintf(rc->err, sizeof(rc->err), "out of memory");
         return NULL;
@@ -226,7 +227,8 @@ struct eval_argv {
 };
 
 static void eval_argv_build(struct eval_argv *a, const char *verb, const char *body,
-                            int nkeys, int nargs, const char **argv, const size_t *argvlen)
+                            int nkeys, int nargs, const char **argv,
+                            const size_t *argvlen)
 {
     int total = nkeys + nargs;
     a->n = total + 3;

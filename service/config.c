@@ -33,11 +33,12 @@ static int parse_int(const char *value, long min, long max, int *out)
 }
 
 #define INT_OPTION(fn, field, min, max)                                                  \
-    static int fn(struct svc_config *cfg, const char *value, char *err, size_t errlen)    \
+    static int fn(struct svc_config *cfg, const char *value, char *err, size_t errlen)   \
     {                                                                                    \
         if (parse_int(value, min, max, &cfg->field) == 0)                                \
             return 0;                                                                    \
-        snprintf(err, errlen, "must be an integer in %ld..%ld", (long)(min), (long)(max)); \
+        snprintf(err, errlen, "must be an integer in %ld..%ld", (long)(min),             \
+                 (long)(max));                                                           \
         return -1;                                                                       \
     }
 
@@ -48,7 +49,8 @@ INT_OPTION(opt_work, work_us, 0, 10000000)
 INT_OPTION(opt_instance, instance_id, 0, 1023)
 INT_OPTION(opt_threads, threads, 1, 1024)
 
-static int addr_option(struct rconn_addr *addr, const char *value, char *err, size_t errlen)
+static int addr_option(struct rconn_addr *addr, const char *value, char *err,
+                       size_t errlen)
 {
     if (rconn_addr_parse(value, addr) == 0)
         return 0;
@@ -66,7 +68,8 @@ static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_
     return addr_option(&cfg->redis, value, err, errlen);
 }
 
-static int opt_password(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static int opt_password(struct svc_config *cfg, const char *value, char *err,
+                        size_t errlen)
 {
     if (strlen(value) >= sizeof(cfg->redis_password)) {
         snprintf(err, errlen, "is too long");
@@ -109,7 +112,8 @@ static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
     return 0;
 }
 
-static int opt_fencing(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static int opt_fencing(struct svc_config *cfg, const char *value, char *err,
+                       size_t errlen)
 {
     if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
         cfg->fencing = strcmp(value, "on") == 0;
@@ -129,7 +133,8 @@ static int opt_token(struct svc_config *cfg, const char *value, char *err, size_
     return 0;
 }
 
-static int opt_log_level(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static int opt_log_level(struct svc_config *cfg, const char *value, char *err,
+                         size_t errlen)
 {
     cfg->log_level = log_level_parse(value);
     if (cfg->log_level >= 0)
@@ -152,7 +157,8 @@ static const struct option_spec options[] = {
     {"wait-ms", "N", "1000", "longest wait for a segment lock before 503 busy", opt_wait},
     {"work-us", "N", "0", "simulated work inside the critical section", opt_work},
     {"fencing", "on|off", "on", "fenced commits", opt_fencing},
-    {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023", opt_instance},
+    {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
+     opt_instance},
     {"threads", "N", "8 per core, 4..64", "HTTP worker threads", opt_threads},
     {"admin-token", "T", "none", "admin routes need Authorization: Bearer T", opt_token},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
@@ -170,8 +176,8 @@ static void print_help(void)
             env[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
         env[n] = '\0';
         snprintf(flag, sizeof(flag), "--%s %s", options[i].name, options[i].arg);
-        printf("  %-28s %s (default: %s)\n  %-28s env SECKILL_%s\n", flag, options[i].help,
-               options[i].dflt, "", env);
+        printf("  %-28s %s (default: %s)\n  %-28s env SECKILL_%s\n", flag,
+               options[i].help, options[i].dflt, "", env);
     }
     printf("  %-28s this text\n", "--help");
 }

@@ -47,9 +47,13 @@ int main(int argc, char **argv)
     struct svc_config cfg;
     char err[512];
     switch (svc_config_load(&cfg, argc, argv, err, sizeof(err))) {
-    case CONFIG_HELP: return 0;
-    case CONFIG_ERROR: fprintf(stderr, "seckill: %s\n", err); return 2;
-    case CONFIG_OK: break;
+    case CONFIG_HELP:
+        return 0;
+    case CONFIG_ERROR:
+        fprintf(stderr, "seckill: %s\n", err);
+        return 2;
+    case CONFIG_OK:
+        break;
     }
     log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
@@ -115,8 +119,9 @@ int main(int argc, char **argv)
     log_event(LOG_INFO, "listening",
               "addr=%s:%d redis=%s:%d lock=%s segments=%d threads=%d worker_id=%d "
               "fencing=%s work_us=%d",
-              cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port, cfg.lock_mode,
-              cfg.segments, cfg.threads, ids.worker, cfg.fencing ? "on" : "off", cfg.work_us);
+              cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port,
+              cfg.lock_mode, cfg.segments, cfg.threads, ids.worker,
+              cfg.fencing ? "on" : "off", cfg.work_us);
 
     while (!stop_requested)
         sigsuspend(&old_set);

@@ -95,8 +95,9 @@ static void sku_gauges(FILE *f, struct inv_session *inv)
             read_ok = 0;
             break;
         }
-        figs[nfigs++] = (struct sku_figures){names[i], report->initial, report->remaining,
-                                             report->sold, report->oversold, report->orders};
+        figs[nfigs++] =
+            (struct sku_figures){names[i],     report->initial,  report->remaining,
+                                 report->sold, report->oversold, report->orders};
     }
     free(report);
 
@@ -112,20 +113,23 @@ static void sku_gauges(FILE *f, struct inv_session *inv)
          offsetof(struct sku_figures, sold)},
         {"seckill_sku_oversold", "Units sold beyond the initial stock.",
          offsetof(struct sku_figures, oversold)},
-        {"seckill_sku_orders", "Orders placed since the SKU's last reset (all instances).",
+        {"seckill_sku_orders",
+         "Orders placed since the SKU's last reset (all instances).",
          offsetof(struct sku_figures, orders)},
     };
     for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
-        fprintf(f, "# HELP %s %s Read from Redis at scrape time, for the %d SKUs this "
-                   "instance served most recently.\n# TYPE %s gauge\n",
+        fprintf(f,
+                "# HELP %s %s Read from Redis at scrape time, for the %d SKUs this "
+                "instance served most recently.\n# TYPE %s gauge\n",
                 gauges[g].name, gauges[g].help, METRICS_SKUS, gauges[g].name);
         for (int i = 0; i < nfigs; i++)
             fprintf(f, "%s{sku=\"%s\"} %lld\n", gauges[g].name, figs[i].sku,
                     *(const long long *)((const char *)&figs[i] + gauges[g].offset));
     }
-    fprintf(f, "# HELP seckill_sku_stock_read_ok 1 when the stock gauges of every SKU "
-               "seen were read from Redis in this scrape, 0 when Redis failed.\n"
-               "# TYPE seckill_sku_stock_read_ok gauge\nseckill_sku_stock_read_ok %d\n",
+    fprintf(f,
+            "# HELP seckill_sku_stock_read_ok 1 when the stock gauges of every SKU "
+            "seen were read from Redis in this scrape, 0 when Redis failed.\n"
+            "# TYPE seckill_sku_stock_read_ok gauge\nseckill_sku_stock_read_ok %d\n",
             read_ok);
 }
 
@@ -144,15 +148,15 @@ static json_t *lock_stats_json(struct svc_app *app)
             snprintf(le, sizeof(le), "le_inf");
         json_object_set_new(hist, le, json_integer((json_int_t)ls.wait_buckets[b]));
     }
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode",
-                     lock_name(app->lock), "acquisitions", (json_int_t)ls.acquisitions,
-                     "contended", (json_int_t)ls.contended, "wait_timeouts",
-                     (json_int_t)ls.wait_timeouts, "errors", (json_int_t)ls.errors,
-                     "releases", (json_int_t)ls.releases, "releases_not_held",
-                     (json_int_t)ls.releases_not_held, "renewals", (json_int_t)ls.renewals,
-                     "leases_lost", (json_int_t)ls.leases_lost, "wait_count",
-                     (json_int_t)ls.wait_count, "wait_sum_us", (json_int_t)ls.wait_sum_us,
-                     "wait_histogram", hist);
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+                     "mode", lock_name(app->lock), "acquisitions",
+                     (json_int_t)ls.acquisitions, "contended", (json_int_t)ls.contended,
+                     "wait_timeouts", (json_int_t)ls.wait_timeouts, "errors",
+                     (json_int_t)ls.errors, "releases", (json_int_t)ls.releases,
+                     "releases_not_held", (json_int_t)ls.releases_not_held, "renewals",
+                     (json_int_t)ls.renewals, "leases_lost", (json_int_t)ls.leases_lost,
+                     "wait_count", (json_int_t)ls.wait_count, "wait_sum_us",
+                     (json_int_t)ls.wait_sum_us, "wait_histogram", hist);
 }
 
 json_t *svc_stats_json(struct svc_app *app)
@@ -177,17 +181,17 @@ json_t *svc_stats_json(struct svc_app *app)
         json_object_set_new(requests, r->name, codes);
     }
     json_t *orders = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed", (json_int_t)is.placed, "replayed",
-        (json_int_t)is.replayed, "sold_out", (json_int_t)is.sold_out, "limit_reached",
-        (json_int_t)is.limit, "busy", (json_int_t)is.busy, "unavailable",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed", (json_int_t)is.placed,
+        "replayed", (json_int_t)is.replayed, "sold_out", (json_int_t)is.sold_out,
+        "limit_reached", (json_int_t)is.limit, "busy", (json_int_t)is.busy, "unavailable",
         (json_int_t)is.unavailable, "spilled", (json_int_t)is.spilled);
-    return json_pack("{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
-                     app->worker_id, "lock_mode", app->cfg->lock_mode, "requests", requests,
-                     "orders", orders, "lock", lock_stats_json(app), "fenced_off_commits",
-                     (json_int_t)is.fenced_off, "epoch_changed_commits",
-                     (json_int_t)is.epoch_changed, "commits_after_lease_lost",
-                     (json_int_t)is.commits_after_lease, "inflight",
-                     atomic_load(&app->inflight), "draining", atomic_load(&app->draining));
+    return json_pack(
+        "{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
+        app->worker_id, "lock_mode", app->cfg->lock_mode, "requests", requests, "orders",
+        orders, "lock", lock_stats_json(app), "fenced_off_commits",
+        (json_int_t)is.fenced_off, "epoch_changed_commits", (json_int_t)is.epoch_changed,
+        "commits_after_lease_lost", (json_int_t)is.commits_after_lease, "inflight",
+        atomic_load(&app->inflight), "draining", atomic_load(&app->draining));
 }
 
 static void counter(FILE *f, const char *name, const char *help, uint64_t v)
@@ -213,8 +217,8 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
         for (int c = 0; c < ROUTE_NCODES; c++) {
             char code[8];
             snprintf(code, sizeof(code), "%d", route_codes[c]);
-            fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n", r->name,
-                    route_codes[c] ? code : "other",
+            fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
+                    r->name, route_codes[c] ? code : "other",
                     (unsigned long long)atomic_load(&r->answers[c]));
         }
     }
@@ -227,19 +231,21 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
             cum += atomic_load(&r->duration_buckets[b]);
             if (b < ROUTE_NBUCKETS - 1)
                 fprintf(f,
-                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} "
+                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"%"
+                        "g\"} "
                         "%llu\n",
                         r->name, route_bucket_s[b], (unsigned long long)cum);
             else
                 fprintf(f,
-                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"}"
+                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"+"
+                        "Inf\"}"
                         " %llu\n",
                         r->name, (unsigned long long)cum);
         }
-        fprintf(f, "seckill_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", r->name,
-                (double)atomic_load(&r->duration_sum_us) / 1e6);
-        fprintf(f, "seckill_http_request_duration_seconds_count{route=\"%s\"} %llu\n", r->name,
-                (unsigned long long)cum);
+        fprintf(f, "seckill_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n",
+                r->name, (double)atomic_load(&r->duration_sum_us) / 1e6);
+        fprintf(f, "seckill_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+                r->name, (unsigned long long)cum);
     }
 
     struct inv_stats is;
@@ -249,14 +255,14 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
     const struct {
         const char *outcome;
         uint64_t v;
-    } outcomes[] = {{"placed", is.placed},         {"replayed", is.replayed},
-                    {"sold_out", is.sold_out},     {"limit_reached", is.limit},
-                    {"busy", is.busy},             {"unavailable", is.unavailable}};
+    } outcomes[] = {{"placed", is.placed},     {"replayed", is.replayed},
+                    {"sold_out", is.sold_out}, {"limit_reached", is.limit},
+                    {"busy", is.busy},         {"unavailable", is.unavailable}};
     for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
         fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", outcomes[i].outcome,
                 (unsigned long long)outcomes[i].v);
-    counter(f, "seckill_orders_spilled_total", "Orders served by a segment other than home.",
-            is.spilled);
+    counter(f, "seckill_orders_spilled_total",
+            "Orders served by a segment other than home.", is.spilled);
     counter(f, "seckill_fenced_commits_refused_total",
             "Commits refused because the lock was granted to someone else since.",
             is.fenced_off);
@@ -276,8 +282,9 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
                 ls.renewals);
         counter(f, "seckill_lock_leases_lost_total", "Leases found lost while held.",
                 ls.leases_lost);
-        fprintf(f, "# HELP seckill_lock_wait_seconds Time spent waiting for a segment lock.\n"
-                   "# TYPE seckill_lock_wait_seconds histogram\n");
+        fprintf(
+            f, "# HELP seckill_lock_wait_seconds Time spent waiting for a segment lock.\n"
+               "# TYPE seckill_lock_wait_seconds histogram\n");
         uint64_t cum = 0;
         for (int b = 0; b < LOCK_WAIT_BUCKETS; b++) {
             cum += ls.wait_buckets[b];
@@ -288,14 +295,18 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
                 fprintf(f, "seckill_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
                         (unsigned long long)cum);
         }
-        fprintf(f, "seckill_lock_wait_seconds_sum %.6f\nseckill_lock_wait_seconds_count %llu\n",
-                (double)ls.wait_sum_us / 1e6, (unsigned long long)cum);
+        fprintf(
+            f,
+            "seckill_lock_wait_seconds_sum %.6f\nseckill_lock_wait_seconds_count %llu\n",
+            (double)ls.wait_sum_us / 1e6, (unsigned long long)cum);
     }
-    fprintf(f, "# HELP seckill_inflight_requests Requests being answered now.\n"
-               "# TYPE seckill_inflight_requests gauge\nseckill_inflight_requests %d\n",
+    fprintf(f,
+            "# HELP seckill_inflight_requests Requests being answered now.\n"
+            "# TYPE seckill_inflight_requests gauge\nseckill_inflight_requests %d\n",
             atomic_load(&app->inflight));
-    fprintf(f, "# HELP seckill_draining 1 while the instance drains for shutdown.\n"
-               "# TYPE seckill_draining gauge\nseckill_draining %d\n",
+    fprintf(f,
+            "# HELP seckill_draining 1 while the instance drains for shutdown.\n"
+            "# TYPE seckill_draining gauge\nseckill_draining %d\n",
             atomic_load(&app->draining));
     sku_gauges(f, inv);
     fclose(f);

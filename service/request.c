@@ -35,8 +35,10 @@ static int int_field(json_t *root, const char *name, long long min, long long ma
     json_t *v = json_object_get(root, name);
     if (!v)
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
-        snprintf(detail, detail_len, "%s must be an integer in %lld..%lld", name, min, max);
+    if (!json_is_integer(v) || json_integer_value(v) < min ||
+        json_integer_value(v) > max) {
+        snprintf(detail, detail_len, "%s must be an integer in %lld..%lld", name, min,
+                 max);
         return -1;
     }
     *out = json_integer_value(v);
@@ -54,9 +56,11 @@ int req_parse_order(const char *body, size_t len, struct req_order *out, char *d
     long long qty = 1;
     if (!user) {
         snprintf(detail, detail_len, "user_id is required");
-    } else if (!json_is_string(user) || json_string_length(user) != strlen(json_string_value(user)) ||
+    } else if (!json_is_string(user) ||
+               json_string_length(user) != strlen(json_string_value(user)) ||
                !inv_id_valid(json_string_value(user))) {
-        snprintf(detail, detail_len, "user_id must be 1..64 characters of [A-Za-z0-9_.:-]");
+        snprintf(detail, detail_len,
+                 "user_id must be 1..64 characters of [A-Za-z0-9_.:-]");
     } else if (int_field(root, "qty", 1, INV_MAX_LIMIT, &qty, detail, detail_len) == 0) {
         snprintf(out->user_id, sizeof(out->user_id), "%s", json_string_value(user));
         out->qty = (int)qty;
@@ -76,7 +80,8 @@ int req_parse_sku(const char *body, size_t len, int default_segments, struct req
     int rc = -1;
     if (!json_object_get(root, "stock"))
         snprintf(detail, detail_len, "stock is required");
-    else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) == 0 &&
+    else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) ==
+                 0 &&
              int_field(root, "segments", 1, INV_MAX_SEGMENTS, &segments, detail,
                        detail_len) == 0 &&
              int_field(root, "per_user_limit", 1, INV_MAX_LIMIT, &limit, detail,
@@ -97,8 +102,8 @@ int req_idem_key_valid(const char *key)
         return 0;
     for (const char *p = key; *p; p++) {
         char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == ':' || c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-'))
             return 0;
     }
     return 1;

@@ -8,8 +8,8 @@
 #include "request.h"
 
 const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405, 409, 413, 503, 0};
-const double route_bucket_s[ROUTE_NBUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                   0.05,   0.1,   0.25,   0.5,   1,    2.5};
+const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
 {
@@ -22,12 +22,15 @@ void svc_error(struct svc_response *res, int status, const char *code, const cha
 static void inv_error(struct svc_response *res, inv_status st)
 {
     switch (st) {
-    case INV_NOT_FOUND: svc_error(res, 404, "not_found", "no such SKU or order"); break;
+    case INV_NOT_FOUND:
+        svc_error(res, 404, "not_found", "no such SKU or order");
+        break;
     case INV_SOLD_OUT:
         svc_error(res, 409, "sold_out", "no segment has enough stock left");
         break;
     case INV_LIMIT:
-        svc_error(res, 409, "limit_reached", "the user already bought the per-user limit");
+        svc_error(res, 409, "limit_reached",
+                  "the user already bought the per-user limit");
         break;
     case INV_BAD_QTY:
         svc_error(res, 400, "bad_request", "qty must be an integer in 1..per_user_limit");
@@ -71,8 +74,8 @@ static json_t *order_json(const struct inv_order *o)
 {
     char id[24];
     snprintf(id, sizeof(id), "%" PRIu64, o->id);
-    return json_pack("{s:s, s:s, s:s, s:i, s:i}", "order_id", id, "sku", o->sku, "user_id",
-                     o->user_id, "qty", o->qty, "segment", o->segment);
+    return json_pack("{s:s, s:s, s:s, s:i, s:i}", "order_id", id, "sku", o->sku,
+                     "user_id", o->user_id, "qty", o->qty, "segment", o->segment);
 }
 
 static void h_sku_put(const struct svc_request *req, struct svc_response *res)
@@ -86,8 +89,8 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 400, "bad_request", detail);
         return;
     }
-    inv_status st = inv_sku_put(req->worker->inv, req->params[0], body.stock, body.segments,
-                                body.limit);
+    inv_status st = inv_sku_put(req->worker->inv, req->params[0], body.stock,
+                                body.segments, body.limit);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
         return;
@@ -115,18 +118,17 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
     json_t *segs = json_array();
     for (int i = 0; i < report.nsegments; i++) {
         const struct inv_segment_report *s = &report.segments[i];
-        json_array_append_new(segs, json_pack("{s:i, s:I, s:I, s:I}", "index", i, "initial",
-                                              (json_int_t)s->initial, "remaining",
-                                              (json_int_t)s->remaining, "sold",
-                                              (json_int_t)s->sold));
+        json_array_append_new(segs, json_pack("{s:i, s:I, s:I, s:I}", "index", i,
+                                              "initial", (json_int_t)s->initial,
+                                              "remaining", (json_int_t)s->remaining,
+                                              "sold", (json_int_t)s->sold));
     }
     res->status = 200;
-    res->json = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o}", "sku", report.sku,
-                          "initial", (json_int_t)report.initial, "remaining",
-                          (json_int_t)report.remaining, "sold", (json_int_t)report.sold,
-                          "oversold", (json_int_t)report.oversold, "orders",
-                          (json_int_t)report.orders, "per_user_limit", report.limit,
-                          "segments", segs);
+    res->json = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o}", "sku", report.sku, "initial",
+        (json_int_t)report.initial, "remaining", (json_int_t)report.remaining, "sold",
+        (json_int_t)report.sold, "oversold", (json_int_t)report.oversold, "orders",
+        (json_int_t)report.orders, "per_user_limit", report.limit, "segments", segs);
 }
 
 static void h_order_post(const struct svc_request *req, struct svc_response *res)
@@ -145,8 +147,8 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
         return;
     }
     struct inv_order order;
-    inv_status st = inv_order_place(req->worker->inv, req->params[0], body.user_id, body.qty,
-                                    req->idem_key, &order);
+    inv_status st = inv_order_place(req->worker->inv, req->params[0], body.user_id,
+                                    body.qty, req->idem_key, &order);
     if (st != INV_NOT_FOUND && st != INV_UNAVAILABLE)
         svc_metrics_sku_seen(req->params[0]); /* the SKU exists */
     if (st != INV_PLACED && st != INV_REPLAYED) {
@@ -185,12 +187,12 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         return;
     }
     res->status = 200;
-    res->json = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "sku", a.sku, "initial",
-                          (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold",
-                          (json_int_t)a.sold, "oversold", (json_int_t)a.oversold,
-                          "limit_breaches", (json_int_t)a.limit_breaches,
-                          "duplicate_order_ids", (json_int_t)a.duplicate_order_ids,
-                          "consistent", a.consistent);
+    res->json =
+        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "sku", a.sku, "initial",
+                  (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold",
+                  (json_int_t)a.sold, "oversold", (json_int_t)a.oversold,
+                  "limit_breaches", (json_int_t)a.limit_breaches, "duplicate_order_ids",
+                  (json_int_t)a.duplicate_order_ids, "consistent", a.consistent);
 }
 
 static void h_stats(const struct svc_request *req, struct svc_response *res)

@@ -20,7 +20,7 @@
 struct svc_app {
     const struct svc_config *cfg;
     struct inv *inv;
-    struct lock *lock;                 /* NULL in atomic mode */
+    struct lock *lock; /* NULL in atomic mode */
     struct orderid_lease *lease;
     int worker_id;
     _Atomic int draining;
@@ -98,7 +98,8 @@ void svc_route_run(struct svc_route *r, const struct svc_request *req,
 void svc_route_count(struct svc_route *r, int status, int64_t duration_us);
 
 /* Fills res as an error answer {"error": code, "detail": detail}. */
-void svc_error(struct svc_response *res, int status, const char *code, const char *detail);
+void svc_error(struct svc_response *res, int status, const char *code,
+               const char *detail);
 
 /* /stats and /metrics renderers (metrics.c). The metrics' stock gauges are
  * read through inv (the scraping thread's session; NULL leaves them out). */

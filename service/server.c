@@ -193,7 +193,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             .params = {st->params[0], st->params[1]},
             .body = st->body,
             .body_len = st->body_len,
-            .idem_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
+            .idem_key =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
             .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                          MHD_HTTP_HEADER_AUTHORIZATION),
         };
@@ -202,8 +203,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     svc_route_count(st->route ? st->route : svc_route_unmatched(), res.status,
                     now_us() - st->start_us);
     if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method, url,
-                  res.status, (long long)(now_us() - st->start_us));
+        log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method,
+                  url, res.status, (long long)(now_us() - st->start_us));
     return send_response(conn, st, &res);
 }
 
@@ -268,8 +269,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen)
 {
     const struct svc_config *cfg = app->cfg;
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->listen.port)};
-    const char *host = strcmp(cfg->listen.host, "localhost") == 0 ? "127.0.0.1" : cfg->listen.host;
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)cfg->listen.port)};
+    const char *host =
+        strcmp(cfg->listen.host, "localhost") == 0 ? "127.0.0.1" : cfg->listen.host;
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
         snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", cfg->listen.host);
         return NULL;
@@ -282,15 +285,13 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
                          MHD_USE_TURBO | MHD_USE_ERROR_LOG;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, app,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_LIMIT,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, app, MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
         MHD_OPTION_END);
     if (!srv->daemon) {
         snprintf(err, errlen, "cannot listen on %s:%d (in use?)", cfg->listen.host,
@@ -320,7 +321,8 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     if (grace_ms > 0)
         sleep_ms(grace_ms);
     MHD_socket lsock = MHD_quiesce_daemon(srv->daemon);
-    for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms; waited += 10)
+    for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms;
+         waited += 10)
         sleep_ms(10);
     int left = atomic_load(&app->inflight);
     MHD_stop_daemon(srv->daemon);

@@ -32,13 +32,17 @@ static void fixture_open(struct fixture *f, const char *mode, int work_us, int f
 {
     memset(f, 0, sizeof(*f));
     if (strcmp(mode, "atomic") != 0) {
-        struct lock_config lc = {.ttl_ms = ttl_ms, .fencing = fencing, .timeout_ms = 1000};
+        struct lock_config lc = {
+            .ttl_ms = ttl_ms, .fencing = fencing, .timeout_ms = 1000};
         char err[200];
         f->lock = lock_new(mode, &lc, err, sizeof(err));
         assert_non_null(f->lock);
     }
-    struct inv_config ic = {.lock = f->lock, .wait_ms = 5000, .work_us = work_us,
-                            .fencing = fencing, .ids = &ids};
+    struct inv_config ic = {.lock = f->lock,
+                            .wait_ms = 5000,
+                            .work_us = work_us,
+                            .fencing = fencing,
+                            .ids = &ids};
     f->inv = inv_new(&ic);
     f->rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
     f->s = inv_session_new(f->inv, f->rc);
@@ -125,7 +129,8 @@ static void test_spill_over_strands_nothing(void **state)
         struct inv_order o;
         for (int i = 0; i < 8; i++) { /* everyone lives in segment 2 */
             user_with_home(2, 4, i, user, sizeof(user));
-            assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o), INV_PLACED);
+            assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o),
+                             INV_PLACED);
         }
         user_with_home(2, 4, 8, user, sizeof(user));
         assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o), INV_SOLD_OUT);
@@ -166,7 +171,8 @@ static void test_idempotent_retry(void **state)
         fixture_open(&f, modes[m], 0, 1, 3000);
         inv_sku_put(f.s, "idem", 5, 2, 1);
         struct inv_order first, again;
-        assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &first), INV_PLACED);
+        assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &first),
+                         INV_PLACED);
         assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &again),
                          INV_REPLAYED);
         assert_true(first.id == again.id);
@@ -227,7 +233,8 @@ static void test_stale_fence_is_refused(void **state)
         struct fixture g;
         fixture_open(&g, "redis", 0, 1, 3000);
         int ok = test_wait_for(lock_key_exists, g.rc, 5000);
-        redisReply *r = rconn_command(g.rc, "DEL sk:{fence}:lock:0"); /* the lease ran out */
+        redisReply *r =
+            rconn_command(g.rc, "DEL sk:{fence}:lock:0"); /* the lease ran out */
         ok = ok && r && r->integer == 1;
         if (r)
             freeReplyObject(r);
@@ -408,13 +415,14 @@ static void test_storm_guarded_modes_sell_exactly(void **state)
     const char *modes[] = {"redis", "local", "atomic"};
     for (int m = 0; m < 3; m++) {
         /* 8 threads x 40 orders against 50 units on 2 segments, 1 ms of work */
-        struct storm st = {.mode = modes[m], .work_us = 1000, .threads = 8, .per_thread = 40};
+        struct storm st = {
+            .mode = modes[m], .work_us = 1000, .threads = 8, .per_thread = 40};
         run_storm(&st, 50, 2, 1);
         long long sold;
         struct inv_audit a;
         storm_report(&sold, &a);
-        print_message("mode %s: placed %d sold %lld errors %d\n", modes[m], st.placed, sold,
-                      st.errors);
+        print_message("mode %s: placed %d sold %lld errors %d\n", modes[m], st.placed,
+                      sold, st.errors);
         assert_int_equal(st.errors, 0);
         assert_int_equal(st.placed, 50);
         assert_int_equal(sold, 50);
@@ -445,8 +453,8 @@ static void test_storm_limit_holds_across_segments(void **state)
     (void)state;
     const char *modes[] = {"redis", "none", "atomic"};
     for (int m = 0; m < 3; m++) {
-        struct storm st = {.mode = modes[m], .work_us = 500, .threads = 8, .per_thread = 20,
-                           .users = 5};
+        struct storm st = {
+            .mode = modes[m], .work_us = 500, .threads = 8, .per_thread = 20, .users = 5};
         run_storm(&st, 1000, 8, 2);
         long long sold;
         struct inv_audit a;

@@ -153,7 +153,8 @@ static void test_lease_distinct_workers_and_restart_above_mark(void **state)
     test_redis_stop(&redis, 1, 0);
     struct orderid_gen d;
     orderid_init(&d, 0, NULL, 0);
-    assert_null(orderid_lease_start("127.0.0.1", redis.port, NULL, -1, &d, err, sizeof(err)));
+    assert_null(
+        orderid_lease_start("127.0.0.1", redis.port, NULL, -1, &d, err, sizeof(err)));
     assert_non_null(strstr(err, "connect"));
 }
 

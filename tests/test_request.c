@@ -25,36 +25,38 @@ static void test_order_body(void **state)
     assert_int_equal(order("{\"user_id\":\"a.b:c-d_9\",\"qty\":3}", &o), 0);
     assert_int_equal(o.qty, 3);
     const char *bad[] = {
-        "",                                        /* empty */
-        "{",                                       /* truncated */
-        "[1,2]",                                   /* not an object */
-        "\"alice\"",                               /* not an object */
-        "{\"qty\":1}",                             /* no user */
-        "{\"user_id\":\"\"}",                      /* empty user */
-        "{\"user_id\":\"has space\"}",             /* bad charset */
-        "{\"user_id\":\"caf\xc3\xa9\"}",           /* non-ASCII */
-        "{\"user_id\":\"a\\u0000b\"}",             /* embedded NUL */
-        "{\"user_id\":12}",                        /* not a string */
-        "{\"user_id\":\"u\",\"qty\":0}",           /* qty too small */
-        "{\"user_id\":\"u\",\"qty\":-1}",          /* negative */
-        "{\"user_id\":\"u\",\"qty\":1.5}",         /* not an integer */
-        "{\"user_id\":\"u\",\"qty\":\"1\"}",       /* a string */
-        "{\"user_id\":\"u\",\"qty\":true}",        /* a bool */
+        "",                                                 /* empty */
+        "{",                                                /* truncated */
+        "[1,2]",                                            /* not an object */
+        "\"alice\"",                                        /* not an object */
+        "{\"qty\":1}",                                      /* no user */
+        "{\"user_id\":\"\"}",                               /* empty user */
+        "{\"user_id\":\"has space\"}",                      /* bad charset */
+        "{\"user_id\":\"caf\xc3\xa9\"}",                    /* non-ASCII */
+        "{\"user_id\":\"a\\u0000b\"}",                      /* embedded NUL */
+        "{\"user_id\":12}",                                 /* not a string */
+        "{\"user_id\":\"u\",\"qty\":0}",                    /* qty too small */
+        "{\"user_id\":\"u\",\"qty\":-1}",                   /* negative */
+        "{\"user_id\":\"u\",\"qty\":1.5}",                  /* not an integer */
+        "{\"user_id\":\"u\",\"qty\":\"1\"}",                /* a string */
+        "{\"user_id\":\"u\",\"qty\":true}",                 /* a bool */
         "{\"user_id\":\"u\",\"qty\":99999999999999999999}", /* overflow */
-        "{\"user_id\":\"u\",\"user_id\":\"v\"}",   /* duplicate key */
-        "{\"user_id\":\"u\"} trailing",            /* trailing junk */
-        "\xff\xfe\x00\x01",                        /* binary */
-        "{\"user_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", /* 65 */
+        "{\"user_id\":\"u\",\"user_id\":\"v\"}",            /* duplicate key */
+        "{\"user_id\":\"u\"} trailing",                     /* trailing junk */
+        "\xff\xfe\x00\x01",                                 /* binary */
+        "{\"user_id\":"
+        "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", /* 65 */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char detail[200] = "";
-        assert_int_equal(req_parse_order(bad[i], strlen(bad[i]), &o, detail, sizeof(detail)),
-                         -1);
+        assert_int_equal(
+            req_parse_order(bad[i], strlen(bad[i]), &o, detail, sizeof(detail)), -1);
         assert_true(detail[0] != '\0'); /* every refusal says why */
     }
     /* 64 characters is the most a user id may have */
     assert_int_equal(
-        order("{\"user_id\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+        order("{\"user_id\":"
+              "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
               &o),
         0);
 }

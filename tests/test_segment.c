@@ -37,7 +37,8 @@ static void test_hash_is_stable(void **state)
 {
     (void)state;
     /* Known values: every instance, every run and the Lua side must agree. */
-    assert_true(seg_user_hash("") == (14695981039346656037ull ^ (14695981039346656037ull >> 32)));
+    assert_true(seg_user_hash("") ==
+                (14695981039346656037ull ^ (14695981039346656037ull >> 32)));
     assert_int_equal(seg_route("alice"), seg_route("alice"));
     assert_true(seg_route("alice") != seg_route("alicf"));
     assert_true(seg_route("anyone") < 0x80000000u);

@@ -105,10 +105,10 @@ static int spawn(struct test_redis *r, const char *const *extra_args)
 {
     char port[16];
     snprintf(port, sizeof(port), "%d", r->port);
-    const char *argv[64] = {"redis-server", "--port",  port,       "--bind",
-                            "127.0.0.1",    "--dir",   r->dir,     "--save",
-                            "",             "--daemonize", "no",   "--logfile",
-                            "redis.log",    NULL};
+    const char *argv[64] = {
+        "redis-server", "--port",    port,        "--bind", "127.0.0.1",
+        "--dir",        r->dir,      "--save",    "",       "--daemonize",
+        "no",           "--logfile", "redis.log", NULL};
     int n = 13;
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = extra_args[i];
