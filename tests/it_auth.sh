@@ -16,16 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-pass=0
-fail=0
-check() { # NAME EXPECTED ACTUAL
-    if [[ $2 == "$3" ]]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL $1: expected '$2', got '$3'"
-    fi
-}
+source "$(dirname "$0")/checks.sh"
 
 # req METHOD URL [BODY]: "status error" (error empty on success)
 req() {
@@ -46,7 +37,7 @@ proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$di
 rcli() { redis-cli -p "$rport" -a "$1" --no-auth-warning "${@:2}"; }
 wait_until 10 bash -c "[[ \$(redis-cli -p $rport -a '$PW' --no-auth-warning ping) == PONG ]]" ||
     { echo "redis did not start"; exit 1; }
-check "redis refuses clients without the password" "NOAUTH" \
+expect "redis refuses clients without the password" "NOAUTH" \
     "$(redis-cli -p "$rport" get x 2>&1 | grep -o NOAUTH | head -1)"
 
 # A wrong password at start-up: started first, it fails while the rest runs.
@@ -65,46 +56,46 @@ F="http://127.0.0.1:$fport"
 E="http://127.0.0.1:$eport"
 wait_started flag "$dir" 15 http_ok "$F/readyz"
 wait_started env "$dir" 15 http_ok "$E/readyz"
-check "ready with --redis-password (and a wrong SECKILL_REDIS_PASSWORD: the flag wins)" \
+expect "ready with --redis-password (and a wrong SECKILL_REDIS_PASSWORD: the flag wins)" \
     "200 " "$(req GET "$F/readyz")"
-check "ready with SECKILL_REDIS_PASSWORD" "200 " "$(req GET "$E/readyz")"
-check "PUT through the flag instance" "201 " "$(req PUT "$F/skus/pw" '{"stock":10}')"
+expect "ready with SECKILL_REDIS_PASSWORD" "200 " "$(req GET "$E/readyz")"
+expect "PUT through the flag instance" "201 " "$(req PUT "$F/skus/pw" '{"stock":10}')"
 out=$(curl -s -X POST --max-time 10 "$F/skus/pw/orders" -d '{"user_id":"ann"}')
-check "order through the flag instance" "pw ann" "$(jq -r '.sku + " " + .user_id' <<<"$out")"
+expect "order through the flag instance" "pw ann" "$(jq -r '.sku + " " + .user_id' <<<"$out")"
 id=$(jq -r .order_id <<<"$out")
-check "order through the env instance" "201 " "$(req POST "$E/skus/pw/orders" '{"user_id":"bob"}')"
-check "the order is readable through the other instance" "200 " "$(req GET "$E/orders/$id")"
-check "both orders are in Redis" "2" "$(rcli "$PW" hget 'sk:{pw}:meta' sold)"
+expect "order through the env instance" "201 " "$(req POST "$E/skus/pw/orders" '{"user_id":"bob"}')"
+expect "the order is readable through the other instance" "200 " "$(req GET "$E/orders/$id")"
+expect "both orders are in Redis" "2" "$(rcli "$PW" hget 'sk:{pw}:meta' sold)"
 
 # The password is rotated under the running instances, and their connections cut:
 # every reconnect now fails AUTH.
 rcli "$PW" config set requirepass "rotated-pw" >/dev/null
 rcli rotated-pw client kill type normal >/dev/null
 start=$(date +%s%N)
-check "readyz with a wrong password" "503 unavailable" "$(req GET "$F/readyz")"
-check "order with a wrong password" "503 unavailable" "$(req POST "$F/skus/pw/orders" '{"user_id":"cid"}')"
-check "order with a wrong password (env instance)" "503 unavailable" \
+expect "readyz with a wrong password" "503 unavailable" "$(req GET "$F/readyz")"
+expect "order with a wrong password" "503 unavailable" "$(req POST "$F/skus/pw/orders" '{"user_id":"cid"}')"
+expect "order with a wrong password (env instance)" "503 unavailable" \
     "$(req POST "$E/skus/pw/orders" '{"user_id":"dan"}')"
-check "GET with a wrong password" "503 unavailable" "$(req GET "$F/skus/pw")"
+expect "GET with a wrong password" "503 unavailable" "$(req GET "$F/skus/pw")"
 ms=$((($(date +%s%N) - start) / 1000000))
-check "... four answers within 4 s (${ms} ms)" "1" "$((ms < 4000))"
-check "livez with a wrong password" "200 " "$(req GET "$F/livez")"
-check "metrics with a wrong password" "200 " "$(req GET "$F/metrics")"
-check "metrics say the stock could not be read" "seckill_sku_stock_read_ok 0" \
+expect "... four answers within 4 s (${ms} ms)" "1" "$((ms < 4000))"
+expect "livez with a wrong password" "200 " "$(req GET "$F/livez")"
+expect "metrics with a wrong password" "200 " "$(req GET "$F/metrics")"
+expect "metrics say the stock could not be read" "seckill_sku_stock_read_ok 0" \
     "$(curl -s "$F/metrics" | grep '^seckill_sku_stock_read_ok')"
-check "nothing was placed meanwhile" "2" "$(rcli rotated-pw hget 'sk:{pw}:meta' sold)"
-check "the flag instance is alive" "0" "$(proc_alive flag "$dir"; echo $?)"
-check "the env instance is alive" "0" "$(proc_alive env "$dir"; echo $?)"
+expect "nothing was placed meanwhile" "2" "$(rcli rotated-pw hget 'sk:{pw}:meta' sold)"
+expect "the flag instance is alive" "0" "$(proc_alive flag "$dir"; echo $?)"
+expect "the env instance is alive" "0" "$(proc_alive env "$dir"; echo $?)"
 
 # The password comes back: both heal without a restart.
 rcli rotated-pw config set requirepass "$PW" >/dev/null
 wait_until 15 http_ok "$F/readyz"
 wait_until 15 http_ok "$E/readyz"
-check "ready again (flag)" "200 " "$(req GET "$F/readyz")"
-check "ready again (env)" "200 " "$(req GET "$E/readyz")"
-check "orders again (flag)" "201 " "$(req POST "$F/skus/pw/orders" '{"user_id":"eve"}')"
-check "orders again (env)" "201 " "$(req POST "$E/skus/pw/orders" '{"user_id":"fay"}')"
-check "audit consistent" "true 4" "$(curl -s "$F/skus/pw/audit" | jq -r '"\(.consistent) \(.sold)"')"
+expect "ready again (flag)" "200 " "$(req GET "$F/readyz")"
+expect "ready again (env)" "200 " "$(req GET "$E/readyz")"
+expect "orders again (flag)" "201 " "$(req POST "$F/skus/pw/orders" '{"user_id":"eve"}')"
+expect "orders again (env)" "201 " "$(req POST "$E/skus/pw/orders" '{"user_id":"fay"}')"
+expect "audit consistent" "true 4" "$(curl -s "$F/skus/pw/audit" | jq -r '"\(.consistent) \(.sold)"')"
 
 # The instance started with a wrong password gave up: exit 1 with the reason, no
 # signal, within its start-up wait (10 s) and some margin.
@@ -112,18 +103,17 @@ wait_until 20 bash -c "! kill -0 $wpid 2>/dev/null"
 wait "$wpid"
 code=$?
 rm -f "$dir/wrong.pid"
-check "wrong password at start-up: exit code" "1" "$code"
-check "... after the start-up wait, not hanging (< 20 s)" "1" "$((SECONDS - wstart < 20))"
-check "... logged with the reason" "1" \
+expect "wrong password at start-up: exit code" "1" "$code"
+expect "... after the start-up wait, not hanging (< 20 s)" "1" "$((SECONDS - wstart < 20))"
+expect "... logged with the reason" "1" \
     "$(grep -c 'event=startup_failed.*\(WRONGPASS\|invalid\|AUTH\)' "$dir/wrong.log")"
 
 for n in flag env; do
     pid=$(cat "$dir/$n.pid")
     kill -TERM "$pid"
     wait "$pid"
-    check "$n: exit code after SIGTERM" "0" "$?"
+    expect "$n: exit code after SIGTERM" "0" "$?"
     rm -f "$dir/$n.pid"
 done
 
-echo "$pass passed, $fail failed"
-((fail == 0))
+checks_summary

@@ -79,19 +79,7 @@ SOLD_WHILE_FROZEN=10 # units instance 2 sells while instance 1 is frozen
 BUYERS=3             # per instance
 ATTEMPTS=3
 
-passed=0 failed=0
-check() { # DESCRIPTION CONDITION...
-    local what=$1
-    shift
-    if "$@"; then
-        passed=$((passed + 1))
-        echo "ok   - $what"
-    else
-        failed=$((failed + 1))
-        echo "FAIL - $what"
-    fi
-}
-eq() { [[ $1 == "$2" ]]; }
+source "$(dirname "$0")/checks.sh"
 gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
 ge() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 >= $2)); }
 
@@ -128,8 +116,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 finish() {
-    echo "$passed passed, $failed failed"
-    ((failed == 0))
+    checks_summary
     exit
 }
 

@@ -27,16 +27,7 @@ proc_start seckill "$dir" "$bin" --listen "127.0.0.1:$hport" --redis "127.0.0.1:
 base="http://127.0.0.1:$hport"
 wait_until 10 http_ok "$base/readyz" || { echo "seckill not ready"; cat "$dir/seckill.log"; exit 1; }
 
-pass=0
-fail=0
-check() { # NAME EXPECTED ACTUAL
-    if [[ $2 == "$3" ]]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL $1: expected '$2', got '$3'"
-    fi
-}
+source "$(dirname "$0")/checks.sh"
 
 # req METHOD PATH [BODY] [curl args...]: sets $status and $body
 req() {
@@ -60,89 +51,89 @@ auth=(-H 'Authorization: Bearer s3cret')
 
 # --- admin
 req PUT /skus/tv '{"stock":3,"per_user_limit":1}'
-check "PUT without token" "401 unauthorized/string" "$status $(err)"
+expect "PUT without token" "401 unauthorized/string" "$status $(err)"
 req PUT /skus/tv '{"stock":3,"per_user_limit":1}' -H 'Authorization: Bearer wrong'
-check "PUT with a wrong token" "401 unauthorized/string" "$status $(err)"
+expect "PUT with a wrong token" "401 unauthorized/string" "$status $(err)"
 req GET /skus/tv
-check "a refused PUT created nothing" "404 not_found/string" "$status $(err)"
+expect "a refused PUT created nothing" "404 not_found/string" "$status $(err)"
 req PUT /skus/tv '{"stock":3,"segments":2,"per_user_limit":1}' "${auth[@]}"
-check "PUT creates" "201" "$status"
+expect "PUT creates" "201" "$status"
 req PUT /skus/tv '{"stock":3,"segments":1,"per_user_limit":2}' "${auth[@]}"
-check "PUT resets" "200" "$status"
+expect "PUT resets" "200" "$status"
 req PUT /skus/tv '{"stock":-5}' "${auth[@]}"
-check "PUT negative stock" "400 bad_request/string" "$status $(err)"
+expect "PUT negative stock" "400 bad_request/string" "$status $(err)"
 req PUT /skus/tv '{"stock":3,"segments":5000}' "${auth[@]}"
-check "PUT too many segments" "400 bad_request/string" "$status $(err)"
+expect "PUT too many segments" "400 bad_request/string" "$status $(err)"
 req GET /skus/tv
-check "bad PUTs changed nothing" "200 2 1 3" "$status $(field .per_user_limit) $(field '.segments|length') $(field .remaining)"
+expect "bad PUTs changed nothing" "200 2 1 3" "$status $(field .per_user_limit) $(field '.segments|length') $(field .remaining)"
 req PUT '/skus/bad$sku' '{"stock":1}' "${auth[@]}"
-check "PUT invalid sku name" "400 bad_request/string" "$status $(err)"
+expect "PUT invalid sku name" "400 bad_request/string" "$status $(err)"
 
 # --- orders: bad input changes nothing
 req POST /skus/tv/orders '{"user_id": "ann"'
-check "truncated JSON" "400 bad_request/string" "$status $(err)"
+expect "truncated JSON" "400 bad_request/string" "$status $(err)"
 req POST /skus/tv/orders 'not json at all'
-check "not JSON" "400 bad_request/string" "$status $(err)"
+expect "not JSON" "400 bad_request/string" "$status $(err)"
 req POST /skus/tv/orders '{"qty":1}'
-check "no user_id" "400 bad_request/string" "$status $(err)"
+expect "no user_id" "400 bad_request/string" "$status $(err)"
 req POST /skus/tv/orders '{"user_id":"a b"}'
-check "user_id charset" "400 bad_request/string" "$status $(err)"
+expect "user_id charset" "400 bad_request/string" "$status $(err)"
 req POST /skus/tv/orders '{"user_id":"ann","qty":0}'
-check "qty 0" "400 bad_request/string" "$status $(err)"
+expect "qty 0" "400 bad_request/string" "$status $(err)"
 req POST /skus/tv/orders '{"user_id":"ann","qty":3}'
-check "qty over the limit" "400 bad_request/string" "$status $(err)"
+expect "qty over the limit" "400 bad_request/string" "$status $(err)"
 req POST /skus/tv/orders '{"user_id":"ann","qty":"1"}'
-check "qty as a string" "400 bad_request/string" "$status $(err)"
+expect "qty as a string" "400 bad_request/string" "$status $(err)"
 big=$(printf '{"user_id":"ann","pad":"%05000d"}' 0)
 req POST /skus/tv/orders "$big"
-check "body over 4 KiB" "413 too_large/string" "$status $(err)"
+expect "body over 4 KiB" "413 too_large/string" "$status $(err)"
 req POST /skus/tv/orders '{"user_id":"ann"}' -H 'Idempotency-Key: bad key!'
-check "bad Idempotency-Key" "400 bad_request/string" "$status $(err)"
+expect "bad Idempotency-Key" "400 bad_request/string" "$status $(err)"
 req POST /skus/nosuch/orders '{"user_id":"ann"}'
-check "unknown SKU" "404 not_found/string" "$status $(err)"
-check "nothing was sold by bad requests" "0" "$(sold tv)"
+expect "unknown SKU" "404 not_found/string" "$status $(err)"
+expect "nothing was sold by bad requests" "0" "$(sold tv)"
 
 # --- orders that work
 req POST /skus/tv/orders '{"user_id":"ann","qty":2}' -H 'Idempotency-Key: ann-1'
-check "order placed" "201 string tv ann 2" "$status $(field '.order_id|type') $(field .sku) $(field .user_id) $(field .qty)"
+expect "order placed" "201 string tv ann 2" "$status $(field '.order_id|type') $(field .sku) $(field .user_id) $(field .qty)"
 first=$(field .order_id)
 req POST /skus/tv/orders '{"user_id":"ann","qty":2}' -H 'Idempotency-Key: ann-1'
-check "idempotent retry returns the first order" "201 $first" "$status $(field .order_id)"
-check "the retry placed nothing" "2" "$(sold tv)"
+expect "idempotent retry returns the first order" "201 $first" "$status $(field .order_id)"
+expect "the retry placed nothing" "2" "$(sold tv)"
 req GET "/orders/$first"
-check "GET order" "200 $first tv ann 2" "$status $(field .order_id) $(field .sku) $(field .user_id) $(field .qty)"
+expect "GET order" "200 $first tv ann 2" "$status $(field .order_id) $(field .sku) $(field .user_id) $(field .qty)"
 req POST /skus/tv/orders '{"user_id":"ann"}'
-check "limit reached" "409 limit_reached/string" "$status $(err)"
+expect "limit reached" "409 limit_reached/string" "$status $(err)"
 req POST /skus/tv/orders '{"user_id":"bob"}'
-check "last unit" "201" "$status"
+expect "last unit" "201" "$status"
 req POST /skus/tv/orders '{"user_id":"cid"}'
-check "sold out" "409 sold_out/string" "$status $(err)"
+expect "sold out" "409 sold_out/string" "$status $(err)"
 req GET /skus/tv
-check "SKU report" "200 3 0 3 0 2" "$status $(field .initial) $(field .remaining) $(field .sold) $(field .oversold) $(field .orders)"
+expect "SKU report" "200 3 0 3 0 2" "$status $(field .initial) $(field .remaining) $(field .sold) $(field .oversold) $(field .orders)"
 req GET /skus/tv/audit
-check "audit" "200 2 3 0 0 0 true" "$status $(field .orders) $(field .sold) $(field .oversold) $(field .limit_breaches) $(field .duplicate_order_ids) $(field .consistent)"
+expect "audit" "200 2 3 0 0 0 true" "$status $(field .orders) $(field .sold) $(field .oversold) $(field .limit_breaches) $(field .duplicate_order_ids) $(field .consistent)"
 
 # --- routing
 req DELETE /skus/tv
-check "wrong method" "405 method_not_allowed/string" "$status $(err)"
+expect "wrong method" "405 method_not_allowed/string" "$status $(err)"
 allow=$(curl -s -o /dev/null -D - -X DELETE "$base/skus/tv" | tr -d '\r' | awk -F': ' 'tolower($1)=="allow"{print $2}')
-check "405 names the allowed methods" "PUT, GET, HEAD" "$allow"
+expect "405 names the allowed methods" "PUT, GET, HEAD" "$allow"
 req GET /nothing/here
-check "unknown path" "404 not_found/string" "$status $(err)"
+expect "unknown path" "404 not_found/string" "$status $(err)"
 req GET /orders/12345
-check "unknown order" "404 not_found/string" "$status $(err)"
+expect "unknown order" "404 not_found/string" "$status $(err)"
 req GET /orders/12x
-check "malformed order id" "400 bad_request/string" "$status $(err)"
+expect "malformed order id" "400 bad_request/string" "$status $(err)"
 head=$(curl -s -I -o /dev/null -w '%{http_code} %{size_download}' "$base/skus/tv")
-check "HEAD works where GET does" "200 0" "$head"
+expect "HEAD works where GET does" "200 0" "$head"
 ctype=$(curl -s -o /dev/null -w '%{content_type}' "$base/skus/tv")
-check "JSON content type" "application/json" "$ctype"
+expect "JSON content type" "application/json" "$ctype"
 ctype=$(curl -s -o /dev/null -w '%{content_type}' "$base/metrics")
-check "metrics content type" "text/plain; version=0.0.4; charset=utf-8" "$ctype"
-check "metrics carry counters" "1" "$(curl -s "$base/metrics" | grep -c '^seckill_orders_total{outcome="placed"} 2$')"
+expect "metrics content type" "text/plain; version=0.0.4; charset=utf-8" "$ctype"
+expect "metrics carry counters" "1" "$(curl -s "$base/metrics" | grep -c '^seckill_orders_total{outcome="placed"} 2$')"
 req GET /stats
-check "stats" "200 2 1" "$status $(field .orders.placed) $(field .orders.replayed)"
-check "livez" "200" "$(http_code "$base/livez")"
+expect "stats" "200 2 1" "$status $(field .orders.placed) $(field .orders.replayed)"
+expect "livez" "200" "$(http_code "$base/livez")"
 
 # --- hostile requests: each gets its exact status and changes nothing. The SKU has
 # stock left, so that a request wrongly taken for an order would show in the state.
@@ -152,8 +143,8 @@ state() { echo "$(curl -s "$base/skus/hx" | jq -c '[.sold, .remaining, .orders]'
 baseline=$(state)
 # hostile NAME EXPECTED ACTUAL: the answer, then the state
 hostile() {
-    check "$1" "$2" "$3"
-    check "$1: state unchanged" "$baseline" "$(state)"
+    expect "$1" "$2" "$3"
+    expect "$1: state unchanged" "$baseline" "$(state)"
 }
 # raw BYTES [SECS]: sends BYTES (printf format) on a new connection, prints the
 # status of the answer, or "none" when the server closed or kept quiet for SECS.
@@ -274,35 +265,34 @@ answers=$(curl -s --parallel --parallel-max 300 -K "$H/flood.cfg" 2>/dev/null | 
     awk '{ print $2 "x" $1 }')
 hostile "1000 concurrent bad requests: all 400" "400x1000" "$answers"
 
-check "the process is alive after all of them" "200" "$(http_code "$base/livez")"
-check "the log shows no crash or assertion" "0" "$(grep -ciE 'assert|segfault|abort' "$dir/seckill.log")"
+expect "the process is alive after all of them" "200" "$(http_code "$base/livez")"
+expect "the log shows no crash or assertion" "0" "$(grep -ciE 'assert|segfault|abort' "$dir/seckill.log")"
 req POST $order '{"user_id":"honest"}'
-check "a real order still works" "201" "$status"
+expect "a real order still works" "201" "$status"
 
 # --- Redis outage: 503 unavailable within bounds, nothing half-written, heals
 proc_stop redis "$dir" 5
 start=$SECONDS
 req POST /skus/tv/orders '{"user_id":"dan"}'
-check "order while Redis is down" "503 unavailable/string" "$status $(err)"
-check "readyz while Redis is down" "503" "$(http_code "$base/readyz")"
-check "answered within bounds" "1" "$(( SECONDS - start < 5 ))"
-check "livez while Redis is down" "200" "$(http_code "$base/livez")"
+expect "order while Redis is down" "503 unavailable/string" "$status $(err)"
+expect "readyz while Redis is down" "503" "$(http_code "$base/readyz")"
+expect "answered within bounds" "1" "$(( SECONDS - start < 5 ))"
+expect "livez while Redis is down" "200" "$(http_code "$base/livez")"
 proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
     --save "" --appendonly yes --appendfsync always
 wait_until 10 redis_ping "$rport"
 wait_until 10 http_ok "$base/readyz"
-check "ready again after Redis returns" "200" "$(http_code "$base/readyz")"
-check "acknowledged orders survived the restart (AOF)" "3" "$(sold tv)"
+expect "ready again after Redis returns" "200" "$(http_code "$base/readyz")"
+expect "acknowledged orders survived the restart (AOF)" "3" "$(sold tv)"
 req PUT /skus/tv '{"stock":5}' "${auth[@]}"
 req POST /skus/tv/orders '{"user_id":"dan"}'
-check "orders work again" "201" "$status"
+expect "orders work again" "201" "$status"
 
 # --- SIGTERM drains and exits 0
 pid=$(cat "$dir/seckill.pid")
 kill -TERM "$pid"
 wait_until 10 bash -c "! kill -0 $pid 2>/dev/null"
-check "exited after SIGTERM" "1" "$(kill -0 "$pid" 2>/dev/null && echo 0 || echo 1)"
-check "clean exit logged" "1" "$(grep -c 'event=exit code=0' "$dir/seckill.log")"
+expect "exited after SIGTERM" "1" "$(kill -0 "$pid" 2>/dev/null && echo 0 || echo 1)"
+expect "clean exit logged" "1" "$(grep -c 'event=exit code=0' "$dir/seckill.log")"
 
-echo "$pass passed, $fail failed"
-((fail == 0))
+checks_summary

@@ -35,21 +35,9 @@ WORK_US=${IT_WORK_US:-3000}
 INSTANCES=3
 POOL=$((STOCK * 3 / 4)) # fewer users than units: only the limit stops them
 
-passed=0 failed=0
-check() { # DESCRIPTION CONDITION...
-    local what=$1
-    shift
-    if "$@"; then
-        passed=$((passed + 1))
-        echo "ok   - $what"
-    else
-        failed=$((failed + 1))
-        echo "FAIL - $what"
-    fi
-}
+source "$(dirname "$0")/checks.sh"
 finish() {
-    echo "$passed passed, $failed failed"
-    ((failed == 0))
+    checks_summary
     exit
 }
 
@@ -89,7 +77,6 @@ load_header() {
 audit_field() { # OUT MODE KEY: a field of the audit the server returned (empty if none)
     jq -r --arg key "$3" '.audit[$key]? | select(. != null)' "$1/modes/$2.json" 2>/dev/null || true
 }
-eq() { [[ $1 == "$2" ]]; }
 gt() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($1 > $2)); }
 
 # ---- scenario 1: unique users, every mode ------------------------------------------

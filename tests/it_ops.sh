@@ -19,14 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-pass=0
-fail=0
-check() {
-    if [[ $2 == "$3" ]]; then pass=$((pass + 1)); else
-        fail=$((fail + 1))
-        echo "FAIL $1: expected '$2', got '$3'"
-    fi
-}
+source "$(dirname "$0")/checks.sh"
 
 bin=$(seckill_bin)
 rport=$(free_port) || exit 1
@@ -61,11 +54,11 @@ for i in 1 2 3 4 5 6; do
 done
 wait "${clients[@]}"
 answers=$(cat "$dir"/idem.* | sort | uniq -c | wc -l)
-check "six concurrent retries through two instances: one answer" "1" "$answers"
-check "... which is a 201" "201" "$(cut -d' ' -f1 "$dir/idem.1")"
-check "... and placed one order" "1" "$(sold)"
+expect "six concurrent retries through two instances: one answer" "1" "$answers"
+expect "... which is a 201" "201" "$(cut -d' ' -f1 "$dir/idem.1")"
+expect "... and placed one order" "1" "$(sold)"
 later=$(order "$B" same-user retry-key)
-check "a later retry through the other instance returns the same order" "$(cat "$dir/idem.1")" "$later"
+expect "a later retry through the other instance returns the same order" "$(cat "$dir/idem.1")" "$later"
 
 # --- idle and half-sent connections do not starve a real order
 for ((i = 0; i < 150; i++)); do
@@ -73,12 +66,12 @@ for ((i = 0; i < 150; i++)); do
     exec {fd}<>"/dev/tcp/127.0.0.1/$aport" && held_fds+=("$fd")
     printf 'POST /skus/ops/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"us' >&"$fd"
 done
-check "300 idle/slow connections held open" "300" "${#held_fds[@]}"
+expect "300 idle/slow connections held open" "300" "${#held_fds[@]}"
 start=$(date +%s%N)
 res=$(order "$A" starved-user)
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
-check "a real order is answered while they sit there" "201" "${res%% *}"
-check "... promptly (< 2 s; 300 ms of it is --work-us)" "1" "$((ms < 2000))"
+expect "a real order is answered while they sit there" "201" "${res%% *}"
+expect "... promptly (< 2 s; 300 ms of it is --work-us)" "1" "$((ms < 2000))"
 echo "order answered in ${ms} ms beside 300 idle/slow connections"
 for fd in "${held_fds[@]}"; do exec {fd}>&-; done
 held_fds=()
@@ -88,31 +81,31 @@ gauge() { # URL NAME SKU
     curl -s "$1/metrics" | awk -v m="$2{sku=\"$3\"}" '$1 == m { print $2 }'
 }
 report=$(curl -s "$A/skus/ops")
-check "seckill_sku_sold == GET /skus sold" "$(jq -r .sold <<<"$report")" "$(gauge "$A" seckill_sku_sold ops)"
-check "seckill_sku_remaining == GET /skus remaining" "$(jq -r .remaining <<<"$report")" \
+expect "seckill_sku_sold == GET /skus sold" "$(jq -r .sold <<<"$report")" "$(gauge "$A" seckill_sku_sold ops)"
+expect "seckill_sku_remaining == GET /skus remaining" "$(jq -r .remaining <<<"$report")" \
     "$(gauge "$A" seckill_sku_remaining ops)"
-check "seckill_sku_initial" "100" "$(gauge "$A" seckill_sku_initial ops)"
-check "seckill_sku_oversold" "0" "$(gauge "$A" seckill_sku_oversold ops)"
-check "the other instance, which also served ops, agrees" "$(jq -r .sold <<<"$report")" \
+expect "seckill_sku_initial" "100" "$(gauge "$A" seckill_sku_initial ops)"
+expect "seckill_sku_oversold" "0" "$(gauge "$A" seckill_sku_oversold ops)"
+expect "the other instance, which also served ops, agrees" "$(jq -r .sold <<<"$report")" \
     "$(gauge "$B" seckill_sku_sold ops)"
 curl -s -X POST "$B/skus/ops/orders" -d '{"user_id":"gauge-user"}' >/dev/null
-check "an order through B shows in A's gauge at the next scrape" \
+expect "an order through B shows in A's gauge at the next scrape" \
     "$(($(jq -r .sold <<<"$report") + 1))" "$(gauge "$A" seckill_sku_sold ops)"
 for ((i = 1; i <= 40; i++)); do
     curl -s -o /dev/null -X PUT "$A/skus/many-$i" -d '{"stock":5}'
 done
-check "a SKU an instance never served is not in its gauges" "" "$(gauge "$B" seckill_sku_sold many-40)"
-check "gauges of at most 32 SKUs, the most recent" "32 1 0" \
+expect "a SKU an instance never served is not in its gauges" "" "$(gauge "$B" seckill_sku_sold many-40)"
+expect "gauges of at most 32 SKUs, the most recent" "32 1 0" \
     "$(curl -s "$A/metrics" | grep -c '^seckill_sku_sold{') $(gauge "$A" seckill_sku_sold many-9 | wc -l) $(gauge "$A" seckill_sku_sold many-8 | wc -l)"
-check "stock read ok" "1" "$(curl -s "$A/metrics" | awk '$1 == "seckill_sku_stock_read_ok" { print $2 }')"
+expect "stock read ok" "1" "$(curl -s "$A/metrics" | awk '$1 == "seckill_sku_stock_read_ok" { print $2 }')"
 
 # --- metrics pass promtool
 if command -v promtool >/dev/null; then
     curl -s "$A/metrics" >"$dir/metrics.txt"
     if promtool check metrics <"$dir/metrics.txt" >"$dir/promtool.out" 2>&1; then
-        check "promtool check metrics" "ok" "ok"
+        expect "promtool check metrics" "ok" "ok"
     else
-        check "promtool check metrics" "ok" "$(head -5 "$dir/promtool.out")"
+        expect "promtool check metrics" "ok" "$(head -5 "$dir/promtool.out")"
     fi
 else
     echo "promtool not installed: metrics format check skipped"
@@ -126,13 +119,12 @@ wait_until 5 bash -c "[[ \$(redis-cli -p $rport --no-auth-warning keys 'sk:{ops}
 kill -TERM "$pid"
 wait_until 5 bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' $A/readyz) != 200 ]]"
 wait "$client"
-check "the in-flight order finished during the drain" "201" "$(cut -d' ' -f1 "$dir/inflight")"
+expect "the in-flight order finished during the drain" "201" "$(cut -d' ' -f1 "$dir/inflight")"
 wait "$pid"
 code=$?
-check "exit code after SIGTERM" "0" "$code"
+expect "exit code after SIGTERM" "0" "$code"
 locks=$(redis-cli -p "$rport" --no-auth-warning keys 'sk:{ops}:lock:*' | grep -vc -e fence -e queue)
-check "no segment lock left held" "0" "$locks"
+expect "no segment lock left held" "0" "$locks"
 rm -f "$dir/a.pid"
 
-echo "$pass passed, $fail failed"
-((fail == 0))
+checks_summary

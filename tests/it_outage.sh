@@ -41,16 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-pass=0
-fail=0
-check() { # NAME EXPECTED ACTUAL
-    if [[ $2 == "$3" ]]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL $1: expected '$2', got '$3'"
-    fi
-}
+source "$(dirname "$0")/checks.sh"
 
 bin=$(seckill_bin) || exit 1
 rport=$(free_port) || exit 1
@@ -106,7 +97,7 @@ wait_until 60 bash -c "(( \$(cat $dir/load.* | awk '\$3 == 201' | wc -l) >= 300 
 curl -s -o /dev/null --max-time 20 -X POST "$holder/skus/held/orders" -d '{"user_id":"h1"}' &
 held_client=$!
 wait_until 10 bash -c "[[ \$(redis-cli -p $rport exists 'sk:{held}:lock:0') == 1 ]]"
-check "the holder holds its segment lock at the kill" "1" \
+expect "the holder holds its segment lock at the kill" "1" \
     "$(redis-cli -p "$rport" exists 'sk:{held}:lock:0')"
 before_kill=$(count201)
 t_kill=${EPOCHREALTIME/./}
@@ -121,25 +112,25 @@ wait "$held_client"
 # within a lease, so locks held at the kill are still held when Redis is back.
 n_kill=$(lines)
 wait_until 30 bash -c "(( \$(cat $dir/load.* | wc -l) >= $n_kill + 30 ))"
-check "the instance answers during the outage (readyz)" "503" "$(http_code "$base/readyz" 3)"
-check "livez during the outage" "200" "$(http_code "$base/livez" 3)"
+expect "the instance answers during the outage (readyz)" "503" "$(http_code "$base/readyz" 3)"
+expect "livez during the outage" "200" "$(http_code "$base/livez" 3)"
 t_restart=${EPOCHREALTIME/./}
 start_redis || { echo "redis did not restart"; exit 1; }
 t_up=${EPOCHREALTIME/./}
 held=$(redis-cli -p "$rport" --scan --pattern 'sk:{crash}:lock:*' | grep -Ecv ':(fence|queue|grant:.*)$')
 wait_until 20 http_ok "$base/readyz"
 t_ready=${EPOCHREALTIME/./}
-check "ready again by itself after the restart" "200" "$(http_code "$base/readyz")"
+expect "ready again by itself after the restart" "200" "$(http_code "$base/readyz")"
 
 # The lock the holder had at the crash came back with Redis (AOF), with what was
 # left of its lease. The holder's next order on that segment must not keep it.
-check "the holder's lock came back with Redis" "1" "$(redis-cli -p "$rport" exists 'sk:{held}:lock:0')"
+expect "the holder's lock came back with Redis" "1" "$(redis-cli -p "$rport" exists 'sk:{held}:lock:0')"
 wait_until 20 http_ok "$holder/readyz"
-check "the holder places its next order" "201" "$(curl -s -o /dev/null -w '%{http_code}' \
+expect "the holder places its next order" "201" "$(curl -s -o /dev/null -w '%{http_code}' \
     --max-time 20 -X POST "$holder/skus/held/orders" -d '{"user_id":"h2"}')"
-check "... after which the lock is free (not kept by a grant that died in the crash)" "0" \
+expect "... after which the lock is free (not kept by a grant that died in the crash)" "0" \
     "$(redis-cli -p "$rport" exists 'sk:{held}:lock:0')"
-check "another instance is not refused busy on that segment" "201" \
+expect "another instance is not refused busy on that segment" "201" \
     "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST "$base/skus/held/orders" \
         -d '{"user_id":"h3"}')"
 echo "outage: $(((t_restart - t_kill) / 1000)) ms down, $held segment lock(s) held when Redis came back;" \
@@ -154,8 +145,8 @@ wait "${loaders[@]}"
 loaders=()
 t_stop=${EPOCHREALTIME/./}
 cat "$dir"/load.* >"$dir/all"
-check "the instance never restarted" "$pid" "$(cat "$dir/seckill.pid")"
-check "the instance is alive" "0" "$(proc_alive seckill "$dir"; echo $?)"
+expect "the instance never restarted" "$pid" "$(cat "$dir/seckill.pid")"
+expect "the instance is alive" "0" "$(proc_alive seckill "$dir"; echo $?)"
 
 # --- no lock stays held once the load has stopped: every order released its lock
 # before it was answered, and the locks held at the crash ran out long ago.
@@ -164,32 +155,32 @@ locks() { redis-cli -p "$rport" --no-auth-warning --scan --pattern 'sk:{crash}:l
 wait_until 10 bash -c "(( \$(redis-cli -p $rport --scan --pattern 'sk:{crash}:lock:*' | grep -Ecv ':(fence|queue|grant:.*)$') == 0 ))"
 t_free=${EPOCHREALTIME/./}
 echo "segment locks all free $(((t_free - t_stop) / 1000)) ms after the load stopped (lease $TTL_MS ms)"
-check "no segment lock held" "0" "$(locks)"
-check "... at once, not a lease later (< 1 s)" "1" "$(((t_free - t_stop) / 1000 < 1000))"
+expect "no segment lock held" "0" "$(locks)"
+expect "... at once, not a lease later (< 1 s)" "1" "$(((t_free - t_stop) / 1000 < 1000))"
 
 # --- the answers
 total=$(wc -l <"$dir/all")
 acked=$(awk '$3 == 201' "$dir/all" | wc -l)
 echo "requests: $total, 201: $acked ($before_kill before the crash), others: $(awk '$3 != 201 { print $3, $7 }' "$dir/all" | sort | uniq -c | tr '\n' ',')"
-check "every answer is 201 or 503 unavailable/busy (no other status, no hang)" "" \
+expect "every answer is 201 or 503 unavailable/busy (no other status, no hang)" "" \
     "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy")))' "$dir/all" | head -3)"
 down=$(awk -v a="$t_kill" -v b="$t_restart" '$1 > a + 50000 && $2 < b' "$dir/all")
-check "answers while Redis was down: some" "yes" "$([[ -n $down ]] && echo yes || echo no)"
-check "answers while Redis was down: all 503 unavailable" "" \
+expect "answers while Redis was down: some" "yes" "$([[ -n $down ]] && echo yes || echo no)"
+expect "answers while Redis was down: all 503 unavailable" "" \
     "$(awk '!($3 == 503 && $7 == "unavailable")' <<<"$down" | head -3)"
 slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$dir/all")
 echo "slowest answer: $slowest ms (over the whole run)"
-check "no answer slower than ${SLOWEST_MS} ms" "1" "$((slowest <= SLOWEST_MS))"
-check "no 503 busy later than one lease after the recovery (locks held at the crash ran out)" "" \
+expect "no answer slower than ${SLOWEST_MS} ms" "1" "$((slowest <= SLOWEST_MS))"
+expect "no 503 busy later than one lease after the recovery (locks held at the crash ran out)" "" \
     "$(awk -v t="$t_ready" -v l="$TTL_MS" '$1 > t + (l + 500) * 1000 && $3 == 503' "$dir/all" | head -3)"
-check "201s after the recovery" "1" "$(awk -v t="$t_ready" '$1 > t && $3 == 201' "$dir/all" | wc -l |
+expect "201s after the recovery" "1" "$(awk -v t="$t_ready" '$1 > t && $3 == 201' "$dir/all" | wc -l |
     awk '{ print ($1 > 0) }')"
 
 # --- nothing acknowledged is lost: every 201 is readable, same user
 awk '$3 == 201 { printf "url = \"%s/orders/%s\"\n", base, $6 }' base="$base" "$dir/all" >"$dir/get.cfg"
 curl -s --max-time 120 -K "$dir/get.cfg" -w '\n' |
     jq -R -r 'fromjson? // {} | (.order_id // "-") + " " + (.user_id // "-")' >"$dir/got"
-check "every 201 is found again (GET /orders/{id})" "$acked" \
+expect "every 201 is found again (GET /orders/{id})" "$acked" \
     "$(join <(awk '$3 == 201 { print $6, $5 }' "$dir/all" | sort) <(sort "$dir/got") |
         awk '$2 == $3' | wc -l)"
 
@@ -201,27 +192,26 @@ awk 'NR > 1 { print "next" }
        print "write-out = \" %{http_code}\\n\"" }' base="$base" "$dir/all" >"$dir/retry.cfg"
 curl -K "$dir/retry.cfg" |
     awk '{ code = $NF; $NF = ""; print code, $0 }' >"$dir/retried"
-check "every retry answered 201" "$total" "$(awk '$1 == 201' "$dir/retried" | wc -l)"
+expect "every retry answered 201" "$total" "$(awk '$1 == 201' "$dir/retried" | wc -l)"
 paste -d' ' <(awk '{ print $3, $6 }' "$dir/all") \
     <(awk '{ $1 = ""; print }' "$dir/retried" | jq -R -r 'fromjson? // {} | .order_id // "-"') \
     >"$dir/pairs"
-check "a retry of a 201 returns the same order" "$acked" \
+expect "a retry of a 201 returns the same order" "$acked" \
     "$(awk '$1 == 201 && $2 == $3' "$dir/pairs" | wc -l)"
 lost=$(awk '$1 != 201' "$dir/pairs" | wc -l)
 sold=$(curl -s "$base/skus/crash" | jq -r .sold)
 echo "answers lost or refused: $lost; the server sold $sold for $total keys"
-check "one unit per key in the end: none placed twice, none lost" "$total" "$sold"
+expect "one unit per key in the end: none placed twice, none lost" "$total" "$sold"
 audit=$(curl -s "$base/skus/crash/audit")
-check "audit consistent, orders == keys" "true $total 0" \
+expect "audit consistent, orders == keys" "true $total 0" \
     "$(jq -r '"\(.consistent) \(.orders) \(.duplicate_order_ids)"' <<<"$audit")"
-check "server sold >= the 201s the clients saw" "1" "$((sold >= acked))"
+expect "server sold >= the 201s the clients saw" "1" "$((sold >= acked))"
 
-check "new order after all that" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+expect "new order after all that" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
     "$base/skus/crash/orders" -d '{"user_id":"late"}')"
 
 kill -TERM "$pid"
 wait "$pid"
-check "exit code after SIGTERM" "0" "$?"
+expect "exit code after SIGTERM" "0" "$?"
 rm -f "$dir/seckill.pid"
-echo "$pass passed, $fail failed"
-((fail == 0))
+checks_summary

@@ -31,24 +31,10 @@ DURATION=12s # wrk; the stock sells out in a few seconds, the rest is sold_out a
 CONNECTIONS=32
 AFTER_KILL=500 # units that must still be sold after the node died
 
-passed=0 failed=0
-check() { # DESCRIPTION CONDITION...
-    local what=$1
-    shift
-    if "$@"; then
-        passed=$((passed + 1))
-        echo "ok   - $what"
-    else
-        failed=$((failed + 1))
-        echo "FAIL - $what"
-    fi
-}
-eq() { [[ $1 == "$2" ]]; }
-has_prefix() { [[ $1 == "$2"* ]]; }
+source "$(dirname "$0")/checks.sh"
 lt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 < $2)); }
 finish() {
-    echo "$passed passed, $failed failed"
-    ((failed == 0))
+    checks_summary
     exit
 }
 

@@ -1,0 +1,41 @@
+# shellcheck shell=bash
+# checks.sh — assertions for the integration scripts (source it after lib.sh).
+#
+#   expect NAME EXPECTED ACTUAL   passes when ACTUAL equals EXPECTED; says both when not
+#   check NAME CMD...             passes when CMD succeeds
+#   eq A B, has_prefix S P        conditions for check
+#   checks_summary                prints "N passed, N failed"; status 1 when any failed
+#
+# Every script ends with the summary line, which tests/run.sh and CI read.
+
+passed=0
+failed=0
+
+expect() {
+    if [[ $2 == "$3" ]]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL $1: expected '$2', got '$3'"
+    fi
+}
+
+check() {
+    local what=$1
+    shift
+    if "$@"; then
+        passed=$((passed + 1))
+        echo "ok   - $what"
+    else
+        failed=$((failed + 1))
+        echo "FAIL - $what"
+    fi
+}
+
+eq() { [[ $1 == "$2" ]]; }
+has_prefix() { [[ $1 == "$2"* ]]; }
+
+checks_summary() {
+    echo "$passed passed, $failed failed"
+    ((failed == 0))
+}
