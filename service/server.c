@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,9 @@
 
 #define SERVER_CONN_TIMEOUT_S 15
 #define SERVER_CONN_LIMIT 8192
+/* Descriptors kept free of HTTP connections: Redis contexts (one per worker
+ * thread, lock nodes), the listen socket, epoll, logs. */
+#define SERVER_FD_RESERVE 128
 #define SERVER_CONN_MEMORY (32 * 1024)
 #define SERVER_PATH_MAX 512
 
@@ -266,6 +270,25 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_event(LOG_WARN, "http", "detail=\"%s\"", msg);
 }
 
+/* The connection limit, with headroom: the descriptor limit is raised to its
+ * hard maximum, and connections may use all but SERVER_FD_RESERVE of it, so
+ * that a flood of connections is refused by the limit, not by a failing
+ * accept() or Redis connect. */
+static unsigned int connection_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 512;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    rlim_t usable = rl.rlim_cur > 2 * SERVER_FD_RESERVE ? rl.rlim_cur - SERVER_FD_RESERVE
+                                                        : rl.rlim_cur / 2;
+    return usable < SERVER_CONN_LIMIT ? (unsigned int)usable : SERVER_CONN_LIMIT;
+}
+
 struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen)
 {
     const struct svc_config *cfg = app->cfg;
@@ -288,7 +311,7 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_CONN_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)SERVER_CONN_LIMIT,
+        MHD_OPTION_CONNECTION_LIMIT, connection_limit(),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, app, MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
