@@ -152,19 +152,30 @@ static int take_fence(struct lock_session *s, const char *key, struct lock_grant
     return ok ? 0 : -1;
 }
 
-lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
-                         struct lock_grant *g)
+lock_status lock_acquire_then(struct lock_session *s, const char *key, int wait_ms,
+                              struct lock_grant *g, const struct rcmd *cmd,
+                              redisReply **reply)
 {
     struct lock *l = s->lock;
     memset(g, 0, sizeof(*g));
+    if (reply)
+        *reply = NULL;
     int64_t start = lock_now_us();
     int64_t deadline = start + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
-    lock_status st = l->be->acquire(s->impl, key, deadline, g);
+    int ran = 0;
+    lock_status st =
+        cmd && l->be->acquire_then
+            ? l->be->acquire_then(s->impl, key, deadline, g, cmd, reply, &ran)
+            : l->be->acquire(s->impl, key, deadline, g);
     int64_t waited = lock_now_us() - start;
     if (st == LOCK_ACQUIRED && lock_fenced(l) && g->fence == 0 &&
         take_fence(s, key, g) != 0) {
         l->be->release(s->impl, key, g);
         st = LOCK_ERROR;
+    }
+    if (st != LOCK_ACQUIRED && ran && *reply) {
+        freeReplyObject(*reply);
+        *reply = NULL;
     }
     switch (st) {
     case LOCK_ACQUIRED:
@@ -175,6 +186,8 @@ lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
         if (g->contended)
             bump(&l->counters.contended);
         count_wait(&l->counters, waited);
+        if (cmd && !ran)
+            *reply = rconn_run(s->data, cmd);
         break;
     case LOCK_BUSY:
         bump(&l->counters.wait_timeouts);
@@ -187,10 +200,14 @@ lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
     return st;
 }
 
-lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g)
+lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
+                         struct lock_grant *g)
 {
-    struct lock *l = s->lock;
-    lock_status st = l->be->release(s->impl, key, g);
+    return lock_acquire_then(s, key, wait_ms, g, NULL, NULL);
+}
+
+static lock_status count_release(struct lock *l, lock_status st)
+{
     if (st == LOCK_RELEASED)
         bump(&l->counters.releases);
     else if (st == LOCK_NOT_HELD)
@@ -198,6 +215,22 @@ lock_status lock_release(struct lock_session *s, const char *key, struct lock_gr
     else
         bump(&l->counters.errors);
     return st;
+}
+
+lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g)
+{
+    return count_release(s->lock, s->lock->be->release(s->impl, key, g));
+}
+
+lock_status lock_release_after(struct lock_session *s, const char *key,
+                               struct lock_grant *g, const struct rcmd *cmd,
+                               redisReply **reply)
+{
+    const struct lock_backend *be = s->lock->be;
+    if (be->release_after)
+        return count_release(s->lock, be->release_after(s->impl, key, g, cmd, reply));
+    *reply = rconn_run(s->data, cmd);
+    return lock_release(s, key, g);
 }
 
 int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g)

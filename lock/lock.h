@@ -100,6 +100,26 @@ lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
  * LOCK_ERROR. The grant is finished either way. */
 lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g);
 
+/* lock_acquire, then cmd on the data Redis as the first step under the lock:
+ * sent in one pipeline with the acquire when the mode takes its locks on the
+ * data Redis (one round trip for both when the lock is free), else right after
+ * the grant. On LOCK_ACQUIRED *reply is cmd's answer (caller frees), NULL when
+ * the connection failed after the grant: the grant holds either way and must
+ * be released. On any other status *reply is NULL and nothing is held. */
+lock_status lock_acquire_then(struct lock_session *s, const char *key, int wait_ms,
+                              struct lock_grant *g, const struct rcmd *cmd,
+                              redisReply **reply);
+
+/* Runs cmd on the data Redis as the last step under the lock, then releases
+ * the grant as lock_release does; the two go in one pipeline when the mode
+ * releases on the data Redis. *reply is cmd's answer (caller frees), or NULL
+ * when the connection failed. cmd runs before the release either way, but
+ * after a NOSCRIPT answer to it the lock is already released: the caller
+ * reloads the script (rconn_script_reload) and starts over. */
+lock_status lock_release_after(struct lock_session *s, const char *key,
+                               struct lock_grant *g, const struct rcmd *cmd,
+                               redisReply **reply);
+
 /* The monotonic time until which the grant's lease is known to be valid, as
  * extended by renewals (the watchdog of the redis mode); 0 once the lease is
  * known to be lost. For modes without renewal this is g->valid_until_us. Call

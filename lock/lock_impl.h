@@ -25,6 +25,14 @@ struct lock_backend {
     lock_status (*acquire)(void *session, const char *key, int64_t deadline_us,
                            struct lock_grant *g);
     lock_status (*release)(void *session, const char *key, struct lock_grant *g);
+    /* Optional pipelined forms (see lock_acquire_then, lock_release_after) for
+     * backends that lock on the data Redis. acquire_then sets *ran when it ran
+     * cmd (then *reply is its answer); lock.c runs it otherwise. */
+    lock_status (*acquire_then)(void *session, const char *key, int64_t deadline_us,
+                                struct lock_grant *g, const struct rcmd *cmd,
+                                redisReply **reply, int *ran);
+    lock_status (*release_after)(void *session, const char *key, struct lock_grant *g,
+                                 const struct rcmd *cmd, redisReply **reply);
     /* Optional: the grant's current validity (see lock_valid_until_us). */
     int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };

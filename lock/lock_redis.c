@@ -24,7 +24,13 @@
  * next attempt takes the free lock. A waiter that gives up at its deadline
  * leaves the queue in its last attempt. A waiter whose process died while
  * queued can be handed the lock until its deadline; that grant then runs out
- * after one ttl (nobody renews it). */
+ * after one ttl (nobody renews it).
+ *
+ * Pipelining (lock_acquire_then, lock_release_after): the caller's first
+ * command under the lock goes in one pipeline with the first acquire attempt
+ * (its answer is kept only if that attempt was granted), and its last one in
+ * one pipeline with the release, so a free lock costs no round trip of its
+ * own. */
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -494,8 +500,33 @@ static void grant_fill(struct redis_session *s, const char *key, int reentered,
     g->holder = l;
 }
 
-static lock_status redis_acquire(void *session, const char *key, int64_t deadline_us,
-                                 struct lock_grant *g)
+/* One attempt of the acquire script; with cmd (first attempt only), cmd goes
+ * in the same pipeline and *cmd_reply gets its answer (NULL when it was not
+ * sent or the connection failed). */
+static redisReply *attempt(struct redis_session *s, const char **argv,
+                           const struct rcmd *cmd, redisReply **cmd_reply)
+{
+    struct rconn *d = s->data;
+    if (!cmd || rconn_prepare(d, cmd) != 0 ||
+        rconn_script_load(d, &acquire_script) != 0 ||
+        rconn_append_eval(d, &acquire_script, 4, 6, argv, NULL) != 0)
+        return rconn_eval(d, &acquire_script, 4, 6, argv, NULL);
+    int piped = rconn_append(d, cmd) == 0;
+    redisReply *r = rconn_reply(d);
+    *cmd_reply = piped && r ? rconn_reply(d) : NULL;
+    if (rconn_is_noscript(r)) { /* Redis lost its script cache; EVAL reloads it */
+        freeReplyObject(r);
+        if (*cmd_reply)
+            freeReplyObject(*cmd_reply);
+        *cmd_reply = NULL;
+        r = rconn_eval(d, &acquire_script, 4, 6, argv, NULL);
+    }
+    return r;
+}
+
+static lock_status redis_acquire_then(void *session, const char *key, int64_t deadline_us,
+                                      struct lock_grant *g, const struct rcmd *cmd,
+                                      redisReply **reply, int *ran)
 {
     struct redis_session *s = session;
     struct redis_state *st = s->st;
@@ -518,13 +549,17 @@ static lock_status redis_acquire(void *session, const char *key, int64_t deadlin
         int64_t left_ms = (deadline_us - start) / 1000;
         snprintf(wait_arg, sizeof(wait_arg), "%lld",
                  (long long)(left_ms > 0 ? left_ms : 0));
-        redisReply *r = rconn_eval(s->data, &acquire_script, 4, 6, argv, NULL);
+        redisReply *cmd_reply = NULL;
+        redisReply *r = attempt(s, argv, cmd, &cmd_reply);
+        cmd = NULL; /* later attempts follow a wait: cmd then runs after the grant */
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
             r->element[0]->type != REDIS_REPLY_INTEGER ||
             r->element[1]->type != REDIS_REPLY_INTEGER ||
             r->element[2]->type != REDIS_REPLY_STRING) {
             if (r)
                 freeReplyObject(r);
+            if (cmd_reply)
+                freeReplyObject(cmd_reply);
             return LOCK_ERROR; /* a queue entry left behind dies with its deadline */
         }
         long long kind = r->element[0]->integer, value = r->element[1]->integer;
@@ -532,8 +567,14 @@ static lock_status redis_acquire(void *session, const char *key, int64_t deadlin
         freeReplyObject(r);
         if (kind != 0) {
             grant_fill(s, key, kind == 2, value, start, g);
+            if (cmd_reply) { /* ran after the grant, in Redis's order */
+                *reply = cmd_reply;
+                *ran = 1;
+            }
             return LOCK_ACQUIRED;
         }
+        if (cmd_reply) /* ran while another held the lock: worthless */
+            freeReplyObject(cmd_reply);
         g->contended = 1;
         if (left_ms <= 0)
             return LOCK_BUSY; /* that attempt also left the queue */
@@ -553,30 +594,90 @@ static lock_status redis_acquire(void *session, const char *key, int64_t deadlin
     }
 }
 
-static lock_status redis_release(void *session, const char *key, struct lock_grant *g)
+static lock_status redis_acquire(void *session, const char *key, int64_t deadline_us,
+                                 struct lock_grant *g)
 {
-    struct redis_session *s = session;
-    struct redis_state *st = s->st;
-    char fkey[KEY_MAX], qkey[KEY_MAX], prefix[KEY_MAX];
-    lock_fence_key(key, fkey, sizeof(fkey));
-    snprintf(qkey, sizeof(qkey), "%s:queue", key);
-    snprintf(prefix, sizeof(prefix), "%s:grant:", key);
-    const char *argv[] = {
-        key, fkey, qkey, g->token, st->ttl_arg, st->fencing ? "1" : "0", prefix};
-    redisReply *r = rconn_eval(s->data, &release_script, 3, 4, argv, NULL);
+    int ran = 0;
+    return redis_acquire_then(session, key, deadline_us, g, NULL, NULL, &ran);
+}
+
+/* The grant is finished whatever the release answered (r, not freed here):
+ * forget it locally. A grant of another key is not ours to touch. */
+static lock_status release_done(struct redis_session *s, const char *key,
+                                struct lock_grant *g, const redisReply *r)
+{
     lock_status res = LOCK_ERROR;
     if (r && r->type == REDIS_REPLY_INTEGER)
         res = r->integer >= 0 ? LOCK_RELEASED : LOCK_NOT_HELD;
-    if (r)
-        freeReplyObject(r);
-    /* The grant is finished either way: forget it locally. A grant of another
-     * key is not ours to touch. */
     struct lease *l = g->holder;
     if (l && strcmp(l->key, key) == 0) {
         g->holder = NULL;
         if (--l->depth == 0)
             lease_end(s, l); /* also a lost lease that a newer one replaced */
     }
+    return res;
+}
+
+/* The release script's arguments for key and g, in bufs (3 x KEY_MAX). */
+static void release_argv(struct redis_session *s, const char *key,
+                         const struct lock_grant *g, char bufs[3][KEY_MAX],
+                         const char *argv[7])
+{
+    lock_fence_key(key, bufs[0], KEY_MAX);
+    snprintf(bufs[1], KEY_MAX, "%s:queue", key);
+    snprintf(bufs[2], KEY_MAX, "%s:grant:", key);
+    argv[0] = key;
+    argv[1] = bufs[0];
+    argv[2] = bufs[1];
+    argv[3] = g->token;
+    argv[4] = s->st->ttl_arg;
+    argv[5] = s->st->fencing ? "1" : "0";
+    argv[6] = bufs[2];
+}
+
+static lock_status redis_release(void *session, const char *key, struct lock_grant *g)
+{
+    struct redis_session *s = session;
+    char bufs[3][KEY_MAX];
+    const char *argv[7];
+    release_argv(s, key, g, bufs, argv);
+    redisReply *r = rconn_eval(s->data, &release_script, 3, 4, argv, NULL);
+    lock_status res = release_done(s, key, g, r);
+    if (r)
+        freeReplyObject(r);
+    return res;
+}
+
+static lock_status redis_release_after(void *session, const char *key,
+                                       struct lock_grant *g, const struct rcmd *cmd,
+                                       redisReply **reply)
+{
+    struct redis_session *s = session;
+    struct rconn *d = s->data;
+    char bufs[3][KEY_MAX];
+    const char *argv[7];
+    release_argv(s, key, g, bufs, argv);
+    redisReply *r = NULL;
+    *reply = NULL;
+    if (rconn_prepare(d, cmd) != 0 || rconn_script_load(d, &release_script) != 0 ||
+        rconn_append(d, cmd) != 0) {
+        /* Redis unreachable: cmd was not sent; the release tries its luck */
+        r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
+    } else {
+        int piped = rconn_append_eval(d, &release_script, 3, 4, argv, NULL) == 0;
+        *reply = rconn_reply(d);
+        if (piped && *reply)
+            r = rconn_reply(d);
+        else if (*reply)
+            r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
+        if (rconn_is_noscript(r)) { /* the release did not run: run it now */
+            freeReplyObject(r);
+            r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
+        }
+    }
+    lock_status res = release_done(s, key, g, r);
+    if (r)
+        freeReplyObject(r);
     return res;
 }
 
@@ -601,5 +702,7 @@ const struct lock_backend lock_backend_redis = {
     .session_free = redis_session_free,
     .acquire = redis_acquire,
     .release = redis_release,
+    .acquire_then = redis_acquire_then,
+    .release_after = redis_release_after,
     .valid_until = redis_valid_until,
 };

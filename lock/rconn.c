@@ -190,9 +190,9 @@ int rconn_is_noscript(const redisReply *r)
     return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-int rconn_script_load(struct rconn *rc, struct rscript *s)
+static int script_load(struct rconn *rc, struct rscript *s, int again)
 {
-    if (atomic_load_explicit(&s->loaded, memory_order_acquire))
+    if (!again && atomic_load_explicit(&s->loaded, memory_order_acquire))
         return 0;
     redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->src);
     if (!r)
@@ -212,6 +212,16 @@ int rconn_script_load(struct rconn *rc, struct rscript *s)
     }
     freeReplyObject(r);
     return ok ? 0 : -1;
+}
+
+int rconn_script_load(struct rconn *rc, struct rscript *s)
+{
+    return script_load(rc, s, 0);
+}
+
+int rconn_script_reload(struct rconn *rc, struct rscript *s)
+{
+    return script_load(rc, s, 1);
 }
 
 /* The argument vector of EVAL/EVALSHA: verb, body, numkeys, keys and args.
@@ -293,4 +303,27 @@ int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
     int ok = redisAppendCommandArgv(c, a.n, a.v, a.len) == REDIS_OK;
     eval_argv_free(&a);
     return ok ? 0 : -1;
+}
+
+int rconn_prepare(struct rconn *rc, const struct rcmd *cmd)
+{
+    return cmd->script ? rconn_script_load(rc, cmd->script) : 0;
+}
+
+int rconn_append(struct rconn *rc, const struct rcmd *cmd)
+{
+    if (cmd->script)
+        return rconn_append_eval(rc, cmd->script, cmd->nkeys, cmd->argc - cmd->nkeys,
+                                 cmd->argv, NULL);
+    redisContext *c = rconn_ctx(rc);
+    return c && redisAppendCommandArgv(c, cmd->argc, cmd->argv, NULL) == REDIS_OK ? 0
+                                                                                  : -1;
+}
+
+redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd)
+{
+    if (cmd->script)
+        return rconn_eval(rc, cmd->script, cmd->nkeys, cmd->argc - cmd->nkeys, cmd->argv,
+                          NULL);
+    return rconn_command_argv(rc, cmd->argc, cmd->argv, NULL);
 }

@@ -94,7 +94,30 @@ int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
 /* SCRIPT LOADs s if this process has not done so yet. 0 on success. */
 int rconn_script_load(struct rconn *rc, struct rscript *s);
 
+/* SCRIPT LOADs s again even if this process has done so: after a NOSCRIPT
+ * answer to a call that cannot simply be repeated with EVAL. 0 on success. */
+int rconn_script_reload(struct rconn *rc, struct rscript *s);
+
 /* True when reply is a NOSCRIPT error. */
 int rconn_is_noscript(const redisReply *r);
+
+/* One command to run or pipeline: a plain argument vector, or a call of a
+ * script whose first nkeys arguments are KEYS. Plain value; argv is borrowed. */
+struct rcmd {
+    struct rscript *script; /* NULL: argv is the whole command */
+    int nkeys;
+    int argc;
+    const char **argv;
+};
+
+/* Makes cmd ready to append: loads its script if this process has not yet.
+ * Call before anything is appended (a load is a round trip of its own). 0 on
+ * success. */
+int rconn_prepare(struct rconn *rc, const struct rcmd *cmd);
+/* Appends cmd to the pipeline (a script as EVALSHA: rconn_prepare it first).
+ * 0, or -1 when not connected. */
+int rconn_append(struct rconn *rc, const struct rcmd *cmd);
+/* Runs cmd now (a script by EVALSHA with the EVAL fallback). As rconn_command. */
+redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd);
 
 #endif

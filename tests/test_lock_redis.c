@@ -424,6 +424,82 @@ static void test_release_wakes_one(void **state)
     lock_free(l);
 }
 
+/* The pipelined forms keep their commands inside the lock: a waiter's read
+ * (sent with its first, failed attempt) is not what it gets back; it gets a
+ * read made after its grant, which sees the holder's last write, sent in one
+ * pipeline with the holder's release. */
+struct reader {
+    struct lock *lock;
+    const char *key, *data_key;
+    lock_status status;
+    char seen[32];
+    pthread_t thread;
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *w = arg;
+    struct rconn *rc = conn_new();
+    struct lock_session *s = lock_session_new(w->lock, rc);
+    const char *argv[] = {"GET", w->data_key};
+    struct rcmd read = {.argc = 2, .argv = argv};
+    redisReply *r;
+    struct lock_grant g;
+    w->status = lock_acquire_then(s, w->key, 5000, &g, &read, &r);
+    if (w->status == LOCK_ACQUIRED) {
+        snprintf(w->seen, sizeof(w->seen), "%s",
+                 r && r->type == REDIS_REPLY_STRING ? r->str : "?");
+        lock_release(s, w->key, &g);
+    }
+    if (r)
+        freeReplyObject(r);
+    lock_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+static void test_pipelined_commands_stay_inside_the_lock(void **state)
+{
+    (void)state;
+    const char *key = "t:pipe", *data_key = "t:pipe:x";
+    key_reset(key);
+    admin_cmd("SET %s before", data_key);
+    struct lock *l = lock_make("redis", 10000, 0);
+    struct rconn *ra = conn_new();
+    struct lock_session *a = lock_session_new(l, ra);
+    const char *get_argv[] = {"GET", data_key};
+    struct rcmd read = {.argc = 2, .argv = get_argv};
+    struct lock_grant ga;
+    redisReply *r;
+    assert_int_equal(lock_acquire_then(a, key, 0, &ga, &read, &r), LOCK_ACQUIRED);
+    assert_non_null(r);
+    assert_string_equal(r->str, "before");
+    freeReplyObject(r);
+    struct reader w = {.lock = l, .key = key, .data_key = data_key};
+    assert_int_equal(pthread_create(&w.thread, NULL, reader_main, &w), 0);
+    assert_true(test_wait_for(one_blocked, NULL, 2000));
+    const char *set_argv[] = {"SET", data_key, "written under the lock"};
+    struct rcmd write = {.argc = 3, .argv = set_argv};
+    assert_int_equal(lock_release_after(a, key, &ga, &write, &r), LOCK_RELEASED);
+    assert_non_null(r);
+    assert_string_equal(r->str, "OK");
+    freeReplyObject(r);
+    pthread_join(w.thread, NULL);
+    assert_int_equal(w.status, LOCK_ACQUIRED);
+    assert_string_equal(w.seen, "written under the lock");
+    /* A busy lock hands back no reply: the read ran outside it. */
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    struct lock_session *b = lock_session_new(l, ra);
+    struct lock_grant gb;
+    assert_int_equal(lock_acquire_then(b, key, 0, &gb, &read, &r), LOCK_BUSY);
+    assert_null(r);
+    lock_session_free(b);
+    assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
+    lock_session_free(a);
+    rconn_free(ra);
+    lock_free(l);
+}
+
 /* A holder that dies without releasing sends no wake; its lease running out
  * still lets the waiter in, soon after the ttl. */
 static void test_crashed_holder(void **state)
@@ -552,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_watchdog_notices_lost_lease),
         cmocka_unit_test(test_release_wakes_waiter),
         cmocka_unit_test(test_release_wakes_one),
+        cmocka_unit_test(test_pipelined_commands_stay_inside_the_lock),
         cmocka_unit_test(test_crashed_holder),
         cmocka_unit_test(test_commands_per_acquisition),
     };
