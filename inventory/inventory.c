@@ -414,47 +414,70 @@ static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
     return st;
 }
 
-static long long read_stock(struct inv_session *s, const struct sku_keys *k, int seg)
+/* The stock a segment's HGET answered; -1 when Redis did not answer one. */
+static long long stock_of(const redisReply *r)
 {
-    redisReply *r = rconn_command(s->rc, "HGET %s %d", k->stock, seg);
-    long long v = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
-                      ? reply_ll(r, 0)
-                      : -1;
-    if (r)
-        freeReplyObject(r);
-    return v;
+    return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
+               ? reply_ll(r, 0)
+               : -1;
 }
 
-/* The critical section on one segment, with the segment lock held. Returns
- * INV_PLACED, INV_SOLD_OUT (this segment is short: try another), or a final
- * status. */
+/* The critical section on one segment: acquire the segment lock together
+ * with the read of its stock, check, work, then commit together with the
+ * release (each pair one round trip where the lock mode can pipeline it
+ * with its own commands, as `redis` does). Returns INV_PLACED, INV_SOLD_OUT (this segment
+ * is short: try another), or a final status. Sets *again when nothing was written and the
+ * segment is worth another try: the commit met a Redis that had lost its
+ * script cache, and the lock was already released when that showed. */
 static inv_status critical_section(struct inv_session *s, const struct sku_keys *k,
                                    const char *sku, const char *user_id, int qty,
                                    const char *idem_key, const struct order_view *v,
-                                   int seg, const char *lkey, const struct lock_grant *g,
-                                   struct inv_order *order)
+                                   int seg, int64_t deadline, struct inv_order *order,
+                                   int *again)
 {
     struct inv *inv = s->inv;
-    long long stock = read_stock(s, k, seg);
-    if (stock < 0)
+    char lkey[128], segtext[12];
+    snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
+    snprintf(segtext, sizeof(segtext), "%d", seg);
+    int wait_ms = (int)((deadline - lock_now_us()) / 1000);
+    const char *read_argv[] = {"HGET", k->stock, segtext};
+    struct rcmd read = {.argc = 3, .argv = read_argv};
+    struct lock_grant g;
+    redisReply *rr;
+    lock_status ls =
+        lock_acquire_then(s->lock, lkey, wait_ms > 0 ? wait_ms : 0, &g, &read, &rr);
+    if (ls == LOCK_BUSY)
+        return INV_BUSY;
+    if (ls != LOCK_ACQUIRED)
         return INV_UNAVAILABLE;
-    if (stock < qty)
-        return INV_SOLD_OUT;
+    long long stock = stock_of(rr);
+    if (rr)
+        freeReplyObject(rr);
+    if (stock < qty) {
+        lock_release(s->lock, lkey, &g);
+        return stock < 0 ? INV_UNAVAILABLE : INV_SOLD_OUT;
+    }
     if (inv->cfg.work_us > 0)
         sleep_us(inv->cfg.work_us);
 
-    char segtext[12], newstock[24], qtys[12], idtext[24], okey[40], fkey[160], fence[24];
-    snprintf(segtext, sizeof(segtext), "%d", seg);
+    char newstock[24], qtys[12], idtext[24], okey[40], fkey[160], fence[24];
     snprintf(newstock, sizeof(newstock), "%lld", stock - qty);
     snprintf(qtys, sizeof(qtys), "%d", qty);
     snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
     snprintf(okey, sizeof(okey), "order:%s", idtext);
     lock_fence_key(lkey, fkey, sizeof(fkey));
-    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g->fence : 0);
+    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g.fence : 0);
     const char *argv[] = {k->meta, k->stock, k->sold,  k->buyers, k->orders, okey,
                           k->idem, fkey,     v->epoch, segtext,   newstock,  qtys,
                           user_id, idtext,   sku,      idem_key,  fence};
-    redisReply *r = rconn_eval(s->rc, &commit_script, 8, 9, argv, NULL);
+    struct rcmd commit = {.script = &commit_script, .nkeys = 8, .argc = 17, .argv = argv};
+    redisReply *r;
+    lock_status rs = lock_release_after(s->lock, lkey, &g, &commit, &r);
+    if (rconn_is_noscript(r)) {
+        freeReplyObject(r);
+        *again = rconn_script_reload(s->rc, &commit_script) == 0;
+        return INV_UNAVAILABLE;
+    }
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         if (r)
             freeReplyObject(r);
@@ -465,6 +488,10 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
     case 1:
         order->segment = seg;
         st = INV_PLACED;
+        if (rs == LOCK_NOT_HELD)
+            count(&inv->counters.commits_after_lease);
+        if (seg != v->home)
+            count(&inv->counters.spilled);
         break;
     case -1:
         count(&inv->counters.epoch_changed);
@@ -498,7 +525,7 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
 {
     struct inv *inv = s->inv;
     int64_t deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
-    char lkey[128];
+    int tries_left = 2; /* of a segment whose commit met NOSCRIPT */
     /* Each round tries the segments the peek saw with stock. A candidate found
      * short under its lock was emptied meanwhile; once all are, peek again: the
      * next peek no longer lists them, so the rounds end. */
@@ -518,23 +545,12 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
         if (v.ncand == 0)
             return INV_SOLD_OUT;
         for (int c = 0; c < v.ncand; c++) {
-            int seg = v.cand[c];
-            int wait_ms = (int)((deadline - lock_now_us()) / 1000);
-            snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
-            struct lock_grant g;
-            lock_status ls = lock_acquire(s->lock, lkey, wait_ms > 0 ? wait_ms : 0, &g);
-            if (ls == LOCK_BUSY)
-                return INV_BUSY;
-            if (ls != LOCK_ACQUIRED)
-                return INV_UNAVAILABLE;
-            st = critical_section(s, k, sku, user_id, qty, idem_key, &v, seg, lkey, &g,
-                                  order);
-            lock_status rs = lock_release(s->lock, lkey, &g);
-            if (st == INV_PLACED && rs == LOCK_NOT_HELD)
-                count(&inv->counters.commits_after_lease);
-            if (st == INV_PLACED && seg != v.home)
-                count(&inv->counters.spilled);
-            if (st != INV_SOLD_OUT)
+            int again = 0;
+            st = critical_section(s, k, sku, user_id, qty, idem_key, &v, v.cand[c],
+                                  deadline, order, &again);
+            if (again && --tries_left > 0)
+                c--; /* nothing was written: the same segment again, once */
+            else if (st != INV_SOLD_OUT)
                 return st;
         }
     }

@@ -66,6 +66,17 @@ static void user_with_home(int home, int k, int nth, char *out, size_t len)
     }
 }
 
+/* The audit of sku counts n orders of one unit each, and agrees with the
+ * SKU's counters. */
+static void assert_audit_agrees(struct inv_session *s, const char *sku, long long n)
+{
+    struct inv_audit a;
+    assert_int_equal(inv_audit(s, sku, &a), INV_OK);
+    assert_int_equal(a.orders, n);
+    assert_int_equal(a.sold, n);
+    assert_true(a.consistent);
+}
+
 static void test_put_splits_stock(void **state)
 {
     (void)state;
@@ -107,11 +118,7 @@ static void test_order_places_and_sells_out(void **state)
     }
     assert_int_equal(inv_order_place(f.s, "small", "late", 1, NULL, &o), INV_SOLD_OUT);
     assert_int_equal(inv_order_place(f.s, "nosuch", "late", 1, NULL, &o), INV_NOT_FOUND);
-    struct inv_audit a;
-    assert_int_equal(inv_audit(f.s, "small", &a), INV_OK);
-    assert_int_equal(a.orders, 3);
-    assert_int_equal(a.sold, 3);
-    assert_true(a.consistent);
+    assert_audit_agrees(f.s, "small", 3);
     fixture_close(&f);
 }
 
@@ -483,6 +490,36 @@ static void test_redis_down_is_unavailable_and_recovers(void **state)
     fixture_close(&f);
 }
 
+/* Redis forgets its scripts (SCRIPT FLUSH, or a restart): the next order in
+ * each mode still places exactly once and leaves no lock behind, though the
+ * commit that meets the empty cache was pipelined with the release. */
+static void test_order_survives_a_script_flush(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "setnx", "local", "atomic"};
+    for (int m = 0; m < 4; m++) {
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        inv_sku_put(f.s, "flush", 5, 1, 1);
+        struct inv_order o;
+        for (int i = 0; i < 2; i++) {
+            redisReply *r = rconn_command(f.rc, "SCRIPT FLUSH");
+            assert_non_null(r);
+            freeReplyObject(r);
+            char user[16];
+            snprintf(user, sizeof(user), "f%d", i);
+            assert_int_equal(inv_order_place(f.s, "flush", user, 1, NULL, &o),
+                             INV_PLACED);
+        }
+        redisReply *r = rconn_command(f.rc, "EXISTS sk:{flush}:lock:0");
+        assert_non_null(r);
+        assert_int_equal(r->integer, 0);
+        freeReplyObject(r);
+        assert_audit_agrees(f.s, "flush", 2);
+        fixture_close(&f);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -513,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_storm_without_lock_oversells),
         cmocka_unit_test(test_storm_limit_holds_across_segments),
         cmocka_unit_test(test_redis_down_is_unavailable_and_recovers),
+        cmocka_unit_test(test_order_survives_a_script_flush),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
