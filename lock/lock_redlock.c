@@ -11,6 +11,7 @@
 #include "lock_impl.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +25,11 @@
 #define REDLOCK_NODE_TIMEOUT_MIN_MS 50
 
 /* KEYS[1] lock key; ARGV[1] token. 1 when deleted, 0 when not the owner. */
-static const char release_lua[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-                                  "  return redis.call('DEL', KEYS[1])\n"
-                                  "end\n"
-                                  "return 0\n";
+static struct rscript release_script =
+    RSCRIPT_INIT("redlock_release", "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                                    "  return redis.call('DEL', KEYS[1])\n"
+                                    "end\n"
+                                    "return 0\n");
 
 struct redlock_state {
     int ttl_ms;
@@ -104,9 +106,11 @@ static void redlock_session_free(void *session)
 }
 
 /* Sends argv to every node at once and collects the answers: ok[i] is 1 when
- * node i's reply satisfied is_ok. Returns how many nodes answered at all. */
+ * node i's reply satisfied is_ok. argv may be an EVALSHA of script (KEYS and
+ * ARGV from argv[3]): a node that lost its script cache runs it again by
+ * rconn_eval. Returns how many nodes answered at all. */
 static int all_nodes(struct redlock_session *s, int argc, const char **argv,
-                     int (*is_ok)(const redisReply *), int *ok)
+                     struct rscript *script, int (*is_ok)(const redisReply *), int *ok)
 {
     int n = s->st->nnodes, sent[REDLOCK_MAX_NODES], answered = 0;
     for (int i = 0; i < n; i++) {
@@ -130,6 +134,11 @@ static int all_nodes(struct redlock_session *s, int argc, const char **argv,
         if (!sent[i])
             continue;
         redisReply *r = rconn_reply(s->node[i]);
+        if (script && rconn_is_noscript(r)) {
+            freeReplyObject(r);
+            int nkeys = atoi(argv[2]);
+            r = rconn_eval(s->node[i], script, nkeys, argc - 3 - nkeys, argv + 3, NULL);
+        }
         if (!r)
             continue;
         answered++;
@@ -149,14 +158,25 @@ static int deleted_ok(const redisReply *r)
     return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
 }
 
-/* Owner-checked delete on every node; returns how many deleted. */
-static int release_all(struct redlock_session *s, const char *key, const char *token)
+/* Owner-checked delete on every node, by EVALSHA once some node has loaded
+ * the script (the SHA is the same everywhere). Returns how many deleted;
+ * *answered (may be NULL) says how many nodes answered. */
+static int release_all(struct redlock_session *s, const char *key, const char *token,
+                       int *answered)
 {
-    const char *argv[] = {"EVAL", release_lua, "1", key, token};
+    for (int i = 0; i < s->st->nnodes && !atomic_load(&release_script.loaded); i++)
+        rconn_script_load(s->node[i], &release_script);
+    const char *argv[] = {"EVALSHA", release_script.sha, "1", key, token};
+    if (!atomic_load(&release_script.loaded)) { /* no node reachable: still try */
+        argv[0] = "EVAL";
+        argv[1] = release_script.src;
+    }
     int ok[REDLOCK_MAX_NODES], deleted = 0;
-    all_nodes(s, 5, argv, deleted_ok, ok);
+    int n = all_nodes(s, 5, argv, &release_script, deleted_ok, ok);
     for (int i = 0; i < s->st->nnodes; i++)
         deleted += ok[i];
+    if (answered)
+        *answered = n;
     return deleted;
 }
 
@@ -181,7 +201,7 @@ static lock_status redlock_acquire(void *session, const char *key, int64_t deadl
     for (;;) {
         int64_t start = lock_now_us();
         int ok[REDLOCK_MAX_NODES], granted = 0;
-        int answered = all_nodes(s, 6, argv, set_ok, ok);
+        int answered = all_nodes(s, 6, argv, NULL, set_ok, ok);
         for (int i = 0; i < st->nnodes; i++)
             granted += ok[i];
         int64_t now = lock_now_us();
@@ -192,7 +212,7 @@ static lock_status redlock_acquire(void *session, const char *key, int64_t deadl
             return LOCK_ACQUIRED;
         }
         if (granted > 0)
-            release_all(s, key, g->token);
+            release_all(s, key, g->token, NULL);
         if (answered < quorum)
             return LOCK_ERROR; /* a majority is unreachable: nobody can hold it */
         g->contended = 1;
@@ -211,12 +231,8 @@ static lock_status redlock_acquire(void *session, const char *key, int64_t deadl
 static lock_status redlock_release(void *session, const char *key, struct lock_grant *g)
 {
     struct redlock_session *s = session;
-    int ok[REDLOCK_MAX_NODES];
-    const char *argv[] = {"EVAL", release_lua, "1", key, g->token};
-    int answered = all_nodes(s, 5, argv, deleted_ok, ok);
-    int deleted = 0;
-    for (int i = 0; i < s->st->nnodes; i++)
-        deleted += ok[i];
+    int answered;
+    int deleted = release_all(s, key, g->token, &answered);
     if (deleted >= s->st->nnodes / 2 + 1)
         return LOCK_RELEASED;
     return answered >= s->st->nnodes / 2 + 1 ? LOCK_NOT_HELD : LOCK_ERROR;

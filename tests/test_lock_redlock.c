@@ -123,6 +123,18 @@ static void test_grant_and_release_on_all_nodes(void **state)
     assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_ACQUIRED);
     assert_true(gb.fence > ga.fence);
     assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
+    /* Nodes that forgot the release script (restart, SCRIPT FLUSH) still
+     * release: the owner-checked delete falls back to EVAL there. */
+    for (int i = 0; i < 2; i++) {
+        struct rconn *node = rconn_new("127.0.0.1", node_srv[i].port, NULL, 1000);
+        redisReply *r = rconn_command(node, "SCRIPT FLUSH");
+        assert_non_null(r);
+        freeReplyObject(r);
+        rconn_free(node);
+    }
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
+    assert_int_equal(nodes_holding(key), 0);
     lock_session_free(a);
     lock_session_free(b);
     rconn_free(rc);
