@@ -567,6 +567,10 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
         freeReplyObject(r);
         if (kind != 0) {
             grant_fill(s, key, kind == 2, value, start, g);
+            if (rconn_is_noscript(cmd_reply)) { /* lock.c runs it again, by EVAL */
+                freeReplyObject(cmd_reply);
+                cmd_reply = NULL;
+            }
             if (cmd_reply) { /* ran after the grant, in Redis's order */
                 *reply = cmd_reply;
                 *ran = 1;
@@ -670,8 +674,16 @@ static lock_status redis_release_after(void *session, const char *key,
             r = rconn_reply(d);
         else if (*reply)
             r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
+        struct lease *l = g->holder;
         if (rconn_is_noscript(r)) { /* the release did not run: run it now */
             freeReplyObject(r);
+            r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
+        } else if (!r && l && l->depth == 1 && strcmp(l->key, key) == 0) {
+            /* The connection failed before the release answered: whether it
+             * ran is unknown. Again on a new connection, so that a free lock
+             * is not left to its lease: for a single hold that is safe (a
+             * second run finds no hold of ours and touches nothing); for a
+             * re-entered one it could drop a hold still in use. */
             r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
         }
     }

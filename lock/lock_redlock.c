@@ -18,6 +18,7 @@
 #include <time.h>
 
 #define REDLOCK_MAX_NODES 15
+#define REDLOCK_MAX_ARGS 8 /* of a command sent to all nodes */
 /* The per-node timeout: a twentieth of the lease, at least 50 ms, at most the
  * configured command timeout. Short against the lease, as the algorithm asks
  * (a slow node must not eat the validity), but not so short that a loaded
@@ -112,6 +113,8 @@ static void redlock_session_free(void *session)
 static int all_nodes(struct redlock_session *s, int argc, const char **argv,
                      struct rscript *script, int (*is_ok)(const redisReply *), int *ok)
 {
+    if (argc > REDLOCK_MAX_ARGS)
+        abort(); /* a programming error: every caller is in this file */
     int n = s->st->nnodes, sent[REDLOCK_MAX_NODES], answered = 0;
     for (int i = 0; i < n; i++) {
         ok[i] = 0;
@@ -134,10 +137,12 @@ static int all_nodes(struct redlock_session *s, int argc, const char **argv,
         if (!sent[i])
             continue;
         redisReply *r = rconn_reply(s->node[i]);
-        if (script && rconn_is_noscript(r)) {
+        if (script && rconn_is_noscript(r)) { /* EVAL caches it on that node */
             freeReplyObject(r);
-            int nkeys = atoi(argv[2]);
-            r = rconn_eval(s->node[i], script, nkeys, argc - 3 - nkeys, argv + 3, NULL);
+            const char *eval[REDLOCK_MAX_ARGS] = {"EVAL", script->src};
+            for (int a = 2; a < argc; a++)
+                eval[a] = argv[a];
+            r = rconn_command_argv(s->node[i], argc, eval, NULL);
         }
         if (!r)
             continue;

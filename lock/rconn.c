@@ -296,7 +296,9 @@ int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
                       const char **argv, const size_t *argvlen)
 {
     redisContext *c = rconn_ctx(rc);
-    if (!c || rconn_script_load(rc, s) != 0)
+    /* Loading it here would be a command of its own in the middle of a
+     * pipeline, taking an earlier command's answer for its own. */
+    if (!c || !atomic_load_explicit(&s->loaded, memory_order_acquire))
         return -1;
     struct eval_argv a;
     eval_argv_build(&a, "EVALSHA", s->sha, nkeys, nargs, argv, argvlen);

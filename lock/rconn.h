@@ -87,7 +87,7 @@ redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs
                        const char **argv, const size_t *argvlen);
 
 /* Appends an EVALSHA of a script already loaded (rconn_script_load) to the
- * pipeline. Returns 0, or -1 when not connected. */
+ * pipeline. Returns 0, or -1 when not connected or the script not loaded. */
 int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
                       const char **argv, const size_t *argvlen);
 
@@ -115,7 +115,7 @@ struct rcmd {
  * success. */
 int rconn_prepare(struct rconn *rc, const struct rcmd *cmd);
 /* Appends cmd to the pipeline (a script as EVALSHA: rconn_prepare it first).
- * 0, or -1 when not connected. */
+ * 0, or -1 when not connected or the script not loaded. */
 int rconn_append(struct rconn *rc, const struct rcmd *cmd);
 /* Runs cmd now (a script by EVALSHA with the EVAL fallback). As rconn_command. */
 redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd);
