@@ -37,10 +37,7 @@ CLUSTER=$ROOT/scripts/cluster.sh
 modes="redis,setnx,redlock" instances=3 connections=96 duration=5s work_us=2000
 wrk_threads=2 keep="" stock=100000000
 extra=()
-usage() {
-    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '/^set -euo/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
-    exit "${1:-2}"
-}
+usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
 while (($#)); do
     case $1 in
     --modes) modes=${2:?}; shift 2 ;;

@@ -41,10 +41,7 @@ instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
 work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0
 extra=()
 
-usage() {
-    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '/^set -euo/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
-    exit "${1:-2}"
-}
+usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
 while (($#)); do
     case $1 in
     --modes) modes=${2:?"$1 needs a value"}; shift 2 ;;

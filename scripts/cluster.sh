@@ -22,10 +22,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-usage() {
-    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '/^set -euo/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
-    exit "${1:-2}"
-}
+usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
 
 QUIET=0
 say() { ((QUIET)) || printf '%s\n' "$*" >&2; }

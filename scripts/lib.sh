@@ -11,6 +11,7 @@
 #   redis_ping PORT              0 when redis-server on 127.0.0.1:PORT answers PONG
 #   seckill_bin                  path of the server: $SECKILL_BIN, $SECKILL_BUILD/seckill,
 #                                or build/seckill
+#   usage_from_header SCRIPT [STATUS]  print SCRIPT's header comment as its usage, exit
 #
 # Processes are found again only through their pid files, and a pid is only signalled
 # when /proc shows it is still the process that was started (same start time, kept in
@@ -19,6 +20,12 @@
 SECKILL_ROOT=${SECKILL_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 
 log() { printf '%s\n' "$*" >&2; }
+
+# The header comment of SCRIPT (from line 2 down to "set -euo"), without its "# ".
+usage_from_header() {
+    sed -n '2,/^set -euo/p' "$1" | sed -e '/^set -euo/d' -e '/^# shellcheck/d' -e 's/^# \{0,1\}//'
+    exit "${2:-2}"
+}
 die() {
     printf 'error: %s\n' "$*" >&2
     exit 1

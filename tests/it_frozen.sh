@@ -108,28 +108,15 @@ cleanup() {
     local rc=$?
     stop_buyers
     cluster_down
-    if ((failed == 0 && rc == 0)); then rm -rf "$WORK"; else echo "(logs kept in $WORK)"; fi
+    checks_dispose "$WORK" "$rc"
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-finish() {
-    checks_summary
-    exit
-}
 
-if ! seckill_bin >/dev/null; then
-    check "server binary present" false
-    finish
-fi
-for p in curl jq redis-server; do
-    command -v "$p" >/dev/null || {
-        check "$p installed" false
-        finish
-    }
-done
+checks_require curl jq redis-server
 
 # jfield JSON FILTER: a jq filter's value, "" when absent or not JSON.
 jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
@@ -302,4 +289,4 @@ flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitiz
     "$WORK"/cluster-*/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
 check "no sanitizer report in the instance logs ${flagged}" eq "$flagged" ""
 
-finish
+checks_finish

@@ -36,30 +36,19 @@ INSTANCES=3
 POOL=$((STOCK * 3 / 4)) # fewer users than units: only the limit stops them
 
 source "$(dirname "$0")/checks.sh"
-finish() {
-    checks_summary
-    exit
-}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-invariants.XXXXXX")
 cleanup() {
     local rc=$?
     # run.sh stops its own clusters, also when interrupted; keep the logs of a failure.
-    if ((failed == 0 && rc == 0)); then rm -rf "$WORK"; else echo "(logs kept in $WORK)"; fi
+    checks_dispose "$WORK" "$rc"
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if ! seckill_bin >/dev/null; then
-    check "server binary present" false
-    finish
-fi
-if ! command -v jq >/dev/null; then
-    check "jq present (scripts/deps.sh installs it)" false
-    finish
-fi
+checks_require jq
 
 # field ROW_NAME COLUMN: a column of a summary.tsv row (looked up by the header)
 declare -A COL
@@ -88,7 +77,7 @@ echo "# proof: modes $MODES, $INSTANCES instances, stock $STOCK, $DURATION, ${WO
 
 if [[ ! -s $OUT/summary.tsv ]]; then
     check "loadtest/run.sh wrote a summary" false
-    finish
+    checks_finish
 fi
 load_header "$OUT/summary.tsv"
 IFS=', ' read -r -a mode_list <<<"$MODES"
@@ -135,7 +124,7 @@ if [[ -n $LIMIT_MODES ]]; then
         --out "$OUT" --no-chart --quiet || true
     if [[ ! -s $OUT/summary.tsv ]]; then
         check "limit run wrote a summary" false
-        finish
+        checks_finish
     fi
     load_header "$OUT/summary.tsv"
     IFS=', ' read -r -a mode_list <<<"$LIMIT_MODES"
@@ -174,4 +163,4 @@ if [[ $SINGLE_LOCAL == 1 ]]; then
     fi
 fi
 
-finish
+checks_finish

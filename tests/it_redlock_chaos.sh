@@ -33,10 +33,6 @@ AFTER_KILL=500 # units that must still be sold after the node died
 
 source "$(dirname "$0")/checks.sh"
 lt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 < $2)); }
-finish() {
-    checks_summary
-    exit
-}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-redlock.XXXXXX")
 CDIR=$WORK/cluster
@@ -45,23 +41,14 @@ cleanup() {
     local rc=$?
     proc_stop wrk "$WORK" 2 || true
     if ((UP)); then "$ROOT/scripts/cluster.sh" down --dir "$CDIR" --quiet || rc=1; fi
-    if ((failed == 0 && rc == 0)); then rm -rf "$WORK"; else echo "(logs kept in $WORK)"; fi
+    checks_dispose "$WORK" "$rc"
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if ! seckill_bin >/dev/null; then
-    check "server binary present" false
-    finish
-fi
-for p in wrk curl jq nginx redis-server; do
-    command -v "$p" >/dev/null || {
-        check "$p installed" false
-        finish
-    }
-done
+checks_require wrk curl jq nginx redis-server
 
 jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
 sku_json() { curl -s --max-time 5 "$LB_URL/skus/$SKU" || true; }
@@ -89,7 +76,7 @@ if ! "$ROOT/scripts/cluster.sh" up --dir "$CDIR" --quiet --instances 3 --lb ngin
     >"$WORK/up.out" 2>&1; then
     tail -n 5 "$WORK/up.out"
     check "cluster started" false
-    finish
+    checks_finish
 fi
 # shellcheck disable=SC1091
 source "$CDIR/cluster.env"
@@ -100,19 +87,19 @@ code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
     "$LB_URL/skus/$SKU")
 if [[ $code != 201 && $code != 200 ]]; then
     check "PUT /skus/$SKU (answered $code)" false
-    finish
+    checks_finish
 fi
 
 proc_start wrk "$WORK" wrk -t 2 -c "$CONNECTIONS" -d "$DURATION" -s "$ROOT/loadtest/orders.lua" \
     "$LB_URL" -- "$SKU" 0 1 "chaos$$x$RANDOM" || {
     check "wrk started" false
-    finish
+    checks_finish
 }
 
 # ---- the kill, mid-load ----
 if ! wait_until 30 sold_at_least $((STOCK / 6)); then
     check "a sixth of the stock sold before the kill (sold $(sold_now))" false
-    finish
+    checks_finish
 fi
 node_pid=$(cat "$CDIR/lock-2.pid")
 proc_alive lock-2 "$CDIR" && kill -KILL "$node_pid"
@@ -161,4 +148,4 @@ flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitiz
     "$CDIR"/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
 check "no sanitizer report in the instance logs ${flagged}" eq "$flagged" ""
 
-finish
+checks_finish
