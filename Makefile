@@ -74,6 +74,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TESTUTIL_OBJ) $(BUILD)/libseckill.a
 	$(say) LINK $@
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CMOCKA_LIBS) $(LIBS)
 
+# A test-only TCP proxy that loses exactly one answer (tests/faultproxy.c).
+$(BUILD)/tests/faultproxy: tests/faultproxy.c
+	@mkdir -p $(dir $@)
+	$(say) CC $@
+	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS)
+
 deps:
 	@scripts/deps.sh
 
@@ -81,7 +87,7 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory check
 
-check: $(BUILD)/seckill $(TEST_BIN)
+check: $(BUILD)/seckill $(TEST_BIN) $(BUILD)/tests/faultproxy
 	@SECKILL_BUILD=$(BUILD) tests/run.sh
 
 # memcheck over the unsanitized server (valgrind and the sanitizers do not mix):

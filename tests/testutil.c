@@ -17,11 +17,18 @@
 static struct test_redis *running[MAX_SERVERS];
 static int atexit_done;
 
+static pid_t proxies[MAX_SERVERS];
+
 static void stop_all(void)
 {
-    for (int i = 0; i < MAX_SERVERS; i++)
+    for (int i = 0; i < MAX_SERVERS; i++) {
         if (running[i] && running[i]->pid > 0)
             test_redis_stop(running[i], 1, 0);
+        if (proxies[i] > 0) {
+            kill(proxies[i], SIGKILL);
+            waitpid(proxies[i], NULL, 0);
+        }
+    }
 }
 
 static void track(struct test_redis *r, int on)
@@ -172,4 +179,70 @@ void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
             fprintf(stderr, "could not remove %s\n", r->dir);
         r->dir[0] = '\0';
     }
+}
+
+void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_prefix)
+{
+    if (!atexit_done) {
+        atexit(stop_all);
+        atexit_done = 1;
+    }
+    const char *build = getenv("SECKILL_BUILD");
+    char bin[512], listen[16], target[16];
+    snprintf(bin, sizeof(bin), "%s/tests/faultproxy", build && *build ? build : "build");
+    snprintf(target, sizeof(target), "%d", target_port);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        p->port = test_free_port();
+        snprintf(listen, sizeof(listen), "%d", p->port);
+        int out[2];
+        if (pipe(out) != 0)
+            abort();
+        pid_t pid = fork();
+        if (pid < 0)
+            abort();
+        if (pid == 0) {
+            dup2(out[1], STDOUT_FILENO);
+            close(out[0]);
+            close(out[1]);
+            if (drop_prefix)
+                execl(bin, bin, listen, target, "--drop-after-arg", drop_prefix,
+                      (char *)NULL);
+            else
+                execl(bin, bin, listen, target, (char *)NULL);
+            perror(bin);
+            _exit(127);
+        }
+        close(out[1]);
+        char line[16] = "";
+        ssize_t n;
+        while ((n = read(out[0], line, sizeof(line) - 1)) < 0 && errno == EINTR)
+            ;
+        close(out[0]);
+        if (n > 0 && strncmp(line, "ready", 5) == 0) {
+            p->pid = pid;
+            for (int i = 0; i < MAX_SERVERS; i++)
+                if (proxies[i] <= 0) {
+                    proxies[i] = pid;
+                    break;
+                }
+            return;
+        }
+        kill(pid, SIGKILL); /* the port was taken meanwhile: another */
+        waitpid(pid, NULL, 0);
+    }
+    fprintf(stderr, "could not start %s\n", bin);
+    abort();
+}
+
+void test_proxy_stop(struct test_proxy *p)
+{
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, SIGKILL);
+    while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (proxies[i] == p->pid)
+            proxies[i] = 0;
+    p->pid = 0;
 }

@@ -25,6 +25,21 @@ void test_redis_stop(struct test_redis *r, int hard, int keep_dir);
 /* Starts again on the same port and dir (after a stop with keep_dir). */
 void test_redis_restart(struct test_redis *r, const char *const *extra_args);
 
+/* A test-only TCP proxy in front of a Redis (tests/faultproxy.c), for losing
+ * exactly one answer: with drop_prefix set, the first command carrying an
+ * argument that starts with it reaches Redis, and then that connection is cut
+ * before its answer comes back. */
+struct test_proxy {
+    pid_t pid;
+    int port; /* where clients connect */
+};
+
+/* Starts $SECKILL_BUILD/tests/faultproxy (default build/) in front of
+ * 127.0.0.1:target_port and waits until it listens. drop_prefix may be NULL
+ * (a plain proxy). Stopped by the exit hook too. Aborts when it cannot start. */
+void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_prefix);
+void test_proxy_stop(struct test_proxy *p);
+
 /* A loopback TCP port nobody listens on right now. */
 int test_free_port(void);
 
