@@ -10,6 +10,22 @@
 #include <string.h>
 #include <time.h>
 
+/* Lua shared by every script that checks an Idempotency-Key (one copy of the
+ * logic, prepended to each). A key is the SKU's, and its record is
+ * "<order id> <qty> <user id>". idem_seen(hash, key, user, qty) is nil when
+ * key is '' or unused; {-3, first order id} when the same user used it for
+ * the same qty (a replay: the first answer again); {-8} when it was used for
+ * another user or qty (refused, and the reply says nothing of that order). */
+#define IDEM_LUA                                                                         \
+    "local function idem_seen(hash, key, user, qty)\n"                                   \
+    "  if key == '' then return nil end\n"                                               \
+    "  local rec = redis.call('HGET', hash, key)\n"                                      \
+    "  if not rec then return nil end\n"                                                 \
+    "  local id, q, u = string.match(rec, '^(%d+) (%d+) (.+)$')\n"                       \
+    "  if u == user and tonumber(q) == tonumber(qty) then return {-3, id} end\n"         \
+    "  return {-8}\n"                                                                    \
+    "end\n"
+
 /* Commit of the lock-guarded modes. KEYS[1] meta, [2] stock, [3] sold,
  * [4] buyers, [5] orders, [6] order:<id>, [7] idem, [8] the segment lock's fence
  * counter. ARGV[1] SKU epoch seen at the start, [2] segment, [3] new stock of
@@ -17,20 +33,21 @@
  * [4] qty, [5] user id, [6] order id, [7] sku, [8] Idempotency-Key or '',
  * [9] fencing token or '0' (unfenced).
  * Returns {1} placed, {-1} SKU reset since, {-2} fenced off, {-3, first order
- * id} idempotent replay, {-4} per-user limit reached. Writes nothing unless {1}. */
+ * id} idempotent replay, {-4} per-user limit reached, {-8} Idempotency-Key
+ * used for another user or qty, {-9} order:<id> exists already (the id was
+ * issued twice: draw another). Writes nothing unless {1}. */
 static struct rscript commit_script = RSCRIPT_INIT(
-    "inv_commit",
+    "inv_commit", IDEM_LUA
     "if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end\n"
     "if ARGV[9] ~= '0' and redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-2} end\n"
-    "if ARGV[8] ~= '' then\n"
-    "  local first = redis.call('HGET', KEYS[7], ARGV[8])\n"
-    "  if first then return {-3, first} end\n"
-    "end\n"
+    "local seen = idem_seen(KEYS[7], ARGV[8], ARGV[5], ARGV[4])\n"
+    "if seen then return seen end\n"
     "local qty = tonumber(ARGV[4])\n"
     "local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))\n"
     "if tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0') + qty > limit then\n"
     "  return {-4}\n"
     "end\n"
+    "if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end\n"
     "redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])\n"
     "redis.call('HINCRBY', KEYS[3], ARGV[2], qty)\n"
     "redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
@@ -40,7 +57,9 @@ static struct rscript commit_script = RSCRIPT_INIT(
     "redis.call('RPUSH', KEYS[5], rec)\n"
     "redis.call('HSET', KEYS[6], 'sku', ARGV[7], 'user_id', ARGV[5], 'qty', qty,\n"
     "           'segment', ARGV[2])\n"
-    "if ARGV[8] ~= '' then redis.call('HSET', KEYS[7], ARGV[8], ARGV[6]) end\n"
+    "if ARGV[8] ~= '' then\n"
+    "  redis.call('HSET', KEYS[7], ARGV[8], table.concat({ARGV[6], qty, ARGV[5]}, ' '))\n"
+    "end\n"
     "return {1}\n");
 
 /* The atomic mode: check and decrement in one step, no lock. KEYS as the
@@ -48,20 +67,20 @@ static struct rscript commit_script = RSCRIPT_INIT(
  * id, [5] sku, [6] Idempotency-Key or ''. ARGV[1] is the user's routing
  * number (seg_route); the home segment is it modulo the segment count.
  * Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit, {-5} sold
- * out, {-6} unknown SKU, {-7} qty above the limit. */
+ * out, {-6} unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used
+ * for another user or qty, {-9} order:<id> exists already. */
 static struct rscript atomic_script = RSCRIPT_INIT(
-    "inv_atomic",
+    "inv_atomic", IDEM_LUA
     "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit')\n"
     "if not meta[1] then return {-6} end\n"
     "local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])\n"
     "if qty > limit then return {-7} end\n"
-    "if ARGV[6] ~= '' then\n"
-    "  local first = redis.call('HGET', KEYS[7], ARGV[6])\n"
-    "  if first then return {-3, first} end\n"
-    "end\n"
+    "local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])\n"
+    "if seen then return seen end\n"
     "if tonumber(redis.call('HGET', KEYS[4], ARGV[3]) or '0') + qty > limit then\n"
     "  return {-4}\n"
     "end\n"
+    "if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end\n"
     "local home = tonumber(ARGV[1]) % k\n"
     "for j = 0, k - 1 do\n"
     "  local seg = tostring((home + j) % k)\n"
@@ -75,7 +94,10 @@ static struct rscript atomic_script = RSCRIPT_INIT(
     "    redis.call('RPUSH', KEYS[5], rec)\n"
     "    redis.call('HSET', KEYS[6], 'sku', ARGV[5], 'user_id', ARGV[3], 'qty', qty,\n"
     "               'segment', seg)\n"
-    "    if ARGV[6] ~= '' then redis.call('HSET', KEYS[7], ARGV[6], ARGV[4]) end\n"
+    "    if ARGV[6] ~= '' then\n"
+    "      redis.call('HSET', KEYS[7], ARGV[6], table.concat({ARGV[4], qty, ARGV[3]}, ' "
+    "'))\n"
+    "    end\n"
     "    return {1, tonumber(seg), home}\n"
     "  end\n"
     "end\n"
@@ -85,20 +107,23 @@ static struct rscript atomic_script = RSCRIPT_INIT(
  * one round trip. KEYS[1] meta, [2] stock, [3] buyers, [4] idem. ARGV[1] the
  * user's routing number (seg_route), [2] qty, [3] user id, [4]
  * Idempotency-Key or '', [5] most candidates to return.
- * Returns {-1} for an unknown SKU, else {segments, limit, epoch, bought,
+ * Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
+ * another user or qty, else {segments, limit, epoch, bought,
  * first order id or '', home, candidate segments...}: the segments that held
  * at least qty, home first, then in routing order. Stock only goes down within
  * an epoch, so a segment seen short is short: skipping it strands nothing,
  * and no candidates means sold out without taking a lock. */
 static struct rscript peek_script = RSCRIPT_INIT(
-    "inv_peek",
+    "inv_peek", IDEM_LUA
     "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch')\n"
     "if not meta[1] then return {-1} end\n"
+    "local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])\n"
+    "if seen and seen[1] == -8 then return seen end\n"
     "local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])\n"
     "local home = tonumber(ARGV[1]) % k\n"
     "local out = {k, tonumber(meta[2]), meta[3],\n"
     "             tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0'),\n"
-    "             ARGV[4] ~= '' and redis.call('HGET', KEYS[4], ARGV[4]) or '', home}\n"
+    "             seen and seen[2] or '', home}\n"
     "for j = 0, k - 1 do\n"
     "  local seg = (home + j) % k\n"
     "  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then\n"
@@ -135,7 +160,8 @@ static struct rscript reset_script = RSCRIPT_INIT(
 
 struct inv_counters {
     _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
-        epoch_changed, spilled, commits_after_lease;
+        epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
+        id_collisions;
 };
 
 struct inv {
@@ -210,6 +236,9 @@ void inv_stats(const struct inv *inv, struct inv_stats *out)
     out->epoch_changed = atomic_load(&c->epoch_changed);
     out->spilled = atomic_load(&c->spilled);
     out->commits_after_lease = atomic_load(&c->commits_after_lease);
+    out->outcome_unknown = atomic_load(&c->outcome_unknown);
+    out->idem_mismatch = atomic_load(&c->idem_mismatch);
+    out->id_collisions = atomic_load(&c->id_collisions);
 }
 
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)
@@ -313,6 +342,58 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
 
 /* ---- placing an order --------------------------------------------------- */
 
+/* Draws the order's id: 0, or -1 when none can be issued now (the worker
+ * lease is not held, or its high-water mark does not cover another id). */
+static int order_new_id(struct inv_session *s, struct inv_order *order)
+{
+    const struct inv_config *cfg = &s->inv->cfg;
+    if (cfg->lease && !orderid_lease_valid(cfg->lease))
+        return -1;
+    order->id = orderid_next(cfg->ids);
+    return order->id ? 0 : -1;
+}
+
+/* The id the commit found taken was issued twice (a worker id shared after a
+ * lease was lost early): the order takes a fresh one. Nothing was written. */
+static inv_status order_id_taken(struct inv_session *s, struct inv_order *order)
+{
+    count(&s->inv->counters.id_collisions);
+    return order_new_id(s, order) == 0 ? INV_OK : INV_UNAVAILABLE;
+}
+
+/* The status of a commit that got no answer: unknown when the connection
+ * failed after taking it (lost_before: rconn_unanswered before the call),
+ * else it was never sent. */
+static inv_status no_answer(struct inv_session *s, uint64_t lost_before)
+{
+    return rconn_unanswered(s->rc) != lost_before ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
+}
+
+/* The refusals the commit scripts share: {-3, first id} an idempotent replay
+ * (*order becomes the first order), {-4} the per-user limit, {-8} the key was
+ * used for another user or qty. Anything else is a failure. */
+static inv_status commit_refusal(struct inv_session *s, const redisReply *r,
+                                 struct inv_order *order)
+{
+    switch (reply_ll(r->element[0], 0)) {
+    case -3: {
+        if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_STRING)
+            return INV_UNAVAILABLE;
+        inv_status st = load_order(s, r->element[1]->str, order);
+        return st == INV_OK ? INV_REPLAYED : st;
+    }
+    case -4:
+        return INV_LIMIT;
+    case -8:
+        return INV_IDEM_MISMATCH;
+    default:
+        return INV_UNAVAILABLE;
+    }
+}
+
+/* Most fresh ids an order draws when it finds its id taken. */
+#define ID_TRIES 4
+
 static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
                                const char *sku, const char *user_id, int qty,
                                const char *idem_key, struct inv_order *order)
@@ -320,51 +401,48 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
     char home[12], qtys[12], idtext[24], okey[40];
     snprintf(home, sizeof(home), "%u", seg_route(user_id));
     snprintf(qtys, sizeof(qtys), "%d", qty);
-    snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
-    snprintf(okey, sizeof(okey), "order:%s", idtext);
-    const char *argv[] = {k->meta, k->stock, k->sold, k->buyers, k->orders,
-                          okey,    k->idem,  home,    qtys,      user_id,
-                          idtext,  sku,      idem_key};
-    redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        if (r)
+    for (int tries = 1;; tries++) {
+        snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
+        snprintf(okey, sizeof(okey), "order:%s", idtext);
+        const char *argv[] = {k->meta, k->stock, k->sold, k->buyers, k->orders,
+                              okey,    k->idem,  home,    qtys,      user_id,
+                              idtext,  sku,      idem_key};
+        uint64_t lost = rconn_unanswered(s->rc);
+        redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
+        if (!r)
+            return no_answer(s, lost);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
             freeReplyObject(r);
-        return INV_UNAVAILABLE;
+            return INV_UNAVAILABLE;
+        }
+        inv_status st;
+        switch (reply_ll(r->element[0], 0)) {
+        case 1:
+            order->segment = (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0);
+            if (r->elements > 2 && reply_ll(r->element[2], 0) != order->segment)
+                count(&s->inv->counters.spilled);
+            st = INV_PLACED;
+            break;
+        case -5:
+            st = INV_SOLD_OUT;
+            break;
+        case -6:
+            st = INV_NOT_FOUND;
+            break;
+        case -7:
+            st = INV_BAD_QTY;
+            break;
+        case -9:
+            st = tries < ID_TRIES ? order_id_taken(s, order) : INV_UNAVAILABLE;
+            break;
+        default:
+            st = commit_refusal(s, r, order);
+            break;
+        }
+        freeReplyObject(r);
+        if (st != INV_OK)
+            return st; /* INV_OK: a fresh id, nothing written: again */
     }
-    long long code = reply_ll(r->element[0], 0);
-    inv_status st;
-    switch (code) {
-    case 1:
-        order->segment = (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0);
-        if (r->elements > 2 && reply_ll(r->element[2], 0) != order->segment)
-            count(&s->inv->counters.spilled);
-        st = INV_PLACED;
-        break;
-    case -3:
-        st = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING
-                 ? load_order(s, r->element[1]->str, order)
-                 : INV_UNAVAILABLE;
-        if (st == INV_OK)
-            st = INV_REPLAYED;
-        break;
-    case -4:
-        st = INV_LIMIT;
-        break;
-    case -5:
-        st = INV_SOLD_OUT;
-        break;
-    case -6:
-        st = INV_NOT_FOUND;
-        break;
-    case -7:
-        st = INV_BAD_QTY;
-        break;
-    default:
-        st = INV_UNAVAILABLE;
-        break;
-    }
-    freeReplyObject(r);
-    return st;
 }
 
 #define PEEK_CANDIDATES 4
@@ -392,7 +470,7 @@ static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
     redisReply *r = rconn_eval(s->rc, &peek_script, 4, 5, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
-        st = INV_NOT_FOUND;
+        st = reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
     } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 6) {
         redisReply **e = r->element;
         v->segments = (int)reply_ll(e[0], 0);
@@ -428,7 +506,8 @@ static long long stock_of(const redisReply *r)
  * with its own commands, as `redis` does). Returns INV_PLACED, INV_SOLD_OUT (this segment
  * is short: try another), or a final status. Sets *again when nothing was written and the
  * segment is worth another try: the commit met a Redis that had lost its
- * script cache, and the lock was already released when that showed. */
+ * script cache (the lock was already released when that showed), or found
+ * the order's id taken (the order has a fresh one now). */
 static inv_status critical_section(struct inv_session *s, const struct sku_keys *k,
                                    const char *sku, const char *user_id, int qty,
                                    const char *idem_key, const struct order_view *v,
@@ -472,15 +551,17 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
                           user_id, idtext,   sku,      idem_key,  fence};
     struct rcmd commit = {.script = &commit_script, .nkeys = 8, .argc = 17, .argv = argv};
     redisReply *r;
+    uint64_t lost = rconn_unanswered(s->rc);
     lock_status rs = lock_release_after(s->lock, lkey, &g, &commit, &r);
+    if (!r)
+        return no_answer(s, lost);
     if (rconn_is_noscript(r)) {
         freeReplyObject(r);
         *again = rconn_script_reload(s->rc, &commit_script) == 0;
         return INV_UNAVAILABLE;
     }
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        if (r)
-            freeReplyObject(r);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        freeReplyObject(r);
         return INV_UNAVAILABLE;
     }
     inv_status st;
@@ -501,18 +582,12 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
         count(&inv->counters.fenced_off);
         st = INV_BUSY;
         break;
-    case -3:
-        st = r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING
-                 ? load_order(s, r->element[1]->str, order)
-                 : INV_UNAVAILABLE;
-        if (st == INV_OK)
-            st = INV_REPLAYED;
-        break;
-    case -4:
-        st = INV_LIMIT;
+    case -9:
+        *again = order_id_taken(s, order) == INV_OK;
+        st = INV_UNAVAILABLE;
         break;
     default:
-        st = INV_UNAVAILABLE;
+        st = commit_refusal(s, r, order);
         break;
     }
     freeReplyObject(r);
@@ -525,7 +600,7 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
 {
     struct inv *inv = s->inv;
     int64_t deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
-    int tries_left = 2; /* of a segment whose commit met NOSCRIPT */
+    int tries_left = ID_TRIES; /* of a segment whose commit wrote nothing (again) */
     /* Each round tries the segments the peek saw with stock. A candidate found
      * short under its lock was emptied meanwhile; once all are, peek again: the
      * next peek no longer lists them, so the rounds end. */
@@ -565,10 +640,9 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
     memset(order, 0, sizeof(*order));
     rconn_check(s->rc);
     inv_status st;
-    if (inv->cfg.lease && !orderid_lease_valid(inv->cfg.lease)) {
+    if (order_new_id(s, order) != 0) {
         st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
     } else {
-        order->id = orderid_next(inv->cfg.ids);
         snprintf(order->sku, sizeof(order->sku), "%s", sku);
         snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
         order->qty = qty;
@@ -595,6 +669,12 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
         break;
     case INV_UNAVAILABLE:
         count(&c->unavailable);
+        break;
+    case INV_OUTCOME_UNKNOWN:
+        count(&c->outcome_unknown);
+        break;
+    case INV_IDEM_MISMATCH:
+        count(&c->idem_mismatch);
         break;
     default:
         break;

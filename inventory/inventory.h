@@ -21,7 +21,7 @@
  *   sk:{s}:sold    hash  segment index -> units sold
  *   sk:{s}:buyers  hash  user id -> units bought
  *   sk:{s}:orders  list  "id user qty segment", one per order (the audit trail)
- *   sk:{s}:idem    hash  Idempotency-Key -> order id
+ *   sk:{s}:idem    hash  Idempotency-Key -> "order-id qty user-id"
  *   sk:{s}:lock:i  the segment lock (and ...:fence its fencing counter)
  *   order:<id>     hash  sku user_id qty segment */
 #ifndef SECKILL_INVENTORY_H
@@ -39,16 +39,19 @@
 #define INV_MAX_LIMIT 1000000
 
 typedef enum {
-    INV_PLACED = 0,  /* a new order was recorded */
-    INV_REPLAYED,    /* Idempotency-Key seen before: *order is the first answer */
-    INV_OK,          /* read or admin operation done */
-    INV_CREATED,     /* PUT made a new SKU */
-    INV_NOT_FOUND,   /* unknown SKU or order */
-    INV_SOLD_OUT,    /* no segment holds the quantity */
-    INV_LIMIT,       /* the user already bought per_user_limit units */
-    INV_BAD_QTY,     /* qty outside 1..per_user_limit */
-    INV_BUSY,        /* no segment lock within the wait, or the commit was fenced off */
-    INV_UNAVAILABLE, /* Redis unreachable or failing */
+    INV_PLACED = 0,    /* a new order was recorded */
+    INV_REPLAYED,      /* Idempotency-Key seen before: *order is the first answer */
+    INV_OK,            /* read or admin operation done */
+    INV_CREATED,       /* PUT made a new SKU */
+    INV_NOT_FOUND,     /* unknown SKU or order */
+    INV_SOLD_OUT,      /* no segment holds the quantity */
+    INV_LIMIT,         /* the user already bought per_user_limit units */
+    INV_BAD_QTY,       /* qty outside 1..per_user_limit */
+    INV_BUSY,          /* no segment lock within the wait, or the commit was fenced off */
+    INV_UNAVAILABLE,   /* Redis unreachable or failing; nothing can have been written */
+    INV_IDEM_MISMATCH, /* Idempotency-Key used before for another user or qty */
+    INV_OUTCOME_UNKNOWN, /* the commit was sent but its answer never came: order->id
+                            may exist (inv_order_get tells) */
 } inv_status;
 
 struct inv_config {
@@ -89,7 +92,8 @@ struct inv_audit {
 /* Counters of the critical section, process-wide. */
 struct inv_stats {
     uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
-        epoch_changed, spilled, commits_after_lease;
+        epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
+        id_collisions; /* an order id found issued before: a fresh one was drawn */
 };
 
 struct inv;
@@ -107,8 +111,12 @@ struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc);
 void inv_session_free(struct inv_session *s); /* NULL is a no-op */
 
 /* Places an order of qty units of sku for user_id. idem_key (may be NULL) makes
- * a retry return the first order (INV_REPLAYED). On INV_PLACED/INV_REPLAYED
- * *order is filled. Any other status placed nothing and changed no state. */
+ * a retry by the same user for the same qty return the first order
+ * (INV_REPLAYED); the key used before by another user or for another qty is
+ * INV_IDEM_MISMATCH. On INV_PLACED/INV_REPLAYED *order is filled. On
+ * INV_OUTCOME_UNKNOWN order->id names the order that may have been placed.
+ * Any other status placed nothing and changed no state. An order id found
+ * taken (issued twice) is never overwritten: the order draws another. */
 inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
                            int qty, const char *idem_key, struct inv_order *order);
 

@@ -8,9 +8,6 @@
 
 #include "lock.h"
 
-#define LEASE_TTL_MS 10000
-#define LEASE_RENEW_MS 2000
-
 int64_t orderid_wall_ms(void)
 {
     struct timespec ts;
@@ -26,30 +23,49 @@ void orderid_init(struct orderid_gen *gen, int worker, int64_t (*now_ms)(void),
     gen->now_ms = now_ms ? now_ms : orderid_wall_ms;
     gen->last_ms = floor_ms > ORDERID_EPOCH_MS ? floor_ms - ORDERID_EPOCH_MS : 0;
     gen->seq = -1; /* the first id of last_ms gets sequence 0 */
+    gen->ceiling_ms = INT64_MAX;
     gen->clock_backwards = 0;
+    gen->refused = 0;
 }
 
 uint64_t orderid_next(struct orderid_gen *gen)
 {
     pthread_mutex_lock(&gen->mu);
     int64_t now = gen->now_ms() - ORDERID_EPOCH_MS;
-    if (now > gen->last_ms) {
-        gen->last_ms = now;
-        gen->seq = 0;
+    int64_t ms = gen->last_ms;
+    int seq = gen->seq;
+    if (now > ms) {
+        ms = now;
+        seq = 0;
     } else {
-        if (now < gen->last_ms)
+        if (now < ms)
             gen->clock_backwards++;
         /* Same millisecond, or the clock went back: keep counting from the
          * last millisecond used, and borrow the next one when it is full. */
-        if (++gen->seq >= (1 << ORDERID_SEQ_BITS)) {
-            gen->last_ms++;
-            gen->seq = 0;
+        if (++seq >= (1 << ORDERID_SEQ_BITS)) {
+            ms++;
+            seq = 0;
         }
     }
-    uint64_t id = ((uint64_t)gen->last_ms << (ORDERID_SEQ_BITS + ORDERID_WORKER_BITS)) |
-                  ((uint64_t)gen->worker << ORDERID_SEQ_BITS) | (uint64_t)gen->seq;
+    if (ms >= gen->ceiling_ms) {
+        gen->refused++;
+        pthread_mutex_unlock(&gen->mu);
+        return 0;
+    }
+    gen->last_ms = ms;
+    gen->seq = seq;
+    uint64_t id = ((uint64_t)ms << (ORDERID_SEQ_BITS + ORDERID_WORKER_BITS)) |
+                  ((uint64_t)gen->worker << ORDERID_SEQ_BITS) | (uint64_t)seq;
     pthread_mutex_unlock(&gen->mu);
     return id;
+}
+
+int orderid_worker(struct orderid_gen *gen)
+{
+    pthread_mutex_lock(&gen->mu);
+    int worker = gen->worker;
+    pthread_mutex_unlock(&gen->mu);
+    return worker;
 }
 
 int64_t orderid_last_unix_ms(struct orderid_gen *gen)
@@ -97,6 +113,7 @@ struct orderid_lease {
     int leased; /* 0: a fixed id given by the operator, nothing to renew */
     char token[33];
     int worker;
+    int ttl_ms, renew_ms;
     _Atomic int64_t valid_until_us; /* monotonic */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -113,9 +130,12 @@ static void lease_keys(int worker, char *key, char *hwm, size_t len)
 /* Takes a worker id: returns it, -1 when all are taken, -2 on a Redis error. */
 static int lease_take(struct orderid_lease *l)
 {
-    char key[64], hwm[64], ttl[16];
-    snprintf(ttl, sizeof(ttl), "%d", LEASE_TTL_MS);
-    int start = (int)(strtoul(l->token, NULL, 16) % (ORDERID_MAX_WORKER + 1));
+    char key[64], hwm[64], ttl[16], head[9];
+    snprintf(ttl, sizeof(ttl), "%d", l->ttl_ms);
+    /* Probe from a random point (the token is random hex), so that instances
+     * starting together do not all race for the same ids. */
+    snprintf(head, sizeof(head), "%.8s", l->token);
+    int start = (int)(strtoul(head, NULL, 16) % (ORDERID_MAX_WORKER + 1));
     for (int n = 0; n <= ORDERID_MAX_WORKER; n++) {
         int worker = (start + n) % (ORDERID_MAX_WORKER + 1);
         lease_keys(worker, key, hwm, sizeof(key));
@@ -142,18 +162,29 @@ static int64_t lease_hwm(struct orderid_lease *l, int worker)
     return v;
 }
 
-/* Renews the lease and the high-water mark: 1 renewed, 0 lost, -1 error. */
+/* Lets gen issue ids up to (not including) unix ms `ceiling`: only ever
+ * raised here, after a mark at least that high is recorded in Redis. 0 stops
+ * it at once (the lease is lost or being replaced). */
+static void gen_set_ceiling(struct orderid_gen *gen, int64_t ceiling)
+{
+    pthread_mutex_lock(&gen->mu);
+    gen->ceiling_ms = ceiling > 0 ? ceiling - ORDERID_EPOCH_MS : 0;
+    pthread_mutex_unlock(&gen->mu);
+}
+
+/* Renews the lease and the high-water mark: 1 renewed, 0 lost, -1 error.
+ * The mark is a whole lease ahead of the generator's clock (and above every
+ * id issued); once Redis holds it, the generator may issue ids up to it. */
 static int lease_renew(struct orderid_lease *l)
 {
-    char key[64], hwm[64], ttl[16], mark[24];
+    char key[64], hwm[64], ttl[16], mark_text[24];
     lease_keys(l->worker, key, hwm, sizeof(key));
-    snprintf(ttl, sizeof(ttl), "%d", LEASE_TTL_MS);
-    /* Ids may be issued up to the next renewal: record that far ahead. */
-    int64_t high = orderid_last_unix_ms(l->gen);
-    int64_t wall = orderid_wall_ms();
-    snprintf(mark, sizeof(mark), "%lld",
-             (long long)((high > wall ? high : wall) + 2 * LEASE_RENEW_MS));
-    const char *argv[] = {key, hwm, l->leased ? l->token : "", ttl, mark};
+    snprintf(ttl, sizeof(ttl), "%d", l->ttl_ms);
+    int64_t high = orderid_last_unix_ms(l->gen) + 1;
+    int64_t now = l->gen->now_ms();
+    int64_t mark = (high > now ? high : now) + l->ttl_ms;
+    snprintf(mark_text, sizeof(mark_text), "%lld", (long long)mark);
+    const char *argv[] = {key, hwm, l->leased ? l->token : "", ttl, mark_text};
     int64_t sent = lock_now_us();
     redisReply *r = rconn_eval(l->rc, &renew_script, 2, 3, argv, NULL);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
@@ -163,9 +194,14 @@ static int lease_renew(struct orderid_lease *l)
     }
     int ok = r->integer == 1;
     freeReplyObject(r);
-    if (ok)
+    if (ok) {
         atomic_store(&l->valid_until_us,
-                     sent + (int64_t)(LEASE_TTL_MS - LEASE_RENEW_MS) * 1000);
+                     sent + (int64_t)(l->ttl_ms - l->renew_ms) * 1000);
+        if (l->leased)
+            gen_set_ceiling(l->gen, mark);
+    } else if (l->leased) {
+        gen_set_ceiling(l->gen, 0);
+    }
     return ok;
 }
 
@@ -188,6 +224,8 @@ static int lease_acquire(struct orderid_lease *l, char *err, size_t errlen)
         return -1;
     }
     pthread_mutex_lock(&l->gen->mu);
+    if (l->leased)
+        l->gen->ceiling_ms = 0; /* nothing under the new id before its mark */
     l->gen->worker = worker;
     if (floor_ms - ORDERID_EPOCH_MS > l->gen->last_ms) {
         l->gen->last_ms = floor_ms - ORDERID_EPOCH_MS;
@@ -205,7 +243,12 @@ static void *lease_loop(void *arg)
     while (!l->stopping) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += LEASE_RENEW_MS / 1000;
+        until.tv_sec += l->renew_ms / 1000;
+        until.tv_nsec += (long)(l->renew_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
         pthread_cond_timedwait(&l->wake, &l->mu, &until);
         if (l->stopping)
             break;
@@ -226,18 +269,19 @@ static void *lease_loop(void *arg)
     return NULL;
 }
 
-struct orderid_lease *orderid_lease_start(const char *host, int port,
-                                          const char *password, int fixed,
+struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg,
                                           struct orderid_gen *gen, char *err,
                                           size_t errlen)
 {
     struct orderid_lease *l = calloc(1, sizeof(*l));
     if (!l)
         abort();
-    l->rc = rconn_new(host, port, password, 1000);
+    l->rc = rconn_new(cfg->host, cfg->port, cfg->password, 1000);
     l->gen = gen;
-    l->leased = fixed < 0;
-    l->worker = fixed;
+    l->leased = cfg->fixed < 0;
+    l->worker = cfg->fixed;
+    l->ttl_ms = cfg->ttl_ms > 0 ? cfg->ttl_ms : ORDERID_LEASE_TTL_MS;
+    l->renew_ms = l->ttl_ms / 5 > 0 ? l->ttl_ms / 5 : 1;
     lock_token_new(l->token);
     if (lease_acquire(l, err, errlen) != 0) {
         rconn_free(l->rc);

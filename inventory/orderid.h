@@ -7,10 +7,13 @@
  * when a sequence runs out), so ids stay unique and increasing.
  *
  * The worker id is leased in Redis (orderid_lease_*) unless given: a key per
- * worker id taken with SET NX PX and renewed by a thread. Each renewal also
- * records a high-water mark of the time used, so that an instance that takes
- * the id next (or this one after a restart with the clock set back) starts
- * above every id already issued. */
+ * worker id taken with SET NX PX (probing from a random point) and renewed
+ * by a thread. Each renewal also records a high-water mark a whole lease
+ * ahead of the generator's clock, and only then lets the generator issue ids
+ * up to that mark (its ceiling), never beyond. An instance that takes the id
+ * next starts above the mark, so it cannot issue an id this one issued or
+ * still could, whatever the two clocks say; this one stops issuing at its
+ * ceiling when renewals stop. */
 #ifndef SECKILL_ORDERID_H
 #define SECKILL_ORDERID_H
 
@@ -29,7 +32,9 @@ struct orderid_gen {
     int worker;
     int64_t last_ms; /* milliseconds since ORDERID_EPOCH_MS of the last id */
     int seq;
+    int64_t ceiling_ms;       /* ids stay below this (ms since the epoch); 0: none */
     uint64_t clock_backwards; /* times the clock was seen going back */
+    uint64_t refused;         /* ids refused at the ceiling */
     int64_t (*now_ms)(void);  /* wall clock in unix ms; injectable for tests */
 };
 
@@ -38,8 +43,13 @@ struct orderid_gen {
 void orderid_init(struct orderid_gen *gen, int worker, int64_t (*now_ms)(void),
                   int64_t floor_ms);
 
-/* The next id. Thread-safe. */
+/* The next id, or 0 when it would reach the ceiling (the worker lease was
+ * not renewed in time): no id is issued that the high-water mark does not
+ * cover. Thread-safe. */
 uint64_t orderid_next(struct orderid_gen *gen);
+
+/* The worker id in use now (it changes when a lost lease is replaced). */
+int orderid_worker(struct orderid_gen *gen);
 
 /* Unix ms of the newest id issued so far (for the high-water mark). */
 int64_t orderid_last_unix_ms(struct orderid_gen *gen);
@@ -52,13 +62,23 @@ int64_t orderid_wall_ms(void);
 
 struct orderid_lease;
 
-/* Leases a worker id in Redis: `fixed` >= 0 takes that id without a lease
- * (the operator guarantees uniqueness), otherwise the first free of
- * 0..1023 is taken with SET NX PX. Starts gen above the recorded high-water
- * mark and starts the renewal thread. Returns NULL with err set when Redis is
- * unreachable or every id is taken. */
-struct orderid_lease *orderid_lease_start(const char *host, int port,
-                                          const char *password, int fixed,
+#define ORDERID_LEASE_TTL_MS 10000
+
+struct orderid_lease_config {
+    const char *host;
+    int port;
+    const char *password; /* NULL: none */
+    int fixed;            /* >= 0: that worker id, no lease; -1: lease one */
+    int ttl_ms;           /* 0: ORDERID_LEASE_TTL_MS; renewed every ttl/5 */
+};
+
+/* Leases a worker id in Redis: cfg->fixed >= 0 takes that id without a lease
+ * (the operator guarantees uniqueness, and no ceiling applies), otherwise the
+ * first free id from a random point of 0..1023 is taken with SET NX PX.
+ * Starts gen above the recorded high-water mark and starts the renewal
+ * thread. Returns NULL with err set when Redis is unreachable or every id is
+ * taken. */
+struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg,
                                           struct orderid_gen *gen, char *err,
                                           size_t errlen);
 /* True while the lease is known to be held (renewed within its ttl). */

@@ -15,6 +15,7 @@ struct rconn {
     int timeout_ms;
     redisContext *ctx;
     char err[128];
+    uint64_t unanswered; /* times a live connection failed with answers owed */
 };
 
 int rconn_addr_parse(const char *text, struct rconn_addr *addr)
@@ -73,6 +74,11 @@ void rconn_drop(struct rconn *rc, const char *why)
         redisFree(rc->ctx);
         rc->ctx = NULL;
     }
+}
+
+uint64_t rconn_unanswered(const struct rconn *rc)
+{
+    return rc->unanswered;
 }
 
 const char *rconn_errstr(const struct rconn *rc)
@@ -148,6 +154,8 @@ void rconn_check(struct rconn *rc)
 static redisReply *checked(struct rconn *rc, void *reply)
 {
     if (!reply) {
+        if (rc->ctx)
+            rc->unanswered++; /* a command went out on it: it may have run */
         rconn_drop(rc, rc->ctx ? rc->ctx->errstr : "connection lost");
         return NULL;
     }

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct rconn;
 
@@ -60,6 +61,13 @@ redisReply *rconn_reply(struct rconn *rc);
  * non-blocking peek at the socket, so that a request does not fail on a
  * connection that died while idle. Call once at the start of an operation. */
 void rconn_check(struct rconn *rc);
+
+/* How many times a connected context failed while it owed answers: a command
+ * had been handed to it (written, or being written), so it may have run
+ * although its answer never came. A call that could not connect sends
+ * nothing and does not count. Compare before and after a call to tell "not
+ * sent" from "outcome unknown". */
+uint64_t rconn_unanswered(const struct rconn *rc);
 
 /* Marks the connection broken so that the next call reconnects. */
 void rconn_drop(struct rconn *rc, const char *why);

@@ -29,10 +29,12 @@ static struct orderid_lease *lease_worker(const struct svc_config *cfg,
                                           struct orderid_gen *ids)
 {
     char err[256] = "";
+    struct orderid_lease_config lc = {.host = cfg->redis.host,
+                                      .port = cfg->redis.port,
+                                      .password = cfg->redis_password,
+                                      .fixed = cfg->instance_id};
     for (int waited = 0; waited <= STARTUP_REDIS_WAIT_MS; waited += 200) {
-        struct orderid_lease *l =
-            orderid_lease_start(cfg->redis.host, cfg->redis.port, cfg->redis_password,
-                                cfg->instance_id, ids, err, sizeof(err));
+        struct orderid_lease *l = orderid_lease_start(&lc, ids, err, sizeof(err));
         if (l)
             return l;
         struct timespec ts = {0, 200 * 1000000};
@@ -106,7 +108,7 @@ int main(int argc, char **argv)
     };
     struct inv *inv = inv_new(&ic);
     struct svc_app app = {
-        .cfg = &cfg, .inv = inv, .lock = lock, .lease = lease, .worker_id = ids.worker};
+        .cfg = &cfg, .inv = inv, .lock = lock, .lease = lease, .ids = &ids};
 
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
     if (!srv) {
@@ -120,7 +122,7 @@ int main(int argc, char **argv)
               "addr=%s:%d redis=%s:%d lock=%s segments=%d threads=%d worker_id=%d "
               "fencing=%s work_us=%d",
               cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port,
-              cfg.lock_mode, cfg.segments, cfg.threads, ids.worker,
+              cfg.lock_mode, cfg.segments, cfg.threads, orderid_worker(&ids),
               cfg.fencing ? "on" : "off", cfg.work_us);
 
     while (!stop_requested)

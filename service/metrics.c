@@ -181,14 +181,17 @@ json_t *svc_stats_json(struct svc_app *app)
         json_object_set_new(requests, r->name, codes);
     }
     json_t *orders = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed", (json_int_t)is.placed,
-        "replayed", (json_int_t)is.replayed, "sold_out", (json_int_t)is.sold_out,
-        "limit_reached", (json_int_t)is.limit, "busy", (json_int_t)is.busy, "unavailable",
-        (json_int_t)is.unavailable, "spilled", (json_int_t)is.spilled);
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed",
+        (json_int_t)is.placed, "replayed", (json_int_t)is.replayed, "sold_out",
+        (json_int_t)is.sold_out, "limit_reached", (json_int_t)is.limit, "busy",
+        (json_int_t)is.busy, "unavailable", (json_int_t)is.unavailable, "outcome_unknown",
+        (json_int_t)is.outcome_unknown, "idempotency_mismatch",
+        (json_int_t)is.idem_mismatch, "spilled", (json_int_t)is.spilled,
+        "order_id_collisions", (json_int_t)is.id_collisions);
     return json_pack(
         "{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
-        app->worker_id, "lock_mode", app->cfg->lock_mode, "requests", requests, "orders",
-        orders, "lock", lock_stats_json(app), "fenced_off_commits",
+        orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode, "requests", requests,
+        "orders", orders, "lock", lock_stats_json(app), "fenced_off_commits",
         (json_int_t)is.fenced_off, "epoch_changed_commits", (json_int_t)is.epoch_changed,
         "commits_after_lease_lost", (json_int_t)is.commits_after_lease, "inflight",
         atomic_load(&app->inflight), "draining", atomic_load(&app->draining));

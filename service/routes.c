@@ -7,7 +7,8 @@
 #include "log.h"
 #include "request.h"
 
-const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405, 409, 413, 503, 0};
+const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405,
+                                       409, 413, 422, 503, 0};
 const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
@@ -38,6 +39,11 @@ static void inv_error(struct svc_response *res, inv_status st)
     case INV_BUSY:
         svc_error(res, 503, "busy", "the segment is busy; nothing was placed, retry");
         res->retry_after = 1;
+        break;
+    case INV_IDEM_MISMATCH:
+        svc_error(
+            res, 422, "idempotency_mismatch",
+            "this Idempotency-Key was used for another request; nothing was placed");
         break;
     default:
         svc_error(res, 503, "unavailable", "Redis is unreachable; nothing was placed");
@@ -151,6 +157,17 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
                                     body.qty, req->idem_key, &order);
     if (st != INV_NOT_FOUND && st != INV_UNAVAILABLE)
         svc_metrics_sku_seen(req->params[0]); /* the SKU exists */
+    if (st == INV_OUTCOME_UNKNOWN) {
+        char id[24];
+        snprintf(id, sizeof(id), "%" PRIu64, order.id);
+        svc_error(res, 503, "outcome_unknown",
+                  "the order was sent to Redis but no answer came: it may exist; "
+                  "GET /orders/{order_id} tells, and a retry with the same "
+                  "Idempotency-Key is safe");
+        json_object_set_new(res->json, "order_id", json_string(id));
+        res->retry_after = 1;
+        return;
+    }
     if (st != INV_PLACED && st != INV_REPLAYED) {
         inv_error(res, st);
         return;

@@ -22,7 +22,7 @@ struct svc_app {
     struct inv *inv;
     struct lock *lock; /* NULL in atomic mode */
     struct orderid_lease *lease;
-    int worker_id;
+    struct orderid_gen *ids; /* its worker id is this instance's id */
     _Atomic int draining;
     _Atomic int inflight;
 };
@@ -59,7 +59,7 @@ typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *
 #define ROUTE_ADMIN 1
 
 /* Status codes counted per route; anything else counts as "other". */
-#define ROUTE_NCODES 10
+#define ROUTE_NCODES 11
 extern const int route_codes[ROUTE_NCODES]; /* last entry 0 = other */
 #define ROUTE_NBUCKETS 13
 extern const double route_bucket_s[ROUTE_NBUCKETS - 1]; /* last bucket +Inf */

@@ -10,6 +10,8 @@ source "$(dirname "$0")/../scripts/lib.sh"
 dir=$(mktemp -d /tmp/seckill-it-http.XXXXXX)
 cleanup() {
     proc_stop seckill "$dir" 5
+    proc_stop seckill2 "$dir" 5
+    proc_stop proxy "$dir" 5
     proc_stop redis "$dir" 5
     rm -rf "$dir"
 }
@@ -100,6 +102,12 @@ first=$(field .order_id)
 req POST /skus/tv/orders '{"user_id":"ann","qty":2}' -H 'Idempotency-Key: ann-1'
 expect "idempotent retry returns the first order" "201 $first" "$status $(field .order_id)"
 expect "the retry placed nothing" "2" "$(sold tv)"
+req POST /skus/tv/orders '{"user_id":"bob","qty":2}' -H 'Idempotency-Key: ann-1'
+expect "another user's reuse of a key is refused" "422 idempotency_mismatch/string" "$status $(err)"
+check "... and reveals nothing of the first order" eq "$(grep -c -e "$first" -e ann <<<"$body")" 0
+req POST /skus/tv/orders '{"user_id":"ann","qty":1}' -H 'Idempotency-Key: ann-1'
+expect "the same key for another qty is refused" "422 idempotency_mismatch/string" "$status $(err)"
+expect "the refused requests placed nothing" "2" "$(sold tv)"
 req GET "/orders/$first"
 expect "GET order" "200 $first tv ann 2" "$status $(field .order_id) $(field .sku) $(field .user_id) $(field .qty)"
 req POST /skus/tv/orders '{"user_id":"ann"}'
@@ -269,6 +277,36 @@ expect "the process is alive after all of them" "200" "$(http_code "$base/livez"
 expect "the log shows no crash or assertion" "0" "$(grep -ciE 'assert|segfault|abort' "$dir/seckill.log")"
 req POST $order '{"user_id":"honest"}'
 expect "a real order still works" "201" "$status"
+
+# --- a commit whose answer is lost: a second instance reaches Redis through a
+# proxy that forwards the first command carrying an order key (the commit),
+# swallows its answer and cuts the connection.
+proxy_bin=${SECKILL_BUILD:-build}/tests/faultproxy
+pport=$(free_port) || exit 1
+h2port=$(free_port) || exit 1
+proc_start proxy "$dir" "$proxy_bin" "$pport" "$rport" --drop-after-arg order:
+wait_until 10 grep -q ready "$dir/proxy.log" || echo "proxy did not start"
+proc_start seckill2 "$dir" "$bin" --listen "127.0.0.1:$h2port" --redis "127.0.0.1:$pport" \
+    --segments 4 --admin-token s3cret --lock redis
+wait_until 10 http_ok "http://127.0.0.1:$h2port/readyz" || cat "$dir/seckill2.log"
+req PUT /skus/lostreply '{"stock":5,"segments":2}' "${auth[@]}"
+out=$(curl -s -w '\n%{http_code}' --max-time 10 -H 'Idempotency-Key: lost-1' \
+    --data-binary '{"user_id":"lou"}' "http://127.0.0.1:$h2port/skus/lostreply/orders")
+status=${out##*$'\n'}
+body=${out%$'\n'*}
+expect "a lost commit answer is 503 outcome_unknown, not unavailable" \
+    "503 outcome_unknown/string" "$status $(err)"
+lost_id=$(field .order_id)
+req GET "/orders/$lost_id"
+expect "... its order_id tells that the order exists" "200 lou" "$status $(field .user_id)"
+out=$(curl -s -w '\n%{http_code}' --max-time 10 -H 'Idempotency-Key: lost-1' \
+    --data-binary '{"user_id":"lou"}' "http://127.0.0.1:$h2port/skus/lostreply/orders")
+status=${out##*$'\n'}
+body=${out%$'\n'*}
+expect "... and a retry with the same key returns it" "201 $lost_id" "$status $(field .order_id)"
+expect "... placed once" "1" "$(sold lostreply)"
+proc_stop seckill2 "$dir" 5
+proc_stop proxy "$dir" 5
 
 # --- Redis outage: 503 unavailable within bounds, nothing half-written, heals
 proc_stop redis "$dir" 5

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration: operations. Idle and slow (slowloris) connections do not starve
 # a real order; an Idempotency-Key retried through another instance, and while
-# the first attempt is in flight, places one order; /metrics carries stock
+# the first attempt is in flight, places one order; a worker-id lease lost to
+# someone else is replaced and /stats shows the id in use; /metrics carries stock
 # gauges that match the SKU report (bounded to the SKUs served lately) and passes
 # promtool (when installed); SIGTERM drains: /readyz 503, the in-flight order
 # finishes, its lock is released, exit 0.
@@ -98,6 +99,20 @@ expect "a SKU an instance never served is not in its gauges" "" "$(gauge "$B" se
 expect "gauges of at most 32 SKUs, the most recent" "32 1 0" \
     "$(curl -s "$A/metrics" | grep -c '^seckill_sku_sold{') $(gauge "$A" seckill_sku_sold many-9 | wc -l) $(gauge "$A" seckill_sku_sold many-8 | wc -l)"
 expect "stock read ok" "1" "$(curl -s "$A/metrics" | awk '$1 == "seckill_sku_stock_read_ok" { print $2 }')"
+
+# --- a worker-id lease taken from under an instance: it leases another id,
+# /stats shows the id in use, and its new orders carry it
+wid_a=$(curl -s "$A/stats" | jq -r .instance_id)
+wid=$(curl -s "$B/stats" | jq -r .instance_id)
+check "two instances, two worker ids ($wid_a, $wid)" test "$wid" != "$wid_a"
+redis-cli -p "$rport" --no-auth-warning set "seckill:worker:$wid" someone-else >/dev/null
+wait_until 15 bash -c "[[ \$(curl -s $B/stats | jq -r .instance_id) != $wid ]]"
+new=$(curl -s "$B/stats" | jq -r .instance_id)
+check "after losing worker id $wid, /stats shows the new one ($new)" test "$new" != "$wid"
+expect "... which B holds in Redis" "1" \
+    "$(redis-cli -p "$rport" --no-auth-warning exists "seckill:worker:$new")"
+read -r code id < <(order "$B" after-relet)
+expect "B's next order carries the new worker id" "201 $new" "$code $(( (id >> 12) & 1023 ))"
 
 # --- metrics pass promtool
 if command -v promtool >/dev/null; then

@@ -27,8 +27,12 @@ struct fixture {
     struct inv_session *s;
 };
 
-static void fixture_open(struct fixture *f, const char *mode, int work_us, int fencing,
-                         int ttl_ms)
+/* The Redis port a fixture connects to: 0 is the test server itself, another
+ * port a proxy in front of it. */
+static int fixture_port;
+
+static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
+                              int fencing, int ttl_ms, struct orderid_gen *gen)
 {
     memset(f, 0, sizeof(*f));
     if (strcmp(mode, "atomic") != 0) {
@@ -42,10 +46,16 @@ static void fixture_open(struct fixture *f, const char *mode, int work_us, int f
                             .wait_ms = 5000,
                             .work_us = work_us,
                             .fencing = fencing,
-                            .ids = &ids};
+                            .ids = gen};
     f->inv = inv_new(&ic);
-    f->rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+    f->rc = rconn_new("127.0.0.1", fixture_port ? fixture_port : redis.port, NULL, 2000);
     f->s = inv_session_new(f->inv, f->rc);
+}
+
+static void fixture_open(struct fixture *f, const char *mode, int work_us, int fencing,
+                         int ttl_ms)
+{
+    fixture_open_with(f, mode, work_us, fencing, ttl_ms, &ids);
 }
 
 static void fixture_close(struct fixture *f)
@@ -189,6 +199,192 @@ static void test_idempotent_retry(void **state)
         assert_int_equal(r->sold, 1);
         assert_int_equal(r->orders, 1);
         free(r);
+        fixture_close(&f);
+    }
+}
+
+/* An Idempotency-Key answers only the request it was first used for: another
+ * user, or the same user with another qty, is refused and learns nothing of
+ * the first order; an exact replay still gets the first answer. */
+static void test_idempotency_key_is_private_to_its_request(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "setnx", "atomic"};
+    for (int m = 0; m < 3; m++) {
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        inv_sku_put(f.s, "idem2", 10, 2, 3);
+        struct inv_order alice, o;
+        assert_int_equal(inv_order_place(f.s, "idem2", "alice", 1, "k1", &alice),
+                         INV_PLACED);
+        assert_int_equal(inv_order_place(f.s, "idem2", "mallory", 2, "k1", &o),
+                         INV_IDEM_MISMATCH);
+        assert_true(o.id != alice.id);
+        assert_string_not_equal(o.user_id, "alice");
+        assert_int_equal(inv_order_place(f.s, "idem2", "mallory", 1, "k1", &o),
+                         INV_IDEM_MISMATCH);
+        assert_int_equal(inv_order_place(f.s, "idem2", "alice", 2, "k1", &o),
+                         INV_IDEM_MISMATCH);
+        assert_int_equal(inv_order_place(f.s, "idem2", "alice", 1, "k1", &o),
+                         INV_REPLAYED);
+        assert_true(o.id == alice.id);
+        assert_string_equal(o.user_id, "alice");
+        /* the refused requests placed nothing: mallory can still buy 3 */
+        assert_int_equal(inv_order_place(f.s, "idem2", "mallory", 3, "k2", &o),
+                         INV_PLACED);
+        struct inv_audit a;
+        assert_int_equal(inv_audit(f.s, "idem2", &a), INV_OK);
+        assert_int_equal(a.orders, 2);
+        assert_int_equal(a.sold, 4);
+        assert_true(a.consistent);
+        fixture_close(&f);
+    }
+}
+
+#define KEY_RACERS 8
+
+struct key_racer {
+    const char *mode;
+    const char *user;
+    inv_status status;
+    uint64_t id;
+};
+
+static void *race_one_key(void *arg)
+{
+    struct key_racer *k = arg;
+    struct fixture f;
+    fixture_open(&f, k->mode, 2000, 1, 3000);
+    struct inv_order o;
+    k->status = inv_order_place(f.s, "keyrace", k->user, 1, "same-key", &o);
+    k->id = o.id;
+    fixture_close(&f);
+    return NULL;
+}
+
+/* Several sessions (as several instances would) send one key at once, half of
+ * them as another user: one order, the winner's user replays it, the other
+ * user is refused. */
+static void test_idempotency_key_race(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        inv_sku_put(f.s, "keyrace", 100, 4, 1);
+        struct key_racer k[KEY_RACERS];
+        pthread_t t[KEY_RACERS];
+        for (int i = 0; i < KEY_RACERS; i++) {
+            k[i] = (struct key_racer){.mode = modes[m], .user = i % 2 ? "bob" : "eve"};
+            pthread_create(&t[i], NULL, race_one_key, &k[i]);
+        }
+        int placed = -1, replayed = 0, refused = 0;
+        for (int i = 0; i < KEY_RACERS; i++)
+            pthread_join(t[i], NULL);
+        for (int i = 0; i < KEY_RACERS; i++) {
+            if (k[i].status == INV_PLACED) {
+                assert_int_equal(placed, -1);
+                placed = i;
+            }
+        }
+        assert_true(placed >= 0);
+        for (int i = 0; i < KEY_RACERS; i++) {
+            if (i == placed)
+                continue;
+            if (strcmp(k[i].user, k[placed].user) == 0) {
+                assert_int_equal(k[i].status, INV_REPLAYED);
+                assert_true(k[i].id == k[placed].id);
+                replayed++;
+            } else {
+                assert_int_equal(k[i].status, INV_IDEM_MISMATCH);
+                refused++;
+            }
+        }
+        assert_int_equal(replayed, KEY_RACERS / 2 - 1);
+        assert_int_equal(refused, KEY_RACERS / 2);
+        assert_audit_agrees(f.s, "keyrace", 1);
+        fixture_close(&f);
+    }
+}
+
+/* The commit reaches Redis but its answer is lost (a proxy cuts the
+ * connection right after forwarding it): the order is not claimed unplaced.
+ * The answer is "outcome unknown" with the order's id, which then tells
+ * what happened, and a retry with the same key finds the same order. */
+static void test_lost_commit_answer_is_outcome_unknown(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "setnx", "local", "atomic"};
+    for (int m = 0; m < 4; m++) {
+        struct fixture direct;
+        fixture_open(&direct, modes[m], 0, 1, 3000);
+        inv_sku_put(direct.s, "lost", 5, 2, 1);
+        static struct test_proxy proxy;
+        test_proxy_start(&proxy, redis.port, "order:");
+        fixture_port = proxy.port;
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        fixture_port = 0;
+        struct inv_order o, back;
+        if (inv_order_place(f.s, "lost", "lou", 1, "retry-1", &o) != INV_OUTCOME_UNKNOWN)
+            fail_msg("%s: a lost commit answer was not reported as outcome unknown",
+                     modes[m]);
+        assert_true(o.id != 0);
+        assert_int_equal(inv_order_get(direct.s, o.id, &back), INV_OK);
+        assert_string_equal(back.user_id, "lou");
+        struct inv_order again;
+        assert_int_equal(inv_order_place(f.s, "lost", "lou", 1, "retry-1", &again),
+                         INV_REPLAYED);
+        assert_true(again.id == o.id);
+        assert_audit_agrees(direct.s, "lost", 1);
+        struct inv_stats st;
+        inv_stats(f.inv, &st);
+        assert_int_equal(st.outcome_unknown, 1);
+        fixture_close(&f);
+        fixture_close(&direct);
+        test_proxy_stop(&proxy);
+    }
+}
+
+static int64_t frozen_ms;
+static int64_t frozen_clock(void)
+{
+    return frozen_ms;
+}
+
+/* Two generators share a worker id (a lease lost early) and issue the same
+ * id: the second order may not overwrite the first one's record. It is
+ * placed under a fresh id, and the collision is counted. */
+static void test_taken_order_id_is_never_overwritten(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    frozen_ms = orderid_wall_ms();
+    for (int m = 0; m < 2; m++) {
+        struct orderid_gen gen;
+        orderid_init(&gen, 7, frozen_clock, 0);
+        struct fixture f;
+        fixture_open_with(&f, modes[m], 0, 1, 3000, &gen);
+        inv_sku_put(f.s, "dupid", 5, 2, 1);
+        struct inv_order first, second, back;
+        assert_int_equal(inv_order_place(f.s, "dupid", "first", 1, NULL, &first),
+                         INV_PLACED);
+        orderid_init(&gen, 7, frozen_clock, 0); /* the same ids once more */
+        assert_int_equal(inv_order_place(f.s, "dupid", "second", 1, NULL, &second),
+                         INV_PLACED);
+        assert_true(second.id != first.id);
+        assert_int_equal(inv_order_get(f.s, first.id, &back), INV_OK);
+        assert_string_equal(back.user_id, "first");
+        assert_int_equal(inv_order_get(f.s, second.id, &back), INV_OK);
+        assert_string_equal(back.user_id, "second");
+        struct inv_stats st;
+        inv_stats(f.inv, &st);
+        assert_int_equal(st.id_collisions, 1);
+        struct inv_audit a;
+        assert_int_equal(inv_audit(f.s, "dupid", &a), INV_OK);
+        assert_int_equal(a.duplicate_order_ids, 0);
+        assert_true(a.consistent);
         fixture_close(&f);
     }
 }
@@ -551,6 +747,10 @@ int main(void)
         cmocka_unit_test(test_storm_limit_holds_across_segments),
         cmocka_unit_test(test_redis_down_is_unavailable_and_recovers),
         cmocka_unit_test(test_order_survives_a_script_flush),
+        cmocka_unit_test(test_idempotency_key_is_private_to_its_request),
+        cmocka_unit_test(test_idempotency_key_race),
+        cmocka_unit_test(test_lost_commit_answer_is_outcome_unknown),
+        cmocka_unit_test(test_taken_order_id_is_never_overwritten),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

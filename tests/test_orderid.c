@@ -5,7 +5,9 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,15 +127,15 @@ static void test_lease_distinct_workers_and_restart_above_mark(void **state)
     orderid_init(&a, 0, NULL, 0);
     orderid_init(&b, 0, NULL, 0);
     char err[200];
-    struct orderid_lease *la =
-        orderid_lease_start("127.0.0.1", redis.port, NULL, -1, &a, err, sizeof(err));
-    struct orderid_lease *lb =
-        orderid_lease_start("127.0.0.1", redis.port, NULL, -1, &b, err, sizeof(err));
+    struct orderid_lease_config cfg = {
+        .host = "127.0.0.1", .port = redis.port, .fixed = -1};
+    struct orderid_lease *la = orderid_lease_start(&cfg, &a, err, sizeof(err));
+    struct orderid_lease *lb = orderid_lease_start(&cfg, &b, err, sizeof(err));
     assert_non_null(la);
     assert_non_null(lb);
     assert_true(orderid_lease_valid(la));
-    assert_true(a.worker != b.worker);
-    int worker = a.worker;
+    assert_true(orderid_worker(&a) != orderid_worker(&b));
+    int worker = orderid_worker(&a);
     uint64_t before = orderid_next(&a);
     orderid_lease_stop(la);
 
@@ -142,8 +144,9 @@ static void test_lease_distinct_workers_and_restart_above_mark(void **state)
     struct orderid_gen c;
     fake_ms = orderid_wall_ms() - 3600 * 1000;
     orderid_init(&c, worker, fake_clock, 0);
-    struct orderid_lease *lc =
-        orderid_lease_start("127.0.0.1", redis.port, NULL, worker, &c, err, sizeof(err));
+    struct orderid_lease_config fixed = cfg;
+    fixed.fixed = worker;
+    struct orderid_lease *lc = orderid_lease_start(&fixed, &c, err, sizeof(err));
     assert_non_null(lc);
     assert_true(orderid_next(&c) > before);
     orderid_lease_stop(lc);
@@ -153,9 +156,114 @@ static void test_lease_distinct_workers_and_restart_above_mark(void **state)
     test_redis_stop(&redis, 1, 0);
     struct orderid_gen d;
     orderid_init(&d, 0, NULL, 0);
-    assert_null(
-        orderid_lease_start("127.0.0.1", redis.port, NULL, -1, &d, err, sizeof(err)));
+    assert_null(orderid_lease_start(&cfg, &d, err, sizeof(err)));
     assert_non_null(strstr(err, "connect"));
+}
+
+/* Runs one command on a plain hiredis connection; the test fails if Redis
+ * does not answer. */
+static void redis_do(int port, const char *fmt, int arg)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_true(c && !c->err);
+    redisReply *r = redisCommand(c, fmt, arg);
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+static _Atomic int64_t skew_a; /* instance A's clock, ahead of the wall by this */
+static int64_t clock_a(void)
+{
+    return orderid_wall_ms() + atomic_load(&skew_a);
+}
+static int64_t clock_b(void) /* the successor's clock runs 3 s behind */
+{
+    return orderid_wall_ms() - 3000;
+}
+
+/* Instance A's worker lease vanishes early (a Redis restart lost the key) and
+ * successor B, whose clock is 3 s behind, takes the same worker id. A has not
+ * noticed yet and goes on while its lease looks valid to it, its clock now 6 s
+ * on. No id that A issues may be one that B issues: all of A's must be below
+ * B's first, because A stops at the mark that B starts above. */
+static void test_no_id_twice_when_a_lease_is_lost_to_a_successor(void **state)
+{
+    (void)state;
+    static struct test_redis redis; /* static: the exit hook can stop it on failure */
+    test_redis_start(&redis, NULL);
+    atomic_store(&skew_a, 0);
+    struct orderid_gen a, b;
+    orderid_init(&a, 0, clock_a, 0);
+    orderid_init(&b, 0, clock_b, 0);
+    char err[200];
+    struct orderid_lease_config cfg = {
+        .host = "127.0.0.1", .port = redis.port, .fixed = -1, .ttl_ms = 1000};
+    struct orderid_lease *la = orderid_lease_start(&cfg, &a, err, sizeof(err));
+    assert_non_null(la);
+    int worker = orderid_worker(&a);
+    uint64_t a_max = orderid_next(&a);
+    assert_true(a_max != 0);
+
+    for (int w = 0; w <= ORDERID_MAX_WORKER; w++) /* B can only get A's id */
+        if (w != worker)
+            redis_do(redis.port, "SET seckill:worker:%d someone-else", w);
+    redis_do(redis.port, "DEL seckill:worker:%d", worker);
+    struct orderid_lease *lb = orderid_lease_start(&cfg, &b, err, sizeof(err));
+    assert_non_null(lb);
+    assert_int_equal(orderid_worker(&b), worker);
+
+    atomic_store(&skew_a, 6000);
+    int issued = 0, refused = 0;
+    for (int i = 0; i < 1000 && orderid_lease_valid(la); i++) {
+        uint64_t id = orderid_next(&a);
+        if (!id) {
+            refused++;
+            continue;
+        }
+        issued++;
+        if (id > a_max)
+            a_max = id;
+    }
+    uint64_t b_min = orderid_next(&b);
+    assert_true(b_min != 0);
+    if (a_max >= b_min)
+        fail_msg("A issued id %llu (%lld ms) at or above B's first %llu (%lld ms), "
+                 "%d issued after the takeover",
+                 (unsigned long long)a_max, (long long)orderid_unix_ms_of(a_max),
+                 (unsigned long long)b_min, (long long)orderid_unix_ms_of(b_min), issued);
+    assert_true(refused > 0); /* A stopped at its mark */
+    orderid_lease_stop(la);
+    orderid_lease_stop(lb);
+    test_redis_stop(&redis, 1, 0);
+}
+
+/* Every fresh instance used to probe from 1023 (a token parsed past its
+ * range): the first free id from a random point is taken instead. */
+static void test_worker_probing_starts_at_a_random_point(void **state)
+{
+    (void)state;
+    static struct test_redis redis;
+    test_redis_start(&redis, NULL);
+    struct orderid_lease_config cfg = {
+        .host = "127.0.0.1", .port = redis.port, .fixed = -1};
+    int first = -1, other = 0;
+    char err[200];
+    for (int i = 0; i < 6; i++) { /* each lease is dropped before the next */
+        struct orderid_gen g;
+        orderid_init(&g, 0, NULL, 0);
+        struct orderid_lease *l = orderid_lease_start(&cfg, &g, err, sizeof(err));
+        assert_non_null(l);
+        int w = orderid_worker(&g);
+        if (first < 0)
+            first = w;
+        else if (w != first)
+            other++;
+        orderid_lease_stop(l);
+    }
+    if (!other)
+        fail_msg("six fresh leases all took worker id %d", first);
+    test_redis_stop(&redis, 1, 0);
 }
 
 int main(void)
@@ -167,6 +275,8 @@ int main(void)
         cmocka_unit_test(test_floor_from_high_water_mark),
         cmocka_unit_test(test_unique_across_threads),
         cmocka_unit_test(test_lease_distinct_workers_and_restart_above_mark),
+        cmocka_unit_test(test_no_id_twice_when_a_lease_is_lost_to_a_successor),
+        cmocka_unit_test(test_worker_probing_starts_at_a_random_point),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
