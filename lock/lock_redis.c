@@ -21,10 +21,20 @@
  * wasted. A grant pushed before the waiter blocks waits in its list (and the
  * next attempt picks it up), so no wake is lost. A holder that crashed pushes
  * nothing, but its lease, which bounds the BLPOP, runs out and the waiter's
- * next attempt takes the free lock. A waiter that gives up at its deadline
- * leaves the queue in its last attempt. A waiter whose process died while
- * queued can be handed the lock until its deadline; that grant then runs out
- * after one ttl (nobody renews it).
+ * next attempt takes the free lock. The queue expires a lease after its
+ * latest deadline (a new entry only ever extends its expiry, so a short
+ * waiter never cuts an older, longer one's entry short).
+ *
+ * Leaving the queue: a waiter that gives up at its deadline leaves it in its
+ * last attempt; one whose attempt fails with an error (timeout, connection
+ * reset) takes its entry off, best effort, before it answers LOCK_ERROR. A
+ * release never hands the lock to the owner releasing it, whose entries can
+ * only be left over from failed attempts, so a session that takes the lock
+ * through the free path does not hand it to itself. An entry left behind all
+ * the same (the process died, the clean-up failed too) can be handed the lock
+ * by another's release until its deadline: the grant waits in the owner's
+ * list and runs out after one ttl (nobody renews it), or the session's next
+ * acquire of the key picks it up, with a new lease counted from the pick-up.
  *
  * Pipelining (lock_acquire_then, lock_release_after): the caller's first
  * command under the lock goes in one pipeline with the first acquire attempt
@@ -43,6 +53,9 @@
 /* Slack over a BLPOP's own timeout before the socket gives up on it: Redis
  * times out blocked clients from its event loop, up to 1/hz late when idle. */
 #define BLPOP_SLACK_MS 15
+/* Longest a failed acquire spends taking its entry off the queue: best effort,
+ * Redis may be what failed. */
+#define LEAVE_TIMEOUT_MS 200
 #define RENEW_BATCH 64
 #define KEY_MAX 600
 
@@ -51,9 +64,14 @@
  * fencing tokens, ARGV[4] ms the caller will wait (0: it will not, and leaves
  * the queue), ARGV[5] the caller's queue entry from an earlier attempt or "",
  * ARGV[6] "1" when the caller's session holds a grant of the key (re-entry).
- * Returns {1, fence, ""} for a new grant (also one handed over earlier),
- * {2, fence, ""} when the owner re-entered, {0, holder's PTTL, queue entry}
- * when taken. */
+ * Returns {1, fence, ""} for a new grant (also one handed over earlier, whose
+ * lease then starts again: it counts from the pick-up), {2, fence, ""} when
+ * the owner re-entered, {0, holder's PTTL, queue entry} when taken. A grant
+ * leaves in the queue any entry of ARGV[1]'s other than ARGV[5] (one that a
+ * failed attempt left): the release script skips those. The queue lives until
+ * its latest deadline plus a lease: a new entry only ever extends its expiry
+ * (PEXPIRE ... GT would not do: it takes the fresh list's missing TTL for an
+ * infinite one and never sets any). */
 static struct rscript acquire_script = RSCRIPT_INIT(
     "redis_acquire",
     "local pttl = redis.call('PTTL', KEYS[1])\n"
@@ -66,7 +84,10 @@ static struct rscript acquire_script = RSCRIPT_INIT(
     "end\n"
     "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then\n"
     "  local handed = redis.call('LPOP', KEYS[4])\n"
-    "  if handed then return {1, tonumber(handed), ''} end\n"
+    "  if handed then\n"
+    "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "    return {1, tonumber(handed), ''}\n"
+    "  end\n"
     "  if ARGV[6] ~= '1' then\n"
     "    -- ours, but the session keeps no grant of it: a release lost with\n"
     "    -- Redis (crash, timeout). A new grant, not a re-entry.\n"
@@ -92,7 +113,10 @@ static struct rscript acquire_script = RSCRIPT_INIT(
     "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "  entry = (now + tonumber(ARGV[4])) .. ':' .. ARGV[1]\n"
     "  redis.call('RPUSH', KEYS[3], entry)\n"
-    "  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]) + tonumber(ARGV[2]))\n"
+    "  local keep = tonumber(ARGV[4]) + tonumber(ARGV[2])\n"
+    "  if redis.call('PTTL', KEYS[3]) < keep then\n"
+    "    redis.call('PEXPIRE', KEYS[3], keep)\n"
+    "  end\n"
     "end\n"
     "return {0, pttl, entry}\n");
 
@@ -100,7 +124,13 @@ static struct rscript acquire_script = RSCRIPT_INIT(
  * ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens, ARGV[4] the prefix of
  * grant lists ("<key>:grant:"; the next owner's list is ARGV[4]..owner).
  * Returns the owner's holds left (> 0), 0 when released (and handed to the
- * first live waiter, if any), -1 when ARGV[1] does not hold it. */
+ * first live waiter other than ARGV[1], if any), -1 when ARGV[1] does not hold
+ * it. Entries popped on the way are dropped: waiters past their deadline, and
+ * any of ARGV[1]'s own. The releasing owner is not waiting (a session is one
+ * thread, and that thread is releasing), so an entry of its own is one that a
+ * failed attempt left behind (its clean-up failed too, or the answer naming
+ * it was lost); handing the lock to it would stall the key for a lease. One
+ * comparison per entry, and it holds however the entry came to be left. */
 static struct rscript release_script = RSCRIPT_INIT(
     "redis_release",
     "local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)\n"
@@ -119,8 +149,8 @@ static struct rscript release_script = RSCRIPT_INIT(
     "    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "  end\n"
     "  local sep = string.find(e, ':', 1, true)\n"
-    "  if sep and tonumber(string.sub(e, 1, sep - 1)) > now then\n"
-    "    local owner = string.sub(e, sep + 1)\n"
+    "  local owner = sep and string.sub(e, sep + 1)\n"
+    "  if sep and owner ~= ARGV[1] and tonumber(string.sub(e, 1, sep - 1)) > now then\n"
     "    redis.call('HSET', KEYS[1], owner, 1)\n"
     "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "    local fence = 0\n"
@@ -426,6 +456,12 @@ static struct lease *lease_find(struct redis_session *s, const char *key)
 
 /* ---- acquire / release ---------------------------------------------------- */
 
+static void ctx_timeout(redisContext *c, int64_t ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    redisSetTimeout(c, tv);
+}
+
 /* Blocks on the session's grant list of key for at most wait_us. Returns 1
  * with *fence set when the lock was handed over, 0 when timed out or the
  * connection failed (the next attempt tells which mattered). */
@@ -443,23 +479,39 @@ static int wait_grant(struct redis_session *s, const char *grant_key, int64_t wa
         return 0;
     /* The socket gives up shortly after Redis should have: the BLPOP can be
      * longer than the connection's own timeout, and Redis may be late. */
-    int64_t sock_ms = ms + BLPOP_SLACK_MS;
-    struct timeval tv = {.tv_sec = sock_ms / 1000, .tv_usec = (sock_ms % 1000) * 1000};
-    redisSetTimeout(c, tv);
+    ctx_timeout(c, ms + BLPOP_SLACK_MS);
     const char *argv[] = {"BLPOP", grant_key, timeout};
     redisReply *r = rconn_command_argv(s->data, 3, argv, NULL);
     if (!r)
         return 0; /* the context is gone; the next call reconnects */
-    int normal = rconn_timeout_ms(s->data);
-    tv.tv_sec = normal / 1000;
-    tv.tv_usec = (normal % 1000) * 1000;
-    redisSetTimeout(c, tv);
+    ctx_timeout(c, rconn_timeout_ms(s->data));
     int handed = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                  r->element[1]->type == REDIS_REPLY_STRING;
     if (handed)
         *fence = atoll(r->element[1]->str);
     freeReplyObject(r);
     return handed;
+}
+
+/* After an attempt that failed with an error: takes the session's entry off
+ * the queue (on a new connection when the old one broke), so that no release
+ * hands the lock to a waiter that is gone. Best effort, in a short time: if it
+ * fails too, a release of this session's own still skips the entry (see the
+ * release script), and another's hands the lock to it at most until the
+ * entry's deadline, the grant waiting in the session's list. */
+static void leave_queue(struct redis_session *s, const char *qkey, const char *entry)
+{
+    redisContext *c = rconn_ctx(s->data);
+    if (!c)
+        return;
+    int normal = rconn_timeout_ms(s->data);
+    ctx_timeout(c, normal < LEAVE_TIMEOUT_MS ? normal : LEAVE_TIMEOUT_MS);
+    const char *argv[] = {"LREM", qkey, "1", entry};
+    redisReply *r = rconn_command_argv(s->data, 4, argv, NULL);
+    if (!r)
+        return; /* the context is gone; the next call reconnects */
+    ctx_timeout(c, normal);
+    freeReplyObject(r);
 }
 
 /* Records a grant of key that s got at start (monotonic). */
@@ -560,7 +612,9 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
                 freeReplyObject(r);
             if (cmd_reply)
                 freeReplyObject(cmd_reply);
-            return LOCK_ERROR; /* a queue entry left behind dies with its deadline */
+            if (entry[0]) /* queued by an earlier attempt of this call */
+                leave_queue(s, qkey, entry);
+            return LOCK_ERROR;
         }
         long long kind = r->element[0]->integer, value = r->element[1]->integer;
         snprintf(entry, sizeof(entry), "%s", r->element[2]->str);

@@ -1,6 +1,7 @@
 /* test_lock_redis: what the redis mode adds over a plain SET NX lease —
- * reentrancy, the watchdog, waking waiters on release, and its cost in Redis
- * commands under contention — against a real redis-server. */
+ * reentrancy, the watchdog, waking waiters on release, a wait queue that
+ * hands the lock to no waiter that is gone, and its cost in Redis commands
+ * under contention — against a real redis-server. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -141,6 +142,99 @@ static int two_blocked(void *arg)
 {
     (void)arg;
     return blocked_is(2);
+}
+
+/* The id of a client blocked in cmd (a blocking command, or one that CLIENT
+ * PAUSE holds back); 0 when there is none. */
+static long long blocked_client(const char *cmd)
+{
+    redisReply *r = rconn_command(admin, "CLIENT LIST TYPE normal");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    char want[64];
+    snprintf(want, sizeof(want), " cmd=%s ", cmd);
+    long long id = 0;
+    for (char *line = r->str; line && *line && !id;) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        const char *flags = strstr(line, " flags=");
+        if (strncmp(line, "id=", 3) == 0 && strstr(line, want) && flags) {
+            size_t n = strcspn(flags + 7, " ");
+            if (memchr(flags + 7, 'b', n))
+                id = atoll(line + 3);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    freeReplyObject(r);
+    return id;
+}
+
+static int acquire_held_back(void *arg)
+{
+    (void)arg;
+    return blocked_client("evalsha") != 0;
+}
+
+static void admin_ok(redisReply *r)
+{
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("redis: %s", r->str);
+    freeReplyObject(r);
+}
+
+/* Kills client id and ends a CLIENT PAUSE in one transaction: the killed
+ * client's command never runs, and whatever it sends next is not held back. */
+static void kill_and_unpause(long long id)
+{
+    assert_true(id > 0);
+    admin_ok(rconn_command(admin, "MULTI"));
+    admin_ok(rconn_command(admin, "CLIENT KILL ID %lld", id));
+    admin_ok(rconn_command(admin, "CLIENT UNPAUSE"));
+    admin_ok(rconn_command(admin, "EXEC"));
+}
+
+/* Redis's clock in ms, as the lock scripts read it. */
+static long long redis_now_ms(void)
+{
+    redisReply *r = rconn_command(admin, "TIME");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+    freeReplyObject(r);
+    return ms;
+}
+
+static long long key_integer(const char *fmt, const char *key)
+{
+    redisReply *r = rconn_command(admin, fmt, key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Queues a stale entry of owner on key's wait queue, waiting until
+ * deadline_ms (Redis clock), as an acquire of owner's session leaves one when
+ * its attempt and its clean-up both failed. */
+static void queue_stale_entry(const char *key, const char *owner, long long deadline_ms)
+{
+    admin_ok(rconn_command(admin, "RPUSH %s:queue %lld:%s", key, deadline_ms, owner));
+}
+
+/* The next buyer of key must get it at once (the lease is far longer). */
+static void next_buyer_gets_in(struct lock_session *b, const char *key, int ttl)
+{
+    struct lock_grant g;
+    int64_t t0 = lock_now_us();
+    lock_status st = lock_acquire(b, key, 1000, &g);
+    long long took_ms = (lock_now_us() - t0) / 1000;
+    if (st != LOCK_ACQUIRED || took_ms > 100)
+        fail_msg("the next buyer: %s after %lld ms (lease %d ms)",
+                 st == LOCK_ACQUIRED ? "acquired" : "not acquired", took_ms, ttl);
+    assert_int_equal(lock_release(b, key, &g), LOCK_RELEASED);
 }
 
 /* ---- reentrancy ------------------------------------------------------------ */
@@ -536,6 +630,179 @@ static void test_crashed_holder(void **state)
     lock_free(l);
 }
 
+/* ---- wait-queue hygiene ------------------------------------------------------ */
+
+struct queued_acquire {
+    struct lock_session *session;
+    const char *key;
+    int wait_ms;
+    lock_status status;
+};
+
+static void *queued_acquire_main(void *arg)
+{
+    struct queued_acquire *q = arg;
+    struct lock_grant g;
+    q->status = lock_acquire(q->session, q->key, q->wait_ms, &g);
+    return NULL;
+}
+
+/* A waiter whose retry fails with a connection error leaves no queue entry
+ * behind. Otherwise a release hands the lock to that stale entry: when the
+ * same session later takes the lock through the free path, its own release
+ * does, and the next buyer is refused busy for a whole lease. */
+static void test_failed_retry_leaves_the_queue(void **state)
+{
+    (void)state;
+    const char *key = "t:failedretry";
+    key_reset(key);
+    const int ttl = 10000;
+    struct lock *l = lock_make("redis", ttl, 0);
+    struct rconn *rs = conn_new(), *rb = conn_new();
+    struct lock_session *s = lock_session_new(l, rs), *b = lock_session_new(l, rb);
+    /* Held by an instance elsewhere. */
+    admin_ok(rconn_command(admin, "HSET %s elsewhere 1", key));
+    admin_ok(rconn_command(admin, "PEXPIRE %s %d", key, ttl));
+    struct queued_acquire q = {.session = s, .key = key, .wait_ms = 8000};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, queued_acquire_main, &q), 0);
+    assert_true(test_wait_for(one_blocked, NULL, 2000)); /* queued, in BLPOP */
+    /* Its connection breaks while it waits; its retry (held back by a pause)
+     * loses its connection too, on the way. */
+    admin_ok(rconn_command(admin, "CLIENT PAUSE 5000 WRITE"));
+    admin_ok(rconn_command(admin, "CLIENT KILL ID %lld", blocked_client("blpop")));
+    assert_true(test_wait_for(acquire_held_back, NULL, 2000));
+    kill_and_unpause(blocked_client("evalsha"));
+    pthread_join(t, NULL);
+    assert_int_equal(q.status, LOCK_ERROR);
+    /* It left the queue: no release, by anyone, hands the lock to it. */
+    long long left = key_integer("LLEN %s:queue", key);
+    if (left != 0)
+        fail_msg("the failed acquire left %lld entries in the queue", left);
+    /* The holder's lease runs out (here: deleted); the same session takes the
+     * free lock, then releases it. */
+    admin_cmd("DEL %s", key);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(s, key, 0, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
+    next_buyer_gets_in(b, key, ttl);
+    lock_session_free(s);
+    lock_session_free(b);
+    rconn_free(rs);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* Second line of defence: an entry of the session's own that its clean-up
+ * could not remove (Redis was unreachable for that too) is never handed the
+ * lock by that session's own release. */
+static void test_release_skips_own_entry(void **state)
+{
+    (void)state;
+    const char *key = "t:ownentry";
+    key_reset(key);
+    const int ttl = 10000;
+    struct lock *l = lock_make("redis", ttl, 0);
+    struct rconn *rs = conn_new(), *rb = conn_new();
+    struct lock_session *s = lock_session_new(l, rs), *b = lock_session_new(l, rb);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(s, key, 0, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
+    queue_stale_entry(key, g.token, redis_now_ms() + 8000);
+    assert_int_equal(lock_acquire(s, key, 0, &g), LOCK_ACQUIRED); /* the free path */
+    assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
+    next_buyer_gets_in(b, key, ttl);
+    assert_int_equal(key_integer("LLEN %s:queue", key), 0); /* dropped, too */
+    lock_session_free(s);
+    lock_session_free(b);
+    rconn_free(rs);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* A grant handed over while its waiter was not blocked on it waits in the
+ * waiter's grant list; picked up later, it starts a full lease there, as the
+ * new holder (its validity, its watchdog's first renewal at ttl/3) assumes:
+ * nobody else gets in while it holds the lock. */
+static void test_grant_picked_up_later_gets_a_full_lease(void **state)
+{
+    (void)state;
+    const char *key = "t:pickup";
+    key_reset(key);
+    const int ttl = 1000;
+    struct lock *l = lock_make("redis", ttl, 20000);
+    struct rconn *rh = conn_new(), *rs = conn_new(), *rb = conn_new();
+    struct lock_session *h = lock_session_new(l, rh), *s = lock_session_new(l, rs),
+                        *b = lock_session_new(l, rb);
+    struct lock_grant gh, gs, gb;
+    assert_int_equal(lock_acquire(s, key, 0, &gs), LOCK_ACQUIRED); /* S's owner token */
+    assert_int_equal(lock_release(s, key, &gs), LOCK_RELEASED);
+    assert_int_equal(lock_acquire(h, key, 0, &gh), LOCK_ACQUIRED);
+    queue_stale_entry(key, gs.token, redis_now_ms() + 60000);
+    assert_int_equal(lock_release(h, key, &gh), LOCK_RELEASED); /* handed to S */
+    sleep_us(800 * 1000); /* the grant waits; its lease runs */
+    assert_int_equal(lock_acquire(s, key, 0, &gs), LOCK_ACQUIRED);
+    assert_true(gs.fence > gh.fence);
+    long long left = key_integer("PTTL %s", key);
+    if (left < ttl - 100)
+        fail_msg("lease left after the pick-up: %lld ms of %d", left, ttl);
+    sleep_us(400 * 1000); /* past the end of the lease as handed over */
+    assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_BUSY);
+    struct lock_stats st;
+    lock_stats(l, &st);
+    assert_int_equal(st.leases_lost, 0);
+    assert_true(lock_valid_until_us(s, &gs) > lock_now_us());
+    assert_int_equal(lock_release(s, key, &gs), LOCK_RELEASED);
+    lock_session_free(h);
+    lock_session_free(s);
+    lock_session_free(b);
+    rconn_free(rh);
+    rconn_free(rs);
+    rconn_free(rb);
+    lock_free(l);
+}
+
+/* The wait queue lives as long as its longest waiter needs it: a newer waiter
+ * with a shorter wait does not cut its expiry short under an older one, which
+ * is still woken by the release. */
+static void test_queue_expiry_only_extended(void **state)
+{
+    (void)state;
+    const char *key = "t:queuettl";
+    key_reset(key);
+    const int ttl = 1000, short_wait = 50;
+    struct lock *l = lock_make("redis", ttl, 20000);
+    struct rconn *ra = conn_new();
+    struct lock_session *a = lock_session_new(l, ra);
+    struct lock_grant ga;
+    /* A holds it as long as the test wants: its watchdog renews. */
+    assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
+    struct waiter older, newer;
+    waiter_start(&older, l, key, 5000);
+    assert_true(test_wait_for(one_blocked, NULL, 2000));
+    waiter_start(&newer, l, key, short_wait);
+    assert_true(test_wait_for(has_acquired, &newer, 2000));
+    assert_int_equal(newer.status, LOCK_BUSY);
+    sleep_us((short_wait + ttl + 200) * 1000); /* past the newer waiter's expiry */
+    long long queued = key_integer("LLEN %s:queue", key);
+    int64_t released_at = lock_now_us();
+    assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
+    int woken = test_wait_for(has_acquired, &older, 3000);
+    waiter_join(&older);
+    waiter_join(&newer);
+    lock_session_free(a);
+    rconn_free(ra);
+    lock_free(l);
+    if (queued != 1) /* the older waiter's entry */
+        fail_msg("%lld entries queued after the newer waiter's expiry, not 1", queued);
+    assert_true(woken);
+    assert_int_equal(older.status, LOCK_ACQUIRED);
+    int64_t latency_us = older.acquired_at_us - released_at;
+    if (latency_us > 50000)
+        fail_msg("the older waiter got in %lld us after the release",
+                 (long long)latency_us);
+}
+
 /* ---- cost under contention ------------------------------------------------- */
 
 struct bench {
@@ -630,6 +897,10 @@ int main(void)
         cmocka_unit_test(test_release_wakes_one),
         cmocka_unit_test(test_pipelined_commands_stay_inside_the_lock),
         cmocka_unit_test(test_crashed_holder),
+        cmocka_unit_test(test_failed_retry_leaves_the_queue),
+        cmocka_unit_test(test_release_skips_own_entry),
+        cmocka_unit_test(test_grant_picked_up_later_gets_a_full_lease),
+        cmocka_unit_test(test_queue_expiry_only_extended),
         cmocka_unit_test(test_commands_per_acquisition),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
