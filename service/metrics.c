@@ -258,14 +258,22 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
     const struct {
         const char *outcome;
         uint64_t v;
-    } outcomes[] = {{"placed", is.placed},     {"replayed", is.replayed},
-                    {"sold_out", is.sold_out}, {"limit_reached", is.limit},
-                    {"busy", is.busy},         {"unavailable", is.unavailable}};
+    } outcomes[] = {{"placed", is.placed},
+                    {"replayed", is.replayed},
+                    {"sold_out", is.sold_out},
+                    {"limit_reached", is.limit},
+                    {"busy", is.busy},
+                    {"unavailable", is.unavailable},
+                    {"outcome_unknown", is.outcome_unknown},
+                    {"idempotency_mismatch", is.idem_mismatch}};
     for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
         fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", outcomes[i].outcome,
                 (unsigned long long)outcomes[i].v);
     counter(f, "seckill_orders_spilled_total",
             "Orders served by a segment other than home.", is.spilled);
+    counter(f, "seckill_order_id_collisions_total",
+            "Order ids found issued before at commit; the order drew a fresh one.",
+            is.id_collisions);
     counter(f, "seckill_fenced_commits_refused_total",
             "Commits refused because the lock was granted to someone else since.",
             is.fenced_off);
