@@ -61,6 +61,12 @@ redisReply *rconn_reply(struct rconn *rc);
  * connection that died while idle. Call once at the start of an operation. */
 void rconn_check(struct rconn *rc);
 
+/* How many times, in this process, an rconn connected after an earlier
+ * attempt of its own (its connection was dropped, or a connect failed): a
+ * number that grows whenever some Redis is reachable again. Any thread; it
+ * costs one atomic load. */
+unsigned long rconn_reconnects(void);
+
 /* Marks the connection broken so that the next call reconnects. */
 void rconn_drop(struct rconn *rc, const char *why);
 const char *rconn_errstr(const struct rconn *rc);
