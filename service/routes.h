@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "durability.h"
 #include "inventory.h"
 #include "lock.h"
 
@@ -22,6 +23,7 @@ struct svc_app {
     struct inv *inv;
     struct lock *lock; /* NULL in atomic mode */
     struct orderid_lease *lease;
+    struct svc_durability *durability; /* NULL: not watched (gauge 0) */
     int worker_id;
     _Atomic int draining;
     _Atomic int inflight;
