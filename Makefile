@@ -104,7 +104,8 @@ demo: deps
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/log.c $(wildcard lock/*.c inventory/*.c)
+FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c \
+	service/log.c $(wildcard lock/*.c inventory/*.c)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@

@@ -14,9 +14,18 @@ struct rconn {
     char *password;
     int timeout_ms;
     redisContext *ctx;
+    unsigned long attempts; /* connects tried */
     char err[128];
     uint64_t unanswered; /* times a live connection failed with answers owed */
 };
+
+/* Connects that succeeded after an earlier attempt of the same rconn. */
+static _Atomic unsigned long reconnects;
+
+unsigned long rconn_reconnects(void)
+{
+    return atomic_load_explicit(&reconnects, memory_order_relaxed);
+}
 
 int rconn_addr_parse(const char *text, struct rconn_addr *addr)
 {
@@ -108,6 +117,7 @@ redisContext *rconn_ctx(struct rconn *rc)
         return rc->ctx;
     if (rc->ctx)
         rconn_drop(rc, rc->ctx->errstr);
+    rc->attempts++;
     redisContext *c =
         redisConnectWithTimeout(rc->host, rc->port, ms_to_tv(rc->timeout_ms));
     if (!c) {
@@ -136,6 +146,8 @@ redisContext *rconn_ctx(struct rconn *rc)
     }
     rc->err[0] = '\0';
     rc->ctx = c;
+    if (rc->attempts > 1)
+        atomic_fetch_add_explicit(&reconnects, 1, memory_order_relaxed);
     return c;
 }
 

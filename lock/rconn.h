@@ -69,6 +69,12 @@ void rconn_check(struct rconn *rc);
  * sent" from "outcome unknown". */
 uint64_t rconn_unanswered(const struct rconn *rc);
 
+/* How many times, in this process, an rconn connected after an earlier
+ * attempt of its own (its connection was dropped, or a connect failed): a
+ * number that grows whenever some Redis is reachable again. Any thread; it
+ * costs one atomic load. */
+unsigned long rconn_reconnects(void);
+
 /* Marks the connection broken so that the next call reconnects. */
 void rconn_drop(struct rconn *rc, const char *why);
 const char *rconn_errstr(const struct rconn *rc);

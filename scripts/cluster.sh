@@ -15,6 +15,8 @@
 # it is interrupted) it stops what it had started. `down` stops exactly the processes
 # recorded in D's pid files, also after the caller crashed; --rm then deletes D.
 #
+# --fsync is the data Redis's AOF policy: always (the default) is the only durable one;
+# everysec and no (no AOF at all) lose acknowledged orders in a crash, and up warns.
 # The server binary: $SECKILL_BIN, else $SECKILL_BUILD/seckill, else build/seckill.
 # --lock redlock without --lock-nodes starts 3 lock nodes.
 set -euo pipefail
@@ -286,6 +288,15 @@ cmd_up() {
     [[ $instances =~ ^[1-9][0-9]*$ ]] || die "--instances must be a positive number"
     [[ $lb == nginx || $lb == haproxy || $lb == none ]] || die "--lb must be nginx, haproxy or none"
     [[ $fsync == always || $fsync == everysec || $fsync == no ]] || die "--fsync: always|everysec|no"
+    # Not durable: said even with --quiet. The instances say it too (seckill_redis_durable 0).
+    case $fsync in
+    everysec) log "warning: --fsync everysec is not durable: the data Redis fsyncs its AOF" \
+        "once a second, so orders acknowledged in the last second before a crash of Redis" \
+        "or its machine can be lost (use --fsync always, the default, to keep them)" ;;
+    no) log "warning: --fsync no is not durable: the data Redis runs without AOF (and" \
+        "without snapshots), so every acknowledged order is lost when it crashes or restarts" \
+        "(use --fsync always, the default, to keep them)" ;;
+    esac
     if [[ -z $lock_nodes && $lock == redlock ]]; then lock_nodes=3; fi
     [[ -z $lock_nodes || $lock_nodes =~ ^[0-9]+$ ]] || die "--lock-nodes takes a count"
     for p in redis-server redis-cli curl; do

@@ -1,10 +1,14 @@
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "lock.h"
@@ -144,7 +148,8 @@ static int opt_log_level(struct svc_config *cfg, const char *value, char *err,
 }
 
 static const struct option_spec options[] = {
-    {"listen", "HOST:PORT", "127.0.0.1:8080", "HTTP address", opt_listen},
+    {"listen", "HOST:PORT", "127.0.0.1:8080",
+     "HTTP address; a non-loopback one needs --admin-token", opt_listen},
     {"redis", "HOST:PORT", "127.0.0.1:6379", "Redis holding stock, orders and locks",
      opt_redis},
     {"redis-password", "PW", "none", "Redis AUTH password", opt_password},
@@ -160,7 +165,9 @@ static const struct option_spec options[] = {
     {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
      opt_instance},
     {"threads", "N", "8 per core, 4..64", "HTTP worker threads", opt_threads},
-    {"admin-token", "T", "none", "admin routes need Authorization: Bearer T", opt_token},
+    {"admin-token", "T", "none",
+     "admin routes need Authorization: Bearer T; required unless --listen is loopback",
+     opt_token},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
@@ -198,6 +205,50 @@ static int apply(struct svc_config *cfg, const struct option_spec *o, const char
         return 0;
     snprintf(err, errlen, "%s: invalid value '%s': %s", origin, value, why);
     return -1;
+}
+
+static int sockaddr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return 1;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127; /* ::ffff:127.x */
+    }
+    return 0;
+}
+
+/* 1 when host is a loopback address (127.0.0.0/8, ::1, "localhost") or a name
+ * whose every address is one; 0 for anything else: the wildcard 0.0.0.0 and ::,
+ * any other address, and a name that does not resolve (why says which). */
+static int host_is_loopback(const char *host, char *why, size_t whylen)
+{
+    char bare[256];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') /* [::1] */
+        snprintf(bare, sizeof(bare), "%.*s", (int)(n - 2), host + 1);
+    else
+        snprintf(bare, sizeof(bare), "%s", host);
+    if (strcasecmp(bare, "localhost") == 0)
+        return 1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(bare, NULL, &hints, &res);
+    if (rc != 0) {
+        snprintf(why, whylen, "'%s' does not resolve (%s)", bare, gai_strerror(rc));
+        return 0;
+    }
+    int all = res != NULL;
+    for (const struct addrinfo *ai = res; ai && all; ai = ai->ai_next)
+        all = sockaddr_is_loopback(ai->ai_addr);
+    freeaddrinfo(res);
+    if (!all)
+        snprintf(why, whylen, "'%s' is not a loopback address", bare);
+    return all;
 }
 
 static int default_threads(void)
@@ -262,6 +313,20 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
         snprintf(origin, sizeof(origin), "--%s", o->name);
         if (apply(cfg, o, value, origin, err, errlen) != 0)
             return CONFIG_ERROR;
+    }
+    /* Without a token the admin routes (reset a SKU: wipe its orders, restock)
+     * are open to whoever reaches the port: only loopback may go without one,
+     * in the spirit of Redis's protected mode. Checked before the other
+     * cross-flag rules (tests/it_auth.sh relies on that order). */
+    char why[300];
+    if (!cfg->admin_token[0] && !host_is_loopback(cfg->listen.host, why, sizeof(why))) {
+        snprintf(err, errlen,
+                 "--listen %s:%d: %s, and no --admin-token (or SECKILL_ADMIN_TOKEN) is "
+                 "set: anyone reaching the port could reset SKUs through the admin "
+                 "routes. Set an admin token, or listen on a loopback address "
+                 "(127.0.0.1, ::1, localhost)",
+                 cfg->listen.host, cfg->listen.port, why);
+        return CONFIG_ERROR;
     }
     if (cfg->nlock_nodes == 0) {
         cfg->lock_nodes[0] = cfg->redis;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "durability.h"
 #include "inventory.h"
 #include "lock.h"
 #include "log.h"
@@ -107,12 +108,20 @@ int main(int argc, char **argv)
         .lease = lease,
     };
     struct inv *inv = inv_new(&ic);
-    struct svc_app app = {
-        .cfg = &cfg, .inv = inv, .lock = lock, .lease = lease, .ids = &ids};
+    /* Redis answered the lease: its persistence settings can be read now. */
+    struct svc_durability *durability =
+        svc_durability_start(cfg.redis.host, cfg.redis.port, cfg.redis_password);
+    struct svc_app app = {.cfg = &cfg,
+                          .inv = inv,
+                          .lock = lock,
+                          .lease = lease,
+                          .durability = durability,
+                          .ids = &ids};
 
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
     if (!srv) {
         log_event(LOG_ERROR, "startup_failed", "reason=\"%s\"", err);
+        svc_durability_stop(durability);
         orderid_lease_stop(lease);
         inv_free(inv);
         lock_free(lock);
@@ -129,6 +138,7 @@ int main(int argc, char **argv)
         sigsuspend(&old_set);
 
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
+    svc_durability_stop(durability);
     orderid_lease_stop(lease);
     inv_free(inv);
     lock_free(lock);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "durability.h"
 #include "routes.h"
 
 /* ---- SKUs seen: the stock gauges' subjects ------------------------------
@@ -319,6 +320,12 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
             "# HELP seckill_draining 1 while the instance drains for shutdown.\n"
             "# TYPE seckill_draining gauge\nseckill_draining %d\n",
             atomic_load(&app->draining));
+    fprintf(f,
+            "# HELP seckill_redis_durable 1 when an acknowledged order survives a crash "
+            "of the data Redis (AOF with appendfsync always), else 0, also when its "
+            "settings could not be read.\n"
+            "# TYPE seckill_redis_durable gauge\nseckill_redis_durable %d\n",
+            svc_durability_durable(app->durability));
     sku_gauges(f, inv);
     fclose(f);
     return buf;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "durability.h"
 #include "inventory.h"
 #include "lock.h"
 
@@ -22,7 +23,8 @@ struct svc_app {
     struct inv *inv;
     struct lock *lock; /* NULL in atomic mode */
     struct orderid_lease *lease;
-    struct orderid_gen *ids; /* its worker id is this instance's id */
+    struct orderid_gen *ids;           /* its worker id is this instance's id */
+    struct svc_durability *durability; /* NULL: not watched (gauge 0) */
     _Atomic int draining;
     _Atomic int inflight;
 };
