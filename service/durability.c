@@ -50,12 +50,10 @@ static const char *loss_detail(const char *appendonly, const char *appendfsync)
 {
     if (strcmp(appendonly, "yes") != 0)
         return "without AOF, orders acknowledged since the last RDB snapshot (all of "
-               "them "
-               "when there is none) can be lost if Redis crashes";
+               "them when there is none) can be lost if Redis crashes";
     if (strcmp(appendfsync, "everysec") == 0)
         return "orders acknowledged since the last fsync of the AOF (up to about a "
-               "second "
-               "of them) can be lost if Redis or its machine crashes";
+               "second of them) can be lost if Redis or its machine crashes";
     return "orders acknowledged since the operating system last flushed the AOF can be "
            "lost if Redis or its machine crashes";
 }

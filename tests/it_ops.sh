@@ -61,6 +61,21 @@ expect "... and placed one order" "1" "$(sold)"
 later=$(order "$B" same-user retry-key)
 expect "a later retry through the other instance returns the same order" "$(cat "$dir/idem.1")" "$later"
 
+# --- one key sent at once through both instances by two users: one order, the
+# winner's user gets it, the other user gets 422 and nothing
+clients=()
+for i in 1 2 3 4 5 6; do
+    if ((i % 2)); then url=$A user=kim; else url=$B user=lee; fi
+    order "$url" "$user" shared-key >"$dir/shared.$i" &
+    clients+=($!)
+done
+wait "${clients[@]}"
+placed=$(cat "$dir"/shared.* | awk '$1 == 201 { print $2 }' | sort -u)
+expect "one key, two users, two instances: one order id among the 201s" "1" "$(wc -l <<<"$placed")"
+expect "... three 201s (one user's) and three 422s (the other's)" "3 3" \
+    "$(cat "$dir"/shared.* | awk '{ n[$1]++ } END { print n[201] + 0, n[422] + 0 }')"
+expect "... placed one order in all" "2" "$(sold)"
+
 # --- idle and half-sent connections do not starve a real order
 for ((i = 0; i < 150; i++)); do
     exec {fd}<>"/dev/tcp/127.0.0.1/$aport" && held_fds+=("$fd")
