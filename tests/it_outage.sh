@@ -11,7 +11,9 @@
 #     server has sold exactly one unit per key (none placed twice, none lost), and
 #     sold >= the 201s the clients saw before the retry; the audit is consistent;
 #   - the outage is answered, fast: 503 unavailable (or busy) only, never a hang,
-#     every answer within the 1 s Redis timeout plus margin;
+#     every answer within the 1 s Redis timeout plus margin; a commit in flight at
+#     the crash answers 503 outcome_unknown with its order_id, and that id tells the
+#     truth: the order exists exactly when the retry with its key returns that id;
 #   - the instance recovers by itself (same process: /readyz 200, new orders 201),
 #     and no segment lock stays held beyond its lease once the load has stopped;
 #   - a lock held at the crash is not kept alive afterwards: a second instance
@@ -162,8 +164,10 @@ expect "... at once, not a lease later (< 1 s)" "1" "$(((t_free - t_stop) / 1000
 total=$(wc -l <"$dir/all")
 acked=$(awk '$3 == 201' "$dir/all" | wc -l)
 echo "requests: $total, 201: $acked ($before_kill before the crash), others: $(awk '$3 != 201 { print $3, $7 }' "$dir/all" | sort | uniq -c | tr '\n' ',')"
-expect "every answer is 201 or 503 unavailable/busy (no other status, no hang)" "" \
-    "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy")))' "$dir/all" | head -3)"
+expect "every answer is 201 or 503 unavailable/busy/outcome_unknown (no other status, no hang)" "" \
+    "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy" || $7 == "outcome_unknown")))' "$dir/all" | head -3)"
+unknown=$(awk '$3 == 503 && $7 == "outcome_unknown"' "$dir/all")
+expect "every outcome_unknown names its order_id" "" "$(awk '$6 !~ /^[0-9]+$/' <<<"$unknown" | head -3)"
 down=$(awk -v a="$t_kill" -v b="$t_restart" '$1 > a + 50000 && $2 < b' "$dir/all")
 expect "answers while Redis was down: some" "yes" "$([[ -n $down ]] && echo yes || echo no)"
 expect "answers while Redis was down: all 503 unavailable" "" \
@@ -198,6 +202,16 @@ paste -d' ' <(awk '{ print $3, $6 }' "$dir/all") \
     >"$dir/pairs"
 expect "a retry of a 201 returns the same order" "$acked" \
     "$(awk '$1 == 201 && $2 == $3' "$dir/pairs" | wc -l)"
+# An outcome_unknown's order exists (GET 200) exactly when the retry returned its id.
+untrue=0
+while read -r _ id retried_id; do
+    code=$(http_code "$base/orders/$id" 5)
+    if [[ $retried_id == "$id" && $code != 200 ]] || [[ $retried_id != "$id" && $code != 404 ]]; then
+        untrue=$((untrue + 1))
+    fi
+done < <(awk '$1 == 503 && $2 ~ /^[0-9]+$/' "$dir/pairs")
+echo "outcome_unknown answers: $(grep -c . <<<"$unknown"), of them placed: $(awk '$1 == 503 && $2 ~ /^[0-9]+$/ && $2 == $3' "$dir/pairs" | wc -l)"
+expect "each outcome_unknown's order_id tells what happened (exists iff the retry returned it)" "0" "$untrue"
 lost=$(awk '$1 != 201' "$dir/pairs" | wc -l)
 sold=$(curl -s "$base/skus/crash" | jq -r .sold)
 echo "answers lost or refused: $lost; the server sold $sold for $total keys"
