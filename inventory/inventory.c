@@ -66,9 +66,9 @@ static struct rscript commit_script = RSCRIPT_INIT(
  * commit's first seven. ARGV[1] home segment, [2] qty, [3] user id, [4] order
  * id, [5] sku, [6] Idempotency-Key or ''. ARGV[1] is the user's routing
  * number (seg_route); the home segment is it modulo the segment count.
- * Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit, {-5} sold
- * out, {-6} unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used
- * for another user or qty, {-9} order:<id> exists already. */
+ * Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit, {-5,
+ * per-user limit} sold out, {-6} unknown SKU, {-7} qty above the limit, {-8}
+ * Idempotency-Key used for another user or qty, {-9} order:<id> exists already. */
 static struct rscript atomic_script = RSCRIPT_INIT(
     "inv_atomic", IDEM_LUA
     "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit')\n"
@@ -101,7 +101,7 @@ static struct rscript atomic_script = RSCRIPT_INIT(
     "    return {1, tonumber(seg), home}\n"
     "  end\n"
     "end\n"
-    "return {-5}\n");
+    "return {-5, limit}\n");
 
 /* What an order of the lock-guarded modes learns before taking any lock, in
  * one round trip. KEYS[1] meta, [2] stock, [3] buyers, [4] idem. ARGV[1] the
@@ -135,8 +135,11 @@ static struct rscript peek_script = RSCRIPT_INIT(
 
 /* Create or reset. KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers,
  * [6] orders, [7] idem. ARGV[1] initial stock, [2] segments k, [3] per-user
- * limit, [4 .. 3+k] stock of each segment. Deletes the SKU's order records,
- * bumps the epoch (in-flight commits of the old epoch are refused).
+ * limit, [4 .. 3+k] stock of each segment, [4+k] the reset channel
+ * (SOLDOUT_CHANNEL), [5+k] the SKU. Deletes the SKU's order records, bumps
+ * the epoch (in-flight commits of the old epoch are refused) and publishes
+ * the SKU on the channel in the same step, so that no instance keeps
+ * answering sold out from memory.
  * Returns 1 when the SKU was new, 0 when it was reset. */
 static struct rscript reset_script = RSCRIPT_INIT(
     "inv_reset",
@@ -156,12 +159,13 @@ static struct rscript reset_script = RSCRIPT_INIT(
     "redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],\n"
     "           'sold', 0, 'orders', 0)\n"
     "redis.call('HINCRBY', KEYS[1], 'epoch', 1)\n"
+    "redis.call('PUBLISH', ARGV[4 + k], ARGV[5 + k])\n"
     "return existed == 1 and 0 or 1\n");
 
 struct inv_counters {
     _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
         epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
-        id_collisions;
+        id_collisions, sold_out_local;
 };
 
 struct inv {
@@ -239,6 +243,7 @@ void inv_stats(const struct inv *inv, struct inv_stats *out)
     out->outcome_unknown = atomic_load(&c->outcome_unknown);
     out->idem_mismatch = atomic_load(&c->idem_mismatch);
     out->id_collisions = atomic_load(&c->id_collisions);
+    out->sold_out_local = atomic_load(&c->sold_out_local);
 }
 
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)
@@ -342,6 +347,34 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
 
 /* ---- placing an order --------------------------------------------------- */
 
+/* The sold-out memory of the instance, when it keeps one. */
+static uint64_t soldout_generation_of(struct inv_session *s)
+{
+    return s->inv->cfg.soldout ? soldout_generation(s->inv->cfg.soldout) : 0;
+}
+
+static void soldout_note_of(struct inv_session *s, const char *sku, int limit,
+                            uint64_t generation)
+{
+    if (s->inv->cfg.soldout)
+        soldout_note(s->inv->cfg.soldout, sku, limit, generation);
+}
+
+/* Answers from memory an order for a SKU this instance saw sold out in its
+ * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or INV_OK
+ * when Redis must be asked. A keyed order always asks: its key may name an
+ * order placed before the sell-out, whose replay is the answer. */
+static inv_status soldout_answer(struct inv_session *s, const char *sku, int qty,
+                                 const char *idem_key)
+{
+    int limit;
+    if (!s->inv->cfg.soldout || idem_key ||
+        !soldout_known(s->inv->cfg.soldout, sku, &limit))
+        return INV_OK;
+    count(&s->inv->counters.sold_out_local);
+    return limit > 0 && qty > limit ? INV_BAD_QTY : INV_SOLD_OUT;
+}
+
 /* Draws the order's id: 0, or -1 when none can be issued now (the worker
  * lease is not held, or its high-water mark does not cover another id). */
 static int order_new_id(struct inv_session *s, struct inv_order *order)
@@ -408,6 +441,7 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
                               okey,    k->idem,  home,    qtys,      user_id,
                               idtext,  sku,      idem_key};
         uint64_t lost = rconn_unanswered(s->rc);
+        uint64_t seen = soldout_generation_of(s);
         redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
         if (!r)
             return no_answer(s, lost);
@@ -425,6 +459,10 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
             break;
         case -5:
             st = INV_SOLD_OUT;
+            if (qty == 1) /* no segment holds a unit */
+                soldout_note_of(s, sku,
+                                (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0),
+                                seen);
             break;
         case -6:
             st = INV_NOT_FOUND;
@@ -606,6 +644,7 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
      * next peek no longer lists them, so the rounds end. */
     for (;;) {
         struct order_view v;
+        uint64_t seen = soldout_generation_of(s);
         inv_status st = order_peek(s, k, user_id, qty, idem_key, &v);
         if (st != INV_OK)
             return st;
@@ -617,8 +656,11 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
         }
         if (v.bought + qty > v.limit)
             return INV_LIMIT;
-        if (v.ncand == 0)
+        if (v.ncand == 0) {
+            if (qty == 1) /* no segment holds a unit */
+                soldout_note_of(s, sku, v.limit, seen);
             return INV_SOLD_OUT;
+        }
         for (int c = 0; c < v.ncand; c++) {
             int again = 0;
             st = critical_section(s, k, sku, user_id, qty, idem_key, &v, v.cand[c],
@@ -631,25 +673,32 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
     }
 }
 
+/* Draws the order's id and places it the way the lock mode does. */
+static inv_status place(struct inv_session *s, const char *sku, const char *user_id,
+                        int qty, const char *idem_key, struct inv_order *order)
+{
+    rconn_check(s->rc);
+    if (order_new_id(s, order) != 0)
+        return INV_UNAVAILABLE; /* no id is unique without the worker lease */
+    snprintf(order->sku, sizeof(order->sku), "%s", sku);
+    snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
+    order->qty = qty;
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    const char *idem = idem_key ? idem_key : "";
+    return s->inv->cfg.lock ? place_locked(s, &k, sku, user_id, qty, idem, order)
+                            : place_atomic(s, &k, sku, user_id, qty, idem, order);
+}
+
 inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
                            int qty, const char *idem_key, struct inv_order *order)
 {
     struct inv *inv = s->inv;
-    struct sku_keys k;
-    sku_keys_init(&k, sku);
     memset(order, 0, sizeof(*order));
-    rconn_check(s->rc);
-    inv_status st;
-    if (order_new_id(s, order) != 0) {
-        st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
-    } else {
-        snprintf(order->sku, sizeof(order->sku), "%s", sku);
-        snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
-        order->qty = qty;
-        const char *idem = idem_key ? idem_key : "";
-        st = inv->cfg.lock ? place_locked(s, &k, sku, user_id, qty, idem, order)
-                           : place_atomic(s, &k, sku, user_id, qty, idem, order);
-    }
+    /* Sold out in this epoch, as this instance saw: no id, no Redis. */
+    inv_status st = soldout_answer(s, sku, qty, idem_key);
+    if (st == INV_OK)
+        st = place(s, sku, user_id, qty, idem_key, order);
     struct inv_counters *c = &inv->counters;
     switch (st) {
     case INV_PLACED:
@@ -690,7 +739,7 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
     rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
-    int n = 10 + segments;
+    int n = 12 + segments;
     const char **argv = malloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
     if (!argv || !vals)
@@ -704,12 +753,16 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
         snprintf(vals[3 + i], 24, "%lld", seg_initial(stock, segments, i));
     for (int i = 0; i < segments + 3; i++)
         argv[7 + i] = vals[i];
-    redisReply *r = rconn_eval(s->rc, &reset_script, 7, 3 + segments, argv, NULL);
+    argv[10 + segments] = SOLDOUT_CHANNEL;
+    argv[11 + segments] = sku;
+    redisReply *r = rconn_eval(s->rc, &reset_script, 7, 5 + segments, argv, NULL);
     free(argv);
     free(vals);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_INTEGER)
         st = r->integer == 1 ? INV_CREATED : INV_OK;
+    if (s->inv->cfg.soldout)
+        soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
     if (r)
         freeReplyObject(r);
     return st;

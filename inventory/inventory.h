@@ -32,6 +32,7 @@
 #include "lock.h"
 #include "orderid.h"
 #include "segment.h"
+#include "soldout.h"
 
 #define INV_ID_MAX 64 /* SKU and user ids: 1..64 chars of [A-Za-z0-9_.:-] */
 #define INV_IDEM_MAX 128
@@ -61,6 +62,7 @@ struct inv_config {
     int fencing;       /* fenced commits (needs a fenced lock) */
     struct orderid_gen *ids;
     struct orderid_lease *lease; /* NULL: ids need no lease check */
+    struct soldout *soldout;     /* NULL: every order asks Redis (soldout.h) */
 };
 
 struct inv_order {
@@ -93,7 +95,8 @@ struct inv_audit {
 struct inv_stats {
     uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
         epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
-        id_collisions; /* an order id found issued before: a fresh one was drawn */
+        id_collisions,  /* an order id found issued before: a fresh one was drawn */
+        sold_out_local; /* of sold_out: answered from memory, without Redis */
 };
 
 struct inv;

@@ -189,8 +189,10 @@ static void print_help(void)
     printf("  %-28s this text\n", "--help");
     printf(
         "\nOrder answers: 201 placed; 400 bad_request; 404 not_found; 409 sold_out or\n"
-        "limit_reached; 413 too_large; 422 idempotency_mismatch (the Idempotency-Key was\n"
-        "used for another user_id or qty: nothing placed, nothing revealed); 503 busy or\n"
+        "limit_reached; 413 too_large; 422 idempotency_mismatch (the Idempotency-Key "
+        "was\n"
+        "used for another user_id or qty: nothing placed, nothing revealed); 503 busy "
+        "or\n"
         "unavailable (nothing placed, retry); 503 outcome_unknown with order_id (the\n"
         "commit was sent, its answer lost: GET /orders/{order_id} tells, and a retry\n"
         "with the same Idempotency-Key is safe).\n"

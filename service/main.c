@@ -106,6 +106,7 @@ int main(int argc, char **argv)
         .fencing = cfg.fencing,
         .ids = &ids,
         .lease = lease,
+        .soldout = soldout_new(cfg.redis.host, cfg.redis.port, cfg.redis_password),
     };
     struct inv *inv = inv_new(&ic);
     /* Redis answered the lease: its persistence settings can be read now. */
@@ -124,6 +125,7 @@ int main(int argc, char **argv)
         svc_durability_stop(durability);
         orderid_lease_stop(lease);
         inv_free(inv);
+        soldout_free(ic.soldout);
         lock_free(lock);
         return 1;
     }
@@ -141,6 +143,7 @@ int main(int argc, char **argv)
     svc_durability_stop(durability);
     orderid_lease_stop(lease);
     inv_free(inv);
+    soldout_free(ic.soldout);
     lock_free(lock);
     log_event(LOG_INFO, "exit", "code=0");
     return 0;

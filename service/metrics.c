@@ -182,13 +182,14 @@ json_t *svc_stats_json(struct svc_app *app)
         json_object_set_new(requests, r->name, codes);
     }
     json_t *orders = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed",
         (json_int_t)is.placed, "replayed", (json_int_t)is.replayed, "sold_out",
         (json_int_t)is.sold_out, "limit_reached", (json_int_t)is.limit, "busy",
         (json_int_t)is.busy, "unavailable", (json_int_t)is.unavailable, "outcome_unknown",
         (json_int_t)is.outcome_unknown, "idempotency_mismatch",
         (json_int_t)is.idem_mismatch, "spilled", (json_int_t)is.spilled,
-        "order_id_collisions", (json_int_t)is.id_collisions);
+        "order_id_collisions", (json_int_t)is.id_collisions, "sold_out_from_memory",
+        (json_int_t)is.sold_out_local);
     return json_pack(
         "{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
         orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode, "requests", requests,
@@ -272,6 +273,9 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
                 (unsigned long long)outcomes[i].v);
     counter(f, "seckill_orders_spilled_total",
             "Orders served by a segment other than home.", is.spilled);
+    counter(f, "seckill_orders_sold_out_from_memory_total",
+            "Sold-out answers given without Redis (SKU seen sold out this epoch).",
+            is.sold_out_local);
     counter(f, "seckill_order_id_collisions_total",
             "Order ids found issued before at commit; the order drew a fresh one.",
             is.id_collisions);

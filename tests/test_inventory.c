@@ -25,6 +25,7 @@ struct fixture {
     struct inv *inv;
     struct rconn *rc;
     struct inv_session *s;
+    struct soldout *soldout;
 };
 
 /* The Redis port a fixture connects to: 0 is the test server itself, another
@@ -42,11 +43,14 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
         f->lock = lock_new(mode, &lc, err, sizeof(err));
         assert_non_null(f->lock);
     }
+    /* Every fixture keeps a sold-out memory, as the server does. */
+    f->soldout = soldout_new("127.0.0.1", redis.port, NULL);
     struct inv_config ic = {.lock = f->lock,
                             .wait_ms = 5000,
                             .work_us = work_us,
                             .fencing = fencing,
-                            .ids = gen};
+                            .ids = gen,
+                            .soldout = f->soldout};
     f->inv = inv_new(&ic);
     f->rc = rconn_new("127.0.0.1", fixture_port ? fixture_port : redis.port, NULL, 2000);
     f->s = inv_session_new(f->inv, f->rc);
@@ -63,6 +67,7 @@ static void fixture_close(struct fixture *f)
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
+    soldout_free(f->soldout);
     lock_free(f->lock);
 }
 
@@ -385,6 +390,97 @@ static void test_taken_order_id_is_never_overwritten(void **state)
         assert_int_equal(inv_audit(f.s, "dupid", &a), INV_OK);
         assert_int_equal(a.duplicate_order_ids, 0);
         assert_true(a.consistent);
+        fixture_close(&f);
+    }
+}
+
+static int listening(void *arg)
+{
+    return soldout_listening(arg);
+}
+
+struct moved {
+    struct soldout *so;
+    uint64_t from;
+};
+
+static int generation_moved(void *arg)
+{
+    struct moved *m = arg;
+    uint64_t g = soldout_generation(m->so);
+    return g != 0 && g != m->from;
+}
+
+static long long commands_processed(struct rconn *rc)
+{
+    redisReply *r = rconn_command(rc, "INFO stats");
+    assert_non_null(r);
+    const char *p = strstr(r->str, "total_commands_processed:");
+    assert_non_null(p);
+    long long n = atoll(p + strlen("total_commands_processed:"));
+    freeReplyObject(r);
+    return n;
+}
+
+/* The crowd that keeps clicking after the last unit is answered from memory,
+ * without Redis; a keyed retry still gets its order; a reset made through
+ * another instance is heard at once (pub/sub), and orders are placed again. */
+static void test_sold_out_answered_from_memory_until_a_reset(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        struct fixture f, other;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        fixture_open(&other, modes[m], 0, 1, 3000);
+        assert_true(test_wait_for(listening, f.soldout, 5000));
+        inv_sku_put(f.s, "memo", 2, 2, 1);
+        struct inv_order o;
+        assert_int_equal(inv_order_place(f.s, "memo", "m1", 1, "key-m1", &o), INV_PLACED);
+        uint64_t first = o.id;
+        assert_int_equal(inv_order_place(f.s, "memo", "m2", 1, NULL, &o), INV_PLACED);
+        assert_int_equal(inv_order_place(f.s, "memo", "m3", 1, NULL, &o), INV_SOLD_OUT);
+
+        long long before = commands_processed(f.rc);
+        char user[16];
+        for (int i = 0; i < 20; i++) {
+            snprintf(user, sizeof(user), "late%d", i);
+            assert_int_equal(inv_order_place(f.s, "memo", user, 1, NULL, &o), INV_SOLD_OUT);
+        }
+        assert_int_equal(inv_order_place(f.s, "memo", "late", 2, NULL, &o), INV_BAD_QTY);
+        long long after = commands_processed(f.rc);
+        if (after - before != 1) /* the second INFO itself */
+            fail_msg("%s: 21 sold-out answers cost %lld Redis commands", modes[m],
+                     after - before - 1);
+        struct inv_stats st;
+        inv_stats(f.inv, &st);
+        assert_int_equal(st.sold_out_local, 21);
+        /* a keyed retry asks Redis and gets its first answer */
+        assert_int_equal(inv_order_place(f.s, "memo", "m1", 1, "key-m1", &o),
+                         INV_REPLAYED);
+        assert_true(o.id == first);
+
+        struct moved mv = {f.soldout, soldout_generation(f.soldout)};
+        assert_int_equal(inv_sku_put(other.s, "memo", 3, 2, 1), INV_OK);
+        if (!test_wait_for(generation_moved, &mv, 5000))
+            fail_msg("%s: the reset through another instance was not heard", modes[m]);
+        assert_int_equal(inv_order_place(f.s, "memo", "n1", 1, NULL, &o), INV_PLACED);
+
+        /* the listener's connection is cut: memory is forgotten, Redis is asked */
+        inv_order_place(f.s, "memo", "n2", 1, NULL, &o);
+        inv_order_place(f.s, "memo", "n3", 1, NULL, &o);
+        assert_int_equal(inv_order_place(f.s, "memo", "n4", 1, NULL, &o), INV_SOLD_OUT);
+        inv_stats(f.inv, &st);
+        uint64_t local = st.sold_out_local;
+        mv.from = soldout_generation(f.soldout);
+        redisReply *r = rconn_command(f.rc, "CLIENT KILL TYPE pubsub");
+        assert_non_null(r);
+        freeReplyObject(r);
+        assert_true(test_wait_for(generation_moved, &mv, 5000));
+        assert_int_equal(inv_order_place(f.s, "memo", "n5", 1, NULL, &o), INV_SOLD_OUT);
+        inv_stats(f.inv, &st);
+        assert_int_equal(st.sold_out_local, local); /* that one asked Redis */
+        fixture_close(&other);
         fixture_close(&f);
     }
 }
@@ -751,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_idempotency_key_race),
         cmocka_unit_test(test_lost_commit_answer_is_outcome_unknown),
         cmocka_unit_test(test_taken_order_id_is_never_overwritten),
+        cmocka_unit_test(test_sold_out_answered_from_memory_until_a_reset),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
