@@ -157,6 +157,8 @@ if [[ -z $out ]]; then
     mkdir -p "$out"
     ln -sfn "$(basename "$out")" "$ROOT/results/bench-latest"
 fi
+# An --out used before: its old steps must not join this report.
+rm -rf "$out/steps"
 mkdir -p "$out/steps" "$out/clusters"
 out=$(cd "$out" && pwd)
 
