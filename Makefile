@@ -2,7 +2,7 @@
 #   make            build build/seckill
 #   make test       install what is missing, build, run every test
 #   make demo       install what is missing, build, run the multi-instance proof
-#   make bench      install what is missing, build, the performance report (~2.5 min;
+#   make bench      install what is missing, build, the performance report (~3 min;
 #                   BENCH_QUICK=1: a 1 s-per-step smoke test; BENCH_ARGS: loadtest/bench.sh options)
 #   make SANITIZER=address|undefined|thread test
 #   make valgrind   the server under valgrind through a short workload, no leak allowed
