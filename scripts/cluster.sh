@@ -4,7 +4,7 @@
 #
 #   scripts/cluster.sh up [--dir D] [--instances N] [--lb nginx|haproxy|none]
 #                         [--lock MODE] [--lock-nodes N] [--fsync always|everysec|no]
-#                         [--quiet] [-- extra seckill flags...]
+#                         [--canned] [--quiet] [-- extra seckill flags...]
 #   scripts/cluster.sh down --dir D [--rm]
 #   scripts/cluster.sh status --dir D
 #
@@ -19,6 +19,10 @@
 # everysec and no (no AOF at all) lose acknowledged orders in a crash, and up warns.
 # The server binary: $SECKILL_BIN, else $SECKILL_BUILD/seckill, else build/seckill.
 # --lock redlock without --lock-nodes starts 3 lock nodes.
+# --canned starts no Redis and no seckill: the nginx balancer, configured as usual, proxies
+# to N upstream servers that the same nginx serves itself, each answering every request
+# with a fixed 201 JSON body (GET /readyz and /livez: 200). It is the ceiling that
+# make bench compares seckill with: the balancer's cost with a backend that does nothing.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -27,6 +31,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
 
 QUIET=0
+CANNED=0
+# The answer of a canned upstream (--canned): the shape and size of a real order's 201.
+CANNED_BODY='{"order_id":"382855852278681600","sku":"canned","user_id":"canned-user","qty":1,"segment":0}'
 say() { ((QUIET)) || printf '%s\n' "$*" >&2; }
 
 # ---- starting pieces ------------------------------------------------------------
@@ -92,7 +99,9 @@ start_instance() {
     return 1
 }
 
-write_nginx_conf() { # DIR PORT INSTANCE_PORTS...
+# write_nginx_conf DIR PORT INSTANCE_PORTS...: with CANNED=1 the config also has one
+# server per instance port, answering a canned 201 (see --canned).
+write_nginx_conf() {
     local dir=$1 port=$2 p
     shift 2
     mkdir -p "$dir/nginx/tmp"
@@ -128,6 +137,19 @@ write_nginx_conf() { # DIR PORT INSTANCE_PORTS...
         echo "            proxy_read_timeout 60s;"
         echo "        }"
         echo "    }"
+        if ((CANNED)); then
+            for p in "$@"; do
+                echo "    server {"
+                echo "        listen 127.0.0.1:$p;"
+                echo "        default_type application/json;"
+                echo "        location = /readyz { return 200 '{\"ready\":true}'; }"
+                echo "        location = /livez { return 200 '{\"live\":true}'; }"
+                echo "        location / {"
+                echo "            return 201 '$CANNED_BODY';"
+                echo "        }"
+                echo "    }"
+            done
+        fi
         echo "}"
     } >"$dir/nginx/nginx.conf"
 }
@@ -163,12 +185,21 @@ write_haproxy_conf() { # DIR PORT INSTANCE_PORTS...
     } >"$dir/haproxy/haproxy.cfg"
 }
 
-# start_lb KIND DIR INSTANCE_PORTS...: prints the balancer's port.
+# start_lb KIND DIR INSTANCE_PORTS...: prints the balancer's port. With CANNED=1 the
+# upstream ports are picked here (as many as INSTANCE_PORTS, which are then ignored)
+# and written to DIR/nginx/canned.ports.
 start_lb() {
-    local kind=$1 dir=$2 port attempt rc
+    local kind=$1 dir=$2 port attempt rc i
     shift 2
+    local n=$#
     for ((attempt = 1; attempt <= 5; attempt++)); do
         port=$(free_port)
+        if ((CANNED)); then
+            set --
+            for ((i = 0; i < n; i++)); do set -- "$@" "$(free_port)"; done
+            mkdir -p "$dir/nginx"
+            echo "$*" >"$dir/nginx/canned.ports"
+        fi
         case $kind in
         nginx)
             write_nginx_conf "$dir" "$port" "$@"
@@ -279,6 +310,7 @@ cmd_up() {
         --lock) lock=${2:?"$1 needs a value"}; shift 2 ;;
         --lock-nodes) lock_nodes=${2:?"$1 needs a value"}; shift 2 ;;
         --fsync) fsync=${2:?"$1 needs a value"}; shift 2 ;;
+        --canned) CANNED=1; shift ;;
         --quiet) QUIET=1; shift ;;
         --) shift; extra=("$@"); break ;;
         -h | --help) usage 0 ;;
@@ -288,8 +320,9 @@ cmd_up() {
     [[ $instances =~ ^[1-9][0-9]*$ ]] || die "--instances must be a positive number"
     [[ $lb == nginx || $lb == haproxy || $lb == none ]] || die "--lb must be nginx, haproxy or none"
     [[ $fsync == always || $fsync == everysec || $fsync == no ]] || die "--fsync: always|everysec|no"
+    ((!CANNED)) || [[ $lb == nginx ]] || die "--canned needs --lb nginx"
     # Not durable: said even with --quiet. The instances say it too (seckill_redis_durable 0).
-    case $fsync in
+    ((CANNED)) || case $fsync in
     everysec) log "warning: --fsync everysec is not durable: the data Redis fsyncs its AOF" \
         "once a second, so orders acknowledged in the last second before a crash of Redis" \
         "or its machine can be lost (use --fsync always, the default, to keep them)" ;;
@@ -303,7 +336,11 @@ cmd_up() {
         command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
     done
     [[ $lb == none ]] || command -v "$lb" >/dev/null || die "$lb not found"
-    SECKILL_BIN_PATH=$(seckill_bin) || exit 1
+    if ((CANNED)); then
+        SECKILL_BIN_PATH="" lock="" lock_nodes=""
+    else
+        SECKILL_BIN_PATH=$(seckill_bin) || exit 1
+    fi
 
     if [[ -z $dir ]]; then
         dir=$(mktemp -d "${TMPDIR:-/tmp}/seckill-cluster.XXXXXX")
@@ -327,9 +364,11 @@ cmd_up() {
     rm -f "$dir/cluster.env"
 
     say "cluster dir: $dir"
-    local redis_port
-    redis_port=$(start_redis redis "$dir" "$fsync")
-    say "  redis      127.0.0.1:$redis_port (pid $(cat "$dir/redis.pid"))"
+    local redis_port=""
+    if ((!CANNED)); then
+        redis_port=$(start_redis redis "$dir" "$fsync")
+        say "  redis      127.0.0.1:$redis_port (pid $(cat "$dir/redis.pid"))"
+    fi
 
     local nodes_csv="" node_port
     for ((i = 1; i <= ${lock_nodes:-0}; i++)); do
@@ -343,7 +382,7 @@ cmd_up() {
     [[ -n $nodes_csv ]] && args+=(--lock-nodes "$nodes_csv")
     local -a ports=() urls=()
     local port
-    for ((i = 1; i <= instances; i++)); do
+    for ((i = 1; i <= instances && !CANNED; i++)); do
         port=$(start_instance "seckill-$i" "$dir" "${args[@]}" --instance-id "$i" "${extra[@]}")
         ports+=("$port")
         urls+=("http://127.0.0.1:$port")
@@ -351,7 +390,18 @@ cmd_up() {
     done
 
     local lb_port="" lb_url
-    if [[ $lb != none ]]; then
+    if ((CANNED)); then
+        local -a slots=()
+        for ((i = 1; i <= instances; i++)); do slots+=("$i"); done
+        lb_port=$(start_lb "$lb" "$dir" "${slots[@]}")
+        read -r -a ports <"$dir/nginx/canned.ports"
+        for port in "${ports[@]}"; do
+            urls+=("http://127.0.0.1:$port")
+            say "  canned     http://127.0.0.1:$port (served by the balancer's nginx)"
+        done
+        lb_url="http://127.0.0.1:$lb_port"
+        say "  $lb $(printf '%*s' $((9 - ${#lb})) '')$lb_url (pid $(cat "$dir/lb.pid"))"
+    elif [[ $lb != none ]]; then
         lb_port=$(start_lb "$lb" "$dir" "${ports[@]}")
         lb_url="http://127.0.0.1:$lb_port"
         say "  $lb $(printf '%*s' $((9 - ${#lb})) '')$lb_url (pid $(cat "$dir/lb.pid"))"
@@ -365,9 +415,10 @@ cmd_up() {
         printf 'LB_KIND=%q\n' "$lb"
         printf 'LB_PORT=%q\n' "$lb_port"
         printf 'LB_URL=%q\n' "$lb_url"
-        printf 'REDIS_HOST=127.0.0.1\n'
+        printf 'CANNED=%q\n' "$CANNED"
+        printf 'REDIS_HOST=%q\n' "${redis_port:+127.0.0.1}"
         printf 'REDIS_PORT=%q\n' "$redis_port"
-        printf 'REDIS_ADDR=%q\n' "127.0.0.1:$redis_port"
+        printf 'REDIS_ADDR=%q\n' "${redis_port:+127.0.0.1:$redis_port}"
         printf 'LOCK_MODE=%q\n' "$lock"
         printf 'LOCK_NODES=%q\n' "$nodes_csv"
         printf 'INSTANCES=%q\n' "$instances"

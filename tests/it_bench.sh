@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# it_bench.sh — make bench's harness (loadtest/bench.sh) in quick mode over a subset:
+# atomic, redis and canned, S1 at -c64, 1 s each. Asserts the report, not the speed:
+#   - it exits 0, prints the table and the targets, writes bench.json and bench.png;
+#   - every row has req/s > 0, p50 <= p99, no error answer; the seckill rows placed
+#     orders, with Redis CPU, seckill CPU and context switches per request > 0 and
+#     nothing oversold; canned has no Redis or seckill figures;
+#   - round trips per placed order are what the code does: one for atomic (one script),
+#     at least three for redis (peek, acquire + read, commit + release);
+#   - the ratios are req/s over atomic's and canned's (atomic's own x_atomic is 1);
+#   - the batch label says whether the server has --batch;
+#   - nothing is left running.
+#
+#   tests/it_bench.sh        SECKILL_BIN / SECKILL_BUILD: the server (default build/seckill)
+#
+# Last line: "N passed, N failed"; exit status 1 when anything failed.
+# shellcheck disable=SC2317 # functions run from traps and check look unreachable
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/checks.sh
+source "$(dirname "$0")/checks.sh"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-bench.XXXXXX")
+cleanup() {
+    local rc=$?
+    checks_dispose "$WORK" "$rc"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+checks_require jq wrk nginx redis-server gnuplot
+
+OUT=$WORK/bench
+rc=0
+"$ROOT/loadtest/bench.sh" --quick --systems atomic,redis,canned --scenarios s1-c64 \
+    --out "$OUT" >"$WORK/stdout" 2>"$WORK/stderr" || rc=$?
+check "bench.sh exits 0" eq "$rc" 0
+if [[ ! -s $OUT/bench.json ]] || ! jq -e . "$OUT/bench.json" >/dev/null 2>&1; then
+    check "bench.json written and valid" false
+    tail -n 20 "$WORK/stderr"
+    checks_finish
+fi
+J=$OUT/bench.json
+q() { jq -r "$1" "$J" 2>/dev/null; } # a jq filter over bench.json, as text
+row() { # SYSTEM FIELD: the field of the s1-c64 row of SYSTEM
+    q "(.results[] | select(.scenario == \"s1-c64\" and .system == \"$1\") | .$2) // \"null\""
+}
+positive() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$ ]] && awk -v x="$1" 'BEGIN { exit !(x > 0) }'; }
+between() { [[ $1 =~ ^[0-9.]+$ ]] && awk -v x="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(x >= lo && x <= hi) }'; }
+le() { [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]] && awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+ordered() { positive "$1" && le "$1" "$2"; } # 0 < A <= B
+lines() { [[ $(grep -cE "$2" "$3") -ge $1 ]]; } # at least N lines of FILE match the ERE
+near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }'; }
+
+check "quick run recorded as such" eq "$(q .quick)" true
+check "one row per system" eq "$(q '[.results[] | select(.scenario == "s1-c64")] | length')" 3
+if "$(seckill_bin)" --help 2>&1 | grep -q -- '--batch'; then
+    check "batch: the server's default" eq "$(row redis batch)" default
+else
+    check "batch labelled as unsupported" eq "$(row redis batch)" "1 (no --batch)"
+fi
+
+for s in atomic redis canned; do
+    check "$s: req/s > 0 ($(row $s req_per_s))" positive "$(row $s req_per_s)"
+    check "$s: 0 < p50 <= p99 ($(row $s p50_ms), $(row $s p99_ms))" \
+        ordered "$(row $s p50_ms)" "$(row $s p99_ms)"
+    check "$s: no error answer" eq "$(row $s errors)" 0
+    check "$s: ran" eq "$(row $s error)" null
+    check "$s: x_canned is req/s over canned's" \
+        near "$(row $s ratio_canned)" "$(q "$(printf '%s / %s' "$(row $s req_per_s)" "$(row canned req_per_s)")")"
+done
+for s in atomic redis; do
+    for f in placed redis_cpu_us_per_order seckill_cpu_us_per_request ctx_switches_per_request; do
+        check "$s: $f > 0 ($(row $s $f))" positive "$(row $s $f)"
+    done
+    check "$s: nothing oversold" eq "$(row $s oversold)" 0
+done
+check "atomic: x_atomic is 1" eq "$(row atomic ratio_atomic)" 1
+check "redis: x_atomic is req/s over atomic's" \
+    near "$(row redis ratio_atomic)" "$(q "$(printf '%s / %s' "$(row redis req_per_s)" "$(row atomic req_per_s)")")"
+check "atomic: one Redis round trip per order ($(row atomic redis_rt_per_order))" \
+    between "$(row atomic redis_rt_per_order)" 0.95 1.3
+check "redis: at least three round trips per order ($(row redis redis_rt_per_order))" \
+    between "$(row redis redis_rt_per_order)" 2.9 50
+check "canned: no Redis or seckill figures" \
+    eq "$(row canned redis_rt_per_order)/$(row canned seckill_cpu_us_per_request)" null/null
+
+check "targets: six, S1 -c64 ones computed" \
+    eq "$(q '[.targets | length, (.[] | select(.name | startswith("S1 -c64")) | .value | type)] | join(" ")')" \
+    "6 number number"
+check "stdout: the table's header" grep -q '^system  *batch  *req/s  *p50_ms  *p99_ms  *x_atomic  *x_canned' "$WORK/stdout"
+check "stdout: a row per system" lines 3 '^(atomic|redis|canned) ' "$WORK/stdout"
+check "stdout: the targets" grep -q 'S1 -c64 redis / atomic' "$WORK/stdout"
+check "stderr: a progress line per step" lines 3 '^\[ *[1-3]/3 ' "$WORK/stderr"
+check "bench.png written" test -s "$OUT/bench.png"
+
+# The clusters' nginx and redis-server run with paths under $OUT: none may be left.
+left=""
+for f in /proc/[0-9]*/cmdline; do
+    c=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
+    if [[ $c == *"$OUT"* ]]; then left+="${f%/cmdline} "; fi
+done
+check "nothing left running" eq "$left" ""
+
+checks_finish
