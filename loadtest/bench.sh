@@ -297,7 +297,8 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
     sold_out: ($wrk.sold_out // 0),
     busy: ($wrk.busy // 0),
     errors: (if $wrk == null then null else
-        ($wrk.limit_reached + $wrk.busy + $wrk.unavailable + $wrk.other_409 + $wrk.other_503
+        ($wrk.limit_reached + $wrk.busy + $wrk.unavailable + ($wrk.outcome_unknown // 0)
+         + $wrk.other_409 + $wrk.other_503
          + $wrk.other + ($wrk.socket_errors | add)) end),
     oversold: (if $sku == null then null
                else [$sku.sold - ($sku.initial - $sku.remaining), 0] | max end),

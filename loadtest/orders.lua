@@ -46,6 +46,7 @@ local path, users, qty, tag
 local counter = 0
 local headers = { ["Content-Type"] = "application/json" }
 n_201, n_sold_out, n_limit, n_busy, n_unavailable, n_409_other, n_503_other = 0, 0, 0, 0, 0, 0, 0
+n_unknown = 0 -- 503 outcome_unknown: the commit was sent, its answer lost (may be placed)
 n_other = 0
 other_codes = "" -- "code:count,..." of the answers none of the above describe
 t_first, t_last_201 = -1, -1 -- monotonic seconds: first request sent, last 201 received
@@ -94,6 +95,8 @@ function response(status, hdrs, body)
             n_busy = n_busy + 1
         elseif has(body, "unavailable") then
             n_unavailable = n_unavailable + 1
+        elseif has(body, "outcome_unknown") then
+            n_unknown = n_unknown + 1
         else
             n_503_other = n_503_other + 1
         end
@@ -115,7 +118,7 @@ end
 
 function done(summary, latency, requests)
     local names = { "n_201", "n_sold_out", "n_limit", "n_busy", "n_unavailable",
-                    "n_409_other", "n_503_other", "n_other" }
+                    "n_unknown", "n_409_other", "n_503_other", "n_other" }
     local total = {}
     for _, name in ipairs(names) do total[name] = 0 end
     local merged = {}
@@ -146,12 +149,13 @@ function done(summary, latency, requests)
         '"req_per_s":%.1f,"p50_ms":%.3f,"p90_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,' ..
         '"selling_s":%.3f,' ..
         '"status_201":%d,"sold_out":%d,"limit_reached":%d,"busy":%d,"unavailable":%d,' ..
+        '"outcome_unknown":%d,' ..
         '"other_409":%d,"other_503":%d,"other":%d,"other_codes":{%s},' ..
         '"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d}}\n',
         #threads, summary.requests, secs, secs > 0 and summary.requests / secs or 0,
         ms(latency:percentile(50)), ms(latency:percentile(90)), ms(latency:percentile(99)),
         ms(latency.max), selling,
         total.n_201, total.n_sold_out, total.n_limit, total.n_busy, total.n_unavailable,
-        total.n_409_other, total.n_503_other, total.n_other, table.concat(codes, ","),
+        total.n_unknown, total.n_409_other, total.n_503_other, total.n_other, table.concat(codes, ","),
         e.connect, e.read, e.write, e.timeout))
 end

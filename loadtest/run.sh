@@ -208,6 +208,7 @@ run_mode() {
     lim=$(num "$wrk_json" .limit_reached) busy=$(num "$wrk_json" .busy)
     unav=$(num "$wrk_json" .unavailable)
     others=$(($(num "$wrk_json" .other_409) + $(num "$wrk_json" .other_503) + $(num "$wrk_json" .other) +
+        $(num "$wrk_json" .outcome_unknown) +
         $(num "$wrk_json" .socket_errors.connect) + $(num "$wrk_json" .socket_errors.read) +
         $(num "$wrk_json" .socket_errors.write) + $(num "$wrk_json" .socket_errors.timeout)))
     placed=$((c201 * qty))
