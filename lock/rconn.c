@@ -214,7 +214,7 @@ static int script_load(struct rconn *rc, struct rscript *s, int again)
 {
     if (!again && atomic_load_explicit(&s->loaded, memory_order_acquire))
         return 0;
-    redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->src);
+    redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->source->text);
     if (!r)
         return -1;
     int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
@@ -304,8 +304,8 @@ redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs
         freeReplyObject(r);
         a.v[0] = "EVAL";
         a.len[0] = 4;
-        a.v[1] = s->src;
-        a.len[1] = strlen(s->src);
+        a.v[1] = s->source->text;
+        a.len[1] = strlen(s->source->text);
         r = rconn_command_argv(rc, a.n, a.v, a.len);
     }
     eval_argv_free(&a);
