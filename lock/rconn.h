@@ -7,7 +7,9 @@
  * Lua scripts are `struct rscript` constants, loaded once per process with
  * SCRIPT LOAD and called by SHA; a NOSCRIPT answer (Redis restarted, SCRIPT
  * FLUSH) falls back to EVAL, which also re-caches the script. Their text comes
- * from lock/lua/ and inventory/lua/, assembled at build time.
+ * from lock/lua/ and inventory/lua/, assembled at build time; an error that
+ * Redis reports at "user_script:N" of a loaded script comes back naming the
+ * .lua file and line instead (in every reply this module hands out).
  *
  * Thread safety: an rconn belongs to one thread. rscript values are shared and
  * safe to use from any thread. */
@@ -98,18 +100,20 @@ struct rscript_source {
     int nlines;
 };
 
-/* The runtime handle of a script. */
+/* The runtime handle of a script: static storage only (a loaded script stays
+ * on a process-wide list, by which error replies find their line map). */
 struct rscript {
     const char *name;
     const struct rscript_source *source;
     char sha[41];
     _Atomic int loaded;
     pthread_mutex_t mu;
+    struct rscript *next_loaded;
 };
 #define RSCRIPT_INIT(name_, source_)                                                     \
     {                                                                                    \
         .name = (name_), .source = &(source_), .sha = {0}, .loaded = 0,                  \
-        .mu = PTHREAD_MUTEX_INITIALIZER                                                  \
+        .mu = PTHREAD_MUTEX_INITIALIZER, .next_loaded = NULL                             \
     }
 
 /* EVALSHA script with nkeys KEYS followed by ARGV; argv holds nkeys + nargs
