@@ -39,14 +39,24 @@ ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) -Ilock -Iin
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread
 LIBS = $(PKG_LIBS) -lm
 
+# The Lua scripts (lock/lua/, inventory/lua/) become C sources at build time:
+# scripts/lua2c.awk resolves `--#include "piece.lua"` lines and writes the
+# script's text with a map from its lines to the .lua files and lines (see
+# struct rscript_source in lock/rconn.h). It also writes each assembled script
+# as $(BUILD)/gen/<dir>/lua/<name>.lua, to run by hand with redis-cli --eval.
+LUA_SRC := $(wildcard lock/lua/*.lua inventory/lua/*.lua)
+LUA_C := $(LUA_SRC:%.lua=$(BUILD)/gen/%.c)
+LUA_OBJ := $(LUA_C:%.c=%.o)
+LUA_COPY := $(LUA_SRC:%=$(BUILD)/gen/%)
+
 LIB_SRC := $(wildcard lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(LUA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o
 
 .PHONY: all deps test check demo bench fuzz valgrind clean install format
-all: $(BUILD)/seckill
+all: $(BUILD)/seckill $(LUA_COPY)
 
 # `make V=1` shows the full commands.
 ifeq ($(V),1)
@@ -59,6 +69,21 @@ endif
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
+	$(say) CC $<
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# Any .lua may be included by another of its directory: all of them are
+# prerequisites of each.
+$(BUILD)/gen/%.c: %.lua $(LUA_SRC) scripts/lua2c.awk
+	@mkdir -p $(dir $@)
+	$(say) LUA $<
+	$(Q)awk -v mode=c -v src=$< -f scripts/lua2c.awk > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/%.lua: %.lua $(LUA_SRC) scripts/lua2c.awk
+	@mkdir -p $(dir $@)
+	$(Q)awk -v mode=lua -v src=$< -f scripts/lua2c.awk > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(say) CC $<
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -112,7 +137,7 @@ bench: deps
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
 FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c \
-	service/log.c $(wildcard lock/*.c inventory/*.c)
+	service/log.c $(wildcard lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@

@@ -10,157 +10,20 @@
 #include <string.h>
 #include <time.h>
 
-/* Lua shared by every script that checks an Idempotency-Key (one copy of the
- * logic, prepended to each). A key is the SKU's, and its record is
- * "<order id> <qty> <user id>". idem_seen(hash, key, user, qty) is nil when
- * key is '' or unused; {-3, first order id} when the same user used it for
- * the same qty (a replay: the first answer again); {-8} when it was used for
- * another user or qty (refused, and the reply says nothing of that order). */
-#define IDEM_LUA                                                                         \
-    "local function idem_seen(hash, key, user, qty)\n"                                   \
-    "  if key == '' then return nil end\n"                                               \
-    "  local rec = redis.call('HGET', hash, key)\n"                                      \
-    "  if not rec then return nil end\n"                                                 \
-    "  local id, q, u = string.match(rec, '^(%d+) (%d+) (.+)$')\n"                       \
-    "  if u == user and tonumber(q) == tonumber(qty) then return {-3, id} end\n"         \
-    "  return {-8}\n"                                                                    \
-    "end\n"
-
-/* Commit of the lock-guarded modes. KEYS[1] meta, [2] stock, [3] sold,
- * [4] buyers, [5] orders, [6] order:<id>, [7] idem, [8] the segment lock's fence
- * counter. ARGV[1] SKU epoch seen at the start, [2] segment, [3] new stock of
- * the segment (computed by the caller from what it read under the lock),
- * [4] qty, [5] user id, [6] order id, [7] sku, [8] Idempotency-Key or '',
- * [9] fencing token or '0' (unfenced).
- * Returns {1} placed, {-1} SKU reset since, {-2} fenced off, {-3, first order
- * id} idempotent replay, {-4} per-user limit reached, {-8} Idempotency-Key
- * used for another user or qty, {-9} order:<id> exists already (the id was
- * issued twice: draw another). Writes nothing unless {1}. */
-static struct rscript commit_script = RSCRIPT_INIT(
-    "inv_commit", IDEM_LUA
-    "if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end\n"
-    "if ARGV[9] ~= '0' and redis.call('GET', KEYS[8]) ~= ARGV[9] then return {-2} end\n"
-    "local seen = idem_seen(KEYS[7], ARGV[8], ARGV[5], ARGV[4])\n"
-    "if seen then return seen end\n"
-    "local qty = tonumber(ARGV[4])\n"
-    "local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))\n"
-    "if tonumber(redis.call('HGET', KEYS[4], ARGV[5]) or '0') + qty > limit then\n"
-    "  return {-4}\n"
-    "end\n"
-    "if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end\n"
-    "redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])\n"
-    "redis.call('HINCRBY', KEYS[3], ARGV[2], qty)\n"
-    "redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
-    "redis.call('HINCRBY', KEYS[1], 'orders', 1)\n"
-    "redis.call('HINCRBY', KEYS[4], ARGV[5], qty)\n"
-    "local rec = table.concat({ARGV[6], ARGV[5], qty, ARGV[2]}, ' ')\n"
-    "redis.call('RPUSH', KEYS[5], rec)\n"
-    "redis.call('HSET', KEYS[6], 'sku', ARGV[7], 'user_id', ARGV[5], 'qty', qty,\n"
-    "           'segment', ARGV[2])\n"
-    "if ARGV[8] ~= '' then\n"
-    "  redis.call('HSET', KEYS[7], ARGV[8], table.concat({ARGV[6], qty, ARGV[5]}, ' '))\n"
-    "end\n"
-    "return {1}\n");
-
-/* The atomic mode: check and decrement in one step, no lock. KEYS as the
- * commit's first seven. ARGV[1] home segment, [2] qty, [3] user id, [4] order
- * id, [5] sku, [6] Idempotency-Key or ''. ARGV[1] is the user's routing
- * number (seg_route); the home segment is it modulo the segment count.
- * Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit, {-5,
- * per-user limit} sold out, {-6} unknown SKU, {-7} qty above the limit, {-8}
- * Idempotency-Key used for another user or qty, {-9} order:<id> exists already. */
-static struct rscript atomic_script = RSCRIPT_INIT(
-    "inv_atomic", IDEM_LUA
-    "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit')\n"
-    "if not meta[1] then return {-6} end\n"
-    "local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])\n"
-    "if qty > limit then return {-7} end\n"
-    "local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])\n"
-    "if seen then return seen end\n"
-    "if tonumber(redis.call('HGET', KEYS[4], ARGV[3]) or '0') + qty > limit then\n"
-    "  return {-4}\n"
-    "end\n"
-    "if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end\n"
-    "local home = tonumber(ARGV[1]) % k\n"
-    "for j = 0, k - 1 do\n"
-    "  local seg = tostring((home + j) % k)\n"
-    "  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then\n"
-    "    redis.call('HINCRBY', KEYS[2], seg, -qty)\n"
-    "    redis.call('HINCRBY', KEYS[3], seg, qty)\n"
-    "    redis.call('HINCRBY', KEYS[1], 'sold', qty)\n"
-    "    redis.call('HINCRBY', KEYS[1], 'orders', 1)\n"
-    "    redis.call('HINCRBY', KEYS[4], ARGV[3], qty)\n"
-    "    local rec = table.concat({ARGV[4], ARGV[3], qty, seg}, ' ')\n"
-    "    redis.call('RPUSH', KEYS[5], rec)\n"
-    "    redis.call('HSET', KEYS[6], 'sku', ARGV[5], 'user_id', ARGV[3], 'qty', qty,\n"
-    "               'segment', seg)\n"
-    "    if ARGV[6] ~= '' then\n"
-    "      redis.call('HSET', KEYS[7], ARGV[6], table.concat({ARGV[4], qty, ARGV[3]}, ' "
-    "'))\n"
-    "    end\n"
-    "    return {1, tonumber(seg), home}\n"
-    "  end\n"
-    "end\n"
-    "return {-5, limit}\n");
-
-/* What an order of the lock-guarded modes learns before taking any lock, in
- * one round trip. KEYS[1] meta, [2] stock, [3] buyers, [4] idem. ARGV[1] the
- * user's routing number (seg_route), [2] qty, [3] user id, [4]
- * Idempotency-Key or '', [5] most candidates to return.
- * Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
- * another user or qty, else {segments, limit, epoch, bought,
- * first order id or '', home, candidate segments...}: the segments that held
- * at least qty, home first, then in routing order. Stock only goes down within
- * an epoch, so a segment seen short is short: skipping it strands nothing,
- * and no candidates means sold out without taking a lock. */
-static struct rscript peek_script = RSCRIPT_INIT(
-    "inv_peek", IDEM_LUA
-    "local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch')\n"
-    "if not meta[1] then return {-1} end\n"
-    "local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])\n"
-    "if seen and seen[1] == -8 then return seen end\n"
-    "local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])\n"
-    "local home = tonumber(ARGV[1]) % k\n"
-    "local out = {k, tonumber(meta[2]), meta[3],\n"
-    "             tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '0'),\n"
-    "             seen and seen[2] or '', home}\n"
-    "for j = 0, k - 1 do\n"
-    "  local seg = (home + j) % k\n"
-    "  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then\n"
-    "    out[#out + 1] = seg\n"
-    "    if #out - 6 >= most then break end\n"
-    "  end\n"
-    "end\n"
-    "return out\n");
-
-/* Create or reset. KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers,
- * [6] orders, [7] idem. ARGV[1] initial stock, [2] segments k, [3] per-user
- * limit, [4 .. 3+k] stock of each segment, [4+k] the reset channel
- * (SOLDOUT_CHANNEL), [5+k] the SKU. Deletes the SKU's order records, bumps
- * the epoch (in-flight commits of the old epoch are refused) and publishes
- * the SKU on the channel in the same step, so that no instance keeps
- * answering sold out from memory.
- * Returns 1 when the SKU was new, 0 when it was reset. */
-static struct rscript reset_script = RSCRIPT_INIT(
-    "inv_reset",
-    "local existed = redis.call('EXISTS', KEYS[1])\n"
-    "local n = redis.call('LLEN', KEYS[6])\n"
-    "for i = 0, n - 1, 1000 do\n"
-    "  for _, rec in ipairs(redis.call('LRANGE', KEYS[6], i, i + 999)) do\n"
-    "    redis.call('DEL', 'order:' .. string.match(rec, '^(%d+)'))\n"
-    "  end\n"
-    "end\n"
-    "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])\n"
-    "local k = tonumber(ARGV[2])\n"
-    "for i = 0, k - 1 do\n"
-    "  redis.call('HSET', KEYS[2], i, ARGV[4 + i])\n"
-    "  redis.call('HSET', KEYS[3], i, ARGV[4 + i])\n"
-    "end\n"
-    "redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],\n"
-    "           'sold', 0, 'orders', 0)\n"
-    "redis.call('HINCRBY', KEYS[1], 'epoch', 1)\n"
-    "redis.call('PUBLISH', ARGV[4 + k], ARGV[5 + k])\n"
-    "return existed == 1 and 0 or 1\n");
+/* The scripts: KEYS, ARGV and replies are described at the top of each file.
+ * commit.lua and atomic.lua share idem.lua (the Idempotency-Key check),
+ * limit.lua (the per-user limit) and record.lua (recording a placed order);
+ * peek.lua shares the first two. */
+extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
+    lua_inventory_peek, lua_inventory_reset;
+/* inventory/lua/commit.lua: commit of the lock-guarded modes. */
+static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
+/* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
+static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_atomic);
+/* inventory/lua/peek.lua: what an order learns before taking any lock. */
+static struct rscript peek_script = RSCRIPT_INIT("inv_peek", lua_inventory_peek);
+/* inventory/lua/reset.lua: create or reset a SKU. */
+static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
 
 struct inv_counters {
     _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,

@@ -88,24 +88,15 @@ int64_t orderid_unix_ms_of(uint64_t id)
 
 /* ---- worker id lease ---------------------------------------------------- */
 
-/* KEYS[1] lease key, KEYS[2] high-water mark key; ARGV[1] token (empty for a
- * fixed id: no lease to check), ARGV[2] ttl ms, ARGV[3] high-water mark (unix
- * ms). 1 when renewed, 0 when the lease is no longer ours. */
-static struct rscript renew_script = RSCRIPT_INIT(
-    "worker_renew",
-    "if ARGV[1] ~= '' then\n"
-    "  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "end\n"
-    "local old = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-    "if tonumber(ARGV[3]) > old then redis.call('SET', KEYS[2], ARGV[3]) end\n"
-    "return 1\n");
+/* inventory/lua/worker_renew.lua: 1 when renewed, 0 when no longer ours. */
+extern const struct rscript_source lua_inventory_worker_renew;
+static struct rscript renew_script =
+    RSCRIPT_INIT("worker_renew", lua_inventory_worker_renew);
 
-/* KEYS[1] lease key; ARGV[1] token. Deletes the lease if still ours. */
-static struct rscript drop_script =
-    RSCRIPT_INIT("worker_drop", "if redis.call('GET', KEYS[1]) == ARGV[1] then return "
-                                "redis.call('DEL', KEYS[1]) end\n"
-                                "return 0\n");
+/* lock/lua/del_if_owner.lua (the lock library's owner-checked delete): deletes
+ * the lease if still ours. */
+extern const struct rscript_source lua_lock_del_if_owner;
+static struct rscript drop_script = RSCRIPT_INIT("worker_drop", lua_lock_del_if_owner);
 
 struct orderid_lease {
     struct rconn *rc;

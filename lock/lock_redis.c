@@ -59,116 +59,15 @@
 #define RENEW_BATCH 64
 #define KEY_MAX 600
 
-/* KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue, KEYS[4] the
- * caller's grant list; ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take
- * fencing tokens, ARGV[4] ms the caller will wait (0: it will not, and leaves
- * the queue), ARGV[5] the caller's queue entry from an earlier attempt or "",
- * ARGV[6] "1" when the caller's session holds a grant of the key (re-entry).
- * Returns {1, fence, ""} for a new grant (also one handed over earlier, whose
- * lease then starts again: it counts from the pick-up), {2, fence, ""} when
- * the owner re-entered, {0, holder's PTTL, queue entry} when taken. A grant
- * leaves in the queue any entry of ARGV[1]'s other than ARGV[5] (one that a
- * failed attempt left): the release script skips those. The queue lives until
- * its latest deadline plus a lease: a new entry only ever extends its expiry
- * (PEXPIRE ... GT would not do: it takes the fresh list's missing TTL for an
- * infinite one and never sets any). */
-static struct rscript acquire_script = RSCRIPT_INIT(
-    "redis_acquire",
-    "local pttl = redis.call('PTTL', KEYS[1])\n"
-    "if pttl == -2 then\n"
-    "  if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end\n"
-    "  redis.call('HSET', KEYS[1], ARGV[1], 1)\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end\n"
-    "  return {1, 0, ''}\n"
-    "end\n"
-    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then\n"
-    "  local handed = redis.call('LPOP', KEYS[4])\n"
-    "  if handed then\n"
-    "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "    return {1, tonumber(handed), ''}\n"
-    "  end\n"
-    "  if ARGV[6] ~= '1' then\n"
-    "    -- ours, but the session keeps no grant of it: a release lost with\n"
-    "    -- Redis (crash, timeout). A new grant, not a re-entry.\n"
-    "    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end\n"
-    "    redis.call('HSET', KEYS[1], ARGV[1], 1)\n"
-    "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "    if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end\n"
-    "    return {1, 0, ''}\n"
-    "  end\n"
-    "  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "  if ARGV[3] == '1' then\n"
-    "    return {2, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}\n"
-    "  end\n"
-    "  return {2, 0, ''}\n"
-    "end\n"
-    "local entry = ARGV[5]\n"
-    "if ARGV[4] == '0' then\n"
-    "  if entry ~= '' then redis.call('LREM', KEYS[3], 1, entry) end\n"
-    "  entry = ''\n"
-    "elseif entry == '' then\n"
-    "  local t = redis.call('TIME')\n"
-    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "  entry = (now + tonumber(ARGV[4])) .. ':' .. ARGV[1]\n"
-    "  redis.call('RPUSH', KEYS[3], entry)\n"
-    "  local keep = tonumber(ARGV[4]) + tonumber(ARGV[2])\n"
-    "  if redis.call('PTTL', KEYS[3]) < keep then\n"
-    "    redis.call('PEXPIRE', KEYS[3], keep)\n"
-    "  end\n"
-    "end\n"
-    "return {0, pttl, entry}\n");
-
-/* KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue; ARGV[1] owner,
- * ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens, ARGV[4] the prefix of
- * grant lists ("<key>:grant:"; the next owner's list is ARGV[4]..owner).
- * Returns the owner's holds left (> 0), 0 when released (and handed to the
- * first live waiter other than ARGV[1], if any), -1 when ARGV[1] does not hold
- * it. Entries popped on the way are dropped: waiters past their deadline, and
- * any of ARGV[1]'s own. The releasing owner is not waiting (a session is one
- * thread, and that thread is releasing), so an entry of its own is one that a
- * failed attempt left behind (its clean-up failed too, or the answer naming
- * it was lost); handing the lock to it would stall the key for a lease. One
- * comparison per entry, and it holds however the entry came to be left. */
-static struct rscript release_script = RSCRIPT_INIT(
-    "redis_release",
-    "local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)\n"
-    "if left > 0 then return left end\n"
-    "if left < 0 then\n"
-    "  redis.call('HDEL', KEYS[1], ARGV[1]) -- not ours: undo (an empty hash goes)\n"
-    "  return -1\n"
-    "end\n"
-    "redis.call('DEL', KEYS[1])\n"
-    "local now = nil\n"
-    "while true do\n"
-    "  local e = redis.call('LPOP', KEYS[3])\n"
-    "  if not e then return 0 end\n"
-    "  if not now then\n"
-    "    local t = redis.call('TIME')\n"
-    "    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "  end\n"
-    "  local sep = string.find(e, ':', 1, true)\n"
-    "  local owner = sep and string.sub(e, sep + 1)\n"
-    "  if sep and owner ~= ARGV[1] and tonumber(string.sub(e, 1, sep - 1)) > now then\n"
-    "    redis.call('HSET', KEYS[1], owner, 1)\n"
-    "    redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "    local fence = 0\n"
-    "    if ARGV[3] == '1' then fence = redis.call('INCR', KEYS[2]) end\n"
-    "    local grant = ARGV[4] .. owner\n"
-    "    redis.call('RPUSH', grant, fence)\n"
-    "    redis.call('PEXPIRE', grant, ARGV[2])\n"
-    "    return 0\n"
-    "  end\n"
-    "end\n");
-
-/* KEYS[1] lock hash; ARGV[1] owner, ARGV[2] lease ms. 1 when renewed, 0 when
- * ARGV[1] no longer holds it. */
-static struct rscript renew_script =
-    RSCRIPT_INIT("redis_renew", "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then\n"
-                                "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-                                "end\n"
-                                "return 0\n");
+/* The scripts: KEYS, ARGV and replies are described at the top of each file. */
+extern const struct rscript_source lua_lock_redis_acquire, lua_lock_redis_release,
+    lua_lock_redis_renew;
+static struct rscript acquire_script = /* lock/lua/redis_acquire.lua */
+    RSCRIPT_INIT("redis_acquire", lua_lock_redis_acquire);
+static struct rscript release_script = /* lock/lua/redis_release.lua */
+    RSCRIPT_INIT("redis_release", lua_lock_redis_release);
+static struct rscript renew_script = /* lock/lua/redis_renew.lua */
+    RSCRIPT_INIT("redis_renew", lua_lock_redis_renew);
 
 /* One key held by one session; shared with the watchdog (under st->mu). */
 struct lease {

@@ -25,12 +25,10 @@
  * machine's scheduling delay reads as a dead node. */
 #define REDLOCK_NODE_TIMEOUT_MIN_MS 50
 
-/* KEYS[1] lock key; ARGV[1] token. 1 when deleted, 0 when not the owner. */
+/* lock/lua/del_if_owner.lua: the owner-checked delete, 1 when deleted. */
+extern const struct rscript_source lua_lock_del_if_owner;
 static struct rscript release_script =
-    RSCRIPT_INIT("redlock_release", "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-                                    "  return redis.call('DEL', KEYS[1])\n"
-                                    "end\n"
-                                    "return 0\n");
+    RSCRIPT_INIT("redlock_release", lua_lock_del_if_owner);
 
 struct redlock_state {
     int ttl_ms;
@@ -139,7 +137,7 @@ static int all_nodes(struct redlock_session *s, int argc, const char **argv,
         redisReply *r = rconn_reply(s->node[i]);
         if (script && rconn_is_noscript(r)) { /* EVAL caches it on that node */
             freeReplyObject(r);
-            const char *eval[REDLOCK_MAX_ARGS] = {"EVAL", script->src};
+            const char *eval[REDLOCK_MAX_ARGS] = {"EVAL", script->source->text};
             for (int a = 2; a < argc; a++)
                 eval[a] = argv[a];
             r = rconn_command_argv(s->node[i], argc, eval, NULL);
@@ -174,7 +172,7 @@ static int release_all(struct redlock_session *s, const char *key, const char *t
     const char *argv[] = {"EVALSHA", release_script.sha, "1", key, token};
     if (!atomic_load(&release_script.loaded)) { /* no node reachable: still try */
         argv[0] = "EVAL";
-        argv[1] = release_script.src;
+        argv[1] = release_script.source->text;
     }
     int ok[REDLOCK_MAX_NODES], deleted = 0;
     int n = all_nodes(s, 5, argv, &release_script, deleted_ok, ok);

@@ -1,5 +1,6 @@
 #include "rconn.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -163,6 +164,100 @@ void rconn_check(struct rconn *rc)
         rconn_drop(rc, "connection closed by Redis");
 }
 
+/* ---- where a script's error happened ------------------------------------- */
+
+/* Every script this process has loaded, newest first. Entries are static and
+ * never leave; one is pushed when its SHA becomes known (under its mu). */
+static struct rscript *_Atomic loaded_scripts;
+
+static void remember_loaded(struct rscript *s)
+{
+    struct rscript *head = atomic_load(&loaded_scripts);
+    do
+        s->next_loaded = head;
+    while (!atomic_compare_exchange_weak(&loaded_scripts, &head, s));
+}
+
+/* The source of the loaded script whose SHA text names ("script: <sha>",
+ * as Redis 7 ends a script's runtime error), or NULL. */
+static const struct rscript_source *source_named_in(const char *text)
+{
+    static const char tag[] = "script: ";
+    for (const char *p = strstr(text, tag); p; p = strstr(p + 1, tag)) {
+        const char *sha = p + sizeof(tag) - 1;
+        size_t n = strspn(sha, "0123456789abcdef");
+        if (n != 40)
+            continue;
+        for (struct rscript *s = atomic_load(&loaded_scripts); s; s = s->next_loaded)
+            if (memcmp(s->sha, sha, 40) == 0)
+                return s->source;
+    }
+    return NULL;
+}
+
+/* text with each "user_script:N" (a line of the assembled script) replaced by
+ * the .lua file and line it came from, and "script: <sha>" by "script: <the
+ * script's own file> <sha>" (the line may be in an included piece). A
+ * malloc'd string, or NULL when nothing was replaced. */
+static char *script_error_located(const char *text, const struct rscript_source *src)
+{
+    static const char tag[] = "user_script:", sha_tag[] = "script: ",
+                      hex[] = "0123456789abcdef";
+    const size_t taglen = sizeof(tag) - 1, sha_taglen = sizeof(sha_tag) - 1;
+    char *out = NULL;
+    size_t outlen = 0;
+    FILE *f = open_memstream(&out, &outlen);
+    if (!f)
+        return NULL;
+    int replaced = 0, named = 0;
+    const char *p = text; /* copied up to here */
+    for (const char *q = text; *q;) {
+        if (strncmp(q, tag, taglen) == 0 && isdigit((unsigned char)q[taglen])) {
+            char *end;
+            long line = strtol(q + taglen, &end, 10);
+            if (line >= 1 && line <= src->nlines) {
+                const struct rscript_line *from = &src->lines[line - 1];
+                fwrite(p, 1, (size_t)(q - p), f);
+                fprintf(f, "%s:%d", src->files[from->file], from->line);
+                p = q = end;
+                replaced = 1;
+                continue;
+            }
+        } else if (!named && strncmp(q, sha_tag, sha_taglen) == 0 &&
+                   strspn(q + sha_taglen, hex) == 40) {
+            fwrite(p, 1, (size_t)(q - p) + sha_taglen, f);
+            fprintf(f, "%s ", src->files[0]);
+            p = q = q + sha_taglen;
+            named = 1;
+            continue;
+        }
+        q++;
+    }
+    fputs(p, f);
+    if (fclose(f) != 0 || !replaced) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Makes an error reply of a script (src, or the loaded script it names when
+ * src is NULL) name the .lua file and line. The reply's text is replaced in
+ * place (hiredis frees it with free()). Other replies are left alone. */
+static void script_error_locate(redisReply *r, const struct rscript_source *src)
+{
+    if (!r || r->type != REDIS_REPLY_ERROR || !r->str || !strstr(r->str, "user_script:"))
+        return;
+    if (!src)
+        src = source_named_in(r->str);
+    char *text = src ? script_error_located(r->str, src) : NULL;
+    if (!text)
+        return;
+    free(r->str);
+    r->str = text;
+    r->len = strlen(text);
+}
+
 static redisReply *checked(struct rconn *rc, void *reply)
 {
     if (!reply) {
@@ -171,6 +266,7 @@ static redisReply *checked(struct rconn *rc, void *reply)
         rconn_drop(rc, rc->ctx ? rc->ctx->errstr : "connection lost");
         return NULL;
     }
+    script_error_locate(reply, NULL);
     return reply;
 }
 
@@ -214,7 +310,7 @@ static int script_load(struct rconn *rc, struct rscript *s, int again)
 {
     if (!again && atomic_load_explicit(&s->loaded, memory_order_acquire))
         return 0;
-    redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->src);
+    redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->source->text);
     if (!r)
         return -1;
     int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
@@ -223,10 +319,12 @@ static int script_load(struct rconn *rc, struct rscript *s, int again)
         if (!atomic_load_explicit(&s->loaded, memory_order_relaxed)) {
             memcpy(s->sha, r->str, 40);
             s->sha[40] = '\0';
+            remember_loaded(s);
             atomic_store_explicit(&s->loaded, 1, memory_order_release);
         }
         pthread_mutex_unlock(&s->mu);
     } else {
+        script_error_locate(r, s->source); /* a compile error names no SHA */
         snprintf(rc->err, sizeof(rc->err), "SCRIPT LOAD %s: %s", s->name,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     }
@@ -304,8 +402,8 @@ redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs
         freeReplyObject(r);
         a.v[0] = "EVAL";
         a.len[0] = 4;
-        a.v[1] = s->src;
-        a.len[1] = strlen(s->src);
+        a.v[1] = s->source->text;
+        a.len[1] = strlen(s->source->text);
         r = rconn_command_argv(rc, a.n, a.v, a.len);
     }
     eval_argv_free(&a);

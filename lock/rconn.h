@@ -6,7 +6,10 @@
  *
  * Lua scripts are `struct rscript` constants, loaded once per process with
  * SCRIPT LOAD and called by SHA; a NOSCRIPT answer (Redis restarted, SCRIPT
- * FLUSH) falls back to EVAL, which also re-caches the script.
+ * FLUSH) falls back to EVAL, which also re-caches the script. Their text comes
+ * from lock/lua/ and inventory/lua/, assembled at build time; an error that
+ * Redis reports at "user_script:N" of a loaded script comes back naming the
+ * .lua file and line instead (in every reply this module hands out).
  *
  * Thread safety: an rconn belongs to one thread. rscript values are shared and
  * safe to use from any thread. */
@@ -81,17 +84,36 @@ const char *rconn_errstr(const struct rconn *rc);
 const char *rconn_host(const struct rconn *rc);
 int rconn_port(const struct rconn *rc);
 
+/* A Lua script as the build assembled it (scripts/lua2c.awk): the file
+ * dir/lua/name.lua becomes `const struct rscript_source lua_dir_name` in
+ * $(BUILD)/gen/dir/lua/name.c, with its `--#include "piece.lua"` lines
+ * replaced by those files. For each line of the text, where it came from. */
+struct rscript_line {
+    int file; /* index in files */
+    int line; /* 1-based, in that file */
+};
+struct rscript_source {
+    const char *text;
+    const char *const *files; /* from the repository root; [0] the script's own */
+    int nfiles;
+    const struct rscript_line *lines; /* [i]: line i + 1 of text */
+    int nlines;
+};
+
+/* The runtime handle of a script: static storage only (a loaded script stays
+ * on a process-wide list, by which error replies find their line map). */
 struct rscript {
     const char *name;
-    const char *src;
+    const struct rscript_source *source;
     char sha[41];
     _Atomic int loaded;
     pthread_mutex_t mu;
+    struct rscript *next_loaded;
 };
-#define RSCRIPT_INIT(name_, src_)                                                        \
+#define RSCRIPT_INIT(name_, source_)                                                     \
     {                                                                                    \
-        .name = (name_), .src = (src_), .sha = {0}, .loaded = 0,                         \
-        .mu = PTHREAD_MUTEX_INITIALIZER                                                  \
+        .name = (name_), .source = &(source_), .sha = {0}, .loaded = 0,                  \
+        .mu = PTHREAD_MUTEX_INITIALIZER, .next_loaded = NULL                             \
     }
 
 /* EVALSHA script with nkeys KEYS followed by ARGV; argv holds nkeys + nargs

@@ -1,0 +1,60 @@
+-- Acquire of the redis lock mode (lock/lock_redis.c).
+-- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue, KEYS[4] the
+-- caller's grant list.
+-- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens,
+-- ARGV[4] ms the caller will wait (0: it will not, and leaves the queue),
+-- ARGV[5] the caller's queue entry from an earlier attempt or "", ARGV[6] "1"
+-- when the caller's session holds a grant of the key (re-entry).
+-- Returns {1, fence, ""} for a new grant (also one handed over earlier, whose
+-- lease then starts again: it counts from the pick-up), {2, fence, ""} when
+-- the owner re-entered, {0, holder's PTTL, queue entry} when taken.
+-- A grant leaves in the queue any entry of ARGV[1]'s other than ARGV[5] (one
+-- that a failed attempt left): the release script skips those. The queue lives
+-- until its latest deadline plus a lease: a new entry only ever extends its
+-- expiry (PEXPIRE ... GT would not do: it takes the fresh list's missing TTL
+-- for an infinite one and never sets any).
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+  if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
+  redis.call('HSET', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end
+  return {1, 0, ''}
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  local handed = redis.call('LPOP', KEYS[4])
+  if handed then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(handed), ''}
+  end
+  if ARGV[6] ~= '1' then
+    -- ours, but the session keeps no grant of it: a release lost with
+    -- Redis (crash, timeout). A new grant, not a re-entry.
+    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
+    redis.call('HSET', KEYS[1], ARGV[1], 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end
+    return {1, 0, ''}
+  end
+  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[3] == '1' then
+    return {2, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
+  end
+  return {2, 0, ''}
+end
+local entry = ARGV[5]
+if ARGV[4] == '0' then
+  if entry ~= '' then redis.call('LREM', KEYS[3], 1, entry) end
+  entry = ''
+elseif entry == '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  entry = (now + tonumber(ARGV[4])) .. ':' .. ARGV[1]
+  redis.call('RPUSH', KEYS[3], entry)
+  local keep = tonumber(ARGV[4]) + tonumber(ARGV[2])
+  if redis.call('PTTL', KEYS[3]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+  end
+end
+return {0, pttl, entry}
