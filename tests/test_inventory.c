@@ -31,6 +31,10 @@ struct fixture {
 /* The Redis port a fixture connects to: 0 is the test server itself, another
  * port a proxy in front of it. */
 static int fixture_port;
+/* Whether fixtures keep a sold-out memory (a listener thread). Not in a test
+ * that forks a child which starts threads: TSan refuses to start threads in
+ * the child of a multi-threaded process. */
+static int fixture_memory = 1;
 
 static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
                               int fencing, int ttl_ms, struct orderid_gen *gen)
@@ -43,8 +47,8 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
         f->lock = lock_new(mode, &lc, err, sizeof(err));
         assert_non_null(f->lock);
     }
-    /* Every fixture keeps a sold-out memory, as the server does. */
-    f->soldout = soldout_new("127.0.0.1", redis.port, NULL);
+    /* Fixtures keep a sold-out memory, as the server does. */
+    f->soldout = fixture_memory ? soldout_new("127.0.0.1", redis.port, NULL) : NULL;
     struct inv_config ic = {.lock = f->lock,
                             .wait_ms = 5000,
                             .work_us = work_us,
@@ -445,7 +449,8 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
         char user[16];
         for (int i = 0; i < 20; i++) {
             snprintf(user, sizeof(user), "late%d", i);
-            assert_int_equal(inv_order_place(f.s, "memo", user, 1, NULL, &o), INV_SOLD_OUT);
+            assert_int_equal(inv_order_place(f.s, "memo", user, 1, NULL, &o),
+                             INV_SOLD_OUT);
         }
         assert_int_equal(inv_order_place(f.s, "memo", "late", 2, NULL, &o), INV_BAD_QTY);
         long long after = commands_processed(f.rc);
@@ -523,6 +528,7 @@ static int lock_key_exists(void *arg)
 static void test_stale_fence_is_refused(void **state)
 {
     (void)state;
+    fixture_memory = 0; /* this test forks a child that starts threads */
     struct fixture f;
     fixture_open(&f, "redis", 400000, 1, 3000); /* 400 ms of work */
     inv_sku_put(f.s, "fence", 1, 1, 1);
@@ -579,6 +585,7 @@ static void test_stale_fence_is_refused(void **state)
     waitpid(pid, &status, 0);
     assert_int_equal(WEXITSTATUS(status), 0);
     fixture_close(&f);
+    fixture_memory = 1;
 }
 
 /* The SKU's read-write lock: an order holds the shared side through the SKU

@@ -152,14 +152,14 @@ void test_redis_start(struct test_redis *r, const char *const *extra_args)
             test_redis_stop(r, 1, 1);
     }
     fprintf(stderr, "could not start redis-server\n");
-    abort();
+    exit(1); /* not abort: the exit hook stops the servers already started */
 }
 
 void test_redis_restart(struct test_redis *r, const char *const *extra_args)
 {
     if (spawn(r, extra_args) != 0) {
         fprintf(stderr, "could not restart redis-server on port %d\n", r->port);
-        abort();
+        exit(1);
     }
 }
 
@@ -231,7 +231,7 @@ void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_pr
         waitpid(pid, NULL, 0);
     }
     fprintf(stderr, "could not start %s\n", bin);
-    abort();
+    exit(1); /* not abort: the exit hook stops the servers already started */
 }
 
 void test_proxy_stop(struct test_proxy *p)

@@ -16,8 +16,8 @@ struct test_redis {
 };
 
 /* Starts a server; extra_args (may be NULL) is a NULL-terminated list of extra
- * redis-server arguments such as {"--appendonly", "yes", NULL}. Aborts the test
- * program when no server can be started. */
+ * redis-server arguments such as {"--appendonly", "yes", NULL}. Exits the test
+ * program (status 1, after stopping the servers it started) when none can be. */
 void test_redis_start(struct test_redis *r, const char *const *extra_args);
 /* SIGKILL (hard) or SIGTERM, then waits for the PID. Keeps the dir when
  * keep_dir is set so that the server can be restarted on the same data. */
@@ -36,7 +36,7 @@ struct test_proxy {
 
 /* Starts $SECKILL_BUILD/tests/faultproxy (default build/) in front of
  * 127.0.0.1:target_port and waits until it listens. drop_prefix may be NULL
- * (a plain proxy). Stopped by the exit hook too. Aborts when it cannot start. */
+ * (a plain proxy). Stopped by the exit hook too. Exits 1 when it cannot start. */
 void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_prefix);
 void test_proxy_stop(struct test_proxy *p);
 
