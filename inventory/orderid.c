@@ -232,15 +232,8 @@ static void *lease_loop(void *arg)
     struct orderid_lease *l = arg;
     pthread_mutex_lock(&l->mu);
     while (!l->stopping) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += l->renew_ms / 1000;
-        until.tv_nsec += (long)(l->renew_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&l->wake, &l->mu, &until);
+        lock_cond_wait_until(&l->wake, &l->mu,
+                             lock_now_us() + (int64_t)l->renew_ms * 1000);
         if (l->stopping)
             break;
         pthread_mutex_unlock(&l->mu);
@@ -279,11 +272,7 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
         free(l);
         return NULL;
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    lock_cond_init(&l->wake);
     pthread_mutex_init(&l->mu, NULL);
     if (pthread_create(&l->thread, NULL, lease_loop, l) != 0)
         abort();

@@ -99,14 +99,10 @@ void soldout_forget(struct soldout *so)
 /* Waits up to ms or until stopping; returns stopping. */
 static int pause_ms(struct soldout *so, int ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += (long)ms * 1000000;
-    until.tv_sec += until.tv_nsec / 1000000000;
-    until.tv_nsec %= 1000000000;
+    int64_t until = lock_now_us() + (int64_t)ms * 1000;
     pthread_mutex_lock(&so->mu);
     if (!so->stopping)
-        pthread_cond_timedwait(&so->wake, &so->mu, &until);
+        lock_cond_wait_until(&so->wake, &so->mu, until);
     int stopping = so->stopping;
     pthread_mutex_unlock(&so->mu);
     return stopping;
@@ -201,11 +197,7 @@ struct soldout *soldout_new(const char *host, int port, const char *password)
     so->fd = -1;
     atomic_store(&so->generation, 1);
     pthread_mutex_init(&so->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&so->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    lock_cond_init(&so->wake);
     if (pthread_create(&so->thread, NULL, listener_main, so) != 0)
         abort();
     return so;

@@ -108,6 +108,22 @@ int64_t lock_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+void lock_cond_init(pthread_cond_t *cond)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+int lock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_us)
+{
+    struct timespec ts = {.tv_sec = deadline_us / 1000000,
+                          .tv_nsec = (long)(deadline_us % 1000000) * 1000};
+    return pthread_cond_timedwait(cond, mu, &ts);
+}
+
 void lock_fence_key(const char *key, char *buf, size_t len)
 {
     snprintf(buf, len, "%s:fence", key);

@@ -13,6 +13,7 @@
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -136,5 +137,12 @@ void lock_token_new(char out[33]);
 
 /* Monotonic clock in microseconds. */
 int64_t lock_now_us(void);
+
+/* Initialises cond to time its waits on the monotonic clock (lock_now_us's). */
+void lock_cond_init(pthread_cond_t *cond);
+/* Waits on cond (mu held, as pthread_cond_timedwait) until deadline_us on
+ * lock_now_us's clock; cond must come from lock_cond_init. Returns
+ * pthread_cond_timedwait's result (ETIMEDOUT once the deadline passed). */
+int lock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_us);
 
 #endif

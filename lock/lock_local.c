@@ -43,12 +43,8 @@ static void *local_create(const struct lock_config *cfg, struct lock_counters *c
     if (!st)
         abort();
     for (int i = 0; i < LOCAL_STRIPES; i++) {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_mutex_init(&st->stripes[i].mu, NULL);
-        pthread_cond_init(&st->stripes[i].released, &ca);
-        pthread_condattr_destroy(&ca);
+        lock_cond_init(&st->stripes[i].released);
     }
     return st;
 }
@@ -93,8 +89,6 @@ static lock_status local_acquire(void *session, const char *key, int64_t deadlin
 {
     struct local_state *st = session;
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
-    struct timespec deadline = {.tv_sec = deadline_us / 1000000,
-                                .tv_nsec = (deadline_us % 1000000) * 1000};
     size_t keylen = strlen(key);
     struct held_key *mine = malloc(sizeof(*mine) + keylen + 1);
     if (!mine)
@@ -104,7 +98,7 @@ static lock_status local_acquire(void *session, const char *key, int64_t deadlin
     pthread_mutex_lock(&s->mu);
     while (*find_held(s, key)) {
         g->contended = 1;
-        if (pthread_cond_timedwait(&s->released, &s->mu, &deadline) == ETIMEDOUT &&
+        if (lock_cond_wait_until(&s->released, &s->mu, deadline_us) == ETIMEDOUT &&
             *find_held(s, key)) {
             pthread_mutex_unlock(&s->mu);
             free(mine);

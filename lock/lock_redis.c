@@ -123,11 +123,7 @@ static void *redis_create(const struct lock_config *cfg, struct lock_counters *c
     st->fencing = cfg->fencing;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
     st->counters = counters;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&st->changed, &ca);
-    pthread_condattr_destroy(&ca);
+    lock_cond_init(&st->changed);
     pthread_mutex_init(&st->mu, NULL);
     return st;
 }
@@ -281,9 +277,7 @@ static void *watchdog_main(void *arg)
         if (next == INT64_MAX) {
             pthread_cond_wait(&st->changed, &st->mu);
         } else {
-            struct timespec ts = {.tv_sec = next / 1000000,
-                                  .tv_nsec = (long)(next % 1000000) * 1000};
-            pthread_cond_timedwait(&st->changed, &st->mu, &ts);
+            lock_cond_wait_until(&st->changed, &st->mu, next);
         }
     }
     pthread_mutex_unlock(&st->mu);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lock.h"
 #include "log.h"
 #include "rconn.h"
 
@@ -144,15 +145,8 @@ static void *durability_main(void *arg)
     struct svc_durability *d = arg;
     pthread_mutex_lock(&d->mu);
     while (!d->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += DURABILITY_TICK_MS / 1000;
-        until.tv_nsec += (long)(DURABILITY_TICK_MS % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        while (!d->stop && pthread_cond_timedwait(&d->wake, &d->mu, &until) != ETIMEDOUT)
+        int64_t until = lock_now_us() + (int64_t)DURABILITY_TICK_MS * 1000;
+        while (!d->stop && lock_cond_wait_until(&d->wake, &d->mu, until) != ETIMEDOUT)
             ;
         if (d->stop)
             break;
@@ -179,11 +173,7 @@ struct svc_durability *svc_durability_start(const char *host, int port,
     d->rc = rconn_new(host, port, password, DURABILITY_TIMEOUT_MS);
     snprintf(d->addr, sizeof(d->addr), "%s:%d", host, port);
     pthread_mutex_init(&d->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&d->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    lock_cond_init(&d->wake);
     durability_read(d);
     if (pthread_create(&d->thread, NULL, durability_main, d) != 0)
         abort();
