@@ -25,7 +25,6 @@ void orderid_init(struct orderid_gen *gen, int worker, int64_t (*now_ms)(void),
     gen->seq = -1; /* the first id of last_ms gets sequence 0 */
     gen->ceiling_ms = INT64_MAX;
     gen->clock_backwards = 0;
-    gen->refused = 0;
 }
 
 uint64_t orderid_next(struct orderid_gen *gen)
@@ -48,7 +47,6 @@ uint64_t orderid_next(struct orderid_gen *gen)
         }
     }
     if (ms >= gen->ceiling_ms) {
-        gen->refused++;
         pthread_mutex_unlock(&gen->mu);
         return 0;
     }

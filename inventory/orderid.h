@@ -34,7 +34,6 @@ struct orderid_gen {
     int seq;
     int64_t ceiling_ms;       /* ids stay below this (ms since the epoch); 0: none */
     uint64_t clock_backwards; /* times the clock was seen going back */
-    uint64_t refused;         /* ids refused at the ceiling */
     int64_t (*now_ms)(void);  /* wall clock in unix ms; injectable for tests */
 };
 
