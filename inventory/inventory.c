@@ -210,19 +210,6 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
 
 /* ---- placing an order --------------------------------------------------- */
 
-/* The sold-out memory of the instance, when it keeps one. */
-static uint64_t soldout_generation_of(struct inv_session *s)
-{
-    return s->inv->cfg.soldout ? soldout_generation(s->inv->cfg.soldout) : 0;
-}
-
-static void soldout_note_of(struct inv_session *s, const char *sku, int limit,
-                            uint64_t generation)
-{
-    if (s->inv->cfg.soldout)
-        soldout_note(s->inv->cfg.soldout, sku, limit, generation);
-}
-
 /* Answers from memory an order for a SKU this instance saw sold out in its
  * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or INV_OK
  * when Redis must be asked. A keyed order always asks: its key may name an
@@ -231,8 +218,7 @@ static inv_status soldout_answer(struct inv_session *s, const char *sku, int qty
                                  const char *idem_key)
 {
     int limit;
-    if (!s->inv->cfg.soldout || idem_key ||
-        !soldout_known(s->inv->cfg.soldout, sku, &limit))
+    if (idem_key || !soldout_known(s->inv->cfg.soldout, sku, &limit))
         return INV_OK;
     count(&s->inv->counters.sold_out_local);
     return limit > 0 && qty > limit ? INV_BAD_QTY : INV_SOLD_OUT;
@@ -304,7 +290,7 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
                               okey,    k->idem,  home,    qtys,      user_id,
                               idtext,  sku,      idem_key};
         uint64_t lost = rconn_unanswered(s->rc);
-        uint64_t seen = soldout_generation_of(s);
+        uint64_t seen = soldout_generation(s->inv->cfg.soldout);
         redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
         if (!r)
             return no_answer(s, lost);
@@ -323,9 +309,9 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
         case -5:
             st = INV_SOLD_OUT;
             if (qty == 1) /* no segment holds a unit */
-                soldout_note_of(s, sku,
-                                (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0),
-                                seen);
+                soldout_note(s->inv->cfg.soldout, sku,
+                             (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0),
+                             seen);
             break;
         case -6:
             st = INV_NOT_FOUND;
@@ -507,7 +493,7 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
      * next peek no longer lists them, so the rounds end. */
     for (;;) {
         struct order_view v;
-        uint64_t seen = soldout_generation_of(s);
+        uint64_t seen = soldout_generation(s->inv->cfg.soldout);
         inv_status st = order_peek(s, k, user_id, qty, idem_key, &v);
         if (st != INV_OK)
             return st;
@@ -521,7 +507,7 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
             return INV_LIMIT;
         if (v.ncand == 0) {
             if (qty == 1) /* no segment holds a unit */
-                soldout_note_of(s, sku, v.limit, seen);
+                soldout_note(s->inv->cfg.soldout, sku, v.limit, seen);
             return INV_SOLD_OUT;
         }
         for (int c = 0; c < v.ncand; c++) {
@@ -624,8 +610,7 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_INTEGER)
         st = r->integer == 1 ? INV_CREATED : INV_OK;
-    if (s->inv->cfg.soldout)
-        soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
+    soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
     if (r)
         freeReplyObject(r);
     return st;

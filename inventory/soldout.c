@@ -51,7 +51,7 @@ static void forget(struct soldout *so)
 
 uint64_t soldout_generation(struct soldout *so)
 {
-    return atomic_load(&so->listening) ? atomic_load(&so->generation) : 0;
+    return so && atomic_load(&so->listening) ? atomic_load(&so->generation) : 0;
 }
 
 int soldout_listening(struct soldout *so)
@@ -76,7 +76,7 @@ int soldout_known(struct soldout *so, const char *sku, int *limit)
 
 void soldout_note(struct soldout *so, const char *sku, int limit, uint64_t generation)
 {
-    if (!generation || strlen(sku) > SKU_MAX)
+    if (!so || !generation || strlen(sku) > SKU_MAX)
         return;
     struct entry *e = &so->table[slot_of(sku)];
     pthread_mutex_lock(&so->mu);
@@ -93,7 +93,8 @@ void soldout_note(struct soldout *so, const char *sku, int limit, uint64_t gener
 
 void soldout_forget(struct soldout *so)
 {
-    forget(so);
+    if (so)
+        forget(so);
 }
 
 /* Waits up to ms or until stopping; returns stopping. */

@@ -21,6 +21,9 @@
 
 struct soldout;
 
+/* The queries below take so == NULL as "no memory": nothing is known, noting
+ * and forgetting do nothing. */
+
 /* Starts listening on host:port (password may be NULL). Never NULL; Redis need
  * not be up yet (the listener reconnects by itself). */
 struct soldout *soldout_new(const char *host, int port, const char *password);
