@@ -187,19 +187,17 @@ static void print_help(void)
                options[i].help, options[i].dflt, "", env);
     }
     printf("  %-28s this text\n", "--help");
-    printf(
-        "\nOrder answers: 201 placed; 400 bad_request; 404 not_found; 409 sold_out or\n"
-        "limit_reached; 413 too_large; 422 idempotency_mismatch (the Idempotency-Key "
-        "was\n"
-        "used for another user_id or qty: nothing placed, nothing revealed); 503 busy "
-        "or\n"
-        "unavailable (nothing placed, retry); 503 outcome_unknown with order_id (the\n"
-        "commit was sent, its answer lost: GET /orders/{order_id} tells, and a retry\n"
-        "with the same Idempotency-Key is safe).\n"
-        "\nListening on a non-loopback address needs --admin-token (else exit 2).\n"
-        "/metrics has seckill_redis_durable: 1 when the data Redis runs AOF with\n"
-        "appendfsync always (an acknowledged order survives its crash), else 0 and a\n"
-        "level=warn line at start-up and on reconnect.\n");
+    printf("\nOrder answers: 201 placed; 400 bad_request; 404 not_found; 409 sold_out\n"
+           "or limit_reached; 413 too_large; 422 idempotency_mismatch (the\n"
+           "Idempotency-Key was used for another user_id or qty: nothing placed,\n"
+           "nothing revealed); 503 busy or unavailable (nothing placed, retry); 503\n"
+           "outcome_unknown with order_id (the commit was sent, its answer lost:\n"
+           "GET /orders/{order_id} tells, and a retry with the same Idempotency-Key\n"
+           "is safe).\n"
+           "\nListening on a non-loopback address needs --admin-token (else exit 2).\n"
+           "/metrics has seckill_redis_durable: 1 when the data Redis runs AOF with\n"
+           "appendfsync always (an acknowledged order survives its crash), else 0 and\n"
+           "a level=warn line at start-up and on reconnect.\n");
 }
 
 static const struct option_spec *option_find(const char *name, size_t len)
