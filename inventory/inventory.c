@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,13 +16,15 @@
  * limit.lua (the per-user limit) and record.lua (recording a placed order);
  * peek.lua shares the first two. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
-    lua_inventory_peek, lua_inventory_reset;
+    lua_inventory_peek, lua_inventory_reset, lua_inventory_batch;
 /* inventory/lua/commit.lua: commit of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
 static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_atomic);
 /* inventory/lua/peek.lua: what an order learns before taking any lock. */
 static struct rscript peek_script = RSCRIPT_INIT("inv_peek", lua_inventory_peek);
+/* inventory/lua/batch.lua: group commit of the lock-guarded modes. */
+static struct rscript batch_script = RSCRIPT_INIT("inv_batch", lua_inventory_batch);
 /* inventory/lua/reset.lua: create or reset a SKU. */
 static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
 
@@ -31,9 +34,24 @@ struct inv_counters {
         id_collisions, sold_out_local;
 };
 
+/* What a peek taught about a SKU, so that a ticket finds its home segment and
+ * a batch its epoch without asking Redis: a direct-mapped cache, an entry
+ * overwritten by another SKU of the same slot. A reset forgets the entry here
+ * at once; a reset by another instance shows as a batch refused for its epoch,
+ * which forgets it too. */
+#define LAYOUT_SLOTS 256
+
+struct sku_layout {
+    char sku[INV_ID_MAX + 1]; /* "" for an empty slot */
+    int segments;
+    char epoch[24];
+};
+
 struct inv {
     struct inv_config cfg;
     struct inv_counters counters;
+    pthread_mutex_t layout_mu;
+    struct sku_layout layouts[LAYOUT_SLOTS];
 };
 
 struct inv_session {
@@ -82,12 +100,55 @@ struct inv *inv_new(const struct inv_config *cfg)
     if (!inv)
         abort();
     inv->cfg = *cfg;
+    pthread_mutex_init(&inv->layout_mu, NULL);
     return inv;
 }
 
 void inv_free(struct inv *inv)
 {
+    if (!inv)
+        return;
+    pthread_mutex_destroy(&inv->layout_mu);
     free(inv);
+}
+
+static struct sku_layout *layout_slot(struct inv *inv, const char *sku)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = sku; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return &inv->layouts[h % LAYOUT_SLOTS];
+}
+
+/* Copies sku's layout to *out; 0, or -1 when not known. */
+static int layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
+{
+    struct sku_layout *l = layout_slot(inv, sku);
+    pthread_mutex_lock(&inv->layout_mu);
+    int found = strcmp(l->sku, sku) == 0;
+    if (found)
+        *out = *l;
+    pthread_mutex_unlock(&inv->layout_mu);
+    return found ? 0 : -1;
+}
+
+static void layout_put(struct inv *inv, const char *sku, int segments, const char *epoch)
+{
+    struct sku_layout *l = layout_slot(inv, sku);
+    pthread_mutex_lock(&inv->layout_mu);
+    snprintf(l->sku, sizeof(l->sku), "%s", sku);
+    l->segments = segments;
+    snprintf(l->epoch, sizeof(l->epoch), "%s", epoch);
+    pthread_mutex_unlock(&inv->layout_mu);
+}
+
+static void layout_forget(struct inv *inv, const char *sku)
+{
+    struct sku_layout *l = layout_slot(inv, sku);
+    pthread_mutex_lock(&inv->layout_mu);
+    if (strcmp(l->sku, sku) == 0)
+        l->sku[0] = '\0';
+    pthread_mutex_unlock(&inv->layout_mu);
 }
 
 void inv_stats(const struct inv *inv, struct inv_stats *out)
@@ -214,21 +275,21 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
  * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or INV_OK
  * when Redis must be asked. A keyed order always asks: its key may name an
  * order placed before the sell-out, whose replay is the answer. */
-static inv_status soldout_answer(struct inv_session *s, const char *sku, int qty,
+static inv_status soldout_answer(struct inv *inv, const char *sku, int qty,
                                  const char *idem_key)
 {
     int limit;
-    if (idem_key || !soldout_known(s->inv->cfg.soldout, sku, &limit))
+    if (idem_key || !soldout_known(inv->cfg.soldout, sku, &limit))
         return INV_OK;
-    count(&s->inv->counters.sold_out_local);
+    count(&inv->counters.sold_out_local);
     return limit > 0 && qty > limit ? INV_BAD_QTY : INV_SOLD_OUT;
 }
 
 /* Draws the order's id: 0, or -1 when none can be issued now (the worker
  * lease is not held, or its high-water mark does not cover another id). */
-static int order_new_id(struct inv_session *s, struct inv_order *order)
+static int order_new_id(struct inv *inv, struct inv_order *order)
 {
-    const struct inv_config *cfg = &s->inv->cfg;
+    const struct inv_config *cfg = &inv->cfg;
     if (cfg->lease && !orderid_lease_valid(cfg->lease))
         return -1;
     order->id = orderid_next(cfg->ids);
@@ -237,10 +298,10 @@ static int order_new_id(struct inv_session *s, struct inv_order *order)
 
 /* The id the commit found taken was issued twice (a worker id shared after a
  * lease was lost early): the order takes a fresh one. Nothing was written. */
-static inv_status order_id_taken(struct inv_session *s, struct inv_order *order)
+static inv_status order_id_taken(struct inv *inv, struct inv_order *order)
 {
-    count(&s->inv->counters.id_collisions);
-    return order_new_id(s, order) == 0 ? INV_OK : INV_UNAVAILABLE;
+    count(&inv->counters.id_collisions);
+    return order_new_id(inv, order) == 0 ? INV_OK : INV_UNAVAILABLE;
 }
 
 /* The status of a commit that got no answer: unknown when the connection
@@ -320,7 +381,7 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
             st = INV_BAD_QTY;
             break;
         case -9:
-            st = tries < ID_TRIES ? order_id_taken(s, order) : INV_UNAVAILABLE;
+            st = tries < ID_TRIES ? order_id_taken(s->inv, order) : INV_UNAVAILABLE;
             break;
         default:
             st = commit_refusal(s, r, order);
@@ -470,7 +531,7 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
         st = INV_BUSY;
         break;
     case -9:
-        *again = order_id_taken(s, order) == INV_OK;
+        *again = order_id_taken(s->inv, order) == INV_OK;
         st = INV_UNAVAILABLE;
         break;
     default:
@@ -497,6 +558,7 @@ static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
         inv_status st = order_peek(s, k, user_id, qty, idem_key, &v);
         if (st != INV_OK)
             return st;
+        layout_put(inv, sku, v.segments, v.epoch);
         if (qty > v.limit)
             return INV_BAD_QTY;
         if (v.first_id[0]) {
@@ -527,7 +589,7 @@ static inv_status place(struct inv_session *s, const char *sku, const char *user
                         int qty, const char *idem_key, struct inv_order *order)
 {
     rconn_check(s->rc);
-    if (order_new_id(s, order) != 0)
+    if (order_new_id(s->inv, order) != 0)
         return INV_UNAVAILABLE; /* no id is unique without the worker lease */
     snprintf(order->sku, sizeof(order->sku), "%s", sku);
     snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
@@ -539,15 +601,9 @@ static inv_status place(struct inv_session *s, const char *sku, const char *user
                             : place_atomic(s, &k, sku, user_id, qty, idem, order);
 }
 
-inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
-                           int qty, const char *idem_key, struct inv_order *order)
+/* Counts an order's answer. */
+static void count_outcome(struct inv *inv, inv_status st)
 {
-    struct inv *inv = s->inv;
-    memset(order, 0, sizeof(*order));
-    /* Sold out in this epoch, as this instance saw: no id, no Redis. */
-    inv_status st = soldout_answer(s, sku, qty, idem_key);
-    if (st == INV_OK)
-        st = place(s, sku, user_id, qty, idem_key, order);
     struct inv_counters *c = &inv->counters;
     switch (st) {
     case INV_PLACED:
@@ -577,7 +633,229 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
     default:
         break;
     }
+}
+
+inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
+                           int qty, const char *idem_key, struct inv_order *order)
+{
+    struct inv *inv = s->inv;
+    memset(order, 0, sizeof(*order));
+    /* Sold out in this epoch, as this instance saw: no id, no Redis. */
+    inv_status st = soldout_answer(inv, sku, qty, idem_key);
+    if (st == INV_OK)
+        st = place(s, sku, user_id, qty, idem_key, order);
+    count_outcome(inv, st);
     return st;
+}
+
+/* ---- orders in batches -------------------------------------------------- */
+
+inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
+                           const char *user_id, int qty, const char *idem_key)
+{
+    memset(&t->order, 0, sizeof(t->order));
+    snprintf(t->sku, sizeof(t->sku), "%s", sku);
+    snprintf(t->user_id, sizeof(t->user_id), "%s", user_id);
+    snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
+    t->qty = qty;
+    t->start_us = lock_now_us();
+    t->st = INV_OK;
+    t->next = NULL;
+    inv_status st = soldout_answer(inv, sku, qty, idem_key);
+    if (st == INV_OK && order_new_id(inv, &t->order) != 0)
+        st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
+    if (st != INV_OK) {
+        count_outcome(inv, st);
+        return st;
+    }
+    snprintf(t->order.sku, sizeof(t->order.sku), "%s", sku);
+    snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
+    t->order.qty = qty;
+    t->home = inv_ticket_route(inv, t);
+    return INV_OK;
+}
+
+int inv_ticket_route(struct inv *inv, const struct inv_ticket *t)
+{
+    struct sku_layout l;
+    if (layout_get(inv, t->sku, &l) != 0)
+        return -1;
+    return (int)(seg_route(t->user_id) % (uint32_t)l.segments);
+}
+
+static void ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st)
+{
+    t->st = st;
+    count_outcome(inv, st);
+}
+
+void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st)
+{
+    ticket_finish(inv, t, st);
+}
+
+static void tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st)
+{
+    for (int i = 0; i < n; i++)
+        ticket_finish(inv, t[i], st);
+}
+
+void inv_ticket_single(struct inv_session *s, struct inv_ticket *t)
+{
+    rconn_check(s->rc);
+    struct sku_keys k;
+    sku_keys_init(&k, t->sku);
+    inv_status st =
+        s->inv->cfg.lock
+            ? place_locked(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
+            : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
+    ticket_finish(s->inv, t, st);
+}
+
+/* One order's part of the batch commit: its text arguments. */
+struct batch_slot {
+    char okey[40], id[24], qty[12];
+};
+
+/* Reads the batch script's answer for tickets t[0..n-1] (two entries each);
+ * a ticket whose segment could not serve it, or whose id was taken, stays
+ * undecided. */
+static void batch_outcomes(struct inv_session *s, struct inv_ticket **t, int n,
+                           const redisReply *r, int seg, lock_status released)
+{
+    struct inv *inv = s->inv;
+    for (int i = 0; i < n; i++) {
+        const redisReply *first = r->element[2 * i + 1];
+        struct inv_order *o = &t[i]->order;
+        inv_status st = INV_UNAVAILABLE;
+        switch (reply_ll(r->element[2 * i], 99)) {
+        case 1:
+            o->segment = seg;
+            st = INV_PLACED;
+            if (released == LOCK_NOT_HELD)
+                count(&inv->counters.commits_after_lease);
+            break;
+        case 0: /* short here: the ticket goes its own way */
+            continue;
+        case -3:
+            if (first->type == REDIS_REPLY_STRING) {
+                st = load_order(s, first->str, o);
+                st = st == INV_OK ? INV_REPLAYED : st;
+            }
+            break;
+        case -4:
+            st = INV_LIMIT;
+            break;
+        case -7:
+            st = INV_BAD_QTY;
+            break;
+        case -8:
+            st = INV_IDEM_MISMATCH;
+            break;
+        case -9:
+            if (order_id_taken(inv, o) == INV_OK)
+                continue; /* a fresh id: again by itself */
+            break;
+        }
+        ticket_finish(inv, t[i], st);
+    }
+}
+
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n)
+{
+    struct inv *inv = s->inv;
+    const char *sku = t[0]->sku;
+    int seg = t[0]->home;
+    struct sku_layout layout;
+    if (layout_get(inv, sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
+        return; /* forgotten since it was routed: each by itself */
+    rconn_check(s->rc);
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    char lkey[128], segtext[12];
+    snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
+    snprintf(segtext, sizeof(segtext), "%d", seg);
+    /* The oldest ticket's wait decides: none waits much past --wait-ms. */
+    int64_t oldest = t[0]->start_us;
+    for (int i = 1; i < n; i++)
+        oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
+    int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - lock_now_us()) / 1000;
+    const char *read_argv[] = {"HGET", k.stock, segtext};
+    struct rcmd read = {.argc = 3, .argv = read_argv};
+    struct lock_grant g;
+    redisReply *rr;
+    lock_status ls =
+        lock_acquire_then(s->lock, lkey, left_ms > 0 ? (int)left_ms : 0, &g, &read, &rr);
+    if (ls != LOCK_ACQUIRED) {
+        tickets_finish(inv, t, n, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
+        return;
+    }
+    long long stock = stock_of(rr);
+    if (rr)
+        freeReplyObject(rr);
+    if (stock <= 0) {
+        lock_release(s->lock, lkey, &g);
+        if (stock < 0)
+            tickets_finish(inv, t, n, INV_UNAVAILABLE);
+        return; /* empty: each ticket looks for another segment */
+    }
+    if (inv->cfg.work_us > 0)
+        sleep_us(inv->cfg.work_us); /* the orders' work, side by side */
+
+    char fkey[160], stocktext[24], fence[24];
+    lock_fence_key(lkey, fkey, sizeof(fkey));
+    snprintf(stocktext, sizeof(stocktext), "%lld", stock);
+    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g.fence : 0);
+    int nkeys = 7 + n, argc = nkeys + 5 + 4 * n;
+    const char **argv = malloc(sizeof(*argv) * (size_t)argc);
+    struct batch_slot *slot = malloc(sizeof(*slot) * (size_t)n);
+    if (!argv || !slot)
+        abort();
+    const char *head[] = {k.meta, k.stock, k.sold, k.buyers, k.orders, fkey, k.idem};
+    memcpy(argv, head, sizeof(head));
+    const char **a = argv + nkeys;
+    *a++ = layout.epoch;
+    *a++ = segtext;
+    *a++ = stocktext;
+    *a++ = fence;
+    *a++ = sku;
+    for (int i = 0; i < n; i++) {
+        snprintf(slot[i].id, sizeof(slot[i].id), "%" PRIu64, t[i]->order.id);
+        snprintf(slot[i].okey, sizeof(slot[i].okey), "order:%s", slot[i].id);
+        snprintf(slot[i].qty, sizeof(slot[i].qty), "%d", t[i]->qty);
+        argv[7 + i] = slot[i].okey;
+        *a++ = slot[i].qty;
+        *a++ = t[i]->user_id;
+        *a++ = slot[i].id;
+        *a++ = t[i]->idem_key;
+    }
+    struct rcmd commit = {
+        .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
+    redisReply *r;
+    uint64_t lost = rconn_unanswered(s->rc);
+    lock_status released = lock_release_after(s->lock, lkey, &g, &commit, &r);
+    free(argv);
+    free(slot);
+    if (!r) {
+        tickets_finish(inv, t, n, no_answer(s, lost));
+        return;
+    }
+    if (rconn_is_noscript(r)) {
+        rconn_script_reload(s->rc, &batch_script); /* nothing written: each by itself */
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
+        batch_outcomes(s, t, n, r, seg, released);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+               reply_ll(r->element[0], 0) == -1) {
+        count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
+        layout_forget(inv, sku);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+               reply_ll(r->element[0], 0) == -2) {
+        count(&inv->counters.fenced_off);
+        tickets_finish(inv, t, n, INV_BUSY);
+    } else {
+        tickets_finish(inv, t, n, INV_UNAVAILABLE);
+    }
+    freeReplyObject(r);
 }
 
 /* ---- SKUs, orders, audit ------------------------------------------------ */
@@ -611,6 +889,7 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
     if (r && r->type == REDIS_REPLY_INTEGER)
         st = r->integer == 1 ? INV_CREATED : INV_OK;
     soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
+    layout_forget(s->inv, sku);
     if (r)
         freeReplyObject(r);
     return st;

@@ -123,6 +123,45 @@ void inv_session_free(struct inv_session *s); /* NULL is a no-op */
 inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
                            int qty, const char *idem_key, struct inv_order *order);
 
+/* ---- orders in batches (batch.h queues and runs them) ----------------------
+ *
+ * An order that waits for a group commit is a ticket. The HTTP side opens it
+ * (inv_ticket_open: what memory can answer, the order id); a batch thread
+ * runs the tickets of one SKU segment under one lock hold (inv_ticket_batch)
+ * and places by itself each ticket the batch left undecided
+ * (inv_ticket_single), then calls its done(). */
+struct inv_ticket {
+    char sku[INV_ID_MAX + 1];
+    char user_id[INV_ID_MAX + 1];
+    char idem_key[INV_IDEM_MAX + 1]; /* "" for none */
+    int qty;
+    int home;         /* home segment; -1 while the SKU's segment count is unknown */
+    int64_t start_us; /* when it was opened (lock_now_us): its wait counts from here */
+    inv_status st;    /* the outcome; INV_OK while undecided */
+    struct inv_order order;
+    void (*done)(struct inv_ticket *t); /* called once when st is final */
+    void *owner;                        /* the caller's */
+    struct inv_ticket *next;            /* the batcher's queue */
+};
+
+/* Fills t for an order as inv_order_place takes it. Returns INV_OK when the
+ * ticket must go to Redis (t->home set, -1 when unknown), else the final
+ * status (sold out from memory, no order id without the worker lease), which
+ * is counted as an answer already. */
+inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
+                           const char *user_id, int qty, const char *idem_key);
+/* The ticket's home segment as far as this process knows the SKU, or -1. */
+int inv_ticket_route(struct inv *inv, const struct inv_ticket *t);
+/* Runs n (>= 1) tickets of one SKU and home segment in one critical section:
+ * one lock hold, one stock read, one commit. Every ticket either gets its
+ * final status or stays INV_OK: that one needs inv_ticket_single (the segment
+ * could not serve it, the SKU was reset, the id was taken). */
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n);
+/* Places one ticket by itself: peek, then the candidate segments in turn. */
+void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
+/* Gives t the final status st without running it (counted as an answer). */
+void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
+
 /* Creates (INV_CREATED) or resets (INV_OK) sku: stock split over segments,
  * orders, buyers and idempotency keys cleared, in one atomic step. In-flight
  * orders of the previous epoch are refused at commit. */

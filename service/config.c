@@ -50,6 +50,7 @@ INT_OPTION(opt_segments, segments, 1, 1024)
 INT_OPTION(opt_ttl, lock_ttl_ms, 10, 3600000)
 INT_OPTION(opt_wait, wait_ms, 0, 600000)
 INT_OPTION(opt_work, work_us, 0, 10000000)
+INT_OPTION(opt_batch, batch, 1, 1024)
 INT_OPTION(opt_instance, instance_id, 0, 1023)
 INT_OPTION(opt_threads, threads, 1, 1024)
 
@@ -160,11 +161,19 @@ static const struct option_spec options[] = {
      opt_segments},
     {"lock-ttl-ms", "N", "3000", "lock lease", opt_ttl},
     {"wait-ms", "N", "1000", "longest wait for a segment lock before 503 busy", opt_wait},
-    {"work-us", "N", "0", "simulated work inside the critical section", opt_work},
+    {"work-us", "N", "0",
+     "simulated work inside the critical section (a batch's orders work side by side)",
+     opt_work},
+    {"batch", "N", "32",
+     "most queued orders of one segment that one lock hold serves; 1: one per hold",
+     opt_batch},
     {"fencing", "on|off", "on", "fenced commits", opt_fencing},
     {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
      opt_instance},
-    {"threads", "N", "8 per core, 4..64", "HTTP worker threads", opt_threads},
+    {"threads", "N", "8 per core, 4..64",
+     "threads that wait on Redis: the batch threads of the lock modes (HTTP then runs "
+     "one thread per core), the HTTP threads of atomic",
+     opt_threads},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",
      opt_token},
@@ -282,6 +291,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     cfg->fencing = 1;
     cfg->instance_id = -1;
     cfg->threads = default_threads();
+    cfg->batch = 32;
     cfg->log_level = LOG_INFO;
 
     for (size_t i = 0; i < NOPTIONS; i++) {

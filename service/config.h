@@ -20,6 +20,7 @@ struct svc_config {
     int lock_ttl_ms;
     int wait_ms;
     int work_us;
+    int batch; /* most orders of one segment one lock hold serves */
     int fencing;
     int instance_id; /* -1: leased from Redis */
     int threads;

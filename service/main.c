@@ -112,16 +112,27 @@ int main(int argc, char **argv)
     /* Redis answered the lease: its persistence settings can be read now. */
     struct svc_durability *durability =
         svc_durability_start(cfg.redis.host, cfg.redis.port, cfg.redis_password);
+    struct inv_batcher *batcher = NULL;
+    if (lock) {
+        struct inv_batcher_config bc = {.threads = cfg.threads,
+                                        .batch = cfg.batch,
+                                        .redis_host = cfg.redis.host,
+                                        .redis_port = cfg.redis.port,
+                                        .redis_password = cfg.redis_password};
+        batcher = inv_batcher_start(inv, &bc);
+    }
     struct svc_app app = {.cfg = &cfg,
                           .inv = inv,
                           .lock = lock,
                           .lease = lease,
                           .durability = durability,
+                          .batcher = batcher,
                           .ids = &ids};
 
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
     if (!srv) {
         log_event(LOG_ERROR, "startup_failed", "reason=\"%s\"", err);
+        inv_batcher_free(batcher);
         svc_durability_stop(durability);
         orderid_lease_stop(lease);
         inv_free(inv);
@@ -131,15 +142,16 @@ int main(int argc, char **argv)
     }
     log_event(LOG_INFO, "listening",
               "addr=%s:%d redis=%s:%d lock=%s segments=%d threads=%d worker_id=%d "
-              "fencing=%s work_us=%d",
+              "fencing=%s work_us=%d batch=%d",
               cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port,
               cfg.lock_mode, cfg.segments, cfg.threads, orderid_worker(&ids),
-              cfg.fencing ? "on" : "off", cfg.work_us);
+              cfg.fencing ? "on" : "off", cfg.work_us, cfg.batch);
 
     while (!stop_requested)
         sigsuspend(&old_set);
 
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
+    inv_batcher_free(batcher);
     svc_durability_stop(durability);
     orderid_lease_stop(lease);
     inv_free(inv);

@@ -137,6 +137,31 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
         (json_int_t)report.orders, "per_user_limit", report.limit, "segments", segs);
 }
 
+/* The answer to an order of sku that ended in st. */
+static void order_answer(const char *sku, inv_status st, const struct inv_order *order,
+                         struct svc_response *res)
+{
+    if (st != INV_NOT_FOUND && st != INV_UNAVAILABLE)
+        svc_metrics_sku_seen(sku); /* the SKU exists */
+    if (st == INV_OUTCOME_UNKNOWN) {
+        char id[24];
+        snprintf(id, sizeof(id), "%" PRIu64, order->id);
+        svc_error(res, 503, "outcome_unknown",
+                  "the order was sent to Redis but no answer came: it may exist; "
+                  "GET /orders/{order_id} tells, and a retry with the same "
+                  "Idempotency-Key is safe");
+        json_object_set_new(res->json, "order_id", json_string(id));
+        res->retry_after = 1;
+        return;
+    }
+    if (st != INV_PLACED && st != INV_REPLAYED) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 201;
+    res->json = order_json(order);
+}
+
 static void h_order_post(const struct svc_request *req, struct svc_response *res)
 {
     if (!sku_param_ok(req, res))
@@ -152,28 +177,25 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
                   "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
         return;
     }
+    if (req->app->batcher) {
+        struct inv_ticket *t = req->ticket;
+        inv_status st = inv_ticket_open(req->app->inv, t, req->params[0], body.user_id,
+                                        body.qty, req->idem_key);
+        if (st == INV_OK)
+            res->pending = 1; /* the batch answers: svc_order_finish */
+        else
+            order_answer(req->params[0], st, &t->order, res);
+        return;
+    }
     struct inv_order order;
     inv_status st = inv_order_place(req->worker->inv, req->params[0], body.user_id,
                                     body.qty, req->idem_key, &order);
-    if (st != INV_NOT_FOUND && st != INV_UNAVAILABLE)
-        svc_metrics_sku_seen(req->params[0]); /* the SKU exists */
-    if (st == INV_OUTCOME_UNKNOWN) {
-        char id[24];
-        snprintf(id, sizeof(id), "%" PRIu64, order.id);
-        svc_error(res, 503, "outcome_unknown",
-                  "the order was sent to Redis but no answer came: it may exist; "
-                  "GET /orders/{order_id} tells, and a retry with the same "
-                  "Idempotency-Key is safe");
-        json_object_set_new(res->json, "order_id", json_string(id));
-        res->retry_after = 1;
-        return;
-    }
-    if (st != INV_PLACED && st != INV_REPLAYED) {
-        inv_error(res, st);
-        return;
-    }
-    res->status = 201;
-    res->json = order_json(&order);
+    order_answer(req->params[0], st, &order, res);
+}
+
+void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
+{
+    order_answer(t->sku, t->st, &t->order, res);
 }
 
 static void h_order_get(const struct svc_request *req, struct svc_response *res)
@@ -385,6 +407,6 @@ void svc_route_run(struct svc_route *r, const struct svc_request *req,
         return;
     }
     r->handler(req, res);
-    if (!res->json && !res->text)
+    if (!res->json && !res->text && !res->pending)
         svc_error(res, 503, "unavailable", "out of memory");
 }

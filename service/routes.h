@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "batch.h"
 #include "config.h"
 #include "durability.h"
 #include "inventory.h"
@@ -25,6 +26,7 @@ struct svc_app {
     struct orderid_lease *lease;
     struct orderid_gen *ids;           /* its worker id is this instance's id */
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
+    struct inv_batcher *batcher;       /* NULL: orders run on the HTTP thread (atomic) */
     _Atomic int draining;
     _Atomic int inflight;
 };
@@ -46,6 +48,7 @@ struct svc_request {
     size_t body_len;
     const char *idem_key;      /* Idempotency-Key header or NULL */
     const char *authorization; /* Authorization header or NULL */
+    struct inv_ticket *ticket; /* where an order that waits for its batch lives */
 };
 
 struct svc_response {
@@ -54,6 +57,8 @@ struct svc_response {
     char *text;               /* owned (malloc); used instead of json when set */
     const char *content_type; /* default application/json */
     int retry_after;          /* seconds; 0 for none */
+    int pending;              /* no answer yet: req->ticket goes to app->batcher, and
+                                 svc_order_finish answers once it is done */
 };
 
 typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *res);
@@ -95,6 +100,9 @@ struct svc_route *svc_routes(size_t *n);
  * always filled afterwards. */
 void svc_route_run(struct svc_route *r, const struct svc_request *req,
                    struct svc_response *res);
+
+/* Fills res with the answer of an order whose ticket is done. */
+void svc_order_finish(const struct inv_ticket *t, struct svc_response *res);
 
 /* Counts an answer of route r. */
 void svc_route_count(struct svc_route *r, int status, int64_t duration_us);

@@ -37,6 +37,9 @@ struct conn_state {
     char path[SERVER_PATH_MAX];  /* as requested, for Allow */
     char split[SERVER_PATH_MAX]; /* split in place; params point into it */
     const char *params[SVC_MAX_PARAMS];
+    struct MHD_Connection *conn;
+    int pending;              /* suspended until ticket is done */
+    struct inv_ticket ticket; /* an order waiting for its batch */
     char body[REQ_BODY_MAX];
 };
 
@@ -132,6 +135,8 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     st->body_len = 0;
     st->start_us = now_us();
     st->params[0] = st->params[1] = NULL;
+    st->conn = conn;
+    st->pending = 0;
     if (strlen(url) >= SERVER_PATH_MAX) {
         snprintf(st->path, sizeof(st->path), "/");
         st->status_hint = 404;
@@ -148,6 +153,26 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     if (cl && strtoull(cl, NULL, 10) > REQ_BODY_MAX)
         st->too_large = 1;
     return st;
+}
+
+/* A batch thread is done with the ticket: the connection goes on, and
+ * on_request is called again to answer. */
+static void order_done(struct inv_ticket *t)
+{
+    struct conn_state *st = t->owner;
+    MHD_resume_connection(st->conn);
+}
+
+/* Counts, logs and sends the answer of the request. */
+static enum MHD_Result answer(struct MHD_Connection *conn, struct conn_state *st,
+                              const char *method, struct svc_response *res)
+{
+    svc_route_count(st->route ? st->route : svc_route_unmatched(), res->status,
+                    now_us() - st->start_us);
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method,
+                  st->path, res->status, (long long)(now_us() - st->start_us));
+    return send_response(conn, st, res);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -169,6 +194,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * once instead of after sending it, or never when it sends nothing. */
         if (!st->too_large)
             return MHD_YES;
+    } else if (st->pending) {
+        /* resumed: the ticket is done */
+        st->pending = 0;
+        struct svc_response res = {0};
+        svc_order_finish(&st->ticket, &res);
+        return answer(conn, st, method, &res);
     } else if (*upload_data_size) {
         /* The cap is enforced while reading: past it, the rest is discarded. */
         size_t n = *upload_data_size;
@@ -201,15 +232,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
             .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                          MHD_HTTP_HEADER_AUTHORIZATION),
+            .ticket = &st->ticket,
         };
         svc_route_run(st->route, &req, &res);
+        if (res.pending) {
+            /* Suspended before it is queued, so that the batch thread can
+             * only resume a suspended connection. */
+            st->pending = 1;
+            st->ticket.done = order_done;
+            st->ticket.owner = st;
+            MHD_suspend_connection(conn);
+            inv_batcher_submit(app->batcher, &st->ticket);
+            return MHD_YES;
+        }
     }
-    svc_route_count(st->route ? st->route : svc_route_unmatched(), res.status,
-                    now_us() - st->start_us);
-    if (log_enabled(LOG_DEBUG))
-        log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method,
-                  url, res.status, (long long)(now_us() - st->start_us));
-    return send_response(conn, st, &res);
+    return answer(conn, st, method, &res);
 }
 
 static int hex_value(char c)
@@ -305,11 +342,17 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         abort();
     srv->app = app;
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                         MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+                         MHD_USE_TURBO | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    /* With a batcher no HTTP thread waits on Redis for an order: one per core
+     * does. Without one (atomic) each order holds its HTTP thread. */
+    unsigned int http_threads = (unsigned int)cfg->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (app->batcher && cores > 0 && (long)http_threads > cores)
+        http_threads = (unsigned int)cores;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, app,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)cfg->threads,
+        (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, http_threads,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_LIMIT, connection_limit(),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
@@ -347,6 +390,9 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms;
          waited += 10)
         sleep_ms(10);
+    /* Orders still queued are served now, so that no suspended connection
+     * outlives the daemon. */
+    inv_batcher_stop(app->batcher);
     int left = atomic_load(&app->inflight);
     MHD_stop_daemon(srv->daemon);
     if (lsock != MHD_INVALID_SOCKET)

@@ -11,6 +11,7 @@ dir=$(mktemp -d /tmp/seckill-it-http.XXXXXX)
 cleanup() {
     proc_stop seckill "$dir" 5
     proc_stop seckill2 "$dir" 5
+    proc_stop slow "$dir" 5
     proc_stop proxy "$dir" 5
     proc_stop redis "$dir" 5
     rm -rf "$dir"
@@ -307,6 +308,36 @@ expect "... and a retry with the same key returns it" "201 $lost_id" "$status $(
 expect "... placed once" "1" "$(sold lostreply)"
 proc_stop seckill2 "$dir" 5
 proc_stop proxy "$dir" 5
+
+# --- clients that leave while their order waits for its batch (connection suspended)
+sport=$(free_port) || exit 1
+sbase="http://127.0.0.1:$sport"
+proc_start slow "$dir" "$bin" --listen "127.0.0.1:$sport" --redis "127.0.0.1:$rport" \
+    --lock redis --work-us 300000 --admin-token s3cret
+wait_until 10 http_ok "$sbase/readyz" || cat "$dir/slow.log"
+curl -s -o /dev/null -X PUT "${auth[@]}" --data-binary '{"stock":50,"segments":2}' "$sbase/skus/gone"
+curl -s -o /dev/null -X POST --data-binary '{"user_id":"learn"}' "$sbase/skus/gone/orders"
+gone_pids=()
+for i in $(seq 1 12); do # each gives up after 50 ms, inside the 300 ms of work
+    curl -s -o /dev/null --max-time 0.05 -X POST --data-binary "{\"user_id\":\"gone$i\"}" \
+        "$sbase/skus/gone/orders" &
+    gone_pids+=($!)
+done
+wait "${gone_pids[@]}" 2>/dev/null
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X POST \
+    --data-binary '{"user_id":"stays"}' "$sbase/skus/gone/orders")
+expect "an order after 12 clients left mid-batch is answered" "201" "$code"
+settled() { # nothing in flight but this /stats request, and the audit agrees
+    [[ $(curl -s "$sbase/stats" | jq -r '.inflight') == 1 ]] &&
+    [[ $(curl -s "$sbase/skus/gone/audit" | jq -r '.consistent') == true ]]; }
+wait_until 10 settled
+gone_sold=$(curl -s "$sbase/skus/gone" | jq -r .sold)
+expect "the left clients' orders were each placed once (audit consistent, 14 sold)" \
+    "true $gone_sold" "$(curl -s "$sbase/skus/gone/audit" | jq -r '"\(.consistent) \(.orders)"')"
+expect "... all of them: the orders ran although nobody waited" "14" "$gone_sold"
+expect "the instance still answers" "200" "$(http_code "$sbase/livez")"
+proc_stop slow "$dir" 5
+expect "... and exits cleanly on SIGTERM" "1" "$(grep -c 'event=exit code=0' "$dir/slow.log")"
 
 # --- Redis outage: 503 unavailable within bounds, nothing half-written, heals
 proc_stop redis "$dir" 5

@@ -27,7 +27,7 @@ for j = 0, k - 1 do
   local seg = tostring((home + j) % k)
   if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then
     redis.call('HINCRBY', KEYS[2], seg, -qty)
-    record_order(seg, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+    record_order(KEYS[6], seg, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
     return {1, tonumber(seg), home}
   end
 end

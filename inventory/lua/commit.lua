@@ -23,5 +23,5 @@ local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
 if over_limit(KEYS[4], ARGV[5], qty, limit) then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-record_order(ARGV[2], qty, ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+record_order(KEYS[6], ARGV[2], qty, ARGV[5], ARGV[6], ARGV[7], ARGV[8])
 return {1}

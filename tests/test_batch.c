@@ -1,0 +1,442 @@
+/* Tests of the group commit against a real redis-server: one lock hold and
+ * one commit script serving several orders of a segment (inv_ticket_batch),
+ * and the batcher that queues orders per segment and runs the batches. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "testutil.h"
+
+static struct test_redis redis;
+static struct orderid_gen ids;
+
+struct fixture {
+    struct lock *lock;
+    struct inv *inv;
+    struct rconn *rc;
+    struct inv_session *s;
+};
+
+static void fixture_open_at(struct fixture *f, const char *mode, int work_us, int port)
+{
+    memset(f, 0, sizeof(*f));
+    struct lock_config lc = {.ttl_ms = 3000, .fencing = 1, .timeout_ms = 1000};
+    char err[200];
+    f->lock = lock_new(mode, &lc, err, sizeof(err));
+    assert_non_null(f->lock);
+    struct inv_config ic = {
+        .lock = f->lock, .wait_ms = 5000, .work_us = work_us, .fencing = 1, .ids = &ids};
+    f->inv = inv_new(&ic);
+    f->rc = rconn_new("127.0.0.1", port, NULL, 2000);
+    f->s = inv_session_new(f->inv, f->rc);
+}
+
+static void fixture_open(struct fixture *f, const char *mode, int work_us)
+{
+    fixture_open_at(f, mode, work_us, redis.port);
+}
+
+static void fixture_close(struct fixture *f)
+{
+    inv_session_free(f->s);
+    rconn_free(f->rc);
+    inv_free(f->inv);
+    lock_free(f->lock);
+}
+
+/* A user id whose home segment among k is `home`. */
+static void user_with_home(int home, int k, int nth, char *out, size_t len)
+{
+    for (int i = 0, found = 0;; i++) {
+        snprintf(out, len, "u%d", i);
+        if (seg_home(out, k) == home && found++ == nth)
+            return;
+    }
+}
+
+/* Opens a ticket that must go to Redis, queued for segment `seg`. */
+static void ticket(struct fixture *f, struct inv_ticket *t, const char *sku,
+                   const char *user, const char *key, int seg)
+{
+    assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, key), INV_OK);
+    t->home = seg;
+}
+
+static void assert_sold(struct fixture *f, const char *sku, long long sold,
+                        long long remaining)
+{
+    struct inv_sku_report *r = malloc(sizeof(*r));
+    assert_int_equal(inv_sku_get(f->s, sku, r), INV_OK);
+    assert_int_equal(r->sold, sold);
+    assert_int_equal(r->remaining, remaining);
+    free(r);
+    struct inv_audit a;
+    assert_int_equal(inv_audit(f->s, sku, &a), INV_OK);
+    assert_int_equal(a.sold, sold);
+    assert_true(a.consistent);
+}
+
+/* One batch holds a placed order, the same user again (limit, counted within
+ * the batch), a replay of an order placed before, a user at the limit, a key
+ * reused by another user, and an order the segment is too short for: that
+ * one alone is left undecided, and placed by itself on another segment. */
+static void test_batch_mixes_outcomes(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0);
+    assert_int_equal(inv_sku_put(f.s, "mix", 6, 2, 1), INV_CREATED); /* 3 + 3 */
+    char bea[16], cid[16], x[16], y[16], ann[16], dan[16], eve[16];
+    user_with_home(1, 2, 0, bea, sizeof(bea));
+    user_with_home(1, 2, 1, cid, sizeof(cid));
+    user_with_home(0, 2, 0, x, sizeof(x));
+    user_with_home(0, 2, 1, y, sizeof(y));
+    user_with_home(0, 2, 2, ann, sizeof(ann));
+    user_with_home(0, 2, 3, dan, sizeof(dan));
+    user_with_home(0, 2, 4, eve, sizeof(eve));
+    struct inv_order first, o;
+    assert_int_equal(inv_order_place(f.s, "mix", bea, 1, "kb", &first), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "mix", cid, 1, NULL, &o), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "mix", x, 1, NULL, &o), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "mix", y, 1, NULL, &o), INV_PLACED);
+    /* segment 0 holds 1 unit, segment 1 holds 1 */
+    struct inv_ticket t[6];
+    ticket(&f, &t[0], "mix", ann, NULL, 0);
+    ticket(&f, &t[1], "mix", ann, NULL, 0);
+    ticket(&f, &t[2], "mix", bea, "kb", 0);
+    ticket(&f, &t[3], "mix", cid, NULL, 0);
+    ticket(&f, &t[4], "mix", eve, "kb", 0);
+    ticket(&f, &t[5], "mix", dan, NULL, 0);
+    struct inv_ticket *batch[6] = {&t[0], &t[1], &t[2], &t[3], &t[4], &t[5]};
+    inv_ticket_batch(f.s, batch, 6);
+    assert_int_equal(t[0].st, INV_PLACED);
+    assert_int_equal(t[0].order.segment, 0);
+    assert_int_equal(t[1].st, INV_LIMIT);
+    assert_int_equal(t[2].st, INV_REPLAYED);
+    assert_true(t[2].order.id == first.id);
+    assert_int_equal(t[3].st, INV_LIMIT);
+    assert_int_equal(t[4].st, INV_IDEM_MISMATCH);
+    assert_int_equal(t[5].st, INV_OK); /* short here: undecided */
+    inv_ticket_single(f.s, &t[5]);
+    assert_int_equal(t[5].st, INV_PLACED);
+    assert_int_equal(t[5].order.segment, 1);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.spilled, 1);
+    assert_sold(&f, "mix", 6, 0);
+    fixture_close(&f);
+}
+
+struct slow_batch {
+    struct inv_session *s;
+    struct inv_ticket **t;
+    int n;
+};
+
+static void *run_batch(void *arg)
+{
+    struct slow_batch *b = arg;
+    inv_ticket_batch(b->s, b->t, b->n);
+    return NULL;
+}
+
+static int key_exists(void *arg)
+{
+    struct fixture *f = arg;
+    redisReply *r = rconn_command(f->rc, "EXISTS sk:{%s}:lock:0", "slow");
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+/* Starts a batch of n fresh users on segment 0 of SKU "slow" (400 ms of work)
+ * in a thread and returns once it holds the segment lock. */
+static void start_slow_batch(struct fixture *f, struct fixture *other, pthread_t *th,
+                             struct slow_batch *b, struct inv_ticket *t, int n)
+{
+    static struct inv_ticket *ptrs[8];
+    for (int i = 0; i < n; i++) {
+        char user[16];
+        snprintf(user, sizeof(user), "slow%d", i);
+        ticket(f, &t[i], "slow", user, NULL, 0);
+        ptrs[i] = &t[i];
+    }
+    *b = (struct slow_batch){.s = f->s, .t = ptrs, .n = n};
+    pthread_create(th, NULL, run_batch, b);
+    assert_true(test_wait_for(key_exists, other, 5000));
+}
+
+/* The lease runs out in the middle of a batch and another holder takes the
+ * segment: the batch's commit is refused as a whole by the fencing token,
+ * every order answers busy and nothing is written. */
+static void test_batch_with_lost_lease_is_refused_whole(void **state)
+{
+    (void)state;
+    struct fixture f, other;
+    fixture_open(&f, "redis", 400000);
+    fixture_open(&other, "redis", 0);
+    inv_sku_put(f.s, "slow", 10, 1, 1);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "slow", "warm", 1, NULL, &o), INV_PLACED);
+    struct inv_ticket t[3];
+    struct slow_batch b;
+    pthread_t th;
+    start_slow_batch(&f, &other, &th, &b, t, 3);
+    redisReply *r = rconn_command(other.rc, "DEL sk:{slow}:lock:0"); /* lease gone */
+    assert_true(r && r->integer == 1);
+    freeReplyObject(r);
+    struct lock_session *ls = lock_session_new(other.lock, other.rc);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(ls, "sk:{slow}:lock:0", 5000, &g), LOCK_ACQUIRED);
+    lock_release(ls, "sk:{slow}:lock:0", &g);
+    lock_session_free(ls);
+    pthread_join(th, NULL);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(t[i].st, INV_BUSY);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.fenced_off, 1);
+    assert_sold(&f, "slow", 1, 9);
+    fixture_close(&other);
+    fixture_close(&f);
+}
+
+/* A reset in the middle of a batch: the batch writes nothing into the new
+ * epoch, its orders are left undecided (the batcher then places each by
+ * itself, in the new epoch), and the new stock is whole. */
+static void test_batch_across_a_reset_writes_nothing(void **state)
+{
+    (void)state;
+    struct fixture f, other;
+    fixture_open(&f, "redis", 400000);
+    fixture_open(&other, "redis", 0);
+    inv_sku_put(f.s, "slow", 10, 1, 1);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "slow", "warm", 1, NULL, &o), INV_PLACED);
+    struct inv_ticket t[3];
+    struct slow_batch b;
+    pthread_t th;
+    start_slow_batch(&f, &other, &th, &b, t, 3);
+    assert_int_equal(inv_sku_put(other.s, "slow", 7, 1, 1), INV_OK);
+    pthread_join(th, NULL);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(t[i].st, INV_OK);
+    assert_sold(&f, "slow", 0, 7);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.epoch_changed, 1);
+    for (int i = 0; i < 3; i++) {
+        inv_ticket_single(f.s, &t[i]);
+        assert_int_equal(t[i].st, INV_PLACED);
+    }
+    assert_sold(&f, "slow", 3, 4);
+    fixture_close(&other);
+    fixture_close(&f);
+}
+
+/* The connection to Redis is lost after the batch commit was sent: every
+ * order of the batch answers outcome unknown with its id, and each id then
+ * tells that it was placed. Lost before the commit (at the lock), they answer
+ * unavailable and nothing is placed. */
+static void test_batch_with_lost_connection(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "setnx", "local"};
+    for (int m = 0; m < 3; m++) {
+        char sku[16], lockkey[32];
+        snprintf(sku, sizeof(sku), "cut-%s", modes[m]);
+        snprintf(lockkey, sizeof(lockkey), "sk:{%s}:lock:0", sku);
+        struct fixture direct;
+        fixture_open(&direct, modes[m], 0);
+        inv_sku_put(direct.s, sku, 10, 1, 1);
+        struct inv_order o;
+        assert_int_equal(inv_order_place(direct.s, sku, "warm", 1, NULL, &o), INV_PLACED);
+        struct test_proxy proxy;
+        test_proxy_start(&proxy, redis.port, "order:");
+        struct fixture f;
+        fixture_open_at(&f, modes[m], 0, proxy.port);
+        /* the layout is learnt by this instance first */
+        assert_int_equal(inv_order_place(f.s, sku, "warm", 1, NULL, &o), INV_LIMIT);
+        struct inv_ticket t[3];
+        struct inv_ticket *batch[3] = {&t[0], &t[1], &t[2]};
+        for (int i = 0; i < 3; i++) {
+            char user[16];
+            snprintf(user, sizeof(user), "cut%d", i);
+            ticket(&f, &t[i], sku, user, NULL, 0);
+        }
+        inv_ticket_batch(f.s, batch, 3);
+        for (int i = 0; i < 3; i++) {
+            if (t[i].st != INV_OUTCOME_UNKNOWN)
+                fail_msg("%s: order %d of a batch whose answer was lost: status %d",
+                         modes[m], i, t[i].st);
+            struct inv_order back;
+            assert_int_equal(inv_order_get(direct.s, t[i].order.id, &back), INV_OK);
+        }
+        assert_sold(&direct, sku, 4, 6);
+        fixture_close(&f);
+        test_proxy_stop(&proxy);
+
+        /* lost at the lock, before any commit (local keeps no lock in Redis) */
+        if (strcmp(modes[m], "local") == 0) {
+            fixture_close(&direct);
+            continue;
+        }
+        test_proxy_start(&proxy, redis.port, lockkey);
+        fixture_open_at(&f, modes[m], 0, proxy.port);
+        assert_int_equal(inv_order_place(f.s, sku, "warm", 1, NULL, &o), INV_LIMIT);
+        for (int i = 0; i < 3; i++) {
+            char user[16];
+            snprintf(user, sizeof(user), "late%d", i);
+            ticket(&f, &t[i], sku, user, NULL, 0);
+        }
+        inv_ticket_batch(f.s, batch, 3);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(t[i].st, INV_UNAVAILABLE);
+        fixture_close(&f);
+        test_proxy_stop(&proxy);
+        assert_sold(&direct, sku, 4, 6);
+        fixture_close(&direct);
+    }
+}
+
+/* ---- the batcher ---------------------------------------------------------- */
+
+struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+};
+
+static void on_done(struct inv_ticket *t)
+{
+    struct waiter *w = t->owner;
+    pthread_mutex_lock(&w->mu);
+    w->done++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void wait_done(struct waiter *w, int n)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->done < n)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+#define CROWD 64
+
+/* Orders that arrive while a segment's batch is in flight wait for the next
+ * one: with one batch thread, 20 ms of work per hold and 64 orders queued
+ * for one segment, a handful of holds serve all of them, and every order gets
+ * exactly one answer. The first orders of a SKU this process has not seen
+ * yet go one by one until its layout is known. */
+static void test_batcher_groups_orders_of_a_segment(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 20000);
+    inv_sku_put(f.s, "crowd", 50, 1, 1);
+    struct inv_batcher_config bc = {
+        .threads = 1, .batch = 16, .redis_host = "127.0.0.1", .redis_port = redis.port};
+    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
+    static struct inv_ticket t[CROWD];
+    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (int i = 0; i < CROWD; i++) {
+        char user[16];
+        snprintf(user, sizeof(user), "c%d", i);
+        assert_int_equal(inv_ticket_open(f.inv, &t[i], "crowd", user, 1, NULL), INV_OK);
+        t[i].done = on_done;
+        t[i].owner = &w;
+        inv_batcher_submit(b, &t[i]);
+    }
+    wait_done(&w, CROWD);
+    int placed = 0, sold_out = 0;
+    for (int i = 0; i < CROWD; i++) {
+        placed += t[i].st == INV_PLACED;
+        sold_out += t[i].st == INV_SOLD_OUT;
+    }
+    assert_int_equal(placed, 50);
+    assert_int_equal(sold_out, CROWD - 50);
+    struct inv_batch_stats bs;
+    inv_batcher_stats(b, &bs);
+    if (bs.batches == 0 || bs.batches > 12)
+        fail_msg("%llu batches for %d queued orders", (unsigned long long)bs.batches,
+                 CROWD);
+    assert_int_equal(bs.queued, 0);
+    inv_batcher_free(b);
+    assert_sold(&f, "crowd", 50, 0);
+    fixture_close(&f);
+}
+
+/* A batcher that stops serves what is queued, and answers what comes after
+ * at once as unavailable. */
+static void test_batcher_stop_answers_everything(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "local", 5000);
+    inv_sku_put(f.s, "stop", 100, 2, 1);
+    struct inv_batcher_config bc = {
+        .threads = 2, .batch = 4, .redis_host = "127.0.0.1", .redis_port = redis.port};
+    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
+    static struct inv_ticket t[CROWD + 1];
+    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (int i = 0; i <= CROWD; i++) {
+        char user[16];
+        snprintf(user, sizeof(user), "s%d", i);
+        assert_int_equal(inv_ticket_open(f.inv, &t[i], "stop", user, 1, NULL), INV_OK);
+        t[i].done = on_done;
+        t[i].owner = &w;
+        if (i < CROWD)
+            inv_batcher_submit(b, &t[i]);
+    }
+    inv_batcher_stop(b);
+    pthread_mutex_lock(&w.mu);
+    assert_int_equal(w.done, CROWD);
+    pthread_mutex_unlock(&w.mu);
+    for (int i = 0; i < CROWD; i++)
+        assert_int_equal(t[i].st, INV_PLACED);
+    inv_batcher_submit(b, &t[CROWD]);
+    assert_int_equal(t[CROWD].st, INV_UNAVAILABLE);
+    wait_done(&w, CROWD + 1);
+    inv_batcher_free(b);
+    assert_sold(&f, "stop", CROWD, 100 - CROWD);
+    fixture_close(&f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    test_redis_start(&redis, NULL);
+    orderid_init(&ids, 7, NULL, 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&redis, 0, 0);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_mixes_outcomes),
+        cmocka_unit_test(test_batch_with_lost_lease_is_refused_whole),
+        cmocka_unit_test(test_batch_across_a_reset_writes_nothing),
+        cmocka_unit_test(test_batch_with_lost_connection),
+        cmocka_unit_test(test_batcher_groups_orders_of_a_segment),
+        cmocka_unit_test(test_batcher_stop_answers_everything),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
