@@ -35,21 +35,21 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) -Ilock -Iinventory -Iservice
+ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) -Iredis -Ilock -Iinventory -Iservice
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread
 LIBS = $(PKG_LIBS) -lm
 
 # The Lua scripts (lock/lua/, inventory/lua/) become C sources at build time:
 # scripts/lua2c.awk resolves `--#include "piece.lua"` lines and writes the
 # script's text with a map from its lines to the .lua files and lines (see
-# struct rscript_source in lock/rconn.h). It also writes each assembled script
+# struct rscript_source in redis/rconn.h). It also writes each assembled script
 # as $(BUILD)/gen/<dir>/lua/<name>.lua, to run by hand with redis-cli --eval.
 LUA_SRC := $(wildcard lock/lua/*.lua inventory/lua/*.lua)
 LUA_C := $(LUA_SRC:%.lua=$(BUILD)/gen/%.c)
 LUA_OBJ := $(LUA_C:%.c=%.o)
 LUA_COPY := $(LUA_SRC:%=$(BUILD)/gen/%)
 
-LIB_SRC := $(wildcard lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC := $(wildcard redis/*.c lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(LUA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -137,11 +137,11 @@ bench: deps
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
 FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c \
-	service/log.c $(wildcard lock/*.c inventory/*.c) $(LUA_C)
+	service/log.c $(wildcard redis/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@
-	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -Ilock -Iinventory \
+	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -Iredis -Ilock -Iinventory \
 		-Iservice -o $@ $^ $(PKG_LIBS) -lm
 
 fuzz:
@@ -159,7 +159,7 @@ install: $(BUILD)/seckill
 	install -m 755 $(BUILD)/seckill $(DESTDIR)$(PREFIX)/bin/seckill
 
 format:
-	clang-format -i lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]
+	clang-format -i redis/*.[ch] lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]
 
 # Keep the objects of the test binaries: no relink on the next make.
 .SECONDARY:

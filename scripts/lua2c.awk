@@ -9,7 +9,7 @@
 # else changes. mode=lua prints the assembled script (what Redis runs, to use
 # with `redis-cli --eval`); mode=c prints a C source defining
 #
-#   const struct rscript_source lua_<dir>_<name>;   (lock/rconn.h)
+#   const struct rscript_source lua_<dir>_<name>;   (redis/rconn.h)
 #
 # with the assembled text and, for each of its lines, the file and line it came
 # from, so that an error Redis reports at "user_script:N" can name the .lua
