@@ -190,13 +190,21 @@ json_t *svc_stats_json(struct svc_app *app)
         (json_int_t)is.idem_mismatch, "spilled", (json_int_t)is.spilled,
         "order_id_collisions", (json_int_t)is.id_collisions, "sold_out_from_memory",
         (json_int_t)is.sold_out_local);
+    struct inv_batch_stats bs = {0};
+    if (app->batcher)
+        inv_batcher_stats(app->batcher, &bs);
+    json_t *batches =
+        json_pack("{s:I, s:I, s:I, s:i}", "holds", (json_int_t)bs.batches, "orders",
+                  (json_int_t)bs.orders, "queued", (json_int_t)bs.queued, "most",
+                  app->batcher ? app->cfg->batch : 0);
     return json_pack(
-        "{s:i, s:s, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
+        "{s:i, s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
         orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode, "requests", requests,
-        "orders", orders, "lock", lock_stats_json(app), "fenced_off_commits",
-        (json_int_t)is.fenced_off, "epoch_changed_commits", (json_int_t)is.epoch_changed,
-        "commits_after_lease_lost", (json_int_t)is.commits_after_lease, "inflight",
-        atomic_load(&app->inflight), "draining", atomic_load(&app->draining));
+        "orders", orders, "batches", batches, "lock", lock_stats_json(app),
+        "fenced_off_commits", (json_int_t)is.fenced_off, "epoch_changed_commits",
+        (json_int_t)is.epoch_changed, "commits_after_lease_lost",
+        (json_int_t)is.commits_after_lease, "inflight", atomic_load(&app->inflight),
+        "draining", atomic_load(&app->draining));
 }
 
 static void counter(FILE *f, const char *name, const char *help, uint64_t v)
@@ -273,6 +281,18 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
                 (unsigned long long)outcomes[i].v);
     counter(f, "seckill_orders_spilled_total",
             "Orders served by a segment other than home.", is.spilled);
+    if (app->batcher) {
+        struct inv_batch_stats bs;
+        inv_batcher_stats(app->batcher, &bs);
+        counter(f, "seckill_batch_holds_total",
+                "Lock holds that served a batch of queued orders.", bs.batches);
+        counter(f, "seckill_batch_orders_total", "Orders those holds took up.",
+                bs.orders);
+        fprintf(f,
+                "# HELP seckill_batch_queued Orders waiting for their batch now.\n"
+                "# TYPE seckill_batch_queued gauge\nseckill_batch_queued %llu\n",
+                (unsigned long long)bs.queued);
+    }
     counter(f, "seckill_orders_sold_out_from_memory_total",
             "Sold-out answers given without Redis (SKU seen sold out this epoch).",
             is.sold_out_local);

@@ -336,6 +336,10 @@ expect "the left clients' orders were each placed once (audit consistent, 14 sol
     "true $gone_sold" "$(curl -s "$sbase/skus/gone/audit" | jq -r '"\(.consistent) \(.orders)"')"
 expect "... all of them: the orders ran although nobody waited" "14" "$gone_sold"
 expect "the instance still answers" "200" "$(http_code "$sbase/livez")"
+batches=$(curl -s "$sbase/stats" | jq -r '.batches | "\(.holds) \(.orders) \(.queued)"')
+read -r holds batched queued <<<"$batches"
+expect "orders that queued meanwhile shared lock holds (/stats batches: $batches)" \
+    "1 0" "$(( holds > 0 && batched > holds )) $queued"
 proc_stop slow "$dir" 5
 expect "... and exits cleanly on SIGTERM" "1" "$(grep -c 'event=exit code=0' "$dir/slow.log")"
 
