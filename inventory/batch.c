@@ -16,6 +16,7 @@ struct queue {
     int busy;  /* a thread is serving it */
     int ready; /* on the ready list */
     struct queue *hnext, *rnext;
+    struct queue *snext; /* seg -1: the SKU's segment queues; else the next of them */
 };
 
 struct worker {
@@ -62,6 +63,11 @@ static struct queue *queue_get(struct inv_batcher *b, const char *sku, int seg)
     q->seg = seg;
     q->hnext = *slot;
     *slot = q;
+    if (seg >= 0) { /* listed on the SKU's layout-unknown queue */
+        struct queue *anchor = queue_get(b, sku, -1);
+        q->snext = anchor->snext;
+        anchor->snext = q;
+    }
     return q;
 }
 
@@ -136,11 +142,20 @@ static void serve(struct worker *w, struct queue *q)
     int most = q->seg >= 0 ? b->cfg.batch : 1, n = 0;
     while (q->head && n < most)
         w->held[n++] = queue_pop(q);
+    /* Room left: the hold also serves orders of the SKU's other segments
+     * that wait for a hold of their own, so that a thin crowd spread over K
+     * segments still fills batches. What this segment cannot serve goes its
+     * own way afterwards, as any spill. */
+    if (q->seg >= 0 && n < most)
+        for (struct queue *o = queue_get(b, q->sku, -1)->snext; o && n < most;
+             o = o->snext)
+            while (o != q && o->head && n < most)
+                w->held[n++] = queue_pop(o);
     b->queued -= (uint64_t)n;
     pthread_mutex_unlock(&b->mu);
 
     if (q->seg >= 0) {
-        inv_ticket_batch(w->s, w->held, n);
+        inv_ticket_batch(w->s, w->held, n, q->seg);
         atomic_fetch_add_explicit(&b->batches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&b->orders, (uint64_t)n, memory_order_relaxed);
     }
@@ -174,7 +189,8 @@ static void *worker_main(void *arg)
         if (!b->ready_head)
             b->ready_tail = NULL;
         q->ready = 0;
-        serve(w, q);
+        if (q->head) /* else another hold took its orders meanwhile */
+            serve(w, q);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;

@@ -734,6 +734,8 @@ static void batch_outcomes(struct inv_session *s, struct inv_ticket **t, int n,
             st = INV_PLACED;
             if (released == LOCK_NOT_HELD)
                 count(&inv->counters.commits_after_lease);
+            if (seg != t[i]->home)
+                count(&inv->counters.spilled);
             break;
         case 0: /* short here: the ticket goes its own way */
             continue;
@@ -761,11 +763,10 @@ static void batch_outcomes(struct inv_session *s, struct inv_ticket **t, int n,
     }
 }
 
-void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n)
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
 {
     struct inv *inv = s->inv;
     const char *sku = t[0]->sku;
-    int seg = t[0]->home;
     struct sku_layout layout;
     if (layout_get(inv, sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
         return; /* forgotten since it was routed: each by itself */

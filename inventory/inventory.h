@@ -152,11 +152,12 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
                            const char *user_id, int qty, const char *idem_key);
 /* The ticket's home segment as far as this process knows the SKU, or -1. */
 int inv_ticket_route(struct inv *inv, const struct inv_ticket *t);
-/* Runs n (>= 1) tickets of one SKU and home segment in one critical section:
- * one lock hold, one stock read, one commit. Every ticket either gets its
- * final status or stays INV_OK: that one needs inv_ticket_single (the segment
- * could not serve it, the SKU was reset, the id was taken). */
-void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n);
+/* Runs n (>= 1) tickets of one SKU on segment seg in one critical section:
+ * one lock hold, one stock read, one commit. A ticket whose home is another
+ * segment counts as spilled when placed. Every ticket either gets its final
+ * status or stays INV_OK: that one needs inv_ticket_single (the segment could
+ * not serve it, the SKU was reset, the id was taken). */
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg);
 /* Places one ticket by itself: peek, then the candidate segments in turn. */
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */

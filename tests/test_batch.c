@@ -115,7 +115,7 @@ static void test_batch_mixes_outcomes(void **state)
     ticket(&f, &t[4], "mix", eve, "kb", 0);
     ticket(&f, &t[5], "mix", dan, NULL, 0);
     struct inv_ticket *batch[6] = {&t[0], &t[1], &t[2], &t[3], &t[4], &t[5]};
-    inv_ticket_batch(f.s, batch, 6);
+    inv_ticket_batch(f.s, batch, 6, 0);
     assert_int_equal(t[0].st, INV_PLACED);
     assert_int_equal(t[0].order.segment, 0);
     assert_int_equal(t[1].st, INV_LIMIT);
@@ -143,7 +143,7 @@ struct slow_batch {
 static void *run_batch(void *arg)
 {
     struct slow_batch *b = arg;
-    inv_ticket_batch(b->s, b->t, b->n);
+    inv_ticket_batch(b->s, b->t, b->n, 0);
     return NULL;
 }
 
@@ -272,7 +272,7 @@ static void test_batch_with_lost_connection(void **state)
             snprintf(user, sizeof(user), "cut%d", i);
             ticket(&f, &t[i], sku, user, NULL, 0);
         }
-        inv_ticket_batch(f.s, batch, 3);
+        inv_ticket_batch(f.s, batch, 3, 0);
         for (int i = 0; i < 3; i++) {
             if (t[i].st != INV_OUTCOME_UNKNOWN)
                 fail_msg("%s: order %d of a batch whose answer was lost: status %d",
@@ -297,7 +297,7 @@ static void test_batch_with_lost_connection(void **state)
             snprintf(user, sizeof(user), "late%d", i);
             ticket(&f, &t[i], sku, user, NULL, 0);
         }
-        inv_ticket_batch(f.s, batch, 3);
+        inv_ticket_batch(f.s, batch, 3, 0);
         for (int i = 0; i < 3; i++)
             assert_int_equal(t[i].st, INV_UNAVAILABLE);
         fixture_close(&f);
@@ -377,6 +377,46 @@ static void test_batcher_groups_orders_of_a_segment(void **state)
     fixture_close(&f);
 }
 
+/* Orders spread over the SKU's segments still share holds: a hold with room
+ * left takes the orders waiting on the other segments, and places each on the
+ * held segment while it has stock (counted as spilled). 48 orders over 4
+ * segments, one batch thread, 20 ms per hold: without that, every segment
+ * would need holds of its own (4 at least). */
+static void test_batcher_fills_a_hold_from_other_segments(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 20000);
+    inv_sku_put(f.s, "spread", 100, 4, 1);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "spread", "learn", 1, NULL, &o), INV_PLACED);
+    struct inv_batcher_config bc = {
+        .threads = 1, .batch = 64, .redis_host = "127.0.0.1", .redis_port = redis.port};
+    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
+    static struct inv_ticket t[48];
+    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (int i = 0; i < 48; i++) {
+        char user[16];
+        user_with_home(i % 4, 4, i / 4, user, sizeof(user));
+        assert_int_equal(inv_ticket_open(f.inv, &t[i], "spread", user, 1, NULL), INV_OK);
+        assert_int_equal(t[i].home, i % 4);
+        t[i].done = on_done;
+        t[i].owner = &w;
+        inv_batcher_submit(b, &t[i]);
+    }
+    wait_done(&w, 48);
+    for (int i = 0; i < 48; i++)
+        assert_int_equal(t[i].st, INV_PLACED);
+    struct inv_batch_stats bs;
+    inv_batcher_stats(b, &bs);
+    if (bs.batches > 3)
+        fail_msg("%llu holds for 48 orders over 4 segments",
+                 (unsigned long long)bs.batches);
+    inv_batcher_free(b);
+    assert_sold(&f, "spread", 49, 51);
+    fixture_close(&f);
+}
+
 /* A batcher that stops serves what is queued, and answers what comes after
  * at once as unavailable. */
 static void test_batcher_stop_answers_everything(void **state)
@@ -436,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_batch_across_a_reset_writes_nothing),
         cmocka_unit_test(test_batch_with_lost_connection),
         cmocka_unit_test(test_batcher_groups_orders_of_a_segment),
+        cmocka_unit_test(test_batcher_fills_a_hold_from_other_segments),
         cmocka_unit_test(test_batcher_stop_answers_everything),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
