@@ -337,59 +337,76 @@ static inv_status commit_refusal(struct inv_session *s, const redisReply *r,
 /* Most fresh ids an order draws when it finds its id taken. */
 #define ID_TRIES 4
 
+/* The atomic script's arguments for one order. */
+struct atomic_call {
+    char home[12], qtys[12], idtext[24], okey[40];
+    const char *argv[13];
+};
+
+static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
+                             const char *sku, const char *user_id, int qty,
+                             const char *idem_key, uint64_t id)
+{
+    snprintf(c->home, sizeof(c->home), "%u", seg_route(user_id));
+    snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
+    snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
+    snprintf(c->okey, sizeof(c->okey), "order:%s", c->idtext);
+    const char *argv[] = {k->meta,   k->stock, k->sold, k->buyers, k->orders,
+                          c->okey,   k->idem,  c->home, c->qtys,   user_id,
+                          c->idtext, sku,      idem_key};
+    memcpy(c->argv, argv, sizeof(argv));
+}
+
+/* The outcome of the atomic script's answer r for an order of qty units of
+ * sku; INV_OK when the order's id was found taken and it drew a fresh one
+ * (nothing was written: again). seen: the sold-out memory's generation when
+ * the call was sent. */
+static inv_status atomic_outcome(struct inv_session *s, const char *sku, int qty,
+                                 const redisReply *r, struct inv_order *order,
+                                 uint64_t seen)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+        return INV_UNAVAILABLE;
+    switch (reply_ll(r->element[0], 0)) {
+    case 1:
+        order->segment = (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0);
+        if (r->elements > 2 && reply_ll(r->element[2], 0) != order->segment)
+            count(&s->inv->counters.spilled);
+        return INV_PLACED;
+    case -5:
+        if (qty == 1) /* no segment holds a unit */
+            soldout_note(s->inv->cfg.soldout, sku,
+                         (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0), seen);
+        return INV_SOLD_OUT;
+    case -6:
+        return INV_NOT_FOUND;
+    case -7:
+        return INV_BAD_QTY;
+    case -9:
+        return order_id_taken(s->inv, order);
+    default:
+        return commit_refusal(s, r, order);
+    }
+}
+
 static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
                                const char *sku, const char *user_id, int qty,
                                const char *idem_key, struct inv_order *order)
 {
-    char home[12], qtys[12], idtext[24], okey[40];
-    snprintf(home, sizeof(home), "%u", seg_route(user_id));
-    snprintf(qtys, sizeof(qtys), "%d", qty);
     for (int tries = 1;; tries++) {
-        snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
-        snprintf(okey, sizeof(okey), "order:%s", idtext);
-        const char *argv[] = {k->meta, k->stock, k->sold, k->buyers, k->orders,
-                              okey,    k->idem,  home,    qtys,      user_id,
-                              idtext,  sku,      idem_key};
+        struct atomic_call c;
+        atomic_call_init(&c, k, sku, user_id, qty, idem_key, order->id);
         uint64_t lost = rconn_unanswered(s->rc);
         uint64_t seen = soldout_generation(s->inv->cfg.soldout);
-        redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, argv, NULL);
+        redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, c.argv, NULL);
         if (!r)
             return no_answer(s, lost);
-        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-            freeReplyObject(r);
-            return INV_UNAVAILABLE;
-        }
-        inv_status st;
-        switch (reply_ll(r->element[0], 0)) {
-        case 1:
-            order->segment = (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0);
-            if (r->elements > 2 && reply_ll(r->element[2], 0) != order->segment)
-                count(&s->inv->counters.spilled);
-            st = INV_PLACED;
-            break;
-        case -5:
-            st = INV_SOLD_OUT;
-            if (qty == 1) /* no segment holds a unit */
-                soldout_note(s->inv->cfg.soldout, sku,
-                             (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0),
-                             seen);
-            break;
-        case -6:
-            st = INV_NOT_FOUND;
-            break;
-        case -7:
-            st = INV_BAD_QTY;
-            break;
-        case -9:
-            st = tries < ID_TRIES ? order_id_taken(s->inv, order) : INV_UNAVAILABLE;
-            break;
-        default:
-            st = commit_refusal(s, r, order);
-            break;
-        }
+        inv_status st = atomic_outcome(s, sku, qty, r, order, seen);
         freeReplyObject(r);
         if (st != INV_OK)
-            return st; /* INV_OK: a fresh id, nothing written: again */
+            return st;
+        if (tries == ID_TRIES)
+            return INV_UNAVAILABLE;
     }
 }
 
@@ -671,7 +688,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     snprintf(t->order.sku, sizeof(t->order.sku), "%s", sku);
     snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
     t->order.qty = qty;
-    t->home = inv_ticket_route(inv, t);
+    t->home = inv->cfg.lock ? inv_ticket_route(inv, t) : 0; /* atomic: one queue */
     return INV_OK;
 }
 
@@ -763,8 +780,54 @@ static void batch_outcomes(struct inv_session *s, struct inv_ticket **t, int n,
     }
 }
 
+/* The atomic mode's batch: no lock and no group commit, one script per order,
+ * but the n calls go out in one write and their answers come back in one
+ * read (pipelining: transport, not batching). */
+static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
+{
+    struct inv *inv = s->inv;
+    rconn_check(s->rc);
+    if (rconn_script_load(s->rc, &atomic_script) != 0)
+        return; /* each by itself, which reports why */
+    struct sku_keys k;
+    sku_keys_init(&k, t[0]->sku);
+    struct atomic_call *c = malloc(sizeof(*c) * (size_t)n);
+    if (!c)
+        abort();
+    uint64_t lost = rconn_unanswered(s->rc);
+    uint64_t seen = soldout_generation(inv->cfg.soldout);
+    int sent = 0;
+    for (; sent < n; sent++) {
+        struct inv_ticket *x = t[sent];
+        atomic_call_init(&c[sent], &k, x->sku, x->user_id, x->qty, x->idem_key,
+                         x->order.id);
+        if (rconn_append_eval(s->rc, &atomic_script, 7, 6, c[sent].argv, NULL) != 0)
+            break; /* the rest go by themselves */
+    }
+    for (int i = 0; i < sent; i++) {
+        redisReply *r = rconn_reply(s->rc);
+        if (!r) { /* this one and every later one: sent, unanswered */
+            for (; i < sent; i++)
+                ticket_finish(inv, t[i], no_answer(s, lost));
+            break;
+        }
+        if (!rconn_is_noscript(r)) { /* NOSCRIPT: by itself, which runs EVAL */
+            inv_status st =
+                atomic_outcome(s, t[i]->sku, t[i]->qty, r, &t[i]->order, seen);
+            if (st != INV_OK)
+                ticket_finish(inv, t[i], st);
+        }
+        freeReplyObject(r);
+    }
+    free(c);
+}
+
 void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
 {
+    if (!s->inv->cfg.lock) {
+        atomic_pipeline(s, t, n);
+        return;
+    }
     struct inv *inv = s->inv;
     const char *sku = t[0]->sku;
     struct sku_layout layout;

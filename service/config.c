@@ -165,14 +165,15 @@ static const struct option_spec options[] = {
      "simulated work inside the critical section (a batch's orders work side by side)",
      opt_work},
     {"batch", "N", "32",
-     "most queued orders of one segment that one lock hold serves; 1: one per hold",
+     "most queued orders one lock hold serves (atomic: most script calls one write "
+     "carries); 1: one order per hold",
      opt_batch},
     {"fencing", "on|off", "on", "fenced commits", opt_fencing},
     {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
      opt_instance},
-    {"threads", "N", "lock modes: 1 per core (>= 2); atomic: 8 per core (4..64)",
-     "threads that wait on Redis: the batch threads of the lock modes (HTTP then runs "
-     "one thread per core), the HTTP threads of atomic",
+    {"threads", "N", "1 per core, >= 2",
+     "batch threads: they run the orders' Redis work, each on its own connection; "
+     "HTTP never waits on Redis for an order",
      opt_threads},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",
@@ -271,20 +272,14 @@ static int host_is_loopback(const char *host, char *why, size_t whylen)
     return all;
 }
 
-/* The threads that wait on Redis. atomic: HTTP threads, each blocked on its
- * order's round trip, 8 per core (4..64). The lock modes: batch threads, one
- * per core (at least 2): a thread serves a whole batch per round trip, and
- * more threads only split the queues into smaller batches (make bench: at
- * -c256, 2 threads sold 12.3k orders/s with 34 us of Redis CPU per order, 16
- * threads 7.9k with 72 us). */
-static int default_threads(const char *lock_mode)
+/* The batch threads, which wait on Redis for whole batches: one per core, at
+ * least 2. More only split the queues into smaller batches (make bench, lock
+ * mode redis at -c256: 2 threads sold 12.3k orders/s at 34 us of Redis CPU
+ * per order, 16 threads 7.9k at 72 us). */
+static int default_threads(void)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    cores = cores > 0 ? cores : 1;
-    if (strcmp(lock_mode, "atomic") != 0)
-        return (int)(cores < 2 ? 2 : cores > 64 ? 64 : cores);
-    long n = cores * 8;
-    return (int)(n < 4 ? 4 : n > 64 ? 64 : n);
+    return (int)(cores < 2 ? 2 : cores > 64 ? 64 : cores);
 }
 
 config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
@@ -299,7 +294,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     cfg->wait_ms = 1000;
     cfg->fencing = 1;
     cfg->instance_id = -1;
-    cfg->threads = 0; /* default_threads() of the lock mode, once it is known */
+    cfg->threads = default_threads();
     cfg->batch = 32;
     cfg->log_level = LOG_INFO;
 
@@ -358,8 +353,6 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
                  cfg->listen.host, cfg->listen.port, why);
         return CONFIG_ERROR;
     }
-    if (cfg->threads == 0)
-        cfg->threads = default_threads(cfg->lock_mode);
     if (cfg->nlock_nodes == 0) {
         cfg->lock_nodes[0] = cfg->redis;
         cfg->nlock_nodes = 1;

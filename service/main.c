@@ -112,15 +112,12 @@ int main(int argc, char **argv)
     /* Redis answered the lease: its persistence settings can be read now. */
     struct svc_durability *durability =
         svc_durability_start(cfg.redis.host, cfg.redis.port, cfg.redis_password);
-    struct inv_batcher *batcher = NULL;
-    if (lock) {
-        struct inv_batcher_config bc = {.threads = cfg.threads,
-                                        .batch = cfg.batch,
-                                        .redis_host = cfg.redis.host,
-                                        .redis_port = cfg.redis.port,
-                                        .redis_password = cfg.redis_password};
-        batcher = inv_batcher_start(inv, &bc);
-    }
+    struct inv_batcher_config bc = {.threads = cfg.threads,
+                                    .batch = cfg.batch,
+                                    .redis_host = cfg.redis.host,
+                                    .redis_port = cfg.redis.port,
+                                    .redis_password = cfg.redis_password};
+    struct inv_batcher *batcher = inv_batcher_start(inv, &bc);
     struct svc_app app = {.cfg = &cfg,
                           .inv = inv,
                           .lock = lock,

@@ -343,12 +343,10 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
     srv->app = app;
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                          MHD_USE_TURBO | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-    /* With a batcher no HTTP thread waits on Redis for an order: one per core
-     * does. Without one (atomic) each order holds its HTTP thread. */
-    unsigned int http_threads = (unsigned int)cfg->threads;
+    /* No HTTP thread waits on Redis for an order (the batch threads do): one
+     * per core is enough. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (app->batcher && cores > 0 && (long)http_threads > cores)
-        http_threads = (unsigned int)cores;
+    unsigned int http_threads = (unsigned int)(cores > 0 ? cores : 1);
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, app,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
