@@ -804,21 +804,26 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
         if (rconn_append_eval(s->rc, &atomic_script, 7, 6, c[sent].argv, NULL) != 0)
             break; /* the rest go by themselves */
     }
+    /* Every answer is read before any is acted on: a replay loads its first
+     * order with a command of its own, which may only follow the pipeline. */
+    redisReply **r = calloc((size_t)n, sizeof(*r));
+    if (!r)
+        abort();
+    int got = 0;
+    while (got < sent && (r[got] = rconn_reply(s->rc)) != NULL)
+        got++;
     for (int i = 0; i < sent; i++) {
-        redisReply *r = rconn_reply(s->rc);
-        if (!r) { /* this one and every later one: sent, unanswered */
-            for (; i < sent; i++)
-                ticket_finish(inv, t[i], no_answer(s, lost));
-            break;
-        }
-        if (!rconn_is_noscript(r)) { /* NOSCRIPT: by itself, which runs EVAL */
+        if (i >= got) /* sent, and the connection failed before its answer */
+            ticket_finish(inv, t[i], no_answer(s, lost));
+        else if (!rconn_is_noscript(r[i])) { /* NOSCRIPT: by itself, which runs EVAL */
             inv_status st =
-                atomic_outcome(s, t[i]->sku, t[i]->qty, r, &t[i]->order, seen);
+                atomic_outcome(s, t[i]->sku, t[i]->qty, r[i], &t[i]->order, seen);
             if (st != INV_OK)
                 ticket_finish(inv, t[i], st);
         }
-        freeReplyObject(r);
     }
+    free_replies(r, got);
+    free(r);
     free(c);
 }
 

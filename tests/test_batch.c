@@ -29,8 +29,10 @@ static void fixture_open_at(struct fixture *f, const char *mode, int work_us, in
     memset(f, 0, sizeof(*f));
     struct lock_config lc = {.ttl_ms = 3000, .fencing = 1, .timeout_ms = 1000};
     char err[200];
-    f->lock = lock_new(mode, &lc, err, sizeof(err));
-    assert_non_null(f->lock);
+    if (strcmp(mode, "atomic") != 0) {
+        f->lock = lock_new(mode, &lc, err, sizeof(err));
+        assert_non_null(f->lock);
+    }
     struct inv_config ic = {
         .lock = f->lock, .wait_ms = 5000, .work_us = work_us, .fencing = 1, .ids = &ids};
     f->inv = inv_new(&ic);
@@ -131,6 +133,35 @@ static void test_batch_mixes_outcomes(void **state)
     inv_stats(f.inv, &st);
     assert_int_equal(st.spilled, 1);
     assert_sold(&f, "mix", 6, 0);
+    fixture_close(&f);
+}
+
+/* atomic: no lock, one script per order, the calls pipelined. A replay among
+ * them loads its first order by a command of its own, after the pipeline's
+ * answers: every order gets its own answer, not its neighbour's. */
+static void test_atomic_pipeline_keeps_each_answer(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "atomic", 0);
+    inv_sku_put(f.s, "pipe", 10, 2, 1);
+    struct inv_order first;
+    assert_int_equal(inv_order_place(f.s, "pipe", "ann", 1, "ka", &first), INV_PLACED);
+    struct inv_ticket t[5];
+    ticket(&f, &t[0], "pipe", "ann", "ka", 0);
+    ticket(&f, &t[1], "pipe", "bob", NULL, 0);
+    ticket(&f, &t[2], "pipe", "ann", "ka", 0);
+    ticket(&f, &t[3], "pipe", "cid", NULL, 0);
+    ticket(&f, &t[4], "pipe", "bob", NULL, 0);
+    struct inv_ticket *batch[5] = {&t[0], &t[1], &t[2], &t[3], &t[4]};
+    inv_ticket_batch(f.s, batch, 5, 0);
+    inv_status want[] = {INV_REPLAYED, INV_PLACED, INV_REPLAYED, INV_PLACED, INV_LIMIT};
+    for (int i = 0; i < 5; i++)
+        if (t[i].st != want[i])
+            fail_msg("order %d: status %d, not %d", i, t[i].st, want[i]);
+    assert_true(t[0].order.id == first.id && t[2].order.id == first.id);
+    assert_string_equal(t[1].order.user_id, "bob");
+    assert_sold(&f, "pipe", 3, 7);
     fixture_close(&f);
 }
 
@@ -475,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_batch_with_lost_lease_is_refused_whole),
         cmocka_unit_test(test_batch_across_a_reset_writes_nothing),
         cmocka_unit_test(test_batch_with_lost_connection),
+        cmocka_unit_test(test_atomic_pipeline_keeps_each_answer),
         cmocka_unit_test(test_batcher_groups_orders_of_a_segment),
         cmocka_unit_test(test_batcher_fills_a_hold_from_other_segments),
         cmocka_unit_test(test_batcher_stop_answers_everything),

@@ -141,7 +141,8 @@ run_mode() {
     wait "${clients[@]}"
     local placed
     placed=$(cat "$dir"/orders."$mode".* | grep -c '^201$')
-    check "$mode: every order answered 201/409" "0" \
+    check "$mode: every order answered 201/409 (others: $(cat "$dir"/orders."$mode".* |
+        grep -v -e '^201$' -e '^409$' | sort | uniq -c | tr -s ' \n' ' '))" "0" \
         "$(cat "$dir"/orders."$mode".* | grep -vc -e '^201$' -e '^409$')"
     check "$mode: orders were placed and refused" "yes" \
         "$( ((placed > 0 && placed < ORDERS)) && echo yes || echo no)"
