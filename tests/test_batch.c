@@ -365,6 +365,28 @@ static void wait_done(struct waiter *w, int n)
 
 #define CROWD 64
 
+/* A batcher of `threads` threads and batches of `batch` on the fixture. */
+static struct inv_batcher *batcher(struct fixture *f, int threads, int batch)
+{
+    struct inv_batcher_config bc = {.threads = threads,
+                                    .batch = batch,
+                                    .redis_host = "127.0.0.1",
+                                    .redis_port = redis.port};
+    return inv_batcher_start(f->inv, &bc);
+}
+
+/* Opens t as an order of sku for user, answered to w, and submits it to b
+ * (b NULL: opened only). */
+static void submit(struct fixture *f, struct inv_batcher *b, struct inv_ticket *t,
+                   const char *sku, const char *user, struct waiter *w)
+{
+    assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, NULL), INV_OK);
+    t->done = on_done;
+    t->owner = w;
+    if (b)
+        inv_batcher_submit(b, t);
+}
+
 /* Orders that arrive while a segment's batch is in flight wait for the next
  * one: with one batch thread, 20 ms of work per hold and 64 orders queued
  * for one segment, a handful of holds serve all of them, and every order gets
@@ -376,18 +398,13 @@ static void test_batcher_groups_orders_of_a_segment(void **state)
     struct fixture f;
     fixture_open(&f, "redis", 20000);
     inv_sku_put(f.s, "crowd", 50, 1, 1);
-    struct inv_batcher_config bc = {
-        .threads = 1, .batch = 16, .redis_host = "127.0.0.1", .redis_port = redis.port};
-    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
+    struct inv_batcher *b = batcher(&f, 1, 16);
     static struct inv_ticket t[CROWD];
     struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     for (int i = 0; i < CROWD; i++) {
         char user[16];
         snprintf(user, sizeof(user), "c%d", i);
-        assert_int_equal(inv_ticket_open(f.inv, &t[i], "crowd", user, 1, NULL), INV_OK);
-        t[i].done = on_done;
-        t[i].owner = &w;
-        inv_batcher_submit(b, &t[i]);
+        submit(&f, b, &t[i], "crowd", user, &w);
     }
     wait_done(&w, CROWD);
     int placed = 0, sold_out = 0;
@@ -421,19 +438,14 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     inv_sku_put(f.s, "spread", 100, 4, 1);
     struct inv_order o;
     assert_int_equal(inv_order_place(f.s, "spread", "learn", 1, NULL, &o), INV_PLACED);
-    struct inv_batcher_config bc = {
-        .threads = 1, .batch = 64, .redis_host = "127.0.0.1", .redis_port = redis.port};
-    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
+    struct inv_batcher *b = batcher(&f, 1, 64);
     static struct inv_ticket t[48];
     struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     for (int i = 0; i < 48; i++) {
         char user[16];
         user_with_home(i % 4, 4, i / 4, user, sizeof(user));
-        assert_int_equal(inv_ticket_open(f.inv, &t[i], "spread", user, 1, NULL), INV_OK);
+        submit(&f, b, &t[i], "spread", user, &w);
         assert_int_equal(t[i].home, i % 4);
-        t[i].done = on_done;
-        t[i].owner = &w;
-        inv_batcher_submit(b, &t[i]);
     }
     wait_done(&w, 48);
     for (int i = 0; i < 48; i++)
@@ -456,19 +468,13 @@ static void test_batcher_stop_answers_everything(void **state)
     struct fixture f;
     fixture_open(&f, "local", 5000);
     inv_sku_put(f.s, "stop", 100, 2, 1);
-    struct inv_batcher_config bc = {
-        .threads = 2, .batch = 4, .redis_host = "127.0.0.1", .redis_port = redis.port};
-    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
+    struct inv_batcher *b = batcher(&f, 2, 4);
     static struct inv_ticket t[CROWD + 1];
     struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     for (int i = 0; i <= CROWD; i++) {
         char user[16];
         snprintf(user, sizeof(user), "s%d", i);
-        assert_int_equal(inv_ticket_open(f.inv, &t[i], "stop", user, 1, NULL), INV_OK);
-        t[i].done = on_done;
-        t[i].owner = &w;
-        if (i < CROWD)
-            inv_batcher_submit(b, &t[i]);
+        submit(&f, i < CROWD ? b : NULL, &t[i], "stop", user, &w);
     }
     inv_batcher_stop(b);
     pthread_mutex_lock(&w.mu);
