@@ -437,7 +437,10 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
         struct fixture f, other;
         fixture_open(&f, modes[m], 0, 1, 3000);
         fixture_open(&other, modes[m], 0, 1, 3000);
+        /* both listeners subscribed: nothing but the orders talks to Redis
+         * while the commands are counted */
         assert_true(test_wait_for(listening, f.soldout, 5000));
+        assert_true(test_wait_for(listening, other.soldout, 5000));
         inv_sku_put(f.s, "memo", 2, 2, 1);
         struct inv_order o;
         assert_int_equal(inv_order_place(f.s, "memo", "m1", 1, "key-m1", &o), INV_PLACED);
