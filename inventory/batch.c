@@ -36,6 +36,7 @@ struct inv_batcher {
     struct queue *ready_head, *ready_tail; /* queues with tickets, not served */
     int stopping;
     uint64_t queued;
+    uint64_t queues; /* allocated */
     _Atomic uint64_t batches, orders;
     struct worker *workers;
 };
@@ -63,6 +64,7 @@ static struct queue *queue_get(struct inv_batcher *b, const char *sku, int seg)
     q->seg = seg;
     q->hnext = *slot;
     *slot = q;
+    b->queues++;
     if (seg >= 0) { /* listed on the SKU's layout-unknown queue */
         struct queue *anchor = queue_get(b, sku, -1);
         q->snext = anchor->snext;
@@ -110,6 +112,21 @@ static void enqueue(struct inv_batcher *b, struct inv_ticket *t)
     struct queue *q = queue_get(b, t->sku, t->home);
     queue_push(q, t);
     queue_wake(b, q);
+}
+
+/* Frees layout-unknown queue q when it is empty and its SKU has no segment
+ * queues: a SKU that was never found (orders for made-up names) leaves no
+ * memory behind. */
+static void queue_drop_unknown(struct inv_batcher *b, struct queue *q)
+{
+    if (q->seg >= 0 || q->head || q->snext || q->busy || q->ready)
+        return;
+    struct queue **p = &b->buckets[queue_hash(q->sku, q->seg) % QUEUE_BUCKETS];
+    while (*p != q)
+        p = &(*p)->hnext;
+    *p = q->hnext;
+    b->queues--;
+    free(q);
 }
 
 /* Moves the tickets of a layout-unknown queue whose layout is known now. */
@@ -168,6 +185,7 @@ static void serve(struct worker *w, struct queue *q)
     if (q->seg < 0)
         queue_reroute(b, q);
     queue_wake(b, q);
+    queue_drop_unknown(b, q);
     pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < n; i++)
         w->held[i]->done(w->held[i]); /* the ticket may be gone after this */
@@ -280,5 +298,6 @@ void inv_batcher_stats(struct inv_batcher *b, struct inv_batch_stats *out)
     out->orders = atomic_load(&b->orders);
     pthread_mutex_lock(&b->mu);
     out->queued = b->queued;
+    out->queues = b->queues;
     pthread_mutex_unlock(&b->mu);
 }

@@ -28,6 +28,8 @@ struct inv_batcher_config {
 struct inv_batch_stats {
     uint64_t batches, orders; /* critical sections run, and the tickets they held */
     uint64_t queued;          /* tickets waiting now */
+    uint64_t queues;          /* queues kept: one per SKU segment sold from, and
+                                 one per SKU whose layout is being learnt */
 };
 
 struct inv_batcher;

@@ -460,6 +460,43 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     fixture_close(&f);
 }
 
+/* Orders for SKUs that do not exist (made-up names) answer not found and
+ * leave no queue behind; a real SKU keeps its layout queue and one queue per
+ * segment it sold from. */
+static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_open(&f, "redis", 0);
+    inv_sku_put(f.s, "real", 10, 2, 1);
+    struct inv_batcher *b = batcher(&f, 2, 8);
+    static struct inv_ticket t[42];
+    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (int i = 0; i < 40; i++) {
+        char sku[16];
+        snprintf(sku, sizeof(sku), "madeup%d", i);
+        submit(&f, b, &t[i], sku, "u", &w);
+    }
+    wait_done(&w, 40);
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(t[i].st, INV_NOT_FOUND);
+    struct inv_batch_stats bs;
+    inv_batcher_stats(b, &bs);
+    assert_int_equal(bs.queues, 0);
+    submit(&f, b, &t[40], "real", "u", &w);
+    wait_done(&w, 41);
+    assert_int_equal(t[40].st, INV_PLACED);
+    inv_batcher_stats(b, &bs);
+    assert_int_equal(bs.queues, 0);         /* learnt by itself: no segment queue yet */
+    submit(&f, b, &t[41], "real", "v", &w); /* its segment's queue, and the SKU's */
+    wait_done(&w, 42);
+    assert_int_equal(t[41].st, INV_PLACED);
+    inv_batcher_stats(b, &bs);
+    assert_int_equal(bs.queues, 2);
+    inv_batcher_free(b);
+    fixture_close(&f);
+}
+
 /* A batcher that stops serves what is queued, and answers what comes after
  * at once as unavailable. */
 static void test_batcher_stop_answers_everything(void **state)
@@ -515,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_atomic_pipeline_keeps_each_answer),
         cmocka_unit_test(test_batcher_groups_orders_of_a_segment),
         cmocka_unit_test(test_batcher_fills_a_hold_from_other_segments),
+        cmocka_unit_test(test_batcher_keeps_no_queue_for_unknown_skus),
         cmocka_unit_test(test_batcher_stop_answers_everything),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
