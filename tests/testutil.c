@@ -5,6 +5,7 @@
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,17 @@ static int answers_ping(void *arg)
     return ok;
 }
 
+/* In a child about to exec: it is killed when the test process ends, however
+ * that happens (a crash, or a sanitizer's _exit after its report, which skips
+ * the exit hook), so no server outlives its test. Tests start their servers
+ * from the main thread, whose end is the process's. */
+static void die_with_parent(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) /* it ended before the line above */
+        _exit(1);
+}
+
 static int spawn(struct test_redis *r, const char *const *extra_args)
 {
     char port[16];
@@ -120,10 +132,12 @@ static int spawn(struct test_redis *r, const char *const *extra_args)
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = extra_args[i];
     argv[n] = NULL;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0)
         abort();
     if (pid == 0) {
+        die_with_parent(parent);
         execvp("redis-server", (char *const *)argv);
         perror("exec redis-server");
         _exit(127);
@@ -197,10 +211,12 @@ void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_pr
         int out[2];
         if (pipe(out) != 0)
             abort();
+        pid_t parent = getpid();
         pid_t pid = fork();
         if (pid < 0)
             abort();
         if (pid == 0) {
+            die_with_parent(parent);
             dup2(out[1], STDOUT_FILENO);
             close(out[0]);
             close(out[1]);
