@@ -19,12 +19,38 @@ struct queue {
     struct queue *snext; /* seg -1: the SKU's segment queues; else the next of them */
 };
 
+/* Most holds one thread keeps open during their orders' --work-us. */
+#define PARK_MAX 8
+
+/* A batch of one thread: its queue, its tickets, its open hold. */
+struct slot {
+    struct queue *q;
+    struct inv_ticket **held;
+    int n;
+    struct inv_hold h;
+};
+
+/* A batch thread. While its orders work (--work-us) a hold stays open and the
+ * thread serves other segments' batches instead of sleeping. Two rules keep
+ * that safe:
+ *   - holding a lock, it only tries the next one (no wait): waiting while
+ *     holding lets two instances each hold what the other waits for; a batch
+ *     whose lock is taken goes back to its queue, and the thread takes no new
+ *     batch until it holds nothing;
+ *   - holding a lock, it places no order by itself (the peek path): such an
+ *     order could enter a segment one of its holds has open (the redis lock is
+ *     reentrant per session), and that hold's commit, which writes the stock
+ *     it read before, would overwrite it. Those orders wait in `alone`. */
 struct worker {
     struct inv_batcher *b;
     pthread_t tid;
     struct rconn *rc;
     struct inv_session *s;
-    struct inv_ticket **held; /* the batch being served */
+    struct slot slot[PARK_MAX + 1]; /* [0..nparked-1] open holds, the rest free */
+    int nparked;
+    int no_batch; /* a try found a lock taken: no new batch until nparked is 0 */
+    struct inv_ticket **alone; /* undecided tickets, placed once nothing is held */
+    int nalone;
 };
 
 struct inv_batcher {
@@ -150,46 +176,118 @@ static void queue_reroute(struct inv_batcher *b, struct queue *q)
     }
 }
 
-/* Serves one ready queue: takes its batch, runs it, hands the queue on.
- * Called and returns with b->mu held. */
-static void serve(struct worker *w, struct queue *q)
+/* The first ready queue this thread may serve; while it holds locks, not a
+ * layout-unknown one (placed one by one: see struct worker). b->mu held. */
+static struct queue *ready_take(struct inv_batcher *b, int holding)
+{
+    for (struct queue **p = &b->ready_head, *prev = NULL; *p;
+         prev = *p, p = &(*p)->rnext) {
+        struct queue *q = *p;
+        if (holding && q->seg < 0)
+            continue;
+        *p = q->rnext;
+        if (b->ready_tail == q)
+            b->ready_tail = prev;
+        q->ready = 0;
+        return q;
+    }
+    return NULL;
+}
+
+/* Takes q's batch into slot x (b->mu held): its own orders first; with room
+ * left, the orders waiting in the SKU's other segment queues too, so that a
+ * thin crowd spread over K segments still fills batches. What this segment
+ * cannot serve goes its own way afterwards, as any spill. */
+static void batch_take(struct worker *w, struct slot *x, struct queue *q)
 {
     struct inv_batcher *b = w->b;
     q->busy = 1;
-    int most = q->seg >= 0 ? b->cfg.batch : 1, n = 0;
-    while (q->head && n < most)
-        w->held[n++] = queue_pop(q);
-    /* Room left: the hold also serves orders of the SKU's other segments
-     * that wait for a hold of their own, so that a thin crowd spread over K
-     * segments still fills batches. What this segment cannot serve goes its
-     * own way afterwards, as any spill. */
-    if (q->seg >= 0 && n < most)
-        for (struct queue *o = queue_get(b, q->sku, -1)->snext; o && n < most;
+    x->q = q;
+    x->n = 0;
+    int most = q->seg >= 0 ? b->cfg.batch : 1;
+    while (q->head && x->n < most)
+        x->held[x->n++] = queue_pop(q);
+    if (q->seg >= 0 && x->n < most)
+        for (struct queue *o = queue_get(b, q->sku, -1)->snext; o && x->n < most;
              o = o->snext)
-            while (o != q && o->head && n < most)
-                w->held[n++] = queue_pop(o);
-    b->queued -= (uint64_t)n;
-    pthread_mutex_unlock(&b->mu);
+            while (o != q && o->head && x->n < most)
+                x->held[x->n++] = queue_pop(o);
+    b->queued -= (uint64_t)x->n;
+}
 
-    if (q->seg >= 0) {
-        inv_ticket_batch(w->s, w->held, n, q->seg);
-        atomic_fetch_add_explicit(&b->batches, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&b->orders, (uint64_t)n, memory_order_relaxed);
-    }
-    for (int i = 0; i < n; i++)
-        if (w->held[i]->st == INV_OK)
-            inv_ticket_single(w->s, w->held[i]);
-
-    pthread_mutex_lock(&b->mu);
+/* Hands q on (b->mu held): nobody serves it now. */
+static void queue_done(struct inv_batcher *b, struct queue *q)
+{
     q->busy = 0;
     if (q->seg < 0)
         queue_reroute(b, q);
     queue_wake(b, q);
     queue_drop_unknown(b, q);
-    pthread_mutex_unlock(&b->mu);
-    for (int i = 0; i < n; i++)
-        w->held[i]->done(w->held[i]); /* the ticket may be gone after this */
+}
+
+/* Ends slot x's batch (b->mu not held): undecided tickets are placed by
+ * themselves now, or kept for when this thread holds nothing; the queue is
+ * handed on; the decided tickets are answered. */
+static void batch_end(struct worker *w, struct slot *x)
+{
+    struct inv_batcher *b = w->b;
+    if (x->q->seg >= 0) {
+        atomic_fetch_add_explicit(&b->batches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->orders, (uint64_t)x->n, memory_order_relaxed);
+    }
+    for (int i = 0; i < x->n; i++) {
+        if (x->held[i]->st != INV_OK)
+            continue;
+        if (w->nparked == 0)
+            inv_ticket_single(w->s, x->held[i]);
+        else
+            w->alone[w->nalone++] = x->held[i];
+    }
     pthread_mutex_lock(&b->mu);
+    queue_done(b, x->q);
+    pthread_mutex_unlock(&b->mu);
+    for (int i = 0; i < x->n; i++)
+        if (x->held[i]->st != INV_OK)
+            x->held[i]->done(x->held[i]); /* the ticket may be gone after this */
+}
+
+/* Runs the batch taken into the first free slot up to its hold, which stays
+ * open during the orders' work (b->mu not held). */
+static void batch_start(struct worker *w)
+{
+    struct inv_batcher *b = w->b;
+    struct slot *x = &w->slot[w->nparked];
+    int open = x->q->seg >= 0
+                   ? inv_hold_open(w->s, x->held, x->n, x->q->seg, w->nparked > 0, &x->h)
+                   : 0;
+    if (open == 1) {
+        w->nparked++;
+    } else if (open == -1) { /* the lock is taken: the batch goes back, whole */
+        pthread_mutex_lock(&b->mu);
+        for (int i = x->n - 1; i >= 0; i--) {
+            x->held[i]->next = x->q->head;
+            x->q->head = x->held[i];
+            if (!x->q->tail)
+                x->q->tail = x->held[i];
+        }
+        b->queued += (uint64_t)x->n;
+        queue_done(b, x->q);
+        w->no_batch = 1;
+        pthread_mutex_unlock(&b->mu);
+    } else {
+        batch_end(w, x);
+    }
+}
+
+/* Commits open hold i and ends its batch (b->mu not held). */
+static void hold_close(struct worker *w, int i)
+{
+    struct slot x = w->slot[i];
+    w->nparked--;
+    w->slot[i] = w->slot[w->nparked];
+    w->slot[w->nparked] = x;
+    inv_hold_commit(w->s, &w->slot[w->nparked].h);
+    batch_end(w, &w->slot[w->nparked]);
 }
 
 static void *worker_main(void *arg)
@@ -198,17 +296,50 @@ static void *worker_main(void *arg)
     struct inv_batcher *b = w->b;
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while (!b->ready_head && !b->stopping)
-            pthread_cond_wait(&b->cv, &b->mu);
-        struct queue *q = b->ready_head;
-        if (!q)
+        /* 1. a hold whose orders' work is done */
+        int due = -1;
+        for (int i = 0; i < w->nparked; i++)
+            if (due < 0 || w->slot[i].h.due_us < w->slot[due].h.due_us)
+                due = i;
+        if (due >= 0 && w->slot[due].h.due_us <= lock_now_us()) {
+            pthread_mutex_unlock(&b->mu);
+            hold_close(w, due);
+            pthread_mutex_lock(&b->mu);
+            continue;
+        }
+        /* 2. holding nothing: the orders kept to go alone */
+        if (w->nparked == 0) {
+            w->no_batch = 0;
+            if (w->nalone > 0) {
+                pthread_mutex_unlock(&b->mu);
+                for (int i = 0; i < w->nalone; i++) {
+                    inv_ticket_single(w->s, w->alone[i]);
+                    w->alone[i]->done(w->alone[i]);
+                }
+                w->nalone = 0;
+                pthread_mutex_lock(&b->mu);
+                continue;
+            }
+        }
+        /* 3. a new batch, when this thread may open one more hold */
+        struct queue *q = w->nparked < PARK_MAX && !w->no_batch && w->nalone == 0
+                              ? ready_take(b, w->nparked > 0)
+                              : NULL;
+        if (q) {
+            if (q->head) { /* else another hold took its orders meanwhile */
+                batch_take(w, &w->slot[w->nparked], q);
+                pthread_mutex_unlock(&b->mu);
+                batch_start(w);
+                pthread_mutex_lock(&b->mu);
+            }
+            continue;
+        }
+        if (b->stopping && w->nparked == 0 && !b->ready_head)
             break; /* stopping, and nothing left to serve */
-        b->ready_head = q->rnext;
-        if (!b->ready_head)
-            b->ready_tail = NULL;
-        q->ready = 0;
-        if (q->head) /* else another hold took its orders meanwhile */
-            serve(w, q);
+        if (due >= 0)
+            lock_cond_wait_until(&b->cv, &b->mu, w->slot[due].h.due_us);
+        else
+            pthread_cond_wait(&b->cv, &b->mu);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -225,7 +356,7 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
     if (b->cfg.batch < 1)
         b->cfg.batch = 1;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    lock_cond_init(&b->cv); /* timed waits on lock_now_us's clock */
     b->workers = calloc((size_t)cfg->threads, sizeof(*b->workers));
     if (!b->workers)
         abort();
@@ -234,8 +365,14 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
         w->b = b;
         w->rc = rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, 1000);
         w->s = inv_session_new(inv, w->rc);
-        w->held = calloc((size_t)b->cfg.batch, sizeof(*w->held));
-        if (!w->held || pthread_create(&w->tid, NULL, worker_main, w) != 0)
+        for (int j = 0; j <= PARK_MAX; j++) {
+            w->slot[j].held = calloc((size_t)b->cfg.batch, sizeof(*w->slot[j].held));
+            if (!w->slot[j].held)
+                abort();
+        }
+        w->alone =
+            calloc((size_t)(PARK_MAX + 1) * (size_t)b->cfg.batch, sizeof(*w->alone));
+        if (!w->alone || pthread_create(&w->tid, NULL, worker_main, w) != 0)
             abort();
     }
     return b;
@@ -272,7 +409,9 @@ void inv_batcher_stop(struct inv_batcher *b)
         pthread_join(w->tid, NULL);
         inv_session_free(w->s);
         rconn_free(w->rc);
-        free(w->held);
+        for (int j = 0; j <= PARK_MAX; j++)
+            free(w->slot[j].held);
+        free(w->alone);
     }
 }
 

@@ -827,22 +827,23 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     free(c);
 }
 
-void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
+int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                  int try_only, struct inv_hold *h)
 {
     if (!s->inv->cfg.lock) {
         atomic_pipeline(s, t, n);
-        return;
+        return 0;
     }
     struct inv *inv = s->inv;
     const char *sku = t[0]->sku;
     struct sku_layout layout;
     if (layout_get(inv, sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
-        return; /* forgotten since it was routed: each by itself */
+        return 0; /* forgotten since it was routed: each by itself */
     rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
-    char lkey[128], segtext[12];
-    snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
+    char *lkey = h->lkey, segtext[12];
+    snprintf(lkey, sizeof(h->lkey), "sk:{%s}:lock:%d", sku, seg);
     snprintf(segtext, sizeof(segtext), "%d", seg);
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
@@ -851,30 +852,48 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
     int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - lock_now_us()) / 1000;
     const char *read_argv[] = {"HGET", k.stock, segtext};
     struct rcmd read = {.argc = 3, .argv = read_argv};
-    struct lock_grant g;
+    int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
     redisReply *rr;
-    lock_status ls =
-        lock_acquire_then(s->lock, lkey, left_ms > 0 ? (int)left_ms : 0, &g, &read, &rr);
+    lock_status ls = lock_acquire_then(s->lock, lkey, wait_ms, &h->g, &read, &rr);
+    if (ls == LOCK_BUSY && try_only)
+        return -1; /* taken: nothing decided, the caller tries later */
     if (ls != LOCK_ACQUIRED) {
         tickets_finish(inv, t, n, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
-        return;
+        return 0;
     }
     long long stock = stock_of(rr);
     if (rr)
         freeReplyObject(rr);
     if (stock <= 0) {
-        lock_release(s->lock, lkey, &g);
+        lock_release(s->lock, lkey, &h->g);
         if (stock < 0)
             tickets_finish(inv, t, n, INV_UNAVAILABLE);
-        return; /* empty: each ticket looks for another segment */
+        return 0; /* empty: each ticket looks for another segment */
     }
-    if (inv->cfg.work_us > 0)
-        sleep_us(inv->cfg.work_us); /* the orders' work, side by side */
+    h->t = t;
+    h->n = n;
+    h->seg = seg;
+    h->stock = stock;
+    snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
+    h->due_us = lock_now_us() + inv->cfg.work_us; /* the orders' work, side by side */
+    return 1;
+}
+
+void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    struct inv_ticket **t = h->t;
+    int n = h->n, seg = h->seg;
+    const char *sku = t[0]->sku, *lkey = h->lkey;
+    struct sku_keys k;
+    sku_keys_init(&k, sku);
+    char segtext[12];
+    snprintf(segtext, sizeof(segtext), "%d", seg);
 
     char fkey[160], stocktext[24], fence[24];
     lock_fence_key(lkey, fkey, sizeof(fkey));
-    snprintf(stocktext, sizeof(stocktext), "%lld", stock);
-    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g.fence : 0);
+    snprintf(stocktext, sizeof(stocktext), "%lld", h->stock);
+    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? h->g.fence : 0);
     int nkeys = 7 + n, argc = nkeys + 5 + 4 * n;
     const char **argv = malloc(sizeof(*argv) * (size_t)argc);
     struct batch_slot *slot = malloc(sizeof(*slot) * (size_t)n);
@@ -883,7 +902,7 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
     const char *head[] = {k.meta, k.stock, k.sold, k.buyers, k.orders, fkey, k.idem};
     memcpy(argv, head, sizeof(head));
     const char **a = argv + nkeys;
-    *a++ = layout.epoch;
+    *a++ = h->epoch;
     *a++ = segtext;
     *a++ = stocktext;
     *a++ = fence;
@@ -902,7 +921,7 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
         .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
     redisReply *r;
     uint64_t lost = rconn_unanswered(s->rc);
-    lock_status released = lock_release_after(s->lock, lkey, &g, &commit, &r);
+    lock_status released = lock_release_after(s->lock, lkey, &h->g, &commit, &r);
     free(argv);
     free(slot);
     if (!r) {
@@ -925,6 +944,17 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
         tickets_finish(inv, t, n, INV_UNAVAILABLE);
     }
     freeReplyObject(r);
+}
+
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
+{
+    struct inv_hold h;
+    if (!inv_hold_open(s, t, n, seg, 0, &h))
+        return;
+    int64_t left = h.due_us - lock_now_us();
+    if (left > 0)
+        sleep_us((int)left);
+    inv_hold_commit(s, &h);
 }
 
 /* ---- SKUs, orders, audit ------------------------------------------------ */

@@ -158,6 +158,27 @@ int inv_ticket_route(struct inv *inv, const struct inv_ticket *t);
  * status or stays INV_OK: that one needs inv_ticket_single (the segment could
  * not serve it, the SKU was reset, the id was taken). */
 void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg);
+/* The same in two steps, so that a thread does other work during the orders'
+ * --work-us instead of sleeping. inv_hold_open takes the lock (with try_only,
+ * without waiting: a thread that holds other locks must not wait for one, or
+ * two instances can each hold what the other waits for) and reads the stock.
+ * It returns 1 when h is open: inv_hold_commit must follow, from the same
+ * session, at or after h->due_us. 0: the batch ended there, every ticket final
+ * or undecided as above. -1 (try_only): the lock is taken, nothing done. The
+ * atomic mode has no hold: its pipeline runs in inv_hold_open. */
+struct inv_hold {
+    struct inv_ticket **t;
+    int n, seg;
+    char lkey[128];
+    struct lock_grant g;
+    long long stock;
+    char epoch[24];
+    int64_t due_us; /* lock_now_us() when the orders' work is done */
+};
+int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                  int try_only, struct inv_hold *h);
+void inv_hold_commit(struct inv_session *s, struct inv_hold *h);
+
 /* Places one ticket by itself: peek, then the candidate segments in turn. */
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */

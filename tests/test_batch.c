@@ -460,6 +460,52 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     fixture_close(&f);
 }
 
+static int three_held(void *arg)
+{
+    struct fixture *f = arg;
+    redisReply *r = rconn_command(
+        f->rc, "EXISTS sk:{park0}:lock:0 sk:{park1}:lock:0 sk:{park2}:lock:0");
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 3;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+/* --work-us is a timer, not a sleep: one batch thread keeps the holds of three
+ * SKUs open at once while their orders work (300 ms each), and every order is
+ * placed. A thread that slept through each hold would hold one at a time. */
+static void test_batcher_works_holds_side_by_side(void **state)
+{
+    (void)state;
+    struct fixture f, probe;
+    fixture_open(&f, "redis", 300000);
+    fixture_open(&probe, "redis", 0);
+    char sku[3][16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(sku[i], sizeof(sku[i]), "park%d", i);
+        inv_sku_put(f.s, sku[i], 10, 1, 1);
+    }
+    struct inv_batcher *b = batcher(&f, 1, 8);
+    static struct inv_ticket learn[3], t[3];
+    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (int i = 0; i < 3; i++) /* the layouts, learnt one by one */
+        submit(&f, b, &learn[i], sku[i], "learn", &w);
+    wait_done(&w, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(learn[i].st, INV_PLACED);
+        submit(&f, b, &t[i], sku[i], "park", &w);
+    }
+    assert_true(test_wait_for(three_held, &probe, 5000));
+    wait_done(&w, 6);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(t[i].st, INV_PLACED);
+        assert_sold(&f, sku[i], 2, 8);
+    }
+    inv_batcher_free(b);
+    fixture_close(&probe);
+    fixture_close(&f);
+}
+
 /* Orders for SKUs that do not exist (made-up names) answer not found and
  * leave no queue behind; a real SKU keeps its layout queue and one queue per
  * segment it sold from. */
@@ -552,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_atomic_pipeline_keeps_each_answer),
         cmocka_unit_test(test_batcher_groups_orders_of_a_segment),
         cmocka_unit_test(test_batcher_fills_a_hold_from_other_segments),
+        cmocka_unit_test(test_batcher_works_holds_side_by_side),
         cmocka_unit_test(test_batcher_keeps_no_queue_for_unknown_skus),
         cmocka_unit_test(test_batcher_stop_answers_everything),
     };
