@@ -177,20 +177,13 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
                   "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
         return;
     }
-    if (req->app->batcher) {
-        struct inv_ticket *t = req->ticket;
-        inv_status st = inv_ticket_open(req->app->inv, t, req->params[0], body.user_id,
-                                        body.qty, req->idem_key);
-        if (st == INV_OK)
-            res->pending = 1; /* the batch answers: svc_order_finish */
-        else
-            order_answer(req->params[0], st, &t->order, res);
-        return;
-    }
-    struct inv_order order;
-    inv_status st = inv_order_place(req->worker->inv, req->params[0], body.user_id,
-                                    body.qty, req->idem_key, &order);
-    order_answer(req->params[0], st, &order, res);
+    struct inv_ticket *t = req->ticket;
+    inv_status st = inv_ticket_open(req->app->inv, t, req->params[0], body.user_id,
+                                    body.qty, req->idem_key);
+    if (st == INV_OK)
+        res->pending = 1; /* the batch answers: svc_order_finish */
+    else
+        order_answer(req->params[0], st, &t->order, res);
 }
 
 void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)

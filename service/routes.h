@@ -26,7 +26,7 @@ struct svc_app {
     struct orderid_lease *lease;
     struct orderid_gen *ids;           /* its worker id is this instance's id */
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
-    struct inv_batcher *batcher;       /* NULL: orders run on the HTTP thread (atomic) */
+    struct inv_batcher *batcher;       /* runs every order (batch.h) */
     _Atomic int draining;
     _Atomic int inflight;
 };
