@@ -188,11 +188,17 @@ static int key_exists(void *arg)
     return yes;
 }
 
-/* Starts a batch of n fresh users on segment 0 of SKU "slow" (400 ms of work)
- * in a thread and returns once it holds the segment lock. */
+/* Opens f (400 ms of work) and other on SKU "slow" (stock 10, one segment,
+ * one unit sold, its layout known), then starts a batch of n fresh users on
+ * segment 0 in a thread and returns once it holds the segment lock. */
 static void start_slow_batch(struct fixture *f, struct fixture *other, pthread_t *th,
                              struct slow_batch *b, struct inv_ticket *t, int n)
 {
+    fixture_open(f, "redis", 400000);
+    fixture_open(other, "redis", 0);
+    inv_sku_put(f->s, "slow", 10, 1, 1);
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f->s, "slow", "warm", 1, NULL, &o), INV_PLACED);
     static struct inv_ticket *ptrs[8];
     for (int i = 0; i < n; i++) {
         char user[16];
@@ -212,11 +218,6 @@ static void test_batch_with_lost_lease_is_refused_whole(void **state)
 {
     (void)state;
     struct fixture f, other;
-    fixture_open(&f, "redis", 400000);
-    fixture_open(&other, "redis", 0);
-    inv_sku_put(f.s, "slow", 10, 1, 1);
-    struct inv_order o;
-    assert_int_equal(inv_order_place(f.s, "slow", "warm", 1, NULL, &o), INV_PLACED);
     struct inv_ticket t[3];
     struct slow_batch b;
     pthread_t th;
@@ -247,11 +248,6 @@ static void test_batch_across_a_reset_writes_nothing(void **state)
 {
     (void)state;
     struct fixture f, other;
-    fixture_open(&f, "redis", 400000);
-    fixture_open(&other, "redis", 0);
-    inv_sku_put(f.s, "slow", 10, 1, 1);
-    struct inv_order o;
-    assert_int_equal(inv_order_place(f.s, "slow", "warm", 1, NULL, &o), INV_PLACED);
     struct inv_ticket t[3];
     struct slow_batch b;
     pthread_t th;
