@@ -53,7 +53,7 @@ LIB_SRC := $(wildcard redis/*.c lock/*.c inventory/*.c) $(filter-out service/mai
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(LUA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o
+TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/invfix.o
 
 .PHONY: all deps test check demo bench fuzz valgrind clean install format
 all: $(BUILD)/seckill $(LUA_COPY)

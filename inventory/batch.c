@@ -21,6 +21,8 @@ struct queue {
 
 /* Most holds one thread keeps open during their orders' --work-us. */
 #define PARK_MAX 8
+/* Most times a batch sends a ticket on to another segment's queue. */
+#define MAX_HOPS 4
 
 /* A batch of one thread: its queue, its tickets, its open hold. */
 struct slot {
@@ -135,7 +137,7 @@ static void queue_wake(struct inv_batcher *b, struct queue *q)
 
 static void enqueue(struct inv_batcher *b, struct inv_ticket *t)
 {
-    struct queue *q = queue_get(b, t->sku, t->home);
+    struct queue *q = queue_get(b, t->sku, t->seg);
     queue_push(q, t);
     queue_wake(b, q);
 }
@@ -161,8 +163,7 @@ static void queue_reroute(struct inv_batcher *b, struct queue *q)
     struct inv_ticket *keep = NULL, **tail = &keep;
     while (q->head) {
         struct inv_ticket *t = queue_pop(q);
-        t->home = inv_ticket_route(b->inv, t);
-        if (t->home >= 0) {
+        if (inv_ticket_route(b->inv, t) >= 0) {
             enqueue(b, t);
         } else {
             t->next = NULL;
@@ -225,30 +226,54 @@ static void queue_done(struct inv_batcher *b, struct queue *q)
     queue_drop_unknown(b, q);
 }
 
-/* Ends slot x's batch (b->mu not held): undecided tickets are placed by
- * themselves now, or kept for when this thread holds nothing; the queue is
- * handed on; the decided tickets are answered. */
+/* True when undecided ticket t, just out of a batch on segment seg, queues
+ * at the segment the batch named for it (t->seg): a few hops at most, then
+ * it goes by itself, which also takes several segments when it needs them. */
+static int ticket_sent_on(struct inv_ticket *t, int seg)
+{
+    return t->seg >= 0 && t->seg != seg && ++t->hops <= MAX_HOPS;
+}
+
+/* Ends slot x's batch (b->mu not held): undecided tickets go on to the queue
+ * of the segment the batch named for them, or are placed by themselves now,
+ * or kept for when this thread holds nothing; the queue is handed on; the
+ * decided tickets are answered. A ticket sent on is not touched after it is
+ * queued: another thread may answer it at once. */
 static void batch_end(struct worker *w, struct slot *x)
 {
     struct inv_batcher *b = w->b;
-    if (x->q->seg >= 0) {
+    int seg = x->q->seg, ndone = 0;
+    if (seg >= 0) {
         atomic_fetch_add_explicit(&b->batches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&b->orders, (uint64_t)x->n, memory_order_relaxed);
     }
+    struct inv_ticket *sent = NULL, **tail = &sent;
     for (int i = 0; i < x->n; i++) {
-        if (x->held[i]->st != INV_OK)
+        struct inv_ticket *t = x->held[i];
+        if (t->st == INV_OK && ticket_sent_on(t, seg)) {
+            *tail = t;
+            tail = &t->next;
             continue;
-        if (w->nparked == 0)
-            inv_ticket_single(w->s, x->held[i]);
-        else
-            w->alone[w->nalone++] = x->held[i];
+        }
+        if (t->st == INV_OK && w->nparked > 0) {
+            w->alone[w->nalone++] = t;
+            continue;
+        }
+        if (t->st == INV_OK)
+            inv_ticket_single(w->s, t);
+        x->held[ndone++] = t;
     }
+    *tail = NULL;
     pthread_mutex_lock(&b->mu);
+    for (struct inv_ticket *t = sent, *next; t; t = next) {
+        next = t->next;
+        b->queued++;
+        enqueue(b, t);
+    }
     queue_done(b, x->q);
     pthread_mutex_unlock(&b->mu);
-    for (int i = 0; i < x->n; i++)
-        if (x->held[i]->st != INV_OK)
-            x->held[i]->done(x->held[i]); /* the ticket may be gone after this */
+    for (int i = 0; i < ndone; i++)
+        x->held[i]->done(x->held[i]); /* the ticket may be gone after this */
 }
 
 /* Runs the batch taken into the first free slot up to its hold, which stays

@@ -12,12 +12,13 @@
 #include <time.h>
 
 /* The scripts: KEYS, ARGV and replies are described at the top of each file.
- * commit.lua and atomic.lua share idem.lua (the Idempotency-Key check),
- * limit.lua (the per-user limit) and record.lua (recording a placed order);
- * peek.lua shares the first two. */
+ * commit.lua, batch.lua and atomic.lua share idem.lua (the Idempotency-Key
+ * check), limit.lua (the per-user limit), stock.lua (writing stock with its
+ * index, choosing segments) and record.lua (recording a placed order);
+ * peek.lua shares the first three. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
     lua_inventory_peek, lua_inventory_reset, lua_inventory_batch;
-/* inventory/lua/commit.lua: commit of the lock-guarded modes. */
+/* inventory/lua/commit.lua: commit of one order of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
 static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_atomic);
@@ -38,13 +39,17 @@ struct inv_counters {
  * a batch its epoch without asking Redis: a direct-mapped cache, an entry
  * overwritten by another SKU of the same slot. A reset forgets the entry here
  * at once; a reset by another instance shows as a batch refused for its epoch,
- * which forgets it too. */
+ * which forgets it too. Segments a hold found empty stay empty in the epoch
+ * (stock only goes down), so tickets whose home is one of them are routed
+ * elsewhere without asking. */
 #define LAYOUT_SLOTS 256
 
 struct sku_layout {
     char sku[INV_ID_MAX + 1]; /* "" for an empty slot */
     int segments;
     char epoch[24];
+    int nempty;
+    uint64_t empty[INV_MAX_SEGMENTS / 64]; /* bit i: segment i seen empty */
 };
 
 struct inv {
@@ -62,7 +67,8 @@ struct inv_session {
 
 /* The Redis keys of one SKU. */
 struct sku_keys {
-    char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96];
+    char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96],
+        avail[96];
 };
 
 static void sku_keys_init(struct sku_keys *k, const char *sku)
@@ -74,6 +80,7 @@ static void sku_keys_init(struct sku_keys *k, const char *sku)
     snprintf(k->buyers, sizeof(k->buyers), "sk:{%s}:buyers", sku);
     snprintf(k->orders, sizeof(k->orders), "sk:{%s}:orders", sku);
     snprintf(k->idem, sizeof(k->idem), "sk:{%s}:idem", sku);
+    snprintf(k->avail, sizeof(k->avail), "sk:{%s}:avail", sku);
 }
 
 static void count(_Atomic uint64_t *c)
@@ -132,14 +139,54 @@ static int layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
     return found ? 0 : -1;
 }
 
+/* Learns sku's layout; what was known of its empty segments stays while the
+ * epoch does. */
 static void layout_put(struct inv *inv, const char *sku, int segments, const char *epoch)
 {
     struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
-    snprintf(l->sku, sizeof(l->sku), "%s", sku);
-    l->segments = segments;
-    snprintf(l->epoch, sizeof(l->epoch), "%s", epoch);
+    if (strcmp(l->sku, sku) != 0 || strcmp(l->epoch, epoch) != 0 ||
+        l->segments != segments) {
+        snprintf(l->sku, sizeof(l->sku), "%s", sku);
+        l->segments = segments;
+        snprintf(l->epoch, sizeof(l->epoch), "%s", epoch);
+        l->nempty = 0;
+        memset(l->empty, 0, sizeof(l->empty));
+    }
     pthread_mutex_unlock(&inv->layout_mu);
+}
+
+/* Notes segment seg of sku as found empty in epoch (ignored if the layout
+ * moved on). */
+static void layout_mark_empty(struct inv *inv, const char *sku, const char *epoch,
+                              int seg)
+{
+    struct sku_layout *l = layout_slot(inv, sku);
+    pthread_mutex_lock(&inv->layout_mu);
+    uint64_t bit = UINT64_C(1) << (seg % 64);
+    if (strcmp(l->sku, sku) == 0 && strcmp(l->epoch, epoch) == 0 && seg < l->segments &&
+        !(l->empty[seg / 64] & bit)) {
+        l->empty[seg / 64] |= bit;
+        l->nempty++;
+    }
+    pthread_mutex_unlock(&inv->layout_mu);
+}
+
+/* The n-th (from 0) segment of l not known empty; l has more than n. */
+static int layout_nth_stocked(const struct sku_layout *l, int n)
+{
+    for (int w = 0;; w++) {
+        uint64_t stocked = ~l->empty[w];
+        if (w == l->segments / 64)
+            stocked &= (UINT64_C(1) << (l->segments % 64)) - 1;
+        int c = __builtin_popcountll(stocked);
+        if (n < c) {
+            for (;; stocked &= stocked - 1)
+                if (n-- == 0)
+                    return w * 64 + __builtin_ctzll(stocked);
+        }
+        n -= c;
+    }
 }
 
 static void layout_forget(struct inv *inv, const char *sku)
@@ -340,7 +387,7 @@ static inv_status commit_refusal(struct inv_session *s, const redisReply *r,
 /* The atomic script's arguments for one order. */
 struct atomic_call {
     char home[12], qtys[12], idtext[24], okey[40];
-    const char *argv[13];
+    const char *argv[14];
 };
 
 static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
@@ -351,10 +398,18 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
     snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
     snprintf(c->okey, sizeof(c->okey), "order:%s", c->idtext);
-    const char *argv[] = {k->meta,   k->stock, k->sold, k->buyers, k->orders,
-                          c->okey,   k->idem,  c->home, c->qtys,   user_id,
-                          c->idtext, sku,      idem_key};
+    const char *argv[] = {k->meta, k->stock,  k->sold,  k->buyers, k->orders,
+                          c->okey, k->idem,   k->avail, c->home,   c->qtys,
+                          user_id, c->idtext, sku,      idem_key};
     memcpy(c->argv, argv, sizeof(argv));
+}
+
+/* Sets o's segment and parts: the order took all its units from seg. */
+static void order_one_part(struct inv_order *o, int seg)
+{
+    o->segment = seg;
+    o->nparts = 1;
+    o->parts[0] = (struct inv_part){.segment = seg, .qty = o->qty};
 }
 
 /* The outcome of the atomic script's answer r for an order of qty units of
@@ -365,18 +420,28 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku, int qty
                                  const redisReply *r, struct inv_order *order,
                                  uint64_t seen)
 {
+    (void)qty;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
         return INV_UNAVAILABLE;
+    const redisReply *e1 = r->elements > 1 ? r->element[1] : NULL;
+    const redisReply *e2 = r->elements > 2 ? r->element[2] : NULL;
     switch (reply_ll(r->element[0], 0)) {
     case 1:
-        order->segment = (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0);
-        if (r->elements > 2 && reply_ll(r->element[2], 0) != order->segment)
+        order->segment = (int)reply_ll(e1, 0);
+        order->nparts = 0;
+        for (size_t i = 3; i + 1 < r->elements && order->nparts < INV_MAX_SEGMENTS;
+             i += 2)
+            order->parts[order->nparts++] =
+                (struct inv_part){.segment = (int)reply_ll(r->element[i], 0),
+                                  .qty = (int)reply_ll(r->element[i + 1], 0)};
+        if (order->nparts == 0)
+            order_one_part(order, order->segment);
+        if (order->nparts > 1 || reply_ll(e2, 0) != order->segment)
             count(&s->inv->counters.spilled);
         return INV_PLACED;
     case -5:
-        if (qty == 1) /* no segment holds a unit */
-            soldout_note(s->inv->cfg.soldout, sku,
-                         (int)reply_ll(r->elements > 1 ? r->element[1] : NULL, 0), seen);
+        if (reply_ll(e2, -1) == 0) /* not a unit left */
+            soldout_note(s->inv->cfg.soldout, sku, (int)reply_ll(e1, 0), seen);
         return INV_SOLD_OUT;
     case -6:
         return INV_NOT_FOUND;
@@ -398,7 +463,7 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
         atomic_call_init(&c, k, sku, user_id, qty, idem_key, order->id);
         uint64_t lost = rconn_unanswered(s->rc);
         uint64_t seen = soldout_generation(s->inv->cfg.soldout);
-        redisReply *r = rconn_eval(s->rc, &atomic_script, 7, 6, c.argv, NULL);
+        redisReply *r = rconn_eval(s->rc, &atomic_script, 8, 6, c.argv, NULL);
         if (!r)
             return no_answer(s, lost);
         inv_status st = atomic_outcome(s, sku, qty, r, order, seen);
@@ -416,27 +481,39 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
 struct order_view {
     int segments, limit, home;
     char epoch[24];
-    long long bought;
+    long long bought, remaining;
     char first_id[24]; /* idempotent replay: the first order's id, or "" */
     int cand[PEEK_CANDIDATES];
     int ncand;
+    int nplan; /* > 0: no segment held qty alone; plan[] hold it together */
+    int plan[INV_MAX_SEGMENTS];
 };
 
-static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
-                             const char *user_id, int qty, const char *idem_key,
-                             struct order_view *v)
+/* One order on its way through the lock-guarded path. */
+struct order_ctx {
+    struct inv_session *s;
+    struct sku_keys k;
+    const char *sku, *user_id, *idem_key; /* idem_key "" for none */
+    int qty;
+    int64_t deadline; /* for the segment locks: --wait-ms from the start */
+    struct inv_order *order;
+    struct order_view v;
+};
+
+static inv_status order_peek(struct order_ctx *c)
 {
+    struct order_view *v = &c->v;
     char route[12], qtys[12], most[12];
-    snprintf(route, sizeof(route), "%u", seg_route(user_id));
-    snprintf(qtys, sizeof(qtys), "%d", qty);
+    snprintf(route, sizeof(route), "%u", seg_route(c->user_id));
+    snprintf(qtys, sizeof(qtys), "%d", c->qty);
     snprintf(most, sizeof(most), "%d", PEEK_CANDIDATES);
-    const char *argv[] = {k->meta, k->stock, k->buyers, k->idem, route,
-                          qtys,    user_id,  idem_key,  most};
-    redisReply *r = rconn_eval(s->rc, &peek_script, 4, 5, argv, NULL);
+    const char *argv[] = {c->k.meta, c->k.stock, c->k.buyers, c->k.idem,   c->k.avail,
+                          route,     qtys,       c->user_id,  c->idem_key, most};
+    redisReply *r = rconn_eval(c->s->rc, &peek_script, 5, 5, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
         st = reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
-    } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 6) {
+    } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 8) {
         redisReply **e = r->element;
         v->segments = (int)reply_ll(e[0], 0);
         v->limit = (int)reply_ll(e[1], 1);
@@ -446,9 +523,14 @@ static inv_status order_peek(struct inv_session *s, const struct sku_keys *k,
         snprintf(v->first_id, sizeof(v->first_id), "%s",
                  e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
         v->home = (int)reply_ll(e[5], 0);
-        v->ncand = 0;
-        for (size_t i = 6; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
-            v->cand[v->ncand++] = (int)reply_ll(e[i], 0);
+        v->remaining = reply_ll(e[6], 0);
+        v->ncand = v->nplan = 0;
+        if (reply_ll(e[7], 0) == 0)
+            for (size_t i = 8; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
+                v->cand[v->ncand++] = (int)reply_ll(e[i], 0);
+        else
+            for (size_t i = 8; i + 1 < r->elements && v->nplan < INV_MAX_SEGMENTS; i += 2)
+                v->plan[v->nplan++] = (int)reply_ll(e[i], 0);
         st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK
                                                                  : INV_UNAVAILABLE;
     }
@@ -465,59 +547,131 @@ static long long stock_of(const redisReply *r)
                : -1;
 }
 
-/* The critical section on one segment: acquire the segment lock together
- * with the read of its stock, check, work, then commit together with the
- * release (each pair one round trip where the lock mode can pipeline it
- * with its own commands, as `redis` does). Returns INV_PLACED, INV_SOLD_OUT (this segment
- * is short: try another), or a final status. Sets *again when nothing was written and the
- * segment is worth another try: the commit met a Redis that had lost its
- * script cache (the lock was already released when that showed), or found
- * the order's id taken (the order has a fresh one now). */
-static inv_status critical_section(struct inv_session *s, const struct sku_keys *k,
-                                   const char *sku, const char *user_id, int qty,
-                                   const char *idem_key, const struct order_view *v,
-                                   int seg, int64_t deadline, struct inv_order *order,
-                                   int *again)
-{
-    struct inv *inv = s->inv;
-    char lkey[128], segtext[12];
-    snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:%d", sku, seg);
-    snprintf(segtext, sizeof(segtext), "%d", seg);
-    int wait_ms = (int)((deadline - lock_now_us()) / 1000);
-    const char *read_argv[] = {"HGET", k->stock, segtext};
-    struct rcmd read = {.argc = 3, .argv = read_argv};
+/* One segment of an order's critical section: its lock, the stock read under
+ * it, and the units the order takes from it. */
+struct part_hold {
+    int seg;
+    char lkey[128];
     struct lock_grant g;
-    redisReply *rr;
-    lock_status ls =
-        lock_acquire_then(s->lock, lkey, wait_ms > 0 ? wait_ms : 0, &g, &read, &rr);
-    if (ls == LOCK_BUSY)
-        return INV_BUSY;
-    if (ls != LOCK_ACQUIRED)
-        return INV_UNAVAILABLE;
-    long long stock = stock_of(rr);
-    if (rr)
-        freeReplyObject(rr);
-    if (stock < qty) {
-        lock_release(s->lock, lkey, &g);
-        return stock < 0 ? INV_UNAVAILABLE : INV_SOLD_OUT;
-    }
-    if (inv->cfg.work_us > 0)
-        sleep_us(inv->cfg.work_us);
+    long long stock;
+    int take;
+};
 
-    char newstock[24], qtys[12], idtext[24], okey[40], fkey[160], fence[24];
-    snprintf(newstock, sizeof(newstock), "%lld", stock - qty);
-    snprintf(qtys, sizeof(qtys), "%d", qty);
-    snprintf(idtext, sizeof(idtext), "%" PRIu64, order->id);
+static void part_init(struct part_hold *p, const char *sku, int seg)
+{
+    p->seg = seg;
+    p->take = 0;
+    snprintf(p->lkey, sizeof(p->lkey), "sk:{%s}:lock:%d", sku, seg);
+}
+
+/* Releases the locks of p[0..n-1]; LOCK_NOT_HELD when any lease was gone. */
+static lock_status parts_release(struct inv_session *s, struct part_hold *p, int n)
+{
+    lock_status worst = LOCK_RELEASED;
+    for (int i = n - 1; i >= 0; i--)
+        if (lock_release(s->lock, p[i].lkey, &p[i].g) == LOCK_NOT_HELD)
+            worst = LOCK_NOT_HELD;
+    return worst;
+}
+
+/* Takes the locks of p[0..n-1] in turn (ascending segments: two orders that
+ * need the same segments cannot each hold what the other waits for), each
+ * with the read of its stock in the same round trip where the mode allows,
+ * waiting until c->deadline at most. INV_OK: all held, stocks read. Else
+ * nothing is held: INV_BUSY (a lock not within the wait) or INV_UNAVAILABLE. */
+static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char segtext[12];
+        snprintf(segtext, sizeof(segtext), "%d", p[i].seg);
+        const char *read_argv[] = {"HGET", c->k.stock, segtext};
+        struct rcmd read = {.argc = 3, .argv = read_argv};
+        int wait_ms = (int)((c->deadline - lock_now_us()) / 1000);
+        redisReply *rr;
+        lock_status ls = lock_acquire_then(
+            c->s->lock, p[i].lkey, wait_ms > 0 ? wait_ms : 0, &p[i].g, &read, &rr);
+        if (ls == LOCK_ACQUIRED) {
+            p[i].stock = stock_of(rr);
+            if (rr)
+                freeReplyObject(rr);
+            if (p[i].stock >= 0)
+                continue;
+            i++; /* held, but its read failed */
+        }
+        parts_release(c->s, p, i);
+        return ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE;
+    }
+    return INV_OK;
+}
+
+/* Most parts whose commit arguments live on the stack. */
+#define PARTS_INLINE 4
+
+/* The commit arguments of one part. */
+struct part_text {
+    char fkey[160], seg[12], take[12], stock[24], fence[24];
+};
+
+/* The last step of an order's critical section, every lock of p[0..n-1] held
+ * and each p[i].take set: one commit over all of them, fenced on each, sent
+ * in one round trip with the release of the last lock; then the others are
+ * released. Returns INV_PLACED or a final status. Sets *again when nothing
+ * was written and the same parts are worth another try: the commit met a
+ * Redis that had lost its script cache, or found the order's id taken (the
+ * order has a fresh one now). */
+static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
+                               int *again)
+{
+    struct inv_session *s = c->s;
+    struct inv *inv = s->inv;
+    struct part_text inline_text[PARTS_INLINE], *text = inline_text;
+    const char *inline_argv[8 + PARTS_INLINE + 7 + 4 * PARTS_INLINE],
+        **argv = inline_argv;
+    int nkeys = 8 + n, argc = nkeys + 7 + 4 * n;
+    if (n > PARTS_INLINE) {
+        text = malloc(sizeof(*text) * (size_t)n);
+        argv = malloc(sizeof(*argv) * (size_t)argc);
+        if (!text || !argv)
+            abort();
+    }
+    char qtys[12], idtext[24], okey[40], ntext[12];
+    snprintf(qtys, sizeof(qtys), "%d", c->qty);
+    snprintf(idtext, sizeof(idtext), "%" PRIu64, c->order->id);
     snprintf(okey, sizeof(okey), "order:%s", idtext);
-    lock_fence_key(lkey, fkey, sizeof(fkey));
-    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? g.fence : 0);
-    const char *argv[] = {k->meta, k->stock, k->sold,  k->buyers, k->orders, okey,
-                          k->idem, fkey,     v->epoch, segtext,   newstock,  qtys,
-                          user_id, idtext,   sku,      idem_key,  fence};
-    struct rcmd commit = {.script = &commit_script, .nkeys = 8, .argc = 17, .argv = argv};
+    snprintf(ntext, sizeof(ntext), "%d", n);
+    const char *head[] = {c->k.meta,   c->k.stock, c->k.sold, c->k.buyers,
+                          c->k.orders, okey,       c->k.idem, c->k.avail};
+    memcpy(argv, head, sizeof(head));
+    const char **a = argv + nkeys;
+    const char *args[] = {c->v.epoch, qtys,        c->user_id, idtext,
+                          c->sku,     c->idem_key, ntext};
+    memcpy(a, args, sizeof(args));
+    a += 7;
+    for (int i = 0; i < n; i++) {
+        struct part_text *t = &text[i];
+        lock_fence_key(p[i].lkey, t->fkey, sizeof(t->fkey));
+        snprintf(t->seg, sizeof(t->seg), "%d", p[i].seg);
+        snprintf(t->take, sizeof(t->take), "%d", p[i].take);
+        snprintf(t->stock, sizeof(t->stock), "%lld", p[i].stock);
+        snprintf(t->fence, sizeof(t->fence), "%" PRIu64,
+                 inv->cfg.fencing ? p[i].g.fence : 0);
+        argv[8 + i] = t->fkey;
+        *a++ = t->seg;
+        *a++ = t->take;
+        *a++ = t->stock;
+        *a++ = t->fence;
+    }
+    struct rcmd commit = {
+        .script = &commit_script, .nkeys = nkeys, .argc = argc, .argv = argv};
     redisReply *r;
     uint64_t lost = rconn_unanswered(s->rc);
-    lock_status rs = lock_release_after(s->lock, lkey, &g, &commit, &r);
+    lock_status rs = lock_release_after(s->lock, p[n - 1].lkey, &p[n - 1].g, &commit, &r);
+    if (n > 1 && parts_release(s, p, n - 1) == LOCK_NOT_HELD)
+        rs = LOCK_NOT_HELD;
+    if (text != inline_text) {
+        free(text);
+        free(argv);
+    }
     if (!r)
         return no_answer(s, lost);
     if (rconn_is_noscript(r)) {
@@ -530,13 +684,17 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
         return INV_UNAVAILABLE;
     }
     inv_status st;
+    struct inv_order *o = c->order;
     switch (reply_ll(r->element[0], 0)) {
     case 1:
-        order->segment = seg;
+        o->segment = p[0].seg;
+        o->nparts = n;
+        for (int i = 0; i < n; i++)
+            o->parts[i] = (struct inv_part){.segment = p[i].seg, .qty = p[i].take};
         st = INV_PLACED;
         if (rs == LOCK_NOT_HELD)
             count(&inv->counters.commits_after_lease);
-        if (seg != v->home)
+        if (n > 1 || p[0].seg != c->v.home)
             count(&inv->counters.spilled);
         break;
     case -1:
@@ -548,57 +706,172 @@ static inv_status critical_section(struct inv_session *s, const struct sku_keys 
         st = INV_BUSY;
         break;
     case -9:
-        *again = order_id_taken(s->inv, order) == INV_OK;
+        *again = order_id_taken(s->inv, o) == INV_OK;
         st = INV_UNAVAILABLE;
         break;
     default:
-        st = commit_refusal(s, r, order);
+        st = commit_refusal(s, r, o);
         break;
     }
     freeReplyObject(r);
     return st;
 }
 
-static inv_status place_locked(struct inv_session *s, const struct sku_keys *k,
-                               const char *sku, const char *user_id, int qty,
-                               const char *idem_key, struct inv_order *order)
+/* The critical section on one segment: acquire the segment lock together
+ * with the read of its stock, check, work, then commit together with the
+ * release. Returns INV_PLACED, INV_SOLD_OUT (this segment is short: try
+ * another), or a final status; *again as parts_commit. */
+static inv_status critical_section(struct order_ctx *c, int seg, int *again)
 {
+    struct part_hold p;
+    part_init(&p, c->sku, seg);
+    inv_status st = parts_acquire(c, &p, 1);
+    if (st != INV_OK)
+        return st;
+    if (p.stock < c->qty) {
+        parts_release(c->s, &p, 1);
+        return INV_SOLD_OUT;
+    }
+    p.take = c->qty;
+    if (c->s->inv->cfg.work_us > 0)
+        sleep_us(c->s->inv->cfg.work_us);
+    return parts_commit(c, &p, 1, again);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The part of p[0..n-1] (ascending segments) on segment seg. */
+static struct part_hold *part_find(struct part_hold *p, int n, int seg)
+{
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (p[mid].seg == seg)
+            return &p[mid];
+        if (p[mid].seg < seg)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* The critical section of an order that no single segment can serve: the
+ * plan's segments locked in ascending order, units taken from each in the
+ * plan's order (home first) as the stock read under its lock allows, one
+ * commit over them all. Returns as critical_section: INV_SOLD_OUT when they
+ * no longer hold qty together (peek again). */
+static inv_status multi_section(struct order_ctx *c, int *again)
+{
+    int n = c->v.nplan;
+    struct part_hold *p = malloc(sizeof(*p) * (size_t)n);
+    int *sorted = malloc(sizeof(*sorted) * (size_t)n);
+    if (!p || !sorted)
+        abort();
+    memcpy(sorted, c->v.plan, sizeof(*sorted) * (size_t)n);
+    qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
+    for (int i = 0; i < n; i++)
+        part_init(&p[i], c->sku, sorted[i]);
+    free(sorted);
+    inv_status st = parts_acquire(c, p, n);
+    if (st != INV_OK) {
+        free(p);
+        return st;
+    }
+    int need = c->qty;
+    for (int i = 0; i < n && need > 0; i++) {
+        struct part_hold *x = part_find(p, n, c->v.plan[i]);
+        x->take = (int)(x->stock < need ? x->stock : need);
+        need -= x->take;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (p[i].take > 0)
+            p[m++] = p[i];
+        else /* nothing wanted from it: let it go now */
+            parts_release(c->s, &p[i], 1);
+    }
+    if (need > 0) {
+        parts_release(c->s, p, m);
+        st = INV_SOLD_OUT;
+    } else {
+        if (c->s->inv->cfg.work_us > 0)
+            sleep_us(c->s->inv->cfg.work_us);
+        st = parts_commit(c, p, m, again);
+    }
+    free(p);
+    return st;
+}
+
+static inv_status place_locked(struct order_ctx *c)
+{
+    struct inv_session *s = c->s;
     struct inv *inv = s->inv;
-    int64_t deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
-    int tries_left = ID_TRIES; /* of a segment whose commit wrote nothing (again) */
+    struct order_view *v = &c->v;
+    c->deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
+    int tries_left = ID_TRIES; /* of a section whose commit wrote nothing (again) */
     /* Each round tries the segments the peek saw with stock. A candidate found
      * short under its lock was emptied meanwhile; once all are, peek again: the
-     * next peek no longer lists them, so the rounds end. */
+     * next peek no longer lists them, so the rounds end. An order of several
+     * segments whose plan fell short under the locks peeks again too. */
     for (;;) {
-        struct order_view v;
-        uint64_t seen = soldout_generation(s->inv->cfg.soldout);
-        inv_status st = order_peek(s, k, user_id, qty, idem_key, &v);
+        uint64_t seen = soldout_generation(inv->cfg.soldout);
+        inv_status st = order_peek(c);
         if (st != INV_OK)
             return st;
-        layout_put(inv, sku, v.segments, v.epoch);
-        if (qty > v.limit)
+        layout_put(inv, c->sku, v->segments, v->epoch);
+        if (c->qty > v->limit)
             return INV_BAD_QTY;
-        if (v.first_id[0]) {
-            st = load_order(s, v.first_id, order);
+        if (v->first_id[0]) {
+            st = load_order(s, v->first_id, c->order);
             return st == INV_OK ? INV_REPLAYED : st;
         }
-        if (v.bought + qty > v.limit)
+        if (v->bought + c->qty > v->limit)
             return INV_LIMIT;
-        if (v.ncand == 0) {
-            if (qty == 1) /* no segment holds a unit */
-                soldout_note(s->inv->cfg.soldout, sku, v.limit, seen);
+        if (v->ncand == 0 && v->nplan == 0) {
+            if (v->remaining == 0) /* not a unit left */
+                soldout_note(inv->cfg.soldout, c->sku, v->limit, seen);
             return INV_SOLD_OUT;
         }
-        for (int c = 0; c < v.ncand; c++) {
+        if (v->nplan > 0) {
+            if (lock_now_us() >= c->deadline)
+                return INV_BUSY;
             int again = 0;
-            st = critical_section(s, k, sku, user_id, qty, idem_key, &v, v.cand[c],
-                                  deadline, order, &again);
+            st = multi_section(c, &again);
             if (again && --tries_left > 0)
-                c--; /* nothing was written: the same segment again, once */
+                continue;
+            if (st != INV_SOLD_OUT)
+                return st;
+            continue;
+        }
+        for (int i = 0; i < v->ncand; i++) {
+            int again = 0;
+            st = critical_section(c, v->cand[i], &again);
+            if (again && --tries_left > 0)
+                i--; /* nothing was written: the same segment again, once */
             else if (st != INV_SOLD_OUT)
                 return st;
         }
     }
+}
+
+/* Places one order of the lock-guarded modes, its id drawn. */
+static inv_status place_one_locked(struct inv_session *s, const char *sku,
+                                   const char *user_id, int qty, const char *idem_key,
+                                   struct inv_order *order)
+{
+    struct order_ctx c = {.s = s,
+                          .sku = sku,
+                          .user_id = user_id,
+                          .idem_key = idem_key,
+                          .qty = qty,
+                          .order = order};
+    sku_keys_init(&c.k, sku);
+    return place_locked(&c);
 }
 
 /* Draws the order's id and places it the way the lock mode does. */
@@ -614,7 +887,7 @@ static inv_status place(struct inv_session *s, const char *sku, const char *user
     struct sku_keys k;
     sku_keys_init(&k, sku);
     const char *idem = idem_key ? idem_key : "";
-    return s->inv->cfg.lock ? place_locked(s, &k, sku, user_id, qty, idem, order)
+    return s->inv->cfg.lock ? place_one_locked(s, sku, user_id, qty, idem, order)
                             : place_atomic(s, &k, sku, user_id, qty, idem, order);
 }
 
@@ -688,16 +961,24 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     snprintf(t->order.sku, sizeof(t->order.sku), "%s", sku);
     snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
     t->order.qty = qty;
-    t->home = inv->cfg.lock ? inv_ticket_route(inv, t) : 0; /* atomic: one queue */
+    t->hops = 0;
+    if (inv->cfg.lock)
+        inv_ticket_route(inv, t);
+    else
+        t->home = t->seg = 0; /* atomic: one queue */
     return INV_OK;
 }
 
-int inv_ticket_route(struct inv *inv, const struct inv_ticket *t)
+int inv_ticket_route(struct inv *inv, struct inv_ticket *t)
 {
     struct sku_layout l;
     if (layout_get(inv, t->sku, &l) != 0)
-        return -1;
-    return (int)(seg_route(t->user_id) % (uint32_t)l.segments);
+        return t->home = t->seg = -1;
+    uint32_t route = seg_route(t->user_id);
+    t->home = t->seg = (int)(route % (uint32_t)l.segments);
+    if (l.empty[t->home / 64] & (UINT64_C(1) << (t->home % 64)) && l.nempty < l.segments)
+        t->seg = layout_nth_stocked(&l, (int)(route % (uint32_t)(l.segments - l.nempty)));
+    return t->seg;
 }
 
 static void ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st)
@@ -724,38 +1005,47 @@ void inv_ticket_single(struct inv_session *s, struct inv_ticket *t)
     sku_keys_init(&k, t->sku);
     inv_status st =
         s->inv->cfg.lock
-            ? place_locked(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
+            ? place_one_locked(s, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
             : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
     ticket_finish(s->inv, t, st);
 }
 
 /* One order's part of the batch commit: its text arguments. */
 struct batch_slot {
-    char okey[40], id[24], qty[12];
+    char okey[40], id[24], qty[12], route[12];
 };
 
-/* Reads the batch script's answer for tickets t[0..n-1] (two entries each);
- * a ticket whose segment could not serve it, or whose id was taken, stays
- * undecided. */
-static void batch_outcomes(struct inv_session *s, struct inv_ticket **t, int n,
-                           const redisReply *r, int seg, lock_status released)
+/* Reads the batch script's answer for the tickets of hold h (two entries
+ * each); a ticket whose segment could not serve it is sent on (t->seg) or
+ * left to go by itself, as one whose id was taken. */
+static void batch_outcomes(struct inv_session *s, const struct inv_hold *h,
+                           const redisReply *r, lock_status released)
 {
     struct inv *inv = s->inv;
-    for (int i = 0; i < n; i++) {
+    struct inv_ticket **t = h->t;
+    int seg = h->seg;
+    for (int i = 0; i < h->n; i++) {
         const redisReply *first = r->element[2 * i + 1];
         struct inv_order *o = &t[i]->order;
         inv_status st = INV_UNAVAILABLE;
         switch (reply_ll(r->element[2 * i], 99)) {
         case 1:
-            o->segment = seg;
+            order_one_part(o, seg);
             st = INV_PLACED;
             if (released == LOCK_NOT_HELD)
                 count(&inv->counters.commits_after_lease);
             if (seg != t[i]->home)
                 count(&inv->counters.spilled);
             break;
-        case 0: /* short here: the ticket goes its own way */
+        case 0: /* short here: on to the segment named, or by itself (-1) */
+            t[i]->seg = (int)reply_ll(first, -1);
             continue;
+        case -5:
+            if (t[i]->qty == 1) /* not a unit left */
+                soldout_note(inv->cfg.soldout, t[i]->sku, (int)reply_ll(first, 0),
+                             h->seen);
+            st = INV_SOLD_OUT;
+            break;
         case -3:
             if (first->type == REDIS_REPLY_STRING) {
                 st = load_order(s, first->str, o);
@@ -801,7 +1091,7 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
         struct inv_ticket *x = t[sent];
         atomic_call_init(&c[sent], &k, x->sku, x->user_id, x->qty, x->idem_key,
                          x->order.id);
-        if (rconn_append_eval(s->rc, &atomic_script, 7, 6, c[sent].argv, NULL) != 0)
+        if (rconn_append_eval(s->rc, &atomic_script, 8, 6, c[sent].argv, NULL) != 0)
             break; /* the rest go by themselves */
     }
     /* Every answer is read before any is acted on: a replay loads its first
@@ -854,6 +1144,7 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
     struct rcmd read = {.argc = 3, .argv = read_argv};
     int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
     redisReply *rr;
+    h->seen = soldout_generation(inv->cfg.soldout);
     lock_status ls = lock_acquire_then(s->lock, lkey, wait_ms, &h->g, &read, &rr);
     if (ls == LOCK_BUSY && try_only)
         return -1; /* taken: nothing decided, the caller tries later */
@@ -864,18 +1155,21 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
     long long stock = stock_of(rr);
     if (rr)
         freeReplyObject(rr);
-    if (stock <= 0) {
+    if (stock < 0) {
         lock_release(s->lock, lkey, &h->g);
-        if (stock < 0)
-            tickets_finish(inv, t, n, INV_UNAVAILABLE);
-        return 0; /* empty: each ticket looks for another segment */
+        tickets_finish(inv, t, n, INV_UNAVAILABLE);
+        return 0;
     }
     h->t = t;
     h->n = n;
     h->seg = seg;
     h->stock = stock;
     snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
-    h->due_us = lock_now_us() + inv->cfg.work_us; /* the orders' work, side by side */
+    h->due_us = lock_now_us(); /* empty: no order works, the commit only routes */
+    if (stock == 0)
+        layout_mark_empty(inv, sku, layout.epoch, seg);
+    else
+        h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
     return 1;
 }
 
@@ -894,12 +1188,13 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
     lock_fence_key(lkey, fkey, sizeof(fkey));
     snprintf(stocktext, sizeof(stocktext), "%lld", h->stock);
     snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? h->g.fence : 0);
-    int nkeys = 7 + n, argc = nkeys + 5 + 4 * n;
+    int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = malloc(sizeof(*argv) * (size_t)argc);
     struct batch_slot *slot = malloc(sizeof(*slot) * (size_t)n);
     if (!argv || !slot)
         abort();
-    const char *head[] = {k.meta, k.stock, k.sold, k.buyers, k.orders, fkey, k.idem};
+    const char *head[] = {k.meta,   k.stock, k.sold, k.buyers,
+                          k.orders, fkey,    k.idem, k.avail};
     memcpy(argv, head, sizeof(head));
     const char **a = argv + nkeys;
     *a++ = h->epoch;
@@ -911,11 +1206,13 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
         snprintf(slot[i].id, sizeof(slot[i].id), "%" PRIu64, t[i]->order.id);
         snprintf(slot[i].okey, sizeof(slot[i].okey), "order:%s", slot[i].id);
         snprintf(slot[i].qty, sizeof(slot[i].qty), "%d", t[i]->qty);
-        argv[7 + i] = slot[i].okey;
+        snprintf(slot[i].route, sizeof(slot[i].route), "%u", seg_route(t[i]->user_id));
+        argv[8 + i] = slot[i].okey;
         *a++ = slot[i].qty;
         *a++ = t[i]->user_id;
         *a++ = slot[i].id;
         *a++ = t[i]->idem_key;
+        *a++ = slot[i].route;
     }
     struct rcmd commit = {
         .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
@@ -931,7 +1228,7 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
     if (rconn_is_noscript(r)) {
         rconn_script_reload(s->rc, &batch_script); /* nothing written: each by itself */
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
-        batch_outcomes(s, t, n, r, seg, released);
+        batch_outcomes(s, h, r, released);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                reply_ll(r->element[0], 0) == -1) {
         count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
@@ -965,12 +1262,13 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
     rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
-    int n = 12 + segments;
+    int n = 13 + segments;
     const char **argv = malloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
     if (!argv || !vals)
         abort();
-    const char *keys[] = {k.meta, k.stock, k.init, k.sold, k.buyers, k.orders, k.idem};
+    const char *keys[] = {k.meta,   k.stock,  k.init, k.sold,
+                          k.buyers, k.orders, k.idem, k.avail};
     memcpy(argv, keys, sizeof(keys));
     snprintf(vals[0], 24, "%lld", stock);
     snprintf(vals[1], 24, "%d", segments);
@@ -978,10 +1276,10 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
     for (int i = 0; i < segments; i++)
         snprintf(vals[3 + i], 24, "%lld", seg_initial(stock, segments, i));
     for (int i = 0; i < segments + 3; i++)
-        argv[7 + i] = vals[i];
-    argv[10 + segments] = SOLDOUT_CHANNEL;
-    argv[11 + segments] = sku;
-    redisReply *r = rconn_eval(s->rc, &reset_script, 7, 5 + segments, argv, NULL);
+        argv[8 + i] = vals[i];
+    argv[11 + segments] = SOLDOUT_CHANNEL;
+    argv[12 + segments] = sku;
+    redisReply *r = rconn_eval(s->rc, &reset_script, 8, 5 + segments, argv, NULL);
     free(argv);
     free(vals);
     inv_status st = INV_UNAVAILABLE;
@@ -1054,12 +1352,31 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
     return st;
 }
 
+/* Reads an order's segments as recorded, "seg:units,seg:units...", into
+ * parts[] (*n of them); returns the units they add up to. */
+static long long parse_parts(const char *text, struct inv_part *parts, int *n)
+{
+    long long units = 0;
+    *n = 0;
+    for (const char *p = text; *p && *n < INV_MAX_SEGMENTS;) {
+        char *end;
+        long seg = strtol(p, &end, 10);
+        if (*end != ':')
+            break;
+        long qty = strtol(end + 1, &end, 10);
+        parts[(*n)++] = (struct inv_part){.segment = (int)seg, .qty = (int)qty};
+        units += qty;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return units;
+}
+
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
 {
     rconn_check(s->rc);
-    redisReply *r =
-        rconn_command(s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment", id);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+    redisReply *r = rconn_command(
+        s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment segments", id);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
         if (r)
             freeReplyObject(r);
         return INV_UNAVAILABLE;
@@ -1072,7 +1389,12 @@ inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *o
         snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
         snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
         out->qty = (int)reply_ll(r->element[2], 0);
-        out->segment = (int)reply_ll(r->element[3], 0);
+        order_one_part(out, (int)reply_ll(r->element[3], 0));
+        int n = 0;
+        if (r->element[4]->type == REDIS_REPLY_STRING)
+            parse_parts(r->element[4]->str, out->parts, &n);
+        if (n > 0)
+            out->nparts = n;
         st = INV_OK;
     }
     freeReplyObject(r);
@@ -1087,65 +1409,159 @@ static int cmp_u64(const void *a, const void *b)
 
 #define AUDIT_CHUNK 2000
 
+/* The counters and per-segment figures the audit checks the records
+ * against, read in one snapshot with the number of records: the list only
+ * grows within an epoch, so its first `records` are stable afterwards. */
+struct audit_snap {
+    long long initial, limit, sold, orders, remaining, records;
+    int segments;
+    long long *seg_sold, *seg_stock, *seg_indexed; /* [segments]; -1: not indexed */
+};
+
+static void audit_snap_free(struct audit_snap *a)
+{
+    free(a->seg_sold);
+    free(a->seg_stock);
+    free(a->seg_indexed);
+}
+
+/* Fills dst[0..n-1] from the pairs {segment, value} of r (a hash or a zset
+ * with scores). */
+static void audit_segment_values(const redisReply *r, long long *dst, int n)
+{
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        long long seg = reply_ll(r->element[i], -1);
+        if (seg >= 0 && seg < n)
+            dst[seg] = reply_ll(r->element[i + 1], 0);
+    }
+}
+
+static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k,
+                                 struct audit_snap *a)
+{
+    redisContext *c = rconn_ctx(s->rc);
+    if (!c)
+        return INV_UNAVAILABLE;
+    redisAppendCommand(c, "MULTI");
+    redisAppendCommand(c, "HMGET %s initial limit sold orders remaining segments",
+                       k->meta);
+    redisAppendCommand(c, "LLEN %s", k->orders);
+    redisAppendCommand(c, "HGETALL %s", k->sold);
+    redisAppendCommand(c, "HGETALL %s", k->stock);
+    redisAppendCommand(c, "ZRANGE %s 0 -1 WITHSCORES", k->avail);
+    redisAppendCommand(c, "EXEC");
+    redisReply *snap = multi_exec_reply(s->rc, 5);
+    if (!snap)
+        return INV_UNAVAILABLE;
+    redisReply **e = snap->element, *m = e[0];
+    inv_status st = INV_NOT_FOUND;
+    if (m->type == REDIS_REPLY_ARRAY && m->elements == 6 &&
+        m->element[0]->type == REDIS_REPLY_STRING) {
+        a->initial = reply_ll(m->element[0], 0);
+        a->limit = reply_ll(m->element[1], 1);
+        a->sold = reply_ll(m->element[2], 0);
+        a->orders = reply_ll(m->element[3], 0);
+        a->remaining = reply_ll(m->element[4], 0);
+        a->segments = (int)reply_ll(m->element[5], 0);
+        if (a->segments < 1 || a->segments > INV_MAX_SEGMENTS)
+            a->segments = 0;
+        a->records = reply_ll(e[1], 0);
+        size_t n = (size_t)(a->segments > 0 ? a->segments : 1);
+        a->seg_sold = calloc(n, sizeof(long long));
+        a->seg_stock = calloc(n, sizeof(long long));
+        a->seg_indexed = malloc(n * sizeof(long long));
+        if (!a->seg_sold || !a->seg_stock || !a->seg_indexed)
+            abort();
+        for (size_t i = 0; i < n; i++)
+            a->seg_indexed[i] = -1;
+        audit_segment_values(e[2], a->seg_sold, a->segments);
+        audit_segment_values(e[3], a->seg_stock, a->segments);
+        audit_segment_values(e[4], a->seg_indexed, a->segments);
+        st = INV_OK;
+    }
+    freeReplyObject(snap);
+    return st;
+}
+
+/* Adds one order record, "<id> <user> <qty> <segment>[ <seg>:<units>,...]",
+ * to out (orders, sold), ids, bought (user id -> units) and seg_units; 0, or
+ * -1 when it does not parse. */
+static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
+                        json_t *bought, long long *seg_units, int nseg)
+{
+    unsigned long long id;
+    char user[INV_ID_MAX + 1];
+    long long qty;
+    int seg, end = 0;
+    if (sscanf(rec, "%llu %64s %lld %d%n", &id, user, &qty, &seg, &end) != 4)
+        return -1;
+    ids[out->orders++] = id;
+    out->sold += qty;
+    json_t *u = json_object_get(bought, user);
+    json_object_set_new(bought, user,
+                        json_integer((u ? json_integer_value(u) : 0) + qty));
+    struct inv_part one = {.segment = seg, .qty = (int)qty}, *parts = &one;
+    static _Thread_local struct inv_part many[INV_MAX_SEGMENTS];
+    int n = 1;
+    if (rec[end] == ' ') {
+        if (parse_parts(rec + end + 1, many, &n) != qty || n == 0)
+            return -1;
+        parts = many;
+    }
+    for (int i = 0; i < n; i++)
+        if (parts[i].segment >= 0 && parts[i].segment < nseg)
+            seg_units[parts[i].segment] += parts[i].qty;
+    return 0;
+}
+
+/* True when the SKU's figures agree with its records (seg_units) segment by
+ * segment, and its stock index (meta's remaining, the avail zset) with its
+ * stock. */
+static int audit_segments_agree(const struct audit_snap *a, const long long *seg_units)
+{
+    long long stock = 0;
+    for (int i = 0; i < a->segments; i++) {
+        long long left = a->seg_stock[i];
+        stock += left;
+        if (seg_units[i] != a->seg_sold[i] ||
+            (left > 0 ? a->seg_indexed[i] != left : a->seg_indexed[i] != -1))
+            return 0;
+    }
+    return a->segments > 0 && stock == a->remaining;
+}
+
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
 {
     rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
-    redisContext *c = rconn_ctx(s->rc);
-    if (!c)
-        return INV_UNAVAILABLE;
-    /* One snapshot of the counters and the list length: the list only grows
-     * within an epoch, so its first n records are stable afterwards. */
-    redisAppendCommand(c, "MULTI");
-    redisAppendCommand(c, "HMGET %s initial limit sold orders", k.meta);
-    redisAppendCommand(c, "LLEN %s", k.orders);
-    redisAppendCommand(c, "EXEC");
-    redisReply *snap = multi_exec_reply(s->rc, 2);
-    if (!snap)
-        return INV_UNAVAILABLE;
-    redisReply *m = snap->element[0];
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 4 ||
-        m->element[0]->type != REDIS_REPLY_STRING) {
-        freeReplyObject(snap);
-        return INV_NOT_FOUND;
-    }
+    struct audit_snap a = {0};
+    inv_status st = audit_snapshot(s, &k, &a);
+    if (st != INV_OK)
+        return st;
     memset(out, 0, sizeof(*out));
     snprintf(out->sku, sizeof(out->sku), "%s", sku);
-    out->initial = reply_ll(m->element[0], 0);
-    long long limit = reply_ll(m->element[1], 1);
-    long long counted_sold = reply_ll(m->element[2], 0);
-    long long counted_orders = reply_ll(m->element[3], 0);
-    long long n = reply_ll(snap->element[1], 0);
-    freeReplyObject(snap);
-
+    out->initial = a.initial;
+    for (int i = 0; i < a.segments; i++)
+        out->remaining += a.seg_stock[i];
+    long long n = a.records;
     uint64_t *ids = malloc(sizeof(*ids) * (size_t)(n > 0 ? n : 1));
+    long long *seg_units =
+        calloc((size_t)(a.segments > 0 ? a.segments : 1), sizeof(long long));
     json_t *bought = json_object(); /* user id -> units */
-    if (!ids || !bought)
+    if (!ids || !seg_units || !bought)
         abort();
-    inv_status st = INV_OK;
+    int unreadable = 0;
     for (long long from = 0; from < n && st == INV_OK; from += AUDIT_CHUNK) {
         long long to = from + AUDIT_CHUNK - 1 < n - 1 ? from + AUDIT_CHUNK - 1 : n - 1;
         redisReply *l = rconn_command(s->rc, "LRANGE %s %lld %lld", k.orders, from, to);
-        if (!l || l->type != REDIS_REPLY_ARRAY) {
+        if (!l || l->type != REDIS_REPLY_ARRAY)
             st = INV_UNAVAILABLE;
-        } else {
-            for (size_t i = 0; i < l->elements; i++) {
-                unsigned long long id;
-                char user[INV_ID_MAX + 1];
-                long long qty;
-                int seg;
-                if (l->element[i]->type != REDIS_REPLY_STRING ||
-                    sscanf(l->element[i]->str, "%llu %64s %lld %d", &id, user, &qty,
-                           &seg) != 4)
-                    continue;
-                ids[out->orders++] = id;
-                out->sold += qty;
-                json_t *u = json_object_get(bought, user);
-                json_object_set_new(bought, user,
-                                    json_integer((u ? json_integer_value(u) : 0) + qty));
-            }
-        }
+        for (size_t i = 0; st == INV_OK && i < l->elements; i++)
+            if (l->element[i]->type != REDIS_REPLY_STRING ||
+                audit_record(l->element[i]->str, out, ids, bought, seg_units,
+                             a.segments) != 0)
+                unreadable++;
         if (l)
             freeReplyObject(l);
     }
@@ -1158,15 +1574,19 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
         json_t *units;
         json_object_foreach(bought, user, units)
         {
-            if (json_integer_value(units) > limit)
+            if (json_integer_value(units) > a.limit)
                 out->limit_breaches++;
         }
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         out->consistent = out->oversold == 0 && out->limit_breaches == 0 &&
-                          out->duplicate_order_ids == 0 && out->sold == counted_sold &&
-                          out->orders == counted_orders;
+                          out->duplicate_order_ids == 0 && unreadable == 0 &&
+                          out->sold == a.sold && out->orders == a.orders &&
+                          out->sold + out->remaining == out->initial &&
+                          audit_segments_agree(&a, seg_units);
     }
     free(ids);
+    free(seg_units);
     json_decref(bought);
+    audit_snap_free(&a);
     return st;
 }

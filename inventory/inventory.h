@@ -15,15 +15,27 @@
  * has no lock: one script checks, decrements and records.
  *
  * Redis keys of SKU s (the {s} hash tag keeps them on one cluster slot):
- *   sk:{s}:meta    hash  initial segments limit epoch sold orders
+ *   sk:{s}:meta    hash  initial segments limit epoch sold orders remaining
  *   sk:{s}:stock   hash  segment index -> remaining
+ *   sk:{s}:avail   zset  segment index -> remaining, the segments holding any
+ *                        (with meta's remaining: the index that spares every
+ *                        order path a scan of the K segments)
  *   sk:{s}:init    hash  segment index -> initial
  *   sk:{s}:sold    hash  segment index -> units sold
  *   sk:{s}:buyers  hash  user id -> units bought
- *   sk:{s}:orders  list  "id user qty segment", one per order (the audit trail)
+ *   sk:{s}:orders  list  "id user qty segment", one per order (the audit trail);
+ *                        an order of several segments adds " seg:units,..."
  *   sk:{s}:idem    hash  Idempotency-Key -> "order-id qty user-id"
  *   sk:{s}:lock:i  the segment lock (and ...:fence its fencing counter)
- *   order:<id>     hash  sku user_id qty segment */
+ *   order:<id>     hash  sku user_id qty segment [segments "seg:units,..."]
+ *
+ * An order is served by one segment when one can: its home (user hash mod
+ * K), else one chosen by the user hash among those holding enough, so that
+ * the orders that leave an emptied home spread over what is left. When no
+ * single segment holds qty but the SKU does, it takes units from several:
+ * it locks them in ascending segment order (two such orders cannot each
+ * hold what the other waits for) and one commit, fenced on each, writes
+ * them all or nothing. */
 #ifndef SECKILL_INVENTORY_H
 #define SECKILL_INVENTORY_H
 
@@ -65,12 +77,20 @@ struct inv_config {
     struct soldout *soldout;     /* NULL: every order asks Redis (soldout.h) */
 };
 
+/* Units of an order taken from one segment. */
+struct inv_part {
+    int segment;
+    int qty;
+};
+
 struct inv_order {
     uint64_t id;
     char sku[INV_ID_MAX + 1];
     char user_id[INV_ID_MAX + 1];
     int qty;
-    int segment;
+    int segment; /* the (first) segment it was served from */
+    int nparts;  /* segments it drew from: 1, or more (parts lists them) */
+    struct inv_part parts[INV_MAX_SEGMENTS];
 };
 
 struct inv_segment_report {
@@ -88,7 +108,10 @@ struct inv_sku_report {
 struct inv_audit {
     char sku[INV_ID_MAX + 1];
     long long initial, orders, sold, oversold, limit_breaches, duplicate_order_ids;
-    int consistent; /* the records agree with the counters and break no invariant */
+    long long remaining; /* the stock left in its segments */
+    int consistent;      /* the records agree with the counters, segment by segment,
+                            the stock index with the stock, sold + remaining with the
+                            initial stock, and no invariant is broken */
 };
 
 /* Counters of the critical section, process-wide. */
@@ -136,6 +159,9 @@ struct inv_ticket {
     char idem_key[INV_IDEM_MAX + 1]; /* "" for none */
     int qty;
     int home;         /* home segment; -1 while the SKU's segment count is unknown */
+    int seg;          /* the segment whose queue it waits in: home, unless home
+                         is known empty or a batch sent it on; -1 as home */
+    int hops;         /* batches that sent it on to another segment */
     int64_t start_us; /* when it was opened (lock_now_us): its wait counts from here */
     inv_status st;    /* the outcome; INV_OK while undecided */
     struct inv_order order;
@@ -150,13 +176,18 @@ struct inv_ticket {
  * is counted as an answer already. */
 inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
                            const char *user_id, int qty, const char *idem_key);
-/* The ticket's home segment as far as this process knows the SKU, or -1. */
-int inv_ticket_route(struct inv *inv, const struct inv_ticket *t);
+/* Routes t as far as this process knows its SKU: sets t->home, and t->seg to
+ * home, or, when home is known empty in this epoch, to a segment chosen by
+ * the user hash among those not known empty. Returns t->seg, -1 when the
+ * SKU's layout is not known. */
+int inv_ticket_route(struct inv *inv, struct inv_ticket *t);
 /* Runs n (>= 1) tickets of one SKU on segment seg in one critical section:
  * one lock hold, one stock read, one commit. A ticket whose home is another
  * segment counts as spilled when placed. Every ticket either gets its final
- * status or stays INV_OK: that one needs inv_ticket_single (the segment could
- * not serve it, the SKU was reset, the id was taken). */
+ * status or stays INV_OK: a ticket the segment could not serve has t->seg set
+ * to the segment to queue at next (another one, chosen by the commit among
+ * those holding enough), else it needs inv_ticket_single (no single segment
+ * holds its qty, the SKU was reset, the id was taken). */
 void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg);
 /* The same in two steps, so that a thread does other work during the orders'
  * --work-us instead of sleeping. inv_hold_open takes the lock (with try_only,
@@ -173,6 +204,7 @@ struct inv_hold {
     struct lock_grant g;
     long long stock;
     char epoch[24];
+    uint64_t seen;  /* the sold-out memory's generation before the read */
     int64_t due_us; /* lock_now_us() when the orders' work is done */
 };
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,

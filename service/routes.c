@@ -80,8 +80,17 @@ static json_t *order_json(const struct inv_order *o)
 {
     char id[24];
     snprintf(id, sizeof(id), "%" PRIu64, o->id);
-    return json_pack("{s:s, s:s, s:s, s:i, s:i}", "order_id", id, "sku", o->sku,
-                     "user_id", o->user_id, "qty", o->qty, "segment", o->segment);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i}", "order_id", id, "sku", o->sku,
+                          "user_id", o->user_id, "qty", o->qty, "segment", o->segment);
+    if (o->nparts > 1) { /* served from several segments */
+        json_t *parts = json_array();
+        for (int i = 0; i < o->nparts; i++)
+            json_array_append_new(parts,
+                                  json_pack("{s:i, s:i}", "index", o->parts[i].segment,
+                                            "qty", o->parts[i].qty));
+        json_object_set_new(j, "segments", parts);
+    }
+    return j;
 }
 
 static void h_sku_put(const struct svc_request *req, struct svc_response *res)
@@ -219,12 +228,12 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         return;
     }
     res->status = 200;
-    res->json =
-        json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "sku", a.sku, "initial",
-                  (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold",
-                  (json_int_t)a.sold, "oversold", (json_int_t)a.oversold,
-                  "limit_breaches", (json_int_t)a.limit_breaches, "duplicate_order_ids",
-                  (json_int_t)a.duplicate_order_ids, "consistent", a.consistent);
+    res->json = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "sku", a.sku, "initial",
+        (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold", (json_int_t)a.sold,
+        "remaining", (json_int_t)a.remaining, "oversold", (json_int_t)a.oversold,
+        "limit_breaches", (json_int_t)a.limit_breaches, "duplicate_order_ids",
+        (json_int_t)a.duplicate_order_ids, "consistent", a.consistent);
 }
 
 static void h_stats(const struct svc_request *req, struct svc_response *res)

@@ -12,77 +12,28 @@
 #include <string.h>
 
 #include "batch.h"
+#include "invfix.h"
 #include "testutil.h"
 
 static struct test_redis redis;
 static struct orderid_gen ids;
 
-struct fixture {
-    struct lock *lock;
-    struct inv *inv;
-    struct rconn *rc;
-    struct inv_session *s;
-};
-
-static void fixture_open_at(struct fixture *f, const char *mode, int work_us, int port)
+static void fixture_open_at(struct invfix *f, const char *mode, int work_us, int port)
 {
-    memset(f, 0, sizeof(*f));
-    struct lock_config lc = {.ttl_ms = 3000, .fencing = 1, .timeout_ms = 1000};
-    char err[200];
-    if (strcmp(mode, "atomic") != 0) {
-        f->lock = lock_new(mode, &lc, err, sizeof(err));
-        assert_non_null(f->lock);
-    }
-    struct inv_config ic = {
-        .lock = f->lock, .wait_ms = 5000, .work_us = work_us, .fencing = 1, .ids = &ids};
-    f->inv = inv_new(&ic);
-    f->rc = rconn_new("127.0.0.1", port, NULL, 2000);
-    f->s = inv_session_new(f->inv, f->rc);
+    invfix_open(f, mode, work_us, port, &ids);
 }
 
-static void fixture_open(struct fixture *f, const char *mode, int work_us)
+static void fixture_open(struct invfix *f, const char *mode, int work_us)
 {
-    fixture_open_at(f, mode, work_us, redis.port);
-}
-
-static void fixture_close(struct fixture *f)
-{
-    inv_session_free(f->s);
-    rconn_free(f->rc);
-    inv_free(f->inv);
-    lock_free(f->lock);
-}
-
-/* A user id whose home segment among k is `home`. */
-static void user_with_home(int home, int k, int nth, char *out, size_t len)
-{
-    for (int i = 0, found = 0;; i++) {
-        snprintf(out, len, "u%d", i);
-        if (seg_home(out, k) == home && found++ == nth)
-            return;
-    }
+    invfix_open(f, mode, work_us, redis.port, &ids);
 }
 
 /* Opens a ticket that must go to Redis, queued for segment `seg`. */
-static void ticket(struct fixture *f, struct inv_ticket *t, const char *sku,
+static void ticket(struct invfix *f, struct inv_ticket *t, const char *sku,
                    const char *user, const char *key, int seg)
 {
     assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, key), INV_OK);
-    t->home = seg;
-}
-
-static void assert_sold(struct fixture *f, const char *sku, long long sold,
-                        long long remaining)
-{
-    struct inv_sku_report *r = malloc(sizeof(*r));
-    assert_int_equal(inv_sku_get(f->s, sku, r), INV_OK);
-    assert_int_equal(r->sold, sold);
-    assert_int_equal(r->remaining, remaining);
-    free(r);
-    struct inv_audit a;
-    assert_int_equal(inv_audit(f->s, sku, &a), INV_OK);
-    assert_int_equal(a.sold, sold);
-    assert_true(a.consistent);
+    t->home = t->seg = seg;
 }
 
 /* One batch holds a placed order, the same user again (limit, counted within
@@ -92,17 +43,17 @@ static void assert_sold(struct fixture *f, const char *sku, long long sold,
 static void test_batch_mixes_outcomes(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct invfix f;
     fixture_open(&f, "redis", 0);
     assert_int_equal(inv_sku_put(f.s, "mix", 6, 2, 1), INV_CREATED); /* 3 + 3 */
     char bea[16], cid[16], x[16], y[16], ann[16], dan[16], eve[16];
-    user_with_home(1, 2, 0, bea, sizeof(bea));
-    user_with_home(1, 2, 1, cid, sizeof(cid));
-    user_with_home(0, 2, 0, x, sizeof(x));
-    user_with_home(0, 2, 1, y, sizeof(y));
-    user_with_home(0, 2, 2, ann, sizeof(ann));
-    user_with_home(0, 2, 3, dan, sizeof(dan));
-    user_with_home(0, 2, 4, eve, sizeof(eve));
+    invfix_user_with_home(1, 2, 0, bea, sizeof(bea));
+    invfix_user_with_home(1, 2, 1, cid, sizeof(cid));
+    invfix_user_with_home(0, 2, 0, x, sizeof(x));
+    invfix_user_with_home(0, 2, 1, y, sizeof(y));
+    invfix_user_with_home(0, 2, 2, ann, sizeof(ann));
+    invfix_user_with_home(0, 2, 3, dan, sizeof(dan));
+    invfix_user_with_home(0, 2, 4, eve, sizeof(eve));
     struct inv_order first, o;
     assert_int_equal(inv_order_place(f.s, "mix", bea, 1, "kb", &first), INV_PLACED);
     assert_int_equal(inv_order_place(f.s, "mix", cid, 1, NULL, &o), INV_PLACED);
@@ -132,8 +83,8 @@ static void test_batch_mixes_outcomes(void **state)
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.spilled, 1);
-    assert_sold(&f, "mix", 6, 0);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "mix", 6, 0);
+    invfix_close(&f);
 }
 
 /* atomic: no lock, one script per order, the calls pipelined. A replay among
@@ -142,7 +93,7 @@ static void test_batch_mixes_outcomes(void **state)
 static void test_atomic_pipeline_keeps_each_answer(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct invfix f;
     fixture_open(&f, "atomic", 0);
     inv_sku_put(f.s, "pipe", 10, 2, 1);
     struct inv_order first;
@@ -161,8 +112,8 @@ static void test_atomic_pipeline_keeps_each_answer(void **state)
             fail_msg("order %d: status %d, not %d", i, t[i].st, want[i]);
     assert_true(t[0].order.id == first.id && t[2].order.id == first.id);
     assert_string_equal(t[1].order.user_id, "bob");
-    assert_sold(&f, "pipe", 3, 7);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "pipe", 3, 7);
+    invfix_close(&f);
 }
 
 struct slow_batch {
@@ -180,7 +131,7 @@ static void *run_batch(void *arg)
 
 static int key_exists(void *arg)
 {
-    struct fixture *f = arg;
+    struct invfix *f = arg;
     redisReply *r = rconn_command(f->rc, "EXISTS sk:{%s}:lock:0", "slow");
     int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     if (r)
@@ -191,7 +142,7 @@ static int key_exists(void *arg)
 /* Opens f (400 ms of work) and other on SKU "slow" (stock 10, one segment,
  * one unit sold, its layout known), then starts a batch of n fresh users on
  * segment 0 in a thread and returns once it holds the segment lock. */
-static void start_slow_batch(struct fixture *f, struct fixture *other, pthread_t *th,
+static void start_slow_batch(struct invfix *f, struct invfix *other, pthread_t *th,
                              struct slow_batch *b, struct inv_ticket *t, int n)
 {
     fixture_open(f, "redis", 400000);
@@ -217,7 +168,7 @@ static void start_slow_batch(struct fixture *f, struct fixture *other, pthread_t
 static void test_batch_with_lost_lease_is_refused_whole(void **state)
 {
     (void)state;
-    struct fixture f, other;
+    struct invfix f, other;
     struct inv_ticket t[3];
     struct slow_batch b;
     pthread_t th;
@@ -236,9 +187,9 @@ static void test_batch_with_lost_lease_is_refused_whole(void **state)
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.fenced_off, 1);
-    assert_sold(&f, "slow", 1, 9);
-    fixture_close(&other);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "slow", 1, 9);
+    invfix_close(&other);
+    invfix_close(&f);
 }
 
 /* A reset in the middle of a batch: the batch writes nothing into the new
@@ -247,7 +198,7 @@ static void test_batch_with_lost_lease_is_refused_whole(void **state)
 static void test_batch_across_a_reset_writes_nothing(void **state)
 {
     (void)state;
-    struct fixture f, other;
+    struct invfix f, other;
     struct inv_ticket t[3];
     struct slow_batch b;
     pthread_t th;
@@ -256,7 +207,7 @@ static void test_batch_across_a_reset_writes_nothing(void **state)
     pthread_join(th, NULL);
     for (int i = 0; i < 3; i++)
         assert_int_equal(t[i].st, INV_OK);
-    assert_sold(&f, "slow", 0, 7);
+    invfix_assert_sold(&f, "slow", 0, 7);
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.epoch_changed, 1);
@@ -264,9 +215,9 @@ static void test_batch_across_a_reset_writes_nothing(void **state)
         inv_ticket_single(f.s, &t[i]);
         assert_int_equal(t[i].st, INV_PLACED);
     }
-    assert_sold(&f, "slow", 3, 4);
-    fixture_close(&other);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "slow", 3, 4);
+    invfix_close(&other);
+    invfix_close(&f);
 }
 
 /* The connection to Redis is lost after the batch commit was sent: every
@@ -281,14 +232,14 @@ static void test_batch_with_lost_connection(void **state)
         char sku[16], lockkey[32];
         snprintf(sku, sizeof(sku), "cut-%s", modes[m]);
         snprintf(lockkey, sizeof(lockkey), "sk:{%s}:lock:0", sku);
-        struct fixture direct;
+        struct invfix direct;
         fixture_open(&direct, modes[m], 0);
         inv_sku_put(direct.s, sku, 10, 1, 1);
         struct inv_order o;
         assert_int_equal(inv_order_place(direct.s, sku, "warm", 1, NULL, &o), INV_PLACED);
         struct test_proxy proxy;
         test_proxy_start(&proxy, redis.port, "order:");
-        struct fixture f;
+        struct invfix f;
         fixture_open_at(&f, modes[m], 0, proxy.port);
         /* the layout is learnt by this instance first */
         assert_int_equal(inv_order_place(f.s, sku, "warm", 1, NULL, &o), INV_LIMIT);
@@ -307,13 +258,13 @@ static void test_batch_with_lost_connection(void **state)
             struct inv_order back;
             assert_int_equal(inv_order_get(direct.s, t[i].order.id, &back), INV_OK);
         }
-        assert_sold(&direct, sku, 4, 6);
-        fixture_close(&f);
+        invfix_assert_sold(&direct, sku, 4, 6);
+        invfix_close(&f);
         test_proxy_stop(&proxy);
 
         /* lost at the lock, before any commit (local keeps no lock in Redis) */
         if (strcmp(modes[m], "local") == 0) {
-            fixture_close(&direct);
+            invfix_close(&direct);
             continue;
         }
         test_proxy_start(&proxy, redis.port, lockkey);
@@ -327,10 +278,10 @@ static void test_batch_with_lost_connection(void **state)
         inv_ticket_batch(f.s, batch, 3, 0);
         for (int i = 0; i < 3; i++)
             assert_int_equal(t[i].st, INV_UNAVAILABLE);
-        fixture_close(&f);
+        invfix_close(&f);
         test_proxy_stop(&proxy);
-        assert_sold(&direct, sku, 4, 6);
-        fixture_close(&direct);
+        invfix_assert_sold(&direct, sku, 4, 6);
+        invfix_close(&direct);
     }
 }
 
@@ -362,7 +313,7 @@ static void wait_done(struct waiter *w, int n)
 #define CROWD 64
 
 /* A batcher of `threads` threads and batches of `batch` on the fixture. */
-static struct inv_batcher *batcher(struct fixture *f, int threads, int batch)
+static struct inv_batcher *batcher(struct invfix *f, int threads, int batch)
 {
     struct inv_batcher_config bc = {.threads = threads,
                                     .batch = batch,
@@ -373,7 +324,7 @@ static struct inv_batcher *batcher(struct fixture *f, int threads, int batch)
 
 /* Opens t as an order of sku for user, answered to w, and submits it to b
  * (b NULL: opened only). */
-static void submit(struct fixture *f, struct inv_batcher *b, struct inv_ticket *t,
+static void submit(struct invfix *f, struct inv_batcher *b, struct inv_ticket *t,
                    const char *sku, const char *user, struct waiter *w)
 {
     assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, NULL), INV_OK);
@@ -391,7 +342,7 @@ static void submit(struct fixture *f, struct inv_batcher *b, struct inv_ticket *
 static void test_batcher_groups_orders_of_a_segment(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct invfix f;
     fixture_open(&f, "redis", 20000);
     inv_sku_put(f.s, "crowd", 50, 1, 1);
     struct inv_batcher *b = batcher(&f, 1, 16);
@@ -417,19 +368,22 @@ static void test_batcher_groups_orders_of_a_segment(void **state)
                  CROWD);
     assert_int_equal(bs.queued, 0);
     inv_batcher_free(b);
-    assert_sold(&f, "crowd", 50, 0);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "crowd", 50, 0);
+    invfix_close(&f);
 }
 
 /* Orders spread over the SKU's segments still share holds: a hold with room
  * left takes the orders waiting on the other segments, and places each on the
- * held segment while it has stock (counted as spilled). 48 orders queued over
- * 4 segments, one batch thread: one hold serves them all; without that, every
- * segment would need a hold of its own (4). */
+ * held segment while it has stock (counted as spilled); those it could not
+ * serve are sent on to segments that hold stock, where the next hold takes
+ * them together. 48 orders queued over 4 segments of 25 units, one batch
+ * thread: two holds serve them all; without stealing, every segment would
+ * need a hold of its own (4), and without sending on, the 24 left over would
+ * each take a lock by themselves. */
 static void test_batcher_fills_a_hold_from_other_segments(void **state)
 {
     (void)state;
-    struct fixture f, gate;
+    struct invfix f, gate;
     fixture_open(&f, "redis", 20000);
     fixture_open(&gate, "redis", 0);
     inv_sku_put(f.s, "spread", 100, 4, 1);
@@ -448,7 +402,7 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     submit(&f, b, &t[48], "gate", "g", &w);
     for (int i = 0; i < 48; i++) {
         char user[16];
-        user_with_home(i % 4, 4, i / 4, user, sizeof(user));
+        invfix_user_with_home(i % 4, 4, i / 4, user, sizeof(user));
         submit(&f, b, &t[i], "spread", user, &w);
         assert_int_equal(t[i].home, i % 4);
     }
@@ -459,18 +413,18 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
         assert_int_equal(t[i].st, INV_PLACED);
     struct inv_batch_stats bs;
     inv_batcher_stats(b, &bs);
-    if (bs.batches != 2) /* the gate's, and one for the 48 */
+    if (bs.batches != 3) /* the gate's, and two for the 48 */
         fail_msg("%llu holds for the gate and 48 orders over 4 segments",
                  (unsigned long long)bs.batches);
     inv_batcher_free(b);
-    assert_sold(&f, "spread", 49, 51);
-    fixture_close(&gate);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "spread", 49, 51);
+    invfix_close(&gate);
+    invfix_close(&f);
 }
 
 static int three_held(void *arg)
 {
-    struct fixture *f = arg;
+    struct invfix *f = arg;
     redisReply *r = rconn_command(
         f->rc, "EXISTS sk:{park0}:lock:0 sk:{park1}:lock:0 sk:{park2}:lock:0");
     int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 3;
@@ -485,7 +439,7 @@ static int three_held(void *arg)
 static void test_batcher_works_holds_side_by_side(void **state)
 {
     (void)state;
-    struct fixture f, probe;
+    struct invfix f, probe;
     fixture_open(&f, "redis", 300000);
     fixture_open(&probe, "redis", 0);
     char sku[3][16];
@@ -507,11 +461,11 @@ static void test_batcher_works_holds_side_by_side(void **state)
     wait_done(&w, 6);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(t[i].st, INV_PLACED);
-        assert_sold(&f, sku[i], 2, 8);
+        invfix_assert_sold(&f, sku[i], 2, 8);
     }
     inv_batcher_free(b);
-    fixture_close(&probe);
-    fixture_close(&f);
+    invfix_close(&probe);
+    invfix_close(&f);
 }
 
 /* Orders for SKUs that do not exist (made-up names) answer not found and
@@ -520,7 +474,7 @@ static void test_batcher_works_holds_side_by_side(void **state)
 static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct invfix f;
     fixture_open(&f, "redis", 0);
     inv_sku_put(f.s, "real", 10, 2, 1);
     struct inv_batcher *b = batcher(&f, 2, 8);
@@ -548,7 +502,7 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
     inv_batcher_stats(b, &bs);
     assert_int_equal(bs.queues, 2);
     inv_batcher_free(b);
-    fixture_close(&f);
+    invfix_close(&f);
 }
 
 /* A batcher that stops serves what is queued, and answers what comes after
@@ -556,7 +510,7 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
 static void test_batcher_stop_answers_everything(void **state)
 {
     (void)state;
-    struct fixture f;
+    struct invfix f;
     fixture_open(&f, "local", 5000);
     inv_sku_put(f.s, "stop", 100, 2, 1);
     struct inv_batcher *b = batcher(&f, 2, 4);
@@ -577,8 +531,8 @@ static void test_batcher_stop_answers_everything(void **state)
     assert_int_equal(t[CROWD].st, INV_UNAVAILABLE);
     wait_done(&w, CROWD + 1);
     inv_batcher_free(b);
-    assert_sold(&f, "stop", CROWD, 100 - CROWD);
-    fixture_close(&f);
+    invfix_assert_sold(&f, "stop", CROWD, 100 - CROWD);
+    invfix_close(&f);
 }
 
 static int setup(void **state)

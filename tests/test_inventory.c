@@ -181,10 +181,14 @@ static void test_quantity_and_limit(void **state)
     assert_int_equal(inv_order_place(f.s, "lim", "ann", 2, NULL, &o), INV_LIMIT);
     assert_int_equal(inv_order_place(f.s, "lim", "ann", 1, NULL, &o), INV_PLACED);
     assert_int_equal(inv_order_place(f.s, "lim", "ann", 1, NULL, &o), INV_LIMIT);
-    /* qty larger than any one segment (25 each) but not than the SKU */
+    /* qty larger than any one segment (25 each) but not than the SKU: served
+     * from two segments, and counted against the limit once */
     inv_sku_put(f.s, "big", 100, 4, 30);
-    assert_int_equal(inv_order_place(f.s, "big", "bob", 30, NULL, &o), INV_SOLD_OUT);
-    assert_int_equal(inv_order_place(f.s, "big", "bob", 25, NULL, &o), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "big", "bob", 30, NULL, &o), INV_PLACED);
+    assert_int_equal(o.nparts, 2);
+    assert_int_equal(o.parts[0].qty + o.parts[1].qty, 30);
+    assert_true(o.parts[0].segment < o.parts[1].segment);
+    assert_int_equal(inv_order_place(f.s, "big", "bob", 1, NULL, &o), INV_LIMIT);
     fixture_close(&f);
 }
 

@@ -119,10 +119,10 @@ static void test_runtime_error_names_file_and_line(void **state)
     char at[300];
     where("inventory/lua/reset.lua", "for i = 0, k - 1 do", at, sizeof(at));
     /* segments "x": tonumber gives nil, and the loop's k - 1 fails */
-    const char *argv[] = {"t:meta",   "t:stock", "t:init", "t:sold", "t:buyers",
-                          "t:orders", "t:idem",  "10",     "x",      "1"};
+    const char *argv[] = {"t:meta", "t:stock", "t:init", "t:sold", "t:buyers", "t:orders",
+                          "t:idem", "t:avail", "10",     "x",      "1"};
     for (int round = 0; round < 2; round++) {
-        redisReply *r = rconn_eval(rc, &reset_script, 7, 3, argv, NULL);
+        redisReply *r = rconn_eval(rc, &reset_script, 8, 3, argv, NULL);
         assert_located(r, at, "inventory/lua/reset.lua");
         assert_non_null(strstr(r->str, "arithmetic on local 'k'"));
         freeReplyObject(r);
@@ -141,17 +141,17 @@ static void test_error_in_included_piece(void **state)
     cmd("HSET t:meta epoch 1 limit 1");
     /* qty "x": tonumber gives nil, and the limit check's sum fails */
     const char *argv[] = {"t:meta",  "t:stock", "t:sold",  "t:buyers", "t:orders",
-                          "order:1", "t:idem",  "t:fence", "1",        "0",
-                          "5",       "x",       "u1",      "1",        "t",
-                          "",        "0"};
-    redisReply *r = rconn_eval(rc, &commit_script, 8, 9, argv, NULL);
+                          "order:1", "t:idem",  "t:avail", "t:fence",  "1",
+                          "x",       "u1",      "1",       "t",        "",
+                          "1",       "0",       "1",       "5",        "0"};
+    redisReply *r = rconn_eval(rc, &commit_script, 9, 11, argv, NULL);
     assert_located(r, at, "inventory/lua/commit.lua");
     assert_non_null(strstr(r->str, "arithmetic on local 'qty'"));
     freeReplyObject(r);
 
     /* The same through a pipeline: the reply is collected by rconn_reply. */
     assert_int_equal(rconn_script_load(rc, &commit_script), 0);
-    assert_int_equal(rconn_append_eval(rc, &commit_script, 8, 9, argv, NULL), 0);
+    assert_int_equal(rconn_append_eval(rc, &commit_script, 9, 11, argv, NULL), 0);
     r = rconn_reply(rc);
     assert_located(r, at, "inventory/lua/commit.lua");
     freeReplyObject(r);

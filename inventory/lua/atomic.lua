@@ -1,34 +1,58 @@
 -- The atomic mode (inventory/inventory.c): check and decrement in one step,
--- no lock.
+-- no lock. Costs O(log K), whatever K is.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/atomic.lua.
--- KEYS as commit.lua's first seven: [1] meta, [2] stock, [3] sold, [4]
--- buyers, [5] orders, [6] order:<id>, [7] idem.
+-- KEYS as commit.lua's first eight: [1] meta, [2] stock, [3] sold, [4]
+-- buyers, [5] orders, [6] order:<id>, [7] idem, [8] avail.
 -- ARGV[1] the user's routing number (seg_route; the home segment is it modulo
 -- the segment count), [2] qty, [3] user id, [4] order id, [5] sku, [6]
 -- Idempotency-Key or ''.
--- Returns {1, segment, home} placed, {-3, first id} replay, {-4} limit,
--- {-5, per-user limit} sold out, {-6} unknown SKU, {-7} qty above the limit,
--- {-8} Idempotency-Key used for another user or qty, {-9} order:<id> exists
--- already.
+-- The order is served by its home segment when that holds qty, else by one
+-- chosen by the routing number among those that do, else by the fullest
+-- segments together.
+-- Returns {1, segment, home, seg, units, seg, units...} placed (the pairs
+-- list what it took from each segment), {-3, first id} replay, {-4} limit,
+-- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
+-- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
+-- another user or qty, {-9} order:<id> exists already.
 --#include "idem.lua"
 --#include "limit.lua"
+--#include "stock.lua"
 --#include "record.lua"
-local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit')
+local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining')
 if not meta[1] then return {-6} end
 local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
+local left = tonumber(meta[3] or '0')
 if qty > limit then return {-7} end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
 if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
+if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
-local home = tonumber(ARGV[1]) % k
-for j = 0, k - 1 do
-  local seg = tostring((home + j) % k)
-  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then
-    redis.call('HINCRBY', KEYS[2], seg, -qty)
-    record_order(KEYS[6], seg, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-    return {1, tonumber(seg), home}
+local route = tonumber(ARGV[1])
+local home = route % k
+local parts
+if tonumber(redis.call('HGET', KEYS[2], home) or '0') >= qty then
+  parts = {{tostring(home), qty}}
+else
+  local c = candidates(KEYS[8], qty, route, 1)[1]
+  if c then
+    parts = {{c, qty}}
+  else
+    parts = {}
+    local need = qty
+    for _, p in ipairs(plan(KEYS[8], qty, tostring(home))) do
+      parts[#parts + 1] = {p[1], math.min(p[2], need)}
+      need = need - parts[#parts][2]
+    end
   end
 end
-return {-5, limit}
+local out = {1, tonumber(parts[1][1]), home}
+for _, p in ipairs(parts) do
+  local stock = tonumber(redis.call('HGET', KEYS[2], p[1]))
+  set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], stock - p[2])
+  out[#out + 1] = tonumber(p[1])
+  out[#out + 1] = p[2]
+end
+record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+return out

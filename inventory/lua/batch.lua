@@ -1,54 +1,79 @@
 -- Group commit of the lock-guarded modes (inventory/inventory.c): the orders
 -- of one segment that one lock hold serves, decided in turn and written in
--- one step.
+-- one step. Orders the segment cannot serve learn where to go next.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/batch.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] the segment
--- lock's fence counter, [7] idem, [8..] order:<id> of each order in turn.
+-- lock's fence counter, [7] idem, [8] avail, [9..] order:<id> of each order
+-- in turn.
 -- ARGV[1] SKU epoch the batch was routed in, [2] segment, [3] the segment's
 -- stock as read under the lock, [4] fencing token or '0' (unfenced), [5] sku,
--- then four per order: qty, user id, order id, Idempotency-Key or ''.
+-- then five per order: qty, user id, order id, Idempotency-Key or '', the
+-- user's routing number (seg_route).
 -- The stock decision starts from ARGV[3], what the holder read, not from what
 -- Redis holds now: under a lock that excludes nobody (modes none, local) a
 -- stale read oversells, as the single-order commit does.
 -- Returns {-1} SKU reset since, {-2} fenced off (nothing written for either),
--- else two entries per order: {code, first id or ''} with code 1 placed, 0
--- short (the segment cannot serve it: try another), -3 idempotent replay of
--- the first id, -4 per-user limit reached, -7 qty above the limit, -8
--- Idempotency-Key used for another user or qty, -9 order:<id> exists already
--- (the id was issued twice: draw another). Only placed orders write.
+-- else two entries per order: {code, detail} with code 1 placed; 0 short
+-- here, detail the segment to try next (chosen by the routing number among
+-- those holding qty, after this batch's writes) or -1 when no single segment
+-- holds qty but the SKU does (an order of several segments); -5 sold out,
+-- fewer than qty remain in the SKU, detail the per-user limit; -3 idempotent
+-- replay, detail the first id; -4 per-user limit reached; -7 qty above the
+-- limit; -8 Idempotency-Key used for another user or qty; -9 order:<id>
+-- exists already (the id was issued twice: draw another). Only placed orders
+-- write.
 --#include "idem.lua"
 --#include "limit.lua"
+--#include "stock.lua"
 --#include "record.lua"
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and redis.call('GET', KEYS[6]) ~= ARGV[4] then return {-2} end
 local seg, sku = ARGV[2], ARGV[5]
 local stock = tonumber(ARGV[3])
 local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
-local out, placed = {}, false
-for i = 0, (#ARGV - 5) / 4 - 1 do
-  local qtext, user, id, key = ARGV[6 + 4 * i], ARGV[7 + 4 * i],
-      ARGV[8 + 4 * i], ARGV[9 + 4 * i]
-  local qty, okey = tonumber(qtext), KEYS[8 + i]
+local out, placed, short = {}, false, {}
+for i = 0, (#ARGV - 5) / 5 - 1 do
+  local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
+      ARGV[8 + 5 * i], ARGV[9 + 5 * i]
+  local qty, okey = tonumber(qtext), KEYS[9 + i]
   local seen = idem_seen(KEYS[7], key, user, qtext)
-  local code, first = 1, ''
+  local code, detail = 1, ''
   if seen then
-    code, first = seen[1], seen[2] or ''
+    code, detail = seen[1], seen[2] or ''
   elseif qty > limit then
     code = -7
   elseif over_limit(KEYS[4], user, qty, limit) then
     code = -4
   elseif qty > stock then
     code = 0
+    short[#short + 1] = i
   elseif redis.call('EXISTS', okey) == 1 then
     code = -9
   else
     stock = stock - qty
     placed = true
-    record_order(okey, seg, qty, user, id, sku, key)
+    record_order(okey, {{seg, qty}}, qty, user, id, sku, key)
   end
   out[#out + 1] = code
-  out[#out + 1] = first
+  out[#out + 1] = detail
 end
-if placed then redis.call('HSET', KEYS[2], seg, stock) end
+if placed then set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock) end
+if #short == 0 then return out end
+local left = tonumber(redis.call('HGET', KEYS[1], 'remaining') or '0')
+for _, i in ipairs(short) do
+  local qty, route = tonumber(ARGV[6 + 5 * i]), tonumber(ARGV[10 + 5 * i])
+  if left < qty then
+    out[2 * i + 1], out[2 * i + 2] = -5, limit
+  else
+    local to = -1
+    for _, c in ipairs(candidates(KEYS[8], qty, route, 2)) do
+      if c ~= seg then
+        to = tonumber(c)
+        break
+      end
+    end
+    out[2 * i + 2] = to
+  end
+end
 return out

@@ -1,31 +1,42 @@
 -- What an order of the lock-guarded modes learns before taking any lock, in
--- one round trip (inventory/inventory.c).
+-- one round trip (inventory/inventory.c). Costs O(log K), whatever K is.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/peek.lua.
--- KEYS[1] meta, [2] stock, [3] buyers, [4] idem.
+-- KEYS[1] meta, [2] stock, [3] buyers, [4] idem, [5] avail.
 -- ARGV[1] the user's routing number (seg_route), [2] qty, [3] user id, [4]
 -- Idempotency-Key or '', [5] most candidates to return.
 -- Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
 -- another user or qty, else {segments, limit, epoch, bought, first order id
--- or '', home, candidate segments...}: the segments that held at least qty,
--- home first, then in routing order. Stock only goes down within an epoch, so
--- a segment seen short is short: skipping it strands nothing, and no
--- candidates means sold out without taking a lock.
+-- or '', home, remaining, form, ...}: with form 0, the candidate segments
+-- that held at least qty, home first, then others chosen by the routing
+-- number (none: sold out, fewer than qty remain); with form 1, no segment
+-- held qty alone, and {segment, stock} pairs follow, the fullest segments
+-- that hold qty between them. Stock only goes down within an epoch, so a
+-- segment seen short is short: skipping it strands nothing.
 --#include "idem.lua"
 --#include "limit.lua"
-local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch')
+--#include "stock.lua"
+local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch', 'remaining')
 if not meta[1] then return {-1} end
 local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])
 if seen and seen[1] == -8 then return seen end
 local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
-local home = tonumber(ARGV[1]) % k
+local route = tonumber(ARGV[1])
+local home, left = route % k, tonumber(meta[4] or '0')
 local out = {k, tonumber(meta[2]), meta[3], bought(KEYS[3], ARGV[3]),
-             seen and seen[2] or '', home}
-for j = 0, k - 1 do
-  local seg = (home + j) % k
-  if tonumber(redis.call('HGET', KEYS[2], seg) or '0') >= qty then
-    out[#out + 1] = seg
-    if #out - 6 >= most then break end
-  end
+             seen and seen[2] or '', home, left, 0}
+if left < qty then return out end
+if tonumber(redis.call('HGET', KEYS[2], home) or '0') >= qty then
+  out[#out + 1] = home
+end
+for _, seg in ipairs(candidates(KEYS[5], qty, route, most)) do
+  if #out - 8 >= most then break end
+  if tonumber(seg) ~= home then out[#out + 1] = tonumber(seg) end
+end
+if #out > 8 then return out end
+out[8] = 1
+for _, p in ipairs(plan(KEYS[5], qty, tostring(home))) do
+  out[#out + 1] = tonumber(p[1])
+  out[#out + 1] = p[2]
 end
 return out

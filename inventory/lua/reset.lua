@@ -1,9 +1,10 @@
 -- Create or reset a SKU (inventory/inventory.c).
 -- KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers, [6] orders, [7]
--- idem.
+-- idem, [8] avail.
 -- ARGV[1] initial stock, [2] segments k, [3] per-user limit, [4 .. 3+k] stock
 -- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU.
 -- Returns 1 when the SKU was new, 0 when it was reset.
+-- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
 -- old epoch are refused) and publishes the SKU on the channel in the same
 -- step, so that no instance keeps answering sold out from memory
@@ -15,14 +16,15 @@ for i = 0, n - 1, 1000 do
     redis.call('DEL', 'order:' .. string.match(rec, '^(%d+)'))
   end
 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 local k = tonumber(ARGV[2])
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
   redis.call('HSET', KEYS[3], i, ARGV[4 + i])
+  if tonumber(ARGV[4 + i]) > 0 then redis.call('ZADD', KEYS[8], ARGV[4 + i], i) end
 end
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],
-           'sold', 0, 'orders', 0)
+           'sold', 0, 'orders', 0, 'remaining', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('PUBLISH', ARGV[4 + k], ARGV[5 + k])
 return existed == 1 and 0 or 1

@@ -1,0 +1,58 @@
+-- Piece, not a script: `--#include "stock.lua"` in the scripts that read or
+-- write a SKU's stock (the build resolves it). No KEYS or ARGV of its own.
+-- Besides the stock hash (segment -> remaining), a SKU keeps an index that
+-- every write maintains, so that no order path scans the K segments:
+--   meta's `remaining`  the sum of the stock hash
+--   the avail zset      segment -> stock, for the segments holding any
+-- set_stock(meta, stock, avail, seg, new): writes segment seg's stock (seg a
+-- string) and keeps the index with it. The old value is read, not assumed:
+-- under a lock that excludes nobody (modes none, local) a stale write may
+-- even raise it.
+-- candidates(avail, qty, route, most): up to `most` segments holding at
+-- least qty, chosen by the user's routing number among all that do, so that
+-- orders that leave their home spread over what is left (O(log K)).
+-- plan(avail, qty, home): for an order that no single segment can serve, the
+-- segments to draw from as {segment, stock} pairs: home first when it holds
+-- any (its units are the user's own share), then the fullest, until they
+-- hold qty between them. An empty table when the SKU holds fewer.
+local function set_stock(meta, stock, avail, seg, new)
+  local old = tonumber(redis.call('HGET', stock, seg) or '0')
+  redis.call('HSET', stock, seg, new)
+  if new ~= old then redis.call('HINCRBY', meta, 'remaining', new - old) end
+  if new > 0 then
+    redis.call('ZADD', avail, new, seg)
+  else
+    redis.call('ZREM', avail, seg)
+  end
+end
+local function candidates(avail, qty, route, most)
+  local n = redis.call('ZCOUNT', avail, qty, '+inf')
+  if n == 0 then return {} end
+  local base = redis.call('ZCARD', avail) - n
+  local first = route % n
+  local last = math.min(first + most, n) - 1
+  local out = redis.call('ZRANGE', avail, base + first, base + last)
+  if #out < most and first > 0 then
+    for _, seg in ipairs(redis.call('ZRANGE', avail, base,
+                         base + math.min(first, most - #out) - 1)) do
+      out[#out + 1] = seg
+    end
+  end
+  return out
+end
+local function plan(avail, qty, home)
+  local out, got = {}, 0
+  local own = redis.call('ZSCORE', avail, home)
+  if own then
+    out[1], got = {home, tonumber(own)}, tonumber(own)
+  end
+  local top = redis.call('ZREVRANGE', avail, 0, qty, 'WITHSCORES')
+  for i = 1, #top, 2 do
+    if got >= qty then return out end
+    if top[i] ~= home then
+      out[#out + 1] = {top[i], tonumber(top[i + 1])}
+      got = got + tonumber(top[i + 1])
+    end
+  end
+  return got >= qty and out or {}
+end

@@ -1,0 +1,60 @@
+#include "invfix.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
+                 struct orderid_gen *ids)
+{
+    memset(f, 0, sizeof(*f));
+    struct lock_config lc = {.ttl_ms = 3000, .fencing = 1, .timeout_ms = 1000};
+    char err[200];
+    if (strcmp(mode, "atomic") != 0) {
+        f->lock = lock_new(mode, &lc, err, sizeof(err));
+        assert_non_null(f->lock);
+    }
+    struct inv_config ic = {
+        .lock = f->lock, .wait_ms = 5000, .work_us = work_us, .fencing = 1, .ids = ids};
+    f->inv = inv_new(&ic);
+    f->rc = rconn_new("127.0.0.1", port, NULL, 2000);
+    f->s = inv_session_new(f->inv, f->rc);
+}
+
+void invfix_close(struct invfix *f)
+{
+    inv_session_free(f->s);
+    rconn_free(f->rc);
+    inv_free(f->inv);
+    lock_free(f->lock);
+}
+
+void invfix_user_with_home(int home, int k, int nth, char *out, size_t len)
+{
+    for (int i = 0, found = 0;; i++) {
+        snprintf(out, len, "u%d", i);
+        if (seg_home(out, k) == home && found++ == nth)
+            return;
+    }
+}
+
+void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
+                        long long remaining)
+{
+    struct inv_sku_report *r = malloc(sizeof(*r));
+    assert_non_null(r);
+    assert_int_equal(inv_sku_get(f->s, sku, r), INV_OK);
+    assert_int_equal(r->sold, sold);
+    assert_int_equal(r->remaining, remaining);
+    free(r);
+    struct inv_audit a;
+    assert_int_equal(inv_audit(f->s, sku, &a), INV_OK);
+    assert_int_equal(a.sold, sold);
+    assert_int_equal(a.remaining, remaining);
+    assert_true(a.consistent);
+}

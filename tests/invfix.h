@@ -1,0 +1,34 @@
+/* invfix: one instance's inventory for tests, on a real redis-server: a lock
+ * of one mode (none for atomic), an inv, a data-Redis connection and a
+ * session, fenced, with a 3 s lease and a 5 s wait. Shared by the tests of
+ * the group commit and of orders across segments. */
+#ifndef SECKILL_INVFIX_H
+#define SECKILL_INVFIX_H
+
+#include <stddef.h>
+
+#include "inventory.h"
+
+struct invfix {
+    struct lock *lock;
+    struct inv *inv;
+    struct rconn *rc;
+    struct inv_session *s;
+};
+
+/* Opens f in lock mode `mode` with work_us of work per hold, connected to
+ * the Redis (or proxy) on port, drawing order ids from ids. */
+void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
+                 struct orderid_gen *ids);
+void invfix_close(struct invfix *f);
+
+/* A user id whose home segment among k is `home`: the nth such "u<i>". */
+void invfix_user_with_home(int home, int k, int nth, char *out, size_t len);
+
+/* Asserts the SKU's figures (sold, remaining) and that its audit counts the
+ * same units and is consistent: records, per-segment counters and the stock
+ * index agree. */
+void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
+                        long long remaining);
+
+#endif
