@@ -1,18 +1,23 @@
 -- orders.lua — wrk script: every request places one order, POST /skus/{sku}/orders.
 --
---   wrk -t2 -c32 -d5s -s loadtest/orders.lua http://127.0.0.1:PORT -- SKU [USERS] [QTY] [TAG]
+--   wrk -t2 -c32 -d5s -s loadtest/orders.lua http://127.0.0.1:PORT -- SKU [USERS] [QTY] [TAG] [TAIL]
 --
 --   SKU    the SKU to buy (default "demo")
 --   USERS  0 (default): a fresh user per request, "<TAG>-t<thread>-<n>", so each user
 --          buys once and only stock limits the sale;
 --          N > 0: users drawn at random from a pool of N ("<TAG>-u<k>"), so users
 --          come back and the per-user limit is exercised
---   QTY    units per order (default 1)
+--   QTY    units per order (default 1); a range A-B (e.g. 1-3): each order asks a
+--          random quantity in it
 --   TAG    user id prefix (default "w"); use a new one per run
+--   TAIL   "tail": also time the end of the sale (tail_s below); it keeps the time of
+--          every 201, so leave it out for long runs
 --
 -- Answers are counted per outcome in each thread; done() prints one JSON line starting
--- with {"tool":"wrk-orders" holding the counts, req/s, latency percentiles (ms) and
--- selling_s, the seconds from the first request to the last 201 (-1 when unknown).
+-- with {"tool":"wrk-orders" holding the counts, units_201 (the units the 201 answers
+-- placed, from their "qty"), req/s, latency percentiles (ms) and selling_s, the
+-- seconds from the first request to the last 201 (-1 when unknown), and with TAIL
+-- tail_s, the seconds it took to sell the last 10% of the units placed (-1 without).
 
 local threads = {}
 
@@ -42,9 +47,11 @@ function setup(thread)
 end
 
 -- Per-thread state. The n_* globals are read back by done() through thread:get().
-local path, users, qty, tag
+local path, users, qty_lo, qty_hi, tag, tail
+t201, u201 = {}, {} -- with TAIL: the time and units of every 201, in order
 local counter = 0
 local headers = { ["Content-Type"] = "application/json" }
+n_units = 0 -- units placed: the sum of the 201 answers' qty
 n_201, n_sold_out, n_limit, n_busy, n_unavailable, n_409_other, n_503_other = 0, 0, 0, 0, 0, 0, 0
 n_unknown = 0 -- 503 outcome_unknown: the commit was sent, its answer lost (may be placed)
 n_other = 0
@@ -55,8 +62,11 @@ local other = {}
 function init(args)
     local sku = args[1] or "demo"
     users = tonumber(args[2] or "0") or 0
-    qty = tonumber(args[3] or "1") or 1
+    local lo, hi = string.match(args[3] or "1", "^(%d+)%-(%d+)$")
+    qty_lo = tonumber(lo or args[3] or "1") or 1
+    qty_hi = math.max(qty_lo, tonumber(hi or qty_lo))
     tag = args[4] or "w"
+    tail = args[5] == "tail"
     path = "/skus/" .. sku .. "/orders"
     math.randomseed(os.time() * 1000 + (thread_no or 0) * 7919)
 end
@@ -70,6 +80,7 @@ function request()
     else
         user = tag .. "-t" .. (thread_no or 0) .. "-" .. counter
     end
+    local qty = qty_lo == qty_hi and qty_lo or math.random(qty_lo, qty_hi)
     local body = '{"user_id":"' .. user .. '","qty":' .. qty .. '}'
     return wrk.format("POST", path, headers, body)
 end
@@ -81,7 +92,13 @@ end
 function response(status, hdrs, body)
     if status == 201 then
         n_201 = n_201 + 1
+        local units = tonumber(string.match(body or "", '"qty":%s*(%d+)')) or 0
+        n_units = n_units + units
         if now then t_last_201 = now() end
+        if tail and now then
+            t201[#t201 + 1] = t_last_201
+            u201[#u201 + 1] = units
+        end
     elseif status == 409 then
         if has(body, "sold_out") then
             n_sold_out = n_sold_out + 1
@@ -116,8 +133,28 @@ local function ms(us)
     return (us or 0) / 1000.0
 end
 
+-- The seconds from the 201 that brought the units placed to 90% of their total to
+-- the last 201, over every thread's 201s (-1 when none were timed).
+local function tail_seconds()
+    local sales = {}
+    for _, t in ipairs(threads) do
+        local times, units = t:get("t201") or {}, t:get("u201") or {}
+        for i, at in ipairs(times) do sales[#sales + 1] = { at, units[i] or 0 } end
+    end
+    if #sales == 0 then return -1 end
+    table.sort(sales, function(a, b) return a[1] < b[1] end)
+    local total = 0
+    for _, s in ipairs(sales) do total = total + s[2] end
+    local sold = 0
+    for _, s in ipairs(sales) do
+        sold = sold + s[2]
+        if sold >= 0.9 * total then return sales[#sales][1] - s[1] end
+    end
+    return -1
+end
+
 function done(summary, latency, requests)
-    local names = { "n_201", "n_sold_out", "n_limit", "n_busy", "n_unavailable",
+    local names = { "n_201", "n_units", "n_sold_out", "n_limit", "n_busy", "n_unavailable",
                     "n_unknown", "n_409_other", "n_503_other", "n_other" }
     local total = {}
     for _, name in ipairs(names) do total[name] = 0 end
@@ -147,15 +184,15 @@ function done(summary, latency, requests)
     io.write(string.format(
         '{"tool":"wrk-orders","threads":%d,"requests":%d,"duration_s":%.3f,' ..
         '"req_per_s":%.1f,"p50_ms":%.3f,"p90_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,' ..
-        '"selling_s":%.3f,' ..
-        '"status_201":%d,"sold_out":%d,"limit_reached":%d,"busy":%d,"unavailable":%d,' ..
+        '"selling_s":%.3f,"tail_s":%.3f,' ..
+        '"status_201":%d,"units_201":%d,"sold_out":%d,"limit_reached":%d,"busy":%d,"unavailable":%d,' ..
         '"outcome_unknown":%d,' ..
         '"other_409":%d,"other_503":%d,"other":%d,"other_codes":{%s},' ..
         '"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d}}\n',
         #threads, summary.requests, secs, secs > 0 and summary.requests / secs or 0,
         ms(latency:percentile(50)), ms(latency:percentile(90)), ms(latency:percentile(99)),
-        ms(latency.max), selling,
-        total.n_201, total.n_sold_out, total.n_limit, total.n_busy, total.n_unavailable,
+        ms(latency.max), selling, tail_seconds(),
+        total.n_201, total.n_units, total.n_sold_out, total.n_limit, total.n_busy, total.n_unavailable,
         total.n_unknown, total.n_409_other, total.n_503_other, total.n_other, table.concat(codes, ","),
         e.connect, e.read, e.write, e.timeout))
 end

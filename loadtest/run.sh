@@ -15,7 +15,8 @@
 #   --work-us US        simulated work inside the critical section (3000)
 #   --users N           0: a fresh user per request; N: users drawn from a pool of N (0)
 #   --per-user-limit L  the SKU's per-user limit (1)
-#   --qty Q             units per order (1)
+#   --qty Q             units per order (1); a range A-B (e.g. 1-3) gives each order a
+#                       random quantity in it. Placed, stock and oversold count units.
 #   --lb nginx|haproxy  the load balancer (nginx)
 #   --out DIR           where report.json, summary.tsv, chart.png go
 #                       (results/<time>-<pid>/, results/latest links to it)
@@ -65,14 +66,18 @@ while (($#)); do
     *) log "unknown option $1"; usage ;;
     esac
 done
+[[ $qty =~ ^([0-9]+)(-([0-9]+))?$ ]] || die "--qty must be N or A-B (got '$qty')"
+qty_lo=$((10#${BASH_REMATCH[1]})) qty_hi=$((10#${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}))
+((qty_lo > 0 && qty_hi >= qty_lo)) || die "--qty: need 0 < A <= B (got '$qty')"
 for v in instances:instances segments:segments stock:stock connections:connections \
-    wrk_threads:threads work_us:work-us users:users limit:per-user-limit qty:qty; do
+    wrk_threads:threads work_us:work-us users:users limit:per-user-limit; do
     var=${v%%:*}
     [[ ${!var} =~ ^[0-9]+$ ]] || die "--${v#*:} must be a whole number (got '${!var}')"
     printf -v "$var" '%d' "$((10#${!var}))" # "08" -> 8: they go into the report as JSON numbers
 done
 for p in jq wrk curl; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
-((stock > 0 && instances > 0 && qty > 0)) || die "--stock, --instances and --qty must be > 0"
+((stock > 0 && instances > 0)) || die "--stock and --instances must be > 0"
+((qty_hi <= limit)) || die "--qty $qty asks more than --per-user-limit $limit: those orders would be refused"
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
     case $m in none | local | setnx | redis | redlock | atomic) ;; *) die "unknown mode '$m'" ;; esac
@@ -211,12 +216,14 @@ run_mode() {
         $(num "$wrk_json" .outcome_unknown) +
         $(num "$wrk_json" .socket_errors.connect) + $(num "$wrk_json" .socket_errors.read) +
         $(num "$wrk_json" .socket_errors.write) + $(num "$wrk_json" .socket_errors.timeout)))
-    placed=$((c201 * qty))
+    placed=$(num "$wrk_json" .units_201)
     oversold=$((placed > stock ? placed - stock : 0))
     remaining=$(num "$sku_json" .remaining -1)
     srv_sold=$(num "$sku_json" .sold -1)
+    # Refused as sold out while units that would have served the order were left
+    # (stock only goes down, so what is left at the end was left then too).
     stranded=0
-    if ((sold_out > 0 && remaining > 0)); then stranded=$remaining; fi
+    if ((sold_out > 0 && remaining >= qty_lo)); then stranded=$remaining; fi
     audit_sold=$(num "$audit_json" .sold -1) audit_orders=$(num "$audit_json" .orders -1)
     breaches=$(num "$audit_json" .limit_breaches -1)
     consistent=$(field "$audit_json" .consistent "?")
@@ -297,7 +304,7 @@ jq -cn --arg created "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --arg modes "$modes" \
     --argjson instances "$instances" --argjson segments "$segments" --argjson stock "$stock" \
     --arg duration "$duration" --argjson connections "$connections" \
     --argjson threads "$wrk_threads" --argjson work_us "$work_us" --argjson users "$users" \
-    --argjson per_user_limit "$limit" --argjson qty "$qty" --arg lb "$lb" \
+    --argjson per_user_limit "$limit" --arg qty "$qty" --arg lb "$lb" \
     --arg extra_flags "${extra[*]}" '{
         created: $created,
         config: {modes: $modes, instances: $instances, segments: $segments, stock: $stock,

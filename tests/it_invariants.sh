@@ -9,12 +9,16 @@
 #     than 201 / 409 / 503;
 #   - with users drawn from a pool (per-user limit 1), the correct modes give each user
 #     exactly one unit;
-#   - local is correct in a single instance (it is the cluster that breaks it).
+#   - local is correct in a single instance (it is the cluster that breaks it);
+#   - a storm of mixed quantities (1..3, limit 3) sells exactly the stock and leaves
+#     0 remaining: orders that no single segment can serve take units from several,
+#     and the audit agrees with the client unit for unit.
 #
 #   tests/it_invariants.sh [MODES]      MODES: comma-separated, also $IT_MODES
 #                                        (default none,local,setnx,redis,redlock,atomic)
 #   IT_LIMIT_MODES   modes for the per-user-limit run (default redis,atomic; "" skips it)
 #   IT_SINGLE_LOCAL  1 (default): also run local with one instance; 0 skips it
+#   IT_QTY_MODES     modes for the mixed-quantity run (default setnx,redis,atomic; "" skips it)
 #   IT_STOCK, IT_DURATION, IT_WORK_US    scenario size (200, 3s, 3000)
 #   SECKILL_BIN / SECKILL_BUILD          the server binary (default build/seckill)
 #
@@ -29,6 +33,7 @@ source "$ROOT/scripts/lib.sh"
 MODES=${1:-${IT_MODES:-none,local,setnx,redis,redlock,atomic}}
 LIMIT_MODES=${IT_LIMIT_MODES-redis,atomic}
 SINGLE_LOCAL=${IT_SINGLE_LOCAL:-1}
+QTY_MODES=${IT_QTY_MODES-setnx,redis,atomic}
 STOCK=${IT_STOCK:-200}
 DURATION=${IT_DURATION:-3s}
 WORK_US=${IT_WORK_US:-3000}
@@ -68,30 +73,42 @@ audit_field() { # OUT MODE KEY: a field of the audit the server returned (empty 
 }
 gt() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($1 > $2)); }
 
-# ---- scenario 1: unique users, every mode ------------------------------------------
-OUT=$WORK/proof
-echo "# proof: modes $MODES, $INSTANCES instances, stock $STOCK, $DURATION, ${WORK_US}us of work"
-"$ROOT/loadtest/run.sh" --modes "$MODES" --instances "$INSTANCES" --stock "$STOCK" \
-    --duration "$DURATION" --work-us "$WORK_US" --out "$OUT" --no-chart --quiet ||
-    true # a mode that fails to run shows as ERROR in its row
+# scenario DIR LABEL MODES [run.sh options]: loadtest/run.sh over MODES into DIR (the
+# options after the defaults override them), then its summary's header; 1 when it
+# wrote no summary (a mode that fails to run shows as ERROR in its row).
+scenario() {
+    local dir=$1 label=$2 modes=$3
+    shift 3
+    "$ROOT/loadtest/run.sh" --modes "$modes" --instances "$INSTANCES" --stock "$STOCK" \
+        --duration "$DURATION" --work-us "$WORK_US" --out "$dir" --no-chart --quiet "$@" || true
+    if [[ ! -s $dir/summary.tsv ]]; then
+        check "$label: loadtest/run.sh wrote a summary" false
+        return 1
+    fi
+    load_header "$dir/summary.tsv"
+}
+mode_row() { # DIR MODE: the mode's summary row (empty when it has none)
+    awk -F'\t' -v m="$2" 'NR > 1 && $1 == m' "$1/summary.tsv"
+}
+ran() { # ROW LABEL: fails a check (status 1) unless the row is there and its mode ran
+    if [[ -z $1 ]]; then
+        check "$2: has a result" false
+    elif [[ $(row_field "$1" result) == ERROR ]]; then
+        check "$2: ran ($(row_field "$1" error))" false
+    else
+        return 0
+    fi
+    return 1
+}
 
-if [[ ! -s $OUT/summary.tsv ]]; then
-    check "loadtest/run.sh wrote a summary" false
-    checks_finish
-fi
-load_header "$OUT/summary.tsv"
+# ---- scenario 1: unique users, every mode ------------------------------------------
+echo "# proof: modes $MODES, $INSTANCES instances, stock $STOCK, $DURATION, ${WORK_US}us of work"
+OUT=$WORK/proof
+scenario "$OUT" proof "$MODES" || checks_finish
 IFS=', ' read -r -a mode_list <<<"$MODES"
 for m in "${mode_list[@]}"; do
-    row=$(awk -F'\t' -v m="$m" 'NR > 1 && $1 == m' "$OUT/summary.tsv")
-    if [[ -z $row ]]; then
-        check "$m: has a result" false
-        continue
-    fi
-    result=$(row_field "$row" result)
-    if [[ $result == ERROR ]]; then
-        check "$m: ran ($(row_field "$row" error))" false
-        continue
-    fi
+    row=$(mode_row "$OUT" "$m")
+    ran "$row" "$m" || continue
     placed=$(row_field "$row" placed)
     sold=$(row_field "$row" server_sold)
     asold=$(row_field "$row" audit_sold)
@@ -117,23 +134,13 @@ done
 
 # ---- scenario 2: a pool of returning users, per-user limit 1 ----------------------
 if [[ -n $LIMIT_MODES ]]; then
-    OUT=$WORK/limit
     echo "# per-user limit: modes $LIMIT_MODES, $POOL users for $STOCK units, limit 1"
-    "$ROOT/loadtest/run.sh" --modes "$LIMIT_MODES" --instances "$INSTANCES" --stock "$STOCK" \
-        --users "$POOL" --per-user-limit 1 --duration "$DURATION" --work-us "$WORK_US" \
-        --out "$OUT" --no-chart --quiet || true
-    if [[ ! -s $OUT/summary.tsv ]]; then
-        check "limit run wrote a summary" false
-        checks_finish
-    fi
-    load_header "$OUT/summary.tsv"
+    OUT=$WORK/limit
+    scenario "$OUT" limit "$LIMIT_MODES" --users "$POOL" --per-user-limit 1 || checks_finish
     IFS=', ' read -r -a mode_list <<<"$LIMIT_MODES"
     for m in "${mode_list[@]}"; do
-        row=$(awk -F'\t' -v m="$m" 'NR > 1 && $1 == m' "$OUT/summary.tsv")
-        if [[ -z $row || $(row_field "$row" result) == ERROR ]]; then
-            check "$m (limit): ran" false
-            continue
-        fi
+        row=$(mode_row "$OUT" "$m")
+        ran "$row" "$m (limit)" || continue
         placed=$(row_field "$row" placed)
         check "$m (limit): one unit per user ($placed == $POOL users)" eq "$placed" "$POOL"
         check "$m (limit): no per-user-limit breach" eq "$(row_field "$row" limit_breaches)" 0
@@ -144,23 +151,41 @@ fi
 
 # ---- scenario 3: local in one instance ---------------------------------------------
 if [[ $SINGLE_LOCAL == 1 ]]; then
-    OUT=$WORK/single
     echo "# local with a single instance, stock $STOCK"
-    "$ROOT/loadtest/run.sh" --modes local --instances 1 --stock "$STOCK" --duration "$DURATION" \
-        --work-us "$WORK_US" --out "$OUT" --no-chart --quiet || true
-    row=""
-    if [[ -s $OUT/summary.tsv ]]; then
-        load_header "$OUT/summary.tsv"
-        row=$(awk -F'\t' 'NR > 1 && $1 == "local"' "$OUT/summary.tsv")
+    OUT=$WORK/single
+    if scenario "$OUT" "local (1 instance)" local --instances 1; then
+        row=$(mode_row "$OUT" local)
+        if ran "$row" "local (1 instance)"; then
+            placed=$(row_field "$row" placed)
+            check "local (1 instance): sells exactly the stock ($placed == $STOCK)" \
+                eq "$placed" "$STOCK"
+            check "local (1 instance): client count == server audit" \
+                eq "$(row_field "$row" client_matches_server)" yes
+        fi
     fi
-    if [[ -z $row || $(row_field "$row" result) == ERROR ]]; then
-        check "local (1 instance): ran" false
-    else
+fi
+
+# ---- scenario 4: mixed quantities --------------------------------------------------
+if [[ -n $QTY_MODES ]]; then
+    echo "# mixed quantities 1..3 (limit 3): modes $QTY_MODES, stock $STOCK"
+    OUT=$WORK/qty
+    scenario "$OUT" "mixed quantities" "$QTY_MODES" --qty 1-3 --per-user-limit 3 || checks_finish
+    IFS=', ' read -r -a mode_list <<<"$QTY_MODES"
+    for m in "${mode_list[@]}"; do
+        row=$(mode_row "$OUT" "$m")
+        ran "$row" "$m (qty 1..3)" || continue
         placed=$(row_field "$row" placed)
-        check "local (1 instance): sells exactly the stock ($placed == $STOCK)" eq "$placed" "$STOCK"
-        check "local (1 instance): client count == server audit" \
+        check "$m (qty 1..3): client-counted units == stock ($placed == $STOCK)" \
+            eq "$placed" "$STOCK"
+        check "$m (qty 1..3): 0 remaining" \
+            eq "$(jq -r '.sku.remaining' "$OUT/modes/$m.json" 2>/dev/null)" 0
+        check "$m (qty 1..3): nothing stranded" eq "$(row_field "$row" stranded)" 0
+        check "$m (qty 1..3): audit consistent, segment by segment" \
+            eq "$(row_field "$row" audit_consistent)" true
+        check "$m (qty 1..3): client units == server audit == server sold" \
             eq "$(row_field "$row" client_matches_server)" yes
-    fi
+        check "$m (qty 1..3): no per-user-limit breach" eq "$(row_field "$row" limit_breaches)" 0
+    done
 fi
 
 checks_finish
