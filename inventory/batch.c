@@ -17,6 +17,8 @@ struct queue {
     int ready; /* on the ready list */
     struct queue *hnext, *rnext;
     struct queue *snext; /* seg -1: the SKU's segment queues; else the next of them */
+    long long bound;     /* an upper bound of the segment's stock, -1 unknown: a
+                            batch takes no more units than it (but one order) */
 };
 
 /* Most holds one thread keeps open during their orders' --work-us. */
@@ -90,6 +92,7 @@ static struct queue *queue_get(struct inv_batcher *b, const char *sku, int seg)
         abort();
     snprintf(q->sku, sizeof(q->sku), "%s", sku);
     q->seg = seg;
+    q->bound = inv_segment_bound(b->inv, sku, seg);
     q->hnext = *slot;
     *slot = q;
     b->queues++;
@@ -195,24 +198,45 @@ static struct queue *ready_take(struct inv_batcher *b, int holding)
     return NULL;
 }
 
+/* True when slot x, batching for q, has room for o's next ticket: fewer
+ * than `most` tickets, and their units within q's bound (one ticket always).
+ * An empty segment (bound 0) takes a full batch of its own queue: the commit
+ * sends them all on at once. */
+static int batch_room(const struct slot *x, const struct queue *q, const struct queue *o,
+                      int most, long long units)
+{
+    if (!o->head || x->n >= most)
+        return 0;
+    if (q->bound == 0)
+        return o == q;
+    return x->n == 0 || q->bound < 0 || units + o->head->qty <= q->bound;
+}
+
 /* Takes q's batch into slot x (b->mu held): its own orders first; with room
  * left, the orders waiting in the SKU's other segment queues too, so that a
- * thin crowd spread over K segments still fills batches. What this segment
- * cannot serve goes its own way afterwards, as any spill. */
+ * thin crowd spread over K segments still fills batches. No more units than
+ * the segment may hold: orders it surely cannot serve wait for their own
+ * segment's hold instead of bouncing off this one. What this segment cannot
+ * serve goes its own way afterwards, as any spill. */
 static void batch_take(struct worker *w, struct slot *x, struct queue *q)
 {
     struct inv_batcher *b = w->b;
     q->busy = 1;
     x->q = q;
     x->n = 0;
+    x->h.left = -1;
     int most = q->seg >= 0 ? b->cfg.batch : 1;
-    while (q->head && x->n < most)
+    long long units = 0;
+    while (batch_room(x, q, q, most, units)) {
+        units += q->head->qty;
         x->held[x->n++] = queue_pop(q);
-    if (q->seg >= 0 && x->n < most)
-        for (struct queue *o = queue_get(b, q->sku, -1)->snext; o && x->n < most;
-             o = o->snext)
-            while (o != q && o->head && x->n < most)
+    }
+    if (q->seg >= 0)
+        for (struct queue *o = queue_get(b, q->sku, -1)->snext; o; o = o->snext)
+            while (o != q && batch_room(x, q, o, most, units)) {
+                units += o->head->qty;
                 x->held[x->n++] = queue_pop(o);
+            }
     b->queued -= (uint64_t)x->n;
 }
 
@@ -265,6 +289,8 @@ static void batch_end(struct worker *w, struct slot *x)
     }
     *tail = NULL;
     pthread_mutex_lock(&b->mu);
+    if (x->h.left >= 0) /* the hold read the segment: what it left is the bound */
+        x->q->bound = x->h.left;
     for (struct inv_ticket *t = sent, *next; t; t = next) {
         next = t->next;
         b->queued++;

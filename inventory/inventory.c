@@ -47,6 +47,7 @@ struct inv_counters {
 struct sku_layout {
     char sku[INV_ID_MAX + 1]; /* "" for an empty slot */
     int segments;
+    long long initial;
     char epoch[24];
     int nempty;
     uint64_t empty[INV_MAX_SEGMENTS / 64]; /* bit i: segment i seen empty */
@@ -141,7 +142,8 @@ static int layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
 
 /* Learns sku's layout; what was known of its empty segments stays while the
  * epoch does. */
-static void layout_put(struct inv *inv, const char *sku, int segments, const char *epoch)
+static void layout_put(struct inv *inv, const char *sku, int segments, long long initial,
+                       const char *epoch)
 {
     struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
@@ -149,6 +151,7 @@ static void layout_put(struct inv *inv, const char *sku, int segments, const cha
         l->segments != segments) {
         snprintf(l->sku, sizeof(l->sku), "%s", sku);
         l->segments = segments;
+        l->initial = initial;
         snprintf(l->epoch, sizeof(l->epoch), "%s", epoch);
         l->nempty = 0;
         memset(l->empty, 0, sizeof(l->empty));
@@ -404,6 +407,13 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     memcpy(c->argv, argv, sizeof(argv));
 }
 
+/* Empties o; its parts are not touched (nparts says how many hold anything),
+ * which spares every order a memset of INV_MAX_SEGMENTS of them. */
+static void order_clear(struct inv_order *o)
+{
+    memset(o, 0, offsetof(struct inv_order, parts));
+}
+
 /* Sets o's segment and parts: the order took all its units from seg. */
 static void order_one_part(struct inv_order *o, int seg)
 {
@@ -481,7 +491,7 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
 struct order_view {
     int segments, limit, home;
     char epoch[24];
-    long long bought, remaining;
+    long long bought, remaining, initial;
     char first_id[24]; /* idempotent replay: the first order's id, or "" */
     int cand[PEEK_CANDIDATES];
     int ncand;
@@ -513,7 +523,7 @@ static inv_status order_peek(struct order_ctx *c)
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
         st = reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
-    } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 8) {
+    } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 9) {
         redisReply **e = r->element;
         v->segments = (int)reply_ll(e[0], 0);
         v->limit = (int)reply_ll(e[1], 1);
@@ -524,12 +534,13 @@ static inv_status order_peek(struct order_ctx *c)
                  e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
         v->home = (int)reply_ll(e[5], 0);
         v->remaining = reply_ll(e[6], 0);
+        v->initial = reply_ll(e[7], 0);
         v->ncand = v->nplan = 0;
-        if (reply_ll(e[7], 0) == 0)
-            for (size_t i = 8; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
+        if (reply_ll(e[8], 0) == 0)
+            for (size_t i = 9; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
                 v->cand[v->ncand++] = (int)reply_ll(e[i], 0);
         else
-            for (size_t i = 8; i + 1 < r->elements && v->nplan < INV_MAX_SEGMENTS; i += 2)
+            for (size_t i = 9; i + 1 < r->elements && v->nplan < INV_MAX_SEGMENTS; i += 2)
                 v->plan[v->nplan++] = (int)reply_ll(e[i], 0);
         st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK
                                                                  : INV_UNAVAILABLE;
@@ -823,7 +834,7 @@ static inv_status place_locked(struct order_ctx *c)
         inv_status st = order_peek(c);
         if (st != INV_OK)
             return st;
-        layout_put(inv, c->sku, v->segments, v->epoch);
+        layout_put(inv, c->sku, v->segments, v->initial, v->epoch);
         if (c->qty > v->limit)
             return INV_BAD_QTY;
         if (v->first_id[0]) {
@@ -929,7 +940,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
                            int qty, const char *idem_key, struct inv_order *order)
 {
     struct inv *inv = s->inv;
-    memset(order, 0, sizeof(*order));
+    order_clear(order);
     /* Sold out in this epoch, as this instance saw: no id, no Redis. */
     inv_status st = soldout_answer(inv, sku, qty, idem_key);
     if (st == INV_OK)
@@ -943,7 +954,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
 inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
                            const char *user_id, int qty, const char *idem_key)
 {
-    memset(&t->order, 0, sizeof(t->order));
+    order_clear(&t->order);
     snprintf(t->sku, sizeof(t->sku), "%s", sku);
     snprintf(t->user_id, sizeof(t->user_id), "%s", user_id);
     snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
@@ -967,6 +978,16 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     else
         t->home = t->seg = 0; /* atomic: one queue */
     return INV_OK;
+}
+
+long long inv_segment_bound(struct inv *inv, const char *sku, int seg)
+{
+    struct sku_layout l;
+    if (layout_get(inv, sku, &l) != 0 || seg < 0 || seg >= l.segments)
+        return -1;
+    if (l.empty[seg / 64] & (UINT64_C(1) << (seg % 64)))
+        return 0;
+    return seg_initial(l.initial, l.segments, seg);
 }
 
 int inv_ticket_route(struct inv *inv, struct inv_ticket *t)
@@ -1018,8 +1039,8 @@ struct batch_slot {
 /* Reads the batch script's answer for the tickets of hold h (two entries
  * each); a ticket whose segment could not serve it is sent on (t->seg) or
  * left to go by itself, as one whose id was taken. */
-static void batch_outcomes(struct inv_session *s, const struct inv_hold *h,
-                           const redisReply *r, lock_status released)
+static void batch_outcomes(struct inv_session *s, struct inv_hold *h, const redisReply *r,
+                           lock_status released)
 {
     struct inv *inv = s->inv;
     struct inv_ticket **t = h->t;
@@ -1031,6 +1052,7 @@ static void batch_outcomes(struct inv_session *s, const struct inv_hold *h,
         switch (reply_ll(r->element[2 * i], 99)) {
         case 1:
             order_one_part(o, seg);
+            h->left -= t[i]->qty;
             st = INV_PLACED;
             if (released == LOCK_NOT_HELD)
                 count(&inv->counters.commits_after_lease);
@@ -1163,7 +1185,7 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
     h->t = t;
     h->n = n;
     h->seg = seg;
-    h->stock = stock;
+    h->stock = h->left = stock;
     snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
     h->due_us = lock_now_us(); /* empty: no order works, the commit only routes */
     if (stock == 0)
@@ -1384,7 +1406,7 @@ inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *o
     inv_status st = INV_NOT_FOUND;
     if (r->element[0]->type == REDIS_REPLY_STRING &&
         r->element[1]->type == REDIS_REPLY_STRING) {
-        memset(out, 0, sizeof(*out));
+        order_clear(out);
         out->id = id;
         snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
         snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);

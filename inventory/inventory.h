@@ -181,6 +181,12 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
  * the user hash among those not known empty. Returns t->seg, -1 when the
  * SKU's layout is not known. */
 int inv_ticket_route(struct inv *inv, struct inv_ticket *t);
+/* An upper bound of segment seg's stock as far as this process knows its SKU
+ * (its share of the initial stock, 0 once seen empty), or -1 when unknown.
+ * Stock only goes down within an epoch; after a reset the bound may be low
+ * until the next hold reads the segment, so use it to size batches, never to
+ * answer an order. */
+long long inv_segment_bound(struct inv *inv, const char *sku, int seg);
 /* Runs n (>= 1) tickets of one SKU on segment seg in one critical section:
  * one lock hold, one stock read, one commit. A ticket whose home is another
  * segment counts as spilled when placed. Every ticket either gets its final
@@ -205,6 +211,8 @@ struct inv_hold {
     long long stock;
     char epoch[24];
     uint64_t seen;  /* the sold-out memory's generation before the read */
+    long long left; /* once open: an upper bound of the segment's stock, after
+                       inv_hold_commit what the commit left */
     int64_t due_us; /* lock_now_us() when the orders' work is done */
 };
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,

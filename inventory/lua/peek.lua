@@ -7,7 +7,7 @@
 -- Idempotency-Key or '', [5] most candidates to return.
 -- Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
 -- another user or qty, else {segments, limit, epoch, bought, first order id
--- or '', home, remaining, form, ...}: with form 0, the candidate segments
+-- or '', home, remaining, initial stock, form, ...}: with form 0, the candidate segments
 -- that held at least qty, home first, then others chosen by the routing
 -- number (none: sold out, fewer than qty remain); with form 1, no segment
 -- held qty alone, and {segment, stock} pairs follow, the fullest segments
@@ -16,7 +16,8 @@
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
-local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch', 'remaining')
+local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch', 'remaining',
+                        'initial')
 if not meta[1] then return {-1} end
 local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])
 if seen and seen[1] == -8 then return seen end
@@ -24,17 +25,17 @@ local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
 local route = tonumber(ARGV[1])
 local home, left = route % k, tonumber(meta[4] or '0')
 local out = {k, tonumber(meta[2]), meta[3], bought(KEYS[3], ARGV[3]),
-             seen and seen[2] or '', home, left, 0}
+             seen and seen[2] or '', home, left, tonumber(meta[5]), 0}
 if left < qty then return out end
 if tonumber(redis.call('HGET', KEYS[2], home) or '0') >= qty then
   out[#out + 1] = home
 end
 for _, seg in ipairs(candidates(KEYS[5], qty, route, most)) do
-  if #out - 8 >= most then break end
+  if #out - 9 >= most then break end
   if tonumber(seg) ~= home then out[#out + 1] = tonumber(seg) end
 end
-if #out > 8 then return out end
-out[8] = 1
+if #out > 9 then return out end
+out[9] = 1
 for _, p in ipairs(plan(KEYS[5], qty, tostring(home))) do
   out[#out + 1] = tonumber(p[1])
   out[#out + 1] = p[2]
