@@ -12,6 +12,9 @@
 #     (peek, acquire + read, commit + release);
 #   - the ratios are req/s over atomic's and canned's (atomic's own x_atomic is 1);
 #   - the batch label says whether the server has --batch;
+#   - loadtest/segments.sh (quick, K=16 and 64) exits 0 with a row per step and K, no
+#     error answer, ratios to K=16, every unit of the tail SKU accounted for, the tail
+#     timed;
 #   - nothing is left running.
 #
 #   tests/it_bench.sh        SECKILL_BIN / SECKILL_BUILD: the server (default build/seckill)
@@ -119,11 +122,35 @@ check "stdout: the targets" grep -q 'S1 -c64 redis / atomic' "$WORK/stdout"
 check "stderr: a progress line per step" lines $steps "^\\[ *[1-$steps]/$steps " "$WORK/stderr"
 check "bench.png written" test -s "$OUT/bench.png"
 
+# ---- loadtest/segments.sh: K=16 and K=64, quick --------------------------------------
+SEG=$WORK/segments
+rc=0
+"$ROOT/loadtest/segments.sh" --quick --ks 16,64 --out "$SEG" >"$WORK/seg.stdout" \
+    2>"$WORK/seg.stderr" || rc=$?
+check "segments.sh exits 0" eq "$rc" 0
+sq() { jq -r "$1" "$SEG/segments.json" 2>/dev/null; }
+check "segments: a row per step and K" \
+    eq "$(sq '[.rows[] | "\(.step)@\(.k)"] | sort | join(" ")')" \
+    "selling@16 selling@64 sold out@16 sold out@64 tail@16 tail@64"
+check "segments: every step answered, no error answer" \
+    eq "$(sq '[.rows[] | select(.req_per_s > 0 and .errors == 0)] | length')" 6
+check "segments: the ratios are to the first K (K=16 is 1)" \
+    eq "$(sq '[.rows[] | select(.k == 16) | .x_first] | unique | join(" ")')" 1
+for k in 16 64; do
+    # the tail step and the sold-out step on its SKU account for every unit
+    check "segments K=$k: tail + sold-out steps placed what the SKU lost" \
+        eq "$(sq "[.rows[] | select(.k == $k and .step != \"selling\") | .placed] | add")" \
+        "$((4096 - $(sq ".rows[] | select(.k == $k and .step == \"sold out\") | .left")))"
+    check "segments K=$k: the tail is timed" \
+        test "$(sq ".rows[] | select(.k == $k and .step == \"tail\") | .tail_s >= 0")" = true
+done
+check "segments: the table on stdout" grep -q '^step  *K  *req/s .* tail_s' "$WORK/seg.stdout"
+
 # The clusters' nginx and redis-server run with paths under $OUT: none may be left.
 left=""
 for f in /proc/[0-9]*/cmdline; do
     c=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
-    if [[ $c == *"$OUT"* ]]; then left+="${f%/cmdline} "; fi
+    if [[ $c == *"$OUT"* || $c == *"$SEG"* ]]; then left+="${f%/cmdline} "; fi
 done
 check "nothing left running" eq "$left" ""
 
