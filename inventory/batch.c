@@ -231,12 +231,15 @@ static void batch_take(struct worker *w, struct slot *x, struct queue *q)
         units += q->head->qty;
         x->held[x->n++] = queue_pop(q);
     }
-    if (q->seg >= 0)
-        for (struct queue *o = queue_get(b, q->sku, -1)->snext; o; o = o->snext)
-            while (o != q && batch_room(x, q, o, most, units)) {
-                units += o->head->qty;
-                x->held[x->n++] = queue_pop(o);
-            }
+    /* Stealing walks the ready list, the queues that hold tickets, rather
+     * than all of the SKU's queues: K of them, mostly empty, at K=1024. A
+     * queue emptied here stays on the list; ready_take's taker skips it. */
+    for (struct queue *o = b->ready_head; q->seg >= 0 && o && x->n < most; o = o->rnext)
+        while (o->seg >= 0 && !o->busy && strcmp(o->sku, q->sku) == 0 &&
+               batch_room(x, q, o, most, units)) {
+            units += o->head->qty;
+            x->held[x->n++] = queue_pop(o);
+        }
     b->queued -= (uint64_t)x->n;
 }
 
