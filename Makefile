@@ -34,10 +34,14 @@ PKGS = libmicrohttpd hiredis jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+# The ZooKeeper C client (Debian libzookeeper-mt-dev, <zookeeper/zookeeper.h>)
+# has no .pc file; its multi-threaded flavour wants THREADED defined.
+ZK_CFLAGS = -DTHREADED
+ZK_LIBS = -lzookeeper_mt
 
-ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) -Iredis -Ilock -Iinventory -Iservice
+ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) $(ZK_CFLAGS) -Iredis -Ilock -Iinventory -Iservice
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread
-LIBS = $(PKG_LIBS) -lm
+LIBS = $(PKG_LIBS) $(ZK_LIBS) -lm
 
 # The Lua scripts (lock/lua/, inventory/lua/) become C sources at build time:
 # scripts/lua2c.awk resolves `--#include "piece.lua"` lines and writes the
@@ -143,8 +147,8 @@ FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durabili
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@
-	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -Iredis -Ilock -Iinventory \
-		-Iservice -o $@ $^ $(PKG_LIBS) -lm
+	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) $(ZK_CFLAGS) -Iredis \
+		-Ilock -Iinventory -Iservice -o $@ $^ $(PKG_LIBS) $(ZK_LIBS) -lm
 
 fuzz:
 	@DEPS_EXTRA="clang libclang-rt-14-dev" scripts/deps.sh

@@ -9,7 +9,9 @@
  * Fencing: a mode with `fenced` set hands out, with every grant, a token that is
  * strictly greater than every token granted before for that key. The counter
  * lives on the data Redis at "<key>:fence" (see lock_fence_key), so a commit
- * script can refuse a write whose grant is no longer the newest. */
+ * script can refuse a write whose grant is no longer the newest; the zk mode's
+ * token comes from ZooKeeper instead (the lock node's czxid), and no counter is
+ * kept for it. */
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
@@ -24,7 +26,7 @@ typedef enum {
     LOCK_RELEASED,     /* release: the lock was held by the caller and is now free */
     LOCK_BUSY,         /* acquire: another holder kept it until the wait deadline */
     LOCK_NOT_HELD,     /* release: the caller's lease had already expired or moved on */
-    LOCK_ERROR,        /* Redis unreachable or answered an error; nothing is held */
+    LOCK_ERROR,        /* Redis or ZooKeeper unreachable or failing; nothing held */
 } lock_status;
 
 /* What a successful acquire hands back. Plain value; the caller keeps it until
@@ -49,6 +51,8 @@ struct lock_config {
     int max_lease_ms;     /* watchdog: longest total lease (0: 10 x ttl) */
     int clock_skew_ms;    /* setnx: added to this instance's wall clock, to
                              show what unsynchronised clocks do (0: none) */
+    const char *zk_hosts; /* zk: the ensemble, "H:P[,H:P...]" (copied) */
+    int zk_session_ms;    /* zk: session timeout asked for, the lease (0: 3000) */
 };
 
 #define LOCK_WAIT_BUCKETS 14
@@ -74,7 +78,7 @@ struct lock;
 struct lock_session;
 
 /* Creates the lock of mode `mode` ("none", "local", "setnx", "redis",
- * "redlock"). Returns NULL with a message in err when the mode is unknown or
+ * "redlock", "zk"). Returns NULL with a message in err when the mode is unknown or
  * the configuration unusable. */
 struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err,
                       size_t errlen);

@@ -60,5 +60,6 @@ extern const struct lock_backend lock_backend_local;
 extern const struct lock_backend lock_backend_setnx;
 extern const struct lock_backend lock_backend_redis;
 extern const struct lock_backend lock_backend_redlock;
+extern const struct lock_backend lock_backend_zk;
 
 #endif

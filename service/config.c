@@ -53,6 +53,7 @@ INT_OPTION(opt_work, work_us, 0, 10000000)
 INT_OPTION(opt_batch, batch, 1, 1024)
 INT_OPTION(opt_instance, instance_id, 0, 1023)
 INT_OPTION(opt_threads, threads, 1, 1024)
+INT_OPTION(opt_zk_session, zk_session_ms, 100, 600000)
 
 static int addr_option(struct rconn_addr *addr, const char *value, char *err,
                        size_t errlen)
@@ -87,7 +88,7 @@ static int opt_password(struct svc_config *cfg, const char *value, char *err,
 static int opt_lock(struct svc_config *cfg, const char *value, char *err, size_t errlen)
 {
     if (strcmp(value, "atomic") != 0 && !lock_mode_known(value)) {
-        snprintf(err, errlen, "must be none, local, setnx, redis, redlock or atomic");
+        snprintf(err, errlen, "must be none, local, setnx, redis, redlock, zk or atomic");
         return -1;
     }
     snprintf(cfg->lock_mode, sizeof(cfg->lock_mode), "%s", value);
@@ -115,6 +116,51 @@ static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
         return -1;
     }
     return 0;
+}
+
+/* Checks each address of value and writes the list into out as the
+ * ZooKeeper client parses it: it splits host and port at the last ':' and
+ * resolves the host as it is, so an IPv6 host loses its brackets. -1 when an
+ * address is malformed, empty or one too many. */
+static int zk_hosts_parse(const char *value, char *out, size_t len)
+{
+    char buf[1024];
+    size_t vlen = strlen(value), used = 0;
+    if (vlen == 0 || vlen >= sizeof(buf) || vlen >= len || value[0] == ',' ||
+        value[vlen - 1] == ',' || strstr(value, ",,"))
+        return -1;
+    snprintf(buf, sizeof(buf), "%s", value);
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        struct rconn_addr a;
+        if (n == CONFIG_MAX_LOCK_NODES || rconn_addr_parse(tok, &a) != 0)
+            return -1;
+        const char *host = a.host;
+        size_t hl = strlen(host);
+        if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
+            host++;
+            hl -= 2;
+        }
+        used += (size_t)snprintf(out + used, len - used, "%s%.*s:%d", n ? "," : "",
+                                 (int)hl, host, a.port);
+        if (used >= len)
+            return -1;
+        n++;
+    }
+    return 0;
+}
+
+static int opt_zk(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+{
+    char hosts[sizeof(cfg->zk_hosts)];
+    if (zk_hosts_parse(value, hosts, sizeof(hosts)) == 0) {
+        snprintf(cfg->zk_hosts, sizeof(cfg->zk_hosts), "%s", hosts);
+        return 0;
+    }
+    snprintf(err, errlen, "must be up to %d HOST:PORT separated by commas",
+             CONFIG_MAX_LOCK_NODES);
+    return -1;
 }
 
 static int opt_fencing(struct svc_config *cfg, const char *value, char *err,
@@ -154,9 +200,15 @@ static const struct option_spec options[] = {
     {"redis", "HOST:PORT", "127.0.0.1:6379", "Redis holding stock, orders and locks",
      opt_redis},
     {"redis-password", "PW", "none", "Redis AUTH password", opt_password},
-    {"lock", "MODE", "redis", "none, local, setnx, redis, redlock or atomic", opt_lock},
+    {"lock", "MODE", "redis", "none, local, setnx, redis, redlock, zk or atomic",
+     opt_lock},
     {"lock-nodes", "H:P,H:P,...", "the --redis node",
      "independent Redis masters for redlock (odd, >= 3)", opt_lock_nodes},
+    {"zk", "H:P[,H:P...]", "127.0.0.1:2181", "ZooKeeper ensemble for --lock zk", opt_zk},
+    {"zk-session-ms", "N", "3000",
+     "ZooKeeper session timeout for --lock zk, the lease (100..600000; the server "
+     "may grant another)",
+     opt_zk_session},
     {"segments", "K", "16", "segments of a SKU created without a count (1..1024)",
      opt_segments},
     {"lock-ttl-ms", "N", "3000", "lock lease", opt_ttl},
@@ -288,6 +340,8 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     memset(cfg, 0, sizeof(*cfg));
     rconn_addr_parse("127.0.0.1:8080", &cfg->listen);
     rconn_addr_parse("127.0.0.1:6379", &cfg->redis);
+    snprintf(cfg->zk_hosts, sizeof(cfg->zk_hosts), "127.0.0.1:2181");
+    cfg->zk_session_ms = 3000;
     snprintf(cfg->lock_mode, sizeof(cfg->lock_mode), "redis");
     cfg->segments = 16;
     cfg->lock_ttl_ms = 3000;

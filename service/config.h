@@ -16,6 +16,8 @@ struct svc_config {
     char lock_mode[16];
     struct rconn_addr lock_nodes[CONFIG_MAX_LOCK_NODES];
     int nlock_nodes;
+    char zk_hosts[1024]; /* "host:port,..." as the ZooKeeper client takes it */
+    int zk_session_ms;
     int segments;
     int lock_ttl_ms;
     int wait_ms;

@@ -83,6 +83,8 @@ int main(int argc, char **argv)
             .password = cfg.redis_password,
             .timeout_ms = 1000,
             .fencing = cfg.fencing,
+            .zk_hosts = cfg.zk_hosts,
+            .zk_session_ms = cfg.zk_session_ms,
         };
         lock = lock_new(cfg.lock_mode, &lc, err, sizeof(err));
         if (!lock) {

@@ -1,6 +1,7 @@
 /* faultproxy: a test-only TCP proxy on loopback that loses one answer.
  *
- *   faultproxy LISTEN_PORT TARGET_PORT [--drop-after-arg PREFIX]
+ *   faultproxy LISTEN_PORT TARGET_PORT [--drop-after-arg PREFIX | --drop-after-bytes
+ * TEXT]
  *
  * Forwards every connection on 127.0.0.1:LISTEN_PORT to 127.0.0.1:TARGET_PORT,
  * both ways. With --drop-after-arg, the first client write that carries a
@@ -9,7 +10,9 @@
  * cut both ways: the command ran, its answer never arrives. (Cutting before
  * the answer could also lose the command itself, and the test would not know
  * which happened.) That happens once; later connections pass untouched. This
- * is how a test loses exactly the reply of a commit.
+ * is how a test loses exactly the reply of a commit. --drop-after-bytes does the
+ * same for the first write that carries TEXT anywhere, for protocols that are
+ * not RESP (ZooKeeper's: a path in a create request).
  *
  * Prints "ready" on stdout once it listens. Stops on SIGTERM/SIGINT. */
 #include <arpa/inet.h>
@@ -27,7 +30,7 @@
 
 #define CHUNK 65536
 
-static char pattern[256]; /* "\r\n" + PREFIX: a bulk argument's start */
+static char pattern[256]; /* "\r\n" + PREFIX (a bulk argument's start), or TEXT */
 static size_t pattern_len;
 static atomic_int armed;
 
@@ -163,9 +166,10 @@ static int parse_port(const char *text)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 && !(argc == 5 && strcmp(argv[3], "--drop-after-arg") == 0)) {
+    int raw = argc == 5 && strcmp(argv[3], "--drop-after-bytes") == 0;
+    if (argc != 3 && !(argc == 5 && (raw || strcmp(argv[3], "--drop-after-arg") == 0))) {
         fprintf(stderr, "usage: faultproxy LISTEN_PORT TARGET_PORT "
-                        "[--drop-after-arg PREFIX]\n");
+                        "[--drop-after-arg PREFIX | --drop-after-bytes TEXT]\n");
         return 2;
     }
     int listen_port = parse_port(argv[1]), target = parse_port(argv[2]);
@@ -178,7 +182,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "faultproxy: prefix too long\n");
             return 2;
         }
-        pattern_len = (size_t)snprintf(pattern, sizeof(pattern), "\r\n%s", argv[4]);
+        pattern_len = (size_t)snprintf(pattern, sizeof(pattern), "%s%s",
+                                       raw ? "" : "\r\n", argv[4]);
         atomic_store(&armed, 1);
     }
     signal(SIGPIPE, SIG_IGN);

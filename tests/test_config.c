@@ -1,6 +1,6 @@
-/* Unit tests: flag validation of service/config.c, here the rule that a
- * non-loopback --listen needs an admin token. Nothing is bound or started:
- * svc_config_load only parses and validates. */
+/* Unit tests: flag validation of service/config.c: the rule that a
+ * non-loopback --listen needs an admin token, and the ZooKeeper flags.
+ * Nothing is bound or started: svc_config_load only parses and validates. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +28,19 @@ static int setup(void **state)
     (void)state;
     unsetenv("SECKILL_ADMIN_TOKEN");
     unsetenv("SECKILL_LISTEN");
+    unsetenv("SECKILL_ZK");
+    unsetenv("SECKILL_ZK_SESSION_MS");
+    unsetenv("SECKILL_LOCK");
     return 0;
+}
+
+/* Loads "<flag> <value>" (flag may be NULL) into cfg. */
+static config_status load_flag(struct svc_config *cfg, const char *flag,
+                               const char *value, char *err, size_t errlen)
+{
+    char *argv[] = {"seckill", (char *)flag, (char *)value, NULL};
+    err[0] = '\0';
+    return svc_config_load(cfg, flag ? 3 : 1, argv, err, errlen);
 }
 
 static void test_loopback_needs_no_token(void **state)
@@ -85,12 +97,73 @@ static void test_token_from_environment(void **state)
     assert_string_equal(cfg.listen.host, "127.0.0.1");
 }
 
+static void test_zk_flags(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512];
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.zk_hosts, "127.0.0.1:2181");
+    assert_int_equal(cfg.zk_session_ms, 3000);
+    assert_int_equal(load_flag(&cfg, "--lock", "zk", err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.lock_mode, "zk");
+
+    const char *ok[][2] = {{"10.0.0.1:2181", "10.0.0.1:2181"},
+                           {"zk1:2181,zk2:2182,zk3:2183", "zk1:2181,zk2:2182,zk3:2183"},
+                           {"[::1]:2181,127.0.0.1:2182", "::1:2181,127.0.0.1:2182"}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (load_flag(&cfg, "--zk", ok[i][0], err, sizeof(err)) != CONFIG_OK)
+            fail_msg("--zk %s refused: %s", ok[i][0], err);
+        assert_string_equal(cfg.zk_hosts, ok[i][1]);
+    }
+    const char *bad[] = {
+        "",       "zk1",
+        "zk1:0",  "zk1:65536",
+        "zk1:x",  "zk1:1,",
+        ",zk1:1", "zk1:1,,zk2:2",
+        ":2181",  "a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (load_flag(&cfg, "--zk", bad[i], err, sizeof(err)) != CONFIG_ERROR)
+            fail_msg("--zk '%s' accepted", bad[i]);
+        if (!strstr(err, "--zk") || !strstr(err, "HOST:PORT"))
+            fail_msg("--zk '%s': the message does not say why: %s", bad[i], err);
+    }
+
+    assert_int_equal(load_flag(&cfg, "--zk-session-ms", "1000", err, sizeof(err)),
+                     CONFIG_OK);
+    assert_int_equal(cfg.zk_session_ms, 1000);
+    const char *bad_ms[] = {"", "0", "99", "600001", "-3000", "3s", "abc"};
+    for (size_t i = 0; i < sizeof(bad_ms) / sizeof(bad_ms[0]); i++) {
+        if (load_flag(&cfg, "--zk-session-ms", bad_ms[i], err, sizeof(err)) !=
+            CONFIG_ERROR)
+            fail_msg("--zk-session-ms '%s' accepted", bad_ms[i]);
+        if (!strstr(err, "--zk-session-ms") || !strstr(err, "100..600000"))
+            fail_msg("--zk-session-ms '%s': the message does not say why: %s", bad_ms[i],
+                     err);
+    }
+
+    /* the environment, and the flag over it */
+    setenv("SECKILL_ZK", "zk9:2190", 1);
+    setenv("SECKILL_ZK_SESSION_MS", "5000", 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.zk_hosts, "zk9:2190");
+    assert_int_equal(cfg.zk_session_ms, 5000);
+    assert_int_equal(load_flag(&cfg, "--zk", "zk8:2180", err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.zk_hosts, "zk8:2180");
+    setenv("SECKILL_ZK_SESSION_MS", "10", 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_ERROR);
+    assert_non_null(strstr(err, "SECKILL_ZK_SESSION_MS"));
+    unsetenv("SECKILL_ZK");
+    unsetenv("SECKILL_ZK_SESSION_MS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_loopback_needs_no_token, setup),
         cmocka_unit_test_setup(test_public_address_needs_token, setup),
         cmocka_unit_test_setup(test_token_from_environment, setup),
+        cmocka_unit_test_setup(test_zk_flags, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

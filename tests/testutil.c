@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,10 +20,13 @@ static struct test_redis *running[MAX_SERVERS];
 static int atexit_done;
 
 static pid_t proxies[MAX_SERVERS];
+static struct test_zk *zk_running[MAX_SERVERS];
 
 static void stop_all(void)
 {
     for (int i = 0; i < MAX_SERVERS; i++) {
+        if (zk_running[i] && zk_running[i]->pid > 0)
+            test_zk_stop(zk_running[i], 1, 0);
         if (running[i] && running[i]->pid > 0)
             test_redis_stop(running[i], 1, 0);
         if (proxies[i] > 0) {
@@ -195,7 +199,9 @@ void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
     }
 }
 
-void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_prefix)
+/* drop_flag: the faultproxy option that takes drop (none when drop is NULL). */
+static void proxy_start(struct test_proxy *p, int target_port, const char *drop_flag,
+                        const char *drop)
 {
     if (!atexit_done) {
         atexit(stop_all);
@@ -220,9 +226,8 @@ void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_pr
             dup2(out[1], STDOUT_FILENO);
             close(out[0]);
             close(out[1]);
-            if (drop_prefix)
-                execl(bin, bin, listen, target, "--drop-after-arg", drop_prefix,
-                      (char *)NULL);
+            if (drop)
+                execl(bin, bin, listen, target, drop_flag, drop, (char *)NULL);
             else
                 execl(bin, bin, listen, target, (char *)NULL);
             perror(bin);
@@ -250,6 +255,16 @@ void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_pr
     exit(1); /* not abort: the exit hook stops the servers already started */
 }
 
+void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_prefix)
+{
+    proxy_start(p, target_port, "--drop-after-arg", drop_prefix);
+}
+
+void test_proxy_start_bytes(struct test_proxy *p, int target_port, const char *drop_bytes)
+{
+    proxy_start(p, target_port, "--drop-after-bytes", drop_bytes);
+}
+
 void test_proxy_stop(struct test_proxy *p)
 {
     if (p->pid <= 0)
@@ -261,4 +276,162 @@ void test_proxy_stop(struct test_proxy *p)
         if (proxies[i] == p->pid)
             proxies[i] = 0;
     p->pid = 0;
+}
+
+/* ---- ZooKeeper ---------------------------------------------------------- */
+
+static void zk_track(struct test_zk *z, int on)
+{
+    if (!atexit_done) {
+        atexit(stop_all);
+        atexit_done = 1;
+    }
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (on && !zk_running[i]) {
+            zk_running[i] = z;
+            return;
+        }
+        if (!on && zk_running[i] == z) {
+            zk_running[i] = NULL;
+            return;
+        }
+    }
+}
+
+int test_zk_4lw(int port, const char *cmd, char *buf, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {2, 0};
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    size_t n = 0;
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+             write(fd, cmd, strlen(cmd)) == (ssize_t)strlen(cmd);
+    while (ok && n + 1 < len) {
+        ssize_t got = read(fd, buf + n, len - 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            ok = 0;
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = '\0';
+    return ok && n > 0 ? (int)n : -1;
+}
+
+static int zk_answers(void *arg)
+{
+    struct test_zk *z = arg;
+    int status;
+    if (waitpid(z->pid, &status, WNOHANG) == z->pid) {
+        fprintf(stderr, "zookeeper on port %d exited early (see %s/zk.log)\n", z->port,
+                z->dir);
+        z->pid = -1;
+        return 1;
+    }
+    char buf[1024];
+    return test_zk_4lw(z->port, "srvr", buf, sizeof(buf)) > 0 && strstr(buf, "Mode: ");
+}
+
+static int zk_spawn(struct test_zk *z)
+{
+    char cfg[512], data[300], log[300];
+    snprintf(cfg, sizeof(cfg), "%s/zoo.cfg", z->dir);
+    snprintf(data, sizeof(data), "%s/data", z->dir);
+    snprintf(log, sizeof(log), "%s/zk.log", z->dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f) {
+        perror(cfg);
+        return -1;
+    }
+    fprintf(f,
+            "tickTime=100\n"
+            "minSessionTimeout=200\n"
+            "maxSessionTimeout=60000\n"
+            "dataDir=%s\n"
+            "clientPort=%d\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=srvr,cons,wchp\n",
+            data, z->port);
+    fclose(f);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        die_with_parent(parent);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        /* A small, quickly started JVM: the tests need one client port. */
+        execlp("java", "java", "-Xmx128m", "-Xss512k", "-XX:+UseSerialGC",
+               "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData", "-Djava.awt.headless=true",
+               "-Dzookeeper.admin.enableServer=false", "-cp",
+               "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar",
+               "org.apache.zookeeper.server.ZooKeeperServerMain", cfg, (char *)NULL);
+        perror("exec java");
+        _exit(127);
+    }
+    z->pid = pid;
+    zk_track(z, 1);
+    /* A JVM on a loaded 2-core machine can take a while. */
+    if (!test_wait_for(zk_answers, z, 60000) || z->pid < 0)
+        return -1;
+    return 0;
+}
+
+void test_zk_start(struct test_zk *z)
+{
+    memset(z, 0, sizeof(*z));
+    snprintf(z->dir, sizeof(z->dir), "/tmp/seckill-zk-XXXXXX");
+    if (!mkdtemp(z->dir)) {
+        perror("mkdtemp");
+        abort();
+    }
+    for (int attempt = 0; attempt < 3; attempt++) {
+        z->port = test_free_port();
+        if (zk_spawn(z) == 0)
+            return;
+        if (z->pid > 0)
+            test_zk_stop(z, 1, 1);
+    }
+    fprintf(stderr, "could not start zookeeper (java, /usr/share/java/zookeeper.jar)\n");
+    exit(1); /* not abort: the exit hook stops the servers already started */
+}
+
+void test_zk_restart(struct test_zk *z)
+{
+    if (zk_spawn(z) != 0) {
+        fprintf(stderr, "could not restart zookeeper on port %d\n", z->port);
+        exit(1);
+    }
+}
+
+void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
+{
+    if (z->pid > 0) {
+        kill(z->pid, hard ? SIGKILL : SIGTERM);
+        while (waitpid(z->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        z->pid = 0;
+    }
+    zk_track(z, 0);
+    if (!keep_dir && z->dir[0]) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", z->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", z->dir);
+        z->dir[0] = '\0';
+    }
 }

@@ -38,7 +38,37 @@ struct test_proxy {
  * 127.0.0.1:target_port and waits until it listens. drop_prefix may be NULL
  * (a plain proxy). Stopped by the exit hook too. Exits 1 when it cannot start. */
 void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_prefix);
+/* The same, for any protocol: the first client write carrying drop_bytes
+ * anywhere reaches the server and loses its answer (see tests/faultproxy.c). */
+void test_proxy_start_bytes(struct test_proxy *p, int target_port,
+                            const char *drop_bytes);
+/* SIGKILL. (A test may also SIGSTOP p->pid to cut the path without closing
+ * the connections, and SIGCONT it again.) */
 void test_proxy_stop(struct test_proxy *p);
+
+/* A real, throwaway ZooKeeper server: standalone, from the Debian jars
+ * (/usr/share/java/zookeeper.jar), in a small JVM, on a free loopback port in
+ * its own temp dir. tickTime is 100 ms, so sessions of 200 ms to 60 s are
+ * granted as asked; the admin server is off; the four-letter words srvr,
+ * cons and wchp are on. test_zk_start() waits until srvr answers. The exit
+ * hook stops any server still running, as for Redis. */
+struct test_zk {
+    pid_t pid;
+    int port;
+    char dir[256];
+};
+
+/* Exits the test program (status 1) when no server can be started. */
+void test_zk_start(struct test_zk *z);
+/* SIGKILL (hard) or SIGTERM, then waits for the PID; keep_dir keeps the data
+ * (sessions and nodes survive a restart). */
+void test_zk_stop(struct test_zk *z, int hard, int keep_dir);
+/* Starts again on the same port and data (after a stop with keep_dir). */
+void test_zk_restart(struct test_zk *z);
+/* Sends the four-letter word cmd ("srvr", "cons", "wchp") to the server on
+ * port and reads the whole answer into buf (NUL-terminated). Returns its
+ * length, or -1 when the server did not answer. */
+int test_zk_4lw(int port, const char *cmd, char *buf, size_t len);
 
 /* A loopback TCP port nobody listens on right now. */
 int test_free_port(void);

@@ -1,0 +1,815 @@
+/* test_lock_zk: the zk lock mode against a real ZooKeeper server (one per
+ * binary, started once): exclusion, waking only the next waiter, giving up,
+ * czxid fences, reentrancy, protected mode after a lost create answer,
+ * session expiry and ZooKeeper going away and coming back.
+ *
+ * The test looks at the server itself through its own ZooKeeper handle
+ * (children, czxids, session owners) and through four-letter words: wchp for
+ * who watches which node, cons for a session's connection (its packet count
+ * and when it was established). Each struct lock here is its own ZooKeeper
+ * session, as separate processes would be. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <zookeeper/zookeeper.h>
+
+#include "lock.h"
+#include "testutil.h"
+
+#define LOCKS "/seckill/locks"
+#define SESSION_MS 3000
+
+static struct test_zk zk;
+static char hosts[64];
+static zhandle_t *admin; /* the test's own look at ZooKeeper */
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int admin_connected(void *arg)
+{
+    (void)arg;
+    return zoo_state(admin) == ZOO_CONNECTED_STATE;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    test_zk_start(&zk);
+    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", zk.port);
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    admin = zookeeper_init(hosts, NULL, 30000, NULL, NULL, 0);
+    if (!admin || !test_wait_for(admin_connected, NULL, 20000)) {
+        fprintf(stderr, "the test's ZooKeeper handle did not connect\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    zookeeper_close(admin);
+    test_zk_stop(&zk, 1, 0);
+    return 0;
+}
+
+static struct lock *zk_lock(const char *ensemble, int session_ms)
+{
+    struct lock_config cfg = {
+        .ttl_ms = 3000, .fencing = 1, .zk_hosts = ensemble, .zk_session_ms = session_ms};
+    char err[256] = "";
+    struct lock *l = lock_new("zk", &cfg, err, sizeof(err));
+    if (!l)
+        fail_msg("lock_new(zk, %s): %s", ensemble, err);
+    return l;
+}
+
+static struct lock *direct_lock(void)
+{
+    return zk_lock(hosts, SESSION_MS);
+}
+
+static void parent_of_key(const char *key, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%s", LOCKS, key);
+}
+
+/* The children of key's lock node, sorted by name within one lock: by
+ * sequence; -1 when the lock node does not exist. Names into names[i] (up to
+ * max) when names is not NULL. */
+static int children(const char *key, char names[][256], int max)
+{
+    char parent[512];
+    parent_of_key(key, parent, sizeof(parent));
+    struct String_vector v = {0};
+    int rc = zoo_get_children(admin, parent, 0, &v);
+    if (rc == ZNONODE)
+        return -1;
+    assert_int_equal(rc, ZOK);
+    int n = v.count;
+    for (int i = 0; i < n && names && i < max; i++)
+        snprintf(names[i], 256, "%s", v.data[i]);
+    deallocate_String_vector(&v);
+    return n;
+}
+
+struct count_arg {
+    const char *key;
+    int want;
+};
+
+static int has_children(void *arg)
+{
+    struct count_arg *a = arg;
+    int n = children(a->key, NULL, 0);
+    return (n < 0 ? 0 : n) == a->want;
+}
+
+/* Waits until key's lock has want children (nodes of other sessions). */
+static void wait_children(const char *key, int want)
+{
+    struct count_arg a = {key, want};
+    if (!test_wait_for(has_children, &a, 20000))
+        fail_msg("%s: %d children, expected %d", key, children(key, NULL, 0), want);
+}
+
+/* The path of key's child with the given sequence number ("" when none). */
+static void child_by_seq(const char *key, int seq, char *out, size_t len)
+{
+    char names[16][256];
+    int n = children(key, names, 16);
+    char suffix[16];
+    snprintf(suffix, sizeof(suffix), "%010d", seq);
+    out[0] = '\0';
+    for (int i = 0; i < n && i < 16; i++) {
+        size_t l = strlen(names[i]);
+        if (l > 10 && strcmp(names[i] + l - 10, suffix) == 0)
+            snprintf(out, len, "%s/%s/%s", LOCKS, key, names[i]);
+    }
+}
+
+/* The single child of key (asserts there is exactly one). */
+static void only_child(const char *key, char *out, size_t len)
+{
+    char names[4][256];
+    assert_int_equal(children(key, names, 4), 1);
+    snprintf(out, len, "%s/%s/%s", LOCKS, key, names[0]);
+}
+
+static struct Stat node_stat(const char *path)
+{
+    struct Stat st;
+    int rc = zoo_exists(admin, path, 0, &st);
+    if (rc != ZOK)
+        fail_msg("%s: zoo_exists %d", path, rc);
+    return st;
+}
+
+/* How many sessions watch path, per wchp; *has set when sid is one of them. */
+static int watchers(const char *path, long long sid, int *has)
+{
+    static char buf[65536];
+    if (test_zk_4lw(zk.port, "wchp", buf, sizeof(buf)) < 0)
+        fail_msg("wchp: no answer");
+    int n = 0, in = 0;
+    if (has)
+        *has = 0;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '/') {
+            in = strcmp(line, path) == 0;
+        } else if (in && strncmp(line, "\t0x", 3) == 0) {
+            n++;
+            if (has && strtoll(line + 3, NULL, 16) == sid)
+                *has = 1;
+        }
+    }
+    return n;
+}
+
+struct watch_arg {
+    const char *path;
+    long long sid;
+    int only; /* sid and nobody else */
+};
+
+static int watched_by(void *arg)
+{
+    struct watch_arg *a = arg;
+    int has, n = watchers(a->path, a->sid, &has);
+    return has && (!a->only || n == 1);
+}
+
+/* Waits until session sid watches path; with only, until nobody else does. */
+static void wait_watched(const char *path, long long sid, int only)
+{
+    struct watch_arg a = {path, sid, only};
+    if (!test_wait_for(watched_by, &a, 20000))
+        fail_msg("%s: not watched by 0x%llx%s (%d watchers)", path, sid,
+                 only ? " alone" : "", watchers(path, 0, NULL));
+}
+
+/* From cons: the packets received on session sid's connection and when the
+ * server established that connection (wall clock ms). 0 when not found. */
+static int session_conn(long long sid, long long *recved, long long *est)
+{
+    static char buf[65536];
+    if (test_zk_4lw(zk.port, "cons", buf, sizeof(buf)) < 0)
+        return 0;
+    char needle[40];
+    snprintf(needle, sizeof(needle), "sid=0x%llx,", sid);
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, needle))
+            continue;
+        const char *r = strstr(line, "recved="), *e = strstr(line, "est=");
+        if (!r || !e)
+            return 0;
+        *recved = atoll(r + 7);
+        *est = atoll(e + 4);
+        return 1;
+    }
+    return 0;
+}
+
+static long long wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* A contender on its own thread: acquires key once, within wait_ms. */
+struct contender {
+    struct lock_session *s;
+    const char *key;
+    int wait_ms;
+    pthread_t thread;
+    atomic_int done;
+    lock_status st;
+    struct lock_grant g;
+    _Atomic int64_t returned_us;
+};
+
+static void *contender_main(void *arg)
+{
+    struct contender *c = arg;
+    c->st = lock_acquire(c->s, c->key, c->wait_ms, &c->g);
+    atomic_store(&c->returned_us, lock_now_us());
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static void contender_start(struct contender *c, struct lock *l, const char *key,
+                            int wait_ms)
+{
+    memset(c, 0, sizeof(*c));
+    c->s = lock_session_new(l, NULL);
+    c->key = key;
+    c->wait_ms = wait_ms;
+    if (pthread_create(&c->thread, NULL, contender_main, c) != 0)
+        abort();
+}
+
+static void contender_join(struct contender *c)
+{
+    pthread_join(c->thread, NULL);
+}
+
+/* ---- exclusion ------------------------------------------------------- */
+
+#define EXCL_THREADS 4
+#define EXCL_ROUNDS 20
+
+static atomic_int excl_inside, excl_overlaps, excl_failures, excl_fence_regressions;
+static _Atomic uint64_t excl_last_fence;
+static pthread_barrier_t excl_start;
+
+static void *excl_main(void *arg)
+{
+    struct lock_session *s = lock_session_new(arg, NULL);
+    pthread_barrier_wait(&excl_start);
+    for (int i = 0; i < EXCL_ROUNDS; i++) {
+        struct lock_grant g;
+        if (lock_acquire(s, "t:excl", 30000, &g) != LOCK_ACQUIRED) {
+            atomic_fetch_add(&excl_failures, 1);
+            continue;
+        }
+        if (atomic_fetch_add(&excl_inside, 1) != 0)
+            atomic_fetch_add(&excl_overlaps, 1);
+        /* Grants come in czxid order: each fence above every earlier one. */
+        if (g.fence <= atomic_load(&excl_last_fence))
+            atomic_fetch_add(&excl_fence_regressions, 1);
+        atomic_store(&excl_last_fence, g.fence);
+        sleep_ms(1); /* the work: a window for an intruder */
+        atomic_fetch_sub(&excl_inside, 1);
+        if (lock_release(s, "t:excl", &g) != LOCK_RELEASED)
+            atomic_fetch_add(&excl_failures, 1);
+    }
+    lock_session_free(s);
+    return NULL;
+}
+
+/* Two ZooKeeper sessions (processes), two threads each, one key: never two
+ * inside at once, every acquire granted, fences strictly increasing. */
+static void test_exclusion(void **state)
+{
+    (void)state;
+    struct lock *locks[2] = {direct_lock(), direct_lock()};
+    pthread_t t[EXCL_THREADS];
+    pthread_barrier_init(&excl_start, NULL, EXCL_THREADS);
+    for (int i = 0; i < EXCL_THREADS; i++)
+        pthread_create(&t[i], NULL, excl_main, locks[i % 2]);
+    for (int i = 0; i < EXCL_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&excl_start);
+    assert_int_equal(atomic_load(&excl_failures), 0);
+    assert_int_equal(atomic_load(&excl_overlaps), 0);
+    assert_int_equal(atomic_load(&excl_fence_regressions), 0);
+    uint64_t acquired = 0, contended = 0;
+    for (int i = 0; i < 2; i++) {
+        struct lock_stats st;
+        lock_stats(locks[i], &st);
+        acquired += st.acquisitions;
+        contended += st.contended;
+    }
+    assert_int_equal(acquired, EXCL_THREADS * EXCL_ROUNDS);
+    assert_true(contended > 0); /* they did wait for each other */
+    assert_int_equal(children("t:excl", NULL, 0), 0);
+    lock_free(locks[0]);
+    lock_free(locks[1]);
+}
+
+/* ---- waiting and waking ---------------------------------------------- */
+
+/* A waiter sleeps on a watch of the holder's node (it sends nothing but its
+ * session's pings while it waits) and has the lock within moments of the
+ * release, long before its deadline. */
+static void test_release_wakes_waiter_without_polling(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock();
+    struct lock_session *sa = lock_session_new(la, NULL);
+    struct lock_grant ga;
+    assert_int_equal(lock_acquire(sa, "t:wake", 1000, &ga), LOCK_ACQUIRED);
+    char holder[512];
+    only_child("t:wake", holder, sizeof(holder));
+    struct contender b;
+    contender_start(&b, lb, "t:wake", 20000);
+    wait_children("t:wake", 2);
+    char waiter[512];
+    child_by_seq("t:wake", 1, waiter, sizeof(waiter));
+    long long b_sid = node_stat(waiter).ephemeralOwner;
+    wait_watched(holder, b_sid, 1);
+    assert_int_equal(watchers(waiter, 0, NULL), 0);
+
+    /* Watch the waiter's connection for a second: a poller would send
+     * requests all along; a watcher only pings (every third of 3 s). */
+    long long r0, r1, est;
+    assert_true(session_conn(b_sid, &r0, &est));
+    sleep_ms(1000); /* an observation window, not a synchronisation */
+    assert_true(session_conn(b_sid, &r1, &est));
+    assert_false(atomic_load(&b.done));
+    if (r1 - r0 > 3)
+        fail_msg("the waiter sent %lld packets in 1 s while waiting", r1 - r0);
+
+    int64_t released = lock_now_us();
+    assert_int_equal(lock_release(sa, "t:wake", &ga), LOCK_RELEASED);
+    contender_join(&b);
+    assert_int_equal(b.st, LOCK_ACQUIRED);
+    assert_true(b.g.contended);
+    int64_t after_us = atomic_load(&b.returned_us) - released;
+    if (after_us > 2000000)
+        fail_msg("the waiter took %lld ms after the release", (long long)after_us / 1000);
+    assert_true(b.g.fence > ga.fence);
+    assert_int_equal(lock_release(b.s, "t:wake", &b.g), LOCK_RELEASED);
+    assert_int_equal(children("t:wake", NULL, 0), 0);
+    lock_session_free(b.s);
+    lock_session_free(sa);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* Three contenders: each waiter watches only its immediate predecessor, and
+ * the release wakes exactly one of them (the next); the third keeps waiting
+ * on the second. */
+static void test_release_wakes_only_the_next(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock(), *lc = direct_lock();
+    struct lock_session *sa = lock_session_new(la, NULL);
+    struct lock_grant ga;
+    assert_int_equal(lock_acquire(sa, "t:next", 1000, &ga), LOCK_ACQUIRED);
+    struct contender b, c;
+    contender_start(&b, lb, "t:next", 20000);
+    wait_children("t:next", 2);
+    contender_start(&c, lc, "t:next", 20000);
+    wait_children("t:next", 3);
+    char na[512], nb[512], nc[512], parent[512];
+    child_by_seq("t:next", 0, na, sizeof(na));
+    child_by_seq("t:next", 1, nb, sizeof(nb));
+    child_by_seq("t:next", 2, nc, sizeof(nc));
+    parent_of_key("t:next", parent, sizeof(parent));
+    long long b_sid = node_stat(nb).ephemeralOwner, c_sid = node_stat(nc).ephemeralOwner;
+    wait_watched(na, b_sid, 1);
+    wait_watched(nb, c_sid, 1);
+    assert_int_equal(watchers(nc, 0, NULL), 0);
+    assert_int_equal(watchers(parent, 0, NULL), 0);
+
+    assert_int_equal(lock_release(sa, "t:next", &ga), LOCK_RELEASED);
+    contender_join(&b);
+    assert_int_equal(b.st, LOCK_ACQUIRED);
+    /* c was not woken: it still waits, on b's node, and holds nothing */
+    assert_false(atomic_load(&c.done));
+    int has;
+    assert_int_equal(watchers(nb, c_sid, &has), 1);
+    assert_true(has);
+    assert_int_equal(children("t:next", NULL, 0), 2);
+
+    assert_int_equal(lock_release(b.s, "t:next", &b.g), LOCK_RELEASED);
+    contender_join(&c);
+    assert_int_equal(c.st, LOCK_ACQUIRED);
+    assert_true(c.g.fence > b.g.fence && b.g.fence > ga.fence);
+    assert_int_equal(lock_release(c.s, "t:next", &c.g), LOCK_RELEASED);
+    lock_session_free(b.s);
+    lock_session_free(c.s);
+    lock_session_free(sa);
+    lock_free(la);
+    lock_free(lb);
+    lock_free(lc);
+}
+
+/* The middle of three contenders gives up: the third, woken by its
+ * predecessor's deletion, lists again and waits for the holder instead of
+ * taking the lock. */
+static void test_middle_gives_up(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock(), *lc = direct_lock();
+    struct lock_session *sa = lock_session_new(la, NULL);
+    struct lock_grant ga;
+    assert_int_equal(lock_acquire(sa, "t:middle", 1000, &ga), LOCK_ACQUIRED);
+    struct contender b, c;
+    contender_start(&b, lb, "t:middle", 1500);
+    wait_children("t:middle", 2);
+    contender_start(&c, lc, "t:middle", 20000);
+    wait_children("t:middle", 3);
+    char na[512], nb[512], nc[512];
+    child_by_seq("t:middle", 0, na, sizeof(na));
+    child_by_seq("t:middle", 1, nb, sizeof(nb));
+    child_by_seq("t:middle", 2, nc, sizeof(nc));
+    long long b_sid = node_stat(nb).ephemeralOwner, c_sid = node_stat(nc).ephemeralOwner;
+    wait_watched(na, b_sid, 1);
+    wait_watched(nb, c_sid, 1);
+
+    contender_join(&b);
+    assert_int_equal(b.st, LOCK_BUSY);
+    /* c moved on to the holder (b's watch on it stays until it fires: a
+     * ZooKeeper watch cannot be taken back safely here, and a stale one
+     * wakes nobody) */
+    wait_watched(na, c_sid, 0);
+    assert_int_equal(children("t:middle", NULL, 0), 2);
+    assert_false(atomic_load(&c.done));
+
+    int64_t released = lock_now_us();
+    assert_int_equal(lock_release(sa, "t:middle", &ga), LOCK_RELEASED);
+    contender_join(&c);
+    assert_int_equal(c.st, LOCK_ACQUIRED);
+    assert_true(atomic_load(&c.returned_us) - released < 2000000);
+    assert_int_equal(lock_release(c.s, "t:middle", &c.g), LOCK_RELEASED);
+    lock_session_free(b.s);
+    lock_session_free(c.s);
+    lock_session_free(sa);
+    lock_free(la);
+    lock_free(lb);
+    lock_free(lc);
+}
+
+/* A contender that runs out of wait answers LOCK_BUSY at its deadline and
+ * leaves no node behind. */
+static void test_give_up_leaves_no_node(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock();
+    struct lock_session *sa = lock_session_new(la, NULL),
+                        *sb = lock_session_new(lb, NULL);
+    struct lock_grant ga, gb;
+    assert_int_equal(lock_acquire(sa, "t:giveup", 1000, &ga), LOCK_ACQUIRED);
+    int64_t start = lock_now_us();
+    assert_int_equal(lock_acquire(sb, "t:giveup", 300, &gb), LOCK_BUSY);
+    int64_t took = lock_now_us() - start;
+    if (took < 300000 || took > 1000000)
+        fail_msg("gave up after %lld ms, asked for 300", (long long)took / 1000);
+    wait_children("t:giveup", 1); /* only the holder's */
+    char node[512];
+    only_child("t:giveup", node, sizeof(node));
+    assert_int_equal(node_stat(node).czxid, (int64_t)ga.fence);
+    /* a try with no wait at all gives up just the same */
+    assert_int_equal(lock_acquire(sb, "t:giveup", 0, &gb), LOCK_BUSY);
+    wait_children("t:giveup", 1);
+    struct lock_stats st;
+    lock_stats(lb, &st);
+    assert_int_equal(st.wait_timeouts, 2);
+    assert_int_equal(st.errors, 0);
+    assert_int_equal(lock_release(sa, "t:giveup", &ga), LOCK_RELEASED);
+    assert_int_equal(children("t:giveup", NULL, 0), 0);
+    lock_session_free(sa);
+    lock_session_free(sb);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* ---- fences, reentrancy, keys ---------------------------------------- */
+
+/* The fence is the lock node's czxid: strictly increasing across grants and
+ * sessions, and still increasing after the lock node is deleted and created
+ * again (when the sequence numbers start over). */
+static void test_fence_is_czxid(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock();
+    struct lock_session *sa = lock_session_new(la, NULL),
+                        *sb = lock_session_new(lb, NULL);
+    uint64_t last = 0;
+    for (int i = 0; i < 4; i++) {
+        struct lock_session *s = i % 2 ? sb : sa;
+        struct lock_grant g;
+        assert_int_equal(lock_acquire(s, "t:fence", 1000, &g), LOCK_ACQUIRED);
+        char node[512];
+        only_child("t:fence", node, sizeof(node));
+        assert_int_equal(node_stat(node).czxid, (int64_t)g.fence);
+        assert_true(g.fence > last);
+        last = g.fence;
+        assert_int_equal(lock_release(s, "t:fence", &g), LOCK_RELEASED);
+    }
+    /* Delete the lock node (la remembers it as existing). */
+    char parent[512];
+    parent_of_key("t:fence", parent, sizeof(parent));
+    assert_int_equal(zoo_delete(admin, parent, -1), ZOK);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(sa, "t:fence", 1000, &g), LOCK_ACQUIRED);
+    char node[512];
+    only_child("t:fence", node, sizeof(node));
+    size_t len = strlen(node);
+    assert_string_equal(node + len - 10, "0000000000"); /* a new lock node */
+    assert_true(g.fence > last);
+    assert_int_equal(lock_release(sa, "t:fence", &g), LOCK_RELEASED);
+    lock_session_free(sa);
+    lock_session_free(sb);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* A session re-acquiring a key it holds gets it at once, with the same node
+ * and fence; only its last release lets others in. */
+static void test_reentrant(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock();
+    struct lock_session *sa = lock_session_new(la, NULL),
+                        *sb = lock_session_new(lb, NULL);
+    struct lock_grant g1, g2, other;
+    assert_int_equal(lock_acquire(sa, "t:reent", 1000, &g1), LOCK_ACQUIRED);
+    assert_int_equal(lock_acquire(sa, "t:reent", 1000, &g2), LOCK_ACQUIRED);
+    assert_int_equal(g2.fence, g1.fence);
+    assert_int_equal(children("t:reent", NULL, 0), 1);
+    assert_int_equal(lock_acquire(sb, "t:reent", 100, &other), LOCK_BUSY);
+    assert_int_equal(lock_release(sa, "t:reent", &g2), LOCK_RELEASED);
+    assert_int_equal(children("t:reent", NULL, 0), 1);
+    assert_int_equal(lock_acquire(sb, "t:reent", 100, &other), LOCK_BUSY);
+    assert_int_equal(lock_release(sa, "t:reent", &g1), LOCK_RELEASED);
+    assert_int_equal(children("t:reent", NULL, 0), 0);
+    assert_int_equal(lock_acquire(sb, "t:reent", 1000, &other), LOCK_ACQUIRED);
+    assert_true(other.fence > g1.fence);
+    assert_int_equal(lock_release(sb, "t:reent", &other), LOCK_RELEASED);
+
+    /* Another thread's session of the same process is another contender. */
+    struct lock_session *sa2 = lock_session_new(la, NULL);
+    assert_int_equal(lock_acquire(sa, "t:reent", 1000, &g1), LOCK_ACQUIRED);
+    assert_int_equal(lock_acquire(sa2, "t:reent", 100, &other), LOCK_BUSY);
+    /* A session freed while holding lets its nodes go. */
+    lock_session_free(sa);
+    wait_children("t:reent", 0);
+    assert_int_equal(lock_acquire(sa2, "t:reent", 1000, &other), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(sa2, "t:reent", &other), LOCK_RELEASED);
+    lock_session_free(sa2);
+    lock_session_free(sb);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* Lock keys map one to one onto node names: '/' does not nest, '.' and '%'
+ * are escaped, the service's key shape is kept readable. */
+static void test_key_names(void **state)
+{
+    (void)state;
+    const char *keys[] = {"a/b", "a%2Fb", "..", "sk:{s1}:lock:3"};
+    const char *nodes[] = {LOCKS "/a%2Fb", LOCKS "/a%252Fb", LOCKS "/%2E%2E",
+                           LOCKS "/sk:{s1}:lock:3"};
+    struct lock *l = direct_lock();
+    struct lock_session *s[4];
+    struct lock_grant g[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = lock_session_new(l, NULL);
+        assert_int_equal(lock_acquire(s[i], keys[i], 200, &g[i]), LOCK_ACQUIRED);
+        assert_int_equal(node_stat(nodes[i]).numChildren, 1);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(lock_release(s[i], keys[i], &g[i]), LOCK_RELEASED);
+        lock_session_free(s[i]);
+    }
+    lock_free(l);
+    /* no ensemble, no lock */
+    struct lock_config cfg = {.ttl_ms = 3000};
+    char err[256] = "";
+    assert_null(lock_new("zk", &cfg, err, sizeof(err)));
+    assert_non_null(strstr(err, "--zk"));
+}
+
+/* ---- failures -------------------------------------------------------- */
+
+/* The answer to the contender's create is lost with its connection: after
+ * reconnecting it finds its node by its guid and holds the lock with it, not
+ * with a second node queued behind the first. */
+static void test_lost_create_answer(void **state)
+{
+    (void)state;
+    struct test_proxy proxy;
+    test_proxy_start_bytes(&proxy, zk.port, "t:cut/_c_");
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
+    struct lock *l = zk_lock(via, SESSION_MS);
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    /* a first hold through the proxy, untouched: the connection is up */
+    assert_int_equal(lock_acquire(s, "t:warm", 5000, &g), LOCK_ACQUIRED);
+    char node[512];
+    only_child("t:warm", node, sizeof(node));
+    long long sid = node_stat(node).ephemeralOwner, recved, est;
+    assert_int_equal(lock_release(s, "t:warm", &g), LOCK_RELEASED);
+    long long before_ms = wall_ms();
+
+    assert_int_equal(lock_acquire(s, "t:cut", 5000, &g), LOCK_ACQUIRED);
+    only_child("t:cut", node, sizeof(node));
+    struct Stat st = node_stat(node);
+    assert_int_equal(st.ephemeralOwner, sid); /* the same session, */
+    assert_true(session_conn(sid, &recved, &est));
+    assert_true(est >= before_ms); /* on a new connection: the cut happened */
+    assert_int_equal(st.czxid, (int64_t)g.fence);
+    assert_string_equal(node + strlen(node) - 10, "0000000000"); /* the first create */
+    assert_int_equal(lock_release(s, "t:cut", &g), LOCK_RELEASED);
+    assert_int_equal(children("t:cut", NULL, 0), 0);
+    lock_session_free(s);
+    lock_free(l);
+    test_proxy_stop(&proxy);
+}
+
+struct valid_arg {
+    struct lock_session *s;
+    const struct lock_grant *g;
+    int64_t session_us;
+};
+
+/* The lock noticed the disconnection: the validity stops moving with time. */
+static int validity_frozen(void *arg)
+{
+    struct valid_arg *a = arg;
+    int64_t v = lock_valid_until_us(a->s, a->g);
+    return v > 0 && v < lock_now_us() + a->session_us - 100000;
+}
+
+static int validity_zero(void *arg)
+{
+    struct valid_arg *a = arg;
+    return lock_valid_until_us(a->s, a->g) == 0;
+}
+
+struct gone_arg {
+    const char *path;
+};
+
+static int node_gone(void *arg)
+{
+    struct Stat st;
+    return zoo_exists(admin, ((struct gone_arg *)arg)->path, 0, &st) == ZNONODE;
+}
+
+/* A holder cut off from ZooKeeper (its proxy frozen) past its session: while
+ * disconnected its validity is the session timeout from the disconnection;
+ * the server expires the session and another takes the lock with a larger
+ * fence; once the holder hears of the expiry its grant is worth 0, the loss
+ * is counted, its release is NOT_HELD, and it acquires again on a new
+ * session. */
+static void test_session_expiry(void **state)
+{
+    (void)state;
+    const int session_ms = 1000;
+    struct test_proxy proxy;
+    test_proxy_start_bytes(&proxy, zk.port, NULL);
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
+    struct lock *l = zk_lock(via, session_ms), *other = direct_lock();
+    struct lock_session *s = lock_session_new(l, NULL),
+                        *so = lock_session_new(other, NULL);
+    struct lock_grant g, go;
+    assert_int_equal(lock_acquire(s, "t:expire", 5000, &g), LOCK_ACQUIRED);
+    char node[512];
+    only_child("t:expire", node, sizeof(node));
+    int64_t v0 = lock_valid_until_us(s, &g);
+    assert_true(v0 > lock_now_us());
+
+    int64_t cut = lock_now_us();
+    kill(proxy.pid, SIGSTOP);
+    struct valid_arg va = {s, &g, (int64_t)session_ms * 1000};
+    assert_true(test_wait_for(validity_frozen, &va, 10000));
+    int64_t v1 = lock_valid_until_us(s, &g);
+    /* disconnected at most 2/3 of the session after the cut (+ scheduling) */
+    assert_true(v1 > cut && v1 <= cut + 2 * va.session_us + 500000);
+    sleep_ms(20);
+    assert_int_equal(lock_valid_until_us(s, &g), v1); /* frozen */
+
+    struct gone_arg gone = {node};
+    assert_true(test_wait_for(node_gone, &gone, 20000)); /* the server expired it */
+    assert_int_equal(lock_acquire(so, "t:expire", 5000, &go), LOCK_ACQUIRED);
+    assert_true(go.fence > g.fence);
+    assert_int_equal(lock_release(so, "t:expire", &go), LOCK_RELEASED);
+
+    kill(proxy.pid, SIGCONT);
+    assert_true(test_wait_for(validity_zero, &va, 20000));
+    struct lock_stats st;
+    lock_stats(l, &st);
+    assert_int_equal(st.leases_lost, 1);
+    assert_int_equal(lock_release(s, "t:expire", &g), LOCK_NOT_HELD);
+    struct lock_grant g2;
+    assert_int_equal(lock_acquire(s, "t:expire", 5000, &g2), LOCK_ACQUIRED);
+    assert_true(g2.fence > go.fence);
+    only_child("t:expire", node, sizeof(node));
+    assert_int_equal(node_stat(node).czxid, (int64_t)g2.fence);
+    assert_int_equal(lock_release(s, "t:expire", &g2), LOCK_RELEASED);
+    lock_stats(l, &st);
+    assert_int_equal(st.leases_lost, 1);
+    lock_session_free(s);
+    lock_session_free(so);
+    lock_free(l);
+    lock_free(other);
+    test_proxy_stop(&proxy);
+}
+
+/* ZooKeeper killed: acquires answer LOCK_ERROR within their wait, a holder's
+ * validity is the session timeout from the disconnection; restarted on its
+ * data: the session lived through it (the hold releases normally) and
+ * acquires work again, with no new lock. */
+static void test_zookeeper_down_and_back(void **state)
+{
+    (void)state;
+    const int session_ms = 15000; /* outlives a JVM restart */
+    struct lock *l = zk_lock(hosts, session_ms);
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant held, g;
+    assert_int_equal(lock_acquire(s, "t:down:held", 5000, &held), LOCK_ACQUIRED);
+
+    int64_t killed = lock_now_us();
+    test_zk_stop(&zk, 1, 1);
+    struct valid_arg va = {s, &held, (int64_t)session_ms * 1000};
+    assert_true(test_wait_for(validity_frozen, &va, 10000));
+    int64_t v = lock_valid_until_us(s, &held);
+    assert_true(v >= killed + va.session_us && v <= lock_now_us() + va.session_us);
+
+    for (int wait_ms = 0; wait_ms <= 500; wait_ms += 500) {
+        int64_t start = lock_now_us();
+        assert_int_equal(lock_acquire(s, "t:down", wait_ms, &g), LOCK_ERROR);
+        int64_t took = lock_now_us() - start;
+        if (took > (int64_t)(wait_ms + 300) * 1000)
+            fail_msg("LOCK_ERROR after %lld ms, wait %d", (long long)took / 1000,
+                     wait_ms);
+    }
+    struct lock_stats st;
+    lock_stats(l, &st);
+    assert_int_equal(st.errors, 2);
+
+    test_zk_restart(&zk);
+    assert_int_equal(lock_acquire(s, "t:down", 20000, &g), LOCK_ACQUIRED);
+    assert_true(g.fence > held.fence);
+    assert_int_equal(lock_release(s, "t:down", &g), LOCK_RELEASED);
+    assert_true(lock_valid_until_us(s, &held) > lock_now_us());
+    assert_int_equal(lock_release(s, "t:down:held", &held), LOCK_RELEASED);
+    lock_stats(l, &st);
+    assert_int_equal(st.leases_lost, 0);
+    lock_session_free(s);
+    lock_free(l);
+    if (!test_wait_for(admin_connected, NULL, 20000))
+        fail_msg("the test's handle did not reconnect");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exclusion),
+        cmocka_unit_test(test_release_wakes_waiter_without_polling),
+        cmocka_unit_test(test_release_wakes_only_the_next),
+        cmocka_unit_test(test_middle_gives_up),
+        cmocka_unit_test(test_give_up_leaves_no_node),
+        cmocka_unit_test(test_fence_is_czxid),
+        cmocka_unit_test(test_reentrant),
+        cmocka_unit_test(test_key_names),
+        cmocka_unit_test(test_lost_create_answer),
+        cmocka_unit_test(test_session_expiry),
+        cmocka_unit_test(test_zookeeper_down_and_back),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
