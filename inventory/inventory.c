@@ -17,7 +17,8 @@
  * index, choosing segments) and record.lua (recording a placed order);
  * peek.lua shares the first three. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
-    lua_inventory_peek, lua_inventory_reset, lua_inventory_batch;
+    lua_inventory_peek, lua_inventory_reset, lua_inventory_batch,
+    lua_inventory_fence_read;
 /* inventory/lua/commit.lua: commit of one order of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
@@ -26,6 +27,10 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_a
 static struct rscript peek_script = RSCRIPT_INIT("inv_peek", lua_inventory_peek);
 /* inventory/lua/batch.lua: group commit of the lock-guarded modes. */
 static struct rscript batch_script = RSCRIPT_INIT("inv_batch", lua_inventory_batch);
+/* inventory/lua/fence_read.lua: the read under a lock whose tokens come from
+ * outside the data Redis (zk), which raises the segment's high-water token. */
+static struct rscript fence_read_script =
+    RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
 /* inventory/lua/reset.lua: create or reset a SKU. */
 static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
 
@@ -558,6 +563,45 @@ static long long stock_of(const redisReply *r)
                : -1;
 }
 
+/* Takes the lock lkey of segment seg (waiting wait_ms at most) together with
+ * the read of the segment's stock: in the same round trip where the mode
+ * allows. With tokens from outside the data Redis (zk) the read raises the
+ * segment's high-water token to the grant's first (fence_read.lua); a grant
+ * already succeeded by a later holder is released and answered LOCK_BUSY
+ * (counted fenced off). On LOCK_ACQUIRED *stock is the stock read, -1 when
+ * the read got no answer (the lock is held either way). */
+static lock_status lock_and_read(struct inv_session *s, const struct sku_keys *k,
+                                 const char *lkey, int seg, int wait_ms,
+                                 struct lock_grant *g, long long *stock)
+{
+    char segtext[12];
+    snprintf(segtext, sizeof(segtext), "%d", seg);
+    redisReply *rr = NULL;
+    lock_status ls;
+    if (!lock_fence_external(s->inv->cfg.lock)) {
+        const char *argv[] = {"HGET", k->stock, segtext};
+        struct rcmd read = {.argc = 3, .argv = argv};
+        ls = lock_acquire_then(s->lock, lkey, wait_ms, g, &read, &rr);
+    } else if ((ls = lock_acquire(s->lock, lkey, wait_ms, g)) == LOCK_ACQUIRED) {
+        char fkey[160], token[24];
+        lock_fence_key(lkey, fkey, sizeof(fkey));
+        snprintf(token, sizeof(token), "%" PRIu64, g->fence);
+        const char *argv[] = {fkey, k->stock, token, segtext};
+        rr = rconn_eval(s->rc, &fence_read_script, 2, 2, argv, NULL);
+        if (rr && rr->type == REDIS_REPLY_ARRAY) { /* {-2}: a later holder's mark */
+            freeReplyObject(rr);
+            lock_release(s->lock, lkey, g);
+            count(&s->inv->counters.fenced_off);
+            return LOCK_BUSY;
+        }
+    }
+    if (ls == LOCK_ACQUIRED)
+        *stock = stock_of(rr);
+    if (rr)
+        freeReplyObject(rr);
+    return ls;
+}
+
 /* One segment of an order's critical section: its lock, the stock read under
  * it, and the units the order takes from it. */
 struct part_hold {
@@ -593,18 +637,10 @@ static lock_status parts_release(struct inv_session *s, struct part_hold *p, int
 static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
 {
     for (int i = 0; i < n; i++) {
-        char segtext[12];
-        snprintf(segtext, sizeof(segtext), "%d", p[i].seg);
-        const char *read_argv[] = {"HGET", c->k.stock, segtext};
-        struct rcmd read = {.argc = 3, .argv = read_argv};
         int wait_ms = (int)((c->deadline - lock_now_us()) / 1000);
-        redisReply *rr;
-        lock_status ls = lock_acquire_then(
-            c->s->lock, p[i].lkey, wait_ms > 0 ? wait_ms : 0, &p[i].g, &read, &rr);
+        lock_status ls = lock_and_read(c->s, &c->k, p[i].lkey, p[i].seg,
+                                       wait_ms > 0 ? wait_ms : 0, &p[i].g, &p[i].stock);
         if (ls == LOCK_ACQUIRED) {
-            p[i].stock = stock_of(rr);
-            if (rr)
-                freeReplyObject(rr);
             if (p[i].stock >= 0)
                 continue;
             i++; /* held, but its read failed */
@@ -1154,29 +1190,23 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
     rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku);
-    char *lkey = h->lkey, segtext[12];
+    char *lkey = h->lkey;
     snprintf(lkey, sizeof(h->lkey), "sk:{%s}:lock:%d", sku, seg);
-    snprintf(segtext, sizeof(segtext), "%d", seg);
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
         oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
     int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - lock_now_us()) / 1000;
-    const char *read_argv[] = {"HGET", k.stock, segtext};
-    struct rcmd read = {.argc = 3, .argv = read_argv};
     int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
-    redisReply *rr;
     h->seen = soldout_generation(inv->cfg.soldout);
-    lock_status ls = lock_acquire_then(s->lock, lkey, wait_ms, &h->g, &read, &rr);
+    long long stock;
+    lock_status ls = lock_and_read(s, &k, lkey, seg, wait_ms, &h->g, &stock);
     if (ls == LOCK_BUSY && try_only)
         return -1; /* taken: nothing decided, the caller tries later */
     if (ls != LOCK_ACQUIRED) {
         tickets_finish(inv, t, n, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
         return 0;
     }
-    long long stock = stock_of(rr);
-    if (rr)
-        freeReplyObject(rr);
     if (stock < 0) {
         lock_release(s->lock, lkey, &h->g);
         tickets_finish(inv, t, n, INV_UNAVAILABLE);

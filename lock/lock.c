@@ -82,6 +82,11 @@ int lock_fenced(const struct lock *l)
     return l->be->fenced && l->cfg.fencing;
 }
 
+int lock_fence_external(const struct lock *l)
+{
+    return lock_fenced(l) && l->be->fence_external;
+}
+
 struct lock_session *lock_session_new(struct lock *l, struct rconn *data)
 {
     struct lock_session *s = calloc(1, sizeof(*s));

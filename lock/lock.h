@@ -89,6 +89,13 @@ int lock_mode_known(const char *mode);
 const char *lock_name(const struct lock *l);
 /* True when the mode hands out fencing tokens (distributed modes with fencing on). */
 int lock_fenced(const struct lock *l);
+/* True when those tokens come from outside the data Redis (zk: the lock node's
+ * czxid), so no "<key>:fence" counter there moves with the grants. The data
+ * Redis then keeps each key's high-water token at "<key>:fence" instead: the
+ * holder's first step under the lock raises it to its token, refused when a
+ * later holder's is there already, and a commit checks it as for the other
+ * modes (still the holder's token, or refused). */
+int lock_fence_external(const struct lock *l);
 
 /* A session for the calling thread. data is the thread's connection to the data
  * Redis; it is borrowed and must outlive the session. Never returns NULL. */

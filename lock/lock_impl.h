@@ -13,7 +13,9 @@ struct lock_counters;
  * with the grant: backends that can, do it inside their acquire script). */
 struct lock_backend {
     const char *name;
-    int fenced; /* grants carry fencing tokens when lock_config.fencing is on */
+    int fenced;         /* grants carry fencing tokens when lock_config.fencing is on */
+    int fence_external; /* the tokens come from outside the data Redis (see
+                           lock_fence_external) */
     /* Backend state for a new lock; NULL with err set when unusable. */
     void *(*create)(const struct lock_config *cfg, struct lock_counters *counters,
                     char *err, size_t errlen);

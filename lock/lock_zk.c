@@ -1271,6 +1271,7 @@ static int64_t zk_valid_until(void *session, const struct lock_grant *g)
 const struct lock_backend lock_backend_zk = {
     .name = "zk",
     .fenced = 1,
+    .fence_external = 1, /* czxid */
     .create = zk_create_state,
     .destroy = zk_destroy,
     .session_new = zk_session_new,

@@ -58,3 +58,20 @@ void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
     assert_int_equal(a.remaining, remaining);
     assert_true(a.consistent);
 }
+
+void invfix_on_done(struct inv_ticket *t)
+{
+    struct invfix_waiter *w = t->owner;
+    pthread_mutex_lock(&w->mu);
+    w->done++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void invfix_wait_done(struct invfix_waiter *w, int n)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->done < n)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}

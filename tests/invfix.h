@@ -5,6 +5,7 @@
 #ifndef SECKILL_INVFIX_H
 #define SECKILL_INVFIX_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "inventory.h"
@@ -30,5 +31,21 @@ void invfix_user_with_home(int home, int k, int nth, char *out, size_t len);
  * index agree. */
 void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
                         long long remaining);
+
+/* Counts the answers of the tickets it owns (t->owner = w, t->done =
+ * invfix_on_done), so that a test waits on a condition, not a clock. */
+struct invfix_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+};
+#define INVFIX_WAITER_INIT                                                               \
+    {                                                                                    \
+        PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0                           \
+    }
+
+void invfix_on_done(struct inv_ticket *t);
+/* Waits until w counted n answers. */
+void invfix_wait_done(struct invfix_waiter *w, int n);
 
 #endif

@@ -287,29 +287,6 @@ static void test_batch_with_lost_connection(void **state)
 
 /* ---- the batcher ---------------------------------------------------------- */
 
-struct waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-};
-
-static void on_done(struct inv_ticket *t)
-{
-    struct waiter *w = t->owner;
-    pthread_mutex_lock(&w->mu);
-    w->done++;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void wait_done(struct waiter *w, int n)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->done < n)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-}
-
 #define CROWD 64
 
 /* A batcher of `threads` threads and batches of `batch` on the fixture. */
@@ -325,10 +302,10 @@ static struct inv_batcher *batcher(struct invfix *f, int threads, int batch)
 /* Opens t as an order of sku for user, answered to w, and submits it to b
  * (b NULL: opened only). */
 static void submit(struct invfix *f, struct inv_batcher *b, struct inv_ticket *t,
-                   const char *sku, const char *user, struct waiter *w)
+                   const char *sku, const char *user, struct invfix_waiter *w)
 {
     assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, NULL), INV_OK);
-    t->done = on_done;
+    t->done = invfix_on_done;
     t->owner = w;
     if (b)
         inv_batcher_submit(b, t);
@@ -347,13 +324,13 @@ static void test_batcher_groups_orders_of_a_segment(void **state)
     inv_sku_put(f.s, "crowd", 50, 1, 1);
     struct inv_batcher *b = batcher(&f, 1, 16);
     static struct inv_ticket t[CROWD];
-    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
     for (int i = 0; i < CROWD; i++) {
         char user[16];
         snprintf(user, sizeof(user), "c%d", i);
         submit(&f, b, &t[i], "crowd", user, &w);
     }
-    wait_done(&w, CROWD);
+    invfix_wait_done(&w, CROWD);
     int placed = 0, sold_out = 0;
     for (int i = 0; i < CROWD; i++) {
         placed += t[i].st == INV_PLACED;
@@ -398,7 +375,7 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     assert_int_equal(lock_acquire(ls, "sk:{gate}:lock:0", 5000, &g), LOCK_ACQUIRED);
     struct inv_batcher *b = batcher(&f, 1, 64);
     static struct inv_ticket t[49];
-    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
     submit(&f, b, &t[48], "gate", "g", &w);
     for (int i = 0; i < 48; i++) {
         char user[16];
@@ -408,7 +385,7 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     }
     lock_release(ls, "sk:{gate}:lock:0", &g);
     lock_session_free(ls);
-    wait_done(&w, 49);
+    invfix_wait_done(&w, 49);
     for (int i = 0; i < 49; i++)
         assert_int_equal(t[i].st, INV_PLACED);
     struct inv_batch_stats bs;
@@ -449,16 +426,16 @@ static void test_batcher_works_holds_side_by_side(void **state)
     }
     struct inv_batcher *b = batcher(&f, 1, 8);
     static struct inv_ticket learn[3], t[3];
-    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
     for (int i = 0; i < 3; i++) /* the layouts, learnt one by one */
         submit(&f, b, &learn[i], sku[i], "learn", &w);
-    wait_done(&w, 3);
+    invfix_wait_done(&w, 3);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(learn[i].st, INV_PLACED);
         submit(&f, b, &t[i], sku[i], "park", &w);
     }
     assert_true(test_wait_for(three_held, &probe, 5000));
-    wait_done(&w, 6);
+    invfix_wait_done(&w, 6);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(t[i].st, INV_PLACED);
         invfix_assert_sold(&f, sku[i], 2, 8);
@@ -479,25 +456,25 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
     inv_sku_put(f.s, "real", 10, 2, 1);
     struct inv_batcher *b = batcher(&f, 2, 8);
     static struct inv_ticket t[42];
-    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
     for (int i = 0; i < 40; i++) {
         char sku[16];
         snprintf(sku, sizeof(sku), "madeup%d", i);
         submit(&f, b, &t[i], sku, "u", &w);
     }
-    wait_done(&w, 40);
+    invfix_wait_done(&w, 40);
     for (int i = 0; i < 40; i++)
         assert_int_equal(t[i].st, INV_NOT_FOUND);
     struct inv_batch_stats bs;
     inv_batcher_stats(b, &bs);
     assert_int_equal(bs.queues, 0);
     submit(&f, b, &t[40], "real", "u", &w);
-    wait_done(&w, 41);
+    invfix_wait_done(&w, 41);
     assert_int_equal(t[40].st, INV_PLACED);
     inv_batcher_stats(b, &bs);
     assert_int_equal(bs.queues, 0);         /* learnt by itself: no segment queue yet */
     submit(&f, b, &t[41], "real", "v", &w); /* its segment's queue, and the SKU's */
-    wait_done(&w, 42);
+    invfix_wait_done(&w, 42);
     assert_int_equal(t[41].st, INV_PLACED);
     inv_batcher_stats(b, &bs);
     assert_int_equal(bs.queues, 2);
@@ -515,7 +492,7 @@ static void test_batcher_stop_answers_everything(void **state)
     inv_sku_put(f.s, "stop", 100, 2, 1);
     struct inv_batcher *b = batcher(&f, 2, 4);
     static struct inv_ticket t[CROWD + 1];
-    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
     for (int i = 0; i <= CROWD; i++) {
         char user[16];
         snprintf(user, sizeof(user), "s%d", i);
@@ -529,7 +506,7 @@ static void test_batcher_stop_answers_everything(void **state)
         assert_int_equal(t[i].st, INV_PLACED);
     inv_batcher_submit(b, &t[CROWD]);
     assert_int_equal(t[CROWD].st, INV_UNAVAILABLE);
-    wait_done(&w, CROWD + 1);
+    invfix_wait_done(&w, CROWD + 1);
     inv_batcher_free(b);
     invfix_assert_sold(&f, "stop", CROWD, 100 - CROWD);
     invfix_close(&f);

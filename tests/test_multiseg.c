@@ -26,36 +26,18 @@ static void fixture_open(struct invfix *f, const char *mode, int work_us)
 }
 
 /* An order placed through a batcher, as the server places it. */
-struct waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-};
-
-static void on_done(struct inv_ticket *t)
-{
-    struct waiter *w = t->owner;
-    pthread_mutex_lock(&w->mu);
-    w->done = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
 static inv_status place_batched(struct invfix *f, struct inv_batcher *b, const char *sku,
                                 const char *user, int qty, struct inv_order *o)
 {
     static struct inv_ticket t;
-    struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
     inv_status st = inv_ticket_open(f->inv, &t, sku, user, qty, NULL);
     if (st != INV_OK)
         return st;
-    t.done = on_done;
+    t.done = invfix_on_done;
     t.owner = &w;
     inv_batcher_submit(b, &t);
-    pthread_mutex_lock(&w.mu);
-    while (!w.done)
-        pthread_cond_wait(&w.cv, &w.mu);
-    pthread_mutex_unlock(&w.mu);
+    invfix_wait_done(&w, 1);
     *o = t.order;
     return t.st;
 }
