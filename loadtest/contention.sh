@@ -19,11 +19,22 @@
 #   wait p50/p99     lock wait, from the instances' /stats lock wait_histogram summed over
 #                    the instances (bucket upper bounds: "<=2ms" means in (1ms, 2ms]);
 #                    waits that ended busy count too
+#   wake/acq         zk: ZooKeeper watch wake-ups per lock acquisition (/stats
+#                    lock.watch_wakeups / lock.acquisitions, summed over the instances):
+#                    the herd effect. Mode zk watches the predecessor, so a release wakes
+#                    the next waiter only: about 1 or less. Mode zk-all is --lock zk with
+#                    --zk-watch all, the naive recipe: every waiter watches the lock
+#                    node's children, and every release (and every new contender) wakes
+#                    all of them, about as many per acquisition as there are waiters
+#   wake/wait        the same per acquisition that had to wait (lock.contended)
 #
 # This is a measurement, not a test: it prints a table (and the top commands per order
-# of each mode) and exits 0 when every mode ran.
+# of each mode) and exits 0 when every mode ran. zk and zk-all need a cluster.sh that
+# starts ZooKeeper (--lock zk); without one they are left out of the default modes.
+# The zk fence is the lock node's czxid: where the commit scripts do not take it yet,
+# every commit is fenced off under zk, and -- --fencing off measures the lock anyway.
 #
-#   loadtest/contention.sh [--modes redis,setnx,redlock] [--instances 3]
+#   loadtest/contention.sh [--modes redis,setnx,redlock,zk,zk-all] [--instances 3]
 #                          [--connections 96] [--duration 5s] [--work-us 2000]
 #                          [--threads 2] [--keep DIR] [-- extra seckill flags]
 # shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
@@ -34,7 +45,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 CLUSTER=$ROOT/scripts/cluster.sh
 
-modes="redis,setnx,redlock" instances=3 connections=96 duration=5s work_us=2000
+modes="" instances=3 connections=96 duration=5s work_us=2000
 wrk_threads=2 keep="" stock=100000000
 extra=()
 usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
@@ -56,10 +67,26 @@ for p in wrk curl jq redis-cli nginx; do
     command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
 done
 seckill_bin >/dev/null || exit 1
+# cluster.sh starts ZooKeeper once its usage speaks of zk (issue 12, point 5).
+cluster_has_zk() { "$CLUSTER" --help 2>&1 | grep -w zk >/dev/null; }
+if [[ -z $modes ]]; then
+    modes="redis,setnx,redlock,zk,zk-all"
+    cluster_has_zk || {
+        modes="redis,setnx,redlock"
+        log "(zk, zk-all left out: scripts/cluster.sh does not start ZooKeeper yet)"
+    }
+fi
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
-    case $m in none | local | setnx | redis | redlock) ;; *) die "mode '$m' has no lock to contend on" ;; esac
+    case $m in
+    none | local | setnx | redis | redlock) ;;
+    zk | zk-all) cluster_has_zk || die "mode $m: scripts/cluster.sh does not start ZooKeeper (--lock zk) yet" ;;
+    *) die "mode '$m' has no lock to contend on" ;;
+    esac
 done
+# mode_lock MODE: the --lock of a row; mode_flags MODE: the seckill flags it adds.
+mode_lock() { case $1 in zk-all) echo zk ;; *) echo "$1" ;; esac; }
+mode_flags() { case $1 in zk-all) echo "--zk-watch all" ;; zk) echo "--zk-watch predecessor" ;; esac; }
 
 WORK=${keep:-$(mktemp -d "${TMPDIR:-/tmp}/seckill-contention.XXXXXX")}
 mkdir -p "$WORK"
@@ -119,12 +146,15 @@ percentile() {
 
 ROWS=()
 TOPS=()
+WAKES=()
 run_mode() {
     local mode=$1 cdir=$WORK/$1 sku=hot
+    local -a flags=()
+    read -r -a flags <<<"$(mode_flags "$mode")"
     log "== $mode: $instances instances, 1 segment, ${work_us}us of work, wrk -c$connections -d$duration"
     CUR=$cdir
-    "$CLUSTER" up --dir "$cdir" --quiet --instances "$instances" --lb nginx --lock "$mode" \
-        -- --work-us "$work_us" --log-level warn "${extra[@]}" >/dev/null 2>"$WORK/$mode.up.err" || {
+    "$CLUSTER" up --dir "$cdir" --quiet --instances "$instances" --lb nginx --lock "$(mode_lock "$mode")" \
+        -- --work-us "$work_us" --log-level warn "${flags[@]}" "${extra[@]}" >/dev/null 2>"$WORK/$mode.up.err" || {
         log "   cluster did not start: $(tail -n 1 "$WORK/$mode.up.err")"
         CUR=""
         return 1
@@ -150,7 +180,11 @@ run_mode() {
     wait_histogram >"$WORK/$mode.hist"
     local u
     for u in $INSTANCE_URLS; do curl -s --max-time 5 "$u/stats"; done |
-        jq -s '{placed: (map(.orders.placed) | add), busy: (map(.orders.busy) | add)}' \
+        jq -s '{placed: (map(.orders.placed) | add), busy: (map(.orders.busy) | add),
+            fenced_off: (map(.fenced_off_commits) | add),
+            acquisitions: (map(.lock.acquisitions) | add),
+            contended: (map(.lock.contended) | add),
+            wakeups: (map(.lock.watch_wakeups // 0) | add)}' \
             >"$WORK/$mode.orders" || die "$mode: no /stats"
     "$CLUSTER" down --dir "$cdir" --quiet >/dev/null 2>&1 || log "   cluster down failed"
     CUR=""
@@ -161,7 +195,19 @@ run_mode() {
     # stops are placed (and paid for) after it stopped counting.
     placed=$(jq -r .placed "$WORK/$mode.orders") busy=$(jq -r .busy "$WORK/$mode.orders")
     rps=$(jq -r .req_per_s <<<"$w")
+    if ((placed == 0)) && (($(jq -r .fenced_off "$WORK/$mode.orders") > 0)); then
+        die "$mode: nothing placed, every commit fenced off (the commit scripts do not take this mode's fences yet? -- --fencing off measures the lock anyway)"
+    fi
     ((placed > 0)) || die "$mode: nothing placed"
+    # watch wake-ups per acquisition, and per acquisition that waited: zk modes only
+    local wake="- -" counts
+    if [[ $mode == zk* ]]; then
+        counts=$(jq -r '"\(.wakeups) \(.acquisitions) \(.contended)"' "$WORK/$mode.orders")
+        wake=$(awk '{ for (i = 2; i <= 3; i++) printf "%s%s", (i > 2 ? " " : ""),
+            ($i > 0 ? sprintf("%.2f", $1 / $i) : "-"); print "" }' <<<"$counts")
+        read -r -a counts <<<"$counts"
+        WAKES+=("$mode: ${counts[0]} watch wake-ups, ${counts[1]} acquisitions (${counts[2]} waited)")
+    fi
     delta "$WORK/$mode.data.0" "$WORK/$mode.data.1" >"$WORK/$mode.data.d"
     : >"$WORK/$mode.lock.d"
     for n in "${!lock_ports[@]}"; do delta "$WORK/$mode.lock$n.0" "$WORK/$mode.lock$n.1" >>"$WORK/$mode.lock.d"; done
@@ -174,7 +220,7 @@ run_mode() {
             printf "%.2f %.2f %.2f ", dc / p, de / p, dr / p
             if (nl > 0) printf "%.2f %.2f\n", lc / p, (lr - nl) / p; else print "- -"
         }' "$WORK/$mode.data.d" "$WORK/$mode.lock.d")
-    ROWS+=("$mode $placed $busy $rps $per $(percentile 0.5 <"$WORK/$mode.hist") $(percentile 0.99 <"$WORK/$mode.hist")")
+    ROWS+=("$mode $placed $busy $rps $per $(percentile 0.5 <"$WORK/$mode.hist") $(percentile 0.99 <"$WORK/$mode.hist") $wake")
     TOPS+=("$mode: $(cat "$WORK/$mode.data.d" "$WORK/$mode.lock.d" | grep -v '^reads ' |
         awk '{ c[$1] += $2 } END { for (k in c) print c[k], k }' | sort -rn | head -n 8 |
         awk -v p="$placed" '{ printf "%s%s %.2f", (NR > 1 ? ", " : ""), $2, $1 / p }')")
@@ -184,9 +230,9 @@ for m in "${mode_list[@]}"; do run_mode "$m"; done
 
 echo
 echo "one segment, $instances instances behind nginx, ${work_us}us of work, wrk -t$wrk_threads -c$connections -d$duration"
-fmt='%-8s %7s %6s %8s %10s %13s %9s %11s %9s %9s %9s\n'
+fmt='%-8s %7s %6s %8s %10s %13s %9s %11s %9s %9s %9s %8s %9s\n'
 # shellcheck disable=SC2059
-printf "$fmt" mode placed busy req/s cmds/order evalsha/order rt/order lock_cmds/o lock_rt/o wait_p50 wait_p99
+printf "$fmt" mode placed busy req/s cmds/order evalsha/order rt/order lock_cmds/o lock_rt/o wait_p50 wait_p99 wake/acq wake/wait
 for r in "${ROWS[@]}"; do
     # shellcheck disable=SC2086,SC2059
     printf "$fmt" $r
@@ -194,3 +240,8 @@ done
 echo
 echo "commands per placed order (data redis + lock nodes, top 8):"
 printf '  %s\n' "${TOPS[@]}"
+if ((${#WAKES[@]})); then
+    echo
+    echo "zk watch wake-ups, over the instances' /stats (lock.watch_wakeups, acquisitions, contended):"
+    printf '  %s\n' "${WAKES[@]}"
+fi

@@ -159,6 +159,21 @@ void lock_count_lost(struct lock_counters *c)
     bump(&c->leases_lost);
 }
 
+void lock_count_wakeup(struct lock_counters *c)
+{
+    bump(&c->watch_wakeups);
+}
+
+void lock_count_watch_waiter(struct lock_counters *c, int delta)
+{
+    if (delta > 0)
+        atomic_fetch_add_explicit(&c->watch_waiters, (uint64_t)delta,
+                                  memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&c->watch_waiters, (uint64_t)-delta,
+                                  memory_order_relaxed);
+}
+
 /* Takes the fencing token for a backend that does not hand one out itself. */
 static int take_fence(struct lock_session *s, const char *key, struct lock_grant *g)
 {
@@ -271,6 +286,8 @@ void lock_stats(const struct lock *l, struct lock_stats *out)
     out->releases_not_held = atomic_load(&c->releases_not_held);
     out->renewals = atomic_load(&c->renewals);
     out->leases_lost = atomic_load(&c->leases_lost);
+    out->watch_wakeups = atomic_load(&c->watch_wakeups);
+    out->watch_waiters = atomic_load(&c->watch_waiters);
     out->wait_count = atomic_load(&c->wait_count);
     out->wait_sum_us = atomic_load(&c->wait_sum_us);
     for (int i = 0; i < LOCK_WAIT_BUCKETS; i++)

@@ -41,6 +41,15 @@ struct lock_grant {
     void *holder;           /* backend-private (watchdog entry, redlock nodes, ...) */
 };
 
+/* zk: what a waiting contender watches. */
+typedef enum {
+    /* its immediate predecessor: a release wakes one waiter (the recipe) */
+    LOCK_ZK_WATCH_PREDECESSOR = 0,
+    /* the lock node's children, as the naive recipe does: every create and
+     * delete under it wakes every waiter (the herd effect) */
+    LOCK_ZK_WATCH_ALL,
+} lock_zk_watch;
+
 struct lock_config {
     int ttl_ms;                     /* lease length */
     const struct rconn_addr *nodes; /* redlock: independent masters */
@@ -53,6 +62,8 @@ struct lock_config {
                              show what unsynchronised clocks do (0: none) */
     const char *zk_hosts; /* zk: the ensemble, "H:P[,H:P...]" (copied) */
     int zk_session_ms;    /* zk: session timeout asked for, the lease (0: 3000) */
+    /* zk: what a waiter watches (0: its predecessor) */
+    lock_zk_watch zk_watch;
 };
 
 #define LOCK_WAIT_BUCKETS 14
@@ -69,6 +80,10 @@ struct lock_stats {
     uint64_t releases_not_held;
     uint64_t renewals;
     uint64_t leases_lost;
+    uint64_t watch_wakeups; /* zk: waits ended by a watch firing (the waiter then
+                               lists the children again); per acquisition, the
+                               herd effect */
+    uint64_t watch_waiters; /* zk: a gauge, the waiters asleep on a watch now */
     uint64_t wait_count;
     uint64_t wait_sum_us;
     uint64_t wait_buckets[LOCK_WAIT_BUCKETS]; /* non-cumulative counts */

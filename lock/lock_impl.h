@@ -39,10 +39,12 @@ struct lock_backend {
     int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };
 
-/* Counters a backend may bump (renewals, leases lost); the rest are kept by lock.c. */
+/* Counters a backend may bump (renewals, leases lost, watch wake-ups); the rest
+ * are kept by lock.c. */
 struct lock_counters {
     _Atomic uint64_t acquisitions, contended, wait_timeouts, errors, releases,
-        releases_not_held, renewals, leases_lost, wait_count, wait_sum_us;
+        releases_not_held, renewals, leases_lost, watch_wakeups, watch_waiters,
+        wait_count, wait_sum_us;
     _Atomic uint64_t wait_buckets[LOCK_WAIT_BUCKETS];
 };
 
@@ -56,6 +58,10 @@ struct lock {
 /* For backends that renew leases (the counters come with create). */
 void lock_count_renewal(struct lock_counters *c);
 void lock_count_lost(struct lock_counters *c);
+/* For backends whose waiters sleep on a watch: one waiter woken by one, and
+ * delta (+1, -1) waiters asleep on one. */
+void lock_count_wakeup(struct lock_counters *c);
+void lock_count_watch_waiter(struct lock_counters *c, int delta);
 
 extern const struct lock_backend lock_backend_none;
 extern const struct lock_backend lock_backend_local;

@@ -19,6 +19,15 @@
  * up deletes its own child before it answers LOCK_BUSY (a delete not answered
  * within ZK_TRY_FLOOR_MS finishes in the background).
  *
+ * The herd: with lock_config.zk_watch LOCK_ZK_WATCH_ALL a waiter instead
+ * watches the lock node's children, listing and watching in one request
+ * (zoo_awget_children), as the naive recipe does: every waiter is woken by
+ * every create and delete under the lock node, lists again, and all but one
+ * go back to sleep. Exclusion is the same (the lowest child holds); only the
+ * wake-ups differ. Each wait ended by a watch counts in watch_wakeups: about
+ * one per contended acquisition watching the predecessor, about as many as
+ * there are waiters per release watching all.
+ *
  * Connection loss during a create: the create may have happened on the server
  * with its answer lost. Once reconnected (same session) the contender looks
  * for a child carrying its guid and uses it, rather than creating a second
@@ -93,11 +102,13 @@ struct zk_orphan {
     char parent[];
 };
 
-/* A contender sleeping until the watch on its predecessor fires. */
+/* A contender sleeping until the watch on its predecessor (or, watching all,
+ * on the lock node's children) fires. */
 struct zk_waiter {
     struct zk_waiter *next;
-    const char *path; /* the watched predecessor */
-    int woken;
+    const char *path; /* the watched path */
+    int woken;        /* a watch on path fired */
+    int asleep;       /* counted in watch_waiters */
     pthread_cond_t cond;
 };
 
@@ -145,6 +156,7 @@ struct zk_state {
     int session_ms;
     int timeout_ms;
     struct lock_counters *counters;
+    lock_zk_watch watch;                          /* what a waiter watches */
     pthread_mutex_t mu;                           /* everything here and in every conn */
     pthread_mutex_t reconnect_mu;                 /* one new session at a time */
     struct zk_conn *conn;                         /* the current session */
@@ -210,20 +222,29 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
         orphans_sweep(c);
 }
 
-/* The watch on a predecessor: wakes the contenders waiting for that node.
- * Session events reach every watch too; conn_watcher handles those. */
+/* The watch on a predecessor (or, watching all, on the lock node's children):
+ * wakes the contenders waiting for that path. Session events reach every
+ * watch too; conn_watcher handles those. */
 static void pred_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     (void)zh, (void)state;
     if (type == ZOO_SESSION_EVENT || !path)
         return;
     struct zk_conn *c = ctx;
+    struct lock_counters *counters = c->st->counters;
     pthread_mutex_lock(&c->st->mu);
     for (struct zk_waiter *w = c->waiters; w; w = w->next) {
-        if (strcmp(w->path, path) == 0) {
-            w->woken = 1;
-            pthread_cond_signal(&w->cond);
+        if (strcmp(w->path, path) != 0 || w->woken)
+            continue;
+        w->woken = 1;
+        /* Counted here rather than when the waiter's thread runs: once an
+         * answer that came after this event is handled, the count is final. */
+        if (w->asleep) {
+            w->asleep = 0;
+            lock_count_watch_waiter(counters, -1);
+            lock_count_wakeup(counters);
         }
+        pthread_cond_signal(&w->cond);
     }
     pthread_mutex_unlock(&c->st->mu);
 }
@@ -552,14 +573,17 @@ static int zk_create_parent(struct zk_conn *c, const char *path, int64_t deadlin
     return rc == ZNODEEXISTS ? ZOK : rc;
 }
 
-/* The children of parent, without a watch (*kids: caller frees). */
-static int zk_children(struct zk_conn *c, const char *parent, int64_t deadline_us,
-                       char ***kids, int *nkids)
+/* The children of parent (*kids: caller frees); with watch, also sets a child
+ * watch on parent (pred_watcher) in the same request, when parent exists. */
+static int zk_children(struct zk_conn *c, const char *parent, int watch,
+                       int64_t deadline_us, char ***kids, int *nkids)
 {
     *kids = NULL;
     *nkids = 0;
     struct zk_call *call = call_new(c, OP_CHILDREN, 1);
-    call_sent(call, zoo_aget_children(c->zh, parent, 0, children_done, call));
+    call_sent(call, watch ? zoo_awget_children(c->zh, parent, pred_watcher, c,
+                                               children_done, call)
+                          : zoo_aget_children(c->zh, parent, 0, children_done, call));
     return call_finish(call, deadline_us, NULL, NULL, kids, nkids);
 }
 
@@ -837,7 +861,7 @@ static int find_own(struct zk_attempt *a)
 {
     char **kids;
     int n;
-    int rc = zk_children(a->conn, a->parent, a->hard_us, &kids, &n);
+    int rc = zk_children(a->conn, a->parent, 0, a->hard_us, &kids, &n);
     if (rc != ZOK)
         return rc;
     rc = ZNONODE;
@@ -900,14 +924,15 @@ static int node_create(struct zk_attempt *a)
     return rc;
 }
 
-/* Lists the children: ZOK with pred set to the path of our immediate
- * predecessor, "" when ours is the lowest; ZNONODE when ours is gone. Deletes
- * any other node carrying our guid. */
-static int find_predecessor(struct zk_attempt *a, char *pred, size_t len)
+/* Lists the children (with watch, also watching them: see zk_children): ZOK
+ * with pred set to the path of our immediate predecessor, "" when ours is the
+ * lowest; ZNONODE when ours is gone. Deletes any other node carrying our
+ * guid. */
+static int find_predecessor(struct zk_attempt *a, int watch, char *pred, size_t len)
 {
     char **kids;
     int n;
-    int rc = zk_children(a->conn, a->parent, a->hard_us, &kids, &n);
+    int rc = zk_children(a->conn, a->parent, watch, a->hard_us, &kids, &n);
     if (rc != ZOK)
         return rc;
     const char *mine = strrchr(a->node, '/') + 1;
@@ -941,39 +966,101 @@ static int find_predecessor(struct zk_attempt *a, char *pred, size_t len)
     return my_seq >= 0 ? ZOK : ZNONODE;
 }
 
-/* Sleeps until the watch on pred fires (ZOK), the session expires
- * (ZSESSIONEXPIRED) or the wait deadline passes (ZK_DEADLINE). ZOK at once
- * when pred is already gone. */
-static int wait_predecessor(struct zk_attempt *a, const char *pred)
+/* Puts w on c's list of waiters for watches on path. Before the request that
+ * sets the watch: a fire cannot be missed. */
+static void waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path)
 {
-    struct zk_conn *c = a->conn;
-    struct zk_state *st = c->st;
-    if (lock_now_us() >= a->deadline_us)
-        return ZK_DEADLINE;
-    struct zk_waiter w = {.path = pred};
-    lock_cond_init(&w.cond);
-    pthread_mutex_lock(&st->mu);
-    w.next = c->waiters; /* before the watch: a fire cannot be missed */
-    c->waiters = &w;
-    pthread_mutex_unlock(&st->mu);
-    int rc = zk_watch(c, pred, a->hard_us);
-    pthread_mutex_lock(&st->mu);
-    if (rc == ZOK) {
-        while (!w.woken && !c->expired &&
-               lock_cond_wait_until(&w.cond, &st->mu, a->deadline_us) != ETIMEDOUT)
-            ;
-        rc = w.woken ? ZOK : c->expired ? ZSESSIONEXPIRED : ZK_DEADLINE;
-    } else if (rc == ZNONODE) {
-        rc = ZOK; /* gone before we could watch it: list again */
-    }
+    memset(w, 0, sizeof(*w));
+    w->path = path;
+    lock_cond_init(&w->cond);
+    pthread_mutex_lock(&c->st->mu);
+    w->next = c->waiters;
+    c->waiters = w;
+    pthread_mutex_unlock(&c->st->mu);
+}
+
+static void waiter_remove(struct zk_conn *c, struct zk_waiter *w)
+{
+    pthread_mutex_lock(&c->st->mu);
     for (struct zk_waiter **p = &c->waiters; *p; p = &(*p)->next) {
-        if (*p == &w) {
-            *p = w.next;
+        if (*p == w) {
+            *p = w->next;
             break;
         }
     }
+    pthread_mutex_unlock(&c->st->mu);
+    pthread_cond_destroy(&w->cond);
+}
+
+/* Sleeps until w's watch fires (ZOK, counted in watch_wakeups), the session
+ * expires (ZSESSIONEXPIRED) or the wait deadline passes (ZK_DEADLINE). While
+ * it sleeps, w counts in watch_waiters. */
+static int waiter_sleep(struct zk_attempt *a, struct zk_waiter *w)
+{
+    struct zk_conn *c = a->conn;
+    struct zk_state *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    if (w->woken) { /* already, by another contender's watch on the same path */
+        lock_count_wakeup(st->counters);
+    } else {
+        w->asleep = 1;
+        lock_count_watch_waiter(st->counters, 1);
+    }
+    while (!w->woken && !c->expired &&
+           lock_cond_wait_until(&w->cond, &st->mu, a->deadline_us) != ETIMEDOUT)
+        ;
+    if (w->asleep) { /* not woken: pred_watcher did not take it off */
+        w->asleep = 0;
+        lock_count_watch_waiter(st->counters, -1);
+    }
+    int rc = w->woken ? ZOK : c->expired ? ZSESSIONEXPIRED : ZK_DEADLINE;
     pthread_mutex_unlock(&st->mu);
-    pthread_cond_destroy(&w.cond);
+    return rc;
+}
+
+/* One round of the recipe: lists the children; ZOK with *held set when ours
+ * is the lowest. Otherwise watches only the immediate predecessor and sleeps
+ * until that watch fires: ZOK (list again), or as waiter_sleep. ZOK at once
+ * when the predecessor is already gone. */
+static int round_watch_predecessor(struct zk_attempt *a, int *held)
+{
+    char pred[ZK_PATH_MAX];
+    int rc = find_predecessor(a, 0, pred, sizeof(pred));
+    *held = rc == ZOK && !pred[0];
+    if (rc != ZOK || *held)
+        return rc;
+    a->contended = 1;
+    if (lock_now_us() >= a->deadline_us)
+        return ZK_DEADLINE;
+    struct zk_conn *c = a->conn;
+    struct zk_waiter w;
+    waiter_add(c, &w, pred);
+    rc = zk_watch(c, pred, a->hard_us);
+    if (rc == ZOK)
+        rc = waiter_sleep(a, &w);
+    else if (rc == ZNONODE)
+        rc = ZOK; /* gone before we could watch it: list again */
+    waiter_remove(c, &w);
+    return rc;
+}
+
+/* One round of the naive recipe (the herd): lists the children and watches
+ * them in one request; ZOK with *held set when ours is the lowest, else sleeps
+ * until any child of the lock node comes or goes: ZOK (list again), or as
+ * waiter_sleep. */
+static int round_watch_all(struct zk_attempt *a, int *held)
+{
+    struct zk_conn *c = a->conn;
+    struct zk_waiter w;
+    char pred[ZK_PATH_MAX];
+    waiter_add(c, &w, a->parent);
+    int rc = find_predecessor(a, 1, pred, sizeof(pred));
+    *held = rc == ZOK && !pred[0];
+    if (rc == ZOK && !*held) {
+        a->contended = 1;
+        rc = lock_now_us() >= a->deadline_us ? ZK_DEADLINE : waiter_sleep(a, &w);
+    }
+    waiter_remove(c, &w);
     return rc;
 }
 
@@ -1003,16 +1090,13 @@ static enum zk_try contend(struct zk_attempt *a)
     if (rc != ZOK)
         return give_up(a, rc);
     for (;;) {
-        char pred[ZK_PATH_MAX];
-        rc = find_predecessor(a, pred, sizeof(pred));
-        if (rc == ZOK && !pred[0])
+        int held = 0;
+        rc = a->conn->st->watch == LOCK_ZK_WATCH_ALL ? round_watch_all(a, &held)
+                                                     : round_watch_predecessor(a, &held);
+        if (rc == ZOK && held)
             return TRY_ACQUIRED;
-        if (rc == ZOK) {
-            a->contended = 1;
-            rc = wait_predecessor(a, pred);
-            if (rc == ZOK)
-                continue;
-        }
+        if (rc == ZOK)
+            continue;
         if (rc == ZNONODE) { /* our node was deleted under us */
             a->node[0] = '\0';
             return conn_expired(a->conn) || lock_now_us() < a->deadline_us ? TRY_AGAIN
@@ -1126,6 +1210,7 @@ static void *zk_create_state(const struct lock_config *cfg,
     st->session_ms = cfg->zk_session_ms > 0 ? cfg->zk_session_ms : ZK_DEFAULT_SESSION_MS;
     st->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
     st->counters = counters;
+    st->watch = cfg->zk_watch;
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->reconnect_mu, NULL);
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);

@@ -163,6 +163,18 @@ static int opt_zk(struct svc_config *cfg, const char *value, char *err, size_t e
     return -1;
 }
 
+static int opt_zk_watch(struct svc_config *cfg, const char *value, char *err,
+                        size_t errlen)
+{
+    if (strcmp(value, "predecessor") == 0 || strcmp(value, "all") == 0) {
+        cfg->zk_watch =
+            strcmp(value, "all") == 0 ? LOCK_ZK_WATCH_ALL : LOCK_ZK_WATCH_PREDECESSOR;
+        return 0;
+    }
+    snprintf(err, errlen, "must be predecessor or all");
+    return -1;
+}
+
 static int opt_fencing(struct svc_config *cfg, const char *value, char *err,
                        size_t errlen)
 {
@@ -209,6 +221,11 @@ static const struct option_spec options[] = {
      "ZooKeeper session timeout for --lock zk, the lease (100..600000; the server "
      "may grant another)",
      opt_zk_session},
+    {"zk-watch", "predecessor|all", "predecessor",
+     "what a waiter watches under --lock zk: its predecessor (a release wakes one "
+     "waiter), or all the lock's children as the naive recipe does (every change "
+     "wakes every waiter: the herd effect, counted in /stats lock.watch_wakeups)",
+     opt_zk_watch},
     {"segments", "K", "16", "segments of a SKU created without a count (1..1024)",
      opt_segments},
     {"lock-ttl-ms", "N", "3000", "lock lease", opt_ttl},
@@ -342,6 +359,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     rconn_addr_parse("127.0.0.1:6379", &cfg->redis);
     snprintf(cfg->zk_hosts, sizeof(cfg->zk_hosts), "127.0.0.1:2181");
     cfg->zk_session_ms = 3000;
+    cfg->zk_watch = LOCK_ZK_WATCH_PREDECESSOR;
     snprintf(cfg->lock_mode, sizeof(cfg->lock_mode), "redis");
     cfg->segments = 16;
     cfg->lock_ttl_ms = 3000;

@@ -18,6 +18,7 @@ struct svc_config {
     int nlock_nodes;
     char zk_hosts[1024]; /* "host:port,..." as the ZooKeeper client takes it */
     int zk_session_ms;
+    int zk_watch; /* lock_zk_watch: what a waiting zk contender watches */
     int segments;
     int lock_ttl_ms;
     int wait_ms;

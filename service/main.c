@@ -85,6 +85,7 @@ int main(int argc, char **argv)
             .fencing = cfg.fencing,
             .zk_hosts = cfg.zk_hosts,
             .zk_session_ms = cfg.zk_session_ms,
+            .zk_watch = (lock_zk_watch)cfg.zk_watch,
         };
         lock = lock_new(cfg.lock_mode, &lc, err, sizeof(err));
         if (!lock) {

@@ -149,15 +149,16 @@ static json_t *lock_stats_json(struct svc_app *app)
             snprintf(le, sizeof(le), "le_inf");
         json_object_set_new(hist, le, json_integer((json_int_t)ls.wait_buckets[b]));
     }
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
-                     "mode", lock_name(app->lock), "acquisitions",
-                     (json_int_t)ls.acquisitions, "contended", (json_int_t)ls.contended,
-                     "wait_timeouts", (json_int_t)ls.wait_timeouts, "errors",
-                     (json_int_t)ls.errors, "releases", (json_int_t)ls.releases,
-                     "releases_not_held", (json_int_t)ls.releases_not_held, "renewals",
-                     (json_int_t)ls.renewals, "leases_lost", (json_int_t)ls.leases_lost,
-                     "wait_count", (json_int_t)ls.wait_count, "wait_sum_us",
-                     (json_int_t)ls.wait_sum_us, "wait_histogram", hist);
+    return json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode",
+        lock_name(app->lock), "acquisitions", (json_int_t)ls.acquisitions, "contended",
+        (json_int_t)ls.contended, "wait_timeouts", (json_int_t)ls.wait_timeouts, "errors",
+        (json_int_t)ls.errors, "releases", (json_int_t)ls.releases, "releases_not_held",
+        (json_int_t)ls.releases_not_held, "renewals", (json_int_t)ls.renewals,
+        "leases_lost", (json_int_t)ls.leases_lost, "watch_wakeups",
+        (json_int_t)ls.watch_wakeups, "watch_waiters", (json_int_t)ls.watch_waiters,
+        "wait_count", (json_int_t)ls.wait_count, "wait_sum_us",
+        (json_int_t)ls.wait_sum_us, "wait_histogram", hist);
 }
 
 json_t *svc_stats_json(struct svc_app *app)
@@ -318,6 +319,15 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
                 ls.renewals);
         counter(f, "seckill_lock_leases_lost_total", "Leases found lost while held.",
                 ls.leases_lost);
+        counter(f, "seckill_lock_watch_wakeups_total",
+                "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd "
+                "effect.",
+                ls.watch_wakeups);
+        fprintf(f,
+                "# HELP seckill_lock_watch_waiters Waiters asleep on a ZooKeeper watch "
+                "now (zk).\n# TYPE seckill_lock_watch_waiters gauge\n"
+                "seckill_lock_watch_waiters %llu\n",
+                (unsigned long long)ls.watch_waiters);
         fprintf(
             f, "# HELP seckill_lock_wait_seconds Time spent waiting for a segment lock.\n"
                "# TYPE seckill_lock_wait_seconds histogram\n");

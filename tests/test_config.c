@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "lock.h"
 
 /* Loads "--listen <listen>" plus extra (a flag and its value, or NULL). */
 static config_status load(const char *listen, const char *flag, const char *value,
@@ -30,6 +31,7 @@ static int setup(void **state)
     unsetenv("SECKILL_LISTEN");
     unsetenv("SECKILL_ZK");
     unsetenv("SECKILL_ZK_SESSION_MS");
+    unsetenv("SECKILL_ZK_WATCH");
     unsetenv("SECKILL_LOCK");
     return 0;
 }
@@ -157,6 +159,36 @@ static void test_zk_flags(void **state)
     unsetenv("SECKILL_ZK_SESSION_MS");
 }
 
+/* --zk-watch: what a zk waiter watches; its predecessor unless asked. */
+static void test_zk_watch_flag(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512];
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.zk_watch, LOCK_ZK_WATCH_PREDECESSOR);
+    assert_int_equal(load_flag(&cfg, "--zk-watch", "all", err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.zk_watch, LOCK_ZK_WATCH_ALL);
+    assert_int_equal(load_flag(&cfg, "--zk-watch", "predecessor", err, sizeof(err)),
+                     CONFIG_OK);
+    assert_int_equal(cfg.zk_watch, LOCK_ZK_WATCH_PREDECESSOR);
+    const char *bad[] = {"", "All", "parent", "pred", "1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (load_flag(&cfg, "--zk-watch", bad[i], err, sizeof(err)) != CONFIG_ERROR)
+            fail_msg("--zk-watch '%s' accepted", bad[i]);
+        if (!strstr(err, "--zk-watch") || !strstr(err, "predecessor or all"))
+            fail_msg("--zk-watch '%s': the message does not say why: %s", bad[i], err);
+    }
+    /* the environment, and the flag over it */
+    setenv("SECKILL_ZK_WATCH", "all", 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.zk_watch, LOCK_ZK_WATCH_ALL);
+    assert_int_equal(load_flag(&cfg, "--zk-watch", "predecessor", err, sizeof(err)),
+                     CONFIG_OK);
+    assert_int_equal(cfg.zk_watch, LOCK_ZK_WATCH_PREDECESSOR);
+    unsetenv("SECKILL_ZK_WATCH");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -164,6 +196,7 @@ int main(void)
         cmocka_unit_test_setup(test_public_address_needs_token, setup),
         cmocka_unit_test_setup(test_token_from_environment, setup),
         cmocka_unit_test_setup(test_zk_flags, setup),
+        cmocka_unit_test_setup(test_zk_watch_flag, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,15 +70,24 @@ static int group_teardown(void **state)
     return 0;
 }
 
-static struct lock *zk_lock(const char *ensemble, int session_ms)
+static struct lock *zk_lock_watching(const char *ensemble, int session_ms,
+                                     lock_zk_watch watch)
 {
-    struct lock_config cfg = {
-        .ttl_ms = 3000, .fencing = 1, .zk_hosts = ensemble, .zk_session_ms = session_ms};
+    struct lock_config cfg = {.ttl_ms = 3000,
+                              .fencing = 1,
+                              .zk_hosts = ensemble,
+                              .zk_session_ms = session_ms,
+                              .zk_watch = watch};
     char err[256] = "";
     struct lock *l = lock_new("zk", &cfg, err, sizeof(err));
     if (!l)
         fail_msg("lock_new(zk, %s): %s", ensemble, err);
     return l;
+}
+
+static struct lock *zk_lock(const char *ensemble, int session_ms)
+{
+    return zk_lock_watching(ensemble, session_ms, LOCK_ZK_WATCH_PREDECESSOR);
 }
 
 static struct lock *direct_lock(void)
@@ -306,11 +315,17 @@ static void *excl_main(void *arg)
 }
 
 /* Two ZooKeeper sessions (processes), two threads each, one key: never two
- * inside at once, every acquire granted, fences strictly increasing. */
-static void test_exclusion(void **state)
+ * inside at once, every acquire granted, fences strictly increasing. Returns
+ * the watch wake-ups of both sessions; *contended_out the acquisitions that
+ * waited. */
+static uint64_t exclusion_run(lock_zk_watch watch, uint64_t *contended_out)
 {
-    (void)state;
-    struct lock *locks[2] = {direct_lock(), direct_lock()};
+    struct lock *locks[2] = {zk_lock_watching(hosts, SESSION_MS, watch),
+                             zk_lock_watching(hosts, SESSION_MS, watch)};
+    atomic_store(&excl_inside, 0);
+    atomic_store(&excl_overlaps, 0);
+    atomic_store(&excl_failures, 0);
+    atomic_store(&excl_fence_regressions, 0);
     pthread_t t[EXCL_THREADS];
     pthread_barrier_init(&excl_start, NULL, EXCL_THREADS);
     for (int i = 0; i < EXCL_THREADS; i++)
@@ -321,18 +336,41 @@ static void test_exclusion(void **state)
     assert_int_equal(atomic_load(&excl_failures), 0);
     assert_int_equal(atomic_load(&excl_overlaps), 0);
     assert_int_equal(atomic_load(&excl_fence_regressions), 0);
-    uint64_t acquired = 0, contended = 0;
+    uint64_t acquired = 0, contended = 0, wakeups = 0;
     for (int i = 0; i < 2; i++) {
         struct lock_stats st;
         lock_stats(locks[i], &st);
         acquired += st.acquisitions;
         contended += st.contended;
+        wakeups += st.watch_wakeups;
     }
     assert_int_equal(acquired, EXCL_THREADS * EXCL_ROUNDS);
     assert_true(contended > 0); /* they did wait for each other */
     assert_int_equal(children("t:excl", NULL, 0), 0);
     lock_free(locks[0]);
     lock_free(locks[1]);
+    *contended_out = contended;
+    return wakeups;
+}
+
+/* Watching the predecessor, only a release wakes a waiter (nobody gives up
+ * here), and only the next one: at most one wake-up per acquisition that
+ * waited (none when the predecessor went before the watch was set). */
+static void test_exclusion(void **state)
+{
+    (void)state;
+    uint64_t contended, wakeups = exclusion_run(LOCK_ZK_WATCH_PREDECESSOR, &contended);
+    if (wakeups > contended)
+        fail_msg("%llu wake-ups for %llu waits", (unsigned long long)wakeups,
+                 (unsigned long long)contended);
+}
+
+/* Watching all the children (the herd) is just as exclusive. */
+static void test_exclusion_watching_all(void **state)
+{
+    (void)state;
+    uint64_t contended;
+    exclusion_run(LOCK_ZK_WATCH_ALL, &contended);
 }
 
 /* ---- waiting and waking ---------------------------------------------- */
@@ -512,6 +550,156 @@ static void test_give_up_leaves_no_node(void **state)
     lock_session_free(sb);
     lock_free(la);
     lock_free(lb);
+}
+
+/* ---- the herd effect ------------------------------------------------- */
+
+#define HERD_WAITERS 4
+
+/* A round trip on l's ZooKeeper session (an acquire and release of a key
+ * nobody else uses). Once it is answered, every watch event the server sent
+ * that session before has been handled: a session gets its events and answers
+ * in order, and the client runs them in order on one thread. */
+static void session_round_trip(struct lock *l)
+{
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(s, "t:herd:probe", 5000, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(s, "t:herd:probe", &g), LOCK_RELEASED);
+    lock_session_free(s);
+}
+
+struct asleep_arg {
+    struct lock *const *locks;
+    int from, to;
+};
+
+static int all_asleep(void *arg)
+{
+    struct asleep_arg *a = arg;
+    for (int i = a->from; i < a->to; i++) {
+        struct lock_stats st;
+        lock_stats(a->locks[i], &st);
+        if (st.watch_waiters != 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* Settles the waiters of locks[from..to) (one each) after a change under the
+ * lock node: each has had every watch event of that change (and counted its
+ * wake-up), and each is asleep on a watch again (one that was woken has
+ * listed again and set a new watch). No time window: a wake-up that would
+ * come later than this is not one that change caused. */
+static void waiters_settle(struct lock *const *locks, int from, int to)
+{
+    for (int i = from; i < to; i++)
+        session_round_trip(locks[i]);
+    struct asleep_arg a = {locks, from, to};
+    if (!test_wait_for(all_asleep, &a, 20000))
+        fail_msg("waiters %d..%d are not all asleep on a watch", from, to - 1);
+}
+
+static uint64_t herd_wakeups(struct lock *const *locks, int n)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        struct lock_stats st;
+        lock_stats(locks[i], &st);
+        sum += st.watch_wakeups;
+    }
+    return sum;
+}
+
+/* A holder and HERD_WAITERS waiters queued behind it on key, each its own
+ * ZooKeeper session (process). The holder releases, then each waiter in turn
+ * once it holds. woken[r] is the watch wake-ups that release r caused (over
+ * every session), counted once the waiters left have settled; the wake-ups
+ * of the waiters' arrivals are not in it. Exclusion all along: each release
+ * lets in the next waiter and nobody else, with a larger fence. */
+static void herd_run(lock_zk_watch watch, const char *key, uint64_t woken[HERD_WAITERS])
+{
+    struct lock *locks[HERD_WAITERS + 1];
+    for (int i = 0; i <= HERD_WAITERS; i++)
+        locks[i] = zk_lock_watching(hosts, SESSION_MS, watch);
+    struct lock_session *sh = lock_session_new(locks[HERD_WAITERS], NULL);
+    struct lock_grant gh;
+    assert_int_equal(lock_acquire(sh, key, 1000, &gh), LOCK_ACQUIRED);
+    struct contender c[HERD_WAITERS];
+    for (int i = 0; i < HERD_WAITERS; i++) {
+        contender_start(&c[i], locks[i], key, 30000);
+        wait_children(key, i + 2);
+        waiters_settle(locks, 0, i + 1); /* (watching all, an arrival wakes all) */
+    }
+    uint64_t base = herd_wakeups(locks, HERD_WAITERS + 1), last_fence = gh.fence;
+    struct lock_stats st;
+    lock_stats(locks[HERD_WAITERS], &st);
+    assert_int_equal(st.watch_wakeups, 0); /* the holder never waited */
+
+    for (int r = 0; r < HERD_WAITERS; r++) {
+        if (r == 0)
+            assert_int_equal(lock_release(sh, key, &gh), LOCK_RELEASED);
+        else
+            assert_int_equal(lock_release(c[r - 1].s, key, &c[r - 1].g), LOCK_RELEASED);
+        contender_join(&c[r]);
+        assert_int_equal(c[r].st, LOCK_ACQUIRED);
+        assert_true(c[r].g.contended);
+        assert_true(c[r].g.fence > last_fence);
+        last_fence = c[r].g.fence;
+        waiters_settle(locks, r + 1, HERD_WAITERS);
+        for (int j = r + 1; j < HERD_WAITERS; j++)
+            if (atomic_load(&c[j].done))
+                fail_msg("release %d: waiter %d returned while %d holds", r, j, r);
+        assert_int_equal(children(key, NULL, 0), HERD_WAITERS - r);
+        uint64_t now = herd_wakeups(locks, HERD_WAITERS + 1);
+        woken[r] = now - base;
+        base = now;
+    }
+    assert_int_equal(lock_release(c[HERD_WAITERS - 1].s, key, &c[HERD_WAITERS - 1].g),
+                     LOCK_RELEASED);
+    assert_int_equal(children(key, NULL, 0), 0);
+    for (int i = 0; i < HERD_WAITERS; i++)
+        lock_session_free(c[i].s);
+    lock_session_free(sh);
+    for (int i = 0; i <= HERD_WAITERS; i++)
+        lock_free(locks[i]);
+}
+
+/* Watching the predecessor, each release wakes exactly one waiter, the one
+ * that then holds: one wake-up per acquisition that waited. */
+static void test_herd_watching_predecessor(void **state)
+{
+    (void)state;
+    uint64_t woken[HERD_WAITERS], sum = 0;
+    herd_run(LOCK_ZK_WATCH_PREDECESSOR, "t:herd:pred", woken);
+    for (int r = 0; r < HERD_WAITERS; r++) {
+        if (woken[r] != 1)
+            fail_msg("release %d woke %llu waiters, expected 1", r,
+                     (unsigned long long)woken[r]);
+        sum += woken[r];
+    }
+    print_message("watching the predecessor: %llu wake-ups for %d acquisitions "
+                  "(%.2f per acquisition)\n",
+                  (unsigned long long)sum, HERD_WAITERS, (double)sum / HERD_WAITERS);
+}
+
+/* Watching all the children, each release wakes every waiter still queued:
+ * HERD_WAITERS, then one fewer each time (n(n+1)/2 for n acquisitions). */
+static void test_herd_watching_all(void **state)
+{
+    (void)state;
+    uint64_t woken[HERD_WAITERS], sum = 0;
+    herd_run(LOCK_ZK_WATCH_ALL, "t:herd:all", woken);
+    for (int r = 0; r < HERD_WAITERS; r++) {
+        if (woken[r] != (uint64_t)(HERD_WAITERS - r))
+            fail_msg("release %d woke %llu waiters, expected %d (every one queued)", r,
+                     (unsigned long long)woken[r], HERD_WAITERS - r);
+        sum += woken[r];
+    }
+    print_message("watching all children: %llu wake-ups for %d acquisitions "
+                  "(%.2f per acquisition; %llu for the first release, %d waiting)\n",
+                  (unsigned long long)sum, HERD_WAITERS, (double)sum / HERD_WAITERS,
+                  (unsigned long long)woken[0], HERD_WAITERS);
 }
 
 /* ---- fences, reentrancy, keys ---------------------------------------- */
@@ -800,10 +988,13 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exclusion),
+        cmocka_unit_test(test_exclusion_watching_all),
         cmocka_unit_test(test_release_wakes_waiter_without_polling),
         cmocka_unit_test(test_release_wakes_only_the_next),
         cmocka_unit_test(test_middle_gives_up),
         cmocka_unit_test(test_give_up_leaves_no_node),
+        cmocka_unit_test(test_herd_watching_predecessor),
+        cmocka_unit_test(test_herd_watching_all),
         cmocka_unit_test(test_fence_is_czxid),
         cmocka_unit_test(test_reentrant),
         cmocka_unit_test(test_key_names),
