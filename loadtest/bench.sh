@@ -8,7 +8,7 @@
 #   --quick            a smoke test of the harness: 1 s per step, no warm-up (also
 #                      BENCH_QUICK=1); its figures are not worth quoting
 #   --systems LIST     lock modes, system ids (redis-b1) or canned, comma-separated
-#                      (none,local,setnx,redis,redlock,atomic,canned)
+#                      (none,local,setnx,redis,redlock,zk,atomic,canned)
 #   --scenarios LIST   s1-c256,s1-c64,s2,cont (all)
 #   --s1 D, --s2 D, --cont D, --warmup D
 #                      wrk duration per step, wrk syntax (5s, 4s, 4s, 1s; quick: 1s, 0)
@@ -17,7 +17,8 @@
 #   --no-chart, --keep skip the chart; keep the clusters' logs under DIR/clusters/
 #
 # Set-up: per system one cluster from scripts/cluster.sh (a data Redis with its default
-# AOF policy, 3 lock nodes for redlock, 3 seckill instances behind nginx, K=16), used for
+# AOF policy, 3 lock nodes for redlock, one ZooKeeper server for zk, 3 seckill instances
+# behind nginx, K=16), used for
 # all of its S1 and S2 steps; contention needs other server flags and gets its own.
 #
 # Scenarios (wrk -t2 through the balancer, loadtest/orders.lua):
@@ -35,7 +36,9 @@
 # Columns, per step: req/s, p50/p99 (ms, wrk); x_atomic, x_canned: req/s over atomic's
 # and canned's in the same scenario; redis_us/ord: Redis CPU (INFO used_cpu_sys +
 # used_cpu_user, data Redis + lock nodes) per placed order; rt/ord: Redis round trips
-# (INFO total_reads_processed, data Redis + lock nodes) per placed order; in S2, where
+# (INFO total_reads_processed, data Redis + lock nodes) per placed order; for zk the
+# ZooKeeper server counts as a lock node (CPU: its JVM's /proc utime + stime; round
+# trips: the requests it received, srvr's Received); in S2, where
 # nothing is placed, both are per answer; seckill_us/req: CPU of the instances
 # (/proc/<pid>/stat utime + stime) per answer; cs/req: context switches of every
 # instance thread (/proc/<pid>/task/*/status) per answer; placed: orders placed (the
@@ -56,11 +59,11 @@ LUA=$ROOT/loadtest/orders.lua
 
 # The lock modes that get a --batch 1 row beside their default batch, once the server
 # has --batch: the ones that hold a lock. none has no hold, atomic is the baseline.
-BATCHED_MODES="local setnx redis redlock"
+BATCHED_MODES="local setnx redis redlock zk"
 INSTANCES=3 SEGMENTS=16 S1_STOCK=1000000000 CONT_STOCK=100000000 CONT_WORK_US=2000
 WRK_THREADS=2
 
-systems="none,local,setnx,redis,redlock,atomic,canned"
+systems="none,local,setnx,redis,redlock,zk,atomic,canned"
 scenarios="s1-c256,s1-c64,s2,cont"
 quick=${BENCH_QUICK:-0}
 [[ $quick == 1 || $quick == 0 || -z $quick ]] || quick=1
@@ -110,7 +113,7 @@ add_system() { # ID LOCK BATCH_LABEL [FLAGS...]: added when --systems names its 
     [[ ",$systems," == *",$id,"* || ",$systems," == *",$lock,"* ]] || return 0
     SYSTEMS+=("$id|$lock|$label|$*")
 }
-for m in none local setnx redis redlock atomic; do
+for m in none local setnx redis redlock zk atomic; do
     if ((!BATCH_SUPPORTED)); then
         add_system "$m" "$m" "1 (no --batch)"
     elif [[ " $BATCHED_MODES " == *" $m "* ]]; then
@@ -193,6 +196,16 @@ redis_sample() {
         $1 == "used_cpu_sys" { c += $2 } $1 == "used_cpu_user" { c += $2 }
         END { printf "%d %.6f\n", r, c }'
 }
+# zk_sample DIR NAME: "<requests received> <CPU seconds>" of ZooKeeper node NAME of DIR:
+# srvr's Received (each srvr is one of them, as an INFO is one read) and its JVM's
+# utime + stime.
+zk_sample() {
+    local pid r t
+    r=$(zk_srvr "$(sed -n 's/^clientPort=//p' "$1/$2/zoo.cfg")" | sed -n 's/^Received: //p') || true
+    read -r pid <"$1/$2.pid" 2>/dev/null || pid=0
+    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
+    awk -v r="${r:-0}" -v t="${t:-0}" -v hz="$CLK_TCK" 'BEGIN { printf "%d %.6f\n", r, t / hz }'
+}
 # proc_sample DIR: "<utime + stime ticks> <context switches>" summed over the seckill
 # instances recorded in DIR. utime/stime of /proc/<pid>/stat cover every thread; the
 # context switches of /proc/<pid>/status only the main one, hence task/*/status.
@@ -224,8 +237,12 @@ sample() {
     if ((!CANNED)); then
         [[ $1 == after ]] && proc=$(proc_sample "$CUR_CLUSTER")
         data=$(redis_sample "$REDIS_PORT")
-        for n in ${LOCK_NODES//,/ }; do
-            read -r r c <<<"$(redis_sample "${n##*:}")"
+        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-}; do
+            if [[ $n == zk-* ]]; then
+                read -r r c <<<"$(zk_sample "$CUR_CLUSTER" "$n")"
+            else
+                read -r r c <<<"$(redis_sample "${n##*:}")"
+            fi
             nodes=$((nodes + 1)) lock_r=$((lock_r + r))
             lock_c=$(awk -v a="$lock_c" -v b="$c" 'BEGIN { print a + b }')
         done
@@ -348,6 +365,7 @@ cluster_up() {
     source "$dir/cluster.env"
     local what="redis, $INSTANCES instances, nginx"
     [[ -z $LOCK_NODES ]] || what+=", $(tr ',' '\n' <<<"$LOCK_NODES" | wc -l) lock nodes"
+    [[ -z ${ZK_NAMES:-} ]] || what+=", ZooKeeper ($ZK_NAMES)"
     ((!CANNED)) || what="nginx, $INSTANCES canned 201 upstreams"
     progress "$id: $kind cluster up in $((SECONDS - t0))s ($what)"
 }
@@ -555,7 +573,7 @@ set key top left opaque box lc rgb '#a0a0a0'
 set title 'throughput through the balancer (canned: nginx answering a fixed 201, the ceiling)'
 set ylabel 'requests / s'
 plot $(plot_clause "$out/bench.dat" 2 s1-c256 s1-c64 s2 cont)
-set title 'Redis round trips per placed order (data Redis + lock nodes; INFO total_reads_processed)'
+set title 'round trips per placed order (data Redis + lock nodes or ZooKeeper; INFO total_reads_processed, srvr Received)'
 set ylabel 'round trips'
 plot $(plot_clause "$out/bench-seckill.dat" 6 s1-c256 s1-c64 cont)
 set title 'seckill CPU per answer (3 instances summed; /proc utime + stime)'
@@ -579,7 +597,8 @@ targets
 echo ""
 echo "x_atomic, x_canned: req/s over atomic's and canned's in the same block. redis_us, rt: Redis"
 echo "CPU (us) and round trips (socket reads) per placed order, data Redis + lock nodes (S2: per"
-echo "answer). seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer."
+echo "answer); zk: + the ZooKeeper server (its JVM's CPU, the requests it received)."
+echo "seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer."
 echo "none and local oversell: their oversold column counts units sold that the stock never lost."
 echo "report: $out/bench.json$([[ -f $out/bench.png ]] && echo "  chart: $out/bench.png")"
 echo "took $((SECONDS - started))s"

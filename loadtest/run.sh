@@ -5,7 +5,8 @@
 #
 #   loadtest/run.sh [options] [-- extra seckill flags]
 #
-#   --modes LIST        comma-separated lock modes (none,local,setnx,redis,redlock,atomic)
+#   --modes LIST        comma-separated lock modes (none,local,setnx,redis,redlock,zk,atomic);
+#                       zk starts a throwaway ZooKeeper beside Redis (scripts/cluster.sh)
 #   --instances N       seckill instances behind the balancer (3)
 #   --segments K        stock segments of the SKU (16)
 #   --stock N           initial stock (300)
@@ -37,7 +38,7 @@ source "$ROOT/scripts/lib.sh"
 CLUSTER=$ROOT/scripts/cluster.sh
 LUA=$ROOT/loadtest/orders.lua
 
-modes="none,local,setnx,redis,redlock,atomic"
+modes="none,local,setnx,redis,redlock,zk,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
 work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0
 extra=()
@@ -80,7 +81,7 @@ for p in jq wrk curl; do command -v "$p" >/dev/null || die "$p not found (script
 ((qty_hi <= limit)) || die "--qty $qty asks more than --per-user-limit $limit: those orders would be refused"
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
-    case $m in none | local | setnx | redis | redlock | atomic) ;; *) die "unknown mode '$m'" ;; esac
+    case $m in none | local | setnx | redis | redlock | zk | atomic) ;; *) die "unknown mode '$m'" ;; esac
 done
 seckill_bin >/dev/null || exit 1
 

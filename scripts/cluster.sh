@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # cluster.sh — a throwaway seckill cluster on loopback: one data redis-server, optional
-# redlock lock nodes, N seckill instances and a load balancer (nginx or haproxy).
+# redlock lock nodes or ZooKeeper nodes, N seckill instances and a load balancer (nginx
+# or haproxy).
 #
 #   scripts/cluster.sh up [--dir D] [--instances N] [--lb nginx|haproxy|none]
-#                         [--lock MODE] [--lock-nodes N] [--fsync always|everysec|no]
-#                         [--canned] [--quiet] [-- extra seckill flags...]
+#                         [--lock MODE] [--lock-nodes N] [--zk-nodes N]
+#                         [--fsync always|everysec|no] [--canned] [--quiet]
+#                         [-- extra seckill flags...]
 #   scripts/cluster.sh down --dir D [--rm]
 #   scripts/cluster.sh status --dir D
+#   scripts/cluster.sh stop --dir D NAME [--kill]
+#   scripts/cluster.sh start --dir D NAME
 #
 # `up` creates D (default: a fresh mktemp dir), starts everything on free ports, waits
 # until redis answers PING, every instance's /readyz is 200 and the balancer forwards,
@@ -19,6 +23,14 @@
 # everysec and no (no AOF at all) lose acknowledged orders in a crash, and up warns.
 # The server binary: $SECKILL_BIN, else $SECKILL_BUILD/seckill, else build/seckill.
 # --lock redlock without --lock-nodes starts 3 lock nodes.
+# --zk-nodes N starts N ZooKeeper nodes, zk-1..zk-N (1: a standalone server; more: an
+# ensemble), each in D/zk-I/ on free loopback ports, and gives the instances --zk with
+# every node's address; --lock zk without --zk-nodes starts 1. cluster.env has ZK_NODES
+# (host:port,...), ZK_PORTS and ZK_NAMES; each node's pid is in D/zk-I.pid.
+# stop NAME stops one recorded process (zk-2, lock-1, seckill-3, redis, lb) by its pid
+# file: SIGTERM, or SIGKILL with --kill. start NAME starts a stopped ZooKeeper node
+# again, on its port and with its data, and waits until it serves (other pieces pick
+# their ports when they start, so only zk-N can start again for now).
 # --canned starts no Redis and no seckill: the nginx balancer, configured as usual, proxies
 # to N upstream servers that the same nginx serves itself, each answering every request
 # with a fixed 201 JSON body (GET /readyz and /livez: 200). It is the ceiling that
@@ -71,6 +83,66 @@ start_redis() {
         return 1
     done
     return 1
+}
+
+# start_zk DIR N: ZooKeeper nodes zk-1..zk-N (N = 1: a standalone server; more: an
+# ensemble) on free loopback ports, each in DIR/zk-I/ (zoo.cfg, data/); waits until
+# every node serves. Prints the nodes' host:port, comma-separated. When a node dies
+# because one of its ports was taken, all of them start again on other ports.
+start_zk() {
+    local dir=$1 n=$2 attempt i rc dead t0 p q e port_taken
+    local -a ports=() pairs=()
+    for ((attempt = 1; attempt <= 3; attempt++)); do
+        ports=() pairs=()
+        for ((i = 1; i <= n; i++)); do
+            p=$(free_port) || return 1
+            ports+=("$p")
+            if ((n > 1)); then
+                q=$(free_port) || return 1
+                e=$(free_port) || return 1
+                pairs+=("$q:$e")
+            fi
+        done
+        t0=$(date +%s%N)
+        for ((i = 1; i <= n; i++)); do
+            rm -rf "$dir/zk-$i/data"
+            if ((n == 1)); then
+                zk_write_conf "$dir/zk-$i" "${ports[0]}"
+            else
+                zk_write_conf "$dir/zk-$i" "${ports[i - 1]}" "$i" "$(IFS=,; echo "${pairs[*]}")"
+            fi
+            zk_node_start "zk-$i" "$dir" "$dir/zk-$i" || return 1
+        done
+        # The nodes start side by side; an ensemble serves once it has elected a leader.
+        rc=0 dead=""
+        for ((i = 1; i <= n && rc == 0; i++)); do
+            wait_started "zk-$i" "$dir" 60 zk_ready "${ports[i - 1]}" || { rc=$? dead=zk-$i; }
+        done
+        if ((rc == 0)); then
+            say "  zookeeper  $n node(s) serving $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
+            (IFS=,; echo "${ports[*]/#/127.0.0.1:}")
+            return 0
+        fi
+        port_taken=0
+        for ((i = 1; i <= n; i++)); do
+            if log_says_port_in_use "zk-$i" "$dir"; then port_taken=1; fi
+        done
+        for ((i = 1; i <= n; i++)); do proc_stop "zk-$i" "$dir" 5 || true; done
+        if ((port_taken)); then
+            say "  zookeeper: a port was taken, retrying"
+            for ((i = 1; i <= n; i++)); do mv -f "$dir/zk-$i.log" "$dir/zk-$i.log.$attempt"; done
+            continue
+        fi
+        log "$dead did not come up (see $dir/$dead.log):"
+        tail -n 15 "$dir/$dead.log" >&2 || true
+        return 1
+    done
+    return 1
+}
+
+# zk_port DIR NAME: the client port of ZooKeeper node NAME (from its zoo.cfg).
+zk_port() {
+    sed -n 's/^clientPort=//p' "$1/$2/zoo.cfg" 2>/dev/null | grep -E '^[0-9]+$'
 }
 
 # start_instance NAME DIR ARGS...: a seckill instance on a free port; ARGS go after
@@ -243,13 +315,15 @@ lb_forwards() {
 # ---- commands ---------------------------------------------------------------------
 
 # Stop order: the balancer first (no new traffic), then instances (they drain), then
-# the lock nodes and the data redis last (instances may still write while draining).
+# the lock nodes, ZooKeeper and the data redis last (instances may still write while
+# draining).
 cmd_down() {
     local dir=$1 rm_dir=$2 f name failed=0
     [[ -d $dir ]] || die "no such dir: $dir"
     local -a order=(lb)
-    for f in "$dir"/seckill-*.pid; do [[ -e $f ]] && order+=("$(basename "$f" .pid)"); done
-    for f in "$dir"/lock-*.pid; do [[ -e $f ]] && order+=("$(basename "$f" .pid)"); done
+    for f in "$dir"/seckill-*.pid "$dir"/lock-*.pid "$dir"/zk-*.pid; do
+        [[ -e $f ]] && order+=("$(basename "$f" .pid)")
+    done
     order+=(redis)
     for f in "$dir"/*.pid; do
         [[ -e $f ]] || continue
@@ -288,6 +362,46 @@ cmd_status() {
     ((running > 0))
 }
 
+# stop NAME [--kill]: one recorded process, by its pid file. The pid file stays
+# with --kill (a SIGKILL'd process is gone for good: proc_alive tells), so that a test
+# sees which pid it killed; status shows it not running.
+cmd_stop() {
+    local dir=$1 name=$2 kill=$3 pid i
+    [[ -e $dir/$name.pid ]] || die "$dir has no process $name"
+    if ((!kill)); then
+        proc_stop "$name" "$dir" 10
+        return
+    fi
+    proc_alive "$name" "$dir" || return 0
+    pid=$(cat "$dir/$name.pid")
+    say "killing $name (pid $pid)"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        proc_alive "$name" "$dir" || return 0
+        sleep 0.05
+    done
+    log "stop: $name (pid $pid) survived SIGKILL"
+    return 1
+}
+
+# start NAME: a stopped ZooKeeper node again, same port, same data; waits until it
+# serves (an ensemble member: until it has joined a quorum).
+cmd_start() {
+    local dir=$1 name=$2 port t0
+    [[ $name =~ ^zk-[0-9]+$ && -f $dir/$name/zoo.cfg ]] ||
+        die "start: only ZooKeeper nodes (zk-N) of $dir start again"
+    proc_alive "$name" "$dir" && die "$name already runs (pid $(cat "$dir/$name.pid"))"
+    port=$(zk_port "$dir" "$name") || die "no client port in $dir/$name/zoo.cfg"
+    t0=$(date +%s%N)
+    zk_node_start "$name" "$dir" "$dir/$name" || return 1
+    if ! wait_started "$name" "$dir" 60 zk_ready "$port"; then
+        log "$name did not come back (see $dir/$name.log):"
+        tail -n 15 "$dir/$name.log" >&2 || true
+        return 1
+    fi
+    say "$name serving on 127.0.0.1:$port (pid $(cat "$dir/$name.pid")), $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
+}
+
 UP_DIR=""
 UP_DONE=0
 up_cleanup() {
@@ -300,7 +414,7 @@ up_cleanup() {
 }
 
 cmd_up() {
-    local dir="" instances=3 lb=nginx lock="" lock_nodes="" fsync=always i
+    local dir="" instances=3 lb=nginx lock="" lock_nodes="" zk_nodes="" fsync=always i
     local -a extra=()
     while (($#)); do
         case $1 in
@@ -309,6 +423,7 @@ cmd_up() {
         --lb) lb=${2:?"$1 needs a value"}; shift 2 ;;
         --lock) lock=${2:?"$1 needs a value"}; shift 2 ;;
         --lock-nodes) lock_nodes=${2:?"$1 needs a value"}; shift 2 ;;
+        --zk-nodes) zk_nodes=${2:?"$1 needs a value"}; shift 2 ;;
         --fsync) fsync=${2:?"$1 needs a value"}; shift 2 ;;
         --canned) CANNED=1; shift ;;
         --quiet) QUIET=1; shift ;;
@@ -332,12 +447,17 @@ cmd_up() {
     esac
     if [[ -z $lock_nodes && $lock == redlock ]]; then lock_nodes=3; fi
     [[ -z $lock_nodes || $lock_nodes =~ ^[0-9]+$ ]] || die "--lock-nodes takes a count"
+    if [[ -z $zk_nodes && $lock == zk ]]; then zk_nodes=1; fi
+    [[ -z $zk_nodes || $zk_nodes =~ ^[0-9]+$ ]] || die "--zk-nodes takes a count"
+    if ((${zk_nodes:-0} > 0)); then
+        command -v java >/dev/null || die "java not found (scripts/deps.sh installs zookeeper)"
+    fi
     for p in redis-server redis-cli curl; do
         command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
     done
     [[ $lb == none ]] || command -v "$lb" >/dev/null || die "$lb not found"
     if ((CANNED)); then
-        SECKILL_BIN_PATH="" lock="" lock_nodes=""
+        SECKILL_BIN_PATH="" lock="" lock_nodes="" zk_nodes=""
     else
         SECKILL_BIN_PATH=$(seckill_bin) || exit 1
     fi
@@ -377,9 +497,19 @@ cmd_up() {
         say "  lock node  127.0.0.1:$node_port (pid $(cat "$dir/lock-$i.pid"))"
     done
 
+    local zk_csv="" zk_names=""
+    if ((${zk_nodes:-0} > 0)); then
+        zk_csv=$(start_zk "$dir" "$zk_nodes")
+        for ((i = 1; i <= zk_nodes; i++)); do
+            zk_names+="${zk_names:+ }zk-$i"
+            say "  zk node    127.0.0.1:$(zk_port "$dir" "zk-$i") (pid $(cat "$dir/zk-$i.pid"))"
+        done
+    fi
+
     local -a args=(--redis "127.0.0.1:$redis_port")
     [[ -n $lock ]] && args+=(--lock "$lock")
     [[ -n $nodes_csv ]] && args+=(--lock-nodes "$nodes_csv")
+    [[ -n $zk_csv ]] && args+=(--zk "$zk_csv")
     local -a ports=() urls=()
     local port
     for ((i = 1; i <= instances && !CANNED; i++)); do
@@ -421,6 +551,13 @@ cmd_up() {
         printf 'REDIS_ADDR=%q\n' "${redis_port:+127.0.0.1:$redis_port}"
         printf 'LOCK_MODE=%q\n' "$lock"
         printf 'LOCK_NODES=%q\n' "$nodes_csv"
+        echo "# ZooKeeper node zk-I: pid in \$CLUSTER_DIR/zk-I.pid; stop or kill one with"
+        echo "# scripts/cluster.sh stop --dir \$CLUSTER_DIR zk-I [--kill], start it again"
+        echo "# (same port and data) with scripts/cluster.sh start --dir \$CLUSTER_DIR zk-I"
+        printf 'ZK_NODES=%q\n' "$zk_csv"
+        zk_csv=${zk_csv//127.0.0.1:/}
+        printf 'ZK_PORTS=%q\n' "${zk_csv//,/ }"
+        printf 'ZK_NAMES=%q\n' "$zk_names"
         printf 'INSTANCES=%q\n' "$instances"
         printf 'INSTANCE_PORTS=%q\n' "${ports[*]}"
         printf 'INSTANCE_URLS=%q\n' "${urls[*]}"
@@ -438,18 +575,32 @@ main() {
     shift
     case $cmd in
     up) cmd_up "$@" ;;
-    down | status)
+    down | status | stop | start)
+        local name="" kill=0
         while (($#)); do
             case $1 in
             --dir) dir=${2:?"$1 needs a value"}; shift 2 ;;
             --rm) rm_dir=1; shift ;;
+            --kill) kill=1; shift ;;
             --quiet) QUIET=1; shift ;;
-            *) log "$cmd: unknown option $1"; usage ;;
+            -*) log "$cmd: unknown option $1"; usage ;;
+            *)
+                [[ -z $name && ($cmd == stop || $cmd == start) ]] || { log "$cmd: unexpected $1"; usage; }
+                name=$1
+                shift
+                ;;
             esac
         done
         [[ -n $dir ]] || die "$cmd needs --dir D"
         dir=$(cd "$dir" 2>/dev/null && pwd) || die "no such dir"
-        if [[ $cmd == down ]]; then cmd_down "$dir" "$rm_dir"; else cmd_status "$dir"; fi
+        [[ -n $name || ($cmd != stop && $cmd != start) ]] || die "$cmd needs a NAME (zk-1, lock-2, ...)"
+        [[ $name =~ ^[A-Za-z0-9_-]*$ ]] || die "bad name $name"
+        case $cmd in
+        down) cmd_down "$dir" "$rm_dir" ;;
+        status) cmd_status "$dir" ;;
+        stop) cmd_stop "$dir" "$name" "$kill" ;;
+        start) cmd_start "$dir" "$name" ;;
+        esac
         ;;
     -h | --help | help) usage 0 ;;
     *) log "unknown command $cmd"; usage ;;

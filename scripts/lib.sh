@@ -9,6 +9,11 @@
 #   wait_started NAME DIR SECS CMD...  like wait_until, but gives up (2) when NAME died
 #   http_code URL                HTTP status of a GET (000 when no answer)
 #   redis_ping PORT              0 when redis-server on 127.0.0.1:PORT answers PONG
+#   zk_srvr PORT                 ZooKeeper's answer to the srvr four-letter word
+#   zk_mode PORT                 its Mode (standalone, leader, follower); 1 when not serving
+#   zk_ready PORT                0 when ZooKeeper on 127.0.0.1:PORT serves requests
+#   zk_write_conf NODE_DIR PORT [MYID Q:E,Q:E,...]  a throwaway ZooKeeper's zoo.cfg
+#   zk_node_start NAME DIR NODE_DIR  starts the ZooKeeper of NODE_DIR/zoo.cfg (proc_start)
 #   seckill_bin                  path of the server: $SECKILL_BIN, $SECKILL_BUILD/seckill,
 #                                or build/seckill
 #   usage_from_header SCRIPT [STATUS]  print SCRIPT's header comment as its usage, exit
@@ -194,6 +199,86 @@ http_ok() { [[ $(http_code "$1") == 200 ]]; }
 
 redis_ping() {
     [[ $(redis-cli -h 127.0.0.1 -p "$1" --no-auth-warning ping 2>/dev/null) == PONG ]]
+}
+
+# ---- ZooKeeper (the zk lock mode) ---------------------------------------------------
+# A throwaway ZooKeeper is the Debian package's jars in a small JVM, bound to loopback:
+# one node (ZooKeeperServerMain) or a node of an ensemble (QuorumPeerMain), its admin
+# server off, tickTime 500 ms (sessions down to 1 s), readiness by the srvr four-letter
+# word. Node files live in a NODE_DIR: zoo.cfg, data/ (snapshots, log, myid).
+
+ZK_TICK_MS=${ZK_TICK_MS:-500}
+ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+# A small JVM that starts fast: serial GC, 128 MB heap, no perf data file in /tmp.
+ZK_JVM_FLAGS=(-Xmx128m -Xss512k -XX:+UseSerialGC -XX:-UsePerfData -Djava.awt.headless=true
+    -Dzookeeper.admin.enableServer=false)
+
+# zk_srvr PORT: prints what ZooKeeper on 127.0.0.1:PORT answers to srvr (version,
+# latencies, Mode, ...); 1 when nobody accepts the connection. Reads for at most 2 s.
+zk_srvr() {
+    local fd out=""
+    { exec {fd}<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+    { printf srvr >&"$fd"; } 2>/dev/null || true
+    # ZooKeeper closes the connection after its answer; on a timeout read keeps what came.
+    IFS= read -r -t 2 -d '' out <&"$fd" || true
+    exec {fd}<&-
+    [[ -n $out ]] || return 1
+    printf '%s\n' "$out"
+}
+# zk_mode PORT: standalone, leader or follower; 1 when the node does not serve (down, or
+# an ensemble member without a quorum: "not currently serving requests").
+zk_mode() {
+    local m
+    m=$(zk_srvr "$1" | sed -n 's/^Mode: //p') || true
+    [[ -n $m ]] || return 1
+    echo "$m"
+}
+zk_ready() { zk_mode "$1" >/dev/null; }
+
+# zk_write_conf NODE_DIR PORT [MYID SERVERS]: NODE_DIR/zoo.cfg for a node serving
+# clients on 127.0.0.1:PORT. With MYID and SERVERS (comma-separated QUORUM:ELECTION
+# port pairs, node 1 first) the node is member MYID of that ensemble, every member on
+# 127.0.0.1; NODE_DIR/data/myid says which one it is.
+zk_write_conf() {
+    local node_dir=$1 port=$2 myid=${3:-} servers=${4:-} i=0 pair
+    mkdir -p "$node_dir/data"
+    {
+        echo "# written by scripts/lib.sh zk_write_conf"
+        echo "tickTime=$ZK_TICK_MS"
+        echo "initLimit=20"
+        echo "syncLimit=5"
+        echo "minSessionTimeout=$((2 * ZK_TICK_MS))"
+        echo "maxSessionTimeout=60000"
+        echo "dataDir=$node_dir/data"
+        echo "clientPort=$port"
+        echo "clientPortAddress=127.0.0.1"
+        echo "admin.enableServer=false"
+        echo "4lw.commands.whitelist=srvr,stat,ruok,mntr,cons"
+        # Transaction log files grow 1 MB at a time, not 64 MB.
+        echo "preAllocSize=1024"
+        if [[ -n $myid ]]; then
+            for pair in ${servers//,/ }; do
+                i=$((i + 1))
+                echo "server.$i=127.0.0.1:$pair"
+            done
+        fi
+    } >"$node_dir/zoo.cfg"
+    if [[ -n $myid ]]; then echo "$myid" >"$node_dir/data/myid"; else rm -f "$node_dir/data/myid"; fi
+}
+
+# zk_node_start NAME DIR NODE_DIR: starts the node of NODE_DIR/zoo.cfg as process NAME
+# of DIR (DIR/NAME.pid, DIR/NAME.log); does not wait for it (zk_ready PORT does).
+zk_node_start() {
+    local name=$1 dir=$2 node_dir=$3 main=org.apache.zookeeper.server.ZooKeeperServerMain
+    [[ -r /usr/share/java/zookeeper.jar ]] || {
+        log "zk_node_start: /usr/share/java/zookeeper.jar missing (scripts/deps.sh installs zookeeper)"
+        return 1
+    }
+    if grep -q '^server\.' "$node_dir/zoo.cfg"; then
+        main=org.apache.zookeeper.server.quorum.QuorumPeerMain
+    fi
+    proc_start "$name" "$dir" java "${ZK_JVM_FLAGS[@]}" -cp "$ZK_CLASSPATH" "$main" \
+        "$node_dir/zoo.cfg"
 }
 
 # seckill_bin: absolute path of the server binary to run.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # it_frozen.sh — a lock holder that pauses past its lease (invariant 5, fencing).
 #
-# Two instances, lock mode redis, a 300 ms lease and 150 ms of work inside the
+# Two instances, lock mode redis (or MODE), a 300 ms lease (zk: a 1000 ms ZooKeeper
+# session, the shortest its tickTime of 500 ms grants) and 150 ms of work inside the
 # critical section, one SKU with a single segment (every order contends on one lock).
 # Buyers (curl loops, three per instance, one fresh user per order, until sold out)
 # load both instances. As soon as instance 1 holds the segment lock (its /stats show
@@ -18,13 +19,16 @@
 #                  buyers end with sold > initial stock, and the audit shows it.
 #   --fencing on:  its commit is refused (fenced_off_commits > 0 on instance 1, the
 #                  buyer gets 503 busy and retries): sold == stock, client-counted 201s
-#                  == server sold == audit sold, audit consistent.
+#                  == server sold == audit sold, audit consistent. (zk: instance 1's
+#                  session expired while it was frozen, so its orders that waited for
+#                  the lock may also answer 503 unavailable; nothing placed either.)
 #
 # A freeze that missed the critical section (the holder finished between the /stats
 # answer and the SIGSTOP) shows as no stale commit on instance 1; the scenario is then
 # run again on a fresh SKU (at most 3 attempts).
 #
-#   tests/it_frozen.sh           SECKILL_BIN / SECKILL_BUILD: the server binary
+#   tests/it_frozen.sh [MODE]    MODE: the lock mode, redis (default) or zk (run by
+#                                tests/it_zk.sh); SECKILL_BIN / SECKILL_BUILD: the server
 #
 # Last line: "N passed, N failed"; exit status 1 when anything failed.
 # shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
@@ -36,7 +40,8 @@ source "$ROOT/scripts/lib.sh"
 
 # ---- buyer mode: one curl loop (run by the test itself, in its own session) -----------
 # it_frozen.sh --buyer URL SKU TAG OUT SECS: POSTs orders of fresh users "TAG-<n>" until
-# sold out or SECS pass; writes "201s busy sold_out other other_codes" to OUT.
+# sold out or SECS pass; writes "201s busy sold_out other other_codes" to OUT (the other
+# answers as status:error, comma-separated).
 if [[ ${1:-} == --buyer ]]; then
     url=$2 sku=$3 tag=$4 out=$5 secs=$6
     n201=0 busy=0 soldout=0 other=0 codes="" n=0 cpid=""
@@ -51,6 +56,7 @@ if [[ ${1:-} == --buyer ]]; then
         wait "$cpid"
         cpid=""
         code=$(<"$out.code")
+        err=$(grep -o '"error":"[a-z_]*"' "$out.body" 2>/dev/null | cut -d'"' -f4) || true
         case $code in
         201) n201=$((n201 + 1)) ;;
         409)
@@ -58,23 +64,29 @@ if [[ ${1:-} == --buyer ]]; then
                 soldout=1
                 break
             fi
-            other=$((other + 1)) codes+="409,"
+            other=$((other + 1)) codes+="409:$err,"
             ;;
         503)
             if grep -q '"busy"' "$out.body"; then busy=$((busy + 1)); else
-                other=$((other + 1)) codes+="503,"
+                other=$((other + 1)) codes+="503:$err,"
             fi
             ;;
-        *) other=$((other + 1)) codes+="$code," ;;
+        *) other=$((other + 1)) codes+="$code:${err:--}," ;;
         esac
     done
     echo "$n201 $busy $soldout $other ${codes:-none}" >"$out.tmp" && mv "$out.tmp" "$out"
     exit 0
 fi
 
+LOCK=${1:-redis}
 STOCK=30
 WORK_US=150000
 TTL_MS=300
+ZK_SESSION_MS=1000
+case $LOCK in
+zk) LEASE=(--zk-session-ms "$ZK_SESSION_MS") LEASE_MS=$ZK_SESSION_MS ;;
+*) LEASE=(--lock-ttl-ms "$TTL_MS") LEASE_MS=$TTL_MS ;;
+esac
 SOLD_WHILE_FROZEN=10 # units instance 2 sells while instance 1 is frozen
 BUYERS=3             # per instance
 ATTEMPTS=3
@@ -83,7 +95,7 @@ source "$(dirname "$0")/checks.sh"
 gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
 ge() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 >= $2)); }
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-frozen.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-frozen-$LOCK.XXXXXX")
 CUR_CLUSTER=""
 BUYER_NAMES=()
 
@@ -117,6 +129,7 @@ trap 'exit 143' TERM
 
 
 checks_require curl jq redis-server
+[[ $LOCK != zk ]] || checks_require java
 
 # jfield JSON FILTER: a jq filter's value, "" when absent or not JSON.
 jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
@@ -161,10 +174,10 @@ instances_idle() {
 run_scenario() {
     local fencing=$1 attempt cdir body code b i t0 t1 before after counter sold0
     cdir=$WORK/cluster-$fencing
-    echo "# fencing $fencing: 2 instances, lease ${TTL_MS}ms, ${WORK_US}us of work, 1 segment, stock $STOCK"
+    echo "# $LOCK, fencing $fencing: 2 instances, lease ${LEASE_MS}ms, ${WORK_US}us of work, 1 segment, stock $STOCK"
     CUR_CLUSTER=$cdir
-    if ! "$ROOT/scripts/cluster.sh" up --dir "$cdir" --quiet --instances 2 --lb none --lock redis \
-        -- --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$fencing" \
+    if ! "$ROOT/scripts/cluster.sh" up --dir "$cdir" --quiet --instances 2 --lb none --lock "$LOCK" \
+        -- "${LEASE[@]}" --work-us "$WORK_US" --fencing "$fencing" \
         --log-level warn >"$WORK/up-$fencing.out" 2>&1; then
         tail -n 5 "$WORK/up-$fencing.out"
         CUR_CLUSTER=""
@@ -231,19 +244,28 @@ run_scenario() {
     done
 
     # ---- results of the last attempt ----
-    R_201=0 R_BUSY=0 R_OTHER=0 R_CODES=""
-    local n201 nbusy nother codes
+    # zk: the frozen instance's ZooKeeper session expired during the freeze; an order
+    # of it that was waiting for the lock then may answer 503 unavailable (the lock
+    # service was gone, for that instance). Nothing is placed; not counted in R_OTHER.
+    R_201=0 R_BUSY=0 R_OTHER=0 R_CODES="" R_FROZEN_UNAVAILABLE=0
+    local n201 nbusy nother codes unav
     for f in "$WORK"/buyer-"$fencing"-"$attempt"-*.out; do
         [[ -s $f ]] || continue
         read -r n201 nbusy _ nother codes <"$f"
-        R_201=$((R_201 + n201)) R_BUSY=$((R_BUSY + nbusy)) R_OTHER=$((R_OTHER + nother))
+        unav=0
+        if [[ $LOCK == zk && $f == */buyer-"$fencing"-"$attempt"-1-*.out ]]; then
+            unav=$(grep -o '503:unavailable' <<<"$codes" | wc -l)
+        fi
+        R_201=$((R_201 + n201)) R_BUSY=$((R_BUSY + nbusy)) R_OTHER=$((R_OTHER + nother - unav))
+        R_FROZEN_UNAVAILABLE=$((R_FROZEN_UNAVAILABLE + unav))
         [[ $codes == none ]] || R_CODES+="$codes"
     done
     R_SKUJ=$(sku_json "$I2" "$R_SKU")
     R_AUDIT=$(curl -s --max-time 30 "$I2/skus/$R_SKU/audit" || true)
     echo "  sku: $(jq -c 'del(.segments)' <<<"$R_SKUJ" 2>/dev/null || echo "$R_SKUJ")"
     echo "  audit: $R_AUDIT"
-    echo "  buyers: $R_201 x 201, $R_BUSY x 503 busy, $R_OTHER other ${R_CODES}"
+    echo "  buyers: $R_201 x 201, $R_BUSY x 503 busy, $R_OTHER other ${R_CODES}$( ((R_FROZEN_UNAVAILABLE)) &&
+        echo " ($R_FROZEN_UNAVAILABLE x 503 unavailable from the frozen instance's buyers)")"
     cluster_down
     return 0
 }
@@ -279,7 +301,8 @@ if run_scenario on; then
         eq "$(jfield "$R_AUDIT" .consistent)/$(jfield "$R_AUDIT" .oversold)" true/0
     check "on: no limit breach, no duplicate order id" \
         eq "$(jfield "$R_AUDIT" .limit_breaches)/$(jfield "$R_AUDIT" .duplicate_order_ids)" 0/0
-    check "on: no answer other than 201 / 409 sold_out / 503 busy" eq "$R_OTHER" 0
+    check "on: no answer other than 201 / 409 sold_out / 503 busy$([[ $LOCK == zk ]] &&
+        echo " (zk: or 503 unavailable from the frozen instance)")" eq "$R_OTHER" 0
 else
     check "on: scenario ran" false
 fi

@@ -2,7 +2,7 @@
 # it_invariants.sh — the oversell proof as a test: a short loadtest/run.sh over three
 # instances behind nginx, asserting outcomes (never timings):
 #   - none and local oversell across instances (placed > stock);
-#   - setnx, redis, redlock and atomic sell exactly the stock: client-counted 201s ==
+#   - setnx, redis, redlock, zk and atomic sell exactly the stock: client-counted 201s ==
 #     stock == the server's sold, nothing oversold, nothing stranded;
 #   - in every mode the client's count equals the server's audit (recomputed from the
 #     order records), no per-user-limit breach, no duplicate order id, no answer other
@@ -15,7 +15,7 @@
 #     and the audit agrees with the client unit for unit.
 #
 #   tests/it_invariants.sh [MODES]      MODES: comma-separated, also $IT_MODES
-#                                        (default none,local,setnx,redis,redlock,atomic)
+#                                        (default none,local,setnx,redis,redlock,zk,atomic)
 #   IT_LIMIT_MODES   modes for the per-user-limit run (default redis,atomic; "" skips it)
 #   IT_SINGLE_LOCAL  1 (default): also run local with one instance; 0 skips it
 #   IT_QTY_MODES     modes for the mixed-quantity run (default setnx,redis,atomic; "" skips it)
@@ -30,7 +30,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
 
-MODES=${1:-${IT_MODES:-none,local,setnx,redis,redlock,atomic}}
+MODES=${1:-${IT_MODES:-none,local,setnx,redis,redlock,zk,atomic}}
 LIMIT_MODES=${IT_LIMIT_MODES-redis,atomic}
 SINGLE_LOCAL=${IT_SINGLE_LOCAL:-1}
 QTY_MODES=${IT_QTY_MODES-setnx,redis,atomic}

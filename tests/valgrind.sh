@@ -2,13 +2,15 @@
 # valgrind.sh — the server under valgrind (memcheck) through a short real workload,
 # once per lock mode: a SKU, a few hundred concurrent orders (placed, replayed,
 # sold out, limit reached), every route and error status, a Redis crash and restart
-# in the middle (503s, reconnects), then SIGTERM with an order in flight. Passes
+# in the middle (503s, reconnects), in zk mode also a ZooKeeper crash and restart, then
+# SIGTERM with an order in flight. Passes
 # when every instance exits 0 and valgrind reports no error and no leak:
 # "definitely lost: 0" and "indirectly lost: 0" (memory still reachable at exit,
-# e.g. libraries' caches, is not a leak). Needs: valgrind, redis-server, curl, jq.
+# e.g. libraries' caches, is not a leak). Needs: valgrind, redis-server, curl, jq; zk
+# also java and the zookeeper package (a throwaway server, scripts/lib.sh).
 #
 #   tests/valgrind.sh [MODES]     MODES comma-separated, also $VG_MODES
-#                                 (default redis,redlock,setnx,atomic)
+#                                 (default redis,redlock,setnx,zk,atomic)
 #   VG_ORDERS                     orders per mode (default 300)
 #   SECKILL_BIN / SECKILL_BUILD   the server (default build/seckill: an unsanitized
 #                                 build; valgrind and the sanitizers do not mix)
@@ -19,7 +21,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 source "$ROOT/scripts/lib.sh"
 
-MODES=${1:-${VG_MODES:-redis,redlock,setnx,atomic}}
+MODES=${1:-${VG_MODES:-redis,redlock,setnx,zk,atomic}}
 ORDERS=${VG_ORDERS:-300}
 CLIENTS=4
 
@@ -33,6 +35,7 @@ keep=0
 cleanup() {
     proc_stop seckill "$dir" 20
     for n in "${nodes[@]}"; do proc_stop "$n" "$dir" 5; done
+    proc_stop zk "$dir" 5
     proc_stop redis "$dir" 5
     if ((fail == 0 && keep == 0)); then rm -rf "$dir"; else echo "(logs kept in $dir)"; fi
 }
@@ -65,6 +68,16 @@ for i in 1 2 3; do
     nodes+=("node$i")
     lock_nodes+="${lock_nodes:+,}127.0.0.1:$p"
 done
+# zk mode: one throwaway ZooKeeper server (started again after its crash in run_mode).
+zport=""
+start_zk() {
+    zk_node_start zk "$dir" "$dir/zk" && wait_started zk "$dir" 60 zk_ready "$zport"
+}
+if [[ ,$MODES, == *,zk,* ]]; then
+    zport=$(free_port) || exit 1
+    zk_write_conf "$dir/zk" "$zport"
+    start_zk || die "zookeeper did not start (see $dir/zk.log)"
+fi
 
 # req METHOD URL [curl args...] -> "status error"
 req() {
@@ -89,6 +102,16 @@ orders() {
     done
 }
 
+zk_down() { ! zk_ready "$zport"; }
+# zk_order_placed: one order of a new user; true when it was placed (201).
+zk_tries=0 zk_last=""
+zk_order_placed() {
+    zk_tries=$((zk_tries + 1))
+    zk_last=$(curl -s -o /dev/null -w '%{http_code}' --max-time 30 -X POST \
+        "$base/skus/$sku/orders" -d "{\"user_id\":\"zkback-$zk_tries\"}")
+    [[ $zk_last == 201 ]]
+}
+
 run_mode() {
     local mode=$1 hport vlog pid code
     hport=$(free_port) || return 1
@@ -97,6 +120,8 @@ run_mode() {
     vlog="$dir/valgrind.$mode.log"
     local extra=()
     [[ $mode == redlock ]] && extra=(--lock-nodes "$lock_nodes")
+    # A long session: the client's heartbeats run slowly under valgrind.
+    [[ $mode == zk ]] && extra=(--zk "127.0.0.1:$zport" --zk-session-ms 10000)
     echo "# $mode: $ORDERS orders under valgrind"
     local started=$SECONDS
     proc_start seckill "$dir" valgrind --leak-check=full \
@@ -176,6 +201,24 @@ run_mode() {
     check "$mode: sold survived the crash" "$sold" "$(curl -s "$base/skus/$sku" | jq -r .sold)"
     check "$mode: PUT resets" "200 " "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":5}')"
     check "$mode: order after recovery" "201 " "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"back"}')"
+
+    # zk: ZooKeeper crash and restart (same port, same data): 503 unavailable meanwhile,
+    # then orders again, with no restart of the server
+    if [[ $mode == zk ]]; then
+        local zpid
+        zpid=$(cat "$dir/zk.pid")
+        kill -KILL "$zpid"
+        wait "$zpid" 2>/dev/null # our child (proc_start): reap it quietly
+        wait_until 10 zk_down
+        check "$mode: order while ZooKeeper is down" "503 unavailable" \
+            "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"zkdown"}')"
+        proc_stop zk "$dir" 1
+        start_zk || { check "$mode: ZooKeeper started again" ok failed; return 1; }
+        zk_tries=0
+        wait_until 60 zk_order_placed
+        check "$mode: an order placed after ZooKeeper came back (in $zk_tries tries)" "201" \
+            "$zk_last"
+    fi
 
     # SIGTERM with an order in flight (a slow one: the server is under valgrind)
     curl -s -o "$dir/inflight.$mode" --max-time 30 -X POST "$base/skus/$sku/orders" \

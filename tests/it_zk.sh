@@ -1,0 +1,410 @@
+#!/usr/bin/env bash
+# it_zk.sh — the zk lock mode end to end. ZooKeeper, Redis, the instances and nginx are
+# started by scripts/cluster.sh --lock zk; asserted are outcomes, not timings (one
+# bound: no answer hangs while ZooKeeper is down).
+#
+#   exact     Three instances behind nginx, one ZooKeeper server, wrk placing orders of
+#             fresh users until the stock is gone: client-counted 201s == stock == server
+#             sold, nothing oversold, nothing left; the audit (recomputed from the order
+#             records) agrees: sold == stock, orders == 201s, consistent, no per-user-limit
+#             breach, no duplicate order id; no answer other than 201 / 409 / 503.
+#   frozen    tests/it_frozen.sh zk: a holder frozen (SIGSTOP) inside its critical
+#             section for longer than its 1 s ZooKeeper session. With --fencing off its
+#             stale commit oversells; with fencing on nothing is oversold.
+#   outage    Three instances behind nginx, curl loops placing orders (the stock never
+#             runs out). ZooKeeper is killed (SIGKILL) mid-load. Orders sent once the
+#             holds of that moment are past their session answer 503 unavailable (or
+#             busy), and no answer takes longer than the wait plus margin. ZooKeeper then
+#             starts again (same port, same data): orders are placed again by every
+#             instance, and these are the same processes as before. Every 201 is an
+#             order and nothing else is (server sold == 201s), the audit is consistent.
+#   ensemble  A three-node ensemble (--zk-nodes 3), three instances behind nginx, wrk.
+#             Once a sixth of the stock is sold the leader is killed (SIGKILL). The two
+#             others elect a leader, orders go on (500 more units sold after the kill),
+#             and the sale is exact, as in "exact". The killed node then starts again and
+#             rejoins as a follower.
+#
+#   tests/it_zk.sh [SCENARIOS]    comma-separated, also $IT_ZK_SCENARIOS
+#                                 (default exact,frozen,outage,ensemble)
+#   SECKILL_BIN / SECKILL_BUILD   the server binary
+#
+# The instances inherit the environment, so the server's own variables reach them:
+# SECKILL_FENCING=off runs exact, outage and ensemble without fencing (frozen sets
+# --fencing on the command line, which wins, and runs both ways).
+#
+# Last line: "N passed, N failed"; exit status 1 when anything failed.
+# shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/checks.sh
+source "$ROOT/tests/checks.sh"
+CLUSTER=$ROOT/scripts/cluster.sh
+
+SCENARIOS=${1:-${IT_ZK_SCENARIOS:-exact,frozen,outage,ensemble}}
+STOCK=3000
+SEGMENTS=8
+WORK_US=2000
+CONNECTIONS=32
+WRK_SECS=60        # wrk's cap; a sale stops once sold out (see end_sale)
+SOLD_OUT_SEEN=300  # sold_out answers the instances gave before wrk is stopped
+AFTER_KILL=500     # ensemble: units sold after the leader died
+OUTAGE_CLIENTS=6
+OUTAGE_SESSION_MS=2000 # the instances' ZooKeeper session in the outage scenario
+OUTAGE_WAIT_MS=1000    # their --wait-ms
+SLOWEST_MS=3000        # longest acceptable answer: the wait, twice, and margin
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-zk.XXXXXX")
+CUR_CLUSTER=""
+LOADERS=()
+
+stop_loaders() {
+    : >"$WORK/stop"
+    local p
+    for p in "${LOADERS[@]}"; do wait "$p" 2>/dev/null; done
+    LOADERS=()
+}
+cluster_down() {
+    [[ -n $CUR_CLUSTER ]] || return 0
+    "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet || check "cluster in $CUR_CLUSTER stopped" false
+    CUR_CLUSTER=""
+}
+cleanup() {
+    local rc=$?
+    stop_loaders
+    proc_stop wrk "$WORK" 2 || true
+    cluster_down
+    checks_dispose "$WORK" "$rc"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+checks_require wrk curl jq nginx redis-server java
+
+want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
+gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
+lt() { gt "$2" "$1"; }
+jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
+sku_json() { curl -s --max-time 5 "$LB_URL/skus/$SKU" || true; }
+sold_now() { jfield "$(sku_json)" .sold; }
+sold_at_least() { # N
+    local v
+    v=$(sold_now)
+    [[ $v =~ ^[0-9]+$ ]] && (($1 <= v))
+}
+# instances_sum FILTER: a jq filter over each instance's /stats, summed.
+instances_sum() {
+    local u
+    for u in $INSTANCE_URLS; do curl -s --max-time 2 "$u/stats" || echo null; done |
+        jq -s "map(($1) // 0) | add" 2>/dev/null
+}
+instances_idle() {
+    local u n
+    for u in $INSTANCE_URLS; do
+        n=$(jfield "$(curl -s --max-time 2 "$u/stats")" .inflight)
+        [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1
+    done
+}
+instance_pids() { cat "$CUR_CLUSTER"/seckill-*.pid 2>/dev/null | tr '\n' ' '; }
+node_dead() { ! proc_alive "$1" "$CUR_CLUSTER"; }
+
+# cluster_up NAME UP_ARGS... [-- seckill flags]: a cluster in $WORK/cluster-NAME;
+# sources its cluster.env. 1 (after a failed check) when it did not start.
+cluster_up() {
+    local name=$1
+    shift
+    CUR_CLUSTER=$WORK/cluster-$name
+    if ! "$CLUSTER" up --dir "$CUR_CLUSTER" --quiet "$@" >"$WORK/up-$name.out" 2>&1; then
+        tail -n 5 "$WORK/up-$name.out"
+        check "$name: cluster started" false
+        CUR_CLUSTER=""
+        return 1
+    fi
+    # shellcheck disable=SC1091
+    source "$CUR_CLUSTER/cluster.env"
+}
+put_sku() { # SKU STOCK SEGMENTS
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+        -H 'Content-Type: application/json' \
+        -d "$(printf '{"stock":%d,"segments":%d,"per_user_limit":1}' "$2" "$3")" \
+        "$LB_URL/skus/$1")
+    [[ $code == 201 || $code == 200 ]] && return 0
+    check "PUT /skus/$1 (answered $code)" false
+    return 1
+}
+
+# ---- a sale: wrk through the balancer until sold out, then the checks ----------------
+
+start_sale() { # SKU
+    rm -f "$WORK/wrk.log"
+    proc_start wrk "$WORK" wrk -t 2 -c "$CONNECTIONS" -d "${WRK_SECS}s" \
+        -s "$ROOT/loadtest/orders.lua" "$LB_URL" -- "$1" 0 1 "zk$$x$RANDOM" ||
+        { check "wrk started" false; return 1; }
+}
+sold_out_served() { # the stock is gone and the instances answered sold_out many times
+    local left n
+    left=$(jfield "$(sku_json)" .remaining)
+    [[ $left == 0 ]] || return 1
+    n=$(instances_sum '.orders.sold_out + .orders.sold_out_from_memory')
+    [[ $n =~ ^[0-9]+$ ]] && ((n >= SOLD_OUT_SEEN))
+}
+wrk_done() { ! proc_alive wrk "$WORK"; }
+# end_sale: once the stock is gone and every connection has had sold_out answers since
+# (so no 201 is still on its way to wrk), wrk is stopped with SIGINT, on which it
+# prints its counts. Gives up waiting after wrk's own cap.
+end_sale() {
+    if ! wait_until 30 sold_at_least 1; then
+        echo "  nothing sold in 30 s"
+    elif ! wait_until "$WRK_SECS" sold_out_served; then
+        echo "  the stock was not sold out (sold $(sold_now))"
+    fi
+    proc_alive wrk "$WORK" && kill -INT "$(cat "$WORK/wrk.pid")"
+    wait_until 15 wrk_done || { echo "  wrk did not stop"; proc_stop wrk "$WORK" 2; }
+    wait_until 10 instances_idle || echo "  instances still busy"
+}
+# sale_checks LABEL: the exact-sale assertions over wrk's counts, the SKU and its audit.
+sale_checks() {
+    local label=$1 wrk_json skuj audit c201 sold u
+    wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$WORK/wrk.log" 2>/dev/null || true)
+    cp "$WORK/wrk.log" "$WORK/wrk-$label.log" 2>/dev/null || true
+    skuj=$(sku_json)
+    audit=$(curl -s --max-time 30 "$LB_URL/skus/$SKU/audit" || true)
+    echo "  wrk: $(jq -c '{requests, status_201, sold_out, busy, unavailable, other, other_codes, socket_errors}' <<<"$wrk_json" 2>/dev/null || echo "${wrk_json:-none}")"
+    echo "  sku: $(jq -c 'del(.segments)' <<<"$skuj" 2>/dev/null || echo "$skuj")"
+    echo "  audit: $audit"
+    for u in $INSTANCE_URLS; do
+        echo "  $u lock: $(curl -s --max-time 2 "$u/stats" | jq -c '.lock | {acquisitions, contended, wait_timeouts, errors, releases_not_held, leases_lost}' 2>/dev/null)"
+    done
+    c201=$(jfield "$wrk_json" .status_201)
+    sold=$(jfield "$skuj" .sold)
+    check "$label: wrk reported its counts" has_prefix "$wrk_json" '{"tool":"wrk-orders"'
+    check "$label: sold out (remaining 0, sold_out answers > 0)" \
+        eq "$(jfield "$skuj" .remaining)/$(jfield "$wrk_json" '.sold_out > 0')" 0/true
+    check "$label: client-counted 201s == stock ($c201 == $STOCK)" eq "$c201" "$STOCK"
+    check "$label: server sold == stock ($sold == $STOCK), nothing oversold" \
+        eq "$sold/$(jfield "$skuj" .oversold)" "$STOCK/0"
+    check "$label: audit: sold == stock, orders == 201s" \
+        eq "$(jfield "$audit" .sold)/$(jfield "$audit" .orders)" "$STOCK/$c201"
+    check "$label: audit: consistent, oversold 0" \
+        eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .oversold)" true/0
+    check "$label: audit: no limit breach, no duplicate order id" \
+        eq "$(jfield "$audit" .limit_breaches)/$(jfield "$audit" .duplicate_order_ids)" 0/0
+    check "$label: no answer other than 201 / 409 / 503, no socket error" \
+        eq "$(jfield "$wrk_json" '.other + .other_409 + .other_503 + .outcome_unknown + ([.socket_errors[]] | add)')" 0
+}
+
+# ---- exact: one ZooKeeper, three instances, sold exactly ----------------------------
+
+scenario_exact() {
+    echo "# exact: zk, 1 ZooKeeper server, 3 instances + nginx, stock $STOCK in $SEGMENTS" \
+        "segments, ${WORK_US}us of work, wrk -c$CONNECTIONS until sold out"
+    cluster_up exact --instances 3 --lb nginx --lock zk -- --work-us "$WORK_US" \
+        --log-level warn || return 0
+    SKU=exact
+    put_sku "$SKU" "$STOCK" "$SEGMENTS" && start_sale "$SKU" && {
+        end_sale
+        sale_checks exact
+    }
+    cluster_down
+}
+
+# ---- frozen: it_frozen.sh in zk mode --------------------------------------------------
+
+scenario_frozen() {
+    echo "# frozen: tests/it_frozen.sh zk"
+    local last p f rc
+    bash "$ROOT/tests/it_frozen.sh" zk 2>&1 | tee "$WORK/frozen.out" | sed -u 's/^/  /'
+    rc=${PIPESTATUS[0]}
+    # Its summary line; a failed run says where its logs are after it.
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$WORK/frozen.out" | tail -n 1)
+    if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+        passed=$((passed + p)) failed=$((failed + f))
+        ((rc == 0 || f > 0)) || check "frozen: it_frozen.sh zk exited $rc" false
+    else
+        check "frozen: it_frozen.sh zk ran to its summary (exit $rc)" false
+    fi
+}
+
+# ---- outage: ZooKeeper killed mid-load, started again ----------------------------------
+
+# One client: orders of fresh users, each with its own key, until $WORK/stop appears.
+# A line per request: start_us end_us status error order_id.
+client() {
+    local c=$1 n=0 t0 t1 out status body
+    while [[ ! -e $WORK/stop ]]; do
+        n=$((n + 1))
+        t0=${EPOCHREALTIME/./}
+        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$LB_URL/skus/$SKU/orders" \
+            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
+        t1=${EPOCHREALTIME/./}
+        status=${out##*$'\n'}
+        body=${out%$'\n'*}
+        echo "$t0 $t1 $status $(jq -r '(.error // "-") + " " + (.order_id // "-")' \
+            <<<"$body" 2>/dev/null || echo '- -')"
+    done
+}
+answers() { cat "$WORK"/load.* 2>/dev/null; }
+count_201_since() { answers | awk -v t="$1" '$1 > t && $3 == 201' | wc -l; }
+count_since() { answers | awk -v t="$1" '$1 > t' | wc -l; }
+at_least_201_since() { (($(count_201_since "$1") >= $2)); }
+at_least_since() { (($(count_since "$1") >= $2)); }
+placed_per_instance() {
+    local u
+    for u in $INSTANCE_URLS; do
+        jfield "$(curl -s --max-time 2 "$u/stats")" .orders.placed
+    done | tr '\n' ' '
+}
+
+scenario_outage() {
+    echo "# outage: zk, 1 ZooKeeper server, 3 instances + nginx, $OUTAGE_CLIENTS order loops;" \
+        "ZooKeeper killed mid-load and started again (session ${OUTAGE_SESSION_MS}ms, wait ${OUTAGE_WAIT_MS}ms)"
+    cluster_up outage --instances 3 --lb nginx --lock zk -- --work-us "$WORK_US" \
+        --zk-session-ms "$OUTAGE_SESSION_MS" --wait-ms "$OUTAGE_WAIT_MS" --log-level warn ||
+        return 0
+    SKU=outage
+    put_sku "$SKU" 100000000 "$SEGMENTS" || { cluster_down; return 0; }
+    local pids_before c t_kill t_calm t_restart t_up placed_up placed_end
+    pids_before=$(instance_pids)
+    rm -f "$WORK/stop" "$WORK"/load.*
+    for ((c = 1; c <= OUTAGE_CLIENTS; c++)); do
+        client "$c" >"$WORK/load.$c" &
+        LOADERS+=($!)
+    done
+
+    wait_until 30 at_least_201_since 0 100 || echo "  slow: fewer than 100 orders in 30 s"
+    t_kill=${EPOCHREALTIME/./}
+    "$CLUSTER" stop --dir "$CUR_CLUSTER" zk-1 --kill --quiet
+    check "outage: ZooKeeper (zk-1) killed" node_dead zk-1
+    # Holds taken before the kill stay valid for a session after it (and may commit:
+    # the fence is in Redis). Orders sent after that, plus a second, cannot get a lock.
+    t_calm=$((t_kill + (OUTAGE_SESSION_MS + 1000) * 1000))
+    wait_until 60 at_least_since "$t_calm" 30 || echo "  slow: fewer than 30 answers during the outage"
+    t_restart=${EPOCHREALTIME/./}
+    "$CLUSTER" start --dir "$CUR_CLUSTER" zk-1 --quiet || check "outage: ZooKeeper started again" false
+    t_up=${EPOCHREALTIME/./}
+    check "outage: ZooKeeper serves again on its port ($ZK_NODES)" zk_ready "$ZK_PORTS"
+    placed_up=$(placed_per_instance)
+    check "outage: orders placed again after ZooKeeper came back (100 within 60 s)" \
+        wait_until 60 at_least_201_since "$t_up" 100
+    stop_loaders
+    wait_until 10 instances_idle || echo "  instances still busy"
+    placed_end=$(placed_per_instance)
+
+    answers >"$WORK/outage.all"
+    local all=$WORK/outage.all total acked down first slowest sold audit
+    total=$(wc -l <"$all")
+    acked=$(awk '$3 == 201' "$all" | wc -l)
+    down=$(awk -v a="$t_calm" -v b="$t_restart" '$1 > a && $2 < b' "$all")
+    first=$(awk -v t="$t_up" '$3 == 201 && $1 > t { d = ($2 - t) / 1000; if (m == "" || d < m) m = d }
+        END { printf "%d", m }' "$all")
+    slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$all")
+    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $4 }' "$all" |
+        sort | uniq -c | tr -s ' \n' ' ')"
+    echo "  ZooKeeper down $(((t_restart - t_kill) / 1000)) ms; first 201 ${first} ms after it" \
+        "served again; slowest answer ${slowest} ms; placed per instance when it came back:" \
+        "$placed_up, at the end: $placed_end"
+    check "outage: answers while ZooKeeper was down (after the sessions ran out): some" \
+        gt "$(grep -c . <<<"$down")" 0
+    check "outage: ... all 503 unavailable or busy" eq "$(awk '!($3 == 503 &&
+        ($4 == "unavailable" || $4 == "busy"))' <<<"$down" | head -3)" ""
+    check "outage: no answer other than 201 or 503 unavailable / busy (no hang, no other error)" \
+        eq "$(awk '!($3 == 201 || ($3 == 503 && ($4 == "unavailable" || $4 == "busy")))' "$all" |
+            head -3)" ""
+    check "outage: no answer slower than ${SLOWEST_MS} ms ($slowest)" eq "$((slowest <= SLOWEST_MS))" 1
+    local -a up_counts end_counts
+    read -r -a up_counts <<<"$placed_up"
+    read -r -a end_counts <<<"$placed_end"
+    local i grew=0
+    for i in "${!end_counts[@]}"; do
+        gt "${end_counts[$i]}" "${up_counts[$i]:-0}" && grew=$((grew + 1))
+    done
+    check "outage: every instance placed orders after ZooKeeper came back ($grew of $INSTANCES)" \
+        eq "$grew" "$INSTANCES"
+    check "outage: the same instance processes throughout (pids $pids_before)" \
+        eq "$(instance_pids)" "$pids_before"
+    check "outage: every instance alive" eq "$(
+        for i in $(seq 1 "$INSTANCES"); do proc_alive "seckill-$i" "$CUR_CLUSTER" || echo "seckill-$i"; done
+    )" ""
+    sold=$(jfield "$(sku_json)" .sold)
+    audit=$(curl -s --max-time 60 "$LB_URL/skus/$SKU/audit" || true)
+    echo "  audit: $audit"
+    check "outage: server sold == 201s ($sold == $acked): every 201 an order, no other answer placed one" \
+        eq "$sold" "$acked"
+    check "outage: audit consistent, orders == 201s, no duplicate order id, nothing oversold" \
+        eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .orders)/$(jfield "$audit" .duplicate_order_ids)/$(jfield "$audit" .oversold)" \
+        "true/$acked/0/0"
+    cluster_down
+}
+
+# ---- ensemble: three ZooKeeper nodes, the leader killed mid-sale ---------------------
+
+zk_leader() { # prints the name of the node that is leader now
+    local n p
+    for n in $ZK_NAMES; do
+        p=$(sed -n 's/^clientPort=//p' "$CUR_CLUSTER/$n/zoo.cfg")
+        [[ $(zk_mode "$p" 2>/dev/null) == leader ]] && { echo "$n"; return 0; }
+    done
+    return 1
+}
+other_leader() { # NAME: a leader other than NAME serves
+    local l
+    l=$(zk_leader) && [[ $l != "$1" ]]
+}
+node_mode() { # NAME
+    zk_mode "$(sed -n 's/^clientPort=//p' "$CUR_CLUSTER/$1/zoo.cfg")" 2>/dev/null
+}
+
+scenario_ensemble() {
+    echo "# ensemble: zk over 3 ZooKeeper nodes, 3 instances + nginx, stock $STOCK in" \
+        "$SEGMENTS segments, ${WORK_US}us of work, wrk -c$CONNECTIONS; the leader killed mid-sale"
+    cluster_up ensemble --instances 3 --lb nginx --lock zk --zk-nodes 3 -- \
+        --work-us "$WORK_US" --log-level warn || return 0
+    SKU=ensemble
+    put_sku "$SKU" "$STOCK" "$SEGMENTS" || { cluster_down; return 0; }
+    local leader leader_pid sold_at_kill target
+    leader=$(zk_leader)
+    check "ensemble: the three nodes elected a leader ($leader of $ZK_NAMES)" has_prefix "$leader" zk-
+    [[ -n $leader ]] || { cluster_down; return 0; }
+    start_sale "$SKU" || { cluster_down; return 0; }
+    if ! wait_until 30 sold_at_least $((STOCK / 6)); then
+        check "ensemble: a sixth of the stock sold before the kill (sold $(sold_now))" false
+    fi
+    leader_pid=$(cat "$CUR_CLUSTER/$leader.pid")
+    "$CLUSTER" stop --dir "$CUR_CLUSTER" "$leader" --kill --quiet
+    sold_at_kill=$(sold_now)
+    echo "  leader $leader (pid $leader_pid) killed with $sold_at_kill of $STOCK units sold"
+    check "ensemble: $leader is dead" node_dead "$leader"
+    check "ensemble: the kill came mid-sale (sold $sold_at_kill < stock $STOCK)" \
+        lt "${sold_at_kill:-$STOCK}" "$STOCK"
+    check "ensemble: the two other nodes elected a new leader" wait_until 30 other_leader "$leader"
+    target=$((sold_at_kill + AFTER_KILL))
+    ((target <= STOCK)) || target=$STOCK
+    check "ensemble: orders went on after the kill (sold reached $target)" \
+        wait_until 60 sold_at_least "$target"
+    end_sale
+    sale_checks ensemble
+    "$CLUSTER" start --dir "$CUR_CLUSTER" "$leader" --quiet
+    check "ensemble: $leader started again and rejoined as a follower" \
+        eq "$(node_mode "$leader")" follower
+    cluster_down
+}
+
+for s in ${SCENARIOS//,/ }; do
+    case $s in
+    exact | frozen | outage | ensemble) "scenario_$s" ;;
+    *) check "known scenario '$s' (exact, frozen, outage, ensemble)" false ;;
+    esac
+done
+
+# Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the instance logs.
+flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
+    "$WORK"/cluster-*/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
+check "no sanitizer report in the instance logs ${flagged}" eq "$flagged" ""
+
+checks_finish
