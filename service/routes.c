@@ -46,7 +46,8 @@ static void inv_error(struct svc_response *res, inv_status st)
             "this Idempotency-Key was used for another request; nothing was placed");
         break;
     default:
-        svc_error(res, 503, "unavailable", "Redis is unreachable; nothing was placed");
+        svc_error(res, 503, "unavailable",
+                  "Redis or the lock service is unreachable; nothing was placed");
         res->retry_after = 1;
         break;
     }
