@@ -29,9 +29,8 @@
 #   wake/wait        the same per acquisition that had to wait (lock.contended)
 #
 # This is a measurement, not a test: it prints a table (and the top commands per order
-# of each mode) and exits 0 when every mode ran. zk and zk-all need a cluster.sh that
-# starts ZooKeeper (--lock zk); without one they are left out of the default modes.
-# The zk fence is the lock node's czxid, enforced in the data Redis as a high-water
+# of each mode) and exits 0 when every mode ran. scripts/cluster.sh starts a throwaway
+# ZooKeeper for zk and zk-all. The zk fence is the lock node's czxid, enforced in the data Redis as a high-water
 # mark (inventory/lua/fence_read.lua): the read under the lock takes a round trip of
 # its own after the grant.
 #
@@ -68,20 +67,11 @@ for p in wrk curl jq redis-cli nginx; do
     command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
 done
 seckill_bin >/dev/null || exit 1
-# cluster.sh starts ZooKeeper once its usage speaks of zk (issue 12, point 5).
-cluster_has_zk() { "$CLUSTER" --help 2>&1 | grep -w zk >/dev/null; }
-if [[ -z $modes ]]; then
-    modes="redis,setnx,redlock,zk,zk-all"
-    cluster_has_zk || {
-        modes="redis,setnx,redlock"
-        log "(zk, zk-all left out: scripts/cluster.sh does not start ZooKeeper yet)"
-    }
-fi
+modes=${modes:-redis,setnx,redlock,zk,zk-all}
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
     case $m in
-    none | local | setnx | redis | redlock) ;;
-    zk | zk-all) cluster_has_zk || die "mode $m: scripts/cluster.sh does not start ZooKeeper (--lock zk) yet" ;;
+    none | local | setnx | redis | redlock | zk | zk-all) ;;
     *) die "mode '$m' has no lock to contend on" ;;
     esac
 done
