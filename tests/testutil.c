@@ -16,19 +16,21 @@
 #include <unistd.h>
 
 #define MAX_SERVERS 16
-static struct test_redis *running[MAX_SERVERS];
+static void *running[MAX_SERVERS];    /* struct test_redis */
+static void *zk_running[MAX_SERVERS]; /* struct test_zk */
 static int atexit_done;
 
 static pid_t proxies[MAX_SERVERS];
-static struct test_zk *zk_running[MAX_SERVERS];
 
 static void stop_all(void)
 {
     for (int i = 0; i < MAX_SERVERS; i++) {
-        if (zk_running[i] && zk_running[i]->pid > 0)
-            test_zk_stop(zk_running[i], 1, 0);
-        if (running[i] && running[i]->pid > 0)
-            test_redis_stop(running[i], 1, 0);
+        struct test_zk *z = zk_running[i];
+        struct test_redis *r = running[i];
+        if (z && z->pid > 0)
+            test_zk_stop(z, 1, 0);
+        if (r && r->pid > 0)
+            test_redis_stop(r, 1, 0);
         if (proxies[i] > 0) {
             kill(proxies[i], SIGKILL);
             waitpid(proxies[i], NULL, 0);
@@ -36,21 +38,52 @@ static void stop_all(void)
     }
 }
 
-static void track(struct test_redis *r, int on)
+/* Lists server in table (on) or takes it off, so that the exit hook (set up
+ * on first use) stops whatever is still running. */
+static void track(void **table, void *server, int on)
 {
     if (!atexit_done) {
         atexit(stop_all);
         atexit_done = 1;
     }
     for (int i = 0; i < MAX_SERVERS; i++) {
-        if (on && !running[i]) {
-            running[i] = r;
+        if (on && !table[i]) {
+            table[i] = server;
             return;
         }
-        if (!on && running[i] == r) {
-            running[i] = NULL;
+        if (!on && table[i] == server) {
+            table[i] = NULL;
             return;
         }
+    }
+}
+
+/* Makes a fresh temp dir from template (ending in XXXXXX) in dir. */
+static void temp_dir(char *dir, size_t len, const char *template)
+{
+    snprintf(dir, len, "%s", template);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        abort();
+    }
+}
+
+/* Stops the server of *pid (SIGKILL when hard, else SIGTERM) and reaps it;
+ * then, unless keep_dir, removes its dir. Both become empty. */
+static void server_end(pid_t *pid, char *dir, int hard, int keep_dir)
+{
+    if (*pid > 0) {
+        kill(*pid, hard ? SIGKILL : SIGTERM);
+        while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        *pid = 0;
+    }
+    if (!keep_dir && dir[0]) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", dir);
+        dir[0] = '\0';
     }
 }
 
@@ -147,7 +180,7 @@ static int spawn(struct test_redis *r, const char *const *extra_args)
         _exit(127);
     }
     r->pid = pid;
-    track(r, 1);
+    track(running, r, 1);
     struct ping_arg arg = {r};
     if (!test_wait_for(answers_ping, &arg, 10000) || r->pid < 0)
         return -1;
@@ -157,11 +190,7 @@ static int spawn(struct test_redis *r, const char *const *extra_args)
 void test_redis_start(struct test_redis *r, const char *const *extra_args)
 {
     memset(r, 0, sizeof(*r));
-    snprintf(r->dir, sizeof(r->dir), "/tmp/seckill-test-XXXXXX");
-    if (!mkdtemp(r->dir)) {
-        perror("mkdtemp");
-        abort();
-    }
+    temp_dir(r->dir, sizeof(r->dir), "/tmp/seckill-test-XXXXXX");
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = test_free_port();
         if (spawn(r, extra_args) == 0)
@@ -183,20 +212,8 @@ void test_redis_restart(struct test_redis *r, const char *const *extra_args)
 
 void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
 {
-    if (r->pid > 0) {
-        kill(r->pid, hard ? SIGKILL : SIGTERM);
-        while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        r->pid = 0;
-    }
-    track(r, 0);
-    if (!keep_dir && r->dir[0]) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", r->dir);
-        r->dir[0] = '\0';
-    }
+    server_end(&r->pid, r->dir, hard, keep_dir);
+    track(running, r, 0);
 }
 
 /* drop_flag: the faultproxy option that takes drop (none when drop is NULL). */
@@ -269,34 +286,14 @@ void test_proxy_stop(struct test_proxy *p)
 {
     if (p->pid <= 0)
         return;
-    kill(p->pid, SIGKILL);
-    while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
-        ;
     for (int i = 0; i < MAX_SERVERS; i++)
         if (proxies[i] == p->pid)
             proxies[i] = 0;
-    p->pid = 0;
+    char no_dir[1] = "";
+    server_end(&p->pid, no_dir, 1, 1);
 }
 
 /* ---- ZooKeeper ---------------------------------------------------------- */
-
-static void zk_track(struct test_zk *z, int on)
-{
-    if (!atexit_done) {
-        atexit(stop_all);
-        atexit_done = 1;
-    }
-    for (int i = 0; i < MAX_SERVERS; i++) {
-        if (on && !zk_running[i]) {
-            zk_running[i] = z;
-            return;
-        }
-        if (!on && zk_running[i] == z) {
-            zk_running[i] = NULL;
-            return;
-        }
-    }
-}
 
 int test_zk_4lw(int port, const char *cmd, char *buf, size_t len)
 {
@@ -384,7 +381,7 @@ static int zk_spawn(struct test_zk *z)
         _exit(127);
     }
     z->pid = pid;
-    zk_track(z, 1);
+    track(zk_running, z, 1);
     /* A JVM on a loaded 2-core machine can take a while. */
     if (!test_wait_for(zk_answers, z, 60000) || z->pid < 0)
         return -1;
@@ -394,11 +391,7 @@ static int zk_spawn(struct test_zk *z)
 void test_zk_start(struct test_zk *z)
 {
     memset(z, 0, sizeof(*z));
-    snprintf(z->dir, sizeof(z->dir), "/tmp/seckill-zk-XXXXXX");
-    if (!mkdtemp(z->dir)) {
-        perror("mkdtemp");
-        abort();
-    }
+    temp_dir(z->dir, sizeof(z->dir), "/tmp/seckill-zk-XXXXXX");
     for (int attempt = 0; attempt < 3; attempt++) {
         z->port = test_free_port();
         if (zk_spawn(z) == 0)
@@ -420,18 +413,6 @@ void test_zk_restart(struct test_zk *z)
 
 void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
 {
-    if (z->pid > 0) {
-        kill(z->pid, hard ? SIGKILL : SIGTERM);
-        while (waitpid(z->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        z->pid = 0;
-    }
-    zk_track(z, 0);
-    if (!keep_dir && z->dir[0]) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", z->dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", z->dir);
-        z->dir[0] = '\0';
-    }
+    server_end(&z->pid, z->dir, hard, keep_dir);
+    track(zk_running, z, 0);
 }
