@@ -423,53 +423,80 @@ static void test_release_wakes_waiter_without_polling(void **state)
     lock_free(lb);
 }
 
+/* A holder A and two contenders queued behind it, B then C, each in a lock
+ * (a ZooKeeper session) of its own, with their nodes and C's and B's session
+ * ids; set up until B watches A's node and C watches B's. */
+struct queue3 {
+    const char *key;
+    struct lock *la, *lb, *lc;
+    struct lock_session *sa;
+    struct lock_grant ga;
+    struct contender b, c;
+    char na[512], nb[512], nc[512];
+    long long b_sid, c_sid;
+};
+
+static void queue3_start(struct queue3 *q, const char *key, int b_wait_ms)
+{
+    q->key = key;
+    q->la = direct_lock();
+    q->lb = direct_lock();
+    q->lc = direct_lock();
+    q->sa = lock_session_new(q->la, NULL);
+    assert_int_equal(lock_acquire(q->sa, key, 1000, &q->ga), LOCK_ACQUIRED);
+    contender_start(&q->b, q->lb, key, b_wait_ms);
+    wait_children(key, 2);
+    contender_start(&q->c, q->lc, key, 20000);
+    wait_children(key, 3);
+    child_by_seq(key, 0, q->na, sizeof(q->na));
+    child_by_seq(key, 1, q->nb, sizeof(q->nb));
+    child_by_seq(key, 2, q->nc, sizeof(q->nc));
+    q->b_sid = node_stat(q->nb).ephemeralOwner;
+    q->c_sid = node_stat(q->nc).ephemeralOwner;
+    wait_watched(q->na, q->b_sid, 1);
+    wait_watched(q->nb, q->c_sid, 1);
+}
+
+/* Frees what queue3_start made (the contenders joined). */
+static void queue3_free(struct queue3 *q)
+{
+    lock_session_free(q->b.s);
+    lock_session_free(q->c.s);
+    lock_session_free(q->sa);
+    lock_free(q->la);
+    lock_free(q->lb);
+    lock_free(q->lc);
+}
+
 /* Three contenders: each waiter watches only its immediate predecessor, and
  * the release wakes exactly one of them (the next); the third keeps waiting
  * on the second. */
 static void test_release_wakes_only_the_next(void **state)
 {
     (void)state;
-    struct lock *la = direct_lock(), *lb = direct_lock(), *lc = direct_lock();
-    struct lock_session *sa = lock_session_new(la, NULL);
-    struct lock_grant ga;
-    assert_int_equal(lock_acquire(sa, "t:next", 1000, &ga), LOCK_ACQUIRED);
-    struct contender b, c;
-    contender_start(&b, lb, "t:next", 20000);
-    wait_children("t:next", 2);
-    contender_start(&c, lc, "t:next", 20000);
-    wait_children("t:next", 3);
-    char na[512], nb[512], nc[512], parent[512];
-    child_by_seq("t:next", 0, na, sizeof(na));
-    child_by_seq("t:next", 1, nb, sizeof(nb));
-    child_by_seq("t:next", 2, nc, sizeof(nc));
+    struct queue3 q;
+    queue3_start(&q, "t:next", 20000);
+    char parent[512];
     parent_of_key("t:next", parent, sizeof(parent));
-    long long b_sid = node_stat(nb).ephemeralOwner, c_sid = node_stat(nc).ephemeralOwner;
-    wait_watched(na, b_sid, 1);
-    wait_watched(nb, c_sid, 1);
-    assert_int_equal(watchers(nc, 0, NULL), 0);
+    assert_int_equal(watchers(q.nc, 0, NULL), 0);
     assert_int_equal(watchers(parent, 0, NULL), 0);
 
-    assert_int_equal(lock_release(sa, "t:next", &ga), LOCK_RELEASED);
-    contender_join(&b);
-    assert_int_equal(b.st, LOCK_ACQUIRED);
+    assert_int_equal(lock_release(q.sa, "t:next", &q.ga), LOCK_RELEASED);
+    contender_join(&q.b);
+    assert_int_equal(q.b.st, LOCK_ACQUIRED);
     /* c was not woken: it still waits, on b's node, and holds nothing */
-    assert_false(atomic_load(&c.done));
+    assert_false(atomic_load(&q.c.done));
     int has;
-    assert_int_equal(watchers(nb, c_sid, &has), 1);
+    assert_int_equal(watchers(q.nb, q.c_sid, &has), 1);
     assert_true(has);
     assert_int_equal(children("t:next", NULL, 0), 2);
 
-    assert_int_equal(lock_release(b.s, "t:next", &b.g), LOCK_RELEASED);
-    contender_join(&c);
-    assert_int_equal(c.st, LOCK_ACQUIRED);
-    assert_true(c.g.fence > b.g.fence && b.g.fence > ga.fence);
-    assert_int_equal(lock_release(c.s, "t:next", &c.g), LOCK_RELEASED);
-    lock_session_free(b.s);
-    lock_session_free(c.s);
-    lock_session_free(sa);
-    lock_free(la);
-    lock_free(lb);
-    lock_free(lc);
+    assert_int_equal(lock_release(q.b.s, "t:next", &q.b.g), LOCK_RELEASED);
+    contender_join(&q.c);
+    assert_int_equal(q.c.st, LOCK_ACQUIRED);
+    assert_true(q.c.g.fence > q.b.g.fence && q.b.g.fence > q.ga.fence);
+    assert_int_equal(lock_release(q.c.s, "t:next", &q.c.g), LOCK_RELEASED);
+    queue3_free(&q);
 }
 
 /* The middle of three contenders gives up: the third, woken by its
@@ -478,44 +505,25 @@ static void test_release_wakes_only_the_next(void **state)
 static void test_middle_gives_up(void **state)
 {
     (void)state;
-    struct lock *la = direct_lock(), *lb = direct_lock(), *lc = direct_lock();
-    struct lock_session *sa = lock_session_new(la, NULL);
-    struct lock_grant ga;
-    assert_int_equal(lock_acquire(sa, "t:middle", 1000, &ga), LOCK_ACQUIRED);
-    struct contender b, c;
-    contender_start(&b, lb, "t:middle", 1500);
-    wait_children("t:middle", 2);
-    contender_start(&c, lc, "t:middle", 20000);
-    wait_children("t:middle", 3);
-    char na[512], nb[512], nc[512];
-    child_by_seq("t:middle", 0, na, sizeof(na));
-    child_by_seq("t:middle", 1, nb, sizeof(nb));
-    child_by_seq("t:middle", 2, nc, sizeof(nc));
-    long long b_sid = node_stat(nb).ephemeralOwner, c_sid = node_stat(nc).ephemeralOwner;
-    wait_watched(na, b_sid, 1);
-    wait_watched(nb, c_sid, 1);
+    struct queue3 q;
+    queue3_start(&q, "t:middle", 1500);
 
-    contender_join(&b);
-    assert_int_equal(b.st, LOCK_BUSY);
+    contender_join(&q.b);
+    assert_int_equal(q.b.st, LOCK_BUSY);
     /* c moved on to the holder (b's watch on it stays until it fires: a
      * ZooKeeper watch cannot be taken back safely here, and a stale one
      * wakes nobody) */
-    wait_watched(na, c_sid, 0);
+    wait_watched(q.na, q.c_sid, 0);
     assert_int_equal(children("t:middle", NULL, 0), 2);
-    assert_false(atomic_load(&c.done));
+    assert_false(atomic_load(&q.c.done));
 
     int64_t released = lock_now_us();
-    assert_int_equal(lock_release(sa, "t:middle", &ga), LOCK_RELEASED);
-    contender_join(&c);
-    assert_int_equal(c.st, LOCK_ACQUIRED);
-    assert_true(atomic_load(&c.returned_us) - released < 2000000);
-    assert_int_equal(lock_release(c.s, "t:middle", &c.g), LOCK_RELEASED);
-    lock_session_free(b.s);
-    lock_session_free(c.s);
-    lock_session_free(sa);
-    lock_free(la);
-    lock_free(lb);
-    lock_free(lc);
+    assert_int_equal(lock_release(q.sa, "t:middle", &q.ga), LOCK_RELEASED);
+    contender_join(&q.c);
+    assert_int_equal(q.c.st, LOCK_ACQUIRED);
+    assert_true(atomic_load(&q.c.returned_us) - released < 2000000);
+    assert_int_equal(lock_release(q.c.s, "t:middle", &q.c.g), LOCK_RELEASED);
+    queue3_free(&q);
 }
 
 /* A contender that runs out of wait answers LOCK_BUSY at its deadline and
