@@ -32,6 +32,8 @@ CONNECTIONS=32
 AFTER_KILL=500 # units that must still be sold after the node died
 
 source "$(dirname "$0")/checks.sh"
+# shellcheck source=tests/sale.sh
+source "$(dirname "$0")/sale.sh"
 lt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 < $2)); }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-redlock.XXXXXX")
@@ -50,23 +52,7 @@ trap 'exit 143' TERM
 
 checks_require wrk curl jq nginx redis-server
 
-jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
-sku_json() { curl -s --max-time 5 "$LB_URL/skus/$SKU" || true; }
-sold_now() { jfield "$(sku_json)" .sold; }
-sold_at_least() { # N
-    local v
-    v=$(sold_now)
-    [[ $v =~ ^[0-9]+$ ]] && ((v >= $1))
-}
 node_dead() { ! proc_alive lock-2 "$CDIR"; }
-wrk_done() { ! proc_alive wrk "$WORK"; }
-instances_idle() {
-    local u n
-    for u in $INSTANCE_URLS; do
-        n=$(jfield "$(curl -s --max-time 2 "$u/stats")" .inflight)
-        [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1
-    done
-}
 
 echo "# redlock over 3 lock nodes, 3 instances + nginx, stock $STOCK in $SEGMENTS segments," \
     "${WORK_US}us of work, wrk -c$CONNECTIONS -d$DURATION; lock node 2 killed mid-load"
@@ -115,32 +101,7 @@ check "orders went on after the kill (sold reached $target)" wait_until 30 sold_
 # ---- the end of the load ----
 wait_until 60 wrk_done || echo "  wrk did not finish"
 wait_until 10 instances_idle || echo "  instances still busy"
-wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$WORK/wrk.log" || true)
-skuj=$(sku_json)
-audit=$(curl -s --max-time 30 "$LB_URL/skus/$SKU/audit" || true)
-echo "  wrk: $(jq -c '{requests, status_201, sold_out, busy, unavailable, other, other_codes, socket_errors}' <<<"$wrk_json" 2>/dev/null || echo "${wrk_json:-none}")"
-echo "  sku: $(jq -c 'del(.segments)' <<<"$skuj" 2>/dev/null || echo "$skuj")"
-echo "  audit: $audit"
-for u in $INSTANCE_URLS; do
-    echo "  $u lock: $(curl -s --max-time 2 "$u/stats" | jq -c '.lock | {acquisitions, contended, wait_timeouts, errors, releases_not_held}' 2>/dev/null)"
-done
-
-c201=$(jfield "$wrk_json" .status_201)
-sold=$(jfield "$skuj" .sold)
-check "wrk reported its counts" has_prefix "$wrk_json" '{"tool":"wrk-orders"'
-check "sold out before the load ended (remaining 0, sold_out answers > 0)" \
-    eq "$(jfield "$skuj" .remaining)/$(jfield "$wrk_json" '.sold_out > 0')" 0/true
-check "client-counted 201s == stock ($c201 == $STOCK)" eq "$c201" "$STOCK"
-check "server sold == stock ($sold == $STOCK), nothing oversold" \
-    eq "$sold/$(jfield "$skuj" .oversold)" "$STOCK/0"
-check "audit: sold == stock, orders == 201s" \
-    eq "$(jfield "$audit" .sold)/$(jfield "$audit" .orders)" "$STOCK/$c201"
-check "audit: consistent, oversold 0" \
-    eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .oversold)" true/0
-check "audit: no limit breach, no duplicate order id" \
-    eq "$(jfield "$audit" .limit_breaches)/$(jfield "$audit" .duplicate_order_ids)" 0/0
-check "no answer other than 201 / 409 / 503, no socket error" \
-    eq "$(jfield "$wrk_json" '.other + .other_409 + .other_503 + .outcome_unknown + ([.socket_errors[]] | add)')" 0
+sale_checks chaos
 "$ROOT/scripts/cluster.sh" down --dir "$CDIR" --quiet || check "cluster stopped" false
 UP=0
 # Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the instance logs.

@@ -41,6 +41,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/scripts/lib.sh"
 # shellcheck source=tests/checks.sh
 source "$ROOT/tests/checks.sh"
+# shellcheck source=tests/sale.sh
+source "$ROOT/tests/sale.sh"
 CLUSTER=$ROOT/scripts/cluster.sh
 
 SCENARIOS=${1:-${IT_ZK_SCENARIOS:-exact,frozen,outage,ensemble}}
@@ -88,26 +90,11 @@ checks_require wrk curl jq nginx redis-server java
 want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
 lt() { gt "$2" "$1"; }
-jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
-sku_json() { curl -s --max-time 5 "$LB_URL/skus/$SKU" || true; }
-sold_now() { jfield "$(sku_json)" .sold; }
-sold_at_least() { # N
-    local v
-    v=$(sold_now)
-    [[ $v =~ ^[0-9]+$ ]] && (($1 <= v))
-}
 # instances_sum FILTER: a jq filter over each instance's /stats, summed.
 instances_sum() {
     local u
     for u in $INSTANCE_URLS; do curl -s --max-time 2 "$u/stats" || echo null; done |
         jq -s "map(($1) // 0) | add" 2>/dev/null
-}
-instances_idle() {
-    local u n
-    for u in $INSTANCE_URLS; do
-        n=$(jfield "$(curl -s --max-time 2 "$u/stats")" .inflight)
-        [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1
-    done
 }
 instance_pids() { cat "$CUR_CLUSTER"/seckill-*.pid 2>/dev/null | tr '\n' ' '; }
 node_dead() { ! proc_alive "$1" "$CUR_CLUSTER"; }
@@ -153,7 +140,6 @@ sold_out_served() { # the stock is gone and the instances answered sold_out many
     n=$(instances_sum '.orders.sold_out + .orders.sold_out_from_memory')
     [[ $n =~ ^[0-9]+$ ]] && ((n >= SOLD_OUT_SEEN))
 }
-wrk_done() { ! proc_alive wrk "$WORK"; }
 # end_sale: once the stock is gone and every connection has had sold_out answers since
 # (so no 201 is still on its way to wrk), wrk is stopped with SIGINT, on which it
 # prints its counts. Gives up waiting after wrk's own cap.
@@ -166,36 +152,6 @@ end_sale() {
     proc_alive wrk "$WORK" && kill -INT "$(cat "$WORK/wrk.pid")"
     wait_until 15 wrk_done || { echo "  wrk did not stop"; proc_stop wrk "$WORK" 2; }
     wait_until 10 instances_idle || echo "  instances still busy"
-}
-# sale_checks LABEL: the exact-sale assertions over wrk's counts, the SKU and its audit.
-sale_checks() {
-    local label=$1 wrk_json skuj audit c201 sold u
-    wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$WORK/wrk.log" 2>/dev/null || true)
-    cp "$WORK/wrk.log" "$WORK/wrk-$label.log" 2>/dev/null || true
-    skuj=$(sku_json)
-    audit=$(curl -s --max-time 30 "$LB_URL/skus/$SKU/audit" || true)
-    echo "  wrk: $(jq -c '{requests, status_201, sold_out, busy, unavailable, other, other_codes, socket_errors}' <<<"$wrk_json" 2>/dev/null || echo "${wrk_json:-none}")"
-    echo "  sku: $(jq -c 'del(.segments)' <<<"$skuj" 2>/dev/null || echo "$skuj")"
-    echo "  audit: $audit"
-    for u in $INSTANCE_URLS; do
-        echo "  $u lock: $(curl -s --max-time 2 "$u/stats" | jq -c '.lock | {acquisitions, contended, wait_timeouts, errors, releases_not_held, leases_lost}' 2>/dev/null)"
-    done
-    c201=$(jfield "$wrk_json" .status_201)
-    sold=$(jfield "$skuj" .sold)
-    check "$label: wrk reported its counts" has_prefix "$wrk_json" '{"tool":"wrk-orders"'
-    check "$label: sold out (remaining 0, sold_out answers > 0)" \
-        eq "$(jfield "$skuj" .remaining)/$(jfield "$wrk_json" '.sold_out > 0')" 0/true
-    check "$label: client-counted 201s == stock ($c201 == $STOCK)" eq "$c201" "$STOCK"
-    check "$label: server sold == stock ($sold == $STOCK), nothing oversold" \
-        eq "$sold/$(jfield "$skuj" .oversold)" "$STOCK/0"
-    check "$label: audit: sold == stock, orders == 201s" \
-        eq "$(jfield "$audit" .sold)/$(jfield "$audit" .orders)" "$STOCK/$c201"
-    check "$label: audit: consistent, oversold 0" \
-        eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .oversold)" true/0
-    check "$label: audit: no limit breach, no duplicate order id" \
-        eq "$(jfield "$audit" .limit_breaches)/$(jfield "$audit" .duplicate_order_ids)" 0/0
-    check "$label: no answer other than 201 / 409 / 503, no socket error" \
-        eq "$(jfield "$wrk_json" '.other + .other_409 + .other_503 + .outcome_unknown + ([.socket_errors[]] | add)')" 0
 }
 
 # ---- exact: one ZooKeeper, three instances, sold exactly ----------------------------
