@@ -427,15 +427,13 @@ static void order_one_part(struct inv_order *o, int seg)
     o->parts[0] = (struct inv_part){.segment = seg, .qty = o->qty};
 }
 
-/* The outcome of the atomic script's answer r for an order of qty units of
- * sku; INV_OK when the order's id was found taken and it drew a fresh one
- * (nothing was written: again). seen: the sold-out memory's generation when
- * the call was sent. */
-static inv_status atomic_outcome(struct inv_session *s, const char *sku, int qty,
+/* The outcome of the atomic script's answer r for an order of sku; INV_OK when the
+ * order's id was found taken and it drew a fresh one (nothing was written: again). seen:
+ * the sold-out memory's generation when the call was sent. */
+static inv_status atomic_outcome(struct inv_session *s, const char *sku,
                                  const redisReply *r, struct inv_order *order,
                                  uint64_t seen)
 {
-    (void)qty;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
         return INV_UNAVAILABLE;
     const redisReply *e1 = r->elements > 1 ? r->element[1] : NULL;
@@ -481,7 +479,7 @@ static inv_status place_atomic(struct inv_session *s, const struct sku_keys *k,
         redisReply *r = rconn_eval(s->rc, &atomic_script, 8, 6, c.argv, NULL);
         if (!r)
             return no_answer(s, lost);
-        inv_status st = atomic_outcome(s, sku, qty, r, order, seen);
+        inv_status st = atomic_outcome(s, sku, r, order, seen);
         freeReplyObject(r);
         if (st != INV_OK)
             return st;
@@ -1164,8 +1162,7 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
         if (i >= got) /* sent, and the connection failed before its answer */
             ticket_finish(inv, t[i], no_answer(s, lost));
         else if (!rconn_is_noscript(r[i])) { /* NOSCRIPT: by itself, which runs EVAL */
-            inv_status st =
-                atomic_outcome(s, t[i]->sku, t[i]->qty, r[i], &t[i]->order, seen);
+            inv_status st = atomic_outcome(s, t[i]->sku, r[i], &t[i]->order, seen);
             if (st != INV_OK)
                 ticket_finish(inv, t[i], st);
         }
@@ -1344,16 +1341,24 @@ inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
     return st;
 }
 
-/* Fills per-segment values from an HGETALL reply (index -> number). */
-static void segment_values(const redisReply *r, int nseg, struct inv_sku_report *out,
-                           size_t offset)
+/* Fills per-segment values from the pairs {segment, number} of r (an
+ * HGETALL, or a zset WITHSCORES): segment i's goes to the long long at
+ * dst + i * stride bytes, for segments 0..n-1. */
+static void segment_values(const redisReply *r, void *dst, size_t stride, int n)
 {
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
         long long seg = reply_ll(r->element[i], -1);
-        if (seg >= 0 && seg < nseg)
-            *(long long *)((char *)&out->segments[seg] + offset) =
+        if (seg >= 0 && seg < n)
+            *(long long *)((char *)dst + (size_t)seg * stride) =
                 reply_ll(r->element[i + 1], 0);
     }
+}
+
+/* segment_values into one field (at offset) of a report's segments. */
+static void report_values(const redisReply *r, struct inv_sku_report *out, size_t offset)
+{
+    segment_values(r, (char *)out->segments + offset, sizeof(out->segments[0]),
+                   out->nsegments);
 }
 
 inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
@@ -1391,12 +1396,9 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_re
         out->orders = reply_ll(m->element[4], 0);
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
-        segment_values(e[1], out->nsegments, out,
-                       offsetof(struct inv_segment_report, remaining));
-        segment_values(e[2], out->nsegments, out,
-                       offsetof(struct inv_segment_report, initial));
-        segment_values(e[3], out->nsegments, out,
-                       offsetof(struct inv_segment_report, sold));
+        report_values(e[1], out, offsetof(struct inv_segment_report, remaining));
+        report_values(e[2], out, offsetof(struct inv_segment_report, initial));
+        report_values(e[3], out, offsetof(struct inv_segment_report, sold));
         for (int i = 0; i < out->nsegments; i++)
             out->remaining += out->segments[i].remaining;
     }
@@ -1477,17 +1479,6 @@ static void audit_snap_free(struct audit_snap *a)
     free(a->seg_indexed);
 }
 
-/* Fills dst[0..n-1] from the pairs {segment, value} of r (a hash or a zset
- * with scores). */
-static void audit_segment_values(const redisReply *r, long long *dst, int n)
-{
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-        long long seg = reply_ll(r->element[i], -1);
-        if (seg >= 0 && seg < n)
-            dst[seg] = reply_ll(r->element[i + 1], 0);
-    }
-}
-
 static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k,
                                  struct audit_snap *a)
 {
@@ -1526,9 +1517,9 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
             abort();
         for (size_t i = 0; i < n; i++)
             a->seg_indexed[i] = -1;
-        audit_segment_values(e[2], a->seg_sold, a->segments);
-        audit_segment_values(e[3], a->seg_stock, a->segments);
-        audit_segment_values(e[4], a->seg_indexed, a->segments);
+        segment_values(e[2], a->seg_sold, sizeof(long long), a->segments);
+        segment_values(e[3], a->seg_stock, sizeof(long long), a->segments);
+        segment_values(e[4], a->seg_indexed, sizeof(long long), a->segments);
         st = INV_OK;
     }
     freeReplyObject(snap);
@@ -1567,14 +1558,13 @@ static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
 }
 
 /* True when the SKU's figures agree with its records (seg_units) segment by
- * segment, and its stock index (meta's remaining, the avail zset) with its
- * stock. */
-static int audit_segments_agree(const struct audit_snap *a, const long long *seg_units)
+ * segment, and its stock index with its stock: each segment holding stock
+ * listed with it, and meta's remaining equal to `stock`, their sum. */
+static int audit_segments_agree(const struct audit_snap *a, const long long *seg_units,
+                                long long stock)
 {
-    long long stock = 0;
     for (int i = 0; i < a->segments; i++) {
         long long left = a->seg_stock[i];
-        stock += left;
         if (seg_units[i] != a->seg_sold[i] ||
             (left > 0 ? a->seg_indexed[i] != left : a->seg_indexed[i] != -1))
             return 0;
@@ -1634,7 +1624,7 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
                           out->duplicate_order_ids == 0 && unreadable == 0 &&
                           out->sold == a.sold && out->orders == a.orders &&
                           out->sold + out->remaining == out->initial &&
-                          audit_segments_agree(&a, seg_units);
+                          audit_segments_agree(&a, seg_units, out->remaining);
     }
     free(ids);
     free(seg_units);
