@@ -313,23 +313,34 @@ static int script_load(struct rconn *rc, struct rscript *s, int again)
     redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->source->text);
     if (!r)
         return -1;
-    int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
-    if (ok) {
-        pthread_mutex_lock(&s->mu);
-        if (!atomic_load_explicit(&s->loaded, memory_order_relaxed)) {
-            memcpy(s->sha, r->str, 40);
-            s->sha[40] = '\0';
-            remember_loaded(s);
-            atomic_store_explicit(&s->loaded, 1, memory_order_release);
-        }
-        pthread_mutex_unlock(&s->mu);
-    } else {
-        script_error_locate(r, s->source); /* a compile error names no SHA */
+    int ok = rscript_learn(s, r) == 0;
+    if (!ok)
         snprintf(rc->err, sizeof(rc->err), "SCRIPT LOAD %s: %s", s->name,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    }
     freeReplyObject(r);
     return ok ? 0 : -1;
+}
+
+int rscript_learn(struct rscript *s, redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        script_error_locate(r, s->source); /* a compile error names no SHA */
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (!atomic_load_explicit(&s->loaded, memory_order_relaxed)) {
+        memcpy(s->sha, r->str, 40);
+        s->sha[40] = '\0';
+        remember_loaded(s);
+        atomic_store_explicit(&s->loaded, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void rscript_locate_error(redisReply *r)
+{
+    script_error_locate(r, NULL);
 }
 
 int rconn_script_load(struct rconn *rc, struct rscript *s)

@@ -137,6 +137,14 @@ int rconn_script_reload(struct rconn *rc, struct rscript *s);
 /* True when reply is a NOSCRIPT error. */
 int rconn_is_noscript(const redisReply *r);
 
+/* Records the SHA that r, the answer to SCRIPT LOAD of s, names (for a
+ * connection that loads scripts itself, as aconn does). 0, or -1 when r is
+ * not a SHA (then an error in it names the .lua file and line). */
+int rscript_learn(struct rscript *s, redisReply *r);
+/* Makes r, when it is the error of a loaded script, name the .lua file and
+ * line instead of "user_script:N" (in place). */
+void rscript_locate_error(redisReply *r);
+
 /* One command to run or pipeline: a plain argument vector, or a call of a
  * script whose first nkeys arguments are KEYS. Plain value; argv is borrowed. */
 struct rcmd {

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
     build-essential pkg-config
-    libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev
+    libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
     zookeeper libzookeeper-mt-dev
 )

@@ -1,0 +1,297 @@
+#include "aconn.h"
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One queued command: what to call back, and on which connection attempt it
+ * was queued (to tell "never sent" from "lost"). Pooled per connection. */
+struct areq {
+    struct aconn *c;
+    aconn_cb *cb;
+    void *arg;
+    struct rscript *script; /* sent as EVALSHA: reload it on NOSCRIPT */
+    unsigned attempt;
+    struct areq *next_free;
+};
+
+struct aconn {
+    struct event_base *base;
+    char host[256];
+    int port;
+    char *password;
+    int timeout_ms;
+    redisAsyncContext *ac; /* NULL while down */
+    unsigned attempt;      /* connection attempts made */
+    unsigned up_attempt;   /* the latest attempt that got connected */
+    int up;
+    int64_t tried_us; /* when the latest attempt began */
+    int pending;
+    int closing;           /* aconn_free: no new connection */
+    int64_t alive_us;      /* the latest sign of life while commands are owed */
+    struct event *watch;   /* fires when the owed answers are overdue */
+    struct areq *free_req; /* the pool */
+    char errstr[128];
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void set_err(struct aconn *c, const char *why)
+{
+    snprintf(c->errstr, sizeof(c->errstr), "%s:%d: %s", c->host, c->port, why);
+}
+
+/* The context failed or is being closed: nothing more goes out on it. */
+static void mark_down(struct aconn *c, const redisAsyncContext *ac)
+{
+    if (c->ac != ac)
+        return;
+    if (ac->err)
+        set_err(c, ac->errstr);
+    c->ac = NULL;
+    c->up = 0;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct aconn *c = ac->data;
+    if (status == REDIS_OK && c->ac == ac) {
+        c->up = 1;
+        c->up_attempt = c->attempt;
+        return;
+    }
+    mark_down(c, ac); /* hiredis frees ac after this */
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    (void)status;
+    mark_down(ac->data, ac);
+}
+
+static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    redisReply *r = reply;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        set_err(ac->data, r->str); /* the commands behind it get NOAUTH */
+}
+
+/* Starts a connection attempt. 0, or -1 when it failed at once. */
+static int connect_now(struct aconn *c)
+{
+    c->attempt++;
+    c->tried_us = mono_us();
+    redisAsyncContext *ac = redisAsyncConnect(c->host, c->port);
+    if (!ac)
+        abort();
+    if (ac->err) {
+        set_err(c, ac->errstr);
+        redisAsyncFree(ac);
+        return -1;
+    }
+    ac->data = c;
+    if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+        redisAsyncFree(ac);
+        set_err(c, "cannot attach to the event loop");
+        return -1;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    c->ac = ac;
+    if (c->password)
+        redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", c->password);
+    return 0;
+}
+
+/* Drops the connection now: every owed callback runs (with no reply). */
+static void drop(struct aconn *c, const char *why)
+{
+    redisAsyncContext *ac = c->ac;
+    if (!ac)
+        return;
+    set_err(c, why);
+    c->ac = NULL;
+    c->up = 0;
+    redisAsyncFree(ac);
+}
+
+static void watch_arm(struct aconn *c, int64_t in_us)
+{
+    struct timeval tv = {.tv_sec = in_us / 1000000, .tv_usec = in_us % 1000000};
+    evtimer_add(c->watch, &tv);
+}
+
+static void on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct aconn *c = arg;
+    if (c->pending == 0)
+        return;
+    int64_t overdue = c->alive_us + (int64_t)c->timeout_ms * 1000 - mono_us();
+    if (overdue > 0)
+        watch_arm(c, overdue);
+    else
+        drop(c, "no answer within the timeout");
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct areq *q = privdata;
+    struct aconn *c = q->c;
+    redisReply *r = reply;
+    aconn_result res = ACONN_REPLY;
+    c->pending--;
+    if (r) {
+        c->alive_us = mono_us();
+        rscript_locate_error(r);
+        if (q->script && rconn_is_noscript(r) && c->ac == ac)
+            /* Redis lost its script cache: load it again, ahead of
+             * everything queued after this answer. */
+            redisAsyncCommand(ac, NULL, NULL, "SCRIPT LOAD %s", q->script->source->text);
+    } else {
+        mark_down(c, ac);
+        res = q->attempt == c->up_attempt ? ACONN_LOST : ACONN_NOT_SENT;
+    }
+    aconn_cb *cb = q->cb;
+    void *arg = q->arg;
+    q->next_free = c->free_req;
+    c->free_req = q;
+    cb(arg, res, r);
+}
+
+static void on_learn(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)ac;
+    if (reply)
+        rscript_learn(privdata, reply);
+}
+
+struct aconn *aconn_new(struct event_base *base, const char *host, int port,
+                        const char *password, int timeout_ms)
+{
+    struct aconn *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->base = base;
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->port = port;
+    c->password = password && *password ? strdup(password) : NULL;
+    c->timeout_ms = timeout_ms;
+    c->watch = evtimer_new(base, on_watch, c);
+    if (!c->watch || (password && *password && !c->password))
+        abort();
+    return c;
+}
+
+void aconn_free(struct aconn *c)
+{
+    if (!c)
+        return;
+    c->closing = 1;
+    drop(c, "closed");
+    event_free(c->watch);
+    for (struct areq *q = c->free_req, *next; q; q = next) {
+        next = q->next_free;
+        free(q);
+    }
+    free(c->password);
+    free(c);
+}
+
+static struct areq *req_new(struct aconn *c, aconn_cb *cb, void *arg)
+{
+    struct areq *q = c->free_req;
+    if (q)
+        c->free_req = q->next_free;
+    else if (!(q = malloc(sizeof(*q))))
+        abort();
+    *q = (struct areq){.c = c, .cb = cb, .arg = arg, .attempt = c->attempt};
+    return q;
+}
+
+/* The context to queue on, connecting when due. NULL: refused. */
+static redisAsyncContext *usable(struct aconn *c)
+{
+    if (c->closing)
+        return NULL;
+    if (!c->ac && mono_us() - c->tried_us >= (int64_t)ACONN_RETRY_MS * 1000)
+        connect_now(c);
+    return c->ac;
+}
+
+static int queue(struct aconn *c, struct areq *q, int argc, const char **argv,
+                 const size_t *argvlen)
+{
+    if (redisAsyncCommandArgv(c->ac, on_reply, q, argc, argv, argvlen) != REDIS_OK) {
+        q->next_free = c->free_req;
+        c->free_req = q;
+        return -1;
+    }
+    if (c->pending++ == 0) {
+        c->alive_us = mono_us();
+        watch_arm(c, (int64_t)c->timeout_ms * 1000);
+    }
+    return 0;
+}
+
+int aconn_command(struct aconn *c, aconn_cb *cb, void *arg, int argc, const char **argv,
+                  const size_t *argvlen)
+{
+    if (!usable(c))
+        return -1;
+    return queue(c, req_new(c, cb, arg), argc, argv, argvlen);
+}
+
+/* Most arguments of a script call whose vector lives on the stack. */
+#define EVAL_ARGV_INLINE 64
+
+int aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s, int nkeys,
+               int argc, const char **argv)
+{
+    if (!usable(c))
+        return -1;
+    int known = atomic_load_explicit(&s->loaded, memory_order_acquire);
+    if (!known) /* learn the SHA beside this call, which goes whole */
+        redisAsyncCommand(c->ac, on_learn, s, "SCRIPT LOAD %s", s->source->text);
+    const char *inline_v[EVAL_ARGV_INLINE], **v = inline_v;
+    int n = argc + 3;
+    if (n > EVAL_ARGV_INLINE && !(v = malloc(sizeof(*v) * (size_t)n)))
+        abort();
+    char numkeys[12];
+    snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+    v[0] = known ? "EVALSHA" : "EVAL";
+    v[1] = known ? s->sha : s->source->text;
+    v[2] = numkeys;
+    memcpy(v + 3, argv, sizeof(*argv) * (size_t)argc);
+    struct areq *q = req_new(c, cb, arg);
+    q->script = known ? s : NULL;
+    int rc = queue(c, q, n, v, NULL);
+    if (v != inline_v)
+        free(v);
+    return rc;
+}
+
+int aconn_up(const struct aconn *c)
+{
+    return c->up;
+}
+
+int aconn_pending(const struct aconn *c)
+{
+    return c->pending;
+}
+
+const char *aconn_errstr(const struct aconn *c)
+{
+    return c->errstr;
+}
