@@ -269,6 +269,112 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
     return lock_release(s, key, g);
 }
 
+int lock_has_steps(const struct lock *l)
+{
+    return l->be->try_cmd != NULL;
+}
+
+void lock_step_init(struct lock_step *st)
+{
+    st->entry[0] = '\0';
+    st->pttl_ms = -1;
+    st->contended = 0;
+    st->first_us = lock_now_us();
+}
+
+int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
+                  struct lock_step *st)
+{
+    const struct lock_backend *be = s->lock->be;
+    if (!be->try_cmd)
+        return 0;
+    st->cmd = (struct rcmd){.argv = st->argv};
+    st->start_us = lock_now_us();
+    snprintf(st->wait, sizeof(st->wait), "%d", wait_ms > 0 ? wait_ms : 0);
+    be->try_cmd(s->impl, key, st);
+    return 1;
+}
+
+/* Counts an acquire of st's that ended in res. */
+static void count_step(struct lock *l, const struct lock_step *st, lock_status res,
+                       const struct lock_grant *g)
+{
+    int64_t waited = lock_now_us() - st->first_us;
+    switch (res) {
+    case LOCK_ACQUIRED:
+        bump(&l->counters.acquisitions);
+        if (st->contended)
+            bump(&l->counters.contended);
+        count_wait(&l->counters, waited);
+        break;
+    case LOCK_BUSY:
+        bump(&l->counters.wait_timeouts);
+        count_wait(&l->counters, waited);
+        break;
+    default:
+        bump(&l->counters.errors);
+        break;
+    }
+    (void)g;
+}
+
+/* Fills what every grant of a step has. */
+static void step_granted(const struct lock_step *st, struct lock_grant *g)
+{
+    g->waited_us = lock_now_us() - st->first_us;
+    g->contended = st->contended;
+    if (!g->acquired_us)
+        g->acquired_us = lock_now_us();
+}
+
+lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_step *st,
+                          const redisReply *r, struct lock_grant *g)
+{
+    struct lock *l = s->lock;
+    memset(g, 0, sizeof(*g));
+    lock_status res = l->be->try_answer(s->impl, key, st, r, g);
+    if (res == LOCK_BUSY)
+        st->contended = 1;
+    if (res == LOCK_ACQUIRED)
+        step_granted(st, g);
+    if (res != LOCK_BUSY || !st->entry[0]) /* else it waits on */
+        count_step(l, st, res, g);
+    return res;
+}
+
+void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
+                       struct lock_step *st)
+{
+    st->cmd = (struct rcmd){.argv = st->argv};
+    s->lock->be->handoff_cmd(s->impl, key, wait_us, st);
+}
+
+lock_status lock_handoff_done(struct lock_session *s, const char *key,
+                              struct lock_step *st, const redisReply *r,
+                              struct lock_grant *g)
+{
+    memset(g, 0, sizeof(*g));
+    lock_status res = s->lock->be->handoff_answer(s->impl, key, st, r, g);
+    if (res == LOCK_ACQUIRED) {
+        step_granted(st, g);
+        count_step(s->lock, st, res, g);
+    }
+    return res;
+}
+
+void lock_release_step(struct lock_session *s, const char *key,
+                       const struct lock_grant *g, struct lock_step *st)
+{
+    st->cmd = (struct rcmd){.argv = st->argv};
+    s->lock->be->release_cmd(s->impl, key, g, st);
+}
+
+lock_status lock_release_done(struct lock_session *s, const char *key,
+                              struct lock_grant *g, const redisReply *r)
+{
+    return count_release(s->lock, s->lock->be->release_answer(s->impl, key, g, r));
+}
+
 int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g)
 {
     const struct lock_backend *be = s->lock->be;

@@ -147,6 +147,65 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
                                struct lock_grant *g, const struct rcmd *cmd,
                                redisReply **reply);
 
+/* ---- steps, for an event loop --------------------------------------------
+ *
+ * A mode that locks on the data Redis hands out its acquire and release as
+ * commands, which the caller sends itself on its asynchronous connections,
+ * pipelined with its own, and whose answers it hands back: the same counters,
+ * lease (watchdog), fencing and wake-one hand-off as lock_acquire and
+ * lock_release, without a thread waiting for Redis. The none and redis modes
+ * have steps (lock_has_steps).
+ *
+ * An acquire is a series of attempts: lock_step_init, then lock_try_step and
+ * lock_try_done. An attempt that finds the lock taken while wait_ms is left
+ * joins the lock's queue (st->entry); the caller then sends lock_handoff_step
+ * on a connection of its own (a blocking command) and hands its answer to
+ * lock_handoff_done: the lock handed over by a release, or nothing within the
+ * wait (then another attempt, with what is left of the wait; one with 0 left
+ * leaves the queue). */
+struct lock_step {
+    struct rcmd cmd; /* what to send; argc 0: nothing (the answer is NULL) */
+    const char *argv[12];
+    char buf[4][600];
+    char wait[24];
+    char entry[80];    /* the queue entry of the acquire, "" while none */
+    long long pttl_ms; /* a taken lock's lease left, from the last attempt */
+    int contended;     /* an attempt found the lock taken */
+    int64_t first_us;  /* when the acquire began */
+    int64_t start_us;  /* when the last attempt began: a lease counts from it */
+};
+
+/* True when l's mode has steps. */
+int lock_has_steps(const struct lock *l);
+/* Begins an acquire in st. */
+void lock_step_init(struct lock_step *st);
+/* Fills st with an attempt on key that joins the queue when the lock is
+ * taken and wait_ms (>= 0) is left. 1, or 0 when the mode has no steps. */
+int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
+                  struct lock_step *st);
+/* The answer r to st's attempt (NULL when there was no answer). LOCK_ACQUIRED
+ * with g filled; LOCK_BUSY when another holds it (queued when st->entry is
+ * set); LOCK_ERROR (the caller leaves the queue only by the lease running
+ * out: best effort, as the blocking form). */
+lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_step *st,
+                          const redisReply *r, struct lock_grant *g);
+/* Fills st with the wait of a queued acquire for the lock to be handed over,
+ * at most wait_us (and the holder's lease left): a blocking command. */
+void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
+                       struct lock_step *st);
+/* Its answer: LOCK_ACQUIRED (handed over: g filled), else LOCK_BUSY (nothing
+ * came, or no answer: attempt again). */
+lock_status lock_handoff_done(struct lock_session *s, const char *key,
+                              struct lock_step *st, const redisReply *r,
+                              struct lock_grant *g);
+/* Fills st with the release of g (key's, from lock_try_done). */
+void lock_release_step(struct lock_session *s, const char *key,
+                       const struct lock_grant *g, struct lock_step *st);
+/* The answer r to that release (NULL when none came: the lease then runs
+ * out in Redis). As lock_release; the grant is finished either way. */
+lock_status lock_release_done(struct lock_session *s, const char *key,
+                              struct lock_grant *g, const redisReply *r);
+
 /* The monotonic time until which the grant's lease is known to be valid, as
  * extended by renewals (the watchdog of the redis mode); 0 once the lease is
  * known to be lost. For modes without renewal this is g->valid_until_us. Call

@@ -35,6 +35,19 @@ struct lock_backend {
                                 redisReply **reply, int *ran);
     lock_status (*release_after)(void *session, const char *key, struct lock_grant *g,
                                  const struct rcmd *cmd, redisReply **reply);
+    /* Optional steps for an event loop (see lock_try_step): the try's and the
+     * release's commands, and what their answers mean. */
+    void (*try_cmd)(void *session, const char *key, struct lock_step *st);
+    lock_status (*try_answer)(void *session, const char *key, struct lock_step *st,
+                              const redisReply *r, struct lock_grant *g);
+    void (*handoff_cmd)(void *session, const char *key, int64_t wait_us,
+                        struct lock_step *st);
+    lock_status (*handoff_answer)(void *session, const char *key, struct lock_step *st,
+                                  const redisReply *r, struct lock_grant *g);
+    void (*release_cmd)(void *session, const char *key, const struct lock_grant *g,
+                        struct lock_step *st);
+    lock_status (*release_answer)(void *session, const char *key, struct lock_grant *g,
+                                  const redisReply *r);
     /* Optional: the grant's current validity (see lock_valid_until_us). */
     int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };

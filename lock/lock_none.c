@@ -40,6 +40,33 @@ static lock_status none_release(void *session, const char *key, struct lock_gran
     return LOCK_RELEASED;
 }
 
+/* Steps: nothing to send, and every answer is a grant or a release. */
+static void none_step(void *session, const char *key, struct lock_step *st)
+{
+    (void)session, (void)key, (void)st;
+}
+
+static void none_release_step(void *session, const char *key, const struct lock_grant *g,
+                              struct lock_step *st)
+{
+    (void)g;
+    none_step(session, key, st);
+}
+
+static lock_status none_try_answer(void *session, const char *key, struct lock_step *st,
+                                   const redisReply *r, struct lock_grant *g)
+{
+    (void)session, (void)key, (void)st, (void)r, (void)g;
+    return LOCK_ACQUIRED;
+}
+
+static lock_status none_release_answer(void *session, const char *key,
+                                       struct lock_grant *g, const redisReply *r)
+{
+    (void)r;
+    return none_release(session, key, g);
+}
+
 const struct lock_backend lock_backend_none = {
     .name = "none",
     .fenced = 0,
@@ -49,4 +76,8 @@ const struct lock_backend lock_backend_none = {
     .session_free = none_session_free,
     .acquire = none_acquire,
     .release = none_release,
+    .try_cmd = none_step,
+    .try_answer = none_try_answer,
+    .release_cmd = none_release_step,
+    .release_answer = none_release_answer,
 };

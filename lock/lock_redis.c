@@ -445,6 +445,44 @@ static void grant_fill(struct redis_session *s, const char *key, int reentered,
     g->holder = l;
 }
 
+/* The acquire script's arguments for key (see lock/lua/redis_acquire.lua):
+ * its keys written to bufs, the wait and the queue entry the caller's. */
+static void acquire_argv(struct redis_session *s, const char *key, char bufs[3][KEY_MAX],
+                         const char *wait_arg, const char *entry, const char *argv[10])
+{
+    lock_fence_key(key, bufs[0], KEY_MAX);
+    snprintf(bufs[1], KEY_MAX, "%s:queue", key);
+    snprintf(bufs[2], KEY_MAX, "%s:grant:%s", key, s->owner);
+    const char *v[] = {key,
+                       bufs[0],
+                       bufs[1],
+                       bufs[2],
+                       s->owner,
+                       s->st->ttl_arg,
+                       s->st->fencing ? "1" : "0",
+                       wait_arg,
+                       entry,
+                       lease_find(s, key) ? "1" : "0"};
+    memcpy(argv, v, sizeof(v));
+}
+
+/* Reads the acquire script's answer r: *kind (1 granted, 2 re-entered, 0
+ * taken), *value (the fence, or the holder's PTTL) and the queue entry.
+ * 0, or -1 when r is no such answer (entry is then left as it was). */
+static int acquire_answer(const redisReply *r, long long *kind, long long *value,
+                          char *entry, size_t len)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return -1;
+    *kind = r->element[0]->integer;
+    *value = r->element[1]->integer;
+    snprintf(entry, len, "%s", r->element[2]->str);
+    return 0;
+}
+
 /* One attempt of the acquire script; with cmd (first attempt only), cmd goes
  * in the same pipeline and *cmd_reply gets its answer (NULL when it was not
  * sent or the connection failed). */
@@ -475,20 +513,10 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
 {
     struct redis_session *s = session;
     struct redis_state *st = s->st;
-    char fkey[KEY_MAX], qkey[KEY_MAX], gkey[KEY_MAX], wait_arg[24], entry[80] = "";
-    lock_fence_key(key, fkey, sizeof(fkey));
-    snprintf(qkey, sizeof(qkey), "%s:queue", key);
-    snprintf(gkey, sizeof(gkey), "%s:grant:%s", key, s->owner);
-    const char *argv[] = {key,
-                          fkey,
-                          qkey,
-                          gkey,
-                          s->owner,
-                          st->ttl_arg,
-                          st->fencing ? "1" : "0",
-                          wait_arg,
-                          entry,
-                          lease_find(s, key) ? "1" : "0"};
+    char bufs[3][KEY_MAX], wait_arg[24] = "", entry[80] = "";
+    const char *argv[10];
+    acquire_argv(s, key, bufs, wait_arg, entry, argv);
+    const char *gkey = bufs[2], *qkey = bufs[1];
     for (;;) {
         int64_t start = lock_now_us();
         int64_t left_ms = (deadline_us - start) / 1000;
@@ -497,10 +525,8 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
         redisReply *cmd_reply = NULL;
         redisReply *r = attempt(s, argv, cmd, &cmd_reply);
         cmd = NULL; /* later attempts follow a wait: cmd then runs after the grant */
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-            r->element[0]->type != REDIS_REPLY_INTEGER ||
-            r->element[1]->type != REDIS_REPLY_INTEGER ||
-            r->element[2]->type != REDIS_REPLY_STRING) {
+        long long kind, value;
+        if (acquire_answer(r, &kind, &value, entry, sizeof(entry)) != 0) {
             if (r)
                 freeReplyObject(r);
             if (cmd_reply)
@@ -509,8 +535,6 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
                 leave_queue(s, qkey, entry);
             return LOCK_ERROR;
         }
-        long long kind = r->element[0]->integer, value = r->element[1]->integer;
-        snprintf(entry, sizeof(entry), "%s", r->element[2]->str);
         freeReplyObject(r);
         if (kind != 0) {
             grant_fill(s, key, kind == 2, value, start, g);
@@ -640,6 +664,82 @@ static lock_status redis_release_after(void *session, const char *key,
     return res;
 }
 
+/* Steps (lock_try_step): a try is one attempt that does not wait, so it
+ * never joins the queue; its lease and the release are the same as above.
+ * A release whose answer was lost is not sent again (the sync path's
+ * retry): the lease runs out in Redis instead. */
+static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
+{
+    acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
+    st->cmd.script = &acquire_script;
+    st->cmd.nkeys = 4;
+    st->cmd.argc = 10;
+}
+
+static lock_status redis_try_answer(void *session, const char *key, struct lock_step *st,
+                                    const redisReply *r, struct lock_grant *g)
+{
+    long long kind, value;
+    if (acquire_answer(r, &kind, &value, st->entry, sizeof(st->entry)) != 0)
+        return LOCK_ERROR;
+    if (kind == 0) {
+        st->pttl_ms = value;
+        return LOCK_BUSY;
+    }
+    grant_fill(session, key, kind == 2, value, st->start_us, g);
+    return LOCK_ACQUIRED;
+}
+
+/* The wait for a hand-off: BLPOP of the session's grant list, bounded by the
+ * wait left and the holder's lease (a holder that crashed hands nothing). */
+static void redis_handoff_cmd(void *session, const char *key, int64_t wait_us,
+                              struct lock_step *st)
+{
+    struct redis_session *s = session;
+    int64_t lease_us = (st->pttl_ms >= 0 ? st->pttl_ms : s->st->ttl_ms) * 1000 + 1000;
+    int64_t ms = ((wait_us < lease_us ? wait_us : lease_us) + 999) / 1000;
+    if (ms < 1)
+        ms = 1; /* 0 would block forever */
+    snprintf(st->buf[0], KEY_MAX, "%s:grant:%s", key, s->owner);
+    snprintf(st->wait, sizeof(st->wait), "%lld.%03lld", (long long)(ms / 1000),
+             (long long)(ms % 1000));
+    st->argv[0] = "BLPOP";
+    st->argv[1] = st->buf[0];
+    st->argv[2] = st->wait;
+    st->cmd.script = NULL;
+    st->cmd.argc = 3;
+}
+
+static lock_status redis_handoff_answer(void *session, const char *key,
+                                        struct lock_step *st, const redisReply *r,
+                                        struct lock_grant *g)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return LOCK_BUSY;
+    /* A grant handed over cannot predate the attempt that queued: its lease
+     * counts from that attempt's start. */
+    grant_fill(session, key, 0, atoll(r->element[1]->str), st->start_us, g);
+    g->acquired_us = lock_now_us();
+    st->entry[0] = '\0'; /* the release took it off the queue */
+    return LOCK_ACQUIRED;
+}
+
+static void redis_release_cmd(void *session, const char *key, const struct lock_grant *g,
+                              struct lock_step *st)
+{
+    release_argv(session, key, g, st->buf, st->argv);
+    st->cmd.script = &release_script;
+    st->cmd.nkeys = 3;
+    st->cmd.argc = 7;
+}
+
+static lock_status redis_release_answer(void *session, const char *key,
+                                        struct lock_grant *g, const redisReply *r)
+{
+    return release_done(session, key, g, r);
+}
+
 static int64_t redis_valid_until(void *session, const struct lock_grant *g)
 {
     struct redis_session *s = session;
@@ -664,4 +764,10 @@ const struct lock_backend lock_backend_redis = {
     .acquire_then = redis_acquire_then,
     .release_after = redis_release_after,
     .valid_until = redis_valid_until,
+    .try_cmd = redis_try_cmd,
+    .try_answer = redis_try_answer,
+    .handoff_cmd = redis_handoff_cmd,
+    .handoff_answer = redis_handoff_answer,
+    .release_cmd = redis_release_cmd,
+    .release_answer = redis_release_answer,
 };
