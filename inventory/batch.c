@@ -71,19 +71,11 @@ struct inv_batcher {
     struct worker *workers;
 };
 
-static uint32_t queue_hash(const char *sku, int seg)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const char *p = sku; *p; p++)
-        h = (h ^ (uint8_t)*p) * 16777619u;
-    return (h ^ (uint32_t)seg) * 16777619u;
-}
-
 /* The queue of sku's segment seg, made on first use. Queues live until the
  * batcher stops: one per SKU segment this process sold from. */
 static struct queue *queue_get(struct inv_batcher *b, const char *sku, int seg)
 {
-    struct queue **slot = &b->buckets[queue_hash(sku, seg) % QUEUE_BUCKETS];
+    struct queue **slot = &b->buckets[seg_queue_hash(sku, seg) % QUEUE_BUCKETS];
     for (struct queue *q = *slot; q; q = q->hnext)
         if (q->seg == seg && strcmp(q->sku, sku) == 0)
             return q;
@@ -152,7 +144,7 @@ static void queue_drop_unknown(struct inv_batcher *b, struct queue *q)
 {
     if (q->seg >= 0 || q->head || q->snext || q->busy || q->ready)
         return;
-    struct queue **p = &b->buckets[queue_hash(q->sku, q->seg) % QUEUE_BUCKETS];
+    struct queue **p = &b->buckets[seg_queue_hash(q->sku, q->seg) % QUEUE_BUCKETS];
     while (*p != q)
         p = &(*p)->hnext;
     *p = q->hnext;
@@ -493,4 +485,10 @@ void inv_batcher_stats(struct inv_batcher *b, struct inv_batch_stats *out)
     out->queued = b->queued;
     out->queues = b->queues;
     pthread_mutex_unlock(&b->mu);
+}
+
+void inv_batcher_note(struct inv_batcher *b, int n)
+{
+    atomic_fetch_add_explicit(&b->batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->orders, (uint64_t)n, memory_order_relaxed);
 }

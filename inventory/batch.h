@@ -46,5 +46,8 @@ void inv_batcher_submit(struct inv_batcher *b, struct inv_ticket *t);
 void inv_batcher_stop(struct inv_batcher *b);
 void inv_batcher_free(struct inv_batcher *b); /* stops it first; NULL is a no-op */
 void inv_batcher_stats(struct inv_batcher *b, struct inv_batch_stats *out);
+/* Counts a critical section of n tickets run elsewhere (an event loop's
+ * group commit, engine.c) in these stats. Any thread. */
+void inv_batcher_note(struct inv_batcher *b, int n);
 
 #endif

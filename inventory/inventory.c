@@ -1072,12 +1072,14 @@ struct batch_slot {
 
 /* Reads the batch script's answer for the tickets of hold h (two entries
  * each); a ticket whose segment could not serve it is sent on (t->seg) or
- * left to go by itself, as one whose id was taken. */
-static void batch_outcomes(struct inv_session *s, struct inv_hold *h, const redisReply *r,
-                           lock_status released)
+ * left to go by itself, as one whose id was taken. s loads an idempotent
+ * replay's first order; without one (NULL) the replay is left to go by
+ * itself (t->seg -1), which finds it again. */
+static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_hold *h,
+                           const redisReply *r, lock_status released)
 {
-    struct inv *inv = s->inv;
     struct inv_ticket **t = h->t;
+    h->placed = 0;
     int seg = h->seg;
     for (int i = 0; i < h->n; i++) {
         const redisReply *first = r->element[2 * i + 1];
@@ -1087,6 +1089,7 @@ static void batch_outcomes(struct inv_session *s, struct inv_hold *h, const redi
         case 1:
             order_one_part(o, seg);
             h->left -= t[i]->qty;
+            h->placed++;
             st = INV_PLACED;
             if (released == LOCK_NOT_HELD)
                 count(&inv->counters.commits_after_lease);
@@ -1103,6 +1106,10 @@ static void batch_outcomes(struct inv_session *s, struct inv_hold *h, const redi
             st = INV_SOLD_OUT;
             break;
         case -3:
+            if (!s) {
+                t[i]->seg = -1;
+                continue;
+            }
             if (first->type == REDIS_REPLY_STRING) {
                 st = load_order(s, first->str, o);
                 st = st == INV_OK ? INV_REPLAYED : st;
@@ -1172,6 +1179,75 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     free(c);
 }
 
+inv_path inv_loop_path(const struct inv *inv)
+{
+    if (!inv->cfg.lock)
+        return INV_PATH_ATOMIC;
+    return lock_has_steps(inv->cfg.lock) ? INV_PATH_HOLDS : INV_PATH_THREADS;
+}
+
+int inv_atomic_send(struct inv *inv, struct inv_ticket *t, struct aconn *c, aconn_cb *cb,
+                    void *arg, uint64_t *seen)
+{
+    struct sku_keys k;
+    sku_keys_init(&k, t->sku);
+    struct atomic_call call;
+    atomic_call_init(&call, &k, t->sku, t->user_id, t->qty, t->idem_key, t->order.id);
+    *seen = soldout_generation(inv->cfg.soldout);
+    return aconn_eval(c, cb, arg, &atomic_script, 8, 14, call.argv);
+}
+
+inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
+                           const redisReply *r, uint64_t seen)
+{
+    if (res != ACONN_REPLY) {
+        ticket_finish(inv, t, res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE);
+        return INV_STEP_DONE;
+    }
+    if (rconn_is_noscript(r))
+        return INV_STEP_AGAIN; /* the connection loads it again first */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        reply_ll(r->element[0], 0) == -3)
+        return INV_STEP_ALONE; /* a replay: its first order is loaded by itself */
+    /* Every other answer is read without a round trip: no connection needed. */
+    struct inv_session view = {.inv = inv};
+    inv_status st = atomic_outcome(&view, t->sku, r, &t->order, seen);
+    if (st == INV_OK)
+        return INV_STEP_AGAIN; /* the id was taken: it has a fresh one */
+    ticket_finish(inv, t, st);
+    return INV_STEP_DONE;
+}
+
+/* Sets h up for tickets t[0..n-1] on segment seg: its lock key, the epoch
+ * the commit checks, the sold-out memory's generation. 0, or -1 when the
+ * SKU's layout is forgotten since they were routed (each goes by itself). */
+static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket **t, int n,
+                        int seg)
+{
+    struct sku_layout layout;
+    if (layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
+        return -1;
+    h->t = t;
+    h->n = n;
+    h->seg = seg;
+    snprintf(h->lkey, sizeof(h->lkey), "sk:{%s}:lock:%d", t[0]->sku, seg);
+    snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
+    h->seen = soldout_generation(inv->cfg.soldout);
+    return 0;
+}
+
+/* h holds its lock and read stock: open until its orders' work is done (at
+ * once when the segment is empty: the commit only routes them). */
+static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
+{
+    h->stock = h->left = stock;
+    h->due_us = lock_now_us();
+    if (stock == 0)
+        layout_mark_empty(inv, h->t[0]->sku, h->epoch, h->seg);
+    else
+        h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
+}
+
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                   int try_only, struct inv_hold *h)
 {
@@ -1180,24 +1256,19 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
         return 0;
     }
     struct inv *inv = s->inv;
-    const char *sku = t[0]->sku;
-    struct sku_layout layout;
-    if (layout_get(inv, sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
-        return 0; /* forgotten since it was routed: each by itself */
+    if (hold_prepare(inv, h, t, n, seg) != 0)
+        return 0; /* each by itself */
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku);
-    char *lkey = h->lkey;
-    snprintf(lkey, sizeof(h->lkey), "sk:{%s}:lock:%d", sku, seg);
+    sku_keys_init(&k, t[0]->sku);
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
         oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
     int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - lock_now_us()) / 1000;
     int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
-    h->seen = soldout_generation(inv->cfg.soldout);
     long long stock;
-    lock_status ls = lock_and_read(s, &k, lkey, seg, wait_ms, &h->g, &stock);
+    lock_status ls = lock_and_read(s, &k, h->lkey, seg, wait_ms, &h->g, &stock);
     if (ls == LOCK_BUSY && try_only)
         return -1; /* taken: nothing decided, the caller tries later */
     if (ls != LOCK_ACQUIRED) {
@@ -1205,83 +1276,87 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
         return 0;
     }
     if (stock < 0) {
-        lock_release(s->lock, lkey, &h->g);
+        lock_release(s->lock, h->lkey, &h->g);
         tickets_finish(inv, t, n, INV_UNAVAILABLE);
         return 0;
     }
-    h->t = t;
-    h->n = n;
-    h->seg = seg;
-    h->stock = h->left = stock;
-    snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
-    h->due_us = lock_now_us(); /* empty: no order works, the commit only routes */
-    if (stock == 0)
-        layout_mark_empty(inv, sku, layout.epoch, seg);
-    else
-        h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
+    hold_opened(inv, h, stock);
     return 1;
 }
 
-void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
-{
-    struct inv *inv = s->inv;
-    struct inv_ticket **t = h->t;
-    int n = h->n, seg = h->seg;
-    const char *sku = t[0]->sku, *lkey = h->lkey;
+/* The batch script's call for open hold h: KEYS and ARGV as
+ * inventory/lua/batch.lua reads them. */
+struct batch_call {
     struct sku_keys k;
-    sku_keys_init(&k, sku);
-    char segtext[12];
-    snprintf(segtext, sizeof(segtext), "%d", seg);
+    char seg[12], fkey[160], stock[24], fence[24];
+    struct batch_slot *slot;
+    struct rcmd cmd;
+};
 
-    char fkey[160], stocktext[24], fence[24];
-    lock_fence_key(lkey, fkey, sizeof(fkey));
-    snprintf(stocktext, sizeof(stocktext), "%lld", h->stock);
-    snprintf(fence, sizeof(fence), "%" PRIu64, inv->cfg.fencing ? h->g.fence : 0);
+static void batch_call_init(struct batch_call *c, struct inv *inv,
+                            const struct inv_hold *h)
+{
+    struct inv_ticket **t = h->t;
+    int n = h->n;
+    sku_keys_init(&c->k, t[0]->sku);
+    snprintf(c->seg, sizeof(c->seg), "%d", h->seg);
+    lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
+    snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
+    snprintf(c->fence, sizeof(c->fence), "%" PRIu64, inv->cfg.fencing ? h->g.fence : 0);
     int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = malloc(sizeof(*argv) * (size_t)argc);
-    struct batch_slot *slot = malloc(sizeof(*slot) * (size_t)n);
-    if (!argv || !slot)
+    c->slot = malloc(sizeof(*c->slot) * (size_t)n);
+    if (!argv || !c->slot)
         abort();
-    const char *head[] = {k.meta,   k.stock, k.sold, k.buyers,
-                          k.orders, fkey,    k.idem, k.avail};
+    const struct sku_keys *k = &c->k;
+    const char *head[] = {k->meta,   k->stock, k->sold, k->buyers,
+                          k->orders, c->fkey,  k->idem, k->avail};
     memcpy(argv, head, sizeof(head));
     const char **a = argv + nkeys;
     *a++ = h->epoch;
-    *a++ = segtext;
-    *a++ = stocktext;
-    *a++ = fence;
-    *a++ = sku;
+    *a++ = c->seg;
+    *a++ = c->stock;
+    *a++ = c->fence;
+    *a++ = t[0]->sku;
     for (int i = 0; i < n; i++) {
-        snprintf(slot[i].id, sizeof(slot[i].id), "%" PRIu64, t[i]->order.id);
-        snprintf(slot[i].okey, sizeof(slot[i].okey), "order:%s", slot[i].id);
-        snprintf(slot[i].qty, sizeof(slot[i].qty), "%d", t[i]->qty);
-        snprintf(slot[i].route, sizeof(slot[i].route), "%u", seg_route(t[i]->user_id));
-        argv[8 + i] = slot[i].okey;
-        *a++ = slot[i].qty;
+        struct batch_slot *x = &c->slot[i];
+        snprintf(x->id, sizeof(x->id), "%" PRIu64, t[i]->order.id);
+        snprintf(x->okey, sizeof(x->okey), "order:%s", x->id);
+        snprintf(x->qty, sizeof(x->qty), "%d", t[i]->qty);
+        snprintf(x->route, sizeof(x->route), "%u", seg_route(t[i]->user_id));
+        argv[8 + i] = x->okey;
+        *a++ = x->qty;
         *a++ = t[i]->user_id;
-        *a++ = slot[i].id;
+        *a++ = x->id;
         *a++ = t[i]->idem_key;
-        *a++ = slot[i].route;
+        *a++ = x->route;
     }
-    struct rcmd commit = {
+    c->cmd = (struct rcmd){
         .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
-    redisReply *r;
-    uint64_t lost = rconn_unanswered(s->rc);
-    lock_status released = lock_release_after(s->lock, lkey, &h->g, &commit, &r);
-    free(argv);
-    free(slot);
-    if (!r) {
-        tickets_finish(inv, t, n, no_answer(s, lost));
-        return;
-    }
-    if (rconn_is_noscript(r)) {
-        rconn_script_reload(s->rc, &batch_script); /* nothing written: each by itself */
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
-        batch_outcomes(s, h, r, released);
+}
+
+static void batch_call_free(struct batch_call *c)
+{
+    free(c->cmd.argv);
+    free(c->slot);
+}
+
+/* What the batch script's answer r means for h's tickets (s as for
+ * batch_outcomes); r is an answer, not NULL. Returns 1 when Redis had lost
+ * the script (nothing written: each by itself, once it is loaded again). */
+static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold *h,
+                        const redisReply *r, lock_status released)
+{
+    struct inv_ticket **t = h->t;
+    int n = h->n;
+    if (rconn_is_noscript(r))
+        return 1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
+        batch_outcomes(inv, s, h, r, released);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                reply_ll(r->element[0], 0) == -1) {
         count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
-        layout_forget(inv, sku);
+        layout_forget(inv, t[0]->sku);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                reply_ll(r->element[0], 0) == -2) {
         count(&inv->counters.fenced_off);
@@ -1289,6 +1364,24 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
     } else {
         tickets_finish(inv, t, n, INV_UNAVAILABLE);
     }
+    return 0;
+}
+
+void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    struct batch_call c;
+    batch_call_init(&c, inv, h);
+    redisReply *r;
+    uint64_t lost = rconn_unanswered(s->rc);
+    lock_status released = lock_release_after(s->lock, h->lkey, &h->g, &c.cmd, &r);
+    batch_call_free(&c);
+    if (!r) {
+        tickets_finish(inv, h->t, h->n, no_answer(s, lost));
+        return;
+    }
+    if (batch_answer(inv, s, h, r, released)) /* nothing written: each by itself */
+        rconn_script_reload(s->rc, &batch_script);
     freeReplyObject(r);
 }
 
@@ -1301,6 +1394,196 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
     if (left > 0)
         sleep_us((int)left);
     inv_hold_commit(s, &h);
+}
+
+/* ---- the event-driven hold ---------------------------------------------- */
+
+/* The status of tickets whose command got no answer (res not ACONN_REPLY). */
+static inv_status lost_answer(aconn_result res)
+{
+    return res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
+}
+
+/* An attempt at h's lock, pipelined with the read of its stock, waiting (in
+ * the lock's queue) for what is left of h's wait. */
+static int hold_attempt(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                        aconn_cb *cb, void *arg)
+{
+    int64_t left_ms = (h->deadline_us - lock_now_us()) / 1000;
+    if (!lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step))
+        return 0; /* no steps: each by itself */
+    const struct rcmd *try = &h->step.cmd;
+    h->answers = 0;
+    h->reading_only = 0;
+    h->noscript = 0;
+    h->tried = LOCK_ERROR; /* nothing held yet */
+    if (try->argc > 0 &&
+        aconn_eval(c, cb, arg, try->script, try->nkeys, try->argc, try->argv) != 0) {
+        tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
+        return 0;
+    }
+    /* Both or neither go out: one connection, no callback in between. */
+    int read = inv_hold_read_send(s, h, c, cb, arg);
+    h->reading_only = 0;
+    h->tried = LOCK_ACQUIRED; /* a mode with nothing to send grants at once */
+    return (try->argc > 0) + read;
+}
+
+int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
+                  int seg, struct aconn *c, aconn_cb *cb, void *arg)
+{
+    struct inv *inv = s->inv;
+    if (hold_prepare(inv, h, t, n, seg) != 0)
+        return 0; /* each by itself */
+    /* The oldest ticket's wait decides: none waits much past --wait-ms. */
+    int64_t oldest = t[0]->start_us;
+    for (int i = 1; i < n; i++)
+        oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
+    h->deadline_us = oldest + (int64_t)inv->cfg.wait_ms * 1000;
+    lock_step_init(&h->step);
+    return hold_attempt(s, h, c, cb, arg);
+}
+
+int inv_hold_retry_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                        aconn_cb *cb, void *arg)
+{
+    return hold_attempt(s, h, c, cb, arg);
+}
+
+int inv_hold_read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                       aconn_cb *cb, void *arg)
+{
+    struct sku_keys k;
+    sku_keys_init(&k, h->t[0]->sku);
+    char segtext[12];
+    snprintf(segtext, sizeof(segtext), "%d", h->seg);
+    const char *read[] = {"HGET", k.stock, segtext};
+    if (aconn_command(c, cb, arg, 3, read, NULL) != 0) {
+        if (h->tried == LOCK_ACQUIRED) /* held, unread: the lease runs out */
+            lock_release_done(s->lock, h->lkey, &h->g, NULL);
+        tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
+        return 0;
+    }
+    h->answers = 0;
+    h->reading_only = 1;
+    return 1;
+}
+
+void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                     const redisReply *r)
+{
+    struct lock_session *ls = s->lock;
+    int attempt = !h->reading_only && h->step.cmd.argc > 0;
+    if (h->answers++ == 0 && attempt) { /* the attempt's */
+        if (res == ACONN_REPLY && rconn_is_noscript(r)) {
+            h->noscript = 1; /* nothing ran; the connection loads it again */
+            h->tried = LOCK_ERROR;
+        } else {
+            h->tried = lock_try_done(ls, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL,
+                                     &h->g);
+        }
+        return;
+    }
+    h->stock = res == ACONN_REPLY ? stock_of(r) : -1; /* the read's */
+    if (!h->reading_only && h->step.cmd.argc == 0)
+        h->tried = lock_try_done(ls, h->lkey, &h->step, NULL, &h->g);
+}
+
+int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    if (h->noscript) { /* each by itself, where the script is loaded again */
+        for (int i = 0; i < h->n; i++)
+            h->t[i]->seg = -1;
+        return 0;
+    }
+    if (h->tried == LOCK_BUSY && h->step.entry[0])
+        return 2;
+    if (h->tried == LOCK_BUSY) {
+        tickets_finish(inv, h->t, h->n, INV_BUSY);
+        return 0;
+    }
+    if (h->tried != LOCK_ACQUIRED || h->stock < 0) {
+        if (h->tried == LOCK_ACQUIRED) /* held, unread: the lease runs out */
+            lock_release_done(s->lock, h->lkey, &h->g, NULL);
+        tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE);
+        return 0;
+    }
+    hold_opened(inv, h, h->stock);
+    return 1;
+}
+
+int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
+                       aconn_cb *cb, void *arg)
+{
+    int64_t left = h->deadline_us - lock_now_us();
+    lock_handoff_step(s->lock, h->lkey, left > 1000 ? left : 1000, &h->step);
+    const struct rcmd *w = &h->step.cmd;
+    return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == 0;
+}
+
+int inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                    const redisReply *r)
+{
+    h->tried = lock_handoff_done(s->lock, h->lkey, &h->step,
+                                 res == ACONN_REPLY ? r : NULL, &h->g);
+    return h->tried == LOCK_ACQUIRED;
+}
+
+int inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                         aconn_cb *cb, void *arg)
+{
+    struct inv *inv = s->inv;
+    struct lock_session *ls = s->lock;
+    struct batch_call call;
+    batch_call_init(&call, inv, h);
+    lock_release_step(ls, h->lkey, &h->g, &h->step);
+    const struct rcmd *rel = &h->step.cmd;
+    int sent = aconn_eval(c, cb, arg, &batch_script, call.cmd.nkeys, call.cmd.argc,
+                          call.cmd.argv) == 0;
+    batch_call_free(&call);
+    if (!sent) {
+        lock_release_done(ls, h->lkey, &h->g, NULL);
+        tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE);
+        return 0;
+    }
+    h->answers = 0;
+    h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
+    if (rel->argc > 0 &&
+        aconn_eval(c, cb, arg, rel->script, rel->nkeys, rel->argc, rel->argv) == 0)
+        return 2;
+    h->step.cmd.argc = 0; /* nothing to send: settled with the commit's answer */
+    return 1;
+}
+
+void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
+{
+    lock_release_done(s->lock, h->lkey, &h->g, NULL);
+    tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
+}
+
+int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                       const redisReply *r)
+{
+    struct inv *inv = s->inv;
+    struct lock_session *ls = s->lock;
+    if (h->answers++ == 0) { /* the commit's */
+        if (res != ACONN_REPLY)
+            tickets_finish(inv, h->t, h->n, lost_answer(res));
+        else
+            batch_answer(inv, NULL, h, r, LOCK_RELEASED);
+        if (h->step.cmd.argc == 0)
+            lock_release_done(ls, h->lkey, &h->g, NULL);
+        return 0;
+    }
+    if (res == ACONN_REPLY && rconn_is_noscript(r) && h->answers == 2)
+        return 1; /* the release did not run: the lock is held, once more */
+    /* the release's: a commit placed after the lease was gone is counted */
+    if (lock_release_done(ls, h->lkey, &h->g, res == ACONN_REPLY ? r : NULL) ==
+        LOCK_NOT_HELD)
+        for (int i = 0; i < h->placed; i++)
+            count(&inv->counters.commits_after_lease);
+    return 0;
 }
 
 /* ---- SKUs, orders, audit ------------------------------------------------ */

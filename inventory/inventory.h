@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 
+#include "aconn.h"
 #include "lock.h"
 #include "orderid.h"
 #include "segment.h"
@@ -168,6 +169,10 @@ struct inv_ticket {
     void (*done)(struct inv_ticket *t); /* called once when st is final */
     void *owner;                        /* the caller's */
     struct inv_ticket *next;            /* the batcher's queue */
+    /* the event-driven path's (engine.c) */
+    void *engine;
+    uint64_t seen; /* inv_atomic_send's */
+    int tries;     /* sends so far */
 };
 
 /* Fills t for an order as inv_order_place takes it. Returns INV_OK when the
@@ -214,6 +219,14 @@ struct inv_hold {
     long long left; /* once open: an upper bound of the segment's stock, after
                        inv_hold_commit what the commit left */
     int64_t due_us; /* lock_now_us() when the orders' work is done */
+    /* the event-driven hold's (inv_hold_send) */
+    struct lock_step step;
+    int64_t deadline_us; /* the oldest ticket's wait ends */
+    int reading_only;    /* the step in flight is the read alone */
+    int noscript;        /* Redis had lost the lock's script */
+    lock_status tried;   /* the last attempt's answer */
+    int answers;         /* answers received of the step in flight */
+    int placed;          /* tickets the commit placed */
 };
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                   int try_only, struct inv_hold *h);
@@ -223,6 +236,80 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h);
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
+
+/* ---- the event-driven path (engine.c) ----------------------------------- */
+
+/* What the event-driven path does next with a ticket after an answer. */
+typedef enum {
+    INV_STEP_DONE = 0, /* t->st is final */
+    INV_STEP_AGAIN,    /* nothing was written: send it again (a fresh id, or a
+                          script Redis had to load again) */
+    INV_STEP_ALONE,    /* nothing was written, and the rest needs more round
+                          trips than this path takes (a replay loads its first
+                          order): inv_ticket_single, on a batch thread */
+} inv_step;
+
+/* Where an order's Redis work runs (engine.c). */
+typedef enum {
+    INV_PATH_THREADS = 0, /* on the batch threads: modes without lock steps */
+    INV_PATH_ATOMIC,      /* on the loop, one atomic script per order */
+    INV_PATH_HOLDS,       /* on the loop, group commits (inv_hold_send) */
+} inv_path;
+inv_path inv_loop_path(const struct inv *inv);
+/* Queues the atomic script's call for ticket t on c (aconn_eval: 0, or -1
+ * refused, when nothing was queued). *seen is set to what inv_atomic_answer
+ * needs back. */
+int inv_atomic_send(struct inv *inv, struct inv_ticket *t, struct aconn *c, aconn_cb *cb,
+                    void *arg, uint64_t *seen);
+/* What the atomic script's answer (res, r: aconn_cb's) means for t. */
+inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
+                           const redisReply *r, uint64_t seen);
+
+/* The event-driven form of a hold (engine.c), for modes with lock steps
+ * (lock_try_step): an attempt at the segment's lock goes in one pipeline
+ * with the read of its stock, and after the orders' work the batch commit in
+ * one with the release; the caller sends nothing itself and hands every
+ * answer back, in order. A function that sends returns how many answers its
+ * cb will get, or 0 when nothing was sent: every ticket is then final
+ * (Redis unreachable: unavailable) or undecided, to go by itself
+ * (inv_ticket_single; t->seg -1 when it must not be sent on).
+ *
+ * inv_hold_send: the first attempt for tickets t[0..n-1] (n >= 1) on segment
+ * seg; each answer to inv_hold_answer, then inv_hold_ready, which returns
+ *   1: h is open: inv_hold_commit_send at or after h->due_us;
+ *   2: the lock is taken and h queued for it: inv_hold_wait_send on a
+ *      connection for blocking commands, its answer to inv_hold_waited, which
+ *      returns 1 (handed over: inv_hold_read_send) or 0 (inv_hold_retry_send:
+ *      the next attempt, which leaves the queue once the wait is over); the
+ *      answers of either go to inv_hold_answer and inv_hold_ready again;
+ *   0: the batch ended there (final, or undecided: the SKU's layout was
+ *      forgotten, or Redis had lost the lock's script).
+ * inv_hold_commit_send: the commit and the release; each answer to
+ * inv_hold_committed, which returns 1 when the release must be sent again
+ * (Redis had lost its script: send h->step.cmd, its answer back here; 0 else.
+ * After the commit's answer every ticket is final or undecided as after
+ * inv_ticket_batch. */
+int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
+                  int seg, struct aconn *c, aconn_cb *cb, void *arg);
+int inv_hold_retry_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                        aconn_cb *cb, void *arg);
+int inv_hold_read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                       aconn_cb *cb, void *arg);
+void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                     const redisReply *r);
+int inv_hold_ready(struct inv_session *s, struct inv_hold *h);
+int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
+                       aconn_cb *cb, void *arg);
+int inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                    const redisReply *r);
+int inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                         aconn_cb *cb, void *arg);
+int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                       const redisReply *r);
+/* Gives up open hold h without its commit (the loop is stopping): the
+ * tickets are final (unavailable), nothing was written, and the lease runs
+ * out in Redis. */
+void inv_hold_abandon(struct inv_session *s, struct inv_hold *h);
 
 /* Creates (INV_CREATED) or resets (INV_OK) sku: stock split over segments,
  * orders, buyers and idempotency keys cleared, in one atomic step. In-flight

@@ -24,3 +24,11 @@ int seg_home(const char *user_id, int k)
 {
     return (int)(seg_route(user_id) % (uint32_t)k);
 }
+
+uint32_t seg_queue_hash(const char *sku, int seg)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = sku; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return (h ^ (uint32_t)seg) * 16777619u;
+}

@@ -22,4 +22,8 @@ uint32_t seg_route(const char *user_id);
 /* The home segment of user_id among k segments: 0..k-1. */
 int seg_home(const char *user_id, int k);
 
+/* A hash of a SKU's segment (FNV-1a), to find its queue in a table or the
+ * loop that serves it. */
+uint32_t seg_queue_hash(const char *sku, int seg);
+
 #endif

@@ -1,0 +1,551 @@
+#include "engine.h"
+
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aconn.h"
+
+/* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
+#define ENGINE_TRIES 4
+#define ENGINE_BUCKETS 256
+/* Most times a batch sends a ticket on to another segment's queue (as the
+ * batch threads do). */
+#define ENGINE_HOPS 4
+
+/* The tickets of one SKU segment waiting on this loop. */
+struct equeue {
+    char sku[INV_ID_MAX + 1];
+    int seg;
+    struct inv_ticket *head, *tail;
+    int busy;        /* a hold of this loop serves it */
+    int ready;       /* on the ready list */
+    long long bound; /* an upper bound of the segment's stock, -1 unknown */
+    struct equeue *hnext, *rnext;
+};
+
+/* A group commit in flight: its queue, its tickets, its hold. */
+struct ehold {
+    struct inv_engine *e;
+    struct equeue *q;
+    struct inv_ticket **t;  /* [batch] */
+    int owed;               /* answers still to come for the step in flight */
+    struct aconn *blocking; /* the connection of its wait for a hand-off */
+    struct inv_hold h;
+    struct event *timer;       /* the orders' work is done */
+    struct ehold *prev, *next; /* in use, or (next) free */
+};
+
+struct inv_engine {
+    struct inv *inv;
+    struct event_base *base;
+    inv_path path;
+    int batch;
+    struct aconn *conn;
+    struct inv_batcher *slow;
+    struct rconn *idle; /* the session's: never connected, nothing on the
+                           loop runs a blocking command */
+    struct inv_session *s;
+    _Atomic int inflight;
+    struct event *kick; /* starts the ready queues' holds, once per turn */
+    /* Each SKU segment is served by one loop of the process (its owner), so
+     * that the loops never contend with each other for a segment lock; a
+     * ticket for a segment of another loop goes to that loop's inbox. */
+    struct inv_engine **loops; /* all of them, this one included */
+    struct inv_engine *self;   /* loops before inv_engine_link */
+    int nloops, index;
+    int closing; /* inv_engine_free began: nothing goes to another loop */
+    pthread_mutex_t inbox_mu;
+    struct inv_ticket *inbox; /* from other loops, newest first */
+    struct event *inbox_ev;
+    struct equeue *buckets[ENGINE_BUCKETS];
+    struct equeue *ready_head, *ready_tail;
+    struct ehold *holds, *free_holds;
+    /* Connections for the waits for a hand-off (BLPOP), one per wait in
+     * flight, kept for the next: all of them, and the idle ones. */
+    struct aconn **blocking, **idle_blocking;
+    int nblocking, nidle;
+    struct inv_engine_config cfg;
+};
+
+int inv_engine_inflight(const struct inv_engine *e)
+{
+    return atomic_load(&e->inflight);
+}
+
+static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
+{
+    atomic_fetch_sub(&e->inflight, 1);
+    t->done(t); /* the ticket may be gone after this */
+}
+
+/* Hands t to the batch threads, which answer it. */
+static void ticket_alone(struct inv_engine *e, struct inv_ticket *t)
+{
+    atomic_fetch_sub(&e->inflight, 1);
+    inv_batcher_submit(e->slow, t);
+}
+
+/* ---- the atomic mode: one script per order ------------------------------ */
+
+static void atomic_send(struct inv_engine *e, struct inv_ticket *t);
+
+static void on_atomic(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *t = arg;
+    struct inv_engine *e = t->engine;
+    switch (inv_atomic_answer(e->inv, t, res, r, t->seen)) {
+    case INV_STEP_DONE:
+        ticket_done(e, t);
+        break;
+    case INV_STEP_AGAIN:
+        atomic_send(e, t);
+        break;
+    case INV_STEP_ALONE:
+        ticket_alone(e, t);
+        break;
+    }
+}
+
+static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
+{
+    if (++t->tries > ENGINE_TRIES) {
+        inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
+        ticket_done(e, t);
+    } else if (inv_atomic_send(e->inv, t, e->conn, on_atomic, t, &t->seen) != 0) {
+        inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
+        ticket_done(e, t);
+    }
+}
+
+/* ---- group commits: queues per segment ---------------------------------- */
+
+/* sku's segment seg's queue, made on first use; kept until the engine goes. */
+static struct equeue *queue_get(struct inv_engine *e, const char *sku, int seg)
+{
+    struct equeue **slot = &e->buckets[seg_queue_hash(sku, seg) % ENGINE_BUCKETS];
+    for (struct equeue *q = *slot; q; q = q->hnext)
+        if (q->seg == seg && strcmp(q->sku, sku) == 0)
+            return q;
+    struct equeue *q = calloc(1, sizeof(*q));
+    if (!q)
+        abort();
+    snprintf(q->sku, sizeof(q->sku), "%s", sku);
+    q->seg = seg;
+    q->bound = inv_segment_bound(e->inv, sku, seg);
+    q->hnext = *slot;
+    *slot = q;
+    return q;
+}
+
+/* Puts q on the ready list when it has tickets and no hold serves it. */
+static void queue_wake(struct inv_engine *e, struct equeue *q)
+{
+    if (!q->head || q->busy || q->ready)
+        return;
+    q->ready = 1;
+    q->rnext = NULL;
+    if (e->ready_tail)
+        e->ready_tail->rnext = q;
+    else
+        e->ready_head = q;
+    e->ready_tail = q;
+    event_active(e->kick, EV_TIMEOUT, 0);
+}
+
+/* Queues t at its segment on this loop. */
+static void enqueue_here(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct equeue *q = queue_get(e, t->sku, t->seg);
+    t->next = NULL;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+    queue_wake(e, q);
+}
+
+static void on_work_done(evutil_socket_t fd, short what, void *arg);
+
+/* Queues t at its segment, on the loop that owns the segment. */
+static void enqueue(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct inv_engine *owner = e->loops[seg_queue_hash(t->sku, t->seg) % (uint32_t)e->nloops];
+    if (owner == e || e->closing) {
+        enqueue_here(e, t);
+        return;
+    }
+    atomic_fetch_sub(&e->inflight, 1);
+    atomic_fetch_add(&owner->inflight, 1);
+    pthread_mutex_lock(&owner->inbox_mu);
+    t->next = owner->inbox;
+    owner->inbox = t;
+    pthread_mutex_unlock(&owner->inbox_mu);
+    event_active(owner->inbox_ev, EV_TIMEOUT, 0);
+}
+
+/* Takes the tickets other loops handed over (newest first in the inbox:
+ * queued oldest first). */
+static struct inv_ticket *inbox_take(struct inv_engine *e)
+{
+    pthread_mutex_lock(&e->inbox_mu);
+    struct inv_ticket *t = e->inbox, *rev = NULL;
+    e->inbox = NULL;
+    pthread_mutex_unlock(&e->inbox_mu);
+    while (t) {
+        struct inv_ticket *next = t->next;
+        t->next = rev;
+        rev = t;
+        t = next;
+    }
+    return rev;
+}
+
+static void on_inbox(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct inv_engine *e = arg;
+    for (struct inv_ticket *t = inbox_take(e), *next; t; t = next) {
+        next = t->next;
+        t->engine = e;
+        enqueue_here(e, t);
+    }
+}
+
+static struct ehold *hold_new(struct inv_engine *e, struct equeue *q)
+{
+    struct ehold *x = e->free_holds;
+    if (x) {
+        e->free_holds = x->next;
+    } else {
+        x = calloc(1, sizeof(*x));
+        if (!x || !(x->t = calloc((size_t)e->batch, sizeof(*x->t))))
+            abort();
+        x->e = e;
+        if (!(x->timer = evtimer_new(e->base, on_work_done, x)))
+            abort();
+    }
+    x->q = q;
+    x->prev = NULL;
+    x->next = e->holds;
+    if (e->holds)
+        e->holds->prev = x;
+    e->holds = x;
+    return x;
+}
+
+/* Takes q's batch: up to --batch tickets, and no more units than the
+ * segment may hold (one ticket always; an empty segment takes a full batch,
+ * which its commit sends on at once), as the batch threads do. */
+static int batch_take(struct inv_engine *e, struct equeue *q, struct inv_ticket **t)
+{
+    int n = 0;
+    long long units = 0;
+    while (q->head && n < e->batch &&
+           (n == 0 || q->bound <= 0 || units + q->head->qty <= q->bound)) {
+        struct inv_ticket *x = q->head;
+        q->head = x->next;
+        if (!q->head)
+            q->tail = NULL;
+        units += x->qty;
+        t[n++] = x;
+    }
+    return n;
+}
+
+/* Each ticket of x after its batch: answered when final, else sent on to
+ * the segment its commit named (a few hops), else by itself on a batch
+ * thread. */
+static void hold_settle(struct ehold *x)
+{
+    struct inv_engine *e = x->e;
+    for (int i = 0; i < x->h.n; i++) {
+        struct inv_ticket *t = x->t[i];
+        if (t->st != INV_OK)
+            ticket_done(e, t);
+        else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
+            enqueue(e, t);
+        else
+            ticket_alone(e, t);
+    }
+    x->h.n = 0;
+}
+
+/* The hold is over: its queue is free for the next batch. */
+static void hold_free(struct ehold *x)
+{
+    struct inv_engine *e = x->e;
+    struct equeue *q = x->q;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        e->holds = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->next = e->free_holds;
+    e->free_holds = x;
+    q->busy = 0;
+    queue_wake(e, q);
+}
+
+static void on_committed(void *arg, aconn_result res, redisReply *r)
+{
+    struct ehold *x = arg;
+    if (inv_hold_committed(x->e->s, &x->h, res, r)) {
+        const struct rcmd *rel = &x->h.step.cmd;
+        if (aconn_eval(x->e->conn, on_committed, x, rel->script, rel->nkeys, rel->argc,
+                       rel->argv) == 0)
+            return; /* still owed: the release's answer */
+        inv_hold_committed(x->e->s, &x->h, ACONN_NOT_SENT, NULL); /* the lease runs out */
+    }
+    if (x->h.answers == 1) { /* the commit's: every ticket is decided */
+        inv_batcher_note(x->e->slow, x->h.n);
+        if (x->h.left >= 0)
+            x->q->bound = x->h.left;
+        hold_settle(x);
+    }
+    if (--x->owed == 0)
+        hold_free(x);
+}
+
+static void hold_commit(struct ehold *x)
+{
+    struct inv_engine *e = x->e;
+    x->owed = inv_hold_commit_send(e->s, &x->h, e->conn, on_committed, x);
+    if (x->owed == 0) {
+        hold_settle(x);
+        hold_free(x);
+    }
+}
+
+static void on_work_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    hold_commit(arg);
+}
+
+static void hold_wait(struct ehold *x);
+
+/* After a step whose answers all came (owed 0): what the hold does next. */
+static void hold_next(struct ehold *x)
+{
+    struct inv_engine *e = x->e;
+    switch (inv_hold_ready(e->s, &x->h)) {
+    case 1: {
+        int64_t left = x->h.due_us - lock_now_us();
+        if (left <= 0) {
+            hold_commit(x);
+            return;
+        }
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(x->timer, &tv);
+        return;
+    }
+    case 2: /* taken: queued for it */
+        hold_wait(x);
+        return;
+    default:
+        hold_settle(x);
+        hold_free(x);
+    }
+}
+
+static void on_tried(void *arg, aconn_result res, redisReply *r)
+{
+    struct ehold *x = arg;
+    inv_hold_answer(x->e->s, &x->h, res, r);
+    if (--x->owed == 0)
+        hold_next(x);
+}
+
+/* An idle connection for a blocking command (made on first need). */
+static struct aconn *blocking_get(struct inv_engine *e)
+{
+    if (e->nidle > 0)
+        return e->idle_blocking[--e->nidle];
+    struct aconn **all = realloc(e->blocking, sizeof(*all) * (size_t)(e->nblocking + 1));
+    struct aconn **idle =
+        realloc(e->idle_blocking, sizeof(*idle) * (size_t)(e->nblocking + 1));
+    if (!all || !idle)
+        abort();
+    e->blocking = all;
+    e->idle_blocking = idle;
+    /* A wait lasts at most --wait-ms: its answer may take that long. */
+    struct aconn *c =
+        aconn_new(e->base, e->cfg.redis_host, e->cfg.redis_port, e->cfg.redis_password,
+                  e->cfg.wait_ms + e->cfg.timeout_ms);
+    all[e->nblocking++] = c;
+    return c;
+}
+
+static void blocking_put(struct inv_engine *e, struct aconn *c)
+{
+    if (!e->closing)
+        e->idle_blocking[e->nidle++] = c;
+}
+
+/* Starts an attempt, or the read once the lock was handed over. */
+static void hold_step(struct ehold *x, int handed)
+{
+    struct inv_engine *e = x->e;
+    x->owed = handed ? inv_hold_read_send(e->s, &x->h, e->conn, on_tried, x)
+                     : inv_hold_retry_send(e->s, &x->h, e->conn, on_tried, x);
+    if (x->owed == 0) { /* nothing went out: each ticket as it is */
+        hold_settle(x);
+        hold_free(x);
+    }
+}
+
+static void on_handoff(void *arg, aconn_result res, redisReply *r)
+{
+    struct ehold *x = arg;
+    blocking_put(x->e, x->blocking);
+    x->blocking = NULL;
+    hold_step(x, inv_hold_waited(x->e->s, &x->h, res, r));
+}
+
+/* Waits, on a connection of its own, for a release to hand the lock over. */
+static void hold_wait(struct ehold *x)
+{
+    struct inv_engine *e = x->e;
+    x->blocking = blocking_get(e);
+    if (!inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x)) {
+        blocking_put(e, x->blocking);
+        x->blocking = NULL;
+        hold_step(x, 0); /* the next attempt tells what is wrong */
+    }
+}
+
+static void hold_start(struct inv_engine *e, struct equeue *q)
+{
+    struct ehold *x = hold_new(e, q);
+    q->busy = 1;
+    int n = batch_take(e, q, x->t);
+    x->h.n = n;
+    x->h.seg = q->seg;
+    x->owed = inv_hold_send(e->s, &x->h, x->t, n, q->seg, e->conn, on_tried, x);
+    if (x->owed == 0) { /* nothing went out: each as it is */
+        x->h.n = n;
+        x->h.seg = q->seg;
+        hold_settle(x);
+        hold_free(x);
+    }
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct inv_engine *e = arg;
+    while (e->ready_head) {
+        struct equeue *q = e->ready_head;
+        e->ready_head = q->rnext;
+        if (!e->ready_head)
+            e->ready_tail = NULL;
+        q->ready = 0;
+        if (q->head && !q->busy)
+            hold_start(e, q);
+    }
+}
+
+/* ---- the engine ---------------------------------------------------------- */
+
+struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
+                                  const struct inv_engine_config *cfg,
+                                  struct inv_batcher *slow)
+{
+    struct inv_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        abort();
+    e->inv = inv;
+    e->base = base;
+    e->path = inv_loop_path(inv);
+    e->batch = cfg->batch > 0 ? cfg->batch : 1;
+    e->cfg = *cfg; /* its strings outlive the engine */
+    e->slow = slow;
+    e->conn = aconn_new(base, cfg->redis_host, cfg->redis_port, cfg->redis_password,
+                        cfg->timeout_ms);
+    e->idle =
+        rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, cfg->timeout_ms);
+    e->s = inv_session_new(inv, e->idle);
+    e->kick = event_new(base, -1, 0, on_kick, e);
+    e->inbox_ev = event_new(base, -1, 0, on_inbox, e);
+    if (!e->kick || !e->inbox_ev)
+        abort();
+    pthread_mutex_init(&e->inbox_mu, NULL);
+    e->loops = &e->self;
+    e->self = e;
+    e->nloops = 1;
+    return e;
+}
+
+void inv_engine_link(struct inv_engine **all, int n)
+{
+    for (int i = 0; i < n; i++) {
+        all[i]->loops = all;
+        all[i]->nloops = n;
+        all[i]->index = i;
+    }
+}
+
+void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
+{
+    t->engine = e;
+    t->tries = 0;
+    atomic_fetch_add(&e->inflight, 1);
+    if (e->path == INV_PATH_ATOMIC)
+        atomic_send(e, t);
+    else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
+        enqueue(e, t);
+    else /* a mode without steps, or a SKU whose layout is not known yet */
+        ticket_alone(e, t);
+}
+
+void inv_engine_free(struct inv_engine *e)
+{
+    if (!e)
+        return;
+    e->closing = 1;
+    /* The waits first: each goes on to an attempt, which the main connection
+     * answers as it closes. */
+    for (int i = 0; i < e->nblocking; i++)
+        aconn_free(e->blocking[i]);
+    free(e->blocking);
+    free(e->idle_blocking);
+    aconn_free(e->conn); /* answers what is in flight */
+    e->conn = NULL;
+    on_inbox(-1, 0, e);
+    /* Holds waiting for their work's end: nothing was committed */
+    while (e->holds) {
+        struct ehold *x = e->holds;
+        evtimer_del(x->timer);
+        inv_hold_abandon(e->s, &x->h);
+        hold_settle(x);
+        hold_free(x);
+    }
+    for (int i = 0; i < ENGINE_BUCKETS; i++)
+        for (struct equeue *q = e->buckets[i], *next; q; q = next) {
+            next = q->hnext;
+            for (struct inv_ticket *t = q->head, *tn; t; t = tn) {
+                tn = t->next;
+                inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
+                ticket_done(e, t);
+            }
+            free(q);
+        }
+    for (struct ehold *x = e->free_holds, *next; x; x = next) {
+        next = x->next;
+        event_free(x->timer);
+        free(x->t);
+        free(x);
+    }
+    event_free(e->kick);
+    event_free(e->inbox_ev);
+    pthread_mutex_destroy(&e->inbox_mu);
+    inv_session_free(e->s);
+    rconn_free(e->idle);
+    free(e);
+}

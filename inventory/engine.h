@@ -1,0 +1,70 @@
+/* engine: the order path of one event loop, the event-driven core.
+ *
+ * Each loop thread (service/server.c) owns an engine: its asynchronous Redis
+ * connection (aconn) and the orders in flight on it. An order placed on the
+ * loop is a ticket (inventory.h); its Redis work is queued on the loop's
+ * connection and the loop goes on serving other requests while it is in
+ * flight: no thread waits on Redis for it. Commands queued in one turn of the
+ * loop leave in one write.
+ *
+ * What runs on the loop (inv_loop_path): the atomic mode, one script per
+ * order; and the group commits of the modes whose lock has steps (none and
+ * redis): per SKU segment, tickets queue on the loop, and one lock hold
+ * serves up to --batch of them, as on the batch threads (batch.h): the try
+ * pipelined with the stock read, the orders' work as a timer, the commit
+ * pipelined with the release. Orders arriving while a hold is in flight form
+ * the next batch.
+ *
+ * What goes to the batch threads, which answer the ticket themselves: every
+ * order of the other lock modes; a batch whose lock another instance holds
+ * (the threads wait for it, woken by the release); a ticket that needs more
+ * than one segment or more round trips (an idempotent replay loads its first
+ * order); the first orders of a SKU whose layout this process has not
+ * learnt yet.
+ *
+ * Thread safety: an engine belongs to its loop's thread; t->done() is called
+ * on that thread, or on a batch thread for a ticket handed over there. */
+#ifndef SECKILL_ENGINE_H
+#define SECKILL_ENGINE_H
+
+#include "batch.h"
+#include "inventory.h"
+
+struct event_base;
+
+struct inv_engine_config {
+    const char *redis_host;
+    int redis_port;
+    const char *redis_password; /* NULL for none */
+    int timeout_ms;             /* a command's answer, at most */
+    int batch;                  /* most tickets one lock hold serves */
+    int wait_ms;                /* longest wait for a segment lock */
+};
+
+struct inv_engine;
+
+/* An engine on base (the caller's loop, which must outlive it). Tickets it
+ * cannot serve on the loop go to slow. Never returns NULL. */
+struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
+                                  const struct inv_engine_config *cfg,
+                                  struct inv_batcher *slow);
+/* Closes the connection: every ticket still in flight is answered first
+ * (outcome unknown, or unavailable when it was never sent). NULL is a no-op.
+ * On the loop's thread, or after it stopped. */
+void inv_engine_free(struct inv_engine *e);
+
+/* Makes the n engines of one process's loops share their SKU segments:
+ * each segment is served by one of them (a hash of SKU and segment), so that
+ * the loops never contend with each other for a segment lock; an order that
+ * arrives on another loop is handed over through the owner's inbox (its
+ * done() is then called on the owner's thread). Before any submit. */
+void inv_engine_link(struct inv_engine **all, int n);
+
+/* Places t, opened with inv_ticket_open; t->done(t) is called once when
+ * t->st is final, and t must stay valid until then. On the loop's thread. */
+void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t);
+
+/* Tickets in flight on the loop now. */
+int inv_engine_inflight(const struct inv_engine *e);
+
+#endif
