@@ -241,8 +241,9 @@ static const struct option_spec options[] = {
     {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
      opt_instance},
     {"threads", "N", "1 per core, >= 2",
-     "batch threads: they run the orders' Redis work, each on its own connection; "
-     "HTTP never waits on Redis for an order",
+     "event loops, each serving HTTP and the orders' Redis work on one connection, "
+     "no thread waiting on Redis for an order; and as many batch threads, for lock "
+     "waits and the lock modes without steps (setnx, local, redlock, zk)",
      opt_threads},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",
@@ -341,10 +342,10 @@ static int host_is_loopback(const char *host, char *why, size_t whylen)
     return all;
 }
 
-/* The batch threads, which wait on Redis for whole batches: one per core, at
- * least 2. More only split the queues into smaller batches (make bench, lock
- * mode redis at -c256: 2 threads sold 12.3k orders/s at 34 us of Redis CPU
- * per order, 16 threads 7.9k at 72 us). */
+/* The event loops (and batch threads): one per core, at least 2. More loops
+ * only split the queues into smaller batches and add context switches (make
+ * bench, lock mode redis at -c256 with blocking batch threads: 2 threads sold
+ * 12.3k orders/s at 34 us of Redis CPU per order, 16 threads 7.9k at 72 us). */
 static int default_threads(void)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

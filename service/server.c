@@ -1,6 +1,10 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -11,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "log.h"
 #include "request.h"
 
@@ -22,10 +27,33 @@
 #define SERVER_CONN_MEMORY (32 * 1024)
 #define SERVER_PATH_MAX 512
 
-struct svc_server {
+/* One event loop thread: its libmicrohttpd daemon, driven from the loop
+ * (external polling on MHD's epoll descriptor), and its order engine, whose
+ * Redis connection the same loop serves. */
+struct svc_loop {
+    struct svc_server *srv;
+    pthread_t tid;
+    struct event_base *base;
     struct MHD_Daemon *daemon;
-    struct svc_app *app;
+    struct event *mhd_ready; /* MHD's epoll descriptor is readable */
+    struct event *mhd_timer; /* MHD's next connection timeout */
+    struct event *quiesce;   /* from svc_server_stop: accept no more */
+    struct inv_engine *engine;
 };
+
+struct svc_server {
+    struct svc_app *app;
+    int lsock; /* shared by every loop's daemon */
+    int nloops;
+    struct svc_loop *loops;
+    struct inv_engine **engines; /* the loops', linked (inv_engine_link) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a loop quiesced */
+    int quiesced;
+};
+
+/* The loop of this thread (NULL off the loops). */
+static _Thread_local struct svc_loop *tls_loop;
 
 /* One request's state across the access handler's calls. */
 struct conn_state {
@@ -39,6 +67,7 @@ struct conn_state {
     const char *params[SVC_MAX_PARAMS];
     struct MHD_Connection *conn;
     int pending;              /* suspended until ticket is done */
+    struct svc_loop *loop;    /* the loop whose daemon has the connection */
     struct inv_ticket ticket; /* an order waiting for its batch */
     char body[REQ_BODY_MAX];
 };
@@ -161,6 +190,8 @@ static void order_done(struct inv_ticket *t)
 {
     struct conn_state *st = t->owner;
     MHD_resume_connection(st->conn);
+    /* MHD_run picks it up: run it now on its loop (from any thread) */
+    event_active(st->loop->mhd_timer, EV_TIMEOUT, 0);
 }
 
 /* Counts, logs and sends the answer of the request. */
@@ -241,8 +272,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             st->pending = 1;
             st->ticket.done = order_done;
             st->ticket.owner = st;
+            st->loop = tls_loop;
             MHD_suspend_connection(conn);
-            inv_batcher_submit(app->batcher, &st->ticket);
+            inv_engine_submit(tls_loop->engine, &st->ticket);
             return MHD_YES;
         }
     }
@@ -326,6 +358,132 @@ static unsigned int connection_limit(void)
     return usable < SERVER_CONN_LIMIT ? (unsigned int)usable : SERVER_CONN_LIMIT;
 }
 
+/* Runs MHD's pending work, then sets the timer for its next timeout. */
+static void mhd_step(struct svc_loop *l)
+{
+    MHD_run(l->daemon);
+    MHD_UNSIGNED_LONG_LONG ms;
+    if (MHD_get_timeout(l->daemon, &ms) == MHD_YES) {
+        struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
+                             .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+        evtimer_add(l->mhd_timer, &tv);
+    } else {
+        evtimer_del(l->mhd_timer);
+    }
+}
+
+static void on_mhd(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    mhd_step(arg);
+}
+
+static void on_quiesce(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct svc_loop *l = arg;
+    MHD_quiesce_daemon(l->daemon); /* the shared socket stays open until all have */
+    pthread_mutex_lock(&l->srv->mu);
+    l->srv->quiesced++;
+    pthread_cond_broadcast(&l->srv->cv);
+    pthread_mutex_unlock(&l->srv->mu);
+}
+
+static void *loop_main(void *arg)
+{
+    struct svc_loop *l = arg;
+    tls_loop = l;
+    mhd_step(l);
+    event_base_dispatch(l->base);
+    return NULL;
+}
+
+/* The listening socket every loop's daemon accepts from: non-blocking, so
+ * that a loop that lost the race for a connection goes on. -1 on failure. */
+static int listen_socket(const struct sockaddr_in *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0)
+        return -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0 ||
+        listen(fd, 1024) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sets loop l up; its thread starts later (svc_server_start). */
+static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int conn_limit)
+{
+    struct svc_app *app = srv->app;
+    const struct svc_config *cfg = app->cfg;
+    l->srv = srv;
+    l->base = event_base_new();
+    if (!l->base)
+        return -1;
+    unsigned int flags =
+        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    l->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, app, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)srv->lsock,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_LIMIT, conn_limit, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)SERVER_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, app,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL, MHD_OPTION_END);
+    if (!l->daemon)
+        return -1;
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(l->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    l->mhd_ready = event_new(l->base, info->epoll_fd, EV_READ | EV_PERSIST, on_mhd, l);
+    l->mhd_timer = evtimer_new(l->base, on_mhd, l);
+    l->quiesce = event_new(l->base, -1, 0, on_quiesce, l);
+    if (!l->mhd_ready || !l->mhd_timer || !l->quiesce || event_add(l->mhd_ready, NULL))
+        abort();
+    struct inv_engine_config ec = {.redis_host = cfg->redis.host,
+                                   .redis_port = cfg->redis.port,
+                                   .redis_password = cfg->redis_password,
+                                   .timeout_ms = 1000,
+                                   .batch = cfg->batch,
+                                   .wait_ms = cfg->wait_ms};
+    l->engine = inv_engine_new(app->inv, l->base, &ec, app->batcher);
+    return 0;
+}
+
+static void loops_quiesce(struct svc_server *srv)
+{
+    for (int i = 0; i < srv->nloops; i++)
+        event_active(srv->loops[i].quiesce, 0, 0);
+    pthread_mutex_lock(&srv->mu);
+    while (srv->quiesced < srv->nloops)
+        pthread_cond_wait(&srv->cv, &srv->mu);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/* Stops and frees the loops [0, n): each thread first (when running), then
+ * what it ran, every engine before any daemon (an engine answers the orders
+ * in flight, which resumes their connections; MHD stops no suspended one). */
+static void loops_free(struct svc_server *srv, int n, int running)
+{
+    for (int i = 0; running && i < n; i++) {
+        event_base_loopbreak(srv->loops[i].base);
+        pthread_join(srv->loops[i].tid, NULL);
+    }
+    for (int i = 0; i < n; i++)
+        inv_engine_free(srv->loops[i].engine);
+    for (int i = 0; i < n; i++) {
+        struct svc_loop *l = &srv->loops[i];
+        if (l->daemon)
+            MHD_stop_daemon(l->daemon);
+        event_free(l->mhd_ready);
+        event_free(l->mhd_timer);
+        event_free(l->quiesce);
+        event_base_free(l->base);
+    }
+}
+
 struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen)
 {
     const struct svc_config *cfg = app->cfg;
@@ -337,32 +495,45 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", cfg->listen.host);
         return NULL;
     }
+    static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+    pthread_once(&threads_once, (void (*)(void))evthread_use_pthreads);
     struct svc_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
         abort();
     srv->app = app;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                         MHD_USE_TURBO | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-    /* No HTTP thread waits on Redis for an order (the batch threads do): one
-     * per core is enough. */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned int http_threads = (unsigned int)(cores > 0 ? cores : 1);
-    srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->listen.port, NULL, NULL, on_request, app,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, http_threads,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)SERVER_CONN_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_LIMIT, connection_limit(),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)1024, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, app, MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
-        MHD_OPTION_END);
-    if (!srv->daemon) {
-        snprintf(err, errlen, "cannot listen on %s:%d (in use?)", cfg->listen.host,
-                 cfg->listen.port);
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->cv, NULL);
+    srv->lsock = listen_socket(&addr);
+    if (srv->lsock < 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d (%s)", cfg->listen.host,
+                 cfg->listen.port, strerror(errno));
         free(srv);
         return NULL;
     }
+    srv->nloops = cfg->threads;
+    srv->loops = calloc((size_t)srv->nloops, sizeof(*srv->loops));
+    if (!srv->loops)
+        abort();
+    srv->engines = calloc((size_t)srv->nloops, sizeof(*srv->engines));
+    if (!srv->engines)
+        abort();
+    unsigned int per_loop = connection_limit() / (unsigned int)srv->nloops;
+    for (int i = 0; i < srv->nloops; i++) {
+        if (loop_new(srv, &srv->loops[i], per_loop ? per_loop : 1) != 0) {
+            snprintf(err, errlen, "cannot start event loop %d", i);
+            loops_free(srv, i, 0);
+            close(srv->lsock);
+            free(srv->engines);
+            free(srv->loops);
+            free(srv);
+            return NULL;
+        }
+        srv->engines[i] = srv->loops[i].engine;
+    }
+    inv_engine_link(srv->engines, srv->nloops);
+    for (int i = 0; i < srv->nloops; i++)
+        if (pthread_create(&srv->loops[i].tid, NULL, loop_main, &srv->loops[i]) != 0)
+            abort();
     return srv;
 }
 
@@ -384,7 +555,8 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
      * to wait on here but time: the balancer's health check is elsewhere. */
     if (grace_ms > 0)
         sleep_ms(grace_ms);
-    MHD_socket lsock = MHD_quiesce_daemon(srv->daemon);
+    loops_quiesce(srv);
+    close(srv->lsock);
     for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms;
          waited += 10)
         sleep_ms(10);
@@ -392,9 +564,11 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
      * outlives the daemon. */
     inv_batcher_stop(app->batcher);
     int left = atomic_load(&app->inflight);
-    MHD_stop_daemon(srv->daemon);
-    if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
+    loops_free(srv, srv->nloops, 1);
     log_event(LOG_INFO, "stopped", "inflight_left=%d", left);
+    pthread_mutex_destroy(&srv->mu);
+    pthread_cond_destroy(&srv->cv);
+    free(srv->engines);
+    free(srv->loops);
     free(srv);
 }

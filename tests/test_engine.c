@@ -1,0 +1,702 @@
+/* Tests of the event-driven order path (engine.h) against a real redis-server.
+ * The test thread runs a libevent loop with an engine on it, as a server's
+ * loop thread does; a batcher of one thread serves what the loop hands over
+ * (replays, batches whose SKU was reset, orders of a SKU whose layout is not
+ * known) and answers those orders from its own thread. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <event2/event.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "invfix.h"
+#include "testutil.h"
+
+static struct test_redis redis;
+static struct orderid_gen ids;
+
+/* Most orders one loop takes in a test. */
+#define LOOP_ORDERS 64
+
+/* One event loop as a server thread runs it: its engine, on the Redis (or
+ * proxy) a test names, and a batcher of one thread on Redis for the orders
+ * the loop hands over. Answers are counted per order. */
+struct loop {
+    struct invfix *f;
+    struct event_base *base;
+    struct event *tick; /* ends each turn soon: answers also come from the batch thread */
+    struct inv_engine *engine; /* NULL once a test freed it */
+    struct inv_batcher *batcher;
+    pthread_mutex_t mu;
+    int answered;             /* answers so far, under mu */
+    int answers[LOOP_ORDERS]; /* per order, under mu */
+    int n;                    /* orders submitted */
+    struct inv_ticket t[LOOP_ORDERS];
+};
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what, (void)arg;
+}
+
+/* A loop on f whose engine talks to the Redis (or proxy) on port; one lock
+ * hold serves at most `batch` orders, on the loop and on the batch thread. */
+static struct loop *loop_new(struct invfix *f, int port, int batch)
+{
+    struct loop *l = calloc(1, sizeof(*l));
+    assert_non_null(l);
+    l->f = f;
+    pthread_mutex_init(&l->mu, NULL);
+    l->base = event_base_new();
+    assert_non_null(l->base);
+    l->tick = event_new(l->base, -1, EV_PERSIST, on_tick, NULL);
+    struct timeval every = {.tv_usec = 2000};
+    assert_int_equal(event_add(l->tick, &every), 0);
+    struct inv_batcher_config bc = {.threads = 1,
+                                    .batch = batch,
+                                    .redis_host = "127.0.0.1",
+                                    .redis_port = redis.port};
+    l->batcher = inv_batcher_start(f->inv, &bc);
+    struct inv_engine_config ec = {.redis_host = "127.0.0.1",
+                                   .redis_port = port,
+                                   .redis_password = NULL,
+                                   .timeout_ms = 1000,
+                                   .batch = batch};
+    l->engine = inv_engine_new(f->inv, l->base, &ec, l->batcher);
+    return l;
+}
+
+/* Frees the engine (which answers what it has in flight), the batcher (which
+ * serves what it has queued), then the loop. */
+static void loop_free(struct loop *l)
+{
+    inv_engine_free(l->engine);
+    inv_batcher_free(l->batcher);
+    event_free(l->tick);
+    event_base_free(l->base);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+/* t->done of the loop's orders: on the loop thread or on the batch thread. */
+static void on_answer(struct inv_ticket *t)
+{
+    struct loop *l = t->owner;
+    pthread_mutex_lock(&l->mu);
+    l->answers[t - l->t]++;
+    l->answered++;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Submits an order of qty units of sku for user (key: its Idempotency-Key,
+ * or NULL) to the loop's engine. Returns its ticket. */
+static struct inv_ticket *loop_order_qty(struct loop *l, const char *sku,
+                                         const char *user, int qty, const char *key)
+{
+    assert_true(l->n < LOOP_ORDERS);
+    struct inv_ticket *t = &l->t[l->n++];
+    assert_int_equal(inv_ticket_open(l->f->inv, t, sku, user, qty, key), INV_OK);
+    t->done = on_answer;
+    t->owner = l;
+    inv_engine_submit(l->engine, t);
+    return t;
+}
+
+static struct inv_ticket *loop_order(struct loop *l, const char *sku, const char *user,
+                                     const char *key)
+{
+    return loop_order_qty(l, sku, user, 1, key);
+}
+
+/* Submits n orders of sku for users "<prefix>0".. Returns the first one's
+ * index in l->t. */
+static int loop_orders(struct loop *l, const char *sku, const char *prefix, int n)
+{
+    int first = l->n;
+    for (int i = 0; i < n; i++) {
+        char user[24];
+        snprintf(user, sizeof(user), "%s%d", prefix, i);
+        loop_order(l, sku, user, NULL);
+    }
+    return first;
+}
+
+static int answered(struct loop *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int n = l->answered;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+/* Runs the loop until until(l, arg) holds. 0 when it did not within
+ * timeout_ms. */
+static int loop_run(struct loop *l, int (*until)(struct loop *, const void *),
+                    const void *arg, int timeout_ms)
+{
+    int64_t deadline = lock_now_us() + (int64_t)timeout_ms * 1000;
+    while (!until(l, arg)) {
+        if (lock_now_us() > deadline)
+            return 0;
+        event_base_loop(l->base, EVLOOP_ONCE);
+    }
+    return 1;
+}
+
+static int all_answered(struct loop *l, const void *arg)
+{
+    (void)arg;
+    return answered(l) >= l->n;
+}
+
+/* Runs the loop until every order submitted has an answer (at most
+ * timeout_ms), then asserts that each got exactly one, with a final status,
+ * and that nothing is left in flight on the loop. */
+static void loop_settle(struct loop *l, int timeout_ms)
+{
+    if (!loop_run(l, all_answered, NULL, timeout_ms))
+        fail_msg("%d of %d orders answered after %d ms", answered(l), l->n, timeout_ms);
+    int answers[LOOP_ORDERS];
+    pthread_mutex_lock(&l->mu);
+    memcpy(answers, l->answers, sizeof(answers));
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->n; i++)
+        if (answers[i] != 1 || l->t[i].st == INV_OK)
+            fail_msg("order %d: %d answers, status %d", i, answers[i], l->t[i].st);
+    if (l->engine)
+        assert_int_equal(inv_engine_inflight(l->engine), 0);
+}
+
+/* Asserts that orders first..first+n-1 of the loop answered st. */
+static void expect_status(struct loop *l, int first, int n, inv_status st)
+{
+    for (int i = first; i < first + n; i++)
+        if (l->t[i].st != st)
+            fail_msg("order %d (%s): status %d, not %d", i, l->t[i].user_id, l->t[i].st,
+                     st);
+}
+
+static int never(struct loop *l, const void *arg)
+{
+    (void)l, (void)arg;
+    return 0;
+}
+
+/* Runs the loop for ms: for what must not happen meanwhile. */
+static void loop_idle(struct loop *l, int ms)
+{
+    loop_run(l, never, NULL, ms);
+}
+
+static struct lock_stats lock_figures(struct loop *l)
+{
+    struct lock_stats s;
+    lock_stats(l->f->lock, &s);
+    return s;
+}
+
+/* The loop's lock has granted *n holds in all: the latest hold works. */
+static int granted(struct loop *l, const void *n)
+{
+    return lock_figures(l).acquisitions >= *(const uint64_t *)n;
+}
+
+/* The loop's lock found a segment taken *n times. */
+static int contended(struct loop *l, const void *n)
+{
+    return lock_figures(l).contended >= *(const uint64_t *)n;
+}
+
+/* *n releases of the loop's lock found it held by someone else. */
+static int released_not_held(struct loop *l, const void *n)
+{
+    return lock_figures(l).releases_not_held >= *(const uint64_t *)n;
+}
+
+/* Orders first..first+n-1 of a loop. */
+struct orders_of {
+    struct loop *l;
+    int first, n;
+};
+
+/* True when each of the orders (struct orders_of) is recorded in Redis, for
+ * its user: what a client whose answer was lost asks. */
+static int orders_found(void *arg)
+{
+    const struct orders_of *o = arg;
+    for (int i = o->first; i < o->first + o->n; i++) {
+        const struct inv_ticket *t = &o->l->t[i];
+        struct inv_order back;
+        if (inv_order_get(o->l->f->s, t->order.id, &back) != INV_OK ||
+            strcmp(back.user_id, t->user_id) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Lets f learn sku's layout, so that f's orders are routed to their segment
+ * and served on the loop: an order for more than any limit allows, refused
+ * after its first look at the SKU, before any lock or work; nothing sold. */
+static void learn_layout(struct invfix *f, const char *sku)
+{
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f->s, sku, "learn", INV_MAX_LIMIT, NULL, &o),
+                     INV_BAD_QTY);
+}
+
+/* ---- group commits on the loop (modes none and redis) -------------------- */
+
+/* One hold on the loop serves a placed order, the same user again (limit), a
+ * replay of an order placed before (which the batch thread answers with the
+ * first order), a user at the limit, a key reused by another user, and an
+ * order its segment is too short for, which the loop sends on and places on
+ * the other segment. The batcher's figures count the loop's holds. */
+static void test_hold_mixes_outcomes(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "redis", 0, redis.port, &ids);
+    assert_int_equal(inv_sku_put(f.s, "mix", 20, 2, 1), INV_CREATED); /* 10 + 10 */
+    /* nine buyers of segment 0 leave it one unit; the first one used "kb" */
+    char buyer[9][16], ann[16], dan[16], eve[16];
+    struct inv_order first, o;
+    for (int i = 0; i < 9; i++) {
+        invfix_user_with_home(0, 2, i, buyer[i], sizeof(buyer[i]));
+        assert_int_equal(inv_order_place(f.s, "mix", buyer[i], 1, i == 0 ? "kb" : NULL,
+                                         i == 0 ? &first : &o),
+                         INV_PLACED);
+    }
+    invfix_user_with_home(0, 2, 9, ann, sizeof(ann));
+    invfix_user_with_home(0, 2, 10, dan, sizeof(dan));
+    invfix_user_with_home(0, 2, 11, eve, sizeof(eve));
+    struct loop *l = loop_new(&f, redis.port, 8);
+    struct inv_ticket *placed = loop_order(l, "mix", ann, NULL);
+    struct inv_ticket *again = loop_order(l, "mix", ann, NULL);
+    struct inv_ticket *replay = loop_order(l, "mix", buyer[0], "kb");
+    struct inv_ticket *bought = loop_order(l, "mix", buyer[1], NULL);
+    struct inv_ticket *reused = loop_order(l, "mix", eve, "kb");
+    struct inv_ticket *spilled = loop_order(l, "mix", dan, NULL);
+    loop_settle(l, 5000);
+    assert_int_equal(placed->st, INV_PLACED);
+    assert_int_equal(placed->order.segment, 0);
+    assert_int_equal(again->st, INV_LIMIT);
+    assert_int_equal(replay->st, INV_REPLAYED);
+    assert_true(replay->order.id == first.id);
+    assert_int_equal(bought->st, INV_LIMIT);
+    assert_int_equal(reused->st, INV_IDEM_MISMATCH);
+    assert_int_equal(spilled->st, INV_PLACED);
+    assert_int_equal(spilled->order.segment, 1);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.spilled, 1);
+    /* the loop's holds: segment 0's with the six, segment 1's with dan */
+    struct inv_batch_stats bs;
+    inv_batcher_stats(l->batcher, &bs);
+    assert_int_equal(bs.batches, 2);
+    assert_int_equal(bs.orders, 7);
+    loop_free(l);
+    invfix_assert_sold(&f, "mix", 11, 9);
+    invfix_close(&f);
+}
+
+#define CROWD 64
+
+/* Orders that arrive while a segment's hold is in flight wait for the next
+ * one: with 20 ms of work per hold and 64 orders submitted at once for one
+ * segment of 50 units, a handful of holds serve all of them, every order gets
+ * exactly one answer, and exactly the stock is sold. With and without a lock
+ * in Redis. */
+static void test_orders_during_a_hold_form_the_next(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "none"};
+    for (int m = 0; m < 2; m++) {
+        char sku[16];
+        snprintf(sku, sizeof(sku), "crowd-%s", modes[m]);
+        struct invfix f;
+        invfix_open(&f, modes[m], 20000, redis.port, &ids);
+        inv_sku_put(f.s, sku, 50, 1, 1);
+        learn_layout(&f, sku);
+        struct loop *l = loop_new(&f, redis.port, 16);
+        loop_orders(l, sku, "c", CROWD);
+        loop_settle(l, 10000);
+        int placed = 0, sold_out = 0;
+        for (int i = 0; i < CROWD; i++) {
+            placed += l->t[i].st == INV_PLACED;
+            sold_out += l->t[i].st == INV_SOLD_OUT;
+        }
+        assert_int_equal(placed, 50);
+        assert_int_equal(sold_out, CROWD - 50);
+        struct inv_batch_stats bs;
+        inv_batcher_stats(l->batcher, &bs);
+        if (bs.batches < CROWD / 16 || bs.batches > 12)
+            fail_msg("%s: %llu holds for %d orders in batches of 16", modes[m],
+                     (unsigned long long)bs.batches, CROWD);
+        loop_free(l);
+        invfix_assert_sold(&f, sku, 50, 0);
+        invfix_close(&f);
+    }
+}
+
+/* Opens f (400 ms of work) and other on sku (stock 10, one segment, limit 1,
+ * the layout known); a loop on f places one order, so that it has served a
+ * hold before; then n orders are submitted and the loop runs until their
+ * hold has the segment lock and works. */
+static struct loop *start_slow_hold(struct invfix *f, struct invfix *other,
+                                    const char *sku, int n)
+{
+    invfix_open(f, "redis", 400000, redis.port, &ids);
+    invfix_open(other, "redis", 0, redis.port, &ids);
+    inv_sku_put(other->s, sku, 10, 1, 1);
+    learn_layout(f, sku);
+    struct loop *l = loop_new(f, redis.port, 8);
+    struct inv_ticket *early = loop_order(l, sku, "early", NULL);
+    loop_settle(l, 5000);
+    assert_int_equal(early->st, INV_PLACED);
+    uint64_t held = lock_figures(l).acquisitions + 1;
+    loop_orders(l, sku, "slow", n);
+    if (!loop_run(l, granted, &held, 5000))
+        fail_msg("the hold of %d orders did not get the lock of %s", n, sku);
+    return l;
+}
+
+/* The lease runs out in the middle of a hold and another holder takes the
+ * segment: the hold's commit is refused whole by the fencing token, every
+ * order answers busy, nothing is written, and no commit is counted as made
+ * after its lease was lost. */
+static void test_lost_lease_refuses_the_hold_whole(void **state)
+{
+    (void)state;
+    struct invfix f, other;
+    struct loop *l = start_slow_hold(&f, &other, "fence", 3);
+    redisReply *r = rconn_command(other.rc, "DEL sk:{fence}:lock:0"); /* lease gone */
+    assert_true(r && r->integer == 1);
+    freeReplyObject(r);
+    struct lock_session *ls = lock_session_new(other.lock, other.rc);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(ls, "sk:{fence}:lock:0", 5000, &g), LOCK_ACQUIRED);
+    lock_release(ls, "sk:{fence}:lock:0", &g);
+    lock_session_free(ls);
+    loop_settle(l, 5000);
+    expect_status(l, 1, 3, INV_BUSY);
+    uint64_t one = 1; /* the hold's release, after its commit */
+    assert_true(loop_run(l, released_not_held, &one, 5000));
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.fenced_off, 1);
+    if (st.commits_after_lease != 0) /* a false alarm of the safety figure */
+        fail_msg("a fenced-off commit counted as %llu placed after its lease",
+                 (unsigned long long)st.commits_after_lease);
+    loop_free(l);
+    invfix_assert_sold(&f, "fence", 1, 9);
+    invfix_close(&other);
+    invfix_close(&f);
+}
+
+/* A reset in the middle of a hold: the hold writes nothing into the new
+ * epoch; its orders go to the batch thread, which places each in the new
+ * epoch, and the new stock is whole. */
+static void test_reset_during_a_hold_writes_nothing(void **state)
+{
+    (void)state;
+    struct invfix f, other;
+    struct loop *l = start_slow_hold(&f, &other, "reset", 3);
+    assert_int_equal(inv_sku_put(other.s, "reset", 7, 1, 1), INV_OK);
+    loop_settle(l, 5000);
+    expect_status(l, 1, 3, INV_PLACED);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.epoch_changed, 1);
+    loop_free(l);
+    invfix_assert_sold(&f, "reset", 3, 4);
+    invfix_close(&other);
+    invfix_close(&f);
+}
+
+/* The connection to Redis is lost after a hold's commit went out: every order
+ * of the hold answers outcome unknown, each id then tells that it was placed,
+ * and the loop connects again for the next orders. Lost at the lock, before
+ * any commit, they answer unavailable and nothing is placed. */
+static void test_lost_connection_during_a_hold(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "redis", 0, redis.port, &ids);
+    inv_sku_put(f.s, "cut", 10, 1, 1);
+    learn_layout(&f, "cut");
+    struct test_proxy proxy;
+    test_proxy_start(&proxy, redis.port, "order:");
+    struct loop *l = loop_new(&f, proxy.port, 8);
+    int first = loop_orders(l, "cut", "cut", 3);
+    loop_settle(l, 5000);
+    expect_status(l, first, 3, INV_OUTCOME_UNKNOWN);
+    assert_true(orders_found(&(struct orders_of){l, first, 3}));
+    /* the loop connects again once a retry is due: the next orders go through */
+    loop_idle(l, 2 * ACONN_RETRY_MS);
+    first = loop_orders(l, "cut", "again", 2);
+    loop_settle(l, 5000);
+    expect_status(l, first, 2, INV_PLACED);
+    loop_free(l);
+    test_proxy_stop(&proxy);
+    invfix_assert_sold(&f, "cut", 5, 5);
+
+    test_proxy_start(&proxy, redis.port, "sk:{cut}:lock:0");
+    l = loop_new(&f, proxy.port, 8);
+    first = loop_orders(l, "cut", "late", 3);
+    loop_settle(l, 5000);
+    expect_status(l, first, 3, INV_UNAVAILABLE);
+    loop_free(l);
+    test_proxy_stop(&proxy);
+    invfix_assert_sold(&f, "cut", 5, 5);
+    invfix_close(&f);
+}
+
+/* Redis stops answering while a hold works (the path to it frozen): its
+ * orders are not left hanging but answer outcome unknown once the 1 s command
+ * timeout has passed; the commit, delivered when the path thaws, placed each
+ * of them, as their ids then tell. */
+static void test_stalled_redis_answers_after_the_timeout(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "redis", 200000, redis.port, &ids);
+    inv_sku_put(f.s, "stall", 10, 1, 1);
+    learn_layout(&f, "stall");
+    struct test_proxy proxy;
+    test_proxy_start(&proxy, redis.port, NULL);
+    struct loop *l = loop_new(&f, proxy.port, 8);
+    uint64_t held = lock_figures(l).acquisitions + 1;
+    int first = loop_orders(l, "stall", "st", 3);
+    assert_true(loop_run(l, granted, &held, 5000));
+    kill(proxy.pid, SIGSTOP);
+    loop_settle(l, 2500); /* the work, the timeout, and slack */
+    kill(proxy.pid, SIGCONT);
+    expect_status(l, first, 3, INV_OUTCOME_UNKNOWN);
+    assert_true(test_wait_for(orders_found, &(struct orders_of){l, first, 3}, 5000));
+    loop_free(l);
+    test_proxy_stop(&proxy);
+    invfix_assert_sold(&f, "stall", 3, 7);
+    invfix_close(&f);
+}
+
+static void script_flush(struct invfix *f)
+{
+    redisReply *r = rconn_command(f->rc, "SCRIPT FLUSH");
+    assert_true(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+}
+
+/* Redis loses its script cache (SCRIPT FLUSH here; a restart or a failover
+ * does the same) before a hold's lock try, then while a hold works (before
+ * its commit and release): the orders are placed just the same, and at once,
+ * not after the segment lock's 3 s lease has run out. */
+static void test_lost_script_cache(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "redis", 100000, redis.port, &ids);
+    inv_sku_put(f.s, "flush", 10, 1, 1);
+    learn_layout(&f, "flush");
+    struct loop *l = loop_new(&f, redis.port, 8);
+    script_flush(&f);
+    int first = loop_orders(l, "flush", "a", 3);
+    loop_settle(l, 1500);
+    expect_status(l, first, 3, INV_PLACED);
+    uint64_t held = lock_figures(l).acquisitions + 1;
+    first = loop_orders(l, "flush", "b", 3);
+    assert_true(loop_run(l, granted, &held, 5000));
+    script_flush(&f);
+    loop_settle(l, 1500);
+    expect_status(l, first, 3, INV_PLACED);
+    loop_free(l);
+    invfix_assert_sold(&f, "flush", 6, 4);
+    invfix_close(&f);
+}
+
+/* The loop's hold has joined the queue of the lock *key (a waiter's entry). */
+static int queued(struct loop *l, const void *key)
+{
+    redisReply *r = rconn_command(l->f->rc, "LLEN %s:queue", (const char *)key);
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+/* A segment whose lock another instance holds: the loop does not answer its
+ * orders busy; its hold joins the lock's queue and waits, on a connection of
+ * its own, and the release hands the lock straight to it (the wake-one
+ * hand-off, without a thread waiting): every order is placed, and the grant
+ * counts as contended. */
+static void test_taken_lock_waits_for_the_handoff(void **state)
+{
+    (void)state;
+    struct invfix f, other;
+    invfix_open(&f, "redis", 0, redis.port, &ids);
+    invfix_open(&other, "redis", 0, redis.port, &ids);
+    inv_sku_put(f.s, "taken", 10, 1, 1);
+    learn_layout(&f, "taken");
+    struct lock_session *ls = lock_session_new(other.lock, other.rc);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(ls, "sk:{taken}:lock:0", 5000, &g), LOCK_ACQUIRED);
+    struct loop *l = loop_new(&f, redis.port, 8);
+    uint64_t taken = lock_figures(l).contended + 1;
+    loop_orders(l, "taken", "t", 3);
+    assert_true(loop_run(l, queued, "sk:{taken}:lock:0", 5000));
+    loop_idle(l, 100);
+    assert_int_equal(answered(l), 0); /* waiting, not refused */
+    lock_release(ls, "sk:{taken}:lock:0", &g);
+    lock_session_free(ls);
+    loop_settle(l, 5000);
+    expect_status(l, 0, 3, INV_PLACED);
+    assert_true(contended(l, &taken));
+    loop_free(l);
+    invfix_assert_sold(&f, "taken", 3, 7);
+    invfix_close(&other);
+    invfix_close(&f);
+}
+
+/* An order that no single segment holds but the SKU does: the loop's hold
+ * finds its segment short and hands it to the batch thread, which places it
+ * on several segments at once. */
+static void test_order_of_several_segments(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "redis", 0, redis.port, &ids);
+    inv_sku_put(f.s, "wide", 6, 3, 5); /* 2 + 2 + 2 */
+    learn_layout(&f, "wide");
+    struct loop *l = loop_new(&f, redis.port, 8);
+    struct inv_ticket *t = loop_order_qty(l, "wide", "big", 4, NULL);
+    loop_settle(l, 5000);
+    assert_int_equal(t->st, INV_PLACED);
+    if (t->order.nparts < 2)
+        fail_msg("4 units of segments of 2 placed from %d segment(s)", t->order.nparts);
+    int units = 0;
+    for (int i = 0; i < t->order.nparts; i++)
+        units += t->order.parts[i].qty;
+    assert_int_equal(units, 4);
+    loop_free(l);
+    invfix_assert_sold(&f, "wide", 4, 2);
+    invfix_close(&f);
+}
+
+/* A loop that stops frees its engine: the orders of a hold still working
+ * (1 s) and the one queued behind it are answered unavailable at once, and
+ * nothing is sold. */
+static void test_free_answers_orders_in_flight(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "redis", 1000000, redis.port, &ids);
+    inv_sku_put(f.s, "stop", 10, 1, 1);
+    learn_layout(&f, "stop");
+    struct loop *l = loop_new(&f, redis.port, 2);
+    uint64_t held = lock_figures(l).acquisitions + 1;
+    loop_orders(l, "stop", "s", 3); /* two in the hold, one queued */
+    assert_true(loop_run(l, granted, &held, 5000));
+    assert_int_equal(answered(l), 0);
+    inv_engine_free(l->engine);
+    l->engine = NULL;
+    assert_int_equal(answered(l), 3);
+    loop_settle(l, 0);
+    expect_status(l, 0, 3, INV_UNAVAILABLE);
+    loop_free(l);
+    invfix_assert_sold(&f, "stop", 0, 10);
+    invfix_close(&f);
+}
+
+/* ---- the atomic mode on the loop ------------------------------------------ */
+
+/* One script per order, pipelined on the loop's connection: a replay among
+ * them is answered (by the batch thread) with the first order, a second order
+ * of the same user hits the limit, and every order gets its own answer, not
+ * its neighbour's. */
+static void test_atomic_keeps_each_answer(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "atomic", 0, redis.port, &ids);
+    inv_sku_put(f.s, "pipe", 10, 2, 1);
+    struct inv_order first;
+    assert_int_equal(inv_order_place(f.s, "pipe", "ann", 1, "ka", &first), INV_PLACED);
+    struct loop *l = loop_new(&f, redis.port, 8);
+    const char *user[] = {"ann", "bob", "ann", "cid", "bob"};
+    const char *key[] = {"ka", NULL, "ka", NULL, NULL};
+    inv_status want[] = {INV_REPLAYED, INV_PLACED, INV_REPLAYED, INV_PLACED, INV_LIMIT};
+    for (int i = 0; i < 5; i++)
+        loop_order(l, "pipe", user[i], key[i]);
+    loop_settle(l, 5000);
+    for (int i = 0; i < 5; i++)
+        expect_status(l, i, 1, want[i]);
+    assert_true(l->t[0].order.id == first.id && l->t[2].order.id == first.id);
+    for (int i = 1; i <= 3; i += 2) {
+        struct inv_order back;
+        assert_int_equal(inv_order_get(f.s, l->t[i].order.id, &back), INV_OK);
+        assert_string_equal(back.user_id, user[i]);
+    }
+    loop_free(l);
+    invfix_assert_sold(&f, "pipe", 3, 7);
+    invfix_close(&f);
+}
+
+/* With Redis unreachable, atomic orders on the loop answer unavailable at
+ * once, well within the 1 s command timeout: those that tried to connect, and
+ * those refused before the next attempt is due. Nothing is sold. */
+static void test_atomic_without_redis_answers_at_once(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open(&f, "atomic", 0, redis.port, &ids);
+    inv_sku_put(f.s, "down", 10, 1, 1);
+    struct loop *l = loop_new(&f, test_free_port(), 8);
+    loop_orders(l, "down", "d", 3);
+    loop_settle(l, 300);
+    loop_orders(l, "down", "e", 3); /* right after: no new attempt is due yet */
+    loop_settle(l, 300);
+    expect_status(l, 0, 6, INV_UNAVAILABLE);
+    loop_free(l);
+    invfix_assert_sold(&f, "down", 0, 10);
+    invfix_close(&f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    test_redis_start(&redis, NULL);
+    orderid_init(&ids, 7, NULL, 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&redis, 0, 0);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hold_mixes_outcomes),
+        cmocka_unit_test(test_orders_during_a_hold_form_the_next),
+        cmocka_unit_test(test_lost_lease_refuses_the_hold_whole),
+        cmocka_unit_test(test_reset_during_a_hold_writes_nothing),
+        cmocka_unit_test(test_lost_connection_during_a_hold),
+        cmocka_unit_test(test_stalled_redis_answers_after_the_timeout),
+        cmocka_unit_test(test_lost_script_cache),
+        cmocka_unit_test(test_taken_lock_waits_for_the_handoff),
+        cmocka_unit_test(test_order_of_several_segments),
+        cmocka_unit_test(test_free_answers_orders_in_flight),
+        cmocka_unit_test(test_atomic_keeps_each_answer),
+        cmocka_unit_test(test_atomic_without_redis_answers_at_once),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
