@@ -329,6 +329,7 @@ static void on_work_done(evutil_socket_t fd, short what, void *arg)
 }
 
 static void hold_wait(struct ehold *x);
+static void hold_step(struct ehold *x, int handed);
 
 /* After a step whose answers all came (owed 0): what the hold does next. */
 static void hold_next(struct ehold *x)
@@ -347,6 +348,9 @@ static void hold_next(struct ehold *x)
     }
     case 2: /* taken: queued for it */
         hold_wait(x);
+        return;
+    case 3: /* Redis lost the lock's script: again, once it is loaded */
+        hold_step(x, 0);
         return;
     default:
         hold_settle(x);

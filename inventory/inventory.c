@@ -1440,6 +1440,7 @@ int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket *
     for (int i = 1; i < n; i++)
         oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
     h->deadline_us = oldest + (int64_t)inv->cfg.wait_ms * 1000;
+    h->noscripts = 0;
     lock_step_init(&h->step);
     return hold_attempt(s, h, c, cb, arg);
 }
@@ -1492,6 +1493,8 @@ void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res
 int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
+    if (h->noscript && h->noscripts++ == 0)
+        return 3; /* Redis lost its scripts (restart): again, after the reload */
     if (h->noscript) { /* each by itself, where the script is loaded again */
         for (int i = 0; i < h->n; i++)
             h->t[i]->seg = -1;

@@ -224,6 +224,7 @@ struct inv_hold {
     int64_t deadline_us; /* the oldest ticket's wait ends */
     int reading_only;    /* the step in flight is the read alone */
     int noscript;        /* Redis had lost the lock's script */
+    int noscripts;       /* attempts that found it lost */
     lock_status tried;   /* the last attempt's answer */
     int answers;         /* answers received of the step in flight */
     int placed;          /* tickets the commit placed */
@@ -282,8 +283,10 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
  *      returns 1 (handed over: inv_hold_read_send) or 0 (inv_hold_retry_send:
  *      the next attempt, which leaves the queue once the wait is over); the
  *      answers of either go to inv_hold_answer and inv_hold_ready again;
+ *   3: Redis had lost the lock's script (a restart): inv_hold_retry_send,
+ *      which goes after the connection's reload of it;
  *   0: the batch ended there (final, or undecided: the SKU's layout was
- *      forgotten, or Redis had lost the lock's script).
+ *      forgotten, or Redis lost the lock's script again).
  * inv_hold_commit_send: the commit and the release; each answer to
  * inv_hold_committed, which returns 1 when the release must be sent again
  * (Redis had lost its script: send h->step.cmd, its answer back here; 0 else.

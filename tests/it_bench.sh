@@ -101,8 +101,11 @@ else
         between "$(row atomic redis_rt_per_order)" 0.95 1.3
 fi
 if ((batched)); then
-    check "redis-b1: about two round trips per order ($(row redis-b1 redis_rt_per_order))" \
-        between "$(row redis-b1 redis_rt_per_order)" 1.9 50
+    # A hold per order costs it two round trips of its own, but the event loops
+    # send the commands of concurrent holds in shared writes, which Redis reads
+    # together: fewer reads per order than two, still more than when batched.
+    check "redis-b1: round trips per order, holds sharing writes ($(row redis-b1 redis_rt_per_order))" \
+        between "$(row redis-b1 redis_rt_per_order)" 0.5 50
     check "redis: fewer round trips per order at its default batch ($(row redis redis_rt_per_order) < $(row redis-b1 redis_rt_per_order))" \
         awk -v a="$(row redis redis_rt_per_order)" -v b="$(row redis-b1 redis_rt_per_order)" \
         'BEGIN { exit !(a + 0 > 0 && a + 0 < b + 0) }'
