@@ -15,6 +15,8 @@
 /* Most times a batch sends a ticket on to another segment's queue (as the
  * batch threads do). */
 #define ENGINE_HOPS 4
+/* Most holds of a loop with a round trip in flight (see on_kick). */
+#define ENGINE_HOLDS_IN_FLIGHT 2
 
 /* The tickets of one SKU segment waiting on this loop. */
 struct equeue {
@@ -23,8 +25,9 @@ struct equeue {
     struct inv_ticket *head, *tail;
     int busy;        /* a hold of this loop serves it */
     int ready;       /* on the ready list */
+    int backed_off;  /* its lock was taken: on the backed-off list */
     long long bound; /* an upper bound of the segment's stock, -1 unknown */
-    struct equeue *hnext, *rnext;
+    struct equeue *hnext, *rnext, *bnext;
 };
 
 /* A group commit in flight: its queue, its tickets, its hold. */
@@ -32,6 +35,7 @@ struct ehold {
     struct inv_engine *e;
     struct equeue *q;
     struct inv_ticket **t;  /* [batch] */
+    int open;               /* it holds its lock */
     int owed;               /* answers still to come for the step in flight */
     struct aconn *blocking; /* the connection of its wait for a hand-off */
     struct inv_hold h;
@@ -63,6 +67,13 @@ struct inv_engine {
     struct event *inbox_ev;
     struct equeue *buckets[ENGINE_BUCKETS];
     struct equeue *ready_head, *ready_tail;
+    /* Contention, as the batch threads handle it: while a hold of this loop
+     * holds its lock, another hold only tries its own (no wait in the lock's
+     * queue); a queue whose lock was taken backs off until a hold of this loop
+     * ends (progress), and waits in the lock's queue only when the loop holds
+     * nothing. Fewer, fuller holds than one waiting hold per segment. */
+    int open_holds;
+    struct equeue *backed_off;
     struct ehold *holds, *free_holds;
     /* Connections for the waits for a hand-off (BLPOP), one per wait in
      * flight, kept for the next: all of them, and the idle ones. */
@@ -144,7 +155,7 @@ static struct equeue *queue_get(struct inv_engine *e, const char *sku, int seg)
 /* Puts q on the ready list when it has tickets and no hold serves it. */
 static void queue_wake(struct inv_engine *e, struct equeue *q)
 {
-    if (!q->head || q->busy || q->ready)
+    if (!q->head || q->busy || q->ready || q->backed_off)
         return;
     q->ready = 1;
     q->rnext = NULL;
@@ -154,6 +165,13 @@ static void queue_wake(struct inv_engine *e, struct equeue *q)
         e->ready_head = q;
     e->ready_tail = q;
     event_active(e->kick, EV_TIMEOUT, 0);
+}
+
+/* Starts the ready queues' holds at the end of this turn of the loop. */
+static void engine_kick(struct inv_engine *e)
+{
+    if (e->ready_head)
+        event_active(e->kick, EV_TIMEOUT, 0);
 }
 
 /* Queues t at its segment on this loop. */
@@ -174,7 +192,8 @@ static void on_work_done(evutil_socket_t fd, short what, void *arg);
 /* Queues t at its segment, on the loop that owns the segment. */
 static void enqueue(struct inv_engine *e, struct inv_ticket *t)
 {
-    struct inv_engine *owner = e->loops[seg_queue_hash(t->sku, t->seg) % (uint32_t)e->nloops];
+    struct inv_engine *owner =
+        e->loops[seg_queue_hash(t->sku, t->seg) % (uint32_t)e->nloops];
     if (owner == e || e->closing) {
         enqueue_here(e, t);
         return;
@@ -238,23 +257,46 @@ static struct ehold *hold_new(struct inv_engine *e, struct equeue *q)
     return x;
 }
 
-/* Takes q's batch: up to --batch tickets, and no more units than the
- * segment may hold (one ticket always; an empty segment takes a full batch,
- * which its commit sends on at once), as the batch threads do. */
-static int batch_take(struct inv_engine *e, struct equeue *q, struct inv_ticket **t)
+/* Moves tickets from queue o's head into t[*n..] while there is room: fewer
+ * than `most`, and their units within limit (< 0: none; one ticket always). */
+static void take_from(struct equeue *o, struct inv_ticket **t, int *n, int most,
+                      long long *units, long long limit)
 {
-    int n = 0;
-    long long units = 0;
-    while (q->head && n < e->batch &&
-           (n == 0 || q->bound <= 0 || units + q->head->qty <= q->bound)) {
-        struct inv_ticket *x = q->head;
-        q->head = x->next;
-        if (!q->head)
-            q->tail = NULL;
-        units += x->qty;
-        t[n++] = x;
+    while (o->head && *n < most &&
+           (*n == 0 || limit < 0 || *units + o->head->qty <= limit)) {
+        struct inv_ticket *x = o->head;
+        o->head = x->next;
+        if (!o->head)
+            o->tail = NULL;
+        *units += x->qty;
+        t[(*n)++] = x;
     }
-    return n;
+}
+
+/* Fills hold x's batch from q: its own tickets first, then, with room left,
+ * those waiting in the queues of the SKU's other segments on this loop (ready
+ * ones, and those that backed off from a taken lock), so that a crowd spread
+ * over K segments still fills holds, as the batch threads do; the commit
+ * places them here while the segment has stock (counted as spilled) and
+ * sends the rest on. No more units than limit (the segment's stock, or an
+ * upper bound of it; an empty segment takes a full batch of its own only:
+ * the commit sends them all on). */
+static void batch_fill(struct ehold *x, long long limit)
+{
+    struct inv_engine *e = x->e;
+    struct equeue *q = x->q;
+    int most = e->batch;
+    long long units = 0;
+    for (int i = 0; i < x->h.n; i++)
+        units += x->t[i]->qty;
+    take_from(q, x->t, &x->h.n, most, &units, limit == 0 ? -1 : limit);
+    if (limit == 0)
+        return;
+    for (int pass = 0; pass < 2; pass++)
+        for (struct equeue *o = pass ? e->backed_off : e->ready_head; o && x->h.n < most;
+             o = pass ? o->bnext : o->rnext)
+            if (o != q && !o->busy && strcmp(o->sku, q->sku) == 0)
+                take_from(o, x->t, &x->h.n, most, &units, limit);
 }
 
 /* Each ticket of x after its batch: answered when final, else sent on to
@@ -289,6 +331,17 @@ static void hold_free(struct ehold *x)
     x->next = e->free_holds;
     e->free_holds = x;
     q->busy = 0;
+    engine_kick(e);
+    if (x->open) { /* progress: the queues that backed off try again */
+        x->open = 0;
+        e->open_holds--;
+        while (e->backed_off) {
+            struct equeue *b = e->backed_off;
+            e->backed_off = b->bnext;
+            b->backed_off = 0;
+            queue_wake(e, b);
+        }
+    }
     queue_wake(e, q);
 }
 
@@ -331,12 +384,46 @@ static void on_work_done(evutil_socket_t fd, short what, void *arg)
 static void hold_wait(struct ehold *x);
 static void hold_step(struct ehold *x, int handed);
 
+/* The lock is held and the stock read: the orders that queued meanwhile (a
+ * hold that waited for the lock waited for them too) join the batch, as
+ * many as the segment holds, so that a contended segment serves everything
+ * that piled up in one hold instead of one hold each. */
+static void hold_top_up(struct ehold *x)
+{
+    batch_fill(x, x->h.stock);
+}
+
+/* x's try found its lock taken: its tickets go back to the head of their
+ * queue, which waits for a hold of this loop to end (or, when none is open,
+ * is served at once by a hold that waits in the lock's queue). */
+static void hold_back_off(struct ehold *x)
+{
+    struct inv_engine *e = x->e;
+    struct equeue *q = x->q;
+    for (int i = x->h.n - 1; i >= 0; i--) {
+        x->t[i]->next = q->head;
+        q->head = x->t[i];
+        if (!q->tail)
+            q->tail = x->t[i];
+    }
+    x->h.n = 0;
+    if (e->open_holds > 0) {
+        q->backed_off = 1;
+        q->bnext = e->backed_off;
+        e->backed_off = q;
+    }
+    hold_free(x);
+}
+
 /* After a step whose answers all came (owed 0): what the hold does next. */
 static void hold_next(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     switch (inv_hold_ready(e->s, &x->h)) {
     case 1: {
+        x->open = 1;
+        e->open_holds++;
+        hold_top_up(x);
         int64_t left = x->h.due_us - lock_now_us();
         if (left <= 0) {
             hold_commit(x);
@@ -344,6 +431,7 @@ static void hold_next(struct ehold *x)
         }
         struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
         evtimer_add(x->timer, &tv);
+        engine_kick(e); /* it waits: room for another hold */
         return;
     }
     case 2: /* taken: queued for it */
@@ -351,6 +439,9 @@ static void hold_next(struct ehold *x)
         return;
     case 3: /* Redis lost the lock's script: again, once it is loaded */
         hold_step(x, 0);
+        return;
+    case -1: /* taken, and this loop holds other locks: back off */
+        hold_back_off(x);
         return;
     default:
         hold_settle(x);
@@ -416,6 +507,7 @@ static void on_handoff(void *arg, aconn_result res, redisReply *r)
 static void hold_wait(struct ehold *x)
 {
     struct inv_engine *e = x->e;
+    engine_kick(e); /* it waits: room for another hold */
     x->blocking = blocking_get(e);
     if (!inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x)) {
         blocking_put(e, x->blocking);
@@ -428,10 +520,12 @@ static void hold_start(struct inv_engine *e, struct equeue *q)
 {
     struct ehold *x = hold_new(e, q);
     q->busy = 1;
-    int n = batch_take(e, q, x->t);
-    x->h.n = n;
+    x->h.n = 0;
+    batch_fill(x, q->bound);
+    int n = x->h.n;
     x->h.seg = q->seg;
-    x->owed = inv_hold_send(e->s, &x->h, x->t, n, q->seg, e->conn, on_tried, x);
+    x->owed = inv_hold_send(e->s, &x->h, x->t, n, q->seg, e->open_holds > 0, e->conn,
+                            on_tried, x);
     if (x->owed == 0) { /* nothing went out: each as it is */
         x->h.n = n;
         x->h.seg = q->seg;
@@ -440,11 +534,25 @@ static void hold_start(struct inv_engine *e, struct equeue *q)
     }
 }
 
+/* Holds of this loop with a round trip in flight (not those waiting for
+ * their work's end or for a hand-off). */
+static int holds_in_flight(const struct inv_engine *e)
+{
+    int n = 0;
+    for (const struct ehold *x = e->holds; x; x = x->next)
+        n += !x->blocking && !evtimer_pending(x->timer, NULL);
+    return n;
+}
+
 static void on_kick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct inv_engine *e = arg;
-    while (e->ready_head) {
+    /* A few holds in flight at a time: orders that arrive meanwhile wait for
+     * one to end and then share a hold, instead of each starting its own
+     * (which, at a thin crowd over many segments, means a lock and two round
+     * trips per order and contention with every other instance). */
+    while (e->ready_head && holds_in_flight(e) < ENGINE_HOLDS_IN_FLIGHT) {
         struct equeue *q = e->ready_head;
         e->ready_head = q->rnext;
         if (!e->ready_head)

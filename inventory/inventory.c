@@ -1409,7 +1409,7 @@ static inv_status lost_answer(aconn_result res)
 static int hold_attempt(struct inv_session *s, struct inv_hold *h, struct aconn *c,
                         aconn_cb *cb, void *arg)
 {
-    int64_t left_ms = (h->deadline_us - lock_now_us()) / 1000;
+    int64_t left_ms = h->try_only ? 0 : (h->deadline_us - lock_now_us()) / 1000;
     if (!lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step))
         return 0; /* no steps: each by itself */
     const struct rcmd *try = &h->step.cmd;
@@ -1430,7 +1430,7 @@ static int hold_attempt(struct inv_session *s, struct inv_hold *h, struct aconn 
 }
 
 int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
-                  int seg, struct aconn *c, aconn_cb *cb, void *arg)
+                  int seg, int try_only, struct aconn *c, aconn_cb *cb, void *arg)
 {
     struct inv *inv = s->inv;
     if (hold_prepare(inv, h, t, n, seg) != 0)
@@ -1441,6 +1441,7 @@ int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket *
         oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
     h->deadline_us = oldest + (int64_t)inv->cfg.wait_ms * 1000;
     h->noscripts = 0;
+    h->try_only = try_only;
     lock_step_init(&h->step);
     return hold_attempt(s, h, c, cb, arg);
 }
@@ -1494,12 +1495,14 @@ int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
     if (h->noscript && h->noscripts++ == 0)
-        return 3; /* Redis lost its scripts (restart): again, after the reload */
+        return 3;      /* Redis lost its scripts (restart): again, after the reload */
     if (h->noscript) { /* each by itself, where the script is loaded again */
         for (int i = 0; i < h->n; i++)
             h->t[i]->seg = -1;
         return 0;
     }
+    if (h->tried == LOCK_BUSY && h->try_only)
+        return -1;
     if (h->tried == LOCK_BUSY && h->step.entry[0])
         return 2;
     if (h->tried == LOCK_BUSY) {

@@ -225,6 +225,7 @@ struct inv_hold {
     int reading_only;    /* the step in flight is the read alone */
     int noscript;        /* Redis had lost the lock's script */
     int noscripts;       /* attempts that found it lost */
+    int try_only;        /* its attempt does not wait (inv_hold_send) */
     lock_status tried;   /* the last attempt's answer */
     int answers;         /* answers received of the step in flight */
     int placed;          /* tickets the commit placed */
@@ -276,8 +277,11 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
  * (inv_ticket_single; t->seg -1 when it must not be sent on).
  *
  * inv_hold_send: the first attempt for tickets t[0..n-1] (n >= 1) on segment
- * seg; each answer to inv_hold_answer, then inv_hold_ready, which returns
+ * seg (with try_only, one that does not wait); each answer to
+ * inv_hold_answer, then inv_hold_ready, which returns
  *   1: h is open: inv_hold_commit_send at or after h->due_us;
+ *  -1 (try_only: an attempt that does not wait): the lock is taken; nothing
+ *      is held and no ticket touched;
  *   2: the lock is taken and h queued for it: inv_hold_wait_send on a
  *      connection for blocking commands, its answer to inv_hold_waited, which
  *      returns 1 (handed over: inv_hold_read_send) or 0 (inv_hold_retry_send:
@@ -293,7 +297,7 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
  * After the commit's answer every ticket is final or undecided as after
  * inv_ticket_batch. */
 int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
-                  int seg, struct aconn *c, aconn_cb *cb, void *arg);
+                  int seg, int try_only, struct aconn *c, aconn_cb *cb, void *arg);
 int inv_hold_retry_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
                         aconn_cb *cb, void *arg);
 int inv_hold_read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
