@@ -37,6 +37,7 @@ struct svc_loop {
     struct MHD_Daemon *daemon;
     struct event *mhd_ready; /* MHD's epoll descriptor is readable */
     struct event *mhd_timer; /* MHD's next connection timeout */
+    struct event *nudge;     /* a connection was resumed: run MHD (any thread) */
     struct event *quiesce;   /* from svc_server_stop: accept no more */
     struct inv_engine *engine;
 };
@@ -190,8 +191,11 @@ static void order_done(struct inv_ticket *t)
 {
     struct conn_state *st = t->owner;
     MHD_resume_connection(st->conn);
-    /* MHD_run picks it up: run it now on its loop (from any thread) */
-    event_active(st->loop->mhd_timer, EV_TIMEOUT, 0);
+    /* MHD_run picks it up (in external polling, MHD_resume_connection does
+     * not wake the loop by itself): run it now on its loop. Not through
+     * mhd_timer: mhd_step re-arming that timer would take such an activation
+     * back (libevent drops a timer's pending activation when it is re-added). */
+    event_active(st->loop->nudge, EV_READ, 0);
 }
 
 /* Counts, logs and sends the answer of the request. */
@@ -440,7 +444,9 @@ static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int con
     l->mhd_ready = event_new(l->base, info->epoll_fd, EV_READ | EV_PERSIST, on_mhd, l);
     l->mhd_timer = evtimer_new(l->base, on_mhd, l);
     l->quiesce = event_new(l->base, -1, 0, on_quiesce, l);
-    if (!l->mhd_ready || !l->mhd_timer || !l->quiesce || event_add(l->mhd_ready, NULL))
+    l->nudge = event_new(l->base, -1, 0, on_mhd, l);
+    if (!l->mhd_ready || !l->mhd_timer || !l->quiesce || !l->nudge ||
+        event_add(l->mhd_ready, NULL))
         abort();
     struct inv_engine_config ec = {.redis_host = cfg->redis.host,
                                    .redis_port = cfg->redis.port,
@@ -480,6 +486,7 @@ static void loops_free(struct svc_server *srv, int n, int running)
         event_free(l->mhd_ready);
         event_free(l->mhd_timer);
         event_free(l->quiesce);
+        event_free(l->nudge);
         event_base_free(l->base);
     }
 }
