@@ -527,8 +527,6 @@ static void hold_start(struct inv_engine *e, struct equeue *q)
     x->owed = inv_hold_send(e->s, &x->h, x->t, n, q->seg, e->open_holds > 0, e->conn,
                             on_tried, x);
     if (x->owed == 0) { /* nothing went out: each as it is */
-        x->h.n = n;
-        x->h.seg = q->seg;
         hold_settle(x);
         hold_free(x);
     }

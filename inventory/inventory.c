@@ -1406,6 +1406,26 @@ static inv_status lost_answer(aconn_result res)
 
 /* An attempt at h's lock, pipelined with the read of its stock, waiting (in
  * the lock's queue) for what is left of h's wait. */
+/* Queues the read of h's stock. 1, or 0 when refused: the tickets are final
+ * (unavailable), and a lock held is left to its lease. */
+static int read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
+                     aconn_cb *cb, void *arg)
+{
+    struct sku_keys k;
+    sku_keys_init(&k, h->t[0]->sku);
+    char segtext[12];
+    snprintf(segtext, sizeof(segtext), "%d", h->seg);
+    const char *read[] = {"HGET", k.stock, segtext};
+    if (aconn_command(c, cb, arg, 3, read, NULL) == 0)
+        return 1;
+    if (h->tried == LOCK_ACQUIRED) /* held, unread: the lease runs out */
+        lock_release_done(s->lock, h->lkey, &h->g, NULL);
+    tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
+    return 0;
+}
+
+/* An attempt at h's lock, pipelined with the read of its stock, waiting (in
+ * the lock's queue) for what is left of h's wait. */
 static int hold_attempt(struct inv_session *s, struct inv_hold *h, struct aconn *c,
                         aconn_cb *cb, void *arg)
 {
@@ -1423,8 +1443,7 @@ static int hold_attempt(struct inv_session *s, struct inv_hold *h, struct aconn 
         return 0;
     }
     /* Both or neither go out: one connection, no callback in between. */
-    int read = inv_hold_read_send(s, h, c, cb, arg);
-    h->reading_only = 0;
+    int read = read_send(s, h, c, cb, arg);
     h->tried = LOCK_ACQUIRED; /* a mode with nothing to send grants at once */
     return (try->argc > 0) + read;
 }
@@ -1455,20 +1474,9 @@ int inv_hold_retry_send(struct inv_session *s, struct inv_hold *h, struct aconn 
 int inv_hold_read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
                        aconn_cb *cb, void *arg)
 {
-    struct sku_keys k;
-    sku_keys_init(&k, h->t[0]->sku);
-    char segtext[12];
-    snprintf(segtext, sizeof(segtext), "%d", h->seg);
-    const char *read[] = {"HGET", k.stock, segtext};
-    if (aconn_command(c, cb, arg, 3, read, NULL) != 0) {
-        if (h->tried == LOCK_ACQUIRED) /* held, unread: the lease runs out */
-            lock_release_done(s->lock, h->lkey, &h->g, NULL);
-        tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
-        return 0;
-    }
     h->answers = 0;
     h->reading_only = 1;
-    return 1;
+    return read_send(s, h, c, cb, arg);
 }
 
 void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,

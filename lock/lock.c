@@ -174,6 +174,31 @@ void lock_count_watch_waiter(struct lock_counters *c, int delta)
                                   memory_order_relaxed);
 }
 
+/* Counts an acquire that ended in st after waited_us (blocking, or in
+ * steps); a grant gets its wait and, when the backend set none, its time. */
+static void acquire_ended(struct lock *l, lock_status st, int64_t waited_us,
+                          struct lock_grant *g)
+{
+    switch (st) {
+    case LOCK_ACQUIRED:
+        g->waited_us = waited_us;
+        if (!g->acquired_us)
+            g->acquired_us = lock_now_us();
+        bump(&l->counters.acquisitions);
+        if (g->contended)
+            bump(&l->counters.contended);
+        count_wait(&l->counters, waited_us);
+        break;
+    case LOCK_BUSY:
+        bump(&l->counters.wait_timeouts);
+        count_wait(&l->counters, waited_us);
+        break;
+    default:
+        bump(&l->counters.errors);
+        break;
+    }
+}
+
 /* Takes the fencing token for a backend that does not hand one out itself. */
 static int take_fence(struct lock_session *s, const char *key, struct lock_grant *g)
 {
@@ -213,26 +238,9 @@ lock_status lock_acquire_then(struct lock_session *s, const char *key, int wait_
         freeReplyObject(*reply);
         *reply = NULL;
     }
-    switch (st) {
-    case LOCK_ACQUIRED:
-        g->waited_us = waited;
-        if (!g->acquired_us)
-            g->acquired_us = lock_now_us();
-        bump(&l->counters.acquisitions);
-        if (g->contended)
-            bump(&l->counters.contended);
-        count_wait(&l->counters, waited);
-        if (cmd && !ran)
-            *reply = rconn_run(s->data, cmd);
-        break;
-    case LOCK_BUSY:
-        bump(&l->counters.wait_timeouts);
-        count_wait(&l->counters, waited);
-        break;
-    default:
-        bump(&l->counters.errors);
-        break;
-    }
+    acquire_ended(l, st, waited, g);
+    if (st == LOCK_ACQUIRED && cmd && !ran)
+        *reply = rconn_run(s->data, cmd);
     return st;
 }
 
@@ -295,36 +303,12 @@ int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
     return 1;
 }
 
-/* Counts an acquire of st's that ended in res. */
-static void count_step(struct lock *l, const struct lock_step *st, lock_status res,
-                       const struct lock_grant *g)
+/* Counts the acquire of st, which ended in res (g: its grant, if any). */
+static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
+                       struct lock_grant *g)
 {
-    int64_t waited = lock_now_us() - st->first_us;
-    switch (res) {
-    case LOCK_ACQUIRED:
-        bump(&l->counters.acquisitions);
-        if (st->contended)
-            bump(&l->counters.contended);
-        count_wait(&l->counters, waited);
-        break;
-    case LOCK_BUSY:
-        bump(&l->counters.wait_timeouts);
-        count_wait(&l->counters, waited);
-        break;
-    default:
-        bump(&l->counters.errors);
-        break;
-    }
-    (void)g;
-}
-
-/* Fills what every grant of a step has. */
-static void step_granted(const struct lock_step *st, struct lock_grant *g)
-{
-    g->waited_us = lock_now_us() - st->first_us;
     g->contended = st->contended;
-    if (!g->acquired_us)
-        g->acquired_us = lock_now_us();
+    acquire_ended(l, res, lock_now_us() - st->first_us, g);
 }
 
 lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_step *st,
@@ -335,10 +319,8 @@ lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_s
     lock_status res = l->be->try_answer(s->impl, key, st, r, g);
     if (res == LOCK_BUSY)
         st->contended = 1;
-    if (res == LOCK_ACQUIRED)
-        step_granted(st, g);
     if (res != LOCK_BUSY || !st->entry[0]) /* else it waits on */
-        count_step(l, st, res, g);
+        step_ended(l, st, res, g);
     return res;
 }
 
@@ -355,10 +337,8 @@ lock_status lock_handoff_done(struct lock_session *s, const char *key,
 {
     memset(g, 0, sizeof(*g));
     lock_status res = s->lock->be->handoff_answer(s->impl, key, st, r, g);
-    if (res == LOCK_ACQUIRED) {
-        step_granted(st, g);
-        count_step(s->lock, st, res, g);
-    }
+    if (res == LOCK_ACQUIRED)
+        step_ended(s->lock, st, res, g);
     return res;
 }
 
