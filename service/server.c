@@ -190,12 +190,15 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
 static void order_done(struct inv_ticket *t)
 {
     struct conn_state *st = t->owner;
+    /* Once resumed, the connection belongs to its loop again, which may answer
+     * it and free st before this thread goes on: nothing of st after that. */
+    struct svc_loop *loop = st->loop;
     MHD_resume_connection(st->conn);
     /* MHD_run picks it up (in external polling, MHD_resume_connection does
      * not wake the loop by itself): run it now on its loop. Not through
      * mhd_timer: mhd_step re-arming that timer would take such an activation
      * back (libevent drops a timer's pending activation when it is re-added). */
-    event_active(st->loop->nudge, EV_READ, 0);
+    event_active(loop->nudge, EV_READ, 0);
 }
 
 /* Counts, logs and sends the answer of the request. */
