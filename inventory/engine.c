@@ -36,7 +36,7 @@ struct ehold {
     struct equeue *q;
     struct inv_ticket **t;  /* [batch] */
     int open;               /* it holds its lock */
-    int owed;               /* answers still to come for the step in flight */
+    int retrying;           /* its timer is the pause before another attempt */
     struct aconn *blocking; /* the connection of its wait for a hand-off */
     struct inv_hold h;
     struct event *timer;       /* the orders' work is done */
@@ -49,6 +49,8 @@ struct inv_engine {
     inv_path path;
     int batch;
     struct aconn *conn;
+    struct inv_conns conns; /* conn, and one per lock node */
+    int nnodes;
     struct inv_batcher *slow;
     struct rconn *idle; /* the session's: never connected, nothing on the
                            loop runs a blocking command */
@@ -68,10 +70,11 @@ struct inv_engine {
     struct equeue *buckets[ENGINE_BUCKETS];
     struct equeue *ready_head, *ready_tail;
     /* Contention, as the batch threads handle it: while a hold of this loop
-     * holds its lock, another hold only tries its own (no wait in the lock's
-     * queue); a queue whose lock was taken backs off until a hold of this loop
-     * ends (progress), and waits in the lock's queue only when the loop holds
-     * nothing. Fewer, fuller holds than one waiting hold per segment. */
+     * holds its lock, another hold only tries its own (no wait for it); a
+     * queue whose lock was taken backs off until a hold of this loop ends
+     * (progress), and waits for the lock (in its queue, or polling) only
+     * when the loop holds nothing. Fewer, fuller holds than one waiting hold
+     * per segment. */
     int open_holds;
     struct equeue *backed_off;
     struct ehold *holds, *free_holds;
@@ -187,7 +190,7 @@ static void enqueue_here(struct inv_engine *e, struct inv_ticket *t)
     queue_wake(e, q);
 }
 
-static void on_work_done(evutil_socket_t fd, short what, void *arg);
+static void on_timer(evutil_socket_t fd, short what, void *arg);
 
 /* Queues t at its segment, on the loop that owns the segment. */
 static void enqueue(struct inv_engine *e, struct inv_ticket *t)
@@ -245,7 +248,7 @@ static struct ehold *hold_new(struct inv_engine *e, struct equeue *q)
         if (!x || !(x->t = calloc((size_t)e->batch, sizeof(*x->t))))
             abort();
         x->e = e;
-        if (!(x->timer = evtimer_new(e->base, on_work_done, x)))
+        if (!(x->timer = evtimer_new(e->base, on_timer, x)))
             abort();
     }
     x->q = q;
@@ -348,41 +351,44 @@ static void hold_free(struct ehold *x)
 static void on_committed(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
-    if (inv_hold_committed(x->e->s, &x->h, res, r)) {
-        const struct rcmd *rel = &x->h.step.cmd;
-        if (aconn_eval(x->e->conn, on_committed, x, rel->script, rel->nkeys, rel->argc,
-                       rel->argv) == 0)
-            return; /* still owed: the release's answer */
-        inv_hold_committed(x->e->s, &x->h, ACONN_NOT_SENT, NULL); /* the lease runs out */
-    }
-    if (x->h.answers == 1) { /* the commit's: every ticket is decided */
+    if (inv_hold_committed(x->e->s, &x->h, res, r)) { /* every ticket is decided */
         inv_batcher_note(x->e->slow, x->h.n);
         if (x->h.left >= 0)
             x->q->bound = x->h.left;
         hold_settle(x);
     }
-    if (--x->owed == 0)
+    if (x->h.owed == 0)
         hold_free(x);
 }
 
 static void hold_commit(struct ehold *x)
 {
-    struct inv_engine *e = x->e;
-    x->owed = inv_hold_commit_send(e->s, &x->h, e->conn, on_committed, x);
-    if (x->owed == 0) {
+    inv_hold_commit_send(x->e->s, &x->h, on_committed, x);
+    if (x->h.owed == 0) { /* nothing went out: the tickets are final */
         hold_settle(x);
         hold_free(x);
     }
 }
 
-static void on_work_done(evutil_socket_t fd, short what, void *arg)
+static void hold_next(struct ehold *x);
+
+/* The timer of x: its orders' work is done, or its pause before another
+ * attempt at a lock that polls. */
+static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
-    hold_commit(arg);
+    struct ehold *x = arg;
+    if (!x->retrying) {
+        hold_commit(x);
+        return;
+    }
+    x->retrying = 0;
+    inv_hold_retry_send(x->e->s, &x->h);
+    if (x->h.owed == 0)
+        hold_next(x);
 }
 
 static void hold_wait(struct ehold *x);
-static void hold_step(struct ehold *x, int handed);
 
 /* The lock is held and the stock read: the orders that queued meanwhile (a
  * hold that waited for the lock waited for them too) join the batch, as
@@ -395,7 +401,7 @@ static void hold_top_up(struct ehold *x)
 
 /* x's try found its lock taken: its tickets go back to the head of their
  * queue, which waits for a hold of this loop to end (or, when none is open,
- * is served at once by a hold that waits in the lock's queue). */
+ * is served at once by a hold that waits for the lock). */
 static void hold_back_off(struct ehold *x)
 {
     struct inv_engine *e = x->e;
@@ -415,11 +421,19 @@ static void hold_back_off(struct ehold *x)
     hold_free(x);
 }
 
-/* After a step whose answers all came (owed 0): what the hold does next. */
+static void timer_in(struct ehold *x, int64_t us)
+{
+    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
+    evtimer_add(x->timer, &tv);
+}
+
+/* Every answer of x's step came: what the hold does next. */
 static void hold_next(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     switch (inv_hold_ready(e->s, &x->h)) {
+    case 5: /* the next step went out */
+        return;
     case 1: {
         x->open = 1;
         e->open_holds++;
@@ -429,16 +443,17 @@ static void hold_next(struct ehold *x)
             hold_commit(x);
             return;
         }
-        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
-        evtimer_add(x->timer, &tv);
+        timer_in(x, left);
         engine_kick(e); /* it waits: room for another hold */
         return;
     }
     case 2: /* taken: queued for it */
         hold_wait(x);
         return;
-    case 3: /* Redis lost the lock's script: again, once it is loaded */
-        hold_step(x, 0);
+    case 4: /* taken: its mode polls */
+        x->retrying = 1;
+        timer_in(x, x->h.step.retry_us);
+        engine_kick(e);
         return;
     case -1: /* taken, and this loop holds other locks: back off */
         hold_back_off(x);
@@ -449,11 +464,11 @@ static void hold_next(struct ehold *x)
     }
 }
 
-static void on_tried(void *arg, aconn_result res, redisReply *r)
+static void on_answer(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
     inv_hold_answer(x->e->s, &x->h, res, r);
-    if (--x->owed == 0)
+    if (x->h.owed == 0)
         hold_next(x);
 }
 
@@ -483,24 +498,14 @@ static void blocking_put(struct inv_engine *e, struct aconn *c)
         e->idle_blocking[e->nidle++] = c;
 }
 
-/* Starts an attempt, or the read once the lock was handed over. */
-static void hold_step(struct ehold *x, int handed)
-{
-    struct inv_engine *e = x->e;
-    x->owed = handed ? inv_hold_read_send(e->s, &x->h, e->conn, on_tried, x)
-                     : inv_hold_retry_send(e->s, &x->h, e->conn, on_tried, x);
-    if (x->owed == 0) { /* nothing went out: each ticket as it is */
-        hold_settle(x);
-        hold_free(x);
-    }
-}
-
 static void on_handoff(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
     blocking_put(x->e, x->blocking);
     x->blocking = NULL;
-    hold_step(x, inv_hold_waited(x->e->s, &x->h, res, r));
+    inv_hold_waited(x->e->s, &x->h, res, r);
+    if (x->h.owed == 0)
+        hold_next(x);
 }
 
 /* Waits, on a connection of its own, for a release to hand the lock over. */
@@ -509,11 +514,13 @@ static void hold_wait(struct ehold *x)
     struct inv_engine *e = x->e;
     engine_kick(e); /* it waits: room for another hold */
     x->blocking = blocking_get(e);
-    if (!inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x)) {
-        blocking_put(e, x->blocking);
-        x->blocking = NULL;
-        hold_step(x, 0); /* the next attempt tells what is wrong */
-    }
+    if (inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x))
+        return;
+    blocking_put(e, x->blocking);
+    x->blocking = NULL;
+    inv_hold_retry_send(e->s, &x->h); /* the next attempt tells what is wrong */
+    if (x->h.owed == 0)
+        hold_next(x);
 }
 
 static void hold_start(struct inv_engine *e, struct equeue *q)
@@ -521,15 +528,12 @@ static void hold_start(struct inv_engine *e, struct equeue *q)
     struct ehold *x = hold_new(e, q);
     q->busy = 1;
     x->h.n = 0;
-    batch_fill(x, q->bound);
-    int n = x->h.n;
     x->h.seg = q->seg;
-    x->owed = inv_hold_send(e->s, &x->h, x->t, n, q->seg, e->open_holds > 0, e->conn,
-                            on_tried, x);
-    if (x->owed == 0) { /* nothing went out: each as it is */
-        hold_settle(x);
-        hold_free(x);
-    }
+    batch_fill(x, q->bound);
+    inv_hold_send(e->s, &x->h, x->t, x->h.n, q->seg, e->open_holds > 0, &e->conns,
+                  on_answer, x);
+    if (x->h.owed == 0)
+        hold_next(x);
 }
 
 /* Holds of this loop with a round trip in flight (not those waiting for
@@ -578,6 +582,16 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     e->slow = slow;
     e->conn = aconn_new(base, cfg->redis_host, cfg->redis_port, cfg->redis_password,
                         cfg->timeout_ms);
+    e->conns.data = e->conn;
+    const struct rconn_addr *nodes;
+    const char *password;
+    int node_ms;
+    struct lock *l = inv_lock(inv);
+    e->nnodes = l ? lock_nodes(l, &nodes, &password, &node_ms) : 0;
+    if (e->nnodes > 0 && !(e->conns.node = calloc((size_t)e->nnodes, sizeof(struct aconn *))))
+        abort();
+    for (int i = 0; i < e->nnodes; i++)
+        e->conns.node[i] = aconn_new(base, nodes[i].host, nodes[i].port, password, node_ms);
     e->idle =
         rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, cfg->timeout_ms);
     e->s = inv_session_new(inv, e->idle);
@@ -625,14 +639,26 @@ void inv_engine_free(struct inv_engine *e)
         aconn_free(e->blocking[i]);
     free(e->blocking);
     free(e->idle_blocking);
-    aconn_free(e->conn); /* answers what is in flight */
-    e->conn = NULL;
+    /* The lock's nodes, then the data Redis: each answers what is in flight,
+     * and nothing is sent to one once it is gone. */
+    for (int i = 0; i < e->nnodes; i++) {
+        struct aconn *c = e->conns.node[i];
+        aconn_free(c);
+        e->conns.node[i] = NULL;
+    }
+    aconn_free(e->conn);
+    e->conn = e->conns.data = NULL;
     on_inbox(-1, 0, e);
-    /* Holds waiting for their work's end: nothing was committed */
+    /* Holds waiting for their work's end (nothing was committed) or for
+     * their next attempt */
     while (e->holds) {
         struct ehold *x = e->holds;
         evtimer_del(x->timer);
-        inv_hold_abandon(e->s, &x->h);
+        if (x->retrying)
+            for (int i = 0; i < x->h.n; i++)
+                inv_ticket_fail(e->inv, x->t[i], INV_UNAVAILABLE);
+        else
+            inv_hold_abandon(e->s, &x->h);
         hold_settle(x);
         hold_free(x);
     }
@@ -657,5 +683,6 @@ void inv_engine_free(struct inv_engine *e)
     pthread_mutex_destroy(&e->inbox_mu);
     inv_session_free(e->s);
     rconn_free(e->idle);
+    free(e->conns.node);
     free(e);
 }

@@ -8,19 +8,22 @@
  * loop leave in one write.
  *
  * What runs on the loop (inv_loop_path): the atomic mode, one script per
- * order; and the group commits of the modes whose lock has steps (none and
- * redis): per SKU segment, tickets queue on the loop, and one lock hold
- * serves up to --batch of them, as on the batch threads (batch.h): the try
- * pipelined with the stock read, the orders' work as a timer, the commit
- * pipelined with the release. Orders arriving while a hold is in flight form
- * the next batch.
+ * order; and the group commits of the modes whose lock has steps (none,
+ * local, setnx, redis, redlock): per SKU segment, tickets queue on the loop,
+ * and one lock hold serves up to --batch of them, as on the batch threads
+ * (batch.h): the lock's steps (on the data Redis, and for redlock on one
+ * connection per lock node, all nodes asked at once) with the stock read
+ * behind the step that grants, the orders' work as a timer, the commit
+ * pipelined with the release (redlock's: on the nodes, once the commit
+ * answered). A taken lock is waited for as its mode does: in the lock's
+ * queue (redis: a BLPOP on a connection of its own), or by polling with a
+ * timer (local, setnx, redlock). Orders arriving while a hold is in flight
+ * form the next batch.
  *
  * What goes to the batch threads, which answer the ticket themselves: every
- * order of the other lock modes; a batch whose lock another instance holds
- * (the threads wait for it, woken by the release); a ticket that needs more
- * than one segment or more round trips (an idempotent replay loads its first
- * order); the first orders of a SKU whose layout this process has not
- * learnt yet.
+ * order of the zk mode; a ticket that needs more than one segment or more
+ * round trips (an idempotent replay loads its first order); the first
+ * orders of a SKU whose layout this process has not learnt yet.
  *
  * Thread safety: an engine belongs to its loop's thread; t->done() is called
  * on that thread, or on a batch thread for a ticket handed over there. */
@@ -32,6 +35,7 @@
 
 struct event_base;
 
+/* The lock's nodes (redlock) come from the inv's lock (lock_nodes). */
 struct inv_engine_config {
     const char *redis_host;
     int redis_port;

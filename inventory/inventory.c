@@ -1186,6 +1186,11 @@ inv_path inv_loop_path(const struct inv *inv)
     return lock_has_steps(inv->cfg.lock) ? INV_PATH_HOLDS : INV_PATH_THREADS;
 }
 
+struct lock *inv_lock(const struct inv *inv)
+{
+    return inv->cfg.lock;
+}
+
 int inv_atomic_send(struct inv *inv, struct inv_ticket *t, struct aconn *c, aconn_cb *cb,
                     void *arg, uint64_t *seen)
 {
@@ -1404,56 +1409,118 @@ static inv_status lost_answer(aconn_result res)
     return res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
 }
 
-/* An attempt at h's lock, pipelined with the read of its stock, waiting (in
- * the lock's queue) for what is left of h's wait. */
-/* Queues the read of h's stock. 1, or 0 when refused: the tickets are final
- * (unavailable), and a lock held is left to its lease. */
-static int read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                     aconn_cb *cb, void *arg)
+/* The index of the hold's own command (the read, the commit) among its slots. */
+#define HOLD_OWN LOCK_STEP_CMDS
+
+/* What an event-driven hold has in flight (h->state). */
+enum {
+    HOLD_LOCKING = 0, /* a step of its lock (with the read behind it) */
+    HOLD_READING,     /* the read alone, once granted */
+    HOLD_COMMITTING,  /* the commit (with the release behind it) */
+    HOLD_RELEASING,   /* the release, after the commit's answer */
+    HOLD_ENDED,       /* nothing: every ticket final or undecided */
+};
+
+/* Every answer of a hold comes through here: it says which command it is
+ * for (the slot), then goes to the hold's callback. */
+static void on_slot(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_slot *sl = arg;
+    struct inv_hold *h = sl->h;
+    h->index = sl->i;
+    h->owed--;
+    h->cb(h->arg, res, r);
+}
+
+/* Queues cmd on c as h's command number i (HOLD_OWN: the hold's own). 1, or
+ * 0 when refused. */
+static int hold_queue(struct inv_hold *h, struct aconn *c, int i, const struct rcmd *cmd)
+{
+    struct inv_slot *sl = &h->slot[i];
+    sl->h = h;
+    sl->i = i;
+    if (!c)
+        return 0; /* the loop is closing */
+    int rc = cmd->script ? aconn_eval(c, on_slot, sl, cmd->script, cmd->nkeys, cmd->argc,
+                                      cmd->argv)
+                         : aconn_command(c, on_slot, sl, cmd->argc, cmd->argv, NULL);
+    h->owed += rc == 0;
+    return rc == 0;
+}
+
+/* Ends the hold's tickets with st: nothing more is sent for them. */
+static void hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
+{
+    tickets_finish(inv, h->t, h->n, st);
+    h->state = HOLD_ENDED;
+}
+
+/* Queues the read of h's stock. 1, or 0 when refused. */
+static int read_queue(struct inv_hold *h)
 {
     struct sku_keys k;
     sku_keys_init(&k, h->t[0]->sku);
     char segtext[12];
     snprintf(segtext, sizeof(segtext), "%d", h->seg);
     const char *read[] = {"HGET", k.stock, segtext};
-    if (aconn_command(c, cb, arg, 3, read, NULL) == 0)
-        return 1;
-    if (h->tried == LOCK_ACQUIRED) /* held, unread: the lease runs out */
-        lock_release_done(s->lock, h->lkey, &h->g, NULL);
-    tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
-    return 0;
+    struct rcmd cmd = {.argc = 3, .argv = read};
+    return hold_queue(h, h->cs->data, HOLD_OWN, &cmd);
 }
 
-/* An attempt at h's lock, pipelined with the read of its stock, waiting (in
- * the lock's queue) for what is left of h's wait. */
-static int hold_attempt(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                        aconn_cb *cb, void *arg)
+/* Sends h->step's commands: on the data Redis and the lock's nodes. A
+ * refused one is answered (none) at once. With `read`, the read of the
+ * stock goes right behind those on the data Redis. */
+static void step_queue(struct inv_session *s, struct inv_hold *h, int read)
+{
+    struct lock_step *st = &h->step;
+    h->with_read = 0;
+    for (int i = 0; i < st->ncmd; i++) {
+        struct aconn *c = st->node[i] < 0 ? h->cs->data : h->cs->node[st->node[i]];
+        if (!hold_queue(h, c, i, &st->cmd[i]))
+            lock_step_answer(s->lock, h->lkey, st, NULL);
+    }
+    if (read)
+        h->with_read = read_queue(h);
+}
+
+/* The lock's step in h->step goes out, with the read behind it when a
+ * grant by it is complete and it runs on the data Redis; else decided at
+ * once when it has nothing to send. */
+static void lock_send(struct inv_session *s, struct inv_hold *h)
+{
+    const struct lock_step *st = &h->step;
+    int on_data = 0;
+    for (int i = 0; i < st->ncmd; i++)
+        on_data |= st->node[i] < 0;
+    h->state = HOLD_LOCKING;
+    h->stock = -1;
+    step_queue(s, h, st->last && on_data);
+}
+
+/* An attempt at h's lock, waiting (in the lock's queue, or by polling) for
+ * what is left of h's wait. */
+static void hold_attempt(struct inv_session *s, struct inv_hold *h)
 {
     int64_t left_ms = h->try_only ? 0 : (h->deadline_us - lock_now_us()) / 1000;
-    if (!lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step))
-        return 0; /* no steps: each by itself */
-    const struct rcmd *try = &h->step.cmd;
-    h->answers = 0;
-    h->reading_only = 0;
-    h->noscript = 0;
-    h->tried = LOCK_ERROR; /* nothing held yet */
-    if (try->argc > 0 &&
-        aconn_eval(c, cb, arg, try->script, try->nkeys, try->argc, try->argv) != 0) {
-        tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
-        return 0;
-    }
-    /* Both or neither go out: one connection, no callback in between. */
-    int read = read_send(s, h, c, cb, arg);
-    h->tried = LOCK_ACQUIRED; /* a mode with nothing to send grants at once */
-    return (try->argc > 0) + read;
+    lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step);
+    lock_send(s, h);
 }
 
-int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
-                  int seg, int try_only, struct aconn *c, aconn_cb *cb, void *arg)
+void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
+                   int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
+                   void *arg)
 {
     struct inv *inv = s->inv;
-    if (hold_prepare(inv, h, t, n, seg) != 0)
-        return 0; /* each by itself */
+    h->cs = cs;
+    h->cb = cb;
+    h->arg = arg;
+    h->owed = 0;
+    h->t = t;
+    h->n = n;
+    if (hold_prepare(inv, h, t, n, seg) != 0) {
+        h->state = HOLD_ENDED; /* each by itself */
+        return;
+    }
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
@@ -1462,69 +1529,90 @@ int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket *
     h->noscripts = 0;
     h->try_only = try_only;
     lock_step_init(&h->step);
-    return hold_attempt(s, h, c, cb, arg);
+    hold_attempt(s, h);
 }
 
-int inv_hold_retry_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                        aconn_cb *cb, void *arg)
+void inv_hold_retry_send(struct inv_session *s, struct inv_hold *h)
 {
-    return hold_attempt(s, h, c, cb, arg);
+    hold_attempt(s, h);
 }
 
-int inv_hold_read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                       aconn_cb *cb, void *arg)
+/* Command i of h found its script lost (Redis restarted): once more, behind
+ * the connection's reload of it (a few times per hold). 1 when sent. */
+static int resend(struct inv_hold *h, int i)
 {
-    h->answers = 0;
-    h->reading_only = 1;
-    return read_send(s, h, c, cb, arg);
+    if (h->noscripts++ >= 4)
+        return 0;
+    const struct lock_step *st = &h->step;
+    h->with_read = 0; /* the read went ahead of the grant: read again */
+    return hold_queue(h, st->node[i] < 0 ? h->cs->data : h->cs->node[st->node[i]], i,
+                      &st->cmd[i]);
+}
+
+/* Answer r (res) to h's lock command h->index. */
+static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                        const redisReply *r)
+{
+    if (res == ACONN_REPLY && rconn_is_noscript(r) && resend(h, h->index))
+        return;
+    lock_step_answer(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL);
 }
 
 void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
                      const redisReply *r)
 {
-    struct lock_session *ls = s->lock;
-    int attempt = !h->reading_only && h->step.cmd.argc > 0;
-    if (h->answers++ == 0 && attempt) { /* the attempt's */
-        if (res == ACONN_REPLY && rconn_is_noscript(r)) {
-            h->noscript = 1; /* nothing ran; the connection loads it again */
-            h->tried = LOCK_ERROR;
-        } else {
-            h->tried = lock_try_done(ls, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL,
-                                     &h->g);
-        }
-        return;
+    if (h->index == HOLD_OWN) /* the read */
+        h->stock = res == ACONN_REPLY ? stock_of(r) : -1;
+    else
+        lock_answer(s, h, res, r);
+}
+
+/* h holds its lock: open once its stock is read (with the grant, or now). */
+static int hold_granted(struct inv_session *s, struct inv_hold *h)
+{
+    if (!h->with_read && read_queue(h)) {
+        h->state = HOLD_READING;
+        return 5;
     }
-    h->stock = res == ACONN_REPLY ? stock_of(r) : -1; /* the read's */
-    if (!h->reading_only && h->step.cmd.argc == 0)
-        h->tried = lock_try_done(ls, h->lkey, &h->step, NULL, &h->g);
+    if (h->stock >= 0) {
+        hold_opened(s->inv, h, h->stock);
+        return 1;
+    }
+    lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
+    hold_end(s->inv, h, INV_UNAVAILABLE);
+    return 0;
 }
 
 int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
-    if (h->noscript && h->noscripts++ == 0)
-        return 3;      /* Redis lost its scripts (restart): again, after the reload */
-    if (h->noscript) { /* each by itself, where the script is loaded again */
-        for (int i = 0; i < h->n; i++)
-            h->t[i]->seg = -1;
+    if (h->owed > 0)
+        return 5;
+    if (h->state == HOLD_ENDED)
+        return 0;
+    if (h->state == HOLD_READING) {
+        h->with_read = 1; /* read */
+        return hold_granted(s, h);
+    }
+    switch (h->tried = lock_try_done(s->lock, h->lkey, &h->step, &h->g)) {
+    case LOCK_PENDING:
+        lock_send(s, h);
+        return inv_hold_ready(s, h);
+    case LOCK_ACQUIRED:
+        return hold_granted(s, h);
+    case LOCK_BUSY:
+        if (h->try_only)
+            return -1;
+        if (h->step.entry[0])
+            return 2;
+        if (h->step.retry_us > 0)
+            return 4;
+        hold_end(inv, h, INV_BUSY);
+        return 0;
+    default:
+        hold_end(inv, h, INV_UNAVAILABLE);
         return 0;
     }
-    if (h->tried == LOCK_BUSY && h->try_only)
-        return -1;
-    if (h->tried == LOCK_BUSY && h->step.entry[0])
-        return 2;
-    if (h->tried == LOCK_BUSY) {
-        tickets_finish(inv, h->t, h->n, INV_BUSY);
-        return 0;
-    }
-    if (h->tried != LOCK_ACQUIRED || h->stock < 0) {
-        if (h->tried == LOCK_ACQUIRED) /* held, unread: the lease runs out */
-            lock_release_done(s->lock, h->lkey, &h->g, NULL);
-        tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE);
-        return 0;
-    }
-    hold_opened(inv, h, h->stock);
-    return 1;
 }
 
 int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
@@ -1532,72 +1620,95 @@ int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *
 {
     int64_t left = h->deadline_us - lock_now_us();
     lock_handoff_step(s->lock, h->lkey, left > 1000 ? left : 1000, &h->step);
-    const struct rcmd *w = &h->step.cmd;
+    const struct rcmd *w = &h->step.cmd[0];
     return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == 0;
 }
 
-int inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
-                    const redisReply *r)
+void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                     const redisReply *r)
 {
     h->tried = lock_handoff_done(s->lock, h->lkey, &h->step,
                                  res == ACONN_REPLY ? r : NULL, &h->g);
-    return h->tried == LOCK_ACQUIRED;
+    if (h->tried != LOCK_ACQUIRED) {
+        hold_attempt(s, h); /* the next, which leaves the queue once the wait is over */
+        return;
+    }
+    h->stock = -1;
+    h->with_read = 0;
+    if (read_queue(h)) {
+        h->state = HOLD_READING;
+        return;
+    }
+    lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
+    hold_end(s->inv, h, INV_UNAVAILABLE);
 }
 
-int inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                         aconn_cb *cb, void *arg)
+/* True when the release in h->step goes to the data Redis only. */
+static int release_on_data(const struct lock_step *st)
 {
-    struct inv *inv = s->inv;
-    struct lock_session *ls = s->lock;
-    struct batch_call call;
-    batch_call_init(&call, inv, h);
-    lock_release_step(ls, h->lkey, &h->g, &h->step);
-    const struct rcmd *rel = &h->step.cmd;
-    int sent = aconn_eval(c, cb, arg, &batch_script, call.cmd.nkeys, call.cmd.argc,
-                          call.cmd.argv) == 0;
-    batch_call_free(&call);
-    if (!sent) {
-        lock_release_done(ls, h->lkey, &h->g, NULL);
-        tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE);
-        return 0;
-    }
-    h->answers = 0;
-    h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
-    if (rel->argc > 0 &&
-        aconn_eval(c, cb, arg, rel->script, rel->nkeys, rel->argc, rel->argv) == 0)
-        return 2;
-    h->step.cmd.argc = 0; /* nothing to send: settled with the commit's answer */
+    for (int i = 0; i < st->ncmd; i++)
+        if (st->node[i] >= 0)
+            return 0;
     return 1;
 }
 
-void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
+void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *cb,
+                          void *arg)
 {
-    lock_release_done(s->lock, h->lkey, &h->g, NULL);
-    tickets_finish(s->inv, h->t, h->n, INV_UNAVAILABLE);
+    struct inv *inv = s->inv;
+    struct batch_call call;
+    h->cb = cb;
+    h->arg = arg;
+    h->owed = 0;
+    h->noscripts = 0;
+    h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
+    batch_call_init(&call, inv, h);
+    lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+    int sent = hold_queue(h, h->cs->data, HOLD_OWN, &call.cmd);
+    batch_call_free(&call);
+    if (!sent) {
+        lock_release_done(s->lock, h->lkey, &h->g, NULL);
+        hold_end(inv, h, INV_UNAVAILABLE);
+        return;
+    }
+    h->state = HOLD_COMMITTING;
+    /* A release on the data Redis goes in one pipeline with the commit; one
+     * on the lock's nodes once the commit answered (it may not overtake it). */
+    h->releasing = release_on_data(&h->step);
+    if (h->releasing)
+        step_queue(s, h, 0);
 }
 
 int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
                        const redisReply *r)
 {
     struct inv *inv = s->inv;
-    struct lock_session *ls = s->lock;
-    if (h->answers++ == 0) { /* the commit's */
+    int decided = h->index == HOLD_OWN;
+    if (decided) { /* the commit's */
         if (res != ACONN_REPLY)
             tickets_finish(inv, h->t, h->n, lost_answer(res));
         else
             batch_answer(inv, NULL, h, r, LOCK_RELEASED);
-        if (h->step.cmd.argc == 0)
-            lock_release_done(ls, h->lkey, &h->g, NULL);
-        return 0;
+        h->state = HOLD_RELEASING;
+        if (!h->releasing)
+            step_queue(s, h, 0);
+    } else {
+        lock_answer(s, h, res, r);
     }
-    if (res == ACONN_REPLY && rconn_is_noscript(r) && h->answers == 2)
-        return 1; /* the release did not run: the lock is held, once more */
-    /* the release's: a commit placed after the lease was gone is counted */
-    if (lock_release_done(ls, h->lkey, &h->g, res == ACONN_REPLY ? r : NULL) ==
-        LOCK_NOT_HELD)
-        for (int i = 0; i < h->placed; i++)
-            count(&inv->counters.commits_after_lease);
-    return 0;
+    if (h->owed == 0 && h->state == HOLD_RELEASING) {
+        /* a commit placed after the lease was gone is counted */
+        if (lock_release_done(s->lock, h->lkey, &h->g, &h->step) == LOCK_NOT_HELD)
+            for (int i = 0; i < h->placed; i++)
+                count(&inv->counters.commits_after_lease);
+        h->state = HOLD_ENDED;
+    }
+    return decided;
+}
+
+void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
+{
+    lock_release_done(s->lock, h->lkey, &h->g, NULL);
+    hold_end(s->inv, h, INV_UNAVAILABLE);
 }
 
 /* ---- SKUs, orders, audit ------------------------------------------------ */

@@ -222,13 +222,23 @@ struct inv_hold {
     /* the event-driven hold's (inv_hold_send) */
     struct lock_step step;
     int64_t deadline_us; /* the oldest ticket's wait ends */
-    int reading_only;    /* the step in flight is the read alone */
-    int noscript;        /* Redis had lost the lock's script */
-    int noscripts;       /* attempts that found it lost */
     int try_only;        /* its attempt does not wait (inv_hold_send) */
     lock_status tried;   /* the last attempt's answer */
-    int answers;         /* answers received of the step in flight */
     int placed;          /* tickets the commit placed */
+    int state;           /* what is in flight (inventory.c) */
+    const struct inv_conns *cs;
+    aconn_cb *cb; /* each answer, with arg */
+    void *arg;
+    struct inv_slot {
+        struct inv_hold *h;
+        int i;
+    } slot[LOCK_STEP_CMDS + 1]; /* a command's answer says which it is for */
+    int index;      /* the answer in hand: a lock step's command, or LOCK_STEP_CMDS
+                       (the hold's own: the read, the commit) */
+    int owed;       /* answers still to come */
+    int with_read;  /* the read went behind the lock's step */
+    int releasing;  /* the release went with the commit */
+    int noscripts;  /* commands sent again after Redis lost their script */
 };
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                   int try_only, struct inv_hold *h);
@@ -240,6 +250,13 @@ void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
 
 /* ---- the event-driven path (engine.c) ----------------------------------- */
+
+/* The connections of one event loop: the data Redis, and the lock's nodes
+ * (lock_nodes: node[i] is its i-th, for redlock). */
+struct inv_conns {
+    struct aconn *data;
+    struct aconn **node;
+};
 
 /* What the event-driven path does next with a ticket after an answer. */
 typedef enum {
@@ -253,11 +270,13 @@ typedef enum {
 
 /* Where an order's Redis work runs (engine.c). */
 typedef enum {
-    INV_PATH_THREADS = 0, /* on the batch threads: modes without lock steps */
+    INV_PATH_THREADS = 0, /* on the batch threads: modes without lock steps (zk) */
     INV_PATH_ATOMIC,      /* on the loop, one atomic script per order */
     INV_PATH_HOLDS,       /* on the loop, group commits (inv_hold_send) */
 } inv_path;
 inv_path inv_loop_path(const struct inv *inv);
+/* inv's lock (inv_config's), NULL for the atomic mode. */
+struct lock *inv_lock(const struct inv *inv);
 /* Queues the atomic script's call for ticket t on c (aconn_eval: 0, or -1
  * refused, when nothing was queued). *seen is set to what inv_atomic_answer
  * needs back. */
@@ -268,49 +287,41 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
                            const redisReply *r, uint64_t seen);
 
 /* The event-driven form of a hold (engine.c), for modes with lock steps
- * (lock_try_step): an attempt at the segment's lock goes in one pipeline
- * with the read of its stock, and after the orders' work the batch commit in
- * one with the release; the caller sends nothing itself and hands every
- * answer back, in order. A function that sends returns how many answers its
- * cb will get, or 0 when nothing was sent: every ticket is then final
- * (Redis unreachable: unavailable) or undecided, to go by itself
- * (inv_ticket_single; t->seg -1 when it must not be sent on).
- *
- * inv_hold_send: the first attempt for tickets t[0..n-1] (n >= 1) on segment
- * seg (with try_only, one that does not wait); each answer to
- * inv_hold_answer, then inv_hold_ready, which returns
+ * (lock_try_step): the lock's steps on the data Redis and the lock's nodes
+ * (cs), the read of the stock behind the step that grants, and after the
+ * orders' work the batch commit with the release. The caller sends nothing
+ * itself: every answer goes to cb(arg, ...), which hands it to
+ * inv_hold_answer (or, once committing, inv_hold_committed), and while
+ * h->owed is 0 nothing more is coming: then inv_hold_ready says what next:
+ *   5: more answers are owed (it sent the next step);
  *   1: h is open: inv_hold_commit_send at or after h->due_us;
  *  -1 (try_only: an attempt that does not wait): the lock is taken; nothing
  *      is held and no ticket touched;
  *   2: the lock is taken and h queued for it: inv_hold_wait_send on a
  *      connection for blocking commands, its answer to inv_hold_waited, which
- *      returns 1 (handed over: inv_hold_read_send) or 0 (inv_hold_retry_send:
- *      the next attempt, which leaves the queue once the wait is over); the
- *      answers of either go to inv_hold_answer and inv_hold_ready again;
- *   3: Redis had lost the lock's script (a restart): inv_hold_retry_send,
- *      which goes after the connection's reload of it;
- *   0: the batch ended there (final, or undecided: the SKU's layout was
- *      forgotten, or Redis lost the lock's script again).
- * inv_hold_commit_send: the commit and the release; each answer to
- * inv_hold_committed, which returns 1 when the release must be sent again
- * (Redis had lost its script: send h->step.cmd, its answer back here; 0 else.
- * After the commit's answer every ticket is final or undecided as after
- * inv_ticket_batch. */
-int inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
-                  int seg, int try_only, struct aconn *c, aconn_cb *cb, void *arg);
-int inv_hold_retry_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                        aconn_cb *cb, void *arg);
-int inv_hold_read_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                       aconn_cb *cb, void *arg);
+ *      sends the read (handed over) or the next attempt;
+ *   4: the lock is taken and its mode polls: inv_hold_retry_send after
+ *      h->step.retry_us;
+ *   0: the batch ended there: every ticket final (Redis unreachable:
+ *      unavailable; busy) or undecided, to go by itself (inv_ticket_single;
+ *      t->seg -1 when it must not be sent on: the SKU's layout forgotten).
+ * inv_hold_commit_send: the commit and the release; inv_hold_committed
+ * returns 1 for the commit's answer, after which every ticket is final or
+ * undecided as after inv_ticket_batch; the hold is over when h->owed is 0
+ * after that. */
+void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
+                   int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
+                   void *arg);
+void inv_hold_retry_send(struct inv_session *s, struct inv_hold *h);
 void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
                      const redisReply *r);
 int inv_hold_ready(struct inv_session *s, struct inv_hold *h);
 int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
                        aconn_cb *cb, void *arg);
-int inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
-                    const redisReply *r);
-int inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, struct aconn *c,
-                         aconn_cb *cb, void *arg);
+void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                     const redisReply *r);
+void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *cb,
+                          void *arg);
 int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
                        const redisReply *r);
 /* Gives up open hold h without its commit (the loop is stopping): the

@@ -277,6 +277,42 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
     return lock_release(s, key, g);
 }
 
+int lock_node_timeout_ms(const struct lock_config *cfg)
+{
+    int ms = cfg->ttl_ms / 20;
+    if (ms < 50)
+        ms = 50;
+    return ms < cfg->timeout_ms ? ms : cfg->timeout_ms;
+}
+
+int lock_nodes(const struct lock *l, const struct rconn_addr **nodes,
+               const char **password, int *timeout_ms)
+{
+    if (!l->be->has_nodes)
+        return 0;
+    *nodes = l->cfg.nodes;
+    *password = l->cfg.password && *l->cfg.password ? l->cfg.password : NULL;
+    *timeout_ms = lock_node_timeout_ms(&l->cfg);
+    return l->cfg.nnodes;
+}
+
+void lock_step_nothing(void *session, const char *key, struct lock_step *st)
+{
+    (void)session, (void)key, (void)st;
+}
+
+void lock_release_nothing(void *session, const char *key, struct lock_grant *g,
+                          struct lock_step *st)
+{
+    (void)session, (void)key, (void)g, (void)st;
+}
+
+void lock_answer_nothing(void *session, const char *key, struct lock_step *st,
+                         const redisReply *r)
+{
+    (void)session, (void)key, (void)st, (void)r;
+}
+
 int lock_has_steps(const struct lock *l)
 {
     return l->be->try_cmd != NULL;
@@ -287,7 +323,27 @@ void lock_step_init(struct lock_step *st)
     st->entry[0] = '\0';
     st->pttl_ms = -1;
     st->contended = 0;
+    st->backoff_us = 0;
     st->first_us = lock_now_us();
+}
+
+/* Empties st for the next step of phase. */
+static void step_clear(struct lock_step *st, int phase)
+{
+    st->ncmd = 0;
+    st->last = 0;
+    st->answered = 0;
+    st->ok = 0;
+    st->phase = phase;
+}
+
+/* The phase of lock.c's own step, the fencing token's INCR after a grant. */
+#define PHASE_FENCE 100
+
+/* True when a grant of l comes without its fencing token: lock.c takes it. */
+static int fence_after(const struct lock *l)
+{
+    return lock_fenced(l) && !l->be->fences;
 }
 
 int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
@@ -296,11 +352,26 @@ int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
     const struct lock_backend *be = s->lock->be;
     if (!be->try_cmd)
         return 0;
-    st->cmd = (struct rcmd){.argv = st->argv};
+    step_clear(st, 0);
+    st->retry_us = 0;
     st->start_us = lock_now_us();
+    st->deadline_us = st->start_us + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
     snprintf(st->wait, sizeof(st->wait), "%d", wait_ms > 0 ? wait_ms : 0);
     be->try_cmd(s->impl, key, st);
+    if (fence_after(s->lock))
+        st->last = 0;
     return 1;
+}
+
+void lock_step_answer(struct lock_session *s, const char *key, struct lock_step *st,
+                      const redisReply *r)
+{
+    if (st->phase == PHASE_FENCE)
+        st->ok = r && r->type == REDIS_REPLY_INTEGER &&
+                 (st->grant.fence = (uint64_t)r->integer) > 0;
+    else
+        s->lock->be->step_answer(s->impl, key, st, r);
+    st->answered++;
 }
 
 /* Counts the acquire of st, which ended in res (g: its grant, if any). */
@@ -311,15 +382,50 @@ static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
     acquire_ended(l, res, lock_now_us() - st->first_us, g);
 }
 
+/* st becomes the INCR of key's fencing token, for grant g. */
+static void fence_step(const char *key, struct lock_step *st, const struct lock_grant *g)
+{
+    st->grant = *g;
+    step_clear(st, PHASE_FENCE);
+    lock_fence_key(key, st->buf[3], sizeof(st->buf[3]));
+    st->argv[0] = "INCR";
+    st->argv[1] = st->buf[3];
+    st->cmd[0] = (struct rcmd){.argc = 2, .argv = st->argv};
+    st->node[0] = -1;
+    st->ncmd = 1;
+    st->last = 1;
+}
+
 lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_step *st,
-                          const redisReply *r, struct lock_grant *g)
+                          struct lock_grant *g)
 {
     struct lock *l = s->lock;
     memset(g, 0, sizeof(*g));
-    lock_status res = l->be->try_answer(s->impl, key, st, r, g);
-    if (res == LOCK_BUSY)
+    lock_status res;
+    if (st->phase == PHASE_FENCE) {
+        /* Without its token the grant is of no use: it is left to its lease
+         * (the blocking form releases it; a loop does not wait for that). */
+        res = st->ok ? LOCK_ACQUIRED : LOCK_ERROR;
+        if (st->ok)
+            *g = st->grant;
+    } else {
+        res = l->be->try_done(s->impl, key, st, g);
+        if (res == LOCK_ACQUIRED && fence_after(l)) {
+            fence_step(key, st, g);
+            return LOCK_PENDING;
+        }
+    }
+    if (res == LOCK_PENDING)
+        return res;
+    if (res == LOCK_BUSY) {
         st->contended = 1;
-    if (res != LOCK_BUSY || !st->entry[0]) /* else it waits on */
+        int64_t left = st->deadline_us - lock_now_us();
+        if (st->entry[0] || left <= 0)
+            st->retry_us = 0;
+        else if (st->retry_us > left)
+            st->retry_us = left;
+    }
+    if (res != LOCK_BUSY || (!st->entry[0] && st->retry_us == 0)) /* else it waits on */
         step_ended(l, st, res, g);
     return res;
 }
@@ -327,7 +433,10 @@ lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_s
 void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
                        struct lock_step *st)
 {
-    st->cmd = (struct rcmd){.argv = st->argv};
+    step_clear(st, 0);
+    st->cmd[0] = (struct rcmd){.argv = st->argv};
+    st->node[0] = -1;
+    st->ncmd = 1;
     s->lock->be->handoff_cmd(s->impl, key, wait_us, st);
 }
 
@@ -342,17 +451,18 @@ lock_status lock_handoff_done(struct lock_session *s, const char *key,
     return res;
 }
 
-void lock_release_step(struct lock_session *s, const char *key,
-                       const struct lock_grant *g, struct lock_step *st)
+void lock_release_step(struct lock_session *s, const char *key, struct lock_grant *g,
+                       struct lock_step *st)
 {
-    st->cmd = (struct rcmd){.argv = st->argv};
+    step_clear(st, 0);
+    st->g = g;
     s->lock->be->release_cmd(s->impl, key, g, st);
 }
 
 lock_status lock_release_done(struct lock_session *s, const char *key,
-                              struct lock_grant *g, const redisReply *r)
+                              struct lock_grant *g, struct lock_step *st)
 {
-    return count_release(s->lock, s->lock->be->release_answer(s->impl, key, g, r));
+    return count_release(s->lock, s->lock->be->release_done(s->impl, key, g, st));
 }
 
 int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g)

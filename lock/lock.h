@@ -27,6 +27,7 @@ typedef enum {
     LOCK_BUSY,         /* acquire: another holder kept it until the wait deadline */
     LOCK_NOT_HELD,     /* release: the caller's lease had already expired or moved on */
     LOCK_ERROR,        /* Redis or ZooKeeper unreachable or failing; nothing held */
+    LOCK_PENDING,      /* steps only: the attempt goes on (lock_try_done) */
 } lock_status;
 
 /* What a successful acquire hands back. Plain value; the caller keeps it until
@@ -149,23 +150,46 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
 
 /* ---- steps, for an event loop --------------------------------------------
  *
- * A mode that locks on the data Redis hands out its acquire and release as
- * commands, which the caller sends itself on its asynchronous connections,
- * pipelined with its own, and whose answers it hands back: the same counters,
- * lease (watchdog), fencing and wake-one hand-off as lock_acquire and
- * lock_release, without a thread waiting for Redis. The none and redis modes
- * have steps (lock_has_steps).
+ * A mode with steps hands out its acquire and release as commands, which the
+ * caller sends itself on its asynchronous connections, pipelined with its
+ * own, and whose answers it hands back: the same counters, lease (watchdog),
+ * fencing and waiting as lock_acquire and lock_release, without a thread
+ * waiting for Redis. The none, local, setnx, redis and redlock modes have
+ * steps (lock_has_steps).
  *
- * An acquire is a series of attempts: lock_step_init, then lock_try_step and
- * lock_try_done. An attempt that finds the lock taken while wait_ms is left
- * joins the lock's queue (st->entry); the caller then sends lock_handoff_step
- * on a connection of its own (a blocking command) and hands its answer to
- * lock_handoff_done: the lock handed over by a release, or nothing within the
- * wait (then another attempt, with what is left of the wait; one with 0 left
- * leaves the queue). */
+ * A step is up to LOCK_STEP_CMDS commands, each for the data Redis (node -1)
+ * or for lock node i (redlock: the i-th of lock_config's nodes); the caller
+ * sends them all at once and hands each answer to lock_step_answer (NULL
+ * when none came or the command was refused). The answers of one connection
+ * come in order; those of several nodes in any order.
+ *
+ * An acquire: lock_step_init, then lock_try_step, its answers, then
+ * lock_try_done, which says:
+ * - LOCK_PENDING: the attempt goes on: send st's commands, answers, done again;
+ * - LOCK_ACQUIRED: held, g filled;
+ * - LOCK_BUSY: taken. Queued for a hand-off when st->entry is set (redis):
+ *   the caller then sends lock_handoff_step on a connection of its own (a
+ *   blocking command) and hands its answer to lock_handoff_done: the lock
+ *   handed over by a release, or nothing within the wait (then another
+ *   attempt, with what is left of the wait; one with 0 left leaves the
+ *   queue). Else, while st->retry_us > 0, the mode polls: attempt again
+ *   (lock_try_step) after that pause. Else the wait is over;
+ * - LOCK_ERROR: nothing held (a queue entry is left to its lease).
+ * A step's commands on the data Redis run in order before what the caller
+ * pipelines behind them, so when st->last is set (a grant by this step needs
+ * no further step), a command queued right after them runs under the lock.
+ *
+ * A release: lock_release_step, its answers, lock_release_done. */
+#define LOCK_STEP_CMDS 16
+
 struct lock_step {
-    struct rcmd cmd; /* what to send; argc 0: nothing (the answer is NULL) */
-    const char *argv[12];
+    int ncmd;                      /* commands to send; 0: nothing (decided at once) */
+    struct rcmd cmd[LOCK_STEP_CMDS];
+    int node[LOCK_STEP_CMDS];      /* -1: the data Redis, else a lock node */
+    int last;                      /* a grant by this step is complete */
+    int64_t retry_us;              /* LOCK_BUSY without a queue entry: pause
+                                      before the next attempt; 0: none */
+    const char *argv[24];
     char buf[4][600];
     char wait[24];
     char entry[80];    /* the queue entry of the acquire, "" while none */
@@ -173,24 +197,38 @@ struct lock_step {
     int contended;     /* an attempt found the lock taken */
     int64_t first_us;  /* when the acquire began */
     int64_t start_us;  /* when the last attempt began: a lease counts from it */
+    int64_t deadline_us;
+    /* The mode's own, between a step and its answers. */
+    int phase, answered, ok;
+    long long val[2];
+    int64_t backoff_us;
+    lock_status res;
+    struct lock_grant grant;
+    struct lock_grant *g; /* the release's grant */
 };
 
+/* The lock nodes of l's mode (redlock; lock_config's, borrowed), their
+ * password (NULL: none) and the timeout of a command on one: how many, 0
+ * for a mode without. The node of a step's command is an index into them. */
+int lock_nodes(const struct lock *l, const struct rconn_addr **nodes,
+               const char **password, int *timeout_ms);
 /* True when l's mode has steps. */
 int lock_has_steps(const struct lock *l);
 /* Begins an acquire in st. */
 void lock_step_init(struct lock_step *st);
-/* Fills st with an attempt on key that joins the queue when the lock is
- * taken and wait_ms (>= 0) is left. 1, or 0 when the mode has no steps. */
+/* Fills st with an attempt on key that waits (in the lock's queue, or by
+ * polling) while wait_ms (>= 0) is left. 1, or 0 when the mode has no steps. */
 int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
                   struct lock_step *st);
-/* The answer r to st's attempt (NULL when there was no answer). LOCK_ACQUIRED
- * with g filled; LOCK_BUSY when another holds it (queued when st->entry is
- * set); LOCK_ERROR (the caller leaves the queue only by the lease running
- * out: best effort, as the blocking form). */
+/* One answer to st's commands (NULL when none came). */
+void lock_step_answer(struct lock_session *s, const char *key, struct lock_step *st,
+                      const redisReply *r);
+/* What the attempt's answers mean (see above). */
 lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_step *st,
-                          const redisReply *r, struct lock_grant *g);
+                          struct lock_grant *g);
 /* Fills st with the wait of a queued acquire for the lock to be handed over,
- * at most wait_us (and the holder's lease left): a blocking command. */
+ * at most wait_us (and the holder's lease left): one blocking command on
+ * the data Redis (st->cmd[0]). */
 void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
                        struct lock_step *st);
 /* Its answer: LOCK_ACQUIRED (handed over: g filled), else LOCK_BUSY (nothing
@@ -198,13 +236,15 @@ void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
 lock_status lock_handoff_done(struct lock_session *s, const char *key,
                               struct lock_step *st, const redisReply *r,
                               struct lock_grant *g);
-/* Fills st with the release of g (key's, from lock_try_done). */
-void lock_release_step(struct lock_session *s, const char *key,
-                       const struct lock_grant *g, struct lock_step *st);
-/* The answer r to that release (NULL when none came: the lease then runs
- * out in Redis). As lock_release; the grant is finished either way. */
+/* Fills st with the release of g (key's, from lock_try_done); g must stay
+ * until lock_release_done. */
+void lock_release_step(struct lock_session *s, const char *key, struct lock_grant *g,
+                       struct lock_step *st);
+/* The release's outcome once its answers came (st NULL: it was never sent;
+ * the lease then runs out in Redis). As lock_release; the grant is finished
+ * either way. */
 lock_status lock_release_done(struct lock_session *s, const char *key,
-                              struct lock_grant *g, const redisReply *r);
+                              struct lock_grant *g, struct lock_step *st);
 
 /* The monotonic time until which the grant's lease is known to be valid, as
  * extended by renewals (the watchdog of the redis mode); 0 once the lease is

@@ -35,19 +35,29 @@ struct lock_backend {
                                 redisReply **reply, int *ran);
     lock_status (*release_after)(void *session, const char *key, struct lock_grant *g,
                                  const struct rcmd *cmd, redisReply **reply);
-    /* Optional steps for an event loop (see lock_try_step): the try's and the
-     * release's commands, and what their answers mean. */
+    /* Optional steps for an event loop (see lock_try_step). try_cmd fills
+     * st with an attempt (st->cmd, st->node, st->ncmd, st->last: a grant by
+     * it is complete but for the fencing token, which lock.c takes in a
+     * step of its own unless `fences`); step_answer takes one answer of the
+     * step in flight (st->answered came before it; NULL: none), attempt's
+     * or release's; try_done says what the attempt's answers mean, as
+     * lock_try_done (a BUSY that polls sets st->retry_us, lock.c bounds it
+     * by the wait); release_done the release's (st NULL: never sent). */
     void (*try_cmd)(void *session, const char *key, struct lock_step *st);
-    lock_status (*try_answer)(void *session, const char *key, struct lock_step *st,
-                              const redisReply *r, struct lock_grant *g);
+    void (*step_answer)(void *session, const char *key, struct lock_step *st,
+                        const redisReply *r);
+    lock_status (*try_done)(void *session, const char *key, struct lock_step *st,
+                            struct lock_grant *g);
     void (*handoff_cmd)(void *session, const char *key, int64_t wait_us,
                         struct lock_step *st);
     lock_status (*handoff_answer)(void *session, const char *key, struct lock_step *st,
                                   const redisReply *r, struct lock_grant *g);
-    void (*release_cmd)(void *session, const char *key, const struct lock_grant *g,
+    void (*release_cmd)(void *session, const char *key, struct lock_grant *g,
                         struct lock_step *st);
-    lock_status (*release_answer)(void *session, const char *key, struct lock_grant *g,
-                                  const redisReply *r);
+    lock_status (*release_done)(void *session, const char *key, struct lock_grant *g,
+                                struct lock_step *st);
+    int has_nodes; /* it locks on lock_config's nodes (see lock_nodes) */
+    int fences; /* its grants carry their fencing token (steps: no INCR after) */
     /* Optional: the grant's current validity (see lock_valid_until_us). */
     int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };
@@ -67,6 +77,20 @@ struct lock {
     struct lock_config cfg;
     struct lock_counters counters;
 };
+
+/* The timeout of one command on a lock node: a twentieth of the lease, at
+ * least 50 ms, at most cfg's command timeout. Short against the lease, as
+ * Redlock asks (a slow node must not eat the validity), but not so short
+ * that a loaded machine's scheduling delay reads as a dead node. */
+int lock_node_timeout_ms(const struct lock_config *cfg);
+
+/* Steps of a backend with nothing to send (none, local): it decides in
+ * try_done and release_done. */
+void lock_step_nothing(void *session, const char *key, struct lock_step *st);
+void lock_release_nothing(void *session, const char *key, struct lock_grant *g,
+                          struct lock_step *st);
+void lock_answer_nothing(void *session, const char *key, struct lock_step *st,
+                         const redisReply *r);
 
 /* For backends that renew leases (the counters come with create). */
 void lock_count_renewal(struct lock_counters *c);

@@ -84,10 +84,11 @@ static struct held_key **find_held(struct stripe *s, const char *key)
     return p;
 }
 
-static lock_status local_acquire(void *session, const char *key, int64_t deadline_us,
-                                 struct lock_grant *g)
+/* Takes key for the caller, waiting until deadline_us when another holds it
+ * (polling with steps: deadline_us 0 does not wait). */
+static lock_status take(struct local_state *st, const char *key, int64_t deadline_us,
+                        struct lock_grant *g)
 {
-    struct local_state *st = session;
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
     size_t keylen = strlen(key);
     struct held_key *mine = malloc(sizeof(*mine) + keylen + 1);
@@ -98,7 +99,8 @@ static lock_status local_acquire(void *session, const char *key, int64_t deadlin
     pthread_mutex_lock(&s->mu);
     while (*find_held(s, key)) {
         g->contended = 1;
-        if (lock_cond_wait_until(&s->released, &s->mu, deadline_us) == ETIMEDOUT &&
+        if ((deadline_us == 0 ||
+             lock_cond_wait_until(&s->released, &s->mu, deadline_us) == ETIMEDOUT) &&
             *find_held(s, key)) {
             pthread_mutex_unlock(&s->mu);
             free(mine);
@@ -111,6 +113,12 @@ static lock_status local_acquire(void *session, const char *key, int64_t deadlin
     lock_token_new(g->token);
     g->valid_until_us = INT64_MAX; /* an in-process mutex has no lease */
     return LOCK_ACQUIRED;
+}
+
+static lock_status local_acquire(void *session, const char *key, int64_t deadline_us,
+                                 struct lock_grant *g)
+{
+    return take(session, key, deadline_us > 0 ? deadline_us : 1, g);
 }
 
 static lock_status local_release(void *session, const char *key, struct lock_grant *g)
@@ -129,6 +137,29 @@ static lock_status local_release(void *session, const char *key, struct lock_gra
     return h ? LOCK_RELEASED : LOCK_NOT_HELD;
 }
 
+/* Steps: nothing to send; an attempt takes the mutex if it is free, and
+ * polls (a loop must not sleep on the condition variable) while a batch
+ * thread of this process holds it. */
+static lock_status local_try_done(void *session, const char *key, struct lock_step *st,
+                                  struct lock_grant *g)
+{
+    lock_status res = take(session, key, 0, g);
+    if (res == LOCK_BUSY) {
+        st->backoff_us = st->backoff_us ? st->backoff_us * 2 : 100;
+        if (st->backoff_us > 5000)
+            st->backoff_us = 5000;
+        st->retry_us = st->backoff_us;
+    }
+    return res;
+}
+
+static lock_status local_release_done(void *session, const char *key,
+                                      struct lock_grant *g, struct lock_step *st)
+{
+    (void)st;
+    return local_release(session, key, g);
+}
+
 const struct lock_backend lock_backend_local = {
     .name = "local",
     .fenced = 0,
@@ -138,4 +169,9 @@ const struct lock_backend lock_backend_local = {
     .session_free = local_session_free,
     .acquire = local_acquire,
     .release = local_release,
+    .try_cmd = lock_step_nothing,
+    .step_answer = lock_answer_nothing,
+    .try_done = local_try_done,
+    .release_cmd = lock_release_nothing,
+    .release_done = local_release_done,
 };

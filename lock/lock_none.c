@@ -41,29 +41,17 @@ static lock_status none_release(void *session, const char *key, struct lock_gran
 }
 
 /* Steps: nothing to send, and every answer is a grant or a release. */
-static void none_step(void *session, const char *key, struct lock_step *st)
+static lock_status none_try_done(void *session, const char *key, struct lock_step *st,
+                                 struct lock_grant *g)
 {
-    (void)session, (void)key, (void)st;
-}
-
-static void none_release_step(void *session, const char *key, const struct lock_grant *g,
-                              struct lock_step *st)
-{
-    (void)g;
-    none_step(session, key, st);
-}
-
-static lock_status none_try_answer(void *session, const char *key, struct lock_step *st,
-                                   const redisReply *r, struct lock_grant *g)
-{
-    (void)session, (void)key, (void)st, (void)r, (void)g;
+    (void)session, (void)key, (void)st, (void)g;
     return LOCK_ACQUIRED;
 }
 
-static lock_status none_release_answer(void *session, const char *key,
-                                       struct lock_grant *g, const redisReply *r)
+static lock_status none_release_done(void *session, const char *key, struct lock_grant *g,
+                                     struct lock_step *st)
 {
-    (void)r;
+    (void)st;
     return none_release(session, key, g);
 }
 
@@ -76,8 +64,9 @@ const struct lock_backend lock_backend_none = {
     .session_free = none_session_free,
     .acquire = none_acquire,
     .release = none_release,
-    .try_cmd = none_step,
-    .try_answer = none_try_answer,
-    .release_cmd = none_release_step,
-    .release_answer = none_release_answer,
+    .try_cmd = lock_step_nothing,
+    .step_answer = lock_answer_nothing,
+    .try_done = none_try_done,
+    .release_cmd = lock_release_nothing,
+    .release_done = none_release_done,
 };

@@ -671,23 +671,44 @@ static lock_status redis_release_after(void *session, const char *key,
 static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
 {
     acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
-    st->cmd.script = &acquire_script;
-    st->cmd.nkeys = 4;
-    st->cmd.argc = 10;
+    st->cmd[0] = (struct rcmd){.script = &acquire_script, .nkeys = 4, .argc = 10,
+                               .argv = st->argv};
+    st->node[0] = -1;
+    st->ncmd = 1;
+    st->last = 1;
 }
 
-static lock_status redis_try_answer(void *session, const char *key, struct lock_step *st,
-                                    const redisReply *r, struct lock_grant *g)
+/* The attempt's answer (phase 0) or the release's (phase 1), read at once:
+ * a grant or the release's outcome, in st. */
+static void redis_step_answer(void *session, const char *key, struct lock_step *st,
+                              const redisReply *r)
 {
-    long long kind, value;
-    if (acquire_answer(r, &kind, &value, st->entry, sizeof(st->entry)) != 0)
-        return LOCK_ERROR;
-    if (kind == 0) {
-        st->pttl_ms = value;
-        return LOCK_BUSY;
+    if (st->phase == 1) {
+        st->res = release_done(session, key, st->g, r);
+        return;
     }
-    grant_fill(session, key, kind == 2, value, st->start_us, g);
-    return LOCK_ACQUIRED;
+    long long kind, value;
+    memset(&st->grant, 0, sizeof(st->grant));
+    if (acquire_answer(r, &kind, &value, st->entry, sizeof(st->entry)) != 0) {
+        st->res = LOCK_ERROR;
+    } else if (kind == 0) {
+        st->pttl_ms = value;
+        st->res = LOCK_BUSY;
+    } else {
+        grant_fill(session, key, kind == 2, value, st->start_us, &st->grant);
+        st->res = LOCK_ACQUIRED;
+    }
+}
+
+static lock_status redis_try_done(void *session, const char *key, struct lock_step *st,
+                                  struct lock_grant *g)
+{
+    (void)session, (void)key;
+    if (st->answered == 0)
+        return LOCK_ERROR; /* refused */
+    if (st->res == LOCK_ACQUIRED)
+        *g = st->grant;
+    return st->res;
 }
 
 /* The wait for a hand-off: BLPOP of the session's grant list, bounded by the
@@ -706,8 +727,7 @@ static void redis_handoff_cmd(void *session, const char *key, int64_t wait_us,
     st->argv[0] = "BLPOP";
     st->argv[1] = st->buf[0];
     st->argv[2] = st->wait;
-    st->cmd.script = NULL;
-    st->cmd.argc = 3;
+    st->cmd[0].argc = 3;
 }
 
 static lock_status redis_handoff_answer(void *session, const char *key,
@@ -725,19 +745,24 @@ static lock_status redis_handoff_answer(void *session, const char *key,
     return LOCK_ACQUIRED;
 }
 
-static void redis_release_cmd(void *session, const char *key, const struct lock_grant *g,
+static void redis_release_cmd(void *session, const char *key, struct lock_grant *g,
                               struct lock_step *st)
 {
     release_argv(session, key, g, st->buf, st->argv);
-    st->cmd.script = &release_script;
-    st->cmd.nkeys = 3;
-    st->cmd.argc = 7;
+    st->cmd[0] = (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7,
+                               .argv = st->argv};
+    st->node[0] = -1;
+    st->ncmd = 1;
+    st->phase = 1;
+    st->res = LOCK_ERROR;
 }
 
-static lock_status redis_release_answer(void *session, const char *key,
-                                        struct lock_grant *g, const redisReply *r)
+static lock_status redis_release_done(void *session, const char *key,
+                                      struct lock_grant *g, struct lock_step *st)
 {
-    return release_done(session, key, g, r);
+    if (!st || st->answered == 0)
+        return release_done(session, key, g, NULL);
+    return st->res;
 }
 
 static int64_t redis_valid_until(void *session, const struct lock_grant *g)
@@ -765,9 +790,11 @@ const struct lock_backend lock_backend_redis = {
     .release_after = redis_release_after,
     .valid_until = redis_valid_until,
     .try_cmd = redis_try_cmd,
-    .try_answer = redis_try_answer,
+    .step_answer = redis_step_answer,
+    .try_done = redis_try_done,
     .handoff_cmd = redis_handoff_cmd,
     .handoff_answer = redis_handoff_answer,
     .release_cmd = redis_release_cmd,
-    .release_answer = redis_release_answer,
+    .release_done = redis_release_done,
+    .fences = 1,
 };

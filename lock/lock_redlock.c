@@ -19,11 +19,6 @@
 
 #define REDLOCK_MAX_NODES 15
 #define REDLOCK_MAX_ARGS 8 /* of a command sent to all nodes */
-/* The per-node timeout: a twentieth of the lease, at least 50 ms, at most the
- * configured command timeout. Short against the lease, as the algorithm asks
- * (a slow node must not eat the validity), but not so short that a loaded
- * machine's scheduling delay reads as a dead node. */
-#define REDLOCK_NODE_TIMEOUT_MIN_MS 50
 
 /* lock/lua/del_if_owner.lua: the owner-checked delete, 1 when deleted. */
 extern const struct rscript_source lua_lock_del_if_owner;
@@ -65,10 +60,7 @@ static void *redlock_create(const struct lock_config *cfg, struct lock_counters 
     st->nnodes = cfg->nnodes;
     memcpy(st->nodes, cfg->nodes, sizeof(st->nodes[0]) * (size_t)cfg->nnodes);
     st->password = cfg->password && *cfg->password ? strdup(cfg->password) : NULL;
-    int node_ms = cfg->ttl_ms / 20;
-    if (node_ms < REDLOCK_NODE_TIMEOUT_MIN_MS)
-        node_ms = REDLOCK_NODE_TIMEOUT_MIN_MS;
-    st->node_timeout_ms = node_ms < cfg->timeout_ms ? node_ms : cfg->timeout_ms;
+    st->node_timeout_ms = lock_node_timeout_ms(cfg);
     return st;
 }
 
@@ -241,6 +233,116 @@ static lock_status redlock_release(void *session, const char *key, struct lock_g
     return answered >= s->st->nnodes / 2 + 1 ? LOCK_NOT_HELD : LOCK_ERROR;
 }
 
+/* Steps: the attempt is SET NX PX on every node at once (phase 0); a grant
+ * short of a majority or of validity is undone on every node (phase 1)
+ * before the next attempt, which comes after a jittered pause
+ * (st->retry_us); the release is the owner-checked delete on every node
+ * (phase 2). A node's answer counts in st->ok (granted, deleted) and
+ * st->val[0] (answered); the fencing token is lock.c's step after a grant. */
+enum { PHASE_TRY, PHASE_UNDO, PHASE_RELEASE };
+
+/* st's commands: argv[0..argc-1] (script: KEYS/ARGV for it) to every node. */
+static void to_all_nodes(struct redlock_session *s, struct lock_step *st,
+                         struct rscript *script, int argc, int phase)
+{
+    st->phase = phase;
+    st->ok = 0;
+    st->val[0] = 0;
+    st->answered = 0;
+    st->ncmd = 0;
+    for (int i = 0; i < s->st->nnodes; i++) {
+        st->cmd[i] = (struct rcmd){
+            .script = script, .nkeys = script ? 1 : 0, .argc = argc, .argv = st->argv};
+        st->node[i] = i;
+        st->ncmd++;
+    }
+}
+
+/* The owner-checked delete of st's key and token on every node. */
+static void undo_cmd(struct redlock_session *s, struct lock_step *st, int phase)
+{
+    st->argv[0] = st->buf[0];
+    st->argv[1] = st->buf[1];
+    to_all_nodes(s, st, &release_script, 2, phase);
+}
+
+static void redlock_try_cmd(void *session, const char *key, struct lock_step *st)
+{
+    struct redlock_session *s = session;
+    snprintf(st->buf[0], sizeof(st->buf[0]), "%s", key);
+    lock_token_new(st->buf[1]);
+    const char *argv[] = {"SET", st->buf[0], st->buf[1], "NX", "PX", s->st->ttl_arg};
+    memcpy(st->argv, argv, sizeof(argv));
+    to_all_nodes(s, st, NULL, 6, PHASE_TRY);
+    st->last = 1;
+}
+
+static void redlock_step_answer(void *session, const char *key, struct lock_step *st,
+                                const redisReply *r)
+{
+    (void)session, (void)key;
+    if (!r)
+        return;
+    st->val[0]++;
+    if (st->phase == PHASE_TRY)
+        st->ok += set_ok(r);
+    else if (st->phase == PHASE_RELEASE)
+        st->ok += deleted_ok(r);
+}
+
+static lock_status redlock_try_done(void *session, const char *key, struct lock_step *st,
+                                    struct lock_grant *g)
+{
+    (void)key;
+    struct redlock_session *s = session;
+    struct redlock_state *rs = s->st;
+    int quorum = rs->nnodes / 2 + 1;
+    if (st->phase == PHASE_UNDO) { /* val[1]: a majority answered the attempt */
+        if (!st->val[1])
+            return LOCK_ERROR; /* a majority is unreachable: nobody can hold it */
+    } else {
+        int64_t ttl_us = (int64_t)rs->ttl_ms * 1000;
+        int64_t validity = ttl_us - (lock_now_us() - st->start_us) - (ttl_us / 100 + 2000);
+        if (st->ok >= quorum && validity > 0) {
+            snprintf(g->token, sizeof(g->token), "%s", st->buf[1]);
+            g->acquired_us = st->start_us;
+            g->valid_until_us = st->start_us + validity;
+            return LOCK_ACQUIRED;
+        }
+        st->val[1] = st->val[0] >= quorum;
+        if (st->ok > 0) {
+            undo_cmd(s, st, PHASE_UNDO);
+            return LOCK_PENDING;
+        }
+        if (!st->val[1])
+            return LOCK_ERROR;
+    }
+    st->backoff_us = st->backoff_us ? st->backoff_us * 2 : 1000;
+    if (st->backoff_us > 20000)
+        st->backoff_us = 20000;
+    st->retry_us = st->backoff_us / 2 + rand_r(&s->seed) % (st->backoff_us / 2 + 1);
+    return LOCK_BUSY;
+}
+
+static void redlock_release_cmd(void *session, const char *key, struct lock_grant *g,
+                                struct lock_step *st)
+{
+    snprintf(st->buf[0], sizeof(st->buf[0]), "%s", key);
+    snprintf(st->buf[1], sizeof(st->buf[1]), "%s", g->token);
+    undo_cmd(session, st, PHASE_RELEASE);
+}
+
+static lock_status redlock_release_done(void *session, const char *key,
+                                        struct lock_grant *g, struct lock_step *st)
+{
+    (void)key, (void)g;
+    struct redlock_session *s = session;
+    int quorum = s->st->nnodes / 2 + 1;
+    if (st && st->ok >= quorum)
+        return LOCK_RELEASED;
+    return st && st->val[0] >= quorum ? LOCK_NOT_HELD : LOCK_ERROR;
+}
+
 const struct lock_backend lock_backend_redlock = {
     .name = "redlock",
     .fenced = 1,
@@ -250,4 +352,10 @@ const struct lock_backend lock_backend_redlock = {
     .session_free = redlock_session_free,
     .acquire = redlock_acquire,
     .release = redlock_release,
+    .has_nodes = 1,
+    .try_cmd = redlock_try_cmd,
+    .step_answer = redlock_step_answer,
+    .try_done = redlock_try_done,
+    .release_cmd = redlock_release_cmd,
+    .release_done = redlock_release_done,
 };

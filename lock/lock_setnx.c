@@ -202,6 +202,117 @@ static lock_status setnx_release(void *session, const char *key, struct lock_gra
     return st;
 }
 
+/* Steps. An attempt is SETNX with GET in one round trip (phase 0); a
+ * stored expiry that has passed is taken over by GETSET (phase 1); a taken
+ * lock is polled with the same jittered backoff as above (st->retry_us). The
+ * fencing token's INCR is lock.c's step after the grant. The release (phase
+ * 2) is the DEL, or nothing once our own expiry has passed. */
+enum { PHASE_TRY, PHASE_GETSET, PHASE_RELEASE };
+
+/* One command of st, on the data Redis, from argv[at..at+argc-1]. */
+static void step_cmd(struct lock_step *st, int at, int argc)
+{
+    st->cmd[st->ncmd] = (struct rcmd){.argc = argc, .argv = st->argv + at};
+    st->node[st->ncmd++] = -1;
+}
+
+static void setnx_try_cmd(void *session, const char *key, struct lock_step *st)
+{
+    struct setnx_session *s = session;
+    long long now = wall_ms(s->st);
+    st->val[0] = now;
+    snprintf(st->buf[0], sizeof(st->buf[0]), "%s", key);
+    snprintf(st->buf[1], sizeof(st->buf[1]), "%lld", now + s->st->ttl_ms + 1);
+    const char *argv[] = {"SETNX", st->buf[0], st->buf[1], "GET", st->buf[0]};
+    memcpy(st->argv, argv, sizeof(argv));
+    step_cmd(st, 0, 3);
+    step_cmd(st, 3, 2);
+    st->last = 1;
+    st->res = LOCK_ERROR;
+}
+
+static void setnx_step_answer(void *session, const char *key, struct lock_step *st,
+                              const redisReply *r)
+{
+    (void)session, (void)key;
+    if (st->phase == PHASE_RELEASE) {
+        st->res = !r || r->type != REDIS_REPLY_INTEGER ? LOCK_ERROR
+                  : r->integer == 1                    ? LOCK_RELEASED
+                                                       : LOCK_NOT_HELD;
+    } else if (st->phase == PHASE_TRY && st->answered == 0) { /* SETNX */
+        st->ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        st->res = r && r->type == REDIS_REPLY_INTEGER ? LOCK_BUSY : LOCK_ERROR;
+    } else { /* GET, or GETSET: the stored expiry */
+        st->val[1] = r ? reply_expiry(r) : -2;
+    }
+}
+
+/* A taken lock, stored expiry held_until: poll again after a jittered pause,
+ * not past that expiry. */
+static lock_status setnx_busy(struct setnx_session *s, struct lock_step *st,
+                              long long held_until)
+{
+    st->backoff_us = st->backoff_us ? st->backoff_us * 2 : 200;
+    if (st->backoff_us > 20000)
+        st->backoff_us = 20000;
+    int64_t pause = st->backoff_us / 2 + rand_r(&s->seed) % (st->backoff_us / 2 + 1);
+    int64_t until_expiry = (held_until - wall_ms(s->st)) * 1000 + 1000;
+    st->retry_us = pause < until_expiry ? pause : until_expiry > 1 ? until_expiry : 1;
+    return LOCK_BUSY;
+}
+
+static lock_status setnx_try_done(void *session, const char *key, struct lock_step *st,
+                                  struct lock_grant *g)
+{
+    struct setnx_session *s = session;
+    long long now = st->val[0], held_until = st->val[1];
+    if (st->answered < st->ncmd || st->res == LOCK_ERROR || held_until == -2)
+        return LOCK_ERROR;
+    int won = st->phase == PHASE_TRY ? st->ok : held_until < now;
+    if (won) { /* the token is the expiry: this algorithm has no owner identity */
+        snprintf(g->token, sizeof(g->token), "%s", st->buf[1]);
+        g->acquired_us = st->start_us;
+        g->valid_until_us = st->start_us + (int64_t)s->st->ttl_ms * 1000;
+        return LOCK_ACQUIRED;
+    }
+    if (st->phase == PHASE_TRY && held_until == -1) { /* released meanwhile: again */
+        setnx_try_cmd(s, key, st);
+        return LOCK_PENDING;
+    }
+    if (st->phase == PHASE_TRY && held_until < now) { /* expired: take it over */
+        st->ncmd = st->answered = 0;
+        st->phase = PHASE_GETSET;
+        const char *argv[] = {"GETSET", st->buf[0], st->buf[1]};
+        memcpy(st->argv, argv, sizeof(argv));
+        step_cmd(st, 0, 3);
+        st->last = 1;
+        return LOCK_PENDING;
+    }
+    return setnx_busy(s, st, held_until);
+}
+
+static void setnx_release_cmd(void *session, const char *key, struct lock_grant *g,
+                              struct lock_step *st)
+{
+    struct setnx_session *s = session;
+    st->phase = PHASE_RELEASE;
+    st->res = LOCK_NOT_HELD; /* our expiry has passed: leave the key alone */
+    if (wall_ms(s->st) >= strtoll(g->token, NULL, 10))
+        return;
+    snprintf(st->buf[0], sizeof(st->buf[0]), "%s", key);
+    st->argv[0] = "DEL";
+    st->argv[1] = st->buf[0];
+    step_cmd(st, 0, 2);
+    st->res = LOCK_ERROR;
+}
+
+static lock_status setnx_release_done(void *session, const char *key,
+                                      struct lock_grant *g, struct lock_step *st)
+{
+    (void)session, (void)key, (void)g;
+    return st ? st->res : LOCK_ERROR;
+}
+
 const struct lock_backend lock_backend_setnx = {
     .name = "setnx",
     .fenced = 1,
@@ -211,4 +322,9 @@ const struct lock_backend lock_backend_setnx = {
     .session_free = setnx_session_free,
     .acquire = setnx_acquire,
     .release = setnx_release,
+    .try_cmd = setnx_try_cmd,
+    .step_answer = setnx_step_answer,
+    .try_done = setnx_try_done,
+    .release_cmd = setnx_release_cmd,
+    .release_done = setnx_release_done,
 };

@@ -12,8 +12,19 @@
 void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
                  struct orderid_gen *ids)
 {
+    invfix_open_nodes(f, mode, work_us, port, ids, NULL, 0);
+}
+
+void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port,
+                       struct orderid_gen *ids, const struct rconn_addr *nodes,
+                       int nnodes)
+{
     memset(f, 0, sizeof(*f));
-    struct lock_config lc = {.ttl_ms = 3000, .fencing = 1, .timeout_ms = 1000};
+    struct lock_config lc = {.ttl_ms = 3000,
+                             .fencing = 1,
+                             .timeout_ms = 1000,
+                             .nodes = nodes,
+                             .nnodes = nnodes};
     char err[200];
     if (strcmp(mode, "atomic") != 0) {
         f->lock = lock_new(mode, &lc, err, sizeof(err));

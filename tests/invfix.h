@@ -21,6 +21,10 @@ struct invfix {
  * the Redis (or proxy) on port, drawing order ids from ids. */
 void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
                  struct orderid_gen *ids);
+/* The same with the lock's nodes (redlock; borrowed, kept until close). */
+void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port,
+                       struct orderid_gen *ids, const struct rconn_addr *nodes,
+                       int nnodes);
 void invfix_close(struct invfix *f);
 
 /* A user id whose home segment among k is `home`: the nth such "u<i>". */

@@ -21,6 +21,16 @@
 
 static struct test_redis redis;
 static struct orderid_gen ids;
+/* Three independent masters for the redlock mode. */
+#define NODES 3
+static struct test_redis node[NODES];
+static struct rconn_addr node_addr[NODES];
+
+/* Opens f in mode (its nodes for redlock). */
+static void open_mode(struct invfix *f, const char *mode, int work_us)
+{
+    invfix_open_nodes(f, mode, work_us, redis.port, &ids, node_addr, NODES);
+}
 
 /* Most orders one loop takes in a test. */
 #define LOOP_ORDERS 64
@@ -316,12 +326,12 @@ static void test_hold_mixes_outcomes(void **state)
 static void test_orders_during_a_hold_form_the_next(void **state)
 {
     (void)state;
-    const char *modes[] = {"redis", "none"};
-    for (int m = 0; m < 2; m++) {
+    const char *modes[] = {"redis", "none", "local", "setnx", "redlock"};
+    for (int m = 0; m < 5; m++) {
         char sku[16];
         snprintf(sku, sizeof(sku), "crowd-%s", modes[m]);
         struct invfix f;
-        invfix_open(&f, modes[m], 20000, redis.port, &ids);
+        open_mode(&f, modes[m], 20000);
         inv_sku_put(f.s, sku, 50, 1, 1);
         learn_layout(&f, sku);
         struct loop *l = loop_new(&f, redis.port, 16);
@@ -667,10 +677,62 @@ static void test_atomic_without_redis_answers_at_once(void **state)
     invfix_close(&f);
 }
 
+/* A lock that polls (local, setnx, redlock) and is held elsewhere: the
+ * loop's hold polls without blocking the loop, answers nothing while it is
+ * held, and places its orders once it is released, under a fencing token of
+ * its own (the segment's fence moved past the other holder's). */
+static void test_polling_lock_waits_on_the_loop(void **state)
+{
+    (void)state;
+    const char *modes[] = {"local", "setnx", "redlock"};
+    for (int m = 0; m < 3; m++) {
+        char sku[16], lkey[64], fkey[80];
+        snprintf(sku, sizeof(sku), "poll-%s", modes[m]);
+        snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:0", sku);
+        lock_fence_key(lkey, fkey, sizeof(fkey));
+        struct invfix f;
+        open_mode(&f, modes[m], 0);
+        inv_sku_put(f.s, sku, 10, 1, 1);
+        learn_layout(&f, sku);
+        /* Another holder: a batch thread of this process (local), or of
+         * another instance (the Redis modes: the same lock, another session). */
+        struct lock_session *other = lock_session_new(f.lock, f.rc);
+        struct lock_grant g;
+        assert_int_equal(lock_acquire(other, lkey, 0, &g), LOCK_ACQUIRED);
+        struct loop *l = loop_new(&f, redis.port, 8);
+        uint64_t was = lock_figures(l).contended + 1;
+        loop_orders(l, sku, "p", 3);
+        loop_idle(l, 200); /* what must not happen: an answer while it is held */
+        assert_int_equal(answered(l), 0);
+        assert_int_equal(lock_release(other, lkey, &g), LOCK_RELEASED);
+        loop_settle(l, 3000);
+        expect_status(l, 0, 3, INV_PLACED);
+        if (lock_figures(l).contended < was) /* counted once the grant came */
+            fail_msg("%s: the loop's hold never found the lock taken", modes[m]);
+        if (lock_fenced(f.lock)) {
+            redisReply *r = rconn_command(f.rc, "GET %s", fkey);
+            assert_non_null(r);
+            if (!r->str || atoll(r->str) <= (long long)g.fence)
+                fail_msg("%s: fence %s after the other's %llu", modes[m],
+                         r->str ? r->str : "(nil)", (unsigned long long)g.fence);
+            freeReplyObject(r);
+        }
+        loop_free(l);
+        lock_session_free(other);
+        invfix_assert_sold(&f, sku, 3, 7);
+        invfix_close(&f);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
     test_redis_start(&redis, NULL);
+    for (int i = 0; i < NODES; i++) {
+        test_redis_start(&node[i], NULL);
+        snprintf(node_addr[i].host, sizeof(node_addr[i].host), "127.0.0.1");
+        node_addr[i].port = node[i].port;
+    }
     orderid_init(&ids, 7, NULL, 0);
     return 0;
 }
@@ -679,6 +741,8 @@ static int teardown(void **state)
 {
     (void)state;
     test_redis_stop(&redis, 0, 0);
+    for (int i = 0; i < NODES; i++)
+        test_redis_stop(&node[i], 0, 0);
     return 0;
 }
 
@@ -693,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_stalled_redis_answers_after_the_timeout),
         cmocka_unit_test(test_lost_script_cache),
         cmocka_unit_test(test_taken_lock_waits_for_the_handoff),
+        cmocka_unit_test(test_polling_lock_waits_on_the_loop),
         cmocka_unit_test(test_order_of_several_segments),
         cmocka_unit_test(test_free_answers_orders_in_flight),
         cmocka_unit_test(test_atomic_keeps_each_answer),
