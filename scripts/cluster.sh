@@ -23,6 +23,10 @@
 # everysec and no (no AOF at all) lose acknowledged orders in a crash, and up warns.
 # The server binary: $SECKILL_BIN, else $SECKILL_BUILD/seckill, else build/seckill.
 # --lock redlock without --lock-nodes starts 3 lock nodes.
+# The instances share this machine's cores as N machines would have their own: each
+# runs cores/N event loops (--threads, at least 1) unless the extra flags or
+# $SECKILL_THREADS set it (one loop per core per instance oversubscribes the cores,
+# and loops of one instance then hand orders over to each other for nothing).
 # --zk-nodes N starts N ZooKeeper nodes, zk-1..zk-N (1: a standalone server; more: an
 # ensemble), each in D/zk-I/ on free loopback ports, and gives the instances --zk with
 # every node's address; --lock zk without --zk-nodes starts 1. cluster.env has ZK_NODES
@@ -507,6 +511,13 @@ cmd_up() {
     fi
 
     local -a args=(--redis "127.0.0.1:$redis_port")
+    # The instances stand for as many machines but share this one's cores: each
+    # gets its share of them as event loops, unless told otherwise.
+    if [[ -z ${SECKILL_THREADS:-} && " ${extra[*]} " != *" --threads"* ]]; then
+        local cores
+        cores=$(nproc)
+        args+=(--threads $((cores / instances > 0 ? cores / instances : 1)))
+    fi
     [[ -n $lock ]] && args+=(--lock "$lock")
     [[ -n $nodes_csv ]] && args+=(--lock-nodes "$nodes_csv")
     [[ -n $zk_csv ]] && args+=(--zk "$zk_csv")

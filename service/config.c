@@ -242,8 +242,8 @@ static const struct option_spec options[] = {
      opt_instance},
     {"threads", "N", "1 per core, >= 2",
      "event loops, each serving HTTP and the orders' Redis work on one connection, "
-     "no thread waiting on Redis for an order; and as many batch threads, for the "
-     "lock modes without steps (setnx, local, redlock, zk) and what a loop hands over",
+     "no thread waiting on Redis for an order; and as many batch threads (at least 2), "
+     "for the zk lock mode and what a loop hands over",
      opt_threads},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",

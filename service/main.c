@@ -115,7 +115,9 @@ int main(int argc, char **argv)
     /* Redis answered the lease: its persistence settings can be read now. */
     struct svc_durability *durability =
         svc_durability_start(cfg.redis.host, cfg.redis.port, cfg.redis_password);
-    struct inv_batcher_config bc = {.threads = cfg.threads,
+    /* Batch threads wait on Redis or ZooKeeper: at least 2, so that one
+     * waiting for a lock does not hold up the rest. */
+    struct inv_batcher_config bc = {.threads = cfg.threads < 2 ? 2 : cfg.threads,
                                     .batch = cfg.batch,
                                     .redis_host = cfg.redis.host,
                                     .redis_port = cfg.redis.port,
