@@ -273,15 +273,15 @@ static void h_readyz(const struct svc_request *req, struct svc_response *res)
 }
 
 static struct svc_route routes[] = {
-    {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN},
-    {"GET", "/skus/*", "sku_get", h_sku_get, 0},
+    {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
+    {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
-    {"GET", "/skus/*/audit", "audit", h_audit, 0},
-    {"GET", "/orders/*", "order_get", h_order_get, 0},
+    {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS},
+    {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
     {"GET", "/stats", "stats", h_stats, 0},
-    {"GET", "/metrics", "metrics", h_metrics, 0},
+    {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},
     {"GET", "/livez", "livez", h_livez, 0},
-    {"GET", "/readyz", "readyz", h_readyz, 0},
+    {"GET", "/readyz", "readyz", h_readyz, ROUTE_WAITS},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 

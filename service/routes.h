@@ -64,6 +64,9 @@ struct svc_response {
 typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *res);
 
 #define ROUTE_ADMIN 1
+/* The handler waits on Redis: it runs on a thread of its own, never on an
+ * event loop (server.c suspends the connection meanwhile). */
+#define ROUTE_WAITS 2
 
 /* Status codes counted per route; anything else counts as "other". */
 #define ROUTE_NCODES 11

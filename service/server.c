@@ -42,8 +42,22 @@ struct svc_loop {
     struct inv_engine *engine;
 };
 
+/* The threads that run the routes which wait on Redis (ROUTE_WAITS: reads,
+ * admin, readiness), so that no loop waits on it: a loop suspends the
+ * connection and queues it here; a thread runs the handler on its own
+ * connection and resumes it with the answer. */
+#define SERVER_WAITERS 2
+struct waiters {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct conn_state *head, *tail;
+    int stop;
+    pthread_t tid[SERVER_WAITERS];
+};
+
 struct svc_server {
     struct svc_app *app;
+    struct waiters waiters;
     int lsock; /* shared by every loop's daemon */
     int nloops;
     struct svc_loop *loops;
@@ -67,11 +81,16 @@ struct conn_state {
     char split[SERVER_PATH_MAX]; /* split in place; params point into it */
     const char *params[SVC_MAX_PARAMS];
     struct MHD_Connection *conn;
-    int pending;              /* suspended until ticket is done */
+    int pending;              /* suspended until ticket is done (PENDING_*) */
     struct svc_loop *loop;    /* the loop whose daemon has the connection */
     struct inv_ticket ticket; /* an order waiting for its batch */
+    struct svc_request req;   /* a route that waits on Redis: its request, */
+    struct svc_response res;  /* and its answer from a waiter thread */
+    struct conn_state *next;  /* in the waiters' queue */
     char body[REQ_BODY_MAX];
 };
+
+enum { PENDING_NONE = 0, PENDING_ORDER, PENDING_WAITER };
 
 static pthread_key_t worker_key;
 static pthread_once_t worker_key_once = PTHREAD_ONCE_INIT;
@@ -185,11 +204,10 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     return st;
 }
 
-/* A batch thread is done with the ticket: the connection goes on, and
- * on_request is called again to answer. */
-static void order_done(struct inv_ticket *t)
+/* st's answer is ready (on another thread): its connection goes on, and
+ * on_request is called again to send it. */
+static void conn_resume(struct conn_state *st)
 {
-    struct conn_state *st = t->owner;
     /* Once resumed, the connection belongs to its loop again, which may answer
      * it and free st before this thread goes on: nothing of st after that. */
     struct svc_loop *loop = st->loop;
@@ -199,6 +217,73 @@ static void order_done(struct inv_ticket *t)
      * mhd_timer: mhd_step re-arming that timer would take such an activation
      * back (libevent drops a timer's pending activation when it is re-added). */
     event_active(loop->nudge, EV_READ, 0);
+}
+
+/* A batch thread (or the loop) is done with the ticket. */
+static void order_done(struct inv_ticket *t)
+{
+    conn_resume(t->owner);
+}
+
+static void *waiter_main(void *arg)
+{
+    struct svc_server *srv = arg;
+    struct waiters *w = &srv->waiters;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->head && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        struct conn_state *st = w->head;
+        if (!st)
+            break; /* stopped, and nothing queued */
+        w->head = st->next;
+        if (!w->head)
+            w->tail = NULL;
+        pthread_mutex_unlock(&w->mu);
+        st->req.worker = worker_get(srv->app);
+        svc_route_run(st->route, &st->req, &st->res);
+        conn_resume(st);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void waiters_submit(struct waiters *w, struct conn_state *st)
+{
+    st->next = NULL;
+    pthread_mutex_lock(&w->mu);
+    if (w->tail)
+        w->tail->next = st;
+    else
+        w->head = st;
+    w->tail = st;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void waiters_start(struct svc_server *srv)
+{
+    struct waiters *w = &srv->waiters;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    for (int i = 0; i < SERVER_WAITERS; i++)
+        if (pthread_create(&w->tid[i], NULL, waiter_main, srv) != 0)
+            abort();
+}
+
+/* Serves what is queued, then stops the threads. */
+static void waiters_stop(struct svc_server *srv)
+{
+    struct waiters *w = &srv->waiters;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < SERVER_WAITERS; i++)
+        pthread_join(w->tid[i], NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
 }
 
 /* Counts, logs and sends the answer of the request. */
@@ -232,9 +317,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * once instead of after sending it, or never when it sends nothing. */
         if (!st->too_large)
             return MHD_YES;
-    } else if (st->pending) {
-        /* resumed: the ticket is done */
-        st->pending = 0;
+    } else if (st->pending == PENDING_WAITER) { /* resumed: the answer is ready */
+        st->pending = PENDING_NONE;
+        return answer(conn, st, method, &st->res);
+    } else if (st->pending == PENDING_ORDER) { /* resumed: the ticket is done */
+        st->pending = PENDING_NONE;
         struct svc_response res = {0};
         svc_order_finish(&st->ticket, &res);
         return answer(conn, st, method, &res);
@@ -272,11 +359,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                                          MHD_HTTP_HEADER_AUTHORIZATION),
             .ticket = &st->ticket,
         };
+        /* Suspended before it is queued (here and below), so that the
+         * other thread can only resume a suspended connection. */
+        if (st->route->flags & ROUTE_WAITS) {
+            st->req = req;
+            st->res = (struct svc_response){0};
+            st->pending = PENDING_WAITER;
+            st->loop = tls_loop;
+            MHD_suspend_connection(conn);
+            waiters_submit(&tls_loop->srv->waiters, st);
+            return MHD_YES;
+        }
         svc_route_run(st->route, &req, &res);
         if (res.pending) {
-            /* Suspended before it is queued, so that the batch thread can
-             * only resume a suspended connection. */
-            st->pending = 1;
+            st->pending = PENDING_ORDER;
             st->ticket.done = order_done;
             st->ticket.owner = st;
             st->loop = tls_loop;
@@ -541,6 +637,7 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         srv->engines[i] = srv->loops[i].engine;
     }
     inv_engine_link(srv->engines, srv->nloops);
+    waiters_start(srv);
     for (int i = 0; i < srv->nloops; i++)
         if (pthread_create(&srv->loops[i].tid, NULL, loop_main, &srv->loops[i]) != 0)
             abort();
@@ -573,6 +670,7 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     /* Orders still queued are served now, so that no suspended connection
      * outlives the daemon. */
     inv_batcher_stop(app->batcher);
+    waiters_stop(srv);
     int left = atomic_load(&app->inflight);
     loops_free(srv, srv->nloops, 1);
     log_event(LOG_INFO, "stopped", "inflight_left=%d", left);

@@ -4,7 +4,8 @@
 # the first attempt is in flight, places one order; a worker-id lease lost to
 # someone else is replaced and /stats shows the id in use; /metrics carries stock
 # gauges that match the SKU report (bounded to the SKUs served lately) and passes
-# promtool (when installed); SIGTERM drains: /readyz 503, the in-flight order
+# promtool (when installed); reads waiting on a frozen Redis hold up no event loop;
+# SIGTERM drains: /readyz 503, the in-flight order
 # finishes, its lock is released, exit 0.
 set -uo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
@@ -15,6 +16,8 @@ cleanup() {
     for fd in "${held_fds[@]}"; do exec {fd}>&- 2>/dev/null; done
     proc_stop a "$dir" 5
     proc_stop b "$dir" 5
+    proc_stop c "$dir" 5
+    [[ -f $dir/redis.pid ]] && kill -CONT "$(cat "$dir/redis.pid")" 2>/dev/null
     proc_stop redis "$dir" 5
     rm -rf "$dir"
 }
@@ -140,6 +143,32 @@ if command -v promtool >/dev/null; then
 else
     echo "promtool not installed: metrics format check skipped"
 fi
+
+# --- a request that waits on Redis holds up no event loop: with one loop, /livez
+# answers at once while reads wait for a frozen Redis (they run on threads of
+# their own; on the loop, /livez would wait for their 1 s timeouts, one by one)
+cport=$(free_port) || exit 1
+C="http://127.0.0.1:$cport"
+proc_start c "$dir" "$bin" --listen "127.0.0.1:$cport" "${common[@]}" --threads 1
+wait_until 10 http_ok "$C/readyz" || { echo "c not ready"; exit 1; }
+rpid=$(cat "$dir/redis.pid")
+kill -STOP "$rpid"
+readers=()
+for i in 1 2 3; do
+    curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$C/skus/ops" >"$dir/read-$i" &
+    readers+=($!)
+done
+# the reads have reached the instance when its gauge of requests in flight says so
+check "/stats shows the reads in flight while Redis is frozen" \
+    wait_until 5 bash -c "curl -s --max-time 0.5 $C/stats | jq -e '.inflight >= 4' >/dev/null"
+live=$(curl -s -o /dev/null -w '%{time_total}' --max-time 10 "$C/livez")
+kill -CONT "$rpid"
+wait "${readers[@]}"
+check "/livez answered in ${live}s while 3 reads waited on a frozen Redis" \
+    awk -v t="$live" 'BEGIN { exit !(t < 0.5) }'
+expect "the reads got their answers (503, or 200 once Redis woke)" "yes yes yes" \
+    "$(for i in 1 2 3; do awk '{ print ($1 == 503 || $1 == 200) ? "yes" : $0 }' "$dir/read-$i"; done | xargs)"
+proc_stop c "$dir" 5
 
 # --- SIGTERM drains
 pid=$(cat "$dir/a.pid")
