@@ -588,10 +588,12 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     int node_ms;
     struct lock *l = inv_lock(inv);
     e->nnodes = l ? lock_nodes(l, &nodes, &password, &node_ms) : 0;
-    if (e->nnodes > 0 && !(e->conns.node = calloc((size_t)e->nnodes, sizeof(struct aconn *))))
+    if (e->nnodes > 0 &&
+        !(e->conns.node = calloc((size_t)e->nnodes, sizeof(struct aconn *))))
         abort();
     for (int i = 0; i < e->nnodes; i++)
-        e->conns.node[i] = aconn_new(base, nodes[i].host, nodes[i].port, password, node_ms);
+        e->conns.node[i] =
+            aconn_new(base, nodes[i].host, nodes[i].port, password, node_ms);
     e->idle =
         rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, cfg->timeout_ms);
     e->s = inv_session_new(inv, e->idle);

@@ -1506,8 +1506,8 @@ static void hold_attempt(struct inv_session *s, struct inv_hold *h)
     lock_send(s, h);
 }
 
-void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
-                   int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
+void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t,
+                   int n, int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
                    void *arg)
 {
     struct inv *inv = s->inv;

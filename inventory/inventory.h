@@ -233,12 +233,12 @@ struct inv_hold {
         struct inv_hold *h;
         int i;
     } slot[LOCK_STEP_CMDS + 1]; /* a command's answer says which it is for */
-    int index;      /* the answer in hand: a lock step's command, or LOCK_STEP_CMDS
-                       (the hold's own: the read, the commit) */
-    int owed;       /* answers still to come */
-    int with_read;  /* the read went behind the lock's step */
-    int releasing;  /* the release went with the commit */
-    int noscripts;  /* commands sent again after Redis lost their script */
+    int index;     /* the answer in hand: a lock step's command, or LOCK_STEP_CMDS
+                      (the hold's own: the read, the commit) */
+    int owed;      /* answers still to come */
+    int with_read; /* the read went behind the lock's step */
+    int releasing; /* the release went with the commit */
+    int noscripts; /* commands sent again after Redis lost their script */
 };
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                   int try_only, struct inv_hold *h);
@@ -309,8 +309,8 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
  * returns 1 for the commit's answer, after which every ticket is final or
  * undecided as after inv_ticket_batch; the hold is over when h->owed is 0
  * after that. */
-void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t, int n,
-                   int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
+void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t,
+                   int n, int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
                    void *arg);
 void inv_hold_retry_send(struct inv_session *s, struct inv_hold *h);
 void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,

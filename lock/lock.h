@@ -183,12 +183,12 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
 #define LOCK_STEP_CMDS 16
 
 struct lock_step {
-    int ncmd;                      /* commands to send; 0: nothing (decided at once) */
+    int ncmd; /* commands to send; 0: nothing (decided at once) */
     struct rcmd cmd[LOCK_STEP_CMDS];
-    int node[LOCK_STEP_CMDS];      /* -1: the data Redis, else a lock node */
-    int last;                      /* a grant by this step is complete */
-    int64_t retry_us;              /* LOCK_BUSY without a queue entry: pause
-                                      before the next attempt; 0: none */
+    int node[LOCK_STEP_CMDS]; /* -1: the data Redis, else a lock node */
+    int last;                 /* a grant by this step is complete */
+    int64_t retry_us;         /* LOCK_BUSY without a queue entry: pause
+                                 before the next attempt; 0: none */
     const char *argv[24];
     char buf[4][600];
     char wait[24];

@@ -57,7 +57,7 @@ struct lock_backend {
     lock_status (*release_done)(void *session, const char *key, struct lock_grant *g,
                                 struct lock_step *st);
     int has_nodes; /* it locks on lock_config's nodes (see lock_nodes) */
-    int fences; /* its grants carry their fencing token (steps: no INCR after) */
+    int fences;    /* its grants carry their fencing token (steps: no INCR after) */
     /* Optional: the grant's current validity (see lock_valid_until_us). */
     int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };

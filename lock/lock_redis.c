@@ -671,8 +671,8 @@ static lock_status redis_release_after(void *session, const char *key,
 static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
 {
     acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
-    st->cmd[0] = (struct rcmd){.script = &acquire_script, .nkeys = 4, .argc = 10,
-                               .argv = st->argv};
+    st->cmd[0] = (struct rcmd){
+        .script = &acquire_script, .nkeys = 4, .argc = 10, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
     st->last = 1;
@@ -749,8 +749,8 @@ static void redis_release_cmd(void *session, const char *key, struct lock_grant 
                               struct lock_step *st)
 {
     release_argv(session, key, g, st->buf, st->argv);
-    st->cmd[0] = (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7,
-                               .argv = st->argv};
+    st->cmd[0] =
+        (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
     st->phase = 1;

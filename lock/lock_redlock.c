@@ -302,7 +302,8 @@ static lock_status redlock_try_done(void *session, const char *key, struct lock_
             return LOCK_ERROR; /* a majority is unreachable: nobody can hold it */
     } else {
         int64_t ttl_us = (int64_t)rs->ttl_ms * 1000;
-        int64_t validity = ttl_us - (lock_now_us() - st->start_us) - (ttl_us / 100 + 2000);
+        int64_t validity =
+            ttl_us - (lock_now_us() - st->start_us) - (ttl_us / 100 + 2000);
         if (st->ok >= quorum && validity > 0) {
             snprintf(g->token, sizeof(g->token), "%s", st->buf[1]);
             g->acquired_us = st->start_us;
