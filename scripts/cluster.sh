@@ -5,7 +5,7 @@
 #
 #   scripts/cluster.sh up [--dir D] [--instances N] [--lb nginx|haproxy|none]
 #                         [--lock MODE] [--lock-nodes N] [--zk-nodes N]
-#                         [--fsync always|everysec|no] [--canned] [--quiet]
+#                         [--fsync always|everysec|no] [--redis-cluster M] [--canned] [--quiet]
 #                         [-- extra seckill flags...]
 #   scripts/cluster.sh down --dir D [--rm]
 #   scripts/cluster.sh status --dir D
@@ -22,6 +22,10 @@
 # --fsync is the data Redis's AOF policy: always (the default) is the only durable one;
 # everysec and no (no AOF at all) lose acknowledged orders in a crash, and up warns.
 # The server binary: $SECKILL_BIN, else $SECKILL_BUILD/seckill, else build/seckill.
+# --redis-cluster M starts a Redis Cluster in place of the data Redis: M masters
+# (shard-1..shard-M) with a replica each (shard-I-r), AOF as --fsync says, node timeout
+# 1 s, the slots split evenly, and waits until every replica has synced; cluster.env has
+# REDIS_CLUSTER_SEEDS. seckill does not serve from a cluster yet: use --instances 0.
 # --lock redlock without --lock-nodes starts 3 lock nodes.
 # The instances share this machine's cores as N machines would have their own: each
 # runs cores/N event loops (--threads, at least 1) unless the extra flags or
@@ -59,6 +63,7 @@ say() { ((QUIET)) || printf '%s\n' "$*" >&2; }
 # Prints the port.
 start_redis() {
     local name=$1 dir=$2 fsync=$3 port attempt rc
+    shift 3 # the rest: more redis-server flags
     local -a persist
     mkdir -p "$dir/$name"
     if [[ $fsync == no ]]; then
@@ -70,7 +75,7 @@ start_redis() {
         port=$(free_port)
         proc_start "$name" "$dir" redis-server --port "$port" --bind 127.0.0.1 \
             --dir "$dir/$name" --save "" "${persist[@]}" --daemonize no \
-            --protected-mode yes --logfile "" || return 1
+            --protected-mode yes --logfile "" "$@" || return 1
         rc=0
         wait_started "$name" "$dir" 15 redis_ping "$port" || rc=$?
         if ((rc == 0)); then
@@ -87,6 +92,65 @@ start_redis() {
         return 1
     done
     return 1
+}
+
+# ---- a Redis Cluster (--redis-cluster M) ---------------------------------------------
+
+cluster_nodes_known() { # PORT N: the node on PORT knows N nodes, none still in handshake
+    local nodes
+    nodes=$(redis-cli -p "$1" cluster nodes 2>/dev/null) || return 1
+    (($(grep -c . <<<"$nodes") == $2)) && ! grep -q handshake <<<"$nodes"
+}
+
+cluster_replicate() { # PORT MASTER_ID: the node on PORT becomes that master's replica
+    [[ $(redis-cli -p "$1" cluster replicate "$2" 2>/dev/null) == OK ]]
+}
+
+cluster_ready() { # PORT...: every node says cluster_state:ok, every replica has synced
+    local p info
+    for p in "$@"; do
+        redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+        info=$(redis-cli -p "$p" info replication 2>/dev/null) || return 1
+        if grep -q '^role:slave' <<<"$info"; then
+            grep -q '^master_link_status:up' <<<"$info" || return 1
+            grep -q '^master_sync_in_progress:0' <<<"$info" || return 1
+        fi
+    done
+}
+
+# start_redis_cluster DIR M FSYNC: a Redis Cluster of M masters (shard-1..shard-M) with
+# one replica each (shard-I-r), node timeout 1 s, AOF as FSYNC says; the 16384 slots
+# split evenly over the masters. Waits until every node says cluster_state:ok and every
+# replica has synced with its master. Prints the masters' host:port, comma-separated
+# (seeds for --redis).
+start_redis_cluster() {
+    local dir=$1 m=$2 fsync=$3 i p id seeds=""
+    local -a masters=() replicas=() flags=(--cluster-enabled yes --cluster-node-timeout 1000)
+    for ((i = 1; i <= m; i++)); do
+        p=$(start_redis "shard-$i" "$dir" "$fsync" "${flags[@]}") || return 1
+        masters+=("$p")
+        p=$(start_redis "shard-$i-r" "$dir" "$fsync" "${flags[@]}") || return 1
+        replicas+=("$p")
+    done
+    for ((i = 0; i < m; i++)); do
+        redis-cli -p "${masters[i]}" cluster addslotsrange $((i * 16384 / m)) \
+            $(((i + 1) * 16384 / m - 1)) >/dev/null || return 1
+    done
+    for p in "${masters[@]:1}" "${replicas[@]}"; do
+        redis-cli -p "${masters[0]}" cluster meet 127.0.0.1 "$p" >/dev/null || return 1
+    done
+    for p in "${masters[@]}" "${replicas[@]}"; do
+        wait_until 30 cluster_nodes_known "$p" $((2 * m)) || { log "shard nodes did not meet"; return 1; }
+    done
+    for ((i = 0; i < m; i++)); do
+        id=$(redis-cli -p "${masters[i]}" cluster myid) || return 1
+        wait_until 30 cluster_replicate "${replicas[i]}" "$id" ||
+            { log "shard-$((i + 1))-r did not become a replica"; return 1; }
+    done
+    wait_until 60 cluster_ready "${masters[@]}" "${replicas[@]}" ||
+        { log "the Redis Cluster did not become ready (cluster_state, replica sync)"; return 1; }
+    for p in "${masters[@]}"; do seeds+="${seeds:+,}127.0.0.1:$p"; done
+    echo "$seeds"
 }
 
 # start_zk DIR N: ZooKeeper nodes zk-1..zk-N (N = 1: a standalone server; more: an
@@ -419,6 +483,7 @@ up_cleanup() {
 
 cmd_up() {
     local dir="" instances=3 lb=nginx lock="" lock_nodes="" zk_nodes="" fsync=always i
+    local redis_cluster=0
     local -a extra=()
     while (($#)); do
         case $1 in
@@ -429,6 +494,7 @@ cmd_up() {
         --lock-nodes) lock_nodes=${2:?"$1 needs a value"}; shift 2 ;;
         --zk-nodes) zk_nodes=${2:?"$1 needs a value"}; shift 2 ;;
         --fsync) fsync=${2:?"$1 needs a value"}; shift 2 ;;
+        --redis-cluster) redis_cluster=${2:?"$1 needs a value"}; shift 2 ;;
         --canned) CANNED=1; shift ;;
         --quiet) QUIET=1; shift ;;
         --) shift; extra=("$@"); break ;;
@@ -436,7 +502,14 @@ cmd_up() {
         *) log "up: unknown option $1"; usage ;;
         esac
     done
-    [[ $instances =~ ^[1-9][0-9]*$ ]] || die "--instances must be a positive number"
+    [[ $instances =~ ^[0-9]+$ ]] || die "--instances must be a number"
+    ((instances > 0 || redis_cluster > 0)) || die "--instances must be positive"
+    [[ $redis_cluster =~ ^[0-9]+$ ]] || die "--redis-cluster takes a count of masters"
+    # Not yet: the instances serve from one Redis (issue 13 brings the routing).
+    ((redis_cluster == 0 || instances == 0)) ||
+        die "--redis-cluster: seckill does not serve from a Redis Cluster yet; use --instances 0"
+    ((redis_cluster == 0 || !CANNED)) || die "--redis-cluster and --canned do not go together"
+    ((instances > 0)) || lb=none
     [[ $lb == nginx || $lb == haproxy || $lb == none ]] || die "--lb must be nginx, haproxy or none"
     [[ $fsync == always || $fsync == everysec || $fsync == no ]] || die "--fsync: always|everysec|no"
     ((!CANNED)) || [[ $lb == nginx ]] || die "--canned needs --lb nginx"
@@ -488,8 +561,16 @@ cmd_up() {
     rm -f "$dir/cluster.env"
 
     say "cluster dir: $dir"
-    local redis_port=""
-    if ((!CANNED)); then
+    local redis_port="" redis_seeds=""
+    if ((redis_cluster > 0)); then
+        redis_seeds=$(start_redis_cluster "$dir" "$redis_cluster" "$fsync") || exit 1
+        redis_port=${redis_seeds%%,*}
+        redis_port=${redis_port##*:}
+        for ((i = 1; i <= redis_cluster; i++)); do
+            say "  shard $i    master pid $(cat "$dir/shard-$i.pid"), replica pid $(cat "$dir/shard-$i-r.pid")"
+        done
+        say "  redis cluster seeds $redis_seeds"
+    elif ((!CANNED)); then
         redis_port=$(start_redis redis "$dir" "$fsync")
         say "  redis      127.0.0.1:$redis_port (pid $(cat "$dir/redis.pid"))"
     fi
@@ -513,7 +594,7 @@ cmd_up() {
     local -a args=(--redis "127.0.0.1:$redis_port")
     # The instances stand for as many machines but share this one's cores: each
     # gets its share of them as event loops, unless told otherwise.
-    if [[ -z ${SECKILL_THREADS:-} && " ${extra[*]} " != *" --threads"* ]]; then
+    if ((instances > 0)) && [[ -z ${SECKILL_THREADS:-} && " ${extra[*]} " != *" --threads"* ]]; then
         local cores
         cores=$(nproc)
         args+=(--threads $((cores / instances > 0 ? cores / instances : 1)))
@@ -547,7 +628,7 @@ cmd_up() {
         lb_url="http://127.0.0.1:$lb_port"
         say "  $lb $(printf '%*s' $((9 - ${#lb})) '')$lb_url (pid $(cat "$dir/lb.pid"))"
     else
-        lb_url=${urls[0]}
+        lb_url=${urls[0]:-}
     fi
 
     {
@@ -560,6 +641,10 @@ cmd_up() {
         printf 'REDIS_HOST=%q\n' "${redis_port:+127.0.0.1}"
         printf 'REDIS_PORT=%q\n' "$redis_port"
         printf 'REDIS_ADDR=%q\n' "${redis_port:+127.0.0.1:$redis_port}"
+        echo "# --redis-cluster M: the masters (seeds), shard-I (master) and shard-I-r (its"
+        echo "# replica) pids in \$CLUSTER_DIR/shard-I.pid, shard-I-r.pid"
+        printf 'REDIS_CLUSTER_SEEDS=%q\n' "$redis_seeds"
+        printf 'REDIS_CLUSTER_MASTERS=%q\n' "$redis_cluster"
         printf 'LOCK_MODE=%q\n' "$lock"
         printf 'LOCK_NODES=%q\n' "$nodes_csv"
         echo "# ZooKeeper node zk-I: pid in \$CLUSTER_DIR/zk-I.pid; stop or kill one with"

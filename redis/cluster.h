@@ -1,0 +1,76 @@
+/* cluster: what seckill needs of the Redis Cluster protocol, thin.
+ *
+ * hiredis 0.14 speaks RESP to one node and knows nothing of clusters (and
+ * hiredis-cluster needs hiredis 1.x), so the routing is here: the slot of a
+ * key (CRC16-XMODEM of its hash tag, mod 16384, as the cluster spec says),
+ * the map of which master serves which slot (from CLUSTER SHARDS, or CLUSTER
+ * SLOTS on servers without it), what a redirection answer asks for (MOVED:
+ * the map is stale; ASK: one command to another node, after ASKING) and
+ * which errors are worth a bounded retry (TRYAGAIN, CLUSTERDOWN).
+ *
+ * And where a SKU's segments live: each segment's keys share a hash tag, and
+ * the tags are chosen by computing their slots, so that K segments spread
+ * evenly over the masters instead of landing wherever their names hash.
+ *
+ * Thread safety: pure functions; a cluster_map is a plain value. */
+#ifndef SECKILL_CLUSTER_H
+#define SECKILL_CLUSTER_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CLUSTER_SLOTS 16384
+#define CLUSTER_MAX_MASTERS 64
+#define CLUSTER_NO_MASTER 0xffff
+
+/* CRC16-XMODEM (polynomial 0x1021, initial 0) of buf[0..len-1]. */
+uint16_t cluster_crc16(const char *buf, size_t len);
+/* The slot of key[0..len-1]: of its hash tag (what is between the first '{'
+ * and the first '}' after it, when not empty), else of the whole key. */
+int cluster_keyslot(const char *key, size_t len);
+
+struct cluster_master {
+    char id[41]; /* the node id */
+    char host[64];
+    int port;
+    int replicas; /* replicas the topology listed for it */
+};
+
+/* Which master serves each slot. */
+struct cluster_map {
+    int nmasters;
+    struct cluster_master masters[CLUSTER_MAX_MASTERS];
+    uint16_t owner[CLUSTER_SLOTS]; /* index into masters, or CLUSTER_NO_MASTER */
+};
+
+/* Fills m from the answer to CLUSTER SHARDS (Redis 7: slot numbers as
+ * integers, or on 7.0.x as strings; both are read). 0, or -1 when r is not
+ * such an answer (an error: the server may not have the command). */
+int cluster_map_from_shards(struct cluster_map *m, const redisReply *r);
+/* The same from CLUSTER SLOTS, for servers before 7. */
+int cluster_map_from_slots(struct cluster_map *m, const redisReply *r);
+/* Slots no master serves. */
+int cluster_map_unserved(const struct cluster_map *m);
+
+typedef enum {
+    CLUSTER_ANSWER = 0, /* not a redirection: the command's own answer */
+    CLUSTER_MOVED,      /* the slot lives elsewhere now: refresh the map, resend */
+    CLUSTER_ASK,        /* the slot is migrating: ASKING, then resend once there */
+    CLUSTER_RETRY,      /* TRYAGAIN or CLUSTERDOWN: resend after a pause, a few times */
+} cluster_redirect;
+
+/* What r asks for; on MOVED and ASK, *slot and the node (host, port) to go
+ * to. */
+cluster_redirect cluster_redirection(const redisReply *r, int *slot, char *host,
+                                     size_t hostlen, int *port);
+
+/* A hash tag for segment seg of sku whose slot master `master` of m serves:
+ * "<sku>:<seg>", or "<sku>:<seg>.<n>" with the smallest n that lands there
+ * (out, at most len bytes). Giving segment seg master seg % m->nmasters
+ * spreads K segments evenly. 0, or -1 when no n below 100000 lands there
+ * (the master serves almost no slots) or out is too short. */
+int cluster_segment_tag(const struct cluster_map *m, const char *sku, int seg, int master,
+                        char *out, size_t len);
+
+#endif

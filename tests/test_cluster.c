@@ -1,0 +1,315 @@
+/* test_cluster: the Redis Cluster routing (redis/cluster.h) against a real
+ * cluster of three masters started here: every key's slot is the one the
+ * servers compute, the map from CLUSTER SHARDS and from CLUSTER SLOTS says
+ * which master serves each slot, the redirections the servers answer are
+ * read (MOVED to the owner, ASK during a migration, CLUSTERDOWN while slots
+ * are unserved), and a SKU's segment tags land on the masters chosen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "rconn.h"
+#include "testutil.h"
+
+#define MASTERS 3
+
+static struct test_redis node[MASTERS];
+static struct rconn *rc[MASTERS];
+
+static redisReply *cmd(int i, const char *fmt, const char *arg)
+{
+    redisReply *r = rconn_command(rc[i], fmt, arg);
+    assert_non_null(r);
+    return r;
+}
+
+static void ok(int i, const char *fmt, const char *arg)
+{
+    redisReply *r = cmd(i, fmt, arg);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("node %d: %s", i, r->str);
+    freeReplyObject(r);
+}
+
+/* Every node says cluster_state:ok. */
+static int cluster_ok(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < MASTERS; i++) {
+        redisReply *r = rconn_command(rc[i], "CLUSTER INFO");
+        int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        if (r)
+            freeReplyObject(r);
+        if (!up)
+            return 0;
+    }
+    return 1;
+}
+
+/* Master i serves the slots [i * 16384 / 3, (i + 1) * 16384 / 3). */
+static int first_slot(int i)
+{
+    return i * CLUSTER_SLOTS / MASTERS;
+}
+
+/* The master that serves key. */
+static int owner_of(const char *key)
+{
+    int slot = cluster_keyslot(key, strlen(key)), i = 0;
+    while (slot >= first_slot(i + 1))
+        i++;
+    return i;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *args[] = {"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+                          NULL};
+    for (int i = 0; i < MASTERS; i++) {
+        test_redis_start(&node[i], args);
+        rc[i] = rconn_new("127.0.0.1", node[i].port, NULL, 2000);
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MASTERS; i++) {
+        rconn_free(rc[i]);
+        test_redis_stop(&node[i], 0, 0);
+    }
+    return 0;
+}
+
+/* Before the slots are served, a command is refused with CLUSTERDOWN: a
+ * retry later, not an answer. Then the slots are split and the nodes meet. */
+static void test_unserved_slots_say_retry(void **state)
+{
+    (void)state;
+    redisReply *r = cmd(0, "GET %s", "k");
+    int slot;
+    char host[64];
+    int port;
+    assert_int_equal(cluster_redirection(r, &slot, host, sizeof(host), &port),
+                     CLUSTER_RETRY);
+    freeReplyObject(r);
+
+    char range[32], meet[32];
+    for (int i = 0; i < MASTERS; i++) {
+        snprintf(range, sizeof(range), "%d %d", first_slot(i), first_slot(i + 1) - 1);
+        redisReply *a = rconn_command(rc[i], "CLUSTER ADDSLOTSRANGE %d %d", first_slot(i),
+                                      first_slot(i + 1) - 1);
+        assert_non_null(a);
+        if (a->type == REDIS_REPLY_ERROR)
+            fail_msg("ADDSLOTSRANGE %s: %s", range, a->str);
+        freeReplyObject(a);
+    }
+    for (int i = 1; i < MASTERS; i++) {
+        snprintf(meet, sizeof(meet), "%d", node[i].port);
+        redisReply *m = rconn_command(rc[0], "CLUSTER MEET 127.0.0.1 %s", meet);
+        assert_non_null(m);
+        freeReplyObject(m);
+    }
+    if (!test_wait_for(cluster_ok, NULL, 20000))
+        fail_msg("the cluster did not reach cluster_state:ok");
+}
+
+/* The slot of every key, with and without hash tags, is the server's. */
+static void test_keyslot_is_the_servers(void **state)
+{
+    (void)state;
+    const char *keys[] = {"foo",
+                          "bar",
+                          "{user1000}.following",
+                          "{user1000}.followers",
+                          "foo{}{bar}",
+                          "foo{{bar}}zap",
+                          "foo{bar}{zap}",
+                          "{}",
+                          "{",
+                          "}{",
+                          "a{b",
+                          "sk:{hot}:stock",
+                          "sk:{hot:3.17}:lock:3",
+                          "",
+                          "123456789"};
+    assert_int_equal(cluster_crc16("123456789", 9), 0x31c3);
+    char key[32];
+    for (size_t i = 0; i < sizeof(keys) / sizeof(*keys) + 300; i++) {
+        const char *k = keys[i % (sizeof(keys) / sizeof(*keys))];
+        if (i >= sizeof(keys) / sizeof(*keys)) {
+            snprintf(key, sizeof(key), "k%zu{t%zu}x", i, i % 7);
+            k = key;
+        }
+        redisReply *r = cmd(0, "CLUSTER KEYSLOT %s", k);
+        assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+        if (cluster_keyslot(k, strlen(k)) != r->integer)
+            fail_msg("'%s': slot %d, the server says %lld", k,
+                     cluster_keyslot(k, strlen(k)), r->integer);
+        freeReplyObject(r);
+    }
+}
+
+/* Asserts that m has the three masters, each serving its third. */
+static void assert_map(const struct cluster_map *m)
+{
+    assert_int_equal(m->nmasters, MASTERS);
+    assert_int_equal(cluster_map_unserved(m), 0);
+    for (int i = 0; i < MASTERS; i++)
+        for (int s = first_slot(i); s < first_slot(i + 1); s += 997) {
+            const struct cluster_master *cm = &m->masters[m->owner[s]];
+            if (cm->port != node[i].port || strcmp(cm->host, "127.0.0.1") != 0)
+                fail_msg("slot %d: %s:%d, not node %d (port %d)", s, cm->host, cm->port,
+                         i, node[i].port);
+        }
+}
+
+static void test_map_from_shards_and_slots(void **state)
+{
+    (void)state;
+    struct cluster_map *m = malloc(sizeof(*m));
+    assert_non_null(m);
+    for (int i = 0; i < MASTERS; i++) {
+        redisReply *r = cmd(i, "CLUSTER SHARDS", NULL);
+        assert_int_equal(cluster_map_from_shards(m, r), 0);
+        freeReplyObject(r);
+        assert_map(m);
+        r = cmd(i, "CLUSTER SLOTS", NULL);
+        assert_int_equal(cluster_map_from_slots(m, r), 0);
+        freeReplyObject(r);
+        assert_map(m);
+    }
+    redisReply *r = cmd(0, "PING", NULL); /* not a topology: refused */
+    assert_int_equal(cluster_map_from_shards(m, r), -1);
+    assert_int_equal(cluster_map_from_slots(m, r), -1);
+    freeReplyObject(r);
+    free(m);
+}
+
+/* A key asked of a node that does not serve it: MOVED to the one that does. */
+static void test_moved_names_the_owner(void **state)
+{
+    (void)state;
+    for (int k = 0; k < 30; k++) {
+        char key[16];
+        snprintf(key, sizeof(key), "m%d", k);
+        int owner = owner_of(key);
+        int other = (owner + 1) % MASTERS;
+        redisReply *r = cmd(other, "GET %s", key);
+        int slot, port;
+        char host[64];
+        assert_int_equal(cluster_redirection(r, &slot, host, sizeof(host), &port),
+                         CLUSTER_MOVED);
+        assert_int_equal(slot, cluster_keyslot(key, strlen(key)));
+        assert_int_equal(port, node[owner].port);
+        assert_string_equal(host, "127.0.0.1");
+        freeReplyObject(r);
+        r = cmd(owner, "GET %s", key);
+        assert_int_equal(cluster_redirection(r, &slot, host, sizeof(host), &port),
+                         CLUSTER_ANSWER);
+        freeReplyObject(r);
+    }
+}
+
+/* A slot migrating from node 0 to node 1: a key node 0 no longer has is
+ * asked of node 1 (ASK), which answers it after ASKING. */
+static void test_ask_during_a_migration(void **state)
+{
+    (void)state;
+    const char *key = "{mig}k";
+    int slot = cluster_keyslot(key, strlen(key));
+    int from = owner_of(key);
+    int to = (from + 1) % MASTERS;
+    char s[16], id[64];
+    snprintf(s, sizeof(s), "%d", slot);
+    redisReply *r = cmd(to, "CLUSTER MYID", NULL);
+    snprintf(id, sizeof(id), "%s", r->str);
+    freeReplyObject(r);
+    redisReply *from_id = cmd(from, "CLUSTER MYID", NULL);
+    r = rconn_command(rc[to], "CLUSTER SETSLOT %s IMPORTING %s", s, from_id->str);
+    assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    freeReplyObject(from_id);
+    r = rconn_command(rc[from], "CLUSTER SETSLOT %s MIGRATING %s", s, id);
+    assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+
+    r = cmd(from, "GET %s", key);
+    int got_slot, port;
+    char host[64];
+    assert_int_equal(cluster_redirection(r, &got_slot, host, sizeof(host), &port),
+                     CLUSTER_ASK);
+    assert_int_equal(got_slot, slot);
+    assert_int_equal(port, node[to].port);
+    freeReplyObject(r);
+    ok(to, "ASKING", NULL);
+    r = cmd(to, "SET %s v", key);
+    assert_int_equal(cluster_redirection(r, &got_slot, host, sizeof(host), &port),
+                     CLUSTER_ANSWER);
+    freeReplyObject(r);
+    /* back as it was: the slot stays with from */
+    r = rconn_command(rc[to], "DEL %s", key);
+    freeReplyObject(r);
+    r = rconn_command(rc[from], "CLUSTER SETSLOT %s STABLE", s);
+    freeReplyObject(r);
+    r = rconn_command(rc[to], "CLUSTER SETSLOT %s STABLE", s);
+    freeReplyObject(r);
+}
+
+/* 16 segments of a SKU over 3 masters: segment i on master i % 3, so each
+ * master holds 5 or 6; by name alone they would fall where they hash. */
+static void test_segment_tags_spread_over_the_masters(void **state)
+{
+    (void)state;
+    struct cluster_map *m = malloc(sizeof(*m));
+    assert_non_null(m);
+    redisReply *r = cmd(1, "CLUSTER SHARDS", NULL);
+    assert_int_equal(cluster_map_from_shards(m, r), 0);
+    freeReplyObject(r);
+    int per_master[MASTERS] = {0};
+    for (int seg = 0; seg < 16; seg++) {
+        char tag[64], key[96];
+        int want = seg % m->nmasters;
+        assert_int_equal(cluster_segment_tag(m, "hot", seg, want, tag, sizeof(tag)), 0);
+        snprintf(key, sizeof(key), "sk:{%s}:stock", tag);
+        int slot = cluster_keyslot(key, strlen(key));
+        assert_int_equal(m->owner[slot], want);
+        /* the server agrees on which node serves it */
+        redisReply *g = rconn_command(rc[0], "GET %s", key);
+        int s2, port;
+        char host[64];
+        cluster_redirect rd = cluster_redirection(g, &s2, host, sizeof(host), &port);
+        int served_by = rd == CLUSTER_MOVED ? port : node[0].port;
+        assert_int_equal(served_by, m->masters[want].port);
+        freeReplyObject(g);
+        per_master[want]++;
+    }
+    for (int i = 0; i < MASTERS; i++)
+        if (per_master[i] < 5 || per_master[i] > 6)
+            fail_msg("master %d holds %d of 16 segments", i, per_master[i]);
+    char small[4];
+    assert_int_equal(cluster_segment_tag(m, "hot", 1, 0, small, sizeof(small)), -1);
+    free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unserved_slots_say_retry),
+        cmocka_unit_test(test_keyslot_is_the_servers),
+        cmocka_unit_test(test_map_from_shards_and_slots),
+        cmocka_unit_test(test_moved_names_the_owner),
+        cmocka_unit_test(test_ask_during_a_migration),
+        cmocka_unit_test(test_segment_tags_spread_over_the_masters),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
