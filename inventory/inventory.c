@@ -1561,9 +1561,10 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
 void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
                      const redisReply *r)
 {
-    if (h->index == HOLD_OWN) /* the read */
-        h->stock = res == ACONN_REPLY ? stock_of(r) : -1;
-    else
+    if (h->index == HOLD_OWN) { /* the read; not one that went ahead of a resend */
+        if (h->with_read || h->state == HOLD_READING)
+            h->stock = res == ACONN_REPLY ? stock_of(r) : -1;
+    } else
         lock_answer(s, h, res, r);
 }
 
@@ -1673,8 +1674,9 @@ void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *c
     }
     h->state = HOLD_COMMITTING;
     /* A release on the data Redis goes in one pipeline with the commit; one
-     * on the lock's nodes once the commit answered (it may not overtake it). */
-    h->releasing = release_on_data(&h->step);
+     * on the lock's nodes once the commit answered (it may not overtake it),
+     * and so does one that must be made after the commit (setnx). */
+    h->releasing = release_on_data(&h->step) && !h->step.after;
     if (h->releasing)
         step_queue(s, h, 0);
 }
@@ -1690,8 +1692,10 @@ int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result r
         else
             batch_answer(inv, NULL, h, r, LOCK_RELEASED);
         h->state = HOLD_RELEASING;
-        if (!h->releasing)
+        if (!h->releasing) { /* made now: it may decide on the time */
+            lock_release_step(s->lock, h->lkey, &h->g, &h->step);
             step_queue(s, h, 0);
+        }
     } else {
         lock_answer(s, h, res, r);
     }

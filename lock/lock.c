@@ -332,6 +332,7 @@ static void step_clear(struct lock_step *st, int phase)
 {
     st->ncmd = 0;
     st->last = 0;
+    st->after = 0;
     st->answered = 0;
     st->ok = 0;
     st->phase = phase;
@@ -415,8 +416,11 @@ lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_s
             return LOCK_PENDING;
         }
     }
-    if (res == LOCK_PENDING)
+    if (res == LOCK_PENDING) {
+        if (fence_after(l))
+            st->last = 0; /* the grant is complete with lock.c's fence step */
         return res;
+    }
     if (res == LOCK_BUSY) {
         st->contended = 1;
         int64_t left = st->deadline_us - lock_now_us();

@@ -187,6 +187,8 @@ struct lock_step {
     struct rcmd cmd[LOCK_STEP_CMDS];
     int node[LOCK_STEP_CMDS]; /* -1: the data Redis, else a lock node */
     int last;                 /* a grant by this step is complete */
+    int after;                /* a release: send it only once what went before it answered
+                                 (it decides on what time it is when it is made) */
     int64_t retry_us;         /* LOCK_BUSY without a queue entry: pause
                                  before the next attempt; 0: none */
     const char *argv[24];

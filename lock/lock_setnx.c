@@ -276,6 +276,7 @@ static lock_status setnx_try_done(void *session, const char *key, struct lock_st
         return LOCK_ACQUIRED;
     }
     if (st->phase == PHASE_TRY && held_until == -1) { /* released meanwhile: again */
+        st->ncmd = st->answered = 0;
         setnx_try_cmd(s, key, st);
         return LOCK_PENDING;
     }
@@ -296,6 +297,7 @@ static void setnx_release_cmd(void *session, const char *key, struct lock_grant 
 {
     struct setnx_session *s = session;
     st->phase = PHASE_RELEASE;
+    st->after = 1; /* the expiry is checked once the commit answered, as lock_release */
     st->res = LOCK_NOT_HELD; /* our expiry has passed: leave the key alone */
     if (wall_ms(s->st) >= strtoll(g->token, NULL, 10))
         return;

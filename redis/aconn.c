@@ -237,7 +237,10 @@ static int queue(struct aconn *c, struct areq *q, int argc, const char **argv,
         c->free_req = q;
         return -1;
     }
-    if (c->pending++ == 0) {
+    /* The watch runs while anything is owed. A command queued while a drop
+     * answers the old connection's (pending still > 0, the watch spent)
+     * arms it too, or a new connection that never answers is never dropped. */
+    if (c->pending++ == 0 || !evtimer_pending(c->watch, NULL)) {
         c->alive_us = mono_us();
         watch_arm(c, (int64_t)c->timeout_ms * 1000);
     }

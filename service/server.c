@@ -253,17 +253,27 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-static void waiters_submit(struct waiters *w, struct conn_state *st)
+/* Suspends st's connection and queues it. 0, or -1 once the threads are
+ * stopping (the server is going down): nothing done, the caller answers it
+ * itself. */
+static int waiters_submit(struct waiters *w, struct conn_state *st)
 {
     st->next = NULL;
     pthread_mutex_lock(&w->mu);
-    if (w->tail)
-        w->tail->next = st;
-    else
-        w->head = st;
-    w->tail = st;
-    pthread_cond_signal(&w->cv);
+    int stopping = w->stop;
+    if (!stopping) {
+        /* Suspended before it is queued, so that a waiter can only resume a
+         * suspended connection. */
+        MHD_suspend_connection(st->conn);
+        if (w->tail)
+            w->tail->next = st;
+        else
+            w->head = st;
+        w->tail = st;
+        pthread_cond_signal(&w->cv);
+    }
     pthread_mutex_unlock(&w->mu);
+    return stopping ? -1 : 0;
 }
 
 static void waiters_start(struct svc_server *srv)
@@ -276,7 +286,8 @@ static void waiters_start(struct svc_server *srv)
             abort();
 }
 
-/* Serves what is queued, then stops the threads. */
+/* Serves what is queued, then stops the threads; what the loops bring
+ * after that they answer themselves (waiters_submit). */
 static void waiters_stop(struct svc_server *srv)
 {
     struct waiters *w = &srv->waiters;
@@ -286,8 +297,13 @@ static void waiters_stop(struct svc_server *srv)
     pthread_mutex_unlock(&w->mu);
     for (int i = 0; i < SERVER_WAITERS; i++)
         pthread_join(w->tid[i], NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
+}
+
+/* Once the loops are gone. */
+static void waiters_free(struct svc_server *srv)
+{
+    pthread_mutex_destroy(&srv->waiters.mu);
+    pthread_cond_destroy(&srv->waiters.cv);
 }
 
 /* Counts, logs and sends the answer of the request. */
@@ -363,19 +379,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                                          MHD_HTTP_HEADER_AUTHORIZATION),
             .ticket = &st->ticket,
         };
-        /* Suspended before it is queued (here and below), so that the
-         * other thread can only resume a suspended connection. */
         if (st->route->flags & ROUTE_WAITS) {
             st->req = req;
             st->res = (struct svc_response){0};
             st->pending = PENDING_WAITER;
             st->loop = tls_loop;
-            MHD_suspend_connection(conn);
-            waiters_submit(&tls_loop->srv->waiters, st);
-            return MHD_YES;
+            if (waiters_submit(&tls_loop->srv->waiters, st) == 0)
+                return MHD_YES;
+            st->pending = PENDING_NONE; /* going down: answered here */
         }
         svc_route_run(st->route, &req, &res);
         if (res.pending) {
+            /* Suspended before it is queued, so that the batch thread can
+             * only resume a suspended connection. */
             st->pending = PENDING_ORDER;
             st->ticket.done = order_done;
             st->ticket.owner = st;
@@ -677,6 +693,7 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     waiters_stop(srv);
     int left = atomic_load(&app->inflight);
     loops_free(srv, srv->nloops, 1);
+    waiters_free(srv);
     log_event(LOG_INFO, "stopped", "inflight_left=%d", left);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
