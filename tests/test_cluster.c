@@ -3,7 +3,10 @@
  * servers compute, the map from CLUSTER SHARDS and from CLUSTER SLOTS says
  * which master serves each slot, the redirections the servers answer are
  * read (MOVED to the owner, ASK during a migration, CLUSTERDOWN while slots
- * are unserved), and a SKU's segment tags land on the masters chosen. */
+ * are unserved), and a SKU's segment tags land on the masters chosen. The
+ * router of an event loop (acluster.h) sends each command to its slot's
+ * master from one seed, follows MOVED and ASK as a slot moves, and answers
+ * a command it cannot send (no reachable seed) on the loop. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
+#include "acluster.h"
 #include "cluster.h"
 #include "rconn.h"
 #include "testutil.h"
@@ -301,6 +307,194 @@ static void test_segment_tags_spread_over_the_masters(void **state)
     free(m);
 }
 
+/* ---- the event loop's router ----------------------------------------------- */
+
+/* An event loop with a router on it and the answers of its commands. */
+struct router {
+    struct event_base *base;
+    struct acluster *ac;
+    int answered, ok;
+    char last[64]; /* the last answer, as text */
+    aconn_result last_res;
+};
+
+static void router_open(struct router *r, int seed_port)
+{
+    memset(r, 0, sizeof(*r));
+    r->base = event_base_new();
+    assert_non_null(r->base);
+    struct rconn_addr seed = {.port = seed_port};
+    snprintf(seed.host, sizeof(seed.host), "127.0.0.1");
+    r->ac = acluster_new(r->base, &seed, 1, NULL, 500);
+}
+
+static void router_close(struct router *r)
+{
+    acluster_free(r->ac);
+    event_base_free(r->base);
+}
+
+static void on_routed(void *arg, aconn_result res, redisReply *reply)
+{
+    struct router *r = arg;
+    r->answered++;
+    r->last_res = res;
+    r->last[0] = '\0';
+    if (reply && (reply->type == REDIS_REPLY_STATUS ||
+                  reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_ERROR))
+        snprintf(r->last, sizeof(r->last), "%s", reply->str);
+    else if (reply && reply->type == REDIS_REPLY_INTEGER)
+        snprintf(r->last, sizeof(r->last), "%lld", reply->integer);
+    r->ok += res == ACONN_REPLY && reply && reply->type != REDIS_REPLY_ERROR;
+}
+
+/* Runs the loop until n answers came (at most 5 s). */
+static void router_wait(struct router *r, int n)
+{
+    for (int i = 0; i < 5000 && r->answered < n; i++) {
+        struct timeval ms = {.tv_usec = 1000};
+        event_base_loopexit(r->base, &ms);
+        event_base_dispatch(r->base);
+    }
+    if (r->answered < n)
+        fail_msg("%d of %d answers", r->answered, n);
+}
+
+static void route(struct router *r, const char *a0, const char *key, const char *a2)
+{
+    const char *argv[] = {a0, key, a2};
+    assert_int_equal(acluster_command(r->ac, cluster_keyslot(key, strlen(key)), on_routed,
+                                      r, a2 ? 3 : 2, argv),
+                     0);
+}
+
+/* From one seed, every key goes to its slot's master: 60 SETs answered OK,
+ * each value found on the master that serves the key, no redirection. */
+static void test_router_sends_each_key_to_its_master(void **state)
+{
+    (void)state;
+    struct router r;
+    router_open(&r, node[2].port);
+    char key[16], val[16];
+    for (int k = 0; k < 60; k++) {
+        snprintf(key, sizeof(key), "r%d", k);
+        snprintf(val, sizeof(val), "v%d", k);
+        route(&r, "SET", key, val);
+    }
+    router_wait(&r, 60);
+    assert_int_equal(r.ok, 60);
+    for (int k = 0; k < 60; k++) {
+        snprintf(key, sizeof(key), "r%d", k);
+        redisReply *g = cmd(owner_of(key), "GET %s", key);
+        assert_int_equal(g->type, REDIS_REPLY_STRING);
+        snprintf(val, sizeof(val), "v%d", k);
+        assert_string_equal(g->str, val);
+        freeReplyObject(g);
+    }
+    struct acluster_stats st;
+    acluster_stats(r.ac, &st);
+    assert_int_equal(st.moved + st.ask + st.retries, 0);
+    assert_true(st.refreshes >= 1);
+    assert_int_equal(acluster_map(r.ac)->nmasters, MASTERS);
+    router_close(&r);
+}
+
+/* Sets slot's owner to node `to` on every node (the slot holds no key). */
+static void slot_to(int slot, int to)
+{
+    redisReply *id = cmd(to, "CLUSTER MYID", NULL);
+    char s[16];
+    snprintf(s, sizeof(s), "%d", slot);
+    for (int i = 0; i < MASTERS; i++) {
+        redisReply *r = rconn_command(rc[i], "CLUSTER SETSLOT %s NODE %s", s, id->str);
+        assert_non_null(r);
+        if (r->type == REDIS_REPLY_ERROR)
+            fail_msg("SETSLOT %s NODE on %d: %s", s, i, r->str);
+        freeReplyObject(r);
+    }
+    freeReplyObject(id);
+}
+
+/* A slot moved to another master after the router learnt the map: the
+ * command goes to the old one, MOVED, and is sent again to the new one,
+ * which then has the value. */
+static void test_router_follows_moved(void **state)
+{
+    (void)state;
+    struct router r;
+    router_open(&r, node[0].port);
+    route(&r, "SET", "warm", "up");
+    router_wait(&r, 1);
+    const char *key = "{moving}k";
+    int slot = cluster_keyslot(key, strlen(key)), from = owner_of(key);
+    int to = (from + 1) % MASTERS;
+    slot_to(slot, to);
+    route(&r, "SET", key, "moved");
+    router_wait(&r, 2);
+    assert_string_equal(r.last, "OK");
+    struct acluster_stats st;
+    acluster_stats(r.ac, &st);
+    assert_int_equal(st.moved, 1);
+    redisReply *g = cmd(to, "GET %s", key);
+    assert_int_equal(g->type, REDIS_REPLY_STRING);
+    assert_string_equal(g->str, "moved");
+    freeReplyObject(g);
+    freeReplyObject(cmd(to, "DEL %s", key)); /* back as it was */
+    slot_to(slot, from);
+    router_close(&r);
+}
+
+/* A slot migrating, its key already on the target: the source answers ASK,
+ * and the router asks the target behind ASKING, once. */
+static void test_router_follows_ask(void **state)
+{
+    (void)state;
+    struct router r;
+    router_open(&r, node[0].port);
+    route(&r, "SET", "warm", "up");
+    router_wait(&r, 1);
+    const char *key = "{asking}k";
+    int slot = cluster_keyslot(key, strlen(key)), from = owner_of(key);
+    int to = (from + 1) % MASTERS;
+    char s[16];
+    snprintf(s, sizeof(s), "%d", slot);
+    redisReply *from_id = cmd(from, "CLUSTER MYID", NULL);
+    redisReply *to_id = cmd(to, "CLUSTER MYID", NULL);
+    freeReplyObject(
+        rconn_command(rc[to], "CLUSTER SETSLOT %s IMPORTING %s", s, from_id->str));
+    freeReplyObject(
+        rconn_command(rc[from], "CLUSTER SETSLOT %s MIGRATING %s", s, to_id->str));
+    ok(to, "ASKING", NULL);
+    ok(to, "SET {asking}k there", NULL);
+    route(&r, "GET", key, NULL);
+    router_wait(&r, 2);
+    assert_string_equal(r.last, "there");
+    struct acluster_stats st;
+    acluster_stats(r.ac, &st);
+    assert_int_equal(st.ask, 1);
+    ok(to, "ASKING", NULL);
+    ok(to, "DEL {asking}k", NULL);
+    freeReplyObject(rconn_command(rc[from], "CLUSTER SETSLOT %s STABLE", s));
+    freeReplyObject(rconn_command(rc[to], "CLUSTER SETSLOT %s STABLE", s));
+    freeReplyObject(from_id);
+    freeReplyObject(to_id);
+    router_close(&r);
+}
+
+/* No seed answers: the command is answered "not sent", on the loop and not
+ * inside the call that queued it. */
+static void test_router_without_a_seed(void **state)
+{
+    (void)state;
+    struct router r;
+    router_open(&r, test_free_port());
+    route(&r, "GET", "k", NULL);
+    assert_int_equal(r.answered, 0);
+    router_wait(&r, 1);
+    assert_int_equal(r.last_res, ACONN_NOT_SENT);
+    router_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +504,10 @@ int main(void)
         cmocka_unit_test(test_moved_names_the_owner),
         cmocka_unit_test(test_ask_during_a_migration),
         cmocka_unit_test(test_segment_tags_spread_over_the_masters),
+        cmocka_unit_test(test_router_sends_each_key_to_its_master),
+        cmocka_unit_test(test_router_follows_moved),
+        cmocka_unit_test(test_router_follows_ask),
+        cmocka_unit_test(test_router_without_a_seed),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
