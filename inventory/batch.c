@@ -293,6 +293,7 @@ static void batch_end(struct worker *w, struct slot *x)
     }
     queue_done(b, x->q);
     pthread_mutex_unlock(&b->mu);
+    inv_tickets_durable(w->s, x->held, ndone);
     for (int i = 0; i < ndone; i++)
         x->held[i]->done(x->held[i]); /* the ticket may be gone after this */
 }
@@ -358,10 +359,11 @@ static void *worker_main(void *arg)
             w->no_batch = 0;
             if (w->nalone > 0) {
                 pthread_mutex_unlock(&b->mu);
-                for (int i = 0; i < w->nalone; i++) {
+                for (int i = 0; i < w->nalone; i++)
                     inv_ticket_single(w->s, w->alone[i]);
+                inv_tickets_durable(w->s, w->alone, w->nalone);
+                for (int i = 0; i < w->nalone; i++)
                     w->alone[i]->done(w->alone[i]);
-                }
                 w->nalone = 0;
                 pthread_mutex_lock(&b->mu);
                 continue;

@@ -78,6 +78,11 @@ struct inv_engine {
     int open_holds;
     struct equeue *backed_off;
     struct ehold *holds, *free_holds;
+    /* Placed orders waiting for their replicas' acknowledgement: covered
+     * by the WAIT in flight (acking), and placed since (unacked). */
+    struct inv_ticket *acking, *unacked, *unacked_tail;
+    int acks; /* placed orders wait for replicas (inv_durable_argv) */
+    int ack_in_flight;
     /* Connections for the waits for a hand-off (BLPOP), one per wait in
      * flight, kept for the next: all of them, and the idle ones. */
     struct aconn **blocking, **idle_blocking;
@@ -90,10 +95,62 @@ int inv_engine_inflight(const struct inv_engine *e)
     return atomic_load(&e->inflight);
 }
 
-static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
+static void ticket_answer(struct inv_engine *e, struct inv_ticket *t)
 {
     atomic_fetch_sub(&e->inflight, 1);
     t->done(t); /* the ticket may be gone after this */
+}
+
+static void acks_send(struct inv_engine *e);
+
+/* The answer of the WAIT in flight: the orders it covers are acknowledged
+ * by the replicas, or outcome unknown. */
+static void on_acked(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_engine *e = arg;
+    struct inv_ticket *t = e->acking;
+    e->acking = NULL;
+    e->ack_in_flight = 0;
+    for (struct inv_ticket *next; t; t = next) {
+        next = t->next;
+        inv_ticket_acked(e->inv, t, res == ACONN_REPLY ? r : NULL);
+        ticket_answer(e, t);
+    }
+    if (e->unacked)
+        acks_send(e);
+}
+
+/* One WAIT for every order placed on the connection since the last one: it
+ * covers every write made before it on the connection (group commit of the
+ * replicas' acknowledgement). */
+static void acks_send(struct inv_engine *e)
+{
+    const char *argv[3];
+    char buf[2][16];
+    inv_durable_argv(e->inv, argv, buf);
+    e->acking = e->unacked;
+    e->unacked = e->unacked_tail = NULL;
+    e->ack_in_flight = 1;
+    if (!e->conn || aconn_command(e->conn, on_acked, e, 3, argv, NULL) != 0)
+        on_acked(e, ACONN_NOT_SENT, NULL);
+}
+
+/* t is final. A placed order waits for its replicas first when asked to
+ * (--min-replicas-acked): its commit went on this loop's connection. */
+static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
+{
+    if (t->st != INV_PLACED || !e->acks) {
+        ticket_answer(e, t);
+        return;
+    }
+    t->next = NULL;
+    if (e->unacked_tail)
+        e->unacked_tail->next = t;
+    else
+        e->unacked = t;
+    e->unacked_tail = t;
+    if (!e->ack_in_flight)
+        acks_send(e);
 }
 
 /* Hands t to the batch threads, which answer it. */
@@ -583,6 +640,9 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     e->conn = aconn_new(base, cfg->redis_host, cfg->redis_port, cfg->redis_password,
                         cfg->timeout_ms);
     e->conns.data = e->conn;
+    const char *wait_argv[3];
+    char wait_buf[2][16];
+    e->acks = inv_durable_argv(inv, wait_argv, wait_buf) > 0;
     const struct rconn_addr *nodes;
     const char *password;
     int node_ms;

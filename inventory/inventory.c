@@ -37,7 +37,7 @@ static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_res
 struct inv_counters {
     _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
         epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
-        id_collisions, sold_out_local;
+        id_collisions, sold_out_local, unacked;
 };
 
 /* What a peek taught about a SKU, so that a ticket finds its home segment and
@@ -223,6 +223,7 @@ void inv_stats(const struct inv *inv, struct inv_stats *out)
     out->idem_mismatch = atomic_load(&c->idem_mismatch);
     out->id_collisions = atomic_load(&c->id_collisions);
     out->sold_out_local = atomic_load(&c->sold_out_local);
+    out->unacked = atomic_load(&c->unacked);
 }
 
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)
@@ -1045,6 +1046,44 @@ static void ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st)
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st)
 {
     ticket_finish(inv, t, st);
+}
+
+int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16])
+{
+    if (inv->cfg.min_replicas_acked <= 0)
+        return 0;
+    snprintf(buf[0], 16, "%d", inv->cfg.min_replicas_acked);
+    snprintf(buf[1], 16, "%d", inv->cfg.acked_wait_ms > 0 ? inv->cfg.acked_wait_ms : 500);
+    argv[0] = "WAIT";
+    argv[1] = buf[0];
+    argv[2] = buf[1];
+    return 3;
+}
+
+void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r)
+{
+    if (t->st != INV_PLACED || (r && r->type == REDIS_REPLY_INTEGER &&
+                                r->integer >= inv->cfg.min_replicas_acked))
+        return;
+    atomic_fetch_sub(&inv->counters.placed, 1); /* counted as placed when decided */
+    count(&inv->counters.unacked);
+    ticket_finish(inv, t, INV_OUTCOME_UNKNOWN);
+}
+
+void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
+{
+    const char *argv[3];
+    char buf[2][16];
+    int placed = 0;
+    for (int i = 0; i < n; i++)
+        placed += t[i]->st == INV_PLACED;
+    if (!placed || !inv_durable_argv(s->inv, argv, buf))
+        return;
+    redisReply *r = rconn_command_argv(s->rc, 3, argv, NULL);
+    for (int i = 0; i < n; i++)
+        inv_ticket_acked(s->inv, t[i], r);
+    if (r)
+        freeReplyObject(r);
 }
 
 static void tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st)

@@ -76,6 +76,10 @@ struct inv_config {
     struct orderid_gen *ids;
     struct orderid_lease *lease; /* NULL: ids need no lease check */
     struct soldout *soldout;     /* NULL: every order asks Redis (soldout.h) */
+    /* A placed order is answered only once this many replicas of the data
+     * Redis acknowledged it (WAIT), else outcome unknown; 0: at once. */
+    int min_replicas_acked;
+    int acked_wait_ms; /* how long WAIT waits for them */
 };
 
 /* Units of an order taken from one segment. */
@@ -120,7 +124,9 @@ struct inv_stats {
     uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
         epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
         id_collisions,  /* an order id found issued before: a fresh one was drawn */
-        sold_out_local; /* of sold_out: answered from memory, without Redis */
+        sold_out_local, /* of sold_out: answered from memory, without Redis */
+        unacked;        /* of outcome_unknown: placed, but the replicas did not
+                           acknowledge it in time (min_replicas_acked) */
 };
 
 struct inv;
@@ -248,6 +254,20 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h);
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
+
+/* Replicas' acknowledgement (inv_config's min_replicas_acked): the tickets
+ * among t[0..n-1] that were placed on s's connection are answered placed
+ * only when WAIT says that many replicas have every write of that
+ * connection; else outcome unknown (the order exists on the master, and
+ * GET /orders/{id} tells whether it survived). Blocking; a no-op when none
+ * is asked for. */
+void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n);
+/* The WAIT of that check, for a caller that sends it itself (an event
+ * loop): argv[0..2], 3 strings, into buf. 0 when none is asked for. */
+int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]);
+/* Its answer r (NULL: none came) for placed ticket t: unacknowledged turns
+ * it outcome unknown. */
+void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r);
 
 /* ---- the event-driven path (engine.c) ----------------------------------- */
 

@@ -51,6 +51,7 @@ INT_OPTION(opt_ttl, lock_ttl_ms, 10, 3600000)
 INT_OPTION(opt_wait, wait_ms, 0, 600000)
 INT_OPTION(opt_work, work_us, 0, 10000000)
 INT_OPTION(opt_batch, batch, 1, 1024)
+INT_OPTION(opt_min_acked, min_replicas_acked, 0, 16)
 INT_OPTION(opt_instance, instance_id, 0, 1023)
 INT_OPTION(opt_threads, threads, 1, 1024)
 INT_OPTION(opt_zk_session, zk_session_ms, 100, 600000)
@@ -237,6 +238,10 @@ static const struct option_spec options[] = {
      "most queued orders one lock hold serves (atomic: most script calls one write "
      "carries); 1: one order per hold",
      opt_batch},
+    {"min-replicas-acked", "N", "1 when the data Redis has replicas, else 0",
+     "a 201 is answered only after N replicas acknowledged the order (WAIT); "
+     "else 503 outcome_unknown with its order id",
+     opt_min_acked},
     {"fencing", "on|off", "on", "fenced commits", opt_fencing},
     {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
      opt_instance},
@@ -369,6 +374,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     cfg->instance_id = -1;
     cfg->threads = default_threads();
     cfg->batch = 32;
+    cfg->min_replicas_acked = -1;
     cfg->log_level = LOG_INFO;
 
     for (size_t i = 0; i < NOPTIONS; i++) {

@@ -23,7 +23,8 @@ struct svc_config {
     int lock_ttl_ms;
     int wait_ms;
     int work_us;
-    int batch; /* most orders of one segment one lock hold serves */
+    int batch;              /* most orders of one segment one lock hold serves */
+    int min_replicas_acked; /* -1: 1 when the data Redis has replicas, else 0 */
     int fencing;
     int instance_id; /* -1: leased from Redis */
     int threads;

@@ -25,6 +25,24 @@ static void on_stop_signal(int sig)
     stop_requested = 1;
 }
 
+/* --min-replicas-acked, resolved: as given, or (not given) 1 when the data
+ * Redis has a replica connected now, else 0. Read once, at start. */
+static int replicas_acked(const struct svc_config *cfg)
+{
+    if (cfg->min_replicas_acked >= 0)
+        return cfg->min_replicas_acked;
+    struct rconn *rc =
+        rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
+    redisReply *r = rconn_command(rc, "INFO replication");
+    const char *n =
+        r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "connected_slaves:") : NULL;
+    int acked = n && atoi(n + strlen("connected_slaves:")) > 0;
+    if (r)
+        freeReplyObject(r);
+    rconn_free(rc);
+    return acked;
+}
+
 /* Leases the order-id worker id, retrying while Redis starts. */
 static struct orderid_lease *lease_worker(const struct svc_config *cfg,
                                           struct orderid_gen *ids)
@@ -110,6 +128,8 @@ int main(int argc, char **argv)
         .ids = &ids,
         .lease = lease,
         .soldout = soldout_new(cfg.redis.host, cfg.redis.port, cfg.redis_password),
+        .min_replicas_acked = replicas_acked(&cfg),
+        .acked_wait_ms = 500,
     };
     struct inv *inv = inv_new(&ic);
     /* Redis answered the lease: its persistence settings can be read now. */
@@ -129,6 +149,7 @@ int main(int argc, char **argv)
                           .lease = lease,
                           .durability = durability,
                           .batcher = batcher,
+                          .replicas_acked = ic.min_replicas_acked,
                           .ids = &ids};
 
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
@@ -144,10 +165,10 @@ int main(int argc, char **argv)
     }
     log_event(LOG_INFO, "listening",
               "addr=%s:%d redis=%s:%d lock=%s segments=%d threads=%d worker_id=%d "
-              "fencing=%s work_us=%d batch=%d",
+              "fencing=%s work_us=%d batch=%d min_replicas_acked=%d",
               cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port,
               cfg.lock_mode, cfg.segments, cfg.threads, orderid_worker(&ids),
-              cfg.fencing ? "on" : "off", cfg.work_us, cfg.batch);
+              cfg.fencing ? "on" : "off", cfg.work_us, cfg.batch, ic.min_replicas_acked);
 
     while (!stop_requested)
         sigsuspend(&old_set);

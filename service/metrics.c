@@ -183,14 +183,15 @@ json_t *svc_stats_json(struct svc_app *app)
         json_object_set_new(requests, r->name, codes);
     }
     json_t *orders = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed",
         (json_int_t)is.placed, "replayed", (json_int_t)is.replayed, "sold_out",
         (json_int_t)is.sold_out, "limit_reached", (json_int_t)is.limit, "busy",
         (json_int_t)is.busy, "unavailable", (json_int_t)is.unavailable, "outcome_unknown",
         (json_int_t)is.outcome_unknown, "idempotency_mismatch",
         (json_int_t)is.idem_mismatch, "spilled", (json_int_t)is.spilled,
         "order_id_collisions", (json_int_t)is.id_collisions, "sold_out_from_memory",
-        (json_int_t)is.sold_out_local);
+        (json_int_t)is.sold_out_local, "unacknowledged_by_replicas",
+        (json_int_t)is.unacked);
     struct inv_batch_stats bs = {0};
     if (app->batcher)
         inv_batcher_stats(app->batcher, &bs);
@@ -297,6 +298,10 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
     counter(f, "seckill_orders_sold_out_from_memory_total",
             "Sold-out answers given without Redis (SKU seen sold out this epoch).",
             is.sold_out_local);
+    counter(f, "seckill_orders_unacknowledged_total",
+            "Orders placed that the replicas did not acknowledge in time: answered "
+            "outcome_unknown (--min-replicas-acked).",
+            is.unacked);
     counter(f, "seckill_order_id_collisions_total",
             "Order ids found issued before at commit; the order drew a fresh one.",
             is.id_collisions);
@@ -356,10 +361,11 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
             atomic_load(&app->draining));
     fprintf(f,
             "# HELP seckill_redis_durable 1 when an acknowledged order survives a crash "
-            "of the data Redis (AOF with appendfsync always), else 0, also when its "
-            "settings could not be read.\n"
+            "of the data Redis (AOF with appendfsync always, or replicas acknowledge "
+            "each order: --min-replicas-acked), else 0, also when its settings could "
+            "not be read.\n"
             "# TYPE seckill_redis_durable gauge\nseckill_redis_durable %d\n",
-            svc_durability_durable(app->durability));
+            svc_durability_durable(app->durability) || app->replicas_acked > 0);
     sku_gauges(f, inv);
     fclose(f);
     return buf;

@@ -27,6 +27,7 @@ struct svc_app {
     struct orderid_gen *ids;           /* its worker id is this instance's id */
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
     struct inv_batcher *batcher;       /* runs every order (batch.h) */
+    int replicas_acked;                /* --min-replicas-acked, resolved */
     _Atomic int draining;
     _Atomic int inflight;
 };

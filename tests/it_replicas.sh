@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Integration: --min-replicas-acked. The data Redis has a replica and no AOF, so an
+# order survives the master's crash only once the replica has it: a 201 waits for the
+# replica's acknowledgement (WAIT), and without it the order answers 503
+# outcome_unknown with its order id.
+#
+#   - by default (a replica connected at start) an instance waits for 1 replica, and
+#     /metrics says the data is durable; --min-replicas-acked 0 does not wait;
+#   - replica healthy: orders answer 201, on the loop's group commits (redis mode), the
+#     loop's atomic script, and an order of several segments (a batch thread's path);
+#   - replica frozen (SIGSTOP): each of those answers 503 outcome_unknown with an
+#     order_id within the WAIT's 0.5 s and the 1 s timeouts, and that order exists on
+#     the master (GET /orders/{id} 200); /stats counts them; the instance without
+#     acknowledgement still answers 201;
+#   - replica back: orders answer 201 again; a retry of an unknown order with its
+#     Idempotency-Key returns that same order, and nothing is placed twice.
+set -uo pipefail
+source "$(dirname "$0")/../scripts/lib.sh"
+source "$(dirname "$0")/checks.sh"
+
+dir=$(mktemp -d /tmp/seckill-it-replicas.XXXXXX)
+cleanup() {
+    local rc=$? n
+    [[ -f $dir/replica.pid ]] && kill -CONT "$(cat "$dir/replica.pid")" 2>/dev/null
+    for n in acked atomic unacked; do proc_stop "$n" "$dir" 5; done
+    proc_stop replica "$dir" 5
+    proc_stop master "$dir" 5
+    checks_dispose "$dir" "$rc"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+checks_require redis-server redis-cli curl jq
+
+bin=$(seckill_bin) || exit 1
+mport=$(free_port) || exit 1
+rport=$(free_port) || exit 1
+mkdir -p "$dir/master" "$dir/replica"
+proc_start master "$dir" redis-server --port "$mport" --bind 127.0.0.1 --dir "$dir/master" \
+    --save "" --appendonly no || exit 1
+wait_started master "$dir" 15 redis_ping "$mport" || { echo "master did not start"; exit 1; }
+proc_start replica "$dir" redis-server --port "$rport" --bind 127.0.0.1 \
+    --dir "$dir/replica" --save "" --appendonly no --replicaof 127.0.0.1 "$mport" || exit 1
+synced() { redis-cli -p "$rport" info replication | tr -d '\r' | grep -q '^master_link_status:up'; }
+wait_until 20 synced || { echo "the replica did not sync"; exit 1; }
+attached() { redis-cli -p "$mport" info replication | tr -d '\r' | grep -q '^connected_slaves:1'; }
+wait_until 20 attached || { echo "the master does not see its replica"; exit 1; }
+
+# start NAME LOCK [FLAGS...]: an instance; its URL goes into the variable NAME
+start() {
+    local name=$1 lock=$2 port
+    shift 2
+    port=$(free_port) || return 1
+    proc_start "$name" "$dir" "$bin" --listen "127.0.0.1:$port" --redis "127.0.0.1:$mport" \
+        --lock "$lock" --threads 1 --segments 4 "$@" || return 1
+    wait_started "$name" "$dir" 15 http_ok "http://127.0.0.1:$port/readyz" || return 1
+    printf -v "$name" 'http://127.0.0.1:%s' "$port"
+}
+start acked redis || { echo "instance did not start"; exit 1; }
+start atomic atomic || { echo "instance did not start"; exit 1; }
+start unacked redis --min-replicas-acked 0 || { echo "instance did not start"; exit 1; }
+
+check "by default the instance waits for 1 replica (start-up log)" \
+    grep -q 'min_replicas_acked=1' "$dir/acked.log"
+check "--min-replicas-acked 0 is taken as given" grep -q 'min_replicas_acked=0' "$dir/unacked.log"
+durable() { curl -s "$1/metrics" | awk '$1 == "seckill_redis_durable" { print $2 }'; }
+expect "no AOF, replicas acknowledge: durable" "1" "$(durable "$acked")"
+expect "no AOF, nothing acknowledged: not durable" "0" "$(durable "$unacked")"
+
+curl -s -X PUT "$acked/skus/r" -d '{"stock":1000,"segments":4}' >/dev/null
+curl -s -X PUT "$acked/skus/few" -d '{"stock":4,"segments":4,"per_user_limit":2}' >/dev/null # 1 per segment
+
+# order URL SKU USER QTY [KEY] -> "code order_id error seconds"
+order() {
+    local hdr=()
+    [[ -n ${5:-} ]] && hdr=(-H "Idempotency-Key: $5")
+    curl -s --max-time 10 -w '\n%{http_code} %{time_total}' "${hdr[@]}" -X POST \
+        "$1/skus/$2/orders" -d "{\"user_id\":\"$3\",\"qty\":$4}" |
+        { read -r body; read -r code secs
+          echo "$code $(jq -r '.order_id // "-"' <<<"$body") $(jq -r '.error // "-"' <<<"$body") $secs"; }
+}
+
+read -r c _ <<<"$(order "$acked" r u1 1)"
+expect "replica up: group commit 201" "201" "$c"
+read -r c _ <<<"$(order "$atomic" r u2 1)"
+expect "replica up: atomic 201" "201" "$c"
+read -r c _ <<<"$(order "$acked" few u3 2)"
+expect "replica up: an order of two segments 201" "201" "$c"
+
+kill -STOP "$(cat "$dir/replica.pid")"
+unknown_ids=()
+for case in "acked r u4 1 key-u4" "atomic r u5 1" "acked few u6 2"; do
+    read -r url sku user qty key <<<"$case"
+    read -r c id err secs <<<"$(order "${!url}" "$sku" "$user" "$qty" "${key:-}")"
+    expect "replica frozen ($url $sku qty $qty): 503 outcome_unknown" "503 outcome_unknown" \
+        "$c $err"
+    check "... with an order id ($id), answered in ${secs}s" \
+        awk -v t="$secs" -v id="$id" 'BEGIN { exit !(id != "-" && t < 3) }'
+    expect "... and the order is on the master" "200" \
+        "$(http_code "$acked/orders/$id" 5)"
+    unknown_ids+=("$id")
+done
+read -r c _ <<<"$(order "$unacked" r u7 1)"
+expect "replica frozen, no acknowledgement asked: 201" "201" "$c"
+unacked_count=$(curl -s "$acked/stats" | jq '.orders.unacknowledged_by_replicas')
+expect "/stats counts the unacknowledged orders" "2" "$unacked_count"
+
+kill -CONT "$(cat "$dir/replica.pid")"
+wait_until 20 synced || echo "the replica did not come back"
+read -r c _ <<<"$(order "$acked" r u8 1)"
+expect "replica back: 201" "201" "$c"
+read -r c id _ <<<"$(order "$acked" r u4 1 key-u4)"
+expect "the unknown order retried with its key: the same order" "201 ${unknown_ids[0]}" "$c $id"
+sold=$(curl -s "$acked/skus/r" | jq .sold)
+expect "nothing placed twice: r sold u1 u2 u4 u5 u7 u8" "6" "$sold"
+
+checks_summary
