@@ -70,9 +70,35 @@ static int opt_listen(struct svc_config *cfg, const char *value, char *err, size
     return addr_option(&cfg->listen, value, err, errlen);
 }
 
+/* One Redis, or (several addresses) the seeds of a Redis Cluster: the first
+ * is kept, and how many there are. */
 static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_t errlen)
 {
-    return addr_option(&cfg->redis, value, err, errlen);
+    char first[300];
+    const char *comma = strchr(value, ',');
+    size_t n = comma ? (size_t)(comma - value) : strlen(value);
+    if (n >= sizeof(first)) {
+        snprintf(err, errlen, "must be HOST:PORT[,HOST:PORT...]");
+        return -1;
+    }
+    memcpy(first, value, n);
+    first[n] = '\0';
+    struct rconn_addr seed;
+    cfg->redis_seeds = 0;
+    for (const char *p = value; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        char one[300];
+        size_t len = strchr(p, ',') ? (size_t)(strchr(p, ',') - p) : strlen(p);
+        if (len >= sizeof(one))
+            len = sizeof(one) - 1;
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (rconn_addr_parse(one, &seed) != 0) {
+            snprintf(err, errlen, "must be HOST:PORT[,HOST:PORT...]");
+            return -1;
+        }
+        cfg->redis_seeds++;
+    }
+    return addr_option(&cfg->redis, first, err, errlen);
 }
 
 static int opt_password(struct svc_config *cfg, const char *value, char *err,
@@ -210,7 +236,9 @@ static int opt_log_level(struct svc_config *cfg, const char *value, char *err,
 static const struct option_spec options[] = {
     {"listen", "HOST:PORT", "127.0.0.1:8080",
      "HTTP address; a non-loopback one needs --admin-token", opt_listen},
-    {"redis", "HOST:PORT", "127.0.0.1:6379", "Redis holding stock, orders and locks",
+    {"redis", "HOST:PORT[,...]", "127.0.0.1:6379",
+     "Redis holding stock, orders and locks (several addresses: the seeds of a Redis "
+     "Cluster, not served yet)",
      opt_redis},
     {"redis-password", "PW", "none", "Redis AUTH password", opt_password},
     {"lock", "MODE", "redis", "none, local, setnx, redis, redlock, zk or atomic",
@@ -375,6 +403,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     cfg->threads = default_threads();
     cfg->batch = 32;
     cfg->min_replicas_acked = -1;
+    cfg->redis_seeds = 1;
     cfg->log_level = LOG_INFO;
 
     for (size_t i = 0; i < NOPTIONS; i++) {

@@ -25,6 +25,7 @@ struct svc_config {
     int work_us;
     int batch;              /* most orders of one segment one lock hold serves */
     int min_replicas_acked; /* -1: 1 when the data Redis has replicas, else 0 */
+    int redis_seeds;        /* addresses given to --redis (more than 1: a cluster) */
     int fencing;
     int instance_id; /* -1: leased from Redis */
     int threads;

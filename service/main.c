@@ -43,6 +43,23 @@ static int replicas_acked(const struct svc_config *cfg)
     return acked;
 }
 
+/* True when the data Redis answers that it is a node of a Redis Cluster,
+ * which this version does not serve (a SKU's keys would live on one shard,
+ * and its order records on others: its scripts would be refused). False
+ * also when it does not answer yet (lease_worker waits for it). */
+static int redis_is_cluster(const struct svc_config *cfg)
+{
+    struct rconn *rc =
+        rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
+    redisReply *r = rconn_command(rc, "INFO cluster");
+    int cluster =
+        r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_enabled:1");
+    if (r)
+        freeReplyObject(r);
+    rconn_free(rc);
+    return cluster;
+}
+
 /* Leases the order-id worker id, retrying while Redis starts. */
 static struct orderid_lease *lease_worker(const struct svc_config *cfg,
                                           struct orderid_gen *ids)
@@ -112,6 +129,15 @@ int main(int argc, char **argv)
         }
     }
 
+    if (cfg.redis_seeds > 1 || redis_is_cluster(&cfg)) {
+        fprintf(stderr,
+                "seckill: --redis %s:%d%s is a Redis Cluster, which this version does "
+                "not serve yet: give it one Redis (a master with replicas is served, "
+                "see --min-replicas-acked)\n",
+                cfg.redis.host, cfg.redis.port, cfg.redis_seeds > 1 ? ",..." : "");
+        lock_free(lock);
+        return 2;
+    }
     struct orderid_gen ids;
     orderid_init(&ids, cfg.instance_id >= 0 ? cfg.instance_id : 0, NULL, 0);
     struct orderid_lease *lease = lease_worker(&cfg, &ids);

@@ -7,7 +7,8 @@
 #     progress); every node runs AOF with appendfsync always and a 1 s node timeout;
 #   - cluster.env names the masters as seeds, and they are the nodes serving slots;
 #   - a write to one master reaches its replica (WAIT 1 says 1);
-#   - asking for instances on it is refused with a message (seckill does not serve
+#   - seckill given a node of it, or its seeds, refuses to start and says why; asking
+#     cluster.sh for instances on it is refused with a message (seckill does not serve
 #     from a cluster yet), and leaves nothing running;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
@@ -85,6 +86,15 @@ for s in "${seeds[@]}"; do
     [[ $out == OK* ]] && acked=$out
 done
 expect "SET then WAIT 1 on the key's master" "OK 1" "$acked"
+
+# seckill pointed at the cluster: refused at start, saying why (not served yet)
+bin=$(seckill_bin) || exit 1
+for redis in "${seeds[0]}" "$REDIS_CLUSTER_SEEDS"; do
+    out=$(timeout 20 "$bin" --listen "127.0.0.1:$(free_port)" --redis "$redis" 2>&1)
+    expect "seckill --redis $redis: exit code" "2" "$?"
+    check "... saying that it is a Redis Cluster" \
+        bash -c 'grep -q "is a Redis Cluster" <<<"$1"' _ "$out"
+done
 
 # instances on a cluster: refused, nothing left running
 "$ROOT/scripts/cluster.sh" up --dir "$dir/refused" --redis-cluster 3 --instances 2 --quiet \

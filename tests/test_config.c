@@ -33,6 +33,7 @@ static int setup(void **state)
     unsetenv("SECKILL_ZK_SESSION_MS");
     unsetenv("SECKILL_ZK_WATCH");
     unsetenv("SECKILL_LOCK");
+    unsetenv("SECKILL_REDIS");
     return 0;
 }
 
@@ -97,6 +98,36 @@ static void test_token_from_environment(void **state)
     /* the default address is loopback */
     assert_int_equal(svc_config_load(&cfg, 1, argv, err, sizeof(err)), CONFIG_OK);
     assert_string_equal(cfg.listen.host, "127.0.0.1");
+}
+
+/* --redis: one address, or the seeds of a cluster (the first kept, counted);
+ * a malformed one anywhere in the list is refused, naming the form. */
+static void test_redis_seeds(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512];
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.redis_seeds, 1);
+    assert_int_equal(load_flag(&cfg, "--redis", "10.0.0.1:7000", err, sizeof(err)),
+                     CONFIG_OK);
+    assert_string_equal(cfg.redis.host, "10.0.0.1");
+    assert_int_equal(cfg.redis.port, 7000);
+    assert_int_equal(cfg.redis_seeds, 1);
+    assert_int_equal(
+        load_flag(&cfg, "--redis", "r1:7000,r2:7001,r3:7002", err, sizeof(err)),
+        CONFIG_OK);
+    assert_string_equal(cfg.redis.host, "r1");
+    assert_int_equal(cfg.redis.port, 7000);
+    assert_int_equal(cfg.redis_seeds, 3);
+    const char *bad[] = {"r1",         "r1:7000,",      ",r1:7000",
+                         "r1:7000,r2", "r1:7000,,r2:1", "r1:x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (load_flag(&cfg, "--redis", bad[i], err, sizeof(err)) != CONFIG_ERROR)
+            fail_msg("--redis %s accepted", bad[i]);
+        if (!strstr(err, "HOST:PORT"))
+            fail_msg("--redis %s: %s", bad[i], err);
+    }
 }
 
 static void test_zk_flags(void **state)
@@ -195,6 +226,7 @@ int main(void)
         cmocka_unit_test_setup(test_loopback_needs_no_token, setup),
         cmocka_unit_test_setup(test_public_address_needs_token, setup),
         cmocka_unit_test_setup(test_token_from_environment, setup),
+        cmocka_unit_test_setup(test_redis_seeds, setup),
         cmocka_unit_test_setup(test_zk_flags, setup),
         cmocka_unit_test_setup(test_zk_watch_flag, setup),
     };
