@@ -105,7 +105,9 @@ CLK_TCK=$(getconf CLK_TCK)
 # Each system is "id|lock|batch label|extra seckill flags". Adding a variant is one line
 # here; everything downstream goes by id.
 BATCH_SUPPORTED=0
-if "$BIN" --help 2>&1 | grep -q -- '--batch'; then BATCH_SUPPORTED=1; fi
+# The help text is read whole first: grep -q stops at the first match, and under
+# pipefail the server's SIGPIPE on the rest of its output would read as "no".
+if grep -q -- '--batch' <<<"$("$BIN" --help 2>&1)"; then BATCH_SUPPORTED=1; fi
 SYSTEMS=()
 add_system() { # ID LOCK BATCH_LABEL [FLAGS...]: added when --systems names its id or lock
     local id=$1 lock=$2 label=$3
