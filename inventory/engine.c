@@ -429,6 +429,14 @@ static void hold_commit(struct ehold *x)
 
 static void hold_next(struct ehold *x);
 
+/* Another attempt at x's lock; decided at once when nothing went out. */
+static void hold_retry(struct ehold *x)
+{
+    inv_hold_retry_send(x->e->s, &x->h);
+    if (x->h.owed == 0)
+        hold_next(x);
+}
+
 /* The timer of x: its orders' work is done, or its pause before another
  * attempt at a lock that polls. */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -440,9 +448,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         return;
     }
     x->retrying = 0;
-    inv_hold_retry_send(x->e->s, &x->h);
-    if (x->h.owed == 0)
-        hold_next(x);
+    hold_retry(x);
 }
 
 static void hold_wait(struct ehold *x);
@@ -575,9 +581,7 @@ static void hold_wait(struct ehold *x)
         return;
     blocking_put(e, x->blocking);
     x->blocking = NULL;
-    inv_hold_retry_send(e->s, &x->h); /* the next attempt tells what is wrong */
-    if (x->h.owed == 0)
-        hold_next(x);
+    hold_retry(x); /* the next attempt tells what is wrong */
 }
 
 static void hold_start(struct inv_engine *e, struct equeue *q)

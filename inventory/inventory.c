@@ -1634,7 +1634,7 @@ int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
         h->with_read = 1; /* read */
         return hold_granted(s, h);
     }
-    switch (h->tried = lock_try_done(s->lock, h->lkey, &h->step, &h->g)) {
+    switch (lock_try_done(s->lock, h->lkey, &h->step, &h->g)) {
     case LOCK_PENDING:
         lock_send(s, h);
         return inv_hold_ready(s, h);
@@ -1667,20 +1667,14 @@ int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *
 void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
                      const redisReply *r)
 {
-    h->tried = lock_handoff_done(s->lock, h->lkey, &h->step,
-                                 res == ACONN_REPLY ? r : NULL, &h->g);
-    if (h->tried != LOCK_ACQUIRED) {
+    if (lock_handoff_done(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL,
+                          &h->g) != LOCK_ACQUIRED) {
         hold_attempt(s, h); /* the next, which leaves the queue once the wait is over */
         return;
     }
     h->stock = -1;
     h->with_read = 0;
-    if (read_queue(h)) {
-        h->state = HOLD_READING;
-        return;
-    }
-    lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
-    hold_end(s->inv, h, INV_UNAVAILABLE);
+    hold_granted(s, h); /* the read, now that the lock is ours */
 }
 
 /* True when the release in h->step goes to the data Redis only. */

@@ -229,7 +229,6 @@ struct inv_hold {
     struct lock_step step;
     int64_t deadline_us; /* the oldest ticket's wait ends */
     int try_only;        /* its attempt does not wait (inv_hold_send) */
-    lock_status tried;   /* the last attempt's answer */
     int placed;          /* tickets the commit placed */
     int state;           /* what is in flight (inventory.c) */
     const struct inv_conns *cs;

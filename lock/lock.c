@@ -327,8 +327,7 @@ void lock_step_init(struct lock_step *st)
     st->first_us = lock_now_us();
 }
 
-/* Empties st for the next step of phase. */
-static void step_clear(struct lock_step *st, int phase)
+void lock_step_clear(struct lock_step *st, int phase)
 {
     st->ncmd = 0;
     st->last = 0;
@@ -336,6 +335,17 @@ static void step_clear(struct lock_step *st, int phase)
     st->answered = 0;
     st->ok = 0;
     st->phase = phase;
+}
+
+int64_t lock_step_backoff(struct lock_step *st, int64_t first_us, int64_t max_us,
+                          unsigned int *seed)
+{
+    st->backoff_us = st->backoff_us ? st->backoff_us * 2 : first_us;
+    if (st->backoff_us > max_us)
+        st->backoff_us = max_us;
+    if (!seed)
+        return st->backoff_us;
+    return st->backoff_us / 2 + rand_r(seed) % (st->backoff_us / 2 + 1);
 }
 
 /* The phase of lock.c's own step, the fencing token's INCR after a grant. */
@@ -353,7 +363,7 @@ int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
     const struct lock_backend *be = s->lock->be;
     if (!be->try_cmd)
         return 0;
-    step_clear(st, 0);
+    lock_step_clear(st, 0);
     st->retry_us = 0;
     st->start_us = lock_now_us();
     st->deadline_us = st->start_us + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
@@ -387,7 +397,7 @@ static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
 static void fence_step(const char *key, struct lock_step *st, const struct lock_grant *g)
 {
     st->grant = *g;
-    step_clear(st, PHASE_FENCE);
+    lock_step_clear(st, PHASE_FENCE);
     lock_fence_key(key, st->buf[3], sizeof(st->buf[3]));
     st->argv[0] = "INCR";
     st->argv[1] = st->buf[3];
@@ -437,7 +447,7 @@ lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_s
 void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
                        struct lock_step *st)
 {
-    step_clear(st, 0);
+    lock_step_clear(st, 0);
     st->cmd[0] = (struct rcmd){.argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
@@ -458,7 +468,7 @@ lock_status lock_handoff_done(struct lock_session *s, const char *key,
 void lock_release_step(struct lock_session *s, const char *key, struct lock_grant *g,
                        struct lock_step *st)
 {
-    step_clear(st, 0);
+    lock_step_clear(st, 0);
     st->g = g;
     s->lock->be->release_cmd(s->impl, key, g, st);
 }

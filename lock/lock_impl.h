@@ -84,6 +84,14 @@ struct lock {
  * that a loaded machine's scheduling delay reads as a dead node. */
 int lock_node_timeout_ms(const struct lock_config *cfg);
 
+/* Empties st for a step of phase (no commands, nothing answered yet). */
+void lock_step_clear(struct lock_step *st, int phase);
+/* A polling step's pause after a taken lock: st->backoff_us starts at
+ * first_us and doubles up to max_us; the pause is that, or with seed a
+ * jittered one between its half and it. */
+int64_t lock_step_backoff(struct lock_step *st, int64_t first_us, int64_t max_us,
+                          unsigned int *seed);
+
 /* Steps of a backend with nothing to send (none, local): it decides in
  * try_done and release_done. */
 void lock_step_nothing(void *session, const char *key, struct lock_step *st);

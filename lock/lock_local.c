@@ -144,12 +144,8 @@ static lock_status local_try_done(void *session, const char *key, struct lock_st
                                   struct lock_grant *g)
 {
     lock_status res = take(session, key, 0, g);
-    if (res == LOCK_BUSY) {
-        st->backoff_us = st->backoff_us ? st->backoff_us * 2 : 100;
-        if (st->backoff_us > 5000)
-            st->backoff_us = 5000;
-        st->retry_us = st->backoff_us;
-    }
+    if (res == LOCK_BUSY)
+        st->retry_us = lock_step_backoff(st, 100, 5000, NULL);
     return res;
 }
 

@@ -245,11 +245,8 @@ enum { PHASE_TRY, PHASE_UNDO, PHASE_RELEASE };
 static void to_all_nodes(struct redlock_session *s, struct lock_step *st,
                          struct rscript *script, int argc, int phase)
 {
-    st->phase = phase;
-    st->ok = 0;
+    lock_step_clear(st, phase);
     st->val[0] = 0;
-    st->answered = 0;
-    st->ncmd = 0;
     for (int i = 0; i < s->st->nnodes; i++) {
         st->cmd[i] = (struct rcmd){
             .script = script, .nkeys = script ? 1 : 0, .argc = argc, .argv = st->argv};
@@ -318,10 +315,7 @@ static lock_status redlock_try_done(void *session, const char *key, struct lock_
         if (!st->val[1])
             return LOCK_ERROR;
     }
-    st->backoff_us = st->backoff_us ? st->backoff_us * 2 : 1000;
-    if (st->backoff_us > 20000)
-        st->backoff_us = 20000;
-    st->retry_us = st->backoff_us / 2 + rand_r(&s->seed) % (st->backoff_us / 2 + 1);
+    st->retry_us = lock_step_backoff(st, 1000, 20000, &s->seed);
     return LOCK_BUSY;
 }
 

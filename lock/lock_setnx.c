@@ -252,10 +252,7 @@ static void setnx_step_answer(void *session, const char *key, struct lock_step *
 static lock_status setnx_busy(struct setnx_session *s, struct lock_step *st,
                               long long held_until)
 {
-    st->backoff_us = st->backoff_us ? st->backoff_us * 2 : 200;
-    if (st->backoff_us > 20000)
-        st->backoff_us = 20000;
-    int64_t pause = st->backoff_us / 2 + rand_r(&s->seed) % (st->backoff_us / 2 + 1);
+    int64_t pause = lock_step_backoff(st, 200, 20000, &s->seed);
     int64_t until_expiry = (held_until - wall_ms(s->st)) * 1000 + 1000;
     st->retry_us = pause < until_expiry ? pause : until_expiry > 1 ? until_expiry : 1;
     return LOCK_BUSY;
@@ -276,13 +273,12 @@ static lock_status setnx_try_done(void *session, const char *key, struct lock_st
         return LOCK_ACQUIRED;
     }
     if (st->phase == PHASE_TRY && held_until == -1) { /* released meanwhile: again */
-        st->ncmd = st->answered = 0;
+        lock_step_clear(st, PHASE_TRY);
         setnx_try_cmd(s, key, st);
         return LOCK_PENDING;
     }
     if (st->phase == PHASE_TRY && held_until < now) { /* expired: take it over */
-        st->ncmd = st->answered = 0;
-        st->phase = PHASE_GETSET;
+        lock_step_clear(st, PHASE_GETSET);
         const char *argv[] = {"GETSET", st->buf[0], st->buf[1]};
         memcpy(st->argv, argv, sizeof(argv));
         step_cmd(st, 0, 3);

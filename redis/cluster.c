@@ -74,6 +74,20 @@ static int field_is(const redisReply *node, const char *name, const char *value)
     return v && v->type == REDIS_REPLY_STRING && strcmp(v->str, value) == 0;
 }
 
+/* Adds master id at host:port to m. Its index, or -1 when m is full. */
+static int master_add(struct cluster_map *m, const char *id, const char *host, int port,
+                      int replicas)
+{
+    if (m->nmasters == CLUSTER_MAX_MASTERS)
+        return -1;
+    struct cluster_master *cm = &m->masters[m->nmasters];
+    snprintf(cm->id, sizeof(cm->id), "%s", id);
+    snprintf(cm->host, sizeof(cm->host), "%s", host);
+    cm->port = port;
+    cm->replicas = replicas;
+    return m->nmasters++;
+}
+
 /* Adds the master of one shard's node list to m: the node whose role is
  * master (a healthy one first). Its index, or -1 when none is listed. */
 static int shard_master(struct cluster_map *m, const redisReply *nodes)
@@ -95,15 +109,9 @@ static int shard_master(struct cluster_map *m, const redisReply *nodes)
     if (!host || host->type != REDIS_REPLY_STRING || !strcmp(host->str, "?"))
         host = master ? field(master, "ip") : NULL;
     if (!id || id->type != REDIS_REPLY_STRING || !port ||
-        port->type != REDIS_REPLY_INTEGER || !host || host->type != REDIS_REPLY_STRING ||
-        m->nmasters == CLUSTER_MAX_MASTERS)
+        port->type != REDIS_REPLY_INTEGER || !host || host->type != REDIS_REPLY_STRING)
         return -1;
-    struct cluster_master *cm = &m->masters[m->nmasters];
-    snprintf(cm->id, sizeof(cm->id), "%s", id->str);
-    snprintf(cm->host, sizeof(cm->host), "%s", host->str);
-    cm->port = (int)port->integer;
-    cm->replicas = replicas;
-    return m->nmasters++;
+    return master_add(m, id->str, host->str, (int)port->integer, replicas);
 }
 
 int cluster_map_from_shards(struct cluster_map *m, const redisReply *r)
@@ -142,14 +150,8 @@ static int slots_master(struct cluster_map *m, const redisReply *node)
     for (int i = 0; i < m->nmasters; i++)
         if (strcmp(m->masters[i].id, node->element[2]->str) == 0)
             return i;
-    if (m->nmasters == CLUSTER_MAX_MASTERS)
-        return -1;
-    struct cluster_master *cm = &m->masters[m->nmasters];
-    snprintf(cm->id, sizeof(cm->id), "%s", node->element[2]->str);
-    snprintf(cm->host, sizeof(cm->host), "%s", node->element[0]->str);
-    cm->port = (int)node->element[1]->integer;
-    cm->replicas = 0;
-    return m->nmasters++;
+    return master_add(m, node->element[2]->str, node->element[0]->str,
+                      (int)node->element[1]->integer, 0);
 }
 
 int cluster_map_from_slots(struct cluster_map *m, const redisReply *r)

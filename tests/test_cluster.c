@@ -360,6 +360,16 @@ static void router_wait(struct router *r, int n)
         fail_msg("%d of %d answers", r->answered, n);
 }
 
+static void route(struct router *r, const char *a0, const char *key, const char *a2);
+
+/* A router that has learnt the map (one command answered through it). */
+static void router_learnt(struct router *r)
+{
+    router_open(r, node[0].port);
+    route(r, "SET", "warm", "up");
+    router_wait(r, 1);
+}
+
 static void route(struct router *r, const char *a0, const char *key, const char *a2)
 {
     const char *argv[] = {a0, key, a2};
@@ -422,9 +432,7 @@ static void test_router_follows_moved(void **state)
 {
     (void)state;
     struct router r;
-    router_open(&r, node[0].port);
-    route(&r, "SET", "warm", "up");
-    router_wait(&r, 1);
+    router_learnt(&r);
     const char *key = "{moving}k";
     int slot = cluster_keyslot(key, strlen(key)), from = owner_of(key);
     int to = (from + 1) % MASTERS;
@@ -450,9 +458,7 @@ static void test_router_follows_ask(void **state)
 {
     (void)state;
     struct router r;
-    router_open(&r, node[0].port);
-    route(&r, "SET", "warm", "up");
-    router_wait(&r, 1);
+    router_learnt(&r);
     const char *key = "{asking}k";
     int slot = cluster_keyslot(key, strlen(key)), from = owner_of(key);
     int to = (from + 1) % MASTERS;
