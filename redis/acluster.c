@@ -48,8 +48,11 @@ struct acluster {
     struct aconn **seed;  /* [nseeds]: the refreshes' connections to seeds */
     struct aconn *topo;   /* the connection of the refresh in flight */
     struct event *unpark; /* a refresh could not be sent: answer the parked */
-    struct creq *waiting; /* parked until a map, or on a timer */
+    struct creq *waiting, *waiting_tail; /* parked until a map, or on a timer,
+                                            oldest first */
     int closing;
+    int64_t last_due_us; /* of the last timer set (later) */
+    int redirected;      /* the answer being handed back was redirected */
     struct acluster_stats stats;
 };
 
@@ -96,13 +99,18 @@ static struct aconn *node_conn(struct acluster *c, int i)
     return n->conn;
 }
 
+/* Parks q behind those parked before it: commands of one slot parked for a
+ * map leave in the order they came (a lock's step before the read that
+ * must follow it). */
 static void wait_add(struct acluster *c, struct creq *q)
 {
-    q->prev = NULL;
-    q->next = c->waiting;
-    if (c->waiting)
-        c->waiting->prev = q;
-    c->waiting = q;
+    q->next = NULL;
+    q->prev = c->waiting_tail;
+    if (c->waiting_tail)
+        c->waiting_tail->next = q;
+    else
+        c->waiting = q;
+    c->waiting_tail = q;
 }
 
 static void wait_remove(struct acluster *c, struct creq *q)
@@ -113,18 +121,24 @@ static void wait_remove(struct acluster *c, struct creq *q)
         c->waiting = q->next;
     if (q->next)
         q->next->prev = q->prev;
+    else
+        c->waiting_tail = q->prev;
     q->prev = q->next = NULL;
 }
 
 /* Hands the answer back and forgets q. */
 static void finish(struct creq *q, aconn_result res, redisReply *r)
 {
+    struct acluster *c = q->c;
     aconn_cb *cb = q->cb;
     void *arg = q->arg;
+    int redirected = q->redirects > 0;
     if (q->timer)
         event_free(q->timer);
     free(q);
+    c->redirected = redirected;
     cb(arg, res, r);
+    c->redirected = 0;
 }
 
 static void send_req(struct creq *q);
@@ -140,13 +154,24 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         send_req(q);
 }
 
-/* Runs q's timer after us: a resend, or (fail set) its answer. */
+/* Runs q's timer after us: a resend, or (fail set) its answer. Timers fire
+ * in the order they were set, also those set for the same moment, so that
+ * commands of one slot retried together are sent again in their order (a
+ * lock's step before the read behind it). */
 static void later(struct creq *q, int64_t us, aconn_result fail)
 {
-    if (!q->timer && !(q->timer = evtimer_new(q->c->base, on_timer, q)))
+    struct acluster *c = q->c;
+    if (!q->timer && !(q->timer = evtimer_new(c->base, on_timer, q)))
         abort();
     q->fail = fail;
-    wait_add(q->c, q);
+    wait_add(c, q);
+    struct timeval now;
+    event_base_gettimeofday_cached(c->base, &now);
+    int64_t due = (int64_t)now.tv_sec * 1000000 + now.tv_usec + us;
+    if (due <= c->last_due_us)
+        due = c->last_due_us + 1;
+    c->last_due_us = due;
+    us = due - ((int64_t)now.tv_sec * 1000000 + now.tv_usec);
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
     evtimer_add(q->timer, &tv);
 }
@@ -175,9 +200,12 @@ static int learn(struct acluster *c, const redisReply *r)
 /* The commands parked for a map go now (or, with none, are answered). */
 static void unpark(struct acluster *c)
 {
-    struct creq *q = c->waiting, *next;
-    for (; q; q = next) {
+    /* Those parked now, in order; any parked again meanwhile waits for the
+     * next map. */
+    struct creq *last = c->waiting_tail, *q = c->waiting, *next;
+    for (int done = !q; !done; q = next) {
         next = q->next;
+        done = q == last;
         if (q->timer && evtimer_pending(q->timer, NULL))
             continue; /* on its own timer */
         wait_remove(c, q);
@@ -369,6 +397,11 @@ int acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg,
 const struct cluster_map *acluster_map(const struct acluster *c)
 {
     return &c->map;
+}
+
+int acluster_redirected(const struct acluster *c)
+{
+    return c->redirected;
 }
 
 void acluster_stats(const struct acluster *c, struct acluster_stats *out)

@@ -45,6 +45,12 @@ int acluster_command(struct acluster *c, int slot, aconn_cb *cb, void *arg, int 
 int acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg,
                   struct rscript *s, int nkeys, int argc, const char **argv);
 
+/* In a callback: true when its command was sent again after a redirection
+ * (ASK, TRYAGAIN, ...). Commands queued behind it for the same slot may then
+ * have run before it: on one Redis they run in the order queued, here only
+ * while nothing is redirected. */
+int acluster_redirected(const struct acluster *c);
+
 /* The slot map as last learnt (nmasters 0 before the first). */
 const struct cluster_map *acluster_map(const struct acluster *c);
 /* Redirections followed so far (MOVED, ASK, retries). */

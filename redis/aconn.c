@@ -110,6 +110,11 @@ static int connect_now(struct aconn *c)
     c->ac = ac;
     if (c->password)
         redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", c->password);
+    /* Every script this process knows, ahead of any command: a node that
+     * never saw one (another master of a cluster, a Redis restarted empty)
+     * runs the EVALSHA of its first call instead of answering NOSCRIPT. */
+    for (struct rscript *s = rscript_loaded(); s; s = s->next_loaded)
+        redisAsyncCommand(ac, NULL, NULL, "SCRIPT LOAD %s", s->source->text);
     return 0;
 }
 

@@ -13,7 +13,9 @@
  * command queued behind it, run with no reply.
  *
  * Scripts go by EVALSHA once this process knows their SHA; before that by
- * EVAL, with a SCRIPT LOAD beside it to learn the SHA. A script's error
+ * EVAL, with a SCRIPT LOAD beside it to learn the SHA. Each connection made
+ * loads every script the process knows first (another master of a cluster,
+ * or a Redis restarted empty, has none). A script's error
  * names its .lua file and line (rscript_locate_error).
  *
  * Thread safety: none. An aconn belongs to the thread that runs its base; it

@@ -1,5 +1,6 @@
 #include "cluster.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,16 +220,55 @@ cluster_redirect cluster_redirection(const redisReply *r, int *slot, char *host,
     return CLUSTER_ANSWER;
 }
 
-int cluster_segment_tag(const struct cluster_map *m, const char *sku, int seg, int master,
-                        char *out, size_t len)
+/* The table of genes' tags, made once: the first decimal numbers, written
+ * "t<n>", to land in each run of slots. */
+static char gene_tags[CLUSTER_GENES][12];
+static int gene_slots[CLUSTER_GENES];
+static pthread_once_t genes_once = PTHREAD_ONCE_INIT;
+
+static void genes_make(void)
 {
-    for (int n = 0; n < 100000; n++) {
-        int w = n == 0 ? snprintf(out, len, "%s:%d", sku, seg)
-                       : snprintf(out, len, "%s:%d.%d", sku, seg, n);
-        if (w < 0 || (size_t)w >= len)
-            return -1;
-        if (m->owner[cluster_crc16(out, (size_t)w) % CLUSTER_SLOTS] == master)
-            return 0;
+    int left = CLUSTER_GENES;
+    for (int n = 0; left > 0; n++) {
+        char tag[12];
+        int len = snprintf(tag, sizeof(tag), "t%d", n);
+        int slot = cluster_keyslot(tag, (size_t)len);
+        int g = slot / (CLUSTER_SLOTS / CLUSTER_GENES);
+        if (gene_tags[g][0] == '\0') {
+            memcpy(gene_tags[g], tag, (size_t)len + 1);
+            gene_slots[g] = slot;
+            left--;
+        }
     }
-    return -1;
+}
+
+const char *cluster_gene_tag(int g)
+{
+    pthread_once(&genes_once, genes_make);
+    return gene_tags[g & (CLUSTER_GENES - 1)];
+}
+
+int cluster_gene_slot(int g)
+{
+    pthread_once(&genes_once, genes_make);
+    return gene_slots[g & (CLUSTER_GENES - 1)];
+}
+
+int cluster_sku_genes(const struct cluster_map *m, const char *sku, int *genes)
+{
+    if (m->nmasters < 1)
+        return -1;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = sku; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    for (int i = 0; i < m->nmasters; i++) {
+        int mine[CLUSTER_GENES], n = 0;
+        for (int g = 0; g < CLUSTER_GENES; g++)
+            if (m->owner[cluster_gene_slot(g)] == i)
+                mine[n++] = g;
+        if (n == 0)
+            return -1;
+        genes[i] = mine[h % (uint32_t)n];
+    }
+    return m->nmasters;
 }

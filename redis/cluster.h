@@ -65,12 +65,27 @@ typedef enum {
 cluster_redirect cluster_redirection(const redisReply *r, int *slot, char *host,
                                      size_t hostlen, int *port);
 
-/* A hash tag for segment seg of sku whose slot master `master` of m serves:
- * "<sku>:<seg>", or "<sku>:<seg>.<n>" with the smallest n that lands there
- * (out, at most len bytes). Giving segment seg master seg % m->nmasters
- * spreads K segments evenly. 0, or -1 when no n below 100000 lands there
- * (the master serves almost no slots) or out is too short. */
-int cluster_segment_tag(const struct cluster_map *m, const char *sku, int seg, int master,
-                        char *out, size_t len);
+/* Genes: the hash tags of a SKU's shards. A SKU sold on a cluster keeps its
+ * keys in one shard per master, each under one of CLUSTER_GENES fixed tags
+ * ("{g<n>}"), tag g being the first of its kind whose slot lies in the g-th
+ * of CLUSTER_GENES equal runs of slots: so every master of an even split
+ * serves some, and an order id can name its shard's tag in a few bits (the
+ * gene, orderid.h) for GET /orders/{id} to find it. */
+#define CLUSTER_GENE_BITS 6
+#define CLUSTER_GENES (1 << CLUSTER_GENE_BITS)
+
+/* The hash tag of gene g (0..CLUSTER_GENES-1), without braces: a static
+ * string, the same in every process. */
+const char *cluster_gene_tag(int g);
+
+/* The slot of gene g's tag. */
+int cluster_gene_slot(int g);
+
+/* Picks a SKU's genes: one per master of m, genes[i] a gene whose slot
+ * master i serves, chosen among those by a hash of sku so that SKUs spread
+ * over a master's slots. Returns the number of shards (m->nmasters), or -1
+ * when some master serves no gene's slot (give it more slots) or m has no
+ * master. genes holds CLUSTER_MAX_MASTERS. */
+int cluster_sku_genes(const struct cluster_map *m, const char *sku, int *genes);
 
 #endif

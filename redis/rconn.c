@@ -178,6 +178,11 @@ static void remember_loaded(struct rscript *s)
     while (!atomic_compare_exchange_weak(&loaded_scripts, &head, s));
 }
 
+struct rscript *rscript_loaded(void)
+{
+    return atomic_load(&loaded_scripts);
+}
+
 /* The source of the loaded script whose SHA text names ("script: <sha>",
  * as Redis 7 ends a script's runtime error), or NULL. */
 static const struct rscript_source *source_named_in(const char *text)

@@ -134,6 +134,10 @@ int rconn_script_load(struct rconn *rc, struct rscript *s);
  * answer to a call that cannot simply be repeated with EVAL. 0 on success. */
 int rconn_script_reload(struct rconn *rc, struct rscript *s);
 
+/* The scripts this process has loaded so far, newest first (each links the
+ * next by next_loaded); the list only grows. */
+struct rscript *rscript_loaded(void);
+
 /* True when reply is a NOSCRIPT error. */
 int rconn_is_noscript(const redisReply *r);
 

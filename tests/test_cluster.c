@@ -271,9 +271,10 @@ static void test_ask_during_a_migration(void **state)
     freeReplyObject(r);
 }
 
-/* 16 segments of a SKU over 3 masters: segment i on master i % 3, so each
- * master holds 5 or 6; by name alone they would fall where they hash. */
-static void test_segment_tags_spread_over_the_masters(void **state)
+/* A SKU's shards over 3 masters: one gene per master, each gene's tag in a
+ * slot that master serves (the server agrees), and two SKUs need not share
+ * a tag; the genes' tags cover the runs of slots they stand for. */
+static void test_sku_genes_put_a_shard_on_every_master(void **state)
 {
     (void)state;
     struct cluster_map *m = malloc(sizeof(*m));
@@ -281,29 +282,36 @@ static void test_segment_tags_spread_over_the_masters(void **state)
     redisReply *r = cmd(1, "CLUSTER SHARDS", NULL);
     assert_int_equal(cluster_map_from_shards(m, r), 0);
     freeReplyObject(r);
-    int per_master[MASTERS] = {0};
-    for (int seg = 0; seg < 16; seg++) {
-        char tag[64], key[96];
-        int want = seg % m->nmasters;
-        assert_int_equal(cluster_segment_tag(m, "hot", seg, want, tag, sizeof(tag)), 0);
-        snprintf(key, sizeof(key), "sk:{%s}:stock", tag);
+    for (int g = 0; g < CLUSTER_GENES; g++)
+        assert_int_equal(cluster_gene_slot(g) / (CLUSTER_SLOTS / CLUSTER_GENES), g);
+    int genes[CLUSTER_MAX_MASTERS], other[CLUSTER_MAX_MASTERS], differ = 0;
+    assert_int_equal(cluster_sku_genes(m, "hot", genes), MASTERS);
+    for (int i = 0; i < MASTERS; i++) {
+        char key[96];
+        snprintf(key, sizeof(key), "sk:{%s}:hot:stock", cluster_gene_tag(genes[i]));
         int slot = cluster_keyslot(key, strlen(key));
-        assert_int_equal(m->owner[slot], want);
-        /* the server agrees on which node serves it */
+        assert_int_equal(slot, cluster_gene_slot(genes[i]));
+        assert_int_equal(m->owner[slot], i);
         redisReply *g = rconn_command(rc[0], "GET %s", key);
         int s2, port;
         char host[64];
         cluster_redirect rd = cluster_redirection(g, &s2, host, sizeof(host), &port);
         int served_by = rd == CLUSTER_MOVED ? port : node[0].port;
-        assert_int_equal(served_by, m->masters[want].port);
+        assert_int_equal(served_by, m->masters[i].port);
         freeReplyObject(g);
-        per_master[want]++;
     }
-    for (int i = 0; i < MASTERS; i++)
-        if (per_master[i] < 5 || per_master[i] > 6)
-            fail_msg("master %d holds %d of 16 segments", i, per_master[i]);
-    char small[4];
-    assert_int_equal(cluster_segment_tag(m, "hot", 1, 0, small, sizeof(small)), -1);
+    for (int n = 0; n < 20 && !differ; n++) {
+        char sku[16];
+        snprintf(sku, sizeof(sku), "sku%d", n);
+        assert_int_equal(cluster_sku_genes(m, sku, other), MASTERS);
+        differ = memcmp(genes, other, sizeof(int) * MASTERS) != 0;
+    }
+    assert_true(differ);
+    /* a master that serves no gene's slot has no shard to hold */
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        if (m->owner[s] == 2)
+            m->owner[s] = 1;
+    assert_int_equal(cluster_sku_genes(m, "hot", genes), -1);
     free(m);
 }
 
@@ -509,7 +517,7 @@ int main(void)
         cmocka_unit_test(test_map_from_shards_and_slots),
         cmocka_unit_test(test_moved_names_the_owner),
         cmocka_unit_test(test_ask_during_a_migration),
-        cmocka_unit_test(test_segment_tags_spread_over_the_masters),
+        cmocka_unit_test(test_sku_genes_put_a_shard_on_every_master),
         cmocka_unit_test(test_router_sends_each_key_to_its_master),
         cmocka_unit_test(test_router_follows_moved),
         cmocka_unit_test(test_router_follows_ask),
