@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "lock.h"
+#include "rcluster.h"
 
 int64_t orderid_wall_ms(void)
 {
@@ -25,6 +26,25 @@ void orderid_init(struct orderid_gen *gen, int worker, int64_t (*now_ms)(void),
     gen->seq = -1; /* the first id of last_ms gets sequence 0 */
     gen->ceiling_ms = INT64_MAX;
     gen->clock_backwards = 0;
+    gen->gene_bits = 0;
+}
+
+void orderid_use_genes(struct orderid_gen *gen)
+{
+    pthread_mutex_lock(&gen->mu);
+    gen->gene_bits = ORDERID_GENE_BITS;
+    pthread_mutex_unlock(&gen->mu);
+}
+
+uint64_t orderid_with_gene(uint64_t id, int g)
+{
+    uint64_t mask = (UINT64_C(1) << ORDERID_GENE_BITS) - 1;
+    return (id & ~mask) | ((uint64_t)g & mask);
+}
+
+int orderid_gene_of(uint64_t id)
+{
+    return (int)(id & ((UINT64_C(1) << ORDERID_GENE_BITS) - 1));
 }
 
 uint64_t orderid_next(struct orderid_gen *gen)
@@ -41,7 +61,7 @@ uint64_t orderid_next(struct orderid_gen *gen)
             gen->clock_backwards++;
         /* Same millisecond, or the clock went back: keep counting from the
          * last millisecond used, and borrow the next one when it is full. */
-        if (++seq >= (1 << ORDERID_SEQ_BITS)) {
+        if (++seq >= (1 << (ORDERID_SEQ_BITS - gen->gene_bits))) {
             ms++;
             seq = 0;
         }
@@ -53,7 +73,8 @@ uint64_t orderid_next(struct orderid_gen *gen)
     gen->last_ms = ms;
     gen->seq = seq;
     uint64_t id = ((uint64_t)ms << (ORDERID_SEQ_BITS + ORDERID_WORKER_BITS)) |
-                  ((uint64_t)gen->worker << ORDERID_SEQ_BITS) | (uint64_t)seq;
+                  ((uint64_t)gen->worker << ORDERID_SEQ_BITS) |
+                  ((uint64_t)seq << gen->gene_bits);
     pthread_mutex_unlock(&gen->mu);
     return id;
 }
@@ -98,6 +119,7 @@ static struct rscript drop_script = RSCRIPT_INIT("worker_drop", lua_lock_del_if_
 
 struct orderid_lease {
     struct rconn *rc;
+    struct rcluster *cl; /* a Redis Cluster: the key's master instead of rc */
     struct orderid_gen *gen;
     int leased; /* 0: a fixed id given by the operator, nothing to renew */
     char token[33];
@@ -110,10 +132,34 @@ struct orderid_lease {
     int stopping;
 };
 
-static void lease_keys(int worker, char *key, char *hwm, size_t len)
+/* The lease of worker and its high-water mark; on a cluster the two share
+ * a hash tag, so that one script renews both. */
+static void lease_keys(const struct orderid_lease *l, int worker, char *key, char *hwm,
+                       size_t len)
 {
-    snprintf(key, len, "seckill:worker:%d", worker);
-    snprintf(hwm, len, "seckill:worker:%d:hwm", worker);
+    const char *form = l->cl ? "seckill:worker:{%d}" : "seckill:worker:%d";
+    snprintf(key, len, form, worker);
+    snprintf(hwm, len, l->cl ? "seckill:worker:{%d}:hwm" : "seckill:worker:%d:hwm",
+             worker);
+}
+
+/* The connection for key: rc, or on a cluster its master's (NULL: none
+ * known now). */
+static struct rconn *lease_conn(struct orderid_lease *l, const char *key)
+{
+    return l->cl ? rcluster_conn(l->cl, cluster_keyslot(key, strlen(key))) : l->rc;
+}
+
+/* A command on key's connection; on a cluster, an answer that is none or a
+ * redirection refreshes the map (a failover) for the next. */
+static redisReply *lease_command(struct orderid_lease *l, const char *key, int argc,
+                                 const char **argv)
+{
+    struct rconn *rc = lease_conn(l, key);
+    redisReply *r = rc ? rconn_command_argv(rc, argc, argv, NULL) : NULL;
+    if (l->cl && rcluster_stale(r))
+        rcluster_refresh(l->cl);
+    return r;
 }
 
 /* Takes a worker id: returns it, -1 when all are taken, -2 on a Redis error. */
@@ -127,10 +173,14 @@ static int lease_take(struct orderid_lease *l)
     int start = (int)(strtoul(head, NULL, 16) % (ORDERID_MAX_WORKER + 1));
     for (int n = 0; n <= ORDERID_MAX_WORKER; n++) {
         int worker = (start + n) % (ORDERID_MAX_WORKER + 1);
-        lease_keys(worker, key, hwm, sizeof(key));
-        redisReply *r = rconn_command(l->rc, "SET %s %s NX PX %s", key, l->token, ttl);
-        if (!r)
+        lease_keys(l, worker, key, hwm, sizeof(key));
+        const char *argv[] = {"SET", key, l->token, "NX", "PX", ttl};
+        redisReply *r = lease_command(l, key, 6, argv);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            if (r)
+                freeReplyObject(r);
             return -2;
+        }
         int won = r->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
         if (won)
@@ -142,10 +192,14 @@ static int lease_take(struct orderid_lease *l)
 static int64_t lease_hwm(struct orderid_lease *l, int worker)
 {
     char key[64], hwm[64];
-    lease_keys(worker, key, hwm, sizeof(key));
-    redisReply *r = rconn_command(l->rc, "GET %s", hwm);
-    if (!r)
+    lease_keys(l, worker, key, hwm, sizeof(key));
+    const char *argv[] = {"GET", hwm};
+    redisReply *r = lease_command(l, hwm, 2, argv);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            freeReplyObject(r);
         return -1;
+    }
     int64_t v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
     freeReplyObject(r);
     return v;
@@ -167,7 +221,7 @@ static void gen_set_ceiling(struct orderid_gen *gen, int64_t ceiling)
 static int lease_renew(struct orderid_lease *l)
 {
     char key[64], hwm[64], ttl[16], mark_text[24];
-    lease_keys(l->worker, key, hwm, sizeof(key));
+    lease_keys(l, l->worker, key, hwm, sizeof(key));
     snprintf(ttl, sizeof(ttl), "%d", l->ttl_ms);
     int64_t high = orderid_last_unix_ms(l->gen) + 1;
     int64_t now = l->gen->now_ms();
@@ -175,7 +229,10 @@ static int lease_renew(struct orderid_lease *l)
     snprintf(mark_text, sizeof(mark_text), "%lld", (long long)mark);
     const char *argv[] = {key, hwm, l->leased ? l->token : "", ttl, mark_text};
     int64_t sent = lock_now_us();
-    redisReply *r = rconn_eval(l->rc, &renew_script, 2, 3, argv, NULL);
+    struct rconn *rc = lease_conn(l, key);
+    redisReply *r = rc ? rconn_eval(rc, &renew_script, 2, 3, argv, NULL) : NULL;
+    if (l->cl && rcluster_stale(r))
+        rcluster_refresh(l->cl);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         if (r)
             freeReplyObject(r);
@@ -259,6 +316,8 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
     if (!l)
         abort();
     l->rc = rconn_new(cfg->host, cfg->port, cfg->password, 1000);
+    if (cfg->nseeds > 0)
+        l->cl = rcluster_new(cfg->seeds, cfg->nseeds, cfg->password, 1000);
     l->gen = gen;
     l->leased = cfg->fixed < 0;
     l->worker = cfg->fixed;
@@ -267,6 +326,7 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
     lock_token_new(l->token);
     if (lease_acquire(l, err, errlen) != 0) {
         rconn_free(l->rc);
+        rcluster_free(l->cl);
         free(l);
         return NULL;
     }
@@ -294,13 +354,15 @@ void orderid_lease_stop(struct orderid_lease *l)
     lease_renew(l); /* leave the high-water mark for whoever takes the id next */
     if (l->leased) {
         char key[64], hwm[64];
-        lease_keys(l->worker, key, hwm, sizeof(key));
+        lease_keys(l, l->worker, key, hwm, sizeof(key));
         const char *argv[] = {key, l->token};
-        redisReply *r = rconn_eval(l->rc, &drop_script, 1, 1, argv, NULL);
+        struct rconn *rc = lease_conn(l, key);
+        redisReply *r = rc ? rconn_eval(rc, &drop_script, 1, 1, argv, NULL) : NULL;
         if (r)
             freeReplyObject(r);
     }
     rconn_free(l->rc);
+    rcluster_free(l->cl);
     pthread_cond_destroy(&l->wake);
     pthread_mutex_destroy(&l->mu);
     free(l);

@@ -70,6 +70,29 @@ static void test_sequence_overflow_within_ms(void **state)
     assert_int_equal(orderid_unix_ms_of(last), ORDERID_EPOCH_MS + 52);
 }
 
+/* With genes (a Redis Cluster) the low 6 bits are left for the shard's
+ * gene: 64 ids per millisecond, each unique once its gene is set, and the
+ * gene read back from the id. */
+static void test_genes_leave_the_low_bits_to_the_shard(void **state)
+{
+    (void)state;
+    struct orderid_gen g;
+    fake_ms = ORDERID_EPOCH_MS + 70;
+    orderid_init(&g, 5, fake_clock, 0);
+    orderid_use_genes(&g);
+    uint64_t last = 0;
+    for (int i = 0; i < 3 * 64; i++) {
+        uint64_t id = orderid_next(&g);
+        assert_int_equal(orderid_gene_of(id), 0);
+        uint64_t placed = orderid_with_gene(id, i % 64);
+        assert_true(placed > last);
+        assert_int_equal(orderid_gene_of(placed), i % 64);
+        assert_int_equal(orderid_worker_of(placed), 5);
+        last = placed;
+    }
+    assert_int_equal(orderid_unix_ms_of(last), ORDERID_EPOCH_MS + 72);
+}
+
 static void test_floor_from_high_water_mark(void **state)
 {
     (void)state;
@@ -278,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_clock_going_backwards),
         cmocka_unit_test(test_sequence_overflow_within_ms),
+        cmocka_unit_test(test_genes_leave_the_low_bits_to_the_shard),
         cmocka_unit_test(test_floor_from_high_water_mark),
         cmocka_unit_test(test_unique_across_threads),
         cmocka_unit_test(test_lease_distinct_workers_and_restart_above_mark),
