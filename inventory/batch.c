@@ -228,7 +228,8 @@ static void batch_take(struct worker *w, struct slot *x, struct queue *q)
      * queue emptied here stays on the list; ready_take's taker skips it. */
     for (struct queue *o = b->ready_head; q->seg >= 0 && o && x->n < most; o = o->rnext)
         while (o->seg >= 0 && !o->busy && strcmp(o->sku, q->sku) == 0 &&
-               batch_room(x, q, o, most, units)) {
+               batch_room(x, q, o, most, units) &&
+               (x->n == 0 || o->head->gene == x->held[0]->gene)) { /* one shard */
             units += o->head->qty;
             x->held[x->n++] = queue_pop(o);
         }

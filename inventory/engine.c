@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acluster.h"
 #include "aconn.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
@@ -43,13 +44,31 @@ struct ehold {
     struct ehold *prev, *next; /* in use, or (next) free */
 };
 
+/* Placed orders waiting for their replicas' acknowledgement, per connection
+ * that committed them (one; on a cluster one per shard, by gene): covered by
+ * the WAIT in flight (acking), and placed since (unacked). */
+struct ack_group {
+    struct inv_engine *e;
+    int gene; /* on a cluster; -1 on one Redis */
+    struct inv_ticket *acking, *unacked, *unacked_tail;
+    int in_flight;
+};
+
+/* A connection for blocking commands, to one node. */
+struct blocking_conn {
+    struct aconn *c;
+    char host[64];
+    int port;
+};
+
 struct inv_engine {
     struct inv *inv;
     struct event_base *base;
     inv_path path;
     int batch;
-    struct aconn *conn;
-    struct inv_conns conns; /* conn, and one per lock node */
+    struct aconn *conn;       /* one Redis */
+    struct acluster *cluster; /* or a Redis Cluster's masters */
+    struct inv_conns conns;   /* conn or cluster, and one per lock node */
     int nnodes;
     struct inv_batcher *slow;
     struct rconn *idle; /* the session's: never connected, nothing on the
@@ -78,14 +97,11 @@ struct inv_engine {
     int open_holds;
     struct equeue *backed_off;
     struct ehold *holds, *free_holds;
-    /* Placed orders waiting for their replicas' acknowledgement: covered
-     * by the WAIT in flight (acking), and placed since (unacked). */
-    struct inv_ticket *acking, *unacked, *unacked_tail;
     int acks; /* placed orders wait for replicas (inv_durable_argv) */
-    int ack_in_flight;
+    struct ack_group ack[CLUSTER_GENES];
     /* Connections for the waits for a hand-off (BLPOP), one per wait in
      * flight, kept for the next: all of them, and the idle ones. */
-    struct aconn **blocking, **idle_blocking;
+    struct blocking_conn *blocking, *idle_blocking;
     int nblocking, nidle;
     struct inv_engine_config cfg;
 };
@@ -101,56 +117,64 @@ static void ticket_answer(struct inv_engine *e, struct inv_ticket *t)
     t->done(t); /* the ticket may be gone after this */
 }
 
-static void acks_send(struct inv_engine *e);
+static void acks_send(struct ack_group *g);
 
-/* The answer of the WAIT in flight: the orders it covers are acknowledged
- * by the replicas, or outcome unknown. */
+/* The answer of a group's WAIT in flight: the orders it covers are
+ * acknowledged by the replicas, or outcome unknown. */
 static void on_acked(void *arg, aconn_result res, redisReply *r)
 {
-    struct inv_engine *e = arg;
-    struct inv_ticket *t = e->acking;
-    e->acking = NULL;
-    e->ack_in_flight = 0;
+    struct ack_group *g = arg;
+    struct inv_engine *e = g->e;
+    struct inv_ticket *t = g->acking;
+    g->acking = NULL;
+    g->in_flight = 0;
     for (struct inv_ticket *next; t; t = next) {
         next = t->next;
         inv_ticket_acked(e->inv, t, res == ACONN_REPLY ? r : NULL);
         ticket_answer(e, t);
     }
-    if (e->unacked)
-        acks_send(e);
+    if (g->unacked)
+        acks_send(g);
 }
 
-/* One WAIT for every order placed on the connection since the last one: it
- * covers every write made before it on the connection (group commit of the
- * replicas' acknowledgement). */
-static void acks_send(struct inv_engine *e)
+/* One WAIT for every order placed on the group's connection since the last
+ * one: it covers every write made before it on the connection (group
+ * commit of the replicas' acknowledgement). */
+static void acks_send(struct ack_group *g)
 {
+    struct inv_engine *e = g->e;
     const char *argv[3];
     char buf[2][16];
     inv_durable_argv(e->inv, argv, buf);
-    e->acking = e->unacked;
-    e->unacked = e->unacked_tail = NULL;
-    e->ack_in_flight = 1;
-    if (!e->conn || aconn_command(e->conn, on_acked, e, 3, argv, NULL) != 0)
-        on_acked(e, ACONN_NOT_SENT, NULL);
+    g->acking = g->unacked;
+    g->unacked = g->unacked_tail = NULL;
+    g->in_flight = 1;
+    int sent = e->cluster ? acluster_command(e->cluster, cluster_gene_slot(g->gene),
+                                             on_acked, g, 3, argv)
+               : e->conn  ? aconn_command(e->conn, on_acked, g, 3, argv, NULL)
+                          : -1;
+    if (sent != 0)
+        on_acked(g, ACONN_NOT_SENT, NULL);
 }
 
 /* t is final. A placed order waits for its replicas first when asked to
- * (--min-replicas-acked): its commit went on this loop's connection. */
+ * (--min-replicas-acked): its commit went on this loop's connection (on a
+ * cluster, that to its shard's master). */
 static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
     if (t->st != INV_PLACED || !e->acks) {
         ticket_answer(e, t);
         return;
     }
+    struct ack_group *g = &e->ack[e->cluster && t->gene >= 0 ? t->gene : 0];
     t->next = NULL;
-    if (e->unacked_tail)
-        e->unacked_tail->next = t;
+    if (g->unacked_tail)
+        g->unacked_tail->next = t;
     else
-        e->unacked = t;
-    e->unacked_tail = t;
-    if (!e->ack_in_flight)
-        acks_send(e);
+        g->unacked = t;
+    g->unacked_tail = t;
+    if (!g->in_flight)
+        acks_send(g);
 }
 
 /* Hands t to the batch threads, which answer it. */
@@ -186,7 +210,9 @@ static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
     if (++t->tries > ENGINE_TRIES) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
         ticket_done(e, t);
-    } else if (inv_atomic_send(e->inv, t, e->conn, on_atomic, t, &t->seen) != 0) {
+    } else if (e->cluster && t->gene < 0) {
+        ticket_alone(e, t); /* its SKU's shards are not known yet */
+    } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) != 0) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
         ticket_done(e, t);
     }
@@ -336,7 +362,8 @@ static void take_from(struct equeue *o, struct inv_ticket **t, int *n, int most,
 /* Fills hold x's batch from q: its own tickets first, then, with room left,
  * those waiting in the queues of the SKU's other segments on this loop (ready
  * ones, and those that backed off from a taken lock), so that a crowd spread
- * over K segments still fills holds, as the batch threads do; the commit
+ * over K segments still fills holds, as the batch threads do (on a cluster,
+ * those of the same shard: one commit writes one shard); the commit
  * places them here while the segment has stock (counted as spilled) and
  * sends the rest on. No more units than limit (the segment's stock, or an
  * upper bound of it; an empty segment takes a full batch of its own only:
@@ -350,12 +377,13 @@ static void batch_fill(struct ehold *x, long long limit)
     for (int i = 0; i < x->h.n; i++)
         units += x->t[i]->qty;
     take_from(q, x->t, &x->h.n, most, &units, limit == 0 ? -1 : limit);
-    if (limit == 0)
+    if (limit == 0 || x->h.n == 0)
         return;
     for (int pass = 0; pass < 2; pass++)
         for (struct equeue *o = pass ? e->backed_off : e->ready_head; o && x->h.n < most;
              o = pass ? o->bnext : o->rnext)
-            if (o != q && !o->busy && strcmp(o->sku, q->sku) == 0)
+            if (o != q && !o->busy && strcmp(o->sku, q->sku) == 0 &&
+                (!o->head || o->head->gene == x->t[0]->gene)) /* one shard */
                 take_from(o, x->t, &x->h.n, most, &units, limit);
 }
 
@@ -535,30 +563,52 @@ static void on_answer(void *arg, aconn_result res, redisReply *r)
         hold_next(x);
 }
 
-/* An idle connection for a blocking command (made on first need). */
-static struct aconn *blocking_get(struct inv_engine *e)
+/* An idle connection for a blocking command on the data Redis of hold h
+ * (on a cluster, the master of its shard), made on first need. NULL when
+ * that master is not known. */
+static struct aconn *blocking_get(struct inv_engine *e, const struct inv_hold *h)
 {
-    if (e->nidle > 0)
-        return e->idle_blocking[--e->nidle];
-    struct aconn **all = realloc(e->blocking, sizeof(*all) * (size_t)(e->nblocking + 1));
-    struct aconn **idle =
+    const char *host = e->cfg.redis_host;
+    int port = e->cfg.redis_port;
+    if (e->cluster) {
+        const struct cluster_map *m = acluster_map(e->cluster);
+        int i = m->owner[cluster_gene_slot(h->gene)];
+        if (m->nmasters == 0 || i == CLUSTER_NO_MASTER)
+            return NULL;
+        host = m->masters[i].host;
+        port = m->masters[i].port;
+    }
+    for (int i = 0; i < e->nidle; i++)
+        if (e->idle_blocking[i].port == port &&
+            strcmp(e->idle_blocking[i].host, host) == 0) {
+            struct aconn *c = e->idle_blocking[i].c;
+            e->idle_blocking[i] = e->idle_blocking[--e->nidle];
+            return c;
+        }
+    struct blocking_conn *all =
+        realloc(e->blocking, sizeof(*all) * (size_t)(e->nblocking + 1));
+    struct blocking_conn *idle =
         realloc(e->idle_blocking, sizeof(*idle) * (size_t)(e->nblocking + 1));
     if (!all || !idle)
         abort();
     e->blocking = all;
     e->idle_blocking = idle;
     /* A wait lasts at most --wait-ms: its answer may take that long. */
-    struct aconn *c =
-        aconn_new(e->base, e->cfg.redis_host, e->cfg.redis_port, e->cfg.redis_password,
-                  e->cfg.wait_ms + e->cfg.timeout_ms);
-    all[e->nblocking++] = c;
-    return c;
+    struct blocking_conn *b = &all[e->nblocking++];
+    b->c = aconn_new(e->base, host, port, e->cfg.redis_password,
+                     e->cfg.wait_ms + e->cfg.timeout_ms);
+    snprintf(b->host, sizeof(b->host), "%s", host);
+    b->port = port;
+    return b->c;
 }
 
 static void blocking_put(struct inv_engine *e, struct aconn *c)
 {
-    if (!e->closing)
-        e->idle_blocking[e->nidle++] = c;
+    if (e->closing)
+        return;
+    for (int i = 0; i < e->nblocking; i++)
+        if (e->blocking[i].c == c)
+            e->idle_blocking[e->nidle++] = e->blocking[i];
 }
 
 static void on_handoff(void *arg, aconn_result res, redisReply *r)
@@ -576,10 +626,11 @@ static void hold_wait(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     engine_kick(e); /* it waits: room for another hold */
-    x->blocking = blocking_get(e);
-    if (inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x))
+    x->blocking = blocking_get(e, &x->h);
+    if (x->blocking && inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x))
         return;
-    blocking_put(e, x->blocking);
+    if (x->blocking)
+        blocking_put(e, x->blocking);
     x->blocking = NULL;
     hold_retry(x); /* the next attempt tells what is wrong */
 }
@@ -641,9 +692,16 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     e->batch = cfg->batch > 0 ? cfg->batch : 1;
     e->cfg = *cfg; /* its strings outlive the engine */
     e->slow = slow;
-    e->conn = aconn_new(base, cfg->redis_host, cfg->redis_port, cfg->redis_password,
-                        cfg->timeout_ms);
+    if (cfg->cluster)
+        e->cluster = acluster_new(base, cfg->seeds, cfg->nseeds, cfg->redis_password,
+                                  cfg->timeout_ms);
+    else
+        e->conn = aconn_new(base, cfg->redis_host, cfg->redis_port, cfg->redis_password,
+                            cfg->timeout_ms);
     e->conns.data = e->conn;
+    e->conns.cluster = e->cluster;
+    for (int g = 0; g < CLUSTER_GENES; g++)
+        e->ack[g] = (struct ack_group){.e = e, .gene = e->cluster ? g : -1};
     const char *wait_argv[3];
     char wait_buf[2][16];
     e->acks = inv_durable_argv(inv, wait_argv, wait_buf) > 0;
@@ -702,7 +760,7 @@ void inv_engine_free(struct inv_engine *e)
     /* The waits first: each goes on to an attempt, which the main connection
      * answers as it closes. */
     for (int i = 0; i < e->nblocking; i++)
-        aconn_free(e->blocking[i]);
+        aconn_free(e->blocking[i].c);
     free(e->blocking);
     free(e->idle_blocking);
     /* The lock's nodes, then the data Redis: each answers what is in flight,
@@ -714,6 +772,8 @@ void inv_engine_free(struct inv_engine *e)
     }
     aconn_free(e->conn);
     e->conn = e->conns.data = NULL;
+    acluster_free(e->cluster);
+    e->cluster = e->conns.cluster = NULL;
     on_inbox(-1, 0, e);
     /* Holds waiting for their work's end (nothing was committed) or for
      * their next attempt */

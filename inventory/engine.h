@@ -43,6 +43,11 @@ struct inv_engine_config {
     int timeout_ms;             /* a command's answer, at most */
     int batch;                  /* most tickets one lock hold serves */
     int wait_ms;                /* longest wait for a segment lock */
+    /* A Redis Cluster whose seeds are seeds[0..nseeds-1] instead of the one
+     * Redis at redis_host:redis_port (used then for nothing but defaults) */
+    int cluster;
+    const struct rconn_addr *seeds;
+    int nseeds;
 };
 
 struct inv_engine;

@@ -1,6 +1,7 @@
 #include "inventory.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -11,6 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "acluster.h"
+#include "rcluster.h"
+
 /* The scripts: KEYS, ARGV and replies are described at the top of each file.
  * commit.lua, batch.lua and atomic.lua share idem.lua (the Idempotency-Key
  * check), limit.lua (the per-user limit), stock.lua (writing stock with its
@@ -18,7 +22,7 @@
  * peek.lua shares the first three. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
     lua_inventory_peek, lua_inventory_reset, lua_inventory_batch,
-    lua_inventory_fence_read;
+    lua_inventory_fence_read, lua_inventory_xfer_out, lua_inventory_xfer_in;
 /* inventory/lua/commit.lua: commit of one order of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
@@ -33,6 +37,11 @@ static struct rscript fence_read_script =
     RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
 /* inventory/lua/reset.lua: create or reset a SKU. */
 static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
+/* inventory/lua/xfer_out.lua, xfer_in.lua: units of a SKU moved from one
+ * shard of a cluster to another. */
+static struct rscript xfer_out_script =
+    RSCRIPT_INIT("inv_xfer_out", lua_inventory_xfer_out);
+static struct rscript xfer_in_script = RSCRIPT_INIT("inv_xfer_in", lua_inventory_xfer_in);
 
 struct inv_counters {
     _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
@@ -56,37 +65,67 @@ struct sku_layout {
     char epoch[24];
     int nempty;
     uint64_t empty[INV_MAX_SEGMENTS / 64]; /* bit i: segment i seen empty */
+    int nshards; /* on a cluster: segment i lives in shard i % nshards, */
+    uint8_t genes[CLUSTER_MAX_MASTERS]; /* whose gene is genes[i % nshards] */
 };
 
 struct inv {
     struct inv_config cfg;
+    char crash_after[32]; /* a test's SECKILL_TEST_CRASH: the step to die after */
     struct inv_counters counters;
     pthread_mutex_t layout_mu;
     struct sku_layout layouts[LAYOUT_SLOTS];
 };
 
+/* Most masters' connections one session keeps on a cluster: the masters of
+ * a map and those of the one before a failover. */
+#define INV_SHARD_SESSIONS (2 * CLUSTER_MAX_MASTERS)
+
 struct inv_session {
     struct inv *inv;
     struct rconn *rc;
     struct lock_session *lock;
+    /* On a cluster, the thread's session routes (cl) and does nothing on rc
+     * itself: each piece of work runs on the session of the master that
+     * serves its shard (shard_session), whose rc is that master's and whose
+     * gene names the shard. On one Redis gene is -1. */
+    int gene;
+    struct rcluster *cl;
+    struct inv_session *shard[INV_SHARD_SESSIONS];
+    int nshards;
 };
 
-/* The Redis keys of one SKU. */
+/* The Redis keys of one SKU, or on a cluster of one shard of it: the
+ * SKU's own keys, where its order records go (the prefix of order:<id>) and
+ * its segments' locks (the prefix of ...:lock:<segment>). */
 struct sku_keys {
     char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96],
-        avail[96];
+        avail[96], xout[96], xin[96], order[24], lock[96];
 };
 
-static void sku_keys_init(struct sku_keys *k, const char *sku)
+/* The keys of sku: on one Redis (gene -1) under the tag {sku}; on a cluster
+ * those of its shard of gene `gene`, under the gene's tag. */
+static void sku_keys_init(struct sku_keys *k, const char *sku, int gene)
 {
-    snprintf(k->meta, sizeof(k->meta), "sk:{%s}:meta", sku);
-    snprintf(k->stock, sizeof(k->stock), "sk:{%s}:stock", sku);
-    snprintf(k->init, sizeof(k->init), "sk:{%s}:init", sku);
-    snprintf(k->sold, sizeof(k->sold), "sk:{%s}:sold", sku);
-    snprintf(k->buyers, sizeof(k->buyers), "sk:{%s}:buyers", sku);
-    snprintf(k->orders, sizeof(k->orders), "sk:{%s}:orders", sku);
-    snprintf(k->idem, sizeof(k->idem), "sk:{%s}:idem", sku);
-    snprintf(k->avail, sizeof(k->avail), "sk:{%s}:avail", sku);
+    char tag[INV_ID_MAX + 24];
+    if (gene < 0) {
+        snprintf(tag, sizeof(tag), "{%s}", sku);
+        snprintf(k->order, sizeof(k->order), "order:");
+    } else {
+        snprintf(tag, sizeof(tag), "{%s}:%s", cluster_gene_tag(gene), sku);
+        snprintf(k->order, sizeof(k->order), "o:{%s}:", cluster_gene_tag(gene));
+    }
+    snprintf(k->meta, sizeof(k->meta), "sk:%s:meta", tag);
+    snprintf(k->stock, sizeof(k->stock), "sk:%s:stock", tag);
+    snprintf(k->init, sizeof(k->init), "sk:%s:init", tag);
+    snprintf(k->sold, sizeof(k->sold), "sk:%s:sold", tag);
+    snprintf(k->buyers, sizeof(k->buyers), "sk:%s:buyers", tag);
+    snprintf(k->orders, sizeof(k->orders), "sk:%s:orders", tag);
+    snprintf(k->idem, sizeof(k->idem), "sk:%s:idem", tag);
+    snprintf(k->avail, sizeof(k->avail), "sk:%s:avail", tag);
+    snprintf(k->xout, sizeof(k->xout), "sk:%s:xout", tag);
+    snprintf(k->xin, sizeof(k->xin), "sk:%s:xin", tag);
+    snprintf(k->lock, sizeof(k->lock), "sk:%s:lock:", tag);
 }
 
 static void count(_Atomic uint64_t *c)
@@ -113,6 +152,8 @@ struct inv *inv_new(const struct inv_config *cfg)
     if (!inv)
         abort();
     inv->cfg = *cfg;
+    const char *crash = getenv("SECKILL_TEST_CRASH");
+    snprintf(inv->crash_after, sizeof(inv->crash_after), "%s", crash ? crash : "");
     pthread_mutex_init(&inv->layout_mu, NULL);
     return inv;
 }
@@ -148,18 +189,21 @@ static int layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
 /* Learns sku's layout; what was known of its empty segments stays while the
  * epoch does. */
 static void layout_put(struct inv *inv, const char *sku, int segments, long long initial,
-                       const char *epoch)
+                       const char *epoch, const int *genes, int nshards)
 {
     struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
     if (strcmp(l->sku, sku) != 0 || strcmp(l->epoch, epoch) != 0 ||
-        l->segments != segments) {
+        l->segments != segments || l->nshards != nshards) {
         snprintf(l->sku, sizeof(l->sku), "%s", sku);
         l->segments = segments;
         l->initial = initial;
         snprintf(l->epoch, sizeof(l->epoch), "%s", epoch);
         l->nempty = 0;
         memset(l->empty, 0, sizeof(l->empty));
+        l->nshards = nshards;
+        for (int i = 0; i < nshards; i++)
+            l->genes[i] = (uint8_t)genes[i];
     }
     pthread_mutex_unlock(&inv->layout_mu);
 }
@@ -233,7 +277,11 @@ struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)
         abort();
     s->inv = inv;
     s->rc = rc;
-    if (inv->cfg.lock)
+    s->gene = -1;
+    if (inv->cfg.cluster)
+        s->cl = rcluster_new(inv->cfg.seeds, inv->cfg.nseeds, inv->cfg.password,
+                             inv->cfg.timeout_ms > 0 ? inv->cfg.timeout_ms : 1000);
+    if (inv->cfg.lock) /* on a cluster, for the steps of an event loop's holds */
         s->lock = lock_session_new(inv->cfg.lock, rc);
     return s;
 }
@@ -242,12 +290,64 @@ void inv_session_free(struct inv_session *s)
 {
     if (!s)
         return;
+    for (int i = 0; i < s->nshards; i++)
+        inv_session_free(s->shard[i]);
+    rcluster_free(s->cl);
     lock_session_free(s->lock);
     free(s);
 }
 
+/* The session for the shard of gene `gene`: s itself on one Redis; on a
+ * cluster the session on the connection to the master that serves the
+ * shard now, made on first need. NULL when no master is known for it. */
+static struct inv_session *shard_session(struct inv_session *s, int gene)
+{
+    if (!s->cl)
+        return s;
+    if (gene < 0)
+        return NULL;
+    struct rconn *rc = rcluster_conn(s->cl, cluster_gene_slot(gene));
+    if (!rc)
+        return NULL;
+    struct inv_session *sub = NULL;
+    for (int i = 0; i < s->nshards && !sub; i++)
+        if (s->shard[i]->rc == rc)
+            sub = s->shard[i];
+    if (!sub) {
+        if (s->nshards == INV_SHARD_SESSIONS)
+            return NULL;
+        sub = calloc(1, sizeof(*sub));
+        if (!sub)
+            abort();
+        sub->inv = s->inv;
+        sub->rc = rc;
+        if (s->inv->cfg.lock)
+            sub->lock = lock_session_new(s->inv->cfg.lock, rc);
+        s->shard[s->nshards++] = sub;
+    }
+    sub->gene = gene;
+    return sub;
+}
+
+static inv_status ticket_shard(struct inv_session *s, struct inv_ticket *t,
+                               struct inv_session **shard);
+static inv_status ticket_place_shards(struct inv_session *s, struct inv_ticket *t);
+
+/* After work on a cluster that failed for want of Redis: the map may be
+ * stale (a failover, slots moved), so learn it again for the next. */
+static inv_status shard_outcome(struct inv_session *s, inv_status st)
+{
+    if (s->cl && (st == INV_UNAVAILABLE || st == INV_OUTCOME_UNKNOWN))
+        rcluster_refresh(s->cl);
+    return st;
+}
+
+static int ping_shards(struct inv_session *s);
+
 int inv_ping(struct inv_session *s)
 {
+    if (s->cl)
+        return ping_shards(s);
     rconn_check(s->rc);
     redisReply *r = rconn_command(s->rc, "PING");
     int ok = r && r->type == REDIS_REPLY_STATUS;
@@ -327,6 +427,15 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
 
 /* ---- placing an order --------------------------------------------------- */
 
+/* Remembers sku as sold out (soldout.h) when Redis said so after `seen` was
+ * taken. Not from a shard of a cluster: its SKU may hold units elsewhere
+ * (shards_refill notes a SKU whose shards are all empty). */
+static void note_sold_out(struct inv *inv, const char *sku, int limit, uint64_t seen)
+{
+    if (!inv->cfg.cluster)
+        soldout_note(inv->cfg.soldout, sku, limit, seen);
+}
+
 /* Answers from memory an order for a SKU this instance saw sold out in its
  * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or INV_OK
  * when Redis must be asked. A keyed order always asks: its key may name an
@@ -343,12 +452,17 @@ static inv_status soldout_answer(struct inv *inv, const char *sku, int qty,
 
 /* Draws the order's id: 0, or -1 when none can be issued now (the worker
  * lease is not held, or its high-water mark does not cover another id). */
+/* Draws order's id; on a cluster it keeps the gene its last id had (the
+ * shard it is routed to). */
 static int order_new_id(struct inv *inv, struct inv_order *order)
 {
     const struct inv_config *cfg = &inv->cfg;
     if (cfg->lease && !orderid_lease_valid(cfg->lease))
         return -1;
+    int gene = orderid_gene_of(order->id);
     order->id = orderid_next(cfg->ids);
+    if (order->id && cfg->cluster)
+        order->id = orderid_with_gene(order->id, gene);
     return order->id ? 0 : -1;
 }
 
@@ -406,7 +520,7 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     snprintf(c->home, sizeof(c->home), "%u", seg_route(user_id));
     snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
     snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
-    snprintf(c->okey, sizeof(c->okey), "order:%s", c->idtext);
+    snprintf(c->okey, sizeof(c->okey), "%s%s", k->order, c->idtext);
     const char *argv[] = {k->meta, k->stock,  k->sold,  k->buyers, k->orders,
                           c->okey, k->idem,   k->avail, c->home,   c->qtys,
                           user_id, c->idtext, sku,      idem_key};
@@ -455,7 +569,7 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
         return INV_PLACED;
     case -5:
         if (reply_ll(e2, -1) == 0) /* not a unit left */
-            soldout_note(s->inv->cfg.soldout, sku, (int)reply_ll(e1, 0), seen);
+            note_sold_out(s->inv, sku, (int)reply_ll(e1, 0), seen);
         return INV_SOLD_OUT;
     case -6:
         return INV_NOT_FOUND;
@@ -611,11 +725,11 @@ struct part_hold {
     int take;
 };
 
-static void part_init(struct part_hold *p, const char *sku, int seg)
+static void part_init(struct part_hold *p, const struct sku_keys *k, int seg)
 {
     p->seg = seg;
     p->take = 0;
-    snprintf(p->lkey, sizeof(p->lkey), "sk:{%s}:lock:%d", sku, seg);
+    snprintf(p->lkey, sizeof(p->lkey), "%s%d", k->lock, seg);
 }
 
 /* Releases the locks of p[0..n-1]; LOCK_NOT_HELD when any lease was gone. */
@@ -683,7 +797,7 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
     char qtys[12], idtext[24], okey[40], ntext[12];
     snprintf(qtys, sizeof(qtys), "%d", c->qty);
     snprintf(idtext, sizeof(idtext), "%" PRIu64, c->order->id);
-    snprintf(okey, sizeof(okey), "order:%s", idtext);
+    snprintf(okey, sizeof(okey), "%s%s", c->k.order, idtext);
     snprintf(ntext, sizeof(ntext), "%d", n);
     const char *head[] = {c->k.meta,   c->k.stock, c->k.sold, c->k.buyers,
                           c->k.orders, okey,       c->k.idem, c->k.avail};
@@ -770,7 +884,7 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
 static inv_status critical_section(struct order_ctx *c, int seg, int *again)
 {
     struct part_hold p;
-    part_init(&p, c->sku, seg);
+    part_init(&p, &c->k, seg);
     inv_status st = parts_acquire(c, &p, 1);
     if (st != INV_OK)
         return st;
@@ -821,7 +935,7 @@ static inv_status multi_section(struct order_ctx *c, int *again)
     memcpy(sorted, c->v.plan, sizeof(*sorted) * (size_t)n);
     qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
     for (int i = 0; i < n; i++)
-        part_init(&p[i], c->sku, sorted[i]);
+        part_init(&p[i], &c->k, sorted[i]);
     free(sorted);
     inv_status st = parts_acquire(c, p, n);
     if (st != INV_OK) {
@@ -869,7 +983,8 @@ static inv_status place_locked(struct order_ctx *c)
         inv_status st = order_peek(c);
         if (st != INV_OK)
             return st;
-        layout_put(inv, c->sku, v->segments, v->initial, v->epoch);
+        if (s->gene < 0) /* a shard's figures are not its SKU's */
+            layout_put(inv, c->sku, v->segments, v->initial, v->epoch, NULL, 0);
         if (c->qty > v->limit)
             return INV_BAD_QTY;
         if (v->first_id[0]) {
@@ -880,7 +995,7 @@ static inv_status place_locked(struct order_ctx *c)
             return INV_LIMIT;
         if (v->ncand == 0 && v->nplan == 0) {
             if (v->remaining == 0) /* not a unit left */
-                soldout_note(inv->cfg.soldout, c->sku, v->limit, seen);
+                note_sold_out(inv, c->sku, v->limit, seen);
             return INV_SOLD_OUT;
         }
         if (v->nplan > 0) {
@@ -916,7 +1031,7 @@ static inv_status place_one_locked(struct inv_session *s, const char *sku,
                           .idem_key = idem_key,
                           .qty = qty,
                           .order = order};
-    sku_keys_init(&c.k, sku);
+    sku_keys_init(&c.k, sku, s->gene);
     return place_locked(&c);
 }
 
@@ -931,7 +1046,7 @@ static inv_status place(struct inv_session *s, const char *sku, const char *user
     snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
     order->qty = qty;
     struct sku_keys k;
-    sku_keys_init(&k, sku);
+    sku_keys_init(&k, sku, s->gene);
     const char *idem = idem_key ? idem_key : "";
     return s->inv->cfg.lock ? place_one_locked(s, sku, user_id, qty, idem, order)
                             : place_atomic(s, &k, sku, user_id, qty, idem, order);
@@ -975,6 +1090,19 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
                            int qty, const char *idem_key, struct inv_order *order)
 {
     struct inv *inv = s->inv;
+    if (s->cl) { /* as a ticket: routed to its shard, spilling over as those do */
+        struct inv_ticket *t = malloc(sizeof(*t));
+        if (!t)
+            abort();
+        inv_status st = inv_ticket_open(inv, t, sku, user_id, qty, idem_key);
+        if (st == INV_OK) {
+            inv_ticket_single(s, t);
+            st = t->st;
+        }
+        *order = t->order;
+        free(t);
+        return st;
+    }
     order_clear(order);
     /* Sold out in this epoch, as this instance saw: no id, no Redis. */
     inv_status st = soldout_answer(inv, sku, qty, idem_key);
@@ -994,6 +1122,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     snprintf(t->user_id, sizeof(t->user_id), "%s", user_id);
     snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
     t->qty = qty;
+    t->gene = -1;
     t->start_us = lock_now_us();
     t->st = INV_OK;
     t->next = NULL;
@@ -1008,7 +1137,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
     t->order.qty = qty;
     t->hops = 0;
-    if (inv->cfg.lock)
+    if (inv->cfg.lock || inv->cfg.cluster) /* atomic on a cluster: for the shard */
         inv_ticket_route(inv, t);
     else
         t->home = t->seg = 0; /* atomic: one queue */
@@ -1025,6 +1154,26 @@ long long inv_segment_bound(struct inv *inv, const char *sku, int seg)
     return seg_initial(l.initial, l.segments, seg);
 }
 
+/* Routes t within its home segment's shard (a cluster's): segment i is in
+ * shard i % l->nshards. When home is known empty, another segment of the
+ * shard not known empty, chosen by the routing number; home when there is
+ * none (the shard's commit answers then). */
+static void route_in_shard(const struct sku_layout *l, struct inv_ticket *t,
+                           uint32_t route)
+{
+    int shard = t->home % l->nshards, stocked = 0;
+    t->gene = l->genes[shard];
+    t->order.id = orderid_with_gene(t->order.id, t->gene);
+    for (int i = shard; i < l->segments; i += l->nshards)
+        stocked += !(l->empty[i / 64] & (UINT64_C(1) << (i % 64)));
+    if (!(l->empty[t->home / 64] & (UINT64_C(1) << (t->home % 64))) || stocked == 0)
+        return;
+    int n = (int)(route % (uint32_t)stocked);
+    for (int i = shard; i < l->segments; i += l->nshards)
+        if (!(l->empty[i / 64] & (UINT64_C(1) << (i % 64))) && n-- == 0)
+            t->seg = i;
+}
+
 int inv_ticket_route(struct inv *inv, struct inv_ticket *t)
 {
     struct sku_layout l;
@@ -1032,7 +1181,10 @@ int inv_ticket_route(struct inv *inv, struct inv_ticket *t)
         return t->home = t->seg = -1;
     uint32_t route = seg_route(t->user_id);
     t->home = t->seg = (int)(route % (uint32_t)l.segments);
-    if (l.empty[t->home / 64] & (UINT64_C(1) << (t->home % 64)) && l.nempty < l.segments)
+    if (l.nshards > 0)
+        route_in_shard(&l, t, route);
+    else if (l.empty[t->home / 64] & (UINT64_C(1) << (t->home % 64)) &&
+             l.nempty < l.segments)
         t->seg = layout_nth_stocked(&l, (int)(route % (uint32_t)(l.segments - l.nempty)));
     return t->seg;
 }
@@ -1079,7 +1231,9 @@ void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
         placed += t[i]->st == INV_PLACED;
     if (!placed || !inv_durable_argv(s->inv, argv, buf))
         return;
-    redisReply *r = rconn_command_argv(s->rc, 3, argv, NULL);
+    /* on a cluster: the shard's master, which took the commit */
+    struct inv_session *shard = shard_session(s, t[0]->gene);
+    redisReply *r = shard ? rconn_command_argv(shard->rc, 3, argv, NULL) : NULL;
     for (int i = 0; i < n; i++)
         inv_ticket_acked(s->inv, t[i], r);
     if (r)
@@ -1092,16 +1246,21 @@ static void tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_st
         ticket_finish(inv, t[i], st);
 }
 
-void inv_ticket_single(struct inv_session *s, struct inv_ticket *t)
+/* Places t by itself on s (one Redis, or the session of t's shard), as the
+ * lock mode does. */
+static inv_status ticket_place(struct inv_session *s, struct inv_ticket *t)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, t->sku);
-    inv_status st =
-        s->inv->cfg.lock
-            ? place_one_locked(s, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
-            : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
-    ticket_finish(s->inv, t, st);
+    sku_keys_init(&k, t->sku, s->gene);
+    return s->inv->cfg.lock
+               ? place_one_locked(s, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
+               : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
+}
+
+void inv_ticket_single(struct inv_session *s, struct inv_ticket *t)
+{
+    ticket_finish(s->inv, t, s->cl ? ticket_place_shards(s, t) : ticket_place(s, t));
 }
 
 /* One order's part of the batch commit: its text arguments. */
@@ -1139,9 +1298,13 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
             t[i]->seg = (int)reply_ll(first, -1);
             continue;
         case -5:
+            if (inv->cfg.cluster) { /* short in its shard: by itself, which
+                                       brings units from the others */
+                t[i]->seg = -1;
+                continue;
+            }
             if (t[i]->qty == 1) /* not a unit left */
-                soldout_note(inv->cfg.soldout, t[i]->sku, (int)reply_ll(first, 0),
-                             h->seen);
+                note_sold_out(inv, t[i]->sku, (int)reply_ll(first, 0), h->seen);
             st = INV_SOLD_OUT;
             break;
         case -3:
@@ -1181,8 +1344,6 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     rconn_check(s->rc);
     if (rconn_script_load(s->rc, &atomic_script) != 0)
         return; /* each by itself, which reports why */
-    struct sku_keys k;
-    sku_keys_init(&k, t[0]->sku);
     struct atomic_call *c = malloc(sizeof(*c) * (size_t)n);
     if (!c)
         abort();
@@ -1191,6 +1352,8 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     int sent = 0;
     for (; sent < n; sent++) {
         struct inv_ticket *x = t[sent];
+        struct sku_keys k;
+        sku_keys_init(&k, x->sku, x->gene);
         atomic_call_init(&c[sent], &k, x->sku, x->user_id, x->qty, x->idem_key,
                          x->order.id);
         if (rconn_append_eval(s->rc, &atomic_script, 8, 6, c[sent].argv, NULL) != 0)
@@ -1230,15 +1393,18 @@ struct lock *inv_lock(const struct inv *inv)
     return inv->cfg.lock;
 }
 
-int inv_atomic_send(struct inv *inv, struct inv_ticket *t, struct aconn *c, aconn_cb *cb,
-                    void *arg, uint64_t *seen)
+int inv_atomic_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                    aconn_cb *cb, void *arg, uint64_t *seen)
 {
     struct sku_keys k;
-    sku_keys_init(&k, t->sku);
+    sku_keys_init(&k, t->sku, t->gene);
     struct atomic_call call;
     atomic_call_init(&call, &k, t->sku, t->user_id, t->qty, t->idem_key, t->order.id);
     *seen = soldout_generation(inv->cfg.soldout);
-    return aconn_eval(c, cb, arg, &atomic_script, 8, 14, call.argv);
+    if (cs->cluster)
+        return acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
+                             &atomic_script, 8, 14, call.argv);
+    return aconn_eval(cs->data, cb, arg, &atomic_script, 8, 14, call.argv);
 }
 
 inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
@@ -1258,6 +1424,8 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
     inv_status st = atomic_outcome(&view, t->sku, r, &t->order, seen);
     if (st == INV_OK)
         return INV_STEP_AGAIN; /* the id was taken: it has a fresh one */
+    if (st == INV_SOLD_OUT && inv->cfg.cluster)
+        return INV_STEP_ALONE; /* short in its shard: units from the others */
     ticket_finish(inv, t, st);
     return INV_STEP_DONE;
 }
@@ -1271,10 +1439,13 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
     struct sku_layout layout;
     if (layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
         return -1;
+    struct sku_keys k;
+    sku_keys_init(&k, t[0]->sku, t[0]->gene);
     h->t = t;
     h->n = n;
     h->seg = seg;
-    snprintf(h->lkey, sizeof(h->lkey), "sk:{%s}:lock:%d", t[0]->sku, seg);
+    h->gene = t[0]->gene;
+    snprintf(h->lkey, sizeof(h->lkey), "%s%d", k.lock, seg);
     snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
     h->seen = soldout_generation(inv->cfg.soldout);
     return 0;
@@ -1295,6 +1466,8 @@ static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                   int try_only, struct inv_hold *h)
 {
+    if (s->cl && !(s = shard_session(s, t[0]->gene)))
+        return 0; /* each by itself, which learns where */
     if (!s->inv->cfg.lock) {
         atomic_pipeline(s, t, n);
         return 0;
@@ -1304,7 +1477,7 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
         return 0; /* each by itself */
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, t[0]->sku);
+    sku_keys_init(&k, t[0]->sku, h->gene);
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
@@ -1342,7 +1515,7 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
 {
     struct inv_ticket **t = h->t;
     int n = h->n;
-    sku_keys_init(&c->k, t[0]->sku);
+    sku_keys_init(&c->k, t[0]->sku, h->gene);
     snprintf(c->seg, sizeof(c->seg), "%d", h->seg);
     lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
     snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
@@ -1365,7 +1538,7 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     for (int i = 0; i < n; i++) {
         struct batch_slot *x = &c->slot[i];
         snprintf(x->id, sizeof(x->id), "%" PRIu64, t[i]->order.id);
-        snprintf(x->okey, sizeof(x->okey), "order:%s", x->id);
+        snprintf(x->okey, sizeof(x->okey), "%s%s", k->order, x->id);
         snprintf(x->qty, sizeof(x->qty), "%d", t[i]->qty);
         snprintf(x->route, sizeof(x->route), "%u", seg_route(t[i]->user_id));
         argv[8 + i] = x->okey;
@@ -1414,6 +1587,10 @@ static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold 
 void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
+    if (s->cl && !(s = shard_session(s, h->gene))) {
+        tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE); /* the lease runs out */
+        return;
+    }
     struct batch_call c;
     batch_call_init(&c, inv, h);
     redisReply *r;
@@ -1473,16 +1650,27 @@ static void on_slot(void *arg, aconn_result res, redisReply *r)
 
 /* Queues cmd on c as h's command number i (HOLD_OWN: the hold's own). 1, or
  * 0 when refused. */
-static int hold_queue(struct inv_hold *h, struct aconn *c, int i, const struct rcmd *cmd)
+static int hold_queue(struct inv_hold *h, int node, int i, const struct rcmd *cmd)
 {
     struct inv_slot *sl = &h->slot[i];
     sl->h = h;
     sl->i = i;
-    if (!c)
-        return 0; /* the loop is closing */
-    int rc = cmd->script ? aconn_eval(c, on_slot, sl, cmd->script, cmd->nkeys, cmd->argc,
+    const struct inv_conns *cs = h->cs;
+    int rc;
+    if (node < 0 && cs->cluster) { /* the master of the segment's shard */
+        int slot = cluster_gene_slot(h->gene);
+        rc = cmd->script
+                 ? acluster_eval(cs->cluster, slot, on_slot, sl, cmd->script, cmd->nkeys,
+                                 cmd->argc, cmd->argv)
+                 : acluster_command(cs->cluster, slot, on_slot, sl, cmd->argc, cmd->argv);
+    } else {
+        struct aconn *c = node < 0 ? cs->data : cs->node[node];
+        if (!c)
+            return 0; /* the loop is closing */
+        rc = cmd->script ? aconn_eval(c, on_slot, sl, cmd->script, cmd->nkeys, cmd->argc,
                                       cmd->argv)
                          : aconn_command(c, on_slot, sl, cmd->argc, cmd->argv, NULL);
+    }
     h->owed += rc == 0;
     return rc == 0;
 }
@@ -1498,12 +1686,12 @@ static void hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
 static int read_queue(struct inv_hold *h)
 {
     struct sku_keys k;
-    sku_keys_init(&k, h->t[0]->sku);
+    sku_keys_init(&k, h->t[0]->sku, h->gene);
     char segtext[12];
     snprintf(segtext, sizeof(segtext), "%d", h->seg);
     const char *read[] = {"HGET", k.stock, segtext};
     struct rcmd cmd = {.argc = 3, .argv = read};
-    return hold_queue(h, h->cs->data, HOLD_OWN, &cmd);
+    return hold_queue(h, -1, HOLD_OWN, &cmd);
 }
 
 /* Sends h->step's commands: on the data Redis and the lock's nodes. A
@@ -1514,8 +1702,7 @@ static void step_queue(struct inv_session *s, struct inv_hold *h, int read)
     struct lock_step *st = &h->step;
     h->with_read = 0;
     for (int i = 0; i < st->ncmd; i++) {
-        struct aconn *c = st->node[i] < 0 ? h->cs->data : h->cs->node[st->node[i]];
-        if (!hold_queue(h, c, i, &st->cmd[i]))
+        if (!hold_queue(h, st->node[i], i, &st->cmd[i]))
             lock_step_answer(s->lock, h->lkey, st, NULL);
     }
     if (read)
@@ -1584,8 +1771,7 @@ static int resend(struct inv_hold *h, int i)
         return 0;
     const struct lock_step *st = &h->step;
     h->with_read = 0; /* the read went ahead of the grant: read again */
-    return hold_queue(h, st->node[i] < 0 ? h->cs->data : h->cs->node[st->node[i]], i,
-                      &st->cmd[i]);
+    return hold_queue(h, st->node[i], i, &st->cmd[i]);
 }
 
 /* Answer r (res) to h's lock command h->index. */
@@ -1594,6 +1780,8 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
 {
     if (res == ACONN_REPLY && rconn_is_noscript(r) && resend(h, h->index))
         return;
+    if (h->cs->cluster && acluster_redirected(h->cs->cluster))
+        h->with_read = 0; /* the read may have run before it: read again */
     lock_step_answer(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL);
 }
 
@@ -1698,7 +1886,7 @@ void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *c
     h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
     batch_call_init(&call, inv, h);
     lock_release_step(s->lock, h->lkey, &h->g, &h->step);
-    int sent = hold_queue(h, h->cs->data, HOLD_OWN, &call.cmd);
+    int sent = hold_queue(h, -1, HOLD_OWN, &call.cmd);
     batch_call_free(&call);
     if (!sent) {
         lock_release_done(s->lock, h->lkey, &h->g, NULL);
@@ -1708,8 +1896,9 @@ void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *c
     h->state = HOLD_COMMITTING;
     /* A release on the data Redis goes in one pipeline with the commit; one
      * on the lock's nodes once the commit answered (it may not overtake it),
-     * and so does one that must be made after the commit (setnx). */
-    h->releasing = release_on_data(&h->step) && !h->step.after;
+     * and so does one that must be made after the commit (setnx), or on a
+     * cluster (a commit redirected may run after what follows it). */
+    h->releasing = release_on_data(&h->step) && !h->step.after && !h->cs->cluster;
     if (h->releasing)
         step_queue(s, h, 0);
 }
@@ -1750,30 +1939,41 @@ void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
 
 /* ---- SKUs, orders, audit ------------------------------------------------ */
 
-inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
-                       int segments, int limit)
+/* Creates or resets sku's shard `shard` of nshards (on one Redis the only
+ * one, 0 of 1): the stock of its segments (those i with i % nshards ==
+ * shard; the others 0 here), its order records cleared, its epoch `epoch`
+ * ("" for one more). */
+static inv_status sku_put_shard(struct inv_session *s, const char *sku, long long stock,
+                                int segments, int limit, int shard, int nshards,
+                                const char *epoch)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku);
-    int n = 13 + segments;
+    sku_keys_init(&k, sku, s->gene);
+    int n = 17 + segments;
     const char **argv = malloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
     if (!argv || !vals)
         abort();
-    const char *keys[] = {k.meta,   k.stock,  k.init, k.sold,
-                          k.buyers, k.orders, k.idem, k.avail};
+    const char *keys[] = {k.meta,   k.stock, k.init,  k.sold, k.buyers,
+                          k.orders, k.idem,  k.avail, k.xout, k.xin};
     memcpy(argv, keys, sizeof(keys));
-    snprintf(vals[0], 24, "%lld", stock);
+    long long mine = 0;
+    for (int i = 0; i < segments; i++) {
+        long long units = i % nshards == shard ? seg_initial(stock, segments, i) : 0;
+        snprintf(vals[3 + i], 24, "%lld", units);
+        mine += units;
+    }
+    snprintf(vals[0], 24, "%lld", mine);
     snprintf(vals[1], 24, "%d", segments);
     snprintf(vals[2], 24, "%d", limit);
-    for (int i = 0; i < segments; i++)
-        snprintf(vals[3 + i], 24, "%lld", seg_initial(stock, segments, i));
     for (int i = 0; i < segments + 3; i++)
-        argv[8 + i] = vals[i];
-    argv[11 + segments] = SOLDOUT_CHANNEL;
-    argv[12 + segments] = sku;
-    redisReply *r = rconn_eval(s->rc, &reset_script, 8, 5 + segments, argv, NULL);
+        argv[10 + i] = vals[i];
+    argv[13 + segments] = SOLDOUT_CHANNEL;
+    argv[14 + segments] = sku;
+    argv[15 + segments] = k.order;
+    argv[16 + segments] = epoch;
+    redisReply *r = rconn_eval(s->rc, &reset_script, 10, 7 + segments, argv, NULL);
     free(argv);
     free(vals);
     inv_status st = INV_UNAVAILABLE;
@@ -1806,11 +2006,13 @@ static void report_values(const redisReply *r, struct inv_sku_report *out, size_
                    out->nsegments);
 }
 
-inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
+/* The report of sku as its shard on s holds it (on one Redis: whole). */
+static inv_status sku_get_shard(struct inv_session *s, const char *sku,
+                                struct inv_sku_report *out)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku);
+    sku_keys_init(&k, sku, s->gene);
     redisContext *c = rconn_ctx(s->rc);
     if (!c)
         return INV_UNAVAILABLE;
@@ -1870,15 +2072,36 @@ static long long parse_parts(const char *text, struct inv_part *parts, int *n)
     return units;
 }
 
+static inv_status order_get_once(struct inv_session *s, uint64_t id,
+                                 struct inv_order *out);
+
+/* On a cluster, a read that found the map stale (a failover, a slot moved)
+ * is asked once more, of the map learnt meanwhile (shard_outcome). */
+#define READ_TRIES 2
+
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
 {
+    inv_status st = order_get_once(s, id, out);
+    for (int i = 1; i < READ_TRIES && s->cl && st == INV_UNAVAILABLE; i++)
+        st = order_get_once(s, id, out);
+    return st;
+}
+
+static inv_status order_get_once(struct inv_session *s, uint64_t id,
+                                 struct inv_order *out)
+{
+    struct inv_session *top = s;
+    if (s->cl && !(s = shard_session(s, orderid_gene_of(id))))
+        return shard_outcome(top, INV_UNAVAILABLE);
     rconn_check(s->rc);
+    struct sku_keys k;
+    sku_keys_init(&k, "", s->gene);
     redisReply *r = rconn_command(
-        s->rc, "HMGET order:%" PRIu64 " sku user_id qty segment segments", id);
+        s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments", k.order, id);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
         if (r)
             freeReplyObject(r);
-        return INV_UNAVAILABLE;
+        return shard_outcome(top, INV_UNAVAILABLE);
     }
     inv_status st = INV_NOT_FOUND;
     if (r->element[0]->type == REDIS_REPLY_STRING &&
@@ -2017,11 +2240,13 @@ static int audit_segments_agree(const struct audit_snap *a, const long long *seg
     return a->segments > 0 && stock == a->remaining;
 }
 
-inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
+/* The audit of sku's shard on s (on one Redis: of the SKU). */
+static inv_status audit_shard(struct inv_session *s, const char *sku,
+                              struct inv_audit *out)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku);
+    sku_keys_init(&k, sku, s->gene);
     struct audit_snap a = {0};
     inv_status st = audit_snapshot(s, &k, &a);
     if (st != INV_OK)
@@ -2076,4 +2301,576 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
     json_decref(bought);
     audit_snap_free(&a);
     return st;
+}
+
+/* ---- a SKU over the shards of a Redis Cluster -----------------------------
+ *
+ * On a cluster a SKU of K segments is kept in one shard per master (at
+ * most K): segment i in shard i % shards. A shard holds the SKU's keys as
+ * above, under its gene's tag (cluster.h), with its own segments' stock and
+ * its own share of the initial stock, so every script runs on one shard as
+ * it runs on one Redis. A user's purchases, keys and orders are accounted in
+ * the shard of the user's home segment, where every order of the user is
+ * placed: an order never spans two shards. The SKU's directory, under the
+ * SKU's own tag, names the shards' genes for every instance:
+ *   sk:{s}:dir  hash  genes "g,g,..." segments initial limit epoch
+ * and an order id carries its shard's gene (orderid.h), which is how
+ * GET /orders/{id} finds it. */
+
+static void dir_key(char *buf, size_t len, const char *sku)
+{
+    snprintf(buf, len, "sk:{%s}:dir", sku);
+}
+
+/* The connection to the master of sku's directory (NULL: none known). */
+static struct rconn *dir_conn(struct inv_session *s, const char *key)
+{
+    return rcluster_conn(s->cl, cluster_keyslot(key, strlen(key)));
+}
+
+/* Reads "g,g,..." into genes; the count, or -1 when malformed. */
+static int parse_genes(const char *text, int *genes)
+{
+    int n = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g >= CLUSTER_GENES || n == CLUSTER_MAX_MASTERS)
+            return -1;
+        genes[n++] = (int)g;
+        if (*end != ',')
+            return *end ? -1 : n;
+        p = end + 1;
+    }
+    return -1;
+}
+
+/* Learns sku's layout from its directory into the layout cache (and out). */
+static inv_status layout_learn(struct inv_session *s, const char *sku,
+                               struct sku_layout *out)
+{
+    char key[96];
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r =
+        rc ? rconn_command(rc, "HMGET %s genes segments initial epoch", key) : NULL;
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
+        redisReply **e = r->element;
+        int genes[CLUSTER_MAX_MASTERS], n = -1;
+        int segments = (int)reply_ll(e[1], 0);
+        if (e[0]->type != REDIS_REPLY_STRING)
+            st = INV_NOT_FOUND;
+        else if ((n = parse_genes(e[0]->str, genes)) > 0 && segments >= n &&
+                 segments <= INV_MAX_SEGMENTS && e[3]->type == REDIS_REPLY_STRING) {
+            layout_put(s->inv, sku, segments, reply_ll(e[2], 0), e[3]->str, genes, n);
+            st = layout_get(s->inv, sku, out) == 0 ? INV_OK : INV_UNAVAILABLE;
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    return shard_outcome(s, st);
+}
+
+/* Routes t (its gene, segment and id's gene), learning its SKU's layout
+ * first when t has none, and gives the session of its shard. */
+static inv_status ticket_shard(struct inv_session *s, struct inv_ticket *t,
+                               struct inv_session **shard)
+{
+    struct sku_layout l;
+    if (layout_get(s->inv, t->sku, &l) != 0) {
+        inv_status st = layout_learn(s, t->sku, &l);
+        if (st != INV_OK)
+            return st;
+    }
+    inv_ticket_route(s->inv, t); /* by the layout as it is now */
+    if (t->gene < 0)
+        return INV_UNAVAILABLE;
+    *shard = shard_session(s, t->gene);
+    return *shard ? INV_OK : shard_outcome(s, INV_UNAVAILABLE);
+}
+
+/* ---- units moved between shards ---------------------------------------------
+ *
+ * A user's orders are placed in the shard of the user's home segment, so the
+ * shards sell at the pace of their users, and one runs short while others
+ * still hold units. Then units move to it: xfer_out.lua takes them from the
+ * fullest other shard and records the transfer there; xfer_in.lua adds them
+ * to the short shard, once per transfer; the record is then deleted. A
+ * process that dies between the steps leaves the record, and whoever next
+ * looks for units (shards_settle) applies it: applying twice changes
+ * nothing, so no unit is lost or made twice, and none stays in flight past
+ * the next order that needs it. A unit is never moved back. */
+
+/* Most times an order short in its shard has units brought and tries again
+ * (other orders may take them first). */
+#define REFILL_ROUNDS 3
+
+/* A test's kill -9 between the steps of a transfer (SECKILL_TEST_CRASH). */
+static void crash_point(const struct inv *inv, const char *step)
+{
+    if (strcmp(inv->crash_after, step) == 0)
+        raise(SIGKILL);
+}
+
+/* The shard of l whose gene is gene, or -1. */
+static int shard_of_gene(const struct sku_layout *l, int gene)
+{
+    for (int i = 0; i < l->nshards; i++)
+        if (l->genes[i] == gene)
+            return i;
+    return -1;
+}
+
+/* Runs a transfer script on segment seg of the shard of gene `gene`, under
+ * the segment's lock as every writer of its stock (a holder's commit writes
+ * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
+ * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
+ * integer answer in *out; a holder fenced off is INV_BUSY. */
+static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, int seg,
+                            struct rscript *script, int xin, int nargs, const char **args,
+                            long long *out)
+{
+    struct inv *inv = s->inv;
+    struct inv_session *sh = shard_session(s, gene);
+    if (!sh)
+        return shard_outcome(s, INV_UNAVAILABLE);
+    struct sku_keys k;
+    sku_keys_init(&k, sku, gene);
+    char lkey[128], fkey[160], token[24] = "0";
+    snprintf(lkey, sizeof(lkey), "%s%d", k.lock, seg);
+    lock_fence_key(lkey, fkey, sizeof(fkey));
+    struct lock_grant g;
+    if (inv->cfg.lock) {
+        lock_status ls = lock_acquire(sh->lock, lkey, inv->cfg.wait_ms, &g);
+        if (ls != LOCK_ACQUIRED)
+            return shard_outcome(s, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
+        if (inv->cfg.fencing)
+            snprintf(token, sizeof(token), "%" PRIu64, g.fence);
+    }
+    const char *argv[16] = {k.meta, k.stock, k.init, k.avail, xin ? k.xin : k.xout, fkey};
+    memcpy(argv + 6, args, sizeof(*args) * (size_t)nargs);
+    argv[6 + nargs] = token;
+    redisReply *r = rconn_eval(sh->rc, script, 6, nargs + 1, argv, NULL);
+    if (inv->cfg.lock)
+        lock_release(sh->lock, lkey, &g);
+    inv_status st = r && r->type == REDIS_REPLY_INTEGER ? INV_OK : INV_UNAVAILABLE;
+    if (st == INV_OK && r->integer == -2)
+        st = INV_BUSY; /* the lease ran out: nothing written */
+    else if (st == INV_OK)
+        *out = r->integer;
+    if (r)
+        freeReplyObject(r);
+    return shard_outcome(s, st);
+}
+
+/* Applies transfer id (units for segment seg of the shard of gene to) and
+ * deletes its record on the shard of gene from. */
+static inv_status xfer_finish(struct inv_session *s, const char *sku, const char *epoch,
+                              const char *id, int from, int to, int seg, long long units)
+{
+    char unit_text[24], seg_text[12];
+    snprintf(unit_text, sizeof(unit_text), "%lld", units);
+    snprintf(seg_text, sizeof(seg_text), "%d", seg);
+    const char *args[] = {epoch, id, unit_text, seg_text};
+    long long r = 0;
+    inv_status st = xfer_call(s, sku, to, seg, &xfer_in_script, 1, 4, args, &r);
+    if (st != INV_OK)
+        return st; /* the record stays: the next settle applies it */
+    crash_point(s->inv, "transfer-in");
+    struct inv_session *sh = shard_session(s, from);
+    struct sku_keys k;
+    sku_keys_init(&k, sku, from);
+    redisReply *d = sh ? rconn_command(sh->rc, "HDEL %s %s", k.xout, id) : NULL;
+    if (d)
+        freeReplyObject(d);
+    return INV_OK; /* a record left behind is applied (as a repeat) and deleted later */
+}
+
+/* Reads each shard's remaining units into left[], after applying the
+ * transfers recorded and not yet deleted (those of a process that died in
+ * between, or still on their way). */
+static inv_status shards_settle(struct inv_session *s, const char *sku,
+                                const struct sku_layout *l, long long *left)
+{
+    int finished = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < l->nshards; i++) {
+            struct inv_session *sh = shard_session(s, l->genes[i]);
+            struct sku_keys k;
+            sku_keys_init(&k, sku, l->genes[i]);
+            redisReply *m =
+                sh ? rconn_command(sh->rc, "HGET %s remaining", k.meta) : NULL;
+            redisReply *x =
+                m && !pass ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
+            int ok = m && (m->type == REDIS_REPLY_STRING || m->type == REDIS_REPLY_NIL) &&
+                     (pass || (x && x->type == REDIS_REPLY_ARRAY));
+            left[i] = ok ? reply_ll(m, 0) : 0;
+            for (size_t j = 0; ok && x && j + 1 < x->elements; j += 2) {
+                int gene, seg;
+                long long units;
+                if (sscanf(x->element[j + 1]->str, "%d %d %lld", &gene, &seg, &units) !=
+                        3 ||
+                    shard_of_gene(l, gene) < 0)
+                    continue;
+                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i], gene,
+                                 seg, units) == INV_OK;
+                finished++;
+            }
+            if (m)
+                freeReplyObject(m);
+            if (x)
+                freeReplyObject(x);
+            if (!ok)
+                return shard_outcome(s, INV_UNAVAILABLE);
+        }
+        if (!finished) /* else read again: what was applied shows now */
+            break;
+    }
+    return INV_OK;
+}
+
+/* The fullest segment of the shard of gene (-1: none holds any). */
+static inv_status fullest_segment(struct inv_session *s, const char *sku, int gene,
+                                  int *seg)
+{
+    struct inv_session *sh = shard_session(s, gene);
+    struct sku_keys k;
+    sku_keys_init(&k, sku, gene);
+    redisReply *r = sh ? rconn_command(sh->rc, "ZREVRANGE %s 0 0", k.avail) : NULL;
+    inv_status st = r && r->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
+    *seg = st == INV_OK && r->elements == 1 ? (int)reply_ll(r->element[0], -1) : -1;
+    if (r)
+        freeReplyObject(r);
+    return shard_outcome(s, st);
+}
+
+/* Moves up to want units of sku from the fullest segment of shard d to
+ * segment seg of shard h: *got (0 when d had none left there). */
+static inv_status xfer(struct inv_session *s, const char *sku, const struct sku_layout *l,
+                       int d, int h, int seg, long long want, long long *got)
+{
+    int from;
+    inv_status st = fullest_segment(s, sku, l->genes[d], &from);
+    *got = 0;
+    if (st != INV_OK || from < 0)
+        return st;
+    uint64_t id = orderid_next(s->inv->cfg.ids); /* unique, as an order's */
+    if (!id)
+        return INV_UNAVAILABLE;
+    char id_text[24], want_text[24], gene_text[12], seg_text[12], from_text[12];
+    snprintf(id_text, sizeof(id_text), "%" PRIu64, id);
+    snprintf(want_text, sizeof(want_text), "%lld", want);
+    snprintf(gene_text, sizeof(gene_text), "%d", l->genes[h]);
+    snprintf(seg_text, sizeof(seg_text), "%d", seg);
+    snprintf(from_text, sizeof(from_text), "%d", from);
+    const char *args[] = {l->epoch, id_text, want_text, gene_text, seg_text, from_text};
+    st = xfer_call(s, sku, l->genes[d], from, &xfer_out_script, 0, 6, args, got);
+    if (st == INV_OK && *got < 0) { /* the SKU was reset since */
+        layout_forget(s->inv, sku);
+        return INV_UNAVAILABLE;
+    }
+    crash_point(s->inv, "transfer-out");
+    return st != INV_OK || *got == 0 ? st
+                                     : xfer_finish(s, sku, l->epoch, id_text, l->genes[d],
+                                                   l->genes[h], seg, *got);
+}
+
+/* Brings units to ticket t's shard, which is short of t->qty: from the
+ * fullest others, half of what each holds at least, until the shard holds
+ * t->qty. INV_OK when it does (try again), INV_SOLD_OUT when the SKU holds
+ * fewer than t->qty in all (remembered, soldout.h, when it holds none). */
+static inv_status shards_refill(struct inv_session *s, struct inv_ticket *t)
+{
+    struct inv *inv = s->inv;
+    struct sku_layout l;
+    if (layout_get(inv, t->sku, &l) != 0 || l.nshards < 1)
+        return INV_UNAVAILABLE;
+    uint64_t seen = soldout_generation(inv->cfg.soldout);
+    long long left[CLUSTER_MAX_MASTERS], total = 0;
+    inv_status st = shards_settle(s, t->sku, &l, left);
+    if (st != INV_OK)
+        return st;
+    for (int i = 0; i < l.nshards; i++)
+        total += left[i];
+    if (total < t->qty) {
+        /* None left, read twice: a unit moved between the reads of two
+         * shards shows in the second (soldout.h trusts "none" for a while) */
+        if (total == 0 && shards_settle(s, t->sku, &l, left) == INV_OK) {
+            for (int i = 0; i < l.nshards; i++)
+                total += left[i];
+            if (total == 0)
+                soldout_note(inv->cfg.soldout, t->sku, 0, seen);
+        }
+        return total < t->qty ? INV_SOLD_OUT : INV_OK;
+    }
+    int h = t->home % l.nshards;
+    for (long long need = t->qty - left[h]; need > 0;) {
+        int d = -1;
+        for (int i = 0; i < l.nshards; i++)
+            if (i != h && left[i] > 0 && (d < 0 || left[i] > left[d]))
+                d = i;
+        if (d < 0)
+            return INV_SOLD_OUT; /* taken meanwhile */
+        long long got, want = left[d] / 2 > need ? left[d] / 2 : need;
+        if ((st = xfer(s, t->sku, &l, d, h, t->home, want, &got)) != INV_OK)
+            return st;
+        left[d] = got == 0 ? 0 : left[d] - got; /* none: taken meanwhile */
+        need -= got;
+    }
+    return INV_OK;
+}
+
+/* Places t on a cluster: in its home shard, and when that is short, again
+ * after units were brought there (a few rounds). */
+static inv_status ticket_place_shards(struct inv_session *s, struct inv_ticket *t)
+{
+    for (int round = 0;; round++) {
+        struct inv_session *sh;
+        inv_status st = ticket_shard(s, t, &sh);
+        if (st == INV_OK)
+            st = shard_outcome(s, ticket_place(sh, t));
+        if (st != INV_SOLD_OUT || round == REFILL_ROUNDS)
+            return st;
+        if ((st = shards_refill(s, t)) != INV_OK)
+            return st;
+    }
+}
+
+/* Every master answers and says the cluster is whole. */
+static int ping_shards(struct inv_session *s)
+{
+    const struct cluster_map *m = rcluster_map(s->cl);
+    int ok = m->nmasters > 0;
+    for (int i = 0; ok && i < m->nmasters; i++) {
+        struct rconn *rc = rcluster_master(s->cl, i);
+        rconn_check(rc);
+        redisReply *r = rc ? rconn_command(rc, "CLUSTER INFO") : NULL;
+        ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        if (r)
+            freeReplyObject(r);
+    }
+    if (!ok)
+        rcluster_refresh(s->cl);
+    return ok;
+}
+
+/* The genes of sku's shards: those its directory names when they are as
+ * many as the masters now (a SKU stays where it was put, also after its
+ * slots moved), else chosen anew (cluster_sku_genes). The count, else -1;
+ * *old gets the directory's, to clear those no longer used. */
+static int put_genes(struct inv_session *s, const char *sku, int segments, int *genes,
+                     int *old, int *nold)
+{
+    const struct cluster_map *m = rcluster_map(s->cl);
+    int n = cluster_sku_genes(m, sku, genes);
+    if (n < 1)
+        return -1;
+    if (n > segments)
+        n = segments;
+    char key[96];
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r = rc ? rconn_command(rc, "HGET %s genes", key) : NULL;
+    if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    *nold = r->type == REDIS_REPLY_STRING ? parse_genes(r->str, old) : 0;
+    freeReplyObject(r);
+    if (*nold == n)
+        memcpy(genes, old, sizeof(int) * (size_t)n);
+    return n;
+}
+
+/* PUT on a cluster: the epoch bumped in the directory first, then every
+ * shard reset to it, then the directory names the shards. A shard that
+ * failed leaves the PUT unavailable (to be repeated): its old epoch refuses
+ * the commits of orders routed by the new directory, and the reverse. */
+static inv_status sku_put_shards(struct inv_session *s, const char *sku, long long stock,
+                                 int segments, int limit)
+{
+    int genes[CLUSTER_MAX_MASTERS], old[CLUSTER_MAX_MASTERS], nold = 0;
+    int n = put_genes(s, sku, segments, genes, old, &nold);
+    if (n < 1)
+        return shard_outcome(s, INV_UNAVAILABLE);
+    char key[96], epoch[24], list[CLUSTER_MAX_MASTERS * 4] = "";
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r = rc ? rconn_command(rc, "HINCRBY %s epoch 1", key) : NULL;
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        if (r)
+            freeReplyObject(r);
+        return shard_outcome(s, INV_UNAVAILABLE);
+    }
+    snprintf(epoch, sizeof(epoch), "%lld", r->integer);
+    freeReplyObject(r);
+    inv_status st = nold > 0 ? INV_OK : INV_CREATED;
+    for (int i = 0; i < nold && st != INV_UNAVAILABLE; i++) {
+        int kept = 0;
+        for (int j = 0; j < n; j++)
+            kept |= genes[j] == old[i];
+        struct inv_session *sh = kept ? s : shard_session(s, old[i]);
+        if (!sh || (!kept && sku_put_shard(sh, sku, 0, segments, limit, 0, 1, epoch) ==
+                                 INV_UNAVAILABLE))
+            st = INV_UNAVAILABLE;
+    }
+    for (int i = 0; i < n && st != INV_UNAVAILABLE; i++) {
+        struct inv_session *sh = shard_session(s, genes[i]);
+        if (!sh || sku_put_shard(sh, sku, stock, segments, limit, i, n, epoch) ==
+                       INV_UNAVAILABLE)
+            st = INV_UNAVAILABLE;
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
+    }
+    if (st != INV_UNAVAILABLE) {
+        r = rconn_command(rc, "HSET %s genes %s segments %d initial %lld limit %d", key,
+                          list, segments, stock, limit);
+        if (!r || r->type != REDIS_REPLY_INTEGER)
+            st = INV_UNAVAILABLE;
+        if (r)
+            freeReplyObject(r);
+    }
+    layout_forget(s->inv, sku);
+    return shard_outcome(s, st);
+}
+
+inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
+                       int segments, int limit)
+{
+    if (s->cl)
+        return sku_put_shards(s, sku, stock, segments, limit);
+    return sku_put_shard(s, sku, stock, segments, limit, 0, 1, "");
+}
+
+/* A read of a SKU over its shards (into out), asked READ_TRIES times at
+ * most while it finds the map stale. */
+typedef inv_status shards_read(struct inv_session *s, const char *sku, void *out);
+
+static inv_status read_retried(struct inv_session *s, shards_read *read, const char *sku,
+                               void *out)
+{
+    inv_status st = read(s, sku, out);
+    for (int i = 1; i < READ_TRIES && st == INV_UNAVAILABLE; i++)
+        st = read(s, sku, out);
+    return st;
+}
+
+static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *report)
+{
+    struct inv_sku_report *out = report;
+    struct sku_layout l;
+    inv_status st = layout_learn(s, sku, &l);
+    struct inv_sku_report *one = malloc(sizeof(*one));
+    if (!one)
+        abort();
+    for (int i = 0; st == INV_OK && i < l.nshards; i++) {
+        struct inv_session *sh = shard_session(s, l.genes[i]);
+        st = sh ? sku_get_shard(sh, sku, one) : INV_UNAVAILABLE;
+        if (st != INV_OK)
+            break;
+        if (i == 0) {
+            memset(out, 0, offsetof(struct inv_sku_report, segments));
+            snprintf(out->sku, sizeof(out->sku), "%s", sku);
+            out->nsegments = l.segments;
+            out->limit = one->limit;
+        }
+        out->initial += one->initial;
+        out->sold += one->sold;
+        out->orders += one->orders;
+        out->remaining += one->remaining;
+        for (int seg = i; seg < l.segments && seg < one->nsegments; seg += l.nshards)
+            out->segments[seg] = one->segments[seg];
+    }
+    if (st == INV_OK) { /* units on their way between shards are not sold */
+        out->remaining += l.initial - out->initial;
+        out->initial = l.initial;
+        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+    }
+    free(one);
+    return shard_outcome(s, st);
+}
+
+/* Units of sku whose transfer is recorded on the shard of gene `gene` and
+ * not applied yet by the shard it goes to (*units); each transfer counted
+ * once. */
+static inv_status units_in_flight(struct inv_session *s, const char *sku,
+                                  const struct sku_layout *l, int gene, long long *units)
+{
+    struct inv_session *sh = shard_session(s, gene);
+    struct sku_keys k;
+    sku_keys_init(&k, sku, gene);
+    redisReply *x = sh ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
+    inv_status st = x && x->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
+    for (size_t j = 0; st == INV_OK && j + 1 < x->elements; j += 2) {
+        int to, seg;
+        long long n;
+        if (sscanf(x->element[j + 1]->str, "%d %d %lld", &to, &seg, &n) != 3 ||
+            shard_of_gene(l, to) < 0)
+            continue;
+        struct inv_session *rh = shard_session(s, to);
+        struct sku_keys rk;
+        sku_keys_init(&rk, sku, to);
+        redisReply *m =
+            rh ? rconn_command(rh->rc, "SISMEMBER %s %s", rk.xin, x->element[j]->str)
+               : NULL;
+        if (!m || m->type != REDIS_REPLY_INTEGER)
+            st = INV_UNAVAILABLE;
+        else if (m->integer == 0)
+            *units += n;
+        if (m)
+            freeReplyObject(m);
+    }
+    if (x)
+        freeReplyObject(x);
+    return st;
+}
+
+inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
+{
+    return s->cl ? read_retried(s, sku_get_shards, sku, out) : sku_get_shard(s, sku, out);
+}
+
+static inv_status audit_shards(struct inv_session *s, const char *sku, void *audit)
+{
+    struct inv_audit *out = audit;
+    struct sku_layout l;
+    inv_status st = layout_learn(s, sku, &l);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->sku, sizeof(out->sku), "%s", sku);
+    out->consistent = 1;
+    for (int i = 0; st == INV_OK && i < l.nshards; i++) {
+        struct inv_audit one;
+        struct inv_session *sh = shard_session(s, l.genes[i]);
+        st = sh ? audit_shard(sh, sku, &one) : INV_UNAVAILABLE;
+        if (st != INV_OK)
+            break;
+        out->initial += one.initial;
+        out->orders += one.orders;
+        out->sold += one.sold;
+        out->remaining += one.remaining;
+        out->limit_breaches += one.limit_breaches; /* a user buys in one shard */
+        out->duplicate_order_ids += one.duplicate_order_ids; /* ids carry the gene */
+        out->consistent &= one.consistent;
+    }
+    /* The shards' initial shares add up to the SKU's but for the units on
+     * their way between them, which their transfers' records must show. */
+    long long flying = 0;
+    for (int i = 0; st == INV_OK && i < l.nshards; i++)
+        st = units_in_flight(s, sku, &l, l.genes[i], &flying);
+    if (st == INV_OK) {
+        out->consistent &= l.initial - out->initial == flying;
+        out->remaining += flying;
+        out->initial = l.initial;
+        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+        out->consistent &=
+            out->oversold == 0 && out->sold + out->remaining == out->initial;
+    }
+    return shard_outcome(s, st);
+}
+
+inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
+{
+    return s->cl ? read_retried(s, audit_shards, sku, out) : audit_shard(s, sku, out);
 }

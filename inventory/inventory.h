@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 
+#include "acluster.h"
 #include "aconn.h"
 #include "lock.h"
 #include "orderid.h"
@@ -80,6 +81,14 @@ struct inv_config {
      * Redis acknowledged it (WAIT), else outcome unknown; 0: at once. */
     int min_replicas_acked;
     int acked_wait_ms; /* how long WAIT waits for them */
+    /* A Redis Cluster (seeds[0..nseeds-1]) instead of one Redis: a session
+     * then routes its work to the masters itself (the rconn it is given is
+     * not used) and a SKU is kept in one shard per master. */
+    int cluster;
+    const struct rconn_addr *seeds;
+    int nseeds;
+    const char *password;
+    int timeout_ms;
 };
 
 /* Units of an order taken from one segment. */
@@ -166,6 +175,8 @@ struct inv_ticket {
     char idem_key[INV_IDEM_MAX + 1]; /* "" for none */
     int qty;
     int home;         /* home segment; -1 while the SKU's segment count is unknown */
+    int gene;         /* on a cluster, the gene of the home segment's shard, which
+                         holds the order (-1 while unknown, and on one Redis) */
     int seg;          /* the segment whose queue it waits in: home, unless home
                          is known empty or a batch sent it on; -1 as home */
     int hops;         /* batches that sent it on to another segment */
@@ -217,6 +228,7 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
 struct inv_hold {
     struct inv_ticket **t;
     int n, seg;
+    int gene; /* the segment's shard (a cluster's), or -1 */
     char lkey[128];
     struct lock_grant g;
     long long stock;
@@ -275,6 +287,7 @@ void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r
 struct inv_conns {
     struct aconn *data;
     struct aconn **node;
+    struct acluster *cluster; /* a Redis Cluster's masters instead of data */
 };
 
 /* What the event-driven path does next with a ticket after an answer. */
@@ -299,8 +312,8 @@ struct lock *inv_lock(const struct inv *inv);
 /* Queues the atomic script's call for ticket t on c (aconn_eval: 0, or -1
  * refused, when nothing was queued). *seen is set to what inv_atomic_answer
  * needs back. */
-int inv_atomic_send(struct inv *inv, struct inv_ticket *t, struct aconn *c, aconn_cb *cb,
-                    void *arg, uint64_t *seen);
+int inv_atomic_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                    aconn_cb *cb, void *arg, uint64_t *seen);
 /* What the atomic script's answer (res, r: aconn_cb's) means for t. */
 inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
                            const redisReply *r, uint64_t seen);

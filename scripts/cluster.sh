@@ -25,7 +25,7 @@
 # --redis-cluster M starts a Redis Cluster in place of the data Redis: M masters
 # (shard-1..shard-M) with a replica each (shard-I-r), AOF as --fsync says, node timeout
 # 1 s, the slots split evenly, and waits until every replica has synced; cluster.env has
-# REDIS_CLUSTER_SEEDS. seckill does not serve from a cluster yet: use --instances 0.
+# REDIS_CLUSTER_SEEDS; the instances are given the masters as --redis seeds.
 # --lock redlock without --lock-nodes starts 3 lock nodes.
 # The instances share this machine's cores as N machines would have their own: each
 # runs cores/N event loops (--threads, at least 1) unless the extra flags or
@@ -37,8 +37,8 @@
 # (host:port,...), ZK_PORTS and ZK_NAMES; each node's pid is in D/zk-I.pid.
 # stop NAME stops one recorded process (zk-2, lock-1, seckill-3, redis, lb) by its pid
 # file: SIGTERM, or SIGKILL with --kill. start NAME starts a stopped ZooKeeper node
-# again, on its port and with its data, and waits until it serves (other pieces pick
-# their ports when they start, so only zk-N can start again for now).
+# (zk-N) or Redis Cluster node (shard-N, shard-N-r) again, on its port and with its
+# data, and waits until it serves (other pieces pick their ports when they start).
 # --canned starts no Redis and no seckill: the nginx balancer, configured as usual, proxies
 # to N upstream servers that the same nginx serves itself, each answering every request
 # with a fixed 201 JSON body (GET /readyz and /livez: 200). It is the ceiling that
@@ -79,6 +79,10 @@ start_redis() {
         rc=0
         wait_started "$name" "$dir" 15 redis_ping "$port" || rc=$?
         if ((rc == 0)); then
+            # how it was started, for `start` to start it again (a cluster node)
+            printf '%s\n' --port "$port" --bind 127.0.0.1 --dir "$dir/$name" --save "" \
+                "${persist[@]}" --daemonize no --protected-mode yes --logfile "" "$@" \
+                >"$dir/$name.args"
             echo "$port"
             return 0
         fi
@@ -452,12 +456,16 @@ cmd_stop() {
     return 1
 }
 
-# start NAME: a stopped ZooKeeper node again, same port, same data; waits until it
-# serves (an ensemble member: until it has joined a quorum).
+# start NAME: a stopped ZooKeeper node (or Redis Cluster node) again, same port, same
+# data; waits until it serves (an ensemble member: until it has joined a quorum).
 cmd_start() {
     local dir=$1 name=$2 port t0
+    if [[ $name =~ ^shard-[0-9]+(-r)?$ && -f $dir/$name.args ]]; then
+        cmd_start_shard "$dir" "$name"
+        return
+    fi
     [[ $name =~ ^zk-[0-9]+$ && -f $dir/$name/zoo.cfg ]] ||
-        die "start: only ZooKeeper nodes (zk-N) of $dir start again"
+        die "start: only ZooKeeper nodes (zk-N) and Redis Cluster nodes (shard-N[-r]) of $dir start again"
     proc_alive "$name" "$dir" && die "$name already runs (pid $(cat "$dir/$name.pid"))"
     port=$(zk_port "$dir" "$name") || die "no client port in $dir/$name/zoo.cfg"
     t0=$(date +%s%N)
@@ -468,6 +476,20 @@ cmd_start() {
         return 1
     fi
     say "$name serving on 127.0.0.1:$port (pid $(cat "$dir/$name.pid")), $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
+}
+
+# A Redis Cluster node again, as it was started (same port, its data and nodes.conf):
+# it rejoins the cluster, a replica of whoever took over its slots meanwhile.
+cmd_start_shard() {
+    local dir=$1 name=$2 port
+    local -a args
+    proc_alive "$name" "$dir" && die "$name already runs (pid $(cat "$dir/$name.pid"))"
+    mapfile -t args <"$dir/$name.args"
+    port=${args[1]}
+    proc_start "$name" "$dir" redis-server "${args[@]}" || return 1
+    wait_started "$name" "$dir" 15 redis_ping "$port" ||
+        { log "$name did not come back (see $dir/$name.log)"; return 1; }
+    say "$name serving on 127.0.0.1:$port (pid $(cat "$dir/$name.pid"))"
 }
 
 UP_DIR=""
@@ -505,9 +527,6 @@ cmd_up() {
     [[ $instances =~ ^[0-9]+$ ]] || die "--instances must be a number"
     ((instances > 0 || redis_cluster > 0)) || die "--instances must be positive"
     [[ $redis_cluster =~ ^[0-9]+$ ]] || die "--redis-cluster takes a count of masters"
-    # Not yet: the instances serve from one Redis (issue 13 brings the routing).
-    ((redis_cluster == 0 || instances == 0)) ||
-        die "--redis-cluster: seckill does not serve from a Redis Cluster yet; use --instances 0"
     ((redis_cluster == 0 || !CANNED)) || die "--redis-cluster and --canned do not go together"
     ((instances > 0)) || lb=none
     [[ $lb == nginx || $lb == haproxy || $lb == none ]] || die "--lb must be nginx, haproxy or none"
@@ -591,7 +610,7 @@ cmd_up() {
         done
     fi
 
-    local -a args=(--redis "127.0.0.1:$redis_port")
+    local -a args=(--redis "${redis_seeds:-127.0.0.1:$redis_port}")
     # The instances stand for as many machines but share this one's cores: each
     # gets its share of them as event loops, unless told otherwise.
     if ((instances > 0)) && [[ -z ${SECKILL_THREADS:-} && " ${extra[*]} " != *" --threads"* ]]; then

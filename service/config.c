@@ -96,7 +96,11 @@ static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_
             snprintf(err, errlen, "must be HOST:PORT[,HOST:PORT...]");
             return -1;
         }
-        cfg->redis_seeds++;
+        if (cfg->redis_seeds == SVC_MAX_SEEDS) {
+            snprintf(err, errlen, "at most %d addresses", SVC_MAX_SEEDS);
+            return -1;
+        }
+        cfg->redis_seed[cfg->redis_seeds++] = seed;
     }
     return addr_option(&cfg->redis, first, err, errlen);
 }
@@ -237,8 +241,8 @@ static const struct option_spec options[] = {
     {"listen", "HOST:PORT", "127.0.0.1:8080",
      "HTTP address; a non-loopback one needs --admin-token", opt_listen},
     {"redis", "HOST:PORT[,...]", "127.0.0.1:6379",
-     "Redis holding stock, orders and locks (several addresses: the seeds of a Redis "
-     "Cluster, not served yet)",
+     "Redis holding stock, orders and locks: one node, or seeds of a Redis Cluster "
+     "(detected; several addresses imply one)",
      opt_redis},
     {"redis-password", "PW", "none", "Redis AUTH password", opt_password},
     {"lock", "MODE", "redis", "none, local, setnx, redis, redlock, zk or atomic",
@@ -404,6 +408,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     cfg->batch = 32;
     cfg->min_replicas_acked = -1;
     cfg->redis_seeds = 1;
+    cfg->redis_seed[0] = cfg->redis;
     cfg->log_level = LOG_INFO;
 
     for (size_t i = 0; i < NOPTIONS; i++) {

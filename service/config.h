@@ -9,6 +9,8 @@
 
 #define CONFIG_MAX_LOCK_NODES 15
 
+#define SVC_MAX_SEEDS 16
+
 struct svc_config {
     struct rconn_addr listen;
     struct rconn_addr redis;
@@ -26,6 +28,7 @@ struct svc_config {
     int batch;              /* most orders of one segment one lock hold serves */
     int min_replicas_acked; /* -1: 1 when the data Redis has replicas, else 0 */
     int redis_seeds;        /* addresses given to --redis (more than 1: a cluster) */
+    struct rconn_addr redis_seed[SVC_MAX_SEEDS]; /* the first redis_seeds of them */
     int fencing;
     int instance_id; /* -1: leased from Redis */
     int threads;

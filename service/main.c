@@ -10,6 +10,7 @@
 #include "inventory.h"
 #include "lock.h"
 #include "log.h"
+#include "rcluster.h"
 #include "orderid.h"
 #include "server.h"
 
@@ -26,11 +27,22 @@ static void on_stop_signal(int sig)
 }
 
 /* --min-replicas-acked, resolved: as given, or (not given) 1 when the data
- * Redis has a replica connected now, else 0. Read once, at start. */
-static int replicas_acked(const struct svc_config *cfg)
+ * Redis has a replica connected now (on a cluster: every master lists one),
+ * else 0. Read once, at start. */
+static int replicas_acked(const struct svc_config *cfg, int cluster)
 {
     if (cfg->min_replicas_acked >= 0)
         return cfg->min_replicas_acked;
+    if (cluster) {
+        struct rcluster *c =
+            rcluster_new(cfg->redis_seed, cfg->redis_seeds, cfg->redis_password, 1000);
+        const struct cluster_map *m = rcluster_map(c);
+        int acked = m->nmasters > 0;
+        for (int i = 0; i < m->nmasters; i++)
+            acked &= m->masters[i].replicas > 0;
+        rcluster_free(c);
+        return acked;
+    }
     struct rconn *rc =
         rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
     redisReply *r = rconn_command(rc, "INFO replication");
@@ -43,10 +55,8 @@ static int replicas_acked(const struct svc_config *cfg)
     return acked;
 }
 
-/* True when the data Redis answers that it is a node of a Redis Cluster,
- * which this version does not serve (a SKU's keys would live on one shard,
- * and its order records on others: its scripts would be refused). False
- * also when it does not answer yet (lease_worker waits for it). */
+/* True when the data Redis answers that it is a node of a Redis Cluster.
+ * False also when it does not answer yet (lease_worker waits for it). */
 static int redis_is_cluster(const struct svc_config *cfg)
 {
     struct rconn *rc =
@@ -62,13 +72,15 @@ static int redis_is_cluster(const struct svc_config *cfg)
 
 /* Leases the order-id worker id, retrying while Redis starts. */
 static struct orderid_lease *lease_worker(const struct svc_config *cfg,
-                                          struct orderid_gen *ids)
+                                          struct orderid_gen *ids, int cluster)
 {
     char err[256] = "";
     struct orderid_lease_config lc = {.host = cfg->redis.host,
                                       .port = cfg->redis.port,
                                       .password = cfg->redis_password,
-                                      .fixed = cfg->instance_id};
+                                      .fixed = cfg->instance_id,
+                                      .seeds = cfg->redis_seed,
+                                      .nseeds = cluster ? cfg->redis_seeds : 0};
     for (int waited = 0; waited <= STARTUP_REDIS_WAIT_MS; waited += 200) {
         struct orderid_lease *l = orderid_lease_start(&lc, ids, err, sizeof(err));
         if (l)
@@ -129,18 +141,12 @@ int main(int argc, char **argv)
         }
     }
 
-    if (cfg.redis_seeds > 1 || redis_is_cluster(&cfg)) {
-        fprintf(stderr,
-                "seckill: --redis %s:%d%s is a Redis Cluster, which this version does "
-                "not serve yet: give it one Redis (a master with replicas is served, "
-                "see --min-replicas-acked)\n",
-                cfg.redis.host, cfg.redis.port, cfg.redis_seeds > 1 ? ",..." : "");
-        lock_free(lock);
-        return 2;
-    }
+    int cluster = cfg.redis_seeds > 1 || redis_is_cluster(&cfg);
     struct orderid_gen ids;
     orderid_init(&ids, cfg.instance_id >= 0 ? cfg.instance_id : 0, NULL, 0);
-    struct orderid_lease *lease = lease_worker(&cfg, &ids);
+    if (cluster) /* an order id names its shard */
+        orderid_use_genes(&ids);
+    struct orderid_lease *lease = lease_worker(&cfg, &ids, cluster);
     if (!lease) {
         lock_free(lock);
         return 1;
@@ -153,9 +159,16 @@ int main(int argc, char **argv)
         .fencing = cfg.fencing,
         .ids = &ids,
         .lease = lease,
+        /* On a cluster it listens on one node: a reset is published on every
+         * node, and while that node is gone nothing is answered from memory */
         .soldout = soldout_new(cfg.redis.host, cfg.redis.port, cfg.redis_password),
-        .min_replicas_acked = replicas_acked(&cfg),
+        .min_replicas_acked = replicas_acked(&cfg, cluster),
         .acked_wait_ms = 500,
+        .cluster = cluster,
+        .seeds = cfg.redis_seed,
+        .nseeds = cfg.redis_seeds,
+        .password = cfg.redis_password,
+        .timeout_ms = 1000,
     };
     struct inv *inv = inv_new(&ic);
     /* Redis answered the lease: its persistence settings can be read now. */
@@ -176,6 +189,7 @@ int main(int argc, char **argv)
                           .durability = durability,
                           .batcher = batcher,
                           .replicas_acked = ic.min_replicas_acked,
+                          .cluster = cluster,
                           .ids = &ids};
 
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
@@ -190,11 +204,12 @@ int main(int argc, char **argv)
         return 1;
     }
     log_event(LOG_INFO, "listening",
-              "addr=%s:%d redis=%s:%d lock=%s segments=%d threads=%d worker_id=%d "
+              "addr=%s:%d redis=%s:%d%s lock=%s segments=%d threads=%d worker_id=%d "
               "fencing=%s work_us=%d batch=%d min_replicas_acked=%d",
               cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port,
-              cfg.lock_mode, cfg.segments, cfg.threads, orderid_worker(&ids),
-              cfg.fencing ? "on" : "off", cfg.work_us, cfg.batch, ic.min_replicas_acked);
+              cluster ? " cluster=yes" : "", cfg.lock_mode, cfg.segments, cfg.threads,
+              orderid_worker(&ids), cfg.fencing ? "on" : "off", cfg.work_us, cfg.batch,
+              ic.min_replicas_acked);
 
     while (!stop_requested)
         sigsuspend(&old_set);

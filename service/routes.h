@@ -28,6 +28,7 @@ struct svc_app {
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
     struct inv_batcher *batcher;       /* runs every order (batch.h) */
     int replicas_acked;                /* --min-replicas-acked, resolved */
+    int cluster;                       /* the data Redis is a Redis Cluster */
     _Atomic int draining;
     _Atomic int inflight;
 };

@@ -572,7 +572,10 @@ static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int con
                                    .redis_password = cfg->redis_password,
                                    .timeout_ms = 1000,
                                    .batch = cfg->batch,
-                                   .wait_ms = cfg->wait_ms};
+                                   .wait_ms = cfg->wait_ms,
+                                   .cluster = app->cluster,
+                                   .seeds = cfg->redis_seed,
+                                   .nseeds = cfg->redis_seeds};
     l->engine = inv_engine_new(app->inv, l->base, &ec, app->batcher);
     return 0;
 }

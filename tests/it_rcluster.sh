@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # Integration: scripts/cluster.sh --redis-cluster M sets up a Redis Cluster on loopback
-# (the ground for issue 13's scale-out), and takes it down again.
+# (what seckill scales out on), and takes it down again.
 #
 #   - 3 masters each serve a third of the 16384 slots; every node says
 #     cluster_state:ok; each master has one replica, synced (link up, no sync in
 #     progress); every node runs AOF with appendfsync always and a 1 s node timeout;
 #   - cluster.env names the masters as seeds, and they are the nodes serving slots;
 #   - a write to one master reaches its replica (WAIT 1 says 1);
-#   - seckill given a node of it, or its seeds, refuses to start and says why; asking
-#     cluster.sh for instances on it is refused with a message (seckill does not serve
-#     from a cluster yet), and leaves nothing running;
+#   - seckill given one node of it (not the seeds) finds the cluster and serves it:
+#     ready, and a SKU of 3 segments has a shard on each master;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
@@ -20,7 +19,7 @@ dir=$(mktemp -d /tmp/seckill-it-rcluster.XXXXXX)
 cleanup() {
     local rc=$?
     "$ROOT/scripts/cluster.sh" down --dir "$dir/c" --quiet >/dev/null 2>&1
-    "$ROOT/scripts/cluster.sh" down --dir "$dir/refused" --quiet >/dev/null 2>&1
+    [[ -n ${one:-} ]] && kill "$one" 2>/dev/null && wait "$one" 2>/dev/null
     rm -rf "$dir"
     exit "$rc"
 }
@@ -87,23 +86,31 @@ for s in "${seeds[@]}"; do
 done
 expect "SET then WAIT 1 on the key's master" "OK 1" "$acked"
 
-# seckill pointed at the cluster: refused at start, saying why (not served yet)
+# seckill given one node of it (no seeds list) finds it is a cluster and serves:
+# ready, and a SKU put through it has its shards on the masters
 bin=$(seckill_bin) || exit 1
-for redis in "${seeds[0]}" "$REDIS_CLUSTER_SEEDS"; do
-    out=$(timeout 20 "$bin" --listen "127.0.0.1:$(free_port)" --redis "$redis" 2>&1)
-    expect "seckill --redis $redis: exit code" "2" "$?"
-    check "... saying that it is a Redis Cluster" \
-        bash -c 'grep -q "is a Redis Cluster" <<<"$1"' _ "$out"
+port=$(free_port)
+"$bin" --listen "127.0.0.1:$port" --redis "${seeds[0]}" --threads 1 >"$dir/one.log" 2>&1 &
+one=$!
+ready=""
+for ((i = 0; i < 100; i++)); do
+    ready=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
+    [[ $ready == 200 ]] && break
+    sleep 0.05
 done
-
-# instances on a cluster: refused, nothing left running
-"$ROOT/scripts/cluster.sh" up --dir "$dir/refused" --redis-cluster 3 --instances 2 --quiet \
-    >"$dir/refused.out" 2>&1
-check "instances on a Redis Cluster are refused" test $? -ne 0
-check "... with a message" grep -q "does not serve from a Redis Cluster yet" "$dir/refused.out"
-alive=0
-for f in "$dir/refused"/*.pid; do [[ -e $f ]] && running "$(cat "$f")" && alive=$((alive + 1)); done
-expect "... and nothing of it running" "0" "$alive"
+expect "seckill --redis <one node>: ready" "200" "$ready"
+check "... and it says it serves a cluster" grep -q 'cluster=yes' "$dir/one.log"
+expect "PUT through it" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+    -d '{"stock": 30, "segments": 3}' "http://127.0.0.1:$port/skus/s3")"
+held=0
+for s in "${seeds[@]}"; do
+    k=$(redis-cli -p "${s##*:}" --scan --pattern 'sk:{*}:s3:meta')
+    [[ -n $k && $(redis-cli -p "${s##*:}" hget "$k" initial) == 10 ]] && held=$((held + 1))
+done
+expect "masters holding a shard of 10 units" "3" "$held"
+kill "$one"
+wait "$one"
+expect "... and it stops cleanly" "0" "$?"
 
 # down stops every node
 pids=$(cat "$dir/c"/*.pid)

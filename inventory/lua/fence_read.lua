@@ -8,12 +8,9 @@
 -- KEYS[1] the segment lock's fence key, [2] stock.
 -- ARGV[1] the holder's token (a decimal integer, no leading zero), [2] segment.
 -- Returns the segment's stock as HGET does (a string, or nil), or {-2} when
--- fenced off. Tokens are compared as decimal strings (length, then text): a
--- czxid may pass 2^53, where Lua's numbers stop being exact.
-local function below(a, b)
-  return #a < #b or (#a == #b and a < b)
-end
-local mark = redis.call('GET', KEYS[1])
-if mark and below(ARGV[1], mark) then return {-2} end
-if mark ~= ARGV[1] then redis.call('SET', KEYS[1], ARGV[1]) end
+-- fenced off (fence.lua compares the tokens).
+-- Includes a piece, so it needs the build: `redis-cli --eval` the assembled
+-- copy, build/gen/inventory/lua/fence_read.lua.
+--#include "fence.lua"
+if fenced(KEYS[1], ARGV[1]) then return {-2} end
 return redis.call('HGET', KEYS[2], ARGV[2])

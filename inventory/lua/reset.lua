@@ -1,8 +1,10 @@
 -- Create or reset a SKU (inventory/inventory.c).
 -- KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers, [6] orders, [7]
--- idem, [8] avail.
+-- idem, [8] avail, [9] xout, [10] xin (a cluster's transfers, xfer_out.lua).
 -- ARGV[1] initial stock, [2] segments k, [3] per-user limit, [4 .. 3+k] stock
--- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU.
+-- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU,
+-- [6+k] the prefix of its order records' keys ('order:', or on a cluster
+-- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more.
 -- Returns 1 when the SKU was new, 0 when it was reset.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
@@ -13,10 +15,11 @@ local existed = redis.call('EXISTS', KEYS[1])
 local n = redis.call('LLEN', KEYS[6])
 for i = 0, n - 1, 1000 do
   for _, rec in ipairs(redis.call('LRANGE', KEYS[6], i, i + 999)) do
-    redis.call('DEL', 'order:' .. string.match(rec, '^(%d+)'))
+    redis.call('DEL', ARGV[6 + tonumber(ARGV[2])] .. string.match(rec, '^(%d+)'))
   end
 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+           KEYS[10])
 local k = tonumber(ARGV[2])
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
@@ -25,6 +28,10 @@ for i = 0, k - 1 do
 end
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],
            'sold', 0, 'orders', 0, 'remaining', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+if ARGV[7 + k] == '' then
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+else
+  redis.call('HSET', KEYS[1], 'epoch', ARGV[7 + k])
+end
 redis.call('PUBLISH', ARGV[4 + k], ARGV[5 + k])
 return existed == 1 and 0 or 1

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Integration: three instances behind nginx sell from a Redis Cluster of 3 masters
+# (each with a replica, AOF always), through a master's failover and while the slot
+# of a hot shard moves.
+#
+#   - a 16-segment SKU keeps segments on every master (5 or 6 each, with stock);
+#   - the sale sells exactly the stock: 201s = stock, audit consistent, nothing
+#     left; every acknowledged order is found by GET /orders/{id}, through any
+#     instance;
+#   - the per-user limit and the Idempotency-Key hold across instances;
+#   - a master killed with -9 mid-load: its replica takes over; every order that got
+#     a 201 is still found, nothing is oversold, the audit is consistent, and orders
+#     are placed again without restarting the instances;
+#   - the slot of a hot shard moved to another master with redis-cli --cluster
+#     reshard mid-load: no answer outside 201/409/503, every 201 found, the audit
+#     consistent.
+set -uo pipefail
+source "$(dirname "$0")/../scripts/lib.sh"
+source "$(dirname "$0")/checks.sh"
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+dir=$(mktemp -d /tmp/seckill-it-rsale.XXXXXX)
+wrk_pid=""
+cleanup() {
+    local rc=$?
+    [[ -n $wrk_pid ]] && kill "$wrk_pid" 2>/dev/null && wait "$wrk_pid" 2>/dev/null
+    "$ROOT/scripts/cluster.sh" down --dir "$dir/c" --quiet >/dev/null 2>&1
+    checks_dispose "$dir" "$rc"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+checks_require redis-server redis-cli curl jq wrk
+
+"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 3 --lock redis \
+    --quiet -- --segments 16 --log-level warn >"$dir/up.out" 2>&1 || {
+    tail -20 "$dir/up.out"
+    exit 1
+}
+source "$dir/c/cluster.env"
+read -r -a urls <<<"$INSTANCE_URLS"
+IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
+
+# The masters now: "port id" lines.
+masters() {
+    redis-cli -p "$1" cluster nodes |
+        awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); split(a[1], b, ":"); print b[2], $1 }'
+}
+# acked_run SKU NAME SECONDS CONNS: wrk with acked.lua in the background ($wrk_pid);
+# its answers in $dir/NAME.*
+acked_run() {
+    wrk -t2 -c"$4" -d"$3"s -s "$ROOT/loadtest/acked.lua" "$LB_URL" -- "$1" "$dir/$2" "$2" \
+        >"$dir/$2.wrk" 2>&1 &
+    wrk_pid=$!
+}
+acked_wait() {
+    wait "$wrk_pid"
+    wrk_pid=""
+}
+# count NAME STATUS: answers of a run with that status
+count() { cat "$dir/$1".[0-9]* 2>/dev/null | awk -v s="$2" '$1 == s' | wc -l; }
+# wait_acked NAME N: until a run has N 201s (20 s at most)
+wait_acked() {
+    local i
+    for ((i = 0; i < 400; i++)); do
+        (($(count "$1" 201) >= $2)) && return 0
+        sleep 0.05
+    done
+    return 1
+}
+# found NAME: how many of the run's 201 order ids GET /orders/{id} finds (200),
+# each through the instance its position picks, over keep-alive connections
+found() {
+    local n=0 i id
+    : >"$dir/$1.get"
+    while read -r _ id _; do
+        printf 'url = "%s/orders/%s"\noutput = "/dev/null"\n' "${urls[n % 3]}" "$id" \
+            >>"$dir/$1.get"
+        n=$((n + 1))
+    done < <(cat "$dir/$1".[0-9]* | awk '$1 == 201')
+    curl -s -K "$dir/$1.get" -w '%{http_code} %{url_effective}\n' >"$dir/$1.codes"
+    grep -v '^200 ' "$dir/$1.codes" >"$dir/$1.missed"
+    grep -c '^200 ' "$dir/$1.codes"
+}
+others() { # answers of a run outside 201, 409 and 503
+    cat "$dir/$1".[0-9]* | awk '$1 != 201 && $1 != 409 && $1 != 503' | wc -l
+}
+put() { # SKU STOCK [LIMIT]
+    curl -s -o /dev/null -w '%{http_code}' -X PUT -d \
+        "{\"stock\": $2, \"segments\": 16, \"per_user_limit\": ${3:-1}}" "$LB_URL/skus/$1"
+}
+audit() { curl -s "$LB_URL/skus/$1/audit"; }
+
+# ---- segments on every master ----------------------------------------------------
+expect "PUT hot" "201" "$(put hot 3000)"
+for m in $(masters "${seeds[0]##*:}" | awk '{ print $1 }'); do
+    key=$(redis-cli -p "$m" --scan --pattern 'sk:{*}:hot:init')
+    held=$(redis-cli -p "$m" hgetall "$key" | awk 'NR % 2 == 0 && $1 > 0' | wc -l)
+    check "master $m holds 5 or 6 of the 16 segments (holds $held)" \
+        test "$held" -ge 5 -a "$held" -le 6
+done
+report=$(curl -s "$LB_URL/skus/hot")
+expect "GET /skus/hot: 16 segments, 3000 initial" "16 3000" \
+    "$(jq -r '"\(.segments | length) \(.initial)"' <<<"$report")"
+
+# ---- a sale: exactly the stock ---------------------------------------------------
+acked_run hot sale 6 32
+acked_wait
+expect "201s of the sale" "3000" "$(count sale 201)"
+expect "answers outside 201/409/503" "0" "$(others sale)"
+a=$(audit hot)
+expect "audit: sold, oversold, consistent" "3000 0 true" \
+    "$(jq -r '"\(.sold) \(.oversold) \(.consistent)"' <<<"$a")"
+expect "GET /skus/hot: remaining" "0" "$(curl -s "$LB_URL/skus/hot" | jq .remaining)"
+expect "every acknowledged order found by GET /orders/{id}" "3000" "$(found sale)"
+
+# ---- the per-user limit and the Idempotency-Key across instances --------------------
+expect "PUT lim" "201" "$(put lim 100 1)"
+placed=0
+for i in 0 1 2 0 1 2; do
+    c=$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{"user_id": "once"}' \
+        "${urls[i]}/skus/lim/orders")
+    [[ $c == 201 ]] && placed=$((placed + 1))
+done
+expect "one user, six orders through three instances: placed" "1" "$placed"
+first=$(curl -s -X POST -H 'Idempotency-Key: k-1' -d '{"user_id": "keyed"}' \
+    "${urls[0]}/skus/lim/orders" | jq -r .order_id)
+again=$(curl -s -X POST -H 'Idempotency-Key: k-1' -d '{"user_id": "keyed"}' \
+    "${urls[2]}/skus/lim/orders" | jq -r .order_id)
+expect "a retried key on another instance: the same order" "$first" "$again"
+expect "audit of lim: orders, consistent" "2 true" \
+    "$(audit lim | jq -r '"\(.orders) \(.consistent)"')"
+
+# ---- a master killed mid-load -------------------------------------------------------
+expect "PUT fo" "201" "$(put fo 1000000)"
+acked_run fo fo 10 16
+check "orders flow before the kill" wait_acked fo 300
+victim=$(cat "$dir/c/shard-1.pid")
+kill -9 "$victim"
+killed_at=$(count fo 201)
+acked_wait
+after=$(cat "$dir"/fo.[0-9]* | tail -n +1 | awk '$1 == 201' | wc -l)
+check "orders placed after the kill (before: $killed_at, all: $after)" test "$after" -gt "$killed_at"
+promoted=$(masters "${seeds[1]##*:}" | wc -l)
+expect "three masters again (the replica promoted)" "3" "$promoted"
+expect "answers outside 201/409/503" "0" "$(others fo)"
+n=$(count fo 201)
+expect "every acknowledged order found after the failover" "$n" "$(found fo)"
+a=$(audit fo)
+expect "audit after the failover: oversold, consistent" "0 true" \
+    "$(jq -r '"\(.oversold) \(.consistent)"' <<<"$a")"
+check "audit: every acknowledged order among its orders ($n <= $(jq .orders <<<"$a"))" \
+    test "$n" -le "$(jq .orders <<<"$a")"
+code=""
+for ((i = 0; i < 100; i++)); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -d "{\"user_id\": \"later-$i\"}" \
+        "${urls[i % 3]}/skus/fo/orders")
+    [[ $code == 201 ]] && break
+    sleep 0.1
+done
+expect "an order after the failover, same instances" "201" "$code"
+# the killed node back: it rejoins as the replica of the promoted one, so that the
+# orders of that shard are acknowledged by a replica again
+"$ROOT/scripts/cluster.sh" start --dir "$dir/c" shard-1 >"$dir/restart.out" 2>&1
+check "the killed master started again" test $? -eq 0
+synced() {
+    local p
+    for p in $(redis-cli -p "${seeds[1]##*:}" cluster nodes | awk '{ split($2, a, "@"); split(a[1], b, ":"); print b[2] }'); do
+        redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' || return 1
+        redis-cli -p "$p" info replication | grep -q '^role:slave' || continue
+        redis-cli -p "$p" info replication | grep -q '^master_link_status:up' || return 1
+    done
+}
+for ((i = 0; i < 200; i++)); do synced && break; sleep 0.1; done
+check "... and rejoined: every replica linked, cluster ok" synced
+
+# ---- the slot of a hot shard moved mid-load ------------------------------------------
+expect "PUT rs" "201" "$(put rs 1000000)"
+now=$(masters "${seeds[1]##*:}")
+# a shard of rs, its slot and master, and another master to move the slot to
+key=""
+for m in $(awk '{ print $1 }' <<<"$now"); do
+    key=$(redis-cli -p "$m" --scan --pattern 'sk:{*}:rs:meta' | head -1)
+    [[ -n $key ]] && break
+done
+slot=$(redis-cli -p "${seeds[1]##*:}" cluster keyslot "$key")
+src=$(redis-cli -p "${seeds[1]##*:}" cluster nodes |
+    awk -v s="$slot" '$3 ~ /master/ { for (i = 9; i <= NF; i++) { split($i, r, "-"); if (r[2] == "") r[2] = r[1]; if (s >= r[1] && s <= r[2]) print $1 } }')
+dst=$(awk -v s="$src" '$2 != s { print $2; exit }' <<<"$now")
+first=$(redis-cli -p "${seeds[1]##*:}" cluster nodes |
+    awk -v id="$src" '$1 == id { split($9, r, "-"); print r[1] }')
+acked_run rs rs 8 16
+check "orders flow before the move" wait_acked rs 300
+redis-cli --cluster reshard "127.0.0.1:${seeds[1]##*:}" --cluster-from "$src" \
+    --cluster-to "$dst" --cluster-slots $((slot - first + 1)) --cluster-yes \
+    >"$dir/reshard.out" 2>&1
+check "redis-cli --cluster reshard (slot $slot of $key)" test $? -eq 0
+acked_wait
+owner=$(redis-cli -p "${seeds[1]##*:}" cluster nodes |
+    awk -v s="$slot" '$3 ~ /master/ { for (i = 9; i <= NF; i++) { split($i, r, "-"); if (r[2] == "") r[2] = r[1]; if (s >= r[1] && s <= r[2]) print $1 } }')
+expect "the hot shard's slot moved" "$dst" "$owner"
+expect "answers outside 201/409/503" "0" "$(others rs)"
+n=$(count rs 201)
+check "orders placed during the move ($n)" test "$n" -gt 300
+expect "every acknowledged order found after the move" "$n" "$(found rs)"
+a=$(audit rs)
+expect "audit after the move: oversold, consistent" "0 true" \
+    "$(jq -r '"\(.oversold) \(.consistent)"' <<<"$a")"
+
+checks_summary
