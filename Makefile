@@ -2,7 +2,7 @@
 #   make            build build/seckill
 #   make test       install what is missing, build, run every test
 #   make demo       install what is missing, build, run the multi-instance proof
-#   make bench      install what is missing, build, the performance report (~6 min;
+#   make bench      install what is missing, build, the performance report (~8 min;
 #                   BENCH_QUICK=1: a 1 s-per-step smoke test; BENCH_ARGS: loadtest/bench.sh options)
 #   make SANITIZER=address|undefined|thread test
 #   make valgrind   the server under valgrind through a short workload, no leak allowed
@@ -134,11 +134,14 @@ demo: deps
 	@loadtest/run.sh $(DEMO_ARGS)
 
 # Every system side by side through the same balancer: table, results/bench-latest/;
-# then one hot SKU at K=16, 1024 and 1 (loadtest/segments.sh): results/segments-latest/.
+# then one hot SKU at K=16, 1024 and 1 (loadtest/segments.sh): results/segments-latest/;
+# then one hot SKU on a Redis Cluster of 1 and of 3 masters (loadtest/shards.sh):
+# results/shards-latest/.
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/bench.sh $(BENCH_ARGS)
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/segments.sh
+	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/shards.sh
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60

@@ -19,6 +19,8 @@
 #   --qty Q             units per order (1); a range A-B (e.g. 1-3) gives each order a
 #                       random quantity in it. Placed, stock and oversold count units.
 #   --lb nginx|haproxy  the load balancer (nginx)
+#   --redis-cluster M   a Redis Cluster of M masters (each with a replica) in place of
+#                       the one data Redis (0: none)
 #   --out DIR           where report.json, summary.tsv, chart.png go
 #                       (results/<time>-<pid>/, results/latest links to it)
 #   --no-chart          skip the gnuplot chart
@@ -40,7 +42,7 @@ LUA=$ROOT/loadtest/orders.lua
 
 modes="none,local,setnx,redis,redlock,zk,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
-work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0
+work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0 rcluster=0
 extra=()
 
 usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
@@ -58,6 +60,7 @@ while (($#)); do
     --per-user-limit) limit=${2:?"$1 needs a value"}; shift 2 ;;
     --qty) qty=${2:?"$1 needs a value"}; shift 2 ;;
     --lb) lb=${2:?"$1 needs a value"}; shift 2 ;;
+    --redis-cluster) rcluster=${2:?"$1 needs a value"}; shift 2 ;;
     --out) out=${2:?"$1 needs a value"}; shift 2 ;;
     --no-chart) chart=0; shift ;;
     --keep) keep=1; shift ;;
@@ -71,7 +74,8 @@ done
 qty_lo=$((10#${BASH_REMATCH[1]})) qty_hi=$((10#${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}))
 ((qty_lo > 0 && qty_hi >= qty_lo)) || die "--qty: need 0 < A <= B (got '$qty')"
 for v in instances:instances segments:segments stock:stock connections:connections \
-    wrk_threads:threads work_us:work-us users:users limit:per-user-limit; do
+    wrk_threads:threads work_us:work-us users:users limit:per-user-limit \
+    rcluster:redis-cluster; do
     var=${v%%:*}
     [[ ${!var} =~ ^[0-9]+$ ]] || die "--${v#*:} must be a whole number (got '${!var}')"
     printf -v "$var" '%d' "$((10#${!var}))" # "08" -> 8: they go into the report as JSON numbers
@@ -155,8 +159,10 @@ run_mode() {
     local mode=$1 cdir=$out/clusters/$1 mdir=$out/modes
     local error="" put_code wrk_json="" sku_json="" audit_json="" stats_json="[]"
     local -a up_args=(up --dir "$cdir" --quiet --instances "$instances" --lb "$lb" --lock "$mode")
+    local on=""
+    ((rcluster == 0)) || { up_args+=(--redis-cluster "$rcluster"); on=", a Redis Cluster of $rcluster masters"; }
     say ""
-    say "== $mode: $instances instances, K=$segments, stock $stock, ${work_us}us of work, wrk -c$connections -d$duration"
+    say "== $mode: $instances instances, K=$segments, stock $stock, ${work_us}us of work, wrk -c$connections -d$duration$on"
     CUR_CLUSTER=$cdir # from here on the exit trap takes it down
     if ! "$CLUSTER" "${up_args[@]}" -- --segments "$segments" --work-us "$work_us" \
         --log-level warn "${extra[@]}" >/dev/null 2>"$mdir/$mode.up.err"; then
