@@ -275,10 +275,26 @@ static void on_asking(void *arg, aconn_result res, redisReply *r)
     (void)arg, (void)res, (void)r;
 }
 
+/* q could not be sent to its master (the connection is down: a master that
+ * died, before the map says who took over): the map is learnt again and q
+ * sent again after a pause, as for TRYAGAIN. 0 when its tries are spent. */
+static int resend_later(struct creq *q)
+{
+    struct acluster *c = q->c;
+    if (c->closing || q->redirects >= ACLUSTER_REDIRECTS)
+        return 0;
+    c->stats.retries++;
+    refresh(c);
+    later(q, (int64_t)10000 << q->redirects++, ACONN_REPLY);
+    return 1;
+}
+
 static void on_reply(void *arg, aconn_result res, redisReply *r)
 {
     struct creq *q = arg;
     struct acluster *c = q->c;
+    if (res == ACONN_NOT_SENT && resend_later(q))
+        return;
     if (res != ACONN_REPLY || c->closing || q->redirects >= ACLUSTER_REDIRECTS) {
         finish(q, res, r);
         return;
@@ -341,7 +357,7 @@ static void send_req(struct creq *q)
     int rc = q->script
                  ? aconn_eval(conn, on_reply, q, q->script, q->nkeys, q->argc, q->argv)
                  : aconn_command(conn, on_reply, q, q->argc, q->argv, NULL);
-    if (rc != 0)
+    if (rc != 0 && !resend_later(q))
         later(q, 0, ACONN_NOT_SENT);
 }
 

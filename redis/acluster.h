@@ -13,10 +13,14 @@
  * at most ACLUSTER_REDIRECTS times, after which the last answer is handed
  * back as it is. A command keeps a copy of its arguments for that.
  *
+ * A command that could not be sent (its master's connection down: a master
+ * that died, before the map says who took over) is sent again as for
+ * TRYAGAIN, the map learnt anew meanwhile.
+ *
  * Callbacks are aconn's (aconn_cb), with the same results; a command that
- * could not be sent at all (no topology, its master's connection down and
- * not due for a retry) is answered ACONN_NOT_SENT on the loop, never inside
- * the call that queued it.
+ * could not be sent at all (no topology, its master's connection down all
+ * along) is answered ACONN_NOT_SENT on the loop, never inside the call that
+ * queued it.
  *
  * Thread safety: none; an acluster belongs to the thread of its base. */
 #ifndef SECKILL_ACLUSTER_H
