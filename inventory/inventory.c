@@ -427,6 +427,17 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
 
 /* ---- placing an order --------------------------------------------------- */
 
+/* The fencing token of grant g as the commit scripts take it: '0' without
+ * fencing. */
+static void fence_text(const struct inv *inv, const struct lock_grant *g, char *buf,
+                       size_t len)
+{
+    if (inv->cfg.fencing)
+        lock_fence_text(g, buf, len);
+    else
+        snprintf(buf, len, "0");
+}
+
 /* Remembers sku as sold out (soldout.h) when Redis said so after `seen` was
  * taken. Not from a shard of a cluster: its SKU may hold units elsewhere
  * (shards_refill notes a SKU whose shards are all empty). */
@@ -696,9 +707,9 @@ static lock_status lock_and_read(struct inv_session *s, const struct sku_keys *k
         struct rcmd read = {.argc = 3, .argv = argv};
         ls = lock_acquire_then(s->lock, lkey, wait_ms, g, &read, &rr);
     } else if ((ls = lock_acquire(s->lock, lkey, wait_ms, g)) == LOCK_ACQUIRED) {
-        char fkey[160], token[24];
+        char fkey[160], token[LOCK_FENCE_TEXT];
         lock_fence_key(lkey, fkey, sizeof(fkey));
-        snprintf(token, sizeof(token), "%" PRIu64, g->fence);
+        lock_fence_text(g, token, sizeof(token));
         const char *argv[] = {fkey, k->stock, token, segtext};
         rr = rconn_eval(s->rc, &fence_read_script, 2, 2, argv, NULL);
         if (rr && rr->type == REDIS_REPLY_ARRAY) { /* {-2}: a later holder's mark */
@@ -769,7 +780,7 @@ static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
 
 /* The commit arguments of one part. */
 struct part_text {
-    char fkey[160], seg[12], take[12], stock[24], fence[24];
+    char fkey[160], seg[12], take[12], stock[24], fence[LOCK_FENCE_TEXT];
 };
 
 /* The last step of an order's critical section, every lock of p[0..n-1] held
@@ -813,8 +824,7 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
         snprintf(t->seg, sizeof(t->seg), "%d", p[i].seg);
         snprintf(t->take, sizeof(t->take), "%d", p[i].take);
         snprintf(t->stock, sizeof(t->stock), "%lld", p[i].stock);
-        snprintf(t->fence, sizeof(t->fence), "%" PRIu64,
-                 inv->cfg.fencing ? p[i].g.fence : 0);
+        fence_text(inv, &p[i].g, t->fence, sizeof(t->fence));
         argv[8 + i] = t->fkey;
         *a++ = t->seg;
         *a++ = t->take;
@@ -1505,7 +1515,7 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
  * inventory/lua/batch.lua reads them. */
 struct batch_call {
     struct sku_keys k;
-    char seg[12], fkey[160], stock[24], fence[24];
+    char seg[12], fkey[160], stock[24], fence[LOCK_FENCE_TEXT];
     struct batch_slot *slot;
     struct rcmd cmd;
 };
@@ -1519,7 +1529,7 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     snprintf(c->seg, sizeof(c->seg), "%d", h->seg);
     lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
     snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
-    snprintf(c->fence, sizeof(c->fence), "%" PRIu64, inv->cfg.fencing ? h->g.fence : 0);
+    fence_text(inv, &h->g, c->fence, sizeof(c->fence));
     int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = malloc(sizeof(*argv) * (size_t)argc);
     c->slot = malloc(sizeof(*c->slot) * (size_t)n);
@@ -2437,7 +2447,7 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
         return shard_outcome(s, INV_UNAVAILABLE);
     struct sku_keys k;
     sku_keys_init(&k, sku, gene);
-    char lkey[128], fkey[160], token[24] = "0";
+    char lkey[128], fkey[160], token[LOCK_FENCE_TEXT] = "0";
     snprintf(lkey, sizeof(lkey), "%s%d", k.lock, seg);
     lock_fence_key(lkey, fkey, sizeof(fkey));
     struct lock_grant g;
@@ -2445,8 +2455,7 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
         lock_status ls = lock_acquire(sh->lock, lkey, inv->cfg.wait_ms, &g);
         if (ls != LOCK_ACQUIRED)
             return shard_outcome(s, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
-        if (inv->cfg.fencing)
-            snprintf(token, sizeof(token), "%" PRIu64, g.fence);
+        fence_text(inv, &g, token, sizeof(token));
     }
     const char *argv[16] = {k.meta, k.stock, k.init, k.avail, xin ? k.xin : k.xout, fkey};
     memcpy(argv + 6, args, sizeof(*args) * (size_t)nargs);

@@ -1,6 +1,7 @@
 #include "lock_impl.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,14 @@ int lock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t dead
     return pthread_cond_timedwait(cond, mu, &ts);
 }
 
+void lock_fence_text(const struct lock_grant *g, char *buf, size_t len)
+{
+    if (g->fence_owner[0])
+        snprintf(buf, len, "%" PRIu64 ":%s", g->fence, g->fence_owner);
+    else
+        snprintf(buf, len, "%" PRIu64, g->fence);
+}
+
 void lock_fence_key(const char *key, char *buf, size_t len)
 {
     snprintf(buf, len, "%s:fence", key);
@@ -199,12 +208,20 @@ static void acquire_ended(struct lock *l, lock_status st, int64_t waited_us,
     }
 }
 
+/* lock/lua/fence_take.lua: a fencing token after a grant (take_fence and
+ * fence_step), for modes that hand out none themselves. */
+extern const struct rscript_source lua_lock_fence_take;
+static struct rscript fence_take_script =
+    RSCRIPT_INIT("lock_fence_take", lua_lock_fence_take);
+
 /* Takes the fencing token for a backend that does not hand one out itself. */
 static int take_fence(struct lock_session *s, const char *key, struct lock_grant *g)
 {
     char fkey[600];
     lock_fence_key(key, fkey, sizeof(fkey));
-    redisReply *r = rconn_command(s->data, "INCR %s", fkey);
+    lock_token_new(g->fence_owner);
+    const char *argv[] = {fkey, g->fence_owner};
+    redisReply *r = rconn_eval(s->data, &fence_take_script, 1, 1, argv, NULL);
     int ok = r && r->type == REDIS_REPLY_INTEGER;
     if (ok)
         g->fence = (uint64_t)r->integer;
@@ -393,15 +410,17 @@ static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
     acquire_ended(l, res, lock_now_us() - st->first_us, g);
 }
 
-/* st becomes the INCR of key's fencing token, for grant g. */
+/* st becomes the taking of key's fencing token (fence_take.lua), for grant g. */
 static void fence_step(const char *key, struct lock_step *st, const struct lock_grant *g)
 {
     st->grant = *g;
+    lock_token_new(st->grant.fence_owner);
     lock_step_clear(st, PHASE_FENCE);
     lock_fence_key(key, st->buf[3], sizeof(st->buf[3]));
-    st->argv[0] = "INCR";
-    st->argv[1] = st->buf[3];
-    st->cmd[0] = (struct rcmd){.argc = 2, .argv = st->argv};
+    st->argv[0] = st->buf[3];
+    st->argv[1] = st->grant.fence_owner;
+    st->cmd[0] = (struct rcmd){
+        .script = &fence_take_script, .nkeys = 1, .argc = 2, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
     st->last = 1;

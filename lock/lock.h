@@ -34,7 +34,8 @@ typedef enum {
  * release. */
 struct lock_grant {
     char token[33];         /* owner token: 128 random bits in hex */
-    uint64_t fence;         /* fencing token; 0 when the mode has none */
+    uint64_t fence;         /* fencing token's number; 0 when the mode has none */
+    char fence_owner[33];   /* whose it is (lock_fence_text): "" for zk's czxid */
     int64_t acquired_us;    /* monotonic time of the grant */
     int64_t valid_until_us; /* monotonic time after which the lease may be lost */
     int64_t waited_us;      /* time spent waiting for it */
@@ -254,8 +255,16 @@ lock_status lock_release_done(struct lock_session *s, const char *key,
  * only between acquire and release of g, on the session that acquired it. */
 int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g);
 
-/* Writes "<key>:fence", the data-Redis key of key's fence counter. */
+/* Writes "<key>:fence", the data-Redis key of key's fencing token. */
 void lock_fence_key(const char *key, char *buf, size_t len);
+
+/* The token of grant g as a commit checks it against "<key>:fence": "<n>:<owner>"
+ * for a token the data Redis hands out (its number and the grant's owner, so
+ * that a number handed out twice, after a failover lost the first, is not the
+ * same token), "<n>" for one from outside (zk's czxid, unique by itself), "0"
+ * for none. */
+void lock_fence_text(const struct lock_grant *g, char *buf, size_t len);
+#define LOCK_FENCE_TEXT 64 /* room for any of them */
 
 void lock_stats(const struct lock *l, struct lock_stats *out);
 

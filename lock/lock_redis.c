@@ -440,6 +440,8 @@ static void grant_fill(struct redis_session *s, const char *key, int reentered,
     }
     memcpy(g->token, s->owner, sizeof(g->token));
     g->fence = (uint64_t)fence;
+    if (fence > 0) /* the scripts took it for this owner (lock/lua/fence.lua) */
+        memcpy(g->fence_owner, s->owner, sizeof(g->fence_owner));
     g->acquired_us = start;
     g->valid_until_us = start + (int64_t)st->ttl_ms * 1000;
     g->holder = l;

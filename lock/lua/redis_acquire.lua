@@ -1,5 +1,7 @@
 -- Acquire of the redis lock mode (lock/lock_redis.c).
--- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue, KEYS[4] the
+-- Includes a piece, so it needs the build: `redis-cli --eval` the assembled
+-- copy, build/gen/lock/lua/redis_acquire.lua.
+-- KEYS[1] lock hash, KEYS[2] fence key (fence.lua), KEYS[3] wait queue, KEYS[4] the
 -- caller's grant list.
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens,
 -- ARGV[4] ms the caller will wait (0: it will not, and leaves the queue),
@@ -13,12 +15,13 @@
 -- until its latest deadline plus a lease: a new entry only ever extends its
 -- expiry (PEXPIRE ... GT would not do: it takes the fresh list's missing TTL
 -- for an infinite one and never sets any).
+--#include "fence.lua"
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
   if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
   redis.call('HSET', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end
+  if ARGV[3] == '1' then return {1, take_fence(KEYS[2], ARGV[1]), ''} end
   return {1, 0, ''}
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
@@ -33,13 +36,13 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
     redis.call('HSET', KEYS[1], ARGV[1], 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2]), ''} end
+    if ARGV[3] == '1' then return {1, take_fence(KEYS[2], ARGV[1]), ''} end
     return {1, 0, ''}
   end
   redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if ARGV[3] == '1' then
-    return {2, tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
+    return {2, fence_number(KEYS[2]), ''}
   end
   return {2, 0, ''}
 end

@@ -1,5 +1,7 @@
 -- Release of the redis lock mode (lock/lock_redis.c).
--- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] wait queue.
+-- KEYS[1] lock hash, KEYS[2] fence key (fence.lua), KEYS[3] wait queue.
+-- Includes a piece, so it needs the build: `redis-cli --eval` the assembled
+-- copy, build/gen/lock/lua/redis_release.lua.
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens,
 -- ARGV[4] the prefix of grant lists ("<key>:grant:"; the next owner's list is
 -- ARGV[4]..owner).
@@ -12,6 +14,7 @@
 -- failed attempt left behind (its clean-up failed too, or the answer naming it
 -- was lost); handing the lock to it would stall the key for a lease. One
 -- comparison per entry, and it holds however the entry came to be left.
+--#include "fence.lua"
 local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if left > 0 then return left end
 if left < 0 then
@@ -33,7 +36,7 @@ while true do
     redis.call('HSET', KEYS[1], owner, 1)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     local fence = 0
-    if ARGV[3] == '1' then fence = redis.call('INCR', KEYS[2]) end
+    if ARGV[3] == '1' then fence = take_fence(KEYS[2], owner) end
     local grant = ARGV[4] .. owner
     redis.call('RPUSH', grant, fence)
     redis.call('PEXPIRE', grant, ARGV[2])
