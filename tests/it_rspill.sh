@@ -17,7 +17,10 @@
 #     and the next order that needs units deletes the record without counting them
 #     twice;
 #   - at the end no transfer is left recorded, the audit is consistent, nothing is
-#     left, and every 201's order is found.
+#     left, and every 201's order is found;
+#   - 4 units in 3 segments (2, 1, 1): an order of 5 by a user of the first shard is
+#     refused and moves nothing; one of 4 gets its shard's 2 and one from each other
+#     shard, placed whole.
 set -uo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 source "$(dirname "$0")/checks.sh"
@@ -147,5 +150,19 @@ while read -r id; do
         found=$((found + 1))
 done <"$dir/ids"
 expect "every 201's order found" "30" "$found"
+
+# ---- orders of several units: drawn from the home shard, with units brought from one
+# shard or from two first, all or nothing ------------------------------------------------
+code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+    -d '{"stock": 4, "segments": 3, "per_user_limit": 5}' "$LB_URL/skus/mq")
+expect "PUT mq: 4 units, 3 segments (2, 1, 1)" "201" "$code"
+mq() { # USER QTY -> the status code
+    curl -s -o /dev/null -w '%{http_code}' -X POST -d "{\"user_id\": \"$1\", \"qty\": $2}" \
+        "$LB_URL/skus/mq/orders"
+}
+expect "5 units for a user of the first shard: refused, nothing moved" "409" "$(mq "${users[0]}" 5)"
+expect "... 4: the 2 of its shard and 1 from each other shard" "201" "$(mq "${users[1]}" 4)"
+expect "audit of mq: orders, sold, remaining, consistent" "1 4 0 true" \
+    "$(curl -s "$LB_URL/skus/mq/audit" | jq -r '"\(.orders) \(.sold) \(.remaining) \(.consistent)"')"
 
 checks_summary
