@@ -126,6 +126,10 @@ static void on_acked(void *arg, aconn_result res, redisReply *r)
     struct ack_group *g = arg;
     struct inv_engine *e = g->e;
     struct inv_ticket *t = g->acking;
+    /* A WAIT sent again (redirected, or its connection gone) counts the
+     * writes of another connection than the commits': no acknowledgement */
+    if (e->cluster && acluster_redirected(e->cluster))
+        res = ACONN_NOT_SENT;
     g->acking = NULL;
     g->in_flight = 0;
     for (struct inv_ticket *next; t; t = next) {

@@ -1241,13 +1241,24 @@ void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
         placed += t[i]->st == INV_PLACED;
     if (!placed || !inv_durable_argv(s->inv, argv, buf))
         return;
-    /* on a cluster: the shard's master, which took the commit */
-    struct inv_session *shard = shard_session(s, t[0]->gene);
-    redisReply *r = shard ? rconn_command_argv(shard->rc, 3, argv, NULL) : NULL;
-    for (int i = 0; i < n; i++)
-        inv_ticket_acked(s->inv, t[i], r);
-    if (r)
-        freeReplyObject(r);
+    /* One WAIT per connection that took commits: on a cluster, per shard (the
+     * tickets may come from several); decided tickets are passed over. */
+    for (int i = 0; i < n; i++) {
+        if (t[i]->st != INV_PLACED || (s->cl && t[i]->gene < 0))
+            continue;
+        int gene = t[i]->gene, seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = t[j]->st == INV_PLACED && t[j]->gene == gene;
+        if (seen)
+            continue; /* waited for already (or answered) with t[j] */
+        struct inv_session *shard = shard_session(s, gene);
+        redisReply *r = shard ? rconn_command_argv(shard->rc, 3, argv, NULL) : NULL;
+        for (int j = i; j < n; j++)
+            if (t[j]->gene == gene)
+                inv_ticket_acked(s->inv, t[j], r);
+        if (r)
+            freeReplyObject(r);
+    }
 }
 
 static void tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st)
@@ -1382,7 +1393,8 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
             ticket_finish(inv, t[i], no_answer(s, lost));
         else if (!rconn_is_noscript(r[i])) { /* NOSCRIPT: by itself, which runs EVAL */
             inv_status st = atomic_outcome(s, t[i]->sku, r[i], &t[i]->order, seen);
-            if (st != INV_OK)
+            /* a shard short on a cluster: by itself, which brings units */
+            if (st != INV_OK && !(st == INV_SOLD_OUT && inv->cfg.cluster))
                 ticket_finish(inv, t[i], st);
         }
     }
@@ -2461,9 +2473,24 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
     memcpy(argv + 6, args, sizeof(*args) * (size_t)nargs);
     argv[6 + nargs] = token;
     redisReply *r = rconn_eval(sh->rc, script, 6, nargs + 1, argv, NULL);
+    /* With replicas acknowledging orders, a step of a transfer is taken only
+     * once they have it too: a failover must not keep units on both sides
+     * (the giver's replica without its debit) or on neither. */
+    const char *wait[3];
+    char wait_buf[2][16];
+    int wrote = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    redisReply *w = wrote && inv_durable_argv(inv, wait, wait_buf)
+                        ? rconn_command_argv(sh->rc, 3, wait, NULL)
+                        : NULL;
+    int unacked = wrote && inv->cfg.min_replicas_acked > 0 &&
+                  !(w && w->type == REDIS_REPLY_INTEGER &&
+                    w->integer >= inv->cfg.min_replicas_acked);
+    if (w)
+        freeReplyObject(w);
     if (inv->cfg.lock)
         lock_release(sh->lock, lkey, &g);
-    inv_status st = r && r->type == REDIS_REPLY_INTEGER ? INV_OK : INV_UNAVAILABLE;
+    inv_status st =
+        r && r->type == REDIS_REPLY_INTEGER && !unacked ? INV_OK : INV_UNAVAILABLE;
     if (st == INV_OK && r->integer == -2)
         st = INV_BUSY; /* the lease ran out: nothing written */
     else if (st == INV_OK)

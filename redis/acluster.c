@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ACLUSTER_MAX_NODES (2 * CLUSTER_MAX_MASTERS)
 #define NO_NODE 0xffff
@@ -51,8 +52,9 @@ struct acluster {
     struct creq *waiting, *waiting_tail; /* parked until a map, or on a timer,
                                             oldest first */
     int closing;
-    int64_t last_due_us; /* of the last timer set (later) */
-    int redirected;      /* the answer being handed back was redirected */
+    int64_t last_due_us[CLUSTER_SLOTS]; /* per slot, of the last timer set (later;
+                                           monotonic) */
+    int redirected;                     /* the answer being handed back was redirected */
     struct acluster_stats stats;
 };
 
@@ -154,10 +156,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         send_req(q);
 }
 
-/* Runs q's timer after us: a resend, or (fail set) its answer. Timers fire
- * in the order they were set, also those set for the same moment, so that
- * commands of one slot retried together are sent again in their order (a
- * lock's step before the read behind it). */
+/* Runs q's timer after us: a resend, or (fail set) its answer. The timers
+ * of one slot fire in the order they were set, also those set for the same
+ * moment, so that commands of one slot retried together are sent again in
+ * their order (a lock's step before the read behind it). */
 static void later(struct creq *q, int64_t us, aconn_result fail)
 {
     struct acluster *c = q->c;
@@ -165,13 +167,14 @@ static void later(struct creq *q, int64_t us, aconn_result fail)
         abort();
     q->fail = fail;
     wait_add(c, q);
-    struct timeval now;
-    event_base_gettimeofday_cached(c->base, &now);
-    int64_t due = (int64_t)now.tv_sec * 1000000 + now.tv_usec + us;
-    if (due <= c->last_due_us)
-        due = c->last_due_us + 1;
-    c->last_due_us = due;
-    us = due - ((int64_t)now.tv_sec * 1000000 + now.tv_usec);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    int64_t due = now + us, *last = &c->last_due_us[q->slot];
+    if (due <= *last) /* after the slot's last one */
+        due = *last + 1;
+    *last = due;
+    us = due - now;
     struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
     evtimer_add(q->timer, &tv);
 }

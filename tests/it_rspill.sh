@@ -39,7 +39,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 checks_require redis-server redis-cli curl jq
 
-"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 3 --lock redis \
+lock=${RSPILL_LOCK:-redis} # it_rspill_atomic.sh: the same with the atomic mode
+"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 3 --lock "$lock" \
     --quiet -- --log-level warn >"$dir/up.out" 2>&1 || {
     tail -20 "$dir/up.out"
     exit 1
@@ -54,7 +55,7 @@ crash_instance() {
     local port
     port=$(free_port) || return 1
     SECKILL_TEST_CRASH=$2 proc_start "$1" "$dir" "$bin" --listen "127.0.0.1:$port" \
-        --redis "$REDIS_CLUSTER_SEEDS" --lock redis --threads 1 --log-level warn || return 1
+        --redis "$REDIS_CLUSTER_SEEDS" --lock "$lock" --threads 1 --log-level warn || return 1
     wait_until 20 curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" || return 1
     echo "http://127.0.0.1:$port"
 }
