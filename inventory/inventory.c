@@ -2523,6 +2523,25 @@ static inv_status xfer_finish(struct inv_session *s, const char *sku, const char
     return INV_OK; /* a record left behind is applied (as a repeat) and deleted later */
 }
 
+/* A transfer as its record says (xfer_out.lua: "<gene> <segment> <units>",
+ * the receiving shard's gene and segment). */
+struct xfer_record {
+    int to, seg;
+    long long units;
+};
+
+/* Reads the record text of a transfer of a SKU laid out as l; 0, or -1 when
+ * it does not parse or names no shard of l. */
+static int xfer_record_read(const struct sku_layout *l, const redisReply *text,
+                            struct xfer_record *x)
+{
+    return text->type == REDIS_REPLY_STRING &&
+                   sscanf(text->str, "%d %d %lld", &x->to, &x->seg, &x->units) == 3 &&
+                   shard_of_gene(l, x->to) >= 0
+               ? 0
+               : -1;
+}
+
 /* Reads each shard's remaining units into left[], after applying the
  * transfers recorded and not yet deleted (those of a process that died in
  * between, or still on their way). */
@@ -2543,14 +2562,11 @@ static inv_status shards_settle(struct inv_session *s, const char *sku,
                      (pass || (x && x->type == REDIS_REPLY_ARRAY));
             left[i] = ok ? reply_ll(m, 0) : 0;
             for (size_t j = 0; ok && x && j + 1 < x->elements; j += 2) {
-                int gene, seg;
-                long long units;
-                if (sscanf(x->element[j + 1]->str, "%d %d %lld", &gene, &seg, &units) !=
-                        3 ||
-                    shard_of_gene(l, gene) < 0)
+                struct xfer_record rec;
+                if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
                     continue;
-                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i], gene,
-                                 seg, units) == INV_OK;
+                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i],
+                                 rec.to, rec.seg, rec.units) == INV_OK;
                 finished++;
             }
             if (m)
@@ -2840,21 +2856,19 @@ static inv_status units_in_flight(struct inv_session *s, const char *sku,
     redisReply *x = sh ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
     inv_status st = x && x->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
     for (size_t j = 0; st == INV_OK && j + 1 < x->elements; j += 2) {
-        int to, seg;
-        long long n;
-        if (sscanf(x->element[j + 1]->str, "%d %d %lld", &to, &seg, &n) != 3 ||
-            shard_of_gene(l, to) < 0)
+        struct xfer_record rec;
+        if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
             continue;
-        struct inv_session *rh = shard_session(s, to);
+        struct inv_session *rh = shard_session(s, rec.to);
         struct sku_keys rk;
-        sku_keys_init(&rk, sku, to);
+        sku_keys_init(&rk, sku, rec.to);
         redisReply *m =
             rh ? rconn_command(rh->rc, "SISMEMBER %s %s", rk.xin, x->element[j]->str)
                : NULL;
         if (!m || m->type != REDIS_REPLY_INTEGER)
             st = INV_UNAVAILABLE;
         else if (m->integer == 0)
-            *units += n;
+            *units += rec.units;
         if (m)
             freeReplyObject(m);
     }
