@@ -39,7 +39,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 ZK_CFLAGS = -DTHREADED
 ZK_LIBS = -lzookeeper_mt
 
-ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) $(ZK_CFLAGS) -Iredis -Ilock -Iinventory -Iservice
+ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) $(ZK_CFLAGS) -Iutil -Iredis -Ilock -Iinventory -Iservice
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread
 LIBS = $(PKG_LIBS) $(ZK_LIBS) -lm
 
@@ -53,7 +53,7 @@ LUA_C := $(LUA_SRC:%.lua=$(BUILD)/gen/%.c)
 LUA_OBJ := $(LUA_C:%.c=%.o)
 LUA_COPY := $(LUA_SRC:%=$(BUILD)/gen/%)
 
-LIB_SRC := $(wildcard redis/*.c lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC := $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(LUA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -146,11 +146,11 @@ bench: deps
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
 FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c \
-	service/log.c $(wildcard redis/*.c lock/*.c inventory/*.c) $(LUA_C)
+	service/log.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@
-	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) $(ZK_CFLAGS) -Iredis \
+	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) $(ZK_CFLAGS) -Iutil -Iredis \
 		-Ilock -Iinventory -Iservice -o $@ $^ $(PKG_LIBS) $(ZK_LIBS) -lm
 
 fuzz:
@@ -168,7 +168,7 @@ install: $(BUILD)/seckill
 	install -m 755 $(BUILD)/seckill $(DESTDIR)$(PREFIX)/bin/seckill
 
 format:
-	clang-format -i redis/*.[ch] lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]
+	clang-format -i util/*.[ch] redis/*.[ch] lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]
 
 # Keep the objects of the test binaries: no relink on the next make.
 .SECONDARY:

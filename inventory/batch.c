@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+
 #define QUEUE_BUCKETS 1024
 
 /* The tickets of one SKU segment (seg -1: the SKU's layout is unknown). */
@@ -349,7 +351,7 @@ static void *worker_main(void *arg)
         for (int i = 0; i < w->nparked; i++)
             if (due < 0 || w->slot[i].h.due_us < w->slot[due].h.due_us)
                 due = i;
-        if (due >= 0 && w->slot[due].h.due_us <= lock_now_us()) {
+        if (due >= 0 && w->slot[due].h.due_us <= clock_now_us()) {
             pthread_mutex_unlock(&b->mu);
             hold_close(w, due);
             pthread_mutex_lock(&b->mu);
@@ -386,7 +388,7 @@ static void *worker_main(void *arg)
         if (b->stopping && w->nparked == 0 && !b->ready_head)
             break; /* stopping, and nothing left to serve */
         if (due >= 0)
-            lock_cond_wait_until(&b->cv, &b->mu, w->slot[due].h.due_us);
+            clock_cond_wait_until(&b->cv, &b->mu, w->slot[due].h.due_us);
         else
             pthread_cond_wait(&b->cv, &b->mu);
     }
@@ -405,7 +407,7 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
     if (b->cfg.batch < 1)
         b->cfg.batch = 1;
     pthread_mutex_init(&b->mu, NULL);
-    lock_cond_init(&b->cv); /* timed waits on lock_now_us's clock */
+    clock_cond_init(&b->cv); /* timed waits on clock_now_us's clock */
     b->workers = calloc((size_t)cfg->threads, sizeof(*b->workers));
     if (!b->workers)
         abort();

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "acluster.h"
 #include "aconn.h"
 
@@ -533,7 +534,7 @@ static void hold_next(struct ehold *x)
         x->open = 1;
         e->open_holds++;
         hold_top_up(x);
-        int64_t left = x->h.due_us - lock_now_us();
+        int64_t left = x->h.due_us - clock_now_us();
         if (left <= 0) {
             hold_commit(x);
             return;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "acluster.h"
 #include "rcluster.h"
 
@@ -407,13 +408,6 @@ static redisReply *multi_exec_reply(struct rconn *rc, int n)
     return exec;
 }
 
-static void sleep_us(int us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static inv_status load_order(struct inv_session *s, const char *id_text,
                              struct inv_order *out)
 {
@@ -761,7 +755,7 @@ static lock_status parts_release(struct inv_session *s, struct part_hold *p, int
 static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
 {
     for (int i = 0; i < n; i++) {
-        int wait_ms = (int)((c->deadline - lock_now_us()) / 1000);
+        int wait_ms = (int)((c->deadline - clock_now_us()) / 1000);
         lock_status ls = lock_and_read(c->s, &c->k, p[i].lkey, p[i].seg,
                                        wait_ms > 0 ? wait_ms : 0, &p[i].g, &p[i].stock);
         if (ls == LOCK_ACQUIRED) {
@@ -904,7 +898,7 @@ static inv_status critical_section(struct order_ctx *c, int seg, int *again)
     }
     p.take = c->qty;
     if (c->s->inv->cfg.work_us > 0)
-        sleep_us(c->s->inv->cfg.work_us);
+        clock_sleep_us(c->s->inv->cfg.work_us);
     return parts_commit(c, &p, 1, again);
 }
 
@@ -970,7 +964,7 @@ static inv_status multi_section(struct order_ctx *c, int *again)
         st = INV_SOLD_OUT;
     } else {
         if (c->s->inv->cfg.work_us > 0)
-            sleep_us(c->s->inv->cfg.work_us);
+            clock_sleep_us(c->s->inv->cfg.work_us);
         st = parts_commit(c, p, m, again);
     }
     free(p);
@@ -982,7 +976,7 @@ static inv_status place_locked(struct order_ctx *c)
     struct inv_session *s = c->s;
     struct inv *inv = s->inv;
     struct order_view *v = &c->v;
-    c->deadline = lock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
+    c->deadline = clock_now_us() + (int64_t)inv->cfg.wait_ms * 1000;
     int tries_left = ID_TRIES; /* of a section whose commit wrote nothing (again) */
     /* Each round tries the segments the peek saw with stock. A candidate found
      * short under its lock was emptied meanwhile; once all are, peek again: the
@@ -1009,7 +1003,7 @@ static inv_status place_locked(struct order_ctx *c)
             return INV_SOLD_OUT;
         }
         if (v->nplan > 0) {
-            if (lock_now_us() >= c->deadline)
+            if (clock_now_us() >= c->deadline)
                 return INV_BUSY;
             int again = 0;
             st = multi_section(c, &again);
@@ -1133,7 +1127,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
     t->qty = qty;
     t->gene = -1;
-    t->start_us = lock_now_us();
+    t->start_us = clock_now_us();
     t->st = INV_OK;
     t->next = NULL;
     inv_status st = soldout_answer(inv, sku, qty, idem_key);
@@ -1478,7 +1472,7 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
 static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
 {
     h->stock = h->left = stock;
-    h->due_us = lock_now_us();
+    h->due_us = clock_now_us();
     if (stock == 0)
         layout_mark_empty(inv, h->t[0]->sku, h->epoch, h->seg);
     else
@@ -1504,7 +1498,7 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
         oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
-    int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - lock_now_us()) / 1000;
+    int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - clock_now_us()) / 1000;
     int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
     long long stock;
     lock_status ls = lock_and_read(s, &k, h->lkey, seg, wait_ms, &h->g, &stock);
@@ -1633,9 +1627,9 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
     struct inv_hold h;
     if (!inv_hold_open(s, t, n, seg, 0, &h))
         return;
-    int64_t left = h.due_us - lock_now_us();
+    int64_t left = h.due_us - clock_now_us();
     if (left > 0)
-        sleep_us((int)left);
+        clock_sleep_us(left);
     inv_hold_commit(s, &h);
 }
 
@@ -1749,7 +1743,7 @@ static void lock_send(struct inv_session *s, struct inv_hold *h)
  * what is left of h's wait. */
 static void hold_attempt(struct inv_session *s, struct inv_hold *h)
 {
-    int64_t left_ms = h->try_only ? 0 : (h->deadline_us - lock_now_us()) / 1000;
+    int64_t left_ms = h->try_only ? 0 : (h->deadline_us - clock_now_us()) / 1000;
     lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step);
     lock_send(s, h);
 }
@@ -1868,7 +1862,7 @@ int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
 int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
                        aconn_cb *cb, void *arg)
 {
-    int64_t left = h->deadline_us - lock_now_us();
+    int64_t left = h->deadline_us - clock_now_us();
     lock_handoff_step(s->lock, h->lkey, left > 1000 ? left : 1000, &h->step);
     const struct rcmd *w = &h->step.cmd[0];
     return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == 0;

@@ -41,6 +41,7 @@
 
 #include <stdint.h>
 
+#include "clock.h"
 #include "acluster.h"
 #include "aconn.h"
 #include "lock.h"
@@ -180,7 +181,7 @@ struct inv_ticket {
     int seg;          /* the segment whose queue it waits in: home, unless home
                          is known empty or a batch sent it on; -1 as home */
     int hops;         /* batches that sent it on to another segment */
-    int64_t start_us; /* when it was opened (lock_now_us): its wait counts from here */
+    int64_t start_us; /* when it was opened (clock_now_us): its wait counts from here */
     inv_status st;    /* the outcome; INV_OK while undecided */
     struct inv_order order;
     void (*done)(struct inv_ticket *t); /* called once when st is final */
@@ -236,7 +237,7 @@ struct inv_hold {
     uint64_t seen;  /* the sold-out memory's generation before the read */
     long long left; /* once open: an upper bound of the segment's stock, after
                        inv_hold_commit what the commit left */
-    int64_t due_us; /* lock_now_us() when the orders' work is done */
+    int64_t due_us; /* clock_now_us() when the orders' work is done */
     /* the event-driven hold's (inv_hold_send) */
     struct lock_step step;
     int64_t deadline_us; /* the oldest ticket's wait ends */

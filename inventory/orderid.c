@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "lock.h"
 #include "rcluster.h"
 
@@ -228,7 +229,7 @@ static int lease_renew(struct orderid_lease *l)
     int64_t mark = (high > now ? high : now) + l->ttl_ms;
     snprintf(mark_text, sizeof(mark_text), "%lld", (long long)mark);
     const char *argv[] = {key, hwm, l->leased ? l->token : "", ttl, mark_text};
-    int64_t sent = lock_now_us();
+    int64_t sent = clock_now_us();
     struct rconn *rc = lease_conn(l, key);
     redisReply *r = rc ? rconn_eval(rc, &renew_script, 2, 3, argv, NULL) : NULL;
     if (l->cl && rcluster_stale(r))
@@ -287,8 +288,8 @@ static void *lease_loop(void *arg)
     struct orderid_lease *l = arg;
     pthread_mutex_lock(&l->mu);
     while (!l->stopping) {
-        lock_cond_wait_until(&l->wake, &l->mu,
-                             lock_now_us() + (int64_t)l->renew_ms * 1000);
+        clock_cond_wait_until(&l->wake, &l->mu,
+                              clock_now_us() + (int64_t)l->renew_ms * 1000);
         if (l->stopping)
             break;
         pthread_mutex_unlock(&l->mu);
@@ -330,7 +331,7 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
         free(l);
         return NULL;
     }
-    lock_cond_init(&l->wake);
+    clock_cond_init(&l->wake);
     pthread_mutex_init(&l->mu, NULL);
     if (pthread_create(&l->thread, NULL, lease_loop, l) != 0)
         abort();
@@ -339,7 +340,7 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
 
 int orderid_lease_valid(struct orderid_lease *l)
 {
-    return !l->leased || lock_now_us() < atomic_load(&l->valid_until_us);
+    return !l->leased || clock_now_us() < atomic_load(&l->valid_until_us);
 }
 
 void orderid_lease_stop(struct orderid_lease *l)

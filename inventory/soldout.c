@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "lock.h"
 
 #define SLOTS 64 /* SKUs remembered at once; a newer one takes an older one's slot */
@@ -64,7 +65,7 @@ int soldout_known(struct soldout *so, const char *sku, int *limit)
     uint64_t now_gen = soldout_generation(so);
     if (!now_gen)
         return 0;
-    int64_t now = lock_now_us();
+    int64_t now = clock_now_us();
     struct entry *e = &so->table[slot_of(sku)];
     pthread_mutex_lock(&so->mu);
     int known = e->generation == now_gen && strcmp(e->sku, sku) == 0 &&
@@ -86,7 +87,7 @@ void soldout_note(struct soldout *so, const char *sku, int limit, uint64_t gener
         strcpy(e->sku, sku);
         e->limit = limit;
         e->generation = generation;
-        e->noted_us = lock_now_us();
+        e->noted_us = clock_now_us();
     }
     pthread_mutex_unlock(&so->mu);
 }
@@ -100,10 +101,10 @@ void soldout_forget(struct soldout *so)
 /* Waits up to ms or until stopping; returns stopping. */
 static int pause_ms(struct soldout *so, int ms)
 {
-    int64_t until = lock_now_us() + (int64_t)ms * 1000;
+    int64_t until = clock_now_us() + (int64_t)ms * 1000;
     pthread_mutex_lock(&so->mu);
     if (!so->stopping)
-        lock_cond_wait_until(&so->wake, &so->mu, until);
+        clock_cond_wait_until(&so->wake, &so->mu, until);
     int stopping = so->stopping;
     pthread_mutex_unlock(&so->mu);
     return stopping;
@@ -198,7 +199,7 @@ struct soldout *soldout_new(const char *host, int port, const char *password)
     so->fd = -1;
     atomic_store(&so->generation, 1);
     pthread_mutex_init(&so->mu, NULL);
-    lock_cond_init(&so->wake);
+    clock_cond_init(&so->wake);
     if (pthread_create(&so->thread, NULL, listener_main, so) != 0)
         abort();
     return so;

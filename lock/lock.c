@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -107,29 +108,6 @@ void lock_session_free(struct lock_session *s)
     free(s);
 }
 
-int64_t lock_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-void lock_cond_init(pthread_cond_t *cond)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(cond, &ca);
-    pthread_condattr_destroy(&ca);
-}
-
-int lock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_us)
-{
-    struct timespec ts = {.tv_sec = deadline_us / 1000000,
-                          .tv_nsec = (long)(deadline_us % 1000000) * 1000};
-    return pthread_cond_timedwait(cond, mu, &ts);
-}
-
 void lock_fence_text(const struct lock_grant *g, char *buf, size_t len)
 {
     if (g->fence_owner[0])
@@ -192,7 +170,7 @@ static void acquire_ended(struct lock *l, lock_status st, int64_t waited_us,
     case LOCK_ACQUIRED:
         g->waited_us = waited_us;
         if (!g->acquired_us)
-            g->acquired_us = lock_now_us();
+            g->acquired_us = clock_now_us();
         bump(&l->counters.acquisitions);
         if (g->contended)
             bump(&l->counters.contended);
@@ -238,14 +216,14 @@ lock_status lock_acquire_then(struct lock_session *s, const char *key, int wait_
     memset(g, 0, sizeof(*g));
     if (reply)
         *reply = NULL;
-    int64_t start = lock_now_us();
+    int64_t start = clock_now_us();
     int64_t deadline = start + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
     int ran = 0;
     lock_status st =
         cmd && l->be->acquire_then
             ? l->be->acquire_then(s->impl, key, deadline, g, cmd, reply, &ran)
             : l->be->acquire(s->impl, key, deadline, g);
-    int64_t waited = lock_now_us() - start;
+    int64_t waited = clock_now_us() - start;
     if (st == LOCK_ACQUIRED && lock_fenced(l) && g->fence == 0 &&
         take_fence(s, key, g) != 0) {
         l->be->release(s->impl, key, g);
@@ -341,7 +319,7 @@ void lock_step_init(struct lock_step *st)
     st->pttl_ms = -1;
     st->contended = 0;
     st->backoff_us = 0;
-    st->first_us = lock_now_us();
+    st->first_us = clock_now_us();
 }
 
 void lock_step_clear(struct lock_step *st, int phase)
@@ -362,7 +340,7 @@ int64_t lock_step_backoff(struct lock_step *st, int64_t first_us, int64_t max_us
         st->backoff_us = max_us;
     if (!seed)
         return st->backoff_us;
-    return st->backoff_us / 2 + rand_r(seed) % (st->backoff_us / 2 + 1);
+    return clock_jitter_us(st->backoff_us, seed);
 }
 
 /* The phase of lock.c's own step, the fencing token's INCR after a grant. */
@@ -382,7 +360,7 @@ int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
         return 0;
     lock_step_clear(st, 0);
     st->retry_us = 0;
-    st->start_us = lock_now_us();
+    st->start_us = clock_now_us();
     st->deadline_us = st->start_us + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
     snprintf(st->wait, sizeof(st->wait), "%d", wait_ms > 0 ? wait_ms : 0);
     be->try_cmd(s->impl, key, st);
@@ -407,7 +385,7 @@ static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
                        struct lock_grant *g)
 {
     g->contended = st->contended;
-    acquire_ended(l, res, lock_now_us() - st->first_us, g);
+    acquire_ended(l, res, clock_now_us() - st->first_us, g);
 }
 
 /* st becomes the taking of key's fencing token (fence_take.lua), for grant g. */
@@ -452,7 +430,7 @@ lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_s
     }
     if (res == LOCK_BUSY) {
         st->contended = 1;
-        int64_t left = st->deadline_us - lock_now_us();
+        int64_t left = st->deadline_us - clock_now_us();
         if (st->entry[0] || left <= 0)
             st->retry_us = 0;
         else if (st->retry_us > left)

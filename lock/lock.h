@@ -271,14 +271,4 @@ void lock_stats(const struct lock *l, struct lock_stats *out);
 /* 128 random bits from getrandom(2), as 32 hex characters + NUL. */
 void lock_token_new(char out[33]);
 
-/* Monotonic clock in microseconds. */
-int64_t lock_now_us(void);
-
-/* Initialises cond to time its waits on the monotonic clock (lock_now_us's). */
-void lock_cond_init(pthread_cond_t *cond);
-/* Waits on cond (mu held, as pthread_cond_timedwait) until deadline_us on
- * lock_now_us's clock; cond must come from lock_cond_init. Returns
- * pthread_cond_timedwait's result (ETIMEDOUT once the deadline passed). */
-int lock_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t deadline_us);
-
 #endif

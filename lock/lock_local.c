@@ -2,6 +2,7 @@
  * one instance, invisible to every other instance: two instances each "hold"
  * the same segment at once, which is how an in-process lock oversells in a
  * cluster. Waiters sleep on a condition variable until release or deadline. */
+#include "clock.h"
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -44,7 +45,7 @@ static void *local_create(const struct lock_config *cfg, struct lock_counters *c
         abort();
     for (int i = 0; i < LOCAL_STRIPES; i++) {
         pthread_mutex_init(&st->stripes[i].mu, NULL);
-        lock_cond_init(&st->stripes[i].released);
+        clock_cond_init(&st->stripes[i].released);
     }
     return st;
 }
@@ -100,7 +101,7 @@ static lock_status take(struct local_state *st, const char *key, int64_t deadlin
     while (*find_held(s, key)) {
         g->contended = 1;
         if ((deadline_us == 0 ||
-             lock_cond_wait_until(&s->released, &s->mu, deadline_us) == ETIMEDOUT) &&
+             clock_cond_wait_until(&s->released, &s->mu, deadline_us) == ETIMEDOUT) &&
             *find_held(s, key)) {
             pthread_mutex_unlock(&s->mu);
             free(mine);

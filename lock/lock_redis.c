@@ -41,6 +41,7 @@
  * (its answer is kept only if that attempt was granted), and its last one in
  * one pipeline with the release, so a free lock costs no round trip of its
  * own. */
+#include "clock.h"
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -123,7 +124,7 @@ static void *redis_create(const struct lock_config *cfg, struct lock_counters *c
     st->fencing = cfg->fencing;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
     st->counters = counters;
-    lock_cond_init(&st->changed);
+    clock_cond_init(&st->changed);
     pthread_mutex_init(&st->mu, NULL);
     return st;
 }
@@ -265,7 +266,7 @@ static void *watchdog_main(void *arg)
     struct redis_state *st = arg;
     pthread_mutex_lock(&st->mu);
     while (!st->stop) {
-        int64_t now = lock_now_us();
+        int64_t now = clock_now_us();
         int64_t next = INT64_MAX;
         for (struct lease *l = st->leases; l; l = l->next)
             if (!l->in_flight && l->renew_at_us < next)
@@ -277,7 +278,7 @@ static void *watchdog_main(void *arg)
         if (next == INT64_MAX) {
             pthread_cond_wait(&st->changed, &st->mu);
         } else {
-            lock_cond_wait_until(&st->changed, &st->mu, next);
+            clock_cond_wait_until(&st->changed, &st->mu, next);
         }
     }
     pthread_mutex_unlock(&st->mu);
@@ -520,7 +521,7 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
     acquire_argv(s, key, bufs, wait_arg, entry, argv);
     const char *gkey = bufs[2], *qkey = bufs[1];
     for (;;) {
-        int64_t start = lock_now_us();
+        int64_t start = clock_now_us();
         int64_t left_ms = (deadline_us - start) / 1000;
         snprintf(wait_arg, sizeof(wait_arg), "%lld",
                  (long long)(left_ms > 0 ? left_ms : 0));
@@ -555,7 +556,7 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
         g->contended = 1;
         if (left_ms <= 0)
             return LOCK_BUSY; /* that attempt also left the queue */
-        int64_t wait_us = deadline_us - lock_now_us();
+        int64_t wait_us = deadline_us - clock_now_us();
         int64_t lease_us = (value >= 0 ? value : st->ttl_ms) * 1000 + 1000;
         if (lease_us < wait_us)
             wait_us = lease_us;
@@ -563,7 +564,7 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
         /* A grant handed over cannot predate this attempt, or the attempt
          * would have found it: its lease is counted from start. */
         if (wait_us > 0 && wait_grant(s, gkey, wait_us, &fence)) {
-            int64_t now = lock_now_us();
+            int64_t now = clock_now_us();
             grant_fill(s, key, 0, fence, start, g);
             g->acquired_us = now;
             return LOCK_ACQUIRED;
@@ -742,7 +743,7 @@ static lock_status redis_handoff_answer(void *session, const char *key,
     /* A grant handed over cannot predate the attempt that queued: its lease
      * counts from that attempt's start. */
     grant_fill(session, key, 0, atoll(r->element[1]->str), st->start_us, g);
-    g->acquired_us = lock_now_us();
+    g->acquired_us = clock_now_us();
     st->entry[0] = '\0'; /* the release took it off the queue */
     return LOCK_ACQUIRED;
 }

@@ -8,6 +8,7 @@
  * Release: owner-checked delete on every node. Survives the loss of a minority
  * of nodes. Fencing tokens come from the data Redis (lock.c's INCR), since the
  * nodes share no counter. */
+#include "clock.h"
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -175,13 +176,6 @@ static int release_all(struct redlock_session *s, const char *key, const char *t
     return deleted;
 }
 
-static void sleep_us(int64_t us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static lock_status redlock_acquire(void *session, const char *key, int64_t deadline_us,
                                    struct lock_grant *g)
 {
@@ -194,12 +188,12 @@ static lock_status redlock_acquire(void *session, const char *key, int64_t deadl
     const char *argv[] = {"SET", key, g->token, "NX", "PX", st->ttl_arg};
     int64_t backoff_us = 1000;
     for (;;) {
-        int64_t start = lock_now_us();
+        int64_t start = clock_now_us();
         int ok[REDLOCK_MAX_NODES], granted = 0;
         int answered = all_nodes(s, 6, argv, NULL, set_ok, ok);
         for (int i = 0; i < st->nnodes; i++)
             granted += ok[i];
-        int64_t now = lock_now_us();
+        int64_t now = clock_now_us();
         int64_t validity = ttl_us - (now - start) - drift_us;
         if (granted >= quorum && validity > 0) {
             g->acquired_us = start;
@@ -211,13 +205,13 @@ static lock_status redlock_acquire(void *session, const char *key, int64_t deadl
         if (answered < quorum)
             return LOCK_ERROR; /* a majority is unreachable: nobody can hold it */
         g->contended = 1;
-        now = lock_now_us();
+        now = clock_now_us();
         if (now >= deadline_us)
             return LOCK_BUSY;
-        int64_t pause = backoff_us / 2 + rand_r(&s->seed) % (backoff_us / 2 + 1);
+        int64_t pause = clock_jitter_us(backoff_us, &s->seed);
         if (now + pause > deadline_us)
             pause = deadline_us - now;
-        sleep_us(pause);
+        clock_sleep_us(pause);
         if (backoff_us < 20000)
             backoff_us *= 2;
     }
@@ -300,7 +294,7 @@ static lock_status redlock_try_done(void *session, const char *key, struct lock_
     } else {
         int64_t ttl_us = (int64_t)rs->ttl_ms * 1000;
         int64_t validity =
-            ttl_us - (lock_now_us() - st->start_us) - (ttl_us / 100 + 2000);
+            ttl_us - (clock_now_us() - st->start_us) - (ttl_us / 100 + 2000);
         if (st->ok >= quorum && validity > 0) {
             snprintf(g->token, sizeof(g->token), "%s", st->buf[1]);
             g->acquired_us = st->start_us;

@@ -19,6 +19,7 @@
  * - The key never expires in Redis; a crashed holder's key stays until the next
  *   GETSET takeover.
  * Fencing tokens (lock.c's INCR after the grant) make commits safe regardless. */
+#include "clock.h"
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -79,13 +80,6 @@ static long long wall_ms(const struct setnx_state *st)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + st->skew_ms;
-}
-
-static void sleep_us(int64_t us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 /* A stored expiry: -1 when the key is gone (nil), -2 when unreadable. */
@@ -151,7 +145,7 @@ static lock_status setnx_acquire(void *session, const char *key, int64_t deadlin
     struct setnx_session *s = session;
     int64_t backoff_us = 200;
     for (;;) {
-        int64_t start = lock_now_us();
+        int64_t start = clock_now_us();
         long long now = wall_ms(s->st);
         long long expiry = now + s->st->ttl_ms + 1;
         long long held_until = 0;
@@ -168,18 +162,18 @@ static lock_status setnx_acquire(void *session, const char *key, int64_t deadlin
             break;
         }
         g->contended = 1;
-        int64_t now_us = lock_now_us();
+        int64_t now_us = clock_now_us();
         if (now_us >= deadline_us)
             return LOCK_BUSY;
         if (held_until < 0)
             continue; /* released between SETNX and GET: try again at once */
-        int64_t pause = backoff_us / 2 + rand_r(&s->seed) % (backoff_us / 2 + 1);
+        int64_t pause = clock_jitter_us(backoff_us, &s->seed);
         int64_t until_expiry = (held_until - now) * 1000 + 1000;
         if (pause > until_expiry)
             pause = until_expiry;
         if (now_us + pause > deadline_us)
             pause = deadline_us - now_us;
-        sleep_us(pause);
+        clock_sleep_us(pause);
         if (backoff_us < 20000)
             backoff_us *= 2;
     }

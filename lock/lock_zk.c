@@ -67,6 +67,7 @@
  * for a contender that has left (see call_done). Nothing here blocks in a
  * ZooKeeper callback, and no ZooKeeper call is made holding st->mu (the
  * client's threads take it in the callbacks). */
+#include "clock.h"
 #include "lock_impl.h"
 
 #include <errno.h>
@@ -176,7 +177,7 @@ struct zk_session {
 static void zk_log(const char *message)
 {
     static _Atomic int64_t last_us;
-    int64_t now = lock_now_us(), last = atomic_load(&last_us);
+    int64_t now = clock_now_us(), last = atomic_load(&last_us);
     if (now - last < 1000000 || !atomic_compare_exchange_strong(&last_us, &last, now))
         return;
     fprintf(stderr, "zk: %s\n", message);
@@ -214,7 +215,7 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
             pthread_cond_signal(&w->cond);
     } else if (c->connected) { /* connecting, associating: the connection dropped */
         c->connected = 0;
-        c->disconnected_us = lock_now_us();
+        c->disconnected_us = clock_now_us();
     }
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&st->mu);
@@ -259,7 +260,7 @@ static struct zk_conn *conn_open(struct zk_state *st)
     c->st = st;
     c->refs = 1;
     c->session_us = (int64_t)st->session_ms * 1000;
-    lock_cond_init(&c->changed);
+    clock_cond_init(&c->changed);
     zhandle_t *zh =
         zookeeper_init2(st->hosts, conn_watcher, st->session_ms, NULL, c, 0, zk_log);
     if (!zh) {
@@ -332,7 +333,7 @@ static int conn_wait_connected(struct zk_conn *c, int64_t deadline_us)
     struct zk_state *st = c->st;
     pthread_mutex_lock(&st->mu);
     while (!c->connected && !c->expired &&
-           lock_cond_wait_until(&c->changed, &st->mu, deadline_us) != ETIMEDOUT)
+           clock_cond_wait_until(&c->changed, &st->mu, deadline_us) != ETIMEDOUT)
         ;
     int ok = c->connected;
     pthread_mutex_unlock(&st->mu);
@@ -387,7 +388,7 @@ static struct zk_call *call_new(struct zk_conn *c, enum zk_op op, int waited)
     call->conn = c;
     call->op = op;
     call->refs = waited ? 2 : 1;
-    lock_cond_init(&call->cond);
+    clock_cond_init(&call->cond);
     return call;
 }
 
@@ -460,7 +461,7 @@ static int call_finish(struct zk_call *call, int64_t deadline_us, char **created
     struct zk_state *st = call->conn->st;
     pthread_mutex_lock(&st->mu);
     while (!call->done &&
-           lock_cond_wait_until(&call->cond, &st->mu, deadline_us) != ETIMEDOUT)
+           clock_cond_wait_until(&call->cond, &st->mu, deadline_us) != ETIMEDOUT)
         ;
     int rc = call->done ? call->rc : ZOPERATIONTIMEOUT;
     if (call->done && rc == ZOK) {
@@ -884,7 +885,7 @@ static int find_own(struct zk_attempt *a)
 static int node_create(struct zk_attempt *a)
 {
     int rc = ZOPERATIONTIMEOUT, uncertain = 0;
-    for (int round = 0; round < 8 && lock_now_us() < a->hard_us; round++) {
+    for (int round = 0; round < 8 && clock_now_us() < a->hard_us; round++) {
         if (uncertain) {
             if (!conn_wait_connected(a->conn, a->deadline_us)) {
                 rc = ZCONNECTIONLOSS;
@@ -972,7 +973,7 @@ static void waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path)
 {
     memset(w, 0, sizeof(*w));
     w->path = path;
-    lock_cond_init(&w->cond);
+    clock_cond_init(&w->cond);
     pthread_mutex_lock(&c->st->mu);
     w->next = c->waiters;
     c->waiters = w;
@@ -1007,7 +1008,7 @@ static int waiter_sleep(struct zk_attempt *a, struct zk_waiter *w)
         lock_count_watch_waiter(st->counters, 1);
     }
     while (!w->woken && !c->expired &&
-           lock_cond_wait_until(&w->cond, &st->mu, a->deadline_us) != ETIMEDOUT)
+           clock_cond_wait_until(&w->cond, &st->mu, a->deadline_us) != ETIMEDOUT)
         ;
     if (w->asleep) { /* not woken: pred_watcher did not take it off */
         w->asleep = 0;
@@ -1030,7 +1031,7 @@ static int round_watch_predecessor(struct zk_attempt *a, int *held)
     if (rc != ZOK || *held)
         return rc;
     a->contended = 1;
-    if (lock_now_us() >= a->deadline_us)
+    if (clock_now_us() >= a->deadline_us)
         return ZK_DEADLINE;
     struct zk_conn *c = a->conn;
     struct zk_waiter w;
@@ -1058,7 +1059,7 @@ static int round_watch_all(struct zk_attempt *a, int *held)
     *held = rc == ZOK && !pred[0];
     if (rc == ZOK && !*held) {
         a->contended = 1;
-        rc = lock_now_us() >= a->deadline_us ? ZK_DEADLINE : waiter_sleep(a, &w);
+        rc = clock_now_us() >= a->deadline_us ? ZK_DEADLINE : waiter_sleep(a, &w);
     }
     waiter_remove(c, &w);
     return rc;
@@ -1074,7 +1075,7 @@ static enum zk_try give_up(struct zk_attempt *a, int rc)
     if (conn_expired(c))
         return TRY_AGAIN; /* our node went with the session */
     if (a->node[0])
-        zk_delete(c, a->node, lock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000);
+        zk_delete(c, a->node, clock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000);
     pthread_mutex_lock(&c->st->mu);
     int connected = c->connected;
     pthread_mutex_unlock(&c->st->mu);
@@ -1099,8 +1100,8 @@ static enum zk_try contend(struct zk_attempt *a)
             continue;
         if (rc == ZNONODE) { /* our node was deleted under us */
             a->node[0] = '\0';
-            return conn_expired(a->conn) || lock_now_us() < a->deadline_us ? TRY_AGAIN
-                                                                           : TRY_ERROR;
+            return conn_expired(a->conn) || clock_now_us() < a->deadline_us ? TRY_AGAIN
+                                                                            : TRY_ERROR;
         }
         if (rc == ZCONNECTIONLOSS && conn_wait_connected(a->conn, a->deadline_us))
             continue;
@@ -1186,7 +1187,7 @@ static void grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
     pthread_mutex_unlock(&st->mu);
     memcpy(g->token, h->guid, sizeof(g->token));
     g->fence = h->fence;
-    g->acquired_us = lock_now_us();
+    g->acquired_us = clock_now_us();
     g->valid_until_us = g->acquired_us + session_us;
     g->contended = contended;
     g->holder = h;
@@ -1289,7 +1290,7 @@ static lock_status zk_acquire(void *session, const char *key, int64_t deadline_u
     char parent[ZK_PATH_MAX];
     if (key_path(key, parent, sizeof(parent)) != 0)
         return LOCK_ERROR;
-    int64_t floor_us = lock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000;
+    int64_t floor_us = clock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000;
     struct zk_attempt a = {.parent = parent,
                            .deadline_us = deadline_us,
                            .hard_us = deadline_us > floor_us ? deadline_us : floor_us};
@@ -1305,7 +1306,7 @@ static lock_status zk_acquire(void *session, const char *key, int64_t deadline_u
             return LOCK_ACQUIRED;
         }
         conn_put(a.conn);
-        if (t == TRY_AGAIN && lock_now_us() < deadline_us)
+        if (t == TRY_AGAIN && clock_now_us() < deadline_us)
             continue;
         return t == TRY_BUSY ? LOCK_BUSY : LOCK_ERROR;
     }
@@ -1323,7 +1324,7 @@ static lock_status zk_release(void *session, const char *key, struct lock_grant 
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     lock_status res = LOCK_NOT_HELD;
     if (alive) {
-        int64_t until = lock_now_us() + (int64_t)s->st->timeout_ms * 1000;
+        int64_t until = clock_now_us() + (int64_t)s->st->timeout_ms * 1000;
         int rc = zk_delete(h->conn, h->node, until);
         if (rc == ZOK)
             res = LOCK_RELEASED;
@@ -1347,7 +1348,7 @@ static int64_t zk_valid_until(void *session, const struct lock_grant *g)
     pthread_mutex_lock(&s->st->mu);
     const struct zk_conn *c = h->conn;
     int64_t until = h->lost || c->expired ? 0
-                    : c->connected        ? lock_now_us() + c->session_us
+                    : c->connected        ? clock_now_us() + c->session_us
                                           : c->disconnected_us + c->session_us;
     pthread_mutex_unlock(&s->st->mu);
     return until;

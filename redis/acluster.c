@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+
 #define ACLUSTER_MAX_NODES (2 * CLUSTER_MAX_MASTERS)
 #define NO_NODE 0xffff
 
@@ -167,9 +169,7 @@ static void later(struct creq *q, int64_t us, aconn_result fail)
         abort();
     q->fail = fail;
     wait_add(c, q);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    int64_t now = clock_now_us();
     int64_t due = now + us, *last = &c->last_due_us[q->slot];
     if (due <= *last) /* after the slot's last one */
         due = *last + 1;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+
 /* One queued command: what to call back, and on which connection attempt it
  * was queued (to tell "never sent" from "lost"). Pooled per connection. */
 struct areq {
@@ -37,13 +39,6 @@ struct aconn {
     struct areq *free_req; /* the pool */
     char errstr[128];
 };
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static void set_err(struct aconn *c, const char *why)
 {
@@ -90,7 +85,7 @@ static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
 static int connect_now(struct aconn *c)
 {
     c->attempt++;
-    c->tried_us = mono_us();
+    c->tried_us = clock_now_us();
     redisAsyncContext *ac = redisAsyncConnect(c->host, c->port);
     if (!ac)
         abort();
@@ -142,7 +137,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     struct aconn *c = arg;
     if (c->pending == 0)
         return;
-    int64_t overdue = c->alive_us + (int64_t)c->timeout_ms * 1000 - mono_us();
+    int64_t overdue = c->alive_us + (int64_t)c->timeout_ms * 1000 - clock_now_us();
     if (overdue > 0)
         watch_arm(c, overdue);
     else
@@ -157,7 +152,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     aconn_result res = ACONN_REPLY;
     c->pending--;
     if (r) {
-        c->alive_us = mono_us();
+        c->alive_us = clock_now_us();
         rscript_locate_error(r);
         if (q->script && rconn_is_noscript(r) && c->ac == ac)
             /* Redis lost its script cache: load it again, ahead of
@@ -229,7 +224,7 @@ static redisAsyncContext *usable(struct aconn *c)
 {
     if (c->closing)
         return NULL;
-    if (!c->ac && mono_us() - c->tried_us >= (int64_t)ACONN_RETRY_MS * 1000)
+    if (!c->ac && clock_now_us() - c->tried_us >= (int64_t)ACONN_RETRY_MS * 1000)
         connect_now(c);
     return c->ac;
 }
@@ -246,7 +241,7 @@ static int queue(struct aconn *c, struct areq *q, int argc, const char **argv,
      * answers the old connection's (pending still > 0, the watch spent)
      * arms it too, or a new connection that never answers is never dropped. */
     if (c->pending++ == 0 || !evtimer_pending(c->watch, NULL)) {
-        c->alive_us = mono_us();
+        c->alive_us = clock_now_us();
         watch_arm(c, (int64_t)c->timeout_ms * 1000);
     }
     return 0;

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+
 #define RCLUSTER_MAX_NODES (2 * CLUSTER_MAX_MASTERS)
 
 /* A node heard of: a seed or a master of some map. */
@@ -25,13 +27,6 @@ struct rcluster {
     int known;                            /* a map was learnt */
     int64_t learnt_ms;                    /* when (monotonic) */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 struct rcluster *rcluster_new(const struct rconn_addr *seeds, int nseeds,
                               const char *password, int timeout_ms)
@@ -96,7 +91,7 @@ static int learn_from(struct rcluster *c, int i)
             c->map = *m;
             memcpy(c->master_node, nodes, sizeof(int) * (size_t)m->nmasters);
             c->known = 1;
-            c->learnt_ms = mono_ms();
+            c->learnt_ms = (clock_now_us() / 1000);
         }
     }
     if (r)
@@ -107,7 +102,7 @@ static int learn_from(struct rcluster *c, int i)
 
 int rcluster_refresh(struct rcluster *c)
 {
-    if (c->known && mono_ms() - c->learnt_ms < RCLUSTER_REFRESH_MS)
+    if (c->known && (clock_now_us() / 1000) - c->learnt_ms < RCLUSTER_REFRESH_MS)
         return 0;
     /* the masters first (they know the newest map), then the seeds */
     for (int k = 0; c->known && k < c->map.nmasters; k++)

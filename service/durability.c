@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "lock.h"
 #include "log.h"
 #include "rconn.h"
@@ -145,8 +146,8 @@ static void *durability_main(void *arg)
     struct svc_durability *d = arg;
     pthread_mutex_lock(&d->mu);
     while (!d->stop) {
-        int64_t until = lock_now_us() + (int64_t)DURABILITY_TICK_MS * 1000;
-        while (!d->stop && lock_cond_wait_until(&d->wake, &d->mu, until) != ETIMEDOUT)
+        int64_t until = clock_now_us() + (int64_t)DURABILITY_TICK_MS * 1000;
+        while (!d->stop && clock_cond_wait_until(&d->wake, &d->mu, until) != ETIMEDOUT)
             ;
         if (d->stop)
             break;
@@ -173,7 +174,7 @@ struct svc_durability *svc_durability_start(const char *host, int port,
     d->rc = rconn_new(host, port, password, DURABILITY_TIMEOUT_MS);
     snprintf(d->addr, sizeof(d->addr), "%s:%d", host, port);
     pthread_mutex_init(&d->mu, NULL);
-    lock_cond_init(&d->wake);
+    clock_cond_init(&d->wake);
     durability_read(d);
     if (pthread_create(&d->thread, NULL, durability_main, d) != 0)
         abort();

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "invfix.h"
 #include "testutil.h"
@@ -151,9 +152,9 @@ static int answered(struct loop *l)
 static int loop_run(struct loop *l, int (*until)(struct loop *, const void *),
                     const void *arg, int timeout_ms)
 {
-    int64_t deadline = lock_now_us() + (int64_t)timeout_ms * 1000;
+    int64_t deadline = clock_now_us() + (int64_t)timeout_ms * 1000;
     while (!until(l, arg)) {
-        if (lock_now_us() > deadline)
+        if (clock_now_us() > deadline)
             return 0;
         event_base_loop(l->base, EVLOOP_ONCE);
     }

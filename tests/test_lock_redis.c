@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "lock.h"
 #include "testutil.h"
 
@@ -228,9 +229,9 @@ static void queue_stale_entry(const char *key, const char *owner, long long dead
 static void next_buyer_gets_in(struct lock_session *b, const char *key, int ttl)
 {
     struct lock_grant g;
-    int64_t t0 = lock_now_us();
+    int64_t t0 = clock_now_us();
     lock_status st = lock_acquire(b, key, 1000, &g);
-    long long took_ms = (lock_now_us() - t0) / 1000;
+    long long took_ms = (clock_now_us() - t0) / 1000;
     if (st != LOCK_ACQUIRED || took_ms > 100)
         fail_msg("the next buyer: %s after %lld ms (lease %d ms)",
                  st == LOCK_ACQUIRED ? "acquired" : "not acquired", took_ms, ttl);
@@ -295,7 +296,7 @@ static void test_watchdog_renews(void **state)
     assert_true(st.renewals >= 5);
     assert_int_equal(st.leases_lost, 0);
     int64_t valid = lock_valid_until_us(a, &ga);
-    assert_true(valid > lock_now_us());
+    assert_true(valid > clock_now_us());
     assert_true(valid > first_valid + 2 * ttl * 1000);
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
     /* Renewal stops on release: nothing is renewed over two periods. */
@@ -322,10 +323,10 @@ static void test_watchdog_max_lease(void **state)
     struct rconn *ra = conn_new(), *rb = conn_new();
     struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
     struct lock_grant ga, gb;
-    int64_t t0 = lock_now_us();
+    int64_t t0 = clock_now_us();
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
     assert_int_equal(lock_acquire(b, key, 3000, &gb), LOCK_ACQUIRED);
-    int64_t took_ms = (lock_now_us() - t0) / 1000;
+    int64_t took_ms = (clock_now_us() - t0) / 1000;
     if (took_ms < max_lease - 30 || took_ms > max_lease + 150)
         fail_msg("lease ended after %lld ms, max lease %d", (long long)took_ms,
                  max_lease);
@@ -368,7 +369,7 @@ static void test_watchdog_notices_lost_lease(void **state)
     assert_true(test_wait_for(lease_lost_counted, &arg, 2 * ttl));
     assert_int_equal(lock_valid_until_us(a, &ga), 0);
     /* B's lease was not touched by A's renewals. */
-    assert_true(lock_valid_until_us(b, &gb) > lock_now_us());
+    assert_true(lock_valid_until_us(b, &gb) > clock_now_us());
     assert_int_equal(lock_release(a, key, &ga), LOCK_NOT_HELD);
     assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
     lock_session_free(a);
@@ -401,7 +402,7 @@ static void *waiter_main(void *arg)
     struct rconn *rc = conn_new();
     struct lock_session *s = lock_session_new(w->lock, rc);
     w->status = lock_acquire(s, w->key, w->wait_ms, &w->grant);
-    w->acquired_at_us = lock_now_us();
+    w->acquired_at_us = clock_now_us();
     atomic_store(&w->acquired, 1);
     if (w->status == LOCK_ACQUIRED) {
         pthread_mutex_lock(&w->mu);
@@ -462,7 +463,7 @@ static void test_release_wakes_waiter(void **state)
     struct waiter w;
     waiter_start(&w, l, key, 5000);
     assert_true(test_wait_for(one_blocked, NULL, 2000));
-    int64_t released_at = lock_now_us();
+    int64_t released_at = clock_now_us();
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
     assert_true(test_wait_for(has_acquired, &w, 2000));
     assert_int_equal(w.status, LOCK_ACQUIRED);
@@ -614,13 +615,13 @@ static void test_crashed_holder(void **state)
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    int64_t crashed_at = lock_now_us();
+    int64_t crashed_at = clock_now_us();
     struct lock *l = lock_make("redis", ttl, 0);
     struct rconn *rb = conn_new();
     struct lock_session *b = lock_session_new(l, rb);
     struct lock_grant gb;
     assert_int_equal(lock_acquire(b, key, 5000, &gb), LOCK_ACQUIRED);
-    int64_t took_ms = (lock_now_us() - crashed_at) / 1000;
+    int64_t took_ms = (clock_now_us() - crashed_at) / 1000;
     if (took_ms > ttl + 100)
         fail_msg("waiter got in %lld ms after the crash (ttl %d)", (long long)took_ms,
                  ttl);
@@ -751,7 +752,7 @@ static void test_grant_picked_up_later_gets_a_full_lease(void **state)
     struct lock_stats st;
     lock_stats(l, &st);
     assert_int_equal(st.leases_lost, 0);
-    assert_true(lock_valid_until_us(s, &gs) > lock_now_us());
+    assert_true(lock_valid_until_us(s, &gs) > clock_now_us());
     assert_int_equal(lock_release(s, key, &gs), LOCK_RELEASED);
     lock_session_free(h);
     lock_session_free(s);
@@ -785,7 +786,7 @@ static void test_queue_expiry_only_extended(void **state)
     assert_int_equal(newer.status, LOCK_BUSY);
     sleep_us((short_wait + ttl + 200) * 1000); /* past the newer waiter's expiry */
     long long queued = key_integer("LLEN %s:queue", key);
-    int64_t released_at = lock_now_us();
+    int64_t released_at = clock_now_us();
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
     int woken = test_wait_for(has_acquired, &older, 3000);
     waiter_join(&older);

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <zookeeper/zookeeper.h>
 
+#include "clock.h"
 #include "lock.h"
 #include "testutil.h"
 
@@ -259,7 +260,7 @@ static void *contender_main(void *arg)
 {
     struct contender *c = arg;
     c->st = lock_acquire(c->s, c->key, c->wait_ms, &c->g);
-    atomic_store(&c->returned_us, lock_now_us());
+    atomic_store(&c->returned_us, clock_now_us());
     atomic_store(&c->done, 1);
     return NULL;
 }
@@ -406,7 +407,7 @@ static void test_release_wakes_waiter_without_polling(void **state)
     if (r1 - r0 > 3)
         fail_msg("the waiter sent %lld packets in 1 s while waiting", r1 - r0);
 
-    int64_t released = lock_now_us();
+    int64_t released = clock_now_us();
     assert_int_equal(lock_release(sa, "t:wake", &ga), LOCK_RELEASED);
     contender_join(&b);
     assert_int_equal(b.st, LOCK_ACQUIRED);
@@ -517,7 +518,7 @@ static void test_middle_gives_up(void **state)
     assert_int_equal(children("t:middle", NULL, 0), 2);
     assert_false(atomic_load(&q.c.done));
 
-    int64_t released = lock_now_us();
+    int64_t released = clock_now_us();
     assert_int_equal(lock_release(q.sa, "t:middle", &q.ga), LOCK_RELEASED);
     contender_join(&q.c);
     assert_int_equal(q.c.st, LOCK_ACQUIRED);
@@ -536,9 +537,9 @@ static void test_give_up_leaves_no_node(void **state)
                         *sb = lock_session_new(lb, NULL);
     struct lock_grant ga, gb;
     assert_int_equal(lock_acquire(sa, "t:giveup", 1000, &ga), LOCK_ACQUIRED);
-    int64_t start = lock_now_us();
+    int64_t start = clock_now_us();
     assert_int_equal(lock_acquire(sb, "t:giveup", 300, &gb), LOCK_BUSY);
-    int64_t took = lock_now_us() - start;
+    int64_t took = clock_now_us() - start;
     if (took < 300000 || took > 1000000)
         fail_msg("gave up after %lld ms, asked for 300", (long long)took / 1000);
     wait_children("t:giveup", 1); /* only the holder's */
@@ -866,7 +867,7 @@ static int validity_frozen(void *arg)
 {
     struct valid_arg *a = arg;
     int64_t v = lock_valid_until_us(a->s, a->g);
-    return v > 0 && v < lock_now_us() + a->session_us - 100000;
+    return v > 0 && v < clock_now_us() + a->session_us - 100000;
 }
 
 static int validity_zero(void *arg)
@@ -907,9 +908,9 @@ static void test_session_expiry(void **state)
     char node[512];
     only_child("t:expire", node, sizeof(node));
     int64_t v0 = lock_valid_until_us(s, &g);
-    assert_true(v0 > lock_now_us());
+    assert_true(v0 > clock_now_us());
 
-    int64_t cut = lock_now_us();
+    int64_t cut = clock_now_us();
     kill(proxy.pid, SIGSTOP);
     struct valid_arg va = {s, &g, (int64_t)session_ms * 1000};
     assert_true(test_wait_for(validity_frozen, &va, 10000));
@@ -959,17 +960,17 @@ static void test_zookeeper_down_and_back(void **state)
     struct lock_grant held, g;
     assert_int_equal(lock_acquire(s, "t:down:held", 5000, &held), LOCK_ACQUIRED);
 
-    int64_t killed = lock_now_us();
+    int64_t killed = clock_now_us();
     test_zk_stop(&zk, 1, 1);
     struct valid_arg va = {s, &held, (int64_t)session_ms * 1000};
     assert_true(test_wait_for(validity_frozen, &va, 10000));
     int64_t v = lock_valid_until_us(s, &held);
-    assert_true(v >= killed + va.session_us && v <= lock_now_us() + va.session_us);
+    assert_true(v >= killed + va.session_us && v <= clock_now_us() + va.session_us);
 
     for (int wait_ms = 0; wait_ms <= 500; wait_ms += 500) {
-        int64_t start = lock_now_us();
+        int64_t start = clock_now_us();
         assert_int_equal(lock_acquire(s, "t:down", wait_ms, &g), LOCK_ERROR);
-        int64_t took = lock_now_us() - start;
+        int64_t took = clock_now_us() - start;
         if (took > (int64_t)(wait_ms + 300) * 1000)
             fail_msg("LOCK_ERROR after %lld ms, wait %d", (long long)took / 1000,
                      wait_ms);
@@ -982,7 +983,7 @@ static void test_zookeeper_down_and_back(void **state)
     assert_int_equal(lock_acquire(s, "t:down", 20000, &g), LOCK_ACQUIRED);
     assert_true(g.fence > held.fence);
     assert_int_equal(lock_release(s, "t:down", &g), LOCK_RELEASED);
-    assert_true(lock_valid_until_us(s, &held) > lock_now_us());
+    assert_true(lock_valid_until_us(s, &held) > clock_now_us());
     assert_int_equal(lock_release(s, "t:down:held", &held), LOCK_RELEASED);
     lock_stats(l, &st);
     assert_int_equal(st.leases_lost, 0);
