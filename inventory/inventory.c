@@ -377,29 +377,24 @@ static void free_replies(redisReply **r, int n)
             freeReplyObject(r[i]);
 }
 
-/* Collects n pipelined replies; 0 when all arrived and none is an error. */
-static int collect(struct rconn *rc, redisReply **r, int n)
-{
-    int ok = 1;
-    for (int i = 0; i < n; i++) {
-        r[i] = ok ? rconn_reply(rc) : NULL;
-        if (!r[i] || r[i]->type == REDIS_REPLY_ERROR)
-            ok = 0;
-    }
-    return ok ? 0 : -1;
-}
-
-/* Collects the answers of a transaction the caller appended: MULTI, n
- * commands, EXEC. Returns the EXEC answer (an array of n replies, caller
- * frees), or NULL when Redis failed or the transaction did not run. */
-static redisReply *multi_exec_reply(struct rconn *rc, int n)
+/* Collects the answers of a transaction appended to p: MULTI, n commands,
+ * EXEC, and ends p. Returns the EXEC answer (an array of n replies, caller
+ * frees), or NULL when Redis failed or the transaction did not run. An append
+ * that failed failed the pipeline whole, so its appends need no check of
+ * their own: this answers NULL. */
+static redisReply *multi_exec_reply(struct rpipe *p, int n)
 {
     redisReply *r[16];
-    int total = n + 2;
+    int total = n + 2, ok = 1;
     if (total > 16)
         abort();
+    for (int i = 0; i < total; i++) {
+        r[i] = ok ? rpipe_collect(p) : NULL;
+        ok = r[i] && r[i]->type != REDIS_REPLY_ERROR;
+    }
+    rpipe_end(p);
     redisReply *exec = NULL;
-    if (collect(rc, r, total) == 0 && r[total - 1]->type == REDIS_REPLY_ARRAY &&
+    if (ok && r[total - 1]->type == REDIS_REPLY_ARRAY &&
         r[total - 1]->elements == (size_t)n) {
         exec = r[total - 1];
         r[total - 1] = NULL;
@@ -1357,22 +1352,24 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
 {
     struct inv *inv = s->inv;
     rconn_check(s->rc);
-    if (rconn_script_load(s->rc, &atomic_script) != 0)
+    struct rcmd call = {.script = &atomic_script, .nkeys = 8, .argc = 14};
+    if (rconn_prepare(s->rc, &call) != RCONN_OK)
         return; /* each by itself, which reports why */
     struct atomic_call *c = malloc(sizeof(*c) * (size_t)n);
     if (!c)
         abort();
     uint64_t lost = rconn_unanswered(s->rc);
     uint64_t seen = soldout_generation(inv->cfg.soldout);
-    int sent = 0;
-    for (; sent < n; sent++) {
-        struct inv_ticket *x = t[sent];
+    struct rpipe p;
+    int sent = rpipe_begin(&p, s->rc) == RCONN_OK ? n : 0;
+    for (int i = 0; i < sent; i++) {
+        struct inv_ticket *x = t[i];
         struct sku_keys k;
         sku_keys_init(&k, x->sku, x->gene);
-        atomic_call_init(&c[sent], &k, x->sku, x->user_id, x->qty, x->idem_key,
-                         x->order.id);
-        if (rconn_append_eval(s->rc, &atomic_script, 8, 6, c[sent].argv, NULL) != 0)
-            break; /* the rest go by themselves */
+        atomic_call_init(&c[i], &k, x->sku, x->user_id, x->qty, x->idem_key, x->order.id);
+        call.argv = c[i].argv;
+        if (rpipe_append(&p, &call) != RCONN_OK)
+            sent = 0; /* none went out: each by itself */
     }
     /* Every answer is read before any is acted on: a replay loads its first
      * order with a command of its own, which may only follow the pipeline. */
@@ -1380,8 +1377,9 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     if (!r)
         abort();
     int got = 0;
-    while (got < sent && (r[got] = rconn_reply(s->rc)) != NULL)
+    while (got < sent && (r[got] = rpipe_collect(&p)) != NULL)
         got++;
+    rpipe_end(&p);
     for (int i = 0; i < sent; i++) {
         if (i >= got) /* sent, and the connection failed before its answer */
             ticket_finish(inv, t[i], no_answer(s, lost));
@@ -2029,16 +2027,16 @@ static inv_status sku_get_shard(struct inv_session *s, const char *sku,
     rconn_check(s->rc);
     struct sku_keys k;
     sku_keys_init(&k, sku, s->gene);
-    redisContext *c = rconn_ctx(s->rc);
-    if (!c)
+    struct rpipe p;
+    if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
-    redisAppendCommand(c, "MULTI");
-    redisAppendCommand(c, "HMGET %s initial segments limit sold orders", k.meta);
-    redisAppendCommand(c, "HGETALL %s", k.stock);
-    redisAppendCommand(c, "HGETALL %s", k.init);
-    redisAppendCommand(c, "HGETALL %s", k.sold);
-    redisAppendCommand(c, "EXEC");
-    redisReply *snap = multi_exec_reply(s->rc, 4);
+    rpipe_appendf(&p, "MULTI");
+    rpipe_appendf(&p, "HMGET %s initial segments limit sold orders", k.meta);
+    rpipe_appendf(&p, "HGETALL %s", k.stock);
+    rpipe_appendf(&p, "HGETALL %s", k.init);
+    rpipe_appendf(&p, "HGETALL %s", k.sold);
+    rpipe_appendf(&p, "EXEC");
+    redisReply *snap = multi_exec_reply(&p, 4);
     if (!snap)
         return INV_UNAVAILABLE;
     redisReply **e = snap->element;
@@ -2166,18 +2164,17 @@ static void audit_snap_free(struct audit_snap *a)
 static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k,
                                  struct audit_snap *a)
 {
-    redisContext *c = rconn_ctx(s->rc);
-    if (!c)
+    struct rpipe p;
+    if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
-    redisAppendCommand(c, "MULTI");
-    redisAppendCommand(c, "HMGET %s initial limit sold orders remaining segments",
-                       k->meta);
-    redisAppendCommand(c, "LLEN %s", k->orders);
-    redisAppendCommand(c, "HGETALL %s", k->sold);
-    redisAppendCommand(c, "HGETALL %s", k->stock);
-    redisAppendCommand(c, "ZRANGE %s 0 -1 WITHSCORES", k->avail);
-    redisAppendCommand(c, "EXEC");
-    redisReply *snap = multi_exec_reply(s->rc, 5);
+    rpipe_appendf(&p, "MULTI");
+    rpipe_appendf(&p, "HMGET %s initial limit sold orders remaining segments", k->meta);
+    rpipe_appendf(&p, "LLEN %s", k->orders);
+    rpipe_appendf(&p, "HGETALL %s", k->sold);
+    rpipe_appendf(&p, "HGETALL %s", k->stock);
+    rpipe_appendf(&p, "ZRANGE %s 0 -1 WITHSCORES", k->avail);
+    rpipe_appendf(&p, "EXEC");
+    redisReply *snap = multi_exec_reply(&p, 5);
     if (!snap)
         return INV_UNAVAILABLE;
     redisReply **e = snap->element, *m = e[0];

@@ -210,28 +210,32 @@ static void renew_due(struct redis_state *st, int64_t now)
     pthread_mutex_unlock(&st->mu);
     /* key and owner never change while the lease exists, and in_flight keeps
      * it alive, so they are read without the mutex. */
-    int sent = 0;
-    if (rconn_script_load(st->conn, &renew_script) == 0) {
-        for (; sent < n; sent++) {
-            const char *argv[] = {batch[sent]->key, batch[sent]->owner, lease_ms[sent]};
-            if (rconn_append_eval(st->conn, &renew_script, 1, 2, argv, NULL) != 0)
-                break;
-        }
+    struct rpipe p = {0};
+    const char *argv[RENEW_BATCH][3];
+    struct rcmd renew = {.script = &renew_script, .nkeys = 1, .argc = 3};
+    int ok = rconn_prepare(st->conn, &renew) == RCONN_OK &&
+             rpipe_begin(&p, st->conn) == RCONN_OK;
+    for (int i = 0; ok && i < n; i++) {
+        argv[i][0] = batch[i]->key;
+        argv[i][1] = batch[i]->owner;
+        argv[i][2] = lease_ms[i];
+        renew.argv = argv[i];
+        ok = rpipe_append(&p, &renew) == RCONN_OK;
     }
     long long result[RENEW_BATCH];
     int noscript = 0;
     for (int i = 0; i < n; i++) {
-        redisReply *r = i < sent ? rconn_reply(st->conn) : NULL;
+        redisReply *r = ok ? rpipe_collect(&p) : NULL;
         result[i] = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
         if (rconn_is_noscript(r))
             noscript = 1;
         if (r)
             freeReplyObject(r);
     }
+    rpipe_end(&p);
     if (noscript) {
         /* Redis lost its script cache: the next round's EVAL fallback reloads it. */
-        const char *argv[] = {batch[0]->key, batch[0]->owner, lease_ms[0]};
-        redisReply *r = rconn_eval(st->conn, &renew_script, 1, 2, argv, NULL);
+        redisReply *r = rconn_eval(st->conn, &renew_script, 1, 2, argv[0], NULL);
         if (r)
             freeReplyObject(r);
     }
@@ -493,13 +497,16 @@ static redisReply *attempt(struct redis_session *s, const char **argv,
                            const struct rcmd *cmd, redisReply **cmd_reply)
 {
     struct rconn *d = s->data;
-    if (!cmd || rconn_prepare(d, cmd) != 0 ||
-        rconn_script_load(d, &acquire_script) != 0 ||
-        rconn_append_eval(d, &acquire_script, 4, 6, argv, NULL) != 0)
+    struct rcmd acquire = {
+        .script = &acquire_script, .nkeys = 4, .argc = 10, .argv = argv};
+    struct rpipe p;
+    if (!cmd || rconn_prepare(d, cmd) != RCONN_OK ||
+        rconn_prepare(d, &acquire) != RCONN_OK || rpipe_begin(&p, d) != RCONN_OK ||
+        rpipe_append(&p, &acquire) != RCONN_OK || rpipe_append(&p, cmd) != RCONN_OK)
         return rconn_eval(d, &acquire_script, 4, 6, argv, NULL);
-    int piped = rconn_append(d, cmd) == 0;
-    redisReply *r = rconn_reply(d);
-    *cmd_reply = piped && r ? rconn_reply(d) : NULL;
+    redisReply *r = rpipe_collect(&p);
+    *cmd_reply = rpipe_collect(&p);
+    rpipe_end(&p);
     if (rconn_is_noscript(r)) { /* Redis lost its script cache; EVAL reloads it */
         freeReplyObject(r);
         if (*cmd_reply)
@@ -637,17 +644,18 @@ static lock_status redis_release_after(void *session, const char *key,
     release_argv(s, key, g, bufs, argv);
     redisReply *r = NULL;
     *reply = NULL;
-    if (rconn_prepare(d, cmd) != 0 || rconn_script_load(d, &release_script) != 0 ||
-        rconn_append(d, cmd) != 0) {
+    struct rcmd release = {
+        .script = &release_script, .nkeys = 3, .argc = 7, .argv = argv};
+    struct rpipe p;
+    if (rconn_prepare(d, cmd) != RCONN_OK || rconn_prepare(d, &release) != RCONN_OK ||
+        rpipe_begin(&p, d) != RCONN_OK || rpipe_append(&p, cmd) != RCONN_OK ||
+        rpipe_append(&p, &release) != RCONN_OK) {
         /* Redis unreachable: cmd was not sent; the release tries its luck */
         r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
     } else {
-        int piped = rconn_append_eval(d, &release_script, 3, 4, argv, NULL) == 0;
-        *reply = rconn_reply(d);
-        if (piped && *reply)
-            r = rconn_reply(d);
-        else if (*reply)
-            r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
+        *reply = rpipe_collect(&p);
+        r = rpipe_collect(&p);
+        rpipe_end(&p);
         struct lease *l = g->holder;
         if (rconn_is_noscript(r)) { /* the release did not run: run it now */
             freeReplyObject(r);

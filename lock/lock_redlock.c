@@ -106,28 +106,19 @@ static int all_nodes(struct redlock_session *s, int argc, const char **argv,
 {
     if (argc > REDLOCK_MAX_ARGS)
         abort(); /* a programming error: every caller is in this file */
-    int n = s->st->nnodes, sent[REDLOCK_MAX_NODES], answered = 0;
+    int n = s->st->nnodes, answered = 0;
+    struct rcmd cmd = {.argc = argc, .argv = argv};
+    struct rpipe pipes[REDLOCK_MAX_NODES];
     for (int i = 0; i < n; i++) {
         ok[i] = 0;
-        redisContext *c = rconn_ctx(s->node[i]);
-        sent[i] = c && redisAppendCommandArgv(c, argc, argv, NULL) == REDIS_OK;
+        if (rpipe_begin(&pipes[i], s->node[i]) == RCONN_OK)
+            rpipe_append(&pipes[i], &cmd);
     }
-    for (int i = 0; i < n; i++) { /* flush all before waiting on any */
-        if (!sent[i])
-            continue;
-        redisContext *c = rconn_ctx(s->node[i]);
-        int done = 0;
-        while (!done && c && redisBufferWrite(c, &done) == REDIS_OK)
-            ;
-        if (!done) {
-            rconn_drop(s->node[i], "write failed");
-            sent[i] = 0;
-        }
-    }
+    for (int i = 0; i < n; i++) /* flush all before waiting on any */
+        rpipe_flush(&pipes[i]);
     for (int i = 0; i < n; i++) {
-        if (!sent[i])
-            continue;
-        redisReply *r = rconn_reply(s->node[i]);
+        redisReply *r = rpipe_collect(&pipes[i]);
+        rpipe_end(&pipes[i]);
         if (script && rconn_is_noscript(r)) { /* EVAL caches it on that node */
             freeReplyObject(r);
             const char *eval[REDLOCK_MAX_ARGS] = {"EVAL", script->source->text};

@@ -104,12 +104,14 @@ static enum attempt setnx_try(struct setnx_session *s, const char *key, long lon
 {
     char val[24];
     snprintf(val, sizeof(val), "%lld", expiry);
-    redisContext *c = rconn_ctx(s->data);
-    if (!c || redisAppendCommand(c, "SETNX %s %s", key, val) != REDIS_OK ||
-        redisAppendCommand(c, "GET %s", key) != REDIS_OK)
+    struct rpipe p;
+    if (rpipe_begin(&p, s->data) != RCONN_OK ||
+        rpipe_appendf(&p, "SETNX %s %s", key, val) != RCONN_OK ||
+        rpipe_appendf(&p, "GET %s", key) != RCONN_OK)
         return ATTEMPT_ERROR;
-    redisReply *set = rconn_reply(s->data);
-    redisReply *get = set ? rconn_reply(s->data) : NULL;
+    redisReply *set = rpipe_collect(&p);
+    redisReply *get = rpipe_collect(&p);
+    rpipe_end(&p);
     enum attempt res = ATTEMPT_ERROR;
     if (set && get && set->type == REDIS_REPLY_INTEGER) {
         if (set->integer == 1) {

@@ -28,20 +28,20 @@ unsigned long rconn_reconnects(void)
     return atomic_load_explicit(&reconnects, memory_order_relaxed);
 }
 
-int rconn_addr_parse(const char *text, struct rconn_addr *addr)
+rconn_status rconn_addr_parse(const char *text, struct rconn_addr *addr)
 {
     const char *colon = text ? strrchr(text, ':') : NULL;
     if (!colon || colon == text || (size_t)(colon - text) >= sizeof(addr->host))
-        return -1;
+        return RCONN_ERR;
     char *end;
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
     if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
-        return -1;
+        return RCONN_ERR;
     memcpy(addr->host, text, (size_t)(colon - text));
     addr->host[colon - text] = '\0';
     addr->port = (int)port;
-    return 0;
+    return RCONN_OK;
 }
 
 struct rconn *rconn_new(const char *host, int port, const char *password, int timeout_ms)
@@ -296,41 +296,31 @@ redisReply *rconn_command_argv(struct rconn *rc, int argc, const char **argv,
     return checked(rc, redisCommandArgv(c, argc, argv, argvlen));
 }
 
-redisReply *rconn_reply(struct rconn *rc)
-{
-    if (!rc->ctx)
-        return NULL;
-    void *reply = NULL;
-    if (redisGetReply(rc->ctx, &reply) != REDIS_OK)
-        return checked(rc, NULL);
-    return checked(rc, reply);
-}
-
 int rconn_is_noscript(const redisReply *r)
 {
     return r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-static int script_load(struct rconn *rc, struct rscript *s, int again)
+static rconn_status script_load(struct rconn *rc, struct rscript *s, int again)
 {
     if (!again && atomic_load_explicit(&s->loaded, memory_order_acquire))
-        return 0;
+        return RCONN_OK;
     redisReply *r = rconn_command(rc, "SCRIPT LOAD %s", s->source->text);
     if (!r)
-        return -1;
-    int ok = rscript_learn(s, r) == 0;
+        return RCONN_ERR;
+    int ok = rscript_learn(s, r) == RCONN_OK;
     if (!ok)
         snprintf(rc->err, sizeof(rc->err), "SCRIPT LOAD %s: %s", s->name,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     freeReplyObject(r);
-    return ok ? 0 : -1;
+    return ok ? RCONN_OK : RCONN_ERR;
 }
 
-int rscript_learn(struct rscript *s, redisReply *r)
+rconn_status rscript_learn(struct rscript *s, redisReply *r)
 {
     if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
         script_error_locate(r, s->source); /* a compile error names no SHA */
-        return -1;
+        return RCONN_ERR;
     }
     pthread_mutex_lock(&s->mu);
     if (!atomic_load_explicit(&s->loaded, memory_order_relaxed)) {
@@ -340,7 +330,7 @@ int rscript_learn(struct rscript *s, redisReply *r)
         atomic_store_explicit(&s->loaded, 1, memory_order_release);
     }
     pthread_mutex_unlock(&s->mu);
-    return 0;
+    return RCONN_OK;
 }
 
 void rscript_locate_error(redisReply *r)
@@ -348,12 +338,12 @@ void rscript_locate_error(redisReply *r)
     script_error_locate(r, NULL);
 }
 
-int rconn_script_load(struct rconn *rc, struct rscript *s)
+rconn_status rconn_script_load(struct rconn *rc, struct rscript *s)
 {
     return script_load(rc, s, 0);
 }
 
-int rconn_script_reload(struct rconn *rc, struct rscript *s)
+rconn_status rconn_script_reload(struct rconn *rc, struct rscript *s)
 {
     return script_load(rc, s, 1);
 }
@@ -408,7 +398,7 @@ static void eval_argv_free(struct eval_argv *a)
 redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
                        const char **argv, const size_t *argvlen)
 {
-    if (rconn_script_load(rc, s) != 0)
+    if (rconn_script_load(rc, s) != RCONN_OK)
         return NULL;
     struct eval_argv a;
     eval_argv_build(&a, "EVALSHA", s->sha, nkeys, nargs, argv, argvlen);
@@ -426,34 +416,9 @@ redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs
     return r;
 }
 
-int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
-                      const char **argv, const size_t *argvlen)
+rconn_status rconn_prepare(struct rconn *rc, const struct rcmd *cmd)
 {
-    redisContext *c = rconn_ctx(rc);
-    /* Loading it here would be a command of its own in the middle of a
-     * pipeline, taking an earlier command's answer for its own. */
-    if (!c || !atomic_load_explicit(&s->loaded, memory_order_acquire))
-        return -1;
-    struct eval_argv a;
-    eval_argv_build(&a, "EVALSHA", s->sha, nkeys, nargs, argv, argvlen);
-    int ok = redisAppendCommandArgv(c, a.n, a.v, a.len) == REDIS_OK;
-    eval_argv_free(&a);
-    return ok ? 0 : -1;
-}
-
-int rconn_prepare(struct rconn *rc, const struct rcmd *cmd)
-{
-    return cmd->script ? rconn_script_load(rc, cmd->script) : 0;
-}
-
-int rconn_append(struct rconn *rc, const struct rcmd *cmd)
-{
-    if (cmd->script)
-        return rconn_append_eval(rc, cmd->script, cmd->nkeys, cmd->argc - cmd->nkeys,
-                                 cmd->argv, NULL);
-    redisContext *c = rconn_ctx(rc);
-    return c && redisAppendCommandArgv(c, cmd->argc, cmd->argv, NULL) == REDIS_OK ? 0
-                                                                                  : -1;
+    return cmd->script ? rconn_script_load(rc, cmd->script) : RCONN_OK;
 }
 
 redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd)
@@ -462,4 +427,120 @@ redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd)
         return rconn_eval(rc, cmd->script, cmd->nkeys, cmd->argc - cmd->nkeys, cmd->argv,
                           NULL);
     return rconn_command_argv(rc, cmd->argc, cmd->argv, NULL);
+}
+
+/* ---- pipelines ----------------------------------------------------------- */
+
+/* The pipeline's connection is lost to it: the commands appended and not
+ * answered must not reach Redis later, nor their answers be taken for another
+ * command's, so a connection that still holds them is dropped. */
+static void pipe_fail(struct rpipe *p, const char *why)
+{
+    if (p->ctx && p->rc->ctx == p->ctx && p->rc->attempts == p->attempt && p->owed > 0)
+        rconn_drop(p->rc, why);
+    p->ctx = NULL;
+    p->owed = 0;
+}
+
+/* The connection the pipeline began on, or NULL (failing it) when that one
+ * is gone: a pipeline never moves to a new connection. */
+static redisContext *pipe_ctx(struct rpipe *p)
+{
+    if (p->ctx && (p->rc->attempts != p->attempt || p->rc->ctx != p->ctx || p->ctx->err))
+        pipe_fail(p, "connection lost in a pipeline");
+    return p->ctx;
+}
+
+rconn_status rpipe_begin(struct rpipe *p, struct rconn *rc)
+{
+    p->rc = rc;
+    p->owed = 0;
+    p->ctx = rconn_ctx(rc);
+    p->attempt = rc->attempts; /* a new context at the same address is another */
+    return p->ctx ? RCONN_OK : RCONN_ERR;
+}
+
+static rconn_status pipe_appended(struct rpipe *p, int status)
+{
+    if (status != REDIS_OK) {
+        pipe_fail(p, "out of memory appending to a pipeline");
+        return RCONN_ERR;
+    }
+    p->owed++;
+    return RCONN_OK;
+}
+
+rconn_status rpipe_append(struct rpipe *p, const struct rcmd *cmd)
+{
+    redisContext *c = pipe_ctx(p);
+    if (!c)
+        return RCONN_ERR;
+    if (!cmd->script)
+        return pipe_appended(p, redisAppendCommandArgv(c, cmd->argc, cmd->argv, NULL));
+    /* Loading it here would be a command of its own in the middle of the
+     * pipeline, taking an earlier command's answer for its own. */
+    if (!atomic_load_explicit(&cmd->script->loaded, memory_order_acquire)) {
+        snprintf(p->rc->err, sizeof(p->rc->err), "script %s not loaded",
+                 cmd->script->name);
+        pipe_fail(p, NULL);
+        return RCONN_ERR;
+    }
+    struct eval_argv a;
+    eval_argv_build(&a, "EVALSHA", cmd->script->sha, cmd->nkeys, cmd->argc - cmd->nkeys,
+                    cmd->argv, NULL);
+    int status = redisAppendCommandArgv(c, a.n, a.v, a.len);
+    eval_argv_free(&a);
+    return pipe_appended(p, status);
+}
+
+rconn_status rpipe_appendf(struct rpipe *p, const char *fmt, ...)
+{
+    redisContext *c = pipe_ctx(p);
+    if (!c)
+        return RCONN_ERR;
+    va_list ap;
+    va_start(ap, fmt);
+    int status = redisvAppendCommand(c, fmt, ap);
+    va_end(ap);
+    return pipe_appended(p, status);
+}
+
+rconn_status rpipe_flush(struct rpipe *p)
+{
+    redisContext *c = pipe_ctx(p);
+    int done = 0;
+    while (c && !done) {
+        if (redisBufferWrite(c, &done) != REDIS_OK) {
+            p->rc->unanswered++; /* a command may have gone out whole */
+            pipe_fail(p, c->errstr);
+            return RCONN_ERR;
+        }
+    }
+    return c ? RCONN_OK : RCONN_ERR;
+}
+
+redisReply *rpipe_collect(struct rpipe *p)
+{
+    redisContext *c = pipe_ctx(p);
+    if (!c || p->owed == 0)
+        return NULL;
+    void *reply = NULL;
+    if (redisGetReply(c, &reply) != REDIS_OK)
+        reply = NULL;
+    redisReply *r = checked(p->rc, reply);
+    if (!r) {
+        p->ctx = NULL; /* checked() dropped the connection, answers owed and all */
+        p->owed = 0;
+        return NULL;
+    }
+    p->owed--;
+    return r;
+}
+
+void rpipe_end(struct rpipe *p)
+{
+    redisReply *r;
+    while ((r = rpipe_collect(p)) != NULL)
+        freeReplyObject(r);
+    p->ctx = NULL;
 }

@@ -24,13 +24,18 @@
 
 struct rconn;
 
+/* The outcome of a call that succeeds or fails (hiredis's REDIS_OK/REDIS_ERR);
+ * after RCONN_ERR, rconn_errstr() says why. */
+typedef enum { RCONN_OK = 0, RCONN_ERR = -1 } rconn_status;
+
 struct rconn_addr {
     char host[256];
     int port;
 };
 
-/* Parses "HOST:PORT" into addr. Returns 0, or -1 when malformed. */
-int rconn_addr_parse(const char *text, struct rconn_addr *addr);
+/* Parses "HOST:PORT" into addr: RCONN_OK, or RCONN_ERR when malformed (addr
+ * untouched). */
+rconn_status rconn_addr_parse(const char *text, struct rconn_addr *addr);
 
 /* A new, not yet connected, connection to host:port. password may be NULL.
  * timeout_ms bounds connect and each command. Never returns NULL. */
@@ -54,11 +59,6 @@ redisContext *rconn_ctx(struct rconn *rc);
 redisReply *rconn_command(struct rconn *rc, const char *fmt, ...);
 redisReply *rconn_command_argv(struct rconn *rc, int argc, const char **argv,
                                const size_t *argvlen);
-
-/* Pipelining: append commands to rconn_ctx() with redisAppendCommand*, then
- * collect each answer with rconn_reply(). NULL on a connection error (the
- * context is dropped; the remaining answers are gone too). */
-redisReply *rconn_reply(struct rconn *rc);
 
 /* Drops the connection when its peer has closed it (Redis restarted): one
  * non-blocking peek at the socket, so that a request does not fail on a
@@ -122,17 +122,12 @@ struct rscript {
 redisReply *rconn_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
                        const char **argv, const size_t *argvlen);
 
-/* Appends an EVALSHA of a script already loaded (rconn_script_load) to the
- * pipeline. Returns 0, or -1 when not connected or the script not loaded. */
-int rconn_append_eval(struct rconn *rc, struct rscript *s, int nkeys, int nargs,
-                      const char **argv, const size_t *argvlen);
-
-/* SCRIPT LOADs s if this process has not done so yet. 0 on success. */
-int rconn_script_load(struct rconn *rc, struct rscript *s);
+/* SCRIPT LOADs s if this process has not done so yet. */
+rconn_status rconn_script_load(struct rconn *rc, struct rscript *s);
 
 /* SCRIPT LOADs s again even if this process has done so: after a NOSCRIPT
- * answer to a call that cannot simply be repeated with EVAL. 0 on success. */
-int rconn_script_reload(struct rconn *rc, struct rscript *s);
+ * answer to a call that cannot simply be repeated with EVAL. */
+rconn_status rconn_script_reload(struct rconn *rc, struct rscript *s);
 
 /* The scripts this process has loaded so far, newest first (each links the
  * next by next_loaded); the list only grows. */
@@ -142,9 +137,9 @@ struct rscript *rscript_loaded(void);
 int rconn_is_noscript(const redisReply *r);
 
 /* Records the SHA that r, the answer to SCRIPT LOAD of s, names (for a
- * connection that loads scripts itself, as aconn does). 0, or -1 when r is
+ * connection that loads scripts itself, as aconn does). RCONN_ERR when r is
  * not a SHA (then an error in it names the .lua file and line). */
-int rscript_learn(struct rscript *s, redisReply *r);
+rconn_status rscript_learn(struct rscript *s, redisReply *r);
 /* Makes r, when it is the error of a loaded script, name the .lua file and
  * line instead of "user_script:N" (in place). */
 void rscript_locate_error(redisReply *r);
@@ -158,14 +153,48 @@ struct rcmd {
     const char **argv;
 };
 
-/* Makes cmd ready to append: loads its script if this process has not yet.
- * Call before anything is appended (a load is a round trip of its own). 0 on
- * success. */
-int rconn_prepare(struct rconn *rc, const struct rcmd *cmd);
-/* Appends cmd to the pipeline (a script as EVALSHA: rconn_prepare it first).
- * 0, or -1 when not connected or the script not loaded. */
-int rconn_append(struct rconn *rc, const struct rcmd *cmd);
+/* Makes cmd ready to pipeline: loads its script if this process has not yet.
+ * Call before the pipeline begins (a load is a round trip of its own). */
+rconn_status rconn_prepare(struct rconn *rc, const struct rcmd *cmd);
 /* Runs cmd now (a script by EVALSHA with the EVAL fallback). As rconn_command. */
 redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd);
+
+/* A pipeline: commands appended to one connection, their answers collected in
+ * order. It runs whole on the connection it began on or fails whole: it never
+ * reconnects, and once it failed every call fails and the connection holds
+ * none of its commands (one appended but not yet sent is dropped with the
+ * connection, so a failure before the first collect means none ran). A plain
+ * value on the caller's stack; the connection must not be used otherwise
+ * between begin and end.
+ *
+ *   struct rpipe p;
+ *   if (rpipe_begin(&p, rc) == RCONN_OK && rpipe_append(&p, &a) == RCONN_OK &&
+ *       rpipe_append(&p, &b) == RCONN_OK) { ra = rpipe_collect(&p); ... }
+ *   rpipe_end(&p); */
+struct rpipe {
+    struct rconn *rc;
+    redisContext *ctx;     /* the connection it runs on; NULL once it failed */
+    unsigned long attempt; /* which of rc's connects made ctx */
+    int owed;              /* answers appended and not yet collected */
+};
+
+/* Begins a pipeline on rc, connecting first if needed: RCONN_ERR when Redis
+ * cannot be reached (rconn_errstr says why). */
+rconn_status rpipe_begin(struct rpipe *p, struct rconn *rc);
+/* Appends cmd (a script as EVALSHA: rconn_prepare it before the pipeline
+ * began). RCONN_ERR fails the pipeline. */
+rconn_status rpipe_append(struct rpipe *p, const struct rcmd *cmd);
+/* Appends a command printf-style, as redisAppendCommand. As rpipe_append. */
+rconn_status rpipe_appendf(struct rpipe *p, const char *fmt, ...);
+/* Writes what was appended without waiting for answers (to send to several
+ * nodes before waiting on any). RCONN_ERR fails the pipeline. */
+rconn_status rpipe_flush(struct rpipe *p);
+/* The next answer, in the order appended (caller frees); NULL when none is
+ * owed or the pipeline failed (the connection lost: the answers not yet
+ * collected are gone, and whether their commands ran is unknown, see
+ * rconn_unanswered). A Redis error answer is a reply, not NULL. */
+redisReply *rpipe_collect(struct rpipe *p);
+/* Ends the pipeline: collects and frees the answers still owed. */
+void rpipe_end(struct rpipe *p);
 
 #endif

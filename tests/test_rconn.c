@@ -21,6 +21,8 @@ extern const struct rscript_source lua_inventory_reset, lua_inventory_commit,
 static struct rscript reset_script = RSCRIPT_INIT("t_reset", lua_inventory_reset);
 static struct rscript commit_script = RSCRIPT_INIT("t_commit", lua_inventory_commit);
 static struct rscript renew_script = RSCRIPT_INIT("t_renew", lua_lock_redis_renew);
+/* Never loaded: appending it to a pipeline must fail the pipeline. */
+static struct rscript unloaded_script = RSCRIPT_INIT("t_unloaded", lua_inventory_reset);
 
 /* A script whose second line, from a made-up piece, does not compile. */
 static const char *const broken_files[] = {"tests/broken.lua", "tests/broken_piece.lua"};
@@ -150,10 +152,14 @@ static void test_error_in_included_piece(void **state)
     assert_non_null(strstr(r->str, "arithmetic on local 'qty'"));
     freeReplyObject(r);
 
-    /* The same through a pipeline: the reply is collected by rconn_reply. */
-    assert_int_equal(rconn_script_load(rc, &commit_script), 0);
-    assert_int_equal(rconn_append_eval(rc, &commit_script, 9, 11, argv, NULL), 0);
-    r = rconn_reply(rc);
+    /* The same through a pipeline: the reply is collected by rpipe_collect. */
+    struct rcmd commit = {.script = &commit_script, .nkeys = 9, .argc = 20, .argv = argv};
+    assert_int_equal(rconn_prepare(rc, &commit), RCONN_OK);
+    struct rpipe p;
+    assert_int_equal(rpipe_begin(&p, rc), RCONN_OK);
+    assert_int_equal(rpipe_append(&p, &commit), RCONN_OK);
+    r = rpipe_collect(&p);
+    rpipe_end(&p);
     assert_located(r, at, "inventory/lua/commit.lua");
     freeReplyObject(r);
     r = rconn_command(rc, "EXISTS t:stock t:sold order:1");
@@ -185,7 +191,7 @@ static void test_failed_redis_call_names_its_line(void **state)
 static void test_compile_error_names_file_and_line(void **state)
 {
     (void)state;
-    assert_int_not_equal(rconn_script_load(rc, &broken_script), 0);
+    assert_int_equal(rconn_script_load(rc, &broken_script), RCONN_ERR);
     const char *err = rconn_errstr(rc);
     if (!strstr(err, "t_broken") || !strstr(err, "tests/broken_piece.lua:7:") ||
         strstr(err, "user_script"))
@@ -210,6 +216,71 @@ static void test_other_errors_untouched(void **state)
     freeReplyObject(r);
 }
 
+/* How many of the keys exist, asked on a connection of its own. */
+static long long existing(const char *keys)
+{
+    struct rconn *other = rconn_new("127.0.0.1", srv.port, NULL, 2000);
+    redisReply *r = rconn_command(other, "EXISTS %s", keys);
+    assert_non_null(r);
+    long long n = r->integer;
+    freeReplyObject(r);
+    rconn_free(other);
+    return n;
+}
+
+/* A pipeline whose connection was replaced under it fails whole: it does not
+ * carry on over the new connection, and none of its commands runs. */
+static void test_pipeline_never_moves_connection(void **state)
+{
+    (void)state;
+    struct rpipe p;
+    assert_int_equal(rpipe_begin(&p, rc), RCONN_OK);
+    assert_int_equal(rpipe_appendf(&p, "SET t:p1 1"), RCONN_OK);
+    rconn_drop(rc, "test: connection lost");
+    redisReply *r = rconn_command(rc, "PING"); /* a new connection */
+    assert_non_null(r);
+    assert_string_equal(r->str, "PONG");
+    freeReplyObject(r);
+    assert_int_equal(rpipe_appendf(&p, "SET t:p2 1"), RCONN_ERR);
+    assert_null(rpipe_collect(&p));
+    rpipe_end(&p);
+    assert_int_equal(existing("t:p1 t:p2"), 0);
+}
+
+/* A pipeline that fails after commands were appended leaves none of them on
+ * the connection: they do not run, and the next command gets its own answer. */
+static void test_failed_pipeline_leaves_nothing_behind(void **state)
+{
+    (void)state;
+    struct rpipe p;
+    struct rcmd unloaded = {.script = &unloaded_script, .nkeys = 0, .argc = 0};
+    assert_int_equal(rpipe_begin(&p, rc), RCONN_OK);
+    assert_int_equal(rpipe_appendf(&p, "SET t:p3 1"), RCONN_OK);
+    assert_int_equal(rpipe_append(&p, &unloaded), RCONN_ERR);
+    assert_int_equal(rpipe_appendf(&p, "SET t:p4 1"), RCONN_ERR);
+    assert_null(rpipe_collect(&p));
+    rpipe_end(&p);
+    redisReply *r = rconn_command(rc, "ECHO mine");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "mine");
+    freeReplyObject(r);
+    assert_int_equal(existing("t:p3 t:p4"), 0);
+
+    /* A whole one answers in order. */
+    assert_int_equal(rpipe_begin(&p, rc), RCONN_OK);
+    assert_int_equal(rpipe_appendf(&p, "SET t:p5 a"), RCONN_OK);
+    assert_int_equal(rpipe_appendf(&p, "GET t:p5"), RCONN_OK);
+    r = rpipe_collect(&p);
+    assert_string_equal(r->str, "OK");
+    freeReplyObject(r);
+    r = rpipe_collect(&p);
+    assert_string_equal(r->str, "a");
+    freeReplyObject(r);
+    assert_null(rpipe_collect(&p)); /* none owed */
+    rpipe_end(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -218,6 +289,8 @@ int main(void)
         cmocka_unit_test(test_failed_redis_call_names_its_line),
         cmocka_unit_test(test_compile_error_names_file_and_line),
         cmocka_unit_test(test_other_errors_untouched),
+        cmocka_unit_test(test_pipeline_never_moves_connection),
+        cmocka_unit_test(test_failed_pipeline_leaves_nothing_behind),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
