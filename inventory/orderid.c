@@ -118,6 +118,13 @@ static struct rscript renew_script =
 extern const struct rscript_source lua_lock_del_if_owner;
 static struct rscript drop_script = RSCRIPT_INIT("worker_drop", lua_lock_del_if_owner);
 
+/* What a step of the lease found. */
+typedef enum {
+    LEASE_HELD,    /* taken, or renewed: ours for another ttl */
+    LEASE_REFUSED, /* someone else's: renewing, lost; taking, every id leased */
+    LEASE_ERROR,   /* Redis failed: l->err says why */
+} lease_outcome;
+
 struct orderid_lease {
     struct rconn *rc;
     struct rcluster *cl; /* a Redis Cluster: the key's master instead of rc */
@@ -131,6 +138,7 @@ struct orderid_lease {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     int stopping;
+    char err[128]; /* why the last step was LEASE_ERROR */
 };
 
 /* The lease of worker and its high-water mark; on a cluster the two share
@@ -151,20 +159,32 @@ static struct rconn *lease_conn(struct orderid_lease *l, const char *key)
     return l->cl ? rcluster_conn(l->cl, cluster_keyslot(key, strlen(key))) : l->rc;
 }
 
-/* A command on key's connection; on a cluster, an answer that is none or a
- * redirection refreshes the map (a failover) for the next. */
+/* Records why r, rc's answer to a lease step (NULL: none), is a failure, if
+ * it is one; on a cluster, an answer that is none or a redirection refreshes
+ * the map (a failover) for the next step. */
+static void lease_failed(struct orderid_lease *l, struct rconn *rc, const redisReply *r)
+{
+    if (!r)
+        snprintf(l->err, sizeof(l->err), "%s",
+                 rc ? rconn_errstr(rc) : "no master known for the lease's slot");
+    else if (r->type == REDIS_REPLY_ERROR)
+        snprintf(l->err, sizeof(l->err), "%s", r->str);
+    if (l->cl && rcluster_stale(r))
+        rcluster_refresh(l->cl);
+}
+
+/* A command on key's connection (see lease_failed). */
 static redisReply *lease_command(struct orderid_lease *l, const char *key, int argc,
                                  const char **argv)
 {
     struct rconn *rc = lease_conn(l, key);
     redisReply *r = rc ? rconn_command_argv(rc, argc, argv, NULL) : NULL;
-    if (l->cl && rcluster_stale(r))
-        rcluster_refresh(l->cl);
+    lease_failed(l, rc, r);
     return r;
 }
 
-/* Takes a worker id: returns it, -1 when all are taken, -2 on a Redis error. */
-static int lease_take(struct orderid_lease *l)
+/* Takes a worker id, the first free one from a random point, into *worker. */
+static lease_outcome lease_take(struct orderid_lease *l, int *worker)
 {
     char key[64], hwm[64], ttl[16], head[9];
     snprintf(ttl, sizeof(ttl), "%d", l->ttl_ms);
@@ -173,24 +193,27 @@ static int lease_take(struct orderid_lease *l)
     snprintf(head, sizeof(head), "%.8s", l->token);
     int start = (int)(strtoul(head, NULL, 16) % (ORDERID_MAX_WORKER + 1));
     for (int n = 0; n <= ORDERID_MAX_WORKER; n++) {
-        int worker = (start + n) % (ORDERID_MAX_WORKER + 1);
-        lease_keys(l, worker, key, hwm, sizeof(key));
+        *worker = (start + n) % (ORDERID_MAX_WORKER + 1);
+        lease_keys(l, *worker, key, hwm, sizeof(key));
         const char *argv[] = {"SET", key, l->token, "NX", "PX", ttl};
         redisReply *r = lease_command(l, key, 6, argv);
         if (!r || r->type == REDIS_REPLY_ERROR) {
             if (r)
                 freeReplyObject(r);
-            return -2;
+            return LEASE_ERROR;
         }
         int won = r->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
         if (won)
-            return worker;
+            return LEASE_HELD;
     }
-    return -1;
+    snprintf(l->err, sizeof(l->err), "every worker id 0..%d is leased",
+             ORDERID_MAX_WORKER);
+    return LEASE_REFUSED;
 }
 
-static int64_t lease_hwm(struct orderid_lease *l, int worker)
+/* The high-water mark recorded for worker's ids (0: none yet), into *mark. */
+static lease_outcome lease_hwm(struct orderid_lease *l, int worker, int64_t *mark)
 {
     char key[64], hwm[64];
     lease_keys(l, worker, key, hwm, sizeof(key));
@@ -199,11 +222,11 @@ static int64_t lease_hwm(struct orderid_lease *l, int worker)
     if (!r || r->type == REDIS_REPLY_ERROR) {
         if (r)
             freeReplyObject(r);
-        return -1;
+        return LEASE_ERROR;
     }
-    int64_t v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    *mark = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
     freeReplyObject(r);
-    return v;
+    return LEASE_HELD;
 }
 
 /* Lets gen issue ids up to (not including) unix ms `ceiling`: only ever
@@ -216,10 +239,10 @@ static void gen_set_ceiling(struct orderid_gen *gen, int64_t ceiling)
     pthread_mutex_unlock(&gen->mu);
 }
 
-/* Renews the lease and the high-water mark: 1 renewed, 0 lost, -1 error.
- * The mark is a whole lease ahead of the generator's clock (and above every
- * id issued); once Redis holds it, the generator may issue ids up to it. */
-static int lease_renew(struct orderid_lease *l)
+/* Renews the lease and the high-water mark (LEASE_REFUSED: the lease was
+ * lost). The mark is a whole lease ahead of the generator's clock (and above
+ * every id issued); once Redis holds it, the generator may issue ids up to it. */
+static lease_outcome lease_renew(struct orderid_lease *l)
 {
     char key[64], hwm[64], ttl[16], mark_text[24];
     lease_keys(l, l->worker, key, hwm, sizeof(key));
@@ -232,12 +255,11 @@ static int lease_renew(struct orderid_lease *l)
     int64_t sent = clock_now_us();
     struct rconn *rc = lease_conn(l, key);
     redisReply *r = rc ? rconn_eval(rc, &renew_script, 2, 3, argv, NULL) : NULL;
-    if (l->cl && rcluster_stale(r))
-        rcluster_refresh(l->cl);
+    lease_failed(l, rc, r);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         if (r)
             freeReplyObject(r);
-        return -1;
+        return LEASE_ERROR;
     }
     int ok = r->integer == 1;
     freeReplyObject(r);
@@ -249,27 +271,19 @@ static int lease_renew(struct orderid_lease *l)
     } else if (l->leased) {
         gen_set_ceiling(l->gen, 0);
     }
-    return ok;
+    return ok ? LEASE_HELD : LEASE_REFUSED;
 }
 
 /* Takes a (new) worker id and moves the generator onto it above its mark. */
-static int lease_acquire(struct orderid_lease *l, char *err, size_t errlen)
+static lease_outcome lease_acquire(struct orderid_lease *l)
 {
     int worker = l->worker;
-    if (l->leased) {
-        worker = lease_take(l);
-        if (worker < 0) {
-            snprintf(err, errlen, "%s",
-                     worker == -1 ? "every worker id 0..1023 is leased"
-                                  : rconn_errstr(l->rc));
-            return -1;
-        }
-    }
-    int64_t floor_ms = lease_hwm(l, worker);
-    if (floor_ms < 0) {
-        snprintf(err, errlen, "%s", rconn_errstr(l->rc));
-        return -1;
-    }
+    lease_outcome got = l->leased ? lease_take(l, &worker) : LEASE_HELD;
+    int64_t floor_ms = 0;
+    if (got == LEASE_HELD)
+        got = lease_hwm(l, worker, &floor_ms);
+    if (got != LEASE_HELD)
+        return got;
     pthread_mutex_lock(&l->gen->mu);
     if (l->leased)
         l->gen->ceiling_ms = 0; /* nothing under the new id before its mark */
@@ -280,7 +294,10 @@ static int lease_acquire(struct orderid_lease *l, char *err, size_t errlen)
     }
     pthread_mutex_unlock(&l->gen->mu);
     l->worker = worker;
-    return lease_renew(l) == 1 ? 0 : -1;
+    got = lease_renew(l);
+    if (got == LEASE_REFUSED)
+        snprintf(l->err, sizeof(l->err), "worker id %d was taken meanwhile", worker);
+    return got;
 }
 
 static void *lease_loop(void *arg)
@@ -293,12 +310,11 @@ static void *lease_loop(void *arg)
         if (l->stopping)
             break;
         pthread_mutex_unlock(&l->mu);
-        if (lease_renew(l) == 0 && l->leased) {
-            char err[128];
+        if (lease_renew(l) == LEASE_REFUSED && l->leased) {
             fprintf(stdout, "level=error event=worker_lease_lost worker=%d\n", l->worker);
             fflush(stdout);
             atomic_store(&l->valid_until_us, 0);
-            if (lease_acquire(l, err, sizeof(err)) == 0)
+            if (lease_acquire(l) == LEASE_HELD)
                 fprintf(stdout, "level=warn event=worker_lease_taken worker=%d\n",
                         l->worker);
             fflush(stdout);
@@ -325,7 +341,8 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
     l->ttl_ms = cfg->ttl_ms > 0 ? cfg->ttl_ms : ORDERID_LEASE_TTL_MS;
     l->renew_ms = l->ttl_ms / 5 > 0 ? l->ttl_ms / 5 : 1;
     lock_token_new(l->token);
-    if (lease_acquire(l, err, errlen) != 0) {
+    if (lease_acquire(l) != LEASE_HELD) {
+        snprintf(err, errlen, "%s", l->err);
         rconn_free(l->rc);
         rcluster_free(l->cl);
         free(l);
