@@ -771,6 +771,10 @@ static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
 struct part_text {
     char fkey[160], seg[12], take[12], stock[24], fence[LOCK_FENCE_TEXT];
 };
+/* The order's own arguments as text. */
+struct commit_text {
+    char qty[12], id[24], okey[40], nparts[12];
+};
 
 /* The last step of an order's critical section, every lock of p[0..n-1] held
  * and each p[i].take set: one commit over all of them, fenced on each, sent
@@ -779,32 +783,22 @@ struct part_text {
  * was written and the same parts are worth another try: the commit met a
  * Redis that had lost its script cache, or found the order's id taken (the
  * order has a fresh one now). */
-static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
-                               int *again)
+/* commit.lua's KEYS and ARGV for an order over p[0..n-1] into argv (room
+ * for 15 + 5 * n), their text into text (room for n). Returns argc. */
+static int commit_argv(struct order_ctx *c, const struct part_hold *p, int n,
+                       struct commit_text *ct, struct part_text *text, const char **argv)
 {
-    struct inv_session *s = c->s;
-    struct inv *inv = s->inv;
-    struct part_text inline_text[PARTS_INLINE], *text = inline_text;
-    const char *inline_argv[8 + PARTS_INLINE + 7 + 4 * PARTS_INLINE],
-        **argv = inline_argv;
-    int nkeys = 8 + n, argc = nkeys + 7 + 4 * n;
-    if (n > PARTS_INLINE) {
-        text = malloc(sizeof(*text) * (size_t)n);
-        argv = malloc(sizeof(*argv) * (size_t)argc);
-        if (!text || !argv)
-            abort();
-    }
-    char qtys[12], idtext[24], okey[40], ntext[12];
-    snprintf(qtys, sizeof(qtys), "%d", c->qty);
-    snprintf(idtext, sizeof(idtext), "%" PRIu64, c->order->id);
-    snprintf(okey, sizeof(okey), "%s%s", c->k.order, idtext);
-    snprintf(ntext, sizeof(ntext), "%d", n);
+    int nkeys = 8 + n;
+    snprintf(ct->qty, sizeof(ct->qty), "%d", c->qty);
+    snprintf(ct->id, sizeof(ct->id), "%" PRIu64, c->order->id);
+    snprintf(ct->okey, sizeof(ct->okey), "%s%s", c->k.order, ct->id);
+    snprintf(ct->nparts, sizeof(ct->nparts), "%d", n);
     const char *head[] = {c->k.meta,   c->k.stock, c->k.sold, c->k.buyers,
-                          c->k.orders, okey,       c->k.idem, c->k.avail};
+                          c->k.orders, ct->okey,   c->k.idem, c->k.avail};
     memcpy(argv, head, sizeof(head));
     const char **a = argv + nkeys;
-    const char *args[] = {c->v.epoch, qtys,        c->user_id, idtext,
-                          c->sku,     c->idem_key, ntext};
+    const char *args[] = {c->v.epoch, ct->qty,     c->user_id, ct->id,
+                          c->sku,     c->idem_key, ct->nparts};
     memcpy(a, args, sizeof(args));
     a += 7;
     for (int i = 0; i < n; i++) {
@@ -813,15 +807,71 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
         snprintf(t->seg, sizeof(t->seg), "%d", p[i].seg);
         snprintf(t->take, sizeof(t->take), "%d", p[i].take);
         snprintf(t->stock, sizeof(t->stock), "%lld", p[i].stock);
-        fence_text(inv, &p[i].g, t->fence, sizeof(t->fence));
+        fence_text(c->s->inv, &p[i].g, t->fence, sizeof(t->fence));
         argv[8 + i] = t->fkey;
         *a++ = t->seg;
         *a++ = t->take;
         *a++ = t->stock;
         *a++ = t->fence;
     }
-    struct rcmd commit = {
-        .script = &commit_script, .nkeys = nkeys, .argc = argc, .argv = argv};
+    return (int)(a - argv);
+}
+
+/* What commit.lua's answer r (not NULL) means for the order over p[0..n-1];
+ * rs is the release's status. As parts_commit. */
+static inv_status commit_outcome(struct order_ctx *c, const struct part_hold *p, int n,
+                                 const redisReply *r, lock_status rs, int *again)
+{
+    struct inv_session *s = c->s;
+    struct inv *inv = s->inv;
+    if (rconn_is_noscript(r)) {
+        *again = rconn_script_reload(s->rc, &commit_script) == RCONN_OK;
+        return INV_UNAVAILABLE;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+        return INV_UNAVAILABLE;
+    struct inv_order *o = c->order;
+    switch (reply_ll(r->element[0], 0)) {
+    case 1:
+        o->segment = p[0].seg;
+        o->nparts = n;
+        for (int i = 0; i < n; i++)
+            o->parts[i] = (struct inv_part){.segment = p[i].seg, .qty = p[i].take};
+        if (rs == LOCK_NOT_HELD)
+            count(&inv->counters.commits_after_lease);
+        if (n > 1 || p[0].seg != c->v.home)
+            count(&inv->counters.spilled);
+        return INV_PLACED;
+    case -1:
+        count(&inv->counters.epoch_changed);
+        return INV_BUSY;
+    case -2:
+        count(&inv->counters.fenced_off);
+        return INV_BUSY;
+    case -9:
+        *again = order_id_taken(s->inv, o) == INV_OK;
+        return INV_UNAVAILABLE;
+    default:
+        return commit_refusal(s, r, o);
+    }
+}
+
+static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
+                               int *again)
+{
+    struct inv_session *s = c->s;
+    struct part_text inline_text[PARTS_INLINE], *text = inline_text;
+    const char *inline_argv[15 + 5 * PARTS_INLINE], **argv = inline_argv;
+    if (n > PARTS_INLINE) {
+        text = malloc(sizeof(*text) * (size_t)n);
+        argv = malloc(sizeof(*argv) * (size_t)(15 + 5 * n));
+        if (!text || !argv)
+            abort();
+    }
+    struct commit_text ct;
+    struct rcmd commit = {.script = &commit_script, .nkeys = 8 + n};
+    commit.argc = commit_argv(c, p, n, &ct, text, argv);
+    commit.argv = argv;
     redisReply *r;
     uint64_t lost = rconn_unanswered(s->rc);
     lock_status rs = lock_release_after(s->lock, p[n - 1].lkey, &p[n - 1].g, &commit, &r);
@@ -833,45 +883,7 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
     }
     if (!r)
         return no_answer(s, lost);
-    if (rconn_is_noscript(r)) {
-        freeReplyObject(r);
-        *again = rconn_script_reload(s->rc, &commit_script) == 0;
-        return INV_UNAVAILABLE;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        freeReplyObject(r);
-        return INV_UNAVAILABLE;
-    }
-    inv_status st;
-    struct inv_order *o = c->order;
-    switch (reply_ll(r->element[0], 0)) {
-    case 1:
-        o->segment = p[0].seg;
-        o->nparts = n;
-        for (int i = 0; i < n; i++)
-            o->parts[i] = (struct inv_part){.segment = p[i].seg, .qty = p[i].take};
-        st = INV_PLACED;
-        if (rs == LOCK_NOT_HELD)
-            count(&inv->counters.commits_after_lease);
-        if (n > 1 || p[0].seg != c->v.home)
-            count(&inv->counters.spilled);
-        break;
-    case -1:
-        count(&inv->counters.epoch_changed);
-        st = INV_BUSY;
-        break;
-    case -2:
-        count(&inv->counters.fenced_off);
-        st = INV_BUSY;
-        break;
-    case -9:
-        *again = order_id_taken(s->inv, o) == INV_OK;
-        st = INV_UNAVAILABLE;
-        break;
-    default:
-        st = commit_refusal(s, r, o);
-        break;
-    }
+    inv_status st = commit_outcome(c, p, n, r, rs, again);
     freeReplyObject(r);
     return st;
 }
