@@ -154,11 +154,12 @@ static void acks_send(struct ack_group *g)
     g->acking = g->unacked;
     g->unacked = g->unacked_tail = NULL;
     g->in_flight = 1;
-    int sent = e->cluster ? acluster_command(e->cluster, cluster_gene_slot(g->gene),
-                                             on_acked, g, 3, argv)
-               : e->conn  ? aconn_command(e->conn, on_acked, g, 3, argv, NULL)
-                          : -1;
-    if (sent != 0)
+    rconn_status sent = e->cluster
+                            ? acluster_command(e->cluster, cluster_gene_slot(g->gene),
+                                               on_acked, g, 3, argv)
+                        : e->conn ? aconn_command(e->conn, on_acked, g, 3, argv, NULL)
+                                  : RCONN_ERR;
+    if (sent != RCONN_OK)
         on_acked(g, ACONN_NOT_SENT, NULL);
 }
 
@@ -217,7 +218,8 @@ static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
         ticket_done(e, t);
     } else if (e->cluster && t->gene < 0) {
         ticket_alone(e, t); /* its SKU's shards are not known yet */
-    } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) != 0) {
+    } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
+               RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
         ticket_done(e, t);
     }
@@ -528,9 +530,9 @@ static void hold_next(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     switch (inv_hold_ready(e->s, &x->h)) {
-    case 5: /* the next step went out */
+    case INV_HOLD_OWED:
         return;
-    case 1: {
+    case INV_HOLD_OPEN: {
         x->open = 1;
         e->open_holds++;
         hold_top_up(x);
@@ -543,18 +545,18 @@ static void hold_next(struct ehold *x)
         engine_kick(e); /* it waits: room for another hold */
         return;
     }
-    case 2: /* taken: queued for it */
+    case INV_HOLD_QUEUED:
         hold_wait(x);
         return;
-    case 4: /* taken: its mode polls */
+    case INV_HOLD_POLL:
         x->retrying = 1;
         timer_in(x, x->h.step.retry_us);
         engine_kick(e);
         return;
-    case -1: /* taken, and this loop holds other locks: back off */
+    case INV_HOLD_TAKEN: /* and this loop holds other locks: back off */
         hold_back_off(x);
         return;
-    default:
+    case INV_HOLD_ENDED:
         hold_settle(x);
         hold_free(x);
     }

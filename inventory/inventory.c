@@ -1419,8 +1419,9 @@ struct lock *inv_lock(const struct inv *inv)
     return inv->cfg.lock;
 }
 
-int inv_atomic_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
-                    aconn_cb *cb, void *arg, uint64_t *seen)
+rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
+                             const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                             uint64_t *seen)
 {
     struct sku_keys k;
     sku_keys_init(&k, t->sku, t->gene);
@@ -1682,7 +1683,7 @@ static int hold_queue(struct inv_hold *h, int node, int i, const struct rcmd *cm
     sl->h = h;
     sl->i = i;
     const struct inv_conns *cs = h->cs;
-    int rc;
+    rconn_status rc;
     if (node < 0 && cs->cluster) { /* the master of the segment's shard */
         int slot = cluster_gene_slot(h->gene);
         rc = cmd->script
@@ -1697,8 +1698,8 @@ static int hold_queue(struct inv_hold *h, int node, int i, const struct rcmd *cm
                                       cmd->argv)
                          : aconn_command(c, on_slot, sl, cmd->argc, cmd->argv, NULL);
     }
-    h->owed += rc == 0;
-    return rc == 0;
+    h->owed += rc == RCONN_OK;
+    return rc == RCONN_OK;
 }
 
 /* Ends the hold's tickets with st: nothing more is sent for them. */
@@ -1822,28 +1823,28 @@ void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res
 }
 
 /* h holds its lock: open once its stock is read (with the grant, or now). */
-static int hold_granted(struct inv_session *s, struct inv_hold *h)
+static inv_hold_next hold_granted(struct inv_session *s, struct inv_hold *h)
 {
     if (!h->with_read && read_queue(h)) {
         h->state = HOLD_READING;
-        return 5;
+        return INV_HOLD_OWED;
     }
     if (h->stock >= 0) {
         hold_opened(s->inv, h, h->stock);
-        return 1;
+        return INV_HOLD_OPEN;
     }
     lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
     hold_end(s->inv, h, INV_UNAVAILABLE);
-    return 0;
+    return INV_HOLD_ENDED;
 }
 
-int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
+inv_hold_next inv_hold_ready(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
     if (h->owed > 0)
-        return 5;
+        return INV_HOLD_OWED;
     if (h->state == HOLD_ENDED)
-        return 0;
+        return INV_HOLD_ENDED;
     if (h->state == HOLD_READING) {
         h->with_read = 1; /* read */
         return hold_granted(s, h);
@@ -1856,16 +1857,16 @@ int inv_hold_ready(struct inv_session *s, struct inv_hold *h)
         return hold_granted(s, h);
     case LOCK_BUSY:
         if (h->try_only)
-            return -1;
+            return INV_HOLD_TAKEN;
         if (h->step.entry[0])
-            return 2;
+            return INV_HOLD_QUEUED;
         if (h->step.retry_us > 0)
-            return 4;
+            return INV_HOLD_POLL;
         hold_end(inv, h, INV_BUSY);
-        return 0;
+        return INV_HOLD_ENDED;
     default:
         hold_end(inv, h, INV_UNAVAILABLE);
-        return 0;
+        return INV_HOLD_ENDED;
     }
 }
 
@@ -1875,7 +1876,7 @@ int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *
     int64_t left = h->deadline_us - clock_now_us();
     lock_handoff_step(s->lock, h->lkey, left > 1000 ? left : 1000, &h->step);
     const struct rcmd *w = &h->step.cmd[0];
-    return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == 0;
+    return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == RCONN_OK;
 }
 
 void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,

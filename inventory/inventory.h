@@ -310,11 +310,12 @@ typedef enum {
 inv_path inv_loop_path(const struct inv *inv);
 /* inv's lock (inv_config's), NULL for the atomic mode. */
 struct lock *inv_lock(const struct inv *inv);
-/* Queues the atomic script's call for ticket t on c (aconn_eval: 0, or -1
- * refused, when nothing was queued). *seen is set to what inv_atomic_answer
+/* Queues the atomic script's call for ticket t on c (as aconn_eval:
+ * RCONN_ERR refused, when nothing was queued). *seen is set to what inv_atomic_answer
  * needs back. */
-int inv_atomic_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
-                    aconn_cb *cb, void *arg, uint64_t *seen);
+rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
+                             const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                             uint64_t *seen);
 /* What the atomic script's answer (res, r: aconn_cb's) means for t. */
 inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
                            const redisReply *r, uint64_t seen);
@@ -325,30 +326,36 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
  * orders' work the batch commit with the release. The caller sends nothing
  * itself: every answer goes to cb(arg, ...), which hands it to
  * inv_hold_answer (or, once committing, inv_hold_committed), and while
- * h->owed is 0 nothing more is coming: then inv_hold_ready says what next:
- *   5: more answers are owed (it sent the next step);
- *   1: h is open: inv_hold_commit_send at or after h->due_us;
- *  -1 (try_only: an attempt that does not wait): the lock is taken; nothing
- *      is held and no ticket touched;
- *   2: the lock is taken and h queued for it: inv_hold_wait_send on a
- *      connection for blocking commands, its answer to inv_hold_waited, which
- *      sends the read (handed over) or the next attempt;
- *   4: the lock is taken and its mode polls: inv_hold_retry_send after
- *      h->step.retry_us;
- *   0: the batch ended there: every ticket final (Redis unreachable:
- *      unavailable; busy) or undecided, to go by itself (inv_ticket_single;
- *      t->seg -1 when it must not be sent on: the SKU's layout forgotten).
+ * h->owed is 0 nothing more is coming: then inv_hold_ready says what next
+ * (inv_hold_next).
  * inv_hold_commit_send: the commit and the release; inv_hold_committed
  * returns 1 for the commit's answer, after which every ticket is final or
  * undecided as after inv_ticket_batch; the hold is over when h->owed is 0
  * after that. */
+typedef enum {
+    INV_HOLD_OWED,   /* more answers are owed: it sent the next step */
+    INV_HOLD_OPEN,   /* the lock is held and the stock read: inv_hold_commit_send
+                        at or after h->due_us */
+    INV_HOLD_TAKEN,  /* try_only (an attempt that does not wait): the lock is
+                        taken; nothing is held and no ticket touched */
+    INV_HOLD_QUEUED, /* the lock is taken and h queued for it: inv_hold_wait_send
+                        on a connection for blocking commands, its answer to
+                        inv_hold_waited, which sends the read (handed over) or
+                        the next attempt */
+    INV_HOLD_POLL,   /* the lock is taken and its mode polls: inv_hold_retry_send
+                        after h->step.retry_us */
+    INV_HOLD_ENDED,  /* the batch ended there: every ticket final (Redis
+                        unreachable: unavailable; busy) or undecided, to go by
+                        itself (inv_ticket_single; t->seg -1 when it must not be
+                        sent on: the SKU's layout forgotten) */
+} inv_hold_next;
 void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t,
                    int n, int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
                    void *arg);
 void inv_hold_retry_send(struct inv_session *s, struct inv_hold *h);
 void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
                      const redisReply *r);
-int inv_hold_ready(struct inv_session *s, struct inv_hold *h);
+inv_hold_next inv_hold_ready(struct inv_session *s, struct inv_hold *h);
 int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
                        aconn_cb *cb, void *arg);
 void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,

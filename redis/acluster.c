@@ -184,8 +184,8 @@ static void refresh(struct acluster *c);
 /* Learns the map from a CLUSTER SHARDS (or SLOTS) answer. 0, or -1. */
 static int learn(struct acluster *c, const redisReply *r)
 {
-    if (cluster_map_from_shards(&c->map, r) != 0 &&
-        cluster_map_from_slots(&c->map, r) != 0)
+    if (cluster_map_from_shards(&c->map, r) != RCONN_OK &&
+        cluster_map_from_slots(&c->map, r) != RCONN_OK)
         return -1;
     if (c->map.nmasters == 0)
         return -1;
@@ -229,7 +229,7 @@ static void on_topology(void *arg, aconn_result res, redisReply *r)
     if (!learnt && res == ACONN_REPLY && r->type == REDIS_REPLY_ERROR &&
         strstr(r->str, "unknown subcommand")) { /* before 7: CLUSTER SLOTS */
         const char *argv[] = {"CLUSTER", "SLOTS"};
-        if (aconn_command(c->topo, on_topology, c, 2, argv, NULL) == 0) {
+        if (aconn_command(c->topo, on_topology, c, 2, argv, NULL) == RCONN_OK) {
             c->refreshing = 1;
             return;
         }
@@ -257,7 +257,7 @@ static void refresh(struct acluster *c)
         c->topo = c->seed[i - c->nnodes];
     }
     const char *argv[] = {"CLUSTER", "SHARDS"};
-    if (aconn_command(c->topo, on_topology, c, 2, argv, NULL) == 0) {
+    if (aconn_command(c->topo, on_topology, c, 2, argv, NULL) == RCONN_OK) {
         c->refreshing = 1;
         return;
     }
@@ -357,10 +357,10 @@ static void send_req(struct creq *q)
         aconn_command(conn, on_asking, NULL, 1, asking, NULL);
         q->ask_node = -1; /* once */
     }
-    int rc = q->script
-                 ? aconn_eval(conn, on_reply, q, q->script, q->nkeys, q->argc, q->argv)
-                 : aconn_command(conn, on_reply, q, q->argc, q->argv, NULL);
-    if (rc != 0 && !resend_later(q))
+    rconn_status rc =
+        q->script ? aconn_eval(conn, on_reply, q, q->script, q->nkeys, q->argc, q->argv)
+                  : aconn_command(conn, on_reply, q, q->argc, q->argv, NULL);
+    if (rc != RCONN_OK && !resend_later(q))
         later(q, 0, ACONN_NOT_SENT);
 }
 
@@ -392,25 +392,25 @@ static struct creq *req_new(struct acluster *c, int slot, aconn_cb *cb, void *ar
     return q;
 }
 
-int acluster_command(struct acluster *c, int slot, aconn_cb *cb, void *arg, int argc,
-                     const char **argv)
+rconn_status acluster_command(struct acluster *c, int slot, aconn_cb *cb, void *arg,
+                              int argc, const char **argv)
 {
     if (c->closing || slot < 0 || slot >= CLUSTER_SLOTS)
-        return -1;
+        return RCONN_ERR;
     send_req(req_new(c, slot, cb, arg, argc, argv));
-    return 0;
+    return RCONN_OK;
 }
 
-int acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg,
-                  struct rscript *s, int nkeys, int argc, const char **argv)
+rconn_status acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg,
+                           struct rscript *s, int nkeys, int argc, const char **argv)
 {
     if (c->closing || slot < 0 || slot >= CLUSTER_SLOTS)
-        return -1;
+        return RCONN_ERR;
     struct creq *q = req_new(c, slot, cb, arg, argc, argv);
     q->script = s;
     q->nkeys = nkeys;
     send_req(q);
-    return 0;
+    return RCONN_OK;
 }
 
 const struct cluster_map *acluster_map(const struct acluster *c)

@@ -41,13 +41,13 @@ struct acluster *acluster_new(struct event_base *base, const struct rconn_addr *
  * (ACONN_LOST or ACONN_NOT_SENT). NULL is a no-op. */
 void acluster_free(struct acluster *c);
 
-/* Queues argv, whose keys are in slot `slot` (cluster_keyslot of a key). 0,
- * or -1 when refused at once (the router is closing). */
-int acluster_command(struct acluster *c, int slot, aconn_cb *cb, void *arg, int argc,
-                     const char **argv);
+/* Queues argv, whose keys are in slot `slot` (cluster_keyslot of a key):
+ * RCONN_OK, or RCONN_ERR when refused at once (the router is closing). */
+rconn_status acluster_command(struct acluster *c, int slot, aconn_cb *cb, void *arg,
+                              int argc, const char **argv);
 /* Queues a call of script s (as aconn_eval) on the master of slot `slot`. */
-int acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg,
-                  struct rscript *s, int nkeys, int argc, const char **argv);
+rconn_status acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg,
+                           struct rscript *s, int nkeys, int argc, const char **argv);
 
 /* In a callback: true when its command was sent again after a redirection
  * (ASK, TRYAGAIN, ...). Commands queued behind it for the same slot may then

@@ -229,13 +229,13 @@ static redisAsyncContext *usable(struct aconn *c)
     return c->ac;
 }
 
-static int queue(struct aconn *c, struct areq *q, int argc, const char **argv,
-                 const size_t *argvlen)
+static rconn_status queue(struct aconn *c, struct areq *q, int argc, const char **argv,
+                          const size_t *argvlen)
 {
     if (redisAsyncCommandArgv(c->ac, on_reply, q, argc, argv, argvlen) != REDIS_OK) {
         q->next_free = c->free_req;
         c->free_req = q;
-        return -1;
+        return RCONN_ERR;
     }
     /* The watch runs while anything is owed. A command queued while a drop
      * answers the old connection's (pending still > 0, the watch spent)
@@ -244,25 +244,25 @@ static int queue(struct aconn *c, struct areq *q, int argc, const char **argv,
         c->alive_us = clock_now_us();
         watch_arm(c, (int64_t)c->timeout_ms * 1000);
     }
-    return 0;
+    return RCONN_OK;
 }
 
-int aconn_command(struct aconn *c, aconn_cb *cb, void *arg, int argc, const char **argv,
-                  const size_t *argvlen)
+rconn_status aconn_command(struct aconn *c, aconn_cb *cb, void *arg, int argc,
+                           const char **argv, const size_t *argvlen)
 {
     if (!usable(c))
-        return -1;
+        return RCONN_ERR;
     return queue(c, req_new(c, cb, arg), argc, argv, argvlen);
 }
 
 /* Most arguments of a script call whose vector lives on the stack. */
 #define EVAL_ARGV_INLINE 64
 
-int aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s, int nkeys,
-               int argc, const char **argv)
+rconn_status aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s,
+                        int nkeys, int argc, const char **argv)
 {
     if (!usable(c))
-        return -1;
+        return RCONN_ERR;
     int known = atomic_load_explicit(&s->loaded, memory_order_acquire);
     if (!known) /* learn the SHA beside this call, which goes whole */
         redisAsyncCommand(c->ac, on_learn, s, "SCRIPT LOAD %s", s->source->text);
@@ -278,7 +278,7 @@ int aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s, int 
     memcpy(v + 3, argv, sizeof(*argv) * (size_t)argc);
     struct areq *q = req_new(c, cb, arg);
     q->script = known ? s : NULL;
-    int rc = queue(c, q, n, v, NULL);
+    rconn_status rc = queue(c, q, n, v, NULL);
     if (v != inline_v)
         free(v);
     return rc;

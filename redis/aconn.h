@@ -53,15 +53,15 @@ struct aconn *aconn_new(struct event_base *base, const char *host, int port,
  * of this connection's callbacks. */
 void aconn_free(struct aconn *c);
 
-/* Queues argv. 0: cb will be called once; -1: refused (the connection is down
- * and not due for a retry), cb will not be called. */
-int aconn_command(struct aconn *c, aconn_cb *cb, void *arg, int argc, const char **argv,
-                  const size_t *argvlen);
+/* Queues argv. RCONN_OK: cb will be called once; RCONN_ERR: refused (the connection is
+ * down and not due for a retry), cb will not be called. */
+rconn_status aconn_command(struct aconn *c, aconn_cb *cb, void *arg, int argc,
+                           const char **argv, const size_t *argvlen);
 /* Queues a call of script s: nkeys KEYS then ARGV, argc strings in all. As
  * aconn_command. A NOSCRIPT answer (Redis lost its cache) comes back as it
  * is; nothing ran, and the next call of s sends it whole again. */
-int aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s, int nkeys,
-               int argc, const char **argv);
+rconn_status aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s,
+                        int nkeys, int argc, const char **argv);
 
 /* True when the connection is up (connected and not failed since). */
 int aconn_up(const struct aconn *c);

@@ -115,29 +115,29 @@ static int shard_master(struct cluster_map *m, const redisReply *nodes)
     return master_add(m, id->str, host->str, (int)port->integer, replicas);
 }
 
-int cluster_map_from_shards(struct cluster_map *m, const redisReply *r)
+rconn_status cluster_map_from_shards(struct cluster_map *m, const redisReply *r)
 {
     map_clear(m);
     if (!r || r->type != REDIS_REPLY_ARRAY)
-        return -1;
+        return RCONN_ERR;
     for (size_t s = 0; s < r->elements; s++) {
         const redisReply *shard = r->element[s];
         const redisReply *slots = field(shard, "slots");
         const redisReply *nodes = field(shard, "nodes");
         if (!slots || slots->type != REDIS_REPLY_ARRAY || !nodes ||
             nodes->type != REDIS_REPLY_ARRAY || slots->elements % 2)
-            return -1;
+            return RCONN_ERR;
         if (slots->elements == 0)
             continue; /* a master without slots serves nothing */
         int i = shard_master(m, nodes);
         if (i < 0)
-            return -1;
+            return RCONN_ERR;
         for (size_t k = 0; k < slots->elements; k += 2)
             if (serve(m, slot_number(slots->element[k]),
                       slot_number(slots->element[k + 1]), i) != 0)
-                return -1;
+                return RCONN_ERR;
     }
-    return 0;
+    return RCONN_OK;
 }
 
 /* The master of [ip, port, id] in m, added when new. -1 when malformed. */
@@ -155,22 +155,22 @@ static int slots_master(struct cluster_map *m, const redisReply *node)
                       (int)node->element[1]->integer, 0);
 }
 
-int cluster_map_from_slots(struct cluster_map *m, const redisReply *r)
+rconn_status cluster_map_from_slots(struct cluster_map *m, const redisReply *r)
 {
     map_clear(m);
     if (!r || r->type != REDIS_REPLY_ARRAY)
-        return -1;
+        return RCONN_ERR;
     for (size_t s = 0; s < r->elements; s++) {
         const redisReply *range = r->element[s];
         if (range->type != REDIS_REPLY_ARRAY || range->elements < 3)
-            return -1;
+            return RCONN_ERR;
         int i = slots_master(m, range->element[2]);
         if (i < 0 || serve(m, slot_number(range->element[0]),
                            slot_number(range->element[1]), i) != 0)
-            return -1;
+            return RCONN_ERR;
         m->masters[i].replicas = (int)range->elements - 3;
     }
-    return 0;
+    return RCONN_OK;
 }
 
 int cluster_map_unserved(const struct cluster_map *m)

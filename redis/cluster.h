@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rconn.h"
+
 #define CLUSTER_SLOTS 16384
 #define CLUSTER_MAX_MASTERS 64
 #define CLUSTER_NO_MASTER 0xffff
@@ -45,11 +47,11 @@ struct cluster_map {
 };
 
 /* Fills m from the answer to CLUSTER SHARDS (Redis 7: slot numbers as
- * integers, or on 7.0.x as strings; both are read). 0, or -1 when r is not
+ * integers, or on 7.0.x as strings; both are read): RCONN_OK, or RCONN_ERR when r is not
  * such an answer (an error: the server may not have the command). */
-int cluster_map_from_shards(struct cluster_map *m, const redisReply *r);
+rconn_status cluster_map_from_shards(struct cluster_map *m, const redisReply *r);
 /* The same from CLUSTER SLOTS, for servers before 7. */
-int cluster_map_from_slots(struct cluster_map *m, const redisReply *r);
+rconn_status cluster_map_from_slots(struct cluster_map *m, const redisReply *r);
 /* Slots no master serves. */
 int cluster_map_unserved(const struct cluster_map *m);
 

@@ -75,10 +75,10 @@ static int learn_from(struct rcluster *c, int i)
         abort();
     int ok = -1;
     redisReply *r = rconn_command(c->nodes[i].conn, "CLUSTER SHARDS");
-    if (r && cluster_map_from_shards(m, r) != 0) {
+    if (r && cluster_map_from_shards(m, r) != RCONN_OK) {
         freeReplyObject(r);
         r = rconn_command(c->nodes[i].conn, "CLUSTER SLOTS");
-        if (r && cluster_map_from_slots(m, r) != 0)
+        if (r && cluster_map_from_slots(m, r) != RCONN_OK)
             m->nmasters = 0;
     }
     if (r && m->nmasters > 0 && cluster_map_unserved(m) == 0) {
@@ -100,20 +100,20 @@ static int learn_from(struct rcluster *c, int i)
     return ok;
 }
 
-int rcluster_refresh(struct rcluster *c)
+rconn_status rcluster_refresh(struct rcluster *c)
 {
     if (c->known && (clock_now_us() / 1000) - c->learnt_ms < RCLUSTER_REFRESH_MS)
-        return 0;
+        return RCONN_OK;
     /* the masters first (they know the newest map), then the seeds */
     for (int k = 0; c->known && k < c->map.nmasters; k++)
         if (learn_from(c, c->master_node[k]) == 0)
-            return 0;
+            return RCONN_OK;
     for (int s = 0; s < c->nseeds; s++) {
         int i = node_index(c, c->seeds[s].host, c->seeds[s].port);
         if (i >= 0 && learn_from(c, i) == 0)
-            return 0;
+            return RCONN_OK;
     }
-    return -1;
+    return RCONN_ERR;
 }
 
 const struct cluster_map *rcluster_map(struct rcluster *c)
@@ -125,7 +125,7 @@ const struct cluster_map *rcluster_map(struct rcluster *c)
 
 struct rconn *rcluster_conn(struct rcluster *c, int slot)
 {
-    if (!c->known && rcluster_refresh(c) != 0)
+    if (!c->known && rcluster_refresh(c) != RCONN_OK)
         return NULL;
     int m = slot >= 0 && slot < CLUSTER_SLOTS ? c->map.owner[slot] : CLUSTER_NO_MASTER;
     return m == CLUSTER_NO_MASTER ? NULL : c->nodes[c->master_node[m]].conn;
@@ -133,7 +133,7 @@ struct rconn *rcluster_conn(struct rcluster *c, int slot)
 
 struct rconn *rcluster_master(struct rcluster *c, int i)
 {
-    if (!c->known && rcluster_refresh(c) != 0)
+    if (!c->known && rcluster_refresh(c) != RCONN_OK)
         return NULL;
     return i >= 0 && i < c->map.nmasters ? c->nodes[c->master_node[i]].conn : NULL;
 }

@@ -36,8 +36,8 @@ struct rconn *rcluster_conn(struct rcluster *c, int slot);
 struct rconn *rcluster_master(struct rcluster *c, int i);
 
 /* Learns the map again, unless one was learnt within RCLUSTER_REFRESH_MS.
- * 0, or -1 when no node answered with one (the old map stays). */
-int rcluster_refresh(struct rcluster *c);
+ * RCONN_OK, or RCONN_ERR when no node answered with one (the old map stays). */
+rconn_status rcluster_refresh(struct rcluster *c);
 
 /* The map as last learnt (nmasters 0 before the first); learns one first
  * when none is known. */

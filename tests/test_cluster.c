@@ -186,17 +186,17 @@ static void test_map_from_shards_and_slots(void **state)
     assert_non_null(m);
     for (int i = 0; i < MASTERS; i++) {
         redisReply *r = cmd(i, "CLUSTER SHARDS", NULL);
-        assert_int_equal(cluster_map_from_shards(m, r), 0);
+        assert_int_equal(cluster_map_from_shards(m, r), RCONN_OK);
         freeReplyObject(r);
         assert_map(m);
         r = cmd(i, "CLUSTER SLOTS", NULL);
-        assert_int_equal(cluster_map_from_slots(m, r), 0);
+        assert_int_equal(cluster_map_from_slots(m, r), RCONN_OK);
         freeReplyObject(r);
         assert_map(m);
     }
     redisReply *r = cmd(0, "PING", NULL); /* not a topology: refused */
-    assert_int_equal(cluster_map_from_shards(m, r), -1);
-    assert_int_equal(cluster_map_from_slots(m, r), -1);
+    assert_int_equal(cluster_map_from_shards(m, r), RCONN_ERR);
+    assert_int_equal(cluster_map_from_slots(m, r), RCONN_ERR);
     freeReplyObject(r);
     free(m);
 }
@@ -280,7 +280,7 @@ static void test_sku_genes_put_a_shard_on_every_master(void **state)
     struct cluster_map *m = malloc(sizeof(*m));
     assert_non_null(m);
     redisReply *r = cmd(1, "CLUSTER SHARDS", NULL);
-    assert_int_equal(cluster_map_from_shards(m, r), 0);
+    assert_int_equal(cluster_map_from_shards(m, r), RCONN_OK);
     freeReplyObject(r);
     for (int g = 0; g < CLUSTER_GENES; g++)
         assert_int_equal(cluster_gene_slot(g) / (CLUSTER_SLOTS / CLUSTER_GENES), g);
