@@ -1,7 +1,6 @@
 #include "inventory.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -10,11 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "clock.h"
 #include "acluster.h"
-#include "rcluster.h"
+#include "clock.h"
+#include "inv_impl.h"
 
 /* The scripts: KEYS, ARGV and replies are described at the top of each file.
  * commit.lua, batch.lua and atomic.lua share idem.lua (the Idempotency-Key
@@ -23,7 +21,7 @@
  * peek.lua shares the first three. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
     lua_inventory_peek, lua_inventory_reset, lua_inventory_batch,
-    lua_inventory_fence_read, lua_inventory_xfer_out, lua_inventory_xfer_in;
+    lua_inventory_fence_read;
 /* inventory/lua/commit.lua: commit of one order of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
@@ -38,75 +36,10 @@ static struct rscript fence_read_script =
     RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
 /* inventory/lua/reset.lua: create or reset a SKU. */
 static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
-/* inventory/lua/xfer_out.lua, xfer_in.lua: units of a SKU moved from one
- * shard of a cluster to another. */
-static struct rscript xfer_out_script =
-    RSCRIPT_INIT("inv_xfer_out", lua_inventory_xfer_out);
-static struct rscript xfer_in_script = RSCRIPT_INIT("inv_xfer_in", lua_inventory_xfer_in);
-
-struct inv_counters {
-    _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
-        epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
-        id_collisions, sold_out_local, unacked;
-};
-
-/* What a peek taught about a SKU, so that a ticket finds its home segment and
- * a batch its epoch without asking Redis: a direct-mapped cache, an entry
- * overwritten by another SKU of the same slot. A reset forgets the entry here
- * at once; a reset by another instance shows as a batch refused for its epoch,
- * which forgets it too. Segments a hold found empty stay empty in the epoch
- * (stock only goes down), so tickets whose home is one of them are routed
- * elsewhere without asking. */
-#define LAYOUT_SLOTS 256
-
-struct sku_layout {
-    char sku[INV_ID_MAX + 1]; /* "" for an empty slot */
-    int segments;
-    long long initial;
-    char epoch[24];
-    int nempty;
-    uint64_t empty[INV_MAX_SEGMENTS / 64]; /* bit i: segment i seen empty */
-    int nshards; /* on a cluster: segment i lives in shard i % nshards, */
-    uint8_t genes[CLUSTER_MAX_MASTERS]; /* whose gene is genes[i % nshards] */
-};
-
-struct inv {
-    struct inv_config cfg;
-    char crash_after[32]; /* a test's SECKILL_TEST_CRASH: the step to die after */
-    struct inv_counters counters;
-    pthread_mutex_t layout_mu;
-    struct sku_layout layouts[LAYOUT_SLOTS];
-};
-
-/* Most masters' connections one session keeps on a cluster: the masters of
- * a map and those of the one before a failover. */
-#define INV_SHARD_SESSIONS (2 * CLUSTER_MAX_MASTERS)
-
-struct inv_session {
-    struct inv *inv;
-    struct rconn *rc;
-    struct lock_session *lock;
-    /* On a cluster, the thread's session routes (cl) and does nothing on rc
-     * itself: each piece of work runs on the session of the master that
-     * serves its shard (shard_session), whose rc is that master's and whose
-     * gene names the shard. On one Redis gene is -1. */
-    int gene;
-    struct rcluster *cl;
-    struct inv_session *shard[INV_SHARD_SESSIONS];
-    int nshards;
-};
-
-/* The Redis keys of one SKU, or on a cluster of one shard of it: the
- * SKU's own keys, where its order records go (the prefix of order:<id>) and
- * its segments' locks (the prefix of ...:lock:<segment>). */
-struct sku_keys {
-    char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96],
-        avail[96], xout[96], xin[96], order[24], lock[96];
-};
 
 /* The keys of sku: on one Redis (gene -1) under the tag {sku}; on a cluster
  * those of its shard of gene `gene`, under the gene's tag. */
-static void sku_keys_init(struct sku_keys *k, const char *sku, int gene)
+void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
 {
     char tag[INV_ID_MAX + 24];
     if (gene < 0) {
@@ -127,11 +60,6 @@ static void sku_keys_init(struct sku_keys *k, const char *sku, int gene)
     snprintf(k->xout, sizeof(k->xout), "sk:%s:xout", tag);
     snprintf(k->xin, sizeof(k->xin), "sk:%s:xin", tag);
     snprintf(k->lock, sizeof(k->lock), "sk:%s:lock:", tag);
-}
-
-static void count(_Atomic uint64_t *c)
-{
-    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
 int inv_id_valid(const char *id)
@@ -176,7 +104,7 @@ static struct sku_layout *layout_slot(struct inv *inv, const char *sku)
 }
 
 /* Copies sku's layout to *out; 0, or -1 when not known. */
-static int layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
+int inv_layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
 {
     struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
@@ -189,8 +117,8 @@ static int layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
 
 /* Learns sku's layout; what was known of its empty segments stays while the
  * epoch does. */
-static void layout_put(struct inv *inv, const char *sku, int segments, long long initial,
-                       const char *epoch, const int *genes, int nshards)
+void inv_layout_put(struct inv *inv, const char *sku, int segments, long long initial,
+                    const char *epoch, const int *genes, int nshards)
 {
     struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
@@ -242,7 +170,7 @@ static int layout_nth_stocked(const struct sku_layout *l, int n)
     }
 }
 
-static void layout_forget(struct inv *inv, const char *sku)
+void inv_layout_forget(struct inv *inv, const char *sku)
 {
     struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
@@ -301,7 +229,7 @@ void inv_session_free(struct inv_session *s)
 /* The session for the shard of gene `gene`: s itself on one Redis; on a
  * cluster the session on the connection to the master that serves the
  * shard now, made on first need. NULL when no master is known for it. */
-static struct inv_session *shard_session(struct inv_session *s, int gene)
+struct inv_session *inv_shard_session(struct inv_session *s, int gene)
 {
     if (!s->cl)
         return s;
@@ -330,25 +258,19 @@ static struct inv_session *shard_session(struct inv_session *s, int gene)
     return sub;
 }
 
-static inv_status ticket_shard(struct inv_session *s, struct inv_ticket *t,
-                               struct inv_session **shard);
-static inv_status ticket_place_shards(struct inv_session *s, struct inv_ticket *t);
-
 /* After work on a cluster that failed for want of Redis: the map may be
  * stale (a failover, slots moved), so learn it again for the next. */
-static inv_status shard_outcome(struct inv_session *s, inv_status st)
+inv_status inv_shard_outcome(struct inv_session *s, inv_status st)
 {
     if (s->cl && (st == INV_UNAVAILABLE || st == INV_OUTCOME_UNKNOWN))
         rcluster_refresh(s->cl);
     return st;
 }
 
-static int ping_shards(struct inv_session *s);
-
 int inv_ping(struct inv_session *s)
 {
     if (s->cl)
-        return ping_shards(s);
+        return inv_ping_shards(s);
     rconn_check(s->rc);
     redisReply *r = rconn_command(s->rc, "PING");
     int ok = r && r->type == REDIS_REPLY_STATUS;
@@ -359,7 +281,7 @@ int inv_ping(struct inv_session *s)
 
 /* ---- small reply helpers ------------------------------------------------ */
 
-static long long reply_ll(const redisReply *r, long long dflt)
+long long inv_reply_ll(const redisReply *r, long long dflt)
 {
     if (!r)
         return dflt;
@@ -418,8 +340,8 @@ static inv_status load_order(struct inv_session *s, const char *id_text,
 
 /* The fencing token of grant g as the commit scripts take it: '0' without
  * fencing. */
-static void fence_text(const struct inv *inv, const struct lock_grant *g, char *buf,
-                       size_t len)
+void inv_fence_text(const struct inv *inv, const struct lock_grant *g, char *buf,
+                    size_t len)
 {
     if (inv->cfg.fencing)
         lock_fence_text(g, buf, len);
@@ -488,7 +410,7 @@ static inv_status no_answer(struct inv_session *s, uint64_t lost_before)
 static inv_status commit_refusal(struct inv_session *s, const redisReply *r,
                                  struct inv_order *order)
 {
-    switch (reply_ll(r->element[0], 0)) {
+    switch (inv_reply_ll(r->element[0], 0)) {
     case -3: {
         if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_STRING)
             return INV_UNAVAILABLE;
@@ -553,23 +475,23 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
         return INV_UNAVAILABLE;
     const redisReply *e1 = r->elements > 1 ? r->element[1] : NULL;
     const redisReply *e2 = r->elements > 2 ? r->element[2] : NULL;
-    switch (reply_ll(r->element[0], 0)) {
+    switch (inv_reply_ll(r->element[0], 0)) {
     case 1:
-        order->segment = (int)reply_ll(e1, 0);
+        order->segment = (int)inv_reply_ll(e1, 0);
         order->nparts = 0;
         for (size_t i = 3; i + 1 < r->elements && order->nparts < INV_MAX_SEGMENTS;
              i += 2)
             order->parts[order->nparts++] =
-                (struct inv_part){.segment = (int)reply_ll(r->element[i], 0),
-                                  .qty = (int)reply_ll(r->element[i + 1], 0)};
+                (struct inv_part){.segment = (int)inv_reply_ll(r->element[i], 0),
+                                  .qty = (int)inv_reply_ll(r->element[i + 1], 0)};
         if (order->nparts == 0)
             order_one_part(order, order->segment);
-        if (order->nparts > 1 || reply_ll(e2, 0) != order->segment)
+        if (order->nparts > 1 || inv_reply_ll(e2, 0) != order->segment)
             count(&s->inv->counters.spilled);
         return INV_PLACED;
     case -5:
-        if (reply_ll(e2, -1) == 0) /* not a unit left */
-            note_sold_out(s->inv, sku, (int)reply_ll(e1, 0), seen);
+        if (inv_reply_ll(e2, -1) == 0) /* not a unit left */
+            note_sold_out(s->inv, sku, (int)inv_reply_ll(e1, 0), seen);
         return INV_SOLD_OUT;
     case -6:
         return INV_NOT_FOUND;
@@ -640,26 +562,26 @@ static inv_status order_peek(struct order_ctx *c)
     redisReply *r = rconn_eval(c->s->rc, &peek_script, 5, 5, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
-        st = reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
+        st = inv_reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
     } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 9) {
         redisReply **e = r->element;
-        v->segments = (int)reply_ll(e[0], 0);
-        v->limit = (int)reply_ll(e[1], 1);
+        v->segments = (int)inv_reply_ll(e[0], 0);
+        v->limit = (int)inv_reply_ll(e[1], 1);
         snprintf(v->epoch, sizeof(v->epoch), "%s",
                  e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "0");
-        v->bought = reply_ll(e[3], 0);
+        v->bought = inv_reply_ll(e[3], 0);
         snprintf(v->first_id, sizeof(v->first_id), "%s",
                  e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
-        v->home = (int)reply_ll(e[5], 0);
-        v->remaining = reply_ll(e[6], 0);
-        v->initial = reply_ll(e[7], 0);
+        v->home = (int)inv_reply_ll(e[5], 0);
+        v->remaining = inv_reply_ll(e[6], 0);
+        v->initial = inv_reply_ll(e[7], 0);
         v->ncand = v->nplan = 0;
-        if (reply_ll(e[8], 0) == 0)
+        if (inv_reply_ll(e[8], 0) == 0)
             for (size_t i = 9; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
-                v->cand[v->ncand++] = (int)reply_ll(e[i], 0);
+                v->cand[v->ncand++] = (int)inv_reply_ll(e[i], 0);
         else
             for (size_t i = 9; i + 1 < r->elements && v->nplan < INV_MAX_SEGMENTS; i += 2)
-                v->plan[v->nplan++] = (int)reply_ll(e[i], 0);
+                v->plan[v->nplan++] = (int)inv_reply_ll(e[i], 0);
         st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK
                                                                  : INV_UNAVAILABLE;
     }
@@ -672,7 +594,7 @@ static inv_status order_peek(struct order_ctx *c)
 static long long stock_of(const redisReply *r)
 {
     return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
-               ? reply_ll(r, 0)
+               ? inv_reply_ll(r, 0)
                : -1;
 }
 
@@ -807,7 +729,7 @@ static int commit_argv(struct order_ctx *c, const struct part_hold *p, int n,
         snprintf(t->seg, sizeof(t->seg), "%d", p[i].seg);
         snprintf(t->take, sizeof(t->take), "%d", p[i].take);
         snprintf(t->stock, sizeof(t->stock), "%lld", p[i].stock);
-        fence_text(c->s->inv, &p[i].g, t->fence, sizeof(t->fence));
+        inv_fence_text(c->s->inv, &p[i].g, t->fence, sizeof(t->fence));
         argv[8 + i] = t->fkey;
         *a++ = t->seg;
         *a++ = t->take;
@@ -831,7 +753,7 @@ static inv_status commit_outcome(struct order_ctx *c, const struct part_hold *p,
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
         return INV_UNAVAILABLE;
     struct inv_order *o = c->order;
-    switch (reply_ll(r->element[0], 0)) {
+    switch (inv_reply_ll(r->element[0], 0)) {
     case 1:
         o->segment = p[0].seg;
         o->nparts = n;
@@ -995,7 +917,7 @@ static inv_status place_locked(struct order_ctx *c)
         if (st != INV_OK)
             return st;
         if (s->gene < 0) /* a shard's figures are not its SKU's */
-            layout_put(inv, c->sku, v->segments, v->initial, v->epoch, NULL, 0);
+            inv_layout_put(inv, c->sku, v->segments, v->initial, v->epoch, NULL, 0);
         if (c->qty > v->limit)
             return INV_BAD_QTY;
         if (v->first_id[0]) {
@@ -1042,7 +964,7 @@ static inv_status place_one_locked(struct inv_session *s, const char *sku,
                           .idem_key = idem_key,
                           .qty = qty,
                           .order = order};
-    sku_keys_init(&c.k, sku, s->gene);
+    inv_keys_init(&c.k, sku, s->gene);
     return place_locked(&c);
 }
 
@@ -1057,7 +979,7 @@ static inv_status place(struct inv_session *s, const char *sku, const char *user
     snprintf(order->user_id, sizeof(order->user_id), "%s", user_id);
     order->qty = qty;
     struct sku_keys k;
-    sku_keys_init(&k, sku, s->gene);
+    inv_keys_init(&k, sku, s->gene);
     const char *idem = idem_key ? idem_key : "";
     return s->inv->cfg.lock ? place_one_locked(s, sku, user_id, qty, idem, order)
                             : place_atomic(s, &k, sku, user_id, qty, idem, order);
@@ -1158,7 +1080,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
 long long inv_segment_bound(struct inv *inv, const char *sku, int seg)
 {
     struct sku_layout l;
-    if (layout_get(inv, sku, &l) != 0 || seg < 0 || seg >= l.segments)
+    if (inv_layout_get(inv, sku, &l) != 0 || seg < 0 || seg >= l.segments)
         return -1;
     if (l.empty[seg / 64] & (UINT64_C(1) << (seg % 64)))
         return 0;
@@ -1188,7 +1110,7 @@ static void route_in_shard(const struct sku_layout *l, struct inv_ticket *t,
 int inv_ticket_route(struct inv *inv, struct inv_ticket *t)
 {
     struct sku_layout l;
-    if (layout_get(inv, t->sku, &l) != 0)
+    if (inv_layout_get(inv, t->sku, &l) != 0)
         return t->home = t->seg = -1;
     uint32_t route = seg_route(t->user_id);
     t->home = t->seg = (int)(route % (uint32_t)l.segments);
@@ -1252,7 +1174,7 @@ void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
             seen = t[j]->st == INV_PLACED && t[j]->gene == gene;
         if (seen)
             continue; /* waited for already (or answered) with t[j] */
-        struct inv_session *shard = shard_session(s, gene);
+        struct inv_session *shard = inv_shard_session(s, gene);
         redisReply *r = shard ? rconn_command_argv(shard->rc, 3, argv, NULL) : NULL;
         for (int j = i; j < n; j++)
             if (t[j]->gene == gene)
@@ -1270,11 +1192,11 @@ static void tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_st
 
 /* Places t by itself on s (one Redis, or the session of t's shard), as the
  * lock mode does. */
-static inv_status ticket_place(struct inv_session *s, struct inv_ticket *t)
+inv_status inv_ticket_place(struct inv_session *s, struct inv_ticket *t)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, t->sku, s->gene);
+    inv_keys_init(&k, t->sku, s->gene);
     return s->inv->cfg.lock
                ? place_one_locked(s, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
                : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
@@ -1282,7 +1204,8 @@ static inv_status ticket_place(struct inv_session *s, struct inv_ticket *t)
 
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t)
 {
-    ticket_finish(s->inv, t, s->cl ? ticket_place_shards(s, t) : ticket_place(s, t));
+    ticket_finish(s->inv, t,
+                  s->cl ? inv_ticket_place_shards(s, t) : inv_ticket_place(s, t));
 }
 
 /* One order's part of the batch commit: its text arguments. */
@@ -1305,7 +1228,7 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
         const redisReply *first = r->element[2 * i + 1];
         struct inv_order *o = &t[i]->order;
         inv_status st = INV_UNAVAILABLE;
-        switch (reply_ll(r->element[2 * i], 99)) {
+        switch (inv_reply_ll(r->element[2 * i], 99)) {
         case 1:
             order_one_part(o, seg);
             h->left -= t[i]->qty;
@@ -1317,7 +1240,7 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
                 count(&inv->counters.spilled);
             break;
         case 0: /* short here: on to the segment named, or by itself (-1) */
-            t[i]->seg = (int)reply_ll(first, -1);
+            t[i]->seg = (int)inv_reply_ll(first, -1);
             continue;
         case -5:
             if (inv->cfg.cluster) { /* short in its shard: by itself, which
@@ -1326,7 +1249,7 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
                 continue;
             }
             if (t[i]->qty == 1) /* not a unit left */
-                note_sold_out(inv, t[i]->sku, (int)reply_ll(first, 0), h->seen);
+                note_sold_out(inv, t[i]->sku, (int)inv_reply_ll(first, 0), h->seen);
             st = INV_SOLD_OUT;
             break;
         case -3:
@@ -1377,7 +1300,7 @@ static void atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     for (int i = 0; i < sent; i++) {
         struct inv_ticket *x = t[i];
         struct sku_keys k;
-        sku_keys_init(&k, x->sku, x->gene);
+        inv_keys_init(&k, x->sku, x->gene);
         atomic_call_init(&c[i], &k, x->sku, x->user_id, x->qty, x->idem_key, x->order.id);
         call.argv = c[i].argv;
         if (rpipe_append(&p, &call) != RCONN_OK)
@@ -1424,7 +1347,7 @@ rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
                              uint64_t *seen)
 {
     struct sku_keys k;
-    sku_keys_init(&k, t->sku, t->gene);
+    inv_keys_init(&k, t->sku, t->gene);
     struct atomic_call call;
     atomic_call_init(&call, &k, t->sku, t->user_id, t->qty, t->idem_key, t->order.id);
     *seen = soldout_generation(inv->cfg.soldout);
@@ -1444,7 +1367,7 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
     if (rconn_is_noscript(r))
         return INV_STEP_AGAIN; /* the connection loads it again first */
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        reply_ll(r->element[0], 0) == -3)
+        inv_reply_ll(r->element[0], 0) == -3)
         return INV_STEP_ALONE; /* a replay: its first order is loaded by itself */
     /* Every other answer is read without a round trip: no connection needed. */
     struct inv_session view = {.inv = inv};
@@ -1464,10 +1387,10 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
                         int seg)
 {
     struct sku_layout layout;
-    if (layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
+    if (inv_layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
         return -1;
     struct sku_keys k;
-    sku_keys_init(&k, t[0]->sku, t[0]->gene);
+    inv_keys_init(&k, t[0]->sku, t[0]->gene);
     h->t = t;
     h->n = n;
     h->seg = seg;
@@ -1493,7 +1416,7 @@ static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
 int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                   int try_only, struct inv_hold *h)
 {
-    if (s->cl && !(s = shard_session(s, t[0]->gene)))
+    if (s->cl && !(s = inv_shard_session(s, t[0]->gene)))
         return 0; /* each by itself, which learns where */
     if (!s->inv->cfg.lock) {
         atomic_pipeline(s, t, n);
@@ -1504,7 +1427,7 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
         return 0; /* each by itself */
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, t[0]->sku, h->gene);
+    inv_keys_init(&k, t[0]->sku, h->gene);
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
@@ -1542,11 +1465,11 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
 {
     struct inv_ticket **t = h->t;
     int n = h->n;
-    sku_keys_init(&c->k, t[0]->sku, h->gene);
+    inv_keys_init(&c->k, t[0]->sku, h->gene);
     snprintf(c->seg, sizeof(c->seg), "%d", h->seg);
     lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
     snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
-    fence_text(inv, &h->g, c->fence, sizeof(c->fence));
+    inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
     int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = malloc(sizeof(*argv) * (size_t)argc);
     c->slot = malloc(sizeof(*c->slot) * (size_t)n);
@@ -1598,11 +1521,11 @@ static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold 
     if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
         batch_outcomes(inv, s, h, r, released);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-               reply_ll(r->element[0], 0) == -1) {
+               inv_reply_ll(r->element[0], 0) == -1) {
         count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
-        layout_forget(inv, t[0]->sku);
+        inv_layout_forget(inv, t[0]->sku);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-               reply_ll(r->element[0], 0) == -2) {
+               inv_reply_ll(r->element[0], 0) == -2) {
         count(&inv->counters.fenced_off);
         tickets_finish(inv, t, n, INV_BUSY);
     } else {
@@ -1614,7 +1537,7 @@ static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold 
 void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
-    if (s->cl && !(s = shard_session(s, h->gene))) {
+    if (s->cl && !(s = inv_shard_session(s, h->gene))) {
         tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE); /* the lease runs out */
         return;
     }
@@ -1713,7 +1636,7 @@ static void hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
 static int read_queue(struct inv_hold *h)
 {
     struct sku_keys k;
-    sku_keys_init(&k, h->t[0]->sku, h->gene);
+    inv_keys_init(&k, h->t[0]->sku, h->gene);
     char segtext[12];
     snprintf(segtext, sizeof(segtext), "%d", h->seg);
     const char *read[] = {"HGET", k.stock, segtext};
@@ -1970,13 +1893,13 @@ void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
  * one, 0 of 1): the stock of its segments (those i with i % nshards ==
  * shard; the others 0 here), its order records cleared, its epoch `epoch`
  * ("" for one more). */
-static inv_status sku_put_shard(struct inv_session *s, const char *sku, long long stock,
-                                int segments, int limit, int shard, int nshards,
-                                const char *epoch)
+inv_status inv_sku_put_shard(struct inv_session *s, const char *sku, long long stock,
+                             int segments, int limit, int shard, int nshards,
+                             const char *epoch)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku, s->gene);
+    inv_keys_init(&k, sku, s->gene);
     int n = 17 + segments;
     const char **argv = malloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
@@ -2007,7 +1930,7 @@ static inv_status sku_put_shard(struct inv_session *s, const char *sku, long lon
     if (r && r->type == REDIS_REPLY_INTEGER)
         st = r->integer == 1 ? INV_CREATED : INV_OK;
     soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
-    layout_forget(s->inv, sku);
+    inv_layout_forget(s->inv, sku);
     if (r)
         freeReplyObject(r);
     return st;
@@ -2019,10 +1942,10 @@ static inv_status sku_put_shard(struct inv_session *s, const char *sku, long lon
 static void segment_values(const redisReply *r, void *dst, size_t stride, int n)
 {
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-        long long seg = reply_ll(r->element[i], -1);
+        long long seg = inv_reply_ll(r->element[i], -1);
         if (seg >= 0 && seg < n)
             *(long long *)((char *)dst + (size_t)seg * stride) =
-                reply_ll(r->element[i + 1], 0);
+                inv_reply_ll(r->element[i + 1], 0);
     }
 }
 
@@ -2034,12 +1957,12 @@ static void report_values(const redisReply *r, struct inv_sku_report *out, size_
 }
 
 /* The report of sku as its shard on s holds it (on one Redis: whole). */
-static inv_status sku_get_shard(struct inv_session *s, const char *sku,
-                                struct inv_sku_report *out)
+inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
+                             struct inv_sku_report *out)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku, s->gene);
+    inv_keys_init(&k, sku, s->gene);
     struct rpipe p;
     if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
@@ -2061,13 +1984,13 @@ static inv_status sku_get_shard(struct inv_session *s, const char *sku,
     } else {
         memset(out, 0, offsetof(struct inv_sku_report, segments));
         snprintf(out->sku, sizeof(out->sku), "%s", sku);
-        out->initial = reply_ll(m->element[0], 0);
-        out->nsegments = (int)reply_ll(m->element[1], 0);
+        out->initial = inv_reply_ll(m->element[0], 0);
+        out->nsegments = (int)inv_reply_ll(m->element[1], 0);
         if (out->nsegments < 1 || out->nsegments > INV_MAX_SEGMENTS)
             out->nsegments = 0;
-        out->limit = (int)reply_ll(m->element[2], 1);
-        out->sold = reply_ll(m->element[3], 0);
-        out->orders = reply_ll(m->element[4], 0);
+        out->limit = (int)inv_reply_ll(m->element[2], 1);
+        out->sold = inv_reply_ll(m->element[3], 0);
+        out->orders = inv_reply_ll(m->element[4], 0);
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         report_values(e[1], out, offsetof(struct inv_segment_report, remaining));
@@ -2102,10 +2025,6 @@ static long long parse_parts(const char *text, struct inv_part *parts, int *n)
 static inv_status order_get_once(struct inv_session *s, uint64_t id,
                                  struct inv_order *out);
 
-/* On a cluster, a read that found the map stale (a failover, a slot moved)
- * is asked once more, of the map learnt meanwhile (shard_outcome). */
-#define READ_TRIES 2
-
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
 {
     inv_status st = order_get_once(s, id, out);
@@ -2118,17 +2037,17 @@ static inv_status order_get_once(struct inv_session *s, uint64_t id,
                                  struct inv_order *out)
 {
     struct inv_session *top = s;
-    if (s->cl && !(s = shard_session(s, orderid_gene_of(id))))
-        return shard_outcome(top, INV_UNAVAILABLE);
+    if (s->cl && !(s = inv_shard_session(s, orderid_gene_of(id))))
+        return inv_shard_outcome(top, INV_UNAVAILABLE);
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, "", s->gene);
+    inv_keys_init(&k, "", s->gene);
     redisReply *r = rconn_command(
         s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments", k.order, id);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
         if (r)
             freeReplyObject(r);
-        return shard_outcome(top, INV_UNAVAILABLE);
+        return inv_shard_outcome(top, INV_UNAVAILABLE);
     }
     inv_status st = INV_NOT_FOUND;
     if (r->element[0]->type == REDIS_REPLY_STRING &&
@@ -2137,8 +2056,8 @@ static inv_status order_get_once(struct inv_session *s, uint64_t id,
         out->id = id;
         snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
         snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
-        out->qty = (int)reply_ll(r->element[2], 0);
-        order_one_part(out, (int)reply_ll(r->element[3], 0));
+        out->qty = (int)inv_reply_ll(r->element[2], 0);
+        order_one_part(out, (int)inv_reply_ll(r->element[3], 0));
         int n = 0;
         if (r->element[4]->type == REDIS_REPLY_STRING)
             parse_parts(r->element[4]->str, out->parts, &n);
@@ -2194,15 +2113,15 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
     inv_status st = INV_NOT_FOUND;
     if (m->type == REDIS_REPLY_ARRAY && m->elements == 6 &&
         m->element[0]->type == REDIS_REPLY_STRING) {
-        a->initial = reply_ll(m->element[0], 0);
-        a->limit = reply_ll(m->element[1], 1);
-        a->sold = reply_ll(m->element[2], 0);
-        a->orders = reply_ll(m->element[3], 0);
-        a->remaining = reply_ll(m->element[4], 0);
-        a->segments = (int)reply_ll(m->element[5], 0);
+        a->initial = inv_reply_ll(m->element[0], 0);
+        a->limit = inv_reply_ll(m->element[1], 1);
+        a->sold = inv_reply_ll(m->element[2], 0);
+        a->orders = inv_reply_ll(m->element[3], 0);
+        a->remaining = inv_reply_ll(m->element[4], 0);
+        a->segments = (int)inv_reply_ll(m->element[5], 0);
         if (a->segments < 1 || a->segments > INV_MAX_SEGMENTS)
             a->segments = 0;
-        a->records = reply_ll(e[1], 0);
+        a->records = inv_reply_ll(e[1], 0);
         size_t n = (size_t)(a->segments > 0 ? a->segments : 1);
         a->seg_sold = calloc(n, sizeof(long long));
         a->seg_stock = calloc(n, sizeof(long long));
@@ -2267,12 +2186,11 @@ static int audit_segments_agree(const struct audit_snap *a, const long long *seg
 }
 
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
-static inv_status audit_shard(struct inv_session *s, const char *sku,
-                              struct inv_audit *out)
+inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out)
 {
     rconn_check(s->rc);
     struct sku_keys k;
-    sku_keys_init(&k, sku, s->gene);
+    inv_keys_init(&k, sku, s->gene);
     struct audit_snap a = {0};
     inv_status st = audit_snapshot(s, &k, &a);
     if (st != INV_OK)
@@ -2327,604 +2245,4 @@ static inv_status audit_shard(struct inv_session *s, const char *sku,
     json_decref(bought);
     audit_snap_free(&a);
     return st;
-}
-
-/* ---- a SKU over the shards of a Redis Cluster -----------------------------
- *
- * On a cluster a SKU of K segments is kept in one shard per master (at
- * most K): segment i in shard i % shards. A shard holds the SKU's keys as
- * above, under its gene's tag (cluster.h), with its own segments' stock and
- * its own share of the initial stock, so every script runs on one shard as
- * it runs on one Redis. A user's purchases, keys and orders are accounted in
- * the shard of the user's home segment, where every order of the user is
- * placed: an order never spans two shards. The SKU's directory, under the
- * SKU's own tag, names the shards' genes for every instance:
- *   sk:{s}:dir  hash  genes "g,g,..." segments initial limit epoch
- * and an order id carries its shard's gene (orderid.h), which is how
- * GET /orders/{id} finds it. */
-
-static void dir_key(char *buf, size_t len, const char *sku)
-{
-    snprintf(buf, len, "sk:{%s}:dir", sku);
-}
-
-/* The connection to the master of sku's directory (NULL: none known). */
-static struct rconn *dir_conn(struct inv_session *s, const char *key)
-{
-    return rcluster_conn(s->cl, cluster_keyslot(key, strlen(key)));
-}
-
-/* Reads "g,g,..." into genes; the count, or -1 when malformed. */
-static int parse_genes(const char *text, int *genes)
-{
-    int n = 0;
-    for (const char *p = text; *p;) {
-        char *end;
-        long g = strtol(p, &end, 10);
-        if (end == p || g < 0 || g >= CLUSTER_GENES || n == CLUSTER_MAX_MASTERS)
-            return -1;
-        genes[n++] = (int)g;
-        if (*end != ',')
-            return *end ? -1 : n;
-        p = end + 1;
-    }
-    return -1;
-}
-
-/* Learns sku's layout from its directory into the layout cache (and out). */
-static inv_status layout_learn(struct inv_session *s, const char *sku,
-                               struct sku_layout *out)
-{
-    char key[96];
-    dir_key(key, sizeof(key), sku);
-    struct rconn *rc = dir_conn(s, key);
-    redisReply *r =
-        rc ? rconn_command(rc, "HMGET %s genes segments initial epoch", key) : NULL;
-    inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
-        redisReply **e = r->element;
-        int genes[CLUSTER_MAX_MASTERS], n = -1;
-        int segments = (int)reply_ll(e[1], 0);
-        if (e[0]->type != REDIS_REPLY_STRING)
-            st = INV_NOT_FOUND;
-        else if ((n = parse_genes(e[0]->str, genes)) > 0 && segments >= n &&
-                 segments <= INV_MAX_SEGMENTS && e[3]->type == REDIS_REPLY_STRING) {
-            layout_put(s->inv, sku, segments, reply_ll(e[2], 0), e[3]->str, genes, n);
-            st = layout_get(s->inv, sku, out) == 0 ? INV_OK : INV_UNAVAILABLE;
-        }
-    }
-    if (r)
-        freeReplyObject(r);
-    return shard_outcome(s, st);
-}
-
-/* Routes t (its gene, segment and id's gene), learning its SKU's layout
- * first when t has none, and gives the session of its shard. */
-static inv_status ticket_shard(struct inv_session *s, struct inv_ticket *t,
-                               struct inv_session **shard)
-{
-    struct sku_layout l;
-    if (layout_get(s->inv, t->sku, &l) != 0) {
-        inv_status st = layout_learn(s, t->sku, &l);
-        if (st != INV_OK)
-            return st;
-    }
-    inv_ticket_route(s->inv, t); /* by the layout as it is now */
-    if (t->gene < 0)
-        return INV_UNAVAILABLE;
-    *shard = shard_session(s, t->gene);
-    return *shard ? INV_OK : shard_outcome(s, INV_UNAVAILABLE);
-}
-
-/* ---- units moved between shards ---------------------------------------------
- *
- * A user's orders are placed in the shard of the user's home segment, so the
- * shards sell at the pace of their users, and one runs short while others
- * still hold units. Then units move to it: xfer_out.lua takes them from the
- * fullest other shard and records the transfer there; xfer_in.lua adds them
- * to the short shard, once per transfer; the record is then deleted. A
- * process that dies between the steps leaves the record, and whoever next
- * looks for units (shards_settle) applies it: applying twice changes
- * nothing, so no unit is lost or made twice, and none stays in flight past
- * the next order that needs it. A unit is never moved back. */
-
-/* Most times an order short in its shard has units brought and tries again
- * (other orders may take them first). */
-#define REFILL_ROUNDS 3
-
-/* A test's kill -9 between the steps of a transfer (SECKILL_TEST_CRASH). */
-static void crash_point(const struct inv *inv, const char *step)
-{
-    if (strcmp(inv->crash_after, step) == 0)
-        raise(SIGKILL);
-}
-
-/* The shard of l whose gene is gene, or -1. */
-static int shard_of_gene(const struct sku_layout *l, int gene)
-{
-    for (int i = 0; i < l->nshards; i++)
-        if (l->genes[i] == gene)
-            return i;
-    return -1;
-}
-
-/* Runs a transfer script on segment seg of the shard of gene `gene`, under
- * the segment's lock as every writer of its stock (a holder's commit writes
- * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
- * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
- * integer answer in *out; a holder fenced off is INV_BUSY. */
-static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, int seg,
-                            struct rscript *script, int xin, int nargs, const char **args,
-                            long long *out)
-{
-    struct inv *inv = s->inv;
-    struct inv_session *sh = shard_session(s, gene);
-    if (!sh)
-        return shard_outcome(s, INV_UNAVAILABLE);
-    struct sku_keys k;
-    sku_keys_init(&k, sku, gene);
-    char lkey[128], fkey[160], token[LOCK_FENCE_TEXT] = "0";
-    snprintf(lkey, sizeof(lkey), "%s%d", k.lock, seg);
-    lock_fence_key(lkey, fkey, sizeof(fkey));
-    struct lock_grant g;
-    if (inv->cfg.lock) {
-        lock_status ls = lock_acquire(sh->lock, lkey, inv->cfg.wait_ms, &g);
-        if (ls != LOCK_ACQUIRED)
-            return shard_outcome(s, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
-        fence_text(inv, &g, token, sizeof(token));
-    }
-    const char *argv[16] = {k.meta, k.stock, k.init, k.avail, xin ? k.xin : k.xout, fkey};
-    memcpy(argv + 6, args, sizeof(*args) * (size_t)nargs);
-    argv[6 + nargs] = token;
-    redisReply *r = rconn_eval(sh->rc, script, 6, nargs + 1, argv, NULL);
-    /* With replicas acknowledging orders, a step of a transfer is taken only
-     * once they have it too: a failover must not keep units on both sides
-     * (the giver's replica without its debit) or on neither. */
-    const char *wait[3];
-    char wait_buf[2][16];
-    int wrote = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    redisReply *w = wrote && inv_durable_argv(inv, wait, wait_buf)
-                        ? rconn_command_argv(sh->rc, 3, wait, NULL)
-                        : NULL;
-    int unacked = wrote && inv->cfg.min_replicas_acked > 0 &&
-                  !(w && w->type == REDIS_REPLY_INTEGER &&
-                    w->integer >= inv->cfg.min_replicas_acked);
-    if (w)
-        freeReplyObject(w);
-    if (inv->cfg.lock)
-        lock_release(sh->lock, lkey, &g);
-    inv_status st =
-        r && r->type == REDIS_REPLY_INTEGER && !unacked ? INV_OK : INV_UNAVAILABLE;
-    if (st == INV_OK && r->integer == -2)
-        st = INV_BUSY; /* the lease ran out: nothing written */
-    else if (st == INV_OK)
-        *out = r->integer;
-    if (r)
-        freeReplyObject(r);
-    return shard_outcome(s, st);
-}
-
-/* Applies transfer id (units for segment seg of the shard of gene to) and
- * deletes its record on the shard of gene from. */
-static inv_status xfer_finish(struct inv_session *s, const char *sku, const char *epoch,
-                              const char *id, int from, int to, int seg, long long units)
-{
-    char unit_text[24], seg_text[12];
-    snprintf(unit_text, sizeof(unit_text), "%lld", units);
-    snprintf(seg_text, sizeof(seg_text), "%d", seg);
-    const char *args[] = {epoch, id, unit_text, seg_text};
-    long long r = 0;
-    inv_status st = xfer_call(s, sku, to, seg, &xfer_in_script, 1, 4, args, &r);
-    if (st != INV_OK)
-        return st; /* the record stays: the next settle applies it */
-    crash_point(s->inv, "transfer-in");
-    struct inv_session *sh = shard_session(s, from);
-    struct sku_keys k;
-    sku_keys_init(&k, sku, from);
-    redisReply *d = sh ? rconn_command(sh->rc, "HDEL %s %s", k.xout, id) : NULL;
-    if (d)
-        freeReplyObject(d);
-    return INV_OK; /* a record left behind is applied (as a repeat) and deleted later */
-}
-
-/* A transfer as its record says (xfer_out.lua: "<gene> <segment> <units>",
- * the receiving shard's gene and segment). */
-struct xfer_record {
-    int to, seg;
-    long long units;
-};
-
-/* Reads the record text of a transfer of a SKU laid out as l; 0, or -1 when
- * it does not parse or names no shard of l. */
-static int xfer_record_read(const struct sku_layout *l, const redisReply *text,
-                            struct xfer_record *x)
-{
-    return text->type == REDIS_REPLY_STRING &&
-                   sscanf(text->str, "%d %d %lld", &x->to, &x->seg, &x->units) == 3 &&
-                   shard_of_gene(l, x->to) >= 0
-               ? 0
-               : -1;
-}
-
-/* Reads each shard's remaining units into left[], after applying the
- * transfers recorded and not yet deleted (those of a process that died in
- * between, or still on their way). */
-static inv_status shards_settle(struct inv_session *s, const char *sku,
-                                const struct sku_layout *l, long long *left)
-{
-    int finished = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < l->nshards; i++) {
-            struct inv_session *sh = shard_session(s, l->genes[i]);
-            struct sku_keys k;
-            sku_keys_init(&k, sku, l->genes[i]);
-            redisReply *m =
-                sh ? rconn_command(sh->rc, "HGET %s remaining", k.meta) : NULL;
-            redisReply *x =
-                m && !pass ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
-            int ok = m && (m->type == REDIS_REPLY_STRING || m->type == REDIS_REPLY_NIL) &&
-                     (pass || (x && x->type == REDIS_REPLY_ARRAY));
-            left[i] = ok ? reply_ll(m, 0) : 0;
-            for (size_t j = 0; ok && x && j + 1 < x->elements; j += 2) {
-                struct xfer_record rec;
-                if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
-                    continue;
-                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i],
-                                 rec.to, rec.seg, rec.units) == INV_OK;
-                finished++;
-            }
-            if (m)
-                freeReplyObject(m);
-            if (x)
-                freeReplyObject(x);
-            if (!ok)
-                return shard_outcome(s, INV_UNAVAILABLE);
-        }
-        if (!finished) /* else read again: what was applied shows now */
-            break;
-    }
-    return INV_OK;
-}
-
-/* The fullest segment of the shard of gene (-1: none holds any). */
-static inv_status fullest_segment(struct inv_session *s, const char *sku, int gene,
-                                  int *seg)
-{
-    struct inv_session *sh = shard_session(s, gene);
-    struct sku_keys k;
-    sku_keys_init(&k, sku, gene);
-    redisReply *r = sh ? rconn_command(sh->rc, "ZREVRANGE %s 0 0", k.avail) : NULL;
-    inv_status st = r && r->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
-    *seg = st == INV_OK && r->elements == 1 ? (int)reply_ll(r->element[0], -1) : -1;
-    if (r)
-        freeReplyObject(r);
-    return shard_outcome(s, st);
-}
-
-/* Moves up to want units of sku from the fullest segment of shard d to
- * segment seg of shard h: *got (0 when d had none left there). */
-static inv_status xfer(struct inv_session *s, const char *sku, const struct sku_layout *l,
-                       int d, int h, int seg, long long want, long long *got)
-{
-    int from;
-    inv_status st = fullest_segment(s, sku, l->genes[d], &from);
-    *got = 0;
-    if (st != INV_OK || from < 0)
-        return st;
-    uint64_t id = orderid_next(s->inv->cfg.ids); /* unique, as an order's */
-    if (!id)
-        return INV_UNAVAILABLE;
-    char id_text[24], want_text[24], gene_text[12], seg_text[12], from_text[12];
-    snprintf(id_text, sizeof(id_text), "%" PRIu64, id);
-    snprintf(want_text, sizeof(want_text), "%lld", want);
-    snprintf(gene_text, sizeof(gene_text), "%d", l->genes[h]);
-    snprintf(seg_text, sizeof(seg_text), "%d", seg);
-    snprintf(from_text, sizeof(from_text), "%d", from);
-    const char *args[] = {l->epoch, id_text, want_text, gene_text, seg_text, from_text};
-    st = xfer_call(s, sku, l->genes[d], from, &xfer_out_script, 0, 6, args, got);
-    if (st == INV_OK && *got < 0) { /* the SKU was reset since */
-        layout_forget(s->inv, sku);
-        return INV_UNAVAILABLE;
-    }
-    crash_point(s->inv, "transfer-out");
-    return st != INV_OK || *got == 0 ? st
-                                     : xfer_finish(s, sku, l->epoch, id_text, l->genes[d],
-                                                   l->genes[h], seg, *got);
-}
-
-/* Brings units to ticket t's shard, which is short of t->qty: from the
- * fullest others, half of what each holds at least, until the shard holds
- * t->qty. INV_OK when it does (try again), INV_SOLD_OUT when the SKU holds
- * fewer than t->qty in all (remembered, soldout.h, when it holds none). */
-static inv_status shards_refill(struct inv_session *s, struct inv_ticket *t)
-{
-    struct inv *inv = s->inv;
-    struct sku_layout l;
-    if (layout_get(inv, t->sku, &l) != 0 || l.nshards < 1)
-        return INV_UNAVAILABLE;
-    uint64_t seen = soldout_generation(inv->cfg.soldout);
-    long long left[CLUSTER_MAX_MASTERS], total = 0;
-    inv_status st = shards_settle(s, t->sku, &l, left);
-    if (st != INV_OK)
-        return st;
-    for (int i = 0; i < l.nshards; i++)
-        total += left[i];
-    if (total < t->qty) {
-        /* None left, read twice: a unit moved between the reads of two
-         * shards shows in the second (soldout.h trusts "none" for a while) */
-        if (total == 0 && shards_settle(s, t->sku, &l, left) == INV_OK) {
-            for (int i = 0; i < l.nshards; i++)
-                total += left[i];
-            if (total == 0)
-                soldout_note(inv->cfg.soldout, t->sku, 0, seen);
-        }
-        return total < t->qty ? INV_SOLD_OUT : INV_OK;
-    }
-    int h = t->home % l.nshards;
-    for (long long need = t->qty - left[h]; need > 0;) {
-        int d = -1;
-        for (int i = 0; i < l.nshards; i++)
-            if (i != h && left[i] > 0 && (d < 0 || left[i] > left[d]))
-                d = i;
-        if (d < 0)
-            return INV_SOLD_OUT; /* taken meanwhile */
-        long long got, want = left[d] / 2 > need ? left[d] / 2 : need;
-        if ((st = xfer(s, t->sku, &l, d, h, t->home, want, &got)) != INV_OK)
-            return st;
-        left[d] = got == 0 ? 0 : left[d] - got; /* none: taken meanwhile */
-        need -= got;
-    }
-    return INV_OK;
-}
-
-/* Places t on a cluster: in its home shard, and when that is short, again
- * after units were brought there (a few rounds). */
-static inv_status ticket_place_shards(struct inv_session *s, struct inv_ticket *t)
-{
-    for (int round = 0;; round++) {
-        struct inv_session *sh;
-        inv_status st = ticket_shard(s, t, &sh);
-        if (st == INV_OK)
-            st = shard_outcome(s, ticket_place(sh, t));
-        if (st != INV_SOLD_OUT || round == REFILL_ROUNDS)
-            return st;
-        if ((st = shards_refill(s, t)) != INV_OK)
-            return st;
-    }
-}
-
-/* Every master answers and says the cluster is whole. */
-static int ping_shards(struct inv_session *s)
-{
-    const struct cluster_map *m = rcluster_map(s->cl);
-    int ok = m->nmasters > 0;
-    for (int i = 0; ok && i < m->nmasters; i++) {
-        struct rconn *rc = rcluster_master(s->cl, i);
-        rconn_check(rc);
-        redisReply *r = rc ? rconn_command(rc, "CLUSTER INFO") : NULL;
-        ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
-        if (r)
-            freeReplyObject(r);
-    }
-    if (!ok)
-        rcluster_refresh(s->cl);
-    return ok;
-}
-
-/* The genes of sku's shards: those its directory names when they are as
- * many as the masters now (a SKU stays where it was put, also after its
- * slots moved), else chosen anew (cluster_sku_genes). The count, else -1;
- * *old gets the directory's, to clear those no longer used. */
-static int put_genes(struct inv_session *s, const char *sku, int segments, int *genes,
-                     int *old, int *nold)
-{
-    const struct cluster_map *m = rcluster_map(s->cl);
-    int n = cluster_sku_genes(m, sku, genes);
-    if (n < 1)
-        return -1;
-    if (n > segments)
-        n = segments;
-    char key[96];
-    dir_key(key, sizeof(key), sku);
-    struct rconn *rc = dir_conn(s, key);
-    redisReply *r = rc ? rconn_command(rc, "HGET %s genes", key) : NULL;
-    if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-        if (r)
-            freeReplyObject(r);
-        return -1;
-    }
-    *nold = r->type == REDIS_REPLY_STRING ? parse_genes(r->str, old) : 0;
-    freeReplyObject(r);
-    if (*nold == n)
-        memcpy(genes, old, sizeof(int) * (size_t)n);
-    return n;
-}
-
-/* PUT on a cluster: the epoch bumped in the directory first, then every
- * shard reset to it, then the directory names the shards. A shard that
- * failed leaves the PUT unavailable (to be repeated): its old epoch refuses
- * the commits of orders routed by the new directory, and the reverse. */
-static inv_status sku_put_shards(struct inv_session *s, const char *sku, long long stock,
-                                 int segments, int limit)
-{
-    int genes[CLUSTER_MAX_MASTERS], old[CLUSTER_MAX_MASTERS], nold = 0;
-    int n = put_genes(s, sku, segments, genes, old, &nold);
-    if (n < 1)
-        return shard_outcome(s, INV_UNAVAILABLE);
-    char key[96], epoch[24], list[CLUSTER_MAX_MASTERS * 4] = "";
-    dir_key(key, sizeof(key), sku);
-    struct rconn *rc = dir_conn(s, key);
-    redisReply *r = rc ? rconn_command(rc, "HINCRBY %s epoch 1", key) : NULL;
-    if (!r || r->type != REDIS_REPLY_INTEGER) {
-        if (r)
-            freeReplyObject(r);
-        return shard_outcome(s, INV_UNAVAILABLE);
-    }
-    snprintf(epoch, sizeof(epoch), "%lld", r->integer);
-    freeReplyObject(r);
-    inv_status st = nold > 0 ? INV_OK : INV_CREATED;
-    for (int i = 0; i < nold && st != INV_UNAVAILABLE; i++) {
-        int kept = 0;
-        for (int j = 0; j < n; j++)
-            kept |= genes[j] == old[i];
-        struct inv_session *sh = kept ? s : shard_session(s, old[i]);
-        if (!sh || (!kept && sku_put_shard(sh, sku, 0, segments, limit, 0, 1, epoch) ==
-                                 INV_UNAVAILABLE))
-            st = INV_UNAVAILABLE;
-    }
-    for (int i = 0; i < n && st != INV_UNAVAILABLE; i++) {
-        struct inv_session *sh = shard_session(s, genes[i]);
-        if (!sh || sku_put_shard(sh, sku, stock, segments, limit, i, n, epoch) ==
-                       INV_UNAVAILABLE)
-            st = INV_UNAVAILABLE;
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
-    }
-    if (st != INV_UNAVAILABLE) {
-        r = rconn_command(rc, "HSET %s genes %s segments %d initial %lld limit %d", key,
-                          list, segments, stock, limit);
-        if (!r || r->type != REDIS_REPLY_INTEGER)
-            st = INV_UNAVAILABLE;
-        if (r)
-            freeReplyObject(r);
-    }
-    layout_forget(s->inv, sku);
-    return shard_outcome(s, st);
-}
-
-inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
-                       int segments, int limit)
-{
-    if (s->cl)
-        return sku_put_shards(s, sku, stock, segments, limit);
-    return sku_put_shard(s, sku, stock, segments, limit, 0, 1, "");
-}
-
-/* A read of a SKU over its shards (into out), asked READ_TRIES times at
- * most while it finds the map stale. */
-typedef inv_status shards_read(struct inv_session *s, const char *sku, void *out);
-
-static inv_status read_retried(struct inv_session *s, shards_read *read, const char *sku,
-                               void *out)
-{
-    inv_status st = read(s, sku, out);
-    for (int i = 1; i < READ_TRIES && st == INV_UNAVAILABLE; i++)
-        st = read(s, sku, out);
-    return st;
-}
-
-static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *report)
-{
-    struct inv_sku_report *out = report;
-    struct sku_layout l;
-    inv_status st = layout_learn(s, sku, &l);
-    struct inv_sku_report *one = malloc(sizeof(*one));
-    if (!one)
-        abort();
-    for (int i = 0; st == INV_OK && i < l.nshards; i++) {
-        struct inv_session *sh = shard_session(s, l.genes[i]);
-        st = sh ? sku_get_shard(sh, sku, one) : INV_UNAVAILABLE;
-        if (st != INV_OK)
-            break;
-        if (i == 0) {
-            memset(out, 0, offsetof(struct inv_sku_report, segments));
-            snprintf(out->sku, sizeof(out->sku), "%s", sku);
-            out->nsegments = l.segments;
-            out->limit = one->limit;
-        }
-        out->initial += one->initial;
-        out->sold += one->sold;
-        out->orders += one->orders;
-        out->remaining += one->remaining;
-        for (int seg = i; seg < l.segments && seg < one->nsegments; seg += l.nshards)
-            out->segments[seg] = one->segments[seg];
-    }
-    if (st == INV_OK) { /* units on their way between shards are not sold */
-        out->remaining += l.initial - out->initial;
-        out->initial = l.initial;
-        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
-    }
-    free(one);
-    return shard_outcome(s, st);
-}
-
-/* Units of sku whose transfer is recorded on the shard of gene `gene` and
- * not applied yet by the shard it goes to (*units); each transfer counted
- * once. */
-static inv_status units_in_flight(struct inv_session *s, const char *sku,
-                                  const struct sku_layout *l, int gene, long long *units)
-{
-    struct inv_session *sh = shard_session(s, gene);
-    struct sku_keys k;
-    sku_keys_init(&k, sku, gene);
-    redisReply *x = sh ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
-    inv_status st = x && x->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
-    for (size_t j = 0; st == INV_OK && j + 1 < x->elements; j += 2) {
-        struct xfer_record rec;
-        if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
-            continue;
-        struct inv_session *rh = shard_session(s, rec.to);
-        struct sku_keys rk;
-        sku_keys_init(&rk, sku, rec.to);
-        redisReply *m =
-            rh ? rconn_command(rh->rc, "SISMEMBER %s %s", rk.xin, x->element[j]->str)
-               : NULL;
-        if (!m || m->type != REDIS_REPLY_INTEGER)
-            st = INV_UNAVAILABLE;
-        else if (m->integer == 0)
-            *units += rec.units;
-        if (m)
-            freeReplyObject(m);
-    }
-    if (x)
-        freeReplyObject(x);
-    return st;
-}
-
-inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
-{
-    return s->cl ? read_retried(s, sku_get_shards, sku, out) : sku_get_shard(s, sku, out);
-}
-
-static inv_status audit_shards(struct inv_session *s, const char *sku, void *audit)
-{
-    struct inv_audit *out = audit;
-    struct sku_layout l;
-    inv_status st = layout_learn(s, sku, &l);
-    memset(out, 0, sizeof(*out));
-    snprintf(out->sku, sizeof(out->sku), "%s", sku);
-    out->consistent = 1;
-    for (int i = 0; st == INV_OK && i < l.nshards; i++) {
-        struct inv_audit one;
-        struct inv_session *sh = shard_session(s, l.genes[i]);
-        st = sh ? audit_shard(sh, sku, &one) : INV_UNAVAILABLE;
-        if (st != INV_OK)
-            break;
-        out->initial += one.initial;
-        out->orders += one.orders;
-        out->sold += one.sold;
-        out->remaining += one.remaining;
-        out->limit_breaches += one.limit_breaches; /* a user buys in one shard */
-        out->duplicate_order_ids += one.duplicate_order_ids; /* ids carry the gene */
-        out->consistent &= one.consistent;
-    }
-    /* The shards' initial shares add up to the SKU's but for the units on
-     * their way between them, which their transfers' records must show. */
-    long long flying = 0;
-    for (int i = 0; st == INV_OK && i < l.nshards; i++)
-        st = units_in_flight(s, sku, &l, l.genes[i], &flying);
-    if (st == INV_OK) {
-        out->consistent &= l.initial - out->initial == flying;
-        out->remaining += flying;
-        out->initial = l.initial;
-        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
-        out->consistent &=
-            out->oversold == 0 && out->sold + out->remaining == out->initial;
-    }
-    return shard_outcome(s, st);
-}
-
-inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
-{
-    return s->cl ? read_retried(s, audit_shards, sku, out) : audit_shard(s, sku, out);
 }

@@ -1,0 +1,617 @@
+/* shards.c: a SKU over the shards of a Redis Cluster (inv_impl.h). */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inv_impl.h"
+
+extern const struct rscript_source lua_inventory_xfer_out, lua_inventory_xfer_in;
+/* inventory/lua/xfer_out.lua, xfer_in.lua: units of a SKU moved from one
+ * shard of a cluster to another. */
+static struct rscript xfer_out_script =
+    RSCRIPT_INIT("inv_xfer_out", lua_inventory_xfer_out);
+static struct rscript xfer_in_script = RSCRIPT_INIT("inv_xfer_in", lua_inventory_xfer_in);
+
+/* ---- a SKU over the shards of a Redis Cluster -----------------------------
+ *
+ * On a cluster a SKU of K segments is kept in one shard per master (at
+ * most K): segment i in shard i % shards. A shard holds the SKU's keys as
+ * above, under its gene's tag (cluster.h), with its own segments' stock and
+ * its own share of the initial stock, so every script runs on one shard as
+ * it runs on one Redis. A user's purchases, keys and orders are accounted in
+ * the shard of the user's home segment, where every order of the user is
+ * placed: an order never spans two shards. The SKU's directory, under the
+ * SKU's own tag, names the shards' genes for every instance:
+ *   sk:{s}:dir  hash  genes "g,g,..." segments initial limit epoch
+ * and an order id carries its shard's gene (orderid.h), which is how
+ * GET /orders/{id} finds it. */
+
+static void dir_key(char *buf, size_t len, const char *sku)
+{
+    snprintf(buf, len, "sk:{%s}:dir", sku);
+}
+
+/* The connection to the master of sku's directory (NULL: none known). */
+static struct rconn *dir_conn(struct inv_session *s, const char *key)
+{
+    return rcluster_conn(s->cl, cluster_keyslot(key, strlen(key)));
+}
+
+/* Reads "g,g,..." into genes; the count, or -1 when malformed. */
+static int parse_genes(const char *text, int *genes)
+{
+    int n = 0;
+    for (const char *p = text; *p;) {
+        char *end;
+        long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g >= CLUSTER_GENES || n == CLUSTER_MAX_MASTERS)
+            return -1;
+        genes[n++] = (int)g;
+        if (*end != ',')
+            return *end ? -1 : n;
+        p = end + 1;
+    }
+    return -1;
+}
+
+/* Learns sku's layout from its directory into the layout cache (and out). */
+static inv_status layout_learn(struct inv_session *s, const char *sku,
+                               struct sku_layout *out)
+{
+    char key[96];
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r =
+        rc ? rconn_command(rc, "HMGET %s genes segments initial epoch", key) : NULL;
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
+        redisReply **e = r->element;
+        int genes[CLUSTER_MAX_MASTERS], n = -1;
+        int segments = (int)inv_reply_ll(e[1], 0);
+        if (e[0]->type != REDIS_REPLY_STRING)
+            st = INV_NOT_FOUND;
+        else if ((n = parse_genes(e[0]->str, genes)) > 0 && segments >= n &&
+                 segments <= INV_MAX_SEGMENTS && e[3]->type == REDIS_REPLY_STRING) {
+            inv_layout_put(s->inv, sku, segments, inv_reply_ll(e[2], 0), e[3]->str, genes,
+                           n);
+            st = inv_layout_get(s->inv, sku, out) == 0 ? INV_OK : INV_UNAVAILABLE;
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    return inv_shard_outcome(s, st);
+}
+
+/* Routes t (its gene, segment and id's gene), learning its SKU's layout
+ * first when t has none, and gives the session of its shard. */
+inv_status inv_ticket_shard(struct inv_session *s, struct inv_ticket *t,
+                            struct inv_session **shard)
+{
+    struct sku_layout l;
+    if (inv_layout_get(s->inv, t->sku, &l) != 0) {
+        inv_status st = layout_learn(s, t->sku, &l);
+        if (st != INV_OK)
+            return st;
+    }
+    inv_ticket_route(s->inv, t); /* by the layout as it is now */
+    if (t->gene < 0)
+        return INV_UNAVAILABLE;
+    *shard = inv_shard_session(s, t->gene);
+    return *shard ? INV_OK : inv_shard_outcome(s, INV_UNAVAILABLE);
+}
+
+/* ---- units moved between shards ---------------------------------------------
+ *
+ * A user's orders are placed in the shard of the user's home segment, so the
+ * shards sell at the pace of their users, and one runs short while others
+ * still hold units. Then units move to it: xfer_out.lua takes them from the
+ * fullest other shard and records the transfer there; xfer_in.lua adds them
+ * to the short shard, once per transfer; the record is then deleted. A
+ * process that dies between the steps leaves the record, and whoever next
+ * looks for units (shards_settle) applies it: applying twice changes
+ * nothing, so no unit is lost or made twice, and none stays in flight past
+ * the next order that needs it. A unit is never moved back. */
+
+/* Most times an order short in its shard has units brought and tries again
+ * (other orders may take them first). */
+#define REFILL_ROUNDS 3
+
+/* A test's kill -9 between the steps of a transfer (SECKILL_TEST_CRASH). */
+static void crash_point(const struct inv *inv, const char *step)
+{
+    if (strcmp(inv->crash_after, step) == 0)
+        raise(SIGKILL);
+}
+
+/* The shard of l whose gene is gene, or -1. */
+static int shard_of_gene(const struct sku_layout *l, int gene)
+{
+    for (int i = 0; i < l->nshards; i++)
+        if (l->genes[i] == gene)
+            return i;
+    return -1;
+}
+
+/* Runs a transfer script on segment seg of the shard of gene `gene`, under
+ * the segment's lock as every writer of its stock (a holder's commit writes
+ * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
+ * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
+ * integer answer in *out; a holder fenced off is INV_BUSY. */
+static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, int seg,
+                            struct rscript *script, int xin, int nargs, const char **args,
+                            long long *out)
+{
+    struct inv *inv = s->inv;
+    struct inv_session *sh = inv_shard_session(s, gene);
+    if (!sh)
+        return inv_shard_outcome(s, INV_UNAVAILABLE);
+    struct sku_keys k;
+    inv_keys_init(&k, sku, gene);
+    char lkey[128], fkey[160], token[LOCK_FENCE_TEXT] = "0";
+    snprintf(lkey, sizeof(lkey), "%s%d", k.lock, seg);
+    lock_fence_key(lkey, fkey, sizeof(fkey));
+    struct lock_grant g;
+    if (inv->cfg.lock) {
+        lock_status ls = lock_acquire(sh->lock, lkey, inv->cfg.wait_ms, &g);
+        if (ls != LOCK_ACQUIRED)
+            return inv_shard_outcome(s, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
+        inv_fence_text(inv, &g, token, sizeof(token));
+    }
+    const char *argv[16] = {k.meta, k.stock, k.init, k.avail, xin ? k.xin : k.xout, fkey};
+    memcpy(argv + 6, args, sizeof(*args) * (size_t)nargs);
+    argv[6 + nargs] = token;
+    redisReply *r = rconn_eval(sh->rc, script, 6, nargs + 1, argv, NULL);
+    /* With replicas acknowledging orders, a step of a transfer is taken only
+     * once they have it too: a failover must not keep units on both sides
+     * (the giver's replica without its debit) or on neither. */
+    const char *wait[3];
+    char wait_buf[2][16];
+    int wrote = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    redisReply *w = wrote && inv_durable_argv(inv, wait, wait_buf)
+                        ? rconn_command_argv(sh->rc, 3, wait, NULL)
+                        : NULL;
+    int unacked = wrote && inv->cfg.min_replicas_acked > 0 &&
+                  !(w && w->type == REDIS_REPLY_INTEGER &&
+                    w->integer >= inv->cfg.min_replicas_acked);
+    if (w)
+        freeReplyObject(w);
+    if (inv->cfg.lock)
+        lock_release(sh->lock, lkey, &g);
+    inv_status st =
+        r && r->type == REDIS_REPLY_INTEGER && !unacked ? INV_OK : INV_UNAVAILABLE;
+    if (st == INV_OK && r->integer == -2)
+        st = INV_BUSY; /* the lease ran out: nothing written */
+    else if (st == INV_OK)
+        *out = r->integer;
+    if (r)
+        freeReplyObject(r);
+    return inv_shard_outcome(s, st);
+}
+
+/* Applies transfer id (units for segment seg of the shard of gene to) and
+ * deletes its record on the shard of gene from. */
+static inv_status xfer_finish(struct inv_session *s, const char *sku, const char *epoch,
+                              const char *id, int from, int to, int seg, long long units)
+{
+    char unit_text[24], seg_text[12];
+    snprintf(unit_text, sizeof(unit_text), "%lld", units);
+    snprintf(seg_text, sizeof(seg_text), "%d", seg);
+    const char *args[] = {epoch, id, unit_text, seg_text};
+    long long r = 0;
+    inv_status st = xfer_call(s, sku, to, seg, &xfer_in_script, 1, 4, args, &r);
+    if (st != INV_OK)
+        return st; /* the record stays: the next settle applies it */
+    crash_point(s->inv, "transfer-in");
+    struct inv_session *sh = inv_shard_session(s, from);
+    struct sku_keys k;
+    inv_keys_init(&k, sku, from);
+    redisReply *d = sh ? rconn_command(sh->rc, "HDEL %s %s", k.xout, id) : NULL;
+    if (d)
+        freeReplyObject(d);
+    return INV_OK; /* a record left behind is applied (as a repeat) and deleted later */
+}
+
+/* A transfer as its record says (xfer_out.lua: "<gene> <segment> <units>",
+ * the receiving shard's gene and segment). */
+struct xfer_record {
+    int to, seg;
+    long long units;
+};
+
+/* Reads the record text of a transfer of a SKU laid out as l; 0, or -1 when
+ * it does not parse or names no shard of l. */
+static int xfer_record_read(const struct sku_layout *l, const redisReply *text,
+                            struct xfer_record *x)
+{
+    return text->type == REDIS_REPLY_STRING &&
+                   sscanf(text->str, "%d %d %lld", &x->to, &x->seg, &x->units) == 3 &&
+                   shard_of_gene(l, x->to) >= 0
+               ? 0
+               : -1;
+}
+
+/* Reads each shard's remaining units into left[], after applying the
+ * transfers recorded and not yet deleted (those of a process that died in
+ * between, or still on their way). */
+static inv_status shards_settle(struct inv_session *s, const char *sku,
+                                const struct sku_layout *l, long long *left)
+{
+    int finished = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < l->nshards; i++) {
+            struct inv_session *sh = inv_shard_session(s, l->genes[i]);
+            struct sku_keys k;
+            inv_keys_init(&k, sku, l->genes[i]);
+            redisReply *m =
+                sh ? rconn_command(sh->rc, "HGET %s remaining", k.meta) : NULL;
+            redisReply *x =
+                m && !pass ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
+            int ok = m && (m->type == REDIS_REPLY_STRING || m->type == REDIS_REPLY_NIL) &&
+                     (pass || (x && x->type == REDIS_REPLY_ARRAY));
+            left[i] = ok ? inv_reply_ll(m, 0) : 0;
+            for (size_t j = 0; ok && x && j + 1 < x->elements; j += 2) {
+                struct xfer_record rec;
+                if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
+                    continue;
+                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i],
+                                 rec.to, rec.seg, rec.units) == INV_OK;
+                finished++;
+            }
+            if (m)
+                freeReplyObject(m);
+            if (x)
+                freeReplyObject(x);
+            if (!ok)
+                return inv_shard_outcome(s, INV_UNAVAILABLE);
+        }
+        if (!finished) /* else read again: what was applied shows now */
+            break;
+    }
+    return INV_OK;
+}
+
+/* The fullest segment of the shard of gene (-1: none holds any). */
+static inv_status fullest_segment(struct inv_session *s, const char *sku, int gene,
+                                  int *seg)
+{
+    struct inv_session *sh = inv_shard_session(s, gene);
+    struct sku_keys k;
+    inv_keys_init(&k, sku, gene);
+    redisReply *r = sh ? rconn_command(sh->rc, "ZREVRANGE %s 0 0", k.avail) : NULL;
+    inv_status st = r && r->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
+    *seg = st == INV_OK && r->elements == 1 ? (int)inv_reply_ll(r->element[0], -1) : -1;
+    if (r)
+        freeReplyObject(r);
+    return inv_shard_outcome(s, st);
+}
+
+/* Moves up to want units of sku from the fullest segment of shard d to
+ * segment seg of shard h: *got (0 when d had none left there). */
+static inv_status xfer(struct inv_session *s, const char *sku, const struct sku_layout *l,
+                       int d, int h, int seg, long long want, long long *got)
+{
+    int from;
+    inv_status st = fullest_segment(s, sku, l->genes[d], &from);
+    *got = 0;
+    if (st != INV_OK || from < 0)
+        return st;
+    uint64_t id = orderid_next(s->inv->cfg.ids); /* unique, as an order's */
+    if (!id)
+        return INV_UNAVAILABLE;
+    char id_text[24], want_text[24], gene_text[12], seg_text[12], from_text[12];
+    snprintf(id_text, sizeof(id_text), "%" PRIu64, id);
+    snprintf(want_text, sizeof(want_text), "%lld", want);
+    snprintf(gene_text, sizeof(gene_text), "%d", l->genes[h]);
+    snprintf(seg_text, sizeof(seg_text), "%d", seg);
+    snprintf(from_text, sizeof(from_text), "%d", from);
+    const char *args[] = {l->epoch, id_text, want_text, gene_text, seg_text, from_text};
+    st = xfer_call(s, sku, l->genes[d], from, &xfer_out_script, 0, 6, args, got);
+    if (st == INV_OK && *got < 0) { /* the SKU was reset since */
+        inv_layout_forget(s->inv, sku);
+        return INV_UNAVAILABLE;
+    }
+    crash_point(s->inv, "transfer-out");
+    return st != INV_OK || *got == 0 ? st
+                                     : xfer_finish(s, sku, l->epoch, id_text, l->genes[d],
+                                                   l->genes[h], seg, *got);
+}
+
+/* Brings units to ticket t's shard, which is short of t->qty: from the
+ * fullest others, half of what each holds at least, until the shard holds
+ * t->qty. INV_OK when it does (try again), INV_SOLD_OUT when the SKU holds
+ * fewer than t->qty in all (remembered, soldout.h, when it holds none). */
+static inv_status shards_refill(struct inv_session *s, struct inv_ticket *t)
+{
+    struct inv *inv = s->inv;
+    struct sku_layout l;
+    if (inv_layout_get(inv, t->sku, &l) != 0 || l.nshards < 1)
+        return INV_UNAVAILABLE;
+    uint64_t seen = soldout_generation(inv->cfg.soldout);
+    long long left[CLUSTER_MAX_MASTERS], total = 0;
+    inv_status st = shards_settle(s, t->sku, &l, left);
+    if (st != INV_OK)
+        return st;
+    for (int i = 0; i < l.nshards; i++)
+        total += left[i];
+    if (total < t->qty) {
+        /* None left, read twice: a unit moved between the reads of two
+         * shards shows in the second (soldout.h trusts "none" for a while) */
+        if (total == 0 && shards_settle(s, t->sku, &l, left) == INV_OK) {
+            for (int i = 0; i < l.nshards; i++)
+                total += left[i];
+            if (total == 0)
+                soldout_note(inv->cfg.soldout, t->sku, 0, seen);
+        }
+        return total < t->qty ? INV_SOLD_OUT : INV_OK;
+    }
+    int h = t->home % l.nshards;
+    for (long long need = t->qty - left[h]; need > 0;) {
+        int d = -1;
+        for (int i = 0; i < l.nshards; i++)
+            if (i != h && left[i] > 0 && (d < 0 || left[i] > left[d]))
+                d = i;
+        if (d < 0)
+            return INV_SOLD_OUT; /* taken meanwhile */
+        long long got, want = left[d] / 2 > need ? left[d] / 2 : need;
+        if ((st = xfer(s, t->sku, &l, d, h, t->home, want, &got)) != INV_OK)
+            return st;
+        left[d] = got == 0 ? 0 : left[d] - got; /* none: taken meanwhile */
+        need -= got;
+    }
+    return INV_OK;
+}
+
+/* Places t on a cluster: in its home shard, and when that is short, again
+ * after units were brought there (a few rounds). */
+inv_status inv_ticket_place_shards(struct inv_session *s, struct inv_ticket *t)
+{
+    for (int round = 0;; round++) {
+        struct inv_session *sh;
+        inv_status st = inv_ticket_shard(s, t, &sh);
+        if (st == INV_OK)
+            st = inv_shard_outcome(s, inv_ticket_place(sh, t));
+        if (st != INV_SOLD_OUT || round == REFILL_ROUNDS)
+            return st;
+        if ((st = shards_refill(s, t)) != INV_OK)
+            return st;
+    }
+}
+
+/* Every master answers and says the cluster is whole. */
+int inv_ping_shards(struct inv_session *s)
+{
+    const struct cluster_map *m = rcluster_map(s->cl);
+    int ok = m->nmasters > 0;
+    for (int i = 0; ok && i < m->nmasters; i++) {
+        struct rconn *rc = rcluster_master(s->cl, i);
+        rconn_check(rc);
+        redisReply *r = rc ? rconn_command(rc, "CLUSTER INFO") : NULL;
+        ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+        if (r)
+            freeReplyObject(r);
+    }
+    if (!ok)
+        rcluster_refresh(s->cl);
+    return ok;
+}
+
+/* The genes of sku's shards: those its directory names when they are as
+ * many as the masters now (a SKU stays where it was put, also after its
+ * slots moved), else chosen anew (cluster_sku_genes). The count, else -1;
+ * *old gets the directory's, to clear those no longer used. */
+static int put_genes(struct inv_session *s, const char *sku, int segments, int *genes,
+                     int *old, int *nold)
+{
+    const struct cluster_map *m = rcluster_map(s->cl);
+    int n = cluster_sku_genes(m, sku, genes);
+    if (n < 1)
+        return -1;
+    if (n > segments)
+        n = segments;
+    char key[96];
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r = rc ? rconn_command(rc, "HGET %s genes", key) : NULL;
+    if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    *nold = r->type == REDIS_REPLY_STRING ? parse_genes(r->str, old) : 0;
+    freeReplyObject(r);
+    if (*nold == n)
+        memcpy(genes, old, sizeof(int) * (size_t)n);
+    return n;
+}
+
+/* PUT on a cluster: the epoch bumped in the directory first, then every
+ * shard reset to it, then the directory names the shards. A shard that
+ * failed leaves the PUT unavailable (to be repeated): its old epoch refuses
+ * the commits of orders routed by the new directory, and the reverse. */
+static inv_status sku_put_shards(struct inv_session *s, const char *sku, long long stock,
+                                 int segments, int limit)
+{
+    int genes[CLUSTER_MAX_MASTERS], old[CLUSTER_MAX_MASTERS], nold = 0;
+    int n = put_genes(s, sku, segments, genes, old, &nold);
+    if (n < 1)
+        return inv_shard_outcome(s, INV_UNAVAILABLE);
+    char key[96], epoch[24], list[CLUSTER_MAX_MASTERS * 4] = "";
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r = rc ? rconn_command(rc, "HINCRBY %s epoch 1", key) : NULL;
+    if (!r || r->type != REDIS_REPLY_INTEGER) {
+        if (r)
+            freeReplyObject(r);
+        return inv_shard_outcome(s, INV_UNAVAILABLE);
+    }
+    snprintf(epoch, sizeof(epoch), "%lld", r->integer);
+    freeReplyObject(r);
+    inv_status st = nold > 0 ? INV_OK : INV_CREATED;
+    for (int i = 0; i < nold && st != INV_UNAVAILABLE; i++) {
+        int kept = 0;
+        for (int j = 0; j < n; j++)
+            kept |= genes[j] == old[i];
+        struct inv_session *sh = kept ? s : inv_shard_session(s, old[i]);
+        if (!sh || (!kept && inv_sku_put_shard(sh, sku, 0, segments, limit, 0, 1,
+                                               epoch) == INV_UNAVAILABLE))
+            st = INV_UNAVAILABLE;
+    }
+    for (int i = 0; i < n && st != INV_UNAVAILABLE; i++) {
+        struct inv_session *sh = inv_shard_session(s, genes[i]);
+        if (!sh || inv_sku_put_shard(sh, sku, stock, segments, limit, i, n, epoch) ==
+                       INV_UNAVAILABLE)
+            st = INV_UNAVAILABLE;
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
+    }
+    if (st != INV_UNAVAILABLE) {
+        r = rconn_command(rc, "HSET %s genes %s segments %d initial %lld limit %d", key,
+                          list, segments, stock, limit);
+        if (!r || r->type != REDIS_REPLY_INTEGER)
+            st = INV_UNAVAILABLE;
+        if (r)
+            freeReplyObject(r);
+    }
+    inv_layout_forget(s->inv, sku);
+    return inv_shard_outcome(s, st);
+}
+
+inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
+                       int segments, int limit)
+{
+    if (s->cl)
+        return sku_put_shards(s, sku, stock, segments, limit);
+    return inv_sku_put_shard(s, sku, stock, segments, limit, 0, 1, "");
+}
+
+/* A read of a SKU over its shards (into out), asked READ_TRIES times at
+ * most while it finds the map stale. */
+typedef inv_status shards_read(struct inv_session *s, const char *sku, void *out);
+
+static inv_status read_retried(struct inv_session *s, shards_read *read, const char *sku,
+                               void *out)
+{
+    inv_status st = read(s, sku, out);
+    for (int i = 1; i < READ_TRIES && st == INV_UNAVAILABLE; i++)
+        st = read(s, sku, out);
+    return st;
+}
+
+static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *report)
+{
+    struct inv_sku_report *out = report;
+    struct sku_layout l;
+    inv_status st = layout_learn(s, sku, &l);
+    struct inv_sku_report *one = malloc(sizeof(*one));
+    if (!one)
+        abort();
+    for (int i = 0; st == INV_OK && i < l.nshards; i++) {
+        struct inv_session *sh = inv_shard_session(s, l.genes[i]);
+        st = sh ? inv_sku_get_shard(sh, sku, one) : INV_UNAVAILABLE;
+        if (st != INV_OK)
+            break;
+        if (i == 0) {
+            memset(out, 0, offsetof(struct inv_sku_report, segments));
+            snprintf(out->sku, sizeof(out->sku), "%s", sku);
+            out->nsegments = l.segments;
+            out->limit = one->limit;
+        }
+        out->initial += one->initial;
+        out->sold += one->sold;
+        out->orders += one->orders;
+        out->remaining += one->remaining;
+        for (int seg = i; seg < l.segments && seg < one->nsegments; seg += l.nshards)
+            out->segments[seg] = one->segments[seg];
+    }
+    if (st == INV_OK) { /* units on their way between shards are not sold */
+        out->remaining += l.initial - out->initial;
+        out->initial = l.initial;
+        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+    }
+    free(one);
+    return inv_shard_outcome(s, st);
+}
+
+/* Units of sku whose transfer is recorded on the shard of gene `gene` and
+ * not applied yet by the shard it goes to (*units); each transfer counted
+ * once. */
+static inv_status units_in_flight(struct inv_session *s, const char *sku,
+                                  const struct sku_layout *l, int gene, long long *units)
+{
+    struct inv_session *sh = inv_shard_session(s, gene);
+    struct sku_keys k;
+    inv_keys_init(&k, sku, gene);
+    redisReply *x = sh ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
+    inv_status st = x && x->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
+    for (size_t j = 0; st == INV_OK && j + 1 < x->elements; j += 2) {
+        struct xfer_record rec;
+        if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
+            continue;
+        struct inv_session *rh = inv_shard_session(s, rec.to);
+        struct sku_keys rk;
+        inv_keys_init(&rk, sku, rec.to);
+        redisReply *m =
+            rh ? rconn_command(rh->rc, "SISMEMBER %s %s", rk.xin, x->element[j]->str)
+               : NULL;
+        if (!m || m->type != REDIS_REPLY_INTEGER)
+            st = INV_UNAVAILABLE;
+        else if (m->integer == 0)
+            *units += rec.units;
+        if (m)
+            freeReplyObject(m);
+    }
+    if (x)
+        freeReplyObject(x);
+    return st;
+}
+
+inv_status inv_sku_get(struct inv_session *s, const char *sku, struct inv_sku_report *out)
+{
+    return s->cl ? read_retried(s, sku_get_shards, sku, out)
+                 : inv_sku_get_shard(s, sku, out);
+}
+
+static inv_status audit_shards(struct inv_session *s, const char *sku, void *audit)
+{
+    struct inv_audit *out = audit;
+    struct sku_layout l;
+    inv_status st = layout_learn(s, sku, &l);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->sku, sizeof(out->sku), "%s", sku);
+    out->consistent = 1;
+    for (int i = 0; st == INV_OK && i < l.nshards; i++) {
+        struct inv_audit one;
+        struct inv_session *sh = inv_shard_session(s, l.genes[i]);
+        st = sh ? inv_audit_shard(sh, sku, &one) : INV_UNAVAILABLE;
+        if (st != INV_OK)
+            break;
+        out->initial += one.initial;
+        out->orders += one.orders;
+        out->sold += one.sold;
+        out->remaining += one.remaining;
+        out->limit_breaches += one.limit_breaches; /* a user buys in one shard */
+        out->duplicate_order_ids += one.duplicate_order_ids; /* ids carry the gene */
+        out->consistent &= one.consistent;
+    }
+    /* The shards' initial shares add up to the SKU's but for the units on
+     * their way between them, which their transfers' records must show. */
+    long long flying = 0;
+    for (int i = 0; st == INV_OK && i < l.nshards; i++)
+        st = units_in_flight(s, sku, &l, l.genes[i], &flying);
+    if (st == INV_OK) {
+        out->consistent &= l.initial - out->initial == flying;
+        out->remaining += flying;
+        out->initial = l.initial;
+        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+        out->consistent &=
+            out->oversold == 0 && out->sold + out->remaining == out->initial;
+    }
+    return inv_shard_outcome(s, st);
+}
+
+inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out)
+{
+    return s->cl ? read_retried(s, audit_shards, sku, out) : inv_audit_shard(s, sku, out);
+}
