@@ -57,13 +57,6 @@ static struct lock *lock_make(const char *mode, int ttl_ms, int max_lease_ms, in
     return l;
 }
 
-static void sleep_us(long us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static long long redis_int(struct rconn *rc, const char *fmt, const char *key)
 {
     redisReply *r = rconn_command(rc, fmt, key);
@@ -111,7 +104,7 @@ static void *excl_worker(void *arg)
         if (atomic_fetch_add(&run->inside, 1) != 0)
             atomic_fetch_add(&run->overlaps, 1);
         long v = atomic_load_explicit(&run->counter, memory_order_relaxed);
-        sleep_us(run->work_us);
+        test_sleep_us(run->work_us);
         atomic_store_explicit(&run->counter, v + 1, memory_order_relaxed);
         atomic_fetch_sub(&run->inside, 1);
         if (lock_release(s, run->key, &g) != LOCK_RELEASED)
@@ -263,7 +256,7 @@ static void process_worker(const char *mode, const char *key, int iterations)
         long v = r && r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
         if (r)
             freeReplyObject(r);
-        sleep_us(200);
+        test_sleep_us(200);
         r = rconn_command(rc, "SET %s %ld", vkey, v + 1);
         if (!r)
             failures++;

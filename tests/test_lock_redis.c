@@ -8,14 +8,12 @@
 
 #include <cmocka.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "lock.h"
@@ -54,13 +52,6 @@ static struct lock *lock_make(const char *mode, int ttl_ms, int max_lease_ms)
     if (!l)
         fail_msg("lock_new(%s): %s", mode, err);
     return l;
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 static void admin_cmd(const char *fmt, const char *arg)
@@ -301,7 +292,7 @@ static void test_watchdog_renews(void **state)
     /* Renewal stops on release: nothing is renewed over two periods. */
     lock_stats(l, &st);
     uint64_t renewed = st.renewals;
-    sleep_us(2 * ttl * 1000 / 3 + 50000);
+    test_sleep_us(2 * ttl * 1000 / 3 + 50000);
     lock_stats(l, &st);
     assert_int_equal(st.renewals, renewed);
     lock_session_free(a);
@@ -500,7 +491,7 @@ static void test_release_wakes_one(void **state)
             if (atomic_load(&w[j].acquired))
                 first = &w[j], second = &w[1 - j];
         if (!first)
-            sleep_us(5000);
+            test_sleep_us(5000);
     }
     assert_non_null(first);
     assert_int_equal(first->status, LOCK_ACQUIRED);
@@ -740,13 +731,13 @@ static void test_grant_picked_up_later_gets_a_full_lease(void **state)
     assert_int_equal(lock_acquire(h, key, 0, &gh), LOCK_ACQUIRED);
     queue_stale_entry(key, gs.token, redis_now_ms() + 60000);
     assert_int_equal(lock_release(h, key, &gh), LOCK_RELEASED); /* handed to S */
-    sleep_us(800 * 1000); /* the grant waits; its lease runs */
+    test_sleep_us(800 * 1000); /* the grant waits; its lease runs */
     assert_int_equal(lock_acquire(s, key, 0, &gs), LOCK_ACQUIRED);
     assert_true(gs.fence > gh.fence);
     long long left = key_integer("PTTL %s", key);
     if (left < ttl - 100)
         fail_msg("lease left after the pick-up: %lld ms of %d", left, ttl);
-    sleep_us(400 * 1000); /* past the end of the lease as handed over */
+    test_sleep_us(400 * 1000); /* past the end of the lease as handed over */
     assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_BUSY);
     struct lock_stats st;
     lock_stats(l, &st);
@@ -783,7 +774,7 @@ static void test_queue_expiry_only_extended(void **state)
     waiter_start(&newer, l, key, short_wait);
     assert_true(test_wait_for(has_acquired, &newer, 2000));
     assert_int_equal(newer.status, LOCK_BUSY);
-    sleep_us((short_wait + ttl + 200) * 1000); /* past the newer waiter's expiry */
+    test_sleep_us((short_wait + ttl + 200) * 1000); /* past the newer waiter's expiry */
     long long queued = key_integer("LLEN %s:queue", key);
     int64_t released_at = lock_now_us();
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
@@ -824,7 +815,7 @@ static void *bench_worker(void *arg)
             atomic_fetch_add(&b->failures, 1);
             continue;
         }
-        sleep_us(b->work_us);
+        test_sleep_us(b->work_us);
         lock_release(s, b->key, &g);
     }
     lock_session_free(s);

@@ -7,13 +7,11 @@
 
 #include <cmocka.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lock.h"
 #include "testutil.h"
@@ -55,13 +53,6 @@ static struct lock *redlock_make(int nnodes, int ttl_ms, char *err, size_t errle
 static struct rconn *data_conn(void)
 {
     return rconn_new("127.0.0.1", data_srv.port, NULL, 2000);
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 /* How many live nodes have key. */
@@ -163,7 +154,7 @@ static void *excl_worker(void *arg)
         if (atomic_fetch_add(&run->inside, 1) != 0)
             atomic_fetch_add(&run->overlaps, 1);
         long v = atomic_load_explicit(&run->counter, memory_order_relaxed);
-        sleep_us(200);
+        test_sleep_us(200);
         atomic_store_explicit(&run->counter, v + 1, memory_order_relaxed);
         atomic_fetch_sub(&run->inside, 1);
         /* A hold whose majority included the killed node can only be

@@ -38,14 +38,20 @@ static void stop_all(void)
     }
 }
 
-/* Lists server in table (on) or takes it off, so that the exit hook (set up
- * on first use) stops whatever is still running. */
-static void track(void **table, void *server, int on)
+/* Sets up the exit hook that stops whatever is still running (once). */
+static void exit_hook(void)
 {
     if (!atexit_done) {
         atexit(stop_all);
         atexit_done = 1;
     }
+}
+
+/* Lists server in table (on) or takes it off, so that the exit hook stops
+ * whatever is still running. */
+static void track(void **table, void *server, int on)
+{
+    exit_hook();
     for (int i = 0; i < MAX_SERVERS; i++) {
         if (on && !table[i]) {
             table[i] = server;
@@ -102,9 +108,9 @@ int test_free_port(void)
     return ntohs(a.sin_port);
 }
 
-static void sleep_ms(int ms)
+void test_sleep_us(long us)
 {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
@@ -114,7 +120,7 @@ int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms)
     for (int waited = 0; waited <= timeout_ms; waited += 2) {
         if (cond_fn(arg))
             return 1;
-        sleep_ms(2);
+        test_sleep_us(2000);
     }
     return cond_fn(arg);
 }
@@ -146,15 +152,23 @@ static int answers_ping(void *arg)
     return ok;
 }
 
-/* In a child about to exec: it is killed when the test process ends, however
- * that happens (a crash, or a sanitizer's _exit after its report, which skips
- * the exit hook), so no server outlives its test. Tests start their servers
- * from the main thread, whose end is the process's. */
-static void die_with_parent(pid_t parent)
+/* fork() for a server. The child (0 returned) is killed when the test
+ * process ends, however that happens (a crash, or a sanitizer's _exit after
+ * its report, which skips the exit hook), so no server outlives its test.
+ * Tests start their servers from the main thread, whose end is the
+ * process's. A fork that fails aborts the test. */
+static pid_t fork_server(void)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) /* it ended before the line above */
-        _exit(1);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) /* it ended before the line above */
+            _exit(1);
+    }
+    return pid;
 }
 
 static int spawn(struct test_redis *r, const char *const *extra_args)
@@ -169,12 +183,8 @@ static int spawn(struct test_redis *r, const char *const *extra_args)
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = extra_args[i];
     argv[n] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
+    pid_t pid = fork_server();
     if (pid == 0) {
-        die_with_parent(parent);
         execvp("redis-server", (char *const *)argv);
         perror("exec redis-server");
         _exit(127);
@@ -220,10 +230,7 @@ void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
 static void proxy_start(struct test_proxy *p, int target_port, const char *drop_flag,
                         const char *drop)
 {
-    if (!atexit_done) {
-        atexit(stop_all);
-        atexit_done = 1;
-    }
+    exit_hook();
     const char *build = getenv("SECKILL_BUILD");
     char bin[512], listen[16], target[16];
     snprintf(bin, sizeof(bin), "%s/tests/faultproxy", build && *build ? build : "build");
@@ -234,12 +241,8 @@ static void proxy_start(struct test_proxy *p, int target_port, const char *drop_
         int out[2];
         if (pipe(out) != 0)
             abort();
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0)
-            abort();
+        pid_t pid = fork_server();
         if (pid == 0) {
-            die_with_parent(parent);
             dup2(out[1], STDOUT_FILENO);
             close(out[0]);
             close(out[1]);
@@ -359,12 +362,8 @@ static int zk_spawn(struct test_zk *z)
             "4lw.commands.whitelist=srvr,cons,wchp\n",
             data, z->port);
     fclose(f);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
+    pid_t pid = fork_server();
     if (pid == 0) {
-        die_with_parent(parent);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);

@@ -70,6 +70,9 @@ void test_zk_restart(struct test_zk *z);
  * length, or -1 when the server did not answer. */
 int test_zk_4lw(int port, const char *cmd, char *buf, size_t len);
 
+/* Sleeps us microseconds (again after a signal). */
+void test_sleep_us(long us);
+
 /* A loopback TCP port nobody listens on right now. */
 int test_free_port(void);
 
