@@ -1,5 +1,10 @@
 #include "testutil.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -414,4 +419,87 @@ void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
 {
     server_end(&z->pid, z->dir, hard, keep_dir);
     track(zk_running, z, 0);
+}
+
+/* ---- locks ---------------------------------------------------------------- */
+
+struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int skew_ms)
+{
+    struct lock_config cfg = {.ttl_ms = ttl_ms,
+                              .fencing = 1,
+                              .max_lease_ms = max_lease_ms,
+                              .clock_skew_ms = skew_ms};
+    char err[256] = "";
+    struct lock *l = lock_new(mode, &cfg, err, sizeof(err));
+    if (!l)
+        fail_msg("lock_new(%s): %s", mode, err);
+    return l;
+}
+
+void test_lock_key_del(struct rconn *rc, const char *key)
+{
+    redisReply *r = rconn_command(rc, "DEL %s %s:fence %s:queue", key, key, key);
+    assert_non_null(r);
+    freeReplyObject(r);
+}
+
+void test_sessions_open(struct test_sessions *p, struct lock *l, int port, int n)
+{
+    assert_true(n >= 1 && n <= TEST_SESSIONS_MAX);
+    memset(p, 0, sizeof(*p));
+    p->lock = l;
+    p->n = n;
+    for (int i = 0; i < n; i++) {
+        p->rc[i] = rconn_new("127.0.0.1", port, NULL, 2000);
+        p->s[i] = lock_session_new(l, p->rc[i]);
+    }
+}
+
+void test_sessions_close(struct test_sessions *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        lock_session_free(p->s[i]);
+        rconn_free(p->rc[i]);
+    }
+    lock_free(p->lock);
+}
+
+static void *excl_worker(void *arg)
+{
+    struct test_excl *run = arg;
+    struct rconn *rc = rconn_new("127.0.0.1", run->port, NULL, 2000);
+    struct lock_session *s = lock_session_new(run->lock, rc);
+    for (int i = 0; i < run->iterations; i++) {
+        struct lock_grant g;
+        if (lock_acquire(s, run->key, 10000, &g) != LOCK_ACQUIRED) {
+            atomic_fetch_add(&run->failures, 1);
+            continue;
+        }
+        if (atomic_fetch_add(&run->inside, 1) != 0)
+            atomic_fetch_add(&run->overlaps, 1);
+        long v = atomic_load_explicit(&run->counter, memory_order_relaxed);
+        test_sleep_us(run->work_us);
+        atomic_store_explicit(&run->counter, v + 1, memory_order_relaxed);
+        atomic_fetch_sub(&run->inside, 1);
+        lock_status st = lock_release(s, run->key, &g);
+        if (st != LOCK_RELEASED && !(st == LOCK_NOT_HELD && run->not_held_ok))
+            atomic_fetch_add(&run->failures, 1);
+    }
+    lock_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+void test_excl_start(struct test_excl *run, int nthreads)
+{
+    assert_true(nthreads >= 1 && nthreads <= TEST_EXCL_THREADS);
+    run->nthreads = nthreads;
+    for (int i = 0; i < nthreads; i++)
+        assert_int_equal(pthread_create(&run->thread[i], NULL, excl_worker, run), 0);
+}
+
+void test_excl_join(struct test_excl *run)
+{
+    for (int i = 0; i < run->nthreads; i++)
+        pthread_join(run->thread[i], NULL);
 }
