@@ -9,10 +9,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct test_redis invfix_redis;
+struct orderid_gen invfix_ids;
+
+int invfix_setup(void **state)
+{
+    (void)state;
+    test_redis_start(&invfix_redis, NULL);
+    orderid_init(&invfix_ids, 7, NULL, 0);
+    return 0;
+}
+
+int invfix_teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&invfix_redis, 0, 0);
+    return 0;
+}
+
 void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
                  struct orderid_gen *ids)
 {
     invfix_open_nodes(f, mode, work_us, port, ids, NULL, 0);
+}
+
+void invfix_open_shared(struct invfix *f, const char *mode, int work_us)
+{
+    invfix_open(f, mode, work_us, invfix_redis.port, &invfix_ids);
 }
 
 void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port,
@@ -68,6 +91,36 @@ void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
     assert_int_equal(a.sold, sold);
     assert_int_equal(a.remaining, remaining);
     assert_true(a.consistent);
+}
+
+#define INVFIX_LOCKED_MAX 4
+
+struct locked_arg {
+    struct rconn *rc;
+    int n;
+    const char *argv[1 + INVFIX_LOCKED_MAX];
+};
+
+static int all_locked(void *arg)
+{
+    struct locked_arg *a = arg;
+    redisReply *r = rconn_command_argv(a->rc, 1 + a->n, a->argv, NULL);
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == a->n;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+int invfix_wait_locked(struct rconn *rc, const char *const *skus, int n, int timeout_ms)
+{
+    assert_true(n >= 1 && n <= INVFIX_LOCKED_MAX);
+    char keys[INVFIX_LOCKED_MAX][80];
+    struct locked_arg a = {.rc = rc, .n = n, .argv = {"EXISTS"}};
+    for (int i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "sk:{%s}:lock:0", skus[i]);
+        a.argv[1 + i] = keys[i];
+    }
+    return test_wait_for(all_locked, &a, timeout_ms);
 }
 
 void invfix_on_done(struct inv_ticket *t)

@@ -9,6 +9,15 @@
 #include <stddef.h>
 
 #include "inventory.h"
+#include "testutil.h"
+
+/* The redis-server and the order ids (worker 7) that a test binary's
+ * fixtures share. invfix_setup, a cmocka group set-up, starts the server;
+ * invfix_teardown stops it. */
+extern struct test_redis invfix_redis;
+extern struct orderid_gen invfix_ids;
+int invfix_setup(void **state);
+int invfix_teardown(void **state);
 
 struct invfix {
     struct lock *lock;
@@ -21,6 +30,8 @@ struct invfix {
  * the Redis (or proxy) on port, drawing order ids from ids. */
 void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
                  struct orderid_gen *ids);
+/* The same on the shared server (invfix_redis) with the shared ids. */
+void invfix_open_shared(struct invfix *f, const char *mode, int work_us);
 /* The same with the lock's nodes (redlock; borrowed, kept until close). */
 void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port,
                        struct orderid_gen *ids, const struct rconn_addr *nodes,
@@ -35,6 +46,10 @@ void invfix_user_with_home(int home, int k, int nth, char *out, size_t len);
  * index agree. */
 void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
                         long long remaining);
+
+/* Waits up to timeout_ms until segment 0 of each of the n SKUs is locked at
+ * once (one EXISTS of their lock keys through rc). Returns 1 when they are. */
+int invfix_wait_locked(struct rconn *rc, const char *const *skus, int n, int timeout_ms);
 
 /* Counts the answers of the tickets it owns (t->owner = w, t->done =
  * invfix_on_done), so that a test waits on a condition, not a clock. */
