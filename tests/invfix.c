@@ -1,5 +1,7 @@
 #include "invfix.h"
 
+#include "batch.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,6 +125,20 @@ int invfix_wait_locked(struct rconn *rc, const char *const *skus, int n, int tim
     return test_wait_for(all_locked, &a, timeout_ms);
 }
 
+void invfix_take_over(struct invfix *f, const char *sku, int seg)
+{
+    char key[80];
+    snprintf(key, sizeof(key), "sk:{%s}:lock:%d", sku, seg);
+    redisReply *r = rconn_command(f->rc, "DEL %s", key); /* the lease is gone */
+    assert_true(r && r->integer == 1);
+    freeReplyObject(r);
+    struct lock_session *ls = lock_session_new(f->lock, f->rc);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(ls, key, 5000, &g), LOCK_ACQUIRED);
+    lock_release(ls, key, &g);
+    lock_session_free(ls);
+}
+
 void invfix_on_done(struct inv_ticket *t)
 {
     struct invfix_waiter *w = t->owner;
@@ -138,4 +154,33 @@ void invfix_wait_done(struct invfix_waiter *w, int n)
     while (w->done < n)
         pthread_cond_wait(&w->cv, &w->mu);
     pthread_mutex_unlock(&w->mu);
+}
+
+void invfix_submit(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
+                   const char *sku, const char *user, struct invfix_waiter *w)
+{
+    assert_int_equal(inv_ticket_open(inv, t, sku, user, 1, NULL), INV_OK);
+    t->done = invfix_on_done;
+    t->owner = w;
+    if (b)
+        inv_batcher_submit(b, t);
+}
+
+void invfix_submit_crowd(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
+                         int n, const char *sku, const char *prefix,
+                         struct invfix_waiter *w)
+{
+    for (int i = 0; i < n; i++) {
+        char user[32];
+        snprintf(user, sizeof(user), "%s%d", prefix, i);
+        invfix_submit(inv, b, &t[i], sku, user, w);
+    }
+}
+
+int invfix_count(const struct inv_ticket *t, int n, inv_status st)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        count += t[i].st == st;
+    return count;
 }

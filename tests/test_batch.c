@@ -151,14 +151,7 @@ static void test_batch_with_lost_lease_is_refused_whole(void **state)
     struct slow_batch b;
     pthread_t th;
     start_slow_batch(&f, &other, &th, &b, t, 3);
-    redisReply *r = rconn_command(other.rc, "DEL sk:{slow}:lock:0"); /* lease gone */
-    assert_true(r && r->integer == 1);
-    freeReplyObject(r);
-    struct lock_session *ls = lock_session_new(other.lock, other.rc);
-    struct lock_grant g;
-    assert_int_equal(lock_acquire(ls, "sk:{slow}:lock:0", 5000, &g), LOCK_ACQUIRED);
-    lock_release(ls, "sk:{slow}:lock:0", &g);
-    lock_session_free(ls);
+    invfix_take_over(&other, "slow", 0);
     pthread_join(th, NULL);
     for (int i = 0; i < 3; i++)
         assert_int_equal(t[i].st, INV_BUSY);
@@ -277,18 +270,6 @@ static struct inv_batcher *batcher(struct invfix *f, int threads, int batch)
     return inv_batcher_start(f->inv, &bc);
 }
 
-/* Opens t as an order of sku for user, answered to w, and submits it to b
- * (b NULL: opened only). */
-static void submit(struct invfix *f, struct inv_batcher *b, struct inv_ticket *t,
-                   const char *sku, const char *user, struct invfix_waiter *w)
-{
-    assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, NULL), INV_OK);
-    t->done = invfix_on_done;
-    t->owner = w;
-    if (b)
-        inv_batcher_submit(b, t);
-}
-
 /* Orders that arrive while a segment's batch is in flight wait for the next
  * one: with one batch thread, 20 ms of work per hold and 64 orders queued
  * for one segment, a handful of holds serve all of them, and every order gets
@@ -303,19 +284,10 @@ static void test_batcher_groups_orders_of_a_segment(void **state)
     struct inv_batcher *b = batcher(&f, 1, 16);
     static struct inv_ticket t[CROWD];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    for (int i = 0; i < CROWD; i++) {
-        char user[16];
-        snprintf(user, sizeof(user), "c%d", i);
-        submit(&f, b, &t[i], "crowd", user, &w);
-    }
+    invfix_submit_crowd(f.inv, b, t, CROWD, "crowd", "c", &w);
     invfix_wait_done(&w, CROWD);
-    int placed = 0, sold_out = 0;
-    for (int i = 0; i < CROWD; i++) {
-        placed += t[i].st == INV_PLACED;
-        sold_out += t[i].st == INV_SOLD_OUT;
-    }
-    assert_int_equal(placed, 50);
-    assert_int_equal(sold_out, CROWD - 50);
+    assert_int_equal(invfix_count(t, CROWD, INV_PLACED), 50);
+    assert_int_equal(invfix_count(t, CROWD, INV_SOLD_OUT), CROWD - 50);
     struct inv_batch_stats bs;
     inv_batcher_stats(b, &bs);
     if (bs.batches == 0 || bs.batches > 12)
@@ -354,11 +326,11 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     struct inv_batcher *b = batcher(&f, 1, 64);
     static struct inv_ticket t[49];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    submit(&f, b, &t[48], "gate", "g", &w);
+    invfix_submit(f.inv, b, &t[48], "gate", "g", &w);
     for (int i = 0; i < 48; i++) {
         char user[16];
         invfix_user_with_home(i % 4, 4, i / 4, user, sizeof(user));
-        submit(&f, b, &t[i], "spread", user, &w);
+        invfix_submit(f.inv, b, &t[i], "spread", user, &w);
         assert_int_equal(t[i].home, i % 4);
     }
     lock_release(ls, "sk:{gate}:lock:0", &g);
@@ -395,11 +367,11 @@ static void test_batcher_works_holds_side_by_side(void **state)
     static struct inv_ticket learn[3], t[3];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
     for (int i = 0; i < 3; i++) /* the layouts, learnt one by one */
-        submit(&f, b, &learn[i], sku[i], "learn", &w);
+        invfix_submit(f.inv, b, &learn[i], sku[i], "learn", &w);
     invfix_wait_done(&w, 3);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(learn[i].st, INV_PLACED);
-        submit(&f, b, &t[i], sku[i], "park", &w);
+        invfix_submit(f.inv, b, &t[i], sku[i], "park", &w);
     }
     const char *parked[] = {sku[0], sku[1], sku[2]};
     assert_true(invfix_wait_locked(probe.rc, parked, 3, 5000));
@@ -428,7 +400,7 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
     for (int i = 0; i < 40; i++) {
         char sku[16];
         snprintf(sku, sizeof(sku), "madeup%d", i);
-        submit(&f, b, &t[i], sku, "u", &w);
+        invfix_submit(f.inv, b, &t[i], sku, "u", &w);
     }
     invfix_wait_done(&w, 40);
     for (int i = 0; i < 40; i++)
@@ -436,12 +408,13 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
     struct inv_batch_stats bs;
     inv_batcher_stats(b, &bs);
     assert_int_equal(bs.queues, 0);
-    submit(&f, b, &t[40], "real", "u", &w);
+    invfix_submit(f.inv, b, &t[40], "real", "u", &w);
     invfix_wait_done(&w, 41);
     assert_int_equal(t[40].st, INV_PLACED);
     inv_batcher_stats(b, &bs);
-    assert_int_equal(bs.queues, 0);         /* learnt by itself: no segment queue yet */
-    submit(&f, b, &t[41], "real", "v", &w); /* its segment's queue, and the SKU's */
+    assert_int_equal(bs.queues, 0); /* learnt by itself: no segment queue yet */
+    invfix_submit(f.inv, b, &t[41], "real", "v",
+                  &w); /* its segment's queue, and the SKU's */
     invfix_wait_done(&w, 42);
     assert_int_equal(t[41].st, INV_PLACED);
     inv_batcher_stats(b, &bs);
@@ -461,17 +434,13 @@ static void test_batcher_stop_answers_everything(void **state)
     struct inv_batcher *b = batcher(&f, 2, 4);
     static struct inv_ticket t[CROWD + 1];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    for (int i = 0; i <= CROWD; i++) {
-        char user[16];
-        snprintf(user, sizeof(user), "s%d", i);
-        submit(&f, i < CROWD ? b : NULL, &t[i], "stop", user, &w);
-    }
+    invfix_submit_crowd(f.inv, b, t, CROWD, "stop", "s", &w);
+    invfix_submit(f.inv, NULL, &t[CROWD], "stop", "late", &w); /* opened only */
     inv_batcher_stop(b);
     pthread_mutex_lock(&w.mu);
     assert_int_equal(w.done, CROWD);
     pthread_mutex_unlock(&w.mu);
-    for (int i = 0; i < CROWD; i++)
-        assert_int_equal(t[i].st, INV_PLACED);
+    assert_int_equal(invfix_count(t, CROWD, INV_PLACED), CROWD);
     inv_batcher_submit(b, &t[CROWD]);
     assert_int_equal(t[CROWD].st, INV_UNAVAILABLE);
     invfix_wait_done(&w, CROWD + 1);

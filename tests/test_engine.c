@@ -335,13 +335,8 @@ static void test_orders_during_a_hold_form_the_next(void **state)
         struct loop *l = loop_new(&f, invfix_redis.port, 16);
         loop_orders(l, sku, "c", CROWD);
         loop_settle(l, 10000);
-        int placed = 0, sold_out = 0;
-        for (int i = 0; i < CROWD; i++) {
-            placed += l->t[i].st == INV_PLACED;
-            sold_out += l->t[i].st == INV_SOLD_OUT;
-        }
-        assert_int_equal(placed, 50);
-        assert_int_equal(sold_out, CROWD - 50);
+        assert_int_equal(invfix_count(l->t, CROWD, INV_PLACED), 50);
+        assert_int_equal(invfix_count(l->t, CROWD, INV_SOLD_OUT), CROWD - 50);
         struct inv_batch_stats bs;
         inv_batcher_stats(l->batcher, &bs);
         if (bs.batches < CROWD / 16 || bs.batches > 12)
@@ -384,14 +379,7 @@ static void test_lost_lease_refuses_the_hold_whole(void **state)
     (void)state;
     struct invfix f, other;
     struct loop *l = start_slow_hold(&f, &other, "fence", 3);
-    redisReply *r = rconn_command(other.rc, "DEL sk:{fence}:lock:0"); /* lease gone */
-    assert_true(r && r->integer == 1);
-    freeReplyObject(r);
-    struct lock_session *ls = lock_session_new(other.lock, other.rc);
-    struct lock_grant g;
-    assert_int_equal(lock_acquire(ls, "sk:{fence}:lock:0", 5000, &g), LOCK_ACQUIRED);
-    lock_release(ls, "sk:{fence}:lock:0", &g);
-    lock_session_free(ls);
+    invfix_take_over(&other, "fence", 0);
     loop_settle(l, 5000);
     expect_status(l, 1, 3, INV_BUSY);
     uint64_t one = 1; /* the hold's release, after its commit */

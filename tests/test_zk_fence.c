@@ -199,22 +199,10 @@ static void test_batches_sell_with_czxid_tokens(void **state)
     struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
     static struct inv_ticket t[40];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    for (int i = 0; i < 40; i++) {
-        char user[16];
-        snprintf(user, sizeof(user), "z%d", i);
-        assert_int_equal(inv_ticket_open(f.inv, &t[i], "zb", user, 1, NULL), INV_OK);
-        t[i].done = invfix_on_done;
-        t[i].owner = &w;
-        inv_batcher_submit(b, &t[i]);
-    }
+    invfix_submit_crowd(f.inv, b, t, 40, "zb", "z", &w);
     invfix_wait_done(&w, 40);
-    int placed = 0, sold_out = 0;
-    for (int i = 0; i < 40; i++) {
-        placed += t[i].st == INV_PLACED;
-        sold_out += t[i].st == INV_SOLD_OUT;
-    }
-    assert_int_equal(placed, 30);
-    assert_int_equal(sold_out, 10);
+    assert_int_equal(invfix_count(t, 40, INV_PLACED), 30);
+    assert_int_equal(invfix_count(t, 40, INV_SOLD_OUT), 10);
     inv_batcher_free(b);
     struct inv_audit a;
     assert_int_equal(inv_audit(f.s, "zb", &a), INV_OK);
