@@ -1,5 +1,7 @@
 #include "invfix.h"
 
+#include "batch.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,10 +11,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct test_redis invfix_redis;
+struct orderid_gen invfix_ids;
+
+int invfix_setup(void **state)
+{
+    (void)state;
+    test_redis_start(&invfix_redis, NULL);
+    orderid_init(&invfix_ids, 7, NULL, 0);
+    return 0;
+}
+
+int invfix_teardown(void **state)
+{
+    (void)state;
+    test_redis_stop(&invfix_redis, 0, 0);
+    return 0;
+}
+
 void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
                  struct orderid_gen *ids)
 {
     invfix_open_nodes(f, mode, work_us, port, ids, NULL, 0);
+}
+
+void invfix_open_shared(struct invfix *f, const char *mode, int work_us)
+{
+    invfix_open(f, mode, work_us, invfix_redis.port, &invfix_ids);
 }
 
 void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port,
@@ -70,6 +95,50 @@ void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
     assert_true(a.consistent);
 }
 
+#define INVFIX_LOCKED_MAX 4
+
+struct locked_arg {
+    struct rconn *rc;
+    int n;
+    const char *argv[1 + INVFIX_LOCKED_MAX];
+};
+
+static int all_locked(void *arg)
+{
+    struct locked_arg *a = arg;
+    redisReply *r = rconn_command_argv(a->rc, 1 + a->n, a->argv, NULL);
+    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == a->n;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+int invfix_wait_locked(struct rconn *rc, const char *const *skus, int n, int timeout_ms)
+{
+    assert_true(n >= 1 && n <= INVFIX_LOCKED_MAX);
+    char keys[INVFIX_LOCKED_MAX][80];
+    struct locked_arg a = {.rc = rc, .n = n, .argv = {"EXISTS"}};
+    for (int i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "sk:{%s}:lock:0", skus[i]);
+        a.argv[1 + i] = keys[i];
+    }
+    return test_wait_for(all_locked, &a, timeout_ms);
+}
+
+void invfix_take_over(struct invfix *f, const char *sku, int seg)
+{
+    char key[80];
+    snprintf(key, sizeof(key), "sk:{%s}:lock:%d", sku, seg);
+    redisReply *r = rconn_command(f->rc, "DEL %s", key); /* the lease is gone */
+    assert_true(r && r->integer == 1);
+    freeReplyObject(r);
+    struct lock_session *ls = lock_session_new(f->lock, f->rc);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(ls, key, 5000, &g), LOCK_ACQUIRED);
+    lock_release(ls, key, &g);
+    lock_session_free(ls);
+}
+
 void invfix_on_done(struct inv_ticket *t)
 {
     struct invfix_waiter *w = t->owner;
@@ -85,4 +154,33 @@ void invfix_wait_done(struct invfix_waiter *w, int n)
     while (w->done < n)
         pthread_cond_wait(&w->cv, &w->mu);
     pthread_mutex_unlock(&w->mu);
+}
+
+void invfix_submit(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
+                   const char *sku, const char *user, struct invfix_waiter *w)
+{
+    assert_int_equal(inv_ticket_open(inv, t, sku, user, 1, NULL), INV_OK);
+    t->done = invfix_on_done;
+    t->owner = w;
+    if (b)
+        inv_batcher_submit(b, t);
+}
+
+void invfix_submit_crowd(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
+                         int n, const char *sku, const char *prefix,
+                         struct invfix_waiter *w)
+{
+    for (int i = 0; i < n; i++) {
+        char user[32];
+        snprintf(user, sizeof(user), "%s%d", prefix, i);
+        invfix_submit(inv, b, &t[i], sku, user, w);
+    }
+}
+
+int invfix_count(const struct inv_ticket *t, int n, inv_status st)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        count += t[i].st == st;
+    return count;
 }

@@ -9,6 +9,15 @@
 #include <stddef.h>
 
 #include "inventory.h"
+#include "testutil.h"
+
+/* The redis-server and the order ids (worker 7) that a test binary's
+ * fixtures share. invfix_setup, a cmocka group set-up, starts the server;
+ * invfix_teardown stops it. */
+extern struct test_redis invfix_redis;
+extern struct orderid_gen invfix_ids;
+int invfix_setup(void **state);
+int invfix_teardown(void **state);
 
 struct invfix {
     struct lock *lock;
@@ -21,6 +30,8 @@ struct invfix {
  * the Redis (or proxy) on port, drawing order ids from ids. */
 void invfix_open(struct invfix *f, const char *mode, int work_us, int port,
                  struct orderid_gen *ids);
+/* The same on the shared server (invfix_redis) with the shared ids. */
+void invfix_open_shared(struct invfix *f, const char *mode, int work_us);
 /* The same with the lock's nodes (redlock; borrowed, kept until close). */
 void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port,
                        struct orderid_gen *ids, const struct rconn_addr *nodes,
@@ -35,6 +46,15 @@ void invfix_user_with_home(int home, int k, int nth, char *out, size_t len);
  * index agree. */
 void invfix_assert_sold(struct invfix *f, const char *sku, long long sold,
                         long long remaining);
+
+/* Waits up to timeout_ms until segment 0 of each of the n SKUs is locked at
+ * once (one EXISTS of their lock keys through rc). Returns 1 when they are. */
+int invfix_wait_locked(struct rconn *rc, const char *const *skus, int n, int timeout_ms);
+
+/* Another holder takes segment seg of sku over, as when the holder's lease
+ * ran out: its lock key is deleted (it must exist), then f's lock acquires
+ * and releases it, which moves the fence on. */
+void invfix_take_over(struct invfix *f, const char *sku, int seg);
 
 /* Counts the answers of the tickets it owns (t->owner = w, t->done =
  * invfix_on_done), so that a test waits on a condition, not a clock. */
@@ -51,5 +71,17 @@ struct invfix_waiter {
 void invfix_on_done(struct inv_ticket *t);
 /* Waits until w counted n answers. */
 void invfix_wait_done(struct invfix_waiter *w, int n);
+
+struct inv_batcher;
+/* Opens t as an order of one unit of sku for user, answered to w, and
+ * submits it to b (b NULL: opened only). */
+void invfix_submit(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
+                   const char *sku, const char *user, struct invfix_waiter *w);
+/* The same for t[0..n), ordered by the users "<prefix>0" to "<prefix><n-1>". */
+void invfix_submit_crowd(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
+                         int n, const char *sku, const char *prefix,
+                         struct invfix_waiter *w);
+/* How many of t[0..n) answered st. */
+int invfix_count(const struct inv_ticket *t, int n, inv_status st);
 
 #endif

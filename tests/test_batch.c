@@ -15,19 +15,6 @@
 #include "invfix.h"
 #include "testutil.h"
 
-static struct test_redis redis;
-static struct orderid_gen ids;
-
-static void fixture_open_at(struct invfix *f, const char *mode, int work_us, int port)
-{
-    invfix_open(f, mode, work_us, port, &ids);
-}
-
-static void fixture_open(struct invfix *f, const char *mode, int work_us)
-{
-    invfix_open(f, mode, work_us, redis.port, &ids);
-}
-
 /* Opens a ticket that must go to Redis, queued for segment `seg`. */
 static void ticket(struct invfix *f, struct inv_ticket *t, const char *sku,
                    const char *user, const char *key, int seg)
@@ -44,7 +31,7 @@ static void test_batch_mixes_outcomes(void **state)
 {
     (void)state;
     struct invfix f;
-    fixture_open(&f, "redis", 0);
+    invfix_open_shared(&f, "redis", 0);
     assert_int_equal(inv_sku_put(f.s, "mix", 6, 2, 1), INV_CREATED); /* 3 + 3 */
     char bea[16], cid[16], x[16], y[16], ann[16], dan[16], eve[16];
     invfix_user_with_home(1, 2, 0, bea, sizeof(bea));
@@ -94,7 +81,7 @@ static void test_atomic_pipeline_keeps_each_answer(void **state)
 {
     (void)state;
     struct invfix f;
-    fixture_open(&f, "atomic", 0);
+    invfix_open_shared(&f, "atomic", 0);
     inv_sku_put(f.s, "pipe", 10, 2, 1);
     struct inv_order first;
     assert_int_equal(inv_order_place(f.s, "pipe", "ann", 1, "ka", &first), INV_PLACED);
@@ -129,24 +116,14 @@ static void *run_batch(void *arg)
     return NULL;
 }
 
-static int key_exists(void *arg)
-{
-    struct invfix *f = arg;
-    redisReply *r = rconn_command(f->rc, "EXISTS sk:{%s}:lock:0", "slow");
-    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    if (r)
-        freeReplyObject(r);
-    return yes;
-}
-
 /* Opens f (400 ms of work) and other on SKU "slow" (stock 10, one segment,
  * one unit sold, its layout known), then starts a batch of n fresh users on
  * segment 0 in a thread and returns once it holds the segment lock. */
 static void start_slow_batch(struct invfix *f, struct invfix *other, pthread_t *th,
                              struct slow_batch *b, struct inv_ticket *t, int n)
 {
-    fixture_open(f, "redis", 400000);
-    fixture_open(other, "redis", 0);
+    invfix_open_shared(f, "redis", 400000);
+    invfix_open_shared(other, "redis", 0);
     inv_sku_put(f->s, "slow", 10, 1, 1);
     struct inv_order o;
     assert_int_equal(inv_order_place(f->s, "slow", "warm", 1, NULL, &o), INV_PLACED);
@@ -159,7 +136,8 @@ static void start_slow_batch(struct invfix *f, struct invfix *other, pthread_t *
     }
     *b = (struct slow_batch){.s = f->s, .t = ptrs, .n = n};
     pthread_create(th, NULL, run_batch, b);
-    assert_true(test_wait_for(key_exists, other, 5000));
+    const char *sku = "slow";
+    assert_true(invfix_wait_locked(other->rc, &sku, 1, 5000));
 }
 
 /* The lease runs out in the middle of a batch and another holder takes the
@@ -173,14 +151,7 @@ static void test_batch_with_lost_lease_is_refused_whole(void **state)
     struct slow_batch b;
     pthread_t th;
     start_slow_batch(&f, &other, &th, &b, t, 3);
-    redisReply *r = rconn_command(other.rc, "DEL sk:{slow}:lock:0"); /* lease gone */
-    assert_true(r && r->integer == 1);
-    freeReplyObject(r);
-    struct lock_session *ls = lock_session_new(other.lock, other.rc);
-    struct lock_grant g;
-    assert_int_equal(lock_acquire(ls, "sk:{slow}:lock:0", 5000, &g), LOCK_ACQUIRED);
-    lock_release(ls, "sk:{slow}:lock:0", &g);
-    lock_session_free(ls);
+    invfix_take_over(&other, "slow", 0);
     pthread_join(th, NULL);
     for (int i = 0; i < 3; i++)
         assert_int_equal(t[i].st, INV_BUSY);
@@ -233,14 +204,14 @@ static void test_batch_with_lost_connection(void **state)
         snprintf(sku, sizeof(sku), "cut-%s", modes[m]);
         snprintf(lockkey, sizeof(lockkey), "sk:{%s}:lock:0", sku);
         struct invfix direct;
-        fixture_open(&direct, modes[m], 0);
+        invfix_open_shared(&direct, modes[m], 0);
         inv_sku_put(direct.s, sku, 10, 1, 1);
         struct inv_order o;
         assert_int_equal(inv_order_place(direct.s, sku, "warm", 1, NULL, &o), INV_PLACED);
         struct test_proxy proxy;
-        test_proxy_start(&proxy, redis.port, "order:");
+        test_proxy_start(&proxy, invfix_redis.port, "order:");
         struct invfix f;
-        fixture_open_at(&f, modes[m], 0, proxy.port);
+        invfix_open(&f, modes[m], 0, proxy.port, &invfix_ids);
         /* the layout is learnt by this instance first */
         assert_int_equal(inv_order_place(f.s, sku, "warm", 1, NULL, &o), INV_LIMIT);
         struct inv_ticket t[3];
@@ -267,8 +238,8 @@ static void test_batch_with_lost_connection(void **state)
             invfix_close(&direct);
             continue;
         }
-        test_proxy_start(&proxy, redis.port, lockkey);
-        fixture_open_at(&f, modes[m], 0, proxy.port);
+        test_proxy_start(&proxy, invfix_redis.port, lockkey);
+        invfix_open(&f, modes[m], 0, proxy.port, &invfix_ids);
         assert_int_equal(inv_order_place(f.s, sku, "warm", 1, NULL, &o), INV_LIMIT);
         for (int i = 0; i < 3; i++) {
             char user[16];
@@ -295,20 +266,8 @@ static struct inv_batcher *batcher(struct invfix *f, int threads, int batch)
     struct inv_batcher_config bc = {.threads = threads,
                                     .batch = batch,
                                     .redis_host = "127.0.0.1",
-                                    .redis_port = redis.port};
+                                    .redis_port = invfix_redis.port};
     return inv_batcher_start(f->inv, &bc);
-}
-
-/* Opens t as an order of sku for user, answered to w, and submits it to b
- * (b NULL: opened only). */
-static void submit(struct invfix *f, struct inv_batcher *b, struct inv_ticket *t,
-                   const char *sku, const char *user, struct invfix_waiter *w)
-{
-    assert_int_equal(inv_ticket_open(f->inv, t, sku, user, 1, NULL), INV_OK);
-    t->done = invfix_on_done;
-    t->owner = w;
-    if (b)
-        inv_batcher_submit(b, t);
 }
 
 /* Orders that arrive while a segment's batch is in flight wait for the next
@@ -320,24 +279,15 @@ static void test_batcher_groups_orders_of_a_segment(void **state)
 {
     (void)state;
     struct invfix f;
-    fixture_open(&f, "redis", 20000);
+    invfix_open_shared(&f, "redis", 20000);
     inv_sku_put(f.s, "crowd", 50, 1, 1);
     struct inv_batcher *b = batcher(&f, 1, 16);
     static struct inv_ticket t[CROWD];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    for (int i = 0; i < CROWD; i++) {
-        char user[16];
-        snprintf(user, sizeof(user), "c%d", i);
-        submit(&f, b, &t[i], "crowd", user, &w);
-    }
+    invfix_submit_crowd(f.inv, b, t, CROWD, "crowd", "c", &w);
     invfix_wait_done(&w, CROWD);
-    int placed = 0, sold_out = 0;
-    for (int i = 0; i < CROWD; i++) {
-        placed += t[i].st == INV_PLACED;
-        sold_out += t[i].st == INV_SOLD_OUT;
-    }
-    assert_int_equal(placed, 50);
-    assert_int_equal(sold_out, CROWD - 50);
+    assert_int_equal(invfix_count(t, CROWD, INV_PLACED), 50);
+    assert_int_equal(invfix_count(t, CROWD, INV_SOLD_OUT), CROWD - 50);
     struct inv_batch_stats bs;
     inv_batcher_stats(b, &bs);
     if (bs.batches == 0 || bs.batches > 12)
@@ -361,8 +311,8 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
 {
     (void)state;
     struct invfix f, gate;
-    fixture_open(&f, "redis", 20000);
-    fixture_open(&gate, "redis", 0);
+    invfix_open_shared(&f, "redis", 20000);
+    invfix_open_shared(&gate, "redis", 0);
     inv_sku_put(f.s, "spread", 100, 4, 1);
     inv_sku_put(f.s, "gate", 10, 1, 1);
     struct inv_order o;
@@ -376,11 +326,11 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     struct inv_batcher *b = batcher(&f, 1, 64);
     static struct inv_ticket t[49];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    submit(&f, b, &t[48], "gate", "g", &w);
+    invfix_submit(f.inv, b, &t[48], "gate", "g", &w);
     for (int i = 0; i < 48; i++) {
         char user[16];
         invfix_user_with_home(i % 4, 4, i / 4, user, sizeof(user));
-        submit(&f, b, &t[i], "spread", user, &w);
+        invfix_submit(f.inv, b, &t[i], "spread", user, &w);
         assert_int_equal(t[i].home, i % 4);
     }
     lock_release(ls, "sk:{gate}:lock:0", &g);
@@ -399,17 +349,6 @@ static void test_batcher_fills_a_hold_from_other_segments(void **state)
     invfix_close(&f);
 }
 
-static int three_held(void *arg)
-{
-    struct invfix *f = arg;
-    redisReply *r = rconn_command(
-        f->rc, "EXISTS sk:{park0}:lock:0 sk:{park1}:lock:0 sk:{park2}:lock:0");
-    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 3;
-    if (r)
-        freeReplyObject(r);
-    return yes;
-}
-
 /* --work-us is a timer, not a sleep: one batch thread keeps the holds of three
  * SKUs open at once while their orders work (300 ms each), and every order is
  * placed. A thread that slept through each hold would hold one at a time. */
@@ -417,8 +356,8 @@ static void test_batcher_works_holds_side_by_side(void **state)
 {
     (void)state;
     struct invfix f, probe;
-    fixture_open(&f, "redis", 300000);
-    fixture_open(&probe, "redis", 0);
+    invfix_open_shared(&f, "redis", 300000);
+    invfix_open_shared(&probe, "redis", 0);
     char sku[3][16];
     for (int i = 0; i < 3; i++) {
         snprintf(sku[i], sizeof(sku[i]), "park%d", i);
@@ -428,13 +367,14 @@ static void test_batcher_works_holds_side_by_side(void **state)
     static struct inv_ticket learn[3], t[3];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
     for (int i = 0; i < 3; i++) /* the layouts, learnt one by one */
-        submit(&f, b, &learn[i], sku[i], "learn", &w);
+        invfix_submit(f.inv, b, &learn[i], sku[i], "learn", &w);
     invfix_wait_done(&w, 3);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(learn[i].st, INV_PLACED);
-        submit(&f, b, &t[i], sku[i], "park", &w);
+        invfix_submit(f.inv, b, &t[i], sku[i], "park", &w);
     }
-    assert_true(test_wait_for(three_held, &probe, 5000));
+    const char *parked[] = {sku[0], sku[1], sku[2]};
+    assert_true(invfix_wait_locked(probe.rc, parked, 3, 5000));
     invfix_wait_done(&w, 6);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(t[i].st, INV_PLACED);
@@ -452,7 +392,7 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
 {
     (void)state;
     struct invfix f;
-    fixture_open(&f, "redis", 0);
+    invfix_open_shared(&f, "redis", 0);
     inv_sku_put(f.s, "real", 10, 2, 1);
     struct inv_batcher *b = batcher(&f, 2, 8);
     static struct inv_ticket t[42];
@@ -460,7 +400,7 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
     for (int i = 0; i < 40; i++) {
         char sku[16];
         snprintf(sku, sizeof(sku), "madeup%d", i);
-        submit(&f, b, &t[i], sku, "u", &w);
+        invfix_submit(f.inv, b, &t[i], sku, "u", &w);
     }
     invfix_wait_done(&w, 40);
     for (int i = 0; i < 40; i++)
@@ -468,12 +408,13 @@ static void test_batcher_keeps_no_queue_for_unknown_skus(void **state)
     struct inv_batch_stats bs;
     inv_batcher_stats(b, &bs);
     assert_int_equal(bs.queues, 0);
-    submit(&f, b, &t[40], "real", "u", &w);
+    invfix_submit(f.inv, b, &t[40], "real", "u", &w);
     invfix_wait_done(&w, 41);
     assert_int_equal(t[40].st, INV_PLACED);
     inv_batcher_stats(b, &bs);
-    assert_int_equal(bs.queues, 0);         /* learnt by itself: no segment queue yet */
-    submit(&f, b, &t[41], "real", "v", &w); /* its segment's queue, and the SKU's */
+    assert_int_equal(bs.queues, 0); /* learnt by itself: no segment queue yet */
+    invfix_submit(f.inv, b, &t[41], "real", "v",
+                  &w); /* its segment's queue, and the SKU's */
     invfix_wait_done(&w, 42);
     assert_int_equal(t[41].st, INV_PLACED);
     inv_batcher_stats(b, &bs);
@@ -488,43 +429,24 @@ static void test_batcher_stop_answers_everything(void **state)
 {
     (void)state;
     struct invfix f;
-    fixture_open(&f, "local", 5000);
+    invfix_open_shared(&f, "local", 5000);
     inv_sku_put(f.s, "stop", 100, 2, 1);
     struct inv_batcher *b = batcher(&f, 2, 4);
     static struct inv_ticket t[CROWD + 1];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    for (int i = 0; i <= CROWD; i++) {
-        char user[16];
-        snprintf(user, sizeof(user), "s%d", i);
-        submit(&f, i < CROWD ? b : NULL, &t[i], "stop", user, &w);
-    }
+    invfix_submit_crowd(f.inv, b, t, CROWD, "stop", "s", &w);
+    invfix_submit(f.inv, NULL, &t[CROWD], "stop", "late", &w); /* opened only */
     inv_batcher_stop(b);
     pthread_mutex_lock(&w.mu);
     assert_int_equal(w.done, CROWD);
     pthread_mutex_unlock(&w.mu);
-    for (int i = 0; i < CROWD; i++)
-        assert_int_equal(t[i].st, INV_PLACED);
+    assert_int_equal(invfix_count(t, CROWD, INV_PLACED), CROWD);
     inv_batcher_submit(b, &t[CROWD]);
     assert_int_equal(t[CROWD].st, INV_UNAVAILABLE);
     invfix_wait_done(&w, CROWD + 1);
     inv_batcher_free(b);
     invfix_assert_sold(&f, "stop", CROWD, 100 - CROWD);
     invfix_close(&f);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    test_redis_start(&redis, NULL);
-    orderid_init(&ids, 7, NULL, 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&redis, 0, 0);
-    return 0;
 }
 
 int main(void)
@@ -541,5 +463,5 @@ int main(void)
         cmocka_unit_test(test_batcher_keeps_no_queue_for_unknown_skus),
         cmocka_unit_test(test_batcher_stop_answers_everything),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, invfix_setup, invfix_teardown);
 }

@@ -20,8 +20,6 @@
 #include "invfix.h"
 #include "testutil.h"
 
-static struct test_redis redis;
-static struct orderid_gen ids;
 /* Three independent masters for the redlock mode. */
 #define NODES 3
 static struct test_redis node[NODES];
@@ -30,7 +28,7 @@ static struct rconn_addr node_addr[NODES];
 /* Opens f in mode (its nodes for redlock). */
 static void open_mode(struct invfix *f, const char *mode, int work_us)
 {
-    invfix_open_nodes(f, mode, work_us, redis.port, &ids, node_addr, NODES);
+    invfix_open_nodes(f, mode, work_us, invfix_redis.port, &invfix_ids, node_addr, NODES);
 }
 
 /* Most orders one loop takes in a test. */
@@ -73,7 +71,7 @@ static struct loop *loop_new(struct invfix *f, int port, int batch)
     struct inv_batcher_config bc = {.threads = 1,
                                     .batch = batch,
                                     .redis_host = "127.0.0.1",
-                                    .redis_port = redis.port};
+                                    .redis_port = invfix_redis.port};
     l->batcher = inv_batcher_start(f->inv, &bc);
     struct inv_engine_config ec = {.redis_host = "127.0.0.1",
                                    .redis_port = port,
@@ -273,7 +271,7 @@ static void test_hold_mixes_outcomes(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "redis", 0, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 0);
     assert_int_equal(inv_sku_put(f.s, "mix", 20, 2, 1), INV_CREATED); /* 10 + 10 */
     /* nine buyers of segment 0 leave it one unit; the first one used "kb" */
     char buyer[9][16], ann[16], dan[16], eve[16];
@@ -287,7 +285,7 @@ static void test_hold_mixes_outcomes(void **state)
     invfix_user_with_home(0, 2, 9, ann, sizeof(ann));
     invfix_user_with_home(0, 2, 10, dan, sizeof(dan));
     invfix_user_with_home(0, 2, 11, eve, sizeof(eve));
-    struct loop *l = loop_new(&f, redis.port, 8);
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
     struct inv_ticket *placed = loop_order(l, "mix", ann, NULL);
     struct inv_ticket *again = loop_order(l, "mix", ann, NULL);
     struct inv_ticket *replay = loop_order(l, "mix", buyer[0], "kb");
@@ -335,16 +333,11 @@ static void test_orders_during_a_hold_form_the_next(void **state)
         open_mode(&f, modes[m], 20000);
         inv_sku_put(f.s, sku, 50, 1, 1);
         learn_layout(&f, sku);
-        struct loop *l = loop_new(&f, redis.port, 16);
+        struct loop *l = loop_new(&f, invfix_redis.port, 16);
         loop_orders(l, sku, "c", CROWD);
         loop_settle(l, 10000);
-        int placed = 0, sold_out = 0;
-        for (int i = 0; i < CROWD; i++) {
-            placed += l->t[i].st == INV_PLACED;
-            sold_out += l->t[i].st == INV_SOLD_OUT;
-        }
-        assert_int_equal(placed, 50);
-        assert_int_equal(sold_out, CROWD - 50);
+        assert_int_equal(invfix_count(l->t, CROWD, INV_PLACED), 50);
+        assert_int_equal(invfix_count(l->t, CROWD, INV_SOLD_OUT), CROWD - 50);
         struct inv_batch_stats bs;
         inv_batcher_stats(l->batcher, &bs);
         if (bs.batches < CROWD / 16 || bs.batches > 12)
@@ -363,11 +356,11 @@ static void test_orders_during_a_hold_form_the_next(void **state)
 static struct loop *start_slow_hold(struct invfix *f, struct invfix *other,
                                     const char *sku, int n)
 {
-    invfix_open(f, "redis", 400000, redis.port, &ids);
-    invfix_open(other, "redis", 0, redis.port, &ids);
+    invfix_open_shared(f, "redis", 400000);
+    invfix_open_shared(other, "redis", 0);
     inv_sku_put(other->s, sku, 10, 1, 1);
     learn_layout(f, sku);
-    struct loop *l = loop_new(f, redis.port, 8);
+    struct loop *l = loop_new(f, invfix_redis.port, 8);
     struct inv_ticket *early = loop_order(l, sku, "early", NULL);
     loop_settle(l, 5000);
     assert_int_equal(early->st, INV_PLACED);
@@ -387,14 +380,7 @@ static void test_lost_lease_refuses_the_hold_whole(void **state)
     (void)state;
     struct invfix f, other;
     struct loop *l = start_slow_hold(&f, &other, "fence", 3);
-    redisReply *r = rconn_command(other.rc, "DEL sk:{fence}:lock:0"); /* lease gone */
-    assert_true(r && r->integer == 1);
-    freeReplyObject(r);
-    struct lock_session *ls = lock_session_new(other.lock, other.rc);
-    struct lock_grant g;
-    assert_int_equal(lock_acquire(ls, "sk:{fence}:lock:0", 5000, &g), LOCK_ACQUIRED);
-    lock_release(ls, "sk:{fence}:lock:0", &g);
-    lock_session_free(ls);
+    invfix_take_over(&other, "fence", 0);
     loop_settle(l, 5000);
     expect_status(l, 1, 3, INV_BUSY);
     uint64_t one = 1; /* the hold's release, after its commit */
@@ -439,11 +425,11 @@ static void test_lost_connection_during_a_hold(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "redis", 0, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 0);
     inv_sku_put(f.s, "cut", 10, 1, 1);
     learn_layout(&f, "cut");
     struct test_proxy proxy;
-    test_proxy_start(&proxy, redis.port, "order:");
+    test_proxy_start(&proxy, invfix_redis.port, "order:");
     struct loop *l = loop_new(&f, proxy.port, 8);
     int first = loop_orders(l, "cut", "cut", 3);
     loop_settle(l, 5000);
@@ -458,7 +444,7 @@ static void test_lost_connection_during_a_hold(void **state)
     test_proxy_stop(&proxy);
     invfix_assert_sold(&f, "cut", 5, 5);
 
-    test_proxy_start(&proxy, redis.port, "sk:{cut}:lock:0");
+    test_proxy_start(&proxy, invfix_redis.port, "sk:{cut}:lock:0");
     l = loop_new(&f, proxy.port, 8);
     first = loop_orders(l, "cut", "late", 3);
     loop_settle(l, 5000);
@@ -477,11 +463,11 @@ static void test_stalled_redis_answers_after_the_timeout(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "redis", 200000, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 200000);
     inv_sku_put(f.s, "stall", 10, 1, 1);
     learn_layout(&f, "stall");
     struct test_proxy proxy;
-    test_proxy_start(&proxy, redis.port, NULL);
+    test_proxy_start(&proxy, invfix_redis.port, NULL);
     struct loop *l = loop_new(&f, proxy.port, 8);
     uint64_t held = lock_figures(l).acquisitions + 1;
     int first = loop_orders(l, "stall", "st", 3);
@@ -512,10 +498,10 @@ static void test_lost_script_cache(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "redis", 100000, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 100000);
     inv_sku_put(f.s, "flush", 10, 1, 1);
     learn_layout(&f, "flush");
-    struct loop *l = loop_new(&f, redis.port, 8);
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
     script_flush(&f);
     int first = loop_orders(l, "flush", "a", 3);
     loop_settle(l, 1500);
@@ -550,14 +536,14 @@ static void test_taken_lock_waits_for_the_handoff(void **state)
 {
     (void)state;
     struct invfix f, other;
-    invfix_open(&f, "redis", 0, redis.port, &ids);
-    invfix_open(&other, "redis", 0, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 0);
+    invfix_open_shared(&other, "redis", 0);
     inv_sku_put(f.s, "taken", 10, 1, 1);
     learn_layout(&f, "taken");
     struct lock_session *ls = lock_session_new(other.lock, other.rc);
     struct lock_grant g;
     assert_int_equal(lock_acquire(ls, "sk:{taken}:lock:0", 5000, &g), LOCK_ACQUIRED);
-    struct loop *l = loop_new(&f, redis.port, 8);
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
     uint64_t taken = lock_figures(l).contended + 1;
     loop_orders(l, "taken", "t", 3);
     assert_true(loop_run(l, queued, "sk:{taken}:lock:0", 5000));
@@ -581,10 +567,10 @@ static void test_order_of_several_segments(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "redis", 0, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 0);
     inv_sku_put(f.s, "wide", 6, 3, 5); /* 2 + 2 + 2 */
     learn_layout(&f, "wide");
-    struct loop *l = loop_new(&f, redis.port, 8);
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
     struct inv_ticket *t = loop_order_qty(l, "wide", "big", 4, NULL);
     loop_settle(l, 5000);
     assert_int_equal(t->st, INV_PLACED);
@@ -606,10 +592,10 @@ static void test_free_answers_orders_in_flight(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "redis", 1000000, redis.port, &ids);
+    invfix_open_shared(&f, "redis", 1000000);
     inv_sku_put(f.s, "stop", 10, 1, 1);
     learn_layout(&f, "stop");
-    struct loop *l = loop_new(&f, redis.port, 2);
+    struct loop *l = loop_new(&f, invfix_redis.port, 2);
     uint64_t held = lock_figures(l).acquisitions + 1;
     loop_orders(l, "stop", "s", 3); /* two in the hold, one queued */
     assert_true(loop_run(l, granted, &held, 5000));
@@ -634,11 +620,11 @@ static void test_atomic_keeps_each_answer(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "atomic", 0, redis.port, &ids);
+    invfix_open_shared(&f, "atomic", 0);
     inv_sku_put(f.s, "pipe", 10, 2, 1);
     struct inv_order first;
     assert_int_equal(inv_order_place(f.s, "pipe", "ann", 1, "ka", &first), INV_PLACED);
-    struct loop *l = loop_new(&f, redis.port, 8);
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
     const char *user[] = {"ann", "bob", "ann", "cid", "bob"};
     const char *key[] = {"ka", NULL, "ka", NULL, NULL};
     inv_status want[] = {INV_REPLAYED, INV_PLACED, INV_REPLAYED, INV_PLACED, INV_LIMIT};
@@ -665,7 +651,7 @@ static void test_atomic_without_redis_answers_at_once(void **state)
 {
     (void)state;
     struct invfix f;
-    invfix_open(&f, "atomic", 0, redis.port, &ids);
+    invfix_open_shared(&f, "atomic", 0);
     inv_sku_put(f.s, "down", 10, 1, 1);
     struct loop *l = loop_new(&f, test_free_port(), 8);
     loop_orders(l, "down", "d", 3);
@@ -700,7 +686,7 @@ static void test_polling_lock_waits_on_the_loop(void **state)
         struct lock_session *other = lock_session_new(f.lock, f.rc);
         struct lock_grant g;
         assert_int_equal(lock_acquire(other, lkey, 0, &g), LOCK_ACQUIRED);
-        struct loop *l = loop_new(&f, redis.port, 8);
+        struct loop *l = loop_new(&f, invfix_redis.port, 8);
         uint64_t was = lock_figures(l).contended + 1;
         loop_orders(l, sku, "p", 3);
         loop_idle(l, 200); /* what must not happen: an answer while it is held */
@@ -750,7 +736,7 @@ static void test_redlock_with_a_frozen_node(void **state)
         freeReplyObject(r);
         rconn_free(c);
     }
-    struct loop *l = loop_new(&f, redis.port, 8);
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
     kill(node[2].pid, SIGSTOP);
     char user[16];
     for (int i = 0; i < 8; i++) {
@@ -771,21 +757,18 @@ static void test_redlock_with_a_frozen_node(void **state)
 
 static int setup(void **state)
 {
-    (void)state;
-    test_redis_start(&redis, NULL);
+    invfix_setup(state);
     for (int i = 0; i < NODES; i++) {
         test_redis_start(&node[i], NULL);
         snprintf(node_addr[i].host, sizeof(node_addr[i].host), "127.0.0.1");
         node_addr[i].port = node[i].port;
     }
-    orderid_init(&ids, 7, NULL, 0);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
-    test_redis_stop(&redis, 0, 0);
+    invfix_teardown(state);
     for (int i = 0; i < NODES; i++)
         test_redis_stop(&node[i], 0, 0);
     return 0;

@@ -14,11 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "invfix.h"
 #include "inventory.h"
 #include "testutil.h"
-
-static struct test_redis redis;
-static struct orderid_gen ids;
 
 struct fixture {
     struct lock *lock;
@@ -48,7 +46,8 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
         assert_non_null(f->lock);
     }
     /* Fixtures keep a sold-out memory, as the server does. */
-    f->soldout = fixture_memory ? soldout_new("127.0.0.1", redis.port, NULL) : NULL;
+    f->soldout =
+        fixture_memory ? soldout_new("127.0.0.1", invfix_redis.port, NULL) : NULL;
     struct inv_config ic = {.lock = f->lock,
                             .wait_ms = 5000,
                             .work_us = work_us,
@@ -56,14 +55,15 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
                             .ids = gen,
                             .soldout = f->soldout};
     f->inv = inv_new(&ic);
-    f->rc = rconn_new("127.0.0.1", fixture_port ? fixture_port : redis.port, NULL, 2000);
+    f->rc = rconn_new("127.0.0.1", fixture_port ? fixture_port : invfix_redis.port, NULL,
+                      2000);
     f->s = inv_session_new(f->inv, f->rc);
 }
 
 static void fixture_open(struct fixture *f, const char *mode, int work_us, int fencing,
                          int ttl_ms)
 {
-    fixture_open_with(f, mode, work_us, fencing, ttl_ms, &ids);
+    fixture_open_with(f, mode, work_us, fencing, ttl_ms, &invfix_ids);
 }
 
 static void fixture_close(struct fixture *f)
@@ -73,16 +73,6 @@ static void fixture_close(struct fixture *f)
     inv_free(f->inv);
     soldout_free(f->soldout);
     lock_free(f->lock);
-}
-
-/* A user id whose home segment among k is `home`. */
-static void user_with_home(int home, int k, int nth, char *out, size_t len)
-{
-    for (int i = 0, found = 0;; i++) {
-        snprintf(out, len, "u%d", i);
-        if (seg_home(out, k) == home && found++ == nth)
-            return;
-    }
 }
 
 /* The audit of sku counts n orders of one unit each, and agrees with the
@@ -154,11 +144,11 @@ static void test_spill_over_strands_nothing(void **state)
         char user[16];
         struct inv_order o;
         for (int i = 0; i < 8; i++) { /* everyone lives in segment 2 */
-            user_with_home(2, 4, i, user, sizeof(user));
+            invfix_user_with_home(2, 4, i, user, sizeof(user));
             assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o),
                              INV_PLACED);
         }
-        user_with_home(2, 4, 8, user, sizeof(user));
+        invfix_user_with_home(2, 4, 8, user, sizeof(user));
         assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o), INV_SOLD_OUT);
         struct inv_sku_report *r = malloc(sizeof(*r));
         inv_sku_get(f.s, "spill", r);
@@ -334,7 +324,7 @@ static void test_lost_commit_answer_is_outcome_unknown(void **state)
         fixture_open(&direct, modes[m], 0, 1, 3000);
         inv_sku_put(direct.s, "lost", 5, 2, 1);
         static struct test_proxy proxy;
-        test_proxy_start(&proxy, redis.port, "order:");
+        test_proxy_start(&proxy, invfix_redis.port, "order:");
         fixture_port = proxy.port;
         struct fixture f;
         fixture_open(&f, modes[m], 0, 1, 3000);
@@ -517,16 +507,6 @@ static void test_reset_clears_orders(void **state)
     fixture_close(&f);
 }
 
-static int lock_key_exists(void *arg)
-{
-    struct rconn *rc = arg;
-    redisReply *r = rconn_command(rc, "EXISTS sk:{fence}:lock:0");
-    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    if (r)
-        freeReplyObject(r);
-    return yes;
-}
-
 /* A commit whose lock grant is no longer the newest is refused and writes
  * nothing: the fencing invariant (5). While the order works inside its
  * critical section, its lease disappears (as it does when the holder's process
@@ -536,6 +516,7 @@ static void test_stale_fence_is_refused(void **state)
 {
     (void)state;
     fixture_memory = 0; /* this test forks a child that starts threads */
+    const char *sku = "fence";
     struct fixture f;
     fixture_open(&f, "redis", 400000, 1, 3000); /* 400 ms of work */
     inv_sku_put(f.s, "fence", 1, 1, 1);
@@ -544,7 +525,7 @@ static void test_stale_fence_is_refused(void **state)
     if (pid == 0) {
         struct fixture g;
         fixture_open(&g, "redis", 0, 1, 3000);
-        int ok = test_wait_for(lock_key_exists, g.rc, 5000);
+        int ok = invfix_wait_locked(g.rc, &sku, 1, 5000);
         redisReply *r =
             rconn_command(g.rc, "DEL sk:{fence}:lock:0"); /* the lease ran out */
         ok = ok && r && r->integer == 1;
@@ -580,8 +561,8 @@ static void test_stale_fence_is_refused(void **state)
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        struct rconn *rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
-        int ok = test_wait_for(lock_key_exists, rc, 5000);
+        struct rconn *rc = rconn_new("127.0.0.1", invfix_redis.port, NULL, 2000);
+        int ok = invfix_wait_locked(rc, &sku, 1, 5000);
         redisReply *r2 = rconn_command(rc, "DEL sk:{fence}:lock:0");
         if (r2)
             freeReplyObject(r2);
@@ -608,23 +589,13 @@ struct slow_order {
 static void *place_slowly(void *arg)
 {
     struct slow_order *so = arg;
-    struct rconn *rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+    struct rconn *rc = rconn_new("127.0.0.1", invfix_redis.port, NULL, 2000);
     struct inv_session *s = inv_session_new(so->inv, rc);
     struct inv_order o;
     so->status = inv_order_place(s, "epoch", "early", 1, NULL, &o);
     inv_session_free(s);
     rconn_free(rc);
     return NULL;
-}
-
-static int epoch_lock_held(void *arg)
-{
-    struct rconn *rc = arg;
-    redisReply *r = rconn_command(rc, "EXISTS sk:{epoch}:lock:0");
-    int yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    if (r)
-        freeReplyObject(r);
-    return yes;
 }
 
 static void test_reset_never_interleaves_with_an_order(void **state)
@@ -636,7 +607,8 @@ static void test_reset_never_interleaves_with_an_order(void **state)
     struct slow_order so = {.inv = f.inv};
     pthread_t t;
     pthread_create(&t, NULL, place_slowly, &so);
-    assert_true(test_wait_for(epoch_lock_held, f.rc, 5000));
+    const char *sku = "epoch";
+    assert_true(invfix_wait_locked(f.rc, &sku, 1, 5000));
     assert_int_equal(inv_sku_put(f.s, "epoch", 7, 1, 1), INV_OK); /* reset mid-order */
     pthread_join(t, NULL);
     assert_int_equal(so.status, INV_BUSY);
@@ -672,7 +644,7 @@ static void *storm_thread(void *arg)
     pthread_mutex_lock(&st->mu);
     int me = st->thread_no++;
     pthread_mutex_unlock(&st->mu);
-    struct rconn *rc = rconn_new("127.0.0.1", redis.port, NULL, 2000);
+    struct rconn *rc = rconn_new("127.0.0.1", invfix_redis.port, NULL, 2000);
     struct inv_session *s = inv_session_new(st->inv, rc);
     char user[32];
     for (int i = 0; i < st->per_thread; i++) {
@@ -784,11 +756,11 @@ static void test_redis_down_is_unavailable_and_recovers(void **state)
     struct fixture f;
     fixture_open(&f, "redis", 0, 1, 3000);
     inv_sku_put(f.s, "outage", 5, 1, 1);
-    test_redis_stop(&redis, 1, 1);
+    test_redis_stop(&invfix_redis, 1, 1);
     struct inv_order o;
     assert_int_equal(inv_order_place(f.s, "outage", "x1", 1, NULL, &o), INV_UNAVAILABLE);
     assert_false(inv_ping(f.s));
-    test_redis_restart(&redis, NULL);
+    test_redis_restart(&invfix_redis, NULL);
     /* no persistence in this server: the SKU is gone, but the session heals */
     assert_true(inv_ping(f.s));
     assert_int_equal(inv_sku_put(f.s, "outage", 5, 1, 1), INV_CREATED);
@@ -826,21 +798,6 @@ static void test_order_survives_a_script_flush(void **state)
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_redis_start(&redis, NULL);
-    orderid_init(&ids, 7, NULL, 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&redis, 0, 0);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -863,5 +820,5 @@ int main(void)
         cmocka_unit_test(test_taken_order_id_is_never_overwritten),
         cmocka_unit_test(test_sold_out_answered_from_memory_until_a_reset),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, invfix_setup, invfix_teardown);
 }

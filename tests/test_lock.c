@@ -45,26 +45,6 @@ static struct rconn *conn_new(void)
     return rconn_new("127.0.0.1", srv.port, NULL, 2000);
 }
 
-static struct lock *lock_make(const char *mode, int ttl_ms, int max_lease_ms, int skew_ms)
-{
-    struct lock_config cfg = {.ttl_ms = ttl_ms,
-                              .fencing = 1,
-                              .max_lease_ms = max_lease_ms,
-                              .clock_skew_ms = skew_ms};
-    char err[256] = "";
-    struct lock *l = lock_new(mode, &cfg, err, sizeof(err));
-    if (!l)
-        fail_msg("lock_new(%s): %s", mode, err);
-    return l;
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static long long redis_int(struct rconn *rc, const char *fmt, const char *key)
 {
     redisReply *r = rconn_command(rc, fmt, key);
@@ -79,64 +59,24 @@ static long long redis_int(struct rconn *rc, const char *fmt, const char *key)
 static void redis_del(const char *key)
 {
     struct rconn *rc = conn_new();
-    redisReply *r = rconn_command(rc, "DEL %s %s:fence %s:queue", key, key, key);
-    assert_non_null(r);
-    freeReplyObject(r);
+    test_lock_key_del(rc, key);
     rconn_free(rc);
 }
 
 /* ---- exclusivity between threads ---------------------------------------- */
-
-struct excl_run {
-    struct lock *lock;
-    const char *key;
-    int iterations;
-    int work_us;
-    _Atomic long counter; /* read and written separately: a lost update if unguarded */
-    atomic_int inside;
-    atomic_int overlaps;
-    atomic_int failures;
-};
-
-static void *excl_worker(void *arg)
-{
-    struct excl_run *run = arg;
-    struct rconn *rc = conn_new();
-    struct lock_session *s = lock_session_new(run->lock, rc);
-    for (int i = 0; i < run->iterations; i++) {
-        struct lock_grant g;
-        if (lock_acquire(s, run->key, 10000, &g) != LOCK_ACQUIRED) {
-            atomic_fetch_add(&run->failures, 1);
-            continue;
-        }
-        if (atomic_fetch_add(&run->inside, 1) != 0)
-            atomic_fetch_add(&run->overlaps, 1);
-        long v = atomic_load_explicit(&run->counter, memory_order_relaxed);
-        sleep_us(run->work_us);
-        atomic_store_explicit(&run->counter, v + 1, memory_order_relaxed);
-        atomic_fetch_sub(&run->inside, 1);
-        if (lock_release(s, run->key, &g) != LOCK_RELEASED)
-            atomic_fetch_add(&run->failures, 1);
-    }
-    lock_session_free(s);
-    rconn_free(rc);
-    return NULL;
-}
 
 /* Runs nthreads workers on one key and checks no update was lost. */
 static void check_thread_exclusion(const char *mode, const char *key, int nthreads,
                                    int iterations)
 {
     redis_del(key);
-    struct excl_run run = {.lock = lock_make(mode, 5000, 0, 0),
-                           .key = key,
-                           .iterations = iterations,
-                           .work_us = 100};
-    pthread_t t[8];
-    for (int i = 0; i < nthreads; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, excl_worker, &run), 0);
-    for (int i = 0; i < nthreads; i++)
-        pthread_join(t[i], NULL);
+    struct test_excl run = {.lock = test_lock_new(mode, 5000, 0, 0),
+                            .key = key,
+                            .port = srv.port,
+                            .iterations = iterations,
+                            .work_us = 100};
+    test_excl_start(&run, nthreads);
+    test_excl_join(&run);
     assert_int_equal(atomic_load(&run.failures), 0);
     assert_int_equal(atomic_load(&run.overlaps), 0);
     assert_int_equal(atomic_load(&run.counter), (long)nthreads * iterations);
@@ -213,7 +153,7 @@ static void *race_worker(void *arg)
 
 static void race_probe(const char *mode, int *max_inside, long *counter)
 {
-    struct race_run run = {.lock = lock_make(mode, 5000, 0, 0), .key = "t:race"};
+    struct race_run run = {.lock = test_lock_new(mode, 5000, 0, 0), .key = "t:race"};
     pthread_mutex_init(&run.mu, NULL);
     pthread_cond_init(&run.arrived_cv, NULL);
     pthread_t t[2];
@@ -249,7 +189,7 @@ static void test_none_races(void **state)
 static void process_worker(const char *mode, const char *key, int iterations)
 {
     struct rconn *rc = conn_new();
-    struct lock *l = lock_make(mode, 5000, 0, 0);
+    struct lock *l = test_lock_new(mode, 5000, 0, 0);
     struct lock_session *s = lock_session_new(l, rc);
     char vkey[128];
     snprintf(vkey, sizeof(vkey), "%s:value", key);
@@ -264,7 +204,7 @@ static void process_worker(const char *mode, const char *key, int iterations)
         long v = r && r->type == REDIS_REPLY_STRING ? atol(r->str) : 0;
         if (r)
             freeReplyObject(r);
-        sleep_us(200);
+        clock_sleep_us(200);
         r = rconn_command(rc, "SET %s %ld", vkey, v + 1);
         if (!r)
             failures++;
@@ -326,35 +266,14 @@ static void test_local_processes_race(void **state)
 
 /* ---- ownership, expiry, busy, fencing ------------------------------------ */
 
-struct pair {
-    struct rconn *rc[3];
-    struct lock_session *s[3];
-};
-
-static void pair_open(struct pair *p, struct lock *l)
-{
-    for (int i = 0; i < 3; i++) {
-        p->rc[i] = conn_new();
-        p->s[i] = lock_session_new(l, p->rc[i]);
-    }
-}
-
-static void pair_close(struct pair *p)
-{
-    for (int i = 0; i < 3; i++) {
-        lock_session_free(p->s[i]);
-        rconn_free(p->rc[i]);
-    }
-}
-
 static void check_non_owner_release(const char *mode)
 {
     const char *key = "t:owner";
     redis_del(key);
     redis_del("t:owner:other");
-    struct lock *l = lock_make(mode, 5000, 0, 0);
-    struct pair p;
-    pair_open(&p, l);
+    struct lock *l = test_lock_new(mode, 5000, 0, 0);
+    struct test_sessions p;
+    test_sessions_open(&p, l, srv.port, 3);
     struct lock_grant ga, gb, gc;
     assert_int_equal(lock_acquire(p.s[0], key, 0, &ga), LOCK_ACQUIRED);
     /* B releases key with a grant that is not the holder's. */
@@ -366,8 +285,7 @@ static void check_non_owner_release(const char *mode)
     assert_int_equal(lock_acquire(p.s[2], key, 0, &gc), LOCK_ACQUIRED);
     assert_int_equal(lock_release(p.s[2], key, &gc), LOCK_RELEASED);
     assert_int_equal(lock_release(p.s[1], "t:owner:other", &gb), LOCK_RELEASED);
-    pair_close(&p);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 static void test_redis_non_owner_release(void **state)
@@ -383,9 +301,9 @@ static void check_lease_expiry(const char *mode)
     const char *key = "t:expiry";
     redis_del(key);
     const int ttl = 200;
-    struct lock *l = lock_make(mode, ttl, ttl, 0); /* max lease = ttl: no renewal */
-    struct pair p;
-    pair_open(&p, l);
+    struct lock *l = test_lock_new(mode, ttl, ttl, 0); /* max lease = ttl: no renewal */
+    struct test_sessions p;
+    test_sessions_open(&p, l, srv.port, 3);
     struct lock_grant ga, gb, gc;
     int64_t t0 = clock_now_us();
     assert_int_equal(lock_acquire(p.s[0], key, 0, &ga), LOCK_ACQUIRED);
@@ -402,8 +320,7 @@ static void check_lease_expiry(const char *mode)
     struct lock_stats st;
     lock_stats(l, &st);
     assert_int_equal(st.releases_not_held, 1);
-    pair_close(&p);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 static void test_redis_lease_expiry(void **state)
@@ -422,9 +339,9 @@ static void check_busy_deadline(const char *mode)
 {
     const char *key = "t:busy";
     redis_del(key);
-    struct lock *l = lock_make(mode, 5000, 0, 0);
-    struct pair p;
-    pair_open(&p, l);
+    struct lock *l = test_lock_new(mode, 5000, 0, 0);
+    struct test_sessions p;
+    test_sessions_open(&p, l, srv.port, 3);
     struct lock_grant ga, gb;
     assert_int_equal(lock_acquire(p.s[0], key, 0, &ga), LOCK_ACQUIRED);
     int64_t t0 = clock_now_us();
@@ -445,8 +362,7 @@ static void check_busy_deadline(const char *mode)
     /* And the busy session still works once it is free. */
     assert_int_equal(lock_acquire(p.s[1], key, 0, &gb), LOCK_ACQUIRED);
     assert_int_equal(lock_release(p.s[1], key, &gb), LOCK_RELEASED);
-    pair_close(&p);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 static void test_redis_busy_deadline(void **state)
@@ -471,10 +387,10 @@ static void check_fences_increase(const char *mode)
 {
     const char *key = "t:fence";
     redis_del(key);
-    struct lock *l = lock_make(mode, 5000, 0, 0);
+    struct lock *l = test_lock_new(mode, 5000, 0, 0);
     assert_true(lock_fenced(l));
-    struct pair p;
-    pair_open(&p, l);
+    struct test_sessions p;
+    test_sessions_open(&p, l, srv.port, 3);
     uint64_t last = 0;
     for (int i = 0; i < 30; i++) {
         struct lock_grant g;
@@ -487,8 +403,7 @@ static void check_fences_increase(const char *mode)
         last = g.fence;
         assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
     }
-    pair_close(&p);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 static void test_redis_fences_increase(void **state)
@@ -517,7 +432,7 @@ static void test_modes(void **state)
     assert_non_null(strstr(err, "zookeeper"));
     cfg.ttl_ms = 0;
     assert_null(lock_new("redis", &cfg, err, sizeof(err)));
-    struct lock *l = lock_make("local", 1000, 0, 0);
+    struct lock *l = test_lock_new("local", 1000, 0, 0);
     assert_string_equal(lock_name(l), "local");
     assert_false(lock_fenced(l));
     lock_free(l);
@@ -535,8 +450,8 @@ static void test_setnx_clock_skew_breaks_exclusion(void **state)
     (void)state;
     const char *key = "t:setnx:skew";
     redis_del(key);
-    struct lock *la = lock_make("setnx", 2000, 0, 0);
-    struct lock *lb = lock_make("setnx", 2000, 0, 3000); /* clock 3 s ahead */
+    struct lock *la = test_lock_new("setnx", 2000, 0, 0);
+    struct lock *lb = test_lock_new("setnx", 2000, 0, 3000); /* clock 3 s ahead */
     struct rconn *ra = conn_new(), *rb = conn_new();
     struct lock_session *sa = lock_session_new(la, ra), *sb = lock_session_new(lb, rb);
     struct lock_grant ga, gb, gc;

@@ -8,14 +8,12 @@
 
 #include <cmocka.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -46,34 +44,20 @@ static struct rconn *conn_new(void)
     return rconn_new("127.0.0.1", srv.port, NULL, 2000);
 }
 
-static struct lock *lock_make(const char *mode, int ttl_ms, int max_lease_ms)
+/* A redis-mode lock (ttl_ms, max_lease_ms) on key, reset first, and n
+ * sessions of it in p, which frees the lock on close. */
+static struct lock *sessions_open(struct test_sessions *p, const char *key, int ttl_ms,
+                                  int max_lease_ms, int n)
 {
-    struct lock_config cfg = {
-        .ttl_ms = ttl_ms, .fencing = 1, .max_lease_ms = max_lease_ms};
-    char err[256] = "";
-    struct lock *l = lock_new(mode, &cfg, err, sizeof(err));
-    if (!l)
-        fail_msg("lock_new(%s): %s", mode, err);
+    test_lock_key_del(admin, key);
+    struct lock *l = test_lock_new("redis", ttl_ms, max_lease_ms, 0);
+    test_sessions_open(p, l, srv.port, n);
     return l;
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 static void admin_cmd(const char *fmt, const char *arg)
 {
     redisReply *r = rconn_command(admin, fmt, arg);
-    assert_non_null(r);
-    freeReplyObject(r);
-}
-
-static void key_reset(const char *key)
-{
-    redisReply *r = rconn_command(admin, "DEL %s %s:fence %s:queue", key, key, key);
     assert_non_null(r);
     freeReplyObject(r);
 }
@@ -244,10 +228,9 @@ static void test_reentrant(void **state)
 {
     (void)state;
     const char *key = "t:reentrant";
-    key_reset(key);
-    struct lock *l = lock_make("redis", 5000, 0);
-    struct rconn *ra = conn_new(), *rb = conn_new();
-    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    sessions_open(&p, key, 5000, 0, 2);
+    struct lock_session *a = p.s[0], *b = p.s[1];
     struct lock_grant g1, g2, gb;
     assert_int_equal(lock_acquire(a, key, 0, &g1), LOCK_ACQUIRED);
     assert_int_equal(lock_acquire(a, key, 0, &g2), LOCK_ACQUIRED); /* re-entered */
@@ -266,11 +249,7 @@ static void test_reentrant(void **state)
     assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_ACQUIRED);
     assert_true(gb.fence > g1.fence);
     assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
-    lock_session_free(a);
-    lock_session_free(b);
-    rconn_free(ra);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* ---- watchdog -------------------------------------------------------------- */
@@ -280,11 +259,10 @@ static void test_watchdog_renews(void **state)
 {
     (void)state;
     const char *key = "t:watchdog";
-    key_reset(key);
     const int ttl = 300;
-    struct lock *l = lock_make("redis", ttl, 10000);
-    struct rconn *ra = conn_new(), *rb = conn_new();
-    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, ttl, 10000, 2);
+    struct lock_session *a = p.s[0], *b = p.s[1];
     struct lock_grant ga, gb;
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
     int64_t first_valid = lock_valid_until_us(a, &ga);
@@ -302,14 +280,10 @@ static void test_watchdog_renews(void **state)
     /* Renewal stops on release: nothing is renewed over two periods. */
     lock_stats(l, &st);
     uint64_t renewed = st.renewals;
-    sleep_us(2 * ttl * 1000 / 3 + 50000);
+    clock_sleep_us(2 * ttl * 1000 / 3 + 50000);
     lock_stats(l, &st);
     assert_int_equal(st.renewals, renewed);
-    lock_session_free(a);
-    lock_session_free(b);
-    rconn_free(ra);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* The watchdog gives up at max_lease_ms: a holder that never releases loses it. */
@@ -317,11 +291,10 @@ static void test_watchdog_max_lease(void **state)
 {
     (void)state;
     const char *key = "t:maxlease";
-    key_reset(key);
     const int ttl = 200, max_lease = 600;
-    struct lock *l = lock_make("redis", ttl, max_lease);
-    struct rconn *ra = conn_new(), *rb = conn_new();
-    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    sessions_open(&p, key, ttl, max_lease, 2);
+    struct lock_session *a = p.s[0], *b = p.s[1];
     struct lock_grant ga, gb;
     int64_t t0 = clock_now_us();
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
@@ -332,11 +305,7 @@ static void test_watchdog_max_lease(void **state)
                  max_lease);
     assert_int_equal(lock_release(a, key, &ga), LOCK_NOT_HELD);
     assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
-    lock_session_free(a);
-    lock_session_free(b);
-    rconn_free(ra);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 struct lost_arg {
@@ -356,11 +325,10 @@ static void test_watchdog_notices_lost_lease(void **state)
 {
     (void)state;
     const char *key = "t:lost";
-    key_reset(key);
     const int ttl = 300;
-    struct lock *l = lock_make("redis", ttl, 10000);
-    struct rconn *ra = conn_new(), *rb = conn_new();
-    struct lock_session *a = lock_session_new(l, ra), *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, ttl, 10000, 2);
+    struct lock_session *a = p.s[0], *b = p.s[1];
     struct lock_grant ga, gb;
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
     admin_cmd("DEL %s", key);
@@ -372,11 +340,7 @@ static void test_watchdog_notices_lost_lease(void **state)
     assert_true(lock_valid_until_us(b, &gb) > clock_now_us());
     assert_int_equal(lock_release(a, key, &ga), LOCK_NOT_HELD);
     assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
-    lock_session_free(a);
-    lock_session_free(b);
-    rconn_free(ra);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* ---- waking waiters ---------------------------------------------------------- */
@@ -454,10 +418,9 @@ static void test_release_wakes_waiter(void **state)
 {
     (void)state;
     const char *key = "t:wake";
-    key_reset(key);
-    struct lock *l = lock_make("redis", 10000, 0);
-    struct rconn *ra = conn_new();
-    struct lock_session *a = lock_session_new(l, ra);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, 10000, 0, 1);
+    struct lock_session *a = p.s[0];
     struct lock_grant ga;
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
     struct waiter w;
@@ -472,9 +435,7 @@ static void test_release_wakes_waiter(void **state)
     if (latency_us > 50000)
         fail_msg("waiter got in %lld us after the release", (long long)latency_us);
     waiter_join(&w);
-    lock_session_free(a);
-    rconn_free(ra);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* Two blocked waiters, one release: one is woken and gets in, the other stays
@@ -483,10 +444,9 @@ static void test_release_wakes_one(void **state)
 {
     (void)state;
     const char *key = "t:wakeone";
-    key_reset(key);
-    struct lock *l = lock_make("redis", 10000, 0);
-    struct rconn *ra = conn_new();
-    struct lock_session *a = lock_session_new(l, ra);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, 10000, 0, 1);
+    struct lock_session *a = p.s[0];
     struct lock_grant ga;
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
     struct waiter w[2];
@@ -501,7 +461,7 @@ static void test_release_wakes_one(void **state)
             if (atomic_load(&w[j].acquired))
                 first = &w[j], second = &w[1 - j];
         if (!first)
-            sleep_us(5000);
+            clock_sleep_us(5000);
     }
     assert_non_null(first);
     assert_int_equal(first->status, LOCK_ACQUIRED);
@@ -514,9 +474,7 @@ static void test_release_wakes_one(void **state)
     assert_int_equal(second->status, LOCK_ACQUIRED);
     waiter_join(&w[0]);
     waiter_join(&w[1]);
-    lock_session_free(a);
-    rconn_free(ra);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* The pipelined forms keep their commands inside the lock: a waiter's read
@@ -557,11 +515,10 @@ static void test_pipelined_commands_stay_inside_the_lock(void **state)
 {
     (void)state;
     const char *key = "t:pipe", *data_key = "t:pipe:x";
-    key_reset(key);
     admin_cmd("SET %s before", data_key);
-    struct lock *l = lock_make("redis", 10000, 0);
-    struct rconn *ra = conn_new();
-    struct lock_session *a = lock_session_new(l, ra);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, 10000, 0, 1);
+    struct lock_session *a = p.s[0];
     const char *get_argv[] = {"GET", data_key};
     struct rcmd read = {.argc = 2, .argv = get_argv};
     struct lock_grant ga;
@@ -584,15 +541,13 @@ static void test_pipelined_commands_stay_inside_the_lock(void **state)
     assert_string_equal(w.seen, "written under the lock");
     /* A busy lock hands back no reply: the read ran outside it. */
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
-    struct lock_session *b = lock_session_new(l, ra);
+    struct lock_session *b = lock_session_new(l, p.rc[0]);
     struct lock_grant gb;
     assert_int_equal(lock_acquire_then(b, key, 0, &gb, &read, &r), LOCK_BUSY);
     assert_null(r);
     lock_session_free(b);
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
-    lock_session_free(a);
-    rconn_free(ra);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* A holder that dies without releasing sends no wake; its lease running out
@@ -601,24 +556,23 @@ static void test_crashed_holder(void **state)
 {
     (void)state;
     const char *key = "t:crash";
-    key_reset(key);
+    test_lock_key_del(admin, key);
     const int ttl = 300;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        struct rconn *rc = conn_new();
-        struct lock *l = lock_make("redis", ttl, 10000);
-        struct lock_session *s = lock_session_new(l, rc);
+        struct test_sessions c;
+        test_sessions_open(&c, test_lock_new("redis", ttl, 10000, 0), srv.port, 1);
         struct lock_grant g;
-        _exit(lock_acquire(s, key, 0, &g) == LOCK_ACQUIRED ? 0 : 1); /* no release */
+        _exit(lock_acquire(c.s[0], key, 0, &g) == LOCK_ACQUIRED ? 0 : 1); /* no release */
     }
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     int64_t crashed_at = clock_now_us();
-    struct lock *l = lock_make("redis", ttl, 0);
-    struct rconn *rb = conn_new();
-    struct lock_session *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    test_sessions_open(&p, test_lock_new("redis", ttl, 0, 0), srv.port, 1);
+    struct lock_session *b = p.s[0];
     struct lock_grant gb;
     assert_int_equal(lock_acquire(b, key, 5000, &gb), LOCK_ACQUIRED);
     int64_t took_ms = (clock_now_us() - crashed_at) / 1000;
@@ -626,9 +580,7 @@ static void test_crashed_holder(void **state)
         fail_msg("waiter got in %lld ms after the crash (ttl %d)", (long long)took_ms,
                  ttl);
     assert_int_equal(lock_release(b, key, &gb), LOCK_RELEASED);
-    lock_session_free(b);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* ---- wait-queue hygiene ------------------------------------------------------ */
@@ -656,11 +608,10 @@ static void test_failed_retry_leaves_the_queue(void **state)
 {
     (void)state;
     const char *key = "t:failedretry";
-    key_reset(key);
     const int ttl = 10000;
-    struct lock *l = lock_make("redis", ttl, 0);
-    struct rconn *rs = conn_new(), *rb = conn_new();
-    struct lock_session *s = lock_session_new(l, rs), *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    sessions_open(&p, key, ttl, 0, 2);
+    struct lock_session *s = p.s[0], *b = p.s[1];
     /* Held by an instance elsewhere. */
     admin_ok(rconn_command(admin, "HSET %s elsewhere 1", key));
     admin_ok(rconn_command(admin, "PEXPIRE %s %d", key, ttl));
@@ -687,11 +638,7 @@ static void test_failed_retry_leaves_the_queue(void **state)
     assert_int_equal(lock_acquire(s, key, 0, &g), LOCK_ACQUIRED);
     assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
     next_buyer_gets_in(b, key, ttl);
-    lock_session_free(s);
-    lock_session_free(b);
-    rconn_free(rs);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* Second line of defence: an entry of the session's own that its clean-up
@@ -701,11 +648,10 @@ static void test_release_skips_own_entry(void **state)
 {
     (void)state;
     const char *key = "t:ownentry";
-    key_reset(key);
     const int ttl = 10000;
-    struct lock *l = lock_make("redis", ttl, 0);
-    struct rconn *rs = conn_new(), *rb = conn_new();
-    struct lock_session *s = lock_session_new(l, rs), *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    sessions_open(&p, key, ttl, 0, 2);
+    struct lock_session *s = p.s[0], *b = p.s[1];
     struct lock_grant g;
     assert_int_equal(lock_acquire(s, key, 0, &g), LOCK_ACQUIRED);
     assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
@@ -714,11 +660,7 @@ static void test_release_skips_own_entry(void **state)
     assert_int_equal(lock_release(s, key, &g), LOCK_RELEASED);
     next_buyer_gets_in(b, key, ttl);
     assert_int_equal(key_integer("LLEN %s:queue", key), 0); /* dropped, too */
-    lock_session_free(s);
-    lock_session_free(b);
-    rconn_free(rs);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* A grant handed over while its waiter was not blocked on it waits in the
@@ -729,38 +671,30 @@ static void test_grant_picked_up_later_gets_a_full_lease(void **state)
 {
     (void)state;
     const char *key = "t:pickup";
-    key_reset(key);
     const int ttl = 1000;
-    struct lock *l = lock_make("redis", ttl, 20000);
-    struct rconn *rh = conn_new(), *rs = conn_new(), *rb = conn_new();
-    struct lock_session *h = lock_session_new(l, rh), *s = lock_session_new(l, rs),
-                        *b = lock_session_new(l, rb);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, ttl, 20000, 3);
+    struct lock_session *h = p.s[0], *s = p.s[1], *b = p.s[2];
     struct lock_grant gh, gs, gb;
     assert_int_equal(lock_acquire(s, key, 0, &gs), LOCK_ACQUIRED); /* S's owner token */
     assert_int_equal(lock_release(s, key, &gs), LOCK_RELEASED);
     assert_int_equal(lock_acquire(h, key, 0, &gh), LOCK_ACQUIRED);
     queue_stale_entry(key, gs.token, redis_now_ms() + 60000);
     assert_int_equal(lock_release(h, key, &gh), LOCK_RELEASED); /* handed to S */
-    sleep_us(800 * 1000); /* the grant waits; its lease runs */
+    clock_sleep_us(800 * 1000); /* the grant waits; its lease runs */
     assert_int_equal(lock_acquire(s, key, 0, &gs), LOCK_ACQUIRED);
     assert_true(gs.fence > gh.fence);
     long long left = key_integer("PTTL %s", key);
     if (left < ttl - 100)
         fail_msg("lease left after the pick-up: %lld ms of %d", left, ttl);
-    sleep_us(400 * 1000); /* past the end of the lease as handed over */
+    clock_sleep_us(400 * 1000); /* past the end of the lease as handed over */
     assert_int_equal(lock_acquire(b, key, 0, &gb), LOCK_BUSY);
     struct lock_stats st;
     lock_stats(l, &st);
     assert_int_equal(st.leases_lost, 0);
     assert_true(lock_valid_until_us(s, &gs) > clock_now_us());
     assert_int_equal(lock_release(s, key, &gs), LOCK_RELEASED);
-    lock_session_free(h);
-    lock_session_free(s);
-    lock_session_free(b);
-    rconn_free(rh);
-    rconn_free(rs);
-    rconn_free(rb);
-    lock_free(l);
+    test_sessions_close(&p);
 }
 
 /* The wait queue lives as long as its longest waiter needs it: a newer waiter
@@ -770,11 +704,10 @@ static void test_queue_expiry_only_extended(void **state)
 {
     (void)state;
     const char *key = "t:queuettl";
-    key_reset(key);
     const int ttl = 1000, short_wait = 50;
-    struct lock *l = lock_make("redis", ttl, 20000);
-    struct rconn *ra = conn_new();
-    struct lock_session *a = lock_session_new(l, ra);
+    struct test_sessions p;
+    struct lock *l = sessions_open(&p, key, ttl, 20000, 1);
+    struct lock_session *a = p.s[0];
     struct lock_grant ga;
     /* A holds it as long as the test wants: its watchdog renews. */
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
@@ -784,16 +717,14 @@ static void test_queue_expiry_only_extended(void **state)
     waiter_start(&newer, l, key, short_wait);
     assert_true(test_wait_for(has_acquired, &newer, 2000));
     assert_int_equal(newer.status, LOCK_BUSY);
-    sleep_us((short_wait + ttl + 200) * 1000); /* past the newer waiter's expiry */
+    clock_sleep_us((short_wait + ttl + 200) * 1000); /* past the newer waiter's expiry */
     long long queued = key_integer("LLEN %s:queue", key);
     int64_t released_at = clock_now_us();
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
     int woken = test_wait_for(has_acquired, &older, 3000);
     waiter_join(&older);
     waiter_join(&newer);
-    lock_session_free(a);
-    rconn_free(ra);
-    lock_free(l);
+    test_sessions_close(&p);
     if (queued != 1) /* the older waiter's entry */
         fail_msg("%lld entries queued after the newer waiter's expiry, not 1", queued);
     assert_true(woken);
@@ -806,50 +737,21 @@ static void test_queue_expiry_only_extended(void **state)
 
 /* ---- cost under contention ------------------------------------------------- */
 
-struct bench {
-    struct lock *lock;
-    const char *key;
-    int iterations;
-    int work_us;
-    atomic_int failures;
-};
-
-static void *bench_worker(void *arg)
-{
-    struct bench *b = arg;
-    struct rconn *rc = conn_new();
-    struct lock_session *s = lock_session_new(b->lock, rc);
-    for (int i = 0; i < b->iterations; i++) {
-        struct lock_grant g;
-        if (lock_acquire(s, b->key, 10000, &g) != LOCK_ACQUIRED) {
-            atomic_fetch_add(&b->failures, 1);
-            continue;
-        }
-        sleep_us(b->work_us);
-        lock_release(s, b->key, &g);
-    }
-    lock_session_free(s);
-    rconn_free(rc);
-    return NULL;
-}
-
 /* Runs nthreads contending workers; returns total Redis commands (including
  * those run inside scripts) and client round trips per acquisition. */
 static void contend(const char *mode, int nthreads, int iterations, double *commands,
                     double *round_trips, double *contended_share)
 {
     const char *key = "t:bench";
-    key_reset(key);
-    struct bench b = {.lock = lock_make(mode, 3000, 0),
-                      .key = key,
-                      .iterations = iterations,
-                      .work_us = 300};
+    test_lock_key_del(admin, key);
+    struct test_excl b = {.lock = test_lock_new(mode, 3000, 0, 0),
+                          .key = key,
+                          .port = srv.port,
+                          .iterations = iterations,
+                          .work_us = 300};
     admin_cmd("CONFIG RESETSTAT%s", "");
-    pthread_t t[16];
-    for (int i = 0; i < nthreads; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, bench_worker, &b), 0);
-    for (int i = 0; i < nthreads; i++)
-        pthread_join(t[i], NULL);
+    test_excl_start(&b, nthreads);
+    test_excl_join(&b);
     assert_int_equal(atomic_load(&b.failures), 0);
     long long total = all_calls();
     long long trips = command_calls("evalsha") + command_calls("eval") +

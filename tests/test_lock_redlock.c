@@ -7,13 +7,11 @@
 
 #include <cmocka.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "clock.h"
 #include "lock.h"
@@ -56,13 +54,6 @@ static struct lock *redlock_make(int nnodes, int ttl_ms, char *err, size_t errle
 static struct rconn *data_conn(void)
 {
     return rconn_new("127.0.0.1", data_srv.port, NULL, 2000);
-}
-
-static void sleep_us(long us)
-{
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
 }
 
 /* How many live nodes have key. */
@@ -142,44 +133,9 @@ static void test_grant_and_release_on_all_nodes(void **state)
     lock_free(l);
 }
 
-struct excl_run {
-    struct lock *lock;
-    const char *key;
-    int iterations;
-    _Atomic long counter;
-    atomic_int inside, overlaps, failures;
-};
-
-static void *excl_worker(void *arg)
-{
-    struct excl_run *run = arg;
-    struct rconn *rc = data_conn();
-    struct lock_session *s = lock_session_new(run->lock, rc);
-    for (int i = 0; i < run->iterations; i++) {
-        struct lock_grant g;
-        if (lock_acquire(s, run->key, 10000, &g) != LOCK_ACQUIRED) {
-            atomic_fetch_add(&run->failures, 1);
-            continue;
-        }
-        if (atomic_fetch_add(&run->inside, 1) != 0)
-            atomic_fetch_add(&run->overlaps, 1);
-        long v = atomic_load_explicit(&run->counter, memory_order_relaxed);
-        sleep_us(200);
-        atomic_store_explicit(&run->counter, v + 1, memory_order_relaxed);
-        atomic_fetch_sub(&run->inside, 1);
-        /* A hold whose majority included the killed node can only be
-         * released on the others: LOCK_NOT_HELD then, which is no failure. */
-        if (lock_release(s, run->key, &g) == LOCK_ERROR)
-            atomic_fetch_add(&run->failures, 1);
-    }
-    lock_session_free(s);
-    rconn_free(rc);
-    return NULL;
-}
-
 static int third_done(void *arg)
 {
-    struct excl_run *run = arg;
+    struct test_excl *run = arg;
     return atomic_load(&run->counter) >= run->iterations * 4 / 3;
 }
 
@@ -189,17 +145,19 @@ static void test_exclusive_through_node_loss(void **state)
 {
     (void)state;
     char err[256];
-    struct excl_run run = {.lock = redlock_make(NODES, 3000, err, sizeof(err)),
-                           .key = "t:rl:excl",
-                           .iterations = 120};
+    /* A hold whose majority included the killed node can only be released on
+     * the others: LOCK_NOT_HELD then, which is no failure. */
+    struct test_excl run = {.lock = redlock_make(NODES, 3000, err, sizeof(err)),
+                            .key = "t:rl:excl",
+                            .port = data_srv.port,
+                            .iterations = 120,
+                            .work_us = 200,
+                            .not_held_ok = 1};
     assert_non_null(run.lock);
-    pthread_t t[4];
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, excl_worker, &run), 0);
+    test_excl_start(&run, 4);
     assert_true(test_wait_for(third_done, &run, 20000));
     test_redis_stop(&node_srv[2], 1, 0);
-    for (int i = 0; i < 4; i++)
-        pthread_join(t[i], NULL);
+    test_excl_join(&run);
     assert_int_equal(atomic_load(&run.failures), 0);
     assert_int_equal(atomic_load(&run.overlaps), 0);
     assert_int_equal(atomic_load(&run.counter), 4 * run.iterations);

@@ -14,7 +14,6 @@
 
 #include <cmocka.h>
 
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -22,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
-#include <time.h>
 #include <zookeeper/zookeeper.h>
 
 #include "clock.h"
@@ -35,13 +33,6 @@
 static struct test_zk zk;
 static char hosts[64];
 static zhandle_t *admin; /* the test's own look at ZooKeeper */
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 static int admin_connected(void *arg)
 {
@@ -306,7 +297,7 @@ static void *excl_main(void *arg)
         if (g.fence <= atomic_load(&excl_last_fence))
             atomic_fetch_add(&excl_fence_regressions, 1);
         atomic_store(&excl_last_fence, g.fence);
-        sleep_ms(1); /* the work: a window for an intruder */
+        clock_sleep_us(1000); /* the work: a window for an intruder */
         atomic_fetch_sub(&excl_inside, 1);
         if (lock_release(s, "t:excl", &g) != LOCK_RELEASED)
             atomic_fetch_add(&excl_failures, 1);
@@ -401,7 +392,7 @@ static void test_release_wakes_waiter_without_polling(void **state)
      * requests all along; a watcher only pings (every third of 3 s). */
     long long r0, r1, est;
     assert_true(session_conn(b_sid, &r0, &est));
-    sleep_ms(1000); /* an observation window, not a synchronisation */
+    clock_sleep_us(1000000); /* an observation window, not a synchronisation */
     assert_true(session_conn(b_sid, &r1, &est));
     assert_false(atomic_load(&b.done));
     if (r1 - r0 > 3)
@@ -917,7 +908,7 @@ static void test_session_expiry(void **state)
     int64_t v1 = lock_valid_until_us(s, &g);
     /* disconnected at most 2/3 of the session after the cut (+ scheduling) */
     assert_true(v1 > cut && v1 <= cut + 2 * va.session_us + 500000);
-    sleep_ms(20);
+    clock_sleep_us(20000);
     assert_int_equal(lock_valid_until_us(s, &g), v1); /* frozen */
 
     struct gone_arg gone = {node};

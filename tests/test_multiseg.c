@@ -18,14 +18,6 @@
 #include "invfix.h"
 #include "testutil.h"
 
-static struct test_redis redis;
-static struct orderid_gen ids;
-
-static void fixture_open(struct invfix *f, const char *mode, int work_us)
-{
-    invfix_open(f, mode, work_us, redis.port, &ids);
-}
-
 /* An order placed through a batcher, as the server places it. */
 static inv_status place_batched(struct invfix *f, struct inv_batcher *b, const char *sku,
                                 const char *user, int qty, struct inv_order *o)
@@ -53,11 +45,11 @@ static void test_units_in_several_segments_are_sold(void **state)
     const char *modes[] = {"redis", "setnx", "atomic"};
     for (int m = 0; m < 3; m++) {
         struct invfix f;
-        fixture_open(&f, modes[m], 0);
+        invfix_open_shared(&f, modes[m], 0);
         struct inv_batcher_config bc = {.threads = 2,
                                         .batch = 32,
                                         .redis_host = "127.0.0.1",
-                                        .redis_port = redis.port};
+                                        .redis_port = invfix_redis.port};
         struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
         assert_int_not_equal(inv_sku_put(f.s, "pairs", 10, 16, 3), INV_UNAVAILABLE);
         static struct inv_order o;
@@ -108,8 +100,8 @@ static void test_crossed_orders_do_not_deadlock(void **state)
 {
     (void)state;
     struct invfix a, b;
-    fixture_open(&a, "redis", 20000);
-    fixture_open(&b, "redis", 20000);
+    invfix_open_shared(&a, "redis", 20000);
+    invfix_open_shared(&b, "redis", 20000);
     char ua[16], ub[16];
     invfix_user_with_home(0, 2, 0, ua, sizeof(ua));
     invfix_user_with_home(1, 2, 0, ub, sizeof(ub));
@@ -166,22 +158,15 @@ static void test_lost_lease_refuses_the_whole_order(void **state)
 {
     (void)state;
     struct invfix f, other;
-    fixture_open(&f, "redis", 400000);
-    fixture_open(&other, "redis", 0);
+    invfix_open_shared(&f, "redis", 400000);
+    invfix_open_shared(&other, "redis", 0);
     inv_sku_put(other.s, "lost", 2, 2, 2);
     struct lost l = {.f = &f};
     pthread_t th;
     pthread_create(&th, NULL, place_lost, &l);
     /* segment 1 is taken second: once it is held, both are */
     assert_true(test_wait_for(key_exists, &other, 5000));
-    redisReply *r = rconn_command(other.rc, "DEL sk:{lost}:lock:1"); /* lease gone */
-    assert_true(r && r->integer == 1);
-    freeReplyObject(r);
-    struct lock_session *ls = lock_session_new(other.lock, other.rc);
-    struct lock_grant g;
-    assert_int_equal(lock_acquire(ls, "sk:{lost}:lock:1", 5000, &g), LOCK_ACQUIRED);
-    lock_release(ls, "sk:{lost}:lock:1", &g);
-    lock_session_free(ls);
+    invfix_take_over(&other, "lost", 1);
     pthread_join(th, NULL);
     assert_int_equal(l.st, INV_BUSY);
     struct inv_stats st;
@@ -201,7 +186,7 @@ static void test_spilled_orders_spread_over_what_is_left(void **state)
     const char *modes[] = {"redis", "atomic"};
     for (int m = 0; m < 2; m++) {
         struct invfix f;
-        fixture_open(&f, modes[m], 0);
+        invfix_open_shared(&f, modes[m], 0);
         inv_sku_put(f.s, "tail", 16 * 30, 16, 30);
         static struct inv_order o;
         char user[16];
@@ -226,21 +211,6 @@ static void test_spilled_orders_spread_over_what_is_left(void **state)
     }
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    test_redis_start(&redis, NULL);
-    orderid_init(&ids, 7, NULL, 0);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    test_redis_stop(&redis, 0, 0);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,5 +219,5 @@ int main(void)
         cmocka_unit_test(test_lost_lease_refuses_the_whole_order),
         cmocka_unit_test(test_spilled_orders_spread_over_what_is_left),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, invfix_setup, invfix_teardown);
 }

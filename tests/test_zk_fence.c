@@ -18,9 +18,7 @@
 #include "invfix.h"
 #include "testutil.h"
 
-static struct test_redis redis;
 static struct test_zk zk;
-static struct orderid_gen ids;
 
 /* One instance in zk mode: its ZooKeeper and Redis ports may be proxies. */
 struct zkfix {
@@ -44,7 +42,7 @@ static void zkfix_open(struct zkfix *f, int zk_port, int redis_port, int work_us
                             .wait_ms = 20000,
                             .work_us = work_us,
                             .fencing = fencing,
-                            .ids = &ids};
+                            .ids = &invfix_ids};
     f->inv = inv_new(&ic);
     /* a long timeout: a commit held up by a stopped proxy still gets its answer */
     f->rc = rconn_new("127.0.0.1", redis_port, NULL, 30000);
@@ -113,11 +111,11 @@ static void run_stale_holder(int fencing)
 {
     struct test_proxy zkp, rp;
     test_proxy_start_bytes(&zkp, zk.port, NULL);
-    test_proxy_start(&rp, redis.port, NULL);
+    test_proxy_start(&rp, invfix_redis.port, NULL);
     struct zkfix a, b, admin;
     zkfix_open(&a, zkp.port, rp.port, 300000, fencing);
-    zkfix_open(&b, zk.port, redis.port, 3000000, fencing);
-    zkfix_open(&admin, zk.port, redis.port, 0, fencing);
+    zkfix_open(&b, zk.port, invfix_redis.port, 3000000, fencing);
+    zkfix_open(&admin, zk.port, invfix_redis.port, 0, fencing);
     assert_int_not_equal(inv_sku_put(admin.s, "zf", 10, 1, 2), INV_UNAVAILABLE);
     redisReply *del = rconn_command(admin.rc, "DEL %s", FENCE_KEY);
     assert_non_null(del);
@@ -192,29 +190,19 @@ static void test_batches_sell_with_czxid_tokens(void **state)
 {
     (void)state;
     struct zkfix f;
-    zkfix_open(&f, zk.port, redis.port, 0, 1);
+    zkfix_open(&f, zk.port, invfix_redis.port, 0, 1);
     assert_int_not_equal(inv_sku_put(f.s, "zb", 30, 4, 1), INV_UNAVAILABLE);
-    struct inv_batcher_config bc = {
-        .threads = 2, .batch = 8, .redis_host = "127.0.0.1", .redis_port = redis.port};
+    struct inv_batcher_config bc = {.threads = 2,
+                                    .batch = 8,
+                                    .redis_host = "127.0.0.1",
+                                    .redis_port = invfix_redis.port};
     struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
     static struct inv_ticket t[40];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    for (int i = 0; i < 40; i++) {
-        char user[16];
-        snprintf(user, sizeof(user), "z%d", i);
-        assert_int_equal(inv_ticket_open(f.inv, &t[i], "zb", user, 1, NULL), INV_OK);
-        t[i].done = invfix_on_done;
-        t[i].owner = &w;
-        inv_batcher_submit(b, &t[i]);
-    }
+    invfix_submit_crowd(f.inv, b, t, 40, "zb", "z", &w);
     invfix_wait_done(&w, 40);
-    int placed = 0, sold_out = 0;
-    for (int i = 0; i < 40; i++) {
-        placed += t[i].st == INV_PLACED;
-        sold_out += t[i].st == INV_SOLD_OUT;
-    }
-    assert_int_equal(placed, 30);
-    assert_int_equal(sold_out, 10);
+    assert_int_equal(invfix_count(t, 40, INV_PLACED), 30);
+    assert_int_equal(invfix_count(t, 40, INV_SOLD_OUT), 10);
     inv_batcher_free(b);
     struct inv_audit a;
     assert_int_equal(inv_audit(f.s, "zb", &a), INV_OK);
@@ -225,18 +213,15 @@ static void test_batches_sell_with_czxid_tokens(void **state)
 
 static int setup(void **state)
 {
-    (void)state;
-    test_redis_start(&redis, NULL);
+    invfix_setup(state);
     test_zk_start(&zk);
-    orderid_init(&ids, 9, NULL, 0);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
     test_zk_stop(&zk, 0, 0);
-    test_redis_stop(&redis, 0, 0);
+    invfix_teardown(state);
     return 0;
 }
 

@@ -1,5 +1,10 @@
 #include "testutil.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +19,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 #define MAX_SERVERS 16
 static void *running[MAX_SERVERS];    /* struct test_redis */
@@ -38,14 +45,20 @@ static void stop_all(void)
     }
 }
 
-/* Lists server in table (on) or takes it off, so that the exit hook (set up
- * on first use) stops whatever is still running. */
-static void track(void **table, void *server, int on)
+/* Sets up the exit hook that stops whatever is still running (once). */
+static void exit_hook(void)
 {
     if (!atexit_done) {
         atexit(stop_all);
         atexit_done = 1;
     }
+}
+
+/* Lists server in table (on) or takes it off, so that the exit hook stops
+ * whatever is still running. */
+static void track(void **table, void *server, int on)
+{
+    exit_hook();
     for (int i = 0; i < MAX_SERVERS; i++) {
         if (on && !table[i]) {
             table[i] = server;
@@ -102,19 +115,12 @@ int test_free_port(void)
     return ntohs(a.sin_port);
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms)
 {
     for (int waited = 0; waited <= timeout_ms; waited += 2) {
         if (cond_fn(arg))
             return 1;
-        sleep_ms(2);
+        clock_sleep_us(2000);
     }
     return cond_fn(arg);
 }
@@ -146,15 +152,23 @@ static int answers_ping(void *arg)
     return ok;
 }
 
-/* In a child about to exec: it is killed when the test process ends, however
- * that happens (a crash, or a sanitizer's _exit after its report, which skips
- * the exit hook), so no server outlives its test. Tests start their servers
- * from the main thread, whose end is the process's. */
-static void die_with_parent(pid_t parent)
+/* fork() for a server. The child (0 returned) is killed when the test
+ * process ends, however that happens (a crash, or a sanitizer's _exit after
+ * its report, which skips the exit hook), so no server outlives its test.
+ * Tests start their servers from the main thread, whose end is the
+ * process's. A fork that fails aborts the test. */
+static pid_t fork_server(void)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) /* it ended before the line above */
-        _exit(1);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) /* it ended before the line above */
+            _exit(1);
+    }
+    return pid;
 }
 
 static int spawn(struct test_redis *r, const char *const *extra_args)
@@ -169,12 +183,8 @@ static int spawn(struct test_redis *r, const char *const *extra_args)
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = extra_args[i];
     argv[n] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
+    pid_t pid = fork_server();
     if (pid == 0) {
-        die_with_parent(parent);
         execvp("redis-server", (char *const *)argv);
         perror("exec redis-server");
         _exit(127);
@@ -220,10 +230,7 @@ void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
 static void proxy_start(struct test_proxy *p, int target_port, const char *drop_flag,
                         const char *drop)
 {
-    if (!atexit_done) {
-        atexit(stop_all);
-        atexit_done = 1;
-    }
+    exit_hook();
     const char *build = getenv("SECKILL_BUILD");
     char bin[512], listen[16], target[16];
     snprintf(bin, sizeof(bin), "%s/tests/faultproxy", build && *build ? build : "build");
@@ -234,12 +241,8 @@ static void proxy_start(struct test_proxy *p, int target_port, const char *drop_
         int out[2];
         if (pipe(out) != 0)
             abort();
-        pid_t parent = getpid();
-        pid_t pid = fork();
-        if (pid < 0)
-            abort();
+        pid_t pid = fork_server();
         if (pid == 0) {
-            die_with_parent(parent);
             dup2(out[1], STDOUT_FILENO);
             close(out[0]);
             close(out[1]);
@@ -359,12 +362,8 @@ static int zk_spawn(struct test_zk *z)
             "4lw.commands.whitelist=srvr,cons,wchp\n",
             data, z->port);
     fclose(f);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
+    pid_t pid = fork_server();
     if (pid == 0) {
-        die_with_parent(parent);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
@@ -415,4 +414,87 @@ void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
 {
     server_end(&z->pid, z->dir, hard, keep_dir);
     track(zk_running, z, 0);
+}
+
+/* ---- locks ---------------------------------------------------------------- */
+
+struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int skew_ms)
+{
+    struct lock_config cfg = {.ttl_ms = ttl_ms,
+                              .fencing = 1,
+                              .max_lease_ms = max_lease_ms,
+                              .clock_skew_ms = skew_ms};
+    char err[256] = "";
+    struct lock *l = lock_new(mode, &cfg, err, sizeof(err));
+    if (!l)
+        fail_msg("lock_new(%s): %s", mode, err);
+    return l;
+}
+
+void test_lock_key_del(struct rconn *rc, const char *key)
+{
+    redisReply *r = rconn_command(rc, "DEL %s %s:fence %s:queue", key, key, key);
+    assert_non_null(r);
+    freeReplyObject(r);
+}
+
+void test_sessions_open(struct test_sessions *p, struct lock *l, int port, int n)
+{
+    assert_true(n >= 1 && n <= TEST_SESSIONS_MAX);
+    memset(p, 0, sizeof(*p));
+    p->lock = l;
+    p->n = n;
+    for (int i = 0; i < n; i++) {
+        p->rc[i] = rconn_new("127.0.0.1", port, NULL, 2000);
+        p->s[i] = lock_session_new(l, p->rc[i]);
+    }
+}
+
+void test_sessions_close(struct test_sessions *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        lock_session_free(p->s[i]);
+        rconn_free(p->rc[i]);
+    }
+    lock_free(p->lock);
+}
+
+static void *excl_worker(void *arg)
+{
+    struct test_excl *run = arg;
+    struct rconn *rc = rconn_new("127.0.0.1", run->port, NULL, 2000);
+    struct lock_session *s = lock_session_new(run->lock, rc);
+    for (int i = 0; i < run->iterations; i++) {
+        struct lock_grant g;
+        if (lock_acquire(s, run->key, 10000, &g) != LOCK_ACQUIRED) {
+            atomic_fetch_add(&run->failures, 1);
+            continue;
+        }
+        if (atomic_fetch_add(&run->inside, 1) != 0)
+            atomic_fetch_add(&run->overlaps, 1);
+        long v = atomic_load_explicit(&run->counter, memory_order_relaxed);
+        clock_sleep_us(run->work_us);
+        atomic_store_explicit(&run->counter, v + 1, memory_order_relaxed);
+        atomic_fetch_sub(&run->inside, 1);
+        lock_status st = lock_release(s, run->key, &g);
+        if (st != LOCK_RELEASED && !(st == LOCK_NOT_HELD && run->not_held_ok))
+            atomic_fetch_add(&run->failures, 1);
+    }
+    lock_session_free(s);
+    rconn_free(rc);
+    return NULL;
+}
+
+void test_excl_start(struct test_excl *run, int nthreads)
+{
+    assert_true(nthreads >= 1 && nthreads <= TEST_EXCL_THREADS);
+    run->nthreads = nthreads;
+    for (int i = 0; i < nthreads; i++)
+        assert_int_equal(pthread_create(&run->thread[i], NULL, excl_worker, run), 0);
+}
+
+void test_excl_join(struct test_excl *run)
+{
+    for (int i = 0; i < run->nthreads; i++)
+        pthread_join(run->thread[i], NULL);
 }

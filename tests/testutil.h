@@ -7,7 +7,11 @@
 #ifndef SECKILL_TESTUTIL_H
 #define SECKILL_TESTUTIL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/types.h>
+
+#include "lock.h"
 
 struct test_redis {
     pid_t pid;
@@ -77,5 +81,53 @@ int test_free_port(void);
  * Returns 1 when it became true. For conditions that cannot be waited on
  * directly (another process's state). */
 int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms);
+
+/* ---- locks -------------------------------------------------------------- */
+
+/* A fenced lock of mode with a ttl_ms lease that the watchdog renews up to
+ * max_lease_ms (0: no limit), on a clock skew_ms ahead. Fails the test when
+ * lock_new refuses. */
+struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int skew_ms);
+
+/* Deletes the lock key, its fence counter and its wait queue, through rc. */
+void test_lock_key_del(struct rconn *rc, const char *key);
+
+/* n sessions (at most TEST_SESSIONS_MAX) of one lock, each on a connection of
+ * its own to the Redis on port. The lock is the fixture's: closing frees it. */
+#define TEST_SESSIONS_MAX 3
+struct test_sessions {
+    struct lock *lock;
+    int n;
+    struct rconn *rc[TEST_SESSIONS_MAX];
+    struct lock_session *s[TEST_SESSIONS_MAX];
+};
+
+void test_sessions_open(struct test_sessions *p, struct lock *l, int port, int n);
+void test_sessions_close(struct test_sessions *p);
+
+/* Threads that contend for one key: each, on a session of its own (connected
+ * to the Redis on port), takes the lock iterations times, waiting up to 10 s,
+ * and inside reads counter, works work_us, then writes it back plus one. A
+ * lock that lets two in at once loses an update and counts an overlap; an
+ * acquire that fails, or a release that does not answer LOCK_RELEASED (also
+ * LOCK_NOT_HELD when not_held_ok), counts a failure. */
+#define TEST_EXCL_THREADS 16
+struct test_excl {
+    struct lock *lock; /* borrowed */
+    const char *key;
+    int port;
+    int iterations;
+    int work_us;
+    int not_held_ok;
+    _Atomic long counter;
+    atomic_int inside, overlaps, failures;
+    int nthreads;
+    pthread_t thread[TEST_EXCL_THREADS];
+};
+
+/* Starts nthreads (at most TEST_EXCL_THREADS) workers on run. */
+void test_excl_start(struct test_excl *run, int nthreads);
+/* Waits until every worker is done. */
+void test_excl_join(struct test_excl *run);
 
 #endif
