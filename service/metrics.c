@@ -7,8 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "durability.h"
-#include "routes.h"
+#include "metrics.h"
+
+const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405,
+                                       409, 413, 422, 503, 0};
+const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
 /* ---- SKUs seen: the stock gauges' subjects ------------------------------
  *
@@ -161,18 +165,16 @@ static json_t *lock_stats_json(struct svc_app *app)
         (json_int_t)ls.wait_sum_us, "wait_histogram", hist);
 }
 
-json_t *svc_stats_json(struct svc_app *app)
+json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes, size_t n)
 {
     struct inv_stats is;
     inv_stats(app->inv, &is);
     json_t *requests = json_object();
-    size_t n;
-    struct svc_route *routes = svc_routes(&n);
     for (size_t i = 0; i <= n; i++) {
-        struct svc_route *r = i < n ? &routes[i] : svc_route_unmatched();
+        const struct svc_route_view *r = &routes[i];
         json_t *codes = json_object();
         for (int c = 0; c < ROUTE_NCODES; c++) {
-            uint64_t v = atomic_load(&r->answers[c]);
+            uint64_t v = atomic_load(&r->counters->answers[c]);
             if (!v)
                 continue;
             char code[8];
@@ -215,35 +217,34 @@ static void counter(FILE *f, const char *name, const char *help, uint64_t v)
             (unsigned long long)v);
 }
 
-char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
+char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
+                       const struct svc_route_view *routes, size_t n)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
-    size_t n;
-    struct svc_route *routes = svc_routes(&n);
 
     fprintf(f, "# HELP seckill_http_requests_total HTTP answers by route and status.\n"
                "# TYPE seckill_http_requests_total counter\n");
     for (size_t i = 0; i <= n; i++) {
-        struct svc_route *r = i < n ? &routes[i] : svc_route_unmatched();
+        const struct svc_route_view *r = &routes[i];
         for (int c = 0; c < ROUTE_NCODES; c++) {
             char code[8];
             snprintf(code, sizeof(code), "%d", route_codes[c]);
             fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
                     r->name, route_codes[c] ? code : "other",
-                    (unsigned long long)atomic_load(&r->answers[c]));
+                    (unsigned long long)atomic_load(&r->counters->answers[c]));
         }
     }
     fprintf(f, "# HELP seckill_http_request_duration_seconds Time to answer, by route.\n"
                "# TYPE seckill_http_request_duration_seconds histogram\n");
     for (size_t i = 0; i < n; i++) {
-        struct svc_route *r = &routes[i];
+        const struct svc_route_view *r = &routes[i];
         uint64_t cum = 0;
         for (int b = 0; b < ROUTE_NBUCKETS; b++) {
-            cum += atomic_load(&r->duration_buckets[b]);
+            cum += atomic_load(&r->counters->duration_buckets[b]);
             if (b < ROUTE_NBUCKETS - 1)
                 fprintf(f,
                         "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"%"
@@ -258,7 +259,7 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
                         r->name, (unsigned long long)cum);
         }
         fprintf(f, "seckill_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n",
-                r->name, (double)atomic_load(&r->duration_sum_us) / 1e6);
+                r->name, (double)atomic_load(&r->counters->duration_sum_us) / 1e6);
         fprintf(f, "seckill_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
                 r->name, (unsigned long long)cum);
     }
