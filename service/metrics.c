@@ -302,22 +302,24 @@ static void locks(FILE *f, struct lock *lock)
         return;
     struct lock_stats ls;
     lock_stats(lock, &ls);
-    counter(f, "seckill_lock_acquisitions_total", "Segment locks acquired.",
-            ls.acquisitions);
-    counter(f, "seckill_lock_contended_total", "Acquisitions that had to wait.",
-            ls.contended);
-    counter(f, "seckill_lock_wait_timeouts_total", "Waits that ended in 503 busy.",
-            ls.wait_timeouts);
-    counter(f, "seckill_lock_errors_total", "Lock operations that failed on Redis.",
-            ls.errors);
-    counter(f, "seckill_lock_renewals_total", "Lease renewals by the watchdog.",
-            ls.renewals);
-    counter(f, "seckill_lock_leases_lost_total", "Leases found lost while held.",
-            ls.leases_lost);
-    counter(f, "seckill_lock_watch_wakeups_total",
-            "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd "
-            "effect.",
-            ls.watch_wakeups);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } counters[] = {
+        {"seckill_lock_acquisitions_total", "Segment locks acquired.", ls.acquisitions},
+        {"seckill_lock_contended_total", "Acquisitions that had to wait.", ls.contended},
+        {"seckill_lock_wait_timeouts_total", "Waits that ended in 503 busy.",
+         ls.wait_timeouts},
+        {"seckill_lock_errors_total", "Lock operations that failed on Redis.", ls.errors},
+        {"seckill_lock_renewals_total", "Lease renewals by the watchdog.", ls.renewals},
+        {"seckill_lock_leases_lost_total", "Leases found lost while held.",
+         ls.leases_lost},
+        {"seckill_lock_watch_wakeups_total",
+         "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd effect.",
+         ls.watch_wakeups},
+    };
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        counter(f, counters[i].name, counters[i].help, counters[i].v);
     gauge(f, "seckill_lock_watch_waiters",
           "Waiters asleep on a ZooKeeper watch now (zk).", (long long)ls.watch_waiters);
     lock_waits(f, &ls);
