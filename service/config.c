@@ -105,25 +105,33 @@ static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_
     return addr_option(&cfg->redis, first, err, errlen);
 }
 
+/* A string option: copies value into field (of size len) when ok, else puts
+ * why in err and returns -1. */
+static int string_option(char *field, size_t len, const char *value, int ok,
+                         const char *why, char *err, size_t errlen)
+{
+    if (!ok) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    snprintf(field, len, "%s", value);
+    return 0;
+}
+
 static int opt_password(struct svc_config *cfg, const char *value, char *err,
                         size_t errlen)
 {
-    if (strlen(value) >= sizeof(cfg->redis_password)) {
-        snprintf(err, errlen, "is too long");
-        return -1;
-    }
-    snprintf(cfg->redis_password, sizeof(cfg->redis_password), "%s", value);
-    return 0;
+    return string_option(cfg->redis_password, sizeof(cfg->redis_password), value,
+                         strlen(value) < sizeof(cfg->redis_password), "is too long", err,
+                         errlen);
 }
 
 static int opt_lock(struct svc_config *cfg, const char *value, char *err, size_t errlen)
 {
-    if (strcmp(value, "atomic") != 0 && !lock_mode_known(value)) {
-        snprintf(err, errlen, "must be none, local, setnx, redis, redlock, zk or atomic");
-        return -1;
-    }
-    snprintf(cfg->lock_mode, sizeof(cfg->lock_mode), "%s", value);
-    return 0;
+    return string_option(cfg->lock_mode, sizeof(cfg->lock_mode), value,
+                         strcmp(value, "atomic") == 0 || lock_mode_known(value),
+                         "must be none, local, setnx, redis, redlock, zk or atomic", err,
+                         errlen);
 }
 
 static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
@@ -219,12 +227,9 @@ static int opt_fencing(struct svc_config *cfg, const char *value, char *err,
 
 static int opt_token(struct svc_config *cfg, const char *value, char *err, size_t errlen)
 {
-    if (!*value || strlen(value) >= sizeof(cfg->admin_token)) {
-        snprintf(err, errlen, "must be 1..255 characters");
-        return -1;
-    }
-    snprintf(cfg->admin_token, sizeof(cfg->admin_token), "%s", value);
-    return 0;
+    return string_option(cfg->admin_token, sizeof(cfg->admin_token), value,
+                         *value && strlen(value) < sizeof(cfg->admin_token),
+                         "must be 1..255 characters", err, errlen);
 }
 
 static int opt_log_level(struct svc_config *cfg, const char *value, char *err,
@@ -289,19 +294,29 @@ static const struct option_spec options[] = {
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
+#define ENV_PREFIX "SECKILL_"
+
+/* The environment variable of option o: SECKILL_<NAME>, upper case, '-'
+ * becomes '_'. */
+static void option_env(const struct option_spec *o, char env[64])
+{
+    size_t n = strlen(ENV_PREFIX);
+    memcpy(env, ENV_PREFIX, n);
+    for (const char *p = o->name; *p && n < 63; p++)
+        env[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    env[n] = '\0';
+}
+
 static void print_help(void)
 {
     printf("usage: seckill [flags]\n\nEvery flag also reads SECKILL_<NAME> from the "
            "environment; the flag wins.\n\n");
     for (size_t i = 0; i < NOPTIONS; i++) {
         char env[64], flag[64];
-        size_t n = 0;
-        for (const char *p = options[i].name; *p && n < sizeof(env) - 1; p++)
-            env[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
-        env[n] = '\0';
+        option_env(&options[i], env);
         snprintf(flag, sizeof(flag), "--%s %s", options[i].name, options[i].arg);
-        printf("  %-28s %s (default: %s)\n  %-28s env SECKILL_%s\n", flag,
-               options[i].help, options[i].dflt, "", env);
+        printf("  %-28s %s (default: %s)\n  %-28s env %s\n", flag, options[i].help,
+               options[i].dflt, "", env);
     }
     printf("  %-28s this text\n", "--help");
     printf("\nOrder answers: 201 placed; 400 bad_request; 404 not_found; 409 sold_out\n"
@@ -389,8 +404,7 @@ static int default_threads(void)
     return (int)(cores < 2 ? 2 : cores > 64 ? 64 : cores);
 }
 
-config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
-                              size_t errlen)
+static void config_defaults(struct svc_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     rconn_addr_parse("127.0.0.1:8080", &cfg->listen);
@@ -410,17 +424,25 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     cfg->redis_seeds = 1;
     cfg->redis_seed[0] = cfg->redis;
     cfg->log_level = LOG_INFO;
+}
 
+/* Applies the SECKILL_<NAME> variables that are set. 0, or -1 with err set. */
+static int config_from_env(struct svc_config *cfg, char *err, size_t errlen)
+{
     for (size_t i = 0; i < NOPTIONS; i++) {
-        char env[64] = "SECKILL_";
-        size_t n = strlen(env);
-        for (const char *p = options[i].name; *p && n < sizeof(env) - 1; p++)
-            env[n++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
-        env[n] = '\0';
+        char env[64];
+        option_env(&options[i], env);
         const char *value = getenv(env);
         if (value && apply(cfg, &options[i], value, env, err, errlen) != 0)
-            return CONFIG_ERROR;
+            return -1;
     }
+    return 0;
+}
+
+/* Applies the flags of argv (--name value, --name=value, --help). */
+static config_status config_from_args(struct svc_config *cfg, int argc, char **argv,
+                                      char *err, size_t errlen)
+{
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -452,6 +474,13 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
         if (apply(cfg, o, value, origin, err, errlen) != 0)
             return CONFIG_ERROR;
     }
+    return CONFIG_OK;
+}
+
+/* The rules across flags, once all are read; fills the lock nodes' default.
+ * 0, or -1 with err set. */
+static int config_check(struct svc_config *cfg, char *err, size_t errlen)
+{
     /* Without a token the admin routes (reset a SKU: wipe its orders, restock)
      * are open to whoever reaches the port: only loopback may go without one,
      * in the spirit of Redis's protected mode. Checked before the other
@@ -464,7 +493,7 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
                  "routes. Set an admin token, or listen on a loopback address "
                  "(127.0.0.1, ::1, localhost)",
                  cfg->listen.host, cfg->listen.port, why);
-        return CONFIG_ERROR;
+        return -1;
     }
     if (cfg->nlock_nodes == 0) {
         cfg->lock_nodes[0] = cfg->redis;
@@ -472,7 +501,19 @@ config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, cha
     }
     if (strcmp(cfg->lock_mode, "redlock") == 0 && cfg->nlock_nodes < 3) {
         snprintf(err, errlen, "--lock redlock needs --lock-nodes with at least 3 nodes");
-        return CONFIG_ERROR;
+        return -1;
     }
-    return CONFIG_OK;
+    return 0;
+}
+
+config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
+                              size_t errlen)
+{
+    config_defaults(cfg);
+    if (config_from_env(cfg, err, errlen) != 0)
+        return CONFIG_ERROR;
+    config_status st = config_from_args(cfg, argc, argv, err, errlen);
+    if (st != CONFIG_OK)
+        return st;
+    return config_check(cfg, err, errlen) == 0 ? CONFIG_OK : CONFIG_ERROR;
 }

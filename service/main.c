@@ -92,6 +92,138 @@ static struct orderid_lease *lease_worker(const struct svc_config *cfg,
     return NULL;
 }
 
+/* Blocks SIGINT and SIGTERM (old: the mask before) and sets their handler,
+ * before any thread starts, so that only the main thread takes them, in
+ * sigsuspend. */
+static void stop_signals_take(sigset_t *old)
+{
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGINT);
+    sigaddset(&stop_set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_set, old);
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* What the HTTP server stands on, owned by main. */
+struct backend {
+    struct lock *lock; /* NULL in atomic mode */
+    int cluster;       /* the data Redis is a Redis Cluster */
+    struct orderid_gen ids;
+    struct orderid_lease *lease;
+    struct soldout *soldout;
+    int replicas_acked; /* --min-replicas-acked, resolved */
+    struct inv *inv;
+    struct svc_durability *durability;
+    struct inv_batcher *batcher;
+};
+
+/* Frees what b holds (any part may be missing). */
+static void backend_free(struct backend *b)
+{
+    inv_batcher_free(b->batcher);
+    svc_durability_stop(b->durability);
+    orderid_lease_stop(b->lease);
+    inv_free(b->inv);
+    soldout_free(b->soldout);
+    lock_free(b->lock);
+}
+
+/* The lock of --lock: 0 (*lock NULL in atomic mode), or -1 with err set. */
+static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err,
+                     size_t errlen)
+{
+    *lock = NULL;
+    if (strcmp(cfg->lock_mode, "atomic") == 0)
+        return 0;
+    struct lock_config lc = {
+        .ttl_ms = cfg->lock_ttl_ms,
+        .nodes = cfg->lock_nodes,
+        .nnodes = cfg->nlock_nodes,
+        .password = cfg->redis_password,
+        .timeout_ms = 1000,
+        .fencing = cfg->fencing,
+        .zk_hosts = cfg->zk_hosts,
+        .zk_session_ms = cfg->zk_session_ms,
+        .zk_watch = (lock_zk_watch)cfg->zk_watch,
+    };
+    *lock = lock_new(cfg->lock_mode, &lc, err, errlen);
+    return *lock ? 0 : -1;
+}
+
+/* The inventory over b's lock, order ids and sold-out listener. */
+static struct inv *inventory_new(const struct svc_config *cfg, struct backend *b)
+{
+    struct inv_config ic = {
+        .lock = b->lock,
+        .wait_ms = cfg->wait_ms,
+        .work_us = cfg->work_us,
+        .fencing = cfg->fencing,
+        .ids = &b->ids,
+        .lease = b->lease,
+        .soldout = b->soldout,
+        .min_replicas_acked = b->replicas_acked,
+        .acked_wait_ms = 500,
+        .cluster = b->cluster,
+        .seeds = cfg->redis_seed,
+        .nseeds = cfg->redis_seeds,
+        .password = cfg->redis_password,
+        .timeout_ms = 1000,
+    };
+    return inv_new(&ic);
+}
+
+/* Starts b's parts in order. 0, or the exit status (message given) with
+ * what was started freed. b must not move while started (ids). */
+static int backend_start(const struct svc_config *cfg, struct backend *b)
+{
+    char err[512];
+    if (lock_open(cfg, &b->lock, err, sizeof(err)) != 0) {
+        fprintf(stderr, "seckill: --lock %s: %s\n", cfg->lock_mode, err);
+        return 2;
+    }
+    b->cluster = cfg->redis_seeds > 1 || redis_is_cluster(cfg);
+    orderid_init(&b->ids, cfg->instance_id >= 0 ? cfg->instance_id : 0, NULL, 0);
+    if (b->cluster) /* an order id names its shard */
+        orderid_use_genes(&b->ids);
+    b->lease = lease_worker(cfg, &b->ids, b->cluster);
+    if (!b->lease) {
+        backend_free(b);
+        return 1;
+    }
+    /* On a cluster it listens on one node: a reset is published on every
+     * node, and while that node is gone nothing is answered from memory */
+    b->soldout = soldout_new(cfg->redis.host, cfg->redis.port, cfg->redis_password);
+    b->replicas_acked = replicas_acked(cfg, b->cluster);
+    b->inv = inventory_new(cfg, b);
+    /* Redis answered the lease: its persistence settings can be read now. */
+    b->durability =
+        svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
+    /* Batch threads wait on Redis or ZooKeeper: at least 2, so that one
+     * waiting for a lock does not hold up the rest. */
+    struct inv_batcher_config bc = {.threads = cfg->threads < 2 ? 2 : cfg->threads,
+                                    .batch = cfg->batch,
+                                    .redis_host = cfg->redis.host,
+                                    .redis_port = cfg->redis.port,
+                                    .redis_password = cfg->redis_password};
+    b->batcher = inv_batcher_start(b->inv, &bc);
+    return 0;
+}
+
+static void log_listening(const struct svc_config *cfg, struct backend *b)
+{
+    log_event(LOG_INFO, "listening",
+              "addr=%s:%d redis=%s:%d%s lock=%s segments=%d threads=%d worker_id=%d "
+              "fencing=%s work_us=%d batch=%d min_replicas_acked=%d",
+              cfg->listen.host, cfg->listen.port, cfg->redis.host, cfg->redis.port,
+              b->cluster ? " cluster=yes" : "", cfg->lock_mode, cfg->segments,
+              cfg->threads, orderid_worker(&b->ids), cfg->fencing ? "on" : "off",
+              cfg->work_us, cfg->batch, b->replicas_acked);
+}
+
 int main(int argc, char **argv)
 {
     struct svc_config cfg;
@@ -107,120 +239,35 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
+    sigset_t old_set;
+    stop_signals_take(&old_set);
 
-    /* Block the stop signals before any thread starts, so that only the main
-     * thread takes them, in sigsuspend below. */
-    sigset_t stop_set, old_set;
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGINT);
-    sigaddset(&stop_set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_set, &old_set);
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
-    int atomic_mode = strcmp(cfg.lock_mode, "atomic") == 0;
-    struct lock *lock = NULL;
-    if (!atomic_mode) {
-        struct lock_config lc = {
-            .ttl_ms = cfg.lock_ttl_ms,
-            .nodes = cfg.lock_nodes,
-            .nnodes = cfg.nlock_nodes,
-            .password = cfg.redis_password,
-            .timeout_ms = 1000,
-            .fencing = cfg.fencing,
-            .zk_hosts = cfg.zk_hosts,
-            .zk_session_ms = cfg.zk_session_ms,
-            .zk_watch = (lock_zk_watch)cfg.zk_watch,
-        };
-        lock = lock_new(cfg.lock_mode, &lc, err, sizeof(err));
-        if (!lock) {
-            fprintf(stderr, "seckill: --lock %s: %s\n", cfg.lock_mode, err);
-            return 2;
-        }
-    }
-
-    int cluster = cfg.redis_seeds > 1 || redis_is_cluster(&cfg);
-    struct orderid_gen ids;
-    orderid_init(&ids, cfg.instance_id >= 0 ? cfg.instance_id : 0, NULL, 0);
-    if (cluster) /* an order id names its shard */
-        orderid_use_genes(&ids);
-    struct orderid_lease *lease = lease_worker(&cfg, &ids, cluster);
-    if (!lease) {
-        lock_free(lock);
-        return 1;
-    }
-
-    struct inv_config ic = {
-        .lock = lock,
-        .wait_ms = cfg.wait_ms,
-        .work_us = cfg.work_us,
-        .fencing = cfg.fencing,
-        .ids = &ids,
-        .lease = lease,
-        /* On a cluster it listens on one node: a reset is published on every
-         * node, and while that node is gone nothing is answered from memory */
-        .soldout = soldout_new(cfg.redis.host, cfg.redis.port, cfg.redis_password),
-        .min_replicas_acked = replicas_acked(&cfg, cluster),
-        .acked_wait_ms = 500,
-        .cluster = cluster,
-        .seeds = cfg.redis_seed,
-        .nseeds = cfg.redis_seeds,
-        .password = cfg.redis_password,
-        .timeout_ms = 1000,
-    };
-    struct inv *inv = inv_new(&ic);
-    /* Redis answered the lease: its persistence settings can be read now. */
-    struct svc_durability *durability =
-        svc_durability_start(cfg.redis.host, cfg.redis.port, cfg.redis_password);
-    /* Batch threads wait on Redis or ZooKeeper: at least 2, so that one
-     * waiting for a lock does not hold up the rest. */
-    struct inv_batcher_config bc = {.threads = cfg.threads < 2 ? 2 : cfg.threads,
-                                    .batch = cfg.batch,
-                                    .redis_host = cfg.redis.host,
-                                    .redis_port = cfg.redis.port,
-                                    .redis_password = cfg.redis_password};
-    struct inv_batcher *batcher = inv_batcher_start(inv, &bc);
+    struct backend b = {0};
+    int status = backend_start(&cfg, &b);
+    if (status != 0)
+        return status;
     struct svc_app app = {.cfg = &cfg,
-                          .inv = inv,
-                          .lock = lock,
-                          .lease = lease,
-                          .durability = durability,
-                          .batcher = batcher,
-                          .replicas_acked = ic.min_replicas_acked,
-                          .cluster = cluster,
-                          .ids = &ids};
-
+                          .inv = b.inv,
+                          .lock = b.lock,
+                          .lease = b.lease,
+                          .durability = b.durability,
+                          .batcher = b.batcher,
+                          .replicas_acked = b.replicas_acked,
+                          .cluster = b.cluster,
+                          .ids = &b.ids};
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
     if (!srv) {
         log_event(LOG_ERROR, "startup_failed", "reason=\"%s\"", err);
-        inv_batcher_free(batcher);
-        svc_durability_stop(durability);
-        orderid_lease_stop(lease);
-        inv_free(inv);
-        soldout_free(ic.soldout);
-        lock_free(lock);
+        backend_free(&b);
         return 1;
     }
-    log_event(LOG_INFO, "listening",
-              "addr=%s:%d redis=%s:%d%s lock=%s segments=%d threads=%d worker_id=%d "
-              "fencing=%s work_us=%d batch=%d min_replicas_acked=%d",
-              cfg.listen.host, cfg.listen.port, cfg.redis.host, cfg.redis.port,
-              cluster ? " cluster=yes" : "", cfg.lock_mode, cfg.segments, cfg.threads,
-              orderid_worker(&ids), cfg.fencing ? "on" : "off", cfg.work_us, cfg.batch,
-              ic.min_replicas_acked);
+    log_listening(&cfg, &b);
 
     while (!stop_requested)
         sigsuspend(&old_set);
 
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
-    inv_batcher_free(batcher);
-    svc_durability_stop(durability);
-    orderid_lease_stop(lease);
-    inv_free(inv);
-    soldout_free(ic.soldout);
-    lock_free(lock);
+    backend_free(&b);
     log_event(LOG_INFO, "exit", "code=0");
     return 0;
 }

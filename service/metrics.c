@@ -7,8 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "durability.h"
-#include "routes.h"
+#include "metrics.h"
+
+const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405,
+                                       409, 413, 422, 503, 0};
+const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
 /* ---- SKUs seen: the stock gauges' subjects ------------------------------
  *
@@ -72,68 +76,6 @@ static int seen_copy(char names[METRICS_SKUS][INV_ID_MAX + 1])
     return n;
 }
 
-struct sku_figures {
-    const char *sku;
-    long long initial, remaining, sold, oversold, orders;
-};
-
-/* The stock gauges: one read per SKU seen. A SKU that no longer exists is left
- * out; the first failed read ends the reading (Redis is down: the scrape must
- * not wait a timeout per SKU) and seckill_sku_stock_read_ok says 0. */
-static void sku_gauges(FILE *f, struct inv_session *inv)
-{
-    char names[METRICS_SKUS][INV_ID_MAX + 1];
-    struct sku_figures figs[METRICS_SKUS];
-    int n = inv ? seen_copy(names) : 0, nfigs = 0, read_ok = 1;
-    struct inv_sku_report *report = n ? malloc(sizeof(*report)) : NULL;
-    if (n && !report)
-        read_ok = 0;
-    for (int i = 0; i < n && read_ok; i++) {
-        inv_status st = inv_sku_get(inv, names[i], report);
-        if (st == INV_NOT_FOUND)
-            continue;
-        if (st != INV_OK) {
-            read_ok = 0;
-            break;
-        }
-        figs[nfigs++] =
-            (struct sku_figures){names[i],     report->initial,  report->remaining,
-                                 report->sold, report->oversold, report->orders};
-    }
-    free(report);
-
-    const struct {
-        const char *name, *help;
-        size_t offset;
-    } gauges[] = {
-        {"seckill_sku_initial", "Initial stock of the SKU since its last reset.",
-         offsetof(struct sku_figures, initial)},
-        {"seckill_sku_remaining", "Units left in all segments of the SKU.",
-         offsetof(struct sku_figures, remaining)},
-        {"seckill_sku_sold", "Units sold since the SKU's last reset (all instances).",
-         offsetof(struct sku_figures, sold)},
-        {"seckill_sku_oversold", "Units sold beyond the initial stock.",
-         offsetof(struct sku_figures, oversold)},
-        {"seckill_sku_orders",
-         "Orders placed since the SKU's last reset (all instances).",
-         offsetof(struct sku_figures, orders)},
-    };
-    for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
-        fprintf(f,
-                "# HELP %s %s Read from Redis at scrape time, for the %d SKUs this "
-                "instance served most recently.\n# TYPE %s gauge\n",
-                gauges[g].name, gauges[g].help, METRICS_SKUS, gauges[g].name);
-        for (int i = 0; i < nfigs; i++)
-            fprintf(f, "%s{sku=\"%s\"} %lld\n", gauges[g].name, figs[i].sku,
-                    *(const long long *)((const char *)&figs[i] + gauges[g].offset));
-    }
-    fprintf(f,
-            "# HELP seckill_sku_stock_read_ok 1 when the stock gauges of every SKU "
-            "seen were read from Redis in this scrape, 0 when Redis failed.\n"
-            "# TYPE seckill_sku_stock_read_ok gauge\nseckill_sku_stock_read_ok %d\n",
-            read_ok);
-}
-
 static json_t *lock_stats_json(struct svc_app *app)
 {
     if (!app->lock)
@@ -161,18 +103,16 @@ static json_t *lock_stats_json(struct svc_app *app)
         (json_int_t)ls.wait_sum_us, "wait_histogram", hist);
 }
 
-json_t *svc_stats_json(struct svc_app *app)
+json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes, size_t n)
 {
     struct inv_stats is;
     inv_stats(app->inv, &is);
     json_t *requests = json_object();
-    size_t n;
-    struct svc_route *routes = svc_routes(&n);
     for (size_t i = 0; i <= n; i++) {
-        struct svc_route *r = i < n ? &routes[i] : svc_route_unmatched();
+        const struct svc_route_view *r = &routes[i];
         json_t *codes = json_object();
         for (int c = 0; c < ROUTE_NCODES; c++) {
-            uint64_t v = atomic_load(&r->answers[c]);
+            uint64_t v = atomic_load(&r->counters->answers[c]);
             if (!v)
                 continue;
             char code[8];
@@ -209,163 +149,290 @@ json_t *svc_stats_json(struct svc_app *app)
         "draining", atomic_load(&app->draining));
 }
 
-static void counter(FILE *f, const char *name, const char *help, uint64_t v)
+/* ---- /metrics: one writer per metric family ----------------------------- */
+
+static void family(FILE *f, const char *name, const char *help, const char *type)
 {
-    fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-            (unsigned long long)v);
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-char *svc_metrics_text(struct svc_app *app, struct inv_session *inv)
+static void counter(FILE *f, const char *name, const char *help, uint64_t v)
+{
+    family(f, name, help, "counter");
+    fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void gauge(FILE *f, const char *name, const char *help, long long v)
+{
+    family(f, name, help, "gauge");
+    fprintf(f, "%s %lld\n", name, v);
+}
+
+/* One histogram's series: labels is "" or `key="value"`; buckets holds
+ * non-cumulative counts, bounds_s the upper bounds of all but the last
+ * bucket (+Inf). */
+static void histogram_series(FILE *f, const char *name, const char *labels,
+                             const double *bounds_s, const uint64_t *buckets,
+                             int nbuckets, double sum_s)
+{
+    const char *sep = labels[0] ? "," : "";
+    uint64_t cum = 0;
+    for (int b = 0; b < nbuckets; b++) {
+        cum += buckets[b];
+        if (b < nbuckets - 1)
+            fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds_s[b],
+                    (unsigned long long)cum);
+        else
+            fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+                    (unsigned long long)cum);
+    }
+    if (labels[0])
+        fprintf(f, "%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, labels, sum_s, name,
+                labels, (unsigned long long)cum);
+    else
+        fprintf(f, "%s_sum %.6f\n%s_count %llu\n", name, sum_s, name,
+                (unsigned long long)cum);
+}
+
+/* seckill_http_requests_total: every route's answers, unmatched ones too. */
+static void http_requests(FILE *f, const struct svc_route_view *routes, size_t n)
+{
+    family(f, "seckill_http_requests_total", "HTTP answers by route and status.",
+           "counter");
+    for (size_t i = 0; i <= n; i++) {
+        const struct svc_route_view *r = &routes[i];
+        for (int c = 0; c < ROUTE_NCODES; c++) {
+            char code[8];
+            snprintf(code, sizeof(code), "%d", route_codes[c]);
+            fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
+                    r->name, route_codes[c] ? code : "other",
+                    (unsigned long long)atomic_load(&r->counters->answers[c]));
+        }
+    }
+}
+
+/* seckill_http_request_duration_seconds: the routes' (not unmatched). */
+static void http_durations(FILE *f, const struct svc_route_view *routes, size_t n)
+{
+    const char *name = "seckill_http_request_duration_seconds";
+    family(f, name, "Time to answer, by route.", "histogram");
+    for (size_t i = 0; i < n; i++) {
+        const struct svc_route_counters *c = routes[i].counters;
+        uint64_t buckets[ROUTE_NBUCKETS];
+        for (int b = 0; b < ROUTE_NBUCKETS; b++)
+            buckets[b] = atomic_load(&c->duration_buckets[b]);
+        char labels[64];
+        snprintf(labels, sizeof(labels), "route=\"%s\"", routes[i].name);
+        histogram_series(f, name, labels, route_bucket_s, buckets, ROUTE_NBUCKETS,
+                         (double)atomic_load(&c->duration_sum_us) / 1e6);
+    }
+}
+
+/* seckill_orders_total: order outcomes. */
+static void order_outcomes(FILE *f, const struct inv_stats *is)
+{
+    family(f, "seckill_orders_total", "Order outcomes.", "counter");
+    const struct {
+        const char *outcome;
+        uint64_t v;
+    } outcomes[] = {{"placed", is->placed},
+                    {"replayed", is->replayed},
+                    {"sold_out", is->sold_out},
+                    {"limit_reached", is->limit},
+                    {"busy", is->busy},
+                    {"unavailable", is->unavailable},
+                    {"outcome_unknown", is->outcome_unknown},
+                    {"idempotency_mismatch", is->idem_mismatch}};
+    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
+        fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", outcomes[i].outcome,
+                (unsigned long long)outcomes[i].v);
+}
+
+/* seckill_batch_*: the batcher's holds and queue (none without a batcher). */
+static void batches(FILE *f, struct inv_batcher *batcher)
+{
+    if (!batcher)
+        return;
+    struct inv_batch_stats bs;
+    inv_batcher_stats(batcher, &bs);
+    counter(f, "seckill_batch_holds_total",
+            "Lock holds that served a batch of queued orders.", bs.batches);
+    counter(f, "seckill_batch_orders_total", "Orders those holds took up.", bs.orders);
+    gauge(f, "seckill_batch_queued", "Orders waiting for their batch now.",
+          (long long)bs.queued);
+}
+
+/* The order counters besides the outcomes, the batcher's among them. */
+static void order_counters(FILE *f, const struct svc_app *app, const struct inv_stats *is)
+{
+    counter(f, "seckill_orders_spilled_total",
+            "Orders served by a segment other than home.", is->spilled);
+    batches(f, app->batcher);
+    counter(f, "seckill_orders_sold_out_from_memory_total",
+            "Sold-out answers given without Redis (SKU seen sold out this epoch).",
+            is->sold_out_local);
+    counter(f, "seckill_orders_unacknowledged_total",
+            "Orders placed that the replicas did not acknowledge in time: answered "
+            "outcome_unknown (--min-replicas-acked).",
+            is->unacked);
+    counter(f, "seckill_order_id_collisions_total",
+            "Order ids found issued before at commit; the order drew a fresh one.",
+            is->id_collisions);
+    counter(f, "seckill_fenced_commits_refused_total",
+            "Commits refused because the lock was granted to someone else since.",
+            is->fenced_off);
+}
+
+/* seckill_lock_wait_seconds. */
+static void lock_waits(FILE *f, const struct lock_stats *ls)
+{
+    const char *name = "seckill_lock_wait_seconds";
+    double bounds_s[LOCK_WAIT_BUCKETS - 1];
+    for (int b = 0; b < LOCK_WAIT_BUCKETS - 1; b++)
+        bounds_s[b] = (double)lock_wait_bucket_us[b] / 1e6;
+    family(f, name, "Time spent waiting for a segment lock.", "histogram");
+    histogram_series(f, name, "", bounds_s, ls->wait_buckets, LOCK_WAIT_BUCKETS,
+                     (double)ls->wait_sum_us / 1e6);
+}
+
+/* seckill_lock_*: the lock's counters (none in atomic mode). */
+static void locks(FILE *f, struct lock *lock)
+{
+    if (!lock)
+        return;
+    struct lock_stats ls;
+    lock_stats(lock, &ls);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } counters[] = {
+        {"seckill_lock_acquisitions_total", "Segment locks acquired.", ls.acquisitions},
+        {"seckill_lock_contended_total", "Acquisitions that had to wait.", ls.contended},
+        {"seckill_lock_wait_timeouts_total", "Waits that ended in 503 busy.",
+         ls.wait_timeouts},
+        {"seckill_lock_errors_total", "Lock operations that failed on Redis.", ls.errors},
+        {"seckill_lock_renewals_total", "Lease renewals by the watchdog.", ls.renewals},
+        {"seckill_lock_leases_lost_total", "Leases found lost while held.",
+         ls.leases_lost},
+        {"seckill_lock_watch_wakeups_total",
+         "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd effect.",
+         ls.watch_wakeups},
+    };
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+        counter(f, counters[i].name, counters[i].help, counters[i].v);
+    gauge(f, "seckill_lock_watch_waiters",
+          "Waiters asleep on a ZooKeeper watch now (zk).", (long long)ls.watch_waiters);
+    lock_waits(f, &ls);
+}
+
+/* seckill_inflight_requests, seckill_draining, seckill_redis_durable. */
+static void lifecycle(FILE *f, struct svc_app *app)
+{
+    gauge(f, "seckill_inflight_requests", "Requests being answered now.",
+          atomic_load(&app->inflight));
+    gauge(f, "seckill_draining", "1 while the instance drains for shutdown.",
+          atomic_load(&app->draining));
+    gauge(f, "seckill_redis_durable",
+          "1 when an acknowledged order survives a crash of the data Redis (AOF with "
+          "appendfsync always, or replicas acknowledge each order: "
+          "--min-replicas-acked), else 0, also when its settings could not be read.",
+          svc_durability_durable(app->durability) || app->replicas_acked > 0);
+}
+
+struct sku_figures {
+    const char *sku;
+    long long initial, remaining, sold, oversold, orders;
+};
+
+/* Reads the figures of the SKUs seen (names: filled) into figs, *nfigs of
+ * them. A SKU that no longer exists is left out; the first failed read ends
+ * the reading (Redis is down: the scrape must not wait a timeout per SKU).
+ * Returns 1 when every read succeeded, else 0. */
+static int sku_figures_read(struct inv_session *inv,
+                            char names[METRICS_SKUS][INV_ID_MAX + 1],
+                            struct sku_figures figs[METRICS_SKUS], int *nfigs)
+{
+    int n = inv ? seen_copy(names) : 0;
+    *nfigs = 0;
+    if (!n)
+        return 1;
+    struct inv_sku_report *report = malloc(sizeof(*report));
+    if (!report)
+        return 0;
+    int read_ok = 1;
+    for (int i = 0; i < n; i++) {
+        inv_status st = inv_sku_get(inv, names[i], report);
+        if (st == INV_NOT_FOUND)
+            continue;
+        if (st != INV_OK) {
+            read_ok = 0;
+            break;
+        }
+        figs[(*nfigs)++] =
+            (struct sku_figures){names[i],     report->initial,  report->remaining,
+                                 report->sold, report->oversold, report->orders};
+    }
+    free(report);
+    return read_ok;
+}
+
+/* seckill_sku_*: the stock gauges, one read per SKU seen;
+ * seckill_sku_stock_read_ok says 0 when a read failed. */
+static void sku_gauges(FILE *f, struct inv_session *inv)
+{
+    char names[METRICS_SKUS][INV_ID_MAX + 1];
+    struct sku_figures figs[METRICS_SKUS];
+    int nfigs;
+    int read_ok = sku_figures_read(inv, names, figs, &nfigs);
+    const struct {
+        const char *name, *help;
+        size_t offset;
+    } gauges[] = {
+        {"seckill_sku_initial", "Initial stock of the SKU since its last reset.",
+         offsetof(struct sku_figures, initial)},
+        {"seckill_sku_remaining", "Units left in all segments of the SKU.",
+         offsetof(struct sku_figures, remaining)},
+        {"seckill_sku_sold", "Units sold since the SKU's last reset (all instances).",
+         offsetof(struct sku_figures, sold)},
+        {"seckill_sku_oversold", "Units sold beyond the initial stock.",
+         offsetof(struct sku_figures, oversold)},
+        {"seckill_sku_orders",
+         "Orders placed since the SKU's last reset (all instances).",
+         offsetof(struct sku_figures, orders)},
+    };
+    for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+        char help[256];
+        snprintf(help, sizeof(help),
+                 "%s Read from Redis at scrape time, for the %d SKUs this instance "
+                 "served most recently.",
+                 gauges[g].help, METRICS_SKUS);
+        family(f, gauges[g].name, help, "gauge");
+        for (int i = 0; i < nfigs; i++)
+            fprintf(f, "%s{sku=\"%s\"} %lld\n", gauges[g].name, figs[i].sku,
+                    *(const long long *)((const char *)&figs[i] + gauges[g].offset));
+    }
+    gauge(f, "seckill_sku_stock_read_ok",
+          "1 when the stock gauges of every SKU seen were read from Redis in this "
+          "scrape, 0 when Redis failed.",
+          read_ok);
+}
+
+char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
+                       const struct svc_route_view *routes, size_t n)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return NULL;
-    size_t n;
-    struct svc_route *routes = svc_routes(&n);
-
-    fprintf(f, "# HELP seckill_http_requests_total HTTP answers by route and status.\n"
-               "# TYPE seckill_http_requests_total counter\n");
-    for (size_t i = 0; i <= n; i++) {
-        struct svc_route *r = i < n ? &routes[i] : svc_route_unmatched();
-        for (int c = 0; c < ROUTE_NCODES; c++) {
-            char code[8];
-            snprintf(code, sizeof(code), "%d", route_codes[c]);
-            fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
-                    r->name, route_codes[c] ? code : "other",
-                    (unsigned long long)atomic_load(&r->answers[c]));
-        }
-    }
-    fprintf(f, "# HELP seckill_http_request_duration_seconds Time to answer, by route.\n"
-               "# TYPE seckill_http_request_duration_seconds histogram\n");
-    for (size_t i = 0; i < n; i++) {
-        struct svc_route *r = &routes[i];
-        uint64_t cum = 0;
-        for (int b = 0; b < ROUTE_NBUCKETS; b++) {
-            cum += atomic_load(&r->duration_buckets[b]);
-            if (b < ROUTE_NBUCKETS - 1)
-                fprintf(f,
-                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"%"
-                        "g\"} "
-                        "%llu\n",
-                        r->name, route_bucket_s[b], (unsigned long long)cum);
-            else
-                fprintf(f,
-                        "seckill_http_request_duration_seconds_bucket{route=\"%s\",le=\"+"
-                        "Inf\"}"
-                        " %llu\n",
-                        r->name, (unsigned long long)cum);
-        }
-        fprintf(f, "seckill_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n",
-                r->name, (double)atomic_load(&r->duration_sum_us) / 1e6);
-        fprintf(f, "seckill_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
-                r->name, (unsigned long long)cum);
-    }
-
     struct inv_stats is;
     inv_stats(app->inv, &is);
-    fprintf(f, "# HELP seckill_orders_total Order outcomes.\n"
-               "# TYPE seckill_orders_total counter\n");
-    const struct {
-        const char *outcome;
-        uint64_t v;
-    } outcomes[] = {{"placed", is.placed},
-                    {"replayed", is.replayed},
-                    {"sold_out", is.sold_out},
-                    {"limit_reached", is.limit},
-                    {"busy", is.busy},
-                    {"unavailable", is.unavailable},
-                    {"outcome_unknown", is.outcome_unknown},
-                    {"idempotency_mismatch", is.idem_mismatch}};
-    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
-        fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", outcomes[i].outcome,
-                (unsigned long long)outcomes[i].v);
-    counter(f, "seckill_orders_spilled_total",
-            "Orders served by a segment other than home.", is.spilled);
-    if (app->batcher) {
-        struct inv_batch_stats bs;
-        inv_batcher_stats(app->batcher, &bs);
-        counter(f, "seckill_batch_holds_total",
-                "Lock holds that served a batch of queued orders.", bs.batches);
-        counter(f, "seckill_batch_orders_total", "Orders those holds took up.",
-                bs.orders);
-        fprintf(f,
-                "# HELP seckill_batch_queued Orders waiting for their batch now.\n"
-                "# TYPE seckill_batch_queued gauge\nseckill_batch_queued %llu\n",
-                (unsigned long long)bs.queued);
-    }
-    counter(f, "seckill_orders_sold_out_from_memory_total",
-            "Sold-out answers given without Redis (SKU seen sold out this epoch).",
-            is.sold_out_local);
-    counter(f, "seckill_orders_unacknowledged_total",
-            "Orders placed that the replicas did not acknowledge in time: answered "
-            "outcome_unknown (--min-replicas-acked).",
-            is.unacked);
-    counter(f, "seckill_order_id_collisions_total",
-            "Order ids found issued before at commit; the order drew a fresh one.",
-            is.id_collisions);
-    counter(f, "seckill_fenced_commits_refused_total",
-            "Commits refused because the lock was granted to someone else since.",
-            is.fenced_off);
-
-    if (app->lock) {
-        struct lock_stats ls;
-        lock_stats(app->lock, &ls);
-        counter(f, "seckill_lock_acquisitions_total", "Segment locks acquired.",
-                ls.acquisitions);
-        counter(f, "seckill_lock_contended_total", "Acquisitions that had to wait.",
-                ls.contended);
-        counter(f, "seckill_lock_wait_timeouts_total", "Waits that ended in 503 busy.",
-                ls.wait_timeouts);
-        counter(f, "seckill_lock_errors_total", "Lock operations that failed on Redis.",
-                ls.errors);
-        counter(f, "seckill_lock_renewals_total", "Lease renewals by the watchdog.",
-                ls.renewals);
-        counter(f, "seckill_lock_leases_lost_total", "Leases found lost while held.",
-                ls.leases_lost);
-        counter(f, "seckill_lock_watch_wakeups_total",
-                "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd "
-                "effect.",
-                ls.watch_wakeups);
-        fprintf(f,
-                "# HELP seckill_lock_watch_waiters Waiters asleep on a ZooKeeper watch "
-                "now (zk).\n# TYPE seckill_lock_watch_waiters gauge\n"
-                "seckill_lock_watch_waiters %llu\n",
-                (unsigned long long)ls.watch_waiters);
-        fprintf(
-            f, "# HELP seckill_lock_wait_seconds Time spent waiting for a segment lock.\n"
-               "# TYPE seckill_lock_wait_seconds histogram\n");
-        uint64_t cum = 0;
-        for (int b = 0; b < LOCK_WAIT_BUCKETS; b++) {
-            cum += ls.wait_buckets[b];
-            if (b < LOCK_WAIT_BUCKETS - 1)
-                fprintf(f, "seckill_lock_wait_seconds_bucket{le=\"%g\"} %llu\n",
-                        (double)lock_wait_bucket_us[b] / 1e6, (unsigned long long)cum);
-            else
-                fprintf(f, "seckill_lock_wait_seconds_bucket{le=\"+Inf\"} %llu\n",
-                        (unsigned long long)cum);
-        }
-        fprintf(
-            f,
-            "seckill_lock_wait_seconds_sum %.6f\nseckill_lock_wait_seconds_count %llu\n",
-            (double)ls.wait_sum_us / 1e6, (unsigned long long)cum);
-    }
-    fprintf(f,
-            "# HELP seckill_inflight_requests Requests being answered now.\n"
-            "# TYPE seckill_inflight_requests gauge\nseckill_inflight_requests %d\n",
-            atomic_load(&app->inflight));
-    fprintf(f,
-            "# HELP seckill_draining 1 while the instance drains for shutdown.\n"
-            "# TYPE seckill_draining gauge\nseckill_draining %d\n",
-            atomic_load(&app->draining));
-    fprintf(f,
-            "# HELP seckill_redis_durable 1 when an acknowledged order survives a crash "
-            "of the data Redis (AOF with appendfsync always, or replicas acknowledge "
-            "each order: --min-replicas-acked), else 0, also when its settings could "
-            "not be read.\n"
-            "# TYPE seckill_redis_durable gauge\nseckill_redis_durable %d\n",
-            svc_durability_durable(app->durability) || app->replicas_acked > 0);
+    http_requests(f, routes, n);
+    http_durations(f, routes, n);
+    order_outcomes(f, &is);
+    order_counters(f, app, &is);
+    locks(f, app->lock);
+    lifecycle(f, app);
     sku_gauges(f, inv);
     fclose(f);
     return buf;

@@ -5,12 +5,8 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "request.h"
-
-const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405,
-                                       409, 413, 422, 503, 0};
-const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
 {
@@ -237,19 +233,6 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         (json_int_t)a.duplicate_order_ids, "consistent", a.consistent);
 }
 
-static void h_stats(const struct svc_request *req, struct svc_response *res)
-{
-    res->status = 200;
-    res->json = svc_stats_json(req->app);
-}
-
-static void h_metrics(const struct svc_request *req, struct svc_response *res)
-{
-    res->status = 200;
-    res->text = svc_metrics_text(req->app, req->worker->inv);
-    res->content_type = "text/plain; version=0.0.4; charset=utf-8";
-}
-
 static void h_livez(const struct svc_request *req, struct svc_response *res)
 {
     (void)req;
@@ -272,6 +255,10 @@ static void h_readyz(const struct svc_request *req, struct svc_response *res)
     }
 }
 
+/* They render the table itself (after it). */
+static void h_stats(const struct svc_request *req, struct svc_response *res);
+static void h_metrics(const struct svc_request *req, struct svc_response *res);
+
 static struct svc_route routes[] = {
     {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
@@ -292,10 +279,31 @@ struct svc_route *svc_route_unmatched(void)
     return &unmatched;
 }
 
-struct svc_route *svc_routes(size_t *n)
+/* Lends the table to the renderers, read-only: views[0..NROUTES-1] are the
+ * routes, views[NROUTES] the unmatched pseudo-route. */
+static void route_views(struct svc_route_view views[NROUTES + 1])
 {
-    *n = NROUTES;
-    return routes;
+    for (size_t i = 0; i <= NROUTES; i++) {
+        const struct svc_route *r = i < NROUTES ? &routes[i] : &unmatched;
+        views[i] = (struct svc_route_view){r->name, &r->counters};
+    }
+}
+
+static void h_stats(const struct svc_request *req, struct svc_response *res)
+{
+    struct svc_route_view views[NROUTES + 1];
+    route_views(views);
+    res->status = 200;
+    res->json = svc_stats_json(req->app, views, NROUTES);
+}
+
+static void h_metrics(const struct svc_request *req, struct svc_response *res)
+{
+    struct svc_route_view views[NROUTES + 1];
+    route_views(views);
+    res->status = 200;
+    res->text = svc_metrics_text(req->app, req->worker->inv, views, NROUTES);
+    res->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
 /* Matches path (already split into segs) against pattern. */
@@ -392,12 +400,12 @@ void svc_route_count(struct svc_route *r, int status, int64_t duration_us)
     int c = 0;
     while (c < ROUTE_NCODES - 1 && route_codes[c] != status)
         c++;
-    atomic_fetch_add_explicit(&r->answers[c], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->counters.answers[c], 1, memory_order_relaxed);
     int b = 0;
     while (b < ROUTE_NBUCKETS - 1 && (double)duration_us / 1e6 > route_bucket_s[b])
         b++;
-    atomic_fetch_add_explicit(&r->duration_buckets[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->duration_sum_us, (uint64_t)duration_us,
+    atomic_fetch_add_explicit(&r->counters.duration_buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->counters.duration_sum_us, (uint64_t)duration_us,
                               memory_order_relaxed);
 }
 

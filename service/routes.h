@@ -2,36 +2,17 @@
  *
  * A route is {method, path pattern, handler, flags} plus its own counters
  * (answers by status, a duration histogram), as Redis keeps call counters in
- * its command table; /stats and /metrics are rendered from the table. */
+ * its command table; /stats and /metrics are rendered from the table, which
+ * routes lends to metrics as read-only data (metrics.h). */
 #ifndef SECKILL_ROUTES_H
 #define SECKILL_ROUTES_H
 
 #include <jansson.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "batch.h"
-#include "config.h"
-#include "durability.h"
-#include "inventory.h"
-#include "lock.h"
-
-/* What every handler can reach: process-wide, read-only after start but for
- * the atomics. */
-struct svc_app {
-    const struct svc_config *cfg;
-    struct inv *inv;
-    struct lock *lock; /* NULL in atomic mode */
-    struct orderid_lease *lease;
-    struct orderid_gen *ids;           /* its worker id is this instance's id */
-    struct svc_durability *durability; /* NULL: not watched (gauge 0) */
-    struct inv_batcher *batcher;       /* runs every order (batch.h) */
-    int replicas_acked;                /* --min-replicas-acked, resolved */
-    int cluster;                       /* the data Redis is a Redis Cluster */
-    _Atomic int draining;
-    _Atomic int inflight;
-};
+#include "app.h"
+#include "metrics.h"
 
 /* One thread's connections. */
 struct svc_worker {
@@ -70,21 +51,13 @@ typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *
  * event loop (server.c suspends the connection meanwhile). */
 #define ROUTE_WAITS 2
 
-/* Status codes counted per route; anything else counts as "other". */
-#define ROUTE_NCODES 11
-extern const int route_codes[ROUTE_NCODES]; /* last entry 0 = other */
-#define ROUTE_NBUCKETS 13
-extern const double route_bucket_s[ROUTE_NBUCKETS - 1]; /* last bucket +Inf */
-
 struct svc_route {
     const char *method;
     const char *pattern; /* '/'-separated; a '*' segment matches one path segment */
     const char *name;    /* label in metrics */
     svc_handler handler;
     int flags;
-    _Atomic uint64_t answers[ROUTE_NCODES];
-    _Atomic uint64_t duration_buckets[ROUTE_NBUCKETS];
-    _Atomic uint64_t duration_sum_us;
+    struct svc_route_counters counters;
 };
 
 /* Finds the route of method + path. Fills params with pointers into `path`,
@@ -98,8 +71,6 @@ void svc_route_allowed(const char *path, char *buf, size_t len);
 
 /* The pseudo-route counting requests that matched no route. */
 struct svc_route *svc_route_unmatched(void);
-/* Iterates the table: routes[0..n-1]. */
-struct svc_route *svc_routes(size_t *n);
 
 /* Runs r's handler for req (refusing admin routes without the token). res is
  * always filled afterwards. */
@@ -115,13 +86,5 @@ void svc_route_count(struct svc_route *r, int status, int64_t duration_us);
 /* Fills res as an error answer {"error": code, "detail": detail}. */
 void svc_error(struct svc_response *res, int status, const char *code,
                const char *detail);
-
-/* /stats and /metrics renderers (metrics.c). The metrics' stock gauges are
- * read through inv (the scraping thread's session; NULL leaves them out). */
-json_t *svc_stats_json(struct svc_app *app);
-char *svc_metrics_text(struct svc_app *app, struct inv_session *inv);
-/* Notes that sku exists and was just used, for the stock gauges. Cheap, no
- * Redis call: call it from the order path. */
-void svc_metrics_sku_seen(const char *sku);
 
 #endif

@@ -318,6 +318,114 @@ static enum MHD_Result answer(struct MHD_Connection *conn, struct conn_state *st
     return send_response(conn, st, res);
 }
 
+/* Appends a chunk of the body. The cap is enforced while reading: past it,
+ * the rest is discarded. */
+static void body_append(struct conn_state *st, const char *data, size_t *size)
+{
+    size_t n = *size;
+    if (!st->too_large && st->body_len + n <= REQ_BODY_MAX) {
+        memcpy(st->body + st->body_len, data, n);
+        st->body_len += n;
+    } else {
+        st->too_large = 1;
+    }
+    *size = 0;
+}
+
+/* st's connection was resumed: a waiter's answer is ready, or the order's
+ * ticket is done. */
+static enum MHD_Result answer_resumed(struct MHD_Connection *conn, struct conn_state *st,
+                                      const char *method)
+{
+    int pending = st->pending;
+    st->pending = PENDING_NONE;
+    if (pending == PENDING_WAITER)
+        return answer(conn, st, method, &st->res);
+    struct svc_response res = {0};
+    svc_order_finish(&st->ticket, &res);
+    return answer(conn, st, method, &res);
+}
+
+/* Fills res when st is refused before any route runs (404, 405, 413).
+ * Returns 1 when it is, 0 when its route is to run. */
+static int refused(const struct conn_state *st, struct svc_response *res)
+{
+    if (st->status_hint == 404)
+        svc_error(res, 404, "not_found", "no such route");
+    else if (st->status_hint == 405)
+        svc_error(res, 405, "method_not_allowed", "this path does not take that method");
+    else if (st->too_large)
+        svc_error(res, 413, "too_large", "the body is over 4 KiB");
+    else
+        return 0;
+    return 1;
+}
+
+static struct svc_request request_of(struct svc_app *app, struct MHD_Connection *conn,
+                                     struct conn_state *st, const char *method)
+{
+    return (struct svc_request){
+        .app = app,
+        .worker = worker_get(app),
+        .method = method,
+        .params = {st->params[0], st->params[1]},
+        .body = st->body,
+        .body_len = st->body_len,
+        .idem_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_AUTHORIZATION),
+        .ticket = &st->ticket,
+    };
+}
+
+/* Hands a route that waits on Redis to the waiter threads, which resume the
+ * connection with its answer. 0, or -1 when they are stopping: nothing
+ * done, the caller runs the route itself. */
+static int waiter_hand_over(struct conn_state *st, const struct svc_request *req)
+{
+    st->req = *req;
+    st->res = (struct svc_response){0};
+    st->pending = PENDING_WAITER;
+    st->loop = tls_loop;
+    if (waiters_submit(&tls_loop->srv->waiters, st) == 0)
+        return 0;
+    st->pending = PENDING_NONE; /* going down: answered here */
+    return -1;
+}
+
+/* Hands an order that waits for its batch to the loop's engine; the
+ * connection is resumed once its ticket is done (order_done). */
+static void order_hand_over(struct MHD_Connection *conn, struct conn_state *st)
+{
+    /* Suspended before it is queued, so that the batch thread can only
+     * resume a suspended connection. */
+    st->pending = PENDING_ORDER;
+    st->ticket.done = order_done;
+    st->ticket.owner = st;
+    st->loop = tls_loop;
+    MHD_suspend_connection(conn);
+    inv_engine_submit(tls_loop->engine, &st->ticket);
+}
+
+/* The request is all in: answers it now, or hands it over (waiter threads,
+ * the engine) to be answered once resumed. */
+static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection *conn,
+                                     struct conn_state *st, const char *method)
+{
+    struct svc_response res = {0};
+    if (!refused(st, &res)) {
+        struct svc_request req = request_of(app, conn, st, method);
+        if ((st->route->flags & ROUTE_WAITS) && waiter_hand_over(st, &req) == 0)
+            return MHD_YES;
+        svc_route_run(st->route, &req, &res);
+        if (res.pending) {
+            order_hand_over(conn, st);
+            return MHD_YES;
+        }
+    }
+    return answer(conn, st, method, &res);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -337,71 +445,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * once instead of after sending it, or never when it sends nothing. */
         if (!st->too_large)
             return MHD_YES;
-    } else if (st->pending == PENDING_WAITER) { /* resumed: the answer is ready */
-        st->pending = PENDING_NONE;
-        return answer(conn, st, method, &st->res);
-    } else if (st->pending == PENDING_ORDER) { /* resumed: the ticket is done */
-        st->pending = PENDING_NONE;
-        struct svc_response res = {0};
-        svc_order_finish(&st->ticket, &res);
-        return answer(conn, st, method, &res);
+    } else if (st->pending != PENDING_NONE) {
+        return answer_resumed(conn, st, method);
     } else if (*upload_data_size) {
-        /* The cap is enforced while reading: past it, the rest is discarded. */
-        size_t n = *upload_data_size;
-        if (!st->too_large && st->body_len + n <= REQ_BODY_MAX) {
-            memcpy(st->body + st->body_len, upload_data, n);
-            st->body_len += n;
-        } else {
-            st->too_large = 1;
-        }
-        *upload_data_size = 0;
+        body_append(st, upload_data, upload_data_size);
         return MHD_YES;
     }
-
-    struct svc_response res = {0};
-    if (st->status_hint == 404) {
-        svc_error(&res, 404, "not_found", "no such route");
-    } else if (st->status_hint == 405) {
-        svc_error(&res, 405, "method_not_allowed", "this path does not take that method");
-    } else if (st->too_large) {
-        svc_error(&res, 413, "too_large", "the body is over 4 KiB");
-    } else {
-        struct svc_request req = {
-            .app = app,
-            .worker = worker_get(app),
-            .method = method,
-            .params = {st->params[0], st->params[1]},
-            .body = st->body,
-            .body_len = st->body_len,
-            .idem_key =
-                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
-            .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                         MHD_HTTP_HEADER_AUTHORIZATION),
-            .ticket = &st->ticket,
-        };
-        if (st->route->flags & ROUTE_WAITS) {
-            st->req = req;
-            st->res = (struct svc_response){0};
-            st->pending = PENDING_WAITER;
-            st->loop = tls_loop;
-            if (waiters_submit(&tls_loop->srv->waiters, st) == 0)
-                return MHD_YES;
-            st->pending = PENDING_NONE; /* going down: answered here */
-        }
-        svc_route_run(st->route, &req, &res);
-        if (res.pending) {
-            /* Suspended before it is queued, so that the batch thread can
-             * only resume a suspended connection. */
-            st->pending = PENDING_ORDER;
-            st->ticket.done = order_done;
-            st->ticket.owner = st;
-            st->loop = tls_loop;
-            MHD_suspend_connection(conn);
-            inv_engine_submit(tls_loop->engine, &st->ticket);
-            return MHD_YES;
-        }
-    }
-    return answer(conn, st, method, &res);
+    return request_serve(app, conn, st, method);
 }
 
 static int hex_value(char c)

@@ -1,0 +1,30 @@
+/* app: what every handler can reach, process-wide. Its own header so that
+ * routes (which serves requests with it) and metrics (which renders its
+ * counters) both see it without seeing each other. */
+#ifndef SECKILL_APP_H
+#define SECKILL_APP_H
+
+#include <stdatomic.h>
+
+#include "batch.h"
+#include "config.h"
+#include "durability.h"
+#include "inventory.h"
+#include "lock.h"
+
+/* Read-only after start but for the atomics. */
+struct svc_app {
+    const struct svc_config *cfg;
+    struct inv *inv;
+    struct lock *lock; /* NULL in atomic mode */
+    struct orderid_lease *lease;
+    struct orderid_gen *ids;           /* its worker id is this instance's id */
+    struct svc_durability *durability; /* NULL: not watched (gauge 0) */
+    struct inv_batcher *batcher;       /* runs every order (batch.h) */
+    int replicas_acked;                /* --min-replicas-acked, resolved */
+    int cluster;                       /* the data Redis is a Redis Cluster */
+    _Atomic int draining;
+    _Atomic int inflight;
+};
+
+#endif
