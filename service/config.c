@@ -59,7 +59,7 @@ INT_OPTION(opt_zk_session, zk_session_ms, 100, 600000)
 static int addr_option(struct rconn_addr *addr, const char *value, char *err,
                        size_t errlen)
 {
-    if (rconn_addr_parse(value, addr) == 0)
+    if (rconn_addr_parse(value, addr) == RCONN_OK)
         return 0;
     snprintf(err, errlen, "must be HOST:PORT");
     return -1;
@@ -92,7 +92,7 @@ static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_
             len = sizeof(one) - 1;
         memcpy(one, p, len);
         one[len] = '\0';
-        if (rconn_addr_parse(one, &seed) != 0) {
+        if (rconn_addr_parse(one, &seed) != RCONN_OK) {
             snprintf(err, errlen, "must be HOST:PORT[,HOST:PORT...]");
             return -1;
         }
@@ -143,7 +143,7 @@ static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (cfg->nlock_nodes == CONFIG_MAX_LOCK_NODES ||
-            rconn_addr_parse(tok, &cfg->lock_nodes[cfg->nlock_nodes]) != 0) {
+            rconn_addr_parse(tok, &cfg->lock_nodes[cfg->nlock_nodes]) != RCONN_OK) {
             snprintf(err, errlen, "must be up to %d HOST:PORT separated by commas",
                      CONFIG_MAX_LOCK_NODES);
             return -1;
@@ -173,7 +173,7 @@ static int zk_hosts_parse(const char *value, char *out, size_t len)
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         struct rconn_addr a;
-        if (n == CONFIG_MAX_LOCK_NODES || rconn_addr_parse(tok, &a) != 0)
+        if (n == CONFIG_MAX_LOCK_NODES || rconn_addr_parse(tok, &a) != RCONN_OK)
             return -1;
         const char *host = a.host;
         size_t hl = strlen(host);

@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "durability.h"
 #include "inventory.h"
@@ -85,8 +85,7 @@ static struct orderid_lease *lease_worker(const struct svc_config *cfg,
         struct orderid_lease *l = orderid_lease_start(&lc, ids, err, sizeof(err));
         if (l)
             return l;
-        struct timespec ts = {0, 200 * 1000000};
-        nanosleep(&ts, NULL);
+        clock_sleep_us(200 * 1000);
     }
     log_event(LOG_ERROR, "startup_failed", "reason=\"worker id lease: %s\"", err);
     return NULL;

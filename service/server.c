@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "log.h"
 #include "request.h"
@@ -131,13 +131,6 @@ static struct svc_worker *worker_get(struct svc_app *app)
     return w;
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_state *st,
                                      struct svc_response *res)
 {
@@ -186,7 +179,7 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     st->status_hint = 0;
     st->too_large = 0;
     st->body_len = 0;
-    st->start_us = now_us();
+    st->start_us = clock_now_us();
     st->params[0] = st->params[1] = NULL;
     st->conn = conn;
     st->pending = 0;
@@ -311,10 +304,10 @@ static enum MHD_Result answer(struct MHD_Connection *conn, struct conn_state *st
                               const char *method, struct svc_response *res)
 {
     svc_route_count(st->route ? st->route : svc_route_unmatched(), res->status,
-                    now_us() - st->start_us);
+                    clock_now_us() - st->start_us);
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method,
-                  st->path, res->status, (long long)(now_us() - st->start_us));
+                  st->path, res->status, (long long)(clock_now_us() - st->start_us));
     return send_response(conn, st, res);
 }
 
@@ -717,12 +710,6 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
     return srv;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
 void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
 {
     if (!srv)
@@ -734,12 +721,12 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     /* Let the balancer see /readyz fail before refusing connections. Nothing
      * to wait on here but time: the balancer's health check is elsewhere. */
     if (grace_ms > 0)
-        sleep_ms(grace_ms);
+        clock_sleep_us((int64_t)grace_ms * 1000);
     loops_quiesce(srv);
     close(srv->lsock);
     for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms;
          waited += 10)
-        sleep_ms(10);
+        clock_sleep_us(10000);
     /* Orders still queued are served now, so that no suspended connection
      * outlives the daemon. */
     inv_batcher_stop(app->batcher);
