@@ -7,21 +7,9 @@
 #include <string.h>
 
 #include "clock.h"
-
-#define QUEUE_BUCKETS 1024
+#include "squeue.h"
 
 /* The tickets of one SKU segment (seg -1: the SKU's layout is unknown). */
-struct queue {
-    char sku[INV_ID_MAX + 1];
-    int seg;
-    struct inv_ticket *head, *tail;
-    int busy;  /* a thread is serving it */
-    int ready; /* on the ready list */
-    struct queue *hnext, *rnext;
-    struct queue *snext; /* seg -1: the SKU's segment queues; else the next of them */
-    long long bound;     /* an upper bound of the segment's stock, -1 unknown: a
-                            batch takes no more units than it (but one order) */
-};
 
 /* Most holds one thread keeps open during their orders' --work-us. */
 #define PARK_MAX 8
@@ -30,7 +18,7 @@ struct queue {
 
 /* A batch of one thread: its queue, its tickets, its open hold. */
 struct slot {
-    struct queue *q;
+    struct squeue *q;
     struct inv_ticket **held;
     int n;
     struct inv_hold h;
@@ -62,104 +50,61 @@ struct worker {
 struct inv_batcher {
     struct inv *inv;
     struct inv_batcher_config cfg;
-    pthread_mutex_t mu; /* guards everything below but the atomics */
-    pthread_cond_t cv;  /* a queue became ready, or stopping */
-    struct queue *buckets[QUEUE_BUCKETS];
-    struct queue *ready_head, *ready_tail; /* queues with tickets, not served */
+    pthread_mutex_t mu;    /* guards everything below but the atomics */
+    pthread_cond_t cv;     /* a queue became ready, or stopping */
+    struct squeues queues; /* ready: queues with tickets, not served */
     int stopping;
     uint64_t queued;
-    uint64_t queues; /* allocated */
     _Atomic uint64_t batches, orders;
     struct worker *workers;
 };
 
 /* The queue of sku's segment seg, made on first use. Queues live until the
  * batcher stops: one per SKU segment this process sold from. */
-static struct queue *queue_get(struct inv_batcher *b, const char *sku, int seg)
+static struct squeue *queue_get(struct inv_batcher *b, const char *sku, int seg)
 {
-    struct queue **slot = &b->buckets[seg_queue_hash(sku, seg) % QUEUE_BUCKETS];
-    for (struct queue *q = *slot; q; q = q->hnext)
-        if (q->seg == seg && strcmp(q->sku, sku) == 0)
-            return q;
-    struct queue *q = calloc(1, sizeof(*q));
-    if (!q)
-        abort();
-    snprintf(q->sku, sizeof(q->sku), "%s", sku);
-    q->seg = seg;
-    q->bound = inv_segment_bound(b->inv, sku, seg);
-    q->hnext = *slot;
-    *slot = q;
-    b->queues++;
-    if (seg >= 0) { /* listed on the SKU's layout-unknown queue */
-        struct queue *anchor = queue_get(b, sku, -1);
+    int made;
+    struct squeue *q = squeue_get(&b->queues, sku, seg, &made);
+    if (made && seg >= 0) { /* listed on the SKU's layout-unknown queue */
+        struct squeue *anchor = queue_get(b, sku, -1);
         q->snext = anchor->snext;
         anchor->snext = q;
     }
     return q;
 }
 
-static void queue_push(struct queue *q, struct inv_ticket *t)
-{
-    t->next = NULL;
-    if (q->tail)
-        q->tail->next = t;
-    else
-        q->head = t;
-    q->tail = t;
-}
-
-static struct inv_ticket *queue_pop(struct queue *q)
-{
-    struct inv_ticket *t = q->head;
-    q->head = t->next;
-    if (!q->head)
-        q->tail = NULL;
-    return t;
-}
-
 /* Puts q on the ready list when it has tickets and nobody serves it. */
-static void queue_wake(struct inv_batcher *b, struct queue *q)
+static void queue_wake(struct inv_batcher *b, struct squeue *q)
 {
     if (!q->head || q->busy || q->ready)
         return;
-    q->ready = 1;
-    q->rnext = NULL;
-    if (b->ready_tail)
-        b->ready_tail->rnext = q;
-    else
-        b->ready_head = q;
-    b->ready_tail = q;
+    squeue_ready_add(&b->queues, q);
     pthread_cond_signal(&b->cv);
 }
 
 static void enqueue(struct inv_batcher *b, struct inv_ticket *t)
 {
-    struct queue *q = queue_get(b, t->sku, t->seg);
-    queue_push(q, t);
+    struct squeue *q = queue_get(b, t->sku, t->seg);
+    squeue_push(q, t);
     queue_wake(b, q);
 }
 
 /* Frees layout-unknown queue q when it is empty and its SKU has no segment
  * queues: a SKU that was never found (orders for made-up names) leaves no
  * memory behind. */
-static void queue_drop_unknown(struct inv_batcher *b, struct queue *q)
+static void queue_drop_unknown(struct inv_batcher *b, struct squeue *q)
 {
     if (q->seg >= 0 || q->head || q->snext || q->busy || q->ready)
         return;
-    struct queue **p = &b->buckets[seg_queue_hash(q->sku, q->seg) % QUEUE_BUCKETS];
-    while (*p != q)
-        p = &(*p)->hnext;
-    *p = q->hnext;
-    b->queues--;
-    free(q);
+    squeue_drop(&b->queues, q);
 }
 
 /* Moves the tickets of a layout-unknown queue whose layout is known now. */
-static void queue_reroute(struct inv_batcher *b, struct queue *q)
+static void queue_reroute(struct inv_batcher *b, struct squeue *q)
 {
     struct inv_ticket *keep = NULL, **tail = &keep;
     while (q->head) {
-        struct inv_ticket *t = queue_pop(q);
+        struct inv_ticket *t = squeue_pop(q);
         if (inv_ticket_route(b->inv, t) >= 0) {
             enqueue(b, t);
         } else {
@@ -170,23 +115,19 @@ static void queue_reroute(struct inv_batcher *b, struct queue *q)
     }
     for (struct inv_ticket *t = keep, *next; t; t = next) {
         next = t->next;
-        queue_push(q, t);
+        squeue_push(q, t);
     }
 }
 
 /* The first ready queue this thread may serve; while it holds locks, not a
  * layout-unknown one (placed one by one: see struct worker). b->mu held. */
-static struct queue *ready_take(struct inv_batcher *b, int holding)
+static struct squeue *ready_take(struct inv_batcher *b, int holding)
 {
-    for (struct queue **p = &b->ready_head, *prev = NULL; *p;
-         prev = *p, p = &(*p)->rnext) {
-        struct queue *q = *p;
+    for (struct squeue *q = b->queues.ready_head, *prev = NULL; q;
+         prev = q, q = q->rnext) {
         if (holding && q->seg < 0)
             continue;
-        *p = q->rnext;
-        if (b->ready_tail == q)
-            b->ready_tail = prev;
-        q->ready = 0;
+        squeue_ready_remove(&b->queues, q, prev);
         return q;
     }
     return NULL;
@@ -196,8 +137,8 @@ static struct queue *ready_take(struct inv_batcher *b, int holding)
  * than `most` tickets, and their units within q's bound (one ticket always).
  * An empty segment (bound 0) takes a full batch of its own queue: the commit
  * sends them all on at once. */
-static int batch_room(const struct slot *x, const struct queue *q, const struct queue *o,
-                      int most, long long units)
+static int batch_room(const struct slot *x, const struct squeue *q,
+                      const struct squeue *o, int most, long long units)
 {
     if (!o->head || x->n >= most)
         return 0;
@@ -212,7 +153,7 @@ static int batch_room(const struct slot *x, const struct queue *q, const struct 
  * the segment may hold: orders it surely cannot serve wait for their own
  * segment's hold instead of bouncing off this one. What this segment cannot
  * serve goes its own way afterwards, as any spill. */
-static void batch_take(struct worker *w, struct slot *x, struct queue *q)
+static void batch_take(struct worker *w, struct slot *x, struct squeue *q)
 {
     struct inv_batcher *b = w->b;
     q->busy = 1;
@@ -223,23 +164,24 @@ static void batch_take(struct worker *w, struct slot *x, struct queue *q)
     long long units = 0;
     while (batch_room(x, q, q, most, units)) {
         units += q->head->qty;
-        x->held[x->n++] = queue_pop(q);
+        x->held[x->n++] = squeue_pop(q);
     }
     /* Stealing walks the ready list, the queues that hold tickets, rather
      * than all of the SKU's queues: K of them, mostly empty, at K=1024. A
      * queue emptied here stays on the list; ready_take's taker skips it. */
-    for (struct queue *o = b->ready_head; q->seg >= 0 && o && x->n < most; o = o->rnext)
+    for (struct squeue *o = b->queues.ready_head; q->seg >= 0 && o && x->n < most;
+         o = o->rnext)
         while (o->seg >= 0 && !o->busy && strcmp(o->sku, q->sku) == 0 &&
                batch_room(x, q, o, most, units) &&
                (x->n == 0 || o->head->gene == x->held[0]->gene)) { /* one shard */
             units += o->head->qty;
-            x->held[x->n++] = queue_pop(o);
+            x->held[x->n++] = squeue_pop(o);
         }
     b->queued -= (uint64_t)x->n;
 }
 
 /* Hands q on (b->mu held): nobody serves it now. */
-static void queue_done(struct inv_batcher *b, struct queue *q)
+static void queue_done(struct inv_batcher *b, struct squeue *q)
 {
     q->busy = 0;
     if (q->seg < 0)
@@ -373,9 +315,9 @@ static void *worker_main(void *arg)
             }
         }
         /* 3. a new batch, when this thread may open one more hold */
-        struct queue *q = w->nparked < PARK_MAX && !w->no_batch && w->nalone == 0
-                              ? ready_take(b, w->nparked > 0)
-                              : NULL;
+        struct squeue *q = w->nparked < PARK_MAX && !w->no_batch && w->nalone == 0
+                               ? ready_take(b, w->nparked > 0)
+                               : NULL;
         if (q) {
             if (q->head) { /* else another hold took its orders meanwhile */
                 batch_take(w, &w->slot[w->nparked], q);
@@ -385,7 +327,7 @@ static void *worker_main(void *arg)
             }
             continue;
         }
-        if (b->stopping && w->nparked == 0 && !b->ready_head)
+        if (b->stopping && w->nparked == 0 && !b->queues.ready_head)
             break; /* stopping, and nothing left to serve */
         if (due >= 0)
             clock_cond_wait_until(&b->cv, &b->mu, w->slot[due].h.due_us);
@@ -403,6 +345,7 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
     if (!b)
         abort();
     b->inv = inv;
+    squeues_init(&b->queues, inv);
     b->cfg = *cfg;
     if (b->cfg.batch < 1)
         b->cfg.batch = 1;
@@ -471,11 +414,7 @@ void inv_batcher_free(struct inv_batcher *b)
     if (!b)
         return;
     inv_batcher_stop(b);
-    for (int i = 0; i < QUEUE_BUCKETS; i++)
-        for (struct queue *q = b->buckets[i], *next; q; q = next) {
-            next = q->hnext;
-            free(q);
-        }
+    squeues_free(&b->queues, NULL, NULL);
     free(b->workers);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
@@ -488,7 +427,7 @@ void inv_batcher_stats(struct inv_batcher *b, struct inv_batch_stats *out)
     out->orders = atomic_load(&b->orders);
     pthread_mutex_lock(&b->mu);
     out->queued = b->queued;
-    out->queues = b->queues;
+    out->queues = b->queues.count;
     pthread_mutex_unlock(&b->mu);
 }
 

@@ -10,10 +10,10 @@
 #include "clock.h"
 #include "acluster.h"
 #include "aconn.h"
+#include "squeue.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
 #define ENGINE_TRIES 4
-#define ENGINE_BUCKETS 256
 /* Most times a batch sends a ticket on to another segment's queue (as the
  * batch threads do). */
 #define ENGINE_HOPS 4
@@ -21,21 +21,11 @@
 #define ENGINE_HOLDS_IN_FLIGHT 2
 
 /* The tickets of one SKU segment waiting on this loop. */
-struct equeue {
-    char sku[INV_ID_MAX + 1];
-    int seg;
-    struct inv_ticket *head, *tail;
-    int busy;        /* a hold of this loop serves it */
-    int ready;       /* on the ready list */
-    int backed_off;  /* its lock was taken: on the backed-off list */
-    long long bound; /* an upper bound of the segment's stock, -1 unknown */
-    struct equeue *hnext, *rnext, *bnext;
-};
 
 /* A group commit in flight: its queue, its tickets, its hold. */
 struct ehold {
     struct inv_engine *e;
-    struct equeue *q;
+    struct squeue *q;
     struct inv_ticket **t;  /* [batch] */
     int open;               /* it holds its lock */
     int retrying;           /* its timer is the pause before another attempt */
@@ -87,8 +77,7 @@ struct inv_engine {
     pthread_mutex_t inbox_mu;
     struct inv_ticket *inbox; /* from other loops, newest first */
     struct event *inbox_ev;
-    struct equeue *buckets[ENGINE_BUCKETS];
-    struct equeue *ready_head, *ready_tail;
+    struct squeues queues;
     /* Contention, as the batch threads handle it: while a hold of this loop
      * holds its lock, another hold only tries its own (no wait for it); a
      * queue whose lock was taken backs off until a hold of this loop ends
@@ -96,7 +85,7 @@ struct inv_engine {
      * when the loop holds nothing. Fewer, fuller holds than one waiting hold
      * per segment. */
     int open_holds;
-    struct equeue *backed_off;
+    struct squeue *backed_off;
     struct ehold *holds, *free_holds;
     int acks; /* placed orders wait for replicas (inv_durable_argv) */
     struct ack_group ack[CLUSTER_GENES];
@@ -227,56 +216,28 @@ static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
 
 /* ---- group commits: queues per segment ---------------------------------- */
 
-/* sku's segment seg's queue, made on first use; kept until the engine goes. */
-static struct equeue *queue_get(struct inv_engine *e, const char *sku, int seg)
-{
-    struct equeue **slot = &e->buckets[seg_queue_hash(sku, seg) % ENGINE_BUCKETS];
-    for (struct equeue *q = *slot; q; q = q->hnext)
-        if (q->seg == seg && strcmp(q->sku, sku) == 0)
-            return q;
-    struct equeue *q = calloc(1, sizeof(*q));
-    if (!q)
-        abort();
-    snprintf(q->sku, sizeof(q->sku), "%s", sku);
-    q->seg = seg;
-    q->bound = inv_segment_bound(e->inv, sku, seg);
-    q->hnext = *slot;
-    *slot = q;
-    return q;
-}
-
 /* Puts q on the ready list when it has tickets and no hold serves it. */
-static void queue_wake(struct inv_engine *e, struct equeue *q)
+static void queue_wake(struct inv_engine *e, struct squeue *q)
 {
     if (!q->head || q->busy || q->ready || q->backed_off)
         return;
-    q->ready = 1;
-    q->rnext = NULL;
-    if (e->ready_tail)
-        e->ready_tail->rnext = q;
-    else
-        e->ready_head = q;
-    e->ready_tail = q;
+    squeue_ready_add(&e->queues, q);
     event_active(e->kick, EV_TIMEOUT, 0);
 }
 
 /* Starts the ready queues' holds at the end of this turn of the loop. */
 static void engine_kick(struct inv_engine *e)
 {
-    if (e->ready_head)
+    if (e->queues.ready_head)
         event_active(e->kick, EV_TIMEOUT, 0);
 }
 
 /* Queues t at its segment on this loop. */
 static void enqueue_here(struct inv_engine *e, struct inv_ticket *t)
 {
-    struct equeue *q = queue_get(e, t->sku, t->seg);
-    t->next = NULL;
-    if (q->tail)
-        q->tail->next = t;
-    else
-        q->head = t;
-    q->tail = t;
+    int made;
+    struct squeue *q = squeue_get(&e->queues, t->sku, t->seg, &made);
+    squeue_push(q, t);
     queue_wake(e, q);
 }
 
@@ -328,7 +289,7 @@ static void on_inbox(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static struct ehold *hold_new(struct inv_engine *e, struct equeue *q)
+static struct ehold *hold_new(struct inv_engine *e, struct squeue *q)
 {
     struct ehold *x = e->free_holds;
     if (x) {
@@ -352,15 +313,12 @@ static struct ehold *hold_new(struct inv_engine *e, struct equeue *q)
 
 /* Moves tickets from queue o's head into t[*n..] while there is room: fewer
  * than `most`, and their units within limit (< 0: none; one ticket always). */
-static void take_from(struct equeue *o, struct inv_ticket **t, int *n, int most,
+static void take_from(struct squeue *o, struct inv_ticket **t, int *n, int most,
                       long long *units, long long limit)
 {
     while (o->head && *n < most &&
            (*n == 0 || limit < 0 || *units + o->head->qty <= limit)) {
-        struct inv_ticket *x = o->head;
-        o->head = x->next;
-        if (!o->head)
-            o->tail = NULL;
+        struct inv_ticket *x = squeue_pop(o);
         *units += x->qty;
         t[(*n)++] = x;
     }
@@ -378,7 +336,7 @@ static void take_from(struct equeue *o, struct inv_ticket **t, int *n, int most,
 static void batch_fill(struct ehold *x, long long limit)
 {
     struct inv_engine *e = x->e;
-    struct equeue *q = x->q;
+    struct squeue *q = x->q;
     int most = e->batch;
     long long units = 0;
     for (int i = 0; i < x->h.n; i++)
@@ -387,8 +345,8 @@ static void batch_fill(struct ehold *x, long long limit)
     if (limit == 0 || x->h.n == 0)
         return;
     for (int pass = 0; pass < 2; pass++)
-        for (struct equeue *o = pass ? e->backed_off : e->ready_head; o && x->h.n < most;
-             o = pass ? o->bnext : o->rnext)
+        for (struct squeue *o = pass ? e->backed_off : e->queues.ready_head;
+             o && x->h.n < most; o = pass ? o->bnext : o->rnext)
             if (o != q && !o->busy && strcmp(o->sku, q->sku) == 0 &&
                 (!o->head || o->head->gene == x->t[0]->gene)) /* one shard */
                 take_from(o, x->t, &x->h.n, most, &units, limit);
@@ -416,7 +374,7 @@ static void hold_settle(struct ehold *x)
 static void hold_free(struct ehold *x)
 {
     struct inv_engine *e = x->e;
-    struct equeue *q = x->q;
+    struct squeue *q = x->q;
     if (x->prev)
         x->prev->next = x->next;
     else
@@ -431,7 +389,7 @@ static void hold_free(struct ehold *x)
         x->open = 0;
         e->open_holds--;
         while (e->backed_off) {
-            struct equeue *b = e->backed_off;
+            struct squeue *b = e->backed_off;
             e->backed_off = b->bnext;
             b->backed_off = 0;
             queue_wake(e, b);
@@ -503,7 +461,7 @@ static void hold_top_up(struct ehold *x)
 static void hold_back_off(struct ehold *x)
 {
     struct inv_engine *e = x->e;
-    struct equeue *q = x->q;
+    struct squeue *q = x->q;
     for (int i = x->h.n - 1; i >= 0; i--) {
         x->t[i]->next = q->head;
         q->head = x->t[i];
@@ -642,7 +600,7 @@ static void hold_wait(struct ehold *x)
     hold_retry(x); /* the next attempt tells what is wrong */
 }
 
-static void hold_start(struct inv_engine *e, struct equeue *q)
+static void hold_start(struct inv_engine *e, struct squeue *q)
 {
     struct ehold *x = hold_new(e, q);
     q->busy = 1;
@@ -673,12 +631,9 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
      * one to end and then share a hold, instead of each starting its own
      * (which, at a thin crowd over many segments, means a lock and two round
      * trips per order and contention with every other instance). */
-    while (e->ready_head && holds_in_flight(e) < ENGINE_HOLDS_IN_FLIGHT) {
-        struct equeue *q = e->ready_head;
-        e->ready_head = q->rnext;
-        if (!e->ready_head)
-            e->ready_tail = NULL;
-        q->ready = 0;
+    while (e->queues.ready_head && holds_in_flight(e) < ENGINE_HOLDS_IN_FLIGHT) {
+        struct squeue *q = e->queues.ready_head;
+        squeue_ready_remove(&e->queues, q, NULL);
         if (q->head && !q->busy)
             hold_start(e, q);
     }
@@ -694,6 +649,7 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     if (!e)
         abort();
     e->inv = inv;
+    squeues_init(&e->queues, inv);
     e->base = base;
     e->path = inv_loop_path(inv);
     e->batch = cfg->batch > 0 ? cfg->batch : 1;
@@ -759,6 +715,14 @@ void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
         ticket_alone(e, t);
 }
 
+/* A ticket still queued when the engine goes: answered unavailable. */
+static void ticket_unserved(struct inv_ticket *t, void *arg)
+{
+    struct inv_engine *e = arg;
+    inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
+    ticket_done(e, t);
+}
+
 void inv_engine_free(struct inv_engine *e)
 {
     if (!e)
@@ -795,16 +759,7 @@ void inv_engine_free(struct inv_engine *e)
         hold_settle(x);
         hold_free(x);
     }
-    for (int i = 0; i < ENGINE_BUCKETS; i++)
-        for (struct equeue *q = e->buckets[i], *next; q; q = next) {
-            next = q->hnext;
-            for (struct inv_ticket *t = q->head, *tn; t; t = tn) {
-                tn = t->next;
-                inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-                ticket_done(e, t);
-            }
-            free(q);
-        }
+    squeues_free(&e->queues, ticket_unserved, e);
     for (struct ehold *x = e->free_holds, *next; x; x = next) {
         next = x->next;
         event_free(x->timer);

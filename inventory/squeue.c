@@ -1,0 +1,106 @@
+#include "squeue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "segment.h"
+
+void squeues_init(struct squeues *qs, struct inv *inv)
+{
+    memset(qs, 0, sizeof(*qs));
+    qs->inv = inv;
+}
+
+void squeues_free(struct squeues *qs, void (*left)(struct inv_ticket *t, void *arg),
+                  void *arg)
+{
+    for (int i = 0; i < SQUEUE_BUCKETS; i++)
+        for (struct squeue *q = qs->buckets[i], *next; q; q = next) {
+            next = q->hnext;
+            for (struct inv_ticket *t = q->head, *tn; t && left; t = tn) {
+                tn = t->next;
+                left(t, arg);
+            }
+            free(q);
+        }
+    memset(qs->buckets, 0, sizeof(qs->buckets));
+    qs->ready_head = qs->ready_tail = NULL;
+    qs->count = 0;
+}
+
+static struct squeue **bucket(struct squeues *qs, const char *sku, int seg)
+{
+    return &qs->buckets[seg_queue_hash(sku, seg) % SQUEUE_BUCKETS];
+}
+
+struct squeue *squeue_get(struct squeues *qs, const char *sku, int seg, int *made)
+{
+    struct squeue **slot = bucket(qs, sku, seg);
+    *made = 0;
+    for (struct squeue *q = *slot; q; q = q->hnext)
+        if (q->seg == seg && strcmp(q->sku, sku) == 0)
+            return q;
+    struct squeue *q = calloc(1, sizeof(*q));
+    if (!q)
+        abort();
+    snprintf(q->sku, sizeof(q->sku), "%s", sku);
+    q->seg = seg;
+    q->bound = inv_segment_bound(qs->inv, sku, seg);
+    q->hnext = *slot;
+    *slot = q;
+    qs->count++;
+    *made = 1;
+    return q;
+}
+
+void squeue_drop(struct squeues *qs, struct squeue *q)
+{
+    struct squeue **p = bucket(qs, q->sku, q->seg);
+    while (*p != q)
+        p = &(*p)->hnext;
+    *p = q->hnext;
+    qs->count--;
+    free(q);
+}
+
+void squeue_push(struct squeue *q, struct inv_ticket *t)
+{
+    t->next = NULL;
+    if (q->tail)
+        q->tail->next = t;
+    else
+        q->head = t;
+    q->tail = t;
+}
+
+struct inv_ticket *squeue_pop(struct squeue *q)
+{
+    struct inv_ticket *t = q->head;
+    q->head = t->next;
+    if (!q->head)
+        q->tail = NULL;
+    return t;
+}
+
+void squeue_ready_add(struct squeues *qs, struct squeue *q)
+{
+    q->ready = 1;
+    q->rnext = NULL;
+    if (qs->ready_tail)
+        qs->ready_tail->rnext = q;
+    else
+        qs->ready_head = q;
+    qs->ready_tail = q;
+}
+
+void squeue_ready_remove(struct squeues *qs, struct squeue *q, struct squeue *prev)
+{
+    if (prev)
+        prev->rnext = q->rnext;
+    else
+        qs->ready_head = q->rnext;
+    if (qs->ready_tail == q)
+        qs->ready_tail = prev;
+    q->ready = 0;
+}

@@ -1,0 +1,61 @@
+/* squeue: the ticket queues of one owner (an event loop's engine, or the
+ * batch threads), one per SKU segment, found by SKU and segment, and the list
+ * of those ready to be served, oldest first.
+ *
+ * Not thread-safe: the owner serialises every call (its loop, or its mutex).
+ * A queue lives until squeue_drop or squeues_free; tickets are linked through
+ * t->next and stay the caller's. */
+#ifndef SECKILL_SQUEUE_H
+#define SECKILL_SQUEUE_H
+
+#include <stdint.h>
+
+#include "inventory.h"
+
+#define SQUEUE_BUCKETS 1024
+
+struct squeue {
+    char sku[INV_ID_MAX + 1];
+    int seg; /* -1: orders whose SKU's layout is not known yet */
+    struct inv_ticket *head, *tail;
+    int busy;        /* a hold serves it */
+    int ready;       /* on the ready list */
+    long long bound; /* an upper bound of the segment's stock, -1 unknown: a
+                        batch takes no more units than it (but one order) */
+    struct squeue *hnext, *rnext;
+    /* the owner's own lists */
+    struct squeue *snext; /* batch.c: seg -1: the SKU's segment queues; else the next */
+    int backed_off;       /* engine.c: its lock was taken: on the backed-off list */
+    struct squeue *bnext;
+};
+
+struct squeues {
+    struct inv *inv;
+    struct squeue *buckets[SQUEUE_BUCKETS];
+    struct squeue *ready_head, *ready_tail;
+    uint64_t count; /* queues allocated */
+};
+
+/* An empty set of queues for inv's SKUs. */
+void squeues_init(struct squeues *qs, struct inv *inv);
+/* Frees every queue; left(t, arg) is called first for each ticket still in
+ * one (NULL: none may be). */
+void squeues_free(struct squeues *qs, void (*left)(struct inv_ticket *t, void *arg),
+                  void *arg);
+
+/* sku's segment seg's queue, made on first use (then *made is 1). */
+struct squeue *squeue_get(struct squeues *qs, const char *sku, int seg, int *made);
+/* Frees q, which holds no ticket and is not on the ready list. */
+void squeue_drop(struct squeues *qs, struct squeue *q);
+
+void squeue_push(struct squeue *q, struct inv_ticket *t);
+/* The oldest ticket of q, which has one, taken off it. */
+struct inv_ticket *squeue_pop(struct squeue *q);
+
+/* Appends q to the ready list (q->ready set). */
+void squeue_ready_add(struct squeues *qs, struct squeue *q);
+/* Takes q off the ready list (q->ready cleared); prev is the queue before it
+ * there, NULL when q is the first. */
+void squeue_ready_remove(struct squeues *qs, struct squeue *q, struct squeue *prev);
+
+#endif
