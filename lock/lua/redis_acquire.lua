@@ -16,13 +16,17 @@
 -- expiry (PEXPIRE ... GT would not do: it takes the fresh list's missing TTL
 -- for an infinite one and never sets any).
 --#include "fence.lua"
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 then
+-- A new grant to ARGV[1]: its entry out of the queue, one hold, a fresh lease.
+local function grant()
   if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
   redis.call('HSET', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if ARGV[3] == '1' then return {1, take_fence(KEYS[2], ARGV[1]), ''} end
   return {1, 0, ''}
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+  return grant()
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   local handed = redis.call('LPOP', KEYS[4])
@@ -33,11 +37,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   if ARGV[6] ~= '1' then
     -- ours, but the session keeps no grant of it: a release lost with
     -- Redis (crash, timeout). A new grant, not a re-entry.
-    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
-    redis.call('HSET', KEYS[1], ARGV[1], 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    if ARGV[3] == '1' then return {1, take_fence(KEYS[2], ARGV[1]), ''} end
-    return {1, 0, ''}
+    return grant()
   end
   redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
