@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "clock.h"
-#include "lock.h"
 
 #define SLOTS 64 /* SKUs remembered at once; a newer one takes an older one's slot */
 #define SKU_MAX 64

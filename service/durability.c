@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include "clock.h"
-#include "lock.h"
 #include "log.h"
 #include "rconn.h"
 
