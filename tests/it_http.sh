@@ -5,32 +5,15 @@
 # a flood) get their exact status and change nothing; a Redis outage answers
 # 503 and heals; SIGTERM drains and exits 0.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
+source "$(dirname "$0")/lib.sh"
+it_begin http redis-server redis-cli curl jq
 
-dir=$(mktemp -d /tmp/seckill-it-http.XXXXXX)
-cleanup() {
-    proc_stop seckill "$dir" 5
-    proc_stop seckill2 "$dir" 5
-    proc_stop slow "$dir" 5
-    proc_stop proxy "$dir" 5
-    proc_stop redis "$dir" 5
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-
-bin=$(seckill_bin)
-rport=$(free_port) || exit 1
-hport=$(free_port) || exit 1
-mkdir -p "$dir/redis"
-proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
-    --save "" --appendonly yes --appendfsync always
-wait_until 10 redis_ping "$rport" || { echo "redis did not start"; exit 1; }
-proc_start seckill "$dir" "$bin" --listen "127.0.0.1:$hport" --redis "127.0.0.1:$rport" \
-    --segments 4 --admin-token s3cret --lock redis
-base="http://127.0.0.1:$hport"
-wait_until 10 http_ok "$base/readyz" || { echo "seckill not ready"; cat "$dir/seckill.log"; exit 1; }
-
-source "$(dirname "$0")/checks.sh"
+start_redis redis "$dir" always || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+start_instance --ready-secs 10 seckill "$dir" --redis "127.0.0.1:$rport" --segments 4 \
+    --admin-token s3cret --lock redis || { echo "seckill not ready"; exit 1; }
+base=$STARTED_URL
+hport=$STARTED_PORT
 
 # req METHOD PATH [BODY] [curl args...]: sets $status and $body
 req() {
@@ -282,14 +265,10 @@ expect "a real order still works" "201" "$status"
 # --- a commit whose answer is lost: a second instance reaches Redis through a
 # proxy that forwards the first command carrying an order key (the commit),
 # swallows its answer and cuts the connection.
-proxy_bin=${SECKILL_BUILD:-build}/tests/faultproxy
-pport=$(free_port) || exit 1
-h2port=$(free_port) || exit 1
-proc_start proxy "$dir" "$proxy_bin" "$pport" "$rport" --drop-after-arg order:
-wait_until 10 grep -q ready "$dir/proxy.log" || echo "proxy did not start"
-proc_start seckill2 "$dir" "$bin" --listen "127.0.0.1:$h2port" --redis "127.0.0.1:$pport" \
+start_faultproxy proxy "$dir" "$rport" --drop-after-arg order: || echo "proxy did not start"
+start_instance --ready-secs 10 seckill2 "$dir" --redis "127.0.0.1:$STARTED_PORT" \
     --segments 4 --admin-token s3cret --lock redis
-wait_until 10 http_ok "http://127.0.0.1:$h2port/readyz" || cat "$dir/seckill2.log"
+h2port=$STARTED_PORT
 req PUT /skus/lostreply '{"stock":5,"segments":2}' "${auth[@]}"
 out=$(curl -s -w '\n%{http_code}' --max-time 10 -H 'Idempotency-Key: lost-1' \
     --data-binary '{"user_id":"lou"}' "http://127.0.0.1:$h2port/skus/lostreply/orders")
@@ -310,11 +289,9 @@ proc_stop seckill2 "$dir" 5
 proc_stop proxy "$dir" 5
 
 # --- clients that leave while their order waits for its batch (connection suspended)
-sport=$(free_port) || exit 1
-sbase="http://127.0.0.1:$sport"
-proc_start slow "$dir" "$bin" --listen "127.0.0.1:$sport" --redis "127.0.0.1:$rport" \
-    --lock redis --work-us 300000 --admin-token s3cret
-wait_until 10 http_ok "$sbase/readyz" || cat "$dir/slow.log"
+start_instance --ready-secs 10 slow "$dir" --redis "127.0.0.1:$rport" --lock redis \
+    --work-us 300000 --admin-token s3cret
+sbase=$STARTED_URL
 curl -s -o /dev/null -X PUT "${auth[@]}" --data-binary '{"stock":50,"segments":2}' "$sbase/skus/gone"
 curl -s -o /dev/null -X POST --data-binary '{"user_id":"learn"}' "$sbase/skus/gone/orders"
 gone_pids=()
@@ -351,9 +328,7 @@ expect "order while Redis is down" "503 unavailable/string" "$status $(err)"
 expect "readyz while Redis is down" "503" "$(http_code "$base/readyz")"
 expect "answered within bounds" "1" "$(( SECONDS - start < 5 ))"
 expect "livez while Redis is down" "200" "$(http_code "$base/livez")"
-proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
-    --save "" --appendonly yes --appendfsync always
-wait_until 10 redis_ping "$rport"
+cmd_start "$dir" redis
 wait_until 10 http_ok "$base/readyz"
 expect "ready again after Redis returns" "200" "$(http_code "$base/readyz")"
 expect "acknowledged orders survived the restart (AOF)" "3" "$(sold tv)"

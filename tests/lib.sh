@@ -1,0 +1,64 @@
+# shellcheck shell=bash
+# lib.sh — what every integration script starts with (source it first):
+# scripts/lib.sh (ports, processes, waits), tests/checks.sh (expect, check, ...) and
+# the launcher, scripts/cluster.sh, sourced: its start_redis, start_instance,
+# start_faultproxy, ... start a test's own pieces as children of the test's shell (their
+# exit codes can be waited for), the same way `cluster.sh up` starts a cluster's.
+#
+#   it_begin NAME [TOOL...]   $dir: a fresh temp dir (seckill-it-NAME.XXXXXX); the
+#                             server binary and every TOOL must be there (checks_require);
+#                             on exit, INT or TERM: it_cleanup
+#   it_cleanup                the test's on_exit (a function, when it defines one; its
+#                             failure fails the test), then every process recorded in
+#                             $dir and in the dirs under it stopped (cluster.sh down),
+#                             then checks_dispose: the dir goes, or stays when anything
+#                             failed
+#   it_cluster_up ARGS...     scripts/cluster.sh up --dir $dir/c --quiet ARGS (output in
+#                             $dir/up.out, its end shown when it fails); sources the
+#                             cluster's cluster.env; seeds: the Redis Cluster's masters
+#
+# ROOT is the checkout; SECKILL_BIN_PATH the server that start_instance runs.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/checks.sh
+source "$ROOT/tests/checks.sh"
+# The launcher's functions; sourcing it sets -e, which the tests do not run with.
+_it_opts=$(set +o)
+# shellcheck source=scripts/cluster.sh
+source "$ROOT/scripts/cluster.sh"
+eval "$_it_opts"
+QUIET=1
+
+it_begin() {
+    local name=$1
+    shift
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-$name.XXXXXX")
+    trap it_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    checks_require "$@"
+    SECKILL_BIN_PATH=$(seckill_bin)
+}
+
+it_cleanup() {
+    local rc=$? d
+    if declare -F on_exit >/dev/null; then on_exit || rc=1; fi
+    # the test's own processes first: they may use a cluster's
+    for d in "$dir" "$dir"/*/; do
+        compgen -G "${d%/}/*.pid" >/dev/null && { cmd_down "${d%/}" 0 || rc=1; }
+    done
+    checks_dispose "$dir" "$rc"
+    exit "$rc"
+}
+
+it_cluster_up() {
+    "$ROOT/scripts/cluster.sh" up --dir "$dir/c" --quiet "$@" >"$dir/up.out" 2>&1 || {
+        tail -20 "$dir/up.out"
+        return 1
+    }
+    # shellcheck source=/dev/null
+    source "$dir/c/cluster.env"
+    IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
+}
