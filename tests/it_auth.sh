@@ -134,12 +134,6 @@ start_instance --host 127.0.0.2 --ready-secs 15 lo2 "$dir" --redis "127.0.0.1:$r
 expect "--listen 127.0.0.2 without a token starts and is ready" "200" \
     "$(http_code "$STARTED_URL/readyz")"
 
-for n in flag env lo2; do
-    pid=$(cat "$dir/$n.pid")
-    kill -TERM "$pid"
-    wait "$pid"
-    expect "$n: exit code after SIGTERM" "0" "$?"
-    rm -f "$dir/$n.pid"
-done
+it_expect_clean_exit flag env lo2
 
 checks_summary

@@ -96,11 +96,5 @@ expect "... one warn line saying the settings could not be read" "1" \
     "$(grep 'level=warn event=redis_not_durable' "$dir/seckill-norename.log" |
         grep -c 'appendonly=unknown .*could not be read')"
 
-for n in always everysec norename; do
-    pid=$(cat "$dir/seckill-$n.pid")
-    kill -TERM "$pid"
-    wait "$pid"
-    expect "seckill-$n: exit code after SIGTERM" "0" "$?"
-    rm -f "$dir/seckill-$n.pid"
-done
+it_expect_clean_exit seckill-always seckill-everysec seckill-norename
 checks_summary

@@ -16,6 +16,9 @@
 #   it_cluster_up ARGS...     scripts/cluster.sh up --dir $dir/c --quiet ARGS (output in
 #                             $dir/up.out, its end shown when it fails); sources the
 #                             cluster's cluster.env; seeds: the Redis Cluster's masters
+#   it_expect_clean_exit NAME...  SIGTERM to each process NAME of $dir (a child of this
+#                             shell), then expects its exit code 0 ("NAME: exit code
+#                             after SIGTERM")
 #
 # ROOT is the checkout; SECKILL_BIN_PATH the server that start_instance runs.
 
@@ -51,6 +54,18 @@ it_cleanup() {
     done
     checks_dispose "$dir" "$rc"
     exit "$rc"
+}
+
+it_expect_clean_exit() {
+    local name pid code
+    for name in "$@"; do
+        pid=$(cat "$dir/$name.pid")
+        kill -TERM "$pid"
+        wait "$pid"
+        code=$?
+        expect "$name: exit code after SIGTERM" "0" "$code"
+        rm -f "$dir/$name.pid"
+    done
 }
 
 it_cluster_up() {
