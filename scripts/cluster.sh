@@ -76,6 +76,7 @@ on_free_port() {
     shift 3
     while [[ $1 != -- ]]; do ready+=("$1"); shift; done
     shift
+    STARTED_PORT=""
     for ((attempt = 1; attempt <= 5; attempt++)); do
         port=${fixed:-$(free_port)} || return 1
         "${@//"{port}"/$port}" || return 1
@@ -259,12 +260,13 @@ start_instance() {
         --host) host=$2; shift 2 ;;
         --no-wait) ready=(true); shift ;;
         --ready-secs) secs=$2; shift 2 ;;
-        --wrap) read -r -a wrap <<<"$2"; shift 2 ;;
+        --wrap) read -r -d "" -a wrap <<<"$2" || true; shift 2 ;;
         *) log "start_instance: unknown option $1"; return 1 ;;
         esac
     done
     local name=$1 dir=$2
     shift 2
+    STARTED_URL=""
     [[ -n $bin ]] || bin=$(seckill_bin) || return 1
     ((${#ready[@]})) || ready=(http_ok "http://$host:{port}/readyz")
     on_free_port "$name" "$dir" "$secs" "${ready[@]}" -- \
