@@ -54,26 +54,10 @@ pid=$(cat "$dir/seckill.pid")
 curl -s -X PUT "$base/skus/crash" -d '{"stock":1000000,"segments":8}' >/dev/null
 curl -s -X PUT "$base/skus/held" -d '{"stock":100,"segments":1}' >/dev/null
 
-# One client: orders with a new user and a new key each, until $dir/stop appears.
-# A line per request: start end status key user order_id error (times in us).
-client() {
-    local c=$1 n=0 t0 t1 out status body
-    while [[ ! -e $dir/stop ]]; do
-        n=$((n + 1))
-        t0=${EPOCHREALTIME/./}
-        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$base/skus/crash/orders" \
-            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
-        t1=${EPOCHREALTIME/./}
-        status=${out##*$'\n'}
-        body=${out%$'\n'*}
-        echo "$t0 $t1 $status k$c-$n u$c-$n $(jq -r '(.order_id // "-") + " " + (.error // "-")' \
-            <<<"$body" 2>/dev/null || echo '- -')"
-    done
-}
 count201() { cat "$dir"/load.* 2>/dev/null | awk '$3 == 201' | wc -l; }
 lines() { cat "$dir"/load.* 2>/dev/null | wc -l; }
 for ((c = 1; c <= CLIENTS; c++)); do
-    client "$c" >"$dir/load.$c" &
+    it_order_loop "$base/skus/crash/orders" "$c" >"$dir/load.$c" &
     loaders+=($!)
 done
 

@@ -178,22 +178,6 @@ scenario_frozen() {
 
 # ---- outage: ZooKeeper killed mid-load, started again ----------------------------------
 
-# One client: orders of fresh users, each with its own key, until $dir/stop appears.
-# A line per request: start_us end_us status error order_id.
-client() {
-    local c=$1 n=0 t0 t1 out status body
-    while [[ ! -e $dir/stop ]]; do
-        n=$((n + 1))
-        t0=${EPOCHREALTIME/./}
-        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$LB_URL/skus/$SKU/orders" \
-            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
-        t1=${EPOCHREALTIME/./}
-        status=${out##*$'\n'}
-        body=${out%$'\n'*}
-        echo "$t0 $t1 $status $(jq -r '(.error // "-") + " " + (.order_id // "-")' \
-            <<<"$body" 2>/dev/null || echo '- -')"
-    done
-}
 answers() { cat "$dir"/load.* 2>/dev/null; }
 count_201_since() { answers | awk -v t="$1" '$1 > t && $3 == 201' | wc -l; }
 count_since() { answers | awk -v t="$1" '$1 > t' | wc -l; }
@@ -218,7 +202,7 @@ scenario_outage() {
     pids_before=$(instance_pids)
     rm -f "$dir/stop" "$dir"/load.*
     for ((c = 1; c <= OUTAGE_CLIENTS; c++)); do
-        client "$c" >"$dir/load.$c" &
+        it_order_loop "$LB_URL/skus/$SKU/orders" "$c" >"$dir/load.$c" &
         LOADERS+=($!)
     done
 
@@ -249,7 +233,7 @@ scenario_outage() {
     first=$(awk -v t="$t_up" '$3 == 201 && $1 > t { d = ($2 - t) / 1000; if (m == "" || d < m) m = d }
         END { printf "%d", m }' "$all")
     slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$all")
-    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $4 }' "$all" |
+    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $7 }' "$all" |
         sort | uniq -c | tr -s ' \n' ' ')"
     echo "  ZooKeeper down $(((t_restart - t_kill) / 1000)) ms; first 201 ${first} ms after it" \
         "served again; slowest answer ${slowest} ms; placed per instance when it came back:" \
@@ -257,9 +241,9 @@ scenario_outage() {
     check "outage: answers while ZooKeeper was down (after the sessions ran out): some" \
         gt "$(grep -c . <<<"$down")" 0
     check "outage: ... all 503 unavailable or busy" eq "$(awk '!($3 == 503 &&
-        ($4 == "unavailable" || $4 == "busy"))' <<<"$down" | head -3)" ""
+        ($7 == "unavailable" || $7 == "busy"))' <<<"$down" | head -3)" ""
     check "outage: no answer other than 201 or 503 unavailable / busy (no hang, no other error)" \
-        eq "$(awk '!($3 == 201 || ($3 == 503 && ($4 == "unavailable" || $4 == "busy")))' "$all" |
+        eq "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy")))' "$all" |
             head -3)" ""
     check "outage: no answer slower than ${SLOWEST_MS} ms ($slowest)" eq "$((slowest <= SLOWEST_MS))" 1
     local -a up_counts end_counts

@@ -16,6 +16,9 @@
 #   it_cluster_up ARGS...     scripts/cluster.sh up --dir $dir/c --quiet ARGS (output in
 #                             $dir/up.out, its end shown when it fails); sources the
 #                             cluster's cluster.env; seeds: the Redis Cluster's masters
+#   it_order_loop URL C       orders POSTed to URL (.../skus/SKU/orders) by fresh users
+#                             uC-N, each with its own key kC-N, until $dir/stop appears; a
+#                             line per request: start_us end_us status key user order_id error
 #   it_expect_clean_exit NAME...  SIGTERM to each process NAME of $dir (a child of this
 #                             shell), then expects its exit code 0 ("NAME: exit code
 #                             after SIGTERM")
@@ -65,6 +68,21 @@ it_expect_clean_exit() {
         code=$?
         expect "$name: exit code after SIGTERM" "0" "$code"
         rm -f "$dir/$name.pid"
+    done
+}
+
+it_order_loop() {
+    local url=$1 c=$2 n=0 t0 t1 out status body
+    while [[ ! -e $dir/stop ]]; do
+        n=$((n + 1))
+        t0=${EPOCHREALTIME/./}
+        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$url" \
+            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
+        t1=${EPOCHREALTIME/./}
+        status=${out##*$'\n'}
+        body=${out%$'\n'*}
+        echo "$t0 $t1 $status k$c-$n u$c-$n $(jq -r '(.order_id // "-") + " " + (.error // "-")' \
+            <<<"$body" 2>/dev/null || echo '- -')"
     done
 }
 
