@@ -52,11 +52,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
-LUA=$ROOT/loadtest/orders.lua
 
 # The lock modes that get a --batch 1 row beside their default batch, once the server
 # has --batch: the ones that hold a lock. none has no hold, atomic is the baseline.

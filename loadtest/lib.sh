@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# lib.sh — the set-up the load tests share (source it after scripts/lib.sh): bench.sh,
-# segments.sh, shards.sh and run.sh. Each runs its steps on fresh clusters of
-# scripts/cluster.sh, one at a time ($CUR_CLUSTER), into an output dir ($out).
+# lib.sh — the set-up the load tests share (source it; it brings scripts/lib.sh):
+# bench.sh, segments.sh, shards.sh and run.sh. Each runs its steps on fresh clusters of
+# scripts/cluster.sh, one at a time ($CUR_CLUSTER), into an output dir ($out), wrk
+# placing orders with $LUA.
 #
 #   lt_require TOOL...          dies unless every TOOL and the server binary are here
 #   lt_out NAME LINK SUBDIR...  $out: the --out dir when one was given, else
@@ -19,7 +20,10 @@
 #                               runs, status 1
 #   lt_cluster_down             the running cluster down; 1 when that failed
 
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 CLUSTER=$SECKILL_ROOT/scripts/cluster.sh
+LUA=$SECKILL_ROOT/loadtest/orders.lua
 CUR_CLUSTER=""
 any_error=0
 STEP=0 TOTAL=0

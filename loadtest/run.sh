@@ -35,11 +35,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
-LUA=$ROOT/loadtest/orders.lua
 
 modes="none,local,setnx,redis,redlock,zk,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2

@@ -26,11 +26,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
-LUA=$ROOT/loadtest/orders.lua
 INSTANCES=3 CONNECTIONS=64 WRK_THREADS=2 SELL_STOCK=1000000000 TAIL_STOCK=4096
 
 ks="16,1024,1" lock=redis out=""

@@ -30,11 +30,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
-LUA=$ROOT/loadtest/orders.lua
 INSTANCES=3 CONNECTIONS=64 WRK_THREADS=2 STOCK=1000000000 SEGMENTS=16
 
 sizes="1,3" modes="redis,atomic" out=""
