@@ -23,6 +23,7 @@
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 CLUSTER=$SECKILL_ROOT/scripts/cluster.sh
+# shellcheck disable=SC2034 # for the scripts that source this
 LUA=$SECKILL_ROOT/loadtest/orders.lua
 CUR_CLUSTER=""
 any_error=0
@@ -74,6 +75,7 @@ lt_cluster_up() {
     shift 2
     CUR_CLUSTER=$dir
     if ! "$CLUSTER" up --dir "$dir" --quiet "$@" >/dev/null 2>"$err"; then
+        # shellcheck disable=SC2034 # for the caller
         UP_ERROR=$(grep -v '^ ' "$err" | grep -iv 'stopping what' | tail -n 1)
         lt_cluster_down || true
         return 1

@@ -15,6 +15,7 @@
 # check is shown only at the flag level (a later flag error is reached instead) and
 # in tests/test_config.c, never by serving on it.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin auth redis-server redis-cli curl jq
 

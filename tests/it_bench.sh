@@ -24,6 +24,7 @@
 set -uo pipefail
 
 # shellcheck source=tests/lib.sh
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin bench jq wrk nginx redis-server gnuplot
 

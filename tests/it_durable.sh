@@ -15,6 +15,7 @@
 #   - CONFIG renamed away (the settings cannot be read): the gauge is 0 and the warn
 #     line says they could not be read.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin durable redis-server redis-cli curl
 

@@ -5,6 +5,7 @@
 # a flood) get their exact status and change nothing; a Redis outage answers
 # 503 and heals; SIGTERM drains and exits 0.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin http redis-server redis-cli curl jq
 

@@ -27,6 +27,7 @@
 set -uo pipefail
 
 # shellcheck source=tests/lib.sh
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 
 MODES=${1:-${IT_MODES:-none,local,setnx,redis,redlock,zk,atomic}}

@@ -8,6 +8,7 @@
 # SIGTERM drains: /readyz 503, the in-flight order
 # finishes, its lock is released, exit 0.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin ops redis-server redis-cli curl jq
 

@@ -30,6 +30,7 @@ TTL_MS=3000      # lock lease (the default); the outage is shorter than one leas
 SLOWEST_MS=3000  # longest acceptable answer: the 1 s Redis timeout, twice, and margin
                  # for a noisy machine (a hang would be 10 s: curl's limit)
 
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin outage redis-server redis-cli curl jq
 

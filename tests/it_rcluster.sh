@@ -11,6 +11,7 @@
 #     ready, and a SKU of 3 segments has a shard on each master;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin rcluster redis-server redis-cli
 

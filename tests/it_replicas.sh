@@ -15,6 +15,7 @@
 #   - replica back: orders answer 201 again; a retry of an unknown order with its
 #     Idempotency-Key returns that same order, and nothing is placed twice.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin replicas redis-server redis-cli curl jq
 

@@ -16,6 +16,7 @@
 #     and refused there (fenced off, in A's /stats); its order is not placed; 1 unit
 #     sold in all, audit consistent. With a counter alone A's token would be B's.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin rfence redis-server redis-cli curl jq
 

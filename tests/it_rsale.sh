@@ -15,6 +15,7 @@
 #     reshard mid-load: no answer outside 201/409/503, every 201 found, the audit
 #     consistent.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin rsale redis-server redis-cli curl jq wrk
 

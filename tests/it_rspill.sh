@@ -22,6 +22,7 @@
 #     refused and moves nothing; one of 4 gets its shard's 2 and one from each other
 #     shard, placed whole.
 set -uo pipefail
+# shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin rspill redis-server redis-cli curl jq
 

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # QUIET, SECKILL_BIN_PATH: for cluster.sh; dir, seeds: for the tests
 # lib.sh — what every integration script starts with (source it first):
 # scripts/lib.sh (ports, processes, waits), tests/checks.sh (expect, check, ...) and
 # the launcher, scripts/cluster.sh, sourced: its start_redis, start_instance,
@@ -32,10 +33,12 @@ source "$ROOT/scripts/lib.sh"
 source "$ROOT/tests/checks.sh"
 # The launcher's functions; sourcing it sets -e, which the tests do not run with.
 _it_opts=$(set +o)
-# shellcheck source=scripts/cluster.sh
+# shellcheck source=/dev/null # linted by itself; its locals are no concern of the tests
 source "$ROOT/scripts/cluster.sh"
 eval "$_it_opts"
 QUIET=1
+dir=""    # the test's temp dir (it_begin)
+seeds=()  # a Redis Cluster's masters, host:port (it_cluster_up)
 
 it_begin() {
     local name=$1

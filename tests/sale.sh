@@ -2,7 +2,7 @@
 # cluster's balancer and assert it was exact (it_redlock_chaos.sh, it_zk.sh), after
 # tests/lib.sh (it_begin: $dir, where wrk's pid file and log live). They set LB_URL,
 # INSTANCE_URLS (from the cluster's cluster.env), SKU and STOCK.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154 # dir: the test's (tests/lib.sh)
 
 # jfield JSON FILTER: a field of a JSON text, empty when missing or not JSON.
 jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
