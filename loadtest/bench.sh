@@ -52,10 +52,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
-CLUSTER=$ROOT/scripts/cluster.sh
-LUA=$ROOT/loadtest/orders.lua
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 
 # The lock modes that get a --batch 1 row beside their default batch, once the server
 # has --batch: the ones that hold a lock. none has no hold, atomic is the baseline.
@@ -94,10 +92,8 @@ fi
 for d in "$d_s1" "$d_s2" "$d_cont" "$d_warm"; do
     [[ $d =~ ^[0-9]+[smh]?$ ]] || die "durations are whole wrk durations (4s, 1m), got '$d'"
 done
-for p in jq wrk curl redis-cli nginx awk; do
-    command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
-done
-BIN=$(seckill_bin) || exit 1
+lt_require jq wrk curl redis-cli nginx awk
+BIN=$(seckill_bin)
 CLK_TCK=$(getconf CLK_TCK)
 
 # ---- the systems ---------------------------------------------------------------------
@@ -145,7 +141,6 @@ sys_field() { # ID N: field N (1 id, 2 lock, 3 batch label, 4 flags) of system I
 }
 
 # Steps, for the progress lines: every scenario of every system (canned has no contention).
-TOTAL=0
 for s in "${SYSTEMS[@]}"; do
     id=${s%%|*}
     for sc in "${SCENARIOS[@]}"; do
@@ -153,40 +148,15 @@ for s in "${SYSTEMS[@]}"; do
         TOTAL=$((TOTAL + 1))
     done
 done
-STEP=0
 
 # ---- output and cleanup ----------------------------------------------------------------
 
-if [[ -z $out ]]; then
-    out=$ROOT/results/bench-$(date +%Y%m%d-%H%M%S)
-    mkdir -p "$out"
-    ln -sfn "$(basename "$out")" "$ROOT/results/bench-latest"
-fi
 # An --out used before: its old steps must not join this report.
-rm -rf "$out/steps"
-mkdir -p "$out/steps" "$out/clusters"
-out=$(cd "$out" && pwd)
-
-CUR_CLUSTER="" CANNED=0
-any_error=0
-cleanup() {
-    local rc=$?
-    if [[ -n $CUR_CLUSTER && -d $CUR_CLUSTER ]]; then
-        "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet >/dev/null 2>&1 || rc=1
-        CUR_CLUSTER=""
-    fi
-    if ((!keep && rc == 0 && !any_error)); then rm -rf "$out/clusters"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'exit 143' TERM
-
-started=$SECONDS
-progress() { # MESSAGE: one line on stderr, with the step count and the time so far
-    local t=$((SECONDS - started))
-    printf '[%2d/%d %d:%02d] %s\n' "$STEP" "$TOTAL" $((t / 60)) $((t % 60)) "$*" >&2
-}
+[[ -z $out ]] || rm -rf "$out/steps"
+lt_out "bench-$(date +%Y%m%d-%H%M%S)" bench-latest steps clusters
+# the clusters' logs go unless --keep, or the run failed
+if ((keep)); then lt_traps always; else lt_traps failed; fi
+CANNED=0 # cluster.env says, once a cluster is up
 
 # ---- measuring ---------------------------------------------------------------------------
 
@@ -349,32 +319,24 @@ cluster_up() {
     local id=$1 kind=$2 lock dir=$out/clusters/$1.$2 t0=$SECONDS
     shift 2
     lock=$(sys_field "$id" 2)
-    local -a up=(up --dir "$dir" --quiet --instances "$INSTANCES" --lb nginx)
+    local -a up=(--instances "$INSTANCES" --lb nginx)
     if [[ $lock == canned ]]; then
         up+=(--canned)
     else
         # shellcheck disable=SC2207 # the flags are words
         up+=(--lock "$lock" -- --segments "$SEGMENTS" --log-level warn $(sys_field "$id" 4) "$@")
     fi
-    CUR_CLUSTER=$dir
-    if ! "$CLUSTER" "${up[@]}" >/dev/null 2>"$dir.up.err"; then
-        progress "$id ($kind): cluster did not start: $(grep -v '^ ' "$dir.up.err" | tail -n 1)"
-        [[ ! -d $dir ]] || "$CLUSTER" down --dir "$dir" --quiet >/dev/null 2>&1 || true
-        CUR_CLUSTER=""
+    if ! lt_cluster_up "$dir" "$dir.up.err" "${up[@]}"; then
+        progress "$id ($kind): cluster did not start: $UP_ERROR"
         return 1
     fi
-    # shellcheck disable=SC1091
-    source "$dir/cluster.env"
     local what="redis, $INSTANCES instances, nginx"
     [[ -z $LOCK_NODES ]] || what+=", $(tr ',' '\n' <<<"$LOCK_NODES" | wc -l) lock nodes"
     [[ -z ${ZK_NAMES:-} ]] || what+=", ZooKeeper ($ZK_NAMES)"
     ((!CANNED)) || what="nginx, $INSTANCES canned 201 upstreams"
     progress "$id: $kind cluster up in $((SECONDS - t0))s ($what)"
 }
-cluster_down() {
-    "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet >/dev/null 2>&1 || progress "cluster down failed"
-    CUR_CLUSTER=""
-}
+cluster_down() { lt_cluster_down || progress "cluster down failed"; }
 # A step that could not run still gets its row, saying why.
 failed_step() { # SCENARIO ID ERROR
     STEP=$((STEP + 1))

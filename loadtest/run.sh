@@ -35,10 +35,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
-CLUSTER=$ROOT/scripts/cluster.sh
-LUA=$ROOT/loadtest/orders.lua
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 
 modes="none,local,setnx,redis,redlock,zk,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
@@ -80,39 +78,19 @@ for v in instances:instances segments:segments stock:stock connections:connectio
     [[ ${!var} =~ ^[0-9]+$ ]] || die "--${v#*:} must be a whole number (got '${!var}')"
     printf -v "$var" '%d' "$((10#${!var}))" # "08" -> 8: they go into the report as JSON numbers
 done
-for p in jq wrk curl; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
 ((stock > 0 && instances > 0)) || die "--stock and --instances must be > 0"
 ((qty_hi <= limit)) || die "--qty $qty asks more than --per-user-limit $limit: those orders would be refused"
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
     case $m in none | local | setnx | redis | redlock | zk | atomic) ;; *) die "unknown mode '$m'" ;; esac
 done
-seckill_bin >/dev/null || exit 1
+lt_require jq wrk curl
 
 say() { ((quiet)) || printf '%s\n' "$*" >&2; }
 
-if [[ -z $out ]]; then
-    out=$ROOT/results/$(date +%Y%m%d-%H%M%S)-$$
-    mkdir -p "$out"
-    ln -sfn "$(basename "$out")" "$ROOT/results/latest"
-fi
-mkdir -p "$out/modes" "$out/clusters"
-out=$(cd "$out" && pwd)
-
+lt_out "$(date +%Y%m%d-%H%M%S)-$$" latest modes clusters
 # ---- cleanup: whatever cluster is up goes down, on success, failure or Ctrl-C -------
-CUR_CLUSTER=""
-cleanup() {
-    local rc=$?
-    if [[ -n $CUR_CLUSTER && -d $CUR_CLUSTER ]]; then
-        "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet || rc=1
-        CUR_CLUSTER=""
-    fi
-    if ((!keep)) && ((rc == 0)); then rm -rf "$out/clusters"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'exit 143' TERM
+if ((keep)); then lt_traps always; else lt_traps failed; fi
 
 # ---- one mode -----------------------------------------------------------------------
 
@@ -153,64 +131,79 @@ instances_idle() {
 }
 
 ROWS=() # tab-separated rows, see the header in summary.tsv
-any_error=0
 
+# run_mode MODE: one mode's cluster, sale, row and JSON record. Its steps share the
+# locals declared here (bash's scoping: a function sees its caller's locals).
 run_mode() {
     local mode=$1 cdir=$out/clusters/$1 mdir=$out/modes
-    local error="" put_code wrk_json="" sku_json="" audit_json="" stats_json="[]"
-    local -a up_args=(up --dir "$cdir" --quiet --instances "$instances" --lb "$lb" --lock "$mode")
+    local error="" wrk_json="" sku_json="" audit_json="" stats_json="[]"
+    local reqs p50 p99 selling c201 sold_out lim busy unav others placed oversold stranded
+    local remaining srv_sold audit_sold audit_orders breaches consistent agree result
+    if mode_cluster_up; then
+        mode_sale
+        mode_cluster_down
+    fi
+    mode_figures
+    mode_result
+    mode_record
+}
+
+# mode_cluster_up: the mode's cluster, or error says why not.
+mode_cluster_up() {
+    local -a up_args=(--instances "$instances" --lb "$lb" --lock "$mode")
     local on=""
     ((rcluster == 0)) || { up_args+=(--redis-cluster "$rcluster"); on=", a Redis Cluster of $rcluster masters"; }
     say ""
     say "== $mode: $instances instances, K=$segments, stock $stock, ${work_us}us of work, wrk -c$connections -d$duration$on"
-    CUR_CLUSTER=$cdir # from here on the exit trap takes it down
-    if ! "$CLUSTER" "${up_args[@]}" -- --segments "$segments" --work-us "$work_us" \
-        --log-level warn "${extra[@]}" >/dev/null 2>"$mdir/$mode.up.err"; then
-        error="cluster did not start: $(grep -v '^ ' "$mdir/$mode.up.err" | grep -iv 'stopping what' | tail -n 1)"
-        [[ ! -d $cdir ]] || "$CLUSTER" down --dir "$cdir" --quiet || true
-        CUR_CLUSTER=""
-    else
-        # shellcheck disable=SC1091
-        source "$cdir/cluster.env"
-        local sku="proof-$mode" body tag
-        body=$(printf '{"stock":%d,"segments":%d,"per_user_limit":%d}' "$stock" "$segments" "$limit")
-        local -a auth=()
-        [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
-        put_code=$(curl -s -o "$mdir/$mode.put.json" -w '%{http_code}' --max-time 10 -X PUT \
-            -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$LB_URL/skus/$sku") || true
-        if [[ $put_code != 200 && $put_code != 201 ]]; then
-            error="PUT /skus/$sku answered $put_code: $(cat "$mdir/$mode.put.json" 2>/dev/null)"
-        else
-            tag="$mode$$x$RANDOM"
-            say "   wrk through $LB_KIND at $LB_URL ..."
-            wrk -t "$wrk_threads" -c "$connections" -d "$duration" -s "$LUA" "$LB_URL" \
-                -- "$sku" "$users" "$qty" "$tag" >"$mdir/$mode.wrk.txt" 2>&1 || true
-            wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$mdir/$mode.wrk.txt" || true)
-            [[ -n $wrk_json ]] || error="wrk gave no summary: $(tail -n 1 "$mdir/$mode.wrk.txt")"
-            wait_until 10 instances_idle || say "   (instances still busy after 10s)"
-            sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" || true)
-            audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
-            local u s
-            local -a stats=()
-            for u in $INSTANCE_URLS; do
-                s=$(curl -s --max-time 5 "$u/stats" || true)
-                stats+=("$(json_or_null "$s")")
-            done
-            stats_json=$(printf '%s\n' "${stats[@]}" | jq -cs .)
-            [[ -n $error || $audit_json == \{* ]] || error="no audit: $audit_json"
-        fi
-        "$CLUSTER" down --dir "$cdir" --quiet || error="${error:-cluster down failed}"
-        CUR_CLUSTER=""
-        # Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the logs.
-        local flagged
-        flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
-            "$cdir"/seckill-*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ' || true)
-        [[ -z $flagged ]] || error="${error:+$error; }sanitizer report in ${flagged% } (kept in $cdir)"
-    fi
+    lt_cluster_up "$cdir" "$mdir/$mode.up.err" "${up_args[@]}" -- --segments "$segments" \
+        --work-us "$work_us" --log-level warn "${extra[@]}" && return 0
+    error="cluster did not start: $UP_ERROR"
+    return 1
+}
 
-    # ---- the row ----
-    local reqs p50 p99 selling c201 sold_out lim busy unav others placed oversold stranded
-    local remaining srv_sold audit_sold audit_orders breaches consistent agree result
+# mode_sale: the SKU reset, wrk through the balancer, then what the server says: the
+# SKU, its audit, each instance's /stats.
+mode_sale() {
+    local sku="proof-$mode" body tag put_code u s
+    local -a auth=() stats=()
+    body=$(printf '{"stock":%d,"segments":%d,"per_user_limit":%d}' "$stock" "$segments" "$limit")
+    [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
+    put_code=$(curl -s -o "$mdir/$mode.put.json" -w '%{http_code}' --max-time 10 -X PUT \
+        -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$LB_URL/skus/$sku") || true
+    if [[ $put_code != 200 && $put_code != 201 ]]; then
+        error="PUT /skus/$sku answered $put_code: $(cat "$mdir/$mode.put.json" 2>/dev/null)"
+        return
+    fi
+    tag="$mode$$x$RANDOM"
+    say "   wrk through $LB_KIND at $LB_URL ..."
+    wrk -t "$wrk_threads" -c "$connections" -d "$duration" -s "$LUA" "$LB_URL" \
+        -- "$sku" "$users" "$qty" "$tag" >"$mdir/$mode.wrk.txt" 2>&1 || true
+    wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$mdir/$mode.wrk.txt" || true)
+    [[ -n $wrk_json ]] || error="wrk gave no summary: $(tail -n 1 "$mdir/$mode.wrk.txt")"
+    wait_until 10 instances_idle || say "   (instances still busy after 10s)"
+    sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" || true)
+    audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
+    for u in $INSTANCE_URLS; do
+        s=$(curl -s --max-time 5 "$u/stats" || true)
+        stats+=("$(json_or_null "$s")")
+    done
+    stats_json=$(printf '%s\n' "${stats[@]}" | jq -cs .)
+    [[ -n $error || $audit_json == \{* ]] || error="no audit: $audit_json"
+}
+
+# mode_cluster_down: the cluster down; a sanitizer build's reports in its logs are an
+# error.
+mode_cluster_down() {
+    local flagged
+    lt_cluster_down || error="${error:-cluster down failed}"
+    # Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the logs.
+    flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
+        "$cdir"/seckill-*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ' || true)
+    [[ -z $flagged ]] || error="${error:+$error; }sanitizer report in ${flagged% } (kept in $cdir)"
+}
+
+# mode_figures: the row's figures, from wrk's summary and the server's answers.
+mode_figures() {
     # Latencies and rates keep wrk's own format (jq 1.6 writes 8090.0 as 8090).
     reqs=$(printf '%.1f' "$(num "$wrk_json" .req_per_s)")
     p50=$(printf '%.3f' "$(num "$wrk_json" .p50_ms)")
@@ -234,6 +227,10 @@ run_mode() {
     audit_sold=$(num "$audit_json" .sold -1) audit_orders=$(num "$audit_json" .orders -1)
     breaches=$(num "$audit_json" .limit_breaches -1)
     consistent=$(field "$audit_json" .consistent "?")
+}
+
+# mode_result: whether client and server agree, and the verdict (exact, OVERSOLD, ...).
+mode_result() {
     if [[ -n $error ]]; then
         agree="-"
     elif ((audit_sold == placed && audit_orders == c201 && srv_sold == placed)); then
@@ -260,7 +257,10 @@ run_mode() {
         any_error=1
     fi
     [[ -z $error ]] || say "   ERROR: $error"
+}
 
+# mode_record: the row of summary.tsv, the JSON record, the closing lines.
+mode_record() {
     ROWS+=("$(printf '%s\t' "$mode" "$instances" "$segments" "$reqs" "$p50" "$p99" "$selling" "$placed" \
         "$stock" "$oversold" "$stranded" "$breaches" "$busy" "$unav" "$others" "$srv_sold" \
         "$audit_sold" "$consistent" "$agree" "$result")${error//$'\t'/ }")
@@ -294,7 +294,6 @@ run_mode() {
     fi
 }
 
-started=$SECONDS
 for m in "${mode_list[@]}"; do run_mode "$m"; done
 
 # ---- report -------------------------------------------------------------------------

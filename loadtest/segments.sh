@@ -26,10 +26,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
-CLUSTER=$ROOT/scripts/cluster.sh
-LUA=$ROOT/loadtest/orders.lua
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 INSTANCES=3 CONNECTIONS=64 WRK_THREADS=2 SELL_STOCK=1000000000 TAIL_STOCK=4096
 
 ks="16,1024,1" lock=redis out=""
@@ -50,35 +48,10 @@ for k in "${k_list[@]}"; do
     [[ $k =~ ^[0-9]+$ ]] && ((k >= 1 && k <= 1024)) || die "--ks: segment counts are 1..1024 (got '$k')"
 done
 if [[ $quick == 1 ]]; then d_sell=1s d_tail=1s d_out=1s; else d_sell=4s d_tail=5s d_out=3s; fi
-for p in jq wrk curl; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
-seckill_bin >/dev/null || exit 1
-
-if [[ -z $out ]]; then
-    out=$ROOT/results/segments-$(date +%Y%m%d-%H%M%S)
-    mkdir -p "$out"
-    ln -sfn "$(basename "$out")" "$ROOT/results/segments-latest"
-fi
-mkdir -p "$out/steps"
-out=$(cd "$out" && pwd)
-
-CUR_CLUSTER=""
-cleanup() {
-    local rc=$?
-    if [[ -n $CUR_CLUSTER && -d $CUR_CLUSTER ]]; then
-        "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet >/dev/null 2>&1 || rc=1
-    fi
-    rm -rf "$out/clusters"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'exit 143' TERM
-
-started=$SECONDS STEP=0 TOTAL=$((${#k_list[@]} * 3)) any_error=0
-progress() {
-    local t=$((SECONDS - started))
-    printf '[%2d/%d %d:%02d] %s\n' "$STEP" "$TOTAL" $((t / 60)) $((t % 60)) "$*" >&2
-}
+lt_require jq wrk curl
+lt_out "segments-$(date +%Y%m%d-%H%M%S)" segments-latest steps
+lt_traps never
+TOTAL=$((${#k_list[@]} * 3))
 put_sku() { # SKU STOCK SEGMENTS
     local -a auth=()
     [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
@@ -108,21 +81,17 @@ step() {
 run_k() { # K
     local k=$1 dir=$out/clusters/k$1 t0=$SECONDS
     mkdir -p "$out/clusters"
-    CUR_CLUSTER=$dir
-    if ! "$CLUSTER" up --dir "$dir" --quiet --instances "$INSTANCES" --lb nginx --lock "$lock" \
-        -- --segments "$k" --log-level warn >/dev/null 2>"$dir.up.err"; then
-        progress "K=$k: cluster did not start: $(grep -v '^ ' "$dir.up.err" | tail -n 1)"
-        CUR_CLUSTER="" any_error=1 STEP=$((STEP + 3))
+    if ! lt_cluster_up "$dir" "$dir.up.err" --instances "$INSTANCES" --lb nginx --lock "$lock" \
+        -- --segments "$k" --log-level warn; then
+        progress "K=$k: cluster did not start: $UP_ERROR"
+        any_error=1 STEP=$((STEP + 3))
         return
     fi
-    # shellcheck disable=SC1091
-    source "$dir/cluster.env"
     progress "K=$k: cluster up in $((SECONDS - t0))s ($lock, $INSTANCES instances, nginx)"
     put_sku "sell-$k" "$SELL_STOCK" "$k" && step selling "$k" "sell-$k" "$d_sell"
     put_sku "tail-$k" "$TAIL_STOCK" "$k" && step tail "$k" "tail-$k" "$d_tail" tail
     step "sold out" "$k" "tail-$k" "$d_out"
-    "$CLUSTER" down --dir "$dir" --quiet >/dev/null 2>&1 || progress "cluster down failed"
-    CUR_CLUSTER=""
+    lt_cluster_down || progress "cluster down failed"
 }
 
 for k in "${k_list[@]}"; do run_k "$k"; done

@@ -30,10 +30,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
-CLUSTER=$ROOT/scripts/cluster.sh
-LUA=$ROOT/loadtest/orders.lua
+# shellcheck source=loadtest/lib.sh
+source "$ROOT/loadtest/lib.sh"
 INSTANCES=3 CONNECTIONS=64 WRK_THREADS=2 STOCK=1000000000 SEGMENTS=16
 
 sizes="1,3" modes="redis,atomic" out=""
@@ -55,35 +53,10 @@ for m in "${size_list[@]}"; do
     [[ $m =~ ^[0-9]+$ ]] && ((m >= 1 && m <= 8)) || die "--masters: sizes are 1..8 (got '$m')"
 done
 if [[ $quick == 1 ]]; then dur=1s; else dur=5s; fi
-for p in jq wrk curl redis-cli; do command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"; done
-seckill_bin >/dev/null || exit 1
-
-if [[ -z $out ]]; then
-    out=$ROOT/results/shards-$(date +%Y%m%d-%H%M%S)
-    mkdir -p "$out"
-    ln -sfn "$(basename "$out")" "$ROOT/results/shards-latest"
-fi
-mkdir -p "$out/steps"
-out=$(cd "$out" && pwd)
-
-CUR_CLUSTER=""
-cleanup() {
-    local rc=$?
-    if [[ -n $CUR_CLUSTER && -d $CUR_CLUSTER ]]; then
-        "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet >/dev/null 2>&1 || rc=1
-    fi
-    rm -rf "$out/clusters"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'exit 143' TERM
-
-started=$SECONDS STEP=0 TOTAL=$((${#size_list[@]} * ${#mode_list[@]})) any_error=0
-progress() {
-    local t=$((SECONDS - started))
-    printf '[%2d/%d %d:%02d] %s\n' "$STEP" "$TOTAL" $((t / 60)) $((t % 60)) "$*" >&2
-}
+lt_require jq wrk curl redis-cli
+lt_out "shards-$(date +%Y%m%d-%H%M%S)" shards-latest steps
+lt_traps never
+TOTAL=$((${#size_list[@]} * ${#mode_list[@]}))
 # cpu_seconds PORT: the Redis on PORT's used_cpu_user + used_cpu_sys
 cpu_seconds() {
     redis-cli -p "$1" info cpu 2>/dev/null | tr -d '\r' |
@@ -102,16 +75,12 @@ run() {
     local -a masters replicas before_m before_r
     STEP=$((STEP + 1))
     mkdir -p "$out/clusters"
-    CUR_CLUSTER=$dir
-    if ! "$CLUSTER" up --dir "$dir" --quiet --redis-cluster "$m" --instances "$INSTANCES" \
-        --lb nginx --lock "$mode" -- --segments "$SEGMENTS" --log-level warn \
-        >/dev/null 2>"$dir.up.err"; then
-        progress "$mode, $m master(s): cluster did not start: $(grep -v '^ ' "$dir.up.err" | tail -n 1)"
-        CUR_CLUSTER="" any_error=1
+    if ! lt_cluster_up "$dir" "$dir.up.err" --redis-cluster "$m" --instances "$INSTANCES" \
+        --lb nginx --lock "$mode" -- --segments "$SEGMENTS" --log-level warn; then
+        progress "$mode, $m master(s): cluster did not start: $UP_ERROR"
+        any_error=1
         return
     fi
-    # shellcheck disable=SC1091
-    source "$dir/cluster.env"
     mapfile -t masters < <(nodes master)
     mapfile -t replicas < <(nodes slave)
     curl -sf -o /dev/null --max-time 10 -X PUT \
@@ -143,8 +112,7 @@ run() {
         <<<"$wrk_json" >"$f.json"
     [[ $(jq -r .ran "$f.json") == true ]] || any_error=1
     progress "$mode, $m master(s) (up in $((SECONDS - t0))s): $(jq -r '"\(.req_per_s) req/s, placed \(.placed), Redis µs/order per master \(.master_us | map(. * 10 | round / 10))"' "$f.json")"
-    "$CLUSTER" down --dir "$dir" --quiet >/dev/null 2>&1 || progress "cluster down failed"
-    CUR_CLUSTER=""
+    lt_cluster_down || progress "cluster down failed"
 }
 
 for mode in "${mode_list[@]}"; do

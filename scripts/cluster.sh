@@ -37,8 +37,9 @@
 # (host:port,...), ZK_PORTS and ZK_NAMES; each node's pid is in D/zk-I.pid.
 # stop NAME stops one recorded process (zk-2, lock-1, seckill-3, redis, lb) by its pid
 # file: SIGTERM, or SIGKILL with --kill. start NAME starts a stopped ZooKeeper node
-# (zk-N) or Redis Cluster node (shard-N, shard-N-r) again, on its port and with its
+# (zk-N) or Redis (redis, lock-N, shard-N, shard-N-r) again, on its port and with its
 # data, and waits until it serves (other pieces pick their ports when they start).
+# Sourced rather than run (tests/lib.sh does), it defines its functions and runs nothing.
 # --canned starts no Redis and no seckill: the nginx balancer, configured as usual, proxies
 # to N upstream servers that the same nginx serves itself, each answering every request
 # with a fixed 201 JSON body (GET /readyz and /livez: 200). It is the ceiling that
@@ -57,36 +58,35 @@ CANNED_BODY='{"order_id":"382855852278681600","sku":"canned","user_id":"canned-u
 say() { ((QUIET)) || printf '%s\n' "$*" >&2; }
 
 # ---- starting pieces ------------------------------------------------------------
+# Sourced (tests/lib.sh does), this file only defines its functions: a test starts its
+# own pieces with the same start_* as `up`, as children of its shell (it can wait for
+# their exit codes). The start_* functions set STARTED_PORT (and STARTED_*) instead of
+# printing, so that they are not called in a subshell.
 
-# start_redis NAME DIR FSYNC: a redis-server on a free port, data in DIR/NAME/.
-# FSYNC "no" means no AOF at all (lock nodes keep nothing worth keeping).
-# Prints the port.
-start_redis() {
-    local name=$1 dir=$2 fsync=$3 port attempt rc
-    shift 3 # the rest: more redis-server flags
-    local -a persist
-    mkdir -p "$dir/$name"
-    if [[ $fsync == no ]]; then
-        persist=(--appendonly no)
-    else
-        persist=(--appendonly yes --appendfsync "$fsync")
-    fi
+# on_free_port [--port P] NAME DIR SECS READY... -- START...: runs START (which starts
+# process NAME of DIR) and waits up to SECS until READY succeeds, every "{port}" in
+# both replaced by a free port (or P). When NAME died because the port was taken
+# meanwhile, again on another one (5 tries). Sets STARTED_PORT; 1, with the end of
+# NAME's log, when it did not come up.
+on_free_port() {
+    local fixed="" port attempt rc
+    if [[ $1 == --port ]]; then fixed=$2; shift 2; fi
+    local name=$1 dir=$2 secs=$3
+    local -a ready=()
+    shift 3
+    while [[ $1 != -- ]]; do ready+=("$1"); shift; done
+    shift
+    STARTED_PORT=""
     for ((attempt = 1; attempt <= 5; attempt++)); do
-        port=$(free_port)
-        proc_start "$name" "$dir" redis-server --port "$port" --bind 127.0.0.1 \
-            --dir "$dir/$name" --save "" "${persist[@]}" --daemonize no \
-            --protected-mode yes --logfile "" "$@" || return 1
+        port=${fixed:-$(free_port)} || return 1
+        "${@//"{port}"/$port}" || return 1
         rc=0
-        wait_started "$name" "$dir" 15 redis_ping "$port" || rc=$?
+        wait_started "$name" "$dir" "$secs" "${ready[@]//"{port}"/$port}" || rc=$?
         if ((rc == 0)); then
-            # how it was started, for `start` to start it again (a cluster node)
-            printf '%s\n' --port "$port" --bind 127.0.0.1 --dir "$dir/$name" --save "" \
-                "${persist[@]}" --daemonize no --protected-mode yes --logfile "" "$@" \
-                >"$dir/$name.args"
-            echo "$port"
+            STARTED_PORT=$port
             return 0
         fi
-        if ((rc == 2)) && log_says_port_in_use "$name" "$dir"; then
+        if ((rc == 2)) && [[ -z $fixed ]] && log_says_port_in_use "$name" "$dir"; then
             say "  $name: port $port taken, retrying"
             proc_stop "$name" "$dir" 2 || true
             continue
@@ -96,6 +96,35 @@ start_redis() {
         return 1
     done
     return 1
+}
+
+# start_redis [--port P] [--password PW] NAME DIR FSYNC [REDIS FLAGS...]: a
+# redis-server on a free port (or P: where a Redis was before), data in DIR/NAME/, AOF
+# as FSYNC says ("no": no AOF at all; lock nodes keep nothing worth keeping), clients
+# asked for PW (requirepass). Sets STARTED_PORT. DIR/NAME.args keeps how it was
+# started, for `start` to start it again.
+start_redis() {
+    local pw="" port
+    local -a at=()
+    while [[ $1 == --port || $1 == --password ]]; do
+        if [[ $1 == --port ]]; then at=(--port "$2"); else pw=$2; fi
+        shift 2
+    done
+    local name=$1 dir=$2 fsync=$3
+    shift 3
+    local -a args=(--port "{port}" --bind 127.0.0.1 --dir "$dir/$name" --save "")
+    if [[ $fsync == no ]]; then
+        args+=(--appendonly no)
+    else
+        args+=(--appendonly yes --appendfsync "$fsync")
+    fi
+    args+=(--daemonize no --protected-mode yes --logfile "")
+    [[ -n $pw ]] && args+=(--requirepass "$pw")
+    mkdir -p "$dir/$name"
+    on_free_port "${at[@]}" "$name" "$dir" 15 redis_ping "{port}" "$pw" -- \
+        proc_start "$name" "$dir" redis-server "${args[@]}" "$@" || return 1
+    port=$STARTED_PORT
+    printf '%s\n' "${args[@]//"{port}"/$port}" "$@" >"$dir/$name.args"
 }
 
 # ---- a Redis Cluster (--redis-cluster M) ---------------------------------------------
@@ -125,16 +154,16 @@ cluster_ready() { # PORT...: every node says cluster_state:ok, every replica has
 # start_redis_cluster DIR M FSYNC: a Redis Cluster of M masters (shard-1..shard-M) with
 # one replica each (shard-I-r), node timeout 1 s, AOF as FSYNC says; the 16384 slots
 # split evenly over the masters. Waits until every node says cluster_state:ok and every
-# replica has synced with its master. Prints the masters' host:port, comma-separated
-# (seeds for --redis).
+# replica has synced with its master. Sets STARTED_SEEDS: the masters' host:port,
+# comma-separated (seeds for --redis).
 start_redis_cluster() {
     local dir=$1 m=$2 fsync=$3 i p id seeds=""
     local -a masters=() replicas=() flags=(--cluster-enabled yes --cluster-node-timeout 1000)
     for ((i = 1; i <= m; i++)); do
-        p=$(start_redis "shard-$i" "$dir" "$fsync" "${flags[@]}") || return 1
-        masters+=("$p")
-        p=$(start_redis "shard-$i-r" "$dir" "$fsync" "${flags[@]}") || return 1
-        replicas+=("$p")
+        start_redis "shard-$i" "$dir" "$fsync" "${flags[@]}" || return 1
+        masters+=("$STARTED_PORT")
+        start_redis "shard-$i-r" "$dir" "$fsync" "${flags[@]}" || return 1
+        replicas+=("$STARTED_PORT")
     done
     for ((i = 0; i < m; i++)); do
         redis-cli -p "${masters[i]}" cluster addslotsrange $((i * 16384 / m)) \
@@ -154,13 +183,13 @@ start_redis_cluster() {
     wait_until 60 cluster_ready "${masters[@]}" "${replicas[@]}" ||
         { log "the Redis Cluster did not become ready (cluster_state, replica sync)"; return 1; }
     for p in "${masters[@]}"; do seeds+="${seeds:+,}127.0.0.1:$p"; done
-    echo "$seeds"
+    STARTED_SEEDS=$seeds
 }
 
 # start_zk DIR N: ZooKeeper nodes zk-1..zk-N (N = 1: a standalone server; more: an
 # ensemble) on free loopback ports, each in DIR/zk-I/ (zoo.cfg, data/); waits until
-# every node serves. Prints the nodes' host:port, comma-separated. When a node dies
-# because one of its ports was taken, all of them start again on other ports.
+# every node serves. Sets STARTED_NODES: the nodes' host:port, comma-separated. When a
+# node dies because one of its ports was taken, all of them start again on other ports.
 start_zk() {
     local dir=$1 n=$2 attempt i rc dead t0 p q e port_taken
     local -a ports=() pairs=()
@@ -192,7 +221,7 @@ start_zk() {
         done
         if ((rc == 0)); then
             say "  zookeeper  $n node(s) serving $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
-            (IFS=,; echo "${ports[*]/#/127.0.0.1:}")
+            STARTED_NODES=$(IFS=,; echo "${ports[*]/#/127.0.0.1:}")
             return 0
         fi
         port_taken=0
@@ -217,30 +246,44 @@ zk_port() {
     sed -n 's/^clientPort=//p' "$1/$2/zoo.cfg" 2>/dev/null | grep -E '^[0-9]+$'
 }
 
-# start_instance NAME DIR ARGS...: a seckill instance on a free port; ARGS go after
-# --listen. Prints the port.
+# start_instance [--host H] [--no-wait] [--ready-secs S] [--wrap CMD] NAME DIR ARGS...:
+# a seckill instance on H (127.0.0.1) and a free port; ARGS go after --listen. Waits
+# until its /readyz answers 200 (S seconds at most, 30), unless --no-wait (an instance
+# meant to fail at start-up). --wrap runs the server under CMD (split on blanks:
+# valgrind and its flags). The server: $SECKILL_BIN_PATH, else seckill_bin. Sets
+# STARTED_PORT and STARTED_URL.
 start_instance() {
-    local name=$1 dir=$2 port attempt rc
-    shift 2
-    for ((attempt = 1; attempt <= 5; attempt++)); do
-        port=$(free_port)
-        proc_start "$name" "$dir" "$SECKILL_BIN_PATH" --listen "127.0.0.1:$port" "$@" || return 1
-        rc=0
-        wait_started "$name" "$dir" 30 http_ok "http://127.0.0.1:$port/readyz" || rc=$?
-        if ((rc == 0)); then
-            echo "$port"
-            return 0
-        fi
-        if ((rc == 2)) && log_says_port_in_use "$name" "$dir"; then
-            say "  $name: port $port taken, retrying"
-            proc_stop "$name" "$dir" 2 || true
-            continue
-        fi
-        log "$name did not become ready (see $dir/$name.log):"
-        tail -n 15 "$dir/$name.log" >&2 || true
-        return 1
+    local host=127.0.0.1 secs=30 bin=${SECKILL_BIN_PATH:-}
+    local -a ready=() wrap=()
+    while [[ $1 == --* ]]; do
+        case $1 in
+        --host) host=$2; shift 2 ;;
+        --no-wait) ready=(true); shift ;;
+        --ready-secs) secs=$2; shift 2 ;;
+        --wrap) read -r -d "" -a wrap <<<"$2" || true; shift 2 ;;
+        *) log "start_instance: unknown option $1"; return 1 ;;
+        esac
     done
-    return 1
+    local name=$1 dir=$2
+    shift 2
+    STARTED_URL=""
+    [[ -n $bin ]] || bin=$(seckill_bin) || return 1
+    ((${#ready[@]})) || ready=(http_ok "http://$host:{port}/readyz")
+    on_free_port "$name" "$dir" "$secs" "${ready[@]}" -- \
+        proc_start "$name" "$dir" "${wrap[@]}" "$bin" --listen "$host:{port}" "$@" || return 1
+    STARTED_URL=http://$host:$STARTED_PORT
+}
+
+# start_faultproxy NAME DIR TARGET_PORT [FLAGS...]: the test proxy
+# ($SECKILL_BUILD/tests/faultproxy, tests/faultproxy.c) on a free port, in front of the
+# Redis on TARGET_PORT, FLAGS saying which answer it loses. Waits until it says ready.
+# Sets STARTED_PORT.
+start_faultproxy() {
+    local name=$1 dir=$2 target=$3 bin=${SECKILL_BUILD:-build}/tests/faultproxy
+    shift 3
+    [[ $bin == /* || -e $bin ]] || bin=$SECKILL_ROOT/$bin
+    on_free_port "$name" "$dir" 10 grep -q ready "$dir/$name.log" -- \
+        proc_start "$name" "$dir" "$bin" "{port}" "$target" "$@"
 }
 
 # write_nginx_conf DIR PORT INSTANCE_PORTS...: with CANNED=1 the config also has one
@@ -329,7 +372,7 @@ write_haproxy_conf() { # DIR PORT INSTANCE_PORTS...
     } >"$dir/haproxy/haproxy.cfg"
 }
 
-# start_lb KIND DIR INSTANCE_PORTS...: prints the balancer's port. With CANNED=1 the
+# start_lb KIND DIR INSTANCE_PORTS...: sets STARTED_PORT, the balancer's. With CANNED=1 the
 # upstream ports are picked here (as many as INSTANCE_PORTS, which are then ignored)
 # and written to DIR/nginx/canned.ports.
 start_lb() {
@@ -359,7 +402,7 @@ start_lb() {
         rc=0
         wait_started lb "$dir" 15 lb_forwards "$port" "$#" || rc=$?
         if ((rc == 0)); then
-            echo "$port"
+            STARTED_PORT=$port
             return 0
         fi
         if ((rc == 2)) && { log_says_port_in_use lb "$dir" ||
@@ -386,22 +429,25 @@ lb_forwards() {
 
 # ---- commands ---------------------------------------------------------------------
 
-# Stop order: the balancer first (no new traffic), then instances (they drain), then
-# the lock nodes, ZooKeeper and the data redis last (instances may still write while
-# draining).
+# Stop order: the balancer first (no new traffic), then the instances and whatever else
+# is not a store (they drain), then the stores: lock nodes, ZooKeeper, the data Redis
+# last (instances may still write while draining). A store is a Redis (DIR/NAME.args) or
+# a ZooKeeper node (DIR/NAME/zoo.cfg).
 cmd_down() {
     local dir=$1 rm_dir=$2 f name failed=0
     [[ -d $dir ]] || die "no such dir: $dir"
-    local -a order=(lb)
-    for f in "$dir"/seckill-*.pid "$dir"/lock-*.pid "$dir"/zk-*.pid; do
-        [[ -e $f ]] && order+=("$(basename "$f" .pid)")
-    done
-    order+=(redis)
+    local -a order=(lb) stores=()
     for f in "$dir"/*.pid; do
         [[ -e $f ]] || continue
         name=$(basename "$f" .pid)
-        [[ " ${order[*]} " == *" $name "* ]] || order+=("$name")
+        [[ $name == lb || $name == redis ]] && continue
+        if [[ -e $dir/$name.args || -e $dir/$name/zoo.cfg ]]; then
+            stores+=("$name")
+        else
+            order+=("$name")
+        fi
     done
+    order+=("${stores[@]}" redis)
     for name in "${order[@]}"; do
         [[ -e $dir/$name.pid ]] || continue
         if proc_alive "$name" "$dir"; then say "stopping $name (pid $(cat "$dir/$name.pid"))"; fi
@@ -456,16 +502,17 @@ cmd_stop() {
     return 1
 }
 
-# start NAME: a stopped ZooKeeper node (or Redis Cluster node) again, same port, same
-# data; waits until it serves (an ensemble member: until it has joined a quorum).
+# start NAME: a stopped ZooKeeper node (or Redis: data, lock node, Redis Cluster node)
+# again, same port, same data; waits until it serves (an ensemble member: until it has
+# joined a quorum).
 cmd_start() {
     local dir=$1 name=$2 port t0
-    if [[ $name =~ ^shard-[0-9]+(-r)?$ && -f $dir/$name.args ]]; then
-        cmd_start_shard "$dir" "$name"
+    if [[ -f $dir/$name.args ]]; then
+        cmd_start_redis "$dir" "$name"
         return
     fi
     [[ $name =~ ^zk-[0-9]+$ && -f $dir/$name/zoo.cfg ]] ||
-        die "start: only ZooKeeper nodes (zk-N) and Redis Cluster nodes (shard-N[-r]) of $dir start again"
+        die "start: only ZooKeeper nodes (zk-N) and Redis nodes (redis, lock-N, shard-N[-r]) of $dir start again"
     proc_alive "$name" "$dir" && die "$name already runs (pid $(cat "$dir/$name.pid"))"
     port=$(zk_port "$dir" "$name") || die "no client port in $dir/$name/zoo.cfg"
     t0=$(date +%s%N)
@@ -478,22 +525,35 @@ cmd_start() {
     say "$name serving on 127.0.0.1:$port (pid $(cat "$dir/$name.pid")), $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
 }
 
-# A Redis Cluster node again, as it was started (same port, its data and nodes.conf):
-# it rejoins the cluster, a replica of whoever took over its slots meanwhile.
-cmd_start_shard() {
-    local dir=$1 name=$2 port
+# A Redis again, as it was started (same port, its data; a Redis Cluster node also its
+# nodes.conf: it rejoins the cluster, a replica of whoever took over its slots meanwhile).
+cmd_start_redis() {
+    local dir=$1 name=$2 port pw="" i
     local -a args
     proc_alive "$name" "$dir" && die "$name already runs (pid $(cat "$dir/$name.pid"))"
     mapfile -t args <"$dir/$name.args"
     port=${args[1]}
+    for ((i = 0; i < ${#args[@]} - 1; i++)); do
+        [[ ${args[i]} == --requirepass ]] && pw=${args[i + 1]}
+    done
     proc_start "$name" "$dir" redis-server "${args[@]}" || return 1
-    wait_started "$name" "$dir" 15 redis_ping "$port" ||
+    wait_started "$name" "$dir" 15 redis_ping "$port" "$pw" ||
         { log "$name did not come back (see $dir/$name.log)"; return 1; }
     say "$name serving on 127.0.0.1:$port (pid $(cat "$dir/$name.pid"))"
 }
 
+# ---- up, step by step: what the steps share ------------------------------------------
+
 UP_DIR=""
 UP_DONE=0
+up_instances=3 up_lb=nginx up_lock="" up_lock_nodes="" up_zk_nodes="" up_fsync=always
+up_redis_cluster=0
+up_extra=()
+# what the steps started: the data Redis, lock nodes, ZooKeeper, instances, balancer
+up_redis_port="" up_redis_seeds="" up_nodes_csv="" up_zk_csv="" up_zk_names="" up_lb_port=""
+up_lb_url=""
+up_ports=() up_urls=()
+
 up_cleanup() {
     local rc=$?
     if ((!UP_DONE)) && [[ -n $UP_DIR && -d $UP_DIR ]]; then
@@ -503,37 +563,42 @@ up_cleanup() {
     exit "$rc"
 }
 
-cmd_up() {
-    local dir="" instances=3 lb=nginx lock="" lock_nodes="" zk_nodes="" fsync=always i
-    local redis_cluster=0
-    local -a extra=()
+# up_options ARGS...: up's options into the up_* variables; the dir into UP_DIR (not
+# made yet).
+up_options() {
     while (($#)); do
         case $1 in
-        --dir) dir=${2:?"$1 needs a value"}; shift 2 ;;
-        --instances) instances=${2:?"$1 needs a value"}; shift 2 ;;
-        --lb) lb=${2:?"$1 needs a value"}; shift 2 ;;
-        --lock) lock=${2:?"$1 needs a value"}; shift 2 ;;
-        --lock-nodes) lock_nodes=${2:?"$1 needs a value"}; shift 2 ;;
-        --zk-nodes) zk_nodes=${2:?"$1 needs a value"}; shift 2 ;;
-        --fsync) fsync=${2:?"$1 needs a value"}; shift 2 ;;
-        --redis-cluster) redis_cluster=${2:?"$1 needs a value"}; shift 2 ;;
+        --dir) UP_DIR=${2:?"$1 needs a value"}; shift 2 ;;
+        --instances) up_instances=${2:?"$1 needs a value"}; shift 2 ;;
+        --lb) up_lb=${2:?"$1 needs a value"}; shift 2 ;;
+        --lock) up_lock=${2:?"$1 needs a value"}; shift 2 ;;
+        --lock-nodes) up_lock_nodes=${2:?"$1 needs a value"}; shift 2 ;;
+        --zk-nodes) up_zk_nodes=${2:?"$1 needs a value"}; shift 2 ;;
+        --fsync) up_fsync=${2:?"$1 needs a value"}; shift 2 ;;
+        --redis-cluster) up_redis_cluster=${2:?"$1 needs a value"}; shift 2 ;;
         --canned) CANNED=1; shift ;;
         --quiet) QUIET=1; shift ;;
-        --) shift; extra=("$@"); break ;;
+        --) shift; up_extra=("$@"); break ;;
         -h | --help) usage 0 ;;
         *) log "up: unknown option $1"; usage ;;
         esac
     done
-    [[ $instances =~ ^[0-9]+$ ]] || die "--instances must be a number"
-    ((instances > 0 || redis_cluster > 0)) || die "--instances must be positive"
-    [[ $redis_cluster =~ ^[0-9]+$ ]] || die "--redis-cluster takes a count of masters"
-    ((redis_cluster == 0 || !CANNED)) || die "--redis-cluster and --canned do not go together"
-    ((instances > 0)) || lb=none
-    [[ $lb == nginx || $lb == haproxy || $lb == none ]] || die "--lb must be nginx, haproxy or none"
-    [[ $fsync == always || $fsync == everysec || $fsync == no ]] || die "--fsync: always|everysec|no"
-    ((!CANNED)) || [[ $lb == nginx ]] || die "--canned needs --lb nginx"
+}
+
+# up_validate: the options make sense together and the tools they need are here; the
+# lock mode's defaults (redlock: 3 lock nodes, zk: 1 ZooKeeper node); the server binary.
+up_validate() {
+    local p
+    [[ $up_instances =~ ^[0-9]+$ ]] || die "--instances must be a number"
+    ((up_instances > 0 || up_redis_cluster > 0)) || die "--instances must be positive"
+    [[ $up_redis_cluster =~ ^[0-9]+$ ]] || die "--redis-cluster takes a count of masters"
+    ((up_redis_cluster == 0 || !CANNED)) || die "--redis-cluster and --canned do not go together"
+    ((up_instances > 0)) || up_lb=none
+    [[ $up_lb == nginx || $up_lb == haproxy || $up_lb == none ]] || die "--lb must be nginx, haproxy or none"
+    [[ $up_fsync == always || $up_fsync == everysec || $up_fsync == no ]] || die "--fsync: always|everysec|no"
+    ((!CANNED)) || [[ $up_lb == nginx ]] || die "--canned needs --lb nginx"
     # Not durable: said even with --quiet. The instances say it too (seckill_redis_durable 0).
-    ((CANNED)) || case $fsync in
+    ((CANNED)) || case $up_fsync in
     everysec) log "warning: --fsync everysec is not durable: the data Redis fsyncs its AOF" \
         "once a second, so orders acknowledged in the last second before a crash of Redis" \
         "or its machine can be lost (use --fsync always, the default, to keep them)" ;;
@@ -541,147 +606,172 @@ cmd_up() {
         "without snapshots), so every acknowledged order is lost when it crashes or restarts" \
         "(use --fsync always, the default, to keep them)" ;;
     esac
-    if [[ -z $lock_nodes && $lock == redlock ]]; then lock_nodes=3; fi
-    [[ -z $lock_nodes || $lock_nodes =~ ^[0-9]+$ ]] || die "--lock-nodes takes a count"
-    if [[ -z $zk_nodes && $lock == zk ]]; then zk_nodes=1; fi
-    [[ -z $zk_nodes || $zk_nodes =~ ^[0-9]+$ ]] || die "--zk-nodes takes a count"
-    if ((${zk_nodes:-0} > 0)); then
+    if [[ -z $up_lock_nodes && $up_lock == redlock ]]; then up_lock_nodes=3; fi
+    [[ -z $up_lock_nodes || $up_lock_nodes =~ ^[0-9]+$ ]] || die "--lock-nodes takes a count"
+    if [[ -z $up_zk_nodes && $up_lock == zk ]]; then up_zk_nodes=1; fi
+    [[ -z $up_zk_nodes || $up_zk_nodes =~ ^[0-9]+$ ]] || die "--zk-nodes takes a count"
+    if ((${up_zk_nodes:-0} > 0)); then
         command -v java >/dev/null || die "java not found (scripts/deps.sh installs zookeeper)"
     fi
     for p in redis-server redis-cli curl; do
         command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
     done
-    [[ $lb == none ]] || command -v "$lb" >/dev/null || die "$lb not found"
+    [[ $up_lb == none ]] || command -v "$up_lb" >/dev/null || die "$up_lb not found"
     if ((CANNED)); then
-        SECKILL_BIN_PATH="" lock="" lock_nodes="" zk_nodes=""
+        SECKILL_BIN_PATH="" up_lock="" up_lock_nodes="" up_zk_nodes=""
     else
         SECKILL_BIN_PATH=$(seckill_bin) || exit 1
     fi
+}
 
-    if [[ -z $dir ]]; then
-        dir=$(mktemp -d "${TMPDIR:-/tmp}/seckill-cluster.XXXXXX")
+# up_dir: UP_DIR made (a fresh temp dir when none was given; a given one must not run a
+# cluster already); from here on, a failure or an interrupt stops what up started.
+up_dir() {
+    local f
+    if [[ -z $UP_DIR ]]; then
+        UP_DIR=$(mktemp -d "${TMPDIR:-/tmp}/seckill-cluster.XXXXXX")
     else
-        mkdir -p "$dir"
-        dir=$(cd "$dir" && pwd)
-        for f in "$dir"/*.pid; do
+        mkdir -p "$UP_DIR"
+        UP_DIR=$(cd "$UP_DIR" && pwd)
+        for f in "$UP_DIR"/*.pid; do
             [[ -e $f ]] || continue
-            if proc_alive "$(basename "$f" .pid)" "$dir"; then
-                die "$dir already runs a cluster (scripts/cluster.sh down --dir $dir)"
+            if proc_alive "$(basename "$f" .pid)" "$UP_DIR"; then
+                die "$UP_DIR already runs a cluster (scripts/cluster.sh down --dir $UP_DIR)"
             fi
         done
     fi
     # nginx workers drop to an unprivileged user when started as root; they must be
     # able to reach their temp paths inside the dir.
-    chmod 755 "$dir"
-    UP_DIR=$dir
+    chmod 755 "$UP_DIR"
     trap up_cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    rm -f "$dir/cluster.env"
+    rm -f "$UP_DIR/cluster.env"
+    say "cluster dir: $UP_DIR"
+}
 
-    say "cluster dir: $dir"
-    local redis_port="" redis_seeds=""
-    if ((redis_cluster > 0)); then
-        redis_seeds=$(start_redis_cluster "$dir" "$redis_cluster" "$fsync") || exit 1
-        redis_port=${redis_seeds%%,*}
-        redis_port=${redis_port##*:}
-        for ((i = 1; i <= redis_cluster; i++)); do
+# up_start_stores: the data Redis (or Redis Cluster), the lock nodes, the ZooKeeper nodes.
+up_start_stores() {
+    local dir=$UP_DIR i
+    if ((up_redis_cluster > 0)); then
+        start_redis_cluster "$dir" "$up_redis_cluster" "$up_fsync" || exit 1
+        up_redis_seeds=$STARTED_SEEDS
+        up_redis_port=${up_redis_seeds%%,*}
+        up_redis_port=${up_redis_port##*:}
+        for ((i = 1; i <= up_redis_cluster; i++)); do
             say "  shard $i    master pid $(cat "$dir/shard-$i.pid"), replica pid $(cat "$dir/shard-$i-r.pid")"
         done
-        say "  redis cluster seeds $redis_seeds"
+        say "  redis cluster seeds $up_redis_seeds"
     elif ((!CANNED)); then
-        redis_port=$(start_redis redis "$dir" "$fsync")
-        say "  redis      127.0.0.1:$redis_port (pid $(cat "$dir/redis.pid"))"
+        start_redis redis "$dir" "$up_fsync" || exit 1
+        up_redis_port=$STARTED_PORT
+        say "  redis      127.0.0.1:$up_redis_port (pid $(cat "$dir/redis.pid"))"
     fi
-
-    local nodes_csv="" node_port
-    for ((i = 1; i <= ${lock_nodes:-0}; i++)); do
-        node_port=$(start_redis "lock-$i" "$dir" no)
-        nodes_csv+="${nodes_csv:+,}127.0.0.1:$node_port"
-        say "  lock node  127.0.0.1:$node_port (pid $(cat "$dir/lock-$i.pid"))"
+    for ((i = 1; i <= ${up_lock_nodes:-0}; i++)); do
+        start_redis "lock-$i" "$dir" no || exit 1
+        up_nodes_csv+="${up_nodes_csv:+,}127.0.0.1:$STARTED_PORT"
+        say "  lock node  127.0.0.1:$STARTED_PORT (pid $(cat "$dir/lock-$i.pid"))"
     done
-
-    local zk_csv="" zk_names=""
-    if ((${zk_nodes:-0} > 0)); then
-        zk_csv=$(start_zk "$dir" "$zk_nodes")
-        for ((i = 1; i <= zk_nodes; i++)); do
-            zk_names+="${zk_names:+ }zk-$i"
+    if ((${up_zk_nodes:-0} > 0)); then
+        start_zk "$dir" "$up_zk_nodes" || exit 1
+        up_zk_csv=$STARTED_NODES
+        for ((i = 1; i <= up_zk_nodes; i++)); do
+            up_zk_names+="${up_zk_names:+ }zk-$i"
             say "  zk node    127.0.0.1:$(zk_port "$dir" "zk-$i") (pid $(cat "$dir/zk-$i.pid"))"
         done
     fi
+}
 
-    local -a args=(--redis "${redis_seeds:-127.0.0.1:$redis_port}")
+# up_start_instances: the seckill instances, seckill-1..seckill-N, on the stores.
+up_start_instances() {
+    local i cores
+    local -a args=(--redis "${up_redis_seeds:-127.0.0.1:$up_redis_port}")
     # The instances stand for as many machines but share this one's cores: each
     # gets its share of them as event loops, unless told otherwise.
-    if ((instances > 0)) && [[ -z ${SECKILL_THREADS:-} && " ${extra[*]} " != *" --threads"* ]]; then
-        local cores
+    if ((up_instances > 0)) && [[ -z ${SECKILL_THREADS:-} && " ${up_extra[*]} " != *" --threads"* ]]; then
         cores=$(nproc)
-        args+=(--threads $((cores / instances > 0 ? cores / instances : 1)))
+        args+=(--threads $((cores / up_instances > 0 ? cores / up_instances : 1)))
     fi
-    [[ -n $lock ]] && args+=(--lock "$lock")
-    [[ -n $nodes_csv ]] && args+=(--lock-nodes "$nodes_csv")
-    [[ -n $zk_csv ]] && args+=(--zk "$zk_csv")
-    local -a ports=() urls=()
-    local port
-    for ((i = 1; i <= instances && !CANNED; i++)); do
-        port=$(start_instance "seckill-$i" "$dir" "${args[@]}" --instance-id "$i" "${extra[@]}")
-        ports+=("$port")
-        urls+=("http://127.0.0.1:$port")
-        say "  instance   http://127.0.0.1:$port (pid $(cat "$dir/seckill-$i.pid"))"
+    [[ -n $up_lock ]] && args+=(--lock "$up_lock")
+    [[ -n $up_nodes_csv ]] && args+=(--lock-nodes "$up_nodes_csv")
+    [[ -n $up_zk_csv ]] && args+=(--zk "$up_zk_csv")
+    for ((i = 1; i <= up_instances && !CANNED; i++)); do
+        start_instance "seckill-$i" "$UP_DIR" "${args[@]}" --instance-id "$i" "${up_extra[@]}" ||
+            exit 1
+        up_ports+=("$STARTED_PORT")
+        up_urls+=("$STARTED_URL")
+        say "  instance   $STARTED_URL (pid $(cat "$UP_DIR/seckill-$i.pid"))"
     done
+}
 
-    local lb_port="" lb_url
+# up_start_balancer: the load balancer in front of the instances (with --canned: of its own
+# canned upstreams); LB_URL is the first instance's when there is none.
+up_start_balancer() {
+    local dir=$UP_DIR lb=$up_lb i port
+    local -a slots=()
     if ((CANNED)); then
-        local -a slots=()
-        for ((i = 1; i <= instances; i++)); do slots+=("$i"); done
-        lb_port=$(start_lb "$lb" "$dir" "${slots[@]}")
-        read -r -a ports <"$dir/nginx/canned.ports"
-        for port in "${ports[@]}"; do
-            urls+=("http://127.0.0.1:$port")
+        for ((i = 1; i <= up_instances; i++)); do slots+=("$i"); done
+        start_lb "$lb" "$dir" "${slots[@]}" || exit 1
+        read -r -a up_ports <"$dir/nginx/canned.ports"
+        for port in "${up_ports[@]}"; do
+            up_urls+=("http://127.0.0.1:$port")
             say "  canned     http://127.0.0.1:$port (served by the balancer's nginx)"
         done
-        lb_url="http://127.0.0.1:$lb_port"
-        say "  $lb $(printf '%*s' $((9 - ${#lb})) '')$lb_url (pid $(cat "$dir/lb.pid"))"
     elif [[ $lb != none ]]; then
-        lb_port=$(start_lb "$lb" "$dir" "${ports[@]}")
-        lb_url="http://127.0.0.1:$lb_port"
-        say "  $lb $(printf '%*s' $((9 - ${#lb})) '')$lb_url (pid $(cat "$dir/lb.pid"))"
+        start_lb "$lb" "$dir" "${up_ports[@]}" || exit 1
     else
-        lb_url=${urls[0]:-}
+        up_lb_url=${up_urls[0]:-}
+        return 0
     fi
+    up_lb_port=$STARTED_PORT
+    up_lb_url="http://127.0.0.1:$up_lb_port"
+    say "  $lb $(printf '%*s' $((9 - ${#lb})) '')$up_lb_url (pid $(cat "$dir/lb.pid"))"
+}
 
+# up_write_env: UP_DIR/cluster.env, for callers to source.
+up_write_env() {
+    local zk_ports=${up_zk_csv//127.0.0.1:/}
     {
         echo "# written by scripts/cluster.sh up; source it"
-        printf 'CLUSTER_DIR=%q\n' "$dir"
-        printf 'LB_KIND=%q\n' "$lb"
-        printf 'LB_PORT=%q\n' "$lb_port"
-        printf 'LB_URL=%q\n' "$lb_url"
+        printf 'CLUSTER_DIR=%q\n' "$UP_DIR"
+        printf 'LB_KIND=%q\n' "$up_lb"
+        printf 'LB_PORT=%q\n' "$up_lb_port"
+        printf 'LB_URL=%q\n' "$up_lb_url"
         printf 'CANNED=%q\n' "$CANNED"
-        printf 'REDIS_HOST=%q\n' "${redis_port:+127.0.0.1}"
-        printf 'REDIS_PORT=%q\n' "$redis_port"
-        printf 'REDIS_ADDR=%q\n' "${redis_port:+127.0.0.1:$redis_port}"
+        printf 'REDIS_HOST=%q\n' "${up_redis_port:+127.0.0.1}"
+        printf 'REDIS_PORT=%q\n' "$up_redis_port"
+        printf 'REDIS_ADDR=%q\n' "${up_redis_port:+127.0.0.1:$up_redis_port}"
         echo "# --redis-cluster M: the masters (seeds), shard-I (master) and shard-I-r (its"
         echo "# replica) pids in \$CLUSTER_DIR/shard-I.pid, shard-I-r.pid"
-        printf 'REDIS_CLUSTER_SEEDS=%q\n' "$redis_seeds"
-        printf 'REDIS_CLUSTER_MASTERS=%q\n' "$redis_cluster"
-        printf 'LOCK_MODE=%q\n' "$lock"
-        printf 'LOCK_NODES=%q\n' "$nodes_csv"
+        printf 'REDIS_CLUSTER_SEEDS=%q\n' "$up_redis_seeds"
+        printf 'REDIS_CLUSTER_MASTERS=%q\n' "$up_redis_cluster"
+        printf 'LOCK_MODE=%q\n' "$up_lock"
+        printf 'LOCK_NODES=%q\n' "$up_nodes_csv"
         echo "# ZooKeeper node zk-I: pid in \$CLUSTER_DIR/zk-I.pid; stop or kill one with"
         echo "# scripts/cluster.sh stop --dir \$CLUSTER_DIR zk-I [--kill], start it again"
         echo "# (same port and data) with scripts/cluster.sh start --dir \$CLUSTER_DIR zk-I"
-        printf 'ZK_NODES=%q\n' "$zk_csv"
-        zk_csv=${zk_csv//127.0.0.1:/}
-        printf 'ZK_PORTS=%q\n' "${zk_csv//,/ }"
-        printf 'ZK_NAMES=%q\n' "$zk_names"
-        printf 'INSTANCES=%q\n' "$instances"
-        printf 'INSTANCE_PORTS=%q\n' "${ports[*]}"
-        printf 'INSTANCE_URLS=%q\n' "${urls[*]}"
+        printf 'ZK_NODES=%q\n' "$up_zk_csv"
+        printf 'ZK_PORTS=%q\n' "${zk_ports//,/ }"
+        printf 'ZK_NAMES=%q\n' "$up_zk_names"
+        printf 'INSTANCES=%q\n' "$up_instances"
+        printf 'INSTANCE_PORTS=%q\n' "${up_ports[*]}"
+        printf 'INSTANCE_URLS=%q\n' "${up_urls[*]}"
         printf 'SECKILL_BIN=%q\n' "$SECKILL_BIN_PATH"
-        printf 'SECKILL_EXTRA_FLAGS=%q\n' "${extra[*]}"
-    } >"$dir/cluster.env"
+        printf 'SECKILL_EXTRA_FLAGS=%q\n' "${up_extra[*]}"
+    } >"$UP_DIR/cluster.env"
+}
+
+cmd_up() {
+    up_options "$@"
+    up_validate
+    up_dir
+    up_start_stores
+    up_start_instances
+    up_start_balancer
+    up_write_env
     UP_DONE=1
-    say "ready: LB_URL=$lb_url  (source $dir/cluster.env; stop with: $0 down --dir $dir)"
-    echo "$dir"
+    say "ready: LB_URL=$up_lb_url  (source $UP_DIR/cluster.env; stop with: $0 down --dir $UP_DIR)"
+    echo "$UP_DIR"
 }
 
 main() {
@@ -722,4 +812,5 @@ main() {
     esac
 }
 
-main "$@"
+# Sourced (tests/lib.sh): the functions only.
+[[ ${BASH_SOURCE[0]} != "$0" ]] || main "$@"

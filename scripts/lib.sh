@@ -8,7 +8,7 @@
 #   wait_until SECS CMD...       poll CMD until it succeeds (0) or SECS pass (1)
 #   wait_started NAME DIR SECS CMD...  like wait_until, but gives up (2) when NAME died
 #   http_code URL                HTTP status of a GET (000 when no answer)
-#   redis_ping PORT              0 when redis-server on 127.0.0.1:PORT answers PONG
+#   redis_ping PORT [PASSWORD]   0 when redis-server on 127.0.0.1:PORT answers PONG
 #   zk_srvr PORT                 ZooKeeper's answer to the srvr four-letter word
 #   zk_mode PORT                 its Mode (standalone, leader, follower); 1 when not serving
 #   zk_ready PORT                0 when ZooKeeper on 127.0.0.1:PORT serves requests
@@ -197,8 +197,8 @@ http_code() {
 }
 http_ok() { [[ $(http_code "$1") == 200 ]]; }
 
-redis_ping() {
-    [[ $(redis-cli -h 127.0.0.1 -p "$1" --no-auth-warning ping 2>/dev/null) == PONG ]]
+redis_ping() { # PORT [PASSWORD]
+    [[ $(redis-cli -h 127.0.0.1 -p "$1" ${2:+-a "$2"} --no-auth-warning ping 2>/dev/null) == PONG ]]
 }
 
 # ---- ZooKeeper (the zk lock mode) ---------------------------------------------------

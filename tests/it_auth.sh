@@ -15,17 +15,9 @@
 # check is shown only at the flag level (a later flag error is reached instead) and
 # in tests/test_config.c, never by serving on it.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
-
-dir=$(mktemp -d /tmp/seckill-it-auth.XXXXXX)
-cleanup() {
-    for n in flag env wrong lo2; do proc_stop "$n" "$dir" 5; done
-    proc_stop redis "$dir" 5
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-
-source "$(dirname "$0")/checks.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin auth redis-server redis-cli curl jq
 
 # req METHOD URL [BODY]: "status error" (error empty on success)
 req() {
@@ -36,36 +28,26 @@ req() {
 
 PW='s3cr3t-pw'
 unset SECKILL_ADMIN_TOKEN # the admin-token checks below decide it per start
-bin=$(seckill_bin) || exit 1
-rport=$(free_port) || exit 1
-fport=$(free_port) || exit 1
-eport=$(free_port) || exit 1
-wport=$(free_port) || exit 1
-mkdir -p "$dir/redis"
-proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
-    --save "" --requirepass "$PW"
+bin=$SECKILL_BIN_PATH
+start_redis --password "$PW" redis "$dir" no || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
 rcli() { redis-cli -p "$rport" -a "$1" --no-auth-warning "${@:2}"; }
-wait_until 10 bash -c "[[ \$(redis-cli -p $rport -a '$PW' --no-auth-warning ping) == PONG ]]" ||
-    { echo "redis did not start"; exit 1; }
 expect "redis refuses clients without the password" "NOAUTH" \
     "$(redis-cli -p "$rport" get x 2>&1 | grep -o NOAUTH | head -1)"
 
 # A wrong password at start-up: started first, it fails while the rest runs.
 wstart=$SECONDS
-SECKILL_REDIS_PASSWORD=wrong proc_start wrong "$dir" "$bin" --listen "127.0.0.1:$wport" \
-    --redis "127.0.0.1:$rport"
+SECKILL_REDIS_PASSWORD=wrong start_instance --no-wait wrong "$dir" --redis "127.0.0.1:$rport"
 wpid=$(cat "$dir/wrong.pid")
 
 # By flag, and by environment; the environment also carries a wrong password for
 # the flag instance (the flag wins).
-SECKILL_REDIS_PASSWORD=wrong proc_start flag "$dir" "$bin" --listen "127.0.0.1:$fport" \
+SECKILL_REDIS_PASSWORD=wrong start_instance --ready-secs 15 flag "$dir" \
     --redis "127.0.0.1:$rport" --redis-password "$PW" --lock redis --segments 2
-SECKILL_REDIS_PASSWORD=$PW proc_start env "$dir" "$bin" --listen "127.0.0.1:$eport" \
+F=$STARTED_URL
+SECKILL_REDIS_PASSWORD=$PW start_instance --ready-secs 15 env "$dir" \
     --redis "127.0.0.1:$rport" --lock redis --segments 2
-F="http://127.0.0.1:$fport"
-E="http://127.0.0.1:$eport"
-wait_started flag "$dir" 15 http_ok "$F/readyz"
-wait_started env "$dir" 15 http_ok "$E/readyz"
+E=$STARTED_URL
 expect "ready with --redis-password (and a wrong SECKILL_REDIS_PASSWORD: the flag wins)" \
     "200 " "$(req GET "$F/readyz")"
 expect "ready with SECKILL_REDIS_PASSWORD" "200 " "$(req GET "$E/readyz")"
@@ -148,19 +130,11 @@ expect "0.0.0.0 with SECKILL_ADMIN_TOKEN passes the admin check (stops at the ne
     "2 1 0 1" "$res $(grep -c admin-token "$dir/public-token.err") $(grep -c \
         'redlock needs --lock-nodes' "$dir/public-token.err")"
 # 127.0.0.2 is loopback: no token needed, it serves.
-lport=$(free_port) || exit 1
-proc_start lo2 "$dir" "$bin" --listen "127.0.0.2:$lport" --redis "127.0.0.1:$rport" \
+start_instance --host 127.0.0.2 --ready-secs 15 lo2 "$dir" --redis "127.0.0.1:$rport" \
     --redis-password "$PW"
-wait_started lo2 "$dir" 15 http_ok "http://127.0.0.2:$lport/readyz"
 expect "--listen 127.0.0.2 without a token starts and is ready" "200" \
-    "$(http_code "http://127.0.0.2:$lport/readyz")"
+    "$(http_code "$STARTED_URL/readyz")"
 
-for n in flag env lo2; do
-    pid=$(cat "$dir/$n.pid")
-    kill -TERM "$pid"
-    wait "$pid"
-    expect "$n: exit code after SIGTERM" "0" "$?"
-    rm -f "$dir/$n.pid"
-done
+it_expect_clean_exit flag env lo2
 
 checks_summary

@@ -23,32 +23,19 @@
 # shellcheck disable=SC2317 # functions run from traps and check look unreachable
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
-# shellcheck source=tests/checks.sh
-source "$(dirname "$0")/checks.sh"
+# shellcheck source=tests/lib.sh
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin bench jq wrk nginx redis-server gnuplot
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-bench.XXXXXX")
-cleanup() {
-    local rc=$?
-    checks_dispose "$WORK" "$rc"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-checks_require jq wrk nginx redis-server gnuplot
-
-OUT=$WORK/bench
+OUT=$dir/bench
 rc=0
 "$ROOT/loadtest/bench.sh" --quick --systems atomic,redis,canned --scenarios s1-c64 \
-    --out "$OUT" >"$WORK/stdout" 2>"$WORK/stderr" || rc=$?
+    --out "$OUT" >"$dir/stdout" 2>"$dir/stderr" || rc=$?
 check "bench.sh exits 0" eq "$rc" 0
 if [[ ! -s $OUT/bench.json ]] || ! jq -e . "$OUT/bench.json" >/dev/null 2>&1; then
     check "bench.json written and valid" false
-    tail -n 20 "$WORK/stderr"
+    tail -n 20 "$dir/stderr"
     checks_finish
 fi
 J=$OUT/bench.json
@@ -121,17 +108,17 @@ check "canned: no Redis or seckill figures" \
 check "targets: six, S1 -c64 ones computed" \
     eq "$(q '[.targets | length, (.[] | select(.name | startswith("S1 -c64")) | .value | type)] | join(" ")')" \
     "6 number number"
-check "stdout: the table's header" grep -q '^system  *batch  *req/s  *p50_ms  *p99_ms  *x_atomic  *x_canned' "$WORK/stdout"
-check "stdout: a row per system" lines $steps '^(atomic|redis|redis-b1|canned) ' "$WORK/stdout"
-check "stdout: the targets" grep -q 'S1 -c64 redis / atomic' "$WORK/stdout"
-check "stderr: a progress line per step" lines $steps "^\\[ *[1-$steps]/$steps " "$WORK/stderr"
+check "stdout: the table's header" grep -q '^system  *batch  *req/s  *p50_ms  *p99_ms  *x_atomic  *x_canned' "$dir/stdout"
+check "stdout: a row per system" lines $steps '^(atomic|redis|redis-b1|canned) ' "$dir/stdout"
+check "stdout: the targets" grep -q 'S1 -c64 redis / atomic' "$dir/stdout"
+check "stderr: a progress line per step" lines $steps "^\\[ *[1-$steps]/$steps " "$dir/stderr"
 check "bench.png written" test -s "$OUT/bench.png"
 
 # ---- loadtest/segments.sh: K=16 and K=64, quick --------------------------------------
-SEG=$WORK/segments
+SEG=$dir/segments
 rc=0
-"$ROOT/loadtest/segments.sh" --quick --ks 16,64 --out "$SEG" >"$WORK/seg.stdout" \
-    2>"$WORK/seg.stderr" || rc=$?
+"$ROOT/loadtest/segments.sh" --quick --ks 16,64 --out "$SEG" >"$dir/seg.stdout" \
+    2>"$dir/seg.stderr" || rc=$?
 check "segments.sh exits 0" eq "$rc" 0
 sq() { jq -r "$1" "$SEG/segments.json" 2>/dev/null; }
 check "segments: a row per step and K" \
@@ -151,7 +138,7 @@ for k in 16 64; do
     check "segments K=$k: the tail is timed" \
         test "$(sq ".rows[] | select(.k == $k and .step == \"tail\") | .tail_s >= 0")" = true
 done
-check "segments: the table on stdout" grep -q '^step  *K  *req/s .* tail_s' "$WORK/seg.stdout"
+check "segments: the table on stdout" grep -q '^step  *K  *req/s .* tail_s' "$dir/seg.stdout"
 
 # The clusters' nginx and redis-server run with paths under $OUT: none may be left.
 left=""

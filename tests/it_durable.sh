@@ -15,43 +15,16 @@
 #   - CONFIG renamed away (the settings cannot be read): the gauge is 0 and the warn
 #     line says they could not be read.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin durable redis-server redis-cli curl
 
-source "$(dirname "$0")/checks.sh"
-
-dir=$(mktemp -d /tmp/seckill-it-durable.XXXXXX)
-cleanup() {
-    local rc=$? n
-    for n in always everysec norename; do proc_stop "seckill-$n" "$dir" 5; done
-    for n in always everysec norename; do proc_stop "redis-$n" "$dir" 5; done
-    checks_dispose "$dir" "$rc" # the logs stay when anything failed
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-checks_require redis-server redis-cli curl
-
-bin=$(seckill_bin) || exit 1
-
-# start_redis NAME PORT ARGS...: a redis-server in DIR/NAME on PORT, waits for PING.
-start_redis() {
-    local name=$1 port=$2
-    shift 2
-    mkdir -p "$dir/$name"
-    proc_start "$name" "$dir" redis-server --port "$port" --bind 127.0.0.1 \
-        --dir "$dir/$name" --save "" "$@" || return 1
-    wait_started "$name" "$dir" 15 redis_ping "$port"
-}
-# start_seckill VAR NAME REDIS_PORT: an instance on a free port (a child of this
-# shell, so that its exit code can be waited for); its base URL goes into VAR.
+# start_seckill VAR NAME REDIS_PORT: an instance (a child of this shell, so that its
+# exit code can be waited for); its base URL goes into VAR.
 start_seckill() {
-    local port
-    port=$(free_port) || return 1
-    proc_start "$2" "$dir" "$bin" --listen "127.0.0.1:$port" --redis "127.0.0.1:$3" \
-        --threads 2 --segments 2 || return 1
-    wait_started "$2" "$dir" 15 http_ok "http://127.0.0.1:$port/readyz" || return 1
-    printf -v "$1" 'http://127.0.0.1:%s' "$port"
+    start_instance --ready-secs 15 "$2" "$dir" --redis "127.0.0.1:$3" --threads 2 \
+        --segments 2 || return 1
+    printf -v "$1" '%s' "$STARTED_URL"
 }
 gauge() { curl -s --max-time 5 "$1/metrics" | awk '$1 == "seckill_redis_durable" { print $2 }'; }
 gauge_is() { [[ $(gauge "$1") == "$2" ]]; }
@@ -64,15 +37,10 @@ config_gets() {
 }
 more_config_gets() { (($(config_gets "$1") > $2)); }
 
-p_always=$(free_port) || exit 1
-p_every=$(free_port) || exit 1
-p_norename=$(free_port) || exit 1
-start_redis redis-always "$p_always" --appendonly yes --appendfsync always ||
-    { echo "redis did not start"; exit 1; }
-start_redis redis-everysec "$p_every" --appendonly yes --appendfsync everysec ||
-    { echo "redis did not start"; exit 1; }
-start_redis redis-norename "$p_norename" --appendonly yes --appendfsync always \
-    --rename-command CONFIG "" || { echo "redis did not start"; exit 1; }
+start_redis redis-always "$dir" always && p_always=$STARTED_PORT &&
+    start_redis redis-everysec "$dir" everysec && p_every=$STARTED_PORT &&
+    start_redis redis-norename "$dir" always --rename-command CONFIG "" &&
+    p_norename=$STARTED_PORT || { echo "redis did not start"; exit 1; }
 
 start_seckill A seckill-always "$p_always" || { echo "instance did not start"; exit 1; }
 start_seckill E seckill-everysec "$p_every" || { echo "instance did not start"; exit 1; }
@@ -115,7 +83,7 @@ expect "... no new warn line" "1" "$(warns seckill-everysec)"
 
 # --- Redis restarts without AOF on the same port: 0 again, and a second warning
 proc_stop redis-everysec "$dir" 10
-start_redis redis-everysec "$p_every" --appendonly no || { echo "redis did not restart"; exit 1; }
+start_redis --port "$p_every" redis-everysec "$dir" no || { echo "redis did not restart"; exit 1; }
 check "Redis restarted without AOF: the gauge turns 0" wait_until 10 gauge_is "$E" 0
 expect "... a second warn line, saying appendonly=no" "2 1" \
     "$(warns seckill-everysec) $(grep 'level=warn event=redis_not_durable' \
@@ -129,11 +97,5 @@ expect "... one warn line saying the settings could not be read" "1" \
     "$(grep 'level=warn event=redis_not_durable' "$dir/seckill-norename.log" |
         grep -c 'appendonly=unknown .*could not be read')"
 
-for n in always everysec norename; do
-    pid=$(cat "$dir/seckill-$n.pid")
-    kill -TERM "$pid"
-    wait "$pid"
-    expect "seckill-$n: exit code after SIGTERM" "0" "$?"
-    rm -f "$dir/seckill-$n.pid"
-done
+it_expect_clean_exit seckill-always seckill-everysec seckill-norename
 checks_summary

@@ -34,9 +34,8 @@
 # shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ---- buyer mode: one curl loop (run by the test itself, in its own session) -----------
 # it_frozen.sh --buyer URL SKU TAG OUT SECS: POSTs orders of fresh users "TAG-<n>" until
@@ -91,17 +90,17 @@ SOLD_WHILE_FROZEN=10 # units instance 2 sells while instance 1 is frozen
 BUYERS=3             # per instance
 ATTEMPTS=3
 
-source "$(dirname "$0")/checks.sh"
 gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
 ge() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 >= $2)); }
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-frozen-$LOCK.XXXXXX")
+it_begin "frozen-$LOCK" curl jq redis-server
+[[ $LOCK != zk ]] || checks_require java
 CUR_CLUSTER=""
 BUYER_NAMES=()
 
 stop_buyers() {
     local b
-    for b in "${BUYER_NAMES[@]}"; do proc_stop "$b" "$WORK" 2 || true; done
+    for b in "${BUYER_NAMES[@]}"; do proc_stop "$b" "$dir" 2 || true; done
     BUYER_NAMES=()
 }
 # A frozen instance ignores SIGTERM until it runs again: thaw it before stopping it.
@@ -116,20 +115,10 @@ cluster_down() {
     "$ROOT/scripts/cluster.sh" down --dir "$CUR_CLUSTER" --quiet || true
     CUR_CLUSTER=""
 }
-cleanup() {
-    local rc=$?
+on_exit() {
     stop_buyers
     cluster_down
-    checks_dispose "$WORK" "$rc"
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-
-checks_require curl jq redis-server
-[[ $LOCK != zk ]] || checks_require java
 
 # jfield JSON FILTER: a jq filter's value, "" when absent or not JSON.
 jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
@@ -159,7 +148,7 @@ sold_at_least() { # URL SKU N
 buyers_done() {
     local b
     for b in "${BUYER_NAMES[@]}"; do
-        [[ -s $WORK/$b.out ]] || return 1
+        [[ -s $dir/$b.out ]] || return 1
     done
 }
 instances_idle() {
@@ -173,13 +162,13 @@ instances_idle() {
 # run_scenario on|off: sets the R_* results of the last attempt.
 run_scenario() {
     local fencing=$1 attempt cdir body code b i t0 t1 before after counter sold0
-    cdir=$WORK/cluster-$fencing
+    cdir=$dir/cluster-$fencing
     echo "# $LOCK, fencing $fencing: 2 instances, lease ${LEASE_MS}ms, ${WORK_US}us of work, 1 segment, stock $STOCK"
     CUR_CLUSTER=$cdir
     if ! "$ROOT/scripts/cluster.sh" up --dir "$cdir" --quiet --instances 2 --lb none --lock "$LOCK" \
         -- "${LEASE[@]}" --work-us "$WORK_US" --fencing "$fencing" \
-        --log-level warn >"$WORK/up-$fencing.out" 2>&1; then
-        tail -n 5 "$WORK/up-$fencing.out"
+        --log-level warn >"$dir/up-$fencing.out" 2>&1; then
+        tail -n 5 "$dir/up-$fencing.out"
         CUR_CLUSTER=""
         return 1
     fi
@@ -205,9 +194,9 @@ run_scenario() {
         for ((i = 1; i <= BUYERS; i++)); do
             for u in 1 2; do
                 b="buyer-$fencing-$attempt-$u-$i"
-                rm -f "$WORK/$b.out"
-                proc_start "$b" "$WORK" bash "${BASH_SOURCE[0]}" --buyer \
-                    "$([[ $u == 1 ]] && echo "$I1" || echo "$I2")" "$R_SKU" "$b" "$WORK/$b.out" 60 ||
+                rm -f "$dir/$b.out"
+                proc_start "$b" "$dir" bash "${BASH_SOURCE[0]}" --buyer \
+                    "$([[ $u == 1 ]] && echo "$I1" || echo "$I2")" "$R_SKU" "$b" "$dir/$b.out" 60 ||
                     return 1
                 BUYER_NAMES+=("$b")
             done
@@ -249,7 +238,7 @@ run_scenario() {
     # service was gone, for that instance). Nothing is placed; not counted in R_OTHER.
     R_201=0 R_BUSY=0 R_OTHER=0 R_CODES="" R_FROZEN_UNAVAILABLE=0
     local n201 nbusy nother codes unav
-    for f in "$WORK"/buyer-"$fencing"-"$attempt"-*.out; do
+    for f in "$dir"/buyer-"$fencing"-"$attempt"-*.out; do
         [[ -s $f ]] || continue
         read -r n201 nbusy _ nother codes <"$f"
         unav=0
@@ -309,7 +298,7 @@ fi
 
 # Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the instance logs.
 flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
-    "$WORK"/cluster-*/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
+    "$dir"/cluster-*/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
 check "no sanitizer report in the instance logs ${flagged}" eq "$flagged" ""
 
 checks_finish

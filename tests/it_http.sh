@@ -5,32 +5,16 @@
 # a flood) get their exact status and change nothing; a Redis outage answers
 # 503 and heals; SIGTERM drains and exits 0.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin http redis-server redis-cli curl jq
 
-dir=$(mktemp -d /tmp/seckill-it-http.XXXXXX)
-cleanup() {
-    proc_stop seckill "$dir" 5
-    proc_stop seckill2 "$dir" 5
-    proc_stop slow "$dir" 5
-    proc_stop proxy "$dir" 5
-    proc_stop redis "$dir" 5
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-
-bin=$(seckill_bin)
-rport=$(free_port) || exit 1
-hport=$(free_port) || exit 1
-mkdir -p "$dir/redis"
-proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
-    --save "" --appendonly yes --appendfsync always
-wait_until 10 redis_ping "$rport" || { echo "redis did not start"; exit 1; }
-proc_start seckill "$dir" "$bin" --listen "127.0.0.1:$hport" --redis "127.0.0.1:$rport" \
-    --segments 4 --admin-token s3cret --lock redis
-base="http://127.0.0.1:$hport"
-wait_until 10 http_ok "$base/readyz" || { echo "seckill not ready"; cat "$dir/seckill.log"; exit 1; }
-
-source "$(dirname "$0")/checks.sh"
+start_redis redis "$dir" always || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+start_instance --ready-secs 10 seckill "$dir" --redis "127.0.0.1:$rport" --segments 4 \
+    --admin-token s3cret --lock redis || { echo "seckill not ready"; exit 1; }
+base=$STARTED_URL
+hport=$STARTED_PORT
 
 # req METHOD PATH [BODY] [curl args...]: sets $status and $body
 req() {
@@ -47,53 +31,39 @@ req() {
     body=${out%$'\n'*}
 }
 err() { jq -r '.error + "/" + (.detail | type)' <<<"$body" 2>/dev/null; }
+# answer NAME EXPECTED METHOD PATH [BODY] [curl args...]: req, then expects "status err"
+answer() { req "${@:3}"; expect "$1" "$2" "$status $(err)"; }
 field() { jq -r "$1" <<<"$body" 2>/dev/null; }
 sold() { curl -s "$base/skus/$1" | jq -r '.sold'; }
 
 auth=(-H 'Authorization: Bearer s3cret')
 
 # --- admin
-req PUT /skus/tv '{"stock":3,"per_user_limit":1}'
-expect "PUT without token" "401 unauthorized/string" "$status $(err)"
-req PUT /skus/tv '{"stock":3,"per_user_limit":1}' -H 'Authorization: Bearer wrong'
-expect "PUT with a wrong token" "401 unauthorized/string" "$status $(err)"
-req GET /skus/tv
-expect "a refused PUT created nothing" "404 not_found/string" "$status $(err)"
+answer "PUT without token" "401 unauthorized/string" PUT /skus/tv '{"stock":3,"per_user_limit":1}'
+answer "PUT with a wrong token" "401 unauthorized/string" PUT /skus/tv '{"stock":3,"per_user_limit":1}' -H 'Authorization: Bearer wrong'
+answer "a refused PUT created nothing" "404 not_found/string" GET /skus/tv
 req PUT /skus/tv '{"stock":3,"segments":2,"per_user_limit":1}' "${auth[@]}"
 expect "PUT creates" "201" "$status"
 req PUT /skus/tv '{"stock":3,"segments":1,"per_user_limit":2}' "${auth[@]}"
 expect "PUT resets" "200" "$status"
-req PUT /skus/tv '{"stock":-5}' "${auth[@]}"
-expect "PUT negative stock" "400 bad_request/string" "$status $(err)"
-req PUT /skus/tv '{"stock":3,"segments":5000}' "${auth[@]}"
-expect "PUT too many segments" "400 bad_request/string" "$status $(err)"
+answer "PUT negative stock" "400 bad_request/string" PUT /skus/tv '{"stock":-5}' "${auth[@]}"
+answer "PUT too many segments" "400 bad_request/string" PUT /skus/tv '{"stock":3,"segments":5000}' "${auth[@]}"
 req GET /skus/tv
 expect "bad PUTs changed nothing" "200 2 1 3" "$status $(field .per_user_limit) $(field '.segments|length') $(field .remaining)"
-req PUT '/skus/bad$sku' '{"stock":1}' "${auth[@]}"
-expect "PUT invalid sku name" "400 bad_request/string" "$status $(err)"
+answer "PUT invalid sku name" "400 bad_request/string" PUT '/skus/bad$sku' '{"stock":1}' "${auth[@]}"
 
 # --- orders: bad input changes nothing
-req POST /skus/tv/orders '{"user_id": "ann"'
-expect "truncated JSON" "400 bad_request/string" "$status $(err)"
-req POST /skus/tv/orders 'not json at all'
-expect "not JSON" "400 bad_request/string" "$status $(err)"
-req POST /skus/tv/orders '{"qty":1}'
-expect "no user_id" "400 bad_request/string" "$status $(err)"
-req POST /skus/tv/orders '{"user_id":"a b"}'
-expect "user_id charset" "400 bad_request/string" "$status $(err)"
-req POST /skus/tv/orders '{"user_id":"ann","qty":0}'
-expect "qty 0" "400 bad_request/string" "$status $(err)"
-req POST /skus/tv/orders '{"user_id":"ann","qty":3}'
-expect "qty over the limit" "400 bad_request/string" "$status $(err)"
-req POST /skus/tv/orders '{"user_id":"ann","qty":"1"}'
-expect "qty as a string" "400 bad_request/string" "$status $(err)"
+answer "truncated JSON" "400 bad_request/string" POST /skus/tv/orders '{"user_id": "ann"'
+answer "not JSON" "400 bad_request/string" POST /skus/tv/orders 'not json at all'
+answer "no user_id" "400 bad_request/string" POST /skus/tv/orders '{"qty":1}'
+answer "user_id charset" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"a b"}'
+answer "qty 0" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":0}'
+answer "qty over the limit" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":3}'
+answer "qty as a string" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":"1"}'
 big=$(printf '{"user_id":"ann","pad":"%05000d"}' 0)
-req POST /skus/tv/orders "$big"
-expect "body over 4 KiB" "413 too_large/string" "$status $(err)"
-req POST /skus/tv/orders '{"user_id":"ann"}' -H 'Idempotency-Key: bad key!'
-expect "bad Idempotency-Key" "400 bad_request/string" "$status $(err)"
-req POST /skus/nosuch/orders '{"user_id":"ann"}'
-expect "unknown SKU" "404 not_found/string" "$status $(err)"
+answer "body over 4 KiB" "413 too_large/string" POST /skus/tv/orders "$big"
+answer "bad Idempotency-Key" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann"}' -H 'Idempotency-Key: bad key!'
+answer "unknown SKU" "404 not_found/string" POST /skus/nosuch/orders '{"user_id":"ann"}'
 expect "nothing was sold by bad requests" "0" "$(sold tv)"
 
 # --- orders that work
@@ -103,36 +73,28 @@ first=$(field .order_id)
 req POST /skus/tv/orders '{"user_id":"ann","qty":2}' -H 'Idempotency-Key: ann-1'
 expect "idempotent retry returns the first order" "201 $first" "$status $(field .order_id)"
 expect "the retry placed nothing" "2" "$(sold tv)"
-req POST /skus/tv/orders '{"user_id":"bob","qty":2}' -H 'Idempotency-Key: ann-1'
-expect "another user's reuse of a key is refused" "422 idempotency_mismatch/string" "$status $(err)"
+answer "another user's reuse of a key is refused" "422 idempotency_mismatch/string" POST /skus/tv/orders '{"user_id":"bob","qty":2}' -H 'Idempotency-Key: ann-1'
 check "... and reveals nothing of the first order" eq "$(grep -c -e "$first" -e ann <<<"$body")" 0
-req POST /skus/tv/orders '{"user_id":"ann","qty":1}' -H 'Idempotency-Key: ann-1'
-expect "the same key for another qty is refused" "422 idempotency_mismatch/string" "$status $(err)"
+answer "the same key for another qty is refused" "422 idempotency_mismatch/string" POST /skus/tv/orders '{"user_id":"ann","qty":1}' -H 'Idempotency-Key: ann-1'
 expect "the refused requests placed nothing" "2" "$(sold tv)"
 req GET "/orders/$first"
 expect "GET order" "200 $first tv ann 2" "$status $(field .order_id) $(field .sku) $(field .user_id) $(field .qty)"
-req POST /skus/tv/orders '{"user_id":"ann"}'
-expect "limit reached" "409 limit_reached/string" "$status $(err)"
+answer "limit reached" "409 limit_reached/string" POST /skus/tv/orders '{"user_id":"ann"}'
 req POST /skus/tv/orders '{"user_id":"bob"}'
 expect "last unit" "201" "$status"
-req POST /skus/tv/orders '{"user_id":"cid"}'
-expect "sold out" "409 sold_out/string" "$status $(err)"
+answer "sold out" "409 sold_out/string" POST /skus/tv/orders '{"user_id":"cid"}'
 req GET /skus/tv
 expect "SKU report" "200 3 0 3 0 2" "$status $(field .initial) $(field .remaining) $(field .sold) $(field .oversold) $(field .orders)"
 req GET /skus/tv/audit
 expect "audit" "200 2 3 0 0 0 true" "$status $(field .orders) $(field .sold) $(field .oversold) $(field .limit_breaches) $(field .duplicate_order_ids) $(field .consistent)"
 
 # --- routing
-req DELETE /skus/tv
-expect "wrong method" "405 method_not_allowed/string" "$status $(err)"
+answer "wrong method" "405 method_not_allowed/string" DELETE /skus/tv
 allow=$(curl -s -o /dev/null -D - -X DELETE "$base/skus/tv" | tr -d '\r' | awk -F': ' 'tolower($1)=="allow"{print $2}')
 expect "405 names the allowed methods" "PUT, GET, HEAD" "$allow"
-req GET /nothing/here
-expect "unknown path" "404 not_found/string" "$status $(err)"
-req GET /orders/12345
-expect "unknown order" "404 not_found/string" "$status $(err)"
-req GET /orders/12x
-expect "malformed order id" "400 bad_request/string" "$status $(err)"
+answer "unknown path" "404 not_found/string" GET /nothing/here
+answer "unknown order" "404 not_found/string" GET /orders/12345
+answer "malformed order id" "400 bad_request/string" GET /orders/12x
 head=$(curl -s -I -o /dev/null -w '%{http_code} %{size_download}' "$base/skus/tv")
 expect "HEAD works where GET does" "200 0" "$head"
 ctype=$(curl -s -o /dev/null -w '%{content_type}' "$base/skus/tv")
@@ -155,6 +117,7 @@ hostile() {
     expect "$1" "$2" "$3"
     expect "$1: state unchanged" "$baseline" "$(state)"
 }
+hostile_answer() { req "${@:3}"; hostile "$1" "$2" "$status $(err)"; } # like answer
 # raw BYTES [SECS]: sends BYTES (printf format) on a new connection, prints the
 # status of the answer, or "none" when the server closed or kept quiet for SECS.
 raw() {
@@ -174,39 +137,26 @@ order=/skus/hx/orders
 # bodies
 repeat '[' 10000 >"$H/nest10k"
 repeat ']' 10000 >>"$H/nest10k"
-req POST $order "" --data-binary @"$H/nest10k"
-hostile "JSON nested 10000 levels (over 4 KiB)" "413 too_large/string" "$status $(err)"
+hostile_answer "JSON nested 10000 levels (over 4 KiB)" "413 too_large/string" POST $order "" --data-binary @"$H/nest10k"
 { printf '{"user_id":'; repeat '[' 2000; repeat ']' 2000; printf '}'; } >"$H/nest2k"
-req POST $order "" --data-binary @"$H/nest2k"
-hostile "user_id nested 2000 levels deep (under 4 KiB)" "400 bad_request/string" "$status $(err)"
+hostile_answer "user_id nested 2000 levels deep (under 4 KiB)" "400 bad_request/string" POST $order "" --data-binary @"$H/nest2k"
 printf '{"user_id":"ann"}\0\0\0\x01\x02' >"$H/nuls"
-req POST $order "" --data-binary @"$H/nuls"
-hostile "binary body with NULs after the JSON" "400 bad_request/string" "$status $(err)"
+hostile_answer "binary body with NULs after the JSON" "400 bad_request/string" POST $order "" --data-binary @"$H/nuls"
 head -c 3000 /dev/urandom >"$H/random"
-req POST $order "" --data-binary @"$H/random"
-hostile "3000 random bytes" "400 bad_request/string" "$status $(err)"
+hostile_answer "3000 random bytes" "400 bad_request/string" POST $order "" --data-binary @"$H/random"
 printf '{"user_id":"an\xff\xfe"}' >"$H/utf8"
-req POST $order "" --data-binary @"$H/utf8"
-hostile "invalid UTF-8 in user_id" "400 bad_request/string" "$status $(err)"
-req POST $order '{"user_id":"ann\u0000x"}'
-hostile "escaped NUL in user_id" "400 bad_request/string" "$status $(err)"
-req POST $order '{"user_id":"ann","user_id":"bob"}'
-hostile "duplicate key" "400 bad_request/string" "$status $(err)"
-req POST $order "{\"user_id\":\"$(repeat a 65)\"}"
-hostile "user_id of 65 characters" "400 bad_request/string" "$status $(err)"
-req POST $order '{"user_id":["ann"]}'
-hostile "user_id an array" "400 bad_request/string" "$status $(err)"
-req POST $order '{"user_id":"ann","qty":1e30}'
-hostile "qty 1e30" "400 bad_request/string" "$status $(err)"
-req POST $order '{"user_id":"ann","qty":-1}'
-hostile "qty negative" "400 bad_request/string" "$status $(err)"
-req POST $order "" -H 'Content-Type: application/json'
-hostile "empty body" "400 bad_request/string" "$status $(err)"
+hostile_answer "invalid UTF-8 in user_id" "400 bad_request/string" POST $order "" --data-binary @"$H/utf8"
+hostile_answer "escaped NUL in user_id" "400 bad_request/string" POST $order '{"user_id":"ann\u0000x"}'
+hostile_answer "duplicate key" "400 bad_request/string" POST $order '{"user_id":"ann","user_id":"bob"}'
+hostile_answer "user_id of 65 characters" "400 bad_request/string" POST $order "{\"user_id\":\"$(repeat a 65)\"}"
+hostile_answer "user_id an array" "400 bad_request/string" POST $order '{"user_id":["ann"]}'
+hostile_answer "qty 1e30" "400 bad_request/string" POST $order '{"user_id":"ann","qty":1e30}'
+hostile_answer "qty negative" "400 bad_request/string" POST $order '{"user_id":"ann","qty":-1}'
+hostile_answer "empty body" "400 bad_request/string" POST $order "" -H 'Content-Type: application/json'
 
 # framing
 repeat 'x' 5000 >"$H/5k"
-req POST $order "" -H 'Transfer-Encoding: chunked' --data-binary @"$H/5k"
-hostile "chunked body over 4 KiB, no Content-Length" "413 too_large/string" "$status $(err)"
+hostile_answer "chunked body over 4 KiB, no Content-Length" "413 too_large/string" POST $order "" -H 'Transfer-Encoding: chunked' --data-binary @"$H/5k"
 hostile "Content-Length 1000000, no body sent: 413 at once" "413" \
     "$(raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n' 3)"
 hostile "Content-Length lie: 100 announced, 20 sent (no answer, no order)" "none" \
@@ -227,30 +177,23 @@ hdrs=()
 for ((i = 0; i < 1000; i++)); do hdrs+=(-H "X-H$i: v"); done
 code=$(curl -s -o /dev/null -w '%{http_code}' "${hdrs[@]}" -X POST -d '{"user_id":"many"}' "$base$order")
 hostile "1000 headers" "431" "$code"
-req POST $order '{"user_id":"ann"}' -H "Idempotency-Key: $(repeat k 10240)"
-hostile "Idempotency-Key of 10 KB" "400 bad_request/string" "$status $(err)"
-req PUT /skus/hx '{"stock":1000}' -H "Authorization: Bearer $(repeat s 10240)"
-hostile "Bearer token of 10 KB on an admin route" "401 unauthorized/string" "$status $(err)"
+hostile_answer "Idempotency-Key of 10 KB" "400 bad_request/string" POST $order '{"user_id":"ann"}' -H "Idempotency-Key: $(repeat k 10240)"
+hostile_answer "Bearer token of 10 KB on an admin route" "401 unauthorized/string" PUT /skus/hx '{"stock":1000}' -H "Authorization: Bearer $(repeat s 10240)"
 
 # paths
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/skus/$(repeat a 40000)")
 hostile "a 40 KB URL" "414" "$code"
-req GET "/skus/$(repeat a 600)"
-hostile "a 600-byte path" "404 not_found/string" "$status $(err)"
+hostile_answer "a 600-byte path" "404 not_found/string" GET "/skus/$(repeat a 600)"
 req POST /skus/hx%2Forders '{"user_id":"slash"}'
 hostile "POST /skus/hx%2Forders (an encoded slash is not a separator)" \
     "405 method_not_allowed/string" "$status $(err)"
-req GET /skus/hx%2Faudit
-hostile "GET /skus/hx%2Faudit" "400 bad_request/string" "$status $(err)"
-req POST /skus/hx/../hx/orders '{"user_id":"dots"}' --path-as-is
-hostile "POST /skus/hx/../hx/orders" "404 not_found/string" "$status $(err)"
-req GET /skus/../stats "" --path-as-is
-hostile "GET /skus/../stats" "404 not_found/string" "$status $(err)"
+hostile_answer "GET /skus/hx%2Faudit" "400 bad_request/string" GET /skus/hx%2Faudit
+hostile_answer "POST /skus/hx/../hx/orders" "404 not_found/string" POST /skus/hx/../hx/orders '{"user_id":"dots"}' --path-as-is
+hostile_answer "GET /skus/../stats" "404 not_found/string" GET /skus/../stats "" --path-as-is
 req GET "/orders/$first%00junk"
 hostile "GET /orders/<id>%00junk (an encoded NUL does not cut the path)" \
     "400 bad_request/string" "$status $(err)"
-req POST /skus/hx%00/orders '{"user_id":"nul"}'
-hostile "POST /skus/hx%00/orders" "400 bad_request/string" "$status $(err)"
+hostile_answer "POST /skus/hx%00/orders" "400 bad_request/string" POST /skus/hx%00/orders '{"user_id":"nul"}'
 # libmicrohttpd 0.9.75 ends the path at a raw NUL: "/skus/hx", which takes no POST.
 hostile "a raw NUL in the path of a POST" "405" \
     "$(raw 'POST /skus/hx\0/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n{"user_id":"nul"}' 3)"
@@ -259,10 +202,8 @@ hostile "a raw NUL in the path of a POST" "405" \
 code=$(curl -s -I -o /dev/null -w '%{http_code}' "$base$order")
 allow=$(curl -s -I "$base$order" | tr -d '\r' | awk -F': ' 'tolower($1)=="allow"{print $2}')
 hostile "HEAD on a POST-only route" "405 POST" "$code $allow"
-req FOO /skus/hx
-hostile "unknown method FOO" "405 method_not_allowed/string" "$status $(err)"
-req POST /skus/hx '{"stock":1}'
-hostile "POST on a PUT/GET path" "405 method_not_allowed/string" "$status $(err)"
+hostile_answer "unknown method FOO" "405 method_not_allowed/string" FOO /skus/hx
+hostile_answer "POST on a PUT/GET path" "405 method_not_allowed/string" POST /skus/hx '{"stock":1}'
 
 # a thousand bad requests at once, 300 connections in parallel
 for ((i = 0; i < 1000; i++)); do
@@ -282,14 +223,10 @@ expect "a real order still works" "201" "$status"
 # --- a commit whose answer is lost: a second instance reaches Redis through a
 # proxy that forwards the first command carrying an order key (the commit),
 # swallows its answer and cuts the connection.
-proxy_bin=${SECKILL_BUILD:-build}/tests/faultproxy
-pport=$(free_port) || exit 1
-h2port=$(free_port) || exit 1
-proc_start proxy "$dir" "$proxy_bin" "$pport" "$rport" --drop-after-arg order:
-wait_until 10 grep -q ready "$dir/proxy.log" || echo "proxy did not start"
-proc_start seckill2 "$dir" "$bin" --listen "127.0.0.1:$h2port" --redis "127.0.0.1:$pport" \
+start_faultproxy proxy "$dir" "$rport" --drop-after-arg order: || echo "proxy did not start"
+start_instance --ready-secs 10 seckill2 "$dir" --redis "127.0.0.1:$STARTED_PORT" \
     --segments 4 --admin-token s3cret --lock redis
-wait_until 10 http_ok "http://127.0.0.1:$h2port/readyz" || cat "$dir/seckill2.log"
+h2port=$STARTED_PORT
 req PUT /skus/lostreply '{"stock":5,"segments":2}' "${auth[@]}"
 out=$(curl -s -w '\n%{http_code}' --max-time 10 -H 'Idempotency-Key: lost-1' \
     --data-binary '{"user_id":"lou"}' "http://127.0.0.1:$h2port/skus/lostreply/orders")
@@ -310,11 +247,9 @@ proc_stop seckill2 "$dir" 5
 proc_stop proxy "$dir" 5
 
 # --- clients that leave while their order waits for its batch (connection suspended)
-sport=$(free_port) || exit 1
-sbase="http://127.0.0.1:$sport"
-proc_start slow "$dir" "$bin" --listen "127.0.0.1:$sport" --redis "127.0.0.1:$rport" \
-    --lock redis --work-us 300000 --admin-token s3cret
-wait_until 10 http_ok "$sbase/readyz" || cat "$dir/slow.log"
+start_instance --ready-secs 10 slow "$dir" --redis "127.0.0.1:$rport" --lock redis \
+    --work-us 300000 --admin-token s3cret
+sbase=$STARTED_URL
 curl -s -o /dev/null -X PUT "${auth[@]}" --data-binary '{"stock":50,"segments":2}' "$sbase/skus/gone"
 curl -s -o /dev/null -X POST --data-binary '{"user_id":"learn"}' "$sbase/skus/gone/orders"
 gone_pids=()
@@ -346,14 +281,11 @@ expect "... and exits cleanly on SIGTERM" "1" "$(grep -c 'event=exit code=0' "$d
 # --- Redis outage: 503 unavailable within bounds, nothing half-written, heals
 proc_stop redis "$dir" 5
 start=$SECONDS
-req POST /skus/tv/orders '{"user_id":"dan"}'
-expect "order while Redis is down" "503 unavailable/string" "$status $(err)"
+answer "order while Redis is down" "503 unavailable/string" POST /skus/tv/orders '{"user_id":"dan"}'
 expect "readyz while Redis is down" "503" "$(http_code "$base/readyz")"
 expect "answered within bounds" "1" "$(( SECONDS - start < 5 ))"
 expect "livez while Redis is down" "200" "$(http_code "$base/livez")"
-proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
-    --save "" --appendonly yes --appendfsync always
-wait_until 10 redis_ping "$rport"
+cmd_start "$dir" redis
 wait_until 10 http_ok "$base/readyz"
 expect "ready again after Redis returns" "200" "$(http_code "$base/readyz")"
 expect "acknowledged orders survived the restart (AOF)" "3" "$(sold tv)"

@@ -26,9 +26,9 @@
 # shellcheck disable=SC2317 # functions run from traps and check look unreachable
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
 
 MODES=${1:-${IT_MODES:-none,local,setnx,redis,redlock,zk,atomic}}
 LIMIT_MODES=${IT_LIMIT_MODES-redis,atomic}
@@ -40,20 +40,8 @@ WORK_US=${IT_WORK_US:-3000}
 INSTANCES=3
 POOL=$((STOCK * 3 / 4)) # fewer users than units: only the limit stops them
 
-source "$(dirname "$0")/checks.sh"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-invariants.XXXXXX")
-cleanup() {
-    local rc=$?
-    # run.sh stops its own clusters, also when interrupted; keep the logs of a failure.
-    checks_dispose "$WORK" "$rc"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-checks_require jq
+# run.sh stops its own clusters, also when interrupted; a failure keeps the logs.
+it_begin invariants jq
 
 # field ROW_NAME COLUMN: a column of a summary.tsv row (looked up by the header)
 declare -A COL
@@ -103,7 +91,7 @@ ran() { # ROW LABEL: fails a check (status 1) unless the row is there and its mo
 
 # ---- scenario 1: unique users, every mode ------------------------------------------
 echo "# proof: modes $MODES, $INSTANCES instances, stock $STOCK, $DURATION, ${WORK_US}us of work"
-OUT=$WORK/proof
+OUT=$dir/proof
 scenario "$OUT" proof "$MODES" || checks_finish
 IFS=', ' read -r -a mode_list <<<"$MODES"
 for m in "${mode_list[@]}"; do
@@ -135,7 +123,7 @@ done
 # ---- scenario 2: a pool of returning users, per-user limit 1 ----------------------
 if [[ -n $LIMIT_MODES ]]; then
     echo "# per-user limit: modes $LIMIT_MODES, $POOL users for $STOCK units, limit 1"
-    OUT=$WORK/limit
+    OUT=$dir/limit
     scenario "$OUT" limit "$LIMIT_MODES" --users "$POOL" --per-user-limit 1 || checks_finish
     IFS=', ' read -r -a mode_list <<<"$LIMIT_MODES"
     for m in "${mode_list[@]}"; do
@@ -152,7 +140,7 @@ fi
 # ---- scenario 3: local in one instance ---------------------------------------------
 if [[ $SINGLE_LOCAL == 1 ]]; then
     echo "# local with a single instance, stock $STOCK"
-    OUT=$WORK/single
+    OUT=$dir/single
     if scenario "$OUT" "local (1 instance)" local --instances 1; then
         row=$(mode_row "$OUT" local)
         if ran "$row" "local (1 instance)"; then
@@ -168,7 +156,7 @@ fi
 # ---- scenario 4: mixed quantities --------------------------------------------------
 if [[ -n $QTY_MODES ]]; then
     echo "# mixed quantities 1..3 (limit 3): modes $QTY_MODES, stock $STOCK"
-    OUT=$WORK/qty
+    OUT=$dir/qty
     scenario "$OUT" "mixed quantities" "$QTY_MODES" --qty 1-3 --per-user-limit 3 || checks_finish
     IFS=', ' read -r -a mode_list <<<"$QTY_MODES"
     for m in "${mode_list[@]}"; do

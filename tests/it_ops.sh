@@ -8,36 +8,24 @@
 # SIGTERM drains: /readyz 503, the in-flight order
 # finishes, its lock is released, exit 0.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin ops redis-server redis-cli curl jq
 
-dir=$(mktemp -d /tmp/seckill-it-ops.XXXXXX)
 held_fds=()
-cleanup() {
+on_exit() {
     for fd in "${held_fds[@]}"; do exec {fd}>&- 2>/dev/null; done
-    proc_stop a "$dir" 5
-    proc_stop b "$dir" 5
-    proc_stop c "$dir" 5
     [[ -f $dir/redis.pid ]] && kill -CONT "$(cat "$dir/redis.pid")" 2>/dev/null
-    proc_stop redis "$dir" 5
-    rm -rf "$dir"
+    return 0
 }
-trap cleanup EXIT INT TERM
 
-source "$(dirname "$0")/checks.sh"
-
-bin=$(seckill_bin)
-rport=$(free_port) || exit 1
-aport=$(free_port) || exit 1
-bport=$(free_port) || exit 1
-mkdir -p "$dir/redis"
-proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" --save ""
-wait_until 10 redis_ping "$rport" || exit 1
+start_redis redis "$dir" no || exit 1
+rport=$STARTED_PORT
 common=(--redis "127.0.0.1:$rport" --lock redis --segments 4 --threads 4 --wait-ms 5000)
-proc_start a "$dir" "$bin" --listen "127.0.0.1:$aport" "${common[@]}" --work-us 300000
-proc_start b "$dir" "$bin" --listen "127.0.0.1:$bport" "${common[@]}" --work-us 300000
-A="http://127.0.0.1:$aport"
-B="http://127.0.0.1:$bport"
-wait_until 10 http_ok "$A/readyz" && wait_until 10 http_ok "$B/readyz" || { echo "not ready"; exit 1; }
+start_instance --ready-secs 10 a "$dir" "${common[@]}" --work-us 300000 &&
+    A=$STARTED_URL aport=$STARTED_PORT &&
+    start_instance --ready-secs 10 b "$dir" "${common[@]}" --work-us 300000 &&
+    B=$STARTED_URL || { echo "not ready"; exit 1; }
 curl -s -X PUT "$A/skus/ops" -d '{"stock":100,"segments":4}' >/dev/null
 
 order() { # URL USER [KEY] -> "status order_id"
@@ -147,10 +135,8 @@ fi
 # --- a request that waits on Redis holds up no event loop: with one loop, /livez
 # answers at once while reads wait for a frozen Redis (they run on threads of
 # their own; on the loop, /livez would wait for their 1 s timeouts, one by one)
-cport=$(free_port) || exit 1
-C="http://127.0.0.1:$cport"
-proc_start c "$dir" "$bin" --listen "127.0.0.1:$cport" "${common[@]}" --threads 1
-wait_until 10 http_ok "$C/readyz" || { echo "c not ready"; exit 1; }
+start_instance --ready-secs 10 c "$dir" "${common[@]}" --threads 1 || { echo "c not ready"; exit 1; }
+C=$STARTED_URL
 rpid=$(cat "$dir/redis.pid")
 kill -STOP "$rpid"
 readers=()

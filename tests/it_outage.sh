@@ -24,70 +24,41 @@
 #
 #   OUTAGE_CLIENTS   concurrent order loops (default 6)
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
 
 CLIENTS=${OUTAGE_CLIENTS:-6}
 TTL_MS=3000      # lock lease (the default); the outage is shorter than one lease
 SLOWEST_MS=3000  # longest acceptable answer: the 1 s Redis timeout, twice, and margin
                  # for a noisy machine (a hang would be 10 s: curl's limit)
 
-dir=$(mktemp -d /tmp/seckill-it-outage.XXXXXX)
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin outage redis-server redis-cli curl jq
+
 loaders=()
-cleanup() {
+on_exit() {
     : >"$dir/stop"
     for p in "${loaders[@]}"; do wait "$p" 2>/dev/null; done
-    proc_stop seckill "$dir" 5
-    proc_stop holder "$dir" 5
-    proc_stop redis "$dir" 5
-    rm -rf "$dir"
+    return 0
 }
-trap cleanup EXIT INT TERM
 
-source "$(dirname "$0")/checks.sh"
-
-bin=$(seckill_bin) || exit 1
-rport=$(free_port) || exit 1
-hport=$(free_port) || exit 1
-sport=$(free_port) || exit 1
-base="http://127.0.0.1:$hport"
-holder="http://127.0.0.1:$sport"
-mkdir -p "$dir/redis"
-start_redis() {
-    proc_start redis "$dir" redis-server --port "$rport" --bind 127.0.0.1 --dir "$dir/redis" \
-        --save "" --appendonly yes --appendfsync always
-    wait_until 20 redis_ping "$rport"
-}
-start_redis || { echo "redis did not start"; exit 1; }
-proc_start seckill "$dir" "$bin" --listen "127.0.0.1:$hport" --redis "127.0.0.1:$rport" \
-    --lock redis --segments 8 --threads 4 --lock-ttl-ms "$TTL_MS" --wait-ms 1000 --work-us 2000
-proc_start holder "$dir" "$bin" --listen "127.0.0.1:$sport" --redis "127.0.0.1:$rport" \
-    --lock redis --threads 1 --lock-ttl-ms 20000 --wait-ms 1000 --work-us 1000000
-wait_until 10 http_ok "$base/readyz" || { echo "seckill not ready"; cat "$dir/seckill.log"; exit 1; }
-wait_until 10 http_ok "$holder/readyz" || { echo "holder not ready"; cat "$dir/holder.log"; exit 1; }
+start_redis redis "$dir" always || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+start_instance --ready-secs 10 seckill "$dir" --redis "127.0.0.1:$rport" --lock redis \
+    --segments 8 --threads 4 --lock-ttl-ms "$TTL_MS" --wait-ms 1000 --work-us 2000 ||
+    { echo "seckill not ready"; exit 1; }
+base=$STARTED_URL
+start_instance --ready-secs 10 holder "$dir" --redis "127.0.0.1:$rport" --lock redis \
+    --threads 1 --lock-ttl-ms 20000 --wait-ms 1000 --work-us 1000000 ||
+    { echo "holder not ready"; exit 1; }
+holder=$STARTED_URL
 pid=$(cat "$dir/seckill.pid")
 curl -s -X PUT "$base/skus/crash" -d '{"stock":1000000,"segments":8}' >/dev/null
 curl -s -X PUT "$base/skus/held" -d '{"stock":100,"segments":1}' >/dev/null
 
-# One client: orders with a new user and a new key each, until $dir/stop appears.
-# A line per request: start end status key user order_id error (times in us).
-client() {
-    local c=$1 n=0 t0 t1 out status body
-    while [[ ! -e $dir/stop ]]; do
-        n=$((n + 1))
-        t0=${EPOCHREALTIME/./}
-        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$base/skus/crash/orders" \
-            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
-        t1=${EPOCHREALTIME/./}
-        status=${out##*$'\n'}
-        body=${out%$'\n'*}
-        echo "$t0 $t1 $status k$c-$n u$c-$n $(jq -r '(.order_id // "-") + " " + (.error // "-")' \
-            <<<"$body" 2>/dev/null || echo '- -')"
-    done
-}
 count201() { cat "$dir"/load.* 2>/dev/null | awk '$3 == 201' | wc -l; }
 lines() { cat "$dir"/load.* 2>/dev/null | wc -l; }
 for ((c = 1; c <= CLIENTS; c++)); do
-    client "$c" >"$dir/load.$c" &
+    it_order_loop "$base/skus/crash/orders" "$c" >"$dir/load.$c" &
     loaders+=($!)
 done
 
@@ -121,7 +92,7 @@ wait_until 30 bash -c "(( \$(cat $dir/load.* | wc -l) >= $n_kill + 30 ))"
 expect "the instance answers during the outage (readyz)" "503" "$(http_code "$base/readyz" 3)"
 expect "livez during the outage" "200" "$(http_code "$base/livez" 3)"
 t_restart=${EPOCHREALTIME/./}
-start_redis || { echo "redis did not restart"; exit 1; }
+cmd_start "$dir" redis || { echo "redis did not restart"; exit 1; }
 t_up=${EPOCHREALTIME/./}
 held=$(redis-cli -p "$rport" --scan --pattern 'sk:{crash}:lock:*' | grep -Ecv ':(fence|queue|grant:.*)$')
 wait_until 20 http_ok "$base/readyz"

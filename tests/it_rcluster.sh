@@ -11,22 +11,9 @@
 #     ready, and a SKU of 3 segments has a shard on each master;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
-source "$(dirname "$0")/checks.sh"
-
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-dir=$(mktemp -d /tmp/seckill-it-rcluster.XXXXXX)
-cleanup() {
-    local rc=$?
-    "$ROOT/scripts/cluster.sh" down --dir "$dir/c" --quiet >/dev/null 2>&1
-    [[ -n ${one:-} ]] && kill "$one" 2>/dev/null && wait "$one" 2>/dev/null
-    rm -rf "$dir"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-checks_require redis-server redis-cli
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin rcluster redis-server redis-cli
 
 running() { # PID: alive and not a zombie (an exited child nobody reaped yet)
     local state
@@ -34,14 +21,8 @@ running() { # PID: alive and not a zombie (an exited child nobody reaped yet)
     [[ -n $state && $state != Z && $state != X ]]
 }
 
-"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 0 --quiet \
-    >"$dir/up.out" 2>&1
-check "cluster.sh up --redis-cluster 3 --instances 0" test $? -eq 0 || {
-    tail -20 "$dir/up.out"
-    exit 1
-}
-source "$dir/c/cluster.env"
-IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
+it_cluster_up --redis-cluster 3 --instances 0
+check "cluster.sh up --redis-cluster 3 --instances 0" test $? -eq 0 || exit 1
 expect "three seeds in cluster.env" "3" "${#seeds[@]}"
 
 nodes=$(ls "$dir/c"/shard-*.pid | wc -l)
@@ -88,17 +69,10 @@ expect "SET then WAIT 1 on the key's master" "OK 1" "$acked"
 
 # seckill given one node of it (no seeds list) finds it is a cluster and serves:
 # ready, and a SKU put through it has its shards on the masters
-bin=$(seckill_bin) || exit 1
-port=$(free_port)
-"$bin" --listen "127.0.0.1:$port" --redis "${seeds[0]}" --threads 1 >"$dir/one.log" 2>&1 &
-one=$!
-ready=""
-for ((i = 0; i < 100; i++)); do
-    ready=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")
-    [[ $ready == 200 ]] && break
-    sleep 0.05
-done
-expect "seckill --redis <one node>: ready" "200" "$ready"
+start_instance --ready-secs 5 one "$dir" --redis "${seeds[0]}" --threads 1
+port=$STARTED_PORT
+one=$(cat "$dir/one.pid")
+expect "seckill --redis <one node>: ready" "200" "$(http_code "http://127.0.0.1:$port/readyz")"
 check "... and it says it serves a cluster" grep -q 'cluster=yes' "$dir/one.log"
 expect "PUT through it" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
     -d '{"stock": 30, "segments": 3}' "http://127.0.0.1:$port/skus/s3")"

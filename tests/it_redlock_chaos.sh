@@ -20,9 +20,8 @@
 # shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 STOCK=3000
 SEGMENTS=8
@@ -31,26 +30,17 @@ DURATION=12s # wrk; the stock sells out in a few seconds, the rest is sold_out a
 CONNECTIONS=32
 AFTER_KILL=500 # units that must still be sold after the node died
 
-source "$(dirname "$0")/checks.sh"
 # shellcheck source=tests/sale.sh
 source "$(dirname "$0")/sale.sh"
 lt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 < $2)); }
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-redlock.XXXXXX")
-CDIR=$WORK/cluster
+it_begin redlock wrk curl jq nginx redis-server
+CDIR=$dir/cluster
 UP=0
-cleanup() {
-    local rc=$?
-    proc_stop wrk "$WORK" 2 || true
-    if ((UP)); then "$ROOT/scripts/cluster.sh" down --dir "$CDIR" --quiet || rc=1; fi
-    checks_dispose "$WORK" "$rc"
-    exit "$rc"
+on_exit() {
+    proc_stop wrk "$dir" 2 || true
+    if ((UP)); then "$ROOT/scripts/cluster.sh" down --dir "$CDIR" --quiet || return 1; fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-checks_require wrk curl jq nginx redis-server
 
 node_dead() { ! proc_alive lock-2 "$CDIR"; }
 
@@ -59,8 +49,8 @@ echo "# redlock over 3 lock nodes, 3 instances + nginx, stock $STOCK in $SEGMENT
 UP=1
 if ! "$ROOT/scripts/cluster.sh" up --dir "$CDIR" --quiet --instances 3 --lb nginx \
     --lock redlock --lock-nodes 3 -- --work-us "$WORK_US" --log-level warn \
-    >"$WORK/up.out" 2>&1; then
-    tail -n 5 "$WORK/up.out"
+    >"$dir/up.out" 2>&1; then
+    tail -n 5 "$dir/up.out"
     check "cluster started" false
     checks_finish
 fi
@@ -76,7 +66,7 @@ if [[ $code != 201 && $code != 200 ]]; then
     checks_finish
 fi
 
-proc_start wrk "$WORK" wrk -t 2 -c "$CONNECTIONS" -d "$DURATION" -s "$ROOT/loadtest/orders.lua" \
+proc_start wrk "$dir" wrk -t 2 -c "$CONNECTIONS" -d "$DURATION" -s "$ROOT/loadtest/orders.lua" \
     "$LB_URL" -- "$SKU" 0 1 "chaos$$x$RANDOM" || {
     check "wrk started" false
     checks_finish

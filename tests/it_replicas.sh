@@ -15,33 +15,19 @@
 #   - replica back: orders answer 201 again; a retry of an unknown order with its
 #     Idempotency-Key returns that same order, and nothing is placed twice.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
-source "$(dirname "$0")/checks.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin replicas redis-server redis-cli curl jq
 
-dir=$(mktemp -d /tmp/seckill-it-replicas.XXXXXX)
-cleanup() {
-    local rc=$? n
+on_exit() {
     [[ -f $dir/replica.pid ]] && kill -CONT "$(cat "$dir/replica.pid")" 2>/dev/null
-    for n in acked atomic unacked; do proc_stop "$n" "$dir" 5; done
-    proc_stop replica "$dir" 5
-    proc_stop master "$dir" 5
-    checks_dispose "$dir" "$rc"
-    exit "$rc"
+    return 0
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-checks_require redis-server redis-cli curl jq
 
-bin=$(seckill_bin) || exit 1
-mport=$(free_port) || exit 1
-rport=$(free_port) || exit 1
-mkdir -p "$dir/master" "$dir/replica"
-proc_start master "$dir" redis-server --port "$mport" --bind 127.0.0.1 --dir "$dir/master" \
-    --save "" --appendonly no || exit 1
-wait_started master "$dir" 15 redis_ping "$mport" || { echo "master did not start"; exit 1; }
-proc_start replica "$dir" redis-server --port "$rport" --bind 127.0.0.1 \
-    --dir "$dir/replica" --save "" --appendonly no --replicaof 127.0.0.1 "$mport" || exit 1
+start_redis master "$dir" no || { echo "master did not start"; exit 1; }
+mport=$STARTED_PORT
+start_redis replica "$dir" no --replicaof 127.0.0.1 "$mport" || exit 1
+rport=$STARTED_PORT
 synced() { redis-cli -p "$rport" info replication | tr -d '\r' | grep -q '^master_link_status:up'; }
 wait_until 20 synced || { echo "the replica did not sync"; exit 1; }
 attached() { redis-cli -p "$mport" info replication | tr -d '\r' | grep -q '^connected_slaves:1'; }
@@ -49,13 +35,11 @@ wait_until 20 attached || { echo "the master does not see its replica"; exit 1; 
 
 # start NAME LOCK [FLAGS...]: an instance; its URL goes into the variable NAME
 start() {
-    local name=$1 lock=$2 port
+    local name=$1 lock=$2
     shift 2
-    port=$(free_port) || return 1
-    proc_start "$name" "$dir" "$bin" --listen "127.0.0.1:$port" --redis "127.0.0.1:$mport" \
-        --lock "$lock" --threads 1 --segments 4 "$@" || return 1
-    wait_started "$name" "$dir" 15 http_ok "http://127.0.0.1:$port/readyz" || return 1
-    printf -v "$name" 'http://127.0.0.1:%s' "$port"
+    start_instance --ready-secs 15 "$name" "$dir" --redis "127.0.0.1:$mport" --lock "$lock" \
+        --threads 1 --segments 4 "$@" || return 1
+    printf -v "$name" '%s' "$STARTED_URL"
 }
 start acked redis || { echo "instance did not start"; exit 1; }
 start atomic atomic || { echo "instance did not start"; exit 1; }

@@ -16,46 +16,27 @@
 #     and refused there (fenced off, in A's /stats); its order is not placed; 1 unit
 #     sold in all, audit consistent. With a counter alone A's token would be B's.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
-source "$(dirname "$0")/checks.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin rfence redis-server redis-cli curl jq
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-dir=$(mktemp -d /tmp/seckill-it-rfence.XXXXXX)
 stopped=()
-cleanup() {
-    local rc=$? p
+on_exit() {
+    local p
     for p in "${stopped[@]}"; do kill -CONT "$p" 2>/dev/null; done
     [[ -n ${a_order:-} ]] && kill "$a_order" 2>/dev/null && wait "$a_order" 2>/dev/null
-    for n in seckill-a seckill-b; do proc_stop "$n" "$dir" 5; done
-    "$ROOT/scripts/cluster.sh" down --dir "$dir/c" --quiet >/dev/null 2>&1
-    checks_dispose "$dir" "$rc"
-    exit "$rc"
+    return 0
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-checks_require redis-server redis-cli curl jq
 
-"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 0 --quiet \
-    >"$dir/up.out" 2>&1 || {
-    tail -20 "$dir/up.out"
-    exit 1
-}
-source "$dir/c/cluster.env"
-IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
-bin=$(seckill_bin) || exit 1
+it_cluster_up --redis-cluster 3 --instances 0 || exit 1
 
-instance() { # NAME WORK_US: an instance on the cluster; prints its URL
-    local port
-    port=$(free_port) || return 1
-    proc_start "$1" "$dir" "$bin" --listen "127.0.0.1:$port" --redis "$REDIS_CLUSTER_SEEDS" \
-        --lock redis --threads 1 --work-us "$2" --min-replicas-acked 0 --lock-ttl-ms 10000 \
-        --wait-ms 2000 --log-level warn || return 1
-    wait_until 20 curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" || return 1
-    echo "http://127.0.0.1:$port"
+instance() { # NAME WORK_US: an instance on the cluster; its URL in STARTED_URL
+    start_instance --ready-secs 20 "$1" "$dir" --redis "$REDIS_CLUSTER_SEEDS" --lock redis \
+        --threads 1 --work-us "$2" --min-replicas-acked 0 --lock-ttl-ms 10000 \
+        --wait-ms 2000 --log-level warn
 }
-a_url=$(instance seckill-a 4000000) || exit 1
-b_url=$(instance seckill-b 0) || exit 1
+instance seckill-a 4000000 && a_url=$STARTED_URL || exit 1
+instance seckill-b 0 && b_url=$STARTED_URL || exit 1
 code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -d '{"stock": 1, "segments": 1}' \
     "$b_url/skus/f")
 expect "PUT f: 1 unit, 1 segment" "201" "$code"

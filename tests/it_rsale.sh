@@ -15,32 +15,19 @@
 #     reshard mid-load: no answer outside 201/409/503, every 201 found, the audit
 #     consistent.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
-source "$(dirname "$0")/checks.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin rsale redis-server redis-cli curl jq wrk
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-dir=$(mktemp -d /tmp/seckill-it-rsale.XXXXXX)
 wrk_pid=""
-cleanup() {
-    local rc=$?
+on_exit() {
     [[ -n $wrk_pid ]] && kill "$wrk_pid" 2>/dev/null && wait "$wrk_pid" 2>/dev/null
-    "$ROOT/scripts/cluster.sh" down --dir "$dir/c" --quiet >/dev/null 2>&1
-    checks_dispose "$dir" "$rc"
-    exit "$rc"
+    return 0
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-checks_require redis-server redis-cli curl jq wrk
 
-"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 3 --lock redis \
-    --quiet -- --segments 16 --log-level warn >"$dir/up.out" 2>&1 || {
-    tail -20 "$dir/up.out"
+it_cluster_up --redis-cluster 3 --instances 3 --lock redis -- --segments 16 --log-level warn ||
     exit 1
-}
-source "$dir/c/cluster.env"
 read -r -a urls <<<"$INSTANCE_URLS"
-IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
 
 # The masters now: "port id" lines.
 masters() {

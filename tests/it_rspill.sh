@@ -22,45 +22,21 @@
 #     refused and moves nothing; one of 4 gets its shard's 2 and one from each other
 #     shard, placed whole.
 set -uo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
-source "$(dirname "$0")/checks.sh"
-
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-dir=$(mktemp -d /tmp/seckill-it-rspill.XXXXXX)
-cleanup() {
-    local rc=$? n
-    for n in crash-out crash-in; do proc_stop "$n" "$dir" 5; done
-    "$ROOT/scripts/cluster.sh" down --dir "$dir/c" --quiet >/dev/null 2>&1
-    checks_dispose "$dir" "$rc"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-checks_require redis-server redis-cli curl jq
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin rspill redis-server redis-cli curl jq
 
 lock=${RSPILL_LOCK:-redis} # it_rspill_atomic.sh: the same with the atomic mode
-"$ROOT/scripts/cluster.sh" up --dir "$dir/c" --redis-cluster 3 --instances 3 --lock "$lock" \
-    --quiet -- --log-level warn >"$dir/up.out" 2>&1 || {
-    tail -20 "$dir/up.out"
-    exit 1
-}
-source "$dir/c/cluster.env"
-IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
-bin=$(seckill_bin) || exit 1
+it_cluster_up --redis-cluster 3 --instances 3 --lock "$lock" -- --log-level warn || exit 1
 
 # crash_instance NAME STEP: an instance that kills itself (-9) right after STEP of
-# its first transfer; prints its URL
+# its first transfer; its URL in STARTED_URL
 crash_instance() {
-    local port
-    port=$(free_port) || return 1
-    SECKILL_TEST_CRASH=$2 proc_start "$1" "$dir" "$bin" --listen "127.0.0.1:$port" \
-        --redis "$REDIS_CLUSTER_SEEDS" --lock "$lock" --threads 1 --log-level warn || return 1
-    wait_until 20 curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" || return 1
-    echo "http://127.0.0.1:$port"
+    SECKILL_TEST_CRASH=$2 start_instance --ready-secs 20 "$1" "$dir" \
+        --redis "$REDIS_CLUSTER_SEEDS" --lock "$lock" --threads 1 --log-level warn
 }
-out_url=$(crash_instance crash-out transfer-out) || exit 1
-in_url=$(crash_instance crash-in transfer-in) || exit 1
+crash_instance crash-out transfer-out && out_url=$STARTED_URL || exit 1
+crash_instance crash-in transfer-in && in_url=$STARTED_URL || exit 1
 
 # seg_route USER: the routing number seckill gives a user (inventory/segment.c:
 # FNV-1a 64, high half folded in, 31 bits)

@@ -36,11 +36,8 @@
 # shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
-# shellcheck source=tests/checks.sh
-source "$ROOT/tests/checks.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=tests/sale.sh
 source "$ROOT/tests/sale.sh"
 CLUSTER=$ROOT/scripts/cluster.sh
@@ -58,12 +55,12 @@ OUTAGE_SESSION_MS=2000 # the instances' ZooKeeper session in the outage scenario
 OUTAGE_WAIT_MS=1000    # their --wait-ms
 SLOWEST_MS=3000        # longest acceptable answer: the wait, twice, and margin
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-zk.XXXXXX")
+it_begin zk wrk curl jq nginx redis-server java
 CUR_CLUSTER=""
 LOADERS=()
 
 stop_loaders() {
-    : >"$WORK/stop"
+    : >"$dir/stop"
     local p
     for p in "${LOADERS[@]}"; do wait "$p" 2>/dev/null; done
     LOADERS=()
@@ -73,19 +70,11 @@ cluster_down() {
     "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet || check "cluster in $CUR_CLUSTER stopped" false
     CUR_CLUSTER=""
 }
-cleanup() {
-    local rc=$?
+on_exit() {
     stop_loaders
-    proc_stop wrk "$WORK" 2 || true
+    proc_stop wrk "$dir" 2 || true
     cluster_down
-    checks_dispose "$WORK" "$rc"
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-checks_require wrk curl jq nginx redis-server java
 
 want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
@@ -99,14 +88,14 @@ instances_sum() {
 instance_pids() { cat "$CUR_CLUSTER"/seckill-*.pid 2>/dev/null | tr '\n' ' '; }
 node_dead() { ! proc_alive "$1" "$CUR_CLUSTER"; }
 
-# cluster_up NAME UP_ARGS... [-- seckill flags]: a cluster in $WORK/cluster-NAME;
+# cluster_up NAME UP_ARGS... [-- seckill flags]: a cluster in $dir/cluster-NAME;
 # sources its cluster.env. 1 (after a failed check) when it did not start.
 cluster_up() {
     local name=$1
     shift
-    CUR_CLUSTER=$WORK/cluster-$name
-    if ! "$CLUSTER" up --dir "$CUR_CLUSTER" --quiet "$@" >"$WORK/up-$name.out" 2>&1; then
-        tail -n 5 "$WORK/up-$name.out"
+    CUR_CLUSTER=$dir/cluster-$name
+    if ! "$CLUSTER" up --dir "$CUR_CLUSTER" --quiet "$@" >"$dir/up-$name.out" 2>&1; then
+        tail -n 5 "$dir/up-$name.out"
         check "$name: cluster started" false
         CUR_CLUSTER=""
         return 1
@@ -128,8 +117,8 @@ put_sku() { # SKU STOCK SEGMENTS
 # ---- a sale: wrk through the balancer until sold out, then the checks ----------------
 
 start_sale() { # SKU
-    rm -f "$WORK/wrk.log"
-    proc_start wrk "$WORK" wrk -t 2 -c "$CONNECTIONS" -d "${WRK_SECS}s" \
+    rm -f "$dir/wrk.log"
+    proc_start wrk "$dir" wrk -t 2 -c "$CONNECTIONS" -d "${WRK_SECS}s" \
         -s "$ROOT/loadtest/orders.lua" "$LB_URL" -- "$1" 0 1 "zk$$x$RANDOM" ||
         { check "wrk started" false; return 1; }
 }
@@ -149,8 +138,8 @@ end_sale() {
     elif ! wait_until "$WRK_SECS" sold_out_served; then
         echo "  the stock was not sold out (sold $(sold_now))"
     fi
-    proc_alive wrk "$WORK" && kill -INT "$(cat "$WORK/wrk.pid")"
-    wait_until 15 wrk_done || { echo "  wrk did not stop"; proc_stop wrk "$WORK" 2; }
+    proc_alive wrk "$dir" && kill -INT "$(cat "$dir/wrk.pid")"
+    wait_until 15 wrk_done || { echo "  wrk did not stop"; proc_stop wrk "$dir" 2; }
     wait_until 10 instances_idle || echo "  instances still busy"
 }
 
@@ -174,10 +163,10 @@ scenario_exact() {
 scenario_frozen() {
     echo "# frozen: tests/it_frozen.sh zk"
     local last p f rc
-    bash "$ROOT/tests/it_frozen.sh" zk 2>&1 | tee "$WORK/frozen.out" | sed -u 's/^/  /'
+    bash "$ROOT/tests/it_frozen.sh" zk 2>&1 | tee "$dir/frozen.out" | sed -u 's/^/  /'
     rc=${PIPESTATUS[0]}
     # Its summary line; a failed run says where its logs are after it.
-    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$WORK/frozen.out" | tail -n 1)
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$dir/frozen.out" | tail -n 1)
     if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
         p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
         passed=$((passed + p)) failed=$((failed + f))
@@ -189,23 +178,7 @@ scenario_frozen() {
 
 # ---- outage: ZooKeeper killed mid-load, started again ----------------------------------
 
-# One client: orders of fresh users, each with its own key, until $WORK/stop appears.
-# A line per request: start_us end_us status error order_id.
-client() {
-    local c=$1 n=0 t0 t1 out status body
-    while [[ ! -e $WORK/stop ]]; do
-        n=$((n + 1))
-        t0=${EPOCHREALTIME/./}
-        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$LB_URL/skus/$SKU/orders" \
-            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
-        t1=${EPOCHREALTIME/./}
-        status=${out##*$'\n'}
-        body=${out%$'\n'*}
-        echo "$t0 $t1 $status $(jq -r '(.error // "-") + " " + (.order_id // "-")' \
-            <<<"$body" 2>/dev/null || echo '- -')"
-    done
-}
-answers() { cat "$WORK"/load.* 2>/dev/null; }
+answers() { cat "$dir"/load.* 2>/dev/null; }
 count_201_since() { answers | awk -v t="$1" '$1 > t && $3 == 201' | wc -l; }
 count_since() { answers | awk -v t="$1" '$1 > t' | wc -l; }
 at_least_201_since() { (($(count_201_since "$1") >= $2)); }
@@ -227,9 +200,9 @@ scenario_outage() {
     put_sku "$SKU" 100000000 "$SEGMENTS" || { cluster_down; return 0; }
     local pids_before c t_kill t_calm t_restart t_up placed_up placed_end
     pids_before=$(instance_pids)
-    rm -f "$WORK/stop" "$WORK"/load.*
+    rm -f "$dir/stop" "$dir"/load.*
     for ((c = 1; c <= OUTAGE_CLIENTS; c++)); do
-        client "$c" >"$WORK/load.$c" &
+        it_order_loop "$LB_URL/skus/$SKU/orders" "$c" >"$dir/load.$c" &
         LOADERS+=($!)
     done
 
@@ -252,15 +225,15 @@ scenario_outage() {
     wait_until 10 instances_idle || echo "  instances still busy"
     placed_end=$(placed_per_instance)
 
-    answers >"$WORK/outage.all"
-    local all=$WORK/outage.all total acked down first slowest sold audit
+    answers >"$dir/outage.all"
+    local all=$dir/outage.all total acked down first slowest sold audit
     total=$(wc -l <"$all")
     acked=$(awk '$3 == 201' "$all" | wc -l)
     down=$(awk -v a="$t_calm" -v b="$t_restart" '$1 > a && $2 < b' "$all")
     first=$(awk -v t="$t_up" '$3 == 201 && $1 > t { d = ($2 - t) / 1000; if (m == "" || d < m) m = d }
         END { printf "%d", m }' "$all")
     slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$all")
-    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $4 }' "$all" |
+    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $7 }' "$all" |
         sort | uniq -c | tr -s ' \n' ' ')"
     echo "  ZooKeeper down $(((t_restart - t_kill) / 1000)) ms; first 201 ${first} ms after it" \
         "served again; slowest answer ${slowest} ms; placed per instance when it came back:" \
@@ -268,9 +241,9 @@ scenario_outage() {
     check "outage: answers while ZooKeeper was down (after the sessions ran out): some" \
         gt "$(grep -c . <<<"$down")" 0
     check "outage: ... all 503 unavailable or busy" eq "$(awk '!($3 == 503 &&
-        ($4 == "unavailable" || $4 == "busy"))' <<<"$down" | head -3)" ""
+        ($7 == "unavailable" || $7 == "busy"))' <<<"$down" | head -3)" ""
     check "outage: no answer other than 201 or 503 unavailable / busy (no hang, no other error)" \
-        eq "$(awk '!($3 == 201 || ($3 == 503 && ($4 == "unavailable" || $4 == "busy")))' "$all" |
+        eq "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy")))' "$all" |
             head -3)" ""
     check "outage: no answer slower than ${SLOWEST_MS} ms ($slowest)" eq "$((slowest <= SLOWEST_MS))" 1
     local -a up_counts end_counts
@@ -360,7 +333,7 @@ done
 
 # Sanitizer builds (SECKILL_BUILD=build/address, ...) report into the instance logs.
 flagged=$(grep -lE 'ERROR: (Address|Leak|Memory)Sanitizer|WARNING: ThreadSanitizer|runtime error:' \
-    "$WORK"/cluster-*/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
+    "$dir"/cluster-*/seckill-*.log 2>/dev/null | tr '\n' ' ' || true)
 check "no sanitizer report in the instance logs ${flagged}" eq "$flagged" ""
 
 checks_finish

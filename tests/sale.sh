@@ -1,8 +1,8 @@
 # sale.sh — sourced by the integration tests that drive one SKU's sale through a
 # cluster's balancer and assert it was exact (it_redlock_chaos.sh, it_zk.sh), after
-# scripts/lib.sh and tests/checks.sh. They set LB_URL, INSTANCE_URLS (from the
-# cluster's cluster.env), SKU, STOCK and WORK (where wrk's pid file and log live).
-# shellcheck shell=bash
+# tests/lib.sh (it_begin: $dir, where wrk's pid file and log live). They set LB_URL,
+# INSTANCE_URLS (from the cluster's cluster.env), SKU and STOCK.
+# shellcheck shell=bash disable=SC2154 # dir: the test's (tests/lib.sh)
 
 # jfield JSON FILTER: a field of a JSON text, empty when missing or not JSON.
 jfield() { jq -r "$2 | if . == null then empty else . end" <<<"$1" 2>/dev/null || true; }
@@ -13,7 +13,7 @@ sold_at_least() { # N
     v=$(sold_now)
     [[ $v =~ ^[0-9]+$ ]] && (($1 <= v))
 }
-wrk_done() { ! proc_alive wrk "$WORK"; }
+wrk_done() { ! proc_alive wrk "$dir"; }
 instances_idle() {
     local u n
     for u in $INSTANCE_URLS; do
@@ -22,12 +22,12 @@ instances_idle() {
     done
 }
 
-# sale_checks LABEL: the exact-sale assertions over wrk's counts ($WORK/wrk.log, kept
+# sale_checks LABEL: the exact-sale assertions over wrk's counts ($dir/wrk.log, kept
 # as wrk-LABEL.log), the SKU and its audit, after printing them.
 sale_checks() {
     local label=$1 wrk_json skuj audit c201 sold u
-    wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$WORK/wrk.log" 2>/dev/null || true)
-    cp "$WORK/wrk.log" "$WORK/wrk-$label.log" 2>/dev/null || true
+    wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$dir/wrk.log" 2>/dev/null || true)
+    cp "$dir/wrk.log" "$dir/wrk-$label.log" 2>/dev/null || true
     skuj=$(sku_json)
     audit=$(curl -s --max-time 30 "$LB_URL/skus/$SKU/audit" || true)
     echo "  wrk: $(jq -c '{requests, status_201, sold_out, busy, unavailable, other, other_codes, socket_errors}' <<<"$wrk_json" 2>/dev/null || echo "${wrk_json:-none}")"

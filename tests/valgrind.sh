@@ -17,66 +17,37 @@
 #
 # Prints each mode's LEAK SUMMARY and ERROR SUMMARY, then "N passed, N failed".
 set -uo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/lib.sh
-source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MODES=${1:-${VG_MODES:-redis,redlock,setnx,zk,atomic}}
 ORDERS=${VG_ORDERS:-300}
 CLIENTS=4
 
 command -v valgrind >/dev/null || die "valgrind is not installed (apt-get install valgrind)"
-bin=$(seckill_bin) || exit 1
-dir=$(mktemp -d "${TMPDIR:-/tmp}/seckill-valgrind.XXXXXX")
-nodes=()
-pass=0
-fail=0
-keep=0
-cleanup() {
-    proc_stop seckill "$dir" 20
-    for n in "${nodes[@]}"; do proc_stop "$n" "$dir" 5; done
-    proc_stop zk "$dir" 5
-    proc_stop redis "$dir" 5
-    if ((fail == 0 && keep == 0)); then rm -rf "$dir"; else echo "(logs kept in $dir)"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+it_begin valgrind redis-server curl jq
 
-check() { # NAME EXPECTED ACTUAL
-    if [[ $2 == "$3" ]]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL $1: expected '$2', got '$3'"
-    fi
+# crash NAME: SIGKILL to process NAME of $dir, which is gone when this returns (reaped
+# quietly: it is this shell's child)
+crash() {
+    local pid
+    pid=$(cat "$dir/$1.pid")
+    cmd_stop "$dir" "$1" 1 2>/dev/null
+    wait "$pid" 2>/dev/null
 }
 
-start_redis() { # NAME PORT
-    mkdir -p "$dir/$1.data"
-    proc_start "$1" "$dir" redis-server --port "$2" --bind 127.0.0.1 --dir "$dir/$1.data" \
-        --save "" --appendonly yes --appendfsync always || return 1
-    wait_until 10 redis_ping "$2"
-}
-
-rport=$(free_port) || exit 1
-start_redis redis "$rport" || die "redis did not start"
+start_redis redis "$dir" always || die "redis did not start"
+rport=$STARTED_PORT
 lock_nodes=""
 for i in 1 2 3; do
-    p=$(free_port) || exit 1
-    start_redis "node$i" "$p" || die "lock node $i did not start"
-    nodes+=("node$i")
-    lock_nodes+="${lock_nodes:+,}127.0.0.1:$p"
+    start_redis "lock-$i" "$dir" always || die "lock node $i did not start"
+    lock_nodes+="${lock_nodes:+,}127.0.0.1:$STARTED_PORT"
 done
-# zk mode: one throwaway ZooKeeper server (started again after its crash in run_mode).
+# zk mode: one throwaway ZooKeeper server, zk-1 (started again after its crash in run_mode).
 zport=""
-start_zk() {
-    zk_node_start zk "$dir" "$dir/zk" && wait_started zk "$dir" 60 zk_ready "$zport"
-}
 if [[ ,$MODES, == *,zk,* ]]; then
-    zport=$(free_port) || exit 1
-    zk_write_conf "$dir/zk" "$zport"
-    start_zk || die "zookeeper did not start (see $dir/zk.log)"
+    start_zk "$dir" 1 || die "zookeeper did not start (see $dir/zk-1.log)"
+    zport=${STARTED_NODES##*:}
 fi
 
 # req METHOD URL [curl args...] -> "status error"
@@ -113,9 +84,7 @@ zk_order_placed() {
 }
 
 run_mode() {
-    local mode=$1 hport vlog pid code
-    hport=$(free_port) || return 1
-    base="http://127.0.0.1:$hport"
+    local mode=$1 vlog pid code
     sku="vg-$mode"
     vlog="$dir/valgrind.$mode.log"
     local extra=()
@@ -124,33 +93,31 @@ run_mode() {
     [[ $mode == zk ]] && extra=(--zk "127.0.0.1:$zport" --zk-session-ms 10000)
     echo "# $mode: $ORDERS orders under valgrind"
     local started=$SECONDS
-    proc_start seckill "$dir" valgrind --leak-check=full \
-        --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
-        --error-exitcode=99 --num-callers=30 --log-file="$vlog" \
-        "$bin" --listen "127.0.0.1:$hport" --redis "127.0.0.1:$rport" --lock "$mode" \
-        "${extra[@]}" --segments 4 --threads 4 --admin-token vg --lock-ttl-ms 2000 ||
-        return 1
-    pid=$(cat "$dir/seckill.pid")
-    if ! wait_started seckill "$dir" 60 http_ok "$base/readyz"; then
-        check "$mode: ready under valgrind" ready "not ready"
-        tail -20 "$dir/seckill.log"
+    if ! start_instance --ready-secs 60 --wrap "valgrind --leak-check=full
+        --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
+        --error-exitcode=99 --num-callers=30 --log-file=$vlog" seckill "$dir" \
+        --redis "127.0.0.1:$rport" --lock "$mode" "${extra[@]}" --segments 4 --threads 4 \
+        --admin-token vg --lock-ttl-ms 2000; then
+        expect "$mode: ready under valgrind" ready "not ready"
         return 1
     fi
+    base=$STARTED_URL
+    pid=$(cat "$dir/seckill.pid")
     local auth=(-H 'Authorization: Bearer vg')
 
     # every route and error status
-    check "$mode: PUT creates" "201 " "$(req PUT "$base/skus/$sku" "${auth[@]}" \
+    expect "$mode: PUT creates" "201 " "$(req PUT "$base/skus/$sku" "${auth[@]}" \
         -d "{\"stock\":$((ORDERS / 3)),\"per_user_limit\":1}")"
-    check "$mode: PUT without token" "401 unauthorized" "$(req PUT "$base/skus/$sku" -d '{"stock":1}')"
-    check "$mode: PUT bad body" "400 bad_request" "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":-1}')"
-    check "$mode: bad order" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"a b"}')"
-    check "$mode: bad JSON" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":')"
-    check "$mode: unknown SKU" "404 not_found" "$(req POST "$base/skus/none/orders" -d '{"user_id":"a"}')"
-    check "$mode: 405" "405 method_not_allowed" "$(req DELETE "$base/skus/$sku")"
-    check "$mode: 404 route" "404 not_found" "$(req GET "$base/no/such/route")"
-    check "$mode: 413 declared" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
+    expect "$mode: PUT without token" "401 unauthorized" "$(req PUT "$base/skus/$sku" -d '{"stock":1}')"
+    expect "$mode: PUT bad body" "400 bad_request" "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":-1}')"
+    expect "$mode: bad order" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"a b"}')"
+    expect "$mode: bad JSON" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":')"
+    expect "$mode: unknown SKU" "404 not_found" "$(req POST "$base/skus/none/orders" -d '{"user_id":"a"}')"
+    expect "$mode: 405" "405 method_not_allowed" "$(req DELETE "$base/skus/$sku")"
+    expect "$mode: 404 route" "404 not_found" "$(req GET "$base/no/such/route")"
+    expect "$mode: 413 declared" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
         --data-binary "$(printf '%05000d' 0)")"
-    check "$mode: 413 chunked" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
+    expect "$mode: 413 chunked" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
         -H 'Transfer-Encoding: chunked' --data-binary "$(printf '%05000d' 0)")"
 
     local order_id
@@ -166,57 +133,49 @@ run_mode() {
     wait "${clients[@]}"
     local placed
     placed=$(cat "$dir"/orders."$mode".* | grep -c '^201$')
-    check "$mode: every order answered 201/409 (others: $(cat "$dir"/orders."$mode".* |
+    expect "$mode: every order answered 201/409 (others: $(cat "$dir"/orders."$mode".* |
         grep -v -e '^201$' -e '^409$' | sort | uniq -c | tr -s ' \n' ' '))" "0" \
         "$(cat "$dir"/orders."$mode".* | grep -vc -e '^201$' -e '^409$')"
-    check "$mode: orders were placed and refused" "yes" \
+    expect "$mode: orders were placed and refused" "yes" \
         "$( ((placed > 0 && placed < ORDERS)) && echo yes || echo no)"
-    check "$mode: GET order" "200 " "$(req GET "$base/orders/$order_id")"
-    check "$mode: GET unknown order" "404 not_found" "$(req GET "$base/orders/1")"
-    check "$mode: GET bad order id" "400 bad_request" "$(req GET "$base/orders/x")"
-    check "$mode: GET sku" "200 " "$(req GET "$base/skus/$sku")"
-    check "$mode: HEAD sku" "200" "$(curl -s -I -o /dev/null -w '%{http_code}' "$base/skus/$sku")"
-    check "$mode: audit consistent" "true" "$(curl -s "$base/skus/$sku/audit" | jq -r .consistent)"
+    expect "$mode: GET order" "200 " "$(req GET "$base/orders/$order_id")"
+    expect "$mode: GET unknown order" "404 not_found" "$(req GET "$base/orders/1")"
+    expect "$mode: GET bad order id" "400 bad_request" "$(req GET "$base/orders/x")"
+    expect "$mode: GET sku" "200 " "$(req GET "$base/skus/$sku")"
+    expect "$mode: HEAD sku" "200" "$(curl -s -I -o /dev/null -w '%{http_code}' "$base/skus/$sku")"
+    expect "$mode: audit consistent" "true" "$(curl -s "$base/skus/$sku/audit" | jq -r .consistent)"
     local sold
     sold=$(curl -s "$base/skus/$sku" | jq -r .sold)
-    check "$mode: the stock sold out, exactly" "$((ORDERS / 3))" "$sold"
-    check "$mode: stats" "200 " "$(req GET "$base/stats")"
-    check "$mode: metrics" "200 " "$(req GET "$base/metrics")"
-    check "$mode: livez" "200 " "$(req GET "$base/livez")"
+    expect "$mode: the stock sold out, exactly" "$((ORDERS / 3))" "$sold"
+    expect "$mode: stats" "200 " "$(req GET "$base/stats")"
+    expect "$mode: metrics" "200 " "$(req GET "$base/metrics")"
+    expect "$mode: livez" "200 " "$(req GET "$base/livez")"
 
     # Redis crash and restart: 503 unavailable meanwhile, reconnects by itself
-    local rpid
-    rpid=$(cat "$dir/redis.pid")
-    kill -KILL "$rpid"
-    wait "$rpid" 2>/dev/null # our child (proc_start): reap it quietly
+    crash redis
     wait_until 10 bash -c "! redis-cli -p $rport ping >/dev/null 2>&1"
-    check "$mode: order while Redis is down" "503 unavailable" \
+    expect "$mode: order while Redis is down" "503 unavailable" \
         "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"down"}')"
-    check "$mode: readyz while Redis is down" "503 unavailable" "$(req GET "$base/readyz")"
-    check "$mode: metrics while Redis is down" "200 " "$(req GET "$base/metrics")"
-    proc_stop redis "$dir" 1
-    start_redis redis "$rport" || return 1
+    expect "$mode: readyz while Redis is down" "503 unavailable" "$(req GET "$base/readyz")"
+    expect "$mode: metrics while Redis is down" "200 " "$(req GET "$base/metrics")"
+    cmd_start "$dir" redis || return 1
     wait_until 30 http_ok "$base/readyz"
-    check "$mode: ready again" "200 " "$(req GET "$base/readyz")"
-    check "$mode: sold survived the crash" "$sold" "$(curl -s "$base/skus/$sku" | jq -r .sold)"
-    check "$mode: PUT resets" "200 " "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":5}')"
-    check "$mode: order after recovery" "201 " "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"back"}')"
+    expect "$mode: ready again" "200 " "$(req GET "$base/readyz")"
+    expect "$mode: sold survived the crash" "$sold" "$(curl -s "$base/skus/$sku" | jq -r .sold)"
+    expect "$mode: PUT resets" "200 " "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":5}')"
+    expect "$mode: order after recovery" "201 " "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"back"}')"
 
     # zk: ZooKeeper crash and restart (same port, same data): 503 unavailable meanwhile,
     # then orders again, with no restart of the server
     if [[ $mode == zk ]]; then
-        local zpid
-        zpid=$(cat "$dir/zk.pid")
-        kill -KILL "$zpid"
-        wait "$zpid" 2>/dev/null # our child (proc_start): reap it quietly
+        crash zk-1
         wait_until 10 zk_down
-        check "$mode: order while ZooKeeper is down" "503 unavailable" \
+        expect "$mode: order while ZooKeeper is down" "503 unavailable" \
             "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"zkdown"}')"
-        proc_stop zk "$dir" 1
-        start_zk || { check "$mode: ZooKeeper started again" ok failed; return 1; }
+        cmd_start "$dir" zk-1 || { expect "$mode: ZooKeeper started again" ok failed; return 1; }
         zk_tries=0
         wait_until 60 zk_order_placed
-        check "$mode: an order placed after ZooKeeper came back (in $zk_tries tries)" "201" \
+        expect "$mode: an order placed after ZooKeeper came back (in $zk_tries tries)" "201" \
             "$zk_last"
     fi
 
@@ -229,22 +188,18 @@ run_mode() {
     wait "$pid"
     code=$?
     rm -f "$dir/seckill.pid" "$dir/seckill.start"
-    check "$mode: exit code (99: valgrind found errors)" "0" "$code"
+    expect "$mode: exit code (99: valgrind found errors)" "0" "$code"
     local summary
     summary=$(grep -E 'total heap usage|in use at exit|definitely lost|indirectly lost|possibly lost|ERROR SUMMARY|no leaks are possible' "$vlog" |
         sed 's/^==[0-9]*== *//')
     echo "$summary" | sed "s/^/  $mode: /"
-    check "$mode: no valgrind error or leak in the log" "" "$(grep -E 'definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|Invalid (read|write|free)|uninitialised|Mismatched' "$vlog" | head -3)"
+    expect "$mode: no valgrind error or leak in the log" "" "$(grep -E 'definitely lost: [1-9]|indirectly lost: [1-9]|ERROR SUMMARY: [1-9]|Invalid (read|write|free)|uninitialised|Mismatched' "$vlog" | head -3)"
     echo "# $mode: $((SECONDS - started))s"
-    if [[ $code != 0 ]]; then
-        keep=1
-        head -60 "$vlog"
-    fi
+    if [[ $code != 0 ]]; then head -60 "$vlog"; fi
 }
 
 IFS=', ' read -r -a mode_list <<<"$MODES"
 for m in "${mode_list[@]}"; do
-    run_mode "$m" || check "$m: ran" ok failed
+    run_mode "$m" || expect "$m: ran" ok failed
 done
-echo "$pass passed, $fail failed"
-((fail == 0))
+checks_summary

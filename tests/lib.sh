@@ -1,0 +1,100 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # QUIET, SECKILL_BIN_PATH: for cluster.sh; dir, seeds: for the tests
+# lib.sh — what every integration script starts with (source it first):
+# scripts/lib.sh (ports, processes, waits), tests/checks.sh (expect, check, ...) and
+# the launcher, scripts/cluster.sh, sourced: its start_redis, start_instance,
+# start_faultproxy, ... start a test's own pieces as children of the test's shell (their
+# exit codes can be waited for), the same way `cluster.sh up` starts a cluster's.
+#
+#   it_begin NAME [TOOL...]   $dir: a fresh temp dir (seckill-it-NAME.XXXXXX); the
+#                             server binary and every TOOL must be there (checks_require);
+#                             on exit, INT or TERM: it_cleanup
+#   it_cleanup                the test's on_exit (a function, when it defines one; its
+#                             failure fails the test), then every process recorded in
+#                             $dir and in the dirs under it stopped (cluster.sh down),
+#                             then checks_dispose: the dir goes, or stays when anything
+#                             failed
+#   it_cluster_up ARGS...     scripts/cluster.sh up --dir $dir/c --quiet ARGS (output in
+#                             $dir/up.out, its end shown when it fails); sources the
+#                             cluster's cluster.env; seeds: the Redis Cluster's masters
+#   it_order_loop URL C       orders POSTed to URL (.../skus/SKU/orders) by fresh users
+#                             uC-N, each with its own key kC-N, until $dir/stop appears; a
+#                             line per request: start_us end_us status key user order_id error
+#   it_expect_clean_exit NAME...  SIGTERM to each process NAME of $dir (a child of this
+#                             shell), then expects its exit code 0 ("NAME: exit code
+#                             after SIGTERM")
+#
+# ROOT is the checkout; SECKILL_BIN_PATH the server that start_instance runs.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib.sh
+source "$ROOT/scripts/lib.sh"
+# shellcheck source=tests/checks.sh
+source "$ROOT/tests/checks.sh"
+# The launcher's functions; sourcing it sets -e, which the tests do not run with.
+_it_opts=$(set +o)
+# shellcheck source=/dev/null # linted by itself; its locals are no concern of the tests
+source "$ROOT/scripts/cluster.sh"
+eval "$_it_opts"
+QUIET=1
+dir=""    # the test's temp dir (it_begin)
+seeds=()  # a Redis Cluster's masters, host:port (it_cluster_up)
+
+it_begin() {
+    local name=$1
+    shift
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/seckill-it-$name.XXXXXX")
+    trap it_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    checks_require "$@"
+    SECKILL_BIN_PATH=$(seckill_bin)
+}
+
+it_cleanup() {
+    local rc=$? d
+    if declare -F on_exit >/dev/null; then on_exit || rc=1; fi
+    # the test's own processes first: they may use a cluster's
+    for d in "$dir" "$dir"/*/; do
+        compgen -G "${d%/}/*.pid" >/dev/null && { cmd_down "${d%/}" 0 || rc=1; }
+    done
+    checks_dispose "$dir" "$rc"
+    exit "$rc"
+}
+
+it_expect_clean_exit() {
+    local name pid code
+    for name in "$@"; do
+        pid=$(cat "$dir/$name.pid")
+        kill -TERM "$pid"
+        wait "$pid"
+        code=$?
+        expect "$name: exit code after SIGTERM" "0" "$code"
+        rm -f "$dir/$name.pid"
+    done
+}
+
+it_order_loop() {
+    local url=$1 c=$2 n=0 t0 t1 out status body
+    while [[ ! -e $dir/stop ]]; do
+        n=$((n + 1))
+        t0=${EPOCHREALTIME/./}
+        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST "$url" \
+            -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}")
+        t1=${EPOCHREALTIME/./}
+        status=${out##*$'\n'}
+        body=${out%$'\n'*}
+        echo "$t0 $t1 $status k$c-$n u$c-$n $(jq -r '(.order_id // "-") + " " + (.error // "-")' \
+            <<<"$body" 2>/dev/null || echo '- -')"
+    done
+}
+
+it_cluster_up() {
+    "$ROOT/scripts/cluster.sh" up --dir "$dir/c" --quiet "$@" >"$dir/up.out" 2>&1 || {
+        tail -20 "$dir/up.out"
+        return 1
+    }
+    # shellcheck source=/dev/null
+    source "$dir/c/cluster.env"
+    IFS=, read -r -a seeds <<<"$REDIS_CLUSTER_SEEDS"
+}
