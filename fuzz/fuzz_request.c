@@ -12,13 +12,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char detail[256];
     struct req_order order;
-    if (req_parse_order((const char *)data, size, &order, detail, sizeof(detail)) == 0) {
+    if (req_parse_order((const char *)data, size, &order, detail, sizeof(detail)) ==
+        REQ_OK) {
         /* what was accepted must satisfy the contract */
         if (!inv_id_valid(order.user_id) || order.qty < 1 || order.qty > INV_MAX_LIMIT)
             abort();
     }
     struct req_sku sku;
-    if (req_parse_sku((const char *)data, size, 16, &sku, detail, sizeof(detail)) == 0) {
+    if (req_parse_sku((const char *)data, size, 16, &sku, detail, sizeof(detail)) ==
+        REQ_OK) {
         if (sku.stock < 0 || sku.stock > INV_MAX_STOCK || sku.segments < 1 ||
             sku.segments > INV_MAX_SEGMENTS || sku.limit < 1)
             abort();

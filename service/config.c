@@ -14,8 +14,8 @@
 #include "lock.h"
 #include "log.h"
 
-typedef int (*option_parse_fn)(struct svc_config *cfg, const char *value, char *err,
-                               size_t errlen);
+typedef config_status (*option_parse_fn)(struct svc_config *cfg, const char *value,
+                                         char *err, size_t errlen);
 
 struct option_spec {
     const char *name; /* flag without the leading "--" */
@@ -25,25 +25,26 @@ struct option_spec {
     option_parse_fn parse;
 };
 
-static int parse_int(const char *value, long min, long max, int *out)
+static config_status parse_int(const char *value, long min, long max, int *out)
 {
     char *end;
     errno = 0;
     long v = strtol(value, &end, 10);
     if (errno || end == value || *end || v < min || v > max)
-        return -1;
+        return CONFIG_ERROR;
     *out = (int)v;
-    return 0;
+    return CONFIG_OK;
 }
 
 #define INT_OPTION(fn, field, min, max)                                                  \
-    static int fn(struct svc_config *cfg, const char *value, char *err, size_t errlen)   \
+    static config_status fn(struct svc_config *cfg, const char *value, char *err,        \
+                            size_t errlen)                                               \
     {                                                                                    \
-        if (parse_int(value, min, max, &cfg->field) == 0)                                \
-            return 0;                                                                    \
+        if (parse_int(value, min, max, &cfg->field) == CONFIG_OK)                        \
+            return CONFIG_OK;                                                            \
         snprintf(err, errlen, "must be an integer in %ld..%ld", (long)(min),             \
                  (long)(max));                                                           \
-        return -1;                                                                       \
+        return CONFIG_ERROR;                                                             \
     }
 
 INT_OPTION(opt_segments, segments, 1, 1024)
@@ -56,30 +57,32 @@ INT_OPTION(opt_instance, instance_id, 0, 1023)
 INT_OPTION(opt_threads, threads, 1, 1024)
 INT_OPTION(opt_zk_session, zk_session_ms, 100, 600000)
 
-static int addr_option(struct rconn_addr *addr, const char *value, char *err,
-                       size_t errlen)
+static config_status addr_option(struct rconn_addr *addr, const char *value, char *err,
+                                 size_t errlen)
 {
     if (rconn_addr_parse(value, addr) == RCONN_OK)
-        return 0;
+        return CONFIG_OK;
     snprintf(err, errlen, "must be HOST:PORT");
-    return -1;
+    return CONFIG_ERROR;
 }
 
-static int opt_listen(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static config_status opt_listen(struct svc_config *cfg, const char *value, char *err,
+                                size_t errlen)
 {
     return addr_option(&cfg->listen, value, err, errlen);
 }
 
 /* One Redis, or (several addresses) the seeds of a Redis Cluster: the first
  * is kept, and how many there are. */
-static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static config_status opt_redis(struct svc_config *cfg, const char *value, char *err,
+                               size_t errlen)
 {
     char first[300];
     const char *comma = strchr(value, ',');
     size_t n = comma ? (size_t)(comma - value) : strlen(value);
     if (n >= sizeof(first)) {
         snprintf(err, errlen, "must be HOST:PORT[,HOST:PORT...]");
-        return -1;
+        return CONFIG_ERROR;
     }
     memcpy(first, value, n);
     first[n] = '\0';
@@ -94,11 +97,11 @@ static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_
         one[len] = '\0';
         if (rconn_addr_parse(one, &seed) != RCONN_OK) {
             snprintf(err, errlen, "must be HOST:PORT[,HOST:PORT...]");
-            return -1;
+            return CONFIG_ERROR;
         }
         if (cfg->redis_seeds == SVC_MAX_SEEDS) {
             snprintf(err, errlen, "at most %d addresses", SVC_MAX_SEEDS);
-            return -1;
+            return CONFIG_ERROR;
         }
         cfg->redis_seed[cfg->redis_seeds++] = seed;
     }
@@ -107,35 +110,36 @@ static int opt_redis(struct svc_config *cfg, const char *value, char *err, size_
 
 /* A string option: copies value into field (of size len) when ok, else puts
  * why in err and returns -1. */
-static int string_option(char *field, size_t len, const char *value, int ok,
-                         const char *why, char *err, size_t errlen)
+static config_status string_option(char *field, size_t len, const char *value, int ok,
+                                   const char *why, char *err, size_t errlen)
 {
     if (!ok) {
         snprintf(err, errlen, "%s", why);
-        return -1;
+        return CONFIG_ERROR;
     }
     snprintf(field, len, "%s", value);
-    return 0;
+    return CONFIG_OK;
 }
 
-static int opt_password(struct svc_config *cfg, const char *value, char *err,
-                        size_t errlen)
+static config_status opt_password(struct svc_config *cfg, const char *value, char *err,
+                                  size_t errlen)
 {
     return string_option(cfg->redis_password, sizeof(cfg->redis_password), value,
                          strlen(value) < sizeof(cfg->redis_password), "is too long", err,
                          errlen);
 }
 
-static int opt_lock(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static config_status opt_lock(struct svc_config *cfg, const char *value, char *err,
+                              size_t errlen)
 {
     return string_option(cfg->lock_mode, sizeof(cfg->lock_mode), value,
-                         strcmp(value, "atomic") == 0 || lock_mode_known(value),
+                         strcmp(value, "atomic") == CONFIG_OK || lock_mode_known(value),
                          "must be none, local, setnx, redis, redlock, zk or atomic", err,
                          errlen);
 }
 
-static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
-                          size_t errlen)
+static config_status opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
+                                    size_t errlen)
 {
     char buf[4096];
     snprintf(buf, sizeof(buf), "%s", value);
@@ -146,35 +150,35 @@ static int opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
             rconn_addr_parse(tok, &cfg->lock_nodes[cfg->nlock_nodes]) != RCONN_OK) {
             snprintf(err, errlen, "must be up to %d HOST:PORT separated by commas",
                      CONFIG_MAX_LOCK_NODES);
-            return -1;
+            return CONFIG_ERROR;
         }
         cfg->nlock_nodes++;
     }
     if (cfg->nlock_nodes < 3 || cfg->nlock_nodes % 2 == 0) {
         snprintf(err, errlen, "needs an odd number of nodes, at least 3");
-        return -1;
+        return CONFIG_ERROR;
     }
-    return 0;
+    return CONFIG_OK;
 }
 
 /* Checks each address of value and writes the list into out as the
  * ZooKeeper client parses it: it splits host and port at the last ':' and
  * resolves the host as it is, so an IPv6 host loses its brackets. -1 when an
  * address is malformed, empty or one too many. */
-static int zk_hosts_parse(const char *value, char *out, size_t len)
+static config_status zk_hosts_parse(const char *value, char *out, size_t len)
 {
     char buf[1024];
     size_t vlen = strlen(value), used = 0;
     if (vlen == 0 || vlen >= sizeof(buf) || vlen >= len || value[0] == ',' ||
         value[vlen - 1] == ',' || strstr(value, ",,"))
-        return -1;
+        return CONFIG_ERROR;
     snprintf(buf, sizeof(buf), "%s", value);
     int n = 0;
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         struct rconn_addr a;
         if (n == CONFIG_MAX_LOCK_NODES || rconn_addr_parse(tok, &a) != RCONN_OK)
-            return -1;
+            return CONFIG_ERROR;
         const char *host = a.host;
         size_t hl = strlen(host);
         if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
@@ -184,62 +188,64 @@ static int zk_hosts_parse(const char *value, char *out, size_t len)
         used += (size_t)snprintf(out + used, len - used, "%s%.*s:%d", n ? "," : "",
                                  (int)hl, host, a.port);
         if (used >= len)
-            return -1;
+            return CONFIG_ERROR;
         n++;
     }
-    return 0;
+    return CONFIG_OK;
 }
 
-static int opt_zk(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static config_status opt_zk(struct svc_config *cfg, const char *value, char *err,
+                            size_t errlen)
 {
     char hosts[sizeof(cfg->zk_hosts)];
-    if (zk_hosts_parse(value, hosts, sizeof(hosts)) == 0) {
+    if (zk_hosts_parse(value, hosts, sizeof(hosts)) == CONFIG_OK) {
         snprintf(cfg->zk_hosts, sizeof(cfg->zk_hosts), "%s", hosts);
-        return 0;
+        return CONFIG_OK;
     }
     snprintf(err, errlen, "must be up to %d HOST:PORT separated by commas",
              CONFIG_MAX_LOCK_NODES);
-    return -1;
+    return CONFIG_ERROR;
 }
 
-static int opt_zk_watch(struct svc_config *cfg, const char *value, char *err,
-                        size_t errlen)
+static config_status opt_zk_watch(struct svc_config *cfg, const char *value, char *err,
+                                  size_t errlen)
 {
     if (strcmp(value, "predecessor") == 0 || strcmp(value, "all") == 0) {
         cfg->zk_watch =
             strcmp(value, "all") == 0 ? LOCK_ZK_WATCH_ALL : LOCK_ZK_WATCH_PREDECESSOR;
-        return 0;
+        return CONFIG_OK;
     }
     snprintf(err, errlen, "must be predecessor or all");
-    return -1;
+    return CONFIG_ERROR;
 }
 
-static int opt_fencing(struct svc_config *cfg, const char *value, char *err,
-                       size_t errlen)
+static config_status opt_fencing(struct svc_config *cfg, const char *value, char *err,
+                                 size_t errlen)
 {
     if (strcmp(value, "on") == 0 || strcmp(value, "off") == 0) {
         cfg->fencing = strcmp(value, "on") == 0;
-        return 0;
+        return CONFIG_OK;
     }
     snprintf(err, errlen, "must be on or off");
-    return -1;
+    return CONFIG_ERROR;
 }
 
-static int opt_token(struct svc_config *cfg, const char *value, char *err, size_t errlen)
+static config_status opt_token(struct svc_config *cfg, const char *value, char *err,
+                               size_t errlen)
 {
     return string_option(cfg->admin_token, sizeof(cfg->admin_token), value,
                          *value && strlen(value) < sizeof(cfg->admin_token),
                          "must be 1..255 characters", err, errlen);
 }
 
-static int opt_log_level(struct svc_config *cfg, const char *value, char *err,
-                         size_t errlen)
+static config_status opt_log_level(struct svc_config *cfg, const char *value, char *err,
+                                   size_t errlen)
 {
     cfg->log_level = log_level_parse(value);
     if (cfg->log_level >= 0)
-        return 0;
+        return CONFIG_OK;
     snprintf(err, errlen, "must be debug, info, warn or error");
-    return -1;
+    return CONFIG_ERROR;
 }
 
 static const struct option_spec options[] = {
@@ -340,14 +346,15 @@ static const struct option_spec *option_find(const char *name, size_t len)
     return NULL;
 }
 
-static int apply(struct svc_config *cfg, const struct option_spec *o, const char *value,
-                 const char *origin, char *err, size_t errlen)
+static config_status apply(struct svc_config *cfg, const struct option_spec *o,
+                           const char *value, const char *origin, char *err,
+                           size_t errlen)
 {
     char why[160];
-    if (o->parse(cfg, value, why, sizeof(why)) == 0)
-        return 0;
+    if (o->parse(cfg, value, why, sizeof(why)) == CONFIG_OK)
+        return CONFIG_OK;
     snprintf(err, errlen, "%s: invalid value '%s': %s", origin, value, why);
-    return -1;
+    return CONFIG_ERROR;
 }
 
 static int sockaddr_is_loopback(const struct sockaddr *sa)
@@ -427,16 +434,16 @@ static void config_defaults(struct svc_config *cfg)
 }
 
 /* Applies the SECKILL_<NAME> variables that are set. 0, or -1 with err set. */
-static int config_from_env(struct svc_config *cfg, char *err, size_t errlen)
+static config_status config_from_env(struct svc_config *cfg, char *err, size_t errlen)
 {
     for (size_t i = 0; i < NOPTIONS; i++) {
         char env[64];
         option_env(&options[i], env);
         const char *value = getenv(env);
-        if (value && apply(cfg, &options[i], value, env, err, errlen) != 0)
-            return -1;
+        if (value && apply(cfg, &options[i], value, env, err, errlen) != CONFIG_OK)
+            return CONFIG_ERROR;
     }
-    return 0;
+    return CONFIG_OK;
 }
 
 /* Applies the flags of argv (--name value, --name=value, --help). */
@@ -471,7 +478,7 @@ static config_status config_from_args(struct svc_config *cfg, int argc, char **a
         }
         char origin[80];
         snprintf(origin, sizeof(origin), "--%s", o->name);
-        if (apply(cfg, o, value, origin, err, errlen) != 0)
+        if (apply(cfg, o, value, origin, err, errlen) != CONFIG_OK)
             return CONFIG_ERROR;
     }
     return CONFIG_OK;
@@ -479,7 +486,7 @@ static config_status config_from_args(struct svc_config *cfg, int argc, char **a
 
 /* The rules across flags, once all are read; fills the lock nodes' default.
  * 0, or -1 with err set. */
-static int config_check(struct svc_config *cfg, char *err, size_t errlen)
+static config_status config_check(struct svc_config *cfg, char *err, size_t errlen)
 {
     /* Without a token the admin routes (reset a SKU: wipe its orders, restock)
      * are open to whoever reaches the port: only loopback may go without one,
@@ -493,7 +500,7 @@ static int config_check(struct svc_config *cfg, char *err, size_t errlen)
                  "routes. Set an admin token, or listen on a loopback address "
                  "(127.0.0.1, ::1, localhost)",
                  cfg->listen.host, cfg->listen.port, why);
-        return -1;
+        return CONFIG_ERROR;
     }
     if (cfg->nlock_nodes == 0) {
         cfg->lock_nodes[0] = cfg->redis;
@@ -501,19 +508,19 @@ static int config_check(struct svc_config *cfg, char *err, size_t errlen)
     }
     if (strcmp(cfg->lock_mode, "redlock") == 0 && cfg->nlock_nodes < 3) {
         snprintf(err, errlen, "--lock redlock needs --lock-nodes with at least 3 nodes");
-        return -1;
+        return CONFIG_ERROR;
     }
-    return 0;
+    return CONFIG_OK;
 }
 
 config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
                               size_t errlen)
 {
     config_defaults(cfg);
-    if (config_from_env(cfg, err, errlen) != 0)
+    if (config_from_env(cfg, err, errlen) != CONFIG_OK)
         return CONFIG_ERROR;
     config_status st = config_from_args(cfg, argc, argv, err, errlen);
     if (st != CONFIG_OK)
         return st;
-    return config_check(cfg, err, errlen) == 0 ? CONFIG_OK : CONFIG_ERROR;
+    return config_check(cfg, err, errlen);
 }

@@ -131,13 +131,14 @@ static void backend_free(struct backend *b)
     lock_free(b->lock);
 }
 
-/* The lock of --lock: 0 (*lock NULL in atomic mode), or -1 with err set. */
+/* Opens the lock of --lock into *lock (NULL in atomic mode): true, or false
+ * with err set. */
 static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err,
                      size_t errlen)
 {
     *lock = NULL;
     if (strcmp(cfg->lock_mode, "atomic") == 0)
-        return 0;
+        return 1;
     struct lock_config lc = {
         .ttl_ms = cfg->lock_ttl_ms,
         .nodes = cfg->lock_nodes,
@@ -150,7 +151,7 @@ static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err
         .zk_watch = (lock_zk_watch)cfg->zk_watch,
     };
     *lock = lock_new(cfg->lock_mode, &lc, err, errlen);
-    return *lock ? 0 : -1;
+    return *lock != NULL;
 }
 
 /* The inventory over b's lock, order ids and sold-out listener. */
@@ -180,7 +181,7 @@ static struct inv *inventory_new(const struct svc_config *cfg, struct backend *b
 static int backend_start(const struct svc_config *cfg, struct backend *b)
 {
     char err[512];
-    if (lock_open(cfg, &b->lock, err, sizeof(err)) != 0) {
+    if (!lock_open(cfg, &b->lock, err, sizeof(err))) {
         fprintf(stderr, "seckill: --lock %s: %s\n", cfg->lock_mode, err);
         return 2;
     }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Loads a JSON object; -1 with detail when the body is not one. */
+/* Loads a JSON object; NULL with detail when the body is not one. */
 static json_t *load_object(const char *body, size_t len, char *detail, size_t detail_len)
 {
     if (len == 0) {
@@ -29,29 +29,29 @@ static json_t *load_object(const char *body, size_t len, char *detail, size_t de
 }
 
 /* An optional integer field in [min, max]; absent leaves *out as it is. */
-static int int_field(json_t *root, const char *name, long long min, long long max,
-                     long long *out, char *detail, size_t detail_len)
+static req_status int_field(json_t *root, const char *name, long long min, long long max,
+                            long long *out, char *detail, size_t detail_len)
 {
     json_t *v = json_object_get(root, name);
     if (!v)
-        return 0;
+        return REQ_OK;
     if (!json_is_integer(v) || json_integer_value(v) < min ||
         json_integer_value(v) > max) {
         snprintf(detail, detail_len, "%s must be an integer in %lld..%lld", name, min,
                  max);
-        return -1;
+        return REQ_INVALID;
     }
     *out = json_integer_value(v);
-    return 0;
+    return REQ_OK;
 }
 
-int req_parse_order(const char *body, size_t len, struct req_order *out, char *detail,
-                    size_t detail_len)
+req_status req_parse_order(const char *body, size_t len, struct req_order *out,
+                           char *detail, size_t detail_len)
 {
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
-        return -1;
-    int rc = -1;
+        return REQ_INVALID;
+    req_status rc = REQ_INVALID;
     json_t *user = json_object_get(root, "user_id");
     long long qty = 1;
     if (!user) {
@@ -61,35 +61,36 @@ int req_parse_order(const char *body, size_t len, struct req_order *out, char *d
                !inv_id_valid(json_string_value(user))) {
         snprintf(detail, detail_len,
                  "user_id must be 1..64 characters of [A-Za-z0-9_.:-]");
-    } else if (int_field(root, "qty", 1, INV_MAX_LIMIT, &qty, detail, detail_len) == 0) {
+    } else if (int_field(root, "qty", 1, INV_MAX_LIMIT, &qty, detail, detail_len) ==
+               REQ_OK) {
         snprintf(out->user_id, sizeof(out->user_id), "%s", json_string_value(user));
         out->qty = (int)qty;
-        rc = 0;
+        rc = REQ_OK;
     }
     json_decref(root);
     return rc;
 }
 
-int req_parse_sku(const char *body, size_t len, int default_segments, struct req_sku *out,
-                  char *detail, size_t detail_len)
+req_status req_parse_sku(const char *body, size_t len, int default_segments,
+                         struct req_sku *out, char *detail, size_t detail_len)
 {
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
-        return -1;
+        return REQ_INVALID;
     long long stock = -1, segments = default_segments, limit = 1;
-    int rc = -1;
+    req_status rc = REQ_INVALID;
     if (!json_object_get(root, "stock"))
         snprintf(detail, detail_len, "stock is required");
     else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) ==
-                 0 &&
+                 REQ_OK &&
              int_field(root, "segments", 1, INV_MAX_SEGMENTS, &segments, detail,
-                       detail_len) == 0 &&
+                       detail_len) == REQ_OK &&
              int_field(root, "per_user_limit", 1, INV_MAX_LIMIT, &limit, detail,
-                       detail_len) == 0) {
+                       detail_len) == REQ_OK) {
         out->stock = stock;
         out->segments = (int)segments;
         out->limit = (int)limit;
-        rc = 0;
+        rc = REQ_OK;
     }
     json_decref(root);
     return rc;
@@ -109,18 +110,18 @@ int req_idem_key_valid(const char *key)
     return 1;
 }
 
-int req_order_id_parse(const char *text, uint64_t *id)
+req_status req_order_id_parse(const char *text, uint64_t *id)
 {
     size_t n = strlen(text);
     if (n == 0 || n > 20 || (text[0] == '0' && n > 1))
-        return -1;
+        return REQ_INVALID;
     for (size_t i = 0; i < n; i++)
         if (text[i] < '0' || text[i] > '9')
-            return -1;
+            return REQ_INVALID;
     errno = 0;
     unsigned long long v = strtoull(text, NULL, 10);
     if (errno)
-        return -1;
+        return REQ_INVALID;
     *id = v;
-    return 0;
+    return REQ_OK;
 }

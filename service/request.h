@@ -21,23 +21,27 @@ struct req_sku {
     int limit;
 };
 
+/* A request part parsed (REQ_OK), or not (REQ_INVALID: the caller's detail
+ * buffer says why, for a 400). */
+typedef enum { REQ_OK = 0, REQ_INVALID = -1 } req_status;
+
 /* Parses an order body {"user_id": "...", "qty": N}. qty is optional (1) and
  * must be an integer >= 1 (its upper bound, the SKU's limit, is checked by the
- * inventory). Returns 0, or -1 with a human-readable reason in detail. */
-int req_parse_order(const char *body, size_t len, struct req_order *out, char *detail,
-                    size_t detail_len);
+ * inventory). REQ_INVALID with a human-readable reason in detail. */
+req_status req_parse_order(const char *body, size_t len, struct req_order *out,
+                           char *detail, size_t detail_len);
 
 /* Parses a SKU body {"stock": N, "segments": K, "per_user_limit": L}:
  * stock 0..INV_MAX_STOCK, segments 1..1024 (default default_segments), limit
- * 1..INV_MAX_LIMIT (default 1). Returns 0, or -1 with detail. */
-int req_parse_sku(const char *body, size_t len, int default_segments, struct req_sku *out,
-                  char *detail, size_t detail_len);
+ * 1..INV_MAX_LIMIT (default 1). REQ_INVALID with detail. */
+req_status req_parse_sku(const char *body, size_t len, int default_segments,
+                         struct req_sku *out, char *detail, size_t detail_len);
 
 /* An Idempotency-Key: 1..128 characters of [A-Za-z0-9_.:-]. */
 int req_idem_key_valid(const char *key);
 
 /* An order id in a path: a decimal uint64 without sign, spaces or leading
- * zeros. Returns 0 and sets *id, or -1. */
-int req_order_id_parse(const char *text, uint64_t *id);
+ * zeros: REQ_OK and *id set, or REQ_INVALID. */
+req_status req_order_id_parse(const char *text, uint64_t *id);
 
 #endif

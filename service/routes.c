@@ -97,7 +97,7 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
     struct req_sku body;
     char detail[200];
     if (req_parse_sku(req->body, req->body_len, req->app->cfg->segments, &body, detail,
-                      sizeof(detail)) != 0) {
+                      sizeof(detail)) != REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
         return;
     }
@@ -174,7 +174,8 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
         return;
     struct req_order body;
     char detail[200];
-    if (req_parse_order(req->body, req->body_len, &body, detail, sizeof(detail)) != 0) {
+    if (req_parse_order(req->body, req->body_len, &body, detail, sizeof(detail)) !=
+        REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
         return;
     }
@@ -200,7 +201,7 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
 static void h_order_get(const struct svc_request *req, struct svc_response *res)
 {
     uint64_t id;
-    if (req_order_id_parse(req->params[0], &id) != 0) {
+    if (req_order_id_parse(req->params[0], &id) != REQ_OK) {
         svc_error(res, 400, "bad_request", "order id must be a decimal number");
         return;
     }

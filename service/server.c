@@ -246,9 +246,9 @@ static void *waiter_main(void *arg)
     return NULL;
 }
 
-/* Suspends st's connection and queues it. 0, or -1 once the threads are
- * stopping (the server is going down): nothing done, the caller answers it
- * itself. */
+/* Suspends st's connection and queues it: true, or false once the threads
+ * are stopping (the server is going down): nothing done, the caller answers
+ * it itself. */
 static int waiters_submit(struct waiters *w, struct conn_state *st)
 {
     st->next = NULL;
@@ -266,7 +266,7 @@ static int waiters_submit(struct waiters *w, struct conn_state *st)
         pthread_cond_signal(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
-    return stopping ? -1 : 0;
+    return !stopping;
 }
 
 static void waiters_start(struct svc_server *srv)
@@ -372,18 +372,18 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
 }
 
 /* Hands a route that waits on Redis to the waiter threads, which resume the
- * connection with its answer. 0, or -1 when they are stopping: nothing
- * done, the caller runs the route itself. */
+ * connection with its answer: true, or false when they are stopping:
+ * nothing done, the caller runs the route itself. */
 static int waiter_hand_over(struct conn_state *st, const struct svc_request *req)
 {
     st->req = *req;
     st->res = (struct svc_response){0};
     st->pending = PENDING_WAITER;
     st->loop = tls_loop;
-    if (waiters_submit(&tls_loop->srv->waiters, st) == 0)
-        return 0;
+    if (waiters_submit(&tls_loop->srv->waiters, st))
+        return 1;
     st->pending = PENDING_NONE; /* going down: answered here */
-    return -1;
+    return 0;
 }
 
 /* Hands an order that waits for its batch to the loop's engine; the
@@ -408,7 +408,7 @@ static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection 
     struct svc_response res = {0};
     if (!refused(st, &res)) {
         struct svc_request req = request_of(app, conn, st, method);
-        if ((st->route->flags & ROUTE_WAITS) && waiter_hand_over(st, &req) == 0)
+        if ((st->route->flags & ROUTE_WAITS) && waiter_hand_over(st, &req))
             return MHD_YES;
         svc_route_run(st->route, &req, &res);
         if (res.pending) {

@@ -9,7 +9,7 @@
 #include "request.h"
 #include "routes.h"
 
-static int order(const char *body, struct req_order *o)
+static req_status order(const char *body, struct req_order *o)
 {
     char detail[200];
     return req_parse_order(body, strlen(body), o, detail, sizeof(detail));
@@ -19,10 +19,10 @@ static void test_order_body(void **state)
 {
     (void)state;
     struct req_order o;
-    assert_int_equal(order("{\"user_id\":\"alice\"}", &o), 0);
+    assert_int_equal(order("{\"user_id\":\"alice\"}", &o), REQ_OK);
     assert_string_equal(o.user_id, "alice");
     assert_int_equal(o.qty, 1);
-    assert_int_equal(order("{\"user_id\":\"a.b:c-d_9\",\"qty\":3}", &o), 0);
+    assert_int_equal(order("{\"user_id\":\"a.b:c-d_9\",\"qty\":3}", &o), REQ_OK);
     assert_int_equal(o.qty, 3);
     const char *bad[] = {
         "",                                                 /* empty */
@@ -50,7 +50,8 @@ static void test_order_body(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char detail[200] = "";
         assert_int_equal(
-            req_parse_order(bad[i], strlen(bad[i]), &o, detail, sizeof(detail)), -1);
+            req_parse_order(bad[i], strlen(bad[i]), &o, detail, sizeof(detail)),
+            REQ_INVALID);
         assert_true(detail[0] != '\0'); /* every refusal says why */
     }
     /* 64 characters is the most a user id may have */
@@ -61,7 +62,7 @@ static void test_order_body(void **state)
         0);
 }
 
-static int sku(const char *body, struct req_sku *s)
+static req_status sku(const char *body, struct req_sku *s)
 {
     char detail[200];
     return req_parse_sku(body, strlen(body), 16, s, detail, sizeof(detail));
@@ -71,34 +72,35 @@ static void test_sku_body(void **state)
 {
     (void)state;
     struct req_sku s;
-    assert_int_equal(sku("{\"stock\":100}", &s), 0);
+    assert_int_equal(sku("{\"stock\":100}", &s), REQ_OK);
     assert_int_equal(s.stock, 100);
     assert_int_equal(s.segments, 16);
     assert_int_equal(s.limit, 1);
-    assert_int_equal(sku("{\"stock\":0,\"segments\":1024,\"per_user_limit\":5}", &s), 0);
+    assert_int_equal(sku("{\"stock\":0,\"segments\":1024,\"per_user_limit\":5}", &s),
+                     REQ_OK);
     assert_int_equal(s.segments, 1024);
     assert_int_equal(s.limit, 5);
-    assert_int_equal(sku("{}", &s), -1);
-    assert_int_equal(sku("{\"stock\":-1}", &s), -1);
-    assert_int_equal(sku("{\"stock\":1000000001}", &s), -1);
-    assert_int_equal(sku("{\"stock\":10,\"segments\":0}", &s), -1);
-    assert_int_equal(sku("{\"stock\":10,\"segments\":1025}", &s), -1);
-    assert_int_equal(sku("{\"stock\":10,\"per_user_limit\":0}", &s), -1);
-    assert_int_equal(sku("{\"stock\":\"10\"}", &s), -1);
+    assert_int_equal(sku("{}", &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":-1}", &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":1000000001}", &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":10,\"segments\":0}", &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":10,\"segments\":1025}", &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":10,\"per_user_limit\":0}", &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":\"10\"}", &s), REQ_INVALID);
 }
 
 static void test_ids_and_keys(void **state)
 {
     (void)state;
     uint64_t id;
-    assert_int_equal(req_order_id_parse("382742028233994240", &id), 0);
+    assert_int_equal(req_order_id_parse("382742028233994240", &id), REQ_OK);
     assert_true(id == 382742028233994240ull);
-    assert_int_equal(req_order_id_parse("18446744073709551615", &id), 0);
-    assert_int_equal(req_order_id_parse("18446744073709551616", &id), -1);
-    assert_int_equal(req_order_id_parse("", &id), -1);
-    assert_int_equal(req_order_id_parse("-1", &id), -1);
-    assert_int_equal(req_order_id_parse("012", &id), -1);
-    assert_int_equal(req_order_id_parse("12a", &id), -1);
+    assert_int_equal(req_order_id_parse("18446744073709551615", &id), REQ_OK);
+    assert_int_equal(req_order_id_parse("18446744073709551616", &id), REQ_INVALID);
+    assert_int_equal(req_order_id_parse("", &id), REQ_INVALID);
+    assert_int_equal(req_order_id_parse("-1", &id), REQ_INVALID);
+    assert_int_equal(req_order_id_parse("012", &id), REQ_INVALID);
+    assert_int_equal(req_order_id_parse("12a", &id), REQ_INVALID);
     assert_true(req_idem_key_valid("retry-1:abc.def_2"));
     assert_false(req_idem_key_valid(""));
     assert_false(req_idem_key_valid("has space"));
