@@ -249,12 +249,13 @@ static void batch_start(struct worker *w)
 {
     struct inv_batcher *b = w->b;
     struct slot *x = &w->slot[w->nparked];
-    int open = x->q->seg >= 0
-                   ? inv_hold_open(w->s, x->held, x->n, x->q->seg, w->nparked > 0, &x->h)
-                   : 0;
-    if (open == 1) {
+    inv_hold_next open = x->q->seg >= 0 ? inv_hold_open(w->s, x->held, x->n, x->q->seg,
+                                                        w->nparked > 0, &x->h)
+                                        : INV_HOLD_ENDED;
+    if (open == INV_HOLD_OPEN) {
         w->nparked++;
-    } else if (open == -1) { /* the lock is taken: the batch goes back, whole */
+    } else if (open ==
+               INV_HOLD_TAKEN) { /* the lock is taken: the batch goes back, whole */
         pthread_mutex_lock(&b->mu);
         for (int i = x->n - 1; i >= 0; i--) {
             x->held[i]->next = x->q->head;

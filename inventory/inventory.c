@@ -698,13 +698,6 @@ struct commit_text {
     char qty[12], id[24], okey[40], nparts[12];
 };
 
-/* The last step of an order's critical section, every lock of p[0..n-1] held
- * and each p[i].take set: one commit over all of them, fenced on each, sent
- * in one round trip with the release of the last lock; then the others are
- * released. Returns INV_PLACED or a final status. Sets *again when nothing
- * was written and the same parts are worth another try: the commit met a
- * Redis that had lost its script cache, or found the order's id taken (the
- * order has a fresh one now). */
 /* commit.lua's KEYS and ARGV for an order over p[0..n-1] into argv (room
  * for 15 + 5 * n), their text into text (room for n). Returns argc. */
 static int commit_argv(struct order_ctx *c, const struct part_hold *p, int n,
@@ -778,6 +771,13 @@ static inv_status commit_outcome(struct order_ctx *c, const struct part_hold *p,
     }
 }
 
+/* The last step of an order's critical section, every lock of p[0..n-1] held
+ * and each p[i].take set: one commit over all of them, fenced on each, sent
+ * in one round trip with the release of the last lock; then the others are
+ * released. Returns INV_PLACED or a final status. Sets *again when nothing
+ * was written and the same parts are worth another try: the commit met a
+ * Redis that had lost its script cache, or found the order's id taken (the
+ * order has a fresh one now). */
 static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
                                int *again)
 {
@@ -1381,14 +1381,14 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
 }
 
 /* Sets h up for tickets t[0..n-1] on segment seg: its lock key, the epoch
- * the commit checks, the sold-out memory's generation. 0, or -1 when the
- * SKU's layout is forgotten since they were routed (each goes by itself). */
+ * the commit checks, the sold-out memory's generation. False when the SKU's
+ * layout is forgotten since they were routed (each goes by itself). */
 static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket **t, int n,
                         int seg)
 {
     struct sku_layout layout;
     if (inv_layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
-        return -1;
+        return 0;
     struct sku_keys k;
     inv_keys_init(&k, t[0]->sku, t[0]->gene);
     h->t = t;
@@ -1398,7 +1398,7 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
     snprintf(h->lkey, sizeof(h->lkey), "%s%d", k.lock, seg);
     snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
     h->seen = soldout_generation(inv->cfg.soldout);
-    return 0;
+    return 1;
 }
 
 /* h holds its lock and read stock: open until its orders' work is done (at
@@ -1413,18 +1413,18 @@ static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
         h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
 }
 
-int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
-                  int try_only, struct inv_hold *h)
+inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                            int try_only, struct inv_hold *h)
 {
     if (s->cl && !(s = inv_shard_session(s, t[0]->gene)))
-        return 0; /* each by itself, which learns where */
+        return INV_HOLD_ENDED; /* each by itself, which learns where */
     if (!s->inv->cfg.lock) {
         atomic_pipeline(s, t, n);
-        return 0;
+        return INV_HOLD_ENDED;
     }
     struct inv *inv = s->inv;
-    if (hold_prepare(inv, h, t, n, seg) != 0)
-        return 0; /* each by itself */
+    if (!hold_prepare(inv, h, t, n, seg))
+        return INV_HOLD_ENDED; /* each by itself */
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, t[0]->sku, h->gene);
@@ -1437,18 +1437,18 @@ int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
     long long stock;
     lock_status ls = lock_and_read(s, &k, h->lkey, seg, wait_ms, &h->g, &stock);
     if (ls == LOCK_BUSY && try_only)
-        return -1; /* taken: nothing decided, the caller tries later */
+        return INV_HOLD_TAKEN; /* taken: nothing decided, the caller tries later */
     if (ls != LOCK_ACQUIRED) {
         tickets_finish(inv, t, n, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
-        return 0;
+        return INV_HOLD_ENDED;
     }
     if (stock < 0) {
         lock_release(s->lock, h->lkey, &h->g);
         tickets_finish(inv, t, n, INV_UNAVAILABLE);
-        return 0;
+        return INV_HOLD_ENDED;
     }
     hold_opened(inv, h, stock);
-    return 1;
+    return INV_HOLD_OPEN;
 }
 
 /* The batch script's call for open hold h: KEYS and ARGV as
@@ -1559,7 +1559,7 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
 void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
 {
     struct inv_hold h;
-    if (!inv_hold_open(s, t, n, seg, 0, &h))
+    if (inv_hold_open(s, t, n, seg, 0, &h) != INV_HOLD_OPEN)
         return;
     int64_t left = h.due_us - clock_now_us();
     if (left > 0)
@@ -1693,7 +1693,7 @@ void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket 
     h->owed = 0;
     h->t = t;
     h->n = n;
-    if (hold_prepare(inv, h, t, n, seg) != 0) {
+    if (!hold_prepare(inv, h, t, n, seg)) {
         h->state = HOLD_ENDED; /* each by itself */
         return;
     }
@@ -2140,8 +2140,8 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
 }
 
 /* Adds one order record, "<id> <user> <qty> <segment>[ <seg>:<units>,...]",
- * to out (orders, sold), ids, bought (user id -> units) and seg_units; 0, or
- * -1 when it does not parse. */
+ * to out (orders, sold), ids, bought (user id -> units) and seg_units; false
+ * when it does not parse. */
 static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
                         json_t *bought, long long *seg_units, int nseg)
 {
@@ -2150,7 +2150,7 @@ static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
     long long qty;
     int seg, end = 0;
     if (sscanf(rec, "%llu %64s %lld %d%n", &id, user, &qty, &seg, &end) != 4)
-        return -1;
+        return 0;
     ids[out->orders++] = id;
     out->sold += qty;
     json_t *u = json_object_get(bought, user);
@@ -2161,13 +2161,13 @@ static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
     int n = 1;
     if (rec[end] == ' ') {
         if (parse_parts(rec + end + 1, many, &n) != qty || n == 0)
-            return -1;
+            return 0;
         parts = many;
     }
     for (int i = 0; i < n; i++)
         if (parts[i].segment >= 0 && parts[i].segment < nseg)
             seg_units[parts[i].segment] += parts[i].qty;
-    return 0;
+    return 1;
 }
 
 /* True when the SKU's figures agree with its records (seg_units) segment by
@@ -2215,8 +2215,8 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
             st = INV_UNAVAILABLE;
         for (size_t i = 0; st == INV_OK && i < l->elements; i++)
             if (l->element[i]->type != REDIS_REPLY_STRING ||
-                audit_record(l->element[i]->str, out, ids, bought, seg_units,
-                             a.segments) != 0)
+                !audit_record(l->element[i]->str, out, ids, bought, seg_units,
+                              a.segments))
                 unreadable++;
         if (l)
             freeReplyObject(l);

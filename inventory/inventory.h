@@ -222,10 +222,11 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
  * --work-us instead of sleeping. inv_hold_open takes the lock (with try_only,
  * without waiting: a thread that holds other locks must not wait for one, or
  * two instances can each hold what the other waits for) and reads the stock.
- * It returns 1 when h is open: inv_hold_commit must follow, from the same
- * session, at or after h->due_us. 0: the batch ended there, every ticket final
- * or undecided as above. -1 (try_only): the lock is taken, nothing done. The
- * atomic mode has no hold: its pipeline runs in inv_hold_open. */
+ * It returns INV_HOLD_OPEN when h is open: inv_hold_commit must follow, from
+ * the same session, at or after h->due_us. INV_HOLD_ENDED: the batch ended
+ * there, every ticket final or undecided as above. INV_HOLD_TAKEN (try_only):
+ * the lock is taken, nothing done. The atomic mode has no hold: its pipeline
+ * runs in inv_hold_open. */
 struct inv_hold {
     struct inv_ticket **t;
     int n, seg;
@@ -258,8 +259,26 @@ struct inv_hold {
     int releasing; /* the release went with the commit */
     int noscripts; /* commands sent again after Redis lost their script */
 };
-int inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
-                  int try_only, struct inv_hold *h);
+/* What a hold does next (inv_hold_open, inv_hold_ready). */
+typedef enum {
+    INV_HOLD_OWED,   /* more answers are owed: it sent the next step */
+    INV_HOLD_OPEN,   /* the lock is held and the stock read: inv_hold_commit_send
+                        at or after h->due_us */
+    INV_HOLD_TAKEN,  /* try_only (an attempt that does not wait): the lock is
+                        taken; nothing is held and no ticket touched */
+    INV_HOLD_QUEUED, /* the lock is taken and h queued for it: inv_hold_wait_send
+                        on a connection for blocking commands, its answer to
+                        inv_hold_waited, which sends the read (handed over) or
+                        the next attempt */
+    INV_HOLD_POLL,   /* the lock is taken and its mode polls: inv_hold_retry_send
+                        after h->step.retry_us */
+    INV_HOLD_ENDED,  /* the batch ended there: every ticket final (Redis
+                        unreachable: unavailable; busy) or undecided, to go by
+                        itself (inv_ticket_single; t->seg -1 when it must not be
+                        sent on: the SKU's layout forgotten) */
+} inv_hold_next;
+inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                            int try_only, struct inv_hold *h);
 void inv_hold_commit(struct inv_session *s, struct inv_hold *h);
 
 /* Places one ticket by itself: peek, then the candidate segments in turn. */
@@ -332,23 +351,6 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
  * returns 1 for the commit's answer, after which every ticket is final or
  * undecided as after inv_ticket_batch; the hold is over when h->owed is 0
  * after that. */
-typedef enum {
-    INV_HOLD_OWED,   /* more answers are owed: it sent the next step */
-    INV_HOLD_OPEN,   /* the lock is held and the stock read: inv_hold_commit_send
-                        at or after h->due_us */
-    INV_HOLD_TAKEN,  /* try_only (an attempt that does not wait): the lock is
-                        taken; nothing is held and no ticket touched */
-    INV_HOLD_QUEUED, /* the lock is taken and h queued for it: inv_hold_wait_send
-                        on a connection for blocking commands, its answer to
-                        inv_hold_waited, which sends the read (handed over) or
-                        the next attempt */
-    INV_HOLD_POLL,   /* the lock is taken and its mode polls: inv_hold_retry_send
-                        after h->step.retry_us */
-    INV_HOLD_ENDED,  /* the batch ended there: every ticket final (Redis
-                        unreachable: unavailable; busy) or undecided, to go by
-                        itself (inv_ticket_single; t->seg -1 when it must not be
-                        sent on: the SKU's layout forgotten) */
-} inv_hold_next;
 void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t,
                    int n, int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
                    void *arg);

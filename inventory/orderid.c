@@ -257,6 +257,8 @@ static lease_outcome lease_renew(struct orderid_lease *l)
     redisReply *r = rc ? rconn_eval(rc, &renew_script, 2, 3, argv, NULL) : NULL;
     lease_failed(l, rc, r);
     if (!r || r->type != REDIS_REPLY_INTEGER) {
+        if (r && r->type != REDIS_REPLY_ERROR)
+            snprintf(l->err, sizeof(l->err), "unexpected answer to the lease's renewal");
         if (r)
             freeReplyObject(r);
         return LEASE_ERROR;

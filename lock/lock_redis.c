@@ -475,7 +475,7 @@ static void acquire_argv(struct redis_session *s, const char *key, char bufs[3][
 
 /* Reads the acquire script's answer r: *kind (1 granted, 2 re-entered, 0
  * taken), *value (the fence, or the holder's PTTL) and the queue entry.
- * 0, or -1 when r is no such answer (entry is then left as it was). */
+ * False when r is no such answer (entry is then left as it was). */
 static int acquire_answer(const redisReply *r, long long *kind, long long *value,
                           char *entry, size_t len)
 {
@@ -483,11 +483,11 @@ static int acquire_answer(const redisReply *r, long long *kind, long long *value
         r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER ||
         r->element[2]->type != REDIS_REPLY_STRING)
-        return -1;
+        return 0;
     *kind = r->element[0]->integer;
     *value = r->element[1]->integer;
     snprintf(entry, len, "%s", r->element[2]->str);
-    return 0;
+    return 1;
 }
 
 /* One attempt of the acquire script; with cmd (first attempt only), cmd goes
@@ -536,7 +536,7 @@ static lock_status redis_acquire_then(void *session, const char *key, int64_t de
         redisReply *r = attempt(s, argv, cmd, &cmd_reply);
         cmd = NULL; /* later attempts follow a wait: cmd then runs after the grant */
         long long kind, value;
-        if (acquire_answer(r, &kind, &value, entry, sizeof(entry)) != 0) {
+        if (!acquire_answer(r, &kind, &value, entry, sizeof(entry))) {
             if (r)
                 freeReplyObject(r);
             if (cmd_reply)
@@ -700,7 +700,7 @@ static void redis_step_answer(void *session, const char *key, struct lock_step *
     }
     long long kind, value;
     memset(&st->grant, 0, sizeof(st->grant));
-    if (acquire_answer(r, &kind, &value, st->entry, sizeof(st->entry)) != 0) {
+    if (!acquire_answer(r, &kind, &value, st->entry, sizeof(st->entry))) {
         st->res = LOCK_ERROR;
     } else if (kind == 0) {
         st->pttl_ms = value;
