@@ -436,8 +436,11 @@ redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd)
  * command's, so a connection that still holds them is dropped. */
 static void pipe_fail(struct rpipe *p, const char *why)
 {
-    if (p->ctx && p->rc->ctx == p->ctx && p->rc->attempts == p->attempt && p->owed > 0)
+    if (p->ctx && p->rc->ctx == p->ctx && p->rc->attempts == p->attempt && p->owed > 0) {
+        if (p->flushed)
+            p->rc->unanswered++; /* some went out: they may have run */
         rconn_drop(p->rc, why);
+    }
     p->ctx = NULL;
     p->owed = 0;
 }
@@ -455,6 +458,7 @@ rconn_status rpipe_begin(struct rpipe *p, struct rconn *rc)
 {
     p->rc = rc;
     p->owed = 0;
+    p->flushed = 0;
     p->ctx = rconn_ctx(rc);
     p->attempt = rc->attempts; /* a new context at the same address is another */
     return p->ctx ? RCONN_OK : RCONN_ERR;
@@ -510,9 +514,10 @@ rconn_status rpipe_flush(struct rpipe *p)
     redisContext *c = pipe_ctx(p);
     int done = 0;
     while (c && !done) {
+        p->flushed = 1;
         if (redisBufferWrite(c, &done) != REDIS_OK) {
-            p->rc->unanswered++; /* a command may have gone out whole */
-            pipe_fail(p, c->errstr);
+            pipe_fail(p,
+                      c->errstr); /* counts it unanswered: a command may have gone out */
             return RCONN_ERR;
         }
     }
@@ -525,6 +530,7 @@ redisReply *rpipe_collect(struct rpipe *p)
     if (!c || p->owed == 0)
         return NULL;
     void *reply = NULL;
+    p->flushed = 1; /* redisGetReply writes what is appended first */
     if (redisGetReply(c, &reply) != REDIS_OK)
         reply = NULL;
     redisReply *r = checked(p->rc, reply);

@@ -163,7 +163,8 @@ redisReply *rconn_run(struct rconn *rc, const struct rcmd *cmd);
  * order. It runs whole on the connection it began on or fails whole: it never
  * reconnects, and once it failed every call fails and the connection holds
  * none of its commands (one appended but not yet sent is dropped with the
- * connection, so a failure before the first collect means none ran). A plain
+ * connection, so a failure before the first flush or collect means none ran;
+ * after one, whether they ran is unknown, and rconn_unanswered counts it). A plain
  * value on the caller's stack; the connection must not be used otherwise
  * between begin and end.
  *
@@ -175,6 +176,7 @@ struct rpipe {
     struct rconn *rc;
     redisContext *ctx;     /* the connection it runs on; NULL once it failed */
     unsigned long attempt; /* which of rc's connects made ctx */
+    int flushed;           /* something went out (flush, collect) */
     int owed;              /* answers appended and not yet collected */
 };
 
