@@ -145,4 +145,9 @@ inv_status inv_ticket_place_shards(struct inv_session *s, struct inv_ticket *t);
 /* Every master answers and says the cluster is whole. */
 int inv_ping_shards(struct inv_session *s);
 
+/* Empties o; its parts are not touched (nparts says how many hold anything). */
+void inv_order_clear(struct inv_order *o);
+/* Sets o's segment and parts: the order took all its units from seg. */
+void inv_order_one_part(struct inv_order *o, int seg);
+
 #endif

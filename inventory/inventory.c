@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -20,8 +19,7 @@
  * index, choosing segments) and record.lua (recording a placed order);
  * peek.lua shares the first three. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_atomic,
-    lua_inventory_peek, lua_inventory_reset, lua_inventory_batch,
-    lua_inventory_fence_read;
+    lua_inventory_peek, lua_inventory_batch, lua_inventory_fence_read;
 /* inventory/lua/commit.lua: commit of one order of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
@@ -34,8 +32,6 @@ static struct rscript batch_script = RSCRIPT_INIT("inv_batch", lua_inventory_bat
  * outside the data Redis (zk), which raises the segment's high-water token. */
 static struct rscript fence_read_script =
     RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
-/* inventory/lua/reset.lua: create or reset a SKU. */
-static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
 
 /* The keys of sku: on one Redis (gene -1) under the tag {sku}; on a cluster
  * those of its shard of gene `gene`, under the gene's tag. */
@@ -299,32 +295,6 @@ static void free_replies(redisReply **r, int n)
             freeReplyObject(r[i]);
 }
 
-/* Collects the answers of a transaction appended to p: MULTI, n commands,
- * EXEC, and ends p. Returns the EXEC answer (an array of n replies, caller
- * frees), or NULL when Redis failed or the transaction did not run. An append
- * that failed failed the pipeline whole, so its appends need no check of
- * their own: this answers NULL. */
-static redisReply *multi_exec_reply(struct rpipe *p, int n)
-{
-    redisReply *r[16];
-    int total = n + 2, ok = 1;
-    if (total > 16)
-        abort();
-    for (int i = 0; i < total; i++) {
-        r[i] = ok ? rpipe_collect(p) : NULL;
-        ok = r[i] && r[i]->type != REDIS_REPLY_ERROR;
-    }
-    rpipe_end(p);
-    redisReply *exec = NULL;
-    if (ok && r[total - 1]->type == REDIS_REPLY_ARRAY &&
-        r[total - 1]->elements == (size_t)n) {
-        exec = r[total - 1];
-        r[total - 1] = NULL;
-    }
-    free_replies(r, total);
-    return exec;
-}
-
 static inv_status load_order(struct inv_session *s, const char *id_text,
                              struct inv_order *out)
 {
@@ -451,13 +421,13 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
 
 /* Empties o; its parts are not touched (nparts says how many hold anything),
  * which spares every order a memset of INV_MAX_SEGMENTS of them. */
-static void order_clear(struct inv_order *o)
+void inv_order_clear(struct inv_order *o)
 {
     memset(o, 0, offsetof(struct inv_order, parts));
 }
 
 /* Sets o's segment and parts: the order took all its units from seg. */
-static void order_one_part(struct inv_order *o, int seg)
+void inv_order_one_part(struct inv_order *o, int seg)
 {
     o->segment = seg;
     o->nparts = 1;
@@ -485,7 +455,7 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
                 (struct inv_part){.segment = (int)inv_reply_ll(r->element[i], 0),
                                   .qty = (int)inv_reply_ll(r->element[i + 1], 0)};
         if (order->nparts == 0)
-            order_one_part(order, order->segment);
+            inv_order_one_part(order, order->segment);
         if (order->nparts > 1 || inv_reply_ll(e2, 0) != order->segment)
             count(&s->inv->counters.spilled);
         return INV_PLACED;
@@ -1036,7 +1006,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
         free(t);
         return st;
     }
-    order_clear(order);
+    inv_order_clear(order);
     /* Sold out in this epoch, as this instance saw: no id, no Redis. */
     inv_status st = soldout_answer(inv, sku, qty, idem_key);
     if (st == INV_OK)
@@ -1050,7 +1020,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
 inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
                            const char *user_id, int qty, const char *idem_key)
 {
-    order_clear(&t->order);
+    inv_order_clear(&t->order);
     snprintf(t->sku, sizeof(t->sku), "%s", sku);
     snprintf(t->user_id, sizeof(t->user_id), "%s", user_id);
     snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
@@ -1230,7 +1200,7 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
         inv_status st = INV_UNAVAILABLE;
         switch (inv_reply_ll(r->element[2 * i], 99)) {
         case 1:
-            order_one_part(o, seg);
+            inv_order_one_part(o, seg);
             h->left -= t[i]->qty;
             h->placed++;
             st = INV_PLACED;
@@ -1885,364 +1855,4 @@ void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
 {
     lock_release_done(s->lock, h->lkey, &h->g, NULL);
     hold_end(s->inv, h, INV_UNAVAILABLE);
-}
-
-/* ---- SKUs, orders, audit ------------------------------------------------ */
-
-/* Creates or resets sku's shard `shard` of nshards (on one Redis the only
- * one, 0 of 1): the stock of its segments (those i with i % nshards ==
- * shard; the others 0 here), its order records cleared, its epoch `epoch`
- * ("" for one more). */
-inv_status inv_sku_put_shard(struct inv_session *s, const char *sku, long long stock,
-                             int segments, int limit, int shard, int nshards,
-                             const char *epoch)
-{
-    rconn_check(s->rc);
-    struct sku_keys k;
-    inv_keys_init(&k, sku, s->gene);
-    int n = 17 + segments;
-    const char **argv = malloc(sizeof(*argv) * (size_t)n);
-    char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
-    if (!argv || !vals)
-        abort();
-    const char *keys[] = {k.meta,   k.stock, k.init,  k.sold, k.buyers,
-                          k.orders, k.idem,  k.avail, k.xout, k.xin};
-    memcpy(argv, keys, sizeof(keys));
-    long long mine = 0;
-    for (int i = 0; i < segments; i++) {
-        long long units = i % nshards == shard ? seg_initial(stock, segments, i) : 0;
-        snprintf(vals[3 + i], 24, "%lld", units);
-        mine += units;
-    }
-    snprintf(vals[0], 24, "%lld", mine);
-    snprintf(vals[1], 24, "%d", segments);
-    snprintf(vals[2], 24, "%d", limit);
-    for (int i = 0; i < segments + 3; i++)
-        argv[10 + i] = vals[i];
-    argv[13 + segments] = SOLDOUT_CHANNEL;
-    argv[14 + segments] = sku;
-    argv[15 + segments] = k.order;
-    argv[16 + segments] = epoch;
-    redisReply *r = rconn_eval(s->rc, &reset_script, 10, 7 + segments, argv, NULL);
-    free(argv);
-    free(vals);
-    inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_INTEGER)
-        st = r->integer == 1 ? INV_CREATED : INV_OK;
-    soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
-    inv_layout_forget(s->inv, sku);
-    if (r)
-        freeReplyObject(r);
-    return st;
-}
-
-/* Fills per-segment values from the pairs {segment, number} of r (an
- * HGETALL, or a zset WITHSCORES): segment i's goes to the long long at
- * dst + i * stride bytes, for segments 0..n-1. */
-static void segment_values(const redisReply *r, void *dst, size_t stride, int n)
-{
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-        long long seg = inv_reply_ll(r->element[i], -1);
-        if (seg >= 0 && seg < n)
-            *(long long *)((char *)dst + (size_t)seg * stride) =
-                inv_reply_ll(r->element[i + 1], 0);
-    }
-}
-
-/* segment_values into one field (at offset) of a report's segments. */
-static void report_values(const redisReply *r, struct inv_sku_report *out, size_t offset)
-{
-    segment_values(r, (char *)out->segments + offset, sizeof(out->segments[0]),
-                   out->nsegments);
-}
-
-/* The report of sku as its shard on s holds it (on one Redis: whole). */
-inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
-                             struct inv_sku_report *out)
-{
-    rconn_check(s->rc);
-    struct sku_keys k;
-    inv_keys_init(&k, sku, s->gene);
-    struct rpipe p;
-    if (rpipe_begin(&p, s->rc) != RCONN_OK)
-        return INV_UNAVAILABLE;
-    rpipe_appendf(&p, "MULTI");
-    rpipe_appendf(&p, "HMGET %s initial segments limit sold orders", k.meta);
-    rpipe_appendf(&p, "HGETALL %s", k.stock);
-    rpipe_appendf(&p, "HGETALL %s", k.init);
-    rpipe_appendf(&p, "HGETALL %s", k.sold);
-    rpipe_appendf(&p, "EXEC");
-    redisReply *snap = multi_exec_reply(&p, 4);
-    if (!snap)
-        return INV_UNAVAILABLE;
-    redisReply **e = snap->element;
-    redisReply *m = e[0];
-    inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 5 ||
-        m->element[0]->type != REDIS_REPLY_STRING) {
-        st = INV_NOT_FOUND;
-    } else {
-        memset(out, 0, offsetof(struct inv_sku_report, segments));
-        snprintf(out->sku, sizeof(out->sku), "%s", sku);
-        out->initial = inv_reply_ll(m->element[0], 0);
-        out->nsegments = (int)inv_reply_ll(m->element[1], 0);
-        if (out->nsegments < 1 || out->nsegments > INV_MAX_SEGMENTS)
-            out->nsegments = 0;
-        out->limit = (int)inv_reply_ll(m->element[2], 1);
-        out->sold = inv_reply_ll(m->element[3], 0);
-        out->orders = inv_reply_ll(m->element[4], 0);
-        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
-        memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
-        report_values(e[1], out, offsetof(struct inv_segment_report, remaining));
-        report_values(e[2], out, offsetof(struct inv_segment_report, initial));
-        report_values(e[3], out, offsetof(struct inv_segment_report, sold));
-        for (int i = 0; i < out->nsegments; i++)
-            out->remaining += out->segments[i].remaining;
-    }
-    freeReplyObject(snap);
-    return st;
-}
-
-/* Reads an order's segments as recorded, "seg:units,seg:units...", into
- * parts[] (*n of them); returns the units they add up to. */
-static long long parse_parts(const char *text, struct inv_part *parts, int *n)
-{
-    long long units = 0;
-    *n = 0;
-    for (const char *p = text; *p && *n < INV_MAX_SEGMENTS;) {
-        char *end;
-        long seg = strtol(p, &end, 10);
-        if (*end != ':')
-            break;
-        long qty = strtol(end + 1, &end, 10);
-        parts[(*n)++] = (struct inv_part){.segment = (int)seg, .qty = (int)qty};
-        units += qty;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return units;
-}
-
-static inv_status order_get_once(struct inv_session *s, uint64_t id,
-                                 struct inv_order *out);
-
-inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out)
-{
-    inv_status st = order_get_once(s, id, out);
-    for (int i = 1; i < READ_TRIES && s->cl && st == INV_UNAVAILABLE; i++)
-        st = order_get_once(s, id, out);
-    return st;
-}
-
-static inv_status order_get_once(struct inv_session *s, uint64_t id,
-                                 struct inv_order *out)
-{
-    struct inv_session *top = s;
-    if (s->cl && !(s = inv_shard_session(s, orderid_gene_of(id))))
-        return inv_shard_outcome(top, INV_UNAVAILABLE);
-    rconn_check(s->rc);
-    struct sku_keys k;
-    inv_keys_init(&k, "", s->gene);
-    redisReply *r = rconn_command(
-        s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments", k.order, id);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
-        if (r)
-            freeReplyObject(r);
-        return inv_shard_outcome(top, INV_UNAVAILABLE);
-    }
-    inv_status st = INV_NOT_FOUND;
-    if (r->element[0]->type == REDIS_REPLY_STRING &&
-        r->element[1]->type == REDIS_REPLY_STRING) {
-        order_clear(out);
-        out->id = id;
-        snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
-        snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
-        out->qty = (int)inv_reply_ll(r->element[2], 0);
-        order_one_part(out, (int)inv_reply_ll(r->element[3], 0));
-        int n = 0;
-        if (r->element[4]->type == REDIS_REPLY_STRING)
-            parse_parts(r->element[4]->str, out->parts, &n);
-        if (n > 0)
-            out->nparts = n;
-        st = INV_OK;
-    }
-    freeReplyObject(r);
-    return st;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define AUDIT_CHUNK 2000
-
-/* The counters and per-segment figures the audit checks the records
- * against, read in one snapshot with the number of records: the list only
- * grows within an epoch, so its first `records` are stable afterwards. */
-struct audit_snap {
-    long long initial, limit, sold, orders, remaining, records;
-    int segments;
-    long long *seg_sold, *seg_stock, *seg_indexed; /* [segments]; -1: not indexed */
-};
-
-static void audit_snap_free(struct audit_snap *a)
-{
-    free(a->seg_sold);
-    free(a->seg_stock);
-    free(a->seg_indexed);
-}
-
-static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k,
-                                 struct audit_snap *a)
-{
-    struct rpipe p;
-    if (rpipe_begin(&p, s->rc) != RCONN_OK)
-        return INV_UNAVAILABLE;
-    rpipe_appendf(&p, "MULTI");
-    rpipe_appendf(&p, "HMGET %s initial limit sold orders remaining segments", k->meta);
-    rpipe_appendf(&p, "LLEN %s", k->orders);
-    rpipe_appendf(&p, "HGETALL %s", k->sold);
-    rpipe_appendf(&p, "HGETALL %s", k->stock);
-    rpipe_appendf(&p, "ZRANGE %s 0 -1 WITHSCORES", k->avail);
-    rpipe_appendf(&p, "EXEC");
-    redisReply *snap = multi_exec_reply(&p, 5);
-    if (!snap)
-        return INV_UNAVAILABLE;
-    redisReply **e = snap->element, *m = e[0];
-    inv_status st = INV_NOT_FOUND;
-    if (m->type == REDIS_REPLY_ARRAY && m->elements == 6 &&
-        m->element[0]->type == REDIS_REPLY_STRING) {
-        a->initial = inv_reply_ll(m->element[0], 0);
-        a->limit = inv_reply_ll(m->element[1], 1);
-        a->sold = inv_reply_ll(m->element[2], 0);
-        a->orders = inv_reply_ll(m->element[3], 0);
-        a->remaining = inv_reply_ll(m->element[4], 0);
-        a->segments = (int)inv_reply_ll(m->element[5], 0);
-        if (a->segments < 1 || a->segments > INV_MAX_SEGMENTS)
-            a->segments = 0;
-        a->records = inv_reply_ll(e[1], 0);
-        size_t n = (size_t)(a->segments > 0 ? a->segments : 1);
-        a->seg_sold = calloc(n, sizeof(long long));
-        a->seg_stock = calloc(n, sizeof(long long));
-        a->seg_indexed = malloc(n * sizeof(long long));
-        if (!a->seg_sold || !a->seg_stock || !a->seg_indexed)
-            abort();
-        for (size_t i = 0; i < n; i++)
-            a->seg_indexed[i] = -1;
-        segment_values(e[2], a->seg_sold, sizeof(long long), a->segments);
-        segment_values(e[3], a->seg_stock, sizeof(long long), a->segments);
-        segment_values(e[4], a->seg_indexed, sizeof(long long), a->segments);
-        st = INV_OK;
-    }
-    freeReplyObject(snap);
-    return st;
-}
-
-/* Adds one order record, "<id> <user> <qty> <segment>[ <seg>:<units>,...]",
- * to out (orders, sold), ids, bought (user id -> units) and seg_units; false
- * when it does not parse. */
-static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
-                        json_t *bought, long long *seg_units, int nseg)
-{
-    unsigned long long id;
-    char user[INV_ID_MAX + 1];
-    long long qty;
-    int seg, end = 0;
-    if (sscanf(rec, "%llu %64s %lld %d%n", &id, user, &qty, &seg, &end) != 4)
-        return 0;
-    ids[out->orders++] = id;
-    out->sold += qty;
-    json_t *u = json_object_get(bought, user);
-    json_object_set_new(bought, user,
-                        json_integer((u ? json_integer_value(u) : 0) + qty));
-    struct inv_part one = {.segment = seg, .qty = (int)qty}, *parts = &one;
-    static _Thread_local struct inv_part many[INV_MAX_SEGMENTS];
-    int n = 1;
-    if (rec[end] == ' ') {
-        if (parse_parts(rec + end + 1, many, &n) != qty || n == 0)
-            return 0;
-        parts = many;
-    }
-    for (int i = 0; i < n; i++)
-        if (parts[i].segment >= 0 && parts[i].segment < nseg)
-            seg_units[parts[i].segment] += parts[i].qty;
-    return 1;
-}
-
-/* True when the SKU's figures agree with its records (seg_units) segment by
- * segment, and its stock index with its stock: each segment holding stock
- * listed with it, and meta's remaining equal to `stock`, their sum. */
-static int audit_segments_agree(const struct audit_snap *a, const long long *seg_units,
-                                long long stock)
-{
-    for (int i = 0; i < a->segments; i++) {
-        long long left = a->seg_stock[i];
-        if (seg_units[i] != a->seg_sold[i] ||
-            (left > 0 ? a->seg_indexed[i] != left : a->seg_indexed[i] != -1))
-            return 0;
-    }
-    return a->segments > 0 && stock == a->remaining;
-}
-
-/* The audit of sku's shard on s (on one Redis: of the SKU). */
-inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out)
-{
-    rconn_check(s->rc);
-    struct sku_keys k;
-    inv_keys_init(&k, sku, s->gene);
-    struct audit_snap a = {0};
-    inv_status st = audit_snapshot(s, &k, &a);
-    if (st != INV_OK)
-        return st;
-    memset(out, 0, sizeof(*out));
-    snprintf(out->sku, sizeof(out->sku), "%s", sku);
-    out->initial = a.initial;
-    for (int i = 0; i < a.segments; i++)
-        out->remaining += a.seg_stock[i];
-    long long n = a.records;
-    uint64_t *ids = malloc(sizeof(*ids) * (size_t)(n > 0 ? n : 1));
-    long long *seg_units =
-        calloc((size_t)(a.segments > 0 ? a.segments : 1), sizeof(long long));
-    json_t *bought = json_object(); /* user id -> units */
-    if (!ids || !seg_units || !bought)
-        abort();
-    int unreadable = 0;
-    for (long long from = 0; from < n && st == INV_OK; from += AUDIT_CHUNK) {
-        long long to = from + AUDIT_CHUNK - 1 < n - 1 ? from + AUDIT_CHUNK - 1 : n - 1;
-        redisReply *l = rconn_command(s->rc, "LRANGE %s %lld %lld", k.orders, from, to);
-        if (!l || l->type != REDIS_REPLY_ARRAY)
-            st = INV_UNAVAILABLE;
-        for (size_t i = 0; st == INV_OK && i < l->elements; i++)
-            if (l->element[i]->type != REDIS_REPLY_STRING ||
-                !audit_record(l->element[i]->str, out, ids, bought, seg_units,
-                              a.segments))
-                unreadable++;
-        if (l)
-            freeReplyObject(l);
-    }
-    if (st == INV_OK) {
-        qsort(ids, (size_t)out->orders, sizeof(*ids), cmp_u64);
-        for (long long i = 1; i < out->orders; i++)
-            if (ids[i] == ids[i - 1])
-                out->duplicate_order_ids++;
-        const char *user;
-        json_t *units;
-        json_object_foreach(bought, user, units)
-        {
-            if (json_integer_value(units) > a.limit)
-                out->limit_breaches++;
-        }
-        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
-        out->consistent = out->oversold == 0 && out->limit_breaches == 0 &&
-                          out->duplicate_order_ids == 0 && unreadable == 0 &&
-                          out->sold == a.sold && out->orders == a.orders &&
-                          out->sold + out->remaining == out->initial &&
-                          audit_segments_agree(&a, seg_units, out->remaining);
-    }
-    free(ids);
-    free(seg_units);
-    json_decref(bought);
-    audit_snap_free(&a);
-    return st;
 }
