@@ -6,6 +6,8 @@
 #                   BENCH_QUICK=1: a 1 s-per-step smoke test; BENCH_ARGS: loadtest/bench.sh options)
 #   make SANITIZER=address|undefined|thread test
 #   make valgrind   the server under valgrind through a short workload, no leak allowed
+#   make chaos      the fault matrix (loadtest/chaos.sh): each fault against each lock
+#                   mode, CHAOS_REPS times (10), each on a fresh cluster
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -59,7 +61,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/invfix.o
 
-.PHONY: all deps test check demo bench fuzz valgrind clean install format
+.PHONY: all deps test check demo bench chaos fuzz valgrind clean install format
 all: $(BUILD)/seckill $(LUA_COPY)
 
 # `make V=1` shows the full commands.
@@ -142,6 +144,12 @@ bench: deps
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/bench.sh $(BENCH_ARGS)
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/segments.sh
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/shards.sh
+
+# The fault matrix: faults x lock modes, CHAOS_REPS runs each; results/chaos-latest/.
+CHAOS_REPS ?= 10
+chaos: deps
+	@$(MAKE) --no-print-directory all
+	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(CHAOS_ARGS)
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
