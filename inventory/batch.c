@@ -254,15 +254,10 @@ static void batch_start(struct worker *w)
                                         : INV_HOLD_ENDED;
     if (open == INV_HOLD_OPEN) {
         w->nparked++;
-    } else if (open ==
-               INV_HOLD_TAKEN) { /* the lock is taken: the batch goes back, whole */
+    } else if (open == INV_HOLD_TAKEN) {
+        /* the lock is taken: the batch goes back, whole */
         pthread_mutex_lock(&b->mu);
-        for (int i = x->n - 1; i >= 0; i--) {
-            x->held[i]->next = x->q->head;
-            x->q->head = x->held[i];
-            if (!x->q->tail)
-                x->q->tail = x->held[i];
-        }
+        squeue_push_front(x->q, x->held, x->n);
         b->queued += (uint64_t)x->n;
         queue_done(b, x->q);
         w->no_batch = 1;

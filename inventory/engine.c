@@ -462,12 +462,7 @@ static void hold_back_off(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     struct squeue *q = x->q;
-    for (int i = x->h.n - 1; i >= 0; i--) {
-        x->t[i]->next = q->head;
-        q->head = x->t[i];
-        if (!q->tail)
-            q->tail = x->t[i];
-    }
+    squeue_push_front(q, x->t, x->h.n);
     x->h.n = 0;
     if (e->open_holds > 0) {
         q->backed_off = 1;

@@ -74,6 +74,16 @@ void squeue_push(struct squeue *q, struct inv_ticket *t)
     q->tail = t;
 }
 
+void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n)
+{
+    for (int i = n - 1; i >= 0; i--) {
+        t[i]->next = q->head;
+        q->head = t[i];
+        if (!q->tail)
+            q->tail = t[i];
+    }
+}
+
 struct inv_ticket *squeue_pop(struct squeue *q)
 {
     struct inv_ticket *t = q->head;

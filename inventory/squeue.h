@@ -49,6 +49,9 @@ struct squeue *squeue_get(struct squeues *qs, const char *sku, int seg, int *mad
 void squeue_drop(struct squeues *qs, struct squeue *q);
 
 void squeue_push(struct squeue *q, struct inv_ticket *t);
+/* Puts t[0..n-1] back at the head of q, in that order (a batch that could not
+ * be served goes back whole, ahead of what queued meanwhile). */
+void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n);
 /* The oldest ticket of q, which has one, taken off it. */
 struct inv_ticket *squeue_pop(struct squeue *q);
 
