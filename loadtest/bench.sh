@@ -235,12 +235,6 @@ instances_idle() {
         [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1 # the /stats request itself
     done
 }
-put_sku() { # SKU STOCK SEGMENTS
-    local -a auth=()
-    [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
-    curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' "${auth[@]}" \
-        -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1}" "$LB_URL/skus/$1"
-}
 wrk_run() { # SKU CONNECTIONS DURATION FILE
     wrk -t "$WRK_THREADS" -c "$2" -d "$3" -s "$LUA" "$LB_URL" -- "$1" 0 1 "b$$x$RANDOM" >"$4" 2>&1 || true
 }

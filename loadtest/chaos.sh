@@ -139,9 +139,10 @@ fault_kill_instance() {
 # (a random one when none says so).
 busiest_instance() {
     local i n best=$((RANDOM % 3 + 1)) most=0
+    local -a urls
+    read -r -a urls <<<"$INSTANCE_URLS"
     for i in 1 2 3; do
-        n=$(curl -s --max-time 1 "$(sed -n "${i}p" <<<"${INSTANCE_URLS// /$'\n'}")/stats" |
-            jq -r '.inflight // 0' 2>/dev/null) || n=0
+        n=$(curl -s --max-time 1 "${urls[i - 1]}/stats" | jq -r '.inflight // 0' 2>/dev/null) || n=0
         [[ $n =~ ^[0-9]+$ ]] && ((n > most)) && { most=$n; best=$i; }
     done
     echo "seckill-$best"
@@ -187,8 +188,7 @@ run_one() {
         progress "$fault $mode #$rep: cluster did not start: $UP_ERROR"
         return
     fi
-    curl -s -o /dev/null --max-time 10 -X PUT "$LB_URL/skus/chaos" \
-        -d "{\"stock\":$STOCK,\"segments\":$SEGMENTS,\"per_user_limit\":1}"
+    put_sku chaos "$STOCK" "$SEGMENTS" || any_error=1
     for ((c = 1; c <= LOOPS; c++)); do
         chaos_client "$c" "$LB_URL/skus/chaos/orders" >"$run/client.$c" &
         pids+=($!)

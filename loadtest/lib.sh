@@ -19,6 +19,8 @@
 #                               start: UP_ERROR says why (its last word), nothing of it
 #                               runs, status 1
 #   lt_cluster_down             the running cluster down; 1 when that failed
+#   put_sku SKU STOCK SEGMENTS  creates or resets SKU through $LB_URL (limit 1;
+#                               $SECKILL_ADMIN_TOKEN when set); 1 when refused
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
@@ -89,4 +91,11 @@ lt_cluster_down() {
     CUR_CLUSTER=""
     [[ -n $dir && -d $dir ]] || return 0
     "$CLUSTER" down --dir "$dir" --quiet >/dev/null
+}
+
+put_sku() { # SKU STOCK SEGMENTS
+    local -a auth=()
+    [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
+    curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' "${auth[@]}" \
+        -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1}" "$LB_URL/skus/$1"
 }

@@ -52,12 +52,6 @@ lt_require jq wrk curl
 lt_out "segments-$(date +%Y%m%d-%H%M%S)" segments-latest steps
 lt_traps never
 TOTAL=$((${#k_list[@]} * 3))
-put_sku() { # SKU STOCK SEGMENTS
-    local -a auth=()
-    [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
-    curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' "${auth[@]}" \
-        -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1}" "$LB_URL/skus/$1"
-}
 
 # step NAME K SKU DURATION [tail]: one wrk run; writes $out/steps/NAME.K.json.
 step() {

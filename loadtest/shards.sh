@@ -83,9 +83,7 @@ run() {
     fi
     mapfile -t masters < <(nodes master)
     mapfile -t replicas < <(nodes slave)
-    curl -sf -o /dev/null --max-time 10 -X PUT \
-        -d "{\"stock\":$STOCK,\"segments\":$SEGMENTS,\"per_user_limit\":1}" "$LB_URL/skus/hot" ||
-        { progress "$mode, $m: PUT failed"; any_error=1; }
+    put_sku hot "$STOCK" "$SEGMENTS" || { progress "$mode, $m: PUT failed"; any_error=1; }
     for p in "${masters[@]}"; do before_m+=("$(cpu_seconds "$p")"); done
     for p in "${replicas[@]}"; do before_r+=("$(cpu_seconds "$p")"); done
     wrk -t "$WRK_THREADS" -c "$CONNECTIONS" -d "$dur" -s "$LUA" "$LB_URL" \
