@@ -11,6 +11,10 @@
  * Redis reports at "user_script:N" of a loaded script comes back naming the
  * .lua file and line instead (in every reply this module hands out).
  *
+ * The process must ignore SIGPIPE (service/main.c does): hiredis writes with
+ * write(2), and a write on a connection Redis closed must fail with EPIPE, not
+ * kill the process.
+ *
  * Thread safety: an rconn belongs to one thread. rscript values are shared and
  * safe to use from any thread. */
 #ifndef SECKILL_RCONN_H

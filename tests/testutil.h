@@ -21,7 +21,8 @@ struct test_redis {
 
 /* Starts a server; extra_args (may be NULL) is a NULL-terminated list of extra
  * redis-server arguments such as {"--appendonly", "yes", NULL}. Exits the test
- * program (status 1, after stopping the servers it started) when none can be. */
+ * program (status 1, after stopping the servers it started) when none can be.
+ * Makes the test process ignore SIGPIPE, as the server does. */
 void test_redis_start(struct test_redis *r, const char *const *extra_args);
 /* SIGKILL (hard) or SIGTERM, then waits for the PID. Keeps the dir when
  * keep_dir is set so that the server can be restarted on the same data. */
