@@ -135,12 +135,13 @@ struct zk_conn {
 
 /* One key held by one lock_session, perhaps re-entered. */
 struct zk_hold {
-    struct zk_hold *snext; /* the session's list (session thread only) */
-    struct zk_hold *cnext; /* the conn's list (st->mu) */
-    struct zk_conn *conn;  /* referenced */
-    int depth;             /* grants not yet released (session thread only) */
-    int detached;          /* found lost by an acquire that made a new hold */
-    int lost;              /* the session expired (st->mu) */
+    struct zk_session *owner; /* the session that took it, whose list it is on */
+    struct zk_hold *snext;    /* the session's list (session thread only) */
+    struct zk_hold *cnext;    /* the conn's list (st->mu) */
+    struct zk_conn *conn;     /* referenced */
+    int depth;                /* grants not yet released (session thread only) */
+    int detached;             /* found lost by an acquire that made a new hold */
+    int lost;                 /* the session expired (st->mu) */
     uint64_t fence;
     char guid[33];
     char *key;
@@ -1134,6 +1135,7 @@ static struct zk_hold *hold_new(struct zk_session *s, const char *key,
     h->fence = (uint64_t)a->czxid;
     memcpy(h->guid, a->guid, sizeof(h->guid));
     snprintf(h->node, sizeof(h->node), "%s", a->node);
+    h->owner = s;
     h->snext = s->holds;
     s->holds = h;
     struct zk_state *st = s->st;
@@ -1148,9 +1150,13 @@ static struct zk_hold *hold_new(struct zk_session *s, const char *key,
     return h;
 }
 
+/* Off its list and freed. s may be another session of the thread that took it
+ * (on a Redis Cluster a batch thread has one per master, and a hold taken on
+ * one is released on another when the map changed meanwhile): the hold leaves
+ * its owner's list, not s's, or the owner would keep a freed hold. */
 static void hold_free(struct zk_session *s, struct zk_hold *h)
 {
-    for (struct zk_hold **p = &s->holds; *p; p = &(*p)->snext) {
+    for (struct zk_hold **p = &h->owner->holds; *p; p = &(*p)->snext) {
         if (*p == h) {
             *p = h->snext;
             break;

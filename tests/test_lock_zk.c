@@ -781,6 +781,35 @@ static void test_reentrant(void **state)
     lock_free(lb);
 }
 
+/* A hold released through another session of the same thread (a batch
+ * thread on a Redis Cluster has one per master, and the map can change while
+ * it holds) leaves the session that took it: that session does not find it
+ * again and waits as anyone would. Before, the hold stayed on its taker's
+ * list, freed: the next acquire there read freed memory (ASan) or took the
+ * freed hold for its own and was granted a lock another session held. */
+static void test_release_through_another_session(void **state)
+{
+    (void)state;
+    struct lock *la = direct_lock(), *lb = direct_lock();
+    struct lock_session *taker = lock_session_new(la, NULL),
+                        *releaser = lock_session_new(la, NULL),
+                        *other = lock_session_new(lb, NULL);
+    struct lock_grant g, og;
+    assert_int_equal(lock_acquire(taker, "t:moved", 1000, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(releaser, "t:moved", &g), LOCK_RELEASED);
+    assert_int_equal(children("t:moved", NULL, 0), 0);
+    assert_int_equal(lock_acquire(other, "t:moved", 1000, &og), LOCK_ACQUIRED);
+    assert_int_equal(lock_acquire(taker, "t:moved", 100, &g), LOCK_BUSY);
+    assert_int_equal(lock_release(other, "t:moved", &og), LOCK_RELEASED);
+    assert_int_equal(lock_acquire(taker, "t:moved", 1000, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(taker, "t:moved", &g), LOCK_RELEASED);
+    lock_session_free(taker);
+    lock_session_free(releaser);
+    lock_session_free(other);
+    lock_free(la);
+    lock_free(lb);
+}
+
 /* Lock keys map one to one onto node names: '/' does not nest, '.' and '%'
  * are escaped, the service's key shape is kept readable. */
 static void test_key_names(void **state)
@@ -998,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_fence_is_czxid),
         cmocka_unit_test(test_reentrant),
         cmocka_unit_test(test_key_names),
+        cmocka_unit_test(test_release_through_another_session),
         cmocka_unit_test(test_lost_create_answer),
         cmocka_unit_test(test_session_expiry),
         cmocka_unit_test(test_zookeeper_down_and_back),
