@@ -2,7 +2,8 @@
 # checks.sh — assertions for the integration scripts (source it after lib.sh).
 #
 #   expect NAME EXPECTED ACTUAL   passes when ACTUAL equals EXPECTED; says both when not
-#   check NAME CMD...             passes when CMD succeeds
+#   check NAME CMD...             passes when CMD succeeds; status 1 when it fails (so a
+#                                 failed wait can be followed by `|| diagnose`)
 #   eq A B, has_prefix S P        conditions for check
 #   checks_summary                prints "N passed, N failed"; status 1 when any failed
 #   checks_finish                 checks_summary, then exit with its status
@@ -34,6 +35,7 @@ check() {
     else
         failed=$((failed + 1))
         echo "FAIL - $what"
+        return 1
     fi
 }
 
