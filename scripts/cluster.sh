@@ -158,6 +158,7 @@ cluster_ready() { # PORT...: every node says cluster_state:ok, every replica has
 # comma-separated (seeds for --redis).
 start_redis_cluster() {
     local dir=$1 m=$2 fsync=$3 i p id seeds=""
+    local FREE_PORT_BUS=1 # the nodes' bus ports out of the ephemeral range (free_port)
     local -a masters=() replicas=() flags=(--cluster-enabled yes --cluster-node-timeout 1000)
     for ((i = 1; i <= m; i++)); do
         start_redis "shard-$i" "$dir" "$fsync" "${flags[@]}" || return 1

@@ -44,12 +44,16 @@ _LIB_PORTS_DIR=${TMPDIR:-/tmp}/seckill-ports.$(id -u)
 
 # free_port: prints a TCP port in [10000, ephemeral range start) with no socket on it.
 # Callers must still handle losing the race (the start helpers retry on "in use").
+# FREE_PORT_BUS=1 (a Redis Cluster node's): its bus port, port + 10000, is below the
+# ephemeral range too. Else a client's connection (or its TIME_WAIT) can hold the bus
+# port when a killed node is started again on its own port, and the node cannot bind it.
 free_port() {
     local lo=10000 hi=32767 range p try
     if [[ -r /proc/sys/net/ipv4/ip_local_port_range ]]; then
         read -r range _ </proc/sys/net/ipv4/ip_local_port_range
         if ((range > lo + 1000)); then hi=$((range - 1)); fi
     fi
+    if ((${FREE_PORT_BUS:-0})); then hi=$((hi - 10000)); fi
     mkdir -p "$_LIB_PORTS_DIR" 2>/dev/null || true
     find "$_LIB_PORTS_DIR" -type f -mmin +2 -delete 2>/dev/null || true
     for ((try = 0; try < 200; try++)); do
