@@ -151,6 +151,33 @@ cluster_ready() { # PORT...: every node says cluster_state:ok, every replica has
     done
 }
 
+# What a Redis Cluster says now, in the view of the node on PORT (tests and chaos.sh):
+cluster_node_ports() { # PORT: every node's port
+    redis-cli -p "$1" cluster nodes | awk '{ split($2, a, "@"); n = split(a[1], b, ":"); print b[n] }'
+}
+cluster_masters() { # PORT: "port id" of every master not failed
+    redis-cli -p "$1" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ {
+        split($2, a, "@"); n = split(a[1], b, ":"); print b[n], $1 }'
+}
+cluster_slot_owner() { # PORT SLOT: the port of the master serving SLOT
+    redis-cli -p "$1" cluster nodes | awk -v s="$2" '$3 ~ /master/ && $3 !~ /fail/ {
+        for (i = 9; i <= NF; i++) { split($i, r, "-"); if (r[2] == "") r[2] = r[1]
+            if (r[1] ~ /^[0-9]+$/ && s >= r[1] && s <= r[2]) {
+                split($2, a, "@"); n = split(a[1], b, ":"); print b[n] } } }'
+}
+# cluster_sku_segment0 PORT SKU: "port key" of the master holding segment 0 of SKU (and
+# every segment i with i % shards == 0), key the shard's init hash, which gives segment 0
+# units there.
+cluster_sku_segment0() {
+    local m k
+    for m in $(cluster_masters "$1" | awk '{ print $1 }'); do
+        for k in $(redis-cli -p "$m" --scan --pattern "sk:{*}:$2:init"); do
+            (($(redis-cli -p "$m" hget "$k" 0) > 0)) && { echo "$m $k"; return 0; }
+        done
+    done
+    return 1
+}
+
 # start_redis_cluster DIR M FSYNC: a Redis Cluster of M masters (shard-1..shard-M) with
 # one replica each (shard-I-r), node timeout 1 s, AOF as FSYNC says; the 16384 slots
 # split evenly over the masters. Waits until every node says cluster_state:ok and every

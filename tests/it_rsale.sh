@@ -151,16 +151,9 @@ expect "an order after the failover, same instances" "201" "$code"
 # orders of that shard are acknowledged by a replica again
 "$ROOT/scripts/cluster.sh" start --dir "$dir/c" shard-1 >"$dir/restart.out" 2>&1
 check "the killed master started again" test $? -eq 0
-synced() {
-    local p
-    for p in $(redis-cli -p "${seeds[1]##*:}" cluster nodes | awk '{ split($2, a, "@"); split(a[1], b, ":"); print b[2] }'); do
-        redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' || return 1
-        redis-cli -p "$p" info replication | grep -q '^role:slave' || continue
-        redis-cli -p "$p" info replication | grep -q '^master_link_status:up' || return 1
-    done
-}
-for ((i = 0; i < 200; i++)); do synced && break; sleep 0.1; done
-check "... and rejoined: every replica linked, cluster ok" synced
+# shellcheck disable=SC2046 # one port per word
+synced() { cluster_ready $(cluster_node_ports "${seeds[1]##*:}"); }
+check "... and rejoined: every replica linked, cluster ok" wait_until 20 synced
 
 # ---- the slot of a hot shard moved mid-load ------------------------------------------
 expect "PUT rs" "201" "$(put rs 1000000)"
