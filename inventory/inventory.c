@@ -1386,6 +1386,7 @@ static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
 inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
                             int try_only, struct inv_hold *h)
 {
+    struct inv_session *top = s; /* on a cluster: the router, for inv_shard_outcome */
     if (s->cl && !(s = inv_shard_session(s, t[0]->gene)))
         return INV_HOLD_ENDED; /* each by itself, which learns where */
     if (!s->inv->cfg.lock) {
@@ -1408,13 +1409,18 @@ inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n,
     lock_status ls = lock_and_read(s, &k, h->lkey, seg, wait_ms, &h->g, &stock);
     if (ls == LOCK_BUSY && try_only)
         return INV_HOLD_TAKEN; /* taken: nothing decided, the caller tries later */
+    /* Unavailable on a cluster (the lock step's or the read's answer a MOVED, no
+     * answer from a master that died): the map is learnt again, or every later
+     * hold of the shard would go to the same old master. */
     if (ls != LOCK_ACQUIRED) {
-        tickets_finish(inv, t, n, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
+        tickets_finish(inv, t, n,
+                       ls == LOCK_BUSY ? INV_BUSY
+                                       : inv_shard_outcome(top, INV_UNAVAILABLE));
         return INV_HOLD_ENDED;
     }
     if (stock < 0) {
         lock_release(s->lock, h->lkey, &h->g);
-        tickets_finish(inv, t, n, INV_UNAVAILABLE);
+        tickets_finish(inv, t, n, inv_shard_outcome(top, INV_UNAVAILABLE));
         return INV_HOLD_ENDED;
     }
     hold_opened(inv, h, stock);
@@ -1507,6 +1513,7 @@ static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold 
 void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
+    struct inv_session *top = s;
     if (s->cl && !(s = inv_shard_session(s, h->gene))) {
         tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE); /* the lease runs out */
         return;
@@ -1517,12 +1524,14 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
     uint64_t lost = rconn_unanswered(s->rc);
     lock_status released = lock_release_after(s->lock, h->lkey, &h->g, &c.cmd, &r);
     batch_call_free(&c);
-    if (!r) {
-        tickets_finish(inv, h->t, h->n, no_answer(s, lost));
+    if (!r) { /* on a cluster the map is learnt again, as after a failed open */
+        tickets_finish(inv, h->t, h->n, inv_shard_outcome(top, no_answer(s, lost)));
         return;
     }
     if (batch_answer(inv, s, h, r, released)) /* nothing written: each by itself */
         rconn_script_reload(s->rc, &batch_script);
+    else if (top->cl && rcluster_stale(r)) /* MOVED, ASK: nothing written */
+        inv_shard_outcome(top, INV_UNAVAILABLE);
     freeReplyObject(r);
 }
 

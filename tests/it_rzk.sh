@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Integration: the zk lock mode on a Redis Cluster (3 masters, a replica each), where
+# every order goes through the batch threads (inventory/batch.c) and their blocking
+# router (rcluster), when a shard's slot moves to another master or its master fails
+# over. A batch thread's hold went to the master its map named; when that answered
+# MOVED (or nothing), the orders were answered 503 and the map was not learnt again, so
+# every later order of that shard went to the same old master: 503 for good (chaos.sh
+# cluster-migrate and cluster-master-kill, zk: most of the stock left unsold).
+#
+#   - a 3-segment SKU, one segment per master; orders of every segment are placed;
+#   - the slot of segment 0's shard moved to another master (redis-cli --cluster
+#     reshard): orders of fresh users are placed again, each within a few tries (a
+#     batch thread's first try may still go to the old master; the next learns the
+#     map); every acknowledged order is found, the audit is consistent;
+#   - the master now serving segment 0 killed with -9: once its replica has taken
+#     over, the same.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin rzk redis-server redis-cli curl jq java
+
+USERS=24 # orders after each fault: 8 or so in the shard that moved
+TRIES=8  # an order's tries with its key: a 503 per batch thread at most, and margin
+
+it_cluster_up --redis-cluster 3 --instances 1 --lb none --lock zk -- --threads 2 \
+    --log-level warn || exit 1
+
+# order NAME: one order of user NAME (key NAME), asked again on 503 up to TRIES times;
+# "status tries segment order_id"
+order() {
+    local t out status
+    for ((t = 1; t <= TRIES; t++)); do
+        out=$(curl -s --max-time 10 -w '\n%{http_code}' -X POST -H "Idempotency-Key: $1" \
+            -d "{\"user_id\": \"$1\"}" "$LB_URL/skus/rz/orders")
+        status=${out##*$'\n'}
+        [[ $status == 503 ]] || break
+        sleep 0.2
+    done
+    echo "$status $t $(jq -r '"\(.segment // "-") \(.order_id // "-")"' <<<"${out%$'\n'*}" 2>/dev/null)"
+}
+# orders NAME: USERS orders of fresh users NAME-1.. into $dir/NAME
+orders() {
+    local i
+    for ((i = 1; i <= USERS; i++)); do order "$1-$i"; done >"$dir/$1"
+}
+placed() { awk '$1 == 201' "$dir/$1" | wc -l; }
+in_segment() { awk -v s="$2" '$1 == 201 && $3 == s' "$dir/$1" | wc -l; }
+found() { # NAME: how many of its order ids GET /orders/{id} finds
+    local n=0 id
+    for id in $(awk '$1 == 201 { print $4 }' "$dir/$1"); do
+        [[ $(curl -s -o /dev/null -w '%{http_code}' "$LB_URL/orders/$id") == 200 ]] && n=$((n + 1))
+    done
+    echo "$n"
+}
+consistent() { curl -s "$LB_URL/skus/rz/audit" | jq -r '"\(.oversold) \(.consistent)"'; }
+# synced PORT: every node ok, every replica synced
+# shellcheck disable=SC2046 # one port per word
+synced() { cluster_ready $(cluster_node_ports "$1"); }
+
+# cluster_dump: what each node says, and the restarted node's log (when a wait failed)
+cluster_dump() {
+    local f p
+    for f in "$dir"/c/shard-*.args; do
+        p=$(sed -n '/^--port$/{n;p;q}' "$f")
+        echo "--- $(basename "$f" .args) ($p): $(redis-cli -p "$p" cluster info 2>&1 | grep -m1 cluster_state)"
+        redis-cli -p "$p" cluster nodes 2>&1 | sed 's/^/    /'
+        redis-cli -p "$p" info replication 2>&1 | grep -E '^(role|master_link_status|master_sync_in_progress):' | sed 's/^/    /'
+    done
+    echo "--- restart.out"; cat "$dir/restart.out"
+    echo "--- $victim.log (end)"; tail -n 25 "$dir/c/$victim.log"
+}
+
+expect "PUT rz" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+    -d '{"stock": 3000, "segments": 3, "per_user_limit": 1}' "$LB_URL/skus/rz")"
+orders before
+expect "orders before any fault: placed" "$USERS" "$(placed before)"
+check "... some in segment 0" test "$(in_segment before 0)" -gt 0
+
+# ---- the slot of segment 0's shard moved ----------------------------------------------
+seed=${seeds[0]##*:}
+read -r src key < <(cluster_sku_segment0 "$seed" rz)
+slot=$(redis-cli -p "$seed" cluster keyslot "$key")
+src_id=$(cluster_masters "$seed" | awk -v p="$src" '$1 == p { print $2 }')
+dst=$(cluster_masters "$seed" | awk -v p="$src" '$1 != p { print $1; exit }')
+dst_id=$(cluster_masters "$seed" | awk -v p="$dst" '$1 == p { print $2 }')
+first=$(redis-cli -p "$seed" cluster nodes |
+    awk -v id="$src_id" '$1 == id { split($9, r, "-"); print r[1] }')
+redis-cli --cluster reshard "127.0.0.1:$seed" --cluster-from "$src_id" --cluster-to "$dst_id" \
+    --cluster-slots $((slot - first + 1)) --cluster-yes >"$dir/reshard.out" 2>&1
+check "slot $slot of $key moved (redis-cli --cluster reshard)" eq "$(cluster_slot_owner "$seed" "$slot")" "$dst"
+orders moved
+expect "orders after the move: placed, each within $TRIES tries" "$USERS" "$(placed moved)"
+check "... some in segment 0 ($(in_segment moved 0))" test "$(in_segment moved 0)" -gt 0
+expect "every order placed after the move found" "$(placed moved)" "$(found moved)"
+expect "audit after the move: oversold, consistent" "0 true" "$(consistent)"
+
+# ---- the master of segment 0's shard killed -------------------------------------------
+victim=$(basename "$(grep -lx "$dst" "$dir"/c/shard-*.args | head -1)" .args)
+seed=$(cluster_masters "$seed" | awk -v p="$dst" '$1 != p { print $1; exit }') # one that stays
+kill -9 "$(cat "$dir/c/$victim.pid")"
+took_over() { [[ -n $(cluster_slot_owner "$seed" "$slot") && $(cluster_slot_owner "$seed" "$slot") != "$dst" ]]; }
+check "$victim (segment 0's master) killed: its replica took over" wait_until 20 took_over
+# shellcheck disable=SC2046 # one port per word
+others_ok() { cluster_ready $(cluster_node_ports "$seed" | grep -vx "$dst"); }
+check "... every other node says cluster_state:ok" wait_until 20 others_ok || cluster_dump
+"$ROOT/scripts/cluster.sh" start --dir "$dir/c" "$victim" >"$dir/restart.out" 2>&1
+check "$victim started again, a synced replica" wait_until 60 synced "$seed" || cluster_dump
+orders failover
+expect "orders after the failover: placed, each within $TRIES tries" "$USERS" "$(placed failover)"
+check "... some in segment 0 ($(in_segment failover 0))" test "$(in_segment failover 0)" -gt 0
+expect "every order placed after the failover found" "$(placed failover)" "$(found failover)"
+expect "audit after the failover: oversold, consistent" "0 true" "$(consistent)"
+
+checks_summary
