@@ -1,7 +1,8 @@
-/* faultproxy: a test-only TCP proxy on loopback that loses one answer.
+/* faultproxy: a test-only TCP proxy on loopback that loses one answer, or slows
+ * and cuts the network on a signal.
  *
  *   faultproxy LISTEN_PORT TARGET_PORT [--drop-after-arg PREFIX | --drop-after-bytes
- * TEXT]
+ * TEXT | --slow-ms N]
  *
  * Forwards every connection on 127.0.0.1:LISTEN_PORT to 127.0.0.1:TARGET_PORT,
  * both ways. With --drop-after-arg, the first client write that carries a
@@ -13,6 +14,16 @@
  * is how a test loses exactly the reply of a commit. --drop-after-bytes does the
  * same for the first write that carries TEXT anywhere, for protocols that are
  * not RESP (ZooKeeper's: a path in a create request).
+ *
+ * Signals change the network it stands for, for every connection, both ways
+ * (a kernel without netem, and toxiproxy not packaged, is why it exists):
+ *   SIGUSR1  slow: each chunk read waits N ms (--slow-ms, default 100) before
+ *            it goes on;
+ *   SIGUSR2  cut: nothing goes on, and what was read waits; the sockets stay
+ *            open, as a TCP connection across a partition does, so what was
+ *            sent before or during the cut arrives after the heal (a client
+ *            that gave up on an answer may find its command ran late);
+ *   SIGHUP   heal: no delay, nothing held.
  *
  * Prints "ready" on stdout once it listens. Stops on SIGTERM/SIGINT. */
 #include <arpa/inet.h>
@@ -26,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHUNK 65536
@@ -33,6 +45,54 @@
 static char pattern[256]; /* "\r\n" + PREFIX (a bulk argument's start), or TEXT */
 static size_t pattern_len;
 static atomic_int armed;
+
+/* The network's state, set by signals (net_signals) and read by every pump. */
+static pthread_mutex_t net_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t net_healed = PTHREAD_COND_INITIALIZER;
+static int net_cut;
+static int net_delay_ms;
+static int slow_ms = 100;
+
+/* Before a chunk read goes on: waits while the network is cut, then as long
+ * as it is slow. */
+static void net_gate(void)
+{
+    pthread_mutex_lock(&net_mu);
+    while (net_cut)
+        pthread_cond_wait(&net_healed, &net_mu);
+    int delay = net_delay_ms;
+    pthread_mutex_unlock(&net_mu);
+    if (delay > 0) {
+        struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+}
+
+/* The thread that takes SIGUSR1, SIGUSR2 and SIGHUP (blocked everywhere else). */
+static void *net_signals(void *arg)
+{
+    sigset_t *set = arg;
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        pthread_mutex_lock(&net_mu);
+        if (sig == SIGUSR1)
+            net_delay_ms = slow_ms;
+        else if (sig == SIGUSR2)
+            net_cut = 1;
+        else
+            net_cut = 0, net_delay_ms = 0;
+        pthread_cond_broadcast(&net_healed);
+        pthread_mutex_unlock(&net_mu);
+        fprintf(stderr, "faultproxy: %s\n",
+                sig == SIGUSR1   ? "slow"
+                : sig == SIGUSR2 ? "cut"
+                                 : "healed");
+    }
+    return NULL;
+}
 
 /* One proxied connection: the two sockets and the cut flag. */
 struct pair {
@@ -91,6 +151,7 @@ static void *client_to_server(void *arg)
             continue;
         if (n <= 0)
             break;
+        net_gate();
         int cut = 0;
         if (pattern_len && atomic_load(&armed) &&
             matches(tail, tail_len, buf, (size_t)n)) {
@@ -132,6 +193,7 @@ static void *server_to_client(void *arg)
             continue;
         if (n <= 0 || atomic_load(&p->cut))
             break; /* after a cut: the answer it read is dropped */
+        net_gate();
         if (write_all(p->client, buf, (size_t)n) != 0)
             break;
     }
@@ -167,9 +229,12 @@ static int parse_port(const char *text)
 int main(int argc, char **argv)
 {
     int raw = argc == 5 && strcmp(argv[3], "--drop-after-bytes") == 0;
-    if (argc != 3 && !(argc == 5 && (raw || strcmp(argv[3], "--drop-after-arg") == 0))) {
+    int slow = argc == 5 && strcmp(argv[3], "--slow-ms") == 0;
+    if (argc != 3 &&
+        !(argc == 5 && (raw || slow || strcmp(argv[3], "--drop-after-arg") == 0))) {
         fprintf(stderr, "usage: faultproxy LISTEN_PORT TARGET_PORT "
-                        "[--drop-after-arg PREFIX | --drop-after-bytes TEXT]\n");
+                        "[--drop-after-arg PREFIX | --drop-after-bytes TEXT | "
+                        "--slow-ms N]\n");
         return 2;
     }
     int listen_port = parse_port(argv[1]), target = parse_port(argv[2]);
@@ -177,7 +242,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "faultproxy: bad port\n");
         return 2;
     }
-    if (argc == 5) {
+    if (slow) {
+        char *end;
+        long v = strtol(argv[4], &end, 10);
+        if (*end || v < 0 || v > 60000) {
+            fprintf(stderr, "faultproxy: --slow-ms wants 0..60000\n");
+            return 2;
+        }
+        slow_ms = (int)v;
+    } else if (argc == 5) {
         if (strlen(argv[4]) + 3 > sizeof(pattern)) {
             fprintf(stderr, "faultproxy: prefix too long\n");
             return 2;
@@ -187,6 +260,17 @@ int main(int argc, char **argv)
         atomic_store(&armed, 1);
     }
     signal(SIGPIPE, SIG_IGN);
+    /* blocked here, so in every thread started after; net_signals takes them */
+    static sigset_t net_set;
+    sigemptyset(&net_set);
+    sigaddset(&net_set, SIGUSR1);
+    sigaddset(&net_set, SIGUSR2);
+    sigaddset(&net_set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &net_set, NULL);
+    pthread_t sig_thread;
+    if (pthread_create(&sig_thread, NULL, net_signals, &net_set) != 0)
+        abort();
+    pthread_detach(sig_thread);
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
