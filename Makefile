@@ -148,7 +148,7 @@ bench: deps
 # The fault matrix: faults x lock modes, CHAOS_REPS runs each; results/chaos-latest/.
 CHAOS_REPS ?= 10
 chaos: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/faultproxy
 	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(CHAOS_ARGS)
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
