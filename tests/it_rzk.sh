@@ -88,6 +88,17 @@ first=$(redis-cli -p "$seed" cluster nodes |
 redis-cli --cluster reshard "127.0.0.1:$seed" --cluster-from "$src_id" --cluster-to "$dst_id" \
     --cluster-slots $((slot - first + 1)) --cluster-yes >"$dir/reshard.out" 2>&1
 check "slot $slot of $key moved (redis-cli --cluster reshard)" eq "$(cluster_slot_owner "$seed" "$slot")" "$dst"
+# Every node, the new owner's replica too, must know the move before that owner is
+# killed: a replica promoted before its master's ping told it of the last slot moved
+# takes over without that slot, claims it nowhere, and says cluster_state:fail for good
+# (seen in CI: the slot unassigned in the promoted node's own view, served in the others').
+all_know() {
+    local p
+    for p in $(cluster_node_ports "$seed"); do
+        [[ $(cluster_slot_owner "$p" "$slot") == "$dst" ]] || return 1
+    done
+}
+check "... every node knows it, the new owner's replica too" wait_until 20 all_know || cluster_dump
 orders moved
 expect "orders after the move: placed, each within $TRIES tries" "$USERS" "$(placed moved)"
 check "... some in segment 0 ($(in_segment moved 0))" test "$(in_segment moved 0)" -gt 0
