@@ -438,12 +438,6 @@ hot_shard() { local p; p=$(a_master) && cluster_sku_segment0 "$p" chaos; }
 slot_owner() { local p; p=$(a_master "${2:-}") && cluster_slot_owner "$p" "$1"; }
 owns() { [[ $(slot_owner "$1") == "$2" ]]; } # SLOT PORT
 taken_over() { local o; o=$(slot_owner "$1" "$2") && [[ -n $o && $o != "$2" ]]; } # SLOT OLD_PORT
-is_synced_replica() { # PORT
-    local info
-    info=$(redis-cli -p "$1" info replication 2>/dev/null) || return 1
-    grep -q '^role:slave' <<<"$info" && grep -q '^master_link_status:up' <<<"$info" &&
-        grep -q '^master_sync_in_progress:0' <<<"$info"
-}
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); } # T0_NS
 
 # The master of segment 0 killed with -9; once its replica has taken its slots over
@@ -460,7 +454,7 @@ fault_cluster_master_kill() {
     wait_until 20 taken_over "$slot" "$port" &&
         echo "$(shard_name "$(slot_owner "$slot" "$port")") took over after $(ms_since "$t0") ms"
     "$CLUSTER" start --dir "$CUR_CLUSTER" "$name" >/dev/null 2>&1 && echo "restarted $name"
-    wait_until 30 is_synced_replica "$port" && echo "$name a synced replica after $(ms_since "$t0") ms"
+    wait_until 30 cluster_synced_replica "$port" && echo "$name a synced replica after $(ms_since "$t0") ms"
 }
 
 # migrate_keys SRC DST SLOT: every key of SLOT moved from SRC to DST (ports), 10 at a

@@ -140,15 +140,22 @@ cluster_replicate() { # PORT MASTER_ID: the node on PORT becomes that master's r
 }
 
 cluster_ready() { # PORT...: every node says cluster_state:ok, every replica has synced
-    local p info
+    local p rc
     for p in "$@"; do
         redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
-        info=$(redis-cli -p "$p" info replication 2>/dev/null) || return 1
-        if grep -q '^role:slave' <<<"$info"; then
-            grep -q '^master_link_status:up' <<<"$info" || return 1
-            grep -q '^master_sync_in_progress:0' <<<"$info" || return 1
-        fi
+        rc=0
+        cluster_synced_replica "$p" || rc=$?
+        ((rc == 0 || rc == 2)) || return 1
     done
+}
+
+# cluster_synced_replica PORT: 0 when the node is a replica with its link up and its
+# sync done; 2 when it is no replica; 1 otherwise (no answer, not synced)
+cluster_synced_replica() {
+    local info
+    info=$(redis-cli -p "$1" info replication 2>/dev/null) || return 1
+    grep -q '^role:slave' <<<"$info" || return 2
+    grep -q '^master_link_status:up' <<<"$info" && grep -q '^master_sync_in_progress:0' <<<"$info"
 }
 
 # What a Redis Cluster says now, in the view of the node on PORT (tests and chaos.sh):
