@@ -376,14 +376,10 @@ fault_zk_restart() {
 }
 
 # The member of the ensemble that says it leads (a random one between elections).
-zk_leader() {
-    local i
-    local -a names ports
+leader_or_any() {
+    local -a names
+    zk_leader "$CUR_CLUSTER" "$ZK_NAMES" && return
     read -r -a names <<<"$ZK_NAMES"
-    read -r -a ports <<<"$ZK_PORTS"
-    for i in "${!ports[@]}"; do
-        [[ $(zk_mode "${ports[i]}") == leader ]] && { echo "${names[i]}"; return; }
-    done
     echo "${names[RANDOM % ${#names[@]}]}"
 }
 
@@ -392,14 +388,14 @@ zk_leader() {
 # follower). The sessions it served move to the other two.
 fault_zk_node_kill() {
     local name port mode
-    name=$(zk_leader)
+    name=$(leader_or_any)
     port=$(zk_port "$CUR_CLUSTER" "$name")
     mode=$(zk_mode "$port") || mode="not serving"
     "$CLUSTER" stop --dir "$CUR_CLUSTER" "$name" --kill >/dev/null 2>&1 &&
         echo "killed $name ($mode; $(remaining) units left)"
     sleep 3
     "$CLUSTER" start --dir "$CUR_CLUSTER" "$name" >/dev/null 2>&1 &&
-        echo "$name back as $(zk_mode "$port" || echo "not serving") (leader $(zk_leader); $(remaining) left)"
+        echo "$name back as $(zk_mode "$port" || echo "not serving") (leader $(zk_leader "$CUR_CLUSTER" "$ZK_NAMES" || echo none); $(remaining) left)"
 }
 
 # ---- the Redis Cluster faults ------------------------------------------------------

@@ -281,6 +281,17 @@ zk_port() {
     sed -n 's/^clientPort=//p' "$1/$2/zoo.cfg" 2>/dev/null | grep -E '^[0-9]+$'
 }
 
+# zk_leader DIR NAMES: the one of the ZooKeeper nodes NAMES (blank-separated, in DIR)
+# whose srvr says it leads; 1 when none does (down, or between elections).
+zk_leader() {
+    local name port
+    for name in $2; do
+        port=$(zk_port "$1" "$name") || continue
+        [[ $(zk_mode "$port" 2>/dev/null) == leader ]] && { echo "$name"; return 0; }
+    done
+    return 1
+}
+
 # start_instance [--host H] [--no-wait] [--ready-secs S] [--wrap CMD] NAME DIR ARGS...:
 # a seckill instance on H (127.0.0.1) and a free port; ARGS go after --listen. Waits
 # until its /readyz answers 200 (S seconds at most, 30), unless --no-wait (an instance

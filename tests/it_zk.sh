@@ -273,17 +273,10 @@ scenario_outage() {
 
 # ---- ensemble: three ZooKeeper nodes, the leader killed mid-sale ---------------------
 
-zk_leader() { # prints the name of the node that is leader now
-    local n p
-    for n in $ZK_NAMES; do
-        p=$(sed -n 's/^clientPort=//p' "$CUR_CLUSTER/$n/zoo.cfg")
-        [[ $(zk_mode "$p" 2>/dev/null) == leader ]] && { echo "$n"; return 0; }
-    done
-    return 1
-}
+zk_leader_now() { zk_leader "$CUR_CLUSTER" "$ZK_NAMES"; }
 other_leader() { # NAME: a leader other than NAME serves
     local l
-    l=$(zk_leader) && [[ $l != "$1" ]]
+    l=$(zk_leader_now) && [[ $l != "$1" ]]
 }
 node_mode() { # NAME
     zk_mode "$(sed -n 's/^clientPort=//p' "$CUR_CLUSTER/$1/zoo.cfg")" 2>/dev/null
@@ -297,7 +290,7 @@ scenario_ensemble() {
     SKU=ensemble
     put_sku "$SKU" "$STOCK" "$SEGMENTS" || { cluster_down; return 0; }
     local leader leader_pid sold_at_kill target
-    leader=$(zk_leader)
+    leader=$(zk_leader_now)
     check "ensemble: the three nodes elected a leader ($leader of $ZK_NAMES)" has_prefix "$leader" zk-
     [[ -n $leader ]] || { cluster_down; return 0; }
     start_sale "$SKU" || { cluster_down; return 0; }
