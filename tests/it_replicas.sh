@@ -34,6 +34,7 @@ attached() { redis-cli -p "$mport" info replication | tr -d '\r' | grep -q '^con
 wait_until 20 attached || { echo "the master does not see its replica"; exit 1; }
 
 # start NAME LOCK [FLAGS...]: an instance; its URL goes into the variable NAME
+acked='' atomic='' unacked='' # the URLs start sets (printf -v)
 start() {
     local name=$1 lock=$2
     shift 2
