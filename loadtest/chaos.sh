@@ -182,6 +182,7 @@ instance_restart() { # NAME CMDLINE_FILE
 }
 
 proc_dead() { ! proc_alive "$1" "$2"; }
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); } # T0_NS
 
 # instance_again NAME REDIS [VAR=VALUE...]: instance NAME stopped (SIGTERM) and started
 # again as it was, but on REDIS (host:port; "" keeps its own) and with the environment
@@ -372,7 +373,7 @@ fault_zk_restart() {
     t0=$(date +%s%N)
     sleep 1
     "$CLUSTER" start --dir "$CUR_CLUSTER" zk-1 >/dev/null 2>&1 &&
-        echo "zk-1 serving again $((($(date +%s%N) - t0) / 1000000)) ms after the kill ($(remaining) left)"
+        echo "zk-1 serving again $(ms_since "$t0") ms after the kill ($(remaining) left)"
 }
 
 # The member of the ensemble that says it leads (a random one between elections).
@@ -434,7 +435,6 @@ hot_shard() { local p; p=$(a_master) && cluster_sku_segment0 "$p" chaos; }
 slot_owner() { local p; p=$(a_master "${2:-}") && cluster_slot_owner "$p" "$1"; }
 owns() { [[ $(slot_owner "$1") == "$2" ]]; } # SLOT PORT
 taken_over() { local o; o=$(slot_owner "$1" "$2") && [[ -n $o && $o != "$2" ]]; } # SLOT OLD_PORT
-ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); } # T0_NS
 
 # The master of segment 0 killed with -9; once its replica has taken its slots over
 # (node timeout 1 s, then the election), started again: it rejoins as that replica's

@@ -29,11 +29,6 @@ it_cluster_up --redis-cluster 3 --instances 3 --lock redis -- --segments 16 --lo
     exit 1
 read -r -a urls <<<"$INSTANCE_URLS"
 
-# The masters now: "port id" lines.
-masters() {
-    redis-cli -p "$1" cluster nodes |
-        awk '$3 ~ /master/ && $3 !~ /fail/ { split($2, a, "@"); split(a[1], b, ":"); print b[2], $1 }'
-}
 # acked_run SKU NAME SECONDS CONNS: wrk with acked.lua in the background ($wrk_pid);
 # its answers in $dir/NAME.*
 acked_run() {
@@ -81,7 +76,7 @@ audit() { curl -s "$LB_URL/skus/$1/audit"; }
 
 # ---- segments on every master ----------------------------------------------------
 expect "PUT hot" "201" "$(put hot 3000)"
-for m in $(masters "${seeds[0]##*:}" | awk '{ print $1 }'); do
+for m in $(cluster_masters "${seeds[0]##*:}" | awk '{ print $1 }'); do
     key=$(redis-cli -p "$m" --scan --pattern 'sk:{*}:hot:init')
     held=$(redis-cli -p "$m" hgetall "$key" | awk 'NR % 2 == 0 && $1 > 0' | wc -l)
     check "master $m holds 5 or 6 of the 16 segments (holds $held)" \
@@ -129,7 +124,7 @@ killed_at=$(count fo 201)
 acked_wait
 after=$(cat "$dir"/fo.[0-9]* | tail -n +1 | awk '$1 == 201' | wc -l)
 check "orders placed after the kill (before: $killed_at, all: $after)" test "$after" -gt "$killed_at"
-promoted=$(masters "${seeds[1]##*:}" | wc -l)
+promoted=$(cluster_masters "${seeds[1]##*:}" | wc -l)
 expect "three masters again (the replica promoted)" "3" "$promoted"
 expect "answers outside 201/409/503" "0" "$(others fo)"
 n=$(count fo 201)
@@ -157,7 +152,7 @@ check "... and rejoined: every replica linked, cluster ok" wait_until 20 synced
 
 # ---- the slot of a hot shard moved mid-load ------------------------------------------
 expect "PUT rs" "201" "$(put rs 1000000)"
-now=$(masters "${seeds[1]##*:}")
+now=$(cluster_masters "${seeds[1]##*:}")
 # a shard of rs, its slot and master, and another master to move the slot to
 key=""
 for m in $(awk '{ print $1 }' <<<"$now"); do

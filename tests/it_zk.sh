@@ -279,7 +279,7 @@ other_leader() { # NAME: a leader other than NAME serves
     l=$(zk_leader_now) && [[ $l != "$1" ]]
 }
 node_mode() { # NAME
-    zk_mode "$(sed -n 's/^clientPort=//p' "$CUR_CLUSTER/$1/zoo.cfg")" 2>/dev/null
+    zk_mode "$(zk_port "$CUR_CLUSTER" "$1")" 2>/dev/null
 }
 
 scenario_ensemble() {
