@@ -30,6 +30,7 @@ struct creq {
     const char **argv; /* into the same allocation */
     int redirects;
     int ask_node;             /* send once to this node, behind ASKING; -1: none */
+    struct aconn *sent_on;    /* the connection it went out on last */
     aconn_result fail;        /* answered without sending, when the timer fires */
     struct event *timer;      /* a pause before resending, or that answer */
     struct creq *prev, *next; /* while waiting (parked or on its timer) */
@@ -57,6 +58,7 @@ struct acluster {
     int64_t last_due_us[CLUSTER_SLOTS]; /* per slot, of the last timer set (later;
                                            monotonic) */
     int redirected;                     /* the answer being handed back was redirected */
+    struct aconn *answering; /* the connection that carried it (not redirected) */
     struct acluster_stats stats;
 };
 
@@ -137,12 +139,15 @@ static void finish(struct creq *q, aconn_result res, redisReply *r)
     aconn_cb *cb = q->cb;
     void *arg = q->arg;
     int redirected = q->redirects > 0;
+    struct aconn *by = res == ACONN_REPLY && !redirected ? q->sent_on : NULL;
     if (q->timer)
         event_free(q->timer);
     free(q);
     c->redirected = redirected;
+    c->answering = by;
     cb(arg, res, r);
     c->redirected = 0;
+    c->answering = NULL;
 }
 
 static void send_req(struct creq *q);
@@ -357,6 +362,7 @@ static void send_req(struct creq *q)
         aconn_command(conn, on_asking, NULL, 1, asking, NULL);
         q->ask_node = -1; /* once */
     }
+    q->sent_on = conn;
     rconn_status rc =
         q->script ? aconn_eval(conn, on_reply, q, q->script, q->nkeys, q->argc, q->argv)
                   : aconn_command(conn, on_reply, q, q->argc, q->argv, NULL);
@@ -416,6 +422,11 @@ rconn_status acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg
 const struct cluster_map *acluster_map(const struct acluster *c)
 {
     return &c->map;
+}
+
+struct aconn *acluster_answered_by(const struct acluster *c)
+{
+    return c->answering;
 }
 
 int acluster_redirected(const struct acluster *c)

@@ -55,6 +55,11 @@ rconn_status acluster_eval(struct acluster *c, int slot, aconn_cb *cb, void *arg
  * while nothing is redirected. */
 int acluster_redirected(const struct acluster *c);
 
+/* In a callback with ACONN_REPLY: the connection (to one master) whose reply
+ * it is, when the command was not redirected; else NULL. Owned by the
+ * router: valid until acluster_free. */
+struct aconn *acluster_answered_by(const struct acluster *c);
+
 /* The slot map as last learnt (nmasters 0 before the first). */
 const struct cluster_map *acluster_map(const struct acluster *c);
 /* Redirections followed so far (MOVED, ASK, retries). */

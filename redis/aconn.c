@@ -31,6 +31,7 @@ struct aconn {
     unsigned attempt;      /* connection attempts made */
     unsigned up_attempt;   /* the latest attempt that got connected */
     int up;
+    uint64_t link;    /* ac's link id (rconn_link_new) */
     int64_t tried_us; /* when the latest attempt began */
     int pending;
     int closing;           /* aconn_free: no new connection */
@@ -85,6 +86,7 @@ static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
 static int connect_now(struct aconn *c)
 {
     c->attempt++;
+    c->link = rconn_link_new();
     c->tried_us = clock_now_us();
     redisAsyncContext *ac = redisAsyncConnect(c->host, c->port);
     if (!ac)
@@ -287,6 +289,21 @@ rconn_status aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript
 int aconn_up(const struct aconn *c)
 {
     return c->up;
+}
+
+uint64_t aconn_link(const struct aconn *c)
+{
+    return c->up ? c->link : 0;
+}
+
+const char *aconn_host(const struct aconn *c)
+{
+    return c->host;
+}
+
+int aconn_port(const struct aconn *c)
+{
+    return c->port;
 }
 
 int aconn_pending(const struct aconn *c)

@@ -65,6 +65,12 @@ rconn_status aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript
 
 /* True when the connection is up (connected and not failed since). */
 int aconn_up(const struct aconn *c);
+/* The link (rconn.h) the connection is up on; 0 while it is down. In a
+ * callback with ACONN_REPLY: the link that carried the reply. */
+uint64_t aconn_link(const struct aconn *c);
+/* The node it connects to. */
+const char *aconn_host(const struct aconn *c);
+int aconn_port(const struct aconn *c);
 /* Commands queued and not answered yet. */
 int aconn_pending(const struct aconn *c);
 /* Why the connection last failed ("" if it never did). */

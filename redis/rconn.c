@@ -18,6 +18,7 @@ struct rconn {
     unsigned long attempts; /* connects tried */
     char err[128];
     uint64_t unanswered; /* times a live connection failed with answers owed */
+    uint64_t link;       /* ctx's link id (rconn_link_new); 0 while none */
 };
 
 /* Connects that succeeded after an earlier attempt of the same rconn. */
@@ -26,6 +27,19 @@ static _Atomic unsigned long reconnects;
 unsigned long rconn_reconnects(void)
 {
     return atomic_load_explicit(&reconnects, memory_order_relaxed);
+}
+
+/* The last link id handed out. */
+static _Atomic uint64_t links;
+
+uint64_t rconn_link_new(void)
+{
+    return atomic_fetch_add_explicit(&links, 1, memory_order_relaxed) + 1;
+}
+
+uint64_t rconn_link(const struct rconn *rc)
+{
+    return rc->ctx && !rc->ctx->err ? rc->link : 0;
 }
 
 rconn_status rconn_addr_parse(const char *text, struct rconn_addr *addr)
@@ -83,6 +97,7 @@ void rconn_drop(struct rconn *rc, const char *why)
     if (rc->ctx) {
         redisFree(rc->ctx);
         rc->ctx = NULL;
+        rc->link = 0;
     }
 }
 
@@ -147,6 +162,7 @@ redisContext *rconn_ctx(struct rconn *rc)
     }
     rc->err[0] = '\0';
     rc->ctx = c;
+    rc->link = rconn_link_new();
     if (rc->attempts > 1)
         atomic_fetch_add_explicit(&reconnects, 1, memory_order_relaxed);
     return c;

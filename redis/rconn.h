@@ -82,6 +82,18 @@ uint64_t rconn_unanswered(const struct rconn *rc);
  * costs one atomic load. */
 unsigned long rconn_reconnects(void);
 
+/* A link is one connection made: its id is unique in the process (rconn's and
+ * aconn's alike) and never 0. A reply carried by link L and a later call that
+ * finds the same L went over one socket to one server process, with nothing
+ * lost between them (a Redis that restarts drops every link to it). WAIT
+ * counts only its own link's writes: a replicas' acknowledgement covers a
+ * commit only on the link that carried it, or behind a write made after the
+ * commit's answer on a link to the same server (see inventory/ack.h). */
+uint64_t rconn_link_new(void);
+/* The link rc is connected on now; 0 when it is not connected (dropped, or a
+ * context that failed). */
+uint64_t rconn_link(const struct rconn *rc);
+
 /* Marks the connection broken so that the next call reconnects. */
 void rconn_drop(struct rconn *rc, const char *why);
 const char *rconn_errstr(const struct rconn *rc);
