@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "acluster.h"
 #include "aconn.h"
+#include "ack.h"
 #include "squeue.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
@@ -33,16 +34,6 @@ struct ehold {
     struct inv_hold h;
     struct event *timer;       /* the orders' work is done */
     struct ehold *prev, *next; /* in use, or (next) free */
-};
-
-/* Placed orders waiting for their replicas' acknowledgement, per connection
- * that committed them (one; on a cluster one per shard, by gene): covered by
- * the WAIT in flight (acking), and placed since (unacked). */
-struct ack_group {
-    struct inv_engine *e;
-    int gene; /* on a cluster; -1 on one Redis */
-    struct inv_ticket *acking, *unacked, *unacked_tail;
-    int in_flight;
 };
 
 /* A connection for blocking commands, to one node. */
@@ -87,8 +78,11 @@ struct inv_engine {
     int open_holds;
     struct squeue *backed_off;
     struct ehold *holds, *free_holds;
-    int acks; /* placed orders wait for replicas (inv_durable_argv) */
-    struct ack_group ack[CLUSTER_GENES];
+    /* Placed orders wait for their replicas (--min-replicas-acked): acks,
+     * given the connection whose reply is being handled (answering). */
+    int acked;
+    struct inv_acks *acks;
+    struct aconn *answering;
     /* Connections for the waits for a hand-off (BLPOP), one per wait in
      * flight, kept for the next: all of them, and the idle ones. */
     struct blocking_conn *blocking, *idle_blocking;
@@ -107,69 +101,32 @@ static void ticket_answer(struct inv_engine *e, struct inv_ticket *t)
     t->done(t); /* the ticket may be gone after this */
 }
 
-static void acks_send(struct ack_group *g);
-
-/* The answer of a group's WAIT in flight: the orders it covers are
- * acknowledged by the replicas, or outcome unknown. */
-static void on_acked(void *arg, aconn_result res, redisReply *r)
+/* The connection that carried the reply being handled: the data Redis, or
+ * on a cluster the master that answered (NULL when redirected). */
+static struct aconn *answered_by(const struct inv_engine *e, aconn_result res)
 {
-    struct ack_group *g = arg;
-    struct inv_engine *e = g->e;
-    struct inv_ticket *t = g->acking;
-    /* A WAIT sent again (redirected, or its connection gone) counts the
-     * writes of another connection than the commits': no acknowledgement */
-    if (e->cluster && acluster_redirected(e->cluster))
-        res = ACONN_NOT_SENT;
-    g->acking = NULL;
-    g->in_flight = 0;
-    for (struct inv_ticket *next; t; t = next) {
-        next = t->next;
-        inv_ticket_acked(e->inv, t, res == ACONN_REPLY ? r : NULL);
-        ticket_answer(e, t);
-    }
-    if (g->unacked)
-        acks_send(g);
+    if (res != ACONN_REPLY)
+        return NULL;
+    return e->cluster ? acluster_answered_by(e->cluster) : e->conn;
 }
 
-/* One WAIT for every order placed on the group's connection since the last
- * one: it covers every write made before it on the connection (group
- * commit of the replicas' acknowledgement). */
-static void acks_send(struct ack_group *g)
+static void on_acked(void *arg, struct inv_ticket *t)
 {
-    struct inv_engine *e = g->e;
-    const char *argv[3];
-    char buf[2][16];
-    inv_durable_argv(e->inv, argv, buf);
-    g->acking = g->unacked;
-    g->unacked = g->unacked_tail = NULL;
-    g->in_flight = 1;
-    rconn_status sent = e->cluster
-                            ? acluster_command(e->cluster, cluster_gene_slot(g->gene),
-                                               on_acked, g, 3, argv)
-                        : e->conn ? aconn_command(e->conn, on_acked, g, 3, argv, NULL)
-                                  : RCONN_ERR;
-    if (sent != RCONN_OK)
-        on_acked(g, ACONN_NOT_SENT, NULL);
+    ticket_answer(arg, t);
 }
 
 /* t is final. A placed order waits for its replicas first when asked to
- * (--min-replicas-acked): its commit went on this loop's connection (on a
- * cluster, that to its shard's master). */
+ * (--min-replicas-acked): its commit came back on e->answering. */
 static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
-    if (t->st != INV_PLACED || !e->acks) {
+    if (t->st != INV_PLACED || !e->acked) {
         ticket_answer(e, t);
-        return;
+    } else if (e->acks) {
+        inv_acks_add(e->acks, t, e->answering);
+    } else { /* the engine is closing */
+        inv_ticket_acked(e->inv, t, NULL);
+        ticket_answer(e, t);
     }
-    struct ack_group *g = &e->ack[e->cluster && t->gene >= 0 ? t->gene : 0];
-    t->next = NULL;
-    if (g->unacked_tail)
-        g->unacked_tail->next = t;
-    else
-        g->unacked = t;
-    g->unacked_tail = t;
-    if (!g->in_flight)
-        acks_send(g);
 }
 
 /* Hands t to the batch threads, which answer it. */
@@ -189,7 +146,9 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
     struct inv_engine *e = t->engine;
     switch (inv_atomic_answer(e->inv, t, res, r, t->seen)) {
     case INV_STEP_DONE:
+        e->answering = answered_by(e, res);
         ticket_done(e, t);
+        e->answering = NULL;
         break;
     case INV_STEP_AGAIN:
         atomic_send(e, t);
@@ -401,11 +360,14 @@ static void hold_free(struct ehold *x)
 static void on_committed(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
-    if (inv_hold_committed(x->e->s, &x->h, res, r)) { /* every ticket is decided */
-        inv_batcher_note(x->e->slow, x->h.n);
+    struct inv_engine *e = x->e;
+    if (inv_hold_committed(e->s, &x->h, res, r)) { /* every ticket is decided */
+        inv_batcher_note(e->slow, x->h.n);
         if (x->h.left >= 0)
             x->q->bound = x->h.left;
+        e->answering = answered_by(e, res);
         hold_settle(x);
+        e->answering = NULL;
     }
     if (x->h.owed == 0)
         hold_free(x);
@@ -658,11 +620,12 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
                             cfg->timeout_ms);
     e->conns.data = e->conn;
     e->conns.cluster = e->cluster;
-    for (int g = 0; g < CLUSTER_GENES; g++)
-        e->ack[g] = (struct ack_group){.e = e, .gene = e->cluster ? g : -1};
     const char *wait_argv[3];
     char wait_buf[2][16];
-    e->acks = inv_durable_argv(inv, wait_argv, wait_buf) > 0;
+    e->acked = inv_durable_argv(inv, wait_argv, wait_buf) > 0;
+    if (e->acked)
+        e->acks =
+            inv_acks_new(inv, base, cfg->redis_password, cfg->timeout_ms, on_acked, e);
     const struct rconn_addr *nodes;
     const char *password;
     int node_ms;
@@ -723,7 +686,11 @@ void inv_engine_free(struct inv_engine *e)
     if (!e)
         return;
     e->closing = 1;
-    /* The waits first: each goes on to an attempt, which the main connection
+    /* The acknowledgements first: they answer the orders waiting for them
+     * (outcome unknown), and no commit is placed while its connection closes. */
+    inv_acks_free(e->acks);
+    e->acks = NULL;
+    /* The waits: each goes on to an attempt, which the main connection
      * answers as it closes. */
     for (int i = 0; i < e->nblocking; i++)
         aconn_free(e->blocking[i].c);

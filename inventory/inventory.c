@@ -1040,6 +1040,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
     t->order.qty = qty;
     t->hops = 0;
+    t->link = 0;
     if (inv->cfg.lock || inv->cfg.cluster) /* atomic on a cluster: for the shard */
         inv_ticket_route(inv, t);
     else
@@ -1103,6 +1104,21 @@ void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st)
     ticket_finish(inv, t, st);
 }
 
+/* The link of rc, connecting it first: what a call on rc is about to use. */
+static uint64_t link_before(struct rconn *rc)
+{
+    rconn_ctx(rc); /* when it cannot, the call fails too */
+    return rconn_link(rc);
+}
+
+/* The link that carried a call on rc that began on `before`: that link when
+ * rc is still on it, else 0 (it failed or was made anew meanwhile: what the
+ * call wrote may have gone on either). */
+static uint64_t link_after(const struct rconn *rc, uint64_t before)
+{
+    return rconn_link(rc) == before ? before : 0;
+}
+
 int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16])
 {
     if (inv->cfg.min_replicas_acked <= 0)
@@ -1134,20 +1150,26 @@ void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
         placed += t[i]->st == INV_PLACED;
     if (!placed || !inv_durable_argv(s->inv, argv, buf))
         return;
-    /* One WAIT per connection that took commits: on a cluster, per shard (the
-     * tickets may come from several); decided tickets are passed over. */
+    /* One WAIT per link that carried commits (on a cluster the tickets may
+     * come from several shards), sent on that link: on another it would
+     * count that link's writes, not the commits. A ticket whose link is gone
+     * is not known to be on a replica. Decided tickets are passed over. */
     for (int i = 0; i < n; i++) {
         if (t[i]->st != INV_PLACED || (s->cl && t[i]->gene < 0))
             continue;
         int gene = t[i]->gene, seen = 0;
+        uint64_t link = t[i]->link;
         for (int j = 0; j < i && !seen; j++)
-            seen = t[j]->st == INV_PLACED && t[j]->gene == gene;
+            seen = t[j]->st == INV_PLACED && t[j]->gene == gene && t[j]->link == link;
         if (seen)
             continue; /* waited for already (or answered) with t[j] */
         struct inv_session *shard = inv_shard_session(s, gene);
-        redisReply *r = shard ? rconn_command_argv(shard->rc, 3, argv, NULL) : NULL;
+        struct rconn *rc = shard ? shard->rc : NULL;
+        redisReply *r = link && rc && rconn_link(rc) == link
+                            ? rconn_command_argv(rc, 3, argv, NULL)
+                            : NULL;
         for (int j = i; j < n; j++)
-            if (t[j]->gene == gene)
+            if (t[j]->gene == gene && t[j]->link == link)
                 inv_ticket_acked(s->inv, t[j], r);
         if (r)
             freeReplyObject(r);
@@ -1167,9 +1189,13 @@ inv_status inv_ticket_place(struct inv_session *s, struct inv_ticket *t)
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, t->sku, s->gene);
-    return s->inv->cfg.lock
-               ? place_one_locked(s, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
-               : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
+    uint64_t link = link_before(s->rc);
+    inv_status st =
+        s->inv->cfg.lock
+            ? place_one_locked(s, t->sku, t->user_id, t->qty, t->idem_key, &t->order)
+            : place_atomic(s, &k, t->sku, t->user_id, t->qty, t->idem_key, &t->order);
+    t->link = link_after(s->rc, link);
+    return st;
 }
 
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t)
@@ -1521,9 +1547,12 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
     struct batch_call c;
     batch_call_init(&c, inv, h);
     redisReply *r;
-    uint64_t lost = rconn_unanswered(s->rc);
+    uint64_t lost = rconn_unanswered(s->rc), link = link_before(s->rc);
     lock_status released = lock_release_after(s->lock, h->lkey, &h->g, &c.cmd, &r);
     batch_call_free(&c);
+    link = link_after(s->rc, link);
+    for (int i = 0; i < h->n; i++)
+        h->t[i]->link = link;
     if (!r) { /* on a cluster the map is learnt again, as after a failed open */
         tickets_finish(inv, h->t, h->n, inv_shard_outcome(top, no_answer(s, lost)));
         return;

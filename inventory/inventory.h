@@ -189,6 +189,7 @@ struct inv_ticket {
     struct inv_ticket *next;            /* the batcher's queue */
     /* the event-driven path's (engine.c) */
     void *engine;
+    uint64_t link; /* the link (rconn.h) that carried its commit; 0: none known */
     uint64_t seen; /* inv_atomic_send's */
     int tries;     /* sends so far */
 };

@@ -1,8 +1,8 @@
 /* faultproxy: a test-only TCP proxy on loopback that loses one answer, or slows
  * and cuts the network on a signal.
  *
- *   faultproxy LISTEN_PORT TARGET_PORT [--drop-after-arg PREFIX | --drop-after-bytes
- * TEXT | --slow-ms N]
+ *   faultproxy LISTEN_PORT TARGET_PORT [--drop-after-arg PREFIX | --cut-after-arg
+ * PREFIX | --drop-after-bytes TEXT | --slow-ms N]
  *
  * Forwards every connection on 127.0.0.1:LISTEN_PORT to 127.0.0.1:TARGET_PORT,
  * both ways. With --drop-after-arg, the first client write that carries a
@@ -13,7 +13,10 @@
  * which happened.) That happens once; later connections pass untouched. This
  * is how a test loses exactly the reply of a commit. --drop-after-bytes does the
  * same for the first write that carries TEXT anywhere, for protocols that are
- * not RESP (ZooKeeper's: a path in a create request).
+ * not RESP (ZooKeeper's: a path in a create request). --cut-after-arg is
+ * --drop-after-arg whose answer arrives: the command ran and the client has
+ * its answer, then the connection is cut both ways before anything else the
+ * client sends goes on (the next command on it fails).
  *
  * Signals change the network it stands for, for every connection, both ways
  * (a kernel without netem, and toxiproxy not packaged, is why it exists):
@@ -45,6 +48,7 @@
 static char pattern[256]; /* "\r\n" + PREFIX (a bulk argument's start), or TEXT */
 static size_t pattern_len;
 static atomic_int armed;
+static int deliver; /* --cut-after-arg: the answer goes on before the cut */
 
 /* The network's state, set by signals (net_signals) and read by every pump. */
 static pthread_mutex_t net_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -97,7 +101,8 @@ static void *net_signals(void *arg)
 /* One proxied connection: the two sockets and the cut flag. */
 struct pair {
     int client, server;
-    atomic_int cut;  /* set before the matching command goes out */
+    atomic_int cut;  /* set before the matching command goes out: 1 drop its
+                        answer, 2 deliver it, then cut */
     atomic_int refs; /* the two pump threads */
 };
 
@@ -159,10 +164,10 @@ static void *client_to_server(void *arg)
             cut = atomic_compare_exchange_strong(&armed, &expected, 0);
         }
         if (cut)
-            atomic_store(&p->cut, 1); /* before the server can answer */
+            atomic_store(&p->cut, deliver ? 2 : 1); /* before the server can answer */
         if (write_all(p->server, buf, (size_t)n) != 0)
             break;
-        if (cut) { /* the other pump swallows the answer, then cuts */
+        if (cut) { /* the other pump swallows (or delivers) the answer, then cuts */
             fprintf(stderr, "faultproxy: cutting a connection after its command\n");
             free(buf);
             pair_release(p);
@@ -191,11 +196,12 @@ static void *server_to_client(void *arg)
         ssize_t n = read(p->server, buf, CHUNK);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0 || atomic_load(&p->cut))
+        int cut = atomic_load(&p->cut);
+        if (n <= 0 || cut == 1)
             break; /* after a cut: the answer it read is dropped */
         net_gate();
-        if (write_all(p->client, buf, (size_t)n) != 0)
-            break;
+        if (write_all(p->client, buf, (size_t)n) != 0 || cut == 2)
+            break; /* or delivered, then cut */
     }
     free(buf);
     shutdown(p->client, SHUT_RDWR);
@@ -230,11 +236,12 @@ int main(int argc, char **argv)
 {
     int raw = argc == 5 && strcmp(argv[3], "--drop-after-bytes") == 0;
     int slow = argc == 5 && strcmp(argv[3], "--slow-ms") == 0;
-    if (argc != 3 &&
-        !(argc == 5 && (raw || slow || strcmp(argv[3], "--drop-after-arg") == 0))) {
+    deliver = argc == 5 && strcmp(argv[3], "--cut-after-arg") == 0;
+    if (argc != 3 && !(argc == 5 && (raw || slow || deliver ||
+                                     strcmp(argv[3], "--drop-after-arg") == 0))) {
         fprintf(stderr, "usage: faultproxy LISTEN_PORT TARGET_PORT "
-                        "[--drop-after-arg PREFIX | --drop-after-bytes TEXT | "
-                        "--slow-ms N]\n");
+                        "[--drop-after-arg PREFIX | --cut-after-arg PREFIX | "
+                        "--drop-after-bytes TEXT | --slow-ms N]\n");
         return 2;
     }
     int listen_port = parse_port(argv[1]), target = parse_port(argv[2]);
