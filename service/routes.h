@@ -48,7 +48,7 @@ typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *
 
 #define ROUTE_ADMIN 1
 /* The handler waits on Redis: it runs on a thread of its own, never on an
- * event loop (server.c suspends the connection meanwhile). */
+ * event loop (waiters.c; the connection is suspended meanwhile). */
 #define ROUTE_WAITS 2
 
 struct svc_route {

@@ -1,6 +1,8 @@
-/* server: the libmicrohttpd daemon (internal epoll thread + thread pool), the
- * per-thread Redis connections, and the request/response glue around the
- * route table. */
+/* server: the event loops (--threads), each a libevent base driving its own
+ * libmicrohttpd daemon on the shared listening socket and its order engine;
+ * and the start and the drain of the whole, waiter threads included. The
+ * main thread calls it. What the daemons call on each request is http.c;
+ * the threads that run the routes which wait on Redis are waiters.c. */
 #ifndef SECKILL_SERVER_H
 #define SECKILL_SERVER_H
 

@@ -1,0 +1,346 @@
+#include "http.h"
+
+#include <event2/event.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "waiters.h"
+
+#define SERVER_CONN_TIMEOUT_S 15
+/* MHD's memory pool per connection: room for a request's headers (a 10 KB
+ * header still gets the route's own 400) and the 4 KiB body. MHD clears the
+ * pool for each request of a kept-alive connection: at 32 KiB that memset
+ * was 7 % of an instance's CPU under load (perf), at 16 KiB 4 %. */
+#define SERVER_CONN_MEMORY (16 * 1024)
+
+static pthread_key_t worker_key;
+static pthread_once_t worker_key_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct svc_worker *tls_worker;
+
+static void worker_free(void *p)
+{
+    struct svc_worker *w = p;
+    inv_session_free(w->inv);
+    rconn_free(w->rc);
+    free(w);
+}
+
+static void worker_key_init(void)
+{
+    pthread_key_create(&worker_key, worker_free);
+}
+
+struct svc_worker *http_worker_get(struct svc_app *app)
+{
+    if (tls_worker)
+        return tls_worker;
+    struct svc_worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        abort();
+    const struct svc_config *cfg = app->cfg;
+    w->rc = rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
+    w->inv = inv_session_new(app->inv, w->rc);
+    pthread_once(&worker_key_once, worker_key_init);
+    pthread_setspecific(worker_key, w);
+    tls_worker = w;
+    return w;
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_state *st,
+                                     struct svc_response *res)
+{
+    char *body = res->text;
+    size_t len = 0;
+    if (!body && res->json)
+        body = json_dumps(res->json, JSON_COMPACT);
+    if (!body) {
+        res->status = 503;
+        body = strdup("{\"error\":\"unavailable\",\"detail\":\"out of memory\"}");
+        if (!body)
+            return MHD_NO;
+    }
+    len = strlen(body);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            res->content_type ? res->content_type : "application/json");
+    if (res->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", res->retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (res->status == 405) {
+        char allow[64];
+        svc_route_allowed(st->path, allow, sizeof(allow));
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)res->status, r);
+    MHD_destroy_response(r);
+    json_decref(res->json);
+    return ret;
+}
+
+static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char *url,
+                                         const char *method)
+{
+    struct conn_state *st = malloc(sizeof(*st));
+    if (!st)
+        return NULL;
+    st->route = NULL;
+    st->status_hint = 0;
+    st->too_large = 0;
+    st->body_len = 0;
+    st->start_us = clock_now_us();
+    st->params[0] = st->params[1] = NULL;
+    st->conn = conn;
+    st->pending = 0;
+    if (strlen(url) >= SERVER_PATH_MAX) {
+        snprintf(st->path, sizeof(st->path), "/");
+        st->status_hint = 404;
+        return st;
+    }
+    snprintf(st->path, sizeof(st->path), "%s", url);
+    snprintf(st->split, sizeof(st->split), "%s", url);
+    int known;
+    st->route = svc_route_find(method, st->split, st->params, &known);
+    if (!st->route)
+        st->status_hint = known ? 405 : 404;
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > REQ_BODY_MAX)
+        st->too_large = 1;
+    return st;
+}
+
+void http_conn_resume(struct conn_state *st)
+{
+    /* Once resumed, the connection belongs to its loop again, which may answer
+     * it and free st before this thread goes on: nothing of st after that. */
+    struct svc_loop *loop = st->loop;
+    MHD_resume_connection(st->conn);
+    /* MHD_run picks it up (in external polling, MHD_resume_connection does
+     * not wake the loop by itself): run it now on its loop. Not through
+     * mhd_timer: mhd_step re-arming that timer would take such an activation
+     * back (libevent drops a timer's pending activation when it is re-added). */
+    event_active(loop->nudge, EV_READ, 0);
+}
+
+/* A batch thread (or the loop) is done with the ticket. */
+static void order_done(struct inv_ticket *t)
+{
+    http_conn_resume(t->owner);
+}
+
+/* Counts, logs and sends the answer of the request. */
+static enum MHD_Result answer(struct MHD_Connection *conn, struct conn_state *st,
+                              const char *method, struct svc_response *res)
+{
+    svc_route_count(st->route ? st->route : svc_route_unmatched(), res->status,
+                    clock_now_us() - st->start_us);
+    if (log_enabled(LOG_DEBUG))
+        log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method,
+                  st->path, res->status, (long long)(clock_now_us() - st->start_us));
+    return send_response(conn, st, res);
+}
+
+/* Appends a chunk of the body. The cap is enforced while reading: past it,
+ * the rest is discarded. */
+static void body_append(struct conn_state *st, const char *data, size_t *size)
+{
+    size_t n = *size;
+    if (!st->too_large && st->body_len + n <= REQ_BODY_MAX) {
+        memcpy(st->body + st->body_len, data, n);
+        st->body_len += n;
+    } else {
+        st->too_large = 1;
+    }
+    *size = 0;
+}
+
+/* st's connection was resumed: a waiter's answer is ready, or the order's
+ * ticket is done. */
+static enum MHD_Result answer_resumed(struct MHD_Connection *conn, struct conn_state *st,
+                                      const char *method)
+{
+    int pending = st->pending;
+    st->pending = PENDING_NONE;
+    if (pending == PENDING_WAITER)
+        return answer(conn, st, method, &st->res);
+    struct svc_response res = {0};
+    svc_order_finish(&st->ticket, &res);
+    return answer(conn, st, method, &res);
+}
+
+/* Fills res when st is refused before any route runs (404, 405, 413).
+ * Returns 1 when it is, 0 when its route is to run. */
+static int refused(const struct conn_state *st, struct svc_response *res)
+{
+    if (st->status_hint == 404)
+        svc_error(res, 404, "not_found", "no such route");
+    else if (st->status_hint == 405)
+        svc_error(res, 405, "method_not_allowed", "this path does not take that method");
+    else if (st->too_large)
+        svc_error(res, 413, "too_large", "the body is over 4 KiB");
+    else
+        return 0;
+    return 1;
+}
+
+static struct svc_request request_of(struct svc_app *app, struct MHD_Connection *conn,
+                                     struct conn_state *st, const char *method)
+{
+    return (struct svc_request){
+        .app = app,
+        .worker = http_worker_get(app),
+        .method = method,
+        .params = {st->params[0], st->params[1]},
+        .body = st->body,
+        .body_len = st->body_len,
+        .idem_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_AUTHORIZATION),
+        .ticket = &st->ticket,
+    };
+}
+
+/* Hands an order that waits for its batch to the loop's engine; the
+ * connection is resumed once its ticket is done (order_done). */
+static void order_hand_over(struct MHD_Connection *conn, struct conn_state *st)
+{
+    /* Suspended before it is queued, so that the batch thread can only
+     * resume a suspended connection. */
+    st->pending = PENDING_ORDER;
+    st->ticket.done = order_done;
+    st->ticket.owner = st;
+    st->loop = tls_loop;
+    MHD_suspend_connection(conn);
+    inv_engine_submit(tls_loop->engine, &st->ticket);
+}
+
+/* The request is all in: answers it now, or hands it over (waiter threads,
+ * the engine) to be answered once resumed. */
+static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection *conn,
+                                     struct conn_state *st, const char *method)
+{
+    struct svc_response res = {0};
+    if (!refused(st, &res)) {
+        struct svc_request req = request_of(app, conn, st, method);
+        if ((st->route->flags & ROUTE_WAITS) && waiters_hand_over(st, &req))
+            return MHD_YES;
+        svc_route_run(st->route, &req, &res);
+        if (res.pending) {
+            order_hand_over(conn, st);
+            return MHD_YES;
+        }
+    }
+    return answer(conn, st, method, &res);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    struct svc_app *app = cls;
+    struct conn_state *st = *con_cls;
+    if (!st) {
+        st = conn_state_new(conn, url, method);
+        if (!st)
+            return MHD_NO;
+        *con_cls = st;
+        atomic_fetch_add(&app->inflight, 1);
+        /* A body declared over the cap is refused before it is read (MHD then
+         * closes the connection): a client that announces 1 GB gets its 413 at
+         * once instead of after sending it, or never when it sends nothing. */
+        if (!st->too_large)
+            return MHD_YES;
+    } else if (st->pending != PENDING_NONE) {
+        return answer_resumed(conn, st, method);
+    } else if (*upload_data_size) {
+        body_append(st, upload_data, upload_data_size);
+        return MHD_YES;
+    }
+    return request_serve(app, conn, st, method);
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes s in place like MHD's default, except the escapes of '/' and
+ * NUL, which stay as written: decoded, "%2F" would split a path segment (POST
+ * /skus/tv%2Forders would order SKU tv) and "%00" would cut the path short
+ * (/orders/1%00x would read order 1). Left alone, their '%' is refused by every
+ * id check further on. Returns the new length. */
+static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls, (void)conn;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        int hi = r[0] == '%' ? hex_value(r[1]) : -1;
+        int lo = hi >= 0 ? hex_value(r[2]) : -1;
+        int c = hi * 16 + lo;
+        if (lo >= 0 && c != '/' && c != 0) {
+            *w++ = (char)c;
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn, (void)toe;
+    struct svc_app *app = cls;
+    if (*con_cls) {
+        free(*con_cls);
+        *con_cls = NULL;
+        atomic_fetch_sub(&app->inflight, 1);
+    }
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[256];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_event(LOG_WARN, "http", "detail=\"%s\"", msg);
+}
+
+struct MHD_Daemon *http_daemon_start(struct svc_app *app, int lsock,
+                                     unsigned int conn_limit)
+{
+    unsigned int flags =
+        MHD_USE_EPOLL | MHD_USE_TURBO | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, app, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+        NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lsock, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned int)SERVER_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, conn_limit,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, app, MHD_OPTION_UNESCAPE_CALLBACK,
+        unescape_url, NULL, MHD_OPTION_END);
+}
