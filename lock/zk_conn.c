@@ -1,0 +1,753 @@
+/* zk_conn: the ZooKeeper client under the zk lock (see zk_conn.h).
+ *
+ * One ZooKeeper session (one zhandle) per struct lock, that is per process:
+ * the multi-threaded client multiplexes every thread's requests on one
+ * connection, one heartbeat keeps every hold of the process alive, and when
+ * the process dies or is cut off past the session timeout, all its nodes go
+ * at once.
+ *
+ * Bounded waits: every request is asynchronous and waited for on a condition
+ * variable with a deadline, so ZooKeeper being down or hung costs at most the
+ * wait deadline. A request given up on is not forgotten: its completion still
+ * runs, and deletes a node that was created for a contender that has left
+ * (see call_done). Nothing here blocks in a ZooKeeper callback, and no
+ * ZooKeeper call is made holding st->mu (the client's threads take it in the
+ * callbacks). */
+#include "zk_conn.h"
+
+#include "clock.h"
+#include "lock_impl.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A node of ours that may exist but is no longer wanted: found by its guid
+ * under parent once connected, and deleted. */
+struct zk_orphan {
+    struct zk_orphan *next;
+    char guid[33];
+    char parent[];
+};
+
+/* A parent known to exist (st->parents). */
+struct zk_parent {
+    struct zk_parent *next;
+    char path[];
+};
+
+/* ---- the library's log ------------------------------------------------- */
+
+/* The client logs every failed reconnect (one per 1/60 of the session
+ * timeout while ZooKeeper is down): at most one line a second reaches
+ * stderr. */
+static void zk_log(const char *message)
+{
+    static _Atomic int64_t last_us;
+    int64_t now = clock_now_us(), last = atomic_load(&last_us);
+    if (now - last < 1000000 || !atomic_compare_exchange_strong(&last_us, &last, now))
+        return;
+    fprintf(stderr, "zk: %s\n", message);
+}
+
+/* ---- sessions ---------------------------------------------------------- */
+
+/* The session's own watcher: connection state changes. */
+static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)path;
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    struct zk_conn *c = ctx;
+    struct zk_state *st = c->st;
+    int sweep = 0;
+    pthread_mutex_lock(&st->mu);
+    if (state == ZOO_CONNECTED_STATE) {
+        c->connected = 1;
+        c->disconnected_us = 0;
+        c->session_us = (int64_t)zoo_recv_timeout(zh) * 1000;
+        sweep = c->orphans != NULL;
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        c->expired = 1;
+        c->connected = 0;
+        for (struct zk_conn_hold *h = c->holds; h; h = h->next) {
+            if (!h->lost) {
+                h->lost = 1;
+                lock_count_lost(st->counters);
+            }
+        }
+        for (struct zk_waiter *w = c->waiters; w; w = w->next)
+            pthread_cond_signal(&w->cond);
+    } else if (c->connected) { /* connecting, associating: the connection dropped */
+        c->connected = 0;
+        c->disconnected_us = clock_now_us();
+    }
+    pthread_cond_broadcast(&c->changed);
+    pthread_mutex_unlock(&st->mu);
+    if (sweep)
+        zk_orphans_sweep(c);
+}
+
+/* A new session (connecting in the background), with one reference for the
+ * caller; NULL when the client refuses the hosts. */
+struct zk_conn *zk_conn_open(struct zk_state *st)
+{
+    struct zk_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->st = st;
+    c->refs = 1;
+    c->session_us = (int64_t)st->session_ms * 1000;
+    clock_cond_init(&c->changed);
+    zhandle_t *zh =
+        zookeeper_init2(st->hosts, conn_watcher, st->session_ms, NULL, c, 0, zk_log);
+    if (!zh) {
+        pthread_cond_destroy(&c->changed);
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_lock(&st->mu);
+    c->zh = zh;
+    pthread_mutex_unlock(&st->mu);
+    return c;
+}
+
+/* Drops a reference; the last one closes the session (its nodes go) and
+ * frees c. Never called holding st->mu: closing runs the pending completions,
+ * which take it. */
+void zk_conn_put(struct zk_conn *c)
+{
+    if (!c)
+        return;
+    struct zk_state *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    int last = --c->refs == 0;
+    if (last)
+        c->closing = 1;
+    pthread_mutex_unlock(&st->mu);
+    if (!last)
+        return;
+    zookeeper_close(c->zh);
+    while (c->orphans) {
+        struct zk_orphan *o = c->orphans;
+        c->orphans = o->next;
+        free(o);
+    }
+    pthread_cond_destroy(&c->changed);
+    free(c);
+}
+
+/* The current session with a reference for the caller, after replacing it
+ * with a new one if it expired. NULL when no new one could be made. */
+struct zk_conn *zk_conn_get(struct zk_state *st)
+{
+    pthread_mutex_lock(&st->reconnect_mu);
+    pthread_mutex_lock(&st->mu);
+    struct zk_conn *c = st->conn;
+    if (c && !c->expired) {
+        c->refs++;
+        pthread_mutex_unlock(&st->mu);
+        pthread_mutex_unlock(&st->reconnect_mu);
+        return c;
+    }
+    pthread_mutex_unlock(&st->mu);
+    struct zk_conn *fresh = zk_conn_open(st), *old = NULL;
+    if (fresh) {
+        pthread_mutex_lock(&st->mu);
+        old = st->conn;
+        st->conn = fresh; /* the reference zk_conn_open gave */
+        fresh->refs++;    /* the caller's */
+        pthread_mutex_unlock(&st->mu);
+    }
+    pthread_mutex_unlock(&st->reconnect_mu);
+    zk_conn_put(old); /* st's reference to the expired one */
+    return fresh;
+}
+
+/* Waits until c is connected, at most until deadline_us. 1 when connected;
+ * 0 when the deadline passed or the session expired. */
+int zk_conn_wait_connected(struct zk_conn *c, int64_t deadline_us)
+{
+    struct zk_state *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    while (!c->connected && !c->expired &&
+           clock_cond_wait_until(&c->changed, &st->mu, deadline_us) != ETIMEDOUT)
+        ;
+    int ok = c->connected;
+    pthread_mutex_unlock(&st->mu);
+    return ok;
+}
+
+int zk_conn_expired(struct zk_conn *c)
+{
+    pthread_mutex_lock(&c->st->mu);
+    int expired = c->expired;
+    pthread_mutex_unlock(&c->st->mu);
+    return expired;
+}
+
+void zk_conn_hold_add(struct zk_conn *c, struct zk_conn_hold *h)
+{
+    struct zk_state *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    h->next = c->holds;
+    c->holds = h;
+    if (c->expired) { /* expired between the grant and here */
+        h->lost = 1;
+        lock_count_lost(st->counters);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void zk_conn_hold_remove(struct zk_conn *c, struct zk_conn_hold *h)
+{
+    pthread_mutex_lock(&c->st->mu);
+    for (struct zk_conn_hold **p = &c->holds; *p; p = &(*p)->next) {
+        if (*p == h) {
+            *p = h->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->st->mu);
+}
+
+/* ---- watches ----------------------------------------------------------- */
+
+/* The watch on a predecessor (or, watching all, on the lock node's children):
+ * wakes the contenders waiting for that path. Session events reach every
+ * watch too; conn_watcher handles those. */
+static void pred_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state;
+    if (type == ZOO_SESSION_EVENT || !path)
+        return;
+    struct zk_conn *c = ctx;
+    struct lock_counters *counters = c->st->counters;
+    pthread_mutex_lock(&c->st->mu);
+    for (struct zk_waiter *w = c->waiters; w; w = w->next) {
+        if (strcmp(w->path, path) != 0 || w->woken)
+            continue;
+        w->woken = 1;
+        /* Counted here rather than when the waiter's thread runs: once an
+         * answer that came after this event is handled, the count is final. */
+        if (w->asleep) {
+            w->asleep = 0;
+            lock_count_watch_waiter(counters, -1);
+            lock_count_wakeup(counters);
+        }
+        pthread_cond_signal(&w->cond);
+    }
+    pthread_mutex_unlock(&c->st->mu);
+}
+
+/* Puts w on c's list of waiters for watches on path. Before the request that
+ * sets the watch: a fire cannot be missed. */
+void zk_waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path)
+{
+    memset(w, 0, sizeof(*w));
+    w->path = path;
+    clock_cond_init(&w->cond);
+    pthread_mutex_lock(&c->st->mu);
+    w->next = c->waiters;
+    c->waiters = w;
+    pthread_mutex_unlock(&c->st->mu);
+}
+
+void zk_waiter_remove(struct zk_conn *c, struct zk_waiter *w)
+{
+    pthread_mutex_lock(&c->st->mu);
+    for (struct zk_waiter **p = &c->waiters; *p; p = &(*p)->next) {
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->st->mu);
+    pthread_cond_destroy(&w->cond);
+}
+
+/* Sleeps until w's watch fires (ZOK, counted in watch_wakeups), the session
+ * expires (ZSESSIONEXPIRED) or deadline_us passes (ZK_DEADLINE). While
+ * it sleeps, w counts in watch_waiters. */
+int zk_waiter_sleep(struct zk_conn *c, struct zk_waiter *w, int64_t deadline_us)
+{
+    struct zk_state *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    if (w->woken) { /* already, by another contender's watch on the same path */
+        lock_count_wakeup(st->counters);
+    } else {
+        w->asleep = 1;
+        lock_count_watch_waiter(st->counters, 1);
+    }
+    while (!w->woken && !c->expired &&
+           clock_cond_wait_until(&w->cond, &st->mu, deadline_us) != ETIMEDOUT)
+        ;
+    if (w->asleep) { /* not woken: pred_watcher did not take it off */
+        w->asleep = 0;
+        lock_count_watch_waiter(st->counters, -1);
+    }
+    int rc = w->woken ? ZOK : c->expired ? ZSESSIONEXPIRED : ZK_DEADLINE;
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+enum zk_op {
+    OP_CREATE,
+    OP_PARENT,
+    OP_CHILDREN,
+    OP_EXISTS,
+    OP_WATCH,
+    OP_DELETE,
+    OP_SWEEP
+};
+
+/* One asynchronous request: shared by the caller waiting for it and the
+ * completion, and freed by whichever of the two is last (refs under st->mu).
+ * A caller that stops waiting leaves the completion to clean up. */
+struct zk_call {
+    struct zk_conn *conn;
+    enum zk_op op;
+    int refs;
+    int done;
+    int rc;
+    pthread_cond_t cond;
+    char *created; /* OP_CREATE: the node's path */
+    int64_t czxid; /* OP_CREATE, OP_EXISTS */
+    char **kids;   /* OP_CHILDREN */
+    int nkids;
+    struct zk_orphan *orphan; /* OP_SWEEP */
+    /* OP_CREATE, OP_DELETE: the node's guid and parent, to find it later */
+    char guid[33];
+    char parent[ZK_PATH_MAX];
+};
+
+static struct zk_call *call_new(struct zk_conn *c, enum zk_op op, int waited)
+{
+    struct zk_call *call = calloc(1, sizeof(*call));
+    if (!call)
+        abort();
+    call->conn = c;
+    call->op = op;
+    call->refs = waited ? 2 : 1;
+    clock_cond_init(&call->cond);
+    return call;
+}
+
+static void call_free(struct zk_call *call)
+{
+    for (int i = 0; i < call->nkids; i++)
+        free(call->kids[i]);
+    free(call->kids);
+    free(call->created);
+    free(call->orphan);
+    pthread_cond_destroy(&call->cond);
+    free(call);
+}
+
+/* Whether a request that failed with rc may have been carried out all the
+ * same (its answer lost with the connection). */
+static int rc_uncertain(int rc)
+{
+    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
+}
+
+/* Ends a call from its completion (results already stored): wakes the caller,
+ * and when the caller has left, undoes what it no longer wants. */
+static void call_done(struct zk_call *call, int rc)
+{
+    struct zk_conn *c = call->conn;
+    /* A delete whose answer was lost: the node may still be there. (Before
+     * done is set: until then the caller cannot free the call.) */
+    if (call->op == OP_DELETE && rc_uncertain(rc))
+        zk_orphan_add(c, call->parent, call->guid);
+    pthread_mutex_lock(&c->st->mu);
+    call->rc = rc;
+    call->done = 1;
+    pthread_cond_signal(&call->cond);
+    int abandoned = --call->refs == 0;
+    pthread_mutex_unlock(&c->st->mu);
+    if (!abandoned)
+        return;
+    /* The contender gave up waiting for its create: nobody will use the
+     * node, which would block everyone behind it for the session's life. */
+    if (call->op == OP_CREATE && rc == ZOK)
+        zk_delete_unwaited(c, call->created, call->guid, call->parent);
+    else if (call->op == OP_CREATE && rc_uncertain(rc))
+        zk_orphan_add(c, call->parent, call->guid);
+    call_free(call);
+}
+
+/* After zoo_a*() answered rc: on an error the completion never runs. */
+static int call_sent(struct zk_call *call, int rc)
+{
+    if (rc != ZOK) {
+        call->refs--; /* the completion's; nobody else has the call yet */
+        call->rc = rc;
+        call->done = 1;
+    }
+    return rc;
+}
+
+/* Waits for the call until deadline_us and drops the caller's reference.
+ * Returns its result code, or ZOPERATIONTIMEOUT when the deadline came first.
+ * On ZOK, results the caller wants are moved out through the out arguments
+ * first (any may be NULL). */
+static int call_finish(struct zk_call *call, int64_t deadline_us, char **created,
+                       int64_t *czxid, char ***kids, int *nkids)
+{
+    struct zk_state *st = call->conn->st;
+    pthread_mutex_lock(&st->mu);
+    while (!call->done &&
+           clock_cond_wait_until(&call->cond, &st->mu, deadline_us) != ETIMEDOUT)
+        ;
+    int rc = call->done ? call->rc : ZOPERATIONTIMEOUT;
+    if (call->done && rc == ZOK) {
+        if (created) {
+            *created = call->created;
+            call->created = NULL;
+        }
+        if (czxid)
+            *czxid = call->czxid;
+        if (kids) {
+            *kids = call->kids;
+            *nkids = call->nkids;
+            call->kids = NULL;
+            call->nkids = 0;
+        }
+    }
+    int last = --call->refs == 0;
+    pthread_mutex_unlock(&st->mu);
+    if (last)
+        call_free(call);
+    return rc;
+}
+
+void zk_kids_free(char **kids, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(kids[i]);
+    free(kids);
+}
+
+static void create_done(int rc, const char *path, const struct Stat *stat,
+                        const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    if (rc == ZOK && path) {
+        call->created = strdup(path);
+        if (!call->created)
+            abort();
+        call->czxid = stat ? stat->czxid : 0;
+    }
+    call_done(call, rc == ZOK && (!path || !stat) ? ZMARSHALLINGERROR : rc);
+}
+
+static void string_done(int rc, const char *path, const void *data)
+{
+    (void)path;
+    call_done((struct zk_call *)data, rc);
+}
+
+static void children_done(int rc, const struct String_vector *strings, const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    if (rc == ZOK && strings && strings->count > 0) {
+        call->kids = calloc((size_t)strings->count, sizeof(char *));
+        if (!call->kids)
+            abort();
+        for (int i = 0; i < strings->count; i++) {
+            call->kids[i] = strdup(strings->data[i]);
+            if (!call->kids[i])
+                abort();
+        }
+        call->nkids = strings->count;
+    }
+    call_done(call, rc);
+}
+
+static void stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    if (rc == ZOK && stat)
+        call->czxid = stat->czxid;
+    call_done(call, rc);
+}
+
+static void data_done(int rc, const char *value, int len, const struct Stat *stat,
+                      const void *data)
+{
+    (void)value, (void)len, (void)stat;
+    call_done((struct zk_call *)data, rc);
+}
+
+static void void_done(int rc, const void *data)
+{
+    call_done((struct zk_call *)data, rc);
+}
+
+/* Creates our contender node "<parent>/_c_<guid>-lock-<seq>". ZOK with *node
+ * (caller frees) and *czxid; otherwise the error. */
+int zk_create(struct zk_conn *c, const char *parent, const char *guid,
+              int64_t deadline_us, char **node, int64_t *czxid)
+{
+    char prefix[ZK_PATH_MAX];
+    snprintf(prefix, sizeof(prefix), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX, parent,
+             guid);
+    struct zk_call *call = call_new(c, OP_CREATE, 1);
+    snprintf(call->guid, sizeof(call->guid), "%s", guid);
+    snprintf(call->parent, sizeof(call->parent), "%s", parent);
+    call_sent(call, zoo_acreate2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                                 ZOO_EPHEMERAL_SEQUENTIAL, create_done, call));
+    return call_finish(call, deadline_us, node, czxid, NULL, NULL);
+}
+
+/* Creates the persistent node path; ZOK also when it was there. */
+static int zk_create_parent(struct zk_conn *c, const char *path, int64_t deadline_us)
+{
+    struct zk_call *call = call_new(c, OP_PARENT, 1);
+    call_sent(call, zoo_acreate(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0,
+                                string_done, call));
+    int rc = call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+    return rc == ZNODEEXISTS ? ZOK : rc;
+}
+
+/* The children of parent (*kids: caller frees); with watch, also sets a child
+ * watch on parent (pred_watcher) in the same request, when parent exists. */
+int zk_children(struct zk_conn *c, const char *parent, int watch, int64_t deadline_us,
+                char ***kids, int *nkids)
+{
+    *kids = NULL;
+    *nkids = 0;
+    struct zk_call *call = call_new(c, OP_CHILDREN, 1);
+    call_sent(call, watch ? zoo_awget_children(c->zh, parent, pred_watcher, c,
+                                               children_done, call)
+                          : zoo_aget_children(c->zh, parent, 0, children_done, call));
+    return call_finish(call, deadline_us, NULL, NULL, kids, nkids);
+}
+
+int zk_czxid(struct zk_conn *c, const char *node, int64_t deadline_us, int64_t *czxid)
+{
+    struct zk_call *call = call_new(c, OP_EXISTS, 1);
+    call_sent(call, zoo_aexists(c->zh, node, 0, stat_done, call));
+    return call_finish(call, deadline_us, NULL, czxid, NULL, NULL);
+}
+
+/* Sets the data watch on node (pred_watcher). ZNONODE when it is gone: then no
+ * watch was left behind. */
+int zk_watch(struct zk_conn *c, const char *node, int64_t deadline_us)
+{
+    struct zk_call *call = call_new(c, OP_WATCH, 1);
+    call_sent(call, zoo_awget(c->zh, node, pred_watcher, c, data_done, call));
+    return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+}
+
+/* The guid of one of our node names "_c_<guid>-lock-<seq>" into guid (33
+ * bytes); "" when name is not one. */
+static void node_guid(const char *node, char *guid)
+{
+    const char *name = strrchr(node, '/');
+    name = name ? name + 1 : node;
+    guid[0] = '\0';
+    size_t plen = strlen(ZK_GUID_PREFIX);
+    if (strncmp(name, ZK_GUID_PREFIX, plen) == 0 && strlen(name) > plen + 32)
+        snprintf(guid, 33, "%.32s", name + plen);
+}
+
+void zk_parent_of(const char *node, char *parent, size_t len)
+{
+    const char *slash = strrchr(node, '/');
+    snprintf(parent, len, "%.*s", slash ? (int)(slash - node) : 0, node);
+}
+
+/* Deletes node; a delete whose answer was lost leaves the node to the orphan
+ * sweep (call_done). */
+int zk_delete(struct zk_conn *c, const char *node, int64_t deadline_us)
+{
+    struct zk_call *call = call_new(c, OP_DELETE, 1);
+    node_guid(node, call->guid);
+    zk_parent_of(node, call->parent, sizeof(call->parent));
+    call_sent(call, zoo_adelete(c->zh, node, -1, void_done, call));
+    return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+}
+
+/* The same, without waiting: from callbacks and from session_free. A lost
+ * answer leaves the node to the orphan sweep by guid ("": to nobody). */
+void zk_delete_unwaited(struct zk_conn *c, const char *node, const char *guid,
+                        const char *parent)
+{
+    struct zk_call *call = call_new(c, OP_DELETE, 0);
+    snprintf(call->guid, sizeof(call->guid), "%s", guid);
+    snprintf(call->parent, sizeof(call->parent), "%s", parent);
+    if (call_sent(call, zoo_adelete(c->zh, node, -1, void_done, call)) != ZOK) {
+        if (rc_uncertain(call->rc))
+            zk_orphan_add(c, parent, guid);
+        call_free(call);
+    }
+}
+
+/* ---- orphans ----------------------------------------------------------- */
+
+int zk_has_guid(const char *name, const char *guid)
+{
+    size_t plen = strlen(ZK_GUID_PREFIX);
+    return strncmp(name, ZK_GUID_PREFIX, plen) == 0 &&
+           strncmp(name + plen, guid, 32) == 0 && name[plen + 32] == '-';
+}
+
+/* Puts o back on c's list, or frees it when the session is gone (and its
+ * ephemeral nodes with it). */
+static void orphan_requeue(struct zk_conn *c, struct zk_orphan *o)
+{
+    pthread_mutex_lock(&c->st->mu);
+    if (!c->closing && !c->expired) {
+        o->next = c->orphans;
+        c->orphans = o;
+        o = NULL;
+    }
+    pthread_mutex_unlock(&c->st->mu);
+    free(o);
+}
+
+static void sweep_deleted(int rc, const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    if (rc_uncertain(rc)) {
+        orphan_requeue(call->conn, call->orphan);
+        call->orphan = NULL;
+    }
+    call_free(call);
+}
+
+static void sweep_listed(int rc, const struct String_vector *strings, const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    struct zk_conn *c = call->conn;
+    if (rc == ZOK && strings) {
+        for (int i = 0; i < strings->count; i++) {
+            if (!zk_has_guid(strings->data[i], call->orphan->guid))
+                continue;
+            char node[ZK_PATH_MAX];
+            snprintf(node, sizeof(node), "%s/%s", call->orphan->parent, strings->data[i]);
+            rc = zoo_adelete(c->zh, node, -1, sweep_deleted, call);
+            if (rc == ZOK)
+                return; /* sweep_deleted carries on */
+            break;
+        }
+    }
+    if (rc_uncertain(rc)) {
+        orphan_requeue(c, call->orphan);
+        call->orphan = NULL;
+    }
+    call_free(call);
+}
+
+/* Looks for every orphan of c by its guid and deletes it, in the background. */
+void zk_orphans_sweep(struct zk_conn *c)
+{
+    pthread_mutex_lock(&c->st->mu);
+    struct zk_orphan *list = NULL;
+    if (c->connected && !c->closing && !c->expired && c->zh) {
+        list = c->orphans;
+        c->orphans = NULL;
+    }
+    pthread_mutex_unlock(&c->st->mu);
+    while (list) {
+        struct zk_orphan *o = list;
+        list = o->next;
+        struct zk_call *call = call_new(c, OP_SWEEP, 0);
+        call->orphan = o;
+        if (zoo_aget_children(c->zh, o->parent, 0, sweep_listed, call) != ZOK) {
+            orphan_requeue(c, o);
+            call->orphan = NULL;
+            call_free(call);
+        }
+    }
+}
+
+void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid)
+{
+    if (!guid[0])
+        return;
+    size_t len = strlen(parent);
+    struct zk_orphan *o = calloc(1, sizeof(*o) + len + 1);
+    if (!o)
+        abort();
+    snprintf(o->guid, sizeof(o->guid), "%s", guid);
+    memcpy(o->parent, parent, len + 1);
+    orphan_requeue(c, o);
+    zk_orphans_sweep(c);
+}
+
+/* ---- parents ----------------------------------------------------------- */
+
+static unsigned parent_bucket(const char *path)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % ZK_PARENT_BUCKETS;
+}
+
+static int parent_known(struct zk_state *st, const char *path)
+{
+    pthread_mutex_lock(&st->mu);
+    struct zk_parent *p = st->parents[parent_bucket(path)];
+    while (p && strcmp(p->path, path) != 0)
+        p = p->next;
+    pthread_mutex_unlock(&st->mu);
+    return p != NULL;
+}
+
+void zk_parent_remember(struct zk_state *st, const char *path, int known)
+{
+    unsigned b = parent_bucket(path);
+    pthread_mutex_lock(&st->mu);
+    struct zk_parent **pp = &st->parents[b];
+    while (*pp && strcmp((*pp)->path, path) != 0)
+        pp = &(*pp)->next;
+    if (known && !*pp) {
+        size_t len = strlen(path);
+        struct zk_parent *p = calloc(1, sizeof(*p) + len + 1);
+        if (!p)
+            abort();
+        memcpy(p->path, path, len + 1);
+        *pp = p;
+    } else if (!known && *pp) {
+        struct zk_parent *p = *pp;
+        *pp = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Creates /seckill, /seckill/locks and parent unless parent is known to
+ * exist. */
+int zk_parents_ensure(struct zk_conn *c, const char *parent, int64_t deadline_us)
+{
+    struct zk_state *st = c->st;
+    if (parent_known(st, parent))
+        return ZOK;
+    const char *levels[] = {ZK_ROOT, ZK_LOCKS, parent};
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        int rc = zk_create_parent(c, levels[i], deadline_us);
+        if (rc != ZOK)
+            return rc;
+    }
+    zk_parent_remember(st, parent, 1);
+    return ZOK;
+}
+
+void zk_parents_free(struct zk_state *st)
+{
+    for (int i = 0; i < ZK_PARENT_BUCKETS; i++) {
+        while (st->parents[i]) {
+            struct zk_parent *p = st->parents[i];
+            st->parents[i] = p->next;
+            free(p);
+        }
+    }
+}
