@@ -1,5 +1,7 @@
-/* inv_impl.h: what inventory.c (a SKU on one Redis, orders, the hold, the
- * audit) and shards.c (a SKU over the shards of a Redis Cluster) share.
+/* inv_impl.h: what the files of inventory/ share: the core (inventory.c),
+ * the layout cache (layout.c), one order by itself (order.c), the atomic
+ * mode (atomic.c), group commits (hold.c), a ticket's life (ticket.c), a
+ * SKU's records (sku.c) and a SKU over a cluster's shards (shards.c).
  * Internal to inventory/: the rest of the tree sees inventory.h only. */
 #ifndef SECKILL_INV_IMPL_H
 #define SECKILL_INV_IMPL_H
@@ -144,6 +146,68 @@ inv_status inv_ticket_place_shards(struct inv_session *s, struct inv_ticket *t);
 
 /* Every master answers and says the cluster is whole. */
 int inv_ping_shards(struct inv_session *s);
+
+/* ---- the order path's shared steps ------------------------------------------ */
+
+/* Most fresh ids an order draws when it finds its id taken. */
+#define INV_ID_TRIES 4
+
+/* Frees the non-NULL replies of r[0..n-1]. */
+void inv_free_replies(redisReply **r, int n);
+/* Loads the order whose id is id_text (decimal) into *out (inv_order_get). */
+inv_status inv_order_load(struct inv_session *s, const char *id_text,
+                          struct inv_order *out);
+/* Remembers sku as sold out (soldout.h) when Redis said so after `seen` was
+ * taken. Not from a shard of a cluster: its SKU may hold units elsewhere
+ * (shards_refill notes a SKU whose shards are all empty). */
+void inv_note_sold_out(struct inv *inv, const char *sku, int limit, uint64_t seen);
+/* Answers from memory an order for a SKU this instance saw sold out in its
+ * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or INV_OK
+ * when Redis must be asked. A keyed order always asks: its key may name an
+ * order placed before the sell-out, whose replay is the answer. */
+inv_status inv_soldout_answer(struct inv *inv, const char *sku, int qty,
+                              const char *idem_key);
+/* Draws the order's id: 0, or -1 when none can be issued now (the worker
+ * lease is not held, or its high-water mark does not cover another id). */
+int inv_order_new_id(struct inv *inv, struct inv_order *order);
+/* The id the commit found taken was issued twice: the order takes a fresh
+ * one (INV_OK), else INV_UNAVAILABLE. Nothing was written. */
+inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order);
+/* The status of a commit on s that got no answer: unknown when the
+ * connection failed after taking it (lost_before: rconn_unanswered before
+ * the call), else it was never sent. */
+inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before);
+/* The refusals the commit scripts share ({-3, first id} a replay, {-4} the
+ * limit, {-8} the key's mismatch) as a status; anything else INV_UNAVAILABLE. */
+inv_status inv_commit_refusal(struct inv_session *s, const redisReply *r,
+                              struct inv_order *order);
+/* Counts an order's answer. */
+void inv_count_outcome(struct inv *inv, inv_status st);
+/* Gives t, or t[0..n-1], the final status st, counted as an answer. */
+void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st);
+void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st);
+/* The link a call on rc is about to use (connecting rc first), and after the
+ * call the link that carried it: `before` when rc is still on it, else 0. */
+uint64_t inv_link_before(struct rconn *rc);
+uint64_t inv_link_after(const struct rconn *rc, uint64_t before);
+/* Notes segment seg of sku as found empty in epoch (ignored if the layout
+ * moved on). */
+void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, int seg);
+/* Takes the lock lkey of segment seg (waiting wait_ms at most) with the read
+ * of its stock (order.c says how). On LOCK_ACQUIRED *stock is the stock
+ * read, -1 when the read got no answer (the lock is held either way). */
+lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
+                              const char *lkey, int seg, int wait_ms,
+                              struct lock_grant *g, long long *stock);
+/* The stock a segment's HGET answered; -1 when Redis did not answer one. */
+long long inv_stock_of(const redisReply *r);
+/* Places one order of the atomic mode on s, its id drawn (atomic.c). */
+inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
+                            const char *sku, const char *user_id, int qty,
+                            const char *idem_key, struct inv_order *order);
+/* The atomic mode's batch of tickets t[0..n-1], pipelined on s: each is final
+ * or left undecided, to go by itself. */
+void inv_atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n);
 
 /* Empties o; its parts are not touched (nparts says how many hold anything). */
 void inv_order_clear(struct inv_order *o);

@@ -1,0 +1,187 @@
+/* atomic.c: the atomic mode, no lock: one script (inventory/lua/atomic.lua)
+ * checks, decrements and records an order. By itself on a thread's
+ * connection (inv_place_atomic), pipelined for a batch (inv_atomic_pipeline),
+ * or as a step of an event loop (inv_atomic_send, inv_atomic_answer). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inv_impl.h"
+
+extern const struct rscript_source lua_inventory_atomic;
+/* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
+static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_atomic);
+
+/* Most fresh ids an order draws when it finds its id taken. */
+#define INV_ID_TRIES 4
+
+/* The atomic script's arguments for one order. */
+struct atomic_call {
+    char home[12], qtys[12], idtext[24], okey[40];
+    const char *argv[14];
+};
+
+static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
+                             const char *sku, const char *user_id, int qty,
+                             const char *idem_key, uint64_t id)
+{
+    snprintf(c->home, sizeof(c->home), "%u", seg_route(user_id));
+    snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
+    snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
+    snprintf(c->okey, sizeof(c->okey), "%s%s", k->order, c->idtext);
+    const char *argv[] = {k->meta, k->stock,  k->sold,  k->buyers, k->orders,
+                          c->okey, k->idem,   k->avail, c->home,   c->qtys,
+                          user_id, c->idtext, sku,      idem_key};
+    memcpy(c->argv, argv, sizeof(argv));
+}
+
+/* The outcome of the atomic script's answer r for an order of sku; INV_OK when the
+ * order's id was found taken and it drew a fresh one (nothing was written: again). seen:
+ * the sold-out memory's generation when the call was sent. */
+static inv_status atomic_outcome(struct inv_session *s, const char *sku,
+                                 const redisReply *r, struct inv_order *order,
+                                 uint64_t seen)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
+        return INV_UNAVAILABLE;
+    const redisReply *e1 = r->elements > 1 ? r->element[1] : NULL;
+    const redisReply *e2 = r->elements > 2 ? r->element[2] : NULL;
+    switch (inv_reply_ll(r->element[0], 0)) {
+    case 1:
+        order->segment = (int)inv_reply_ll(e1, 0);
+        order->nparts = 0;
+        for (size_t i = 3; i + 1 < r->elements && order->nparts < INV_MAX_SEGMENTS;
+             i += 2)
+            order->parts[order->nparts++] =
+                (struct inv_part){.segment = (int)inv_reply_ll(r->element[i], 0),
+                                  .qty = (int)inv_reply_ll(r->element[i + 1], 0)};
+        if (order->nparts == 0)
+            inv_order_one_part(order, order->segment);
+        if (order->nparts > 1 || inv_reply_ll(e2, 0) != order->segment)
+            count(&s->inv->counters.spilled);
+        return INV_PLACED;
+    case -5:
+        if (inv_reply_ll(e2, -1) == 0) /* not a unit left */
+            inv_note_sold_out(s->inv, sku, (int)inv_reply_ll(e1, 0), seen);
+        return INV_SOLD_OUT;
+    case -6:
+        return INV_NOT_FOUND;
+    case -7:
+        return INV_BAD_QTY;
+    case -9:
+        return inv_order_id_taken(s->inv, order);
+    default:
+        return inv_commit_refusal(s, r, order);
+    }
+}
+
+inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
+                            const char *sku, const char *user_id, int qty,
+                            const char *idem_key, struct inv_order *order)
+{
+    for (int tries = 1;; tries++) {
+        struct atomic_call c;
+        atomic_call_init(&c, k, sku, user_id, qty, idem_key, order->id);
+        uint64_t lost = rconn_unanswered(s->rc);
+        uint64_t seen = soldout_generation(s->inv->cfg.soldout);
+        redisReply *r = rconn_eval(s->rc, &atomic_script, 8, 6, c.argv, NULL);
+        if (!r)
+            return inv_no_answer(s, lost);
+        inv_status st = atomic_outcome(s, sku, r, order, seen);
+        freeReplyObject(r);
+        if (st != INV_OK)
+            return st;
+        if (tries == INV_ID_TRIES)
+            return INV_UNAVAILABLE;
+    }
+}
+
+/* The atomic mode's batch: no lock and no group commit, one script per order,
+ * but the n calls go out in one write and their answers come back in one
+ * read (pipelining: transport, not batching). */
+void inv_atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
+{
+    struct inv *inv = s->inv;
+    rconn_check(s->rc);
+    struct rcmd call = {.script = &atomic_script, .nkeys = 8, .argc = 14};
+    if (rconn_prepare(s->rc, &call) != RCONN_OK)
+        return; /* each by itself, which reports why */
+    struct atomic_call *c = malloc(sizeof(*c) * (size_t)n);
+    if (!c)
+        abort();
+    uint64_t lost = rconn_unanswered(s->rc);
+    uint64_t seen = soldout_generation(inv->cfg.soldout);
+    struct rpipe p;
+    int sent = rpipe_begin(&p, s->rc) == RCONN_OK ? n : 0;
+    for (int i = 0; i < sent; i++) {
+        struct inv_ticket *x = t[i];
+        struct sku_keys k;
+        inv_keys_init(&k, x->sku, x->gene);
+        atomic_call_init(&c[i], &k, x->sku, x->user_id, x->qty, x->idem_key, x->order.id);
+        call.argv = c[i].argv;
+        if (rpipe_append(&p, &call) != RCONN_OK)
+            sent = 0; /* none went out: each by itself */
+    }
+    /* Every answer is read before any is acted on: a replay loads its first
+     * order with a command of its own, which may only follow the pipeline. */
+    redisReply **r = calloc((size_t)n, sizeof(*r));
+    if (!r)
+        abort();
+    int got = 0;
+    while (got < sent && (r[got] = rpipe_collect(&p)) != NULL)
+        got++;
+    rpipe_end(&p);
+    for (int i = 0; i < sent; i++) {
+        if (i >= got) /* sent, and the connection failed before its answer */
+            inv_ticket_finish(inv, t[i], inv_no_answer(s, lost));
+        else if (!rconn_is_noscript(r[i])) { /* NOSCRIPT: by itself, which runs EVAL */
+            inv_status st = atomic_outcome(s, t[i]->sku, r[i], &t[i]->order, seen);
+            /* a shard short on a cluster: by itself, which brings units */
+            if (st != INV_OK && !(st == INV_SOLD_OUT && inv->cfg.cluster))
+                inv_ticket_finish(inv, t[i], st);
+        }
+    }
+    inv_free_replies(r, got);
+    free(r);
+    free(c);
+}
+
+rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
+                             const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                             uint64_t *seen)
+{
+    struct sku_keys k;
+    inv_keys_init(&k, t->sku, t->gene);
+    struct atomic_call call;
+    atomic_call_init(&call, &k, t->sku, t->user_id, t->qty, t->idem_key, t->order.id);
+    *seen = soldout_generation(inv->cfg.soldout);
+    if (cs->cluster)
+        return acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
+                             &atomic_script, 8, 14, call.argv);
+    return aconn_eval(cs->data, cb, arg, &atomic_script, 8, 14, call.argv);
+}
+
+inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
+                           const redisReply *r, uint64_t seen)
+{
+    if (res != ACONN_REPLY) {
+        inv_ticket_finish(inv, t,
+                          res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE);
+        return INV_STEP_DONE;
+    }
+    if (rconn_is_noscript(r))
+        return INV_STEP_AGAIN; /* the connection loads it again first */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        inv_reply_ll(r->element[0], 0) == -3)
+        return INV_STEP_ALONE; /* a replay: its first order is loaded by itself */
+    /* Every other answer is read without a round trip: no connection needed. */
+    struct inv_session view = {.inv = inv};
+    inv_status st = atomic_outcome(&view, t->sku, r, &t->order, seen);
+    if (st == INV_OK)
+        return INV_STEP_AGAIN; /* the id was taken: it has a fresh one */
+    if (st == INV_SOLD_OUT && inv->cfg.cluster)
+        return INV_STEP_ALONE; /* short in its shard: units from the others */
+    inv_ticket_finish(inv, t, st);
+    return INV_STEP_DONE;
+}

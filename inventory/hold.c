@@ -1,0 +1,607 @@
+/* hold.c: group commits. One lock hold of a segment serves a batch of
+ * tickets: the lock with the read of the stock, the orders' work, one commit
+ * (inventory/lua/batch.lua) with the release. Blocking on a batch thread
+ * (inv_hold_open, inv_hold_commit), or as steps of an event loop
+ * (inv_hold_send ... inv_hold_committed). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inv_impl.h"
+
+extern const struct rscript_source lua_inventory_batch;
+/* inventory/lua/batch.lua: group commit of the lock-guarded modes. */
+static struct rscript batch_script = RSCRIPT_INIT("inv_batch", lua_inventory_batch);
+
+/* One order's part of the batch commit: its text arguments. */
+struct batch_slot {
+    char okey[40], id[24], qty[12], route[12];
+};
+
+/* Reads the batch script's answer for the tickets of hold h (two entries
+ * each); a ticket whose segment could not serve it is sent on (t->seg) or
+ * left to go by itself, as one whose id was taken. s loads an idempotent
+ * replay's first order; without one (NULL) the replay is left to go by
+ * itself (t->seg -1), which finds it again. */
+static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_hold *h,
+                           const redisReply *r, lock_status released)
+{
+    struct inv_ticket **t = h->t;
+    h->placed = 0;
+    int seg = h->seg;
+    for (int i = 0; i < h->n; i++) {
+        const redisReply *first = r->element[2 * i + 1];
+        struct inv_order *o = &t[i]->order;
+        inv_status st = INV_UNAVAILABLE;
+        switch (inv_reply_ll(r->element[2 * i], 99)) {
+        case 1:
+            inv_order_one_part(o, seg);
+            h->left -= t[i]->qty;
+            h->placed++;
+            st = INV_PLACED;
+            if (released == LOCK_NOT_HELD)
+                count(&inv->counters.commits_after_lease);
+            if (seg != t[i]->home)
+                count(&inv->counters.spilled);
+            break;
+        case 0: /* short here: on to the segment named, or by itself (-1) */
+            t[i]->seg = (int)inv_reply_ll(first, -1);
+            continue;
+        case -5:
+            if (inv->cfg.cluster) { /* short in its shard: by itself, which
+                                       brings units from the others */
+                t[i]->seg = -1;
+                continue;
+            }
+            if (t[i]->qty == 1) /* not a unit left */
+                inv_note_sold_out(inv, t[i]->sku, (int)inv_reply_ll(first, 0), h->seen);
+            st = INV_SOLD_OUT;
+            break;
+        case -3:
+            if (!s) {
+                t[i]->seg = -1;
+                continue;
+            }
+            if (first->type == REDIS_REPLY_STRING) {
+                st = inv_order_load(s, first->str, o);
+                st = st == INV_OK ? INV_REPLAYED : st;
+            }
+            break;
+        case -4:
+            st = INV_LIMIT;
+            break;
+        case -7:
+            st = INV_BAD_QTY;
+            break;
+        case -8:
+            st = INV_IDEM_MISMATCH;
+            break;
+        case -9:
+            if (inv_order_id_taken(inv, o) == INV_OK)
+                continue; /* a fresh id: again by itself */
+            break;
+        }
+        inv_ticket_finish(inv, t[i], st);
+    }
+}
+
+/* Sets h up for tickets t[0..n-1] on segment seg: its lock key, the epoch
+ * the commit checks, the sold-out memory's generation. False when the SKU's
+ * layout is forgotten since they were routed (each goes by itself). */
+static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket **t, int n,
+                        int seg)
+{
+    struct sku_layout layout;
+    if (inv_layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
+        return 0;
+    struct sku_keys k;
+    inv_keys_init(&k, t[0]->sku, t[0]->gene);
+    h->t = t;
+    h->n = n;
+    h->seg = seg;
+    h->gene = t[0]->gene;
+    snprintf(h->lkey, sizeof(h->lkey), "%s%d", k.lock, seg);
+    snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
+    h->seen = soldout_generation(inv->cfg.soldout);
+    return 1;
+}
+
+/* h holds its lock and read stock: open until its orders' work is done (at
+ * once when the segment is empty: the commit only routes them). */
+static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
+{
+    h->stock = h->left = stock;
+    h->due_us = clock_now_us();
+    if (stock == 0)
+        inv_layout_mark_empty(inv, h->t[0]->sku, h->epoch, h->seg);
+    else
+        h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
+}
+
+inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                            int try_only, struct inv_hold *h)
+{
+    struct inv_session *top = s; /* on a cluster: the router, for inv_shard_outcome */
+    if (s->cl && !(s = inv_shard_session(s, t[0]->gene)))
+        return INV_HOLD_ENDED; /* each by itself, which learns where */
+    if (!s->inv->cfg.lock) {
+        inv_atomic_pipeline(s, t, n);
+        return INV_HOLD_ENDED;
+    }
+    struct inv *inv = s->inv;
+    if (!hold_prepare(inv, h, t, n, seg))
+        return INV_HOLD_ENDED; /* each by itself */
+    rconn_check(s->rc);
+    struct sku_keys k;
+    inv_keys_init(&k, t[0]->sku, h->gene);
+    /* The oldest ticket's wait decides: none waits much past --wait-ms. */
+    int64_t oldest = t[0]->start_us;
+    for (int i = 1; i < n; i++)
+        oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
+    int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - clock_now_us()) / 1000;
+    int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
+    long long stock;
+    lock_status ls = inv_lock_and_read(s, &k, h->lkey, seg, wait_ms, &h->g, &stock);
+    if (ls == LOCK_BUSY && try_only)
+        return INV_HOLD_TAKEN; /* taken: nothing decided, the caller tries later */
+    /* Unavailable on a cluster (the lock step's or the read's answer a MOVED, no
+     * answer from a master that died): the map is learnt again, or every later
+     * hold of the shard would go to the same old master. */
+    if (ls != LOCK_ACQUIRED) {
+        inv_tickets_finish(inv, t, n,
+                           ls == LOCK_BUSY ? INV_BUSY
+                                           : inv_shard_outcome(top, INV_UNAVAILABLE));
+        return INV_HOLD_ENDED;
+    }
+    if (stock < 0) {
+        lock_release(s->lock, h->lkey, &h->g);
+        inv_tickets_finish(inv, t, n, inv_shard_outcome(top, INV_UNAVAILABLE));
+        return INV_HOLD_ENDED;
+    }
+    hold_opened(inv, h, stock);
+    return INV_HOLD_OPEN;
+}
+
+/* The batch script's call for open hold h: KEYS and ARGV as
+ * inventory/lua/batch.lua reads them. */
+struct batch_call {
+    struct sku_keys k;
+    char seg[12], fkey[160], stock[24], fence[LOCK_FENCE_TEXT];
+    struct batch_slot *slot;
+    struct rcmd cmd;
+};
+
+static void batch_call_init(struct batch_call *c, struct inv *inv,
+                            const struct inv_hold *h)
+{
+    struct inv_ticket **t = h->t;
+    int n = h->n;
+    inv_keys_init(&c->k, t[0]->sku, h->gene);
+    snprintf(c->seg, sizeof(c->seg), "%d", h->seg);
+    lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
+    snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
+    inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
+    int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
+    const char **argv = malloc(sizeof(*argv) * (size_t)argc);
+    c->slot = malloc(sizeof(*c->slot) * (size_t)n);
+    if (!argv || !c->slot)
+        abort();
+    const struct sku_keys *k = &c->k;
+    const char *head[] = {k->meta,   k->stock, k->sold, k->buyers,
+                          k->orders, c->fkey,  k->idem, k->avail};
+    memcpy(argv, head, sizeof(head));
+    const char **a = argv + nkeys;
+    *a++ = h->epoch;
+    *a++ = c->seg;
+    *a++ = c->stock;
+    *a++ = c->fence;
+    *a++ = t[0]->sku;
+    for (int i = 0; i < n; i++) {
+        struct batch_slot *x = &c->slot[i];
+        snprintf(x->id, sizeof(x->id), "%" PRIu64, t[i]->order.id);
+        snprintf(x->okey, sizeof(x->okey), "%s%s", k->order, x->id);
+        snprintf(x->qty, sizeof(x->qty), "%d", t[i]->qty);
+        snprintf(x->route, sizeof(x->route), "%u", seg_route(t[i]->user_id));
+        argv[8 + i] = x->okey;
+        *a++ = x->qty;
+        *a++ = t[i]->user_id;
+        *a++ = x->id;
+        *a++ = t[i]->idem_key;
+        *a++ = x->route;
+    }
+    c->cmd = (struct rcmd){
+        .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
+}
+
+static void batch_call_free(struct batch_call *c)
+{
+    free(c->cmd.argv);
+    free(c->slot);
+}
+
+/* What the batch script's answer r means for h's tickets (s as for
+ * batch_outcomes); r is an answer, not NULL. Returns 1 when Redis had lost
+ * the script (nothing written: each by itself, once it is loaded again). */
+static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold *h,
+                        const redisReply *r, lock_status released)
+{
+    struct inv_ticket **t = h->t;
+    int n = h->n;
+    if (rconn_is_noscript(r))
+        return 1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
+        batch_outcomes(inv, s, h, r, released);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+               inv_reply_ll(r->element[0], 0) == -1) {
+        count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
+        inv_layout_forget(inv, t[0]->sku);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+               inv_reply_ll(r->element[0], 0) == -2) {
+        count(&inv->counters.fenced_off);
+        inv_tickets_finish(inv, t, n, INV_BUSY);
+    } else {
+        inv_tickets_finish(inv, t, n, INV_UNAVAILABLE);
+    }
+    return 0;
+}
+
+void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    struct inv_session *top = s;
+    if (s->cl && !(s = inv_shard_session(s, h->gene))) {
+        inv_tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE); /* the lease runs out */
+        return;
+    }
+    struct batch_call c;
+    batch_call_init(&c, inv, h);
+    redisReply *r;
+    uint64_t lost = rconn_unanswered(s->rc), link = inv_link_before(s->rc);
+    lock_status released = lock_release_after(s->lock, h->lkey, &h->g, &c.cmd, &r);
+    batch_call_free(&c);
+    link = inv_link_after(s->rc, link);
+    for (int i = 0; i < h->n; i++)
+        h->t[i]->link = link;
+    if (!r) { /* on a cluster the map is learnt again, as after a failed open */
+        inv_tickets_finish(inv, h->t, h->n,
+                           inv_shard_outcome(top, inv_no_answer(s, lost)));
+        return;
+    }
+    if (batch_answer(inv, s, h, r, released)) /* nothing written: each by itself */
+        rconn_script_reload(s->rc, &batch_script);
+    else if (top->cl && rcluster_stale(r)) /* MOVED, ASK: nothing written */
+        inv_shard_outcome(top, INV_UNAVAILABLE);
+    freeReplyObject(r);
+}
+
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
+{
+    struct inv_hold h;
+    if (inv_hold_open(s, t, n, seg, 0, &h) != INV_HOLD_OPEN)
+        return;
+    int64_t left = h.due_us - clock_now_us();
+    if (left > 0)
+        clock_sleep_us(left);
+    inv_hold_commit(s, &h);
+}
+
+/* ---- the event-driven hold ---------------------------------------------- */
+
+/* The status of tickets whose command got no answer (res not ACONN_REPLY). */
+static inv_status lost_answer(aconn_result res)
+{
+    return res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
+}
+
+/* The index of the hold's own command (the read, the commit) among its slots. */
+#define HOLD_OWN LOCK_STEP_CMDS
+
+/* What an event-driven hold has in flight (h->state). */
+enum {
+    HOLD_LOCKING = 0, /* a step of its lock (with the read behind it) */
+    HOLD_READING,     /* the read alone, once granted */
+    HOLD_COMMITTING,  /* the commit (with the release behind it) */
+    HOLD_RELEASING,   /* the release, after the commit's answer */
+    HOLD_ENDED,       /* nothing: every ticket final or undecided */
+};
+
+/* Every answer of a hold comes through here: it says which command it is
+ * for (the slot), then goes to the hold's callback. */
+static void on_slot(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_slot *sl = arg;
+    struct inv_hold *h = sl->h;
+    h->index = sl->i;
+    h->owed--;
+    h->cb(h->arg, res, r);
+}
+
+/* Queues cmd on c as h's command number i (HOLD_OWN: the hold's own). 1, or
+ * 0 when refused. */
+static int hold_queue(struct inv_hold *h, int node, int i, const struct rcmd *cmd)
+{
+    struct inv_slot *sl = &h->slot[i];
+    sl->h = h;
+    sl->i = i;
+    const struct inv_conns *cs = h->cs;
+    rconn_status rc;
+    if (node < 0 && cs->cluster) { /* the master of the segment's shard */
+        int slot = cluster_gene_slot(h->gene);
+        rc = cmd->script
+                 ? acluster_eval(cs->cluster, slot, on_slot, sl, cmd->script, cmd->nkeys,
+                                 cmd->argc, cmd->argv)
+                 : acluster_command(cs->cluster, slot, on_slot, sl, cmd->argc, cmd->argv);
+    } else {
+        struct aconn *c = node < 0 ? cs->data : cs->node[node];
+        if (!c)
+            return 0; /* the loop is closing */
+        rc = cmd->script ? aconn_eval(c, on_slot, sl, cmd->script, cmd->nkeys, cmd->argc,
+                                      cmd->argv)
+                         : aconn_command(c, on_slot, sl, cmd->argc, cmd->argv, NULL);
+    }
+    h->owed += rc == RCONN_OK;
+    return rc == RCONN_OK;
+}
+
+/* Ends the hold's tickets with st: nothing more is sent for them. */
+static void hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
+{
+    inv_tickets_finish(inv, h->t, h->n, st);
+    h->state = HOLD_ENDED;
+}
+
+/* Queues the read of h's stock. 1, or 0 when refused. */
+static int read_queue(struct inv_hold *h)
+{
+    struct sku_keys k;
+    inv_keys_init(&k, h->t[0]->sku, h->gene);
+    char segtext[12];
+    snprintf(segtext, sizeof(segtext), "%d", h->seg);
+    const char *read[] = {"HGET", k.stock, segtext};
+    struct rcmd cmd = {.argc = 3, .argv = read};
+    return hold_queue(h, -1, HOLD_OWN, &cmd);
+}
+
+/* Sends h->step's commands: on the data Redis and the lock's nodes. A
+ * refused one is answered (none) at once. With `read`, the read of the
+ * stock goes right behind those on the data Redis. */
+static void step_queue(struct inv_session *s, struct inv_hold *h, int read)
+{
+    struct lock_step *st = &h->step;
+    h->with_read = 0;
+    for (int i = 0; i < st->ncmd; i++) {
+        if (!hold_queue(h, st->node[i], i, &st->cmd[i]))
+            lock_step_answer(s->lock, h->lkey, st, NULL);
+    }
+    if (read)
+        h->with_read = read_queue(h);
+}
+
+/* The lock's step in h->step goes out, with the read behind it when a
+ * grant by it is complete and it runs on the data Redis; else decided at
+ * once when it has nothing to send. */
+static void lock_send(struct inv_session *s, struct inv_hold *h)
+{
+    const struct lock_step *st = &h->step;
+    int on_data = 0;
+    for (int i = 0; i < st->ncmd; i++)
+        on_data |= st->node[i] < 0;
+    h->state = HOLD_LOCKING;
+    h->stock = -1;
+    step_queue(s, h, st->last && on_data);
+}
+
+/* An attempt at h's lock, waiting (in the lock's queue, or by polling) for
+ * what is left of h's wait. */
+static void hold_attempt(struct inv_session *s, struct inv_hold *h)
+{
+    int64_t left_ms = h->try_only ? 0 : (h->deadline_us - clock_now_us()) / 1000;
+    lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step);
+    lock_send(s, h);
+}
+
+void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t,
+                   int n, int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
+                   void *arg)
+{
+    struct inv *inv = s->inv;
+    h->cs = cs;
+    h->cb = cb;
+    h->arg = arg;
+    h->owed = 0;
+    h->t = t;
+    h->n = n;
+    if (!hold_prepare(inv, h, t, n, seg)) {
+        h->state = HOLD_ENDED; /* each by itself */
+        return;
+    }
+    /* The oldest ticket's wait decides: none waits much past --wait-ms. */
+    int64_t oldest = t[0]->start_us;
+    for (int i = 1; i < n; i++)
+        oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
+    h->deadline_us = oldest + (int64_t)inv->cfg.wait_ms * 1000;
+    h->noscripts = 0;
+    h->try_only = try_only;
+    lock_step_init(&h->step);
+    hold_attempt(s, h);
+}
+
+void inv_hold_retry_send(struct inv_session *s, struct inv_hold *h)
+{
+    hold_attempt(s, h);
+}
+
+/* Command i of h found its script lost (Redis restarted): once more, behind
+ * the connection's reload of it (a few times per hold). 1 when sent. */
+static int resend(struct inv_hold *h, int i)
+{
+    if (h->noscripts++ >= 4)
+        return 0;
+    const struct lock_step *st = &h->step;
+    h->with_read = 0; /* the read went ahead of the grant: read again */
+    return hold_queue(h, st->node[i], i, &st->cmd[i]);
+}
+
+/* Answer r (res) to h's lock command h->index. */
+static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                        const redisReply *r)
+{
+    if (res == ACONN_REPLY && rconn_is_noscript(r) && resend(h, h->index))
+        return;
+    if (h->cs->cluster && acluster_redirected(h->cs->cluster))
+        h->with_read = 0; /* the read may have run before it: read again */
+    lock_step_answer(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL);
+}
+
+void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                     const redisReply *r)
+{
+    if (h->index == HOLD_OWN) { /* the read; not one that went ahead of a resend */
+        if (h->with_read || h->state == HOLD_READING)
+            h->stock = res == ACONN_REPLY ? inv_stock_of(r) : -1;
+    } else
+        lock_answer(s, h, res, r);
+}
+
+/* h holds its lock: open once its stock is read (with the grant, or now). */
+static inv_hold_next hold_granted(struct inv_session *s, struct inv_hold *h)
+{
+    if (!h->with_read && read_queue(h)) {
+        h->state = HOLD_READING;
+        return INV_HOLD_OWED;
+    }
+    if (h->stock >= 0) {
+        hold_opened(s->inv, h, h->stock);
+        return INV_HOLD_OPEN;
+    }
+    lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
+    hold_end(s->inv, h, INV_UNAVAILABLE);
+    return INV_HOLD_ENDED;
+}
+
+inv_hold_next inv_hold_ready(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    if (h->owed > 0)
+        return INV_HOLD_OWED;
+    if (h->state == HOLD_ENDED)
+        return INV_HOLD_ENDED;
+    if (h->state == HOLD_READING) {
+        h->with_read = 1; /* read */
+        return hold_granted(s, h);
+    }
+    switch (lock_try_done(s->lock, h->lkey, &h->step, &h->g)) {
+    case LOCK_PENDING:
+        lock_send(s, h);
+        return inv_hold_ready(s, h);
+    case LOCK_ACQUIRED:
+        return hold_granted(s, h);
+    case LOCK_BUSY:
+        if (h->try_only)
+            return INV_HOLD_TAKEN;
+        if (h->step.entry[0])
+            return INV_HOLD_QUEUED;
+        if (h->step.retry_us > 0)
+            return INV_HOLD_POLL;
+        hold_end(inv, h, INV_BUSY);
+        return INV_HOLD_ENDED;
+    default:
+        hold_end(inv, h, INV_UNAVAILABLE);
+        return INV_HOLD_ENDED;
+    }
+}
+
+int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
+                       aconn_cb *cb, void *arg)
+{
+    int64_t left = h->deadline_us - clock_now_us();
+    lock_handoff_step(s->lock, h->lkey, left > 1000 ? left : 1000, &h->step);
+    const struct rcmd *w = &h->step.cmd[0];
+    return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == RCONN_OK;
+}
+
+void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                     const redisReply *r)
+{
+    if (lock_handoff_done(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL,
+                          &h->g) != LOCK_ACQUIRED) {
+        hold_attempt(s, h); /* the next, which leaves the queue once the wait is over */
+        return;
+    }
+    h->stock = -1;
+    h->with_read = 0;
+    hold_granted(s, h); /* the read, now that the lock is ours */
+}
+
+/* True when the release in h->step goes to the data Redis only. */
+static int release_on_data(const struct lock_step *st)
+{
+    for (int i = 0; i < st->ncmd; i++)
+        if (st->node[i] >= 0)
+            return 0;
+    return 1;
+}
+
+void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *cb,
+                          void *arg)
+{
+    struct inv *inv = s->inv;
+    struct batch_call call;
+    h->cb = cb;
+    h->arg = arg;
+    h->owed = 0;
+    h->noscripts = 0;
+    h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
+    batch_call_init(&call, inv, h);
+    lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+    int sent = hold_queue(h, -1, HOLD_OWN, &call.cmd);
+    batch_call_free(&call);
+    if (!sent) {
+        lock_release_done(s->lock, h->lkey, &h->g, NULL);
+        hold_end(inv, h, INV_UNAVAILABLE);
+        return;
+    }
+    h->state = HOLD_COMMITTING;
+    /* A release on the data Redis goes in one pipeline with the commit; one
+     * on the lock's nodes once the commit answered (it may not overtake it),
+     * and so does one that must be made after the commit (setnx), or on a
+     * cluster (a commit redirected may run after what follows it). */
+    h->releasing = release_on_data(&h->step) && !h->step.after && !h->cs->cluster;
+    if (h->releasing)
+        step_queue(s, h, 0);
+}
+
+int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                       const redisReply *r)
+{
+    struct inv *inv = s->inv;
+    int decided = h->index == HOLD_OWN;
+    if (decided) { /* the commit's */
+        if (res != ACONN_REPLY)
+            inv_tickets_finish(inv, h->t, h->n, lost_answer(res));
+        else
+            batch_answer(inv, NULL, h, r, LOCK_RELEASED);
+        h->state = HOLD_RELEASING;
+        if (!h->releasing) { /* made now: it may decide on the time */
+            lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+            step_queue(s, h, 0);
+        }
+    } else {
+        lock_answer(s, h, res, r);
+    }
+    if (h->owed == 0 && h->state == HOLD_RELEASING) {
+        /* a commit placed after the lease was gone is counted */
+        if (lock_release_done(s->lock, h->lkey, &h->g, &h->step) == LOCK_NOT_HELD)
+            for (int i = 0; i < h->placed; i++)
+                count(&inv->counters.commits_after_lease);
+        h->state = HOLD_ENDED;
+    }
+    return decided;
+}
+
+void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
+{
+    lock_release_done(s->lock, h->lkey, &h->g, NULL);
+    hold_end(s->inv, h, INV_UNAVAILABLE);
+}

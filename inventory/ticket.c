@@ -1,0 +1,131 @@
+/* ticket.c: a ticket's life outside the runners: opened (what memory can
+ * answer, its order id, its route), finished (its status counted once), and
+ * its replicas' acknowledgement on a thread (inv_tickets_durable; a loop's
+ * is ack.c). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "inv_impl.h"
+
+/* ---- opening a ticket --------------------------------------------------- */
+
+inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
+                           const char *user_id, int qty, const char *idem_key)
+{
+    inv_order_clear(&t->order);
+    snprintf(t->sku, sizeof(t->sku), "%s", sku);
+    snprintf(t->user_id, sizeof(t->user_id), "%s", user_id);
+    snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
+    t->qty = qty;
+    t->gene = -1;
+    t->start_us = clock_now_us();
+    t->st = INV_OK;
+    t->next = NULL;
+    inv_status st = inv_soldout_answer(inv, sku, qty, idem_key);
+    if (st == INV_OK && inv_order_new_id(inv, &t->order) != 0)
+        st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
+    if (st != INV_OK) {
+        inv_count_outcome(inv, st);
+        return st;
+    }
+    snprintf(t->order.sku, sizeof(t->order.sku), "%s", sku);
+    snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
+    t->order.qty = qty;
+    t->hops = 0;
+    t->link = 0;
+    if (inv->cfg.lock || inv->cfg.cluster) /* atomic on a cluster: for the shard */
+        inv_ticket_route(inv, t);
+    else
+        t->home = t->seg = 0; /* atomic: one queue */
+    return INV_OK;
+}
+
+void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st)
+{
+    t->st = st;
+    inv_count_outcome(inv, st);
+}
+
+void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st)
+{
+    inv_ticket_finish(inv, t, st);
+}
+
+/* The link of rc, connecting it first: what a call on rc is about to use. */
+uint64_t inv_link_before(struct rconn *rc)
+{
+    rconn_ctx(rc); /* when it cannot, the call fails too */
+    return rconn_link(rc);
+}
+
+/* The link that carried a call on rc that began on `before`: that link when
+ * rc is still on it, else 0 (it failed or was made anew meanwhile: what the
+ * call wrote may have gone on either). */
+uint64_t inv_link_after(const struct rconn *rc, uint64_t before)
+{
+    return rconn_link(rc) == before ? before : 0;
+}
+
+int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16])
+{
+    if (inv->cfg.min_replicas_acked <= 0)
+        return 0;
+    snprintf(buf[0], 16, "%d", inv->cfg.min_replicas_acked);
+    snprintf(buf[1], 16, "%d", inv->cfg.acked_wait_ms > 0 ? inv->cfg.acked_wait_ms : 500);
+    argv[0] = "WAIT";
+    argv[1] = buf[0];
+    argv[2] = buf[1];
+    return 3;
+}
+
+void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r)
+{
+    if (t->st != INV_PLACED || (r && r->type == REDIS_REPLY_INTEGER &&
+                                r->integer >= inv->cfg.min_replicas_acked))
+        return;
+    atomic_fetch_sub(&inv->counters.placed, 1); /* counted as placed when decided */
+    count(&inv->counters.unacked);
+    inv_ticket_finish(inv, t, INV_OUTCOME_UNKNOWN);
+}
+
+void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
+{
+    const char *argv[3];
+    char buf[2][16];
+    int placed = 0;
+    for (int i = 0; i < n; i++)
+        placed += t[i]->st == INV_PLACED;
+    if (!placed || !inv_durable_argv(s->inv, argv, buf))
+        return;
+    /* One WAIT per link that carried commits (on a cluster the tickets may
+     * come from several shards), sent on that link: on another it would
+     * count that link's writes, not the commits. A ticket whose link is gone
+     * is not known to be on a replica. Decided tickets are passed over. */
+    for (int i = 0; i < n; i++) {
+        if (t[i]->st != INV_PLACED || (s->cl && t[i]->gene < 0))
+            continue;
+        int gene = t[i]->gene, seen = 0;
+        uint64_t link = t[i]->link;
+        for (int j = 0; j < i && !seen; j++)
+            seen = t[j]->st == INV_PLACED && t[j]->gene == gene && t[j]->link == link;
+        if (seen)
+            continue; /* waited for already (or answered) with t[j] */
+        struct inv_session *shard = inv_shard_session(s, gene);
+        struct rconn *rc = shard ? shard->rc : NULL;
+        redisReply *r = link && rc && rconn_link(rc) == link
+                            ? rconn_command_argv(rc, 3, argv, NULL)
+                            : NULL;
+        for (int j = i; j < n; j++)
+            if (t[j]->gene == gene && t[j]->link == link)
+                inv_ticket_acked(s->inv, t[j], r);
+        if (r)
+            freeReplyObject(r);
+    }
+}
+
+void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st)
+{
+    for (int i = 0; i < n; i++)
+        inv_ticket_finish(inv, t[i], st);
+}
