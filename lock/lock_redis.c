@@ -6,10 +6,11 @@
  * "<key>:fence" on a new grant) are one script, so no grant exists without a
  * token.
  *
- * Watchdog: one thread per lock renews every held lease at ttl/3 with an
- * owner-checked PEXPIRE, pipelined. It stops on release, when the lease turns
- * out lost (counted), and at max_lease_ms after the grant. Validity is kept on
- * the monotonic clock: renewal sent at t with lease L is valid until t + L.
+ * Watchdog (redis_watchdog.c): one thread per lock renews every held lease at
+ * ttl/3 with an owner-checked PEXPIRE, pipelined. It stops on release, when the
+ * lease turns out lost (counted), and at max_lease_ms after the grant. Validity
+ * is kept on the monotonic clock: renewal sent at t with lease L is valid until
+ * t + L.
  *
  * Waiting without polling, by hand-off: a waiter whose attempt finds the lock
  * taken is queued on "<key>:queue" as "<deadline ms>:<owner>" (Redis clock)
@@ -43,9 +44,9 @@
  * own. */
 #include "clock.h"
 #include "lock_impl.h"
+#include "redis_watchdog.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,47 +58,20 @@
 /* Longest a failed acquire spends taking its entry off the queue: best effort,
  * Redis may be what failed. */
 #define LEAVE_TIMEOUT_MS 200
-#define RENEW_BATCH 64
 #define KEY_MAX 600
 
 /* The scripts: KEYS, ARGV and replies are described at the top of each file. */
-extern const struct rscript_source lua_lock_redis_acquire, lua_lock_redis_release,
-    lua_lock_redis_renew;
+extern const struct rscript_source lua_lock_redis_acquire, lua_lock_redis_release;
 static struct rscript acquire_script = /* lock/lua/redis_acquire.lua */
     RSCRIPT_INIT("redis_acquire", lua_lock_redis_acquire);
 static struct rscript release_script = /* lock/lua/redis_release.lua */
     RSCRIPT_INIT("redis_release", lua_lock_redis_release);
-static struct rscript renew_script = /* lock/lua/redis_renew.lua */
-    RSCRIPT_INIT("redis_renew", lua_lock_redis_renew);
-
-/* One key held by one session; shared with the watchdog (under st->mu). */
-struct lease {
-    struct lease *prev, *next; /* the watchdog's list */
-    struct lease *snext;       /* the session's list (session thread only) */
-    int depth;                 /* grants of this session not yet released */
-    int lost;                  /* renewal found another owner (or none) */
-    int in_flight;             /* the watchdog is renewing it right now */
-    int orphan;                /* released while in flight: the watchdog frees it */
-    int64_t valid_until_us;
-    int64_t renew_at_us; /* INT64_MAX: no more renewals */
-    int64_t max_until_us;
-    char owner[33];
-    char key[];
-};
 
 struct redis_state {
     int ttl_ms;
-    int max_lease_ms;
     int fencing;
     char ttl_arg[16];
-    struct lock_counters *counters;
-
-    pthread_mutex_t mu;
-    pthread_cond_t changed; /* a lease added, or stop */
-    struct lease *leases;
-    int started, stop;
-    pthread_t thread;
-    struct rconn *conn; /* the watchdog's own connection */
+    struct redis_watchdog *watchdog; /* renews the sessions' leases */
 };
 
 struct redis_session {
@@ -107,11 +81,6 @@ struct redis_session {
     char owner[33];
 };
 
-static int64_t renew_period_us(const struct redis_state *st)
-{
-    return (int64_t)st->ttl_ms * 1000 / 3;
-}
-
 static void *redis_create(const struct lock_config *cfg, struct lock_counters *counters,
                           char *err, size_t errlen)
 {
@@ -120,33 +89,16 @@ static void *redis_create(const struct lock_config *cfg, struct lock_counters *c
     if (!st)
         abort();
     st->ttl_ms = cfg->ttl_ms;
-    st->max_lease_ms = cfg->max_lease_ms > cfg->ttl_ms ? cfg->max_lease_ms : cfg->ttl_ms;
     st->fencing = cfg->fencing;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
-    st->counters = counters;
-    clock_cond_init(&st->changed);
-    pthread_mutex_init(&st->mu, NULL);
+    st->watchdog = redis_watchdog_new(cfg->ttl_ms, cfg->max_lease_ms, counters);
     return st;
 }
 
 static void redis_destroy(void *state)
 {
     struct redis_state *st = state;
-    pthread_mutex_lock(&st->mu);
-    st->stop = 1;
-    pthread_cond_signal(&st->changed);
-    int started = st->started;
-    pthread_mutex_unlock(&st->mu);
-    if (started)
-        pthread_join(st->thread, NULL);
-    while (st->leases) { /* held by sessions freed without releasing */
-        struct lease *l = st->leases;
-        st->leases = l->next;
-        free(l);
-    }
-    rconn_free(st->conn);
-    pthread_mutex_destroy(&st->mu);
-    pthread_cond_destroy(&st->changed);
+    redis_watchdog_free(st->watchdog);
     free(st);
 }
 
@@ -171,123 +123,7 @@ static void redis_session_free(void *session)
     free(s);
 }
 
-/* ---- watchdog ---------------------------------------------------------- */
-
-static void lease_unlink(struct redis_state *st, struct lease *l)
-{
-    if (l->prev)
-        l->prev->next = l->next;
-    else if (st->leases == l)
-        st->leases = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
-    l->prev = l->next = NULL;
-}
-
-/* Sends one batch of due renewals; called with st->mu held, drops it while on
- * the network. */
-static void renew_due(struct redis_state *st, int64_t now)
-{
-    struct lease *batch[RENEW_BATCH];
-    char lease_ms[RENEW_BATCH][16];
-    int n = 0;
-    for (struct lease *l = st->leases; l && n < RENEW_BATCH; l = l->next) {
-        if (l->renew_at_us > now || l->in_flight)
-            continue;
-        int64_t ms = (l->max_until_us - now) / 1000;
-        if (ms > st->ttl_ms)
-            ms = st->ttl_ms;
-        if (ms <= 0) {
-            l->renew_at_us = INT64_MAX; /* max lease reached: let it run out */
-            continue;
-        }
-        snprintf(lease_ms[n], sizeof(lease_ms[n]), "%lld", (long long)ms);
-        l->in_flight = 1;
-        batch[n++] = l;
-    }
-    if (n == 0)
-        return;
-    pthread_mutex_unlock(&st->mu);
-    /* key and owner never change while the lease exists, and in_flight keeps
-     * it alive, so they are read without the mutex. */
-    struct rpipe p = {0};
-    const char *argv[RENEW_BATCH][3];
-    struct rcmd renew = {.script = &renew_script, .nkeys = 1, .argc = 3};
-    int ok = rconn_prepare(st->conn, &renew) == RCONN_OK &&
-             rpipe_begin(&p, st->conn) == RCONN_OK;
-    for (int i = 0; ok && i < n; i++) {
-        argv[i][0] = batch[i]->key;
-        argv[i][1] = batch[i]->owner;
-        argv[i][2] = lease_ms[i];
-        renew.argv = argv[i];
-        ok = rpipe_append(&p, &renew) == RCONN_OK;
-    }
-    long long result[RENEW_BATCH];
-    int noscript = 0;
-    for (int i = 0; i < n; i++) {
-        redisReply *r = ok ? rpipe_collect(&p) : NULL;
-        result[i] = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-        if (rconn_is_noscript(r))
-            noscript = 1;
-        if (r)
-            freeReplyObject(r);
-    }
-    rpipe_end(&p);
-    if (noscript) {
-        /* Redis lost its script cache: the next round's EVAL fallback reloads it. */
-        redisReply *r = rconn_eval(st->conn, &renew_script, 1, 2, argv[0], NULL);
-        if (r)
-            freeReplyObject(r);
-    }
-    pthread_mutex_lock(&st->mu);
-    for (int i = 0; i < n; i++) {
-        struct lease *l = batch[i];
-        l->in_flight = 0;
-        if (l->orphan) {
-            free(l);
-            continue;
-        }
-        if (result[i] == 1) {
-            int64_t until = now + atoll(lease_ms[i]) * 1000;
-            if (until > l->valid_until_us)
-                l->valid_until_us = until;
-            l->renew_at_us = now + renew_period_us(st);
-            lock_count_renewal(st->counters);
-        } else if (result[i] == 0) {
-            l->lost = 1;
-            l->valid_until_us = 0;
-            l->renew_at_us = INT64_MAX;
-            lock_count_lost(st->counters);
-        } else {
-            /* Redis unreachable: try again soon, while the lease may still live. */
-            l->renew_at_us = now + renew_period_us(st) / 4;
-        }
-    }
-}
-
-static void *watchdog_main(void *arg)
-{
-    struct redis_state *st = arg;
-    pthread_mutex_lock(&st->mu);
-    while (!st->stop) {
-        int64_t now = clock_now_us();
-        int64_t next = INT64_MAX;
-        for (struct lease *l = st->leases; l; l = l->next)
-            if (!l->in_flight && l->renew_at_us < next)
-                next = l->renew_at_us;
-        if (next <= now) {
-            renew_due(st, now);
-            continue;
-        }
-        if (next == INT64_MAX) {
-            pthread_cond_wait(&st->changed, &st->mu);
-        } else {
-            clock_cond_wait_until(&st->changed, &st->mu, next);
-        }
-    }
-    pthread_mutex_unlock(&st->mu);
-    return NULL;
-}
+/* ---- leases --------------------------------------------------------------- */
 
 /* Starts tracking a new hold of key by s; starts the watchdog on first use. */
 static struct lease *lease_new(struct redis_session *s, const char *key, int64_t start)
@@ -300,30 +136,13 @@ static struct lease *lease_new(struct redis_session *s, const char *key, int64_t
     memcpy(l->key, key, keylen + 1);
     memcpy(l->owner, s->owner, sizeof(l->owner));
     l->depth = 1;
-    l->valid_until_us = start + (int64_t)st->ttl_ms * 1000;
-    l->max_until_us = start + (int64_t)st->max_lease_ms * 1000;
-    l->renew_at_us =
-        l->max_until_us > l->valid_until_us ? start + renew_period_us(st) : INT64_MAX;
     l->snext = s->mine;
     s->mine = l;
-    pthread_mutex_lock(&st->mu);
-    if (!st->started) {
-        st->conn = rconn_clone(s->data);
-        if (pthread_create(&st->thread, NULL, watchdog_main, st) != 0)
-            abort();
-        st->started = 1;
-    }
-    l->next = st->leases;
-    if (l->next)
-        l->next->prev = l;
-    st->leases = l;
-    if (l->renew_at_us != INT64_MAX)
-        pthread_cond_signal(&st->changed);
-    pthread_mutex_unlock(&st->mu);
+    redis_watchdog_add(st->watchdog, l, start, s->data);
     return l;
 }
 
-/* Stops tracking l (its last grant is released). */
+/* Stops tracking l (its last grant is released); l is freed. */
 static void lease_end(struct redis_session *s, struct lease *l)
 {
     for (struct lease **p = &s->mine; *p; p = &(*p)->snext) {
@@ -332,15 +151,7 @@ static void lease_end(struct redis_session *s, struct lease *l)
             break;
         }
     }
-    struct redis_state *st = s->st;
-    pthread_mutex_lock(&st->mu);
-    lease_unlink(st, l);
-    int in_flight = l->in_flight;
-    if (in_flight)
-        l->orphan = 1;
-    pthread_mutex_unlock(&st->mu);
-    if (!in_flight)
-        free(l);
+    redis_watchdog_drop(s->st->watchdog, l);
 }
 
 /* The session's live lease on key, or NULL. */
@@ -420,20 +231,10 @@ static void grant_fill(struct redis_session *s, const char *key, int reentered,
     struct lease *l = lease_find(s, key);
     if (reentered && l) {
         l->depth++;
-        pthread_mutex_lock(&st->mu);
-        if (!l->lost && start + (int64_t)st->ttl_ms * 1000 > l->valid_until_us)
-            l->valid_until_us = start + (int64_t)st->ttl_ms * 1000;
-        pthread_mutex_unlock(&st->mu);
+        redis_watchdog_extend(st->watchdog, l, start + (int64_t)st->ttl_ms * 1000);
     } else {
         if (l) { /* an earlier hold of ours was lost unnoticed: a new lease */
-            pthread_mutex_lock(&st->mu);
-            if (!l->lost) {
-                l->lost = 1;
-                l->valid_until_us = 0;
-                l->renew_at_us = INT64_MAX;
-                lock_count_lost(st->counters);
-            }
-            pthread_mutex_unlock(&st->mu);
+            redis_watchdog_lose(st->watchdog, l);
             for (struct lease **p = &s->mine; *p; p = &(*p)->snext)
                 if (*p == l) {
                     *p = l->snext;
@@ -782,10 +583,7 @@ static int64_t redis_valid_until(void *session, const struct lock_grant *g)
     struct lease *l = g->holder;
     if (!l)
         return g->valid_until_us;
-    pthread_mutex_lock(&s->st->mu);
-    int64_t until = l->lost ? 0 : l->valid_until_us;
-    pthread_mutex_unlock(&s->st->mu);
-    return until;
+    return redis_watchdog_valid_until(s->st->watchdog, l);
 }
 
 const struct lock_backend lock_backend_redis = {

@@ -1,4 +1,4 @@
--- Lease renewal of the redis lock mode (lock/lock_redis.c's watchdog).
+-- Lease renewal of the redis lock mode (lock/redis_watchdog.c).
 -- KEYS[1] lock hash.
 -- ARGV[1] owner, ARGV[2] lease ms.
 -- Returns 1 when renewed, 0 when ARGV[1] no longer holds it.
