@@ -25,7 +25,7 @@
 #define SECKILL_ACK_H
 
 #include "aconn.h"
-#include "inventory.h"
+#include "path.h"
 
 struct event_base;
 struct inv_acks;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "path.h"
 #include "squeue.h"
 
 /* The tickets of one SKU segment (seg -1: the SKU's layout is unknown). */
@@ -214,16 +215,16 @@ static void batch_end(struct worker *w, struct slot *x)
     struct inv_ticket *sent = NULL, **tail = &sent;
     for (int i = 0; i < x->n; i++) {
         struct inv_ticket *t = x->held[i];
-        if (t->st == INV_OK && ticket_sent_on(t, seg)) {
+        if (t->st == INV_PENDING && ticket_sent_on(t, seg)) {
             *tail = t;
             tail = &t->next;
             continue;
         }
-        if (t->st == INV_OK && w->nparked > 0) {
+        if (t->st == INV_PENDING && w->nparked > 0) {
             w->alone[w->nalone++] = t;
             continue;
         }
-        if (t->st == INV_OK)
+        if (t->st == INV_PENDING)
             inv_ticket_single(w->s, t);
         x->held[ndone++] = t;
     }

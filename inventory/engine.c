@@ -11,6 +11,7 @@
 #include "acluster.h"
 #include "aconn.h"
 #include "ack.h"
+#include "path.h"
 #include "squeue.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
@@ -319,7 +320,7 @@ static void hold_settle(struct ehold *x)
     struct inv_engine *e = x->e;
     for (int i = 0; i < x->h.n; i++) {
         struct inv_ticket *t = x->t[i];
-        if (t->st != INV_OK)
+        if (t->st != INV_PENDING)
             ticket_done(e, t);
         else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
             enqueue(e, t);

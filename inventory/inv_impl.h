@@ -13,6 +13,7 @@
 
 #include "cluster.h"
 #include "inventory.h"
+#include "path.h"
 #include "lock.h"
 #include "rcluster.h"
 #include "rconn.h"

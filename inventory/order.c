@@ -497,7 +497,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
         if (!t)
             abort();
         inv_status st = inv_ticket_open(inv, t, sku, user_id, qty, idem_key);
-        if (st == INV_OK) {
+        if (st == INV_PENDING) {
             inv_ticket_single(s, t);
             st = t->st;
         }

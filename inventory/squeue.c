@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "path.h"
 #include "segment.h"
 
 void squeues_init(struct squeues *qs, struct inv *inv)

@@ -20,7 +20,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     t->qty = qty;
     t->gene = -1;
     t->start_us = clock_now_us();
-    t->st = INV_OK;
+    t->st = INV_PENDING;
     t->next = NULL;
     inv_status st = inv_soldout_answer(inv, sku, qty, idem_key);
     if (st == INV_OK && inv_order_new_id(inv, &t->order) != 0)
@@ -38,7 +38,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
         inv_ticket_route(inv, t);
     else
         t->home = t->seg = 0; /* atomic: one queue */
-    return INV_OK;
+    return INV_PENDING;
 }
 
 void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st)

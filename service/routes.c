@@ -187,7 +187,7 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
     struct inv_ticket *t = req->ticket;
     inv_status st = inv_ticket_open(req->app->inv, t, req->params[0], body.user_id,
                                     body.qty, req->idem_key);
-    if (st == INV_OK)
+    if (st == INV_PENDING)
         res->pending = 1; /* the batch answers: svc_order_finish */
     else
         order_answer(req->params[0], st, &t->order, res);

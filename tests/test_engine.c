@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aconn.h"
 #include "clock.h"
 #include "engine.h"
 #include "invfix.h"
@@ -111,7 +112,7 @@ static struct inv_ticket *loop_order_qty(struct loop *l, const char *sku,
 {
     assert_true(l->n < LOOP_ORDERS);
     struct inv_ticket *t = &l->t[l->n++];
-    assert_int_equal(inv_ticket_open(l->f->inv, t, sku, user, qty, key), INV_OK);
+    assert_int_equal(inv_ticket_open(l->f->inv, t, sku, user, qty, key), INV_PENDING);
     t->done = on_answer;
     t->owner = l;
     inv_engine_submit(l->engine, t);
@@ -177,7 +178,7 @@ static void loop_settle(struct loop *l, int timeout_ms)
     memcpy(answers, l->answers, sizeof(answers));
     pthread_mutex_unlock(&l->mu);
     for (int i = 0; i < l->n; i++)
-        if (answers[i] != 1 || l->t[i].st == INV_OK)
+        if (answers[i] != 1 || l->t[i].st == INV_PENDING)
             fail_msg("order %d: %d answers, status %d", i, answers[i], l->t[i].st);
     if (l->engine)
         assert_int_equal(inv_engine_inflight(l->engine), 0);

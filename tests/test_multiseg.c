@@ -25,7 +25,7 @@ static inv_status place_batched(struct invfix *f, struct inv_batcher *b, const c
     static struct inv_ticket t;
     struct invfix_waiter w = INVFIX_WAITER_INIT;
     inv_status st = inv_ticket_open(f->inv, &t, sku, user, qty, NULL);
-    if (st != INV_OK)
+    if (st != INV_PENDING)
         return st;
     t.done = invfix_on_done;
     t.owner = &w;
