@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "clock.h"
-#include "path.h"
+#include "hold.h"
 #include "squeue.h"
 
 /* The tickets of one SKU segment (seg -1: the SKU's layout is unknown). */
@@ -250,10 +250,10 @@ static void batch_start(struct worker *w)
 {
     struct inv_batcher *b = w->b;
     struct slot *x = &w->slot[w->nparked];
-    inv_hold_next open = x->q->seg >= 0 ? inv_hold_open(w->s, x->held, x->n, x->q->seg,
-                                                        w->nparked > 0, &x->h)
-                                        : INV_HOLD_ENDED;
-    if (open == INV_HOLD_OPEN) {
+    inv_hold_do open = x->q->seg >= 0 ? inv_hold_open(w->s, x->held, x->n, x->q->seg,
+                                                      w->nparked > 0, &x->h)
+                                      : INV_HOLD_OVER;
+    if (open == INV_HOLD_DUE) {
         w->nparked++;
     } else if (open == INV_HOLD_TAKEN) {
         /* the lock is taken: the batch goes back, whole */

@@ -11,7 +11,7 @@
 #include "acluster.h"
 #include "aconn.h"
 #include "ack.h"
-#include "path.h"
+#include "hold.h"
 #include "squeue.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
@@ -29,11 +29,10 @@ struct ehold {
     struct inv_engine *e;
     struct squeue *q;
     struct inv_ticket **t;  /* [batch] */
-    int open;               /* it holds its lock */
-    int retrying;           /* its timer is the pause before another attempt */
+    int open;               /* it held its lock (counted in open_holds) */
     struct aconn *blocking; /* the connection of its wait for a hand-off */
     struct inv_hold h;
-    struct event *timer;       /* the orders' work is done */
+    struct event *timer;       /* h.due_us: its work is done, or its pause over */
     struct ehold *prev, *next; /* in use, or (next) free */
 };
 
@@ -358,56 +357,15 @@ static void hold_free(struct ehold *x)
     queue_wake(e, q);
 }
 
-static void on_committed(void *arg, aconn_result res, redisReply *r)
-{
-    struct ehold *x = arg;
-    struct inv_engine *e = x->e;
-    if (inv_hold_committed(e->s, &x->h, res, r)) { /* every ticket is decided */
-        inv_batcher_note(e->slow, x->h.n);
-        if (x->h.left >= 0)
-            x->q->bound = x->h.left;
-        e->answering = answered_by(e, res);
-        hold_settle(x);
-        e->answering = NULL;
-    }
-    if (x->h.owed == 0)
-        hold_free(x);
-}
+static void hold_do(struct ehold *x, inv_hold_do next);
 
-static void hold_commit(struct ehold *x)
-{
-    inv_hold_commit_send(x->e->s, &x->h, on_committed, x);
-    if (x->h.owed == 0) { /* nothing went out: the tickets are final */
-        hold_settle(x);
-        hold_free(x);
-    }
-}
-
-static void hold_next(struct ehold *x);
-
-/* Another attempt at x's lock; decided at once when nothing went out. */
-static void hold_retry(struct ehold *x)
-{
-    inv_hold_retry_send(x->e->s, &x->h);
-    if (x->h.owed == 0)
-        hold_next(x);
-}
-
-/* The timer of x: its orders' work is done, or its pause before another
- * attempt at a lock that polls. */
+/* The timer of x: h.due_us came. */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct ehold *x = arg;
-    if (!x->retrying) {
-        hold_commit(x);
-        return;
-    }
-    x->retrying = 0;
-    hold_retry(x);
+    hold_do(x, inv_hold_on_timer(x->e->s, &x->h));
 }
-
-static void hold_wait(struct ehold *x);
 
 /* The lock is held and the stock read: the orders that queued meanwhile (a
  * hold that waited for the lock waited for them too) join the batch, as
@@ -435,55 +393,71 @@ static void hold_back_off(struct ehold *x)
     hold_free(x);
 }
 
-static void timer_in(struct ehold *x, int64_t us)
-{
-    struct timeval tv = {.tv_sec = us / 1000000, .tv_usec = us % 1000000};
-    evtimer_add(x->timer, &tv);
-}
+static void hold_wait(struct ehold *x);
 
-/* Every answer of x's step came: what the hold does next. */
-static void hold_next(struct ehold *x)
+/* The commit answered: the tickets go on (hold_settle); the segment's bound
+ * is what the commit left. */
+static void hold_decided(struct ehold *x)
 {
     struct inv_engine *e = x->e;
-    switch (inv_hold_ready(e->s, &x->h)) {
-    case INV_HOLD_OWED:
+    inv_batcher_note(e->slow, x->h.n);
+    if (x->h.left >= 0)
+        x->q->bound = x->h.left;
+    hold_settle(x);
+}
+
+/* Does what x's hold asks next (hold.h: the hold is the state machine, the
+ * engine its scheduler). */
+static void hold_do(struct ehold *x, inv_hold_do next)
+{
+    struct inv_engine *e = x->e;
+    switch (next) {
+    case INV_HOLD_AWAIT:
         return;
-    case INV_HOLD_OPEN: {
-        x->open = 1;
-        e->open_holds++;
-        hold_top_up(x);
+    case INV_HOLD_DUE: {
+        if (x->h.state == HOLD_WORKING && !x->open) { /* it holds its lock now */
+            x->open = 1;
+            e->open_holds++;
+            hold_top_up(x);
+        }
         int64_t left = x->h.due_us - clock_now_us();
-        if (left <= 0) {
-            hold_commit(x);
+        if (left <= 0 && x->h.state == HOLD_WORKING) {
+            hold_do(x, inv_hold_on_timer(e->s, &x->h));
             return;
         }
-        timer_in(x, left);
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        if (left < 0)
+            tv = (struct timeval){0, 0};
+        evtimer_add(x->timer, &tv);
         engine_kick(e); /* it waits: room for another hold */
         return;
     }
-    case INV_HOLD_QUEUED:
+    case INV_HOLD_HANDOFF:
         hold_wait(x);
         return;
-    case INV_HOLD_POLL:
-        x->retrying = 1;
-        timer_in(x, x->h.step.retry_us);
-        engine_kick(e);
+    case INV_HOLD_DECIDED:
+        hold_decided(x);
+        if (x->h.owed == 0)
+            hold_free(x);
         return;
     case INV_HOLD_TAKEN: /* and this loop holds other locks: back off */
         hold_back_off(x);
         return;
-    case INV_HOLD_ENDED:
+    case INV_HOLD_OVER:
         hold_settle(x);
         hold_free(x);
+        return;
     }
 }
 
-static void on_answer(void *arg, aconn_result res, redisReply *r)
+/* Every answer of a command of x's hold. */
+static void on_reply(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
-    inv_hold_answer(x->e->s, &x->h, res, r);
-    if (x->h.owed == 0)
-        hold_next(x);
+    struct inv_engine *e = x->e;
+    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
+    hold_do(x, inv_hold_on_reply(e->s, &x->h, res, r));
+    e->answering = NULL;
 }
 
 /* An idle connection for a blocking command on the data Redis of hold h
@@ -539,9 +513,7 @@ static void on_handoff(void *arg, aconn_result res, redisReply *r)
     struct ehold *x = arg;
     blocking_put(x->e, x->blocking);
     x->blocking = NULL;
-    inv_hold_waited(x->e->s, &x->h, res, r);
-    if (x->h.owed == 0)
-        hold_next(x);
+    hold_do(x, inv_hold_on_handoff(x->e->s, &x->h, res, r));
 }
 
 /* Waits, on a connection of its own, for a release to hand the lock over. */
@@ -555,7 +527,7 @@ static void hold_wait(struct ehold *x)
     if (x->blocking)
         blocking_put(e, x->blocking);
     x->blocking = NULL;
-    hold_retry(x); /* the next attempt tells what is wrong */
+    hold_do(x, inv_hold_attempt(e->s, &x->h)); /* the next attempt tells what is wrong */
 }
 
 static void hold_start(struct inv_engine *e, struct squeue *q)
@@ -565,10 +537,8 @@ static void hold_start(struct inv_engine *e, struct squeue *q)
     x->h.n = 0;
     x->h.seg = q->seg;
     batch_fill(x, q->bound);
-    inv_hold_send(e->s, &x->h, x->t, x->h.n, q->seg, e->open_holds > 0, &e->conns,
-                  on_answer, x);
-    if (x->h.owed == 0)
-        hold_next(x);
+    hold_do(x, inv_hold_start(e->s, &x->h, x->t, x->h.n, q->seg, e->open_holds > 0,
+                              &e->conns, on_reply, x));
 }
 
 /* Holds of this loop with a round trip in flight (not those waiting for
@@ -714,7 +684,7 @@ void inv_engine_free(struct inv_engine *e)
     while (e->holds) {
         struct ehold *x = e->holds;
         evtimer_del(x->timer);
-        if (x->retrying)
+        if (x->h.state == HOLD_PAUSED) /* holds nothing */
             for (int i = 0; i < x->h.n; i++)
                 inv_ticket_fail(e->inv, x->t[i], INV_UNAVAILABLE);
         else

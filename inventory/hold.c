@@ -111,6 +111,7 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
  * once when the segment is empty: the commit only routes them). */
 static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
 {
+    h->state = HOLD_WORKING;
     h->stock = h->left = stock;
     h->due_us = clock_now_us();
     if (stock == 0)
@@ -119,19 +120,19 @@ static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
         h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
 }
 
-inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
-                            int try_only, struct inv_hold *h)
+inv_hold_do inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                          int try_only, struct inv_hold *h)
 {
     struct inv_session *top = s; /* on a cluster: the router, for inv_shard_outcome */
     if (s->cl && !(s = inv_shard_session(s, t[0]->gene)))
-        return INV_HOLD_ENDED; /* each by itself, which learns where */
+        return INV_HOLD_OVER; /* each by itself, which learns where */
     if (!s->inv->cfg.lock) {
         inv_atomic_pipeline(s, t, n);
-        return INV_HOLD_ENDED;
+        return INV_HOLD_OVER;
     }
     struct inv *inv = s->inv;
     if (!hold_prepare(inv, h, t, n, seg))
-        return INV_HOLD_ENDED; /* each by itself */
+        return INV_HOLD_OVER; /* each by itself */
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, t[0]->sku, h->gene);
@@ -152,15 +153,15 @@ inv_hold_next inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n,
         inv_tickets_finish(inv, t, n,
                            ls == LOCK_BUSY ? INV_BUSY
                                            : inv_shard_outcome(top, INV_UNAVAILABLE));
-        return INV_HOLD_ENDED;
+        return INV_HOLD_OVER;
     }
     if (stock < 0) {
         lock_release(s->lock, h->lkey, &h->g);
         inv_tickets_finish(inv, t, n, inv_shard_outcome(top, INV_UNAVAILABLE));
-        return INV_HOLD_ENDED;
+        return INV_HOLD_OVER;
     }
     hold_opened(inv, h, stock);
-    return INV_HOLD_OPEN;
+    return INV_HOLD_DUE;
 }
 
 /* The batch script's call for open hold h: KEYS and ARGV as
@@ -278,7 +279,7 @@ void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
 void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
 {
     struct inv_hold h;
-    if (inv_hold_open(s, t, n, seg, 0, &h) != INV_HOLD_OPEN)
+    if (inv_hold_open(s, t, n, seg, 0, &h) != INV_HOLD_DUE)
         return;
     int64_t left = h.due_us - clock_now_us();
     if (left > 0)
@@ -286,7 +287,7 @@ void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int s
     inv_hold_commit(s, &h);
 }
 
-/* ---- the event-driven hold ---------------------------------------------- */
+/* ---- the event-driven hold: the state machine of hold.h ------------------ */
 
 /* The status of tickets whose command got no answer (res not ACONN_REPLY). */
 static inv_status lost_answer(aconn_result res)
@@ -296,15 +297,6 @@ static inv_status lost_answer(aconn_result res)
 
 /* The index of the hold's own command (the read, the commit) among its slots. */
 #define HOLD_OWN LOCK_STEP_CMDS
-
-/* What an event-driven hold has in flight (h->state). */
-enum {
-    HOLD_LOCKING = 0, /* a step of its lock (with the read behind it) */
-    HOLD_READING,     /* the read alone, once granted */
-    HOLD_COMMITTING,  /* the commit (with the release behind it) */
-    HOLD_RELEASING,   /* the release, after the commit's answer */
-    HOLD_ENDED,       /* nothing: every ticket final or undecided */
-};
 
 /* Every answer of a hold comes through here: it says which command it is
  * for (the slot), then goes to the hold's callback. */
@@ -345,10 +337,11 @@ static int hold_queue(struct inv_hold *h, int node, int i, const struct rcmd *cm
 }
 
 /* Ends the hold's tickets with st: nothing more is sent for them. */
-static void hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
+static inv_hold_do hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
 {
     inv_tickets_finish(inv, h->t, h->n, st);
     h->state = HOLD_ENDED;
+    return INV_HOLD_OVER;
 }
 
 /* Queues the read of h's stock. 1, or 0 when refused. */
@@ -378,10 +371,17 @@ static void step_queue(struct inv_session *s, struct inv_hold *h, int read)
         h->with_read = read_queue(h);
 }
 
-/* The lock's step in h->step goes out, with the read behind it when a
- * grant by it is complete and it runs on the data Redis; else decided at
- * once when it has nothing to send. */
-static void lock_send(struct inv_session *s, struct inv_hold *h)
+static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h);
+
+/* What h does once its answers are in: nothing more while some are owed. */
+static inv_hold_do hold_next(struct inv_session *s, struct inv_hold *h)
+{
+    return h->owed > 0 ? INV_HOLD_AWAIT : hold_settled(s, h);
+}
+
+/* LOCKING: the lock's step in h->step goes out, with the read behind it when
+ * a grant by it is complete and it runs on the data Redis. */
+static inv_hold_do lock_send(struct inv_session *s, struct inv_hold *h)
 {
     const struct lock_step *st = &h->step;
     int on_data = 0;
@@ -390,20 +390,20 @@ static void lock_send(struct inv_session *s, struct inv_hold *h)
     h->state = HOLD_LOCKING;
     h->stock = -1;
     step_queue(s, h, st->last && on_data);
+    return hold_next(s, h);
 }
 
-/* An attempt at h's lock, waiting (in the lock's queue, or by polling) for
- * what is left of h's wait. */
-static void hold_attempt(struct inv_session *s, struct inv_hold *h)
+inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h)
 {
+    /* waiting (in the lock's queue, or by polling) for what is left of the wait */
     int64_t left_ms = h->try_only ? 0 : (h->deadline_us - clock_now_us()) / 1000;
     lock_try_step(s->lock, h->lkey, left_ms > 0 ? (int)left_ms : 0, &h->step);
-    lock_send(s, h);
+    return lock_send(s, h);
 }
 
-void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket **t,
-                   int n, int seg, int try_only, const struct inv_conns *cs, aconn_cb *cb,
-                   void *arg)
+inv_hold_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
+                           struct inv_ticket **t, int n, int seg, int try_only,
+                           const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
     struct inv *inv = s->inv;
     h->cs = cs;
@@ -412,10 +412,9 @@ void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket 
     h->owed = 0;
     h->t = t;
     h->n = n;
-    if (!hold_prepare(inv, h, t, n, seg)) {
-        h->state = HOLD_ENDED; /* each by itself */
-        return;
-    }
+    h->state = HOLD_ENDED;
+    if (!hold_prepare(inv, h, t, n, seg))
+        return INV_HOLD_OVER; /* each by itself */
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
@@ -424,12 +423,7 @@ void inv_hold_send(struct inv_session *s, struct inv_hold *h, struct inv_ticket 
     h->noscripts = 0;
     h->try_only = try_only;
     lock_step_init(&h->step);
-    hold_attempt(s, h);
-}
-
-void inv_hold_retry_send(struct inv_session *s, struct inv_hold *h)
-{
-    hold_attempt(s, h);
+    return inv_hold_attempt(s, h);
 }
 
 /* Command i of h found its script lost (Redis restarted): once more, behind
@@ -454,61 +448,167 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
     lock_step_answer(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL);
 }
 
-void inv_hold_answer(struct inv_session *s, struct inv_hold *h, aconn_result res,
-                     const redisReply *r)
-{
-    if (h->index == HOLD_OWN) { /* the read; not one that went ahead of a resend */
-        if (h->with_read || h->state == HOLD_READING)
-            h->stock = res == ACONN_REPLY ? inv_stock_of(r) : -1;
-    } else
-        lock_answer(s, h, res, r);
-}
-
-/* h holds its lock: open once its stock is read (with the grant, or now). */
-static inv_hold_next hold_granted(struct inv_session *s, struct inv_hold *h)
+/* h holds its lock: WORKING once its stock is read (with the grant, or now,
+ * READING). */
+static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
 {
     if (!h->with_read && read_queue(h)) {
         h->state = HOLD_READING;
-        return INV_HOLD_OWED;
+        return INV_HOLD_AWAIT;
     }
     if (h->stock >= 0) {
         hold_opened(s->inv, h, h->stock);
-        return INV_HOLD_OPEN;
+        return INV_HOLD_DUE;
     }
     lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
-    hold_end(s->inv, h, INV_UNAVAILABLE);
-    return INV_HOLD_ENDED;
+    return hold_end(s->inv, h, INV_UNAVAILABLE);
 }
 
-inv_hold_next inv_hold_ready(struct inv_session *s, struct inv_hold *h)
+/* RELEASING, its answers in: the hold is over. A commit placed after the
+ * lease was gone is counted. */
+static inv_hold_do hold_released(struct inv_session *s, struct inv_hold *h)
 {
-    struct inv *inv = s->inv;
-    if (h->owed > 0)
-        return INV_HOLD_OWED;
-    if (h->state == HOLD_ENDED)
-        return INV_HOLD_ENDED;
-    if (h->state == HOLD_READING) {
+    if (lock_release_done(s->lock, h->lkey, &h->g, &h->step) == LOCK_NOT_HELD)
+        for (int i = 0; i < h->placed; i++)
+            count(&s->inv->counters.commits_after_lease);
+    h->state = HOLD_ENDED;
+    return INV_HOLD_OVER;
+}
+
+/* Every answer owed came: the step h is in is complete. */
+static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h)
+{
+    switch (h->state) {
+    case HOLD_LOCKING:
+        break;
+    case HOLD_READING:
         h->with_read = 1; /* read */
         return hold_granted(s, h);
+    case HOLD_RELEASING:
+        return hold_released(s, h);
+    case HOLD_ENDED:
+    case HOLD_TAKEN:
+        return INV_HOLD_OVER;
+    default: /* WAITING, PAUSED, WORKING, COMMITTING: an answer decides them */
+        return INV_HOLD_AWAIT;
     }
     switch (lock_try_done(s->lock, h->lkey, &h->step, &h->g)) {
     case LOCK_PENDING:
-        lock_send(s, h);
-        return inv_hold_ready(s, h);
+        return lock_send(s, h);
     case LOCK_ACQUIRED:
         return hold_granted(s, h);
     case LOCK_BUSY:
-        if (h->try_only)
+        if (h->try_only) {
+            h->state = HOLD_TAKEN;
             return INV_HOLD_TAKEN;
-        if (h->step.entry[0])
-            return INV_HOLD_QUEUED;
-        if (h->step.retry_us > 0)
-            return INV_HOLD_POLL;
-        hold_end(inv, h, INV_BUSY);
-        return INV_HOLD_ENDED;
+        }
+        if (h->step.entry[0]) {
+            h->state = HOLD_WAITING;
+            return INV_HOLD_HANDOFF;
+        }
+        if (h->step.retry_us > 0) {
+            h->state = HOLD_PAUSED;
+            h->due_us = clock_now_us() + h->step.retry_us;
+            return INV_HOLD_DUE;
+        }
+        return hold_end(s->inv, h, INV_BUSY);
     default:
-        hold_end(inv, h, INV_UNAVAILABLE);
-        return INV_HOLD_ENDED;
+        return hold_end(s->inv, h, INV_UNAVAILABLE);
+    }
+}
+
+/* True when the release in h->step goes to the data Redis only. */
+static int release_on_data(const struct lock_step *st)
+{
+    for (int i = 0; i < st->ncmd; i++)
+        if (st->node[i] >= 0)
+            return 0;
+    return 1;
+}
+
+/* WORKING -> COMMITTING: the commit, and the release behind it where it may
+ * go in the same pipeline. */
+static inv_hold_do commit_send(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    struct batch_call call;
+    h->owed = 0;
+    h->noscripts = 0;
+    h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
+    batch_call_init(&call, inv, h);
+    lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+    int sent = hold_queue(h, -1, HOLD_OWN, &call.cmd);
+    batch_call_free(&call);
+    if (!sent) {
+        lock_release_done(s->lock, h->lkey, &h->g, NULL);
+        return hold_end(inv, h, INV_UNAVAILABLE);
+    }
+    h->state = HOLD_COMMITTING;
+    /* A release on the data Redis goes in one pipeline with the commit; one
+     * on the lock's nodes once the commit answered (it may not overtake it),
+     * and so does one that must be made after the commit (setnx), or on a
+     * cluster (a commit redirected may run after what follows it). */
+    h->releasing = release_on_data(&h->step) && !h->step.after && !h->cs->cluster;
+    if (h->releasing)
+        step_queue(s, h, 0);
+    return INV_HOLD_AWAIT;
+}
+
+/* COMMITTING: the commit's answer decides the tickets -> RELEASING. */
+static inv_hold_do committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                             const redisReply *r)
+{
+    struct inv *inv = s->inv;
+    if (res != ACONN_REPLY)
+        inv_tickets_finish(inv, h->t, h->n, lost_answer(res));
+    else
+        batch_answer(inv, NULL, h, r, LOCK_RELEASED);
+    h->state = HOLD_RELEASING;
+    if (!h->releasing) { /* made now: it may decide on the time */
+        lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+        step_queue(s, h, 0);
+    }
+    if (h->owed == 0)
+        hold_released(s, h);
+    return INV_HOLD_DECIDED;
+}
+
+inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                              const redisReply *r)
+{
+    int own = h->index == HOLD_OWN;
+    switch (h->state) {
+    case HOLD_LOCKING:
+    case HOLD_READING:
+        if (!own)
+            lock_answer(s, h, res, r);
+        else if (h->with_read || h->state == HOLD_READING)
+            h->stock = res == ACONN_REPLY ? inv_stock_of(r) : -1;
+        /* else the read of a grant that a resend overtook: read again */
+        break;
+    case HOLD_COMMITTING:
+        if (own)
+            return committed(s, h, res, r);
+        lock_answer(s, h, res, r); /* the release, behind the commit */
+        break;
+    case HOLD_RELEASING:
+        lock_answer(s, h, res, r);
+        break;
+    default: /* nothing of theirs is in flight */
+        break;
+    }
+    return hold_next(s, h);
+}
+
+inv_hold_do inv_hold_on_timer(struct inv_session *s, struct inv_hold *h)
+{
+    switch (h->state) {
+    case HOLD_WORKING:
+        return commit_send(s, h);
+    case HOLD_PAUSED:
+        return inv_hold_attempt(s, h);
+    default:
+        return hold_next(s, h);
     }
 }
 
@@ -521,83 +621,16 @@ int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *
     return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == RCONN_OK;
 }
 
-void inv_hold_waited(struct inv_session *s, struct inv_hold *h, aconn_result res,
-                     const redisReply *r)
+inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
+                                aconn_result res, const redisReply *r)
 {
     if (lock_handoff_done(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL,
-                          &h->g) != LOCK_ACQUIRED) {
-        hold_attempt(s, h); /* the next, which leaves the queue once the wait is over */
-        return;
-    }
+                          &h->g) != LOCK_ACQUIRED)
+        return inv_hold_attempt(s,
+                                h); /* the next leaves the queue once the wait is over */
     h->stock = -1;
     h->with_read = 0;
-    hold_granted(s, h); /* the read, now that the lock is ours */
-}
-
-/* True when the release in h->step goes to the data Redis only. */
-static int release_on_data(const struct lock_step *st)
-{
-    for (int i = 0; i < st->ncmd; i++)
-        if (st->node[i] >= 0)
-            return 0;
-    return 1;
-}
-
-void inv_hold_commit_send(struct inv_session *s, struct inv_hold *h, aconn_cb *cb,
-                          void *arg)
-{
-    struct inv *inv = s->inv;
-    struct batch_call call;
-    h->cb = cb;
-    h->arg = arg;
-    h->owed = 0;
-    h->noscripts = 0;
-    h->placed = 0; /* batch_outcomes counts them: none unless the commit placed */
-    batch_call_init(&call, inv, h);
-    lock_release_step(s->lock, h->lkey, &h->g, &h->step);
-    int sent = hold_queue(h, -1, HOLD_OWN, &call.cmd);
-    batch_call_free(&call);
-    if (!sent) {
-        lock_release_done(s->lock, h->lkey, &h->g, NULL);
-        hold_end(inv, h, INV_UNAVAILABLE);
-        return;
-    }
-    h->state = HOLD_COMMITTING;
-    /* A release on the data Redis goes in one pipeline with the commit; one
-     * on the lock's nodes once the commit answered (it may not overtake it),
-     * and so does one that must be made after the commit (setnx), or on a
-     * cluster (a commit redirected may run after what follows it). */
-    h->releasing = release_on_data(&h->step) && !h->step.after && !h->cs->cluster;
-    if (h->releasing)
-        step_queue(s, h, 0);
-}
-
-int inv_hold_committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
-                       const redisReply *r)
-{
-    struct inv *inv = s->inv;
-    int decided = h->index == HOLD_OWN;
-    if (decided) { /* the commit's */
-        if (res != ACONN_REPLY)
-            inv_tickets_finish(inv, h->t, h->n, lost_answer(res));
-        else
-            batch_answer(inv, NULL, h, r, LOCK_RELEASED);
-        h->state = HOLD_RELEASING;
-        if (!h->releasing) { /* made now: it may decide on the time */
-            lock_release_step(s->lock, h->lkey, &h->g, &h->step);
-            step_queue(s, h, 0);
-        }
-    } else {
-        lock_answer(s, h, res, r);
-    }
-    if (h->owed == 0 && h->state == HOLD_RELEASING) {
-        /* a commit placed after the lease was gone is counted */
-        if (lock_release_done(s->lock, h->lkey, &h->g, &h->step) == LOCK_NOT_HELD)
-            for (int i = 0; i < h->placed; i++)
-                count(&inv->counters.commits_after_lease);
-        h->state = HOLD_ENDED;
-    }
-    return decided;
+    return hold_granted(s, h); /* the read, now that the lock is ours */
 }
 
 void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)

@@ -14,6 +14,7 @@
 #include "cluster.h"
 #include "inventory.h"
 #include "path.h"
+#include "hold.h"
 #include "lock.h"
 #include "rcluster.h"
 #include "rconn.h"

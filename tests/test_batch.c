@@ -13,7 +13,7 @@
 
 #include "batch.h"
 #include "invfix.h"
-#include "path.h"
+#include "hold.h"
 #include "testutil.h"
 
 /* Opens a ticket that must go to Redis, queued for segment `seg`. */

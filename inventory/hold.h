@@ -1,0 +1,142 @@
+/* hold: a group commit. One hold of a segment's lock serves a batch of
+ * tickets of one SKU: the lock, the read of the stock under it, the orders'
+ * work (--work-us, side by side), one commit (inventory/lua/batch.lua) with
+ * the release. A ticket whose home is another segment counts as spilled when
+ * placed. After the commit every ticket is final, or still INV_PENDING: one
+ * the segment could not serve has t->seg set to the segment to queue at next
+ * (chosen by the commit among those holding enough), else it goes by itself
+ * (inv_ticket_single, path.h: no single segment holds its qty, the SKU was
+ * reset, its id was taken; t->seg -1 when it must not be sent on).
+ *
+ * Two drivers run it. A batch thread blocks: inv_hold_open, then
+ * inv_hold_commit at or after h->due_us (it parks the hold meanwhile and
+ * serves other segments). An event loop (engine.c) sends and is answered:
+ * the hold is the state machine below, and each entry tells the driver what
+ * to do next (inv_hold_do); the driver keeps only scheduling (queues,
+ * timers, connections).
+ *
+ *   state         in flight                     when nothing more is owed
+ *   ------------  ----------------------------  ---------------------------------
+ *   LOCKING       a step of the lock, the read  pending: LOCKING (the next step)
+ *                 behind the step that grants   granted: READING, or WORKING
+ *                                               taken: TAKEN (try only),
+ *                                               WAITING (a queue), PAUSED (polls),
+ *                                               ENDED (busy); failed: ENDED
+ *   READING       the read alone, once granted  WORKING, or ENDED (not read)
+ *   WAITING       a hand-off wait (blocking)    handed over: READING; else LOCKING
+ *   PAUSED        nothing: a timer              LOCKING (inv_hold_on_timer)
+ *   WORKING       nothing: the work's timer     COMMITTING (inv_hold_on_timer)
+ *   COMMITTING    the commit, the release       the commit's answer decides the
+ *                 behind it where it may go     tickets: RELEASING
+ *   RELEASING     the release                   ENDED
+ *   TAKEN, ENDED  nothing: the hold is over
+ *
+ * Thread safety: a hold belongs to one thread (its session's). */
+#ifndef SECKILL_HOLD_H
+#define SECKILL_HOLD_H
+
+#include "path.h"
+
+/* Where a hold is (h->state): see the table above. */
+typedef enum {
+    HOLD_LOCKING = 0,
+    HOLD_READING,
+    HOLD_WAITING,
+    HOLD_PAUSED,
+    HOLD_WORKING,
+    HOLD_COMMITTING,
+    HOLD_RELEASING,
+    HOLD_TAKEN,
+    HOLD_ENDED,
+} inv_hold_state;
+
+/* What the driver does next. */
+typedef enum {
+    INV_HOLD_AWAIT,   /* answers are owed: wait for them (inv_hold_on_reply) */
+    INV_HOLD_DUE,     /* nothing in flight until h->due_us: then inv_hold_on_timer
+                         (WORKING: the work is done; PAUSED: the next attempt) */
+    INV_HOLD_HANDOFF, /* WAITING: inv_hold_wait_send on a connection for blocking
+                         commands, its answer to inv_hold_on_handoff */
+    INV_HOLD_DECIDED, /* the commit answered: every ticket final or pending; the
+                         hold is over once nothing more is owed (h->owed) */
+    INV_HOLD_TAKEN,   /* try only: the lock is taken; nothing held, no ticket touched */
+    INV_HOLD_OVER,    /* nothing held or owed: every ticket final or pending */
+} inv_hold_do;
+
+struct inv_hold {
+    inv_hold_state state;
+    struct inv_ticket **t;
+    int n, seg;
+    int gene; /* the segment's shard (a cluster's), or -1 */
+    char lkey[128];
+    struct lock_grant g;
+    long long stock;
+    char epoch[24];
+    uint64_t seen;  /* the sold-out memory's generation before the read */
+    long long left; /* once open: an upper bound of the segment's stock, after
+                       the commit what it left */
+    int64_t due_us; /* clock_now_us() when the work is done, or the pause ends */
+    int placed;     /* tickets the commit placed */
+    /* the event-driven hold's */
+    struct lock_step step;
+    int64_t deadline_us; /* the oldest ticket's wait ends */
+    int try_only;        /* its attempt does not wait */
+    const struct inv_conns *cs;
+    aconn_cb *cb; /* each answer, with arg */
+    void *arg;
+    struct inv_slot {
+        struct inv_hold *h;
+        int i;
+    } slot[LOCK_STEP_CMDS + 1]; /* a command's answer says which it is for */
+    int index;     /* the answer in hand: a lock step's command, or LOCK_STEP_CMDS
+                      (the hold's own: the read, the commit) */
+    int owed;      /* answers still to come */
+    int with_read; /* the read went behind the lock's step */
+    int releasing; /* the release went with the commit */
+    int noscripts; /* commands sent again after Redis lost their script */
+};
+
+/* ---- on a batch thread: blocking ------------------------------------------ */
+
+/* One hold of tickets t[0..n-1] (n >= 1) on segment seg, start to end. */
+void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg);
+/* Takes the lock (with try_only, without waiting: a thread that holds other
+ * locks must not wait for one, or two instances can each hold what the
+ * other waits for) and reads the stock. INV_HOLD_DUE: h is open, and
+ * inv_hold_commit must follow, from the same session, at or after h->due_us.
+ * INV_HOLD_TAKEN (try_only): nothing done. INV_HOLD_OVER: the batch ended
+ * there. The atomic mode has no hold: its pipeline runs here (OVER). */
+inv_hold_do inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
+                          int try_only, struct inv_hold *h);
+void inv_hold_commit(struct inv_session *s, struct inv_hold *h);
+
+/* ---- on an event loop: the state machine -------------------------------- */
+
+/* Starts a hold of tickets t[0..n-1] on segment seg: its lock's first step
+ * on cs (the data Redis, the lock's nodes). Every answer of a command the
+ * hold sends goes to cb(arg, ...), which hands it to inv_hold_on_reply. */
+inv_hold_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
+                           struct inv_ticket **t, int n, int seg, int try_only,
+                           const struct inv_conns *cs, aconn_cb *cb, void *arg);
+/* An answer (res, r: aconn_cb's) to one of h's commands. */
+inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result res,
+                              const redisReply *r);
+/* h->due_us came (INV_HOLD_DUE): the commit (WORKING), or the next attempt
+ * (PAUSED). */
+inv_hold_do inv_hold_on_timer(struct inv_session *s, struct inv_hold *h);
+/* WAITING: sends the wait for a hand-off on blocking, answered to cb(arg).
+ * False when it could not be sent: then inv_hold_attempt. */
+int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
+                       aconn_cb *cb, void *arg);
+/* The wait's answer: the lock handed over (the read goes out), or another
+ * attempt. */
+inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
+                                aconn_result res, const redisReply *r);
+/* Another attempt at the lock now (a hand-off wait could not be sent). */
+inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h);
+/* Gives up h while nothing is owed (the loop is stopping): the tickets are
+ * final (unavailable), nothing was written, and a lease held runs out in
+ * Redis. */
+void inv_hold_abandon(struct inv_session *s, struct inv_hold *h);
+
+#endif
