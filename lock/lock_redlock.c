@@ -59,7 +59,7 @@ static void *redlock_create(const struct lock_config *cfg, struct lock_counters 
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
     st->nnodes = cfg->nnodes;
     memcpy(st->nodes, cfg->nodes, sizeof(st->nodes[0]) * (size_t)cfg->nnodes);
-    st->password = cfg->password && *cfg->password ? strdup(cfg->password) : NULL;
+    st->password = cfg->password && *cfg->password ? xstrdup(cfg->password) : NULL;
     st->node_timeout_ms = lock_node_timeout_ms(cfg);
     return st;
 }

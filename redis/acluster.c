@@ -76,7 +76,7 @@ struct acluster *acluster_new(struct event_base *base, const struct rconn_addr *
     memcpy(c->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
     c->nseeds = nseeds;
     c->base = base;
-    c->password = password && *password ? strdup(password) : NULL;
+    c->password = password && *password ? xstrdup(password) : NULL;
     c->timeout_ms = timeout_ms;
     for (int s = 0; s < CLUSTER_SLOTS; s++)
         c->owner[s] = NO_NODE;

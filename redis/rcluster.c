@@ -36,7 +36,7 @@ struct rcluster *rcluster_new(const struct rconn_addr *seeds, int nseeds,
     c->seeds = xmalloc(sizeof(*seeds) * (size_t)(nseeds > 0 ? nseeds : 1));
     memcpy(c->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
     c->nseeds = nseeds;
-    c->password = password && *password ? strdup(password) : NULL;
+    c->password = password && *password ? xstrdup(password) : NULL;
     c->timeout_ms = timeout_ms;
     return c;
 }

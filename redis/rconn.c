@@ -65,7 +65,7 @@ struct rconn *rconn_new(const char *host, int port, const char *password, int ti
     struct rconn *rc = xcalloc(1, sizeof(*rc));
     snprintf(rc->host, sizeof(rc->host), "%s", host);
     rc->port = port;
-    rc->password = password && *password ? strdup(password) : NULL;
+    rc->password = password && *password ? xstrdup(password) : NULL;
     rc->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
     return rc;
 }
