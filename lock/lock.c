@@ -1,5 +1,6 @@
 #include "clock.h"
 #include "lock_impl.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -49,9 +50,7 @@ struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err
         snprintf(err, errlen, "lock ttl must be positive");
         return NULL;
     }
-    struct lock *l = calloc(1, sizeof(*l));
-    if (!l)
-        abort();
+    struct lock *l = xcalloc(1, sizeof(*l));
     l->be = be;
     l->cfg = *cfg;
     if (l->cfg.max_lease_ms <= 0)
@@ -91,9 +90,7 @@ int lock_fence_external(const struct lock *l)
 
 struct lock_session *lock_session_new(struct lock *l, struct rconn *data)
 {
-    struct lock_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        abort();
+    struct lock_session *s = xcalloc(1, sizeof(*s));
     s->lock = l;
     s->data = data;
     s->impl = l->be->session_new(l->state, data);

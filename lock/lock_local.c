@@ -4,6 +4,7 @@
  * cluster. Waiters sleep on a condition variable until release or deadline. */
 #include "clock.h"
 #include "lock_impl.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -40,9 +41,7 @@ static void *local_create(const struct lock_config *cfg, struct lock_counters *c
                           char *err, size_t errlen)
 {
     (void)cfg, (void)counters, (void)err, (void)errlen;
-    struct local_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        abort();
+    struct local_state *st = xcalloc(1, sizeof(*st));
     for (int i = 0; i < LOCAL_STRIPES; i++) {
         pthread_mutex_init(&st->stripes[i].mu, NULL);
         clock_cond_init(&st->stripes[i].released);
@@ -92,9 +91,7 @@ static lock_status take(struct local_state *st, const char *key, int64_t deadlin
 {
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
     size_t keylen = strlen(key);
-    struct held_key *mine = malloc(sizeof(*mine) + keylen + 1);
-    if (!mine)
-        abort();
+    struct held_key *mine = xmalloc(sizeof(*mine) + keylen + 1);
     memcpy(mine->key, key, keylen + 1);
 
     pthread_mutex_lock(&s->mu);

@@ -45,6 +45,7 @@
 #include "clock.h"
 #include "lock_impl.h"
 #include "redis_watchdog.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -85,9 +86,7 @@ static void *redis_create(const struct lock_config *cfg, struct lock_counters *c
                           char *err, size_t errlen)
 {
     (void)err, (void)errlen;
-    struct redis_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        abort();
+    struct redis_state *st = xcalloc(1, sizeof(*st));
     st->ttl_ms = cfg->ttl_ms;
     st->fencing = cfg->fencing;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
@@ -104,9 +103,7 @@ static void redis_destroy(void *state)
 
 static void *redis_session_new(void *state, struct rconn *data)
 {
-    struct redis_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        abort();
+    struct redis_session *s = xcalloc(1, sizeof(*s));
     s->st = state;
     s->data = data;
     lock_token_new(s->owner);
@@ -130,9 +127,7 @@ static struct lease *lease_new(struct redis_session *s, const char *key, int64_t
 {
     struct redis_state *st = s->st;
     size_t keylen = strlen(key);
-    struct lease *l = calloc(1, sizeof(*l) + keylen + 1);
-    if (!l)
-        abort();
+    struct lease *l = xcalloc(1, sizeof(*l) + keylen + 1);
     memcpy(l->key, key, keylen + 1);
     memcpy(l->owner, s->owner, sizeof(l->owner));
     l->depth = 1;

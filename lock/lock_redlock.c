@@ -10,6 +10,7 @@
  * nodes share no counter. */
 #include "clock.h"
 #include "lock_impl.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -53,14 +54,12 @@ static void *redlock_create(const struct lock_config *cfg, struct lock_counters 
                  REDLOCK_MAX_NODES, cfg->nodes ? cfg->nnodes : 0);
         return NULL;
     }
-    struct redlock_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        abort();
+    struct redlock_state *st = xcalloc(1, sizeof(*st));
     st->ttl_ms = cfg->ttl_ms;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
     st->nnodes = cfg->nnodes;
     memcpy(st->nodes, cfg->nodes, sizeof(st->nodes[0]) * (size_t)cfg->nnodes);
-    st->password = cfg->password && *cfg->password ? strdup(cfg->password) : NULL;
+    st->password = cfg->password && *cfg->password ? xstrdup(cfg->password) : NULL;
     st->node_timeout_ms = lock_node_timeout_ms(cfg);
     return st;
 }
@@ -76,9 +75,7 @@ static void *redlock_session_new(void *state, struct rconn *data)
 {
     (void)data;
     struct redlock_state *st = state;
-    struct redlock_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        abort();
+    struct redlock_session *s = xcalloc(1, sizeof(*s));
     s->st = st;
     for (int i = 0; i < st->nnodes; i++)
         s->node[i] = rconn_new(st->nodes[i].host, st->nodes[i].port, st->password,

@@ -21,6 +21,7 @@
  * Fencing tokens (lock.c's INCR after the grant) make commits safe regardless. */
 #include "clock.h"
 #include "lock_impl.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -43,9 +44,7 @@ static void *setnx_create(const struct lock_config *cfg, struct lock_counters *c
                           char *err, size_t errlen)
 {
     (void)counters, (void)err, (void)errlen;
-    struct setnx_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        abort();
+    struct setnx_state *st = xcalloc(1, sizeof(*st));
     st->ttl_ms = cfg->ttl_ms;
     st->skew_ms = cfg->clock_skew_ms;
     return st;
@@ -58,9 +57,7 @@ static void setnx_destroy(void *state)
 
 static void *setnx_session_new(void *state, struct rconn *data)
 {
-    struct setnx_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        abort();
+    struct setnx_session *s = xcalloc(1, sizeof(*s));
     s->st = state;
     s->data = data;
     char token[33];

@@ -3,6 +3,7 @@
 
 #include "clock.h"
 #include "lock_impl.h"
+#include "xalloc.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -36,9 +37,7 @@ static int64_t renew_period_us(const struct redis_watchdog *wd)
 struct redis_watchdog *redis_watchdog_new(int ttl_ms, int max_lease_ms,
                                           struct lock_counters *counters)
 {
-    struct redis_watchdog *wd = calloc(1, sizeof(*wd));
-    if (!wd)
-        abort();
+    struct redis_watchdog *wd = xcalloc(1, sizeof(*wd));
     wd->ttl_ms = ttl_ms;
     wd->max_lease_ms = max_lease_ms > ttl_ms ? max_lease_ms : ttl_ms;
     wd->counters = counters;

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "xalloc.h"
 
 #define ACLUSTER_MAX_NODES (2 * CLUSTER_MAX_MASTERS)
 #define NO_NODE 0xffff
@@ -67,15 +68,15 @@ static void on_unpark(evutil_socket_t fd, short what, void *arg);
 struct acluster *acluster_new(struct event_base *base, const struct rconn_addr *seeds,
                               int nseeds, const char *password, int timeout_ms)
 {
-    struct acluster *c = calloc(1, sizeof(*c));
-    if (!c || !(c->seeds = malloc(sizeof(*seeds) * (size_t)(nseeds > 0 ? nseeds : 1))) ||
-        !(c->seed = calloc((size_t)(nseeds > 0 ? nseeds : 1), sizeof(*c->seed))) ||
-        !(c->unpark = event_new(base, -1, 0, on_unpark, c)))
+    struct acluster *c = xcalloc(1, sizeof(*c));
+    c->seeds = xmalloc(sizeof(*seeds) * (size_t)(nseeds > 0 ? nseeds : 1));
+    c->seed = xcalloc((size_t)(nseeds > 0 ? nseeds : 1), sizeof(*c->seed));
+    if (!(c->unpark = event_new(base, -1, 0, on_unpark, c)))
         abort();
     memcpy(c->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
     c->nseeds = nseeds;
     c->base = base;
-    c->password = password && *password ? strdup(password) : NULL;
+    c->password = password && *password ? xstrdup(password) : NULL;
     c->timeout_ms = timeout_ms;
     for (int s = 0; s < CLUSTER_SLOTS; s++)
         c->owner[s] = NO_NODE;
@@ -377,9 +378,7 @@ static struct creq *req_new(struct acluster *c, int slot, aconn_cb *cb, void *ar
     size_t bytes = 0;
     for (int i = 0; i < argc; i++)
         bytes += strlen(argv[i]) + 1;
-    struct creq *q = malloc(sizeof(*q) + sizeof(char *) * (size_t)argc + bytes);
-    if (!q)
-        abort();
+    struct creq *q = xmalloc(sizeof(*q) + sizeof(char *) * (size_t)argc + bytes);
     *q = (struct creq){.c = c,
                        .cb = cb,
                        .arg = arg,

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "xalloc.h"
 
 /* One queued command: what to call back, and on which connection attempt it
  * was queued (to tell "never sent" from "lost"). Pooled per connection. */
@@ -181,16 +182,14 @@ static void on_learn(redisAsyncContext *ac, void *reply, void *privdata)
 struct aconn *aconn_new(struct event_base *base, const char *host, int port,
                         const char *password, int timeout_ms)
 {
-    struct aconn *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct aconn *c = xcalloc(1, sizeof(*c));
     c->base = base;
     snprintf(c->host, sizeof(c->host), "%s", host);
     c->port = port;
-    c->password = password && *password ? strdup(password) : NULL;
+    c->password = password && *password ? xstrdup(password) : NULL;
     c->timeout_ms = timeout_ms;
     c->watch = evtimer_new(base, on_watch, c);
-    if (!c->watch || (password && *password && !c->password))
+    if (!c->watch)
         abort();
     return c;
 }
@@ -215,8 +214,8 @@ static struct areq *req_new(struct aconn *c, aconn_cb *cb, void *arg)
     struct areq *q = c->free_req;
     if (q)
         c->free_req = q->next_free;
-    else if (!(q = malloc(sizeof(*q))))
-        abort();
+    else
+        q = xmalloc(sizeof(*q));
     *q = (struct areq){.c = c, .cb = cb, .arg = arg, .attempt = c->attempt};
     return q;
 }
@@ -270,8 +269,8 @@ rconn_status aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript
         redisAsyncCommand(c->ac, on_learn, s, "SCRIPT LOAD %s", s->source->text);
     const char *inline_v[EVAL_ARGV_INLINE], **v = inline_v;
     int n = argc + 3;
-    if (n > EVAL_ARGV_INLINE && !(v = malloc(sizeof(*v) * (size_t)n)))
-        abort();
+    if (n > EVAL_ARGV_INLINE)
+        v = xmalloc(sizeof(*v) * (size_t)n);
     char numkeys[12];
     snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
     v[0] = known ? "EVALSHA" : "EVAL";

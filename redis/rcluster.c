@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "xalloc.h"
 
 #define RCLUSTER_MAX_NODES (2 * CLUSTER_MAX_MASTERS)
 
@@ -31,12 +32,11 @@ struct rcluster {
 struct rcluster *rcluster_new(const struct rconn_addr *seeds, int nseeds,
                               const char *password, int timeout_ms)
 {
-    struct rcluster *c = calloc(1, sizeof(*c));
-    if (!c || !(c->seeds = malloc(sizeof(*seeds) * (size_t)(nseeds > 0 ? nseeds : 1))))
-        abort();
+    struct rcluster *c = xcalloc(1, sizeof(*c));
+    c->seeds = xmalloc(sizeof(*seeds) * (size_t)(nseeds > 0 ? nseeds : 1));
     memcpy(c->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
     c->nseeds = nseeds;
-    c->password = password && *password ? strdup(password) : NULL;
+    c->password = password && *password ? xstrdup(password) : NULL;
     c->timeout_ms = timeout_ms;
     return c;
 }
@@ -70,9 +70,7 @@ static int node_index(struct rcluster *c, const char *host, int port)
 /* Asks node i for the map; 0 when it gave one that serves every slot. */
 static int learn_from(struct rcluster *c, int i)
 {
-    struct cluster_map *m = malloc(sizeof(*m));
-    if (!m)
-        abort();
+    struct cluster_map *m = xmalloc(sizeof(*m));
     int ok = -1;
     redisReply *r = rconn_command(c->nodes[i].conn, "CLUSTER SHARDS");
     if (r && cluster_map_from_shards(m, r) != RCONN_OK) {

@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include "xalloc.h"
+
 struct rconn {
     char host[256];
     int port;
@@ -60,12 +62,10 @@ rconn_status rconn_addr_parse(const char *text, struct rconn_addr *addr)
 
 struct rconn *rconn_new(const char *host, int port, const char *password, int timeout_ms)
 {
-    struct rconn *rc = calloc(1, sizeof(*rc));
-    if (!rc)
-        abort();
+    struct rconn *rc = xcalloc(1, sizeof(*rc));
     snprintf(rc->host, sizeof(rc->host), "%s", host);
     rc->port = port;
-    rc->password = password && *password ? strdup(password) : NULL;
+    rc->password = password && *password ? xstrdup(password) : NULL;
     rc->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
     return rc;
 }
@@ -385,10 +385,8 @@ static void eval_argv_build(struct eval_argv *a, const char *verb, const char *b
     a->v = a->small_v;
     a->len = a->small_len;
     if (a->n > 32) {
-        a->v = malloc(sizeof(*a->v) * (size_t)a->n);
-        a->len = malloc(sizeof(*a->len) * (size_t)a->n);
-        if (!a->v || !a->len)
-            abort();
+        a->v = xmalloc(sizeof(*a->v) * (size_t)a->n);
+        a->len = xmalloc(sizeof(*a->len) * (size_t)a->n);
     }
     snprintf(a->numkeys, sizeof(a->numkeys), "%d", nkeys);
     a->v[0] = verb;

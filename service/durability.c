@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "log.h"
 #include "rconn.h"
+#include "xalloc.h"
 
 #define DURABILITY_TICK_MS 1000
 #define DURABILITY_TIMEOUT_MS 1000
@@ -167,9 +168,7 @@ static void *durability_main(void *arg)
 struct svc_durability *svc_durability_start(const char *host, int port,
                                             const char *password)
 {
-    struct svc_durability *d = calloc(1, sizeof(*d));
-    if (!d)
-        abort();
+    struct svc_durability *d = xcalloc(1, sizeof(*d));
     d->rc = rconn_new(host, port, password, DURABILITY_TIMEOUT_MS);
     snprintf(d->addr, sizeof(d->addr), "%s:%d", host, port);
     pthread_mutex_init(&d->mu, NULL);

@@ -10,6 +10,7 @@
 #include "clock.h"
 #include "log.h"
 #include "waiters.h"
+#include "xalloc.h"
 
 #define SERVER_CONN_TIMEOUT_S 15
 /* MHD's memory pool per connection: room for a request's headers (a 10 KB
@@ -39,9 +40,7 @@ struct svc_worker *http_worker_get(struct svc_app *app)
 {
     if (tls_worker)
         return tls_worker;
-    struct svc_worker *w = calloc(1, sizeof(*w));
-    if (!w)
-        abort();
+    struct svc_worker *w = xcalloc(1, sizeof(*w));
     const struct svc_config *cfg = app->cfg;
     w->rc = rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
     w->inv = inv_session_new(app->inv, w->rc);

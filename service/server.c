@@ -19,6 +19,7 @@
 #include "http.h"
 #include "log.h"
 #include "waiters.h"
+#include "xalloc.h"
 
 #define SERVER_CONN_LIMIT 8192
 /* Descriptors kept free of HTTP connections: Redis contexts (one per worker
@@ -184,9 +185,7 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
     }
     static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
     pthread_once(&threads_once, (void (*)(void))evthread_use_pthreads);
-    struct svc_server *srv = calloc(1, sizeof(*srv));
-    if (!srv)
-        abort();
+    struct svc_server *srv = xcalloc(1, sizeof(*srv));
     srv->app = app;
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
@@ -198,12 +197,8 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         return NULL;
     }
     srv->nloops = cfg->threads;
-    srv->loops = calloc((size_t)srv->nloops, sizeof(*srv->loops));
-    if (!srv->loops)
-        abort();
-    srv->engines = calloc((size_t)srv->nloops, sizeof(*srv->engines));
-    if (!srv->engines)
-        abort();
+    srv->loops = xcalloc((size_t)srv->nloops, sizeof(*srv->loops));
+    srv->engines = xcalloc((size_t)srv->nloops, sizeof(*srv->engines));
     unsigned int per_loop = connection_limit() / (unsigned int)srv->nloops;
     for (int i = 0; i < srv->nloops; i++) {
         if (loop_new(srv, &srv->loops[i], per_loop ? per_loop : 1) != 0) {
