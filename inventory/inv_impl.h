@@ -20,9 +20,9 @@
 #include "rconn.h"
 
 struct inv_counters {
-    _Atomic uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
-        epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
-        id_collisions, sold_out_local, unacked;
+#define INV_COUNTERS_FIELD(field, key, metric, help) _Atomic uint64_t field;
+    INV_COUNTERS(INV_COUNTERS_FIELD)
+#undef INV_COUNTERS_FIELD
 };
 
 /* What a peek taught about a SKU, so that a ticket finds its home segment and

@@ -76,21 +76,9 @@ void inv_free(struct inv *inv)
 void inv_stats(const struct inv *inv, struct inv_stats *out)
 {
     const struct inv_counters *c = &inv->counters;
-    out->placed = atomic_load(&c->placed);
-    out->replayed = atomic_load(&c->replayed);
-    out->sold_out = atomic_load(&c->sold_out);
-    out->limit = atomic_load(&c->limit);
-    out->busy = atomic_load(&c->busy);
-    out->unavailable = atomic_load(&c->unavailable);
-    out->fenced_off = atomic_load(&c->fenced_off);
-    out->epoch_changed = atomic_load(&c->epoch_changed);
-    out->spilled = atomic_load(&c->spilled);
-    out->commits_after_lease = atomic_load(&c->commits_after_lease);
-    out->outcome_unknown = atomic_load(&c->outcome_unknown);
-    out->idem_mismatch = atomic_load(&c->idem_mismatch);
-    out->id_collisions = atomic_load(&c->id_collisions);
-    out->sold_out_local = atomic_load(&c->sold_out_local);
-    out->unacked = atomic_load(&c->unacked);
+#define INV_STATS_LOAD(field, key, metric, help) out->field = atomic_load(&c->field);
+    INV_COUNTERS(INV_STATS_LOAD)
+#undef INV_STATS_LOAD
 }
 
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)

@@ -128,14 +128,54 @@ struct inv_audit {
                             initial stock, and no invariant is broken */
 };
 
-/* Counters of the critical section, process-wide. */
+/* The order path's counters, process-wide, each declared here once. Each is
+ * X(field, key, metric, help): a field of struct inv_stats (and of the atomic
+ * counters inventory/ bumps), its key on /stats, the name of its own counter
+ * on /metrics (NULL: none) and what it counts (that counter's HELP). The
+ * lists are in the order of /stats.
+ *
+ * The outcomes: one per answer an order gets; in /stats' "orders", and on
+ * /metrics as seckill_orders_total{outcome="<key>"}. */
+#define INV_OUTCOME_COUNTERS(X)                                                          \
+    X(placed, "placed", NULL, "Orders placed.")                                          \
+    X(replayed, "replayed", NULL, "Orders answered again for their Idempotency-Key.")    \
+    X(sold_out, "sold_out", NULL, "Orders no segment held the quantity for.")            \
+    X(limit, "limit_reached", NULL, "Orders beyond the user's per_user_limit.")          \
+    X(busy, "busy", NULL,                                                                \
+      "Orders that got no lock within the wait, or whose commit was refused.")           \
+    X(unavailable, "unavailable", NULL, "Orders refused for want of Redis.")             \
+    X(outcome_unknown, "outcome_unknown", NULL,                                          \
+      "Orders whose commit was sent but whose answer never came.")                       \
+    X(idem_mismatch, "idempotency_mismatch", NULL,                                       \
+      "Orders whose Idempotency-Key was used before for another user or qty.")
+/* What else befell orders; in /stats' "orders" too. */
+#define INV_ORDER_COUNTERS(X)                                                            \
+    X(spilled, "spilled", "seckill_orders_spilled_total",                                \
+      "Orders served by a segment other than home.")                                     \
+    X(id_collisions, "order_id_collisions", "seckill_order_id_collisions_total",         \
+      "Order ids found issued before at commit; the order drew a fresh one.")            \
+    X(sold_out_local, "sold_out_from_memory",                                            \
+      "seckill_orders_sold_out_from_memory_total",                                       \
+      "Sold-out answers given without Redis (SKU seen sold out this epoch).")            \
+    X(unacked, "unacknowledged_by_replicas", "seckill_orders_unacknowledged_total",      \
+      "Orders placed that the replicas did not acknowledge in time: answered "           \
+      "outcome_unknown (--min-replicas-acked).")
+/* Commits refused, or made late; at the top level of /stats. */
+#define INV_COMMIT_COUNTERS(X)                                                           \
+    X(fenced_off, "fenced_off_commits", "seckill_fenced_commits_refused_total",          \
+      "Commits refused because the lock was granted to someone else since.")             \
+    X(epoch_changed, "epoch_changed_commits", NULL,                                      \
+      "Commits refused because the SKU was reset since the order began.")                \
+    X(commits_after_lease, "commits_after_lease_lost", NULL,                             \
+      "Orders committed under a lock whose lease was found lost at release.")
+#define INV_COUNTERS(X)                                                                  \
+    INV_OUTCOME_COUNTERS(X) INV_ORDER_COUNTERS(X) INV_COMMIT_COUNTERS(X)
+
+/* The order path's counters, a copy (inv_stats). */
 struct inv_stats {
-    uint64_t placed, replayed, sold_out, limit, busy, unavailable, fenced_off,
-        epoch_changed, spilled, commits_after_lease, outcome_unknown, idem_mismatch,
-        id_collisions,  /* an order id found issued before: a fresh one was drawn */
-        sold_out_local, /* of sold_out: answered from memory, without Redis */
-        unacked;        /* of outcome_unknown: placed, but the replicas did not
-                           acknowledge it in time (min_replicas_acked) */
+#define INV_STATS_FIELD(field, key, metric, help) uint64_t field;
+    INV_COUNTERS(INV_STATS_FIELD)
+#undef INV_STATS_FIELD
 };
 
 struct inv;

@@ -482,18 +482,9 @@ int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g)
 void lock_stats(const struct lock *l, struct lock_stats *out)
 {
     const struct lock_counters *c = &l->counters;
-    out->acquisitions = atomic_load(&c->acquisitions);
-    out->contended = atomic_load(&c->contended);
-    out->wait_timeouts = atomic_load(&c->wait_timeouts);
-    out->errors = atomic_load(&c->errors);
-    out->releases = atomic_load(&c->releases);
-    out->releases_not_held = atomic_load(&c->releases_not_held);
-    out->renewals = atomic_load(&c->renewals);
-    out->leases_lost = atomic_load(&c->leases_lost);
-    out->watch_wakeups = atomic_load(&c->watch_wakeups);
-    out->watch_waiters = atomic_load(&c->watch_waiters);
-    out->wait_count = atomic_load(&c->wait_count);
-    out->wait_sum_us = atomic_load(&c->wait_sum_us);
+#define LOCK_STATS_LOAD(field, kind, help) out->field = atomic_load(&c->field);
+    LOCK_STATS(LOCK_STATS_LOAD)
+#undef LOCK_STATS_LOAD
     for (int i = 0; i < LOCK_WAIT_BUCKETS; i++)
         out->wait_buckets[i] = atomic_load(&c->wait_buckets[i]);
 }

@@ -72,22 +72,32 @@ struct lock_config {
 /* Upper bounds of the wait histogram in microseconds; the last bucket is +Inf. */
 extern const int64_t lock_wait_bucket_us[LOCK_WAIT_BUCKETS - 1];
 
-/* Process-wide counters of one lock. Plain value copied by lock_stats(). */
+/* Process-wide figures of one lock, each declared here once as X(field, kind,
+ * help): a field of struct lock_stats (and of the atomic counters lock.c and
+ * the backends bump), its kind, and what it counts. Kinds: LOCK_STAT_COUNTER
+ * and LOCK_STAT_GAUGE (a level now) are exported as metrics; LOCK_STAT_DETAIL
+ * is not by itself (releases; the wait histogram's count and sum). */
+typedef enum { LOCK_STAT_COUNTER, LOCK_STAT_GAUGE, LOCK_STAT_DETAIL } lock_stat_kind;
+#define LOCK_STATS(X)                                                                    \
+    X(acquisitions, LOCK_STAT_COUNTER, "Segment locks acquired.")                        \
+    X(contended, LOCK_STAT_COUNTER, "Acquisitions that had to wait.")                    \
+    X(wait_timeouts, LOCK_STAT_COUNTER, "Waits that ended in 503 busy.")                 \
+    X(errors, LOCK_STAT_COUNTER, "Lock operations that failed on Redis.")                \
+    X(releases, LOCK_STAT_DETAIL, "Locks released.")                                     \
+    X(releases_not_held, LOCK_STAT_DETAIL, "Releases that found the lock held no more.") \
+    X(renewals, LOCK_STAT_COUNTER, "Lease renewals by the watchdog.")                    \
+    X(leases_lost, LOCK_STAT_COUNTER, "Leases found lost while held.")                   \
+    X(watch_wakeups, LOCK_STAT_COUNTER,                                                  \
+      "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd effect.")      \
+    X(watch_waiters, LOCK_STAT_GAUGE, "Waiters asleep on a ZooKeeper watch now (zk).")   \
+    X(wait_count, LOCK_STAT_DETAIL, "Waits for a lock, in the wait histogram.")          \
+    X(wait_sum_us, LOCK_STAT_DETAIL, "Time those waits took, in microseconds.")
+
+/* A copy of one lock's figures (lock_stats()). */
 struct lock_stats {
-    uint64_t acquisitions;
-    uint64_t contended;
-    uint64_t wait_timeouts;
-    uint64_t errors;
-    uint64_t releases;
-    uint64_t releases_not_held;
-    uint64_t renewals;
-    uint64_t leases_lost;
-    uint64_t watch_wakeups; /* zk: waits ended by a watch firing (the waiter then
-                               lists the children again); per acquisition, the
-                               herd effect */
-    uint64_t watch_waiters; /* zk: a gauge, the waiters asleep on a watch now */
-    uint64_t wait_count;
-    uint64_t wait_sum_us;
+#define LOCK_STATS_FIELD(field, kind, help) uint64_t field;
+    LOCK_STATS(LOCK_STATS_FIELD)
+#undef LOCK_STATS_FIELD
     uint64_t wait_buckets[LOCK_WAIT_BUCKETS]; /* non-cumulative counts */
 };
 

@@ -65,9 +65,9 @@ struct lock_backend {
 /* Counters a backend may bump (renewals, leases lost, watch wake-ups); the rest
  * are kept by lock.c. */
 struct lock_counters {
-    _Atomic uint64_t acquisitions, contended, wait_timeouts, errors, releases,
-        releases_not_held, renewals, leases_lost, watch_wakeups, watch_waiters,
-        wait_count, wait_sum_us;
+#define LOCK_COUNTERS_FIELD(field, kind, help) _Atomic uint64_t field;
+    LOCK_STATS(LOCK_COUNTERS_FIELD)
+#undef LOCK_COUNTERS_FIELD
     _Atomic uint64_t wait_buckets[LOCK_WAIT_BUCKETS];
 };
 

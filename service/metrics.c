@@ -76,6 +76,42 @@ static int seen_copy(char names[METRICS_SKUS][INV_ID_MAX + 1])
     return n;
 }
 
+/* ---- The inventory's counters as /stats and /metrics show them ---------
+ *
+ * Taken from INV_COUNTERS, in its order: the outcomes, the other order
+ * counters (together /stats' "orders"), then the commit counters. */
+struct inv_counter_view {
+    const char *key, *metric, *help;
+    size_t offset; /* of its field in struct inv_stats */
+};
+
+#define VIEW(field, key, metric, help)                                                   \
+    {key, metric, help, offsetof(struct inv_stats, field)},
+static const struct inv_counter_view inv_views[] = {INV_COUNTERS(VIEW)};
+#undef VIEW
+
+#define VIEW_ONE(field, key, metric, help) +1
+enum {
+    NOUTCOME_VIEWS = 0 INV_OUTCOME_COUNTERS(VIEW_ONE),
+    NORDER_VIEWS = NOUTCOME_VIEWS INV_ORDER_COUNTERS(VIEW_ONE),
+    NVIEWS = sizeof(inv_views) / sizeof(inv_views[0])
+};
+#undef VIEW_ONE
+
+static uint64_t inv_view_value(const struct inv_stats *is,
+                               const struct inv_counter_view *v)
+{
+    return *(const uint64_t *)((const char *)is + v->offset);
+}
+
+/* Sets key: value in obj for the counters inv_views[from..to-1]. */
+static void inv_counters_json(json_t *obj, const struct inv_stats *is, int from, int to)
+{
+    for (int i = from; i < to; i++)
+        json_object_set_new(obj, inv_views[i].key,
+                            json_integer((json_int_t)inv_view_value(is, &inv_views[i])));
+}
+
 static json_t *lock_stats_json(struct svc_app *app)
 {
     if (!app->lock)
@@ -91,16 +127,13 @@ static json_t *lock_stats_json(struct svc_app *app)
             snprintf(le, sizeof(le), "le_inf");
         json_object_set_new(hist, le, json_integer((json_int_t)ls.wait_buckets[b]));
     }
-    return json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode",
-        lock_name(app->lock), "acquisitions", (json_int_t)ls.acquisitions, "contended",
-        (json_int_t)ls.contended, "wait_timeouts", (json_int_t)ls.wait_timeouts, "errors",
-        (json_int_t)ls.errors, "releases", (json_int_t)ls.releases, "releases_not_held",
-        (json_int_t)ls.releases_not_held, "renewals", (json_int_t)ls.renewals,
-        "leases_lost", (json_int_t)ls.leases_lost, "watch_wakeups",
-        (json_int_t)ls.watch_wakeups, "watch_waiters", (json_int_t)ls.watch_waiters,
-        "wait_count", (json_int_t)ls.wait_count, "wait_sum_us",
-        (json_int_t)ls.wait_sum_us, "wait_histogram", hist);
+    json_t *stats = json_pack("{s:s}", "mode", lock_name(app->lock));
+#define LOCK_STAT_JSON(field, kind, help)                                                \
+    json_object_set_new(stats, #field, json_integer((json_int_t)ls.field));
+    LOCK_STATS(LOCK_STAT_JSON)
+#undef LOCK_STAT_JSON
+    json_object_set_new(stats, "wait_histogram", hist);
+    return stats;
 }
 
 json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes, size_t n)
@@ -122,16 +155,8 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
         }
         json_object_set_new(requests, r->name, codes);
     }
-    json_t *orders = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "placed",
-        (json_int_t)is.placed, "replayed", (json_int_t)is.replayed, "sold_out",
-        (json_int_t)is.sold_out, "limit_reached", (json_int_t)is.limit, "busy",
-        (json_int_t)is.busy, "unavailable", (json_int_t)is.unavailable, "outcome_unknown",
-        (json_int_t)is.outcome_unknown, "idempotency_mismatch",
-        (json_int_t)is.idem_mismatch, "spilled", (json_int_t)is.spilled,
-        "order_id_collisions", (json_int_t)is.id_collisions, "sold_out_from_memory",
-        (json_int_t)is.sold_out_local, "unacknowledged_by_replicas",
-        (json_int_t)is.unacked);
+    json_t *orders = json_object();
+    inv_counters_json(orders, &is, 0, NORDER_VIEWS);
     struct inv_batch_stats bs = {0};
     if (app->batcher)
         inv_batcher_stats(app->batcher, &bs);
@@ -139,14 +164,14 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
         json_pack("{s:I, s:I, s:I, s:I, s:i}", "holds", (json_int_t)bs.batches, "orders",
                   (json_int_t)bs.orders, "queued", (json_int_t)bs.queued, "queues",
                   (json_int_t)bs.queues, "most", app->batcher ? app->cfg->batch : 0);
-    return json_pack(
-        "{s:i, s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:i, s:b}", "instance_id",
-        orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode, "requests", requests,
-        "orders", orders, "batches", batches, "lock", lock_stats_json(app),
-        "fenced_off_commits", (json_int_t)is.fenced_off, "epoch_changed_commits",
-        (json_int_t)is.epoch_changed, "commits_after_lease_lost",
-        (json_int_t)is.commits_after_lease, "inflight", atomic_load(&app->inflight),
-        "draining", atomic_load(&app->draining));
+    json_t *stats = json_pack("{s:i, s:s, s:o, s:o, s:o, s:o}", "instance_id",
+                              orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode,
+                              "requests", requests, "orders", orders, "batches", batches,
+                              "lock", lock_stats_json(app));
+    inv_counters_json(stats, &is, NORDER_VIEWS, NVIEWS);
+    json_object_set_new(stats, "inflight", json_integer(atomic_load(&app->inflight)));
+    json_object_set_new(stats, "draining", json_boolean(atomic_load(&app->draining)));
+    return stats;
 }
 
 /* ---- /metrics: one writer per metric family ----------------------------- */
@@ -232,20 +257,9 @@ static void http_durations(FILE *f, const struct svc_route_view *routes, size_t 
 static void order_outcomes(FILE *f, const struct inv_stats *is)
 {
     family(f, "seckill_orders_total", "Order outcomes.", "counter");
-    const struct {
-        const char *outcome;
-        uint64_t v;
-    } outcomes[] = {{"placed", is->placed},
-                    {"replayed", is->replayed},
-                    {"sold_out", is->sold_out},
-                    {"limit_reached", is->limit},
-                    {"busy", is->busy},
-                    {"unavailable", is->unavailable},
-                    {"outcome_unknown", is->outcome_unknown},
-                    {"idempotency_mismatch", is->idem_mismatch}};
-    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
-        fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", outcomes[i].outcome,
-                (unsigned long long)outcomes[i].v);
+    for (int i = 0; i < NOUTCOME_VIEWS; i++)
+        fprintf(f, "seckill_orders_total{outcome=\"%s\"} %llu\n", inv_views[i].key,
+                (unsigned long long)inv_view_value(is, &inv_views[i]));
 }
 
 /* seckill_batch_*: the batcher's holds and queue (none without a batcher). */
@@ -262,25 +276,27 @@ static void batches(FILE *f, struct inv_batcher *batcher)
           (long long)bs.queued);
 }
 
-/* The order counters besides the outcomes, the batcher's among them. */
+/* The counter of its own that the inventory's counter at `offset` in struct
+ * inv_stats has on /metrics (INV_COUNTERS' metric, not NULL). */
+static void inv_counter(FILE *f, const struct inv_stats *is, size_t offset)
+{
+    for (int i = 0; i < NVIEWS; i++)
+        if (inv_views[i].offset == offset && inv_views[i].metric)
+            counter(f, inv_views[i].metric, inv_views[i].help,
+                    inv_view_value(is, &inv_views[i]));
+}
+#define STATS_COUNTER(f, is, field) inv_counter(f, is, offsetof(struct inv_stats, field))
+
+/* The order counters besides the outcomes, the batcher's among them, in the
+ * order /metrics always had (not INV_COUNTERS'). */
 static void order_counters(FILE *f, const struct svc_app *app, const struct inv_stats *is)
 {
-    counter(f, "seckill_orders_spilled_total",
-            "Orders served by a segment other than home.", is->spilled);
+    STATS_COUNTER(f, is, spilled);
     batches(f, app->batcher);
-    counter(f, "seckill_orders_sold_out_from_memory_total",
-            "Sold-out answers given without Redis (SKU seen sold out this epoch).",
-            is->sold_out_local);
-    counter(f, "seckill_orders_unacknowledged_total",
-            "Orders placed that the replicas did not acknowledge in time: answered "
-            "outcome_unknown (--min-replicas-acked).",
-            is->unacked);
-    counter(f, "seckill_order_id_collisions_total",
-            "Order ids found issued before at commit; the order drew a fresh one.",
-            is->id_collisions);
-    counter(f, "seckill_fenced_commits_refused_total",
-            "Commits refused because the lock was granted to someone else since.",
-            is->fenced_off);
+    STATS_COUNTER(f, is, sold_out_local);
+    STATS_COUNTER(f, is, unacked);
+    STATS_COUNTER(f, is, id_collisions);
+    STATS_COUNTER(f, is, fenced_off);
 }
 
 /* seckill_lock_wait_seconds. */
@@ -303,25 +319,24 @@ static void locks(FILE *f, struct lock *lock)
     struct lock_stats ls;
     lock_stats(lock, &ls);
     const struct {
-        const char *name, *help;
+        const char *field, *help;
+        lock_stat_kind kind;
         uint64_t v;
-    } counters[] = {
-        {"seckill_lock_acquisitions_total", "Segment locks acquired.", ls.acquisitions},
-        {"seckill_lock_contended_total", "Acquisitions that had to wait.", ls.contended},
-        {"seckill_lock_wait_timeouts_total", "Waits that ended in 503 busy.",
-         ls.wait_timeouts},
-        {"seckill_lock_errors_total", "Lock operations that failed on Redis.", ls.errors},
-        {"seckill_lock_renewals_total", "Lease renewals by the watchdog.", ls.renewals},
-        {"seckill_lock_leases_lost_total", "Leases found lost while held.",
-         ls.leases_lost},
-        {"seckill_lock_watch_wakeups_total",
-         "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd effect.",
-         ls.watch_wakeups},
+    } figures[] = {
+#define LOCK_STAT_FIGURE(field, kind, help) {#field, help, kind, ls.field},
+        LOCK_STATS(LOCK_STAT_FIGURE)
+#undef LOCK_STAT_FIGURE
     };
-    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
-        counter(f, counters[i].name, counters[i].help, counters[i].v);
-    gauge(f, "seckill_lock_watch_waiters",
-          "Waiters asleep on a ZooKeeper watch now (zk).", (long long)ls.watch_waiters);
+    for (size_t i = 0; i < sizeof(figures) / sizeof(figures[0]); i++) {
+        char name[64];
+        if (figures[i].kind == LOCK_STAT_COUNTER) {
+            snprintf(name, sizeof(name), "seckill_lock_%s_total", figures[i].field);
+            counter(f, name, figures[i].help, figures[i].v);
+        } else if (figures[i].kind == LOCK_STAT_GAUGE) {
+            snprintf(name, sizeof(name), "seckill_lock_%s", figures[i].field);
+            gauge(f, name, figures[i].help, (long long)figures[i].v);
+        }
+    }
     lock_waits(f, &ls);
 }
 
