@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "xalloc.h"
 
 /* The placed orders whose commits one connection carried: those covered by
  * the round in flight (acking), and those placed since (unacked). */
@@ -34,9 +35,7 @@ struct inv_acks *inv_acks_new(struct inv *inv, struct event_base *base,
                               const char *password, int timeout_ms, inv_acks_done *done,
                               void *arg)
 {
-    struct inv_acks *a = calloc(1, sizeof(*a));
-    if (!a)
-        abort();
+    struct inv_acks *a = xcalloc(1, sizeof(*a));
     *a = (struct inv_acks){
         .inv = inv, .base = base, .password = password, .done = done, .arg = arg};
     inv_durable_argv(inv, a->wait_argv, a->wait_buf);
@@ -108,10 +107,8 @@ static struct ack_group *group_of(struct inv_acks *a, struct aconn *via)
     for (int i = 0; i < a->ngroups; i++)
         if (a->group[i]->via == via)
             return a->group[i];
-    struct ack_group **all = realloc(a->group, sizeof(*all) * (size_t)(a->ngroups + 1));
-    struct ack_group *g = calloc(1, sizeof(*g));
-    if (!all || !g)
-        abort();
+    struct ack_group **all = xrealloc(a->group, sizeof(*all) * (size_t)(a->ngroups + 1));
+    struct ack_group *g = xcalloc(1, sizeof(*g));
     a->group = all;
     g->a = a;
     g->via = via;

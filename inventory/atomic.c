@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_atomic;
 /* inventory/lua/atomic.lua: the atomic mode, check and decrement, no lock. */
@@ -107,9 +108,7 @@ void inv_atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     struct rcmd call = {.script = &atomic_script, .nkeys = 8, .argc = 14};
     if (rconn_prepare(s->rc, &call) != RCONN_OK)
         return; /* each by itself, which reports why */
-    struct atomic_call *c = malloc(sizeof(*c) * (size_t)n);
-    if (!c)
-        abort();
+    struct atomic_call *c = xmalloc(sizeof(*c) * (size_t)n);
     uint64_t lost = rconn_unanswered(s->rc);
     uint64_t seen = soldout_generation(inv->cfg.soldout);
     struct rpipe p;
@@ -125,9 +124,7 @@ void inv_atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
     }
     /* Every answer is read before any is acted on: a replay loads its first
      * order with a command of its own, which may only follow the pipeline. */
-    redisReply **r = calloc((size_t)n, sizeof(*r));
-    if (!r)
-        abort();
+    redisReply **r = xcalloc((size_t)n, sizeof(*r));
     int got = 0;
     while (got < sent && (r[got] = rpipe_collect(&p)) != NULL)
         got++;

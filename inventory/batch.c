@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "hold.h"
 #include "squeue.h"
+#include "xalloc.h"
 
 /* The tickets of one SKU segment (seg -1: the SKU's layout is unknown). */
 
@@ -338,9 +339,7 @@ static void *worker_main(void *arg)
 struct inv_batcher *inv_batcher_start(struct inv *inv,
                                       const struct inv_batcher_config *cfg)
 {
-    struct inv_batcher *b = calloc(1, sizeof(*b));
-    if (!b)
-        abort();
+    struct inv_batcher *b = xcalloc(1, sizeof(*b));
     b->inv = inv;
     squeues_init(&b->queues, inv);
     b->cfg = *cfg;
@@ -348,22 +347,18 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
         b->cfg.batch = 1;
     pthread_mutex_init(&b->mu, NULL);
     clock_cond_init(&b->cv); /* timed waits on clock_now_us's clock */
-    b->workers = calloc((size_t)cfg->threads, sizeof(*b->workers));
-    if (!b->workers)
-        abort();
+    b->workers = xcalloc((size_t)cfg->threads, sizeof(*b->workers));
     for (int i = 0; i < cfg->threads; i++) {
         struct worker *w = &b->workers[i];
         w->b = b;
         w->rc = rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, 1000);
         w->s = inv_session_new(inv, w->rc);
         for (int j = 0; j <= PARK_MAX; j++) {
-            w->slot[j].held = calloc((size_t)b->cfg.batch, sizeof(*w->slot[j].held));
-            if (!w->slot[j].held)
-                abort();
+            w->slot[j].held = xcalloc((size_t)b->cfg.batch, sizeof(*w->slot[j].held));
         }
         w->alone =
-            calloc((size_t)(PARK_MAX + 1) * (size_t)b->cfg.batch, sizeof(*w->alone));
-        if (!w->alone || pthread_create(&w->tid, NULL, worker_main, w) != 0)
+            xcalloc((size_t)(PARK_MAX + 1) * (size_t)b->cfg.batch, sizeof(*w->alone));
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0)
             abort();
     }
     return b;

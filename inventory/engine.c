@@ -13,6 +13,7 @@
 #include "ack.h"
 #include "hold.h"
 #include "squeue.h"
+#include "xalloc.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
 #define ENGINE_TRIES 4
@@ -254,9 +255,8 @@ static struct ehold *hold_new(struct inv_engine *e, struct squeue *q)
     if (x) {
         e->free_holds = x->next;
     } else {
-        x = calloc(1, sizeof(*x));
-        if (!x || !(x->t = calloc((size_t)e->batch, sizeof(*x->t))))
-            abort();
+        x = xcalloc(1, sizeof(*x));
+        x->t = xcalloc((size_t)e->batch, sizeof(*x->t));
         x->e = e;
         if (!(x->timer = evtimer_new(e->base, on_timer, x)))
             abort();
@@ -483,11 +483,9 @@ static struct aconn *blocking_get(struct inv_engine *e, const struct inv_hold *h
             return c;
         }
     struct blocking_conn *all =
-        realloc(e->blocking, sizeof(*all) * (size_t)(e->nblocking + 1));
+        xrealloc(e->blocking, sizeof(*all) * (size_t)(e->nblocking + 1));
     struct blocking_conn *idle =
-        realloc(e->idle_blocking, sizeof(*idle) * (size_t)(e->nblocking + 1));
-    if (!all || !idle)
-        abort();
+        xrealloc(e->idle_blocking, sizeof(*idle) * (size_t)(e->nblocking + 1));
     e->blocking = all;
     e->idle_blocking = idle;
     /* A wait lasts at most --wait-ms: its answer may take that long. */
@@ -573,9 +571,7 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
                                   const struct inv_engine_config *cfg,
                                   struct inv_batcher *slow)
 {
-    struct inv_engine *e = calloc(1, sizeof(*e));
-    if (!e)
-        abort();
+    struct inv_engine *e = xcalloc(1, sizeof(*e));
     e->inv = inv;
     squeues_init(&e->queues, inv);
     e->base = base;
@@ -602,9 +598,8 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     int node_ms;
     struct lock *l = inv_lock(inv);
     e->nnodes = l ? lock_nodes(l, &nodes, &password, &node_ms) : 0;
-    if (e->nnodes > 0 &&
-        !(e->conns.node = calloc((size_t)e->nnodes, sizeof(struct aconn *))))
-        abort();
+    if (e->nnodes > 0)
+        e->conns.node = xcalloc((size_t)e->nnodes, sizeof(struct aconn *));
     for (int i = 0; i < e->nnodes; i++)
         e->conns.node[i] =
             aconn_new(base, nodes[i].host, nodes[i].port, password, node_ms);

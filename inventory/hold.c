@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_batch;
 /* inventory/lua/batch.lua: group commit of the lock-guarded modes. */
@@ -184,10 +185,8 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
     inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
     int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
-    const char **argv = malloc(sizeof(*argv) * (size_t)argc);
-    c->slot = malloc(sizeof(*c->slot) * (size_t)n);
-    if (!argv || !c->slot)
-        abort();
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)argc);
+    c->slot = xmalloc(sizeof(*c->slot) * (size_t)n);
     const struct sku_keys *k = &c->k;
     const char *head[] = {k->meta,   k->stock, k->sold, k->buyers,
                           k->orders, c->fkey,  k->idem, k->avail};

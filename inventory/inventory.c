@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "xalloc.h"
 
 /* The keys of sku: on one Redis (gene -1) under the tag {sku}; on a cluster
  * those of its shard of gene `gene`, under the gene's tag. */
@@ -55,9 +56,7 @@ int inv_id_valid(const char *id)
 
 struct inv *inv_new(const struct inv_config *cfg)
 {
-    struct inv *inv = calloc(1, sizeof(*inv));
-    if (!inv)
-        abort();
+    struct inv *inv = xcalloc(1, sizeof(*inv));
     inv->cfg = *cfg;
     const char *crash = getenv("SECKILL_TEST_CRASH");
     snprintf(inv->crash_after, sizeof(inv->crash_after), "%s", crash ? crash : "");
@@ -83,9 +82,7 @@ void inv_stats(const struct inv *inv, struct inv_stats *out)
 
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc)
 {
-    struct inv_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        abort();
+    struct inv_session *s = xcalloc(1, sizeof(*s));
     s->inv = inv;
     s->rc = rc;
     s->gene = -1;
@@ -127,9 +124,7 @@ struct inv_session *inv_shard_session(struct inv_session *s, int gene)
     if (!sub) {
         if (s->nshards == INV_SHARD_SESSIONS)
             return NULL;
-        sub = calloc(1, sizeof(*sub));
-        if (!sub)
-            abort();
+        sub = xcalloc(1, sizeof(*sub));
         sub->inv = s->inv;
         sub->rc = rc;
         if (s->inv->cfg.lock)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "xalloc.h"
 
 /* The scripts: KEYS, ARGV and replies are described at the top of each file.
  * commit.lua, batch.lua and atomic.lua share idem.lua (the Idempotency-Key
@@ -288,10 +289,8 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
     struct part_text inline_text[PARTS_INLINE], *text = inline_text;
     const char *inline_argv[15 + 5 * PARTS_INLINE], **argv = inline_argv;
     if (n > PARTS_INLINE) {
-        text = malloc(sizeof(*text) * (size_t)n);
-        argv = malloc(sizeof(*argv) * (size_t)(15 + 5 * n));
-        if (!text || !argv)
-            abort();
+        text = xmalloc(sizeof(*text) * (size_t)n);
+        argv = xmalloc(sizeof(*argv) * (size_t)(15 + 5 * n));
     }
     struct commit_text ct;
     struct rcmd commit = {.script = &commit_script, .nkeys = 8 + n};
@@ -364,10 +363,8 @@ static struct part_hold *part_find(struct part_hold *p, int n, int seg)
 static inv_status multi_section(struct order_ctx *c, int *again)
 {
     int n = c->v.nplan;
-    struct part_hold *p = malloc(sizeof(*p) * (size_t)n);
-    int *sorted = malloc(sizeof(*sorted) * (size_t)n);
-    if (!p || !sorted)
-        abort();
+    struct part_hold *p = xmalloc(sizeof(*p) * (size_t)n);
+    int *sorted = xmalloc(sizeof(*sorted) * (size_t)n);
     memcpy(sorted, c->v.plan, sizeof(*sorted) * (size_t)n);
     qsort(sorted, (size_t)n, sizeof(*sorted), cmp_int);
     for (int i = 0; i < n; i++)
@@ -493,9 +490,7 @@ inv_status inv_order_place(struct inv_session *s, const char *sku, const char *u
 {
     struct inv *inv = s->inv;
     if (s->cl) { /* as a ticket: routed to its shard, spilling over as those do */
-        struct inv_ticket *t = malloc(sizeof(*t));
-        if (!t)
-            abort();
+        struct inv_ticket *t = xmalloc(sizeof(*t));
         inv_status st = inv_ticket_open(inv, t, sku, user_id, qty, idem_key);
         if (st == INV_PENDING) {
             inv_ticket_single(s, t);

@@ -9,6 +9,7 @@
 #include "clock.h"
 #include "lock.h"
 #include "rcluster.h"
+#include "xalloc.h"
 
 int64_t orderid_wall_ms(void)
 {
@@ -331,9 +332,7 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
                                           struct orderid_gen *gen, char *err,
                                           size_t errlen)
 {
-    struct orderid_lease *l = calloc(1, sizeof(*l));
-    if (!l)
-        abort();
+    struct orderid_lease *l = xcalloc(1, sizeof(*l));
     l->rc = rconn_new(cfg->host, cfg->port, cfg->password, 1000);
     if (cfg->nseeds > 0)
         l->cl = rcluster_new(cfg->seeds, cfg->nseeds, cfg->password, 1000);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_xfer_out, lua_inventory_xfer_in;
 /* inventory/lua/xfer_out.lua, xfer_in.lua: units of a SKU moved from one
@@ -504,9 +505,7 @@ static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *r
     struct inv_sku_report *out = report;
     struct sku_layout l;
     inv_status st = layout_learn(s, sku, &l);
-    struct inv_sku_report *one = malloc(sizeof(*one));
-    if (!one)
-        abort();
+    struct inv_sku_report *one = xmalloc(sizeof(*one));
     for (int i = 0; st == INV_OK && i < l.nshards; i++) {
         struct inv_session *sh = inv_shard_session(s, l.genes[i]);
         st = sh ? inv_sku_get_shard(sh, sku, one) : INV_UNAVAILABLE;

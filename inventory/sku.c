@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_reset;
 /* inventory/lua/reset.lua: create or reset a SKU. */
@@ -57,10 +58,8 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku, long long s
     struct sku_keys k;
     inv_keys_init(&k, sku, s->gene);
     int n = 17 + segments;
-    const char **argv = malloc(sizeof(*argv) * (size_t)n);
-    char(*vals)[24] = malloc(sizeof(*vals) * (size_t)(segments + 3));
-    if (!argv || !vals)
-        abort();
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
+    char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
     const char *keys[] = {k.meta,   k.stock, k.init,  k.sold, k.buyers,
                           k.orders, k.idem,  k.avail, k.xout, k.xin};
     memcpy(argv, keys, sizeof(keys));
@@ -279,11 +278,9 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
             a->segments = 0;
         a->records = inv_reply_ll(e[1], 0);
         size_t n = (size_t)(a->segments > 0 ? a->segments : 1);
-        a->seg_sold = calloc(n, sizeof(long long));
-        a->seg_stock = calloc(n, sizeof(long long));
-        a->seg_indexed = malloc(n * sizeof(long long));
-        if (!a->seg_sold || !a->seg_stock || !a->seg_indexed)
-            abort();
+        a->seg_sold = xcalloc(n, sizeof(long long));
+        a->seg_stock = xcalloc(n, sizeof(long long));
+        a->seg_indexed = xmalloc(n * sizeof(long long));
         for (size_t i = 0; i < n; i++)
             a->seg_indexed[i] = -1;
         segment_values(e[2], a->seg_sold, sizeof(long long), a->segments);
@@ -357,11 +354,11 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
     for (int i = 0; i < a.segments; i++)
         out->remaining += a.seg_stock[i];
     long long n = a.records;
-    uint64_t *ids = malloc(sizeof(*ids) * (size_t)(n > 0 ? n : 1));
+    uint64_t *ids = xmalloc(sizeof(*ids) * (size_t)(n > 0 ? n : 1));
     long long *seg_units =
-        calloc((size_t)(a.segments > 0 ? a.segments : 1), sizeof(long long));
+        xcalloc((size_t)(a.segments > 0 ? a.segments : 1), sizeof(long long));
     json_t *bought = json_object(); /* user id -> units */
-    if (!ids || !seg_units || !bought)
+    if (!bought)
         abort();
     int unreadable = 0;
     for (long long from = 0; from < n && st == INV_OK; from += AUDIT_CHUNK) {

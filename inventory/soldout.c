@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "xalloc.h"
 
 #define SLOTS 64 /* SKUs remembered at once; a newer one takes an older one's slot */
 #define SKU_MAX 64
@@ -189,9 +190,7 @@ static void *listener_main(void *arg)
 
 struct soldout *soldout_new(const char *host, int port, const char *password)
 {
-    struct soldout *so = calloc(1, sizeof(*so));
-    if (!so)
-        abort();
+    struct soldout *so = xcalloc(1, sizeof(*so));
     snprintf(so->host, sizeof(so->host), "%s", host);
     so->port = port;
     so->password = password && *password ? strdup(password) : NULL;

@@ -6,6 +6,7 @@
 
 #include "path.h"
 #include "segment.h"
+#include "xalloc.h"
 
 void squeues_init(struct squeues *qs, struct inv *inv)
 {
@@ -42,9 +43,7 @@ struct squeue *squeue_get(struct squeues *qs, const char *sku, int seg, int *mad
     for (struct squeue *q = *slot; q; q = q->hnext)
         if (q->seg == seg && strcmp(q->sku, sku) == 0)
             return q;
-    struct squeue *q = calloc(1, sizeof(*q));
-    if (!q)
-        abort();
+    struct squeue *q = xcalloc(1, sizeof(*q));
     snprintf(q->sku, sizeof(q->sku), "%s", sku);
     q->seg = seg;
     q->bound = inv_segment_bound(qs->inv, sku, seg);

@@ -65,6 +65,7 @@
 #include "clock.h"
 #include "lock_impl.h"
 #include "zk_conn.h"
+#include "xalloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,12 +369,8 @@ static struct zk_hold *hold_find(struct zk_session *s, const char *key)
 static struct zk_hold *hold_new(struct zk_session *s, const char *key,
                                 const struct zk_attempt *a)
 {
-    struct zk_hold *h = calloc(1, sizeof(*h));
-    if (!h)
-        abort();
-    h->key = strdup(key);
-    if (!h->key)
-        abort();
+    struct zk_hold *h = xcalloc(1, sizeof(*h));
+    h->key = xstrdup(key);
     h->conn = a->conn;
     h->depth = 1;
     h->fence = (uint64_t)a->czxid;
@@ -438,12 +435,8 @@ static void *zk_create_state(const struct lock_config *cfg,
         snprintf(err, errlen, "zk needs the ZooKeeper ensemble (--zk H:P[,H:P...])");
         return NULL;
     }
-    struct zk_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        abort();
-    st->hosts = strdup(cfg->zk_hosts);
-    if (!st->hosts)
-        abort();
+    struct zk_state *st = xcalloc(1, sizeof(*st));
+    st->hosts = xstrdup(cfg->zk_hosts);
     st->session_ms = cfg->zk_session_ms > 0 ? cfg->zk_session_ms : ZK_DEFAULT_SESSION_MS;
     st->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
     st->counters = counters;
@@ -479,9 +472,7 @@ static void zk_destroy(void *state)
 static void *zk_session_new(void *state, struct rconn *data)
 {
     (void)data;
-    struct zk_session *s = calloc(1, sizeof(*s));
-    if (!s)
-        abort();
+    struct zk_session *s = xcalloc(1, sizeof(*s));
     s->st = state;
     return s;
 }

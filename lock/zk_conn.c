@@ -17,6 +17,7 @@
 
 #include "clock.h"
 #include "lock_impl.h"
+#include "xalloc.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -94,9 +95,7 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
  * caller; NULL when the client refuses the hosts. */
 struct zk_conn *zk_conn_open(struct zk_state *st)
 {
-    struct zk_conn *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
+    struct zk_conn *c = xcalloc(1, sizeof(*c));
     c->st = st;
     c->refs = 1;
     c->session_us = (int64_t)st->session_ms * 1000;
@@ -327,9 +326,7 @@ struct zk_call {
 
 static struct zk_call *call_new(struct zk_conn *c, enum zk_op op, int waited)
 {
-    struct zk_call *call = calloc(1, sizeof(*call));
-    if (!call)
-        abort();
+    struct zk_call *call = xcalloc(1, sizeof(*call));
     call->conn = c;
     call->op = op;
     call->refs = waited ? 2 : 1;
@@ -438,9 +435,7 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
 {
     struct zk_call *call = (struct zk_call *)data;
     if (rc == ZOK && path) {
-        call->created = strdup(path);
-        if (!call->created)
-            abort();
+        call->created = xstrdup(path);
         call->czxid = stat ? stat->czxid : 0;
     }
     call_done(call, rc == ZOK && (!path || !stat) ? ZMARSHALLINGERROR : rc);
@@ -456,13 +451,9 @@ static void children_done(int rc, const struct String_vector *strings, const voi
 {
     struct zk_call *call = (struct zk_call *)data;
     if (rc == ZOK && strings && strings->count > 0) {
-        call->kids = calloc((size_t)strings->count, sizeof(char *));
-        if (!call->kids)
-            abort();
+        call->kids = xcalloc((size_t)strings->count, sizeof(char *));
         for (int i = 0; i < strings->count; i++) {
-            call->kids[i] = strdup(strings->data[i]);
-            if (!call->kids[i])
-                abort();
+            call->kids[i] = xstrdup(strings->data[i]);
         }
         call->nkids = strings->count;
     }
@@ -673,9 +664,7 @@ void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid)
     if (!guid[0])
         return;
     size_t len = strlen(parent);
-    struct zk_orphan *o = calloc(1, sizeof(*o) + len + 1);
-    if (!o)
-        abort();
+    struct zk_orphan *o = xcalloc(1, sizeof(*o) + len + 1);
     snprintf(o->guid, sizeof(o->guid), "%s", guid);
     memcpy(o->parent, parent, len + 1);
     orphan_requeue(c, o);
@@ -711,9 +700,7 @@ void zk_parent_remember(struct zk_state *st, const char *path, int known)
         pp = &(*pp)->next;
     if (known && !*pp) {
         size_t len = strlen(path);
-        struct zk_parent *p = calloc(1, sizeof(*p) + len + 1);
-        if (!p)
-            abort();
+        struct zk_parent *p = xcalloc(1, sizeof(*p) + len + 1);
         memcpy(p->path, path, len + 1);
         *pp = p;
     } else if (!known && *pp) {
