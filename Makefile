@@ -120,7 +120,8 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory check
 
-check: $(BUILD)/seckill $(TEST_BIN) $(BUILD)/tests/faultproxy
+# The assembled scripts too: a test names a script by its SHA (tests/it_acked.sh).
+check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy
 	@SECKILL_BUILD=$(BUILD) tests/run.sh
 
 # memcheck over the unsanitized server (valgrind and the sanitizers do not mix):

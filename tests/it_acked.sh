@@ -56,6 +56,8 @@ build=${SECKILL_BUILD:-build}
 [[ $build == /* ]] || build=$ROOT/$build
 d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
     local name=$1 lock=$2 script=$3 sku=$4 warm=$5 qty=$6 what=$7 url c id err secs sha i
+    [[ -s $build/gen/inventory/lua/$script.lua ]] ||
+        { echo "no $build/gen/inventory/lua/$script.lua (make check builds it)"; return 1; }
     sha=$(sha1sum <"$build/gen/inventory/lua/$script.lua" | cut -d' ' -f1)
     start_faultproxy "proxy-$name" "$dir" "$mport" --cut-after-arg "$sha" ||
         { echo "proxy did not start"; return 1; }
@@ -78,9 +80,11 @@ d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
     proc_stop "$name" "$dir" 5
     proc_stop "proxy-$name" "$dir" 5
 }
-d1_case loop redis batch cut1 2 1 "group commit on the loop"
-d1_case atomic atomic atomic cut2 1 1 "atomic script on the loop"
-d1_case multi redis commit cut3 0 2 "an order of two segments (batch thread)"
+d1_case loop redis batch cut1 2 1 "group commit on the loop" || check "D1 loop case ran" false
+d1_case atomic atomic atomic cut2 1 1 "atomic script on the loop" ||
+    check "D1 atomic case ran" false
+d1_case multi redis commit cut3 0 2 "an order of two segments (batch thread)" ||
+    check "D1 multi-segment case ran" false
 
 # --- P1: one loop, one data connection.
 start_instance --ready-secs 15 p1 "$dir" --redis "127.0.0.1:$mport" --lock redis \
