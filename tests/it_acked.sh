@@ -25,26 +25,12 @@ on_exit() {
     return 0
 }
 
-start_redis master "$dir" no || { echo "master did not start"; exit 1; }
-mport=$STARTED_PORT
-start_redis replica "$dir" no --replicaof 127.0.0.1 "$mport" || exit 1
-rport=$STARTED_PORT
-synced() { redis-cli -p "$rport" info replication | tr -d '\r' | grep -q '^master_link_status:up'; }
-wait_until 20 synced || { echo "the replica did not sync"; exit 1; }
-attached() { redis-cli -p "$mport" info replication | tr -d '\r' | grep -q '^connected_slaves:1'; }
-wait_until 20 attached || { echo "the master does not see its replica"; exit 1; }
+it_master_replica || exit 1
 
-# order URL SKU USER QTY -> "code order_id error seconds"
-order() {
-    curl -s --max-time 10 -w '\n%{http_code} %{time_total}' -X POST \
-        "$1/skus/$2/orders" -d "{\"user_id\":\"$3\",\"qty\":$4}" |
-        { read -r body; read -r code secs
-          echo "$code $(jq -r '.order_id // "-"' <<<"$body") $(jq -r '.error // "-"' <<<"$body") $secs"; }
-}
 replica_frozen() { kill -STOP "$(cat "$dir/replica.pid")"; }
 replica_back() {
     kill -CONT "$(cat "$dir/replica.pid")"
-    wait_until 20 synced || echo "the replica did not come back"
+    wait_until 20 it_replica_synced || echo "the replica did not come back"
 }
 
 # --- D1: each path through its own proxy, which cuts the first link whose write
@@ -67,11 +53,11 @@ d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
     url=$STARTED_URL
     curl -s -X PUT "$url/skus/$sku" -d '{"stock":4,"segments":4,"per_user_limit":2}' >/dev/null
     for ((i = 1; i <= warm; i++)); do
-        read -r c _ <<<"$(order "$url" "$sku" "warm-$name-$i" 1)"
+        read -r c _ <<<"$(it_order "$url" "$sku" "warm-$name-$i" 1)"
         expect "$what, replica up: 201" "201" "$c"
     done
     replica_frozen
-    read -r c id err secs <<<"$(order "$url" "$sku" "d1-$name" "$qty")"
+    read -r c id err secs <<<"$(it_order "$url" "$sku" "d1-$name" "$qty")"
     replica_back
     expect "$what, link cut after the commit, replica frozen: 503 outcome_unknown" \
         "503 outcome_unknown" "$c $err"
@@ -92,7 +78,7 @@ start_instance --ready-secs 15 p1 "$dir" --redis "127.0.0.1:$mport" --lock redis
 url=$STARTED_URL
 curl -s -X PUT "$url/skus/flow" -d '{"stock":100000,"segments":4}' >/dev/null
 curl -s -X PUT "$url/skus/cap" -d '{"stock":100,"segments":4}' >/dev/null
-read -r c _ <<<"$(order "$url" cap vic 1)"
+read -r c _ <<<"$(it_order "$url" cap vic 1)"
 expect "P1: vic buys their one unit of cap while the replica is up" "201" "$c"
 replica_frozen
 rm -f "$dir/stop"
@@ -104,7 +90,7 @@ done
 wait_until 10 grep -q ' 503 ' "$dir/flow-1.log" || echo "no placing order answered"
 : >"$dir/limit.log"
 for i in $(seq 1 20); do
-    order "$url" cap vic 1 >>"$dir/limit.log"
+    it_order "$url" cap vic 1 >>"$dir/limit.log"
 done
 touch "$dir/stop"
 wait "${flow_pids[@]}"

@@ -24,14 +24,7 @@ on_exit() {
     return 0
 }
 
-start_redis master "$dir" no || { echo "master did not start"; exit 1; }
-mport=$STARTED_PORT
-start_redis replica "$dir" no --replicaof 127.0.0.1 "$mport" || exit 1
-rport=$STARTED_PORT
-synced() { redis-cli -p "$rport" info replication | tr -d '\r' | grep -q '^master_link_status:up'; }
-wait_until 20 synced || { echo "the replica did not sync"; exit 1; }
-attached() { redis-cli -p "$mport" info replication | tr -d '\r' | grep -q '^connected_slaves:1'; }
-wait_until 20 attached || { echo "the master does not see its replica"; exit 1; }
+it_master_replica || exit 1
 
 # start NAME LOCK [FLAGS...]: an instance; its URL goes into the variable NAME
 acked='' atomic='' unacked='' # the URLs start sets (printf -v)
@@ -56,28 +49,18 @@ expect "no AOF, nothing acknowledged: not durable" "0" "$(durable "$unacked")"
 curl -s -X PUT "$acked/skus/r" -d '{"stock":1000,"segments":4}' >/dev/null
 curl -s -X PUT "$acked/skus/few" -d '{"stock":4,"segments":4,"per_user_limit":2}' >/dev/null # 1 per segment
 
-# order URL SKU USER QTY [KEY] -> "code order_id error seconds"
-order() {
-    local hdr=()
-    [[ -n ${5:-} ]] && hdr=(-H "Idempotency-Key: $5")
-    curl -s --max-time 10 -w '\n%{http_code} %{time_total}' "${hdr[@]}" -X POST \
-        "$1/skus/$2/orders" -d "{\"user_id\":\"$3\",\"qty\":$4}" |
-        { read -r body; read -r code secs
-          echo "$code $(jq -r '.order_id // "-"' <<<"$body") $(jq -r '.error // "-"' <<<"$body") $secs"; }
-}
-
-read -r c _ <<<"$(order "$acked" r u1 1)"
+read -r c _ <<<"$(it_order "$acked" r u1 1)"
 expect "replica up: group commit 201" "201" "$c"
-read -r c _ <<<"$(order "$atomic" r u2 1)"
+read -r c _ <<<"$(it_order "$atomic" r u2 1)"
 expect "replica up: atomic 201" "201" "$c"
-read -r c _ <<<"$(order "$acked" few u3 2)"
+read -r c _ <<<"$(it_order "$acked" few u3 2)"
 expect "replica up: an order of two segments 201" "201" "$c"
 
 kill -STOP "$(cat "$dir/replica.pid")"
 unknown_ids=()
 for case in "acked r u4 1 key-u4" "atomic r u5 1" "acked few u6 2"; do
     read -r url sku user qty key <<<"$case"
-    read -r c id err secs <<<"$(order "${!url}" "$sku" "$user" "$qty" "${key:-}")"
+    read -r c id err secs <<<"$(it_order "${!url}" "$sku" "$user" "$qty" "${key:-}")"
     expect "replica frozen ($url $sku qty $qty): 503 outcome_unknown" "503 outcome_unknown" \
         "$c $err"
     check "... with an order id ($id), answered in ${secs}s" \
@@ -86,16 +69,16 @@ for case in "acked r u4 1 key-u4" "atomic r u5 1" "acked few u6 2"; do
         "$(http_code "$acked/orders/$id" 5)"
     unknown_ids+=("$id")
 done
-read -r c _ <<<"$(order "$unacked" r u7 1)"
+read -r c _ <<<"$(it_order "$unacked" r u7 1)"
 expect "replica frozen, no acknowledgement asked: 201" "201" "$c"
 unacked_count=$(curl -s "$acked/stats" | jq '.orders.unacknowledged_by_replicas')
 expect "/stats counts the unacknowledged orders" "2" "$unacked_count"
 
 kill -CONT "$(cat "$dir/replica.pid")"
-wait_until 20 synced || echo "the replica did not come back"
-read -r c _ <<<"$(order "$acked" r u8 1)"
+wait_until 20 it_replica_synced || echo "the replica did not come back"
+read -r c _ <<<"$(it_order "$acked" r u8 1)"
 expect "replica back: 201" "201" "$c"
-read -r c id _ <<<"$(order "$acked" r u4 1 key-u4)"
+read -r c id _ <<<"$(it_order "$acked" r u4 1 key-u4)"
 expect "the unknown order retried with its key: the same order" "201 ${unknown_ids[0]}" "$c $id"
 sold=$(curl -s "$acked/skus/r" | jq .sold)
 expect "nothing placed twice: r sold u1 u2 u4 u5 u7 u8" "6" "$sold"

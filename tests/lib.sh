@@ -20,6 +20,11 @@
 #   it_order_loop URL C       orders POSTed to URL (.../skus/SKU/orders) by fresh users
 #                             uC-N, each with its own key kC-N, until $dir/stop appears; a
 #                             line per request: start_us end_us status key user order_id error
+#   it_order URL SKU USER QTY [KEY]  one order (KEY: its Idempotency-Key); prints
+#                             "code order_id error seconds" ("-" for a missing field)
+#   it_master_replica         a data Redis "master" (no AOF) and its "replica" in $dir,
+#                             each seeing the other; mport, rport: their ports
+#   it_replica_synced         the replica's link to its master is up
 #   it_expect_clean_exit NAME...  SIGTERM to each process NAME of $dir (a child of this
 #                             shell), then expects its exit code 0 ("NAME: exit code
 #                             after SIGTERM")
@@ -72,6 +77,29 @@ it_expect_clean_exit() {
         expect "$name: exit code after SIGTERM" "0" "$code"
         rm -f "$dir/$name.pid"
     done
+}
+
+it_order() {
+    local hdr=()
+    [[ -n ${5:-} ]] && hdr=(-H "Idempotency-Key: $5")
+    curl -s --max-time 10 -w '\n%{http_code} %{time_total}' "${hdr[@]}" -X POST \
+        "$1/skus/$2/orders" -d "{\"user_id\":\"$3\",\"qty\":$4}" |
+        { read -r body; read -r code secs
+          echo "$code $(jq -r '.order_id // "-"' <<<"$body") $(jq -r '.error // "-"' <<<"$body") $secs"; }
+}
+
+it_replica_synced() {
+    redis-cli -p "$rport" info replication | tr -d '\r' | grep -q '^master_link_status:up'
+}
+
+it_master_replica() {
+    start_redis master "$dir" no || { echo "master did not start"; return 1; }
+    mport=$STARTED_PORT
+    start_redis replica "$dir" no --replicaof 127.0.0.1 "$mport" || return 1
+    rport=$STARTED_PORT
+    wait_until 20 it_replica_synced || { echo "the replica did not sync"; return 1; }
+    attached() { redis-cli -p "$mport" info replication | tr -d '\r' | grep -q '^connected_slaves:1'; }
+    wait_until 20 attached || { echo "the master does not see its replica"; return 1; }
 }
 
 it_order_loop() {
