@@ -8,6 +8,7 @@
 #   make valgrind   the server under valgrind through a short workload, no leak allowed
 #   make chaos      the fault matrix (loadtest/chaos.sh): each fault against each lock
 #                   mode, CHAOS_REPS times (10), each on a fresh cluster
+#                   (CHAOS_QUICK=1: CI's short pass, every fault once against one mode)
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -147,10 +148,12 @@ bench: deps
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/shards.sh
 
 # The fault matrix: faults x lock modes, CHAOS_REPS runs each; results/chaos-latest/.
+# CHAOS_QUICK=1: the short pass (loadtest/chaos.sh --quick), 13 cells.
 CHAOS_REPS ?= 10
+CHAOS_QUICK ?=
 chaos: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/faultproxy
-	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(CHAOS_ARGS)
+	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(if $(CHAOS_QUICK),--quick) $(CHAOS_ARGS)
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
