@@ -9,6 +9,12 @@ packages=(
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
     zookeeper libzookeeper-mt-dev faketime
 )
+# Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).
+# Asked for by command, not by package: a node from elsewhere (NodeSource, nvm)
+# carries its own npm, and Debian's npm package would conflict with it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    packages+=(nodejs npm)
+fi
 # Optional extras callers may ask for: DEPS_EXTRA="haproxy clang" scripts/deps.sh
 if [[ -n "${DEPS_EXTRA:-}" ]]; then
     read -r -a extra <<<"$DEPS_EXTRA"

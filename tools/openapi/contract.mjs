@@ -1,0 +1,295 @@
+// contract.mjs: sends real requests to a running seckill and validates every
+// answer (status, documented headers, content type, body) against docs/openapi.yaml
+// with ajv (JSON Schema 2020-12, what OpenAPI 3.1 schemas are). tests/it_contract.sh
+// starts the pieces and runs it once per phase:
+//
+//   node contract.mjs PHASE     PHASE: main | lost | down | coverage
+//
+// Environment: CONTRACT_DOC (docs/openapi.yaml), CONTRACT_API_MD (docs/api.md),
+// CONTRACT_STATE (a JSON file the phases share: answers seen, the first order id),
+// BASE (the instance), LOST_BASE (the instance behind the proxy that loses the
+// commit's answer), REDIS_PORT, ADMIN_TOKEN.
+// Prints "ok   - NAME" or "FAIL - NAME: why" per request and exits 1 on any FAIL.
+import { readFileSync, writeFileSync, existsSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import YAML from "yaml";
+import Ajv2020 from "ajv/dist/2020.js";
+
+const env = (k) => {
+  if (!process.env[k]) throw new Error(`${k} is not set`);
+  return process.env[k];
+};
+const doc = YAML.parse(readFileSync(env("CONTRACT_DOC"), "utf8"));
+const statePath = env("CONTRACT_STATE");
+const state = existsSync(statePath)
+  ? JSON.parse(readFileSync(statePath, "utf8"))
+  : { seen: {}, ops: {}, errors: {}, vars: {} };
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajv.addSchema(doc, "doc");
+
+let failed = 0;
+const ok = (name) => console.log(`ok   - ${name}`);
+const fail = (name, why) => {
+  failed++;
+  console.log(`FAIL - ${name}: ${why}`);
+};
+
+// ---- the document -----------------------------------------------------------
+const esc = (t) => t.replace(/~/g, "~0").replace(/\//g, "~1");
+function resolve(obj, ptr) { // follows a $ref chain; returns [object, its pointer]
+  while (obj && obj.$ref) {
+    ptr = obj.$ref.slice(1);
+    obj = ptr.split("/").slice(1).reduce((o, t) => o[t.replace(/~1/g, "/").replace(/~0/g, "~")], doc);
+  }
+  return [obj, ptr];
+}
+const validators = new Map();
+function schemaCheck(ptr, value) { // null when value fits the schema at ptr, else why
+  if (!validators.has(ptr)) validators.set(ptr, ajv.compile({ $ref: `doc#${ptr}` }));
+  const v = validators.get(ptr);
+  return v(value) ? null : ajv.errorsText(v.errors, { dataVar: "body" });
+}
+function templateRegex(t) {
+  return new RegExp("^" + t.replace(/\{[^}]+\}/g, "[^/]+") + "$");
+}
+// The documented answer for method + path + status: [response, its pointer, op key].
+function documented(method, path, status, layer) {
+  const comp = (name) => resolve(doc.components.responses[name], `/components/responses/${name}`);
+  if (layer) return [...comp("HttpLayer"), `(http layer) ${status}`];
+  const p = path.split("?")[0];
+  const tmpl = Object.keys(doc.paths).find((t) => templateRegex(t).test(p));
+  if (!tmpl) return [...comp("NoRoute"), "(no route)"];
+  const m = method === "HEAD" ? "get" : method.toLowerCase();
+  const op = doc.paths[tmpl][m];
+  if (!op) return [...comp("MethodNotAllowed"), "(method not allowed)"];
+  const key = `${m.toUpperCase()} ${tmpl}`;
+  const base = `/paths/${esc(tmpl)}/${m}/responses`;
+  const r = op.responses[String(status)];
+  if (!r) return [null, null, key];
+  return [...resolve(r, `${base}/${status}`), key];
+}
+
+// ---- requests ---------------------------------------------------------------
+function send(base, { method, path, headers = {}, body }) {
+  return new Promise((res, rej) => {
+    const u = new URL(base);
+    const data = body === undefined ? undefined : Buffer.from(body);
+    const h = { ...headers };
+    if (data) h["Content-Length"] = data.length;
+    const req = http.request(
+      { host: u.hostname, port: u.port, method, path, headers: h, timeout: 10000 },
+      (r) => {
+        const chunks = [];
+        r.on("data", (c) => chunks.push(c));
+        r.on("end", () => res({ status: r.statusCode, headers: r.headers, body: Buffer.concat(chunks).toString() }));
+      });
+    req.on("timeout", () => req.destroy(new Error("no answer in 10 s")));
+    req.on("error", rej);
+    if (data) req.write(data);
+    req.end();
+  });
+}
+function sendRaw(base, text) { // bytes on a new connection; the whole answer as it came
+  return new Promise((res, rej) => {
+    const u = new URL(base);
+    const s = net.connect(Number(u.port), u.hostname, () => s.write(text));
+    const chunks = [];
+    s.setTimeout(5000, () => s.destroy());
+    s.on("data", (c) => chunks.push(c));
+    s.on("close", () => {
+      const raw = Buffer.concat(chunks).toString();
+      const [head, ...rest] = raw.split("\r\n\r\n");
+      const lines = head.split("\r\n");
+      const m = /^HTTP\/1\.[01] (\d{3})/.exec(lines[0] || "");
+      if (!m) return rej(new Error(`no HTTP answer: ${JSON.stringify(raw.slice(0, 80))}`));
+      const headers = {};
+      for (const l of lines.slice(1)) {
+        const i = l.indexOf(":");
+        headers[l.slice(0, i).toLowerCase()] = l.slice(i + 1).trim();
+      }
+      res({ status: Number(m[1]), headers, body: rest.join("\r\n\r\n") });
+    });
+    s.on("error", rej);
+  });
+}
+
+// Checks one answer against the document; returns the list of problems.
+function check(c, a) {
+  const why = [];
+  if (a.status !== c.status) why.push(`status ${a.status}, expected ${c.status} (body ${a.body.slice(0, 120)})`);
+  const [resp, ptr, key] = documented(c.method, c.path, a.status, c.layer);
+  if (!resp) return [...why, `${key} does not document status ${a.status}`];
+  for (const [name, hdef] of Object.entries(resp.headers || {})) {
+    const [h, hptr] = resolve(hdef, `${ptr}/headers/${esc(name)}`);
+    const got = a.headers[name.toLowerCase()];
+    if (got === undefined) {
+      if (h.required) why.push(`header ${name} missing`);
+    } else {
+      const e = schemaCheck(`${hptr}/schema`, got);
+      if (e) why.push(`header ${name}: ${got}: ${e}`);
+    }
+  }
+  const content = resp.content || {};
+  let ctype = (a.headers["content-type"] || "").split(";")[0].trim();
+  if (!ctype && resp["x-no-content-type"]) ctype = Object.keys(content)[0];
+  if (!content[ctype]) return [...why, `content type '${ctype}' not documented for ${key} ${a.status}`];
+  let body = a.body;
+  if (ctype === "application/json") {
+    try { body = JSON.parse(a.body); } catch { return [...why, `body is not JSON: ${a.body.slice(0, 80)}`]; }
+  }
+  const [, sptr] = resolve(content[ctype].schema, `${ptr}/content/${esc(ctype)}/schema`);
+  const e = schemaCheck(sptr, body);
+  if (e) why.push(e);
+  if (c.error && body.error !== c.error) why.push(`error '${body.error}', expected '${c.error}'`);
+  if (c.also) { const m = c.also(body, a); if (m) why.push(m); }
+  if (!why.length) {
+    state.seen[a.status] = true;
+    if (!key.startsWith("(")) state.ops[key] = true;
+    if (body && body.error) state.errors[`${a.status} ${body.error}`] = true;
+  }
+  return why;
+}
+
+async function run(base, cases) {
+  for (let c of cases) {
+    if (typeof c.path === "function") c = { ...c, path: c.path() };
+    const name = `${c.name}: ${c.method} ${c.path.slice(0, 60)} -> ${c.status}${c.error ? " " + c.error : ""}`;
+    let a;
+    try {
+      a = c.raw ? await sendRaw(base, c.raw) : await send(base, c);
+    } catch (e) {
+      fail(name, e.message);
+      continue;
+    }
+    const why = check(c, a);
+    if (why.length) fail(name, why.join("; "));
+    else ok(name);
+    if (c.after) c.after(JSON.parse(a.body || "null"), a);
+  }
+}
+
+function redisCommand(port, line) { // one inline command; its first reply line
+  return new Promise((res, rej) => {
+    const s = net.connect(Number(port), "127.0.0.1", () => s.write(line + "\r\n"));
+    s.once("data", (d) => { res(d.toString().split("\r\n")[0]); s.end(); });
+    s.on("error", rej);
+  });
+}
+
+// ---- the phases -------------------------------------------------------------
+const admin = () => ({ Authorization: `Bearer ${env("ADMIN_TOKEN")}` });
+const json = { "Content-Type": "application/json" };
+const v = state.vars;
+const phases = {
+  async main() {
+    const base = env("BASE");
+    await run(base, [
+      { name: "PUT without token", method: "PUT", path: "/skus/tv", body: '{"stock":3}', status: 401, error: "unauthorized" },
+      { name: "PUT negative stock", method: "PUT", path: "/skus/tv", headers: admin(), body: '{"stock":-5}', status: 400, error: "bad_request" },
+      { name: "PUT bad sku name", method: "PUT", path: "/skus/bad$sku", headers: admin(), body: '{"stock":1}', status: 400, error: "bad_request" },
+      { name: "PUT creates", method: "PUT", path: "/skus/tv", headers: admin(), body: '{"stock":3,"segments":2,"per_user_limit":2}', status: 201 },
+      { name: "PUT resets", method: "PUT", path: "/skus/tv", headers: admin(), body: '{"stock":3,"segments":2,"per_user_limit":2}', status: 200 },
+      { name: "PUT body over 4 KiB", method: "PUT", path: "/skus/tv", headers: admin(), body: `{"stock":1,"pad":"${"x".repeat(5000)}"}`, status: 413, error: "too_large" },
+      { name: "stock report", method: "GET", path: "/skus/tv", status: 200, also: (b) => b.remaining === 3 && b.segments.length === 2 ? null : "not 3 left in 2 segments" },
+      { name: "unknown SKU", method: "GET", path: "/skus/nosuch", status: 404, error: "not_found" },
+      { name: "order", method: "POST", path: "/skus/tv/orders", headers: { ...json, "Idempotency-Key": "ann-1" }, body: '{"user_id":"ann","qty":2}', status: 201, after: (b) => { v.order = b.order_id; v.orderBody = b; } },
+      { name: "idempotent repeat", method: "POST", path: "/skus/tv/orders", headers: { "Idempotency-Key": "ann-1" }, body: '{"user_id":"ann","qty":2}', status: 201, also: (b) => b.order_id === v.order ? null : "not the first order" },
+      { name: "same key, another user", method: "POST", path: "/skus/tv/orders", headers: { "Idempotency-Key": "ann-1" }, body: '{"user_id":"bob","qty":2}', status: 422, error: "idempotency_mismatch" },
+      { name: "bad Idempotency-Key", method: "POST", path: "/skus/tv/orders", headers: { "Idempotency-Key": "bad key!" }, body: '{"user_id":"ann"}', status: 400, error: "bad_request" },
+      { name: "limit reached", method: "POST", path: "/skus/tv/orders", body: '{"user_id":"ann"}', status: 409, error: "limit_reached" },
+      { name: "not JSON", method: "POST", path: "/skus/tv/orders", body: "not json", status: 400, error: "bad_request" },
+      { name: "qty 0", method: "POST", path: "/skus/tv/orders", body: '{"user_id":"cid","qty":0}', status: 400, error: "bad_request" },
+      { name: "order body over 4 KiB", method: "POST", path: "/skus/tv/orders", body: `{"user_id":"ann","pad":"${"x".repeat(5000)}"}`, status: 413, error: "too_large" },
+      { name: "order of an unknown SKU", method: "POST", path: "/skus/nosuch/orders", body: '{"user_id":"ann"}', status: 404, error: "not_found" },
+      { name: "last unit", method: "POST", path: "/skus/tv/orders", body: '{"user_id":"bob"}', status: 201 },
+      { name: "sold out", method: "POST", path: "/skus/tv/orders", body: '{"user_id":"cid"}', status: 409, error: "sold_out" },
+      { name: "one order", method: "GET", path: () => `/orders/${v.order}`, status: 200, also: (b) => b.order_id === v.order ? null : "another order" },
+      { name: "malformed order id", method: "GET", path: "/orders/12x", status: 400, error: "bad_request" },
+      { name: "unknown order", method: "GET", path: "/orders/12345", status: 404, error: "not_found" },
+      { name: "audit", method: "GET", path: "/skus/tv/audit", status: 200, also: (b) => b.consistent && b.sold === 3 ? null : "audit not consistent with 3 sold" },
+      { name: "audit of an unknown SKU", method: "GET", path: "/skus/nosuch/audit", status: 404, error: "not_found" },
+      { name: "SKU of 4 segments of 1", method: "PUT", path: "/skus/ms", headers: admin(), body: '{"stock":4,"segments":4,"per_user_limit":4}', status: 201 },
+      { name: "order over several segments", method: "POST", path: "/skus/ms/orders", body: '{"user_id":"dee","qty":4}', status: 201, also: (b) => (b.segments || []).length === 4 ? null : "no 4 segments listed" },
+      { name: "stats", method: "GET", path: "/stats", status: 200 },
+      { name: "metrics", method: "GET", path: "/metrics", status: 200 },
+      { name: "livez", method: "GET", path: "/livez", status: 200 },
+      { name: "readyz", method: "GET", path: "/readyz", status: 200 },
+      { name: "wrong method", method: "DELETE", path: "/skus/tv", status: 405, error: "method_not_allowed", also: (b, a) => a.headers.allow === "PUT, GET, HEAD" ? null : `Allow: ${a.headers.allow}` },
+      { name: "POST on a GET path", method: "POST", path: "/stats", body: "{}", status: 405, error: "method_not_allowed" },
+      { name: "unknown path", method: "GET", path: "/nothing/here", status: 404, error: "not_found" },
+      { name: "URL of 40 KB", method: "GET", path: "/skus/" + "a".repeat(40000), status: 414, layer: true },
+      { name: "header of 40 KB", method: "GET", path: "/livez", headers: { "X-Big": "a".repeat(40000) }, status: 431, layer: true },
+      { name: "HTTP/9.9", method: "GET", path: "/livez", raw: "GET /livez HTTP/9.9\r\nHost: x\r\n\r\n", status: 505, layer: true },
+    ]);
+    // A test that cannot fail is no test: wrong bodies must be refused.
+    const wrong = [
+      ["qty as a string", { ...v.orderBody, qty: "2" }],
+      ["no order_id", (({ order_id, ...r }) => r)(v.orderBody || {})],
+      ["an undocumented field", { ...v.orderBody, state: "placed" }],
+    ];
+    for (const [what, body] of wrong) {
+      const e = schemaCheck("/components/schemas/Order", body);
+      if (e) ok(`the validator refuses an order with ${what} (${e})`);
+      else fail(`the validator refuses an order with ${what}`, "it accepted it");
+    }
+    // busy: the segment lock of a fresh SKU held by someone else for 20 s
+    await run(base, [{ name: "SKU for busy", method: "PUT", path: "/skus/busy", headers: admin(), body: '{"stock":5,"segments":1}', status: 201 }]);
+    // the redis mode's lock is a hash {owner: holds} with a lease (lock/lock_redis.c)
+    const r = [await redisCommand(env("REDIS_PORT"), "HSET sk:{busy}:lock:0 intruder 1"),
+      await redisCommand(env("REDIS_PORT"), "PEXPIRE sk:{busy}:lock:0 20000")].join(" ");
+    if (r !== ":1 :1") fail("segment lock taken by hand", r);
+    await run(base, [{ name: "segment lock held elsewhere", method: "POST", path: "/skus/busy/orders", body: '{"user_id":"eve"}', status: 503, error: "busy" }]);
+  },
+  async lost() {
+    // The SKU is made through the other instance: the proxy loses the answer of
+    // the first command that carries an order key, which a reset's wipe is too.
+    await run(env("BASE"), [
+      { name: "SKU for the lossy instance", method: "PUT", path: "/skus/lost", headers: admin(), body: '{"stock":5,"segments":2}', status: 201 },
+    ]);
+    await run(env("LOST_BASE"), [
+      { name: "commit answer lost", method: "POST", path: "/skus/lost/orders", headers: { "Idempotency-Key": "lost-1" }, body: '{"user_id":"lou"}', status: 503, error: "outcome_unknown", also: (b) => b.order_id ? null : "no order_id" },
+    ]);
+  },
+  async down() {
+    const base = env("BASE");
+    await run(base, [
+      { name: "order, Redis down", method: "POST", path: "/skus/tv/orders", body: '{"user_id":"dan"}', status: 503, error: "unavailable" },
+      { name: "stock report, Redis down", method: "GET", path: "/skus/tv", status: 503, error: "unavailable" },
+      { name: "readyz, Redis down", method: "GET", path: "/readyz", status: 503, error: "unavailable" },
+    ]);
+  },
+  async coverage() { // every route answered; every status and error of api.md's tables seen
+    for (const [t, item] of Object.entries(doc.paths))
+      for (const m of ["get", "put", "post", "delete", "patch"])
+        if (item[m]) {
+          const key = `${m.toUpperCase()} ${t}`;
+          if (state.ops[key]) ok(`a real answer of ${key} validated`);
+          else fail(`a real answer of ${key} validated`, "none");
+        }
+    const md = readFileSync(env("CONTRACT_API_MD"), "utf8");
+    const rows = [...md.matchAll(/^\| (\d{3}) \| `([a-z_]+)`/gm)];
+    if (rows.length < 10) fail("api.md's error table read", `${rows.length} rows`);
+    for (const [, st, err] of rows) {
+      if (state.errors[`${st} ${err}`]) ok(`api.md's ${st} ${err} seen and valid`);
+      else fail(`api.md's ${st} ${err} seen and valid`, "never answered");
+    }
+    for (const [, st] of md.matchAll(/^\| (\d{3}) \| (?!`)/gm)) {
+      if (state.seen[st]) ok(`api.md's status ${st} seen and valid`);
+      else fail(`api.md's status ${st} seen and valid`, "never answered");
+    }
+  },
+};
+
+const phase = process.argv[2];
+if (!phases[phase]) {
+  console.log(`FAIL - unknown phase '${phase}'`);
+  process.exit(1);
+}
+try {
+  await phases[phase]();
+} catch (e) {
+  fail(`phase ${phase}`, e.stack);
+}
+writeFileSync(statePath, JSON.stringify(state));
+process.exit(failed ? 1 : 0);
