@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# openapi_tools.sh — the pinned npm tools of tests/it_docs.sh and tests/it_contract.sh
+# shellcheck disable=SC2154 # dir: the test's temp dir, set by lib.sh's it_begin
+# openapi_tools.sh — the pinned npm tools of tests/it_openapi_lint.sh and tests/it_contract.sh
 # (source it after lib.sh): tools/openapi/package.json and package-lock.json,
 # installed by `npm ci` into tools/openapi/node_modules (git-ignored) once, again only
 # when the lock file changed.
@@ -7,17 +8,25 @@
 #   openapi_tools_ready   0 when node_modules matches the lock; else installs it. When
 #                         node or npm are missing or the registry cannot be reached,
 #                         prints "SKIPPED: <why>" and exits 77, which tests/run.sh
-#                         counts as skipped (neither passed nor failed), never as passed
+#                         counts as skipped (neither passed nor failed), never as passed.
+#                         Call it right after it_begin, before anything is started: a
+#                         skip removes the test's temp dir and leaves at once
 #   OPENAPI_TOOLS         the directory (tools/openapi)
 
 OPENAPI_TOOLS=$ROOT/tools/openapi
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true NO_UPDATE_NOTIFIER=1
 
+_openapi_skip() { # WHY...: the skip, as tests/run.sh counts it
+    printf '%s\n' "$@"
+    trap - EXIT
+    rm -rf "$dir"
+    exit 77
+}
+
 openapi_tools_ready() {
     local stamp=$OPENAPI_TOOLS/node_modules/.seckill-lock
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-        echo "SKIPPED: node or npm not installed (scripts/deps.sh installs nodejs and npm)"
-        exit 77
+        _openapi_skip "SKIPPED: node or npm not installed (scripts/deps.sh installs nodejs and npm)"
     fi
     if [[ -f $stamp ]] && cmp -s "$stamp" "$OPENAPI_TOOLS/package-lock.json"; then
         return 0
@@ -26,10 +35,10 @@ openapi_tools_ready() {
     log=$(mktemp)
     if ! (cd "$OPENAPI_TOOLS" && timeout 300 npm ci --no-audit --no-fund --loglevel=error) >"$log" 2>&1; then
         if grep -qiE 'ENOTFOUND|ECONNREFUSED|ETIMEDOUT|EAI_AGAIN|ECONNRESET|network|getaddrinfo|proxy' "$log"; then
-            echo "SKIPPED: npm's registry is unreachable, the pinned tools could not be installed:"
-            tail -n 5 "$log"
+            local tailend
+            tailend=$(tail -n 5 "$log")
             rm -f "$log"
-            exit 77
+            _openapi_skip "SKIPPED: npm's registry is unreachable, the pinned tools could not be installed:" "$tailend"
         fi
         echo "npm ci failed in tools/openapi:"
         tail -n 20 "$log"
