@@ -22,8 +22,8 @@
 # On one machine every process shares its cores: the sum of the masters' CPU per order
 # says what the sale costs Redis, the busiest master's share says how evenly it spreads
 # (1/M when even), and the busiest master's CPU per order, times the orders per second
-# one core does, is the ceiling of a cluster whose masters each have their own core (the
-# README's model for N machines).
+# one core does, is the ceiling of a cluster whose masters each have their own core (see
+# the model for N machines in docs/redis-cluster.md).
 #
 # SECKILL_BIN / SECKILL_BUILD choose the server. Exit status 0 when every step ran.
 # shellcheck disable=SC2317 # functions run from traps look unreachable
