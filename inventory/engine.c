@@ -335,7 +335,7 @@ static void batch_fill(struct ehold *x, long long limit)
 
 /* Each ticket of x after its batch: answered when final, else sent on to
  * the segment its commit named (a few hops), else by itself on this loop
- * (single.h; on a cluster, on a batch thread). */
+ * (single.h; on a cluster, a shard short goes on to a batch thread). */
 static void hold_settle(struct ehold *x)
 {
     struct inv_engine *e = x->e;
@@ -345,9 +345,7 @@ static void hold_settle(struct ehold *x)
             ticket_done(e, t);
         else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
             enqueue(e, t);
-        else if (e->cluster) /* maybe short in its shard: units from the others */
-            ticket_alone(e, t);
-        else /* several segments, a replay, a reset, too many hops */
+        else /* several segments, a replay, a reset, too many hops, a shard short */
             single_start(e, t, t->hops < ENGINE_HOPS);
     }
     x->h.n = 0;
@@ -626,6 +624,13 @@ static void single_do(struct esingle *x, inv_single_do next)
         single_free(x);
         t->hops++; /* a group commit that sends it back counts too */
         enqueue(e, t);
+        return;
+    }
+    case INV_SINGLE_ALONE: {
+        struct inv_ticket *t = x->t;
+        x->answered = 1;
+        single_free(x);
+        ticket_alone(e, t);
         return;
     }
     case INV_SINGLE_OVER:

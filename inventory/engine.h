@@ -28,7 +28,7 @@
  * What goes to the batch threads, which answer the ticket themselves: every
  * order of the zk mode; on a Redis Cluster, an order whose shard is short
  * (units come from other shards), and the first orders of a SKU whose shards
- * are not known yet and the tickets a group commit left undecided.
+ * are not known (yet, or since a reset).
  *
  * Thread safety: an engine belongs to its loop's thread; t->done() is called
  * on that thread, or on a batch thread for a ticket handed over there. */

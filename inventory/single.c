@@ -17,7 +17,7 @@
 #define SINGLE_ROUNDS 8
 
 /* What follows RELEASING once every part is released. */
-enum { AFTER_OVER = 0, AFTER_PEEK, AFTER_NEXT };
+enum { AFTER_OVER = 0, AFTER_PEEK, AFTER_NEXT, AFTER_ALONE };
 
 static inv_single_do peek_send(struct inv_single *m);
 static inv_single_do release_next(struct inv_single *m);
@@ -260,7 +260,10 @@ static inv_single_do part_do(struct inv_single *m, struct inv_single_part *p,
         return INV_SINGLE_HANDOFF;
     default: /* not held: busy, unavailable (t final), or the layout was forgotten */
         p->h.state = HOLD_ENDED;
-        return release_held(m, m->t->st == INV_PENDING ? AFTER_PEEK : AFTER_OVER);
+        if (m->t->st != INV_PENDING)
+            return release_held(m, AFTER_OVER);
+        /* one Redis: the next peek learns it; a cluster's shards, a batch thread */
+        return release_held(m, m->s->inv->cfg.cluster ? AFTER_ALONE : AFTER_PEEK);
     }
 }
 
@@ -384,6 +387,13 @@ static inv_single_do refused(struct inv_single *m, inv_status st)
     return INV_SINGLE_OVER;
 }
 
+/* t goes to a batch thread, nothing written (a cluster's). */
+static inv_single_do alone(struct inv_single *m)
+{
+    m->state = SINGLE_DONE;
+    return INV_SINGLE_ALONE;
+}
+
 /* Tries the peek's candidate m->cand + 1, or peeks again. */
 static inv_single_do next_candidate(struct inv_single *m)
 {
@@ -405,8 +415,11 @@ static inv_single_do peeked(struct inv_single *m, aconn_result res, const redisR
     inv_status st = order_view_read(v, res == ACONN_REPLY ? r : NULL);
     if (st != INV_OK)
         return refused(m, st); /* the peek writes nothing: a lost answer too */
-    if (!inv->cfg.cluster)     /* a shard's figures are not its SKU's */
+    struct sku_layout layout;
+    if (!inv->cfg.cluster) /* a shard's figures are not its SKU's */
         inv_layout_put(inv, m->c.sku, v->segments, v->initial, v->epoch, NULL, 0);
+    else if (inv_layout_get(inv, m->c.sku, &layout) != 0)
+        return alone(m); /* its shards are learnt on a batch thread */
     if (m->c.qty > v->limit)
         return refused(m, INV_BAD_QTY);
     if (v->first_id[0]) {
@@ -417,6 +430,8 @@ static inv_single_do peeked(struct inv_single *m, aconn_result res, const redisR
     if (v->bought + m->c.qty > v->limit)
         return refused(m, INV_LIMIT);
     if (v->ncand == 0 && v->nplan == 0) {
+        if (inv->cfg.cluster) /* short in its shard: units from the others */
+            return alone(m);
         if (v->remaining == 0) /* not a unit left */
             inv_note_sold_out(inv, m->c.sku, v->limit, m->seen);
         return refused(m, INV_SOLD_OUT);
@@ -458,6 +473,9 @@ static inv_single_do released(struct inv_single *m)
         return peek_send(m);
     case AFTER_NEXT:
         return next_candidate(m);
+    case AFTER_ALONE:
+        m->state = SINGLE_DONE;
+        return INV_SINGLE_ALONE;
     default:
         m->state = SINGLE_DONE;
         return INV_SINGLE_OVER;

@@ -12,7 +12,9 @@
  *                                               part's LOCKING; a segment that
  *                                               holds qty: QUEUE (the ticket
  *                                               may queue there) or its part's
- *                                               LOCKING; else DONE (refused)
+ *                                               LOCKING; else DONE (refused),
+ *                                               or on a cluster ALONE (the
+ *                                               shard is short)
  *   LOADING      the first order's record       RELEASING (t final)
  *   LOCKING      part i's hold (hold.h: its     held with its stock read: part
  *                LOCKING, READING, WAITING,     i + 1's LOCKING, or WORKING;
@@ -63,6 +65,10 @@ typedef enum {
                            commands, its answer to inv_single_on_handoff */
     INV_SINGLE_QUEUE,   /* t->seg holds its qty: a group commit serves it (t
                            pending); the machine is over */
+    INV_SINGLE_ALONE,   /* on a Redis Cluster, t's shard is short (units must
+                           come from other shards) or its SKU's shards are no
+                           longer known: inv_ticket_single on a batch thread (t
+                           pending, nothing written); the machine is over */
     INV_SINGLE_OVER,    /* nothing held or owed; t final */
 } inv_single_do;
 
