@@ -170,8 +170,18 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
     if (rconn_is_noscript(r))
         return INV_STEP_AGAIN; /* the connection loads it again first */
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        inv_reply_ll(r->element[0], 0) == -3)
-        return INV_STEP_ALONE; /* a replay: its first order is loaded by itself */
+        inv_reply_ll(r->element[0], 0) == -3) { /* a replay: its first order */
+        const redisReply *first = r->elements >= 2 ? r->element[1] : NULL;
+        uint64_t id = first && first->type == REDIS_REPLY_STRING
+                          ? strtoull(first->str, NULL, 10)
+                          : 0;
+        if (id == 0) {
+            inv_ticket_finish(inv, t, INV_UNAVAILABLE);
+            return INV_STEP_DONE;
+        }
+        t->order.id = id;
+        return INV_STEP_LOAD;
+    }
     /* Every other answer is read without a round trip: no connection needed. */
     struct inv_session view = {.inv = inv};
     inv_status st = atomic_outcome(&view, t->sku, r, &t->order, seen);

@@ -58,6 +58,7 @@ struct inv_batcher {
     int stopping;
     uint64_t queued;
     _Atomic uint64_t batches, orders;
+    _Atomic uint64_t handed; /* tickets submitted to the threads */
     struct worker *workers;
 };
 
@@ -366,6 +367,7 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
 
 void inv_batcher_submit(struct inv_batcher *b, struct inv_ticket *t)
 {
+    atomic_fetch_add_explicit(&b->handed, 1, memory_order_relaxed);
     pthread_mutex_lock(&b->mu);
     int stopping = b->stopping;
     if (!stopping) {
@@ -417,6 +419,7 @@ void inv_batcher_stats(struct inv_batcher *b, struct inv_batch_stats *out)
 {
     out->batches = atomic_load(&b->batches);
     out->orders = atomic_load(&b->orders);
+    out->handed = atomic_load(&b->handed);
     pthread_mutex_lock(&b->mu);
     out->queued = b->queued;
     out->queues = b->queues.count;

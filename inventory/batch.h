@@ -27,6 +27,8 @@ struct inv_batcher_config {
 
 struct inv_batch_stats {
     uint64_t batches, orders; /* critical sections run, and the tickets they held */
+    uint64_t handed;          /* tickets submitted to the threads (an event
+                                 loop's: what it does not serve itself) */
     uint64_t queued;          /* tickets waiting now */
     uint64_t queues;          /* queues kept: one per SKU segment sold from, and
                                  one per SKU whose layout is being learnt */

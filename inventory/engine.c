@@ -12,6 +12,7 @@
 #include "aconn.h"
 #include "ack.h"
 #include "hold.h"
+#include "single.h"
 #include "squeue.h"
 #include "xalloc.h"
 
@@ -35,6 +36,20 @@ struct ehold {
     struct inv_hold h;
     struct event *timer;       /* h.due_us: its work is done, or its pause over */
     struct ehold *prev, *next; /* in use, or (next) free */
+};
+
+/* One order by itself in flight (single.h): its machine, its ticket. */
+struct esingle {
+    struct inv_engine *e;
+    struct inv_session *s; /* its locks' owner: of its own, or the redis mode's
+                              re-entry would let it and a hold of this loop (or
+                              another machine) both hold one segment */
+    struct inv_single m;
+    struct inv_ticket *t;
+    int answered;                /* t was answered, or handed on */
+    struct aconn *blocking;      /* the connection of its wait for a hand-off */
+    struct event *timer;         /* m.due_us: its work is done, or its pause over */
+    struct esingle *prev, *next; /* in use, or (next) free */
 };
 
 /* A connection for blocking commands, to one node. */
@@ -79,6 +94,7 @@ struct inv_engine {
     int open_holds;
     struct squeue *backed_off;
     struct ehold *holds, *free_holds;
+    struct esingle *singles, *free_singles;
     /* Placed orders wait for their replicas (--min-replicas-acked): acks,
      * given the connection whose reply is being handled (answering). */
     int acked;
@@ -137,6 +153,9 @@ static void ticket_alone(struct inv_engine *e, struct inv_ticket *t)
     inv_batcher_submit(e->slow, t);
 }
 
+static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok);
+static void single_load(struct inv_engine *e, struct inv_ticket *t);
+
 /* ---- the atomic mode: one script per order ------------------------------ */
 
 static void atomic_send(struct inv_engine *e, struct inv_ticket *t);
@@ -153,6 +172,9 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
         break;
     case INV_STEP_AGAIN:
         atomic_send(e, t);
+        break;
+    case INV_STEP_LOAD:
+        single_load(e, t);
         break;
     case INV_STEP_ALONE:
         ticket_alone(e, t);
@@ -312,8 +334,8 @@ static void batch_fill(struct ehold *x, long long limit)
 }
 
 /* Each ticket of x after its batch: answered when final, else sent on to
- * the segment its commit named (a few hops), else by itself on a batch
- * thread. */
+ * the segment its commit named (a few hops), else by itself on this loop
+ * (single.h; on a cluster, a shard short goes on to a batch thread). */
 static void hold_settle(struct ehold *x)
 {
     struct inv_engine *e = x->e;
@@ -323,8 +345,8 @@ static void hold_settle(struct ehold *x)
             ticket_done(e, t);
         else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
             enqueue(e, t);
-        else
-            ticket_alone(e, t);
+        else /* several segments, a replay, a reset, too many hops, a shard short */
+            single_start(e, t, t->hops < ENGINE_HOPS);
     }
     x->h.n = 0;
 }
@@ -528,6 +550,149 @@ static void hold_wait(struct ehold *x)
     hold_do(x, inv_hold_attempt(e->s, &x->h)); /* the next attempt tells what is wrong */
 }
 
+/* ---- one order by itself: the order machine (single.h) ------------------- */
+
+static void on_single_timer(evutil_socket_t fd, short what, void *arg);
+
+static struct esingle *single_new(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct esingle *x = e->free_singles;
+    if (x) {
+        e->free_singles = x->next;
+    } else {
+        x = xcalloc(1, sizeof(*x));
+        x->e = e;
+        if (!(x->timer = evtimer_new(e->base, on_single_timer, x)))
+            abort();
+        /* the atomic mode takes no lock: its machines only load */
+        x->s = e->path == INV_PATH_HOLDS ? inv_session_new(e->inv, e->idle) : e->s;
+    }
+    x->t = t;
+    x->answered = 0;
+    x->blocking = NULL;
+    x->prev = NULL;
+    x->next = e->singles;
+    if (e->singles)
+        e->singles->prev = x;
+    e->singles = x;
+    return x;
+}
+
+/* The machine is over: kept for the next (its session, its timer). */
+static void single_free(struct esingle *x)
+{
+    struct inv_engine *e = x->e;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        e->singles = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->next = e->free_singles;
+    e->free_singles = x;
+}
+
+static void single_wait(struct esingle *x);
+
+/* Does what x's machine asks next; its ticket is answered once final. */
+static void single_do(struct esingle *x, inv_single_do next)
+{
+    struct inv_engine *e = x->e;
+    if (!x->answered && (x->t->st != INV_PENDING || next == INV_SINGLE_OVER)) {
+        x->answered = 1;
+        if (x->t->st == INV_PENDING) /* not expected: never left unanswered */
+            inv_ticket_fail(e->inv, x->t, INV_UNAVAILABLE);
+        ticket_done(e, x->t);
+    }
+    switch (next) {
+    case INV_SINGLE_AWAIT:
+        return;
+    case INV_SINGLE_DUE: {
+        int64_t left = x->m.due_us - clock_now_us();
+        if (left < 0)
+            left = 0;
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(x->timer, &tv);
+        return;
+    }
+    case INV_SINGLE_HANDOFF:
+        single_wait(x);
+        return;
+    case INV_SINGLE_QUEUE: {
+        struct inv_ticket *t = x->t;
+        x->answered = 1;
+        single_free(x);
+        t->hops++; /* a group commit that sends it back counts too */
+        enqueue(e, t);
+        return;
+    }
+    case INV_SINGLE_ALONE: {
+        struct inv_ticket *t = x->t;
+        x->answered = 1;
+        single_free(x);
+        ticket_alone(e, t);
+        return;
+    }
+    case INV_SINGLE_OVER:
+        single_free(x);
+        return;
+    }
+}
+
+static void on_single_reply(void *arg, aconn_result res, redisReply *r)
+{
+    struct esingle *x = arg;
+    struct inv_engine *e = x->e;
+    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
+    single_do(x, inv_single_on_reply(&x->m, res, r));
+    e->answering = NULL;
+}
+
+static void on_single_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct esingle *x = arg;
+    single_do(x, inv_single_on_timer(&x->m));
+}
+
+static void on_single_handoff(void *arg, aconn_result res, redisReply *r)
+{
+    struct esingle *x = arg;
+    blocking_put(x->e, x->blocking);
+    x->blocking = NULL;
+    single_do(x, inv_single_on_handoff(&x->m, res, r));
+}
+
+/* Waits, on a connection of its own, for a release to hand the lock of the
+ * part that x's machine locks over. */
+static void single_wait(struct esingle *x)
+{
+    struct inv_engine *e = x->e;
+    x->blocking = blocking_get(e, inv_single_waiting(&x->m));
+    if (x->blocking && inv_single_wait_send(&x->m, x->blocking, on_single_handoff, x))
+        return;
+    if (x->blocking)
+        blocking_put(e, x->blocking);
+    x->blocking = NULL;
+    single_do(x, inv_single_attempt(&x->m));
+}
+
+/* Places t by itself on this loop, from its peek on; queue_ok: a segment
+ * that holds its qty may serve it in a group commit. */
+static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok)
+{
+    struct esingle *x = single_new(e, t);
+    single_do(x,
+              inv_single_start(&x->m, x->s, t, queue_ok, &e->conns, on_single_reply, x));
+}
+
+/* Answers replay t with its first order (t->order.id). */
+static void single_load(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct esingle *x = single_new(e, t);
+    single_do(x, inv_single_load(&x->m, x->s, t, &e->conns, on_single_reply, x));
+}
+
 static void hold_start(struct inv_engine *e, struct squeue *q)
 {
     struct ehold *x = hold_new(e, q);
@@ -635,7 +800,9 @@ void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
         atomic_send(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
         enqueue(e, t);
-    else /* a mode without steps, or a SKU whose layout is not known yet */
+    else if (e->path == INV_PATH_HOLDS && !e->cluster) /* its SKU's layout unknown */
+        single_start(e, t, 1);
+    else /* a mode without steps (zk), or on a cluster a SKU not learnt yet */
         ticket_alone(e, t);
 }
 
@@ -687,7 +854,22 @@ void inv_engine_free(struct inv_engine *e)
         hold_settle(x);
         hold_free(x);
     }
+    /* Orders by themselves waiting for a timer (nothing was committed) */
+    while (e->singles) {
+        struct esingle *x = e->singles;
+        evtimer_del(x->timer);
+        inv_single_abandon(&x->m);
+        single_do(x, INV_SINGLE_OVER); /* answered unavailable if not yet */
+    }
     squeues_free(&e->queues, ticket_unserved, e);
+    for (struct esingle *x = e->free_singles, *next; x; x = next) {
+        next = x->next;
+        event_free(x->timer);
+        if (x->s != e->s)
+            inv_session_free(x->s);
+        inv_single_clear(&x->m);
+        free(x);
+    }
     for (struct ehold *x = e->free_holds, *next; x; x = next) {
         next = x->next;
         event_free(x->timer);

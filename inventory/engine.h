@@ -20,10 +20,15 @@
  * timer (local, setnx, redlock). Orders arriving while a hold is in flight
  * form the next batch.
  *
+ * One order by itself also runs on the loop, as the order machine of
+ * single.h: a ticket that needs more than one segment, an idempotent replay
+ * (its first order is loaded), one that hopped too often, the first orders
+ * of a SKU whose layout this process has not learnt yet.
+ *
  * What goes to the batch threads, which answer the ticket themselves: every
- * order of the zk mode; a ticket that needs more than one segment or more
- * round trips (an idempotent replay loads its first order); the first
- * orders of a SKU whose layout this process has not learnt yet.
+ * order of the zk mode; on a Redis Cluster, an order whose shard is short
+ * (units come from other shards), and the first orders of a SKU whose shards
+ * are not known (yet, or since a reset).
  *
  * Thread safety: an engine belongs to its loop's thread; t->done() is called
  * on that thread, or on a batch thread for a ticket handed over there. */

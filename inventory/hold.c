@@ -632,6 +632,32 @@ inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
     return hold_granted(s, h); /* the read, now that the lock is ours */
 }
 
+int inv_hold_release_behind(struct inv_session *s, struct inv_hold *h)
+{
+    h->owed = 0;
+    h->noscripts = 0;
+    h->placed = 0;
+    lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+    h->state = HOLD_COMMITTING;
+    /* as commit_send: in the commit's pipeline only where it cannot overtake it */
+    h->releasing = release_on_data(&h->step) && !h->step.after && !h->cs->cluster;
+    if (h->releasing)
+        step_queue(s, h, 0);
+    return h->releasing;
+}
+
+inv_hold_do inv_hold_release(struct inv_session *s, struct inv_hold *h)
+{
+    if (h->state != HOLD_COMMITTING || !h->releasing) { /* made now */
+        h->owed = 0;
+        h->noscripts = 0;
+        lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+        step_queue(s, h, 0);
+    }
+    h->state = HOLD_RELEASING;
+    return hold_next(s, h);
+}
+
 void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
 {
     lock_release_done(s->lock, h->lkey, &h->g, NULL);

@@ -5,7 +5,8 @@
  * placed. After the commit every ticket is final, or still INV_PENDING: one
  * the segment could not serve has t->seg set to the segment to queue at next
  * (chosen by the commit among those holding enough), else it goes by itself
- * (inv_ticket_single, path.h: no single segment holds its qty, the SKU was
+ * (on a loop the order machine, single.h; on a batch thread
+ * inv_ticket_single, path.h: no single segment holds its qty, the SKU was
  * reset, its id was taken; t->seg -1 when it must not be sent on).
  *
  * Two drivers run it. A batch thread blocks: inv_hold_open, then
@@ -134,6 +135,16 @@ inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
                                 aconn_result res, const redisReply *r);
 /* Another attempt at the lock now (a hand-off wait could not be sent). */
 inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h);
+/* An open hold (WORKING: h->stock read under its lock) whose commit is not
+ * its own: an order of several segments (single.h) commits over it with
+ * commit.lua, which the caller queued just before. Its release goes behind
+ * that commit where it may share its pipeline (as commit_send does); 1 when
+ * it went. Then, once the commit answered, inv_hold_release. */
+int inv_hold_release_behind(struct inv_session *s, struct inv_hold *h);
+/* Releases open hold h (or, after inv_hold_release_behind, goes on with its
+ * release): RELEASING, INV_HOLD_AWAIT while its answers are owed (to
+ * inv_hold_on_reply), then INV_HOLD_OVER. Touches none of its tickets. */
+inv_hold_do inv_hold_release(struct inv_session *s, struct inv_hold *h);
 /* Gives up h while nothing is owed (the loop is stopping): the tickets are
  * final (unavailable), nothing was written, and a lease held runs out in
  * Redis. */

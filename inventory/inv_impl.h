@@ -156,6 +156,10 @@ int inv_ping_shards(struct inv_session *s);
 
 /* Frees the non-NULL replies of r[0..n-1]. */
 void inv_free_replies(redisReply **r, int n);
+/* Reads an order's record, the answer r (NULL: none) of
+ * "HMGET order:<id> sku user_id qty segment segments", into *out: INV_OK,
+ * INV_NOT_FOUND, or INV_UNAVAILABLE. */
+inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out);
 /* Loads the order whose id is id_text (decimal) into *out (inv_order_get). */
 inv_status inv_order_load(struct inv_session *s, const char *id_text,
                           struct inv_order *out);

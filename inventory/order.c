@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inv_impl.h"
+#include "order.h"
 #include "xalloc.h"
 
 /* The scripts: KEYS, ARGV and replies are described at the top of each file.
@@ -28,66 +28,52 @@ static struct rscript peek_script = RSCRIPT_INIT("inv_peek", lua_inventory_peek)
 static struct rscript fence_read_script =
     RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
 
-#define PEEK_CANDIDATES 4
+void order_peek_call(const struct order_ctx *c, struct peek_call *p)
+{
+    snprintf(p->route, sizeof(p->route), "%u", seg_route(c->user_id));
+    snprintf(p->qty, sizeof(p->qty), "%d", c->qty);
+    snprintf(p->most, sizeof(p->most), "%d", PEEK_CANDIDATES);
+    const char *argv[] = {c->k.meta, c->k.stock, c->k.buyers, c->k.idem,   c->k.avail,
+                          p->route,  p->qty,     c->user_id,  c->idem_key, p->most};
+    memcpy(p->argv, argv, sizeof(argv));
+    p->cmd =
+        (struct rcmd){.script = &peek_script, .nkeys = 5, .argc = 10, .argv = p->argv};
+}
 
-/* What the order learned before taking any lock (peek_script). */
-struct order_view {
-    int segments, limit, home;
-    char epoch[24];
-    long long bought, remaining, initial;
-    char first_id[24]; /* idempotent replay: the first order's id, or "" */
-    int cand[PEEK_CANDIDATES];
-    int ncand;
-    int nplan; /* > 0: no segment held qty alone; plan[] hold it together */
-    int plan[INV_MAX_SEGMENTS];
-};
-
-/* One order on its way through the lock-guarded path. */
-struct order_ctx {
-    struct inv_session *s;
-    struct sku_keys k;
-    const char *sku, *user_id, *idem_key; /* idem_key "" for none */
-    int qty;
-    int64_t deadline; /* for the segment locks: --wait-ms from the start */
-    struct inv_order *order;
-    struct order_view v;
-};
+inv_status order_view_read(struct order_view *v, const redisReply *r)
+{
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1)
+        return inv_reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 9)
+        return INV_UNAVAILABLE;
+    redisReply **e = r->element;
+    v->segments = (int)inv_reply_ll(e[0], 0);
+    v->limit = (int)inv_reply_ll(e[1], 1);
+    snprintf(v->epoch, sizeof(v->epoch), "%s",
+             e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "0");
+    v->bought = inv_reply_ll(e[3], 0);
+    snprintf(v->first_id, sizeof(v->first_id), "%s",
+             e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
+    v->home = (int)inv_reply_ll(e[5], 0);
+    v->remaining = inv_reply_ll(e[6], 0);
+    v->initial = inv_reply_ll(e[7], 0);
+    v->ncand = v->nplan = 0;
+    if (inv_reply_ll(e[8], 0) == 0)
+        for (size_t i = 9; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
+            v->cand[v->ncand++] = (int)inv_reply_ll(e[i], 0);
+    else
+        for (size_t i = 9; i + 1 < r->elements && v->nplan < INV_MAX_SEGMENTS; i += 2)
+            v->plan[v->nplan++] = (int)inv_reply_ll(e[i], 0);
+    return v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK : INV_UNAVAILABLE;
+}
 
 static inv_status order_peek(struct order_ctx *c)
 {
-    struct order_view *v = &c->v;
-    char route[12], qtys[12], most[12];
-    snprintf(route, sizeof(route), "%u", seg_route(c->user_id));
-    snprintf(qtys, sizeof(qtys), "%d", c->qty);
-    snprintf(most, sizeof(most), "%d", PEEK_CANDIDATES);
-    const char *argv[] = {c->k.meta, c->k.stock, c->k.buyers, c->k.idem,   c->k.avail,
-                          route,     qtys,       c->user_id,  c->idem_key, most};
-    redisReply *r = rconn_eval(c->s->rc, &peek_script, 5, 5, argv, NULL);
-    inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
-        st = inv_reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
-    } else if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 9) {
-        redisReply **e = r->element;
-        v->segments = (int)inv_reply_ll(e[0], 0);
-        v->limit = (int)inv_reply_ll(e[1], 1);
-        snprintf(v->epoch, sizeof(v->epoch), "%s",
-                 e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "0");
-        v->bought = inv_reply_ll(e[3], 0);
-        snprintf(v->first_id, sizeof(v->first_id), "%s",
-                 e[4]->type == REDIS_REPLY_STRING ? e[4]->str : "");
-        v->home = (int)inv_reply_ll(e[5], 0);
-        v->remaining = inv_reply_ll(e[6], 0);
-        v->initial = inv_reply_ll(e[7], 0);
-        v->ncand = v->nplan = 0;
-        if (inv_reply_ll(e[8], 0) == 0)
-            for (size_t i = 9; i < r->elements && v->ncand < PEEK_CANDIDATES; i++)
-                v->cand[v->ncand++] = (int)inv_reply_ll(e[i], 0);
-        else
-            for (size_t i = 9; i + 1 < r->elements && v->nplan < INV_MAX_SEGMENTS; i += 2)
-                v->plan[v->nplan++] = (int)inv_reply_ll(e[i], 0);
-        st = v->segments >= 1 && v->segments <= INV_MAX_SEGMENTS ? INV_OK
-                                                                 : INV_UNAVAILABLE;
-    }
+    struct peek_call p;
+    order_peek_call(c, &p);
+    redisReply *r = rconn_eval(c->s->rc, p.cmd.script, p.cmd.nkeys,
+                               p.cmd.argc - p.cmd.nkeys, p.argv, NULL);
+    inv_status st = order_view_read(&c->v, r);
     if (r)
         freeReplyObject(r);
     return st;
@@ -140,16 +126,6 @@ lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
     return ls;
 }
 
-/* One segment of an order's critical section: its lock, the stock read under
- * it, and the units the order takes from it. */
-struct part_hold {
-    int seg;
-    char lkey[128];
-    struct lock_grant g;
-    long long stock;
-    int take;
-};
-
 static void part_init(struct part_hold *p, const struct sku_keys *k, int seg)
 {
     p->seg = seg;
@@ -190,38 +166,32 @@ static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
     return INV_OK;
 }
 
-/* Most parts whose commit arguments live on the stack. */
-#define PARTS_INLINE 4
-
-/* The commit arguments of one part. */
-struct part_text {
-    char fkey[160], seg[12], take[12], stock[24], fence[LOCK_FENCE_TEXT];
-};
-/* The order's own arguments as text. */
-struct commit_text {
-    char qty[12], id[24], okey[40], nparts[12];
-};
-
-/* commit.lua's KEYS and ARGV for an order over p[0..n-1] into argv (room
- * for 15 + 5 * n), their text into text (room for n). Returns argc. */
-static int commit_argv(struct order_ctx *c, const struct part_hold *p, int n,
-                       struct commit_text *ct, struct part_text *text, const char **argv)
+/* commit.lua's KEYS and ARGV for an order over p[0..n-1]. */
+void commit_call_init(struct commit_call *cc, struct order_ctx *c,
+                      const struct part_hold *p, int n)
 {
+    cc->text = cc->inline_text;
+    cc->argv = cc->inline_argv;
+    if (n > PARTS_INLINE) {
+        cc->text = xmalloc(sizeof(*cc->text) * (size_t)n);
+        cc->argv = xmalloc(sizeof(*cc->argv) * (size_t)(15 + 5 * n));
+    }
+    const char **argv = cc->argv;
     int nkeys = 8 + n;
-    snprintf(ct->qty, sizeof(ct->qty), "%d", c->qty);
-    snprintf(ct->id, sizeof(ct->id), "%" PRIu64, c->order->id);
-    snprintf(ct->okey, sizeof(ct->okey), "%s%s", c->k.order, ct->id);
-    snprintf(ct->nparts, sizeof(ct->nparts), "%d", n);
+    snprintf(cc->qty, sizeof(cc->qty), "%d", c->qty);
+    snprintf(cc->id, sizeof(cc->id), "%" PRIu64, c->order->id);
+    snprintf(cc->okey, sizeof(cc->okey), "%s%s", c->k.order, cc->id);
+    snprintf(cc->nparts, sizeof(cc->nparts), "%d", n);
     const char *head[] = {c->k.meta,   c->k.stock, c->k.sold, c->k.buyers,
-                          c->k.orders, ct->okey,   c->k.idem, c->k.avail};
+                          c->k.orders, cc->okey,   c->k.idem, c->k.avail};
     memcpy(argv, head, sizeof(head));
     const char **a = argv + nkeys;
-    const char *args[] = {c->v.epoch, ct->qty,     c->user_id, ct->id,
-                          c->sku,     c->idem_key, ct->nparts};
+    const char *args[] = {c->v.epoch, cc->qty,     c->user_id, cc->id,
+                          c->sku,     c->idem_key, cc->nparts};
     memcpy(a, args, sizeof(args));
     a += 7;
     for (int i = 0; i < n; i++) {
-        struct part_text *t = &text[i];
+        struct part_text *t = &cc->text[i];
         lock_fence_key(p[i].lkey, t->fkey, sizeof(t->fkey));
         snprintf(t->seg, sizeof(t->seg), "%d", p[i].seg);
         snprintf(t->take, sizeof(t->take), "%d", p[i].take);
@@ -233,20 +203,32 @@ static int commit_argv(struct order_ctx *c, const struct part_hold *p, int n,
         *a++ = t->stock;
         *a++ = t->fence;
     }
-    return (int)(a - argv);
+    cc->cmd = (struct rcmd){
+        .script = &commit_script, .nkeys = nkeys, .argc = (int)(a - argv), .argv = argv};
 }
 
-/* What commit.lua's answer r (not NULL) means for the order over p[0..n-1];
- * rs is the release's status. As parts_commit. */
-static inv_status commit_outcome(struct order_ctx *c, const struct part_hold *p, int n,
-                                 const redisReply *r, lock_status rs, int *again)
+void commit_call_free(struct commit_call *cc)
+{
+    if (cc->text != cc->inline_text) {
+        free(cc->text);
+        free(cc->argv);
+    }
+}
+
+int commit_replay_id(const redisReply *r, char *buf, size_t len)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+        inv_reply_ll(r->element[0], 0) != -3 || r->element[1]->type != REDIS_REPLY_STRING)
+        return -1;
+    snprintf(buf, len, "%s", r->element[1]->str);
+    return 0;
+}
+
+inv_status commit_read(struct order_ctx *c, const struct part_hold *p, int n,
+                       const redisReply *r, lock_status rs, int *again)
 {
     struct inv_session *s = c->s;
     struct inv *inv = s->inv;
-    if (rconn_is_noscript(r)) {
-        *again = rconn_script_reload(s->rc, &commit_script) == RCONN_OK;
-        return INV_UNAVAILABLE;
-    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1)
         return INV_UNAVAILABLE;
     struct inv_order *o = c->order;
@@ -286,28 +268,23 @@ static inv_status parts_commit(struct order_ctx *c, struct part_hold *p, int n,
                                int *again)
 {
     struct inv_session *s = c->s;
-    struct part_text inline_text[PARTS_INLINE], *text = inline_text;
-    const char *inline_argv[15 + 5 * PARTS_INLINE], **argv = inline_argv;
-    if (n > PARTS_INLINE) {
-        text = xmalloc(sizeof(*text) * (size_t)n);
-        argv = xmalloc(sizeof(*argv) * (size_t)(15 + 5 * n));
-    }
-    struct commit_text ct;
-    struct rcmd commit = {.script = &commit_script, .nkeys = 8 + n};
-    commit.argc = commit_argv(c, p, n, &ct, text, argv);
-    commit.argv = argv;
+    struct commit_call cc;
+    commit_call_init(&cc, c, p, n);
     redisReply *r;
     uint64_t lost = rconn_unanswered(s->rc);
-    lock_status rs = lock_release_after(s->lock, p[n - 1].lkey, &p[n - 1].g, &commit, &r);
+    lock_status rs = lock_release_after(s->lock, p[n - 1].lkey, &p[n - 1].g, &cc.cmd, &r);
     if (n > 1 && parts_release(s, p, n - 1) == LOCK_NOT_HELD)
         rs = LOCK_NOT_HELD;
-    if (text != inline_text) {
-        free(text);
-        free(argv);
-    }
+    commit_call_free(&cc);
     if (!r)
         return inv_no_answer(s, lost);
-    inv_status st = commit_outcome(c, p, n, r, rs, again);
+    inv_status st;
+    if (rconn_is_noscript(r)) {
+        *again = rconn_script_reload(s->rc, cc.cmd.script) == RCONN_OK;
+        st = INV_UNAVAILABLE;
+    } else {
+        st = commit_read(c, p, n, r, rs, again);
+    }
     freeReplyObject(r);
     return st;
 }

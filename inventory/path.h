@@ -59,9 +59,12 @@ typedef enum {
     INV_STEP_DONE = 0, /* t->st is final */
     INV_STEP_AGAIN,    /* nothing was written: send it again (a fresh id, or a
                           script Redis had to load again) */
-    INV_STEP_ALONE,    /* nothing was written, and the rest needs more round
-                          trips than this path takes (a replay loads its first
-                          order): inv_ticket_single, on a batch thread */
+    INV_STEP_LOAD,     /* an idempotent replay, nothing written: t->order.id is
+                          its first order's, whose record is the answer
+                          (single.h, LOADING) */
+    INV_STEP_ALONE,    /* nothing was written, and the rest needs what this
+                          path does not do (on a cluster, units brought from
+                          other shards): inv_ticket_single, on a batch thread */
 } inv_step;
 
 /* Where an order's Redis work runs (engine.c). */

@@ -177,6 +177,27 @@ static long long parse_parts(const char *text, struct inv_part *parts, int *n)
     return units;
 }
 
+inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5)
+        return INV_UNAVAILABLE;
+    if (r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return INV_NOT_FOUND;
+    inv_order_clear(out);
+    out->id = id;
+    snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
+    snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
+    out->qty = (int)inv_reply_ll(r->element[2], 0);
+    inv_order_one_part(out, (int)inv_reply_ll(r->element[3], 0));
+    int n = 0;
+    if (r->element[4]->type == REDIS_REPLY_STRING)
+        parse_parts(r->element[4]->str, out->parts, &n);
+    if (n > 0)
+        out->nparts = n;
+    return INV_OK;
+}
+
 static inv_status order_get_once(struct inv_session *s, uint64_t id,
                                  struct inv_order *out);
 
@@ -199,29 +220,10 @@ static inv_status order_get_once(struct inv_session *s, uint64_t id,
     inv_keys_init(&k, "", s->gene);
     redisReply *r = rconn_command(
         s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments", k.order, id);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
-        if (r)
-            freeReplyObject(r);
-        return inv_shard_outcome(top, INV_UNAVAILABLE);
-    }
-    inv_status st = INV_NOT_FOUND;
-    if (r->element[0]->type == REDIS_REPLY_STRING &&
-        r->element[1]->type == REDIS_REPLY_STRING) {
-        inv_order_clear(out);
-        out->id = id;
-        snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
-        snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
-        out->qty = (int)inv_reply_ll(r->element[2], 0);
-        inv_order_one_part(out, (int)inv_reply_ll(r->element[3], 0));
-        int n = 0;
-        if (r->element[4]->type == REDIS_REPLY_STRING)
-            parse_parts(r->element[4]->str, out->parts, &n);
-        if (n > 0)
-            out->nparts = n;
-        st = INV_OK;
-    }
-    freeReplyObject(r);
-    return st;
+    inv_status st = inv_order_read(r, id, out);
+    if (r)
+        freeReplyObject(r);
+    return st == INV_UNAVAILABLE ? inv_shard_outcome(top, st) : st;
 }
 
 static int cmp_u64(const void *a, const void *b)

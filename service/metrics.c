@@ -161,9 +161,10 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
     if (app->batcher)
         inv_batcher_stats(app->batcher, &bs);
     json_t *batches =
-        json_pack("{s:I, s:I, s:I, s:I, s:i}", "holds", (json_int_t)bs.batches, "orders",
-                  (json_int_t)bs.orders, "queued", (json_int_t)bs.queued, "queues",
-                  (json_int_t)bs.queues, "most", app->batcher ? app->cfg->batch : 0);
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:i}", "holds", (json_int_t)bs.batches,
+                  "orders", (json_int_t)bs.orders, "handed", (json_int_t)bs.handed,
+                  "queued", (json_int_t)bs.queued, "queues", (json_int_t)bs.queues,
+                  "most", app->batcher ? app->cfg->batch : 0);
     json_t *stats = json_pack("{s:i, s:s, s:o, s:o, s:o, s:o}", "instance_id",
                               orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode,
                               "requests", requests, "orders", orders, "batches", batches,

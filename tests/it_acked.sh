@@ -8,8 +8,9 @@
 #     link made anew counts nothing of the commit and answers at once, so a 201 here
 #     would be an order no replica has. Each path must answer 503 outcome_unknown
 #     with an order that exists: the loop's group commit (redis), the loop's atomic
-#     script, and an order of two segments (a batch thread: the commit answers, the
-#     release of its other part finds the link cut, the WAIT would go on a new one);
+#     script, and an order of two segments (the loop's order machine: the commit
+#     answers, the releases behind it find the link cut, the WAIT would go on a new
+#     one);
 #   - P1: with the replica frozen, orders that place wait for a WAIT that times out
 #     (0.5 s) and answer outcome_unknown; meanwhile, on the same loop, orders that
 #     place nothing (limit_reached, decided by the commit under the segment's lock)
@@ -35,9 +36,9 @@ replica_back() {
 
 # --- D1: each path through its own proxy, which cuts the first link whose write
 # calls the commit's script by its SHA (EVALSHA), once its answer went back. The
-# very first call of a script on a loop goes whole (EVAL): orders before, the
-# replica up, teach the instance the SHA (and the SKU's layout, which the first
-# order of a SKU learns on a batch thread).
+# very first call of a script on a loop goes whole (EVAL): an order before, of the
+# same kind, the replica up, teaches the instance the SHA (and the SKU's layout,
+# which the first order of a SKU learns with its peek).
 build=${SECKILL_BUILD:-build}
 [[ $build == /* ]] || build=$ROOT/$build
 d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
@@ -53,7 +54,7 @@ d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
     url=$STARTED_URL
     curl -s -X PUT "$url/skus/$sku" -d '{"stock":4,"segments":4,"per_user_limit":2}' >/dev/null
     for ((i = 1; i <= warm; i++)); do
-        read -r c _ <<<"$(it_order "$url" "$sku" "warm-$name-$i" 1)"
+        read -r c _ <<<"$(it_order "$url" "$sku" "warm-$name-$i" "$qty")"
         expect "$what, replica up: 201" "201" "$c"
     done
     replica_frozen
@@ -66,10 +67,10 @@ d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
     proc_stop "$name" "$dir" 5
     proc_stop "proxy-$name" "$dir" 5
 }
-d1_case loop redis batch cut1 2 1 "group commit on the loop" || check "D1 loop case ran" false
+d1_case loop redis batch cut1 1 1 "group commit on the loop" || check "D1 loop case ran" false
 d1_case atomic atomic atomic cut2 1 1 "atomic script on the loop" ||
     check "D1 atomic case ran" false
-d1_case multi redis commit cut3 0 2 "an order of two segments (batch thread)" ||
+d1_case multi redis commit cut3 1 2 "an order of two segments on the loop" ||
     check "D1 multi-segment case ran" false
 
 # --- P1: one loop, one data connection.

@@ -1,8 +1,8 @@
 /* Tests of the event-driven order path (engine.h) against a real redis-server.
  * The test thread runs a libevent loop with an engine on it, as a server's
- * loop thread does; a batcher of one thread serves what the loop hands over
- * (replays, batches whose SKU was reset, orders of a SKU whose layout is not
- * known) and answers those orders from its own thread. */
+ * loop thread does; a batcher of one thread would serve what the loop hands
+ * over (on one Redis nothing, in these modes: the tests count it) and answer
+ * those orders from its own thread. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -205,6 +205,14 @@ static void loop_idle(struct loop *l, int ms)
     loop_run(l, never, NULL, ms);
 }
 
+/* Tickets the loop handed to the batch threads so far. */
+static uint64_t handed(struct loop *l)
+{
+    struct inv_batch_stats bs;
+    inv_batcher_stats(l->batcher, &bs);
+    return bs.handed;
+}
+
 static struct lock_stats lock_figures(struct loop *l)
 {
     struct lock_stats s;
@@ -264,8 +272,8 @@ static void learn_layout(struct invfix *f, const char *sku)
 /* ---- group commits on the loop (modes none and redis) -------------------- */
 
 /* One hold on the loop serves a placed order, the same user again (limit), a
- * replay of an order placed before (which the batch thread answers with the
- * first order), a user at the limit, a key reused by another user, and an
+ * replay of an order placed before (which the loop answers with the first
+ * order, by itself), a user at the limit, a key reused by another user, and an
  * order its segment is too short for, which the loop sends on and places on
  * the other segment. The batcher's figures count the loop's holds. */
 static void test_hold_mixes_outcomes(void **state)
@@ -399,8 +407,8 @@ static void test_lost_lease_refuses_the_hold_whole(void **state)
 }
 
 /* A reset in the middle of a hold: the hold writes nothing into the new
- * epoch; its orders go to the batch thread, which places each in the new
- * epoch, and the new stock is whole. */
+ * epoch; its orders look at the SKU anew on the loop, which places each in
+ * the new epoch, and the new stock is whole. */
 static void test_reset_during_a_hold_writes_nothing(void **state)
 {
     (void)state;
@@ -409,6 +417,7 @@ static void test_reset_during_a_hold_writes_nothing(void **state)
     assert_int_equal(inv_sku_put(other.s, "reset", 7, 1, 1), INV_OK);
     loop_settle(l, 5000);
     expect_status(l, 1, 3, INV_PLACED);
+    assert_int_equal(handed(l), 0);
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.epoch_changed, 1);
@@ -562,27 +571,180 @@ static void test_taken_lock_waits_for_the_handoff(void **state)
 }
 
 /* An order that no single segment holds but the SKU does: the loop's hold
- * finds its segment short and hands it to the batch thread, which places it
- * on several segments at once. */
+ * finds its segment short, and the loop places it on several segments at
+ * once, in every lock-guarded mode with steps; the batch threads serve
+ * nothing. */
 static void test_order_of_several_segments(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "none", "local", "setnx", "redlock"};
+    for (int m = 0; m < 5; m++) {
+        struct invfix f;
+        open_mode(&f, modes[m], 0);
+        inv_sku_put(f.s, "wide", 6, 3, 5); /* 2 + 2 + 2 */
+        learn_layout(&f, "wide");
+        struct loop *l = loop_new(&f, invfix_redis.port, 8);
+        struct inv_ticket *t = loop_order_qty(l, "wide", "big", 4, NULL);
+        loop_settle(l, 5000);
+        if (t->st != INV_PLACED)
+            fail_msg("%s: status %d", modes[m], t->st);
+        if (t->order.nparts < 2)
+            fail_msg("%s: 4 units of segments of 2 placed from %d segment(s)", modes[m],
+                     t->order.nparts);
+        int units = 0;
+        for (int i = 0; i < t->order.nparts; i++)
+            units += t->order.parts[i].qty;
+        assert_int_equal(units, 4);
+        if (handed(l) != 0)
+            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
+                     (unsigned long long)handed(l));
+        loop_free(l);
+        invfix_assert_sold(&f, "wide", 4, 2);
+        invfix_close(&f);
+    }
+}
+
+#define WIDE 6
+
+/* Orders of several segments contend with each other and with the loop's
+ * group commits of the same segments (20 ms of work each): 12 units over 4
+ * segments, six orders of 4 units and six of 1. Nothing is oversold, every
+ * order answers placed or sold out, what is sold is what the answers placed,
+ * and all of it is served on the loop. */
+static void test_orders_of_several_segments_contend(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "local", "setnx", "redlock"};
+    for (int m = 0; m < 4; m++) {
+        struct invfix f;
+        open_mode(&f, modes[m], 20000);
+        inv_sku_put(f.s, "wides", 12, 4, 4); /* 3 + 3 + 3 + 3 */
+        learn_layout(&f, "wides");
+        struct loop *l = loop_new(&f, invfix_redis.port, 4);
+        for (int i = 0; i < 2 * WIDE; i++) {
+            char user[16];
+            snprintf(user, sizeof(user), "w%d", i);
+            loop_order_qty(l, "wides", user, i % 2 ? 1 : 4, NULL);
+        }
+        loop_settle(l, 10000);
+        long long units = 0;
+        for (int i = 0; i < l->n; i++) {
+            if (l->t[i].st == INV_PLACED)
+                units += l->t[i].qty;
+            else if (l->t[i].st != INV_SOLD_OUT)
+                fail_msg("%s: order %d status %d", modes[m], i, l->t[i].st);
+        }
+        if (units > 12 || units < 9) /* sold out while 4 remain: stranded */
+            fail_msg("%s: %lld units placed of 12", modes[m], units);
+        if (handed(l) != 0)
+            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
+                     (unsigned long long)handed(l));
+        loop_free(l);
+        invfix_assert_sold(&f, "wides", units, 12 - units);
+        invfix_close(&f);
+    }
+}
+
+/* While an order of two segments holds both locks and works (400 ms),
+ * another holder takes its first segment over: its commit is refused by
+ * that part's fence (not only the last one's), it answers busy, and
+ * nothing is sold. */
+static void test_order_of_several_segments_is_fenced(void **state)
+{
+    (void)state;
+    struct invfix f, other;
+    invfix_open_shared(&f, "redis", 400000);
+    invfix_open_shared(&other, "redis", 0);
+    inv_sku_put(other.s, "wfence", 6, 2, 5); /* 3 + 3 */
+    learn_layout(&f, "wfence");
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
+    uint64_t held = lock_figures(l).acquisitions + 2;
+    struct inv_ticket *t = loop_order_qty(l, "wfence", "big", 4, NULL);
+    if (!loop_run(l, granted, &held, 5000))
+        fail_msg("the order did not get both segment locks");
+    invfix_take_over(&other, "wfence", 0);
+    loop_settle(l, 5000);
+    assert_int_equal(t->st, INV_BUSY);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.fenced_off, 1);
+    assert_int_equal(handed(l), 0);
+    loop_free(l);
+    invfix_assert_sold(&f, "wfence", 0, 6);
+    invfix_close(&other);
+    invfix_close(&f);
+}
+
+/* A repeat of a keyed order answers the first order (its id), on the loop,
+ * in a lock-guarded mode and in the atomic one; a key reused by another user
+ * is refused; nothing more is sold. */
+static void test_replays_answered_on_the_loop(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        struct invfix f;
+        open_mode(&f, modes[m], 0);
+        inv_sku_put(f.s, "again", 10, 2, 1);
+        learn_layout(&f, "again");
+        struct loop *l = loop_new(&f, invfix_redis.port, 8);
+        struct inv_ticket *first = loop_order(l, "again", "ann", "k1");
+        loop_settle(l, 5000);
+        assert_int_equal(first->st, INV_PLACED);
+        struct inv_ticket *replay = loop_order(l, "again", "ann", "k1");
+        struct inv_ticket *reused = loop_order(l, "again", "bob", "k1");
+        loop_settle(l, 5000);
+        if (replay->st != INV_REPLAYED)
+            fail_msg("%s: the replay's status %d", modes[m], replay->st);
+        assert_true(replay->order.id == first->order.id);
+        assert_string_equal(replay->order.user_id, "ann");
+        assert_int_equal(reused->st, INV_IDEM_MISMATCH);
+        if (handed(l) != 0)
+            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
+                     (unsigned long long)handed(l));
+        loop_free(l);
+        invfix_assert_sold(&f, "again", 1, 9);
+        invfix_close(&f);
+    }
+}
+
+/* The first orders of a SKU this process has not learnt are placed on the
+ * loop (the first look teaches the layout), and so is a ticket that hopped
+ * between segments as often as a ticket may: it is placed by itself on a
+ * segment that holds its units. */
+static void test_unknown_layout_and_hops_on_the_loop(void **state)
 {
     (void)state;
     struct invfix f;
     invfix_open_shared(&f, "redis", 0);
-    inv_sku_put(f.s, "wide", 6, 3, 5); /* 2 + 2 + 2 */
-    learn_layout(&f, "wide");
+    inv_sku_put(f.s, "fresh", 10, 2, 1);
     struct loop *l = loop_new(&f, invfix_redis.port, 8);
-    struct inv_ticket *t = loop_order_qty(l, "wide", "big", 4, NULL);
+    int first = loop_orders(l, "fresh", "n", 3);
+    loop_settle(l, 5000);
+    expect_status(l, first, 3, INV_PLACED);
+    /* segment 0 emptied elsewhere; a ticket whose home it is has hopped 4 times */
+    inv_sku_put(f.s, "hops", 4, 2, 1); /* 2 + 2 */
+    learn_layout(&f, "hops");
+    char a[16], b[16], c[16];
+    invfix_user_with_home(0, 2, 0, a, sizeof(a));
+    invfix_user_with_home(0, 2, 1, b, sizeof(b));
+    invfix_user_with_home(0, 2, 2, c, sizeof(c));
+    struct inv_order o;
+    assert_int_equal(inv_order_place(f.s, "hops", a, 1, NULL, &o), INV_PLACED);
+    assert_int_equal(inv_order_place(f.s, "hops", b, 1, NULL, &o), INV_PLACED);
+    struct inv_ticket *t = &l->t[l->n++];
+    assert_int_equal(inv_ticket_open(f.inv, t, "hops", c, 1, NULL), INV_PENDING);
+    t->done = on_answer;
+    t->owner = l;
+    t->hops = 4;
+    inv_engine_submit(l->engine, t);
     loop_settle(l, 5000);
     assert_int_equal(t->st, INV_PLACED);
-    if (t->order.nparts < 2)
-        fail_msg("4 units of segments of 2 placed from %d segment(s)", t->order.nparts);
-    int units = 0;
-    for (int i = 0; i < t->order.nparts; i++)
-        units += t->order.parts[i].qty;
-    assert_int_equal(units, 4);
+    assert_int_equal(t->order.segment, 1);
+    assert_int_equal(handed(l), 0);
     loop_free(l);
-    invfix_assert_sold(&f, "wide", 4, 2);
+    invfix_assert_sold(&f, "fresh", 3, 7);
+    invfix_assert_sold(&f, "hops", 3, 1);
     invfix_close(&f);
 }
 
@@ -789,6 +951,10 @@ int main(void)
         cmocka_unit_test(test_polling_lock_waits_on_the_loop),
         cmocka_unit_test(test_redlock_with_a_frozen_node),
         cmocka_unit_test(test_order_of_several_segments),
+        cmocka_unit_test(test_orders_of_several_segments_contend),
+        cmocka_unit_test(test_order_of_several_segments_is_fenced),
+        cmocka_unit_test(test_replays_answered_on_the_loop),
+        cmocka_unit_test(test_unknown_layout_and_hops_on_the_loop),
         cmocka_unit_test(test_free_answers_orders_in_flight),
         cmocka_unit_test(test_atomic_keeps_each_answer),
         cmocka_unit_test(test_atomic_without_redis_answers_at_once),
