@@ -7,7 +7,7 @@ packages=(
     build-essential pkg-config
     libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
-    zookeeper libzookeeper-mt-dev faketime
+    zookeeper libzookeeper-st-dev faketime
 )
 # Optional extras callers may ask for: DEPS_EXTRA="haproxy clang" scripts/deps.sh
 if [[ -n "${DEPS_EXTRA:-}" ]]; then

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -34,10 +35,108 @@ static struct test_zk zk;
 static char hosts[64];
 static zhandle_t *admin; /* the test's own look at ZooKeeper */
 
+/* The admin handle is the single-threaded client's (libzookeeper_st, as the
+ * lock's): the test's thread drives it, waiting at most timeout_ms for its
+ * socket, then letting it process what came. A handle whose session expired
+ * (not driven for longer than its timeout) is replaced. */
+static void admin_drive(int timeout_ms)
+{
+    if (zoo_state(admin) == ZOO_EXPIRED_SESSION_STATE) {
+        zookeeper_close(admin);
+        admin = zookeeper_init(hosts, NULL, 30000, NULL, NULL, 0);
+        assert_non_null(admin);
+    }
+    int fd = -1, interest = 0;
+    struct timeval tv = {0, 0};
+    zookeeper_interest(admin, &fd, &interest, &tv);
+    int wait = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000);
+    if (wait > timeout_ms || wait < 0)
+        wait = timeout_ms;
+    struct pollfd p = {.fd = fd, .events = 0};
+    p.events |= (interest & ZOOKEEPER_READ) ? POLLIN : 0;
+    p.events |= (interest & ZOOKEEPER_WRITE) ? POLLOUT : 0;
+    int events = 0;
+    if (poll(&p, fd >= 0 ? 1 : 0, wait) > 0) {
+        events |= (p.revents & (POLLIN | POLLHUP | POLLERR)) ? ZOOKEEPER_READ : 0;
+        events |= (p.revents & POLLOUT) ? ZOOKEEPER_WRITE : 0;
+    }
+    zookeeper_process(admin, events);
+}
+
 static int admin_connected(void *arg)
 {
     (void)arg;
+    admin_drive(10);
     return zoo_state(admin) == ZOO_CONNECTED_STATE;
+}
+
+/* One answer of the admin handle, waited for by admin_wait. */
+struct admin_answer {
+    int done, rc;
+    struct Stat stat;
+    struct String_vector kids; /* deallocate_String_vector */
+};
+
+static void admin_stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct admin_answer *a = (struct admin_answer *)data;
+    if (rc == ZOK && stat)
+        a->stat = *stat;
+    a->rc = rc;
+    a->done = 1;
+}
+
+static void admin_kids_done(int rc, const struct String_vector *v, const void *data)
+{
+    struct admin_answer *a = (struct admin_answer *)data;
+    if (rc == ZOK && v && v->count > 0) {
+        a->kids.data = calloc((size_t)v->count, sizeof(char *));
+        for (int i = 0; i < v->count; i++)
+            a->kids.data[i] = strdup(v->data[i]);
+        a->kids.count = v->count;
+    }
+    a->rc = rc;
+    a->done = 1;
+}
+
+static void admin_void_done(int rc, const void *data)
+{
+    struct admin_answer *a = (struct admin_answer *)data;
+    a->rc = rc;
+    a->done = 1;
+}
+
+/* Drives the admin handle until a's answer came (sent with rc), at most 10 s. */
+static int admin_wait(int rc, struct admin_answer *a)
+{
+    if (rc != ZOK)
+        return rc;
+    int64_t end = clock_now_us() + 10000000;
+    while (!a->done && clock_now_us() < end)
+        admin_drive(100);
+    return a->done ? a->rc : ZOPERATIONTIMEOUT;
+}
+
+static int admin_children(const char *path, struct String_vector *v)
+{
+    struct admin_answer a = {0};
+    int rc = admin_wait(zoo_aget_children(admin, path, 0, admin_kids_done, &a), &a);
+    *v = a.kids;
+    return rc;
+}
+
+static int admin_exists(const char *path, struct Stat *stat)
+{
+    struct admin_answer a = {0};
+    int rc = admin_wait(zoo_aexists(admin, path, 0, admin_stat_done, &a), &a);
+    *stat = a.stat;
+    return rc;
+}
+
+static int admin_delete(const char *path)
+{
+    struct admin_answer a = {0};
+    return admin_wait(zoo_adelete(admin, path, -1, admin_void_done, &a), &a);
 }
 
 static int group_setup(void **state)
@@ -100,7 +199,7 @@ static int children(const char *key, char names[][256], int max)
     char parent[512];
     parent_of_key(key, parent, sizeof(parent));
     struct String_vector v = {0};
-    int rc = zoo_get_children(admin, parent, 0, &v);
+    int rc = admin_children(parent, &v);
     if (rc == ZNONODE)
         return -1;
     assert_int_equal(rc, ZOK);
@@ -157,9 +256,9 @@ static void only_child(const char *key, char *out, size_t len)
 static struct Stat node_stat(const char *path)
 {
     struct Stat st;
-    int rc = zoo_exists(admin, path, 0, &st);
+    int rc = admin_exists(path, &st);
     if (rc != ZOK)
-        fail_msg("%s: zoo_exists %d", path, rc);
+        fail_msg("%s: exists %d", path, rc);
     return st;
 }
 
@@ -728,7 +827,7 @@ static void test_fence_is_czxid(void **state)
     /* Delete the lock node (la remembers it as existing). */
     char parent[512];
     parent_of_key("t:fence", parent, sizeof(parent));
-    assert_int_equal(zoo_delete(admin, parent, -1), ZOK);
+    assert_int_equal(admin_delete(parent), ZOK);
     struct lock_grant g;
     assert_int_equal(lock_acquire(sa, "t:fence", 1000, &g), LOCK_ACQUIRED);
     char node[512];
@@ -903,7 +1002,7 @@ struct gone_arg {
 static int node_gone(void *arg)
 {
     struct Stat st;
-    return zoo_exists(admin, ((struct gone_arg *)arg)->path, 0, &st) == ZNONODE;
+    return admin_exists(((struct gone_arg *)arg)->path, &st) == ZNONODE;
 }
 
 /* A holder cut off from ZooKeeper (its proxy frozen) past its session: while
