@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -442,6 +443,36 @@ static uint64_t exclusion_run(lock_zk_watch watch, uint64_t *contended_out)
     lock_free(locks[1]);
     *contended_out = contended;
     return wakeups;
+}
+
+/* The threads of this process now (/proc/self/task). */
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* One thread drives a zk lock's session (the single-threaded client on the
+ * zk loop; libzookeeper_mt brought two threads of its own), and it is gone
+ * once the lock is freed. */
+static void test_one_thread_drives_the_session(void **state)
+{
+    (void)state;
+    int before = threads_now();
+    struct lock *l = direct_lock();
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(s, "t:threads", 5000, &g), LOCK_ACQUIRED);
+    assert_int_equal(threads_now(), before + 1);
+    assert_int_equal(lock_release(s, "t:threads", &g), LOCK_RELEASED);
+    lock_session_free(s);
+    lock_free(l);
+    assert_int_equal(threads_now(), before);
 }
 
 /* Watching the predecessor, only a release wakes a waiter (nobody gives up
@@ -1115,6 +1146,7 @@ static void test_zookeeper_down_and_back(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_thread_drives_the_session),
         cmocka_unit_test(test_exclusion),
         cmocka_unit_test(test_exclusion_watching_all),
         cmocka_unit_test(test_release_wakes_waiter_without_polling),
