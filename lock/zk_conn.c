@@ -2,9 +2,9 @@
  *
  * One ZooKeeper session (one zhandle) per struct lock, that is per process,
  * driven by one thread (st->loop, zk_loop.h) on the single-threaded client:
- * every thread's requests go out on one connection, one heartbeat keeps every hold of the process alive, and when
- * the process dies or is cut off past the session timeout, all its nodes go
- * at once.
+ * every thread's requests go out on one connection, one heartbeat keeps every hold of the
+ * process alive, and when the process dies or is cut off past the session timeout, all
+ * its nodes go at once.
  *
  * Bounded waits: every request is asynchronous and waited for on a condition
  * variable with a deadline, so ZooKeeper being down or hung costs at most the
@@ -600,8 +600,8 @@ int zk_create(struct zk_conn *c, const char *parent, const char *guid,
               int64_t deadline_us, char **node, int64_t *czxid)
 {
     struct zk_call *call = call_new(c, OP_CREATE, 1);
-    snprintf(call->path, sizeof(call->path),
-             "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX, parent, guid);
+    snprintf(call->path, sizeof(call->path), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX,
+             parent, guid);
     snprintf(call->guid, sizeof(call->guid), "%s", guid);
     snprintf(call->parent, sizeof(call->parent), "%s", parent);
     call_send(call);
