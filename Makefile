@@ -37,10 +37,13 @@ PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
-# The ZooKeeper C client (Debian libzookeeper-mt-dev, <zookeeper/zookeeper.h>)
-# has no .pc file; its multi-threaded flavour wants THREADED defined.
-ZK_CFLAGS = -DTHREADED
-ZK_LIBS = -lzookeeper_mt
+# The ZooKeeper C client (Debian libzookeeper-st-dev, <zookeeper/zookeeper.h>)
+# has no .pc file; its single-threaded flavour (no THREADED) is driven by our
+# own event loop (lock/zk_loop.c). Linked by its soname: the runtime package
+# (libzookeeper-st2) stays when libzookeeper-mt-dev, which conflicts with
+# libzookeeper-st-dev and ships the same header, replaces it.
+ZK_CFLAGS =
+ZK_LIBS = -l:libzookeeper_st.so.2
 
 ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) $(ZK_CFLAGS) -Iutil -Iredis -Ilock -Iinventory -Iservice
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread

@@ -60,11 +60,12 @@
  * Bounded waits: every request is waited for with a deadline (zk_conn.c), so
  * ZooKeeper being down or hung costs at most the wait deadline (requests get
  * at least ZK_TRY_FLOOR_MS, so that a try-lock with no wait still gets its
- * round trips). No ZooKeeper call is made holding st->mu (the client's
- * threads take it in the callbacks). */
+ * round trips). No ZooKeeper call is made holding st->mu (the callbacks, on
+ * the zk loop's thread, take it). */
 #include "clock.h"
 #include "lock_impl.h"
 #include "zk_conn.h"
+#include "zk_loop.h"
 #include "xalloc.h"
 
 #include <stdio.h>
@@ -428,6 +429,12 @@ static void grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
 
 /* ---- the backend ------------------------------------------------------- */
 
+/* The client's own log: errors only (a global of the library, set once). */
+static void zk_log_quiet(void)
+{
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+}
+
 static void *zk_create_state(const struct lock_config *cfg,
                              struct lock_counters *counters, char *err, size_t errlen)
 {
@@ -443,12 +450,18 @@ static void *zk_create_state(const struct lock_config *cfg,
     st->watch = cfg->zk_watch;
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->reconnect_mu, NULL);
-    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+    pthread_once(&log_once, zk_log_quiet);
+    st->loop = zk_loop_new();
     /* Connecting goes on in the background: ZooKeeper may come up later. */
-    st->conn = zk_conn_open(st);
+    st->conn = st->loop ? zk_conn_open(st) : NULL;
     if (!st->conn) {
-        snprintf(err, errlen, "the ZooKeeper client refuses the ensemble '%s'",
-                 st->hosts);
+        if (st->loop)
+            snprintf(err, errlen, "the ZooKeeper client refuses the ensemble '%s'",
+                     st->hosts);
+        else
+            snprintf(err, errlen, "zk: no thread for the ZooKeeper client");
+        zk_loop_free(st->loop);
         pthread_mutex_destroy(&st->mu);
         pthread_mutex_destroy(&st->reconnect_mu);
         free(st->hosts);
@@ -462,6 +475,7 @@ static void zk_destroy(void *state)
 {
     struct zk_state *st = state;
     zk_conn_put(st->conn);
+    zk_loop_free(st->loop); /* after the close of every session */
     zk_parents_free(st);
     pthread_mutex_destroy(&st->mu);
     pthread_mutex_destroy(&st->reconnect_mu);

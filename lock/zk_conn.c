@@ -1,10 +1,10 @@
 /* zk_conn: the ZooKeeper client under the zk lock (see zk_conn.h).
  *
- * One ZooKeeper session (one zhandle) per struct lock, that is per process:
- * the multi-threaded client multiplexes every thread's requests on one
- * connection, one heartbeat keeps every hold of the process alive, and when
- * the process dies or is cut off past the session timeout, all its nodes go
- * at once.
+ * One ZooKeeper session (one zhandle) per struct lock, that is per process,
+ * driven by one thread (st->loop, zk_loop.h) on the single-threaded client:
+ * every thread's requests go out on one connection, one heartbeat keeps every hold of the
+ * process alive, and when the process dies or is cut off past the session timeout, all
+ * its nodes go at once.
  *
  * Bounded waits: every request is asynchronous and waited for on a condition
  * variable with a deadline, so ZooKeeper being down or hung costs at most the
@@ -18,8 +18,10 @@
 #include "clock.h"
 #include "lock_impl.h"
 #include "xalloc.h"
+#include "zk_loop.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,52 @@ static void zk_log(const char *message)
     if (now - last < 1000000 || !atomic_compare_exchange_strong(&last_us, &last, now))
         return;
     fprintf(stderr, "zk: %s\n", message);
+}
+
+/* ---- driving a session on st->loop ----------------------------------------
+ *
+ * The single-threaded client does its I/O, completions and watchers in
+ * zookeeper_process, called on st->loop's thread when the socket that
+ * zookeeper_interest named is ready or its timeout passed; after every call
+ * the interest is asked again (it changes with the requests queued, the
+ * heartbeat due and the reconnects). A request from another thread is a job
+ * on that loop (call_send): the caller holds a reference to the conn, so the
+ * job runs before the conn's close (jobs run in order, and the close is
+ * posted by the last reference). */
+
+static void conn_io(evutil_socket_t fd, short what, void *arg);
+
+/* Arms c->io for what the client wants next: its socket (if any) for the
+ * events it asks, and its timeout. Nothing once the session is gone. */
+static void conn_arm(struct zk_conn *c)
+{
+    if (!c->io)
+        return;
+    int fd = -1, interest = 0;
+    struct timeval tv = {0, 0};
+    int rc = zookeeper_interest(c->zh, &fd, &interest, &tv);
+    event_del(c->io);
+    if (rc == ZINVALIDSTATE)
+        return; /* expired (or auth failed): nothing more to drive */
+    short what = 0;
+    if (fd >= 0) {
+        what |= (interest & ZOOKEEPER_READ) ? EV_READ : 0;
+        what |= (interest & ZOOKEEPER_WRITE) ? EV_WRITE : 0;
+    }
+    if (rc != ZOK && tv.tv_sec == 0 && tv.tv_usec < 10000)
+        tv.tv_usec = 10000; /* a failed connect: try again, but do not spin */
+    event_assign(c->io, zk_loop_base(c->st->loop), what ? fd : -1, what, conn_io, c);
+    event_add(c->io, &tv);
+}
+
+static void conn_io(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    struct zk_conn *c = arg;
+    int events = ((what & EV_READ) ? ZOOKEEPER_READ : 0) |
+                 ((what & EV_WRITE) ? ZOOKEEPER_WRITE : 0);
+    zookeeper_process(c->zh, events);
+    conn_arm(c);
 }
 
 /* ---- sessions ---------------------------------------------------------- */
@@ -91,6 +139,22 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
         zk_orphans_sweep(c);
 }
 
+/* On st->loop: the handle (connecting begins with the first interest). */
+static void conn_open_here(void *arg)
+{
+    struct zk_conn *c = arg;
+    struct zk_state *st = c->st;
+    zhandle_t *zh =
+        zookeeper_init2(st->hosts, conn_watcher, st->session_ms, NULL, c, 0, zk_log);
+    if (!zh)
+        return;
+    pthread_mutex_lock(&st->mu);
+    c->zh = zh;
+    pthread_mutex_unlock(&st->mu);
+    c->io = event_new(zk_loop_base(st->loop), -1, 0, conn_io, c);
+    conn_arm(c);
+}
+
 /* A new session (connecting in the background), with one reference for the
  * caller; NULL when the client refuses the hosts. */
 struct zk_conn *zk_conn_open(struct zk_state *st)
@@ -100,22 +164,34 @@ struct zk_conn *zk_conn_open(struct zk_state *st)
     c->refs = 1;
     c->session_us = (int64_t)st->session_ms * 1000;
     clock_cond_init(&c->changed);
-    zhandle_t *zh =
-        zookeeper_init2(st->hosts, conn_watcher, st->session_ms, NULL, c, 0, zk_log);
-    if (!zh) {
+    zk_loop_call(st->loop, conn_open_here, c);
+    if (!c->zh) {
         pthread_cond_destroy(&c->changed);
         free(c);
         return NULL;
     }
-    pthread_mutex_lock(&st->mu);
-    c->zh = zh;
-    pthread_mutex_unlock(&st->mu);
     return c;
 }
 
-/* Drops a reference; the last one closes the session (its nodes go) and
- * frees c. Never called holding st->mu: closing runs the pending completions,
- * which take it. */
+/* On st->loop, after every job of c's: closes the session (the pending
+ * completions run with ZCLOSING, and take st->mu) and frees c. */
+static void conn_close_here(void *arg)
+{
+    struct zk_conn *c = arg;
+    if (c->io)
+        event_free(c->io);
+    zookeeper_close(c->zh);
+    while (c->orphans) {
+        struct zk_orphan *o = c->orphans;
+        c->orphans = o->next;
+        free(o);
+    }
+    pthread_cond_destroy(&c->changed);
+    free(c);
+}
+
+/* Drops a reference; the last one has the session closed (its nodes go) and
+ * c freed on st->loop, after the jobs posted before. */
 void zk_conn_put(struct zk_conn *c)
 {
     if (!c)
@@ -126,16 +202,8 @@ void zk_conn_put(struct zk_conn *c)
     if (last)
         c->closing = 1;
     pthread_mutex_unlock(&st->mu);
-    if (!last)
-        return;
-    zookeeper_close(c->zh);
-    while (c->orphans) {
-        struct zk_orphan *o = c->orphans;
-        c->orphans = o->next;
-        free(o);
-    }
-    pthread_cond_destroy(&c->changed);
-    free(c);
+    if (last)
+        zk_loop_post(st->loop, conn_close_here, c);
 }
 
 /* The current session with a reference for the caller, after replacing it
@@ -322,6 +390,8 @@ struct zk_call {
     /* OP_CREATE, OP_DELETE: the node's guid and parent, to find it later */
     char guid[33];
     char parent[ZK_PATH_MAX];
+    char path[ZK_PATH_MAX]; /* the node the request is about */
+    int watch;              /* OP_CHILDREN: set a child watch too */
 };
 
 static struct zk_call *call_new(struct zk_conn *c, enum zk_op op, int waited)
@@ -376,17 +446,6 @@ static void call_done(struct zk_call *call, int rc)
     else if (call->op == OP_CREATE && rc_uncertain(rc))
         zk_orphan_add(c, call->parent, call->guid);
     call_free(call);
-}
-
-/* After zoo_a*() answered rc: on an error the completion never runs. */
-static int call_sent(struct zk_call *call, int rc)
-{
-    if (rc != ZOK) {
-        call->refs--; /* the completion's; nobody else has the call yet */
-        call->rc = rc;
-        call->done = 1;
-    }
-    return rc;
 }
 
 /* Waits for the call until deadline_us and drops the caller's reference.
@@ -480,19 +539,72 @@ static void void_done(int rc, const void *data)
     call_done((struct zk_call *)data, rc);
 }
 
+/* The request of call, on st->loop's thread. */
+static int call_issue(struct zk_call *call)
+{
+    zhandle_t *zh = call->conn->zh;
+    const char *path = call->path;
+    switch (call->op) {
+    case OP_CREATE:
+        return zoo_acreate2(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                            ZOO_EPHEMERAL_SEQUENTIAL, create_done, call);
+    case OP_PARENT:
+        return zoo_acreate(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, string_done,
+                           call);
+    case OP_CHILDREN:
+        return call->watch ? zoo_awget_children(zh, path, pred_watcher, call->conn,
+                                                children_done, call)
+                           : zoo_aget_children(zh, path, 0, children_done, call);
+    case OP_EXISTS:
+        return zoo_aexists(zh, path, 0, stat_done, call);
+    case OP_WATCH:
+        return zoo_awget(zh, path, pred_watcher, call->conn, data_done, call);
+    case OP_DELETE:
+        return zoo_adelete(zh, path, -1, void_done, call);
+    case OP_SWEEP:
+        break;
+    }
+    return ZBADARGUMENTS;
+}
+
+/* Sends call's request; a refusal ends it at once, as its completion would. */
+static void call_send_here(struct zk_call *call)
+{
+    int rc = call_issue(call);
+    if (rc != ZOK)
+        call_done(call, rc);
+}
+
+static void call_send_job(void *arg)
+{
+    struct zk_call *call = arg;
+    struct zk_conn *c = call->conn; /* call may be gone after the send */
+    call_send_here(call);
+    conn_arm(c);
+}
+
+/* Sends call on c's loop: at once from its thread (a completion, a watcher:
+ * the loop asks the interest again after them), else as a job. */
+static void call_send(struct zk_call *call)
+{
+    struct zk_loop *loop = call->conn->st->loop;
+    if (zk_loop_here(loop))
+        call_send_here(call);
+    else
+        zk_loop_post(loop, call_send_job, call);
+}
+
 /* Creates our contender node "<parent>/_c_<guid>-lock-<seq>". ZOK with *node
  * (caller frees) and *czxid; otherwise the error. */
 int zk_create(struct zk_conn *c, const char *parent, const char *guid,
               int64_t deadline_us, char **node, int64_t *czxid)
 {
-    char prefix[ZK_PATH_MAX];
-    snprintf(prefix, sizeof(prefix), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX, parent,
-             guid);
     struct zk_call *call = call_new(c, OP_CREATE, 1);
+    snprintf(call->path, sizeof(call->path), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX,
+             parent, guid);
     snprintf(call->guid, sizeof(call->guid), "%s", guid);
     snprintf(call->parent, sizeof(call->parent), "%s", parent);
-    call_sent(call, zoo_acreate2(c->zh, prefix, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
-                                 ZOO_EPHEMERAL_SEQUENTIAL, create_done, call));
+    call_send(call);
     return call_finish(call, deadline_us, node, czxid, NULL, NULL);
 }
 
@@ -500,8 +612,8 @@ int zk_create(struct zk_conn *c, const char *parent, const char *guid,
 static int zk_create_parent(struct zk_conn *c, const char *path, int64_t deadline_us)
 {
     struct zk_call *call = call_new(c, OP_PARENT, 1);
-    call_sent(call, zoo_acreate(c->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0,
-                                string_done, call));
+    snprintf(call->path, sizeof(call->path), "%s", path);
+    call_send(call);
     int rc = call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
     return rc == ZNODEEXISTS ? ZOK : rc;
 }
@@ -514,16 +626,17 @@ int zk_children(struct zk_conn *c, const char *parent, int watch, int64_t deadli
     *kids = NULL;
     *nkids = 0;
     struct zk_call *call = call_new(c, OP_CHILDREN, 1);
-    call_sent(call, watch ? zoo_awget_children(c->zh, parent, pred_watcher, c,
-                                               children_done, call)
-                          : zoo_aget_children(c->zh, parent, 0, children_done, call));
+    snprintf(call->path, sizeof(call->path), "%s", parent);
+    call->watch = watch;
+    call_send(call);
     return call_finish(call, deadline_us, NULL, NULL, kids, nkids);
 }
 
 int zk_czxid(struct zk_conn *c, const char *node, int64_t deadline_us, int64_t *czxid)
 {
     struct zk_call *call = call_new(c, OP_EXISTS, 1);
-    call_sent(call, zoo_aexists(c->zh, node, 0, stat_done, call));
+    snprintf(call->path, sizeof(call->path), "%s", node);
+    call_send(call);
     return call_finish(call, deadline_us, NULL, czxid, NULL, NULL);
 }
 
@@ -532,7 +645,8 @@ int zk_czxid(struct zk_conn *c, const char *node, int64_t deadline_us, int64_t *
 int zk_watch(struct zk_conn *c, const char *node, int64_t deadline_us)
 {
     struct zk_call *call = call_new(c, OP_WATCH, 1);
-    call_sent(call, zoo_awget(c->zh, node, pred_watcher, c, data_done, call));
+    snprintf(call->path, sizeof(call->path), "%s", node);
+    call_send(call);
     return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
 }
 
@@ -561,7 +675,8 @@ int zk_delete(struct zk_conn *c, const char *node, int64_t deadline_us)
     struct zk_call *call = call_new(c, OP_DELETE, 1);
     node_guid(node, call->guid);
     zk_parent_of(node, call->parent, sizeof(call->parent));
-    call_sent(call, zoo_adelete(c->zh, node, -1, void_done, call));
+    snprintf(call->path, sizeof(call->path), "%s", node);
+    call_send(call);
     return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
 }
 
@@ -573,11 +688,8 @@ void zk_delete_unwaited(struct zk_conn *c, const char *node, const char *guid,
     struct zk_call *call = call_new(c, OP_DELETE, 0);
     snprintf(call->guid, sizeof(call->guid), "%s", guid);
     snprintf(call->parent, sizeof(call->parent), "%s", parent);
-    if (call_sent(call, zoo_adelete(c->zh, node, -1, void_done, call)) != ZOK) {
-        if (rc_uncertain(call->rc))
-            zk_orphan_add(c, parent, guid);
-        call_free(call);
-    }
+    snprintf(call->path, sizeof(call->path), "%s", node);
+    call_send(call); /* a refusal: call_done leaves an uncertain one to the sweep */
 }
 
 /* ---- orphans ----------------------------------------------------------- */
@@ -636,8 +748,8 @@ static void sweep_listed(int rc, const struct String_vector *strings, const void
     call_free(call);
 }
 
-/* Looks for every orphan of c by its guid and deletes it, in the background. */
-void zk_orphans_sweep(struct zk_conn *c)
+/* The sweep, on c's loop. */
+static void sweep_here(struct zk_conn *c)
 {
     pthread_mutex_lock(&c->st->mu);
     struct zk_orphan *list = NULL;
@@ -657,6 +769,33 @@ void zk_orphans_sweep(struct zk_conn *c)
             call_free(call);
         }
     }
+}
+
+/* A sweep asked from another thread: holds a reference to c. */
+static void sweep_job(void *arg)
+{
+    struct zk_conn *c = arg;
+    sweep_here(c);
+    conn_arm(c);
+    zk_conn_put(c);
+}
+
+/* Looks for every orphan of c by its guid and deletes it, in the background:
+ * at once on c's loop, else as a job (not once c is closing). */
+void zk_orphans_sweep(struct zk_conn *c)
+{
+    struct zk_state *st = c->st;
+    if (zk_loop_here(st->loop)) {
+        sweep_here(c);
+        return;
+    }
+    pthread_mutex_lock(&st->mu);
+    int go = !c->closing && !c->expired && c->orphans;
+    if (go)
+        c->refs++;
+    pthread_mutex_unlock(&st->mu);
+    if (go)
+        zk_loop_post(st->loop, sweep_job, c);
 }
 
 void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid)

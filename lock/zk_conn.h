@@ -6,9 +6,11 @@
  * decided in lock_zk.c: here a node is a path, a guid and a parent.
  *
  * Threads: any thread with a lock_session calls it (the acquirers block on
- * condition variables here, never longer than their deadline); the client's
- * own threads (libzookeeper_mt) run the watchers and completions, which take
- * st->mu and never block. No ZooKeeper call is made holding st->mu.
+ * condition variables here, never longer than their deadline). The client is
+ * the single-threaded one (libzookeeper_st): st->loop's thread (zk_loop.h)
+ * makes every ZooKeeper call and runs the watchers and completions, which
+ * take st->mu and never block; other threads hand it their requests. No
+ * ZooKeeper call is made holding st->mu.
  *
  * Calls that answer an int answer a ZooKeeper code (ZOK, ZNONODE, ...), or
  * ZOPERATIONTIMEOUT when the deadline came before the answer. */
@@ -22,7 +24,9 @@
 
 #include "lock.h"
 
+struct event;
 struct lock_counters;
+struct zk_loop;
 
 #define ZK_ROOT "/seckill"
 #define ZK_LOCKS ZK_ROOT "/locks"
@@ -57,11 +61,13 @@ struct zk_conn_hold {
 };
 
 /* One ZooKeeper session. Replaced by a new one when it expires; freed (and its
- * handle closed) when the last reference goes. All fields but zh are under
- * st->mu; zh is set once, right after zookeeper_init. */
+ * handle closed, on st->loop) when the last reference goes. All fields but zh
+ * and io are under st->mu; zh is set once, by zookeeper_init on st->loop, and
+ * it and io are used on st->loop's thread only. */
 struct zk_conn {
     struct zk_state *st;
     zhandle_t *zh;
+    struct event *io;        /* the handle's socket and timeout, on st->loop */
     int refs;                /* st's while current, each acquire using it, each hold */
     int connected;           /* the last session event said so */
     int expired;             /* the session is gone: its nodes with it */
@@ -82,6 +88,7 @@ struct zk_state {
     int timeout_ms;
     struct lock_counters *counters;
     lock_zk_watch watch;                          /* what a waiter watches */
+    struct zk_loop *loop;                         /* drives every session (zk_loop.h) */
     pthread_mutex_t mu;                           /* everything here and in every conn */
     pthread_mutex_t reconnect_mu;                 /* one new session at a time */
     struct zk_conn *conn;                         /* the current session */

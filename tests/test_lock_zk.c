@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -34,10 +36,108 @@ static struct test_zk zk;
 static char hosts[64];
 static zhandle_t *admin; /* the test's own look at ZooKeeper */
 
+/* The admin handle is the single-threaded client's (libzookeeper_st, as the
+ * lock's): the test's thread drives it, waiting at most timeout_ms for its
+ * socket, then letting it process what came. A handle whose session expired
+ * (not driven for longer than its timeout) is replaced. */
+static void admin_drive(int timeout_ms)
+{
+    if (zoo_state(admin) == ZOO_EXPIRED_SESSION_STATE) {
+        zookeeper_close(admin);
+        admin = zookeeper_init(hosts, NULL, 30000, NULL, NULL, 0);
+        assert_non_null(admin);
+    }
+    int fd = -1, interest = 0;
+    struct timeval tv = {0, 0};
+    zookeeper_interest(admin, &fd, &interest, &tv);
+    int wait = (int)(tv.tv_sec * 1000 + tv.tv_usec / 1000);
+    if (wait > timeout_ms || wait < 0)
+        wait = timeout_ms;
+    struct pollfd p = {.fd = fd, .events = 0};
+    p.events |= (interest & ZOOKEEPER_READ) ? POLLIN : 0;
+    p.events |= (interest & ZOOKEEPER_WRITE) ? POLLOUT : 0;
+    int events = 0;
+    if (poll(&p, fd >= 0 ? 1 : 0, wait) > 0) {
+        events |= (p.revents & (POLLIN | POLLHUP | POLLERR)) ? ZOOKEEPER_READ : 0;
+        events |= (p.revents & POLLOUT) ? ZOOKEEPER_WRITE : 0;
+    }
+    zookeeper_process(admin, events);
+}
+
 static int admin_connected(void *arg)
 {
     (void)arg;
+    admin_drive(10);
     return zoo_state(admin) == ZOO_CONNECTED_STATE;
+}
+
+/* One answer of the admin handle, waited for by admin_wait. */
+struct admin_answer {
+    int done, rc;
+    struct Stat stat;
+    struct String_vector kids; /* deallocate_String_vector */
+};
+
+static void admin_stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct admin_answer *a = (struct admin_answer *)data;
+    if (rc == ZOK && stat)
+        a->stat = *stat;
+    a->rc = rc;
+    a->done = 1;
+}
+
+static void admin_kids_done(int rc, const struct String_vector *v, const void *data)
+{
+    struct admin_answer *a = (struct admin_answer *)data;
+    if (rc == ZOK && v && v->count > 0) {
+        a->kids.data = calloc((size_t)v->count, sizeof(char *));
+        for (int i = 0; i < v->count; i++)
+            a->kids.data[i] = strdup(v->data[i]);
+        a->kids.count = v->count;
+    }
+    a->rc = rc;
+    a->done = 1;
+}
+
+static void admin_void_done(int rc, const void *data)
+{
+    struct admin_answer *a = (struct admin_answer *)data;
+    a->rc = rc;
+    a->done = 1;
+}
+
+/* Drives the admin handle until a's answer came (sent with rc), at most 10 s. */
+static int admin_wait(int rc, struct admin_answer *a)
+{
+    if (rc != ZOK)
+        return rc;
+    int64_t end = clock_now_us() + 10000000;
+    while (!a->done && clock_now_us() < end)
+        admin_drive(100);
+    return a->done ? a->rc : ZOPERATIONTIMEOUT;
+}
+
+static int admin_children(const char *path, struct String_vector *v)
+{
+    struct admin_answer a = {0};
+    int rc = admin_wait(zoo_aget_children(admin, path, 0, admin_kids_done, &a), &a);
+    *v = a.kids;
+    return rc;
+}
+
+static int admin_exists(const char *path, struct Stat *stat)
+{
+    struct admin_answer a = {0};
+    int rc = admin_wait(zoo_aexists(admin, path, 0, admin_stat_done, &a), &a);
+    *stat = a.stat;
+    return rc;
+}
+
+static int admin_delete(const char *path)
+{
+    struct admin_answer a = {0};
+    return admin_wait(zoo_adelete(admin, path, -1, admin_void_done, &a), &a);
 }
 
 static int group_setup(void **state)
@@ -100,7 +200,7 @@ static int children(const char *key, char names[][256], int max)
     char parent[512];
     parent_of_key(key, parent, sizeof(parent));
     struct String_vector v = {0};
-    int rc = zoo_get_children(admin, parent, 0, &v);
+    int rc = admin_children(parent, &v);
     if (rc == ZNONODE)
         return -1;
     assert_int_equal(rc, ZOK);
@@ -157,9 +257,9 @@ static void only_child(const char *key, char *out, size_t len)
 static struct Stat node_stat(const char *path)
 {
     struct Stat st;
-    int rc = zoo_exists(admin, path, 0, &st);
+    int rc = admin_exists(path, &st);
     if (rc != ZOK)
-        fail_msg("%s: zoo_exists %d", path, rc);
+        fail_msg("%s: exists %d", path, rc);
     return st;
 }
 
@@ -343,6 +443,46 @@ static uint64_t exclusion_run(lock_zk_watch watch, uint64_t *contended_out)
     lock_free(locks[1]);
     *contended_out = contended;
     return wakeups;
+}
+
+/* The threads of this process now (/proc/self/task). */
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* One thread drives a zk lock's session (the single-threaded client on the
+ * zk loop; libzookeeper_mt brought two threads of its own), and it is gone
+ * once the lock is freed. */
+static void *no_op(void *arg)
+{
+    return arg;
+}
+
+static void test_one_thread_drives_the_session(void **state)
+{
+    (void)state;
+    /* ThreadSanitizer starts a thread of its own at the first pthread_create:
+     * one thread made and joined first, so that it is in the count before. */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, no_op, NULL), 0);
+    pthread_join(t, NULL);
+    int before = threads_now();
+    struct lock *l = direct_lock();
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    assert_int_equal(lock_acquire(s, "t:threads", 5000, &g), LOCK_ACQUIRED);
+    assert_int_equal(threads_now(), before + 1);
+    assert_int_equal(lock_release(s, "t:threads", &g), LOCK_RELEASED);
+    lock_session_free(s);
+    lock_free(l);
+    assert_int_equal(threads_now(), before);
 }
 
 /* Watching the predecessor, only a release wakes a waiter (nobody gives up
@@ -728,7 +868,7 @@ static void test_fence_is_czxid(void **state)
     /* Delete the lock node (la remembers it as existing). */
     char parent[512];
     parent_of_key("t:fence", parent, sizeof(parent));
-    assert_int_equal(zoo_delete(admin, parent, -1), ZOK);
+    assert_int_equal(admin_delete(parent), ZOK);
     struct lock_grant g;
     assert_int_equal(lock_acquire(sa, "t:fence", 1000, &g), LOCK_ACQUIRED);
     char node[512];
@@ -903,7 +1043,7 @@ struct gone_arg {
 static int node_gone(void *arg)
 {
     struct Stat st;
-    return zoo_exists(admin, ((struct gone_arg *)arg)->path, 0, &st) == ZNONODE;
+    return admin_exists(((struct gone_arg *)arg)->path, &st) == ZNONODE;
 }
 
 /* A holder cut off from ZooKeeper (its proxy frozen) past its session: while
@@ -1016,6 +1156,7 @@ static void test_zookeeper_down_and_back(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_thread_drives_the_session),
         cmocka_unit_test(test_exclusion),
         cmocka_unit_test(test_exclusion_watching_all),
         cmocka_unit_test(test_release_wakes_waiter_without_polling),
