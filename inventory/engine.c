@@ -1,3 +1,8 @@
+/* engine.c: the event loop's runner. Tickets come in (inv_engine_submit,
+ * the inbox from other loops), the atomic mode sends its script, the other
+ * modes queue at their segment and a hold (hold.h) serves each queue's group
+ * commit; orders by themselves go to engine_single.c. What the two files
+ * share is engine_impl.h. */
 #include "engine.h"
 
 #include <event2/event.h>
@@ -7,13 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "acluster.h"
-#include "aconn.h"
 #include "ack.h"
-#include "hold.h"
-#include "single.h"
-#include "squeue.h"
+#include "clock.h"
+#include "engine_impl.h"
 #include "xalloc.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
@@ -23,8 +25,6 @@
 #define ENGINE_HOPS 4
 /* Most holds of a loop with a round trip in flight (see on_kick). */
 #define ENGINE_HOLDS_IN_FLIGHT 2
-
-/* The tickets of one SKU segment waiting on this loop. */
 
 /* A group commit in flight: its queue, its tickets, its hold. */
 struct ehold {
@@ -36,75 +36,6 @@ struct ehold {
     struct inv_hold h;
     struct event *timer;       /* h.due_us: its work is done, or its pause over */
     struct ehold *prev, *next; /* in use, or (next) free */
-};
-
-/* One order by itself in flight (single.h): its machine, its ticket. */
-struct esingle {
-    struct inv_engine *e;
-    struct inv_session *s; /* its locks' owner: of its own, or the redis mode's
-                              re-entry would let it and a hold of this loop (or
-                              another machine) both hold one segment */
-    struct inv_single m;
-    struct inv_ticket *t;
-    int answered;                /* t was answered, or handed on */
-    struct aconn *blocking;      /* the connection of its wait for a hand-off */
-    struct event *timer;         /* m.due_us: its work is done, or its pause over */
-    struct esingle *prev, *next; /* in use, or (next) free */
-};
-
-/* A connection for blocking commands, to one node. */
-struct blocking_conn {
-    struct aconn *c;
-    char host[64];
-    int port;
-};
-
-struct inv_engine {
-    struct inv *inv;
-    struct event_base *base;
-    inv_path path;
-    int batch;
-    struct aconn *conn;       /* one Redis */
-    struct acluster *cluster; /* or a Redis Cluster's masters */
-    struct inv_conns conns;   /* conn or cluster, and one per lock node */
-    int nnodes;
-    struct inv_batcher *slow;
-    struct rconn *idle; /* the session's: never connected, nothing on the
-                           loop runs a blocking command */
-    struct inv_session *s;
-    _Atomic int inflight;
-    struct event *kick; /* starts the ready queues' holds, once per turn */
-    /* Each SKU segment is served by one loop of the process (its owner), so
-     * that the loops never contend with each other for a segment lock; a
-     * ticket for a segment of another loop goes to that loop's inbox. */
-    struct inv_engine **loops; /* all of them, this one included */
-    struct inv_engine *self;   /* loops before inv_engine_link */
-    int nloops, index;
-    int closing; /* inv_engine_free began: nothing goes to another loop */
-    pthread_mutex_t inbox_mu;
-    struct inv_ticket *inbox; /* from other loops, newest first */
-    struct event *inbox_ev;
-    struct squeues queues;
-    /* Contention, as the batch threads handle it: while a hold of this loop
-     * holds its lock, another hold only tries its own (no wait for it); a
-     * queue whose lock was taken backs off until a hold of this loop ends
-     * (progress), and waits for the lock (in its queue, or polling) only
-     * when the loop holds nothing. Fewer, fuller holds than one waiting hold
-     * per segment. */
-    int open_holds;
-    struct squeue *backed_off;
-    struct ehold *holds, *free_holds;
-    struct esingle *singles, *free_singles;
-    /* Placed orders wait for their replicas (--min-replicas-acked): acks,
-     * given the connection whose reply is being handled (answering). */
-    int acked;
-    struct inv_acks *acks;
-    struct aconn *answering;
-    /* Connections for the waits for a hand-off (BLPOP), one per wait in
-     * flight, kept for the next: all of them, and the idle ones. */
-    struct blocking_conn *blocking, *idle_blocking;
-    int nblocking, nidle;
-    struct inv_engine_config cfg;
 };
 
 int inv_engine_inflight(const struct inv_engine *e)
@@ -120,7 +51,7 @@ static void ticket_answer(struct inv_engine *e, struct inv_ticket *t)
 
 /* The connection that carried the reply being handled: the data Redis, or
  * on a cluster the master that answered (NULL when redirected). */
-static struct aconn *answered_by(const struct inv_engine *e, aconn_result res)
+struct aconn *eng_answered_by(const struct inv_engine *e, aconn_result res)
 {
     if (res != ACONN_REPLY)
         return NULL;
@@ -134,7 +65,7 @@ static void on_acked(void *arg, struct inv_ticket *t)
 
 /* t is final. A placed order waits for its replicas first when asked to
  * (--min-replicas-acked): its commit came back on e->answering. */
-static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
+void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
     if (t->st != INV_PLACED || !e->acked) {
         ticket_answer(e, t);
@@ -147,14 +78,11 @@ static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
 }
 
 /* Hands t to the batch threads, which answer it. */
-static void ticket_alone(struct inv_engine *e, struct inv_ticket *t)
+void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t)
 {
     atomic_fetch_sub(&e->inflight, 1);
     inv_batcher_submit(e->slow, t);
 }
-
-static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok);
-static void single_load(struct inv_engine *e, struct inv_ticket *t);
 
 /* ---- the atomic mode: one script per order ------------------------------ */
 
@@ -166,18 +94,18 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
     struct inv_engine *e = t->engine;
     switch (inv_atomic_answer(e->inv, t, res, r, t->seen)) {
     case INV_STEP_DONE:
-        e->answering = answered_by(e, res);
-        ticket_done(e, t);
+        e->answering = eng_answered_by(e, res);
+        eng_ticket_done(e, t);
         e->answering = NULL;
         break;
     case INV_STEP_AGAIN:
         atomic_send(e, t);
         break;
     case INV_STEP_LOAD:
-        single_load(e, t);
+        eng_single_load(e, t);
         break;
     case INV_STEP_ALONE:
-        ticket_alone(e, t);
+        eng_ticket_alone(e, t);
         break;
     }
 }
@@ -186,13 +114,13 @@ static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
 {
     if (++t->tries > ENGINE_TRIES) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-        ticket_done(e, t);
+        eng_ticket_done(e, t);
     } else if (e->cluster && t->gene < 0) {
-        ticket_alone(e, t); /* its SKU's shards are not known yet */
+        eng_ticket_alone(e, t); /* its SKU's shards are not known yet */
     } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
                RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
-        ticket_done(e, t);
+        eng_ticket_done(e, t);
     }
 }
 
@@ -226,7 +154,7 @@ static void enqueue_here(struct inv_engine *e, struct inv_ticket *t)
 static void on_timer(evutil_socket_t fd, short what, void *arg);
 
 /* Queues t at its segment, on the loop that owns the segment. */
-static void enqueue(struct inv_engine *e, struct inv_ticket *t)
+void eng_enqueue(struct inv_engine *e, struct inv_ticket *t)
 {
     struct inv_engine *owner =
         e->loops[seg_queue_hash(t->sku, t->seg) % (uint32_t)e->nloops];
@@ -342,11 +270,11 @@ static void hold_settle(struct ehold *x)
     for (int i = 0; i < x->h.n; i++) {
         struct inv_ticket *t = x->t[i];
         if (t->st != INV_PENDING)
-            ticket_done(e, t);
+            eng_ticket_done(e, t);
         else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
-            enqueue(e, t);
+            eng_enqueue(e, t);
         else /* several segments, a replay, a reset, too many hops, a shard short */
-            single_start(e, t, t->hops < ENGINE_HOPS);
+            eng_single_start(e, t, t->hops < ENGINE_HOPS);
     }
     x->h.n = 0;
 }
@@ -477,7 +405,7 @@ static void on_reply(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
     struct inv_engine *e = x->e;
-    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
+    e->answering = eng_answered_by(e, res); /* the commit's, for the acknowledgement */
     hold_do(x, inv_hold_on_reply(e->s, &x->h, res, r));
     e->answering = NULL;
 }
@@ -485,7 +413,7 @@ static void on_reply(void *arg, aconn_result res, redisReply *r)
 /* An idle connection for a blocking command on the data Redis of hold h
  * (on a cluster, the master of its shard), made on first need. NULL when
  * that master is not known. */
-static struct aconn *blocking_get(struct inv_engine *e, const struct inv_hold *h)
+struct aconn *eng_blocking_get(struct inv_engine *e, const struct inv_hold *h)
 {
     const char *host = e->cfg.redis_host;
     int port = e->cfg.redis_port;
@@ -519,7 +447,7 @@ static struct aconn *blocking_get(struct inv_engine *e, const struct inv_hold *h
     return b->c;
 }
 
-static void blocking_put(struct inv_engine *e, struct aconn *c)
+void eng_blocking_put(struct inv_engine *e, struct aconn *c)
 {
     if (e->closing)
         return;
@@ -531,7 +459,7 @@ static void blocking_put(struct inv_engine *e, struct aconn *c)
 static void on_handoff(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
-    blocking_put(x->e, x->blocking);
+    eng_blocking_put(x->e, x->blocking);
     x->blocking = NULL;
     hold_do(x, inv_hold_on_handoff(x->e->s, &x->h, res, r));
 }
@@ -541,156 +469,13 @@ static void hold_wait(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     engine_kick(e); /* it waits: room for another hold */
-    x->blocking = blocking_get(e, &x->h);
+    x->blocking = eng_blocking_get(e, &x->h);
     if (x->blocking && inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x))
         return;
     if (x->blocking)
-        blocking_put(e, x->blocking);
+        eng_blocking_put(e, x->blocking);
     x->blocking = NULL;
     hold_do(x, inv_hold_attempt(e->s, &x->h)); /* the next attempt tells what is wrong */
-}
-
-/* ---- one order by itself: the order machine (single.h) ------------------- */
-
-static void on_single_timer(evutil_socket_t fd, short what, void *arg);
-
-static struct esingle *single_new(struct inv_engine *e, struct inv_ticket *t)
-{
-    struct esingle *x = e->free_singles;
-    if (x) {
-        e->free_singles = x->next;
-    } else {
-        x = xcalloc(1, sizeof(*x));
-        x->e = e;
-        if (!(x->timer = evtimer_new(e->base, on_single_timer, x)))
-            abort();
-        /* the atomic mode takes no lock: its machines only load */
-        x->s = e->path == INV_PATH_HOLDS ? inv_session_new(e->inv, e->idle) : e->s;
-    }
-    x->t = t;
-    x->answered = 0;
-    x->blocking = NULL;
-    x->prev = NULL;
-    x->next = e->singles;
-    if (e->singles)
-        e->singles->prev = x;
-    e->singles = x;
-    return x;
-}
-
-/* The machine is over: kept for the next (its session, its timer). */
-static void single_free(struct esingle *x)
-{
-    struct inv_engine *e = x->e;
-    if (x->prev)
-        x->prev->next = x->next;
-    else
-        e->singles = x->next;
-    if (x->next)
-        x->next->prev = x->prev;
-    x->next = e->free_singles;
-    e->free_singles = x;
-}
-
-static void single_wait(struct esingle *x);
-
-/* Does what x's machine asks next; its ticket is answered once final. */
-static void single_do(struct esingle *x, inv_single_do next)
-{
-    struct inv_engine *e = x->e;
-    if (!x->answered && (x->t->st != INV_PENDING || next == INV_SINGLE_OVER)) {
-        x->answered = 1;
-        if (x->t->st == INV_PENDING) /* not expected: never left unanswered */
-            inv_ticket_fail(e->inv, x->t, INV_UNAVAILABLE);
-        ticket_done(e, x->t);
-    }
-    switch (next) {
-    case INV_SINGLE_AWAIT:
-        return;
-    case INV_SINGLE_DUE: {
-        int64_t left = x->m.due_us - clock_now_us();
-        if (left < 0)
-            left = 0;
-        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
-        evtimer_add(x->timer, &tv);
-        return;
-    }
-    case INV_SINGLE_HANDOFF:
-        single_wait(x);
-        return;
-    case INV_SINGLE_QUEUE: {
-        struct inv_ticket *t = x->t;
-        x->answered = 1;
-        single_free(x);
-        t->hops++; /* a group commit that sends it back counts too */
-        enqueue(e, t);
-        return;
-    }
-    case INV_SINGLE_ALONE: {
-        struct inv_ticket *t = x->t;
-        x->answered = 1;
-        single_free(x);
-        ticket_alone(e, t);
-        return;
-    }
-    case INV_SINGLE_OVER:
-        single_free(x);
-        return;
-    }
-}
-
-static void on_single_reply(void *arg, aconn_result res, redisReply *r)
-{
-    struct esingle *x = arg;
-    struct inv_engine *e = x->e;
-    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
-    single_do(x, inv_single_on_reply(&x->m, res, r));
-    e->answering = NULL;
-}
-
-static void on_single_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd, (void)what;
-    struct esingle *x = arg;
-    single_do(x, inv_single_on_timer(&x->m));
-}
-
-static void on_single_handoff(void *arg, aconn_result res, redisReply *r)
-{
-    struct esingle *x = arg;
-    blocking_put(x->e, x->blocking);
-    x->blocking = NULL;
-    single_do(x, inv_single_on_handoff(&x->m, res, r));
-}
-
-/* Waits, on a connection of its own, for a release to hand the lock of the
- * part that x's machine locks over. */
-static void single_wait(struct esingle *x)
-{
-    struct inv_engine *e = x->e;
-    x->blocking = blocking_get(e, inv_single_waiting(&x->m));
-    if (x->blocking && inv_single_wait_send(&x->m, x->blocking, on_single_handoff, x))
-        return;
-    if (x->blocking)
-        blocking_put(e, x->blocking);
-    x->blocking = NULL;
-    single_do(x, inv_single_attempt(&x->m));
-}
-
-/* Places t by itself on this loop, from its peek on; queue_ok: a segment
- * that holds its qty may serve it in a group commit. */
-static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok)
-{
-    struct esingle *x = single_new(e, t);
-    single_do(x,
-              inv_single_start(&x->m, x->s, t, queue_ok, &e->conns, on_single_reply, x));
-}
-
-/* Answers replay t with its first order (t->order.id). */
-static void single_load(struct inv_engine *e, struct inv_ticket *t)
-{
-    struct esingle *x = single_new(e, t);
-    single_do(x, inv_single_load(&x->m, x->s, t, &e->conns, on_single_reply, x));
 }
 
 static void hold_start(struct inv_engine *e, struct squeue *q)
@@ -799,11 +584,11 @@ void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
     if (e->path == INV_PATH_ATOMIC)
         atomic_send(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
-        enqueue(e, t);
+        eng_enqueue(e, t);
     else if (e->path == INV_PATH_HOLDS && !e->cluster) /* its SKU's layout unknown */
-        single_start(e, t, 1);
+        eng_single_start(e, t, 1);
     else /* a mode without steps (zk), or on a cluster a SKU not learnt yet */
-        ticket_alone(e, t);
+        eng_ticket_alone(e, t);
 }
 
 /* A ticket still queued when the engine goes: answered unavailable. */
@@ -811,7 +596,7 @@ static void ticket_unserved(struct inv_ticket *t, void *arg)
 {
     struct inv_engine *e = arg;
     inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-    ticket_done(e, t);
+    eng_ticket_done(e, t);
 }
 
 void inv_engine_free(struct inv_engine *e)
@@ -854,22 +639,9 @@ void inv_engine_free(struct inv_engine *e)
         hold_settle(x);
         hold_free(x);
     }
-    /* Orders by themselves waiting for a timer (nothing was committed) */
-    while (e->singles) {
-        struct esingle *x = e->singles;
-        evtimer_del(x->timer);
-        inv_single_abandon(&x->m);
-        single_do(x, INV_SINGLE_OVER); /* answered unavailable if not yet */
-    }
+    eng_singles_stop(e);
     squeues_free(&e->queues, ticket_unserved, e);
-    for (struct esingle *x = e->free_singles, *next; x; x = next) {
-        next = x->next;
-        event_free(x->timer);
-        if (x->s != e->s)
-            inv_session_free(x->s);
-        inv_single_clear(&x->m);
-        free(x);
-    }
+    eng_singles_free(e);
     for (struct ehold *x = e->free_holds, *next; x; x = next) {
         next = x->next;
         event_free(x->timer);
