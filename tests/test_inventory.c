@@ -34,6 +34,18 @@ static int fixture_port;
  * the child of a multi-threaded process. */
 static int fixture_memory = 1;
 
+/* The sold-out listener runs on the test's background loop (testutil), as the
+ * server's runs on its loop 0; attached and freed on that loop's thread. */
+static void soldout_attach_on_loop(void *so)
+{
+    soldout_attach(so, test_loop());
+}
+
+static void soldout_free_on_loop(void *so)
+{
+    soldout_free(so);
+}
+
 static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
                               int fencing, int ttl_ms, struct orderid_gen *gen)
 {
@@ -44,10 +56,13 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
         char err[200];
         f->lock = lock_new(mode, &lc, err, sizeof(err));
         assert_non_null(f->lock);
+        test_lock_attach(f->lock);
     }
     /* Fixtures keep a sold-out memory, as the server does. */
     f->soldout =
         fixture_memory ? soldout_new("127.0.0.1", invfix_redis.port, NULL) : NULL;
+    if (f->soldout)
+        test_loop_call(soldout_attach_on_loop, f->soldout);
     struct inv_config ic = {.lock = f->lock,
                             .wait_ms = 5000,
                             .work_us = work_us,
@@ -71,8 +86,8 @@ static void fixture_close(struct fixture *f)
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
-    soldout_free(f->soldout);
-    lock_free(f->lock);
+    test_loop_call(soldout_free_on_loop, f->soldout);
+    test_lock_free(f->lock);
 }
 
 /* The audit of sku counts n orders of one unit each, and agrees with the
