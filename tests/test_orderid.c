@@ -157,15 +157,19 @@ static struct orderid_lease *lease_start(const struct orderid_lease_config *cfg,
                                          size_t errlen)
 {
     struct orderid_lease *l = orderid_lease_start(cfg, gen, err, errlen);
-    if (l)
+    if (l) {
+        test_loop_hold();
         test_loop_call(attach_on_loop, l);
+    }
     return l;
 }
 
 static void lease_stop(struct orderid_lease *l)
 {
-    if (l)
+    if (l) {
         test_loop_call(detach_on_loop, l);
+        test_loop_release();
+    }
     orderid_lease_stop(l);
 }
 

@@ -425,32 +425,56 @@ void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
 /* ---- the background loop -------------------------------------------------- */
 
 static struct event_base *bg_base;
+static pthread_t bg_tid;
+static int bg_users;
 static pid_t bg_pid; /* the process whose thread runs bg_base */
 static pthread_mutex_t bg_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void *bg_main(void *arg)
 {
-    (void)arg;
     event_base_loop(arg, EVLOOP_NO_EXIT_ON_EMPTY);
     return NULL;
 }
 
-/* A forked child has no copy of the parent's loop thread: it gets a loop of
+/* A forked child has no copy of the parent's loop thread: it starts one of
  * its own (the parent's base is left alone). */
-struct event_base *test_loop(void)
+struct event_base *test_loop_hold(void)
 {
     pthread_mutex_lock(&bg_mu);
     if (bg_pid != getpid()) {
+        bg_users = 0;
+        bg_pid = getpid();
+    }
+    if (bg_users++ == 0) {
         evthread_use_pthreads();
         bg_base = event_base_new();
-        pthread_t tid;
-        if (!bg_base || pthread_create(&tid, NULL, bg_main, bg_base) != 0)
+        if (!bg_base || pthread_create(&bg_tid, NULL, bg_main, bg_base) != 0)
             abort();
-        pthread_detach(tid);
-        bg_pid = getpid();
     }
     struct event_base *base = bg_base;
     pthread_mutex_unlock(&bg_mu);
+    return base;
+}
+
+void test_loop_release(void)
+{
+    pthread_mutex_lock(&bg_mu);
+    if (--bg_users == 0) {
+        event_base_loopbreak(bg_base);
+        pthread_join(bg_tid, NULL);
+        event_base_free(bg_base);
+        bg_base = NULL;
+    }
+    pthread_mutex_unlock(&bg_mu);
+}
+
+struct event_base *test_loop(void)
+{
+    pthread_mutex_lock(&bg_mu);
+    struct event_base *base = bg_pid == getpid() ? bg_base : NULL;
+    pthread_mutex_unlock(&bg_mu);
+    if (!base)
+        fail_msg("test_loop: nobody holds the background loop");
     return base;
 }
 
@@ -506,7 +530,7 @@ struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int s
 
 void test_lock_attach(struct lock *l)
 {
-    lock_attach(l, test_loop());
+    lock_attach(l, test_loop_hold());
 }
 
 static void detach_on_loop(void *arg)
@@ -520,6 +544,7 @@ void test_lock_free(struct lock *l)
         return;
     test_loop_call(detach_on_loop, l);
     lock_free(l);
+    test_loop_release();
 }
 
 void test_lock_key_del(struct rconn *rc, const char *key)
