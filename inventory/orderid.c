@@ -6,6 +6,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <event2/event.h>
+
+#include "acluster.h"
+#include "aconn.h"
 #include "clock.h"
 #include "lock.h"
 #include "rcluster.h"
@@ -126,7 +130,27 @@ typedef enum {
     LEASE_ERROR,   /* Redis failed: l->err says why */
 } lease_outcome;
 
+/* Where the lease is kept: one Redis, or a Redis Cluster by its seeds. */
+struct lease_where {
+    char host[256];
+    int port;
+    char *password;
+    struct rconn_addr *seeds;
+    int nseeds; /* > 0: a Redis Cluster */
+};
+
+/* What the renewal timer has on its way (the attached loop's only). */
+typedef enum {
+    LEASE_IDLE = 0, /* nothing: the timer is armed */
+    LEASE_RENEWING, /* worker_renew.lua for the id held */
+    LEASE_TAKING,   /* SET NX PX of candidate id `probe` (after a loss) */
+    LEASE_MARKING,  /* GET of the taken id's high-water mark */
+    LEASE_CONFIRMING, /* the first renewal of the taken id */
+} lease_step;
+
 struct orderid_lease {
+    struct lease_where at;
+    /* Blocking connections: at start and at stop only (main thread). */
     struct rconn *rc;
     struct rcluster *cl; /* a Redis Cluster: the key's master instead of rc */
     struct orderid_gen *gen;
@@ -135,11 +159,15 @@ struct orderid_lease {
     int worker;
     int ttl_ms, renew_ms;
     _Atomic int64_t valid_until_us; /* monotonic */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
-    int stopping;
     char err[128]; /* why the last step was LEASE_ERROR */
+    void (*on_event)(orderid_lease_event ev, int worker);
+    /* On the attached loop (orderid_lease_attach), its thread only. */
+    struct event *tick;
+    struct aconn *ac;     /* one Redis */
+    struct acluster *acl; /* or a Redis Cluster */
+    lease_step step;
+    int probe, probed;    /* LEASE_TAKING: the candidate id, how many tried */
+    int64_t sent_us, mark; /* the renewal on its way: when, which mark */
 };
 
 /* The lease of worker and its high-water mark; on a cluster the two share
@@ -147,10 +175,26 @@ struct orderid_lease {
 static void lease_keys(const struct orderid_lease *l, int worker, char *key, char *hwm,
                        size_t len)
 {
-    const char *form = l->cl ? "seckill:worker:{%d}" : "seckill:worker:%d";
-    snprintf(key, len, form, worker);
-    snprintf(hwm, len, l->cl ? "seckill:worker:{%d}:hwm" : "seckill:worker:%d:hwm",
+    int cluster = l->at.nseeds > 0;
+    snprintf(key, len, cluster ? "seckill:worker:{%d}" : "seckill:worker:%d", worker);
+    snprintf(hwm, len, cluster ? "seckill:worker:{%d}:hwm" : "seckill:worker:%d:hwm",
              worker);
+}
+
+/* Opens the blocking connections (start and stop). */
+static void lease_open(struct orderid_lease *l)
+{
+    l->rc = rconn_new(l->at.host, l->at.port, l->at.password, 1000);
+    if (l->at.nseeds > 0)
+        l->cl = rcluster_new(l->at.seeds, l->at.nseeds, l->at.password, 1000);
+}
+
+static void lease_close(struct orderid_lease *l)
+{
+    rconn_free(l->rc);
+    rcluster_free(l->cl);
+    l->rc = NULL;
+    l->cl = NULL;
 }
 
 /* The connection for key: rc, or on a cluster its master's (NULL: none
@@ -240,32 +284,40 @@ static void gen_set_ceiling(struct orderid_gen *gen, int64_t ceiling)
     pthread_mutex_unlock(&gen->mu);
 }
 
-/* Renews the lease and the high-water mark (LEASE_REFUSED: the lease was
- * lost). The mark is a whole lease ahead of the generator's clock (and above
- * every id issued); once Redis holds it, the generator may issue ids up to it. */
-static lease_outcome lease_renew(struct orderid_lease *l)
+/* The arguments of a renewal of l's worker id (key, hwm, token, ttl, mark;
+ * keys, ttl and mark_text are the caller's buffers of 64, 64, 16 and 24
+ * bytes), and the mark it records: a whole lease ahead of the generator's
+ * clock, and above every id issued. */
+static int64_t renew_args(struct orderid_lease *l, const char **argv, char *key,
+                          char *hwm, char *ttl, char *mark_text)
 {
-    char key[64], hwm[64], ttl[16], mark_text[24];
-    lease_keys(l, l->worker, key, hwm, sizeof(key));
-    snprintf(ttl, sizeof(ttl), "%d", l->ttl_ms);
+    lease_keys(l, l->worker, key, hwm, 64);
+    snprintf(ttl, 16, "%d", l->ttl_ms);
     int64_t high = orderid_last_unix_ms(l->gen) + 1;
     int64_t now = l->gen->now_ms();
     int64_t mark = (high > now ? high : now) + l->ttl_ms;
-    snprintf(mark_text, sizeof(mark_text), "%lld", (long long)mark);
-    const char *argv[] = {key, hwm, l->leased ? l->token : "", ttl, mark_text};
-    int64_t sent = clock_now_us();
-    struct rconn *rc = lease_conn(l, key);
-    redisReply *r = rc ? rconn_eval(rc, &renew_script, 2, 3, argv, NULL) : NULL;
-    lease_failed(l, rc, r);
+    snprintf(mark_text, 24, "%lld", (long long)mark);
+    argv[0] = key;
+    argv[1] = hwm;
+    argv[2] = l->leased ? l->token : "";
+    argv[3] = ttl;
+    argv[4] = mark_text;
+    return mark;
+}
+
+/* What r, the answer to a renewal sent at `sent` recording `mark`, means
+ * (NULL: none came); applies it: a renewed lease is valid for another ttl
+ * minus a period and the generator may issue ids up to the mark (only once
+ * Redis holds it); a lost one stops the generator at once. */
+static lease_outcome renew_taken(struct orderid_lease *l, const redisReply *r,
+                                 int64_t sent, int64_t mark)
+{
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         if (r && r->type != REDIS_REPLY_ERROR)
             snprintf(l->err, sizeof(l->err), "unexpected answer to the lease's renewal");
-        if (r)
-            freeReplyObject(r);
         return LEASE_ERROR;
     }
     int ok = r->integer == 1;
-    freeReplyObject(r);
     if (ok) {
         atomic_store(&l->valid_until_us,
                      sent + (int64_t)(l->ttl_ms - l->renew_ms) * 1000);
@@ -277,16 +329,26 @@ static lease_outcome lease_renew(struct orderid_lease *l)
     return ok ? LEASE_HELD : LEASE_REFUSED;
 }
 
-/* Takes a (new) worker id and moves the generator onto it above its mark. */
-static lease_outcome lease_acquire(struct orderid_lease *l)
+/* Renews the lease and the high-water mark, blocking (LEASE_REFUSED: the
+ * lease was lost). */
+static lease_outcome lease_renew(struct orderid_lease *l)
 {
-    int worker = l->worker;
-    lease_outcome got = l->leased ? lease_take(l, &worker) : LEASE_HELD;
-    int64_t floor_ms = 0;
-    if (got == LEASE_HELD)
-        got = lease_hwm(l, worker, &floor_ms);
-    if (got != LEASE_HELD)
-        return got;
+    char key[64], hwm[64], ttl[16], mark_text[24];
+    const char *argv[5];
+    int64_t mark = renew_args(l, argv, key, hwm, ttl, mark_text);
+    int64_t sent = clock_now_us();
+    struct rconn *rc = lease_conn(l, key);
+    redisReply *r = rc ? rconn_eval(rc, &renew_script, 2, 3, argv, NULL) : NULL;
+    lease_failed(l, rc, r);
+    lease_outcome got = renew_taken(l, r, sent, mark);
+    if (r)
+        freeReplyObject(r);
+    return got;
+}
+
+/* Moves the generator onto worker, above floor_ms (its recorded mark). */
+static void gen_move(struct orderid_lease *l, int worker, int64_t floor_ms)
+{
     pthread_mutex_lock(&l->gen->mu);
     if (l->leased)
         l->gen->ceiling_ms = 0; /* nothing under the new id before its mark */
@@ -297,35 +359,187 @@ static lease_outcome lease_acquire(struct orderid_lease *l)
     }
     pthread_mutex_unlock(&l->gen->mu);
     l->worker = worker;
+}
+
+/* Takes a (new) worker id and moves the generator onto it above its mark,
+ * blocking (at start). */
+static lease_outcome lease_acquire(struct orderid_lease *l)
+{
+    int worker = l->worker;
+    lease_outcome got = l->leased ? lease_take(l, &worker) : LEASE_HELD;
+    int64_t floor_ms = 0;
+    if (got == LEASE_HELD)
+        got = lease_hwm(l, worker, &floor_ms);
+    if (got != LEASE_HELD)
+        return got;
+    gen_move(l, worker, floor_ms);
     got = lease_renew(l);
     if (got == LEASE_REFUSED)
         snprintf(l->err, sizeof(l->err), "worker id %d was taken meanwhile", worker);
     return got;
 }
 
-static void *lease_loop(void *arg)
+/* ---- the renewal, on an event loop ---------------------------------------
+ *
+ * A timer every renew_ms sends the renewal (LEASE_RENEWING). When Redis says
+ * the id is no longer ours, the loss is reported (worker_lease_lost), the
+ * lease is invalid at once (inv answers unavailable) and a new id is taken
+ * as at start: SET NX PX of each candidate from a random point
+ * (LEASE_TAKING), the taken id's mark (LEASE_MARKING), its first renewal
+ * (LEASE_CONFIRMING: worker_lease_taken). A failure on the way leaves it to
+ * the next tick, which starts with a renewal of the id held, as before. */
+
+static void lease_report(struct orderid_lease *l, orderid_lease_event ev)
+{
+    if (l->on_event)
+        l->on_event(ev, l->worker);
+}
+
+static void on_lease_answer(void *arg, aconn_result res, redisReply *r);
+
+/* Queues argv (a script when s is set) for key on the loop's connection.
+ * 0, or -1 when refused at once. */
+static int lease_send(struct orderid_lease *l, const char *key, struct rscript *s,
+                      int nkeys, int argc, const char **argv)
+{
+    rconn_status rc;
+    if (l->acl) {
+        int slot = cluster_keyslot(key, strlen(key));
+        rc = s ? acluster_eval(l->acl, slot, on_lease_answer, l, s, nkeys, argc, argv)
+               : acluster_command(l->acl, slot, on_lease_answer, l, argc, argv);
+    } else {
+        rc = s ? aconn_eval(l->ac, on_lease_answer, l, s, nkeys, argc, argv)
+               : aconn_command(l->ac, on_lease_answer, l, argc, argv, NULL);
+    }
+    return rc == RCONN_OK ? 0 : -1;
+}
+
+/* Sends the renewal of the id held; step is LEASE_RENEWING or
+ * LEASE_CONFIRMING. */
+static void renew_send(struct orderid_lease *l, lease_step step)
+{
+    char key[64], hwm[64], ttl[16], mark_text[24];
+    const char *argv[5];
+    l->mark = renew_args(l, argv, key, hwm, ttl, mark_text);
+    l->sent_us = clock_now_us();
+    l->step = step;
+    if (lease_send(l, key, &renew_script, 2, 5, argv) != 0)
+        l->step = LEASE_IDLE;
+}
+
+/* Sends the SET NX PX of the next candidate id, or gives up (LEASE_IDLE)
+ * when every id was tried. */
+static void take_send(struct orderid_lease *l)
+{
+    if (l->probed > ORDERID_MAX_WORKER) {
+        snprintf(l->err, sizeof(l->err), "every worker id 0..%d is leased",
+                 ORDERID_MAX_WORKER);
+        l->step = LEASE_IDLE;
+        return;
+    }
+    char key[64], hwm[64], ttl[16];
+    l->probe = (l->probe + (l->probed ? 1 : 0)) % (ORDERID_MAX_WORKER + 1);
+    l->probed++;
+    lease_keys(l, l->probe, key, hwm, sizeof(key));
+    snprintf(ttl, sizeof(ttl), "%d", l->ttl_ms);
+    const char *argv[] = {"SET", key, l->token, "NX", "PX", ttl};
+    l->step = LEASE_TAKING;
+    if (lease_send(l, key, NULL, 0, 6, argv) != 0)
+        l->step = LEASE_IDLE;
+}
+
+/* The lease was found lost: stop, then take a new id. */
+static void lease_lost(struct orderid_lease *l)
+{
+    lease_report(l, ORDERID_LEASE_LOST);
+    atomic_store(&l->valid_until_us, 0);
+    char head[9];
+    snprintf(head, sizeof(head), "%.8s", l->token);
+    l->probe = (int)(strtoul(head, NULL, 16) % (ORDERID_MAX_WORKER + 1));
+    l->probed = 0;
+    take_send(l);
+}
+
+static void on_lease_answer(void *arg, aconn_result res, redisReply *r)
 {
     struct orderid_lease *l = arg;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stopping) {
-        clock_cond_wait_until(&l->wake, &l->mu,
-                              clock_now_us() + (int64_t)l->renew_ms * 1000);
-        if (l->stopping)
-            break;
-        pthread_mutex_unlock(&l->mu);
-        if (lease_renew(l) == LEASE_REFUSED && l->leased) {
-            fprintf(stdout, "level=error event=worker_lease_lost worker=%d\n", l->worker);
-            fflush(stdout);
-            atomic_store(&l->valid_until_us, 0);
-            if (lease_acquire(l) == LEASE_HELD)
-                fprintf(stdout, "level=warn event=worker_lease_taken worker=%d\n",
-                        l->worker);
-            fflush(stdout);
+    if (res != ACONN_REPLY)
+        r = NULL;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        snprintf(l->err, sizeof(l->err), "%s", r->str);
+    lease_step step = l->step;
+    l->step = LEASE_IDLE;
+    switch (step) {
+    case LEASE_RENEWING:
+        if (renew_taken(l, r, l->sent_us, l->mark) == LEASE_REFUSED && l->leased)
+            lease_lost(l);
+        break;
+    case LEASE_TAKING:
+        if (r && r->type == REDIS_REPLY_STATUS) { /* won: read its mark */
+            char key[64], hwm[64];
+            lease_keys(l, l->probe, key, hwm, sizeof(key));
+            const char *argv[] = {"GET", hwm};
+            l->step = LEASE_MARKING;
+            if (lease_send(l, hwm, NULL, 0, 2, argv) != 0)
+                l->step = LEASE_IDLE;
+        } else if (r && r->type == REDIS_REPLY_NIL) {
+            take_send(l);
         }
-        pthread_mutex_lock(&l->mu);
+        break;
+    case LEASE_MARKING:
+        if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)) {
+            gen_move(l, l->probe,
+                     r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0);
+            renew_send(l, LEASE_CONFIRMING);
+        }
+        break;
+    case LEASE_CONFIRMING:
+        if (renew_taken(l, r, l->sent_us, l->mark) == LEASE_HELD)
+            lease_report(l, ORDERID_LEASE_TAKEN);
+        break;
+    case LEASE_IDLE:
+        break;
     }
-    pthread_mutex_unlock(&l->mu);
-    return NULL;
+}
+
+static void on_lease_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct orderid_lease *l = arg;
+    if (l->step == LEASE_IDLE) /* else the last step is still on its way */
+        renew_send(l, LEASE_RENEWING);
+}
+
+void orderid_lease_attach(struct orderid_lease *l, struct event_base *base)
+{
+    if (!l || l->tick || !l->leased)
+        return; /* a fixed id: nothing to renew */
+    if (l->at.nseeds > 0)
+        l->acl = acluster_new(base, l->at.seeds, l->at.nseeds, l->at.password, 1000);
+    else
+        l->ac = aconn_new(base, l->at.host, l->at.port, l->at.password, 1000);
+    struct timeval every = {.tv_sec = l->renew_ms / 1000,
+                            .tv_usec = l->renew_ms % 1000 * 1000};
+    l->tick = event_new(base, -1, EV_PERSIST, on_lease_tick, l);
+    if (!l->tick || event_add(l->tick, &every) != 0)
+        abort();
+}
+
+void orderid_lease_detach(struct orderid_lease *l)
+{
+    if (!l || !l->tick)
+        return;
+    event_free(l->tick);
+    l->tick = NULL;
+    /* A step on its way is answered now, as failed (nothing more is sent:
+     * the connections are closing). */
+    struct aconn *ac = l->ac;
+    struct acluster *acl = l->acl;
+    l->ac = NULL;
+    l->acl = NULL;
+    aconn_free(ac);
+    acluster_free(acl);
+    l->step = LEASE_IDLE;
 }
 
 struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg,
@@ -333,26 +547,31 @@ struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg
                                           size_t errlen)
 {
     struct orderid_lease *l = xcalloc(1, sizeof(*l));
-    l->rc = rconn_new(cfg->host, cfg->port, cfg->password, 1000);
-    if (cfg->nseeds > 0)
-        l->cl = rcluster_new(cfg->seeds, cfg->nseeds, cfg->password, 1000);
+    snprintf(l->at.host, sizeof(l->at.host), "%s", cfg->host);
+    l->at.port = cfg->port;
+    l->at.password = cfg->password && *cfg->password ? xstrdup(cfg->password) : NULL;
+    if (cfg->nseeds > 0) {
+        l->at.seeds = xcalloc((size_t)cfg->nseeds, sizeof(*l->at.seeds));
+        memcpy(l->at.seeds, cfg->seeds, sizeof(*l->at.seeds) * (size_t)cfg->nseeds);
+        l->at.nseeds = cfg->nseeds;
+    }
+    l->on_event = cfg->on_event;
     l->gen = gen;
     l->leased = cfg->fixed < 0;
     l->worker = cfg->fixed;
     l->ttl_ms = cfg->ttl_ms > 0 ? cfg->ttl_ms : ORDERID_LEASE_TTL_MS;
     l->renew_ms = l->ttl_ms / 5 > 0 ? l->ttl_ms / 5 : 1;
     lock_token_new(l->token);
-    if (lease_acquire(l) != LEASE_HELD) {
+    lease_open(l);
+    lease_outcome got = lease_acquire(l);
+    lease_close(l);
+    if (got != LEASE_HELD) {
         snprintf(err, errlen, "%s", l->err);
-        rconn_free(l->rc);
-        rcluster_free(l->cl);
+        free(l->at.password);
+        free(l->at.seeds);
         free(l);
         return NULL;
     }
-    clock_cond_init(&l->wake);
-    pthread_mutex_init(&l->mu, NULL);
-    if (pthread_create(&l->thread, NULL, lease_loop, l) != 0)
-        abort();
     return l;
 }
 
@@ -365,11 +584,8 @@ void orderid_lease_stop(struct orderid_lease *l)
 {
     if (!l)
         return;
-    pthread_mutex_lock(&l->mu);
-    l->stopping = 1;
-    pthread_cond_signal(&l->wake);
-    pthread_mutex_unlock(&l->mu);
-    pthread_join(l->thread, NULL);
+    orderid_lease_detach(l);
+    lease_open(l);
     lease_renew(l); /* leave the high-water mark for whoever takes the id next */
     if (l->leased) {
         char key[64], hwm[64];
@@ -380,9 +596,8 @@ void orderid_lease_stop(struct orderid_lease *l)
         if (r)
             freeReplyObject(r);
     }
-    rconn_free(l->rc);
-    rcluster_free(l->cl);
-    pthread_cond_destroy(&l->wake);
-    pthread_mutex_destroy(&l->mu);
+    lease_close(l);
+    free(l->at.password);
+    free(l->at.seeds);
     free(l);
 }

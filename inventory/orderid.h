@@ -8,7 +8,7 @@
  *
  * The worker id is leased in Redis (orderid_lease_*) unless given: a key per
  * worker id taken with SET NX PX (probing from a random point) and renewed
- * by a thread. Each renewal also records a high-water mark a whole lease
+ * by a timer on the event loop it is attached to (orderid_lease_attach). Each renewal also records a high-water mark a whole lease
  * ahead of the generator's clock, and only then lets the generator issue ids
  * up to that mark (its ceiling), never beyond. An instance that takes the id
  * next starts above the mark, so it cannot issue an id this one issued or
@@ -74,9 +74,16 @@ int64_t orderid_unix_ms_of(uint64_t id);
 /* Real wall clock in unix ms. */
 int64_t orderid_wall_ms(void);
 
+struct event_base;
 struct orderid_lease;
 
 #define ORDERID_LEASE_TTL_MS 10000
+
+/* What happened to a lease, for the caller's log. */
+typedef enum {
+    ORDERID_LEASE_LOST,  /* a renewal found the id taken: no ids until a new one */
+    ORDERID_LEASE_TAKEN, /* a new id was taken after a loss */
+} orderid_lease_event;
 
 struct orderid_lease_config {
     const char *host;
@@ -87,20 +94,33 @@ struct orderid_lease_config {
     /* A Redis Cluster (nseeds > 0): its seeds; host:port is one of them */
     const struct rconn_addr *seeds;
     int nseeds;
+    /* Called on the attached loop's thread with the worker id concerned (the
+     * new one for ORDERID_LEASE_TAKEN); NULL: not told. */
+    void (*on_event)(orderid_lease_event ev, int worker);
 };
 
 /* Leases a worker id in Redis: cfg->fixed >= 0 takes that id without a lease
  * (the operator guarantees uniqueness, and no ceiling applies), otherwise the
  * first free id from a random point of 0..1023 is taken with SET NX PX.
- * Starts gen above the recorded high-water mark and starts the renewal
- * thread. Returns NULL with err set when Redis is unreachable or every id is
- * taken. */
+ * Starts gen above the recorded high-water mark. Blocks (at start-up).
+ * Renewals start with orderid_lease_attach. Returns NULL with err set when
+ * Redis is unreachable or every id is taken. */
 struct orderid_lease *orderid_lease_start(const struct orderid_lease_config *cfg,
                                           struct orderid_gen *gen, char *err,
                                           size_t errlen);
 /* True while the lease is known to be held (renewed within its ttl). */
 int orderid_lease_valid(struct orderid_lease *l);
-/* Stops renewal and deletes the lease (if still ours). NULL is a no-op. */
+/* Renews every ttl/5 on base from now on (a lease lost is replaced by a new
+ * id, see orderid.c), on an async connection (on a cluster, a router) of
+ * its own: before base runs, or on its thread. Without it the lease runs
+ * out after its ttl and orderid_lease_valid turns false. */
+void orderid_lease_attach(struct orderid_lease *l, struct event_base *base);
+/* Stops renewing: on base's thread, or once it no longer runs. NULL or not
+ * attached: a no-op. */
+void orderid_lease_detach(struct orderid_lease *l);
+/* Detaches (same rule), renews one last time, blocking (the mark stays for
+ * the next holder of the id), and deletes the lease (if still ours). NULL is
+ * a no-op. */
 void orderid_lease_stop(struct orderid_lease *l);
 
 #endif

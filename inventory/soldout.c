@@ -1,20 +1,17 @@
 #include "soldout.h"
 
-#include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 
+#include "aconn.h"
 #include "clock.h"
 #include "xalloc.h"
 
 #define SLOTS 64 /* SKUs remembered at once; a newer one takes an older one's slot */
 #define SKU_MAX 64
-#define RETRY_MS 200
 
 struct entry {
     char sku[SKU_MAX + 1];
@@ -29,12 +26,9 @@ struct soldout {
     char *password;
     _Atomic uint64_t generation; /* moves on every reset message and (re)subscription */
     _Atomic int listening;
-    pthread_mutex_t mu; /* the table, fd and stopping */
+    pthread_mutex_t mu; /* the table */
     struct entry table[SLOTS];
-    int fd; /* the listener's socket, -1 when none: shut down to stop it */
-    int stopping;
-    pthread_cond_t wake;
-    pthread_t thread;
+    struct aconn *listener; /* the attached loop's thread only; NULL: detached */
 };
 
 static unsigned slot_of(const char *sku)
@@ -98,94 +92,27 @@ void soldout_forget(struct soldout *so)
         forget(so);
 }
 
-/* Waits up to ms or until stopping; returns stopping. */
-static int pause_ms(struct soldout *so, int ms)
-{
-    int64_t until = clock_now_us() + (int64_t)ms * 1000;
-    pthread_mutex_lock(&so->mu);
-    if (!so->stopping)
-        clock_cond_wait_until(&so->wake, &so->mu, until);
-    int stopping = so->stopping;
-    pthread_mutex_unlock(&so->mu);
-    return stopping;
-}
-
-/* Connects, AUTHs and publishes the socket so that a stop can cut it. NULL when
- * Redis cannot be reached or we are stopping. */
-static redisContext *listener_connect(struct soldout *so)
-{
-    struct timeval tv = {1, 0};
-    redisContext *c = redisConnectWithTimeout(so->host, so->port, tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    redisEnableKeepAlive(c);
-    pthread_mutex_lock(&so->mu);
-    int stopping = so->stopping;
-    if (!stopping)
-        so->fd = c->fd;
-    pthread_mutex_unlock(&so->mu);
-    if (stopping) {
-        redisFree(c);
-        return NULL;
-    }
-    if (so->password) {
-        redisReply *r = redisCommand(c, "AUTH %s", so->password);
-        int ok = r && r->type != REDIS_REPLY_ERROR;
-        if (r)
-            freeReplyObject(r);
-        if (!ok)
-            return c; /* the caller drops it */
-    }
-    return c;
-}
-
-static int is_message(const redisReply *r)
-{
-    return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
-           r->element[0]->type == REDIS_REPLY_STRING &&
-           strcmp(r->element[0]->str, "message") == 0;
-}
-
-/* Subscribed: every message makes what is remembered old. Returns when the
- * connection fails (or is cut by soldout_free). */
-static void listener_serve(struct soldout *so, redisContext *c)
-{
-    redisReply *r = redisCommand(c, "SUBSCRIBE %s", SOLDOUT_CHANNEL);
-    int subscribed = r && r->type == REDIS_REPLY_ARRAY;
-    if (r)
-        freeReplyObject(r);
-    if (!subscribed)
-        return;
-    forget(so); /* anything noted before this subscription may have missed a reset */
-    atomic_store(&so->listening, 1);
-    void *reply;
-    while (redisGetReply(c, &reply) == REDIS_OK) {
-        if (is_message(reply))
-            forget(so);
-        freeReplyObject(reply);
-    }
-    atomic_store(&so->listening, 0);
-    forget(so);
-}
-
-static void *listener_main(void *arg)
+/* Every push of the subscription, on the attached loop's thread: the
+ * confirmation (after each connection), a reset's message, or the loss of
+ * the subscription. Each makes what is remembered old: anything noted before
+ * a (re)subscription may have missed a reset published during the gap. */
+static void on_push(void *arg, aconn_result res, redisReply *r)
 {
     struct soldout *so = arg;
-    do {
-        redisContext *c = listener_connect(so);
-        if (c) {
-            if (!c->err)
-                listener_serve(so, c);
-            pthread_mutex_lock(&so->mu);
-            so->fd = -1;
-            pthread_mutex_unlock(&so->mu);
-            redisFree(c);
-        }
-    } while (!pause_ms(so, RETRY_MS));
-    return NULL;
+    if (res != ACONN_REPLY) {
+        atomic_store(&so->listening, 0);
+        forget(so);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[0]->str, "subscribe") == 0) {
+        forget(so);
+        atomic_store(&so->listening, 1);
+    } else if (strcmp(r->element[0]->str, "message") == 0) {
+        forget(so);
+    }
 }
 
 struct soldout *soldout_new(const char *host, int port, const char *password)
@@ -193,28 +120,35 @@ struct soldout *soldout_new(const char *host, int port, const char *password)
     struct soldout *so = xcalloc(1, sizeof(*so));
     snprintf(so->host, sizeof(so->host), "%s", host);
     so->port = port;
-    so->password = password && *password ? strdup(password) : NULL;
-    so->fd = -1;
+    so->password = password && *password ? xstrdup(password) : NULL;
     atomic_store(&so->generation, 1);
     pthread_mutex_init(&so->mu, NULL);
-    clock_cond_init(&so->wake);
-    if (pthread_create(&so->thread, NULL, listener_main, so) != 0)
-        abort();
     return so;
+}
+
+void soldout_attach(struct soldout *so, struct event_base *base)
+{
+    if (so->listener)
+        return;
+    so->listener = aconn_new(base, so->host, so->port, so->password, 1000);
+    aconn_subscribe(so->listener, SOLDOUT_CHANNEL, on_push, so);
+}
+
+void soldout_detach(struct soldout *so)
+{
+    if (!so || !so->listener)
+        return;
+    aconn_free(so->listener); /* no callback from here */
+    so->listener = NULL;
+    atomic_store(&so->listening, 0);
+    forget(so);
 }
 
 void soldout_free(struct soldout *so)
 {
     if (!so)
         return;
-    pthread_mutex_lock(&so->mu);
-    so->stopping = 1;
-    if (so->fd >= 0)
-        shutdown(so->fd, SHUT_RDWR); /* wakes the blocked read */
-    pthread_cond_signal(&so->wake);
-    pthread_mutex_unlock(&so->mu);
-    pthread_join(so->thread, NULL);
-    pthread_cond_destroy(&so->wake);
+    soldout_detach(so);
     pthread_mutex_destroy(&so->mu);
     free(so->password);
     free(so);

@@ -4,7 +4,8 @@
  * Within an epoch stock only goes down, so a SKU seen with no unit left in any
  * segment stays sold out until it is reset. A reset (inv_sku_put) publishes the
  * SKU on SOLDOUT_CHANNEL; every instance listens there on a connection of its
- * own and forgets what it knew as soon as a message, a lost connection or a
+ * own (an aconn in subscribe mode, on the event loop it is attached to) and
+ * forgets what it knew as soon as a message, a lost connection or a
  * resubscription comes in (a generation number moves). While not subscribed
  * nothing is remembered or answered from memory. An entry is trusted for at
  * most SOLDOUT_MAX_AGE_MS: if a reset's message is lost (the resetting process
@@ -19,15 +20,23 @@
 #define SOLDOUT_CHANNEL "seckill:sku-reset"
 #define SOLDOUT_MAX_AGE_MS 1000
 
+struct event_base;
 struct soldout;
 
 /* The queries below take so == NULL as "no memory": nothing is known, noting
  * and forgetting do nothing. */
 
-/* Starts listening on host:port (password may be NULL). Never NULL; Redis need
- * not be up yet (the listener reconnects by itself). */
+/* A memory for the Redis at host:port (password may be NULL), not listening
+ * yet: nothing is remembered until soldout_attach. Never NULL. */
 struct soldout *soldout_new(const char *host, int port, const char *password);
-void soldout_free(struct soldout *so); /* NULL is a no-op */
+/* Listens on base: before base runs, or on its thread. Redis need not be up
+ * yet (the listener reconnects, and subscribes again, by itself). */
+void soldout_attach(struct soldout *so, struct event_base *base);
+/* Stops listening (nothing is remembered from then on): on the attached
+ * base's thread, or once it no longer runs. No-op when not attached. */
+void soldout_detach(struct soldout *so);
+/* Detaches (same rule) and frees. NULL is a no-op. */
+void soldout_free(struct soldout *so);
 
 /* A generation to pass to soldout_note, taken before asking Redis; 0 while
  * not subscribed (nothing may be noted then). */

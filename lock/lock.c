@@ -65,10 +65,23 @@ struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err
     return l;
 }
 
+void lock_attach(struct lock *l, struct event_base *base)
+{
+    if (l->be->attach)
+        l->be->attach(l->state, base);
+}
+
+void lock_detach(struct lock *l)
+{
+    if (l && l->be->detach)
+        l->be->detach(l->state);
+}
+
 void lock_free(struct lock *l)
 {
     if (!l)
         return;
+    lock_detach(l);
     l->be->destroy(l->state);
     free(l);
 }

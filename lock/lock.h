@@ -101,6 +101,7 @@ struct lock_stats {
     uint64_t wait_buckets[LOCK_WAIT_BUCKETS]; /* non-cumulative counts */
 };
 
+struct event_base;
 struct lock;
 struct lock_session;
 
@@ -109,7 +110,19 @@ struct lock_session;
  * the configuration unusable. */
 struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err,
                       size_t errlen);
-void lock_free(struct lock *l); /* NULL is a no-op; all sessions must be freed first */
+/* Detaches (see lock_detach: the same rule applies), then frees. NULL is a
+ * no-op; all sessions must be freed first. */
+void lock_free(struct lock *l);
+
+/* Background work of a lock (the redis mode's lease watchdog: renewals at
+ * ttl/3, lost leases counted) runs as timers and async connections on an
+ * event loop that the caller owns. lock_attach hands it base: from any
+ * thread, base running or not yet; the work happens on base's thread. Until
+ * a lock is attached its leases are not renewed (they run out after one
+ * ttl). lock_detach stops the work: on base's thread, or once base no longer
+ * runs (then base may be freed). Modes without background work ignore both. */
+void lock_attach(struct lock *l, struct event_base *base);
+void lock_detach(struct lock *l);
 
 /* True when mode names a lock mode this library has. */
 int lock_mode_known(const char *mode);

@@ -11,6 +11,8 @@ struct lock_counters;
 /* If a fenced backend leaves g->fence at 0 on LOCK_ACQUIRED while fencing is on,
  * lock.c takes the token with INCR "<key>:fence" on the data Redis (not atomic
  * with the grant: backends that can, do it inside their acquire script). */
+struct event_base;
+
 struct lock_backend {
     const char *name;
     int fenced;         /* grants carry fencing tokens when lock_config.fencing is on */
@@ -20,6 +22,10 @@ struct lock_backend {
     void *(*create)(const struct lock_config *cfg, struct lock_counters *counters,
                     char *err, size_t errlen);
     void (*destroy)(void *state);
+    /* Optional: background work (lease renewals) on base from now on; stops
+     * it (see lock_attach, lock_detach). */
+    void (*attach)(void *state, struct event_base *base);
+    void (*detach)(void *state);
     /* Per-thread state; data is borrowed. */
     void *(*session_new)(void *state, struct rconn *data);
     void (*session_free)(void *session);

@@ -6,8 +6,8 @@
  * "<key>:fence" on a new grant) are one script, so no grant exists without a
  * token.
  *
- * Watchdog (redis_watchdog.c): one thread per lock renews every held lease at
- * ttl/3 with an owner-checked PEXPIRE, pipelined. It stops on release, when the
+ * Watchdog (redis_watchdog.c): a timer on the loop the lock is attached to
+ * (lock_attach) renews every held lease at ttl/3 with an owner-checked PEXPIRE, pipelined. It stops on release, when the
  * lease turns out lost (counted), and at max_lease_ms after the grant. Validity
  * is kept on the monotonic clock: renewal sent at t with lease L is valid until
  * t + L.
@@ -90,8 +90,21 @@ static void *redis_create(const struct lock_config *cfg, struct lock_counters *c
     st->ttl_ms = cfg->ttl_ms;
     st->fencing = cfg->fencing;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
-    st->watchdog = redis_watchdog_new(cfg->ttl_ms, cfg->max_lease_ms, counters);
+    st->watchdog =
+        redis_watchdog_new(cfg->ttl_ms, cfg->max_lease_ms, cfg->password, counters);
     return st;
+}
+
+static void redis_attach(void *state, struct event_base *base)
+{
+    struct redis_state *st = state;
+    redis_watchdog_attach(st->watchdog, base);
+}
+
+static void redis_detach(void *state)
+{
+    struct redis_state *st = state;
+    redis_watchdog_detach(st->watchdog);
 }
 
 static void redis_destroy(void *state)
@@ -586,6 +599,8 @@ const struct lock_backend lock_backend_redis = {
     .fenced = 1,
     .create = redis_create,
     .destroy = redis_destroy,
+    .attach = redis_attach,
+    .detach = redis_detach,
     .session_new = redis_session_new,
     .session_free = redis_session_free,
     .acquire = redis_acquire,

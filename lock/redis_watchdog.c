@@ -5,9 +5,13 @@
 #include "lock_impl.h"
 #include "xalloc.h"
 
+#include <event2/event.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "aconn.h"
 
 #define RENEW_BATCH 64
 
@@ -19,14 +23,24 @@ static struct rscript renew_script = /* lock/lua/redis_renew.lua */
 struct redis_watchdog {
     int ttl_ms;
     int max_lease_ms;
+    char *password;
     struct lock_counters *counters;
 
-    pthread_mutex_t mu;
-    pthread_cond_t changed; /* a lease added, or stop */
+    pthread_mutex_t mu; /* the leases, node, tick and armed_us */
     struct lease *leases;
-    int started, stop;
-    pthread_t thread;
-    struct rconn *conn; /* the watchdog's own connection */
+    char host[256]; /* the node renewals go to ("" before the first lease) */
+    int port;
+    struct event *tick;  /* on the attached base; NULL when not attached */
+    int64_t armed_us;    /* when tick fires (INT64_MAX: not armed) */
+    struct aconn *conn;  /* the attached base's thread only */
+};
+
+/* One renewal on its way: what to apply its answer to. */
+struct renewal {
+    struct redis_watchdog *wd;
+    struct lease *l;
+    int64_t sent_us;
+    int64_t lease_ms;
 };
 
 static int64_t renew_period_us(const struct redis_watchdog *wd)
@@ -35,36 +49,76 @@ static int64_t renew_period_us(const struct redis_watchdog *wd)
 }
 
 struct redis_watchdog *redis_watchdog_new(int ttl_ms, int max_lease_ms,
+                                          const char *password,
                                           struct lock_counters *counters)
 {
     struct redis_watchdog *wd = xcalloc(1, sizeof(*wd));
     wd->ttl_ms = ttl_ms;
     wd->max_lease_ms = max_lease_ms > ttl_ms ? max_lease_ms : ttl_ms;
+    wd->password = password && *password ? xstrdup(password) : NULL;
     wd->counters = counters;
-    clock_cond_init(&wd->changed);
+    wd->armed_us = INT64_MAX;
     pthread_mutex_init(&wd->mu, NULL);
     return wd;
+}
+
+/* Arms the tick for `at` (monotonic) unless it fires earlier already. With
+ * wd->mu held; any thread. */
+static void tick_arm(struct redis_watchdog *wd, int64_t at)
+{
+    if (!wd->tick || at >= wd->armed_us)
+        return;
+    int64_t in_us = at - clock_now_us();
+    if (in_us < 0)
+        in_us = 0;
+    struct timeval tv = {.tv_sec = in_us / 1000000, .tv_usec = in_us % 1000000};
+    wd->armed_us = at;
+    evtimer_add(wd->tick, &tv);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg);
+
+void redis_watchdog_attach(struct redis_watchdog *wd, struct event_base *base)
+{
+    pthread_mutex_lock(&wd->mu);
+    if (!wd->tick) {
+        wd->tick = evtimer_new(base, on_tick, wd);
+        if (!wd->tick)
+            abort();
+        wd->armed_us = INT64_MAX;
+        for (struct lease *l = wd->leases; l; l = l->next)
+            if (!l->in_flight)
+                tick_arm(wd, l->renew_at_us);
+    }
+    pthread_mutex_unlock(&wd->mu);
+}
+
+void redis_watchdog_detach(struct redis_watchdog *wd)
+{
+    pthread_mutex_lock(&wd->mu);
+    struct event *tick = wd->tick;
+    wd->tick = NULL;
+    wd->armed_us = INT64_MAX;
+    pthread_mutex_unlock(&wd->mu);
+    if (tick)
+        event_free(tick);
+    /* Renewals in flight are answered ACONN_LOST (under wd->mu, taken there). */
+    aconn_free(wd->conn);
+    wd->conn = NULL;
 }
 
 void redis_watchdog_free(struct redis_watchdog *wd)
 {
     if (!wd)
         return;
-    pthread_mutex_lock(&wd->mu);
-    wd->stop = 1;
-    pthread_cond_signal(&wd->changed);
-    int started = wd->started;
-    pthread_mutex_unlock(&wd->mu);
-    if (started)
-        pthread_join(wd->thread, NULL);
+    redis_watchdog_detach(wd);
     while (wd->leases) { /* held by sessions freed without releasing */
         struct lease *l = wd->leases;
         wd->leases = l->next;
         free(l);
     }
-    rconn_free(wd->conn);
     pthread_mutex_destroy(&wd->mu);
-    pthread_cond_destroy(&wd->changed);
+    free(wd->password);
     free(wd);
 }
 
@@ -79,16 +133,62 @@ static void lease_unlink(struct redis_watchdog *wd, struct lease *l)
     l->prev = l->next = NULL;
 }
 
-/* Sends one batch of due renewals; called with wd->mu held, drops it while on
- * the network. */
-static void renew_due(struct redis_watchdog *wd, int64_t now)
+/* Applies a renewal's answer (result: 1 renewed, 0 lost, -1 no answer).
+ * With wd->mu held. */
+static void renewal_apply(struct renewal *rn, long long result)
 {
-    struct lease *batch[RENEW_BATCH];
-    char lease_ms[RENEW_BATCH][16];
+    struct redis_watchdog *wd = rn->wd;
+    struct lease *l = rn->l;
+    l->in_flight = 0;
+    if (l->orphan) {
+        free(l);
+        return;
+    }
+    if (result == 1) {
+        int64_t until = rn->sent_us + rn->lease_ms * 1000;
+        if (until > l->valid_until_us)
+            l->valid_until_us = until;
+        l->renew_at_us = rn->sent_us + renew_period_us(wd);
+        lock_count_renewal(wd->counters);
+    } else if (result == 0) {
+        l->lost = 1;
+        l->valid_until_us = 0;
+        l->renew_at_us = INT64_MAX;
+        lock_count_lost(wd->counters);
+    } else {
+        /* Redis unreachable (or its script cache lost: the next call goes by
+         * EVAL): try again soon, while the lease may still live. */
+        l->renew_at_us = rn->sent_us + renew_period_us(wd) / 4;
+    }
+    tick_arm(wd, l->renew_at_us);
+}
+
+static void on_renewed(void *arg, aconn_result res, redisReply *r)
+{
+    struct renewal *rn = arg;
+    struct redis_watchdog *wd = rn->wd;
+    long long result =
+        res == ACONN_REPLY && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    pthread_mutex_lock(&wd->mu);
+    renewal_apply(rn, result);
+    pthread_mutex_unlock(&wd->mu);
+    free(rn);
+}
+
+/* Takes up to RENEW_BATCH due leases into batch (in flight from now on) and
+ * arms the tick for the next one due. With wd->mu held. */
+static int due_take(struct redis_watchdog *wd, int64_t now, struct renewal **batch)
+{
     int n = 0;
-    for (struct lease *l = wd->leases; l && n < RENEW_BATCH; l = l->next) {
-        if (l->renew_at_us > now || l->in_flight)
+    int64_t next = INT64_MAX;
+    for (struct lease *l = wd->leases; l; l = l->next) {
+        if (l->in_flight)
             continue;
+        if (l->renew_at_us > now || n == RENEW_BATCH) {
+            if (l->renew_at_us < next)
+                next = l->renew_at_us;
+            continue;
+        }
         int64_t ms = (l->max_until_us - now) / 1000;
         if (ms > wd->ttl_ms)
             ms = wd->ttl_ms;
@@ -96,92 +196,39 @@ static void renew_due(struct redis_watchdog *wd, int64_t now)
             l->renew_at_us = INT64_MAX; /* max lease reached: let it run out */
             continue;
         }
-        snprintf(lease_ms[n], sizeof(lease_ms[n]), "%lld", (long long)ms);
         l->in_flight = 1;
-        batch[n++] = l;
+        struct renewal *rn = xmalloc(sizeof(*rn));
+        *rn = (struct renewal){.wd = wd, .l = l, .sent_us = now, .lease_ms = ms};
+        batch[n++] = rn;
     }
-    if (n == 0)
-        return;
+    wd->armed_us = INT64_MAX;
+    tick_arm(wd, next);
+    return n;
+}
+
+/* The tick, on the attached base's thread: sends the due renewals, which go
+ * out in one write (aconn pipelines what one turn of the loop queues). */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct redis_watchdog *wd = arg;
+    struct renewal *batch[RENEW_BATCH];
+    pthread_mutex_lock(&wd->mu);
+    int n = due_take(wd, clock_now_us(), batch);
+    if (n > 0 && !wd->conn)
+        wd->conn = aconn_new(event_get_base(wd->tick), wd->host, wd->port,
+                             wd->password, wd->ttl_ms / 3 > 0 ? wd->ttl_ms / 3 : 1);
     pthread_mutex_unlock(&wd->mu);
     /* key and owner never change while the lease exists, and in_flight keeps
      * it alive, so they are read without the mutex. */
-    struct rpipe p = {0};
-    const char *argv[RENEW_BATCH][3];
-    struct rcmd renew = {.script = &renew_script, .nkeys = 1, .argc = 3};
-    int ok = rconn_prepare(wd->conn, &renew) == RCONN_OK &&
-             rpipe_begin(&p, wd->conn) == RCONN_OK;
-    for (int i = 0; ok && i < n; i++) {
-        argv[i][0] = batch[i]->key;
-        argv[i][1] = batch[i]->owner;
-        argv[i][2] = lease_ms[i];
-        renew.argv = argv[i];
-        ok = rpipe_append(&p, &renew) == RCONN_OK;
-    }
-    long long result[RENEW_BATCH];
-    int noscript = 0;
     for (int i = 0; i < n; i++) {
-        redisReply *r = ok ? rpipe_collect(&p) : NULL;
-        result[i] = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-        if (rconn_is_noscript(r))
-            noscript = 1;
-        if (r)
-            freeReplyObject(r);
+        char lease_ms[24];
+        snprintf(lease_ms, sizeof(lease_ms), "%lld", (long long)batch[i]->lease_ms);
+        const char *argv[] = {batch[i]->l->key, batch[i]->l->owner, lease_ms};
+        if (aconn_eval(wd->conn, on_renewed, batch[i], &renew_script, 1, 3, argv) !=
+            RCONN_OK)
+            on_renewed(batch[i], ACONN_NOT_SENT, NULL);
     }
-    rpipe_end(&p);
-    if (noscript) {
-        /* Redis lost its script cache: the next round's EVAL fallback reloads it. */
-        redisReply *r = rconn_eval(wd->conn, &renew_script, 1, 2, argv[0], NULL);
-        if (r)
-            freeReplyObject(r);
-    }
-    pthread_mutex_lock(&wd->mu);
-    for (int i = 0; i < n; i++) {
-        struct lease *l = batch[i];
-        l->in_flight = 0;
-        if (l->orphan) {
-            free(l);
-            continue;
-        }
-        if (result[i] == 1) {
-            int64_t until = now + atoll(lease_ms[i]) * 1000;
-            if (until > l->valid_until_us)
-                l->valid_until_us = until;
-            l->renew_at_us = now + renew_period_us(wd);
-            lock_count_renewal(wd->counters);
-        } else if (result[i] == 0) {
-            l->lost = 1;
-            l->valid_until_us = 0;
-            l->renew_at_us = INT64_MAX;
-            lock_count_lost(wd->counters);
-        } else {
-            /* Redis unreachable: try again soon, while the lease may still live. */
-            l->renew_at_us = now + renew_period_us(wd) / 4;
-        }
-    }
-}
-
-static void *watchdog_main(void *arg)
-{
-    struct redis_watchdog *wd = arg;
-    pthread_mutex_lock(&wd->mu);
-    while (!wd->stop) {
-        int64_t now = clock_now_us();
-        int64_t next = INT64_MAX;
-        for (struct lease *l = wd->leases; l; l = l->next)
-            if (!l->in_flight && l->renew_at_us < next)
-                next = l->renew_at_us;
-        if (next <= now) {
-            renew_due(wd, now);
-            continue;
-        }
-        if (next == INT64_MAX) {
-            pthread_cond_wait(&wd->changed, &wd->mu);
-        } else {
-            clock_cond_wait_until(&wd->changed, &wd->mu, next);
-        }
-    }
-    pthread_mutex_unlock(&wd->mu);
-    return NULL;
 }
 
 void redis_watchdog_add(struct redis_watchdog *wd, struct lease *l, int64_t start,
@@ -192,18 +239,15 @@ void redis_watchdog_add(struct redis_watchdog *wd, struct lease *l, int64_t star
     l->renew_at_us =
         l->max_until_us > l->valid_until_us ? start + renew_period_us(wd) : INT64_MAX;
     pthread_mutex_lock(&wd->mu);
-    if (!wd->started) {
-        wd->conn = rconn_clone(data);
-        if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0)
-            abort();
-        wd->started = 1;
+    if (!wd->host[0]) {
+        snprintf(wd->host, sizeof(wd->host), "%s", rconn_host(data));
+        wd->port = rconn_port(data);
     }
     l->next = wd->leases;
     if (l->next)
         l->next->prev = l;
     wd->leases = l;
-    if (l->renew_at_us != INT64_MAX)
-        pthread_cond_signal(&wd->changed);
+    tick_arm(wd, l->renew_at_us);
     pthread_mutex_unlock(&wd->mu);
 }
 

@@ -1,22 +1,28 @@
 /* redis_watchdog: the lease watchdog of the redis lock (lock_redis.c, its only
- * caller). One thread per lock, started on the first lease, renews every held
- * lease at ttl/3 with an owner-checked PEXPIRE (lock/lua/redis_renew.lua),
- * pipelined in batches, on a connection of its own. It stops renewing a lease
+ * caller). A timer on the event loop the lock is attached to (lock_attach)
+ * renews every held lease at ttl/3 with an owner-checked PEXPIRE
+ * (lock/lua/redis_renew.lua, by SHA), in batches auto-pipelined on an async
+ * connection of its own (aconn, made on the first lease to the node of the
+ * lease's data connection). It stops renewing a lease
  * on release, when the lease turns out lost (counted in leases_lost), and at
  * max_lease_ms after the grant. Validity is kept on the monotonic clock: a
  * renewal sent at t with lease L is valid until t + L. Which grant a lease
  * belongs to, re-entry and the hand-off are lock_redis.c's.
  *
- * Threads: the session threads of a redis lock (and the event loop thread
- * that runs its steps) call redis_watchdog_add, _drop, _extend, _lose and
- * _valid_until; the watchdog's own thread renews. Both sides take the
- * watchdog's mutex, and nobody holds it on the network. redis_watchdog_new
- * and _free come with the lock (create, destroy), no session left. */
+ * Threads: the session threads of a redis lock (batch threads, every event
+ * loop that runs its steps) call redis_watchdog_add, _drop, _extend, _lose
+ * and _valid_until; the loop the watchdog is attached to renews. Both sides
+ * take the watchdog's mutex, and nobody holds it on the network: a lease
+ * added re-arms the timer (evtimer_add is thread-safe under libevent's
+ * pthreads locking) only when it is due before the timer. redis_watchdog_new
+ * and _free come with the lock (create, destroy), no session left. Without
+ * an attached loop nothing is renewed: leases run out after one ttl. */
 #ifndef SECKILL_REDIS_WATCHDOG_H
 #define SECKILL_REDIS_WATCHDOG_H
 
 #include <stdint.h>
 
+struct event_base;
 struct lock_counters;
 struct rconn;
 struct redis_watchdog;
@@ -39,22 +45,32 @@ struct lease {
 };
 
 /* A watchdog for leases of ttl_ms, renewed up to max_lease_ms after their
- * grant (at least ttl_ms), counting renewals and lost leases in counters.
- * Its thread and connection wait for the first lease. Aborts when out of
- * memory. */
+ * grant (at least ttl_ms), counting renewals and lost leases in counters;
+ * password (may be NULL) is the data Redis's AUTH. Nothing runs before
+ * redis_watchdog_attach. Aborts when out of memory. */
 struct redis_watchdog *redis_watchdog_new(int ttl_ms, int max_lease_ms,
+                                          const char *password,
                                           struct lock_counters *counters);
 
-/* Stops and joins the thread, frees the leases still tracked (of sessions
- * freed without releasing) and the connection. NULL is a no-op. */
+/* Renews on base from now on: from any thread, base running or not yet;
+ * the connection is made on base's thread at the first renewal. A watchdog
+ * is attached to one base at a time (a second call is ignored). */
+void redis_watchdog_attach(struct redis_watchdog *wd, struct event_base *base);
+/* Stops renewing and closes the connection (renewals in flight count as
+ * failed). On the attached base's thread, or once that base no longer runs.
+ * No-op when not attached. */
+void redis_watchdog_detach(struct redis_watchdog *wd);
+
+/* Detaches (same rule), frees the leases still tracked (of sessions freed
+ * without releasing). NULL is a no-op. */
 void redis_watchdog_free(struct redis_watchdog *wd);
 
 /* Starts tracking l, a new hold granted at start (monotonic): valid for one
  * ttl from start, renewed from start + ttl/3 unless max_lease_ms is no
  * longer than ttl. l (key, owner, depth filled in by the caller, heap
  * allocated) is the watchdog's to free from now on (see redis_watchdog_drop).
- * The first call starts the thread, on a clone of data (the caller's
- * connection); aborts when the thread cannot start. */
+ * The first call names the node renewals go to: data's (the caller's
+ * connection). */
 void redis_watchdog_add(struct redis_watchdog *wd, struct lease *l, int64_t start,
                         struct rconn *data);
 

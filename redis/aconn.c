@@ -39,8 +39,18 @@ struct aconn {
     int64_t alive_us;      /* the latest sign of life while commands are owed */
     struct event *watch;   /* fires when the owed answers are overdue */
     struct areq *free_req; /* the pool */
+    /* Subscribe mode (aconn_subscribe): the one channel, its callback, and
+     * the timer that connects again after a loss. */
+    char *channel;
+    aconn_cb *sub_cb;
+    void *sub_arg;
+    int subscribed;       /* the current connection confirmed the subscription */
+    struct event *resub;  /* connects again ACONN_RETRY_MS after a loss */
     char errstr[128];
 };
+
+static void on_push(redisAsyncContext *ac, void *reply, void *privdata);
+static void resub_arm(struct aconn *c);
 
 static void set_err(struct aconn *c, const char *why)
 {
@@ -67,12 +77,17 @@ static void on_connect(const redisAsyncContext *ac, int status)
         return;
     }
     mark_down(c, ac); /* hiredis frees ac after this */
+    if (c->channel)
+        resub_arm(c);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     (void)status;
-    mark_down(ac->data, ac);
+    struct aconn *c = ac->data;
+    mark_down(c, ac);
+    if (c->channel)
+        resub_arm(c);
 }
 
 static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
@@ -111,6 +126,13 @@ static int connect_now(struct aconn *c)
     /* Every script this process knows, ahead of any command: a node that
      * never saw one (another master of a cluster, a Redis restarted empty)
      * runs the EVALSHA of its first call instead of answering NOSCRIPT. */
+    if (c->channel) {
+        /* A subscriber sends nothing else: no script to load. Keepalive, as
+         * an idle subscriber would not notice a peer that vanished. */
+        redisEnableKeepAlive(&ac->c);
+        redisAsyncCommand(ac, on_push, c, "SUBSCRIBE %s", c->channel);
+        return 0;
+    }
     for (struct rscript *s = rscript_loaded(); s; s = s->next_loaded)
         redisAsyncCommand(ac, NULL, NULL, "SCRIPT LOAD %s", s->source->text);
     return 0;
@@ -179,6 +201,75 @@ static void on_learn(redisAsyncContext *ac, void *reply, void *privdata)
         rscript_learn(privdata, reply);
 }
 
+/* ---- subscribe mode ------------------------------------------------------- */
+
+/* Every answer on the subscription: the confirmation and each message; NULL
+ * when the connection is gone (hiredis runs a subscription's callback with
+ * no reply when it frees the context). */
+static void on_push(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct aconn *c = privdata;
+    redisReply *r = reply;
+    if (r) {
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            strcmp(r->element[0]->str, "subscribe") == 0)
+            c->subscribed = 1;
+        else if (r->type == REDIS_REPLY_ERROR) /* refused (NOAUTH, ...) */
+            set_err(c, r->str);
+        c->sub_cb(c->sub_arg, ACONN_REPLY, r);
+        return;
+    }
+    mark_down(c, ac);
+    int was = c->subscribed;
+    c->subscribed = 0;
+    if (c->closing)
+        return;
+    resub_arm(c);
+    if (was)
+        c->sub_cb(c->sub_arg, ACONN_LOST, NULL);
+}
+
+static void on_resub(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct aconn *c = arg;
+    if (c->closing || c->ac)
+        return;
+    if (connect_now(c) != 0)
+        resub_arm(c);
+}
+
+/* Connects again (and so subscribes again) in ACONN_RETRY_MS, once. */
+static void resub_arm(struct aconn *c)
+{
+    if (c->closing || evtimer_pending(c->resub, NULL))
+        return;
+    struct timeval tv = {.tv_sec = 0, .tv_usec = ACONN_RETRY_MS * 1000};
+    evtimer_add(c->resub, &tv);
+}
+
+rconn_status aconn_subscribe(struct aconn *c, const char *channel, aconn_cb *cb,
+                             void *arg)
+{
+    if (c->channel || c->ac || c->pending || c->closing)
+        return RCONN_ERR;
+    c->channel = xstrdup(channel);
+    c->sub_cb = cb;
+    c->sub_arg = arg;
+    c->resub = evtimer_new(c->base, on_resub, c);
+    if (!c->resub)
+        abort();
+    if (connect_now(c) != 0)
+        resub_arm(c);
+    return RCONN_OK;
+}
+
+int aconn_subscribed(const struct aconn *c)
+{
+    return c->subscribed;
+}
+
 struct aconn *aconn_new(struct event_base *base, const char *host, int port,
                         const char *password, int timeout_ms)
 {
@@ -201,6 +292,9 @@ void aconn_free(struct aconn *c)
     c->closing = 1;
     drop(c, "closed");
     event_free(c->watch);
+    if (c->resub)
+        event_free(c->resub);
+    free(c->channel);
     for (struct areq *q = c->free_req, *next; q; q = next) {
         next = q->next_free;
         free(q);
@@ -223,7 +317,7 @@ static struct areq *req_new(struct aconn *c, aconn_cb *cb, void *arg)
 /* The context to queue on, connecting when due. NULL: refused. */
 static redisAsyncContext *usable(struct aconn *c)
 {
-    if (c->closing)
+    if (c->closing || c->channel)
         return NULL;
     if (!c->ac && clock_now_us() - c->tried_us >= (int64_t)ACONN_RETRY_MS * 1000)
         connect_now(c);

@@ -63,6 +63,23 @@ rconn_status aconn_command(struct aconn *c, aconn_cb *cb, void *arg, int argc,
 rconn_status aconn_eval(struct aconn *c, aconn_cb *cb, void *arg, struct rscript *s,
                         int nkeys, int argc, const char **argv);
 
+/* Subscribe mode: turns c, a new connection on which nothing was queued, into
+ * a subscriber to channel, for good. It connects now, and again
+ * ACONN_RETRY_MS after every loss, subscribing each time. cb runs on the
+ * loop thread with ACONN_REPLY for every push: the subscription's
+ * confirmation (["subscribe", channel, 1]) after each (re)connection, then
+ * each message (["message", channel, payload]), or an error reply when the
+ * SUBSCRIBE was refused; and with ACONN_LOST (r NULL) once when a confirmed
+ * subscription is lost: messages published from then until the next
+ * confirmation are never seen. No answer is owed, so the timeout does not
+ * apply (an idle subscriber is not dropped; TCP keepalive notices a vanished
+ * peer). Not called back from aconn_free. c takes no commands afterwards
+ * (aconn_command refuses). RCONN_ERR: c was not new. */
+rconn_status aconn_subscribe(struct aconn *c, const char *channel, aconn_cb *cb,
+                             void *arg);
+/* True while the subscription is confirmed on the connection up now. */
+int aconn_subscribed(const struct aconn *c);
+
 /* True when the connection is up (connected and not failed since). */
 int aconn_up(const struct aconn *c);
 /* The link (rconn.h) the connection is up on; 0 while it is down. In a

@@ -12,6 +12,8 @@
 #include "inventory.h"
 #include "lock.h"
 
+struct event_base;
+
 /* Read-only after start but for the atomics. */
 struct svc_app {
     const struct svc_config *cfg;
@@ -23,6 +25,14 @@ struct svc_app {
     struct inv_batcher *batcher;       /* runs every order (batch.h) */
     int replicas_acked;                /* --min-replicas-acked, resolved */
     int cluster;                       /* the data Redis is a Redis Cluster */
+    /* The process's background duties (lock watchdog, sold-out listener,
+     * durability check, worker-id lease) run on loop 0 (server.c): attach
+     * hands them its base before any loop thread runs; detach takes them off
+     * once every loop thread has stopped, before any engine or base goes.
+     * Either may be NULL. */
+    void (*duties_attach)(struct svc_app *app, struct event_base *base);
+    void (*duties_detach)(struct svc_app *app);
+    void *duties; /* theirs */
     _Atomic int draining;
     _Atomic int inflight;
 };

@@ -1,14 +1,13 @@
 #include "durability.h"
 
-#include <errno.h>
-#include <pthread.h>
+#include <event2/event.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "aconn.h"
 #include "log.h"
 #include "rconn.h"
 #include "xalloc.h"
@@ -25,16 +24,18 @@ typedef enum {
 } dur_verdict;
 
 struct svc_durability {
-    struct rconn *rc;
+    char host[256];
+    int port;
+    char *password;
     char addr[300];                /* host:port, for the log */
-    dur_verdict verdict;           /* the reading thread's only */
+    dur_verdict verdict;           /* start-up's, then the attached loop's only */
     int retry;                     /* the last reading failed on the way: read again */
     unsigned long seen_reconnects; /* rconn_reconnects() before the last reading */
-    _Atomic int durable;           /* the gauge */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
-    int stop; /* under mu */
+    uint64_t seen_link;            /* the link that carried the last reading */
+    int reading;                   /* a CONFIG GET is on its way */
+    struct aconn *conn;            /* on the attached loop; NULL: detached */
+    struct event *tick;
+    _Atomic int durable; /* the gauge */
 };
 
 /* Copies text into buf for a quoted log value: no '"', '\' or control
@@ -100,17 +101,12 @@ static void verdict_set(struct svc_durability *d, dur_verdict v, const char *app
               appendfsync, loss_detail(appendonly, appendfsync));
 }
 
-/* Reads appendonly and appendfsync and sets the verdict. A connection error or
- * a "not now" answer leaves the verdict as it was and asks for another
- * reading at the next tick. */
-static void durability_read(struct svc_durability *d)
+/* Sets the verdict from r, the answer to CONFIG GET append* (NULL: none
+ * came). A connection error or a "not now" answer leaves the verdict as it
+ * was and asks for another reading at the next tick. */
+static void durability_take(struct svc_durability *d, const redisReply *r)
 {
-    /* Taken before the reading: a reconnect during it brings one more. */
-    d->seen_reconnects = rconn_reconnects();
-    redisReply *r = rconn_command(d->rc, "CONFIG GET append*");
     if (!r || (r->type == REDIS_REPLY_ERROR && transient_error(r->str))) {
-        if (r)
-            freeReplyObject(r);
         d->retry = 1;
         return;
     }
@@ -132,7 +128,6 @@ static void durability_read(struct svc_durability *d)
         snprintf(error, sizeof(error), "CONFIG GET: %s",
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
     }
-    freeReplyObject(r);
     dur_verdict v = error[0] ? DUR_UNKNOWN
                     : strcmp(appendonly, "yes") == 0 && strcmp(appendfsync, "always") == 0
                         ? DUR_DURABLE
@@ -141,56 +136,86 @@ static void durability_read(struct svc_durability *d)
     d->retry = 0;
 }
 
-static void *durability_main(void *arg)
+static const char *config_get[] = {"CONFIG", "GET", "append*"};
+
+static void on_read(void *arg, aconn_result res, redisReply *r)
 {
     struct svc_durability *d = arg;
-    pthread_mutex_lock(&d->mu);
-    while (!d->stop) {
-        int64_t until = clock_now_us() + (int64_t)DURABILITY_TICK_MS * 1000;
-        while (!d->stop && clock_cond_wait_until(&d->wake, &d->mu, until) != ETIMEDOUT)
-            ;
-        if (d->stop)
-            break;
-        pthread_mutex_unlock(&d->mu);
-        /* A restarted Redis has closed this idle connection: the peek notices,
-         * and connecting again moves the reconnect counter. No Redis command
-         * unless something moved. */
-        rconn_check(d->rc);
-        rconn_ctx(d->rc);
-        if (d->retry || rconn_reconnects() != d->seen_reconnects)
-            durability_read(d);
-        pthread_mutex_lock(&d->mu);
-    }
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
+    d->reading = 0;
+    if (res == ACONN_REPLY)
+        d->seen_link = aconn_link(d->conn);
+    durability_take(d, res == ACONN_REPLY ? r : NULL);
+}
+
+/* Once a second on the attached loop: reads the settings again when the last
+ * reading failed, when a connection of this process was made again since
+ * (rconn_reconnects moved), or when its own connection is no longer the one
+ * that carried the last reading (aconn noticed the close of a restarted
+ * Redis on the loop, or is down). No Redis command unless something moved. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct svc_durability *d = arg;
+    if (d->reading || (!d->retry && rconn_reconnects() == d->seen_reconnects &&
+                       aconn_link(d->conn) == d->seen_link))
+        return;
+    /* Taken before the reading: a reconnect during it brings one more. */
+    d->seen_reconnects = rconn_reconnects();
+    if (aconn_command(d->conn, on_read, d, 3, config_get, NULL) == RCONN_OK)
+        d->reading = 1;
+    else
+        d->retry = 1;
 }
 
 struct svc_durability *svc_durability_start(const char *host, int port,
                                             const char *password)
 {
     struct svc_durability *d = xcalloc(1, sizeof(*d));
-    d->rc = rconn_new(host, port, password, DURABILITY_TIMEOUT_MS);
+    snprintf(d->host, sizeof(d->host), "%s", host);
+    d->port = port;
+    d->password = password && *password ? xstrdup(password) : NULL;
     snprintf(d->addr, sizeof(d->addr), "%s:%d", host, port);
-    pthread_mutex_init(&d->mu, NULL);
-    clock_cond_init(&d->wake);
-    durability_read(d);
-    if (pthread_create(&d->thread, NULL, durability_main, d) != 0)
-        abort();
+    /* The first reading, at start-up, before the loops run. */
+    struct rconn *rc = rconn_new(host, port, password, DURABILITY_TIMEOUT_MS);
+    d->seen_reconnects = rconn_reconnects();
+    redisReply *r = rconn_command_argv(rc, 3, config_get, NULL);
+    durability_take(d, r);
+    if (r)
+        freeReplyObject(r);
+    rconn_free(rc);
+    d->seen_reconnects = rconn_reconnects();
     return d;
+}
+
+void svc_durability_attach(struct svc_durability *d, struct event_base *base)
+{
+    if (!d || d->conn)
+        return;
+    d->conn = aconn_new(base, d->host, d->port, d->password, DURABILITY_TIMEOUT_MS);
+    d->retry = 1; /* its own connection has carried no reading yet */
+    struct timeval every = {.tv_sec = DURABILITY_TICK_MS / 1000,
+                            .tv_usec = DURABILITY_TICK_MS % 1000 * 1000};
+    d->tick = event_new(base, -1, EV_PERSIST, on_tick, d);
+    if (!d->tick || event_add(d->tick, &every) != 0)
+        abort();
+}
+
+void svc_durability_detach(struct svc_durability *d)
+{
+    if (!d || !d->conn)
+        return;
+    event_free(d->tick);
+    d->tick = NULL;
+    aconn_free(d->conn); /* a reading in flight is answered, as failed */
+    d->conn = NULL;
 }
 
 void svc_durability_stop(struct svc_durability *d)
 {
     if (!d)
         return;
-    pthread_mutex_lock(&d->mu);
-    d->stop = 1;
-    pthread_cond_signal(&d->wake);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(d->thread, NULL);
-    rconn_free(d->rc);
-    pthread_cond_destroy(&d->wake);
-    pthread_mutex_destroy(&d->mu);
+    svc_durability_detach(d);
+    free(d->password);
     free(d);
 }
 

@@ -70,6 +70,19 @@ static int redis_is_cluster(const struct svc_config *cfg)
     return cluster;
 }
 
+/* The worker-id lease's news, in the log. */
+static void lease_event(orderid_lease_event ev, int worker)
+{
+    switch (ev) {
+    case ORDERID_LEASE_LOST:
+        log_event(LOG_ERROR, "worker_lease_lost", "worker=%d", worker);
+        break;
+    case ORDERID_LEASE_TAKEN:
+        log_event(LOG_WARN, "worker_lease_taken", "worker=%d", worker);
+        break;
+    }
+}
+
 /* Leases the order-id worker id, retrying while Redis starts. */
 static struct orderid_lease *lease_worker(const struct svc_config *cfg,
                                           struct orderid_gen *ids, int cluster)
@@ -80,7 +93,8 @@ static struct orderid_lease *lease_worker(const struct svc_config *cfg,
                                       .password = cfg->redis_password,
                                       .fixed = cfg->instance_id,
                                       .seeds = cfg->redis_seed,
-                                      .nseeds = cluster ? cfg->redis_seeds : 0};
+                                      .nseeds = cluster ? cfg->redis_seeds : 0,
+                                      .on_event = lease_event};
     for (int waited = 0; waited <= STARTUP_REDIS_WAIT_MS; waited += 200) {
         struct orderid_lease *l = orderid_lease_start(&lc, ids, err, sizeof(err));
         if (l)
@@ -176,6 +190,27 @@ static struct inv *inventory_new(const struct svc_config *cfg, struct backend *b
     return inv_new(&ic);
 }
 
+/* The background duties on loop 0 (app.h): the worker-id lease's renewal,
+ * the lock's lease watchdog, the sold-out listener, the durability re-check. */
+static void duties_attach(struct svc_app *app, struct event_base *base)
+{
+    struct backend *b = app->duties;
+    orderid_lease_attach(b->lease, base);
+    if (b->lock)
+        lock_attach(b->lock, base);
+    soldout_attach(b->soldout, base);
+    svc_durability_attach(b->durability, base);
+}
+
+static void duties_detach(struct svc_app *app)
+{
+    struct backend *b = app->duties;
+    svc_durability_detach(b->durability);
+    soldout_detach(b->soldout);
+    lock_detach(b->lock);
+    orderid_lease_detach(b->lease);
+}
+
 /* Starts b's parts in order. 0, or the exit status (message given) with
  * what was started freed. b must not move while started (ids). */
 static int backend_start(const struct svc_config *cfg, struct backend *b)
@@ -195,7 +230,8 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
         return 1;
     }
     /* On a cluster it listens on one node: a reset is published on every
-     * node, and while that node is gone nothing is answered from memory */
+     * node, and while that node is gone nothing is answered from memory.
+     * It listens once attached to loop 0 (duties_attach). */
     b->soldout = soldout_new(cfg->redis.host, cfg->redis.port, cfg->redis_password);
     b->replicas_acked = replicas_acked(cfg, b->cluster);
     b->inv = inventory_new(cfg, b);
@@ -254,7 +290,10 @@ int main(int argc, char **argv)
                           .batcher = b.batcher,
                           .replicas_acked = b.replicas_acked,
                           .cluster = b.cluster,
-                          .ids = &b.ids};
+                          .ids = &b.ids,
+                          .duties_attach = duties_attach,
+                          .duties_detach = duties_detach,
+                          .duties = &b};
     struct svc_server *srv = svc_server_start(&app, err, sizeof(err));
     if (!srv) {
         log_event(LOG_ERROR, "startup_failed", "reason=\"%s\"", err);

@@ -150,7 +150,7 @@ static void loops_quiesce(struct svc_server *srv)
 }
 
 /* Stops and frees the loops [0, n): each thread first (when running), then
- * what it ran, every engine before any daemon (an engine answers the orders
+ * the duties on loop 0 (app.h), then what each loop ran, every engine before any daemon (an engine answers the orders
  * in flight, which resumes their connections; MHD stops no suspended one). */
 static void loops_free(struct svc_server *srv, int n, int running)
 {
@@ -158,6 +158,8 @@ static void loops_free(struct svc_server *srv, int n, int running)
         event_base_loopbreak(srv->loops[i].base);
         pthread_join(srv->loops[i].tid, NULL);
     }
+    if (running && srv->app->duties_detach)
+        srv->app->duties_detach(srv->app);
     for (int i = 0; i < n; i++)
         inv_engine_free(srv->loops[i].engine);
     for (int i = 0; i < n; i++) {
@@ -213,6 +215,8 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         srv->engines[i] = srv->loops[i].engine;
     }
     inv_engine_link(srv->engines, srv->nloops);
+    if (app->duties_attach)
+        app->duties_attach(app, srv->loops[0].base);
     waiters_start(srv);
     for (int i = 0; i < srv->nloops; i++)
         if (pthread_create(&srv->loops[i].tid, NULL, loop_main, &srv->loops[i]) != 0)

@@ -54,6 +54,7 @@ void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port
     if (strcmp(mode, "atomic") != 0) {
         f->lock = lock_new(mode, &lc, err, sizeof(err));
         assert_non_null(f->lock);
+        test_lock_attach(f->lock);
     }
     struct inv_config ic = {
         .lock = f->lock, .wait_ms = 5000, .work_us = work_us, .fencing = 1, .ids = ids};
@@ -67,7 +68,7 @@ void invfix_close(struct invfix *f)
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
-    lock_free(f->lock);
+    test_lock_free(f->lock);
 }
 
 void invfix_user_with_home(int home, int k, int nth, char *out, size_t len)

@@ -34,6 +34,18 @@ static int fixture_port;
  * the child of a multi-threaded process. */
 static int fixture_memory = 1;
 
+/* The sold-out listener runs on the test's background loop (testutil), as the
+ * server's runs on its loop 0; attached and freed on that loop's thread. */
+static void soldout_attach_on_loop(void *so)
+{
+    soldout_attach(so, test_loop());
+}
+
+static void soldout_free_on_loop(void *so)
+{
+    soldout_free(so);
+}
+
 static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
                               int fencing, int ttl_ms, struct orderid_gen *gen)
 {
@@ -44,10 +56,15 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
         char err[200];
         f->lock = lock_new(mode, &lc, err, sizeof(err));
         assert_non_null(f->lock);
+        test_lock_attach(f->lock);
     }
     /* Fixtures keep a sold-out memory, as the server does. */
     f->soldout =
         fixture_memory ? soldout_new("127.0.0.1", invfix_redis.port, NULL) : NULL;
+    if (f->soldout) {
+        test_loop_hold();
+        test_loop_call(soldout_attach_on_loop, f->soldout);
+    }
     struct inv_config ic = {.lock = f->lock,
                             .wait_ms = 5000,
                             .work_us = work_us,
@@ -71,8 +88,11 @@ static void fixture_close(struct fixture *f)
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
-    soldout_free(f->soldout);
-    lock_free(f->lock);
+    if (f->soldout) {
+        test_loop_call(soldout_free_on_loop, f->soldout);
+        test_loop_release();
+    }
+    test_lock_free(f->lock);
 }
 
 /* The audit of sku counts n orders of one unit each, and agrees with the
@@ -518,8 +538,8 @@ static void test_stale_fence_is_refused(void **state)
     fixture_memory = 0; /* this test forks a child that starts threads */
     const char *sku = "fence";
     struct fixture f;
-    fixture_open(&f, "redis", 400000, 1, 3000); /* 400 ms of work */
-    inv_sku_put(f.s, "fence", 1, 1, 1);
+    /* Forked before the parent's fixture starts the background loop's thread:
+     * a child that starts threads must come from a process of one thread. */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -539,6 +559,8 @@ static void test_stale_fence_is_refused(void **state)
         fixture_close(&g);
         _exit(ok ? 0 : 1);
     }
+    fixture_open(&f, "redis", 400000, 1, 3000); /* 400 ms of work */
+    inv_sku_put(f.s, "fence", 1, 1, 1);
     struct inv_order o;
     inv_status st = inv_order_place(f.s, "fence", "slow", 1, NULL, &o);
     int status;

@@ -84,7 +84,7 @@ static void check_thread_exclusion(const char *mode, const char *key, int nthrea
     lock_stats(run.lock, &st);
     assert_int_equal(st.acquisitions, (uint64_t)nthreads * iterations);
     assert_int_equal(st.releases, (uint64_t)nthreads * iterations);
-    lock_free(run.lock);
+    test_lock_free(run.lock);
 }
 
 static void test_redis_threads_exclusive(void **state)
@@ -165,7 +165,7 @@ static void race_probe(const char *mode, int *max_inside, long *counter)
     *counter = run.counter;
     pthread_mutex_destroy(&run.mu);
     pthread_cond_destroy(&run.arrived_cv);
-    lock_free(run.lock);
+    test_lock_free(run.lock);
 }
 
 static void test_none_races(void **state)
@@ -214,7 +214,7 @@ static void process_worker(const char *mode, const char *key, int iterations)
             failures++;
     }
     lock_session_free(s);
-    lock_free(l);
+    test_lock_free(l);
     rconn_free(rc);
     _exit(failures ? 1 : 0); /* _exit: the parent's atexit hooks own the server */
 }
@@ -435,8 +435,8 @@ static void test_modes(void **state)
     struct lock *l = test_lock_new("local", 1000, 0, 0);
     assert_string_equal(lock_name(l), "local");
     assert_false(lock_fenced(l));
-    lock_free(l);
-    lock_free(NULL);
+    test_lock_free(l);
+    test_lock_free(NULL);
 }
 
 /* ---- setnx: a known weakness, shown ---------------------------------------- */
@@ -466,8 +466,8 @@ static void test_setnx_clock_skew_breaks_exclusion(void **state)
     lock_session_free(sb);
     rconn_free(ra);
     rconn_free(rb);
-    lock_free(la);
-    lock_free(lb);
+    test_lock_free(la);
+    test_lock_free(lb);
 }
 
 int main(void)

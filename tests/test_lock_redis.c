@@ -766,7 +766,7 @@ static void contend(const char *mode, int nthreads, int iterations, double *comm
     *commands = (double)total / acq;
     *round_trips = (double)trips / acq;
     *contended_share = (double)st.contended / acq;
-    lock_free(b.lock);
+    test_lock_free(b.lock);
 }
 
 static void test_commands_per_acquisition(void **state)

@@ -141,6 +141,38 @@ static void test_unique_across_threads(void **state)
         assert_true(all[i] != all[i - 1]);
 }
 
+/* A lease renewed on the test's background loop, as the server's on loop 0. */
+static void attach_on_loop(void *l)
+{
+    orderid_lease_attach(l, test_loop());
+}
+
+static void detach_on_loop(void *l)
+{
+    orderid_lease_detach(l);
+}
+
+static struct orderid_lease *lease_start(const struct orderid_lease_config *cfg,
+                                         struct orderid_gen *gen, char *err,
+                                         size_t errlen)
+{
+    struct orderid_lease *l = orderid_lease_start(cfg, gen, err, errlen);
+    if (l) {
+        test_loop_hold();
+        test_loop_call(attach_on_loop, l);
+    }
+    return l;
+}
+
+static void lease_stop(struct orderid_lease *l)
+{
+    if (l) {
+        test_loop_call(detach_on_loop, l);
+        test_loop_release();
+    }
+    orderid_lease_stop(l);
+}
+
 static void test_lease_distinct_workers_and_restart_above_mark(void **state)
 {
     (void)state;
@@ -152,15 +184,15 @@ static void test_lease_distinct_workers_and_restart_above_mark(void **state)
     char err[200];
     struct orderid_lease_config cfg = {
         .host = "127.0.0.1", .port = redis.port, .fixed = -1};
-    struct orderid_lease *la = orderid_lease_start(&cfg, &a, err, sizeof(err));
-    struct orderid_lease *lb = orderid_lease_start(&cfg, &b, err, sizeof(err));
+    struct orderid_lease *la = lease_start(&cfg, &a, err, sizeof(err));
+    struct orderid_lease *lb = lease_start(&cfg, &b, err, sizeof(err));
     assert_non_null(la);
     assert_non_null(lb);
     assert_true(orderid_lease_valid(la));
     assert_true(orderid_worker(&a) != orderid_worker(&b));
     int worker = orderid_worker(&a);
     uint64_t before = orderid_next(&a);
-    orderid_lease_stop(la);
+    lease_stop(la);
 
     /* The same worker id again (fixed) on a machine whose clock is 1 hour
      * behind: the high-water mark keeps its ids above the earlier ones. */
@@ -169,17 +201,17 @@ static void test_lease_distinct_workers_and_restart_above_mark(void **state)
     orderid_init(&c, worker, fake_clock, 0);
     struct orderid_lease_config fixed = cfg;
     fixed.fixed = worker;
-    struct orderid_lease *lc = orderid_lease_start(&fixed, &c, err, sizeof(err));
+    struct orderid_lease *lc = lease_start(&fixed, &c, err, sizeof(err));
     assert_non_null(lc);
     assert_true(orderid_next(&c) > before);
-    orderid_lease_stop(lc);
-    orderid_lease_stop(lb);
+    lease_stop(lc);
+    lease_stop(lb);
 
     /* Redis unreachable: no lease, a clear error */
     test_redis_stop(&redis, 1, 0);
     struct orderid_gen d;
     orderid_init(&d, 0, NULL, 0);
-    assert_null(orderid_lease_start(&cfg, &d, err, sizeof(err)));
+    assert_null(lease_start(&cfg, &d, err, sizeof(err)));
     assert_non_null(strstr(err, "connect"));
 }
 
@@ -223,7 +255,7 @@ static void test_no_id_twice_when_a_lease_is_lost_to_a_successor(void **state)
     char err[200];
     struct orderid_lease_config cfg = {
         .host = "127.0.0.1", .port = redis.port, .fixed = -1, .ttl_ms = 10000};
-    struct orderid_lease *la = orderid_lease_start(&cfg, &a, err, sizeof(err));
+    struct orderid_lease *la = lease_start(&cfg, &a, err, sizeof(err));
     assert_non_null(la);
     int worker = orderid_worker(&a);
     uint64_t a_max = orderid_next(&a);
@@ -237,7 +269,7 @@ static void test_no_id_twice_when_a_lease_is_lost_to_a_successor(void **state)
     struct orderid_lease *lb = NULL;
     for (int attempt = 0; attempt < 3 && !lb; attempt++) {
         redis_do(redis.port, "DEL seckill:worker:%d", worker);
-        lb = orderid_lease_start(&cfg, &b, err, sizeof(err));
+        lb = lease_start(&cfg, &b, err, sizeof(err));
     }
     assert_non_null(lb);
     assert_int_equal(orderid_worker(&b), worker);
@@ -262,8 +294,8 @@ static void test_no_id_twice_when_a_lease_is_lost_to_a_successor(void **state)
                  (unsigned long long)a_max, (long long)orderid_unix_ms_of(a_max),
                  (unsigned long long)b_min, (long long)orderid_unix_ms_of(b_min), issued);
     assert_true(refused > 0); /* A stopped at its mark */
-    orderid_lease_stop(la);
-    orderid_lease_stop(lb);
+    lease_stop(la);
+    lease_stop(lb);
     test_redis_stop(&redis, 1, 0);
 }
 
@@ -281,17 +313,104 @@ static void test_worker_probing_starts_at_a_random_point(void **state)
     for (int i = 0; i < 6; i++) { /* each lease is dropped before the next */
         struct orderid_gen g;
         orderid_init(&g, 0, NULL, 0);
-        struct orderid_lease *l = orderid_lease_start(&cfg, &g, err, sizeof(err));
+        struct orderid_lease *l = lease_start(&cfg, &g, err, sizeof(err));
         assert_non_null(l);
         int w = orderid_worker(&g);
         if (first < 0)
             first = w;
         else if (w != first)
             other++;
-        orderid_lease_stop(l);
+        lease_stop(l);
     }
     if (!other)
         fail_msg("six fresh leases all took worker id %d", first);
+    test_redis_stop(&redis, 1, 0);
+}
+
+static _Atomic int lost_events, taken_events, taken_worker;
+
+static void count_event(orderid_lease_event ev, int worker)
+{
+    if (ev == ORDERID_LEASE_LOST) {
+        atomic_fetch_add(&lost_events, 1);
+    } else {
+        atomic_store(&taken_worker, worker);
+        atomic_fetch_add(&taken_events, 1);
+    }
+}
+
+static int one_taken(void *arg)
+{
+    (void)arg;
+    return atomic_load(&taken_events) >= 1;
+}
+
+static int lease_invalid(void *l)
+{
+    return !orderid_lease_valid(l);
+}
+
+static int lease_ok(void *l)
+{
+    return orderid_lease_valid(l);
+}
+
+/* A renewal finds the id taken by someone else: the instance says so, takes
+ * another id by itself (on the loop), and issues ids under that one. */
+static void test_lost_lease_is_replaced_by_a_new_id(void **state)
+{
+    (void)state;
+    static struct test_redis redis;
+    test_redis_start(&redis, NULL);
+    atomic_store(&lost_events, 0);
+    atomic_store(&taken_events, 0);
+    struct orderid_gen a;
+    orderid_init(&a, 0, NULL, 0);
+    char err[200];
+    struct orderid_lease_config cfg = {.host = "127.0.0.1",
+                                       .port = redis.port,
+                                       .fixed = -1,
+                                       .ttl_ms = 1000,
+                                       .on_event = count_event};
+    struct orderid_lease *la = lease_start(&cfg, &a, err, sizeof(err));
+    assert_non_null(la);
+    int worker = orderid_worker(&a);
+    redis_do(redis.port, "SET seckill:worker:%d someone-else", worker);
+    assert_true(test_wait_for(one_taken, NULL, 5000));
+    assert_int_equal(atomic_load(&lost_events), 1);
+    assert_int_not_equal(orderid_worker(&a), worker);
+    assert_int_equal(atomic_load(&taken_worker), orderid_worker(&a));
+    assert_true(test_wait_for(lease_ok, la, 2000));
+    uint64_t id = orderid_next(&a);
+    assert_true(id != 0);
+    assert_int_equal(orderid_worker_of(id), orderid_worker(&a));
+    lease_stop(la);
+    test_redis_stop(&redis, 1, 0);
+}
+
+/* Redis gone: within the lease the instance stops issuing ids (the lease is
+ * not valid any more, the generator stops at its mark); Redis back: the
+ * renewals on the loop make it valid again, same id. */
+static void test_renewals_stop_and_resume_with_redis(void **state)
+{
+    (void)state;
+    static struct test_redis redis;
+    test_redis_start(&redis, NULL);
+    struct orderid_gen a;
+    orderid_init(&a, 0, NULL, 0);
+    char err[200];
+    struct orderid_lease_config cfg = {
+        .host = "127.0.0.1", .port = redis.port, .fixed = -1, .ttl_ms = 1000};
+    struct orderid_lease *la = lease_start(&cfg, &a, err, sizeof(err));
+    assert_non_null(la);
+    int worker = orderid_worker(&a);
+    test_redis_stop(&redis, 1, 1);
+    assert_true(test_wait_for(lease_invalid, la, 3000));
+    test_redis_restart(&redis, NULL);
+    assert_true(test_wait_for(lease_ok, la, 3000));
+    assert_int_equal(orderid_worker(&a), worker);
+    assert_true(orderid_next(&a) != 0);
+    lease_stop(la);
     test_redis_stop(&redis, 1, 0);
 }
 
@@ -307,6 +426,8 @@ int main(void)
         cmocka_unit_test(test_lease_distinct_workers_and_restart_above_mark),
         cmocka_unit_test(test_no_id_twice_when_a_lease_is_lost_to_a_successor),
         cmocka_unit_test(test_worker_probing_starts_at_a_random_point),
+        cmocka_unit_test(test_lost_lease_is_replaced_by_a_new_id),
+        cmocka_unit_test(test_renewals_stop_and_resume_with_redis),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <event2/event.h>
+#include <event2/thread.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -420,6 +422,96 @@ void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
     track(zk_running, z, 0);
 }
 
+/* ---- the background loop -------------------------------------------------- */
+
+static struct event_base *bg_base;
+static pthread_t bg_tid;
+static int bg_users;
+static pid_t bg_pid; /* the process whose thread runs bg_base */
+static pthread_mutex_t bg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *bg_main(void *arg)
+{
+    event_base_loop(arg, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+/* A forked child has no copy of the parent's loop thread: it starts one of
+ * its own (the parent's base is left alone). */
+struct event_base *test_loop_hold(void)
+{
+    pthread_mutex_lock(&bg_mu);
+    if (bg_pid != getpid()) {
+        bg_users = 0;
+        bg_pid = getpid();
+    }
+    if (bg_users++ == 0) {
+        evthread_use_pthreads();
+        bg_base = event_base_new();
+        if (!bg_base || pthread_create(&bg_tid, NULL, bg_main, bg_base) != 0)
+            abort();
+    }
+    struct event_base *base = bg_base;
+    pthread_mutex_unlock(&bg_mu);
+    return base;
+}
+
+void test_loop_release(void)
+{
+    pthread_mutex_lock(&bg_mu);
+    if (--bg_users == 0) {
+        event_base_loopbreak(bg_base);
+        pthread_join(bg_tid, NULL);
+        event_base_free(bg_base);
+        bg_base = NULL;
+    }
+    pthread_mutex_unlock(&bg_mu);
+}
+
+struct event_base *test_loop(void)
+{
+    pthread_mutex_lock(&bg_mu);
+    struct event_base *base = bg_pid == getpid() ? bg_base : NULL;
+    pthread_mutex_unlock(&bg_mu);
+    if (!base)
+        fail_msg("test_loop: nobody holds the background loop");
+    return base;
+}
+
+struct bg_call {
+    void (*fn)(void *);
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    int done;
+};
+
+static void bg_call_run(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct bg_call *c = arg;
+    c->fn(c->arg);
+    pthread_mutex_lock(&c->mu);
+    c->done = 1;
+    pthread_cond_signal(&c->done_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void test_loop_call(void (*fn)(void *), void *arg)
+{
+    struct bg_call c = {.fn = fn, .arg = arg};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.done_cv, NULL);
+    if (event_base_once(test_loop(), -1, EV_TIMEOUT, bg_call_run, &c, NULL) != 0)
+        abort();
+    pthread_mutex_lock(&c.mu);
+    while (!c.done)
+        pthread_cond_wait(&c.done_cv, &c.mu);
+    pthread_mutex_unlock(&c.mu);
+    pthread_cond_destroy(&c.done_cv);
+    pthread_mutex_destroy(&c.mu);
+}
+
 /* ---- locks ---------------------------------------------------------------- */
 
 struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int skew_ms)
@@ -432,7 +524,27 @@ struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int s
     struct lock *l = lock_new(mode, &cfg, err, sizeof(err));
     if (!l)
         fail_msg("lock_new(%s): %s", mode, err);
+    test_lock_attach(l);
     return l;
+}
+
+void test_lock_attach(struct lock *l)
+{
+    lock_attach(l, test_loop_hold());
+}
+
+static void detach_on_loop(void *arg)
+{
+    lock_detach(arg);
+}
+
+void test_lock_free(struct lock *l)
+{
+    if (!l)
+        return;
+    test_loop_call(detach_on_loop, l);
+    lock_free(l);
+    test_loop_release();
 }
 
 void test_lock_key_del(struct rconn *rc, const char *key)
@@ -460,7 +572,7 @@ void test_sessions_close(struct test_sessions *p)
         lock_session_free(p->s[i]);
         rconn_free(p->rc[i]);
     }
-    lock_free(p->lock);
+    test_lock_free(p->lock);
 }
 
 static void *excl_worker(void *arg)

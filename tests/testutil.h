@@ -83,12 +83,35 @@ int test_free_port(void);
  * directly (another process's state). */
 int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms);
 
+/* ---- the background loop ------------------------------------------------ */
+
+/* The one event loop of a test process that has no service loop: a thread
+ * running an event_base while anyone holds it. The libraries' background
+ * duties (the redis lock's watchdog, the sold-out listener, the worker-id
+ * lease) attach to it, as the server attaches them to its loop 0. Stopped
+ * (thread joined) when the last holder lets go, so that a test that forks
+ * afterwards forks a process of one thread. */
+struct event_base *test_loop_hold(void);
+/* Lets go; the last one stops the loop. Every duty attached to it must be
+ * detached first. */
+void test_loop_release(void);
+/* The loop now held (the test fails when nobody holds it). */
+struct event_base *test_loop(void);
+/* Runs fn(arg) on the loop's thread and returns when it has; the loop must
+ * be held. */
+void test_loop_call(void (*fn)(void *), void *arg);
+
 /* ---- locks -------------------------------------------------------------- */
 
 /* A fenced lock of mode with a ttl_ms lease that the watchdog renews up to
  * max_lease_ms (0: no limit), on a clock skew_ms ahead. Fails the test when
  * lock_new refuses. */
 struct lock *test_lock_new(const char *mode, int ttl_ms, int max_lease_ms, int skew_ms);
+/* Holds test_loop() and attaches l to it (lock_attach); test_lock_new does. */
+void test_lock_attach(struct lock *l);
+/* Detaches l on the loop's thread, frees it and lets the loop go (for locks
+ * attached by test_lock_attach; NULL is a no-op). */
+void test_lock_free(struct lock *l);
 
 /* Deletes the lock key, its fence counter and its wait queue, through rc. */
 void test_lock_key_del(struct rconn *rc, const char *key);
