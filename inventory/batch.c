@@ -285,6 +285,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct inv_batcher *b = w->b;
+    pthread_setname_np(pthread_self(), "sk-batch");
     pthread_mutex_lock(&b->mu);
     for (;;) {
         /* 1. a hold whose orders' work is done */
@@ -348,7 +349,8 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
         b->cfg.batch = 1;
     pthread_mutex_init(&b->mu, NULL);
     clock_cond_init(&b->cv); /* timed waits on clock_now_us's clock */
-    b->workers = xcalloc((size_t)cfg->threads, sizeof(*b->workers));
+    b->workers =
+        cfg->threads > 0 ? xcalloc((size_t)cfg->threads, sizeof(*b->workers)) : NULL;
     for (int i = 0; i < cfg->threads; i++) {
         struct worker *w = &b->workers[i];
         w->b = b;
@@ -369,7 +371,7 @@ void inv_batcher_submit(struct inv_batcher *b, struct inv_ticket *t)
 {
     atomic_fetch_add_explicit(&b->handed, 1, memory_order_relaxed);
     pthread_mutex_lock(&b->mu);
-    int stopping = b->stopping;
+    int stopping = b->stopping || b->cfg.threads == 0;
     if (!stopping) {
         b->queued++;
         enqueue(b, t);

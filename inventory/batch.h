@@ -18,7 +18,10 @@
 #include "inventory.h"
 
 struct inv_batcher_config {
-    int threads; /* batch threads, each with its own Redis connection */
+    int threads; /* batch threads, each with its own Redis connection; 0 where
+                    the event loops serve every order (inv_loops_serve_all):
+                    the batcher then only keeps the loops' hold counters, and
+                    a ticket submitted is answered unavailable at once */
     int batch;   /* most tickets one lock hold serves (>= 1) */
     const char *redis_host;
     int redis_port;

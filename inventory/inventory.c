@@ -332,6 +332,11 @@ inv_path inv_loop_path(const struct inv *inv)
     return lock_has_steps(inv->cfg.lock) ? INV_PATH_HOLDS : INV_PATH_THREADS;
 }
 
+int inv_loops_serve_all(const struct inv *inv)
+{
+    return inv_loop_path(inv) != INV_PATH_THREADS && !inv->cfg.cluster;
+}
+
 struct lock *inv_lock(const struct inv *inv)
 {
     return inv->cfg.lock;

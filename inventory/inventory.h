@@ -186,6 +186,11 @@ int inv_id_valid(const char *id);
 
 struct inv *inv_new(const struct inv_config *cfg);
 void inv_free(struct inv *inv); /* NULL is a no-op; sessions must be freed first */
+/* True when the event loops serve every order themselves (a mode with lock
+ * steps, or atomic, on one Redis): the blocking batch threads (batch.h) are
+ * not needed. False for zk (no steps yet) and on a Redis Cluster (a shard
+ * short of units is served on a batch thread). */
+int inv_loops_serve_all(const struct inv *inv);
 void inv_stats(const struct inv *inv, struct inv_stats *out);
 
 /* A session for the calling thread; rc (borrowed) is its data-Redis connection. */

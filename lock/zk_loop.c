@@ -52,6 +52,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 static void *loop_main(void *arg)
 {
     struct zk_loop *l = arg;
+    pthread_setname_np(pthread_self(), "sk-zk");
     event_base_loop(l->base, EVLOOP_NO_EXIT_ON_EMPTY);
     return NULL;
 }

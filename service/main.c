@@ -238,9 +238,13 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
-    /* Batch threads wait on Redis or ZooKeeper: at least 2, so that one
-     * waiting for a lock does not hold up the rest. */
-    struct inv_batcher_config bc = {.threads = cfg->threads < 2 ? 2 : cfg->threads,
+    /* Batch threads only where the loops hand orders over; they wait on
+     * Redis or ZooKeeper: at least 2, so that one waiting for a lock does not
+     * hold up the rest. */
+    int batch_threads = cfg->threads < 2 ? 2 : cfg->threads;
+    if (inv_loops_serve_all(b->inv))
+        batch_threads = 0;
+    struct inv_batcher_config bc = {.threads = batch_threads,
                                     .batch = cfg->batch,
                                     .redis_host = cfg->redis.host,
                                     .redis_port = cfg->redis.port,

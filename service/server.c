@@ -83,6 +83,7 @@ static void *loop_main(void *arg)
 {
     struct svc_loop *l = arg;
     tls_loop = l;
+    pthread_setname_np(pthread_self(), "sk-loop"); /* top -H, /proc/PID/task/N/comm */
     mhd_step(l);
     event_base_dispatch(l->base);
     return NULL;

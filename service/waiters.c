@@ -10,6 +10,7 @@ static void *waiter_main(void *arg)
 {
     struct svc_server *srv = arg;
     struct waiters *w = &srv->waiters;
+    pthread_setname_np(pthread_self(), "sk-waiter");
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->head && !w->stop)
