@@ -151,8 +151,9 @@ static void loops_quiesce(struct svc_server *srv)
 }
 
 /* Stops and frees the loops [0, n): each thread first (when running), then
- * the duties on loop 0 (app.h), then what each loop ran, every engine before any daemon (an engine answers the orders
- * in flight, which resumes their connections; MHD stops no suspended one). */
+ * the duties on loop 0 (app.h), then what each loop ran, every engine before any daemon
+ * (an engine answers the orders in flight, which resumes their connections; MHD stops no
+ * suspended one). */
 static void loops_free(struct svc_server *srv, int n, int running)
 {
     for (int i = 0; running && i < n; i++) {
