@@ -141,10 +141,10 @@ struct lease_where {
 
 /* What the renewal timer has on its way (the attached loop's only). */
 typedef enum {
-    LEASE_IDLE = 0, /* nothing: the timer is armed */
-    LEASE_RENEWING, /* worker_renew.lua for the id held */
-    LEASE_TAKING,   /* SET NX PX of candidate id `probe` (after a loss) */
-    LEASE_MARKING,  /* GET of the taken id's high-water mark */
+    LEASE_IDLE = 0,   /* nothing: the timer is armed */
+    LEASE_RENEWING,   /* worker_renew.lua for the id held */
+    LEASE_TAKING,     /* SET NX PX of candidate id `probe` (after a loss) */
+    LEASE_MARKING,    /* GET of the taken id's high-water mark */
     LEASE_CONFIRMING, /* the first renewal of the taken id */
 } lease_step;
 
@@ -159,14 +159,14 @@ struct orderid_lease {
     int worker;
     int ttl_ms, renew_ms;
     _Atomic int64_t valid_until_us; /* monotonic */
-    char err[128]; /* why the last step was LEASE_ERROR */
+    char err[128];                  /* why the last step was LEASE_ERROR */
     void (*on_event)(orderid_lease_event ev, int worker);
     /* On the attached loop (orderid_lease_attach), its thread only. */
     struct event *tick;
     struct aconn *ac;     /* one Redis */
     struct acluster *acl; /* or a Redis Cluster */
     lease_step step;
-    int probe, probed;    /* LEASE_TAKING: the candidate id, how many tried */
+    int probe, probed;     /* LEASE_TAKING: the candidate id, how many tried */
     int64_t sent_us, mark; /* the renewal on its way: when, which mark */
 };
 

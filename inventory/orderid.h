@@ -8,11 +8,11 @@
  *
  * The worker id is leased in Redis (orderid_lease_*) unless given: a key per
  * worker id taken with SET NX PX (probing from a random point) and renewed
- * by a timer on the event loop it is attached to (orderid_lease_attach). Each renewal also records a high-water mark a whole lease
- * ahead of the generator's clock, and only then lets the generator issue ids
- * up to that mark (its ceiling), never beyond. An instance that takes the id
- * next starts above the mark, so it cannot issue an id this one issued or
- * still could, whatever the two clocks say; this one stops issuing at its
+ * by a timer on the event loop it is attached to (orderid_lease_attach). Each renewal
+ * also records a high-water mark a whole lease ahead of the generator's clock, and only
+ * then lets the generator issue ids up to that mark (its ceiling), never beyond. An
+ * instance that takes the id next starts above the mark, so it cannot issue an id this
+ * one issued or still could, whatever the two clocks say; this one stops issuing at its
  * ceiling when renewals stop. */
 #ifndef SECKILL_ORDERID_H
 #define SECKILL_ORDERID_H

@@ -7,10 +7,10 @@
  * token.
  *
  * Watchdog (redis_watchdog.c): a timer on the loop the lock is attached to
- * (lock_attach) renews every held lease at ttl/3 with an owner-checked PEXPIRE, pipelined. It stops on release, when the
- * lease turns out lost (counted), and at max_lease_ms after the grant. Validity
- * is kept on the monotonic clock: renewal sent at t with lease L is valid until
- * t + L.
+ * (lock_attach) renews every held lease at ttl/3 with an owner-checked PEXPIRE,
+ * pipelined. It stops on release, when the lease turns out lost (counted), and at
+ * max_lease_ms after the grant. Validity is kept on the monotonic clock: renewal sent at
+ * t with lease L is valid until t + L.
  *
  * Waiting without polling, by hand-off: a waiter whose attempt finds the lock
  * taken is queued on "<key>:queue" as "<deadline ms>:<owner>" (Redis clock)

@@ -30,9 +30,9 @@ struct redis_watchdog {
     struct lease *leases;
     char host[256]; /* the node renewals go to ("" before the first lease) */
     int port;
-    struct event *tick;  /* on the attached base; NULL when not attached */
-    int64_t armed_us;    /* when tick fires (INT64_MAX: not armed) */
-    struct aconn *conn;  /* the attached base's thread only */
+    struct event *tick; /* on the attached base; NULL when not attached */
+    int64_t armed_us;   /* when tick fires (INT64_MAX: not armed) */
+    struct aconn *conn; /* the attached base's thread only */
 };
 
 /* One renewal on its way: what to apply its answer to. */
@@ -216,8 +216,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&wd->mu);
     int n = due_take(wd, clock_now_us(), batch);
     if (n > 0 && !wd->conn)
-        wd->conn = aconn_new(event_get_base(wd->tick), wd->host, wd->port,
-                             wd->password, wd->ttl_ms / 3 > 0 ? wd->ttl_ms / 3 : 1);
+        wd->conn = aconn_new(event_get_base(wd->tick), wd->host, wd->port, wd->password,
+                             wd->ttl_ms / 3 > 0 ? wd->ttl_ms / 3 : 1);
     pthread_mutex_unlock(&wd->mu);
     /* key and owner never change while the lease exists, and in_flight keeps
      * it alive, so they are read without the mutex. */

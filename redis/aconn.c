@@ -44,8 +44,8 @@ struct aconn {
     char *channel;
     aconn_cb *sub_cb;
     void *sub_arg;
-    int subscribed;       /* the current connection confirmed the subscription */
-    struct event *resub;  /* connects again ACONN_RETRY_MS after a loss */
+    int subscribed;      /* the current connection confirmed the subscription */
+    struct event *resub; /* connects again ACONN_RETRY_MS after a loss */
     char errstr[128];
 };
 

@@ -9,9 +9,9 @@
  * re-established (rconn_reconnects moved): a timer on the event loop it is
  * attached to looks once a second at that counter and at its own idle async
  * connection (whose close the loop notices: a restarted Redis), and talks to
- * Redis only when one of them moved. The order path does no work for it. Every turn to "not durable" logs
- * one level=warn line saying what can be lost; a turn to durable logs an info
- * line. */
+ * Redis only when one of them moved. The order path does no work for it. Every turn to
+ * "not durable" logs one level=warn line saying what can be lost; a turn to durable logs
+ * an info line. */
 #ifndef SECKILL_DURABILITY_H
 #define SECKILL_DURABILITY_H
 
