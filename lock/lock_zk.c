@@ -440,6 +440,7 @@ static void *zk_create_state(const struct lock_config *cfg,
     st->watch = cfg->zk_watch;
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->reconnect_mu, NULL);
+    clock_cond_init(&st->steps_gone);
     static pthread_once_t log_once = PTHREAD_ONCE_INIT;
     pthread_once(&log_once, zk_log_quiet);
     st->loop = zk_loop_new();
@@ -452,6 +453,7 @@ static void *zk_create_state(const struct lock_config *cfg,
         else
             snprintf(err, errlen, "zk: no thread for the ZooKeeper client");
         zk_loop_free(st->loop);
+        pthread_cond_destroy(&st->steps_gone);
         pthread_mutex_destroy(&st->mu);
         pthread_mutex_destroy(&st->reconnect_mu);
         free(st->hosts);
@@ -464,9 +466,11 @@ static void *zk_create_state(const struct lock_config *cfg,
 static void zk_destroy(void *state)
 {
     struct zk_state *st = state;
+    zk_steps_drain(st); /* their last answers, while the session is open */
     zk_conn_put(st->conn);
     zk_loop_free(st->loop); /* after the close of every session */
     zk_parents_free(st);
+    pthread_cond_destroy(&st->steps_gone);
     pthread_mutex_destroy(&st->mu);
     pthread_mutex_destroy(&st->reconnect_mu);
     free(st->hosts);

@@ -98,6 +98,8 @@ struct zk_state {
     pthread_mutex_t reconnect_mu;                 /* one new session at a time */
     struct zk_conn *conn;                         /* the current session */
     struct zk_parent *parents[ZK_PARENT_BUCKETS]; /* known to exist */
+    int steps;                                    /* zk_steps.c's jobs alive */
+    pthread_cond_t steps_gone;                    /* steps went to 0 */
 };
 
 /* ---- sessions ---------------------------------------------------------- */

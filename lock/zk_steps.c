@@ -93,7 +93,20 @@ static void job_put(struct zk_job *j)
     if (!last)
         return;
     zk_conn_put(j->conn);
+    pthread_mutex_lock(&j->st->mu);
+    if (--j->st->steps == 0)
+        pthread_cond_broadcast(&j->st->steps_gone);
+    pthread_mutex_unlock(&j->st->mu);
     free(j);
+}
+
+void zk_steps_drain(struct zk_state *st)
+{
+    int64_t until = clock_now_us() + (int64_t)st->timeout_ms * 1000;
+    pthread_mutex_lock(&st->mu);
+    while (st->steps > 0 && clock_cond_wait_until(&st->steps_gone, &st->mu, until) == 0)
+        ;
+    pthread_mutex_unlock(&st->mu);
 }
 
 static void unwatch(struct zk_job *j)
@@ -498,6 +511,9 @@ void zk_step_start(void *session, const char *key, struct lock_step *st,
     j->deliver = event_new(base, -1, 0, on_deliver, j);
     j->refs = 1; /* the caller's */
     st->job = j;
+    pthread_mutex_lock(&s->st->mu);
+    s->st->steps++;
+    pthread_mutex_unlock(&s->st->mu);
     if (st->phase == PHASE_RELEASE) {
         if (!release_job(s, j, key, st->g)) {
             j->res = LOCK_RELEASED; /* not used: release_done decides */
