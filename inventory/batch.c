@@ -56,6 +56,7 @@ struct inv_batcher {
     pthread_cond_t cv;     /* a queue became ready, or stopping */
     struct squeues queues; /* ready: queues with tickets, not served */
     int stopping;
+    int started; /* the threads run: from the first ticket handed over */
     uint64_t queued;
     _Atomic uint64_t batches, orders;
     _Atomic uint64_t handed; /* tickets submitted to the threads */
@@ -349,11 +350,21 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
     pthread_mutex_init(&b->mu, NULL);
     clock_cond_init(&b->cv); /* timed waits on clock_now_us's clock */
     b->workers = xcalloc((size_t)cfg->threads, sizeof(*b->workers));
+    return b;
+}
+
+/* Starts the threads (under b->mu): once, when the first ticket is handed
+ * over. The event loops serve every order of most configurations
+ * themselves, and then none is ever started. */
+static void workers_start(struct inv_batcher *b)
+{
+    const struct inv_batcher_config *cfg = &b->cfg;
+    b->started = 1;
     for (int i = 0; i < cfg->threads; i++) {
         struct worker *w = &b->workers[i];
         w->b = b;
         w->rc = rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, 1000);
-        w->s = inv_session_new(inv, w->rc);
+        w->s = inv_session_new(b->inv, w->rc);
         for (int j = 0; j <= PARK_MAX; j++) {
             w->slot[j].held = xcalloc((size_t)b->cfg.batch, sizeof(*w->slot[j].held));
         }
@@ -362,7 +373,6 @@ struct inv_batcher *inv_batcher_start(struct inv *inv,
         if (pthread_create(&w->tid, NULL, worker_main, w) != 0)
             abort();
     }
-    return b;
 }
 
 void inv_batcher_submit(struct inv_batcher *b, struct inv_ticket *t)
@@ -371,6 +381,8 @@ void inv_batcher_submit(struct inv_batcher *b, struct inv_ticket *t)
     pthread_mutex_lock(&b->mu);
     int stopping = b->stopping;
     if (!stopping) {
+        if (!b->started)
+            workers_start(b);
         b->queued++;
         enqueue(b, t);
     }
@@ -386,7 +398,7 @@ void inv_batcher_stop(struct inv_batcher *b)
     if (!b)
         return;
     pthread_mutex_lock(&b->mu);
-    int stopped = b->stopping;
+    int stopped = b->stopping || !b->started;
     b->stopping = 1;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);

@@ -36,6 +36,9 @@ struct inv_batch_stats {
 
 struct inv_batcher;
 
+/* A batcher of cfg->threads threads, started when the first ticket is
+ * handed over (inv_batcher_submit): a process whose loops serve everything
+ * has none. */
 struct inv_batcher *inv_batcher_start(struct inv *inv,
                                       const struct inv_batcher_config *cfg);
 /* Queues t, opened with inv_ticket_open. t->done(t) is called once, from a
