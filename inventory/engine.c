@@ -537,6 +537,7 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
                             cfg->timeout_ms);
     e->conns.data = e->conn;
     e->conns.cluster = e->cluster;
+    e->conns.base = base;
     const char *wait_argv[3];
     char wait_buf[2][16];
     e->acked = inv_durable_argv(inv, wait_argv, wait_buf) > 0;

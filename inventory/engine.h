@@ -9,7 +9,7 @@
  *
  * What runs on the loop (inv_loop_path): the atomic mode, one script per
  * order; and the group commits of the modes whose lock has steps (none,
- * local, setnx, redis, redlock): per SKU segment, tickets queue on the loop,
+ * local, setnx, redis, redlock, zk): per SKU segment, tickets queue on the loop,
  * and one lock hold serves up to --batch of them, as on the batch threads
  * (batch.h): the lock's steps (on the data Redis, and for redlock on one
  * connection per lock node, all nodes asked at once) with the stock read
@@ -17,8 +17,12 @@
  * pipelined with the release (redlock's: on the nodes, once the commit
  * answered). A taken lock is waited for as its mode does: in the lock's
  * queue (redis: a BLPOP on a connection of its own), or by polling with a
- * timer (local, setnx, redlock). Orders arriving while a hold is in flight
- * form the next batch.
+ * timer (local, setnx, redlock). zk's steps are done elsewhere: the lock's
+ * ZooKeeper requests, and the wait for the predecessor's watch, run on the
+ * zk loop's thread (lock.h, lock_step_start), whose end comes back to this
+ * loop as an event; the read under a zk grant raises the segment's fence
+ * (fence_read.lua). Orders arriving while a hold is in flight form the next
+ * batch.
  *
  * One order by itself also runs on the loop, as the order machine of
  * single.h: a ticket that needs more than one segment, an idempotent replay
@@ -26,7 +30,8 @@
  * of a SKU whose layout this process has not learnt yet.
  *
  * What goes to the batch threads, which answer the ticket themselves: every
- * order of the zk mode; on a Redis Cluster, an order whose shard is short
+ * order of the zk mode watching all children (--zk-watch all, the herd
+ * demonstration); on a Redis Cluster, an order whose shard is short
  * (units come from other shards), and the first orders of a SKU whose shards
  * are not known (yet, or since a reset).
  *

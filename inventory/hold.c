@@ -343,31 +343,72 @@ static inv_hold_do hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
     return INV_HOLD_OVER;
 }
 
-/* Queues the read of h's stock. 1, or 0 when refused. */
-static int read_queue(struct inv_hold *h)
+/* The stock fence_read.lua's {-2} stands for: a later holder's token is
+ * there (the grant was succeeded already). */
+#define STOCK_FENCED (-2)
+
+/* Queues the read of h's stock: with tokens from outside the data Redis
+ * (zk), one that raises the segment's fence to the grant's first
+ * (fence_read.lua, as inv_lock_and_read). 1, or 0 when refused. */
+static int read_queue(struct inv_session *s, struct inv_hold *h)
 {
     struct sku_keys k;
     inv_keys_init(&k, h->t[0]->sku, h->gene);
-    char segtext[12];
+    char segtext[12], fkey[160], token[LOCK_FENCE_TEXT];
     snprintf(segtext, sizeof(segtext), "%d", h->seg);
+    if (lock_fence_external(s->inv->cfg.lock)) {
+        lock_fence_key(h->lkey, fkey, sizeof(fkey));
+        lock_fence_text(&h->g, token, sizeof(token));
+        const char *argv[] = {fkey, k.stock, token, segtext};
+        struct rcmd fenced = {
+            .script = &inv_fence_read_script, .nkeys = 2, .argc = 4, .argv = argv};
+        return hold_queue(h, -1, HOLD_OWN, &fenced);
+    }
     const char *read[] = {"HGET", k.stock, segtext};
     struct rcmd cmd = {.argc = 3, .argv = read};
     return hold_queue(h, -1, HOLD_OWN, &cmd);
 }
 
+/* The stock answered by read_queue's command. */
+static long long read_answer(aconn_result res, const redisReply *r)
+{
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY)
+        return STOCK_FENCED;
+    return res == ACONN_REPLY ? inv_stock_of(r) : -1;
+}
+
+/* The index of a lock step done elsewhere, once it is over. */
+#define HOLD_ELSEWHERE (-1)
+
+/* A lock step done elsewhere (zk) is over: an answer to the hold, on its
+ * loop (lock_step_start), whose outcome lock_try_done reads. */
+static void step_over(void *arg)
+{
+    struct inv_hold *h = arg;
+    h->index = HOLD_ELSEWHERE;
+    h->owed--;
+    h->cb(h->arg, ACONN_NOT_SENT, NULL);
+}
+
 /* Sends h->step's commands: on the data Redis and the lock's nodes. A
  * refused one is answered (none) at once. With `read`, the read of the
- * stock goes right behind those on the data Redis. */
+ * stock goes right behind those on the data Redis. A step done elsewhere
+ * (zk) is started instead. */
 static void step_queue(struct inv_session *s, struct inv_hold *h, int read)
 {
     struct lock_step *st = &h->step;
     h->with_read = 0;
+    if (st->async) { /* done elsewhere: its end comes as an answer (step_over) */
+        h->owed++;
+        lock_step_start(s->lock, h->lkey, st, h->cs->base, step_over, h);
+        return;
+    }
     for (int i = 0; i < st->ncmd; i++) {
         if (!hold_queue(h, st->node[i], i, &st->cmd[i]))
             lock_step_answer(s->lock, h->lkey, st, NULL);
     }
     if (read)
-        h->with_read = read_queue(h);
+        h->with_read = read_queue(s, h);
 }
 
 static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h);
@@ -421,6 +462,7 @@ inv_hold_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
     h->deadline_us = oldest + (int64_t)inv->cfg.wait_ms * 1000;
     h->noscripts = 0;
     h->try_only = try_only;
+    memset(&h->g, 0, sizeof(h->g)); /* nothing held yet */
     lock_step_init(&h->step);
     return inv_hold_attempt(s, h);
 }
@@ -451,9 +493,14 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
  * READING). */
 static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
 {
-    if (!h->with_read && read_queue(h)) {
+    if (!h->with_read && read_queue(s, h)) {
         h->state = HOLD_READING;
         return INV_HOLD_AWAIT;
+    }
+    if (h->stock == STOCK_FENCED) { /* a later holder's: ours is gone */
+        count(&s->inv->counters.fenced_off);
+        lock_release_done(s->lock, h->lkey, &h->g, NULL);
+        return hold_end(s->inv, h, INV_BUSY);
     }
     if (h->stock >= 0) {
         hold_opened(s->inv, h, h->stock);
@@ -579,10 +626,12 @@ inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_r
     switch (h->state) {
     case HOLD_LOCKING:
     case HOLD_READING:
+        if (h->index == HOLD_ELSEWHERE)
+            break; /* lock_try_done reads it */
         if (!own)
             lock_answer(s, h, res, r);
         else if (h->with_read || h->state == HOLD_READING)
-            h->stock = res == ACONN_REPLY ? inv_stock_of(r) : -1;
+            h->stock = read_answer(res, r);
         /* else the read of a grant that a resend overtook: read again */
         break;
     case HOLD_COMMITTING:
@@ -591,7 +640,8 @@ inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_r
         lock_answer(s, h, res, r); /* the release, behind the commit */
         break;
     case HOLD_RELEASING:
-        lock_answer(s, h, res, r);
+        if (h->index != HOLD_ELSEWHERE) /* else lock_release_done reads it */
+            lock_answer(s, h, res, r);
         break;
     default: /* nothing of theirs is in flight */
         break;
@@ -660,6 +710,7 @@ inv_hold_do inv_hold_release(struct inv_session *s, struct inv_hold *h)
 
 void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
 {
+    lock_step_cancel(s->lock, &h->step); /* a step done elsewhere: dropped */
     lock_release_done(s->lock, h->lkey, &h->g, NULL);
     hold_end(s->inv, h, INV_UNAVAILABLE);
 }

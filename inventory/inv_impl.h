@@ -207,6 +207,9 @@ lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
                               struct lock_grant *g, long long *stock);
 /* The stock a segment's HGET answered; -1 when Redis did not answer one. */
 long long inv_stock_of(const redisReply *r);
+/* inventory/lua/fence_read.lua: the read under a lock whose tokens come from
+ * outside the data Redis (zk), which raises the segment's high-water token. */
+extern struct rscript inv_fence_read_script;
 /* Places one order of the atomic mode on s, its id drawn (atomic.c). */
 inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
                             const char *sku, const char *user_id, int qty,

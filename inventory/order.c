@@ -25,7 +25,7 @@ static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_c
 static struct rscript peek_script = RSCRIPT_INIT("inv_peek", lua_inventory_peek);
 /* inventory/lua/fence_read.lua: the read under a lock whose tokens come from
  * outside the data Redis (zk), which raises the segment's high-water token. */
-static struct rscript fence_read_script =
+struct rscript inv_fence_read_script =
     RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
 
 void order_peek_call(const struct order_ctx *c, struct peek_call *p)
@@ -111,7 +111,7 @@ lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
         lock_fence_key(lkey, fkey, sizeof(fkey));
         lock_fence_text(g, token, sizeof(token));
         const char *argv[] = {fkey, k->stock, token, segtext};
-        rr = rconn_eval(s->rc, &fence_read_script, 2, 2, argv, NULL);
+        rr = rconn_eval(s->rc, &inv_fence_read_script, 2, 2, argv, NULL);
         if (rr && rr->type == REDIS_REPLY_ARRAY) { /* {-2}: a later holder's mark */
             freeReplyObject(rr);
             lock_release(s->lock, lkey, g);

@@ -52,6 +52,7 @@ struct inv_conns {
     struct aconn *data;
     struct aconn **node;
     struct acluster *cluster; /* a Redis Cluster's masters instead of data */
+    struct event_base *base;  /* the loop's: a lock step done elsewhere (zk) ends there */
 };
 
 /* What the event-driven path does next with a ticket after an answer. */
@@ -69,7 +70,8 @@ typedef enum {
 
 /* Where an order's Redis work runs (engine.c). */
 typedef enum {
-    INV_PATH_THREADS = 0, /* on the batch threads: modes without lock steps (zk) */
+    INV_PATH_THREADS = 0, /* on the batch threads: modes without lock steps (zk
+                             watching all children: --zk-watch all) */
     INV_PATH_ATOMIC,      /* on the loop, one atomic script per order */
     INV_PATH_HOLDS,       /* on the loop, group commits (hold.h) */
 } inv_path;

@@ -557,6 +557,8 @@ void inv_single_abandon(struct inv_single *m)
 {
     for (int i = 0; i < m->nparts; i++) {
         struct inv_hold *h = &m->part[i].h;
+        if (h->state != HOLD_ENDED) /* a step done elsewhere (zk): dropped */
+            lock_step_cancel(m->s->lock, &h->step);
         if (h->state != HOLD_ENDED && h->state != HOLD_PAUSED && h->state != HOLD_WAITING)
             lock_release_done(m->s->lock, h->lkey, &h->g, NULL);
         h->state = HOLD_ENDED;

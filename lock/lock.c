@@ -320,11 +320,24 @@ void lock_answer_nothing(void *session, const char *key, struct lock_step *st,
 
 int lock_has_steps(const struct lock *l)
 {
-    return l->be->try_cmd != NULL;
+    return l->be->try_cmd != NULL && (!l->be->has_steps || l->be->has_steps(l->state));
+}
+
+void lock_step_start(struct lock_session *s, const char *key, struct lock_step *st,
+                     struct event_base *base, lock_step_cb *done, void *arg)
+{
+    s->lock->be->step_start(s->impl, key, st, base, done, arg);
+}
+
+void lock_step_cancel(struct lock_session *s, struct lock_step *st)
+{
+    if (st->job && s->lock->be->step_cancel)
+        s->lock->be->step_cancel(s->impl, st);
 }
 
 void lock_step_init(struct lock_step *st)
 {
+    st->job = NULL;
     st->entry[0] = '\0';
     st->pttl_ms = -1;
     st->contended = 0;
@@ -335,6 +348,7 @@ void lock_step_init(struct lock_step *st)
 void lock_step_clear(struct lock_step *st, int phase)
 {
     st->ncmd = 0;
+    st->async = 0;
     st->last = 0;
     st->after = 0;
     st->answered = 0;

@@ -179,7 +179,8 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  * own, and whose answers it hands back: the same counters, lease (watchdog),
  * fencing and waiting as lock_acquire and lock_release, without a thread
  * waiting for Redis. The none, local, setnx, redis and redlock modes have
- * steps (lock_has_steps).
+ * steps (lock_has_steps), and zk, watching the predecessor, has steps done
+ * elsewhere (below).
  *
  * A step is up to LOCK_STEP_CMDS commands, each for the data Redis (node -1)
  * or for lock node i (redlock: the i-th of lock_config's nodes); the caller
@@ -203,8 +204,22 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  * pipelines behind them, so when st->last is set (a grant by this step needs
  * no further step), a command queued right after them runs under the lock.
  *
- * A release: lock_release_step, its answers, lock_release_done. */
+ * A release: lock_release_step, its answers, lock_release_done.
+ *
+ * A step done elsewhere (st->async, zk): no command to send. The caller
+ * starts it with lock_step_start; the mode does its work on its own thread
+ * (zk: the ZooKeeper requests on the zk loop, and a wait for the
+ * predecessor's watch, within the wait) and, once it is over, has done(arg)
+ * called on the thread of the caller's event base; then lock_try_done as
+ * after the answers (never LOCK_PENDING). A caller that will not wait for it
+ * (shutdown, a hold given up) calls lock_step_cancel instead, on that
+ * thread: done is not called after it, and a grant that comes later is let
+ * go by the mode. A release of such a mode has no command (st->after: made
+ * after what went before it answered); lock_release_done sends it. */
 #define LOCK_STEP_CMDS 16
+
+struct event_base;
+typedef void lock_step_cb(void *arg);
 
 struct lock_step {
     int ncmd; /* commands to send; 0: nothing (decided at once) */
@@ -231,6 +246,8 @@ struct lock_step {
     lock_status res;
     struct lock_grant grant;
     struct lock_grant *g; /* the release's grant */
+    int async;            /* done elsewhere: lock_step_start (see above) */
+    void *job;            /* the mode's, while one is started */
 };
 
 /* The lock nodes of l's mode (redlock; lock_config's, borrowed), their
@@ -252,6 +269,13 @@ void lock_step_answer(struct lock_session *s, const char *key, struct lock_step 
 /* What the attempt's answers mean (see above). */
 lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_step *st,
                           struct lock_grant *g);
+/* Starts st (st->async): done(arg) is called on base's thread once it is
+ * over, unless lock_step_cancel came first. */
+void lock_step_start(struct lock_session *s, const char *key, struct lock_step *st,
+                     struct event_base *base, lock_step_cb *done, void *arg);
+/* Gives up a started st, from base's thread: nothing held by it stays. A
+ * no-op when none is started. */
+void lock_step_cancel(struct lock_session *s, struct lock_step *st);
 /* Fills st with the wait of a queued acquire for the lock to be handed over,
  * at most wait_us (and the holder's lease left): one blocking command on
  * the data Redis (st->cmd[0]). */

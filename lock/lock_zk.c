@@ -65,6 +65,7 @@
 #include "clock.h"
 #include "lock_impl.h"
 #include "zk_conn.h"
+#include "zk_impl.h"
 #include "zk_loop.h"
 #include "xalloc.h"
 
@@ -79,29 +80,10 @@
 #define ZK_TRY_FLOOR_MS 200
 #define ZK_DEFAULT_SESSION_MS 3000
 
-/* One key held by one lock_session, perhaps re-entered. */
-struct zk_hold {
-    struct zk_session *owner; /* the session that took it, whose list it is on */
-    struct zk_hold *snext;    /* the session's list (session thread only) */
-    struct zk_conn_hold cl;   /* the conn's list, lost: the session expired */
-    struct zk_conn *conn;     /* referenced */
-    int depth;                /* grants not yet released (session thread only) */
-    int detached;             /* found lost by an acquire that made a new hold */
-    uint64_t fence;
-    char guid[33];
-    char *key;
-    char node[ZK_PATH_MAX];
-};
-
-struct zk_session {
-    struct zk_state *st;
-    struct zk_hold *holds;
-};
-
 /* ---- the recipe -------------------------------------------------------- */
 
 /* The parent node of key's lock into out; -1 when the key is too long. */
-static int key_path(const char *key, char *out, size_t len)
+int zk_key_path(const char *key, char *out, size_t len)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = (size_t)snprintf(out, len, "%s/", ZK_LOCKS);
@@ -222,31 +204,26 @@ static int node_create(struct zk_attempt *a)
     return rc;
 }
 
-/* Lists the children (with watch, also watching them: see zk_children): ZOK
- * with pred set to the path of our immediate predecessor, "" when ours is the
- * lowest; ZNONODE when ours is gone. Deletes any other node carrying our
- * guid. */
-static int find_predecessor(struct zk_attempt *a, int watch, char *pred, size_t len)
+/* Which of kids[0..n-1] (children of parent) precedes our node (its path):
+ * ZOK with pred its path, "" when ours is the lowest; ZNONODE when ours is
+ * not among them. Deletes (on c) any other node carrying our guid. */
+int zk_predecessor(struct zk_conn *c, char **kids, int n, const char *parent,
+                   const char *node, const char *guid, char *pred, size_t len)
 {
-    char **kids;
-    int n;
-    int rc = zk_children(a->conn, a->parent, watch, a->hard_us, &kids, &n);
-    if (rc != ZOK)
-        return rc;
-    const char *mine = strrchr(a->node, '/') + 1;
+    const char *mine = strrchr(node, '/') + 1;
     long long my_seq = -1, best_seq = -1;
     int best = -1;
     for (int i = 0; i < n; i++) {
         if (strcmp(kids[i], mine) == 0) {
             my_seq = node_seq(mine);
-        } else if (zk_has_guid(kids[i], a->guid)) {
+        } else if (zk_has_guid(kids[i], guid)) {
             /* A second node of this attempt: a create whose answer was lost
              * and that reached the server after find_own looked. No guid for
              * the orphan sweep, which would delete ours too: a lost delete is
              * tried again by the next listing. */
             char dup[ZK_PATH_MAX];
-            snprintf(dup, sizeof(dup), "%s/%s", a->parent, kids[i]);
-            zk_delete_unwaited(a->conn, dup, "", a->parent);
+            snprintf(dup, sizeof(dup), "%s/%s", parent, kids[i]);
+            zk_delete_unwaited(c, dup, "", parent);
             kids[i][0] = '\0'; /* not a predecessor */
         }
     }
@@ -259,9 +236,22 @@ static int find_predecessor(struct zk_attempt *a, int watch, char *pred, size_t 
     }
     pred[0] = '\0';
     if (best >= 0)
-        snprintf(pred, len, "%s/%s", a->parent, kids[best]);
-    zk_kids_free(kids, n);
+        snprintf(pred, len, "%s/%s", parent, kids[best]);
     return my_seq >= 0 ? ZOK : ZNONODE;
+}
+
+/* Lists the children (with watch, also watching them: see zk_children): as
+ * zk_predecessor. */
+static int find_predecessor(struct zk_attempt *a, int watch, char *pred, size_t len)
+{
+    char **kids;
+    int n;
+    int rc = zk_children(a->conn, a->parent, watch, a->hard_us, &kids, &n);
+    if (rc != ZOK)
+        return rc;
+    rc = zk_predecessor(a->conn, kids, n, a->parent, a->node, a->guid, pred, len);
+    zk_kids_free(kids, n);
+    return rc;
 }
 
 /* One round of the recipe: lists the children; ZOK with *held set when ours
@@ -358,7 +348,7 @@ static enum zk_try contend(struct zk_attempt *a)
 
 /* ---- holds ------------------------------------------------------------- */
 
-static struct zk_hold *hold_find(struct zk_session *s, const char *key)
+struct zk_hold *zk_hold_find(struct zk_session *s, const char *key)
 {
     for (struct zk_hold *h = s->holds; h; h = h->snext)
         if (!h->detached && strcmp(h->key, key) == 0)
@@ -367,20 +357,20 @@ static struct zk_hold *hold_find(struct zk_session *s, const char *key)
 }
 
 /* A hold of key from a's grant; takes over a's reference to the conn. */
-static struct zk_hold *hold_new(struct zk_session *s, const char *key,
-                                const struct zk_attempt *a)
+struct zk_hold *zk_hold_new(struct zk_session *s, const char *key, struct zk_conn *c,
+                            int64_t czxid, const char *guid, const char *node)
 {
     struct zk_hold *h = xcalloc(1, sizeof(*h));
     h->key = xstrdup(key);
-    h->conn = a->conn;
+    h->conn = c;
     h->depth = 1;
-    h->fence = (uint64_t)a->czxid;
-    memcpy(h->guid, a->guid, sizeof(h->guid));
-    snprintf(h->node, sizeof(h->node), "%s", a->node);
+    h->fence = (uint64_t)czxid;
+    snprintf(h->guid, sizeof(h->guid), "%s", guid);
+    snprintf(h->node, sizeof(h->node), "%s", node);
     h->owner = s;
     h->snext = s->holds;
     s->holds = h;
-    zk_conn_hold_add(a->conn, &h->cl);
+    zk_conn_hold_add(c, &h->cl);
     return h;
 }
 
@@ -389,7 +379,7 @@ static struct zk_hold *hold_new(struct zk_session *s, const char *key,
  * and a hold taken on one is released on another when the map changed
  * meanwhile): the hold leaves its owner's list, not the caller's, or the owner
  * would keep a freed hold. */
-static void hold_free(struct zk_hold *h)
+void zk_hold_free(struct zk_hold *h)
 {
     for (struct zk_hold **p = &h->owner->holds; *p; p = &(*p)->snext) {
         if (*p == h) {
@@ -405,7 +395,7 @@ static void hold_free(struct zk_hold *h)
 }
 
 /* 1 while h's session lives (it may be disconnected). */
-static int hold_alive(struct zk_state *st, const struct zk_hold *h)
+int zk_hold_alive(struct zk_state *st, const struct zk_hold *h)
 {
     pthread_mutex_lock(&st->mu);
     int alive = !h->cl.lost && !h->conn->expired;
@@ -413,8 +403,8 @@ static int hold_alive(struct zk_state *st, const struct zk_hold *h)
     return alive;
 }
 
-static void grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
-                       struct lock_grant *g)
+void zk_grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
+                   struct lock_grant *g)
 {
     pthread_mutex_lock(&st->mu);
     int64_t session_us = h->conn->session_us;
@@ -450,6 +440,7 @@ static void *zk_create_state(const struct lock_config *cfg,
     st->watch = cfg->zk_watch;
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->reconnect_mu, NULL);
+    clock_cond_init(&st->steps_gone);
     static pthread_once_t log_once = PTHREAD_ONCE_INIT;
     pthread_once(&log_once, zk_log_quiet);
     st->loop = zk_loop_new();
@@ -462,6 +453,7 @@ static void *zk_create_state(const struct lock_config *cfg,
         else
             snprintf(err, errlen, "zk: no thread for the ZooKeeper client");
         zk_loop_free(st->loop);
+        pthread_cond_destroy(&st->steps_gone);
         pthread_mutex_destroy(&st->mu);
         pthread_mutex_destroy(&st->reconnect_mu);
         free(st->hosts);
@@ -474,9 +466,11 @@ static void *zk_create_state(const struct lock_config *cfg,
 static void zk_destroy(void *state)
 {
     struct zk_state *st = state;
+    zk_steps_drain(st); /* their last answers, while the session is open */
     zk_conn_put(st->conn);
     zk_loop_free(st->loop); /* after the close of every session */
     zk_parents_free(st);
+    pthread_cond_destroy(&st->steps_gone);
     pthread_mutex_destroy(&st->mu);
     pthread_mutex_destroy(&st->reconnect_mu);
     free(st->hosts);
@@ -499,12 +493,12 @@ static void zk_session_free(void *session)
     struct zk_session *s = session;
     while (s->holds) {
         struct zk_hold *h = s->holds;
-        if (hold_alive(s->st, h)) {
+        if (zk_hold_alive(s->st, h)) {
             char parent[ZK_PATH_MAX];
             zk_parent_of(h->node, parent, sizeof(parent));
             zk_delete_unwaited(h->conn, h->node, h->guid, parent);
         }
-        hold_free(h);
+        zk_hold_free(h);
     }
     free(s);
 }
@@ -514,16 +508,16 @@ static lock_status zk_acquire(void *session, const char *key, int64_t deadline_u
 {
     struct zk_session *s = session;
     struct zk_state *st = s->st;
-    struct zk_hold *h = hold_find(s, key);
-    if (h && hold_alive(st, h)) {
+    struct zk_hold *h = zk_hold_find(s, key);
+    if (h && zk_hold_alive(st, h)) {
         h->depth++;
-        grant_fill(st, h, 0, g);
+        zk_grant_fill(st, h, 0, g);
         return LOCK_ACQUIRED;
     }
     if (h) /* lost: its grants release as NOT_HELD; this one is new */
         h->detached = 1;
     char parent[ZK_PATH_MAX];
-    if (key_path(key, parent, sizeof(parent)) != 0)
+    if (zk_key_path(key, parent, sizeof(parent)) != 0)
         return LOCK_ERROR;
     int64_t floor_us = clock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000;
     struct zk_attempt a = {.parent = parent,
@@ -537,7 +531,8 @@ static lock_status zk_acquire(void *session, const char *key, int64_t deadline_u
         a.node[0] = '\0';
         enum zk_try t = contend(&a);
         if (t == TRY_ACQUIRED) {
-            grant_fill(st, hold_new(s, key, &a), a.contended, g);
+            zk_grant_fill(st, zk_hold_new(s, key, a.conn, a.czxid, a.guid, a.node),
+                          a.contended, g);
             return LOCK_ACQUIRED;
         }
         zk_conn_put(a.conn);
@@ -547,18 +542,23 @@ static lock_status zk_acquire(void *session, const char *key, int64_t deadline_u
     }
 }
 
-static lock_status zk_release(void *session, const char *key, struct lock_grant *g)
+lock_status zk_hold_release(struct zk_session *s, const char *key, struct lock_grant *g,
+                            int wait)
 {
-    struct zk_session *s = session;
     struct zk_hold *h = g->holder;
     if (!h || strcmp(h->key, key) != 0)
         return LOCK_NOT_HELD;
     g->holder = NULL;
-    int alive = hold_alive(s->st, h);
+    int alive = zk_hold_alive(s->st, h);
     if (--h->depth > 0)
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     lock_status res = LOCK_NOT_HELD;
-    if (alive) {
+    if (alive && !wait) {
+        char parent[ZK_PATH_MAX];
+        zk_parent_of(h->node, parent, sizeof(parent));
+        zk_delete_unwaited(h->conn, h->node, h->guid, parent);
+        res = LOCK_RELEASED;
+    } else if (alive) {
         int64_t until = clock_now_us() + (int64_t)s->st->timeout_ms * 1000;
         int rc = zk_delete(h->conn, h->node, until);
         if (rc == ZOK)
@@ -568,8 +568,13 @@ static lock_status zk_release(void *session, const char *key, struct lock_grant 
         else
             res = LOCK_ERROR; /* unknown: a lost delete is retried after reconnect */
     }
-    hold_free(h);
+    zk_hold_free(h);
     return res;
+}
+
+static lock_status zk_release(void *session, const char *key, struct lock_grant *g)
+{
+    return zk_hold_release(session, key, g, 1);
 }
 
 /* Valid while the session lives: until the session timeout after a
@@ -600,4 +605,14 @@ const struct lock_backend lock_backend_zk = {
     .acquire = zk_acquire,
     .release = zk_release,
     .valid_until = zk_valid_until,
+    /* steps done elsewhere (zk_steps.c) */
+    .try_cmd = zk_try_cmd,
+    .step_answer = lock_answer_nothing,
+    .try_done = zk_try_done,
+    .release_cmd = zk_release_cmd,
+    .release_done = zk_release_done,
+    .step_start = zk_step_start,
+    .step_cancel = zk_step_cancel,
+    .has_steps = zk_has_steps,
+    .fences = 1, /* the czxid */
 };

@@ -70,7 +70,7 @@ static void conn_io(evutil_socket_t fd, short what, void *arg);
 
 /* Arms c->io for what the client wants next: its socket (if any) for the
  * events it asks, and its timeout. Nothing once the session is gone. */
-static void conn_arm(struct zk_conn *c)
+void zk_conn_arm(struct zk_conn *c)
 {
     if (!c->io)
         return;
@@ -98,7 +98,7 @@ static void conn_io(evutil_socket_t fd, short what, void *arg)
     int events = ((what & EV_READ) ? ZOOKEEPER_READ : 0) |
                  ((what & EV_WRITE) ? ZOOKEEPER_WRITE : 0);
     zookeeper_process(c->zh, events);
-    conn_arm(c);
+    zk_conn_arm(c);
 }
 
 /* ---- sessions ---------------------------------------------------------- */
@@ -127,8 +127,11 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
                 lock_count_lost(st->counters);
             }
         }
-        for (struct zk_waiter *w = c->waiters; w; w = w->next)
+        for (struct zk_waiter *w = c->waiters; w; w = w->next) {
+            if (w->wake)
+                w->wake(w);
             pthread_cond_signal(&w->cond);
+        }
     } else if (c->connected) { /* connecting, associating: the connection dropped */
         c->connected = 0;
         c->disconnected_us = clock_now_us();
@@ -152,7 +155,7 @@ static void conn_open_here(void *arg)
     c->zh = zh;
     pthread_mutex_unlock(&st->mu);
     c->io = event_new(zk_loop_base(st->loop), -1, 0, conn_io, c);
-    conn_arm(c);
+    zk_conn_arm(c);
 }
 
 /* A new session (connecting in the background), with one reference for the
@@ -304,6 +307,8 @@ static void pred_watcher(zhandle_t *zh, int type, int state, const char *path, v
             lock_count_watch_waiter(counters, -1);
             lock_count_wakeup(counters);
         }
+        if (w->wake)
+            w->wake(w);
         pthread_cond_signal(&w->cond);
     }
     pthread_mutex_unlock(&c->st->mu);
@@ -580,7 +585,7 @@ static void call_send_job(void *arg)
     struct zk_call *call = arg;
     struct zk_conn *c = call->conn; /* call may be gone after the send */
     call_send_here(call);
-    conn_arm(c);
+    zk_conn_arm(c);
 }
 
 /* Sends call on c's loop: at once from its thread (a completion, a watcher:
@@ -648,6 +653,12 @@ int zk_watch(struct zk_conn *c, const char *node, int64_t deadline_us)
     snprintf(call->path, sizeof(call->path), "%s", node);
     call_send(call);
     return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+}
+
+int zk_awatch(struct zk_conn *c, const char *node, data_completion_t done,
+              const void *data)
+{
+    return zoo_awget(c->zh, node, pred_watcher, c, done, data);
 }
 
 /* The guid of one of our node names "_c_<guid>-lock-<seq>" into guid (33
@@ -776,7 +787,7 @@ static void sweep_job(void *arg)
 {
     struct zk_conn *c = arg;
     sweep_here(c);
-    conn_arm(c);
+    zk_conn_arm(c);
     zk_conn_put(c);
 }
 
@@ -820,7 +831,7 @@ static unsigned parent_bucket(const char *path)
     return h % ZK_PARENT_BUCKETS;
 }
 
-static int parent_known(struct zk_state *st, const char *path)
+int zk_parent_known(struct zk_state *st, const char *path)
 {
     pthread_mutex_lock(&st->mu);
     struct zk_parent *p = st->parents[parent_bucket(path)];
@@ -855,7 +866,7 @@ void zk_parent_remember(struct zk_state *st, const char *path, int known)
 int zk_parents_ensure(struct zk_conn *c, const char *parent, int64_t deadline_us)
 {
     struct zk_state *st = c->st;
-    if (parent_known(st, parent))
+    if (zk_parent_known(st, parent))
         return ZOK;
     const char *levels[] = {ZK_ROOT, ZK_LOCKS, parent};
     for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {

@@ -51,6 +51,11 @@ struct zk_waiter {
     int woken;        /* a watch on path fired */
     int asleep;       /* counted in watch_waiters */
     pthread_cond_t cond;
+    /* A waiter of a step (zk_steps.c) sleeps on no thread: called, under
+     * st->mu on st->loop's thread, when the watch fires or the session
+     * expires (set after zk_waiter_add, on that thread). */
+    void (*wake)(struct zk_waiter *w);
+    void *ctx;
 };
 
 /* A hold as its session sees it: on the conn's list while held, marked lost
@@ -93,6 +98,8 @@ struct zk_state {
     pthread_mutex_t reconnect_mu;                 /* one new session at a time */
     struct zk_conn *conn;                         /* the current session */
     struct zk_parent *parents[ZK_PARENT_BUCKETS]; /* known to exist */
+    int steps;                                    /* zk_steps.c's jobs alive */
+    pthread_cond_t steps_gone;                    /* steps went to 0 */
 };
 
 /* ---- sessions ---------------------------------------------------------- */
@@ -164,6 +171,15 @@ int zk_has_guid(const char *name, const char *guid);
 /* The parent path of node into parent (len bytes); "" for a name without '/'. */
 void zk_parent_of(const char *node, char *parent, size_t len);
 
+/* On st->loop's thread only: asks the client's interest again after a
+ * request made outside a completion or watcher (a job, a timer). */
+void zk_conn_arm(struct zk_conn *c);
+
+/* On st->loop's thread only: sets the data watch on node (waking the
+ * waiters on node), without waiting: done(rc, ..., data) answers. */
+int zk_awatch(struct zk_conn *c, const char *node, data_completion_t done,
+              const void *data);
+
 /* ---- watches ----------------------------------------------------------- */
 
 /* Puts w on c's list of waiters for watches on path (borrowed until
@@ -196,6 +212,9 @@ void zk_orphans_sweep(struct zk_conn *c);
 /* Creates /seckill, /seckill/locks and parent unless parent is known to exist;
  * remembers it on success. ZOK, or the first error. */
 int zk_parents_ensure(struct zk_conn *c, const char *parent, int64_t deadline_us);
+
+/* 1 when parent is known to exist. */
+int zk_parent_known(struct zk_state *st, const char *path);
 
 /* Remembers parent as known to exist (known 1) or forgets it (known 0). */
 void zk_parent_remember(struct zk_state *st, const char *path, int known);

@@ -13,6 +13,7 @@
 
 struct test_redis invfix_redis;
 struct orderid_gen invfix_ids;
+const char *invfix_zk_hosts;
 
 int invfix_setup(void **state)
 {
@@ -49,7 +50,9 @@ void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port
                              .fencing = 1,
                              .timeout_ms = 1000,
                              .nodes = nodes,
-                             .nnodes = nnodes};
+                             .nnodes = nnodes,
+                             .zk_hosts = invfix_zk_hosts,
+                             .zk_session_ms = 3000};
     char err[200];
     if (strcmp(mode, "atomic") != 0) {
         f->lock = lock_new(mode, &lc, err, sizeof(err));

@@ -16,6 +16,8 @@
  * invfix_teardown stops it. */
 extern struct test_redis invfix_redis;
 extern struct orderid_gen invfix_ids;
+/* The ZooKeeper ensemble of the zk mode ("H:P"), set by a test that starts one. */
+extern const char *invfix_zk_hosts;
 int invfix_setup(void **state);
 int invfix_teardown(void **state);
 

@@ -25,6 +25,9 @@
 #define NODES 3
 static struct test_redis node[NODES];
 static struct rconn_addr node_addr[NODES];
+/* A ZooKeeper server for the zk mode. */
+static struct test_zk zk;
+static char zk_hosts[64];
 
 /* Opens f in mode (its nodes for redlock). */
 static void open_mode(struct invfix *f, const char *mode, int work_us)
@@ -329,13 +332,13 @@ static void test_hold_mixes_outcomes(void **state)
 /* Orders that arrive while a segment's hold is in flight wait for the next
  * one: with 20 ms of work per hold and 64 orders submitted at once for one
  * segment of 50 units, a handful of holds serve all of them, every order gets
- * exactly one answer, and exactly the stock is sold. With and without a lock
- * in Redis. */
+ * exactly one answer, exactly the stock is sold, and the batch threads serve
+ * nothing. With and without a lock in Redis, and with zk's on ZooKeeper. */
 static void test_orders_during_a_hold_form_the_next(void **state)
 {
     (void)state;
-    const char *modes[] = {"redis", "none", "local", "setnx", "redlock"};
-    for (int m = 0; m < 5; m++) {
+    const char *modes[] = {"redis", "none", "local", "setnx", "redlock", "zk"};
+    for (int m = 0; m < 6; m++) {
         char sku[16];
         snprintf(sku, sizeof(sku), "crowd-%s", modes[m]);
         struct invfix f;
@@ -352,6 +355,9 @@ static void test_orders_during_a_hold_form_the_next(void **state)
         if (bs.batches < CROWD / 16 || bs.batches > 12)
             fail_msg("%s: %llu holds for %d orders in batches of 16", modes[m],
                      (unsigned long long)bs.batches, CROWD);
+        if (bs.handed != 0)
+            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
+                     (unsigned long long)bs.handed);
         loop_free(l);
         invfix_assert_sold(&f, sku, 50, 0);
         invfix_close(&f);
@@ -577,14 +583,16 @@ static void test_taken_lock_waits_for_the_handoff(void **state)
 static void test_order_of_several_segments(void **state)
 {
     (void)state;
-    const char *modes[] = {"redis", "none", "local", "setnx", "redlock"};
-    for (int m = 0; m < 5; m++) {
+    const char *modes[] = {"redis", "none", "local", "setnx", "redlock", "zk"};
+    for (int m = 0; m < 6; m++) {
+        char sku[16]; /* each mode its own: zk's tokens are not the others' */
+        snprintf(sku, sizeof(sku), "wide-%s", modes[m]);
         struct invfix f;
         open_mode(&f, modes[m], 0);
-        inv_sku_put(f.s, "wide", 6, 3, 5); /* 2 + 2 + 2 */
-        learn_layout(&f, "wide");
+        inv_sku_put(f.s, sku, 6, 3, 5); /* 2 + 2 + 2 */
+        learn_layout(&f, sku);
         struct loop *l = loop_new(&f, invfix_redis.port, 8);
-        struct inv_ticket *t = loop_order_qty(l, "wide", "big", 4, NULL);
+        struct inv_ticket *t = loop_order_qty(l, sku, "big", 4, NULL);
         loop_settle(l, 5000);
         if (t->st != INV_PLACED)
             fail_msg("%s: status %d", modes[m], t->st);
@@ -599,7 +607,7 @@ static void test_order_of_several_segments(void **state)
             fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
                      (unsigned long long)handed(l));
         loop_free(l);
-        invfix_assert_sold(&f, "wide", 4, 2);
+        invfix_assert_sold(&f, sku, 4, 2);
         invfix_close(&f);
     }
 }
@@ -614,17 +622,19 @@ static void test_order_of_several_segments(void **state)
 static void test_orders_of_several_segments_contend(void **state)
 {
     (void)state;
-    const char *modes[] = {"redis", "local", "setnx", "redlock"};
-    for (int m = 0; m < 4; m++) {
+    const char *modes[] = {"redis", "local", "setnx", "redlock", "zk"};
+    for (int m = 0; m < 5; m++) {
+        char sku[16]; /* each mode its own: zk's tokens are not the others' */
+        snprintf(sku, sizeof(sku), "wides-%s", modes[m]);
         struct invfix f;
         open_mode(&f, modes[m], 20000);
-        inv_sku_put(f.s, "wides", 12, 4, 4); /* 3 + 3 + 3 + 3 */
-        learn_layout(&f, "wides");
+        inv_sku_put(f.s, sku, 12, 4, 4); /* 3 + 3 + 3 + 3 */
+        learn_layout(&f, sku);
         struct loop *l = loop_new(&f, invfix_redis.port, 4);
         for (int i = 0; i < 2 * WIDE; i++) {
             char user[16];
             snprintf(user, sizeof(user), "w%d", i);
-            loop_order_qty(l, "wides", user, i % 2 ? 1 : 4, NULL);
+            loop_order_qty(l, sku, user, i % 2 ? 1 : 4, NULL);
         }
         loop_settle(l, 10000);
         long long units = 0;
@@ -640,7 +650,7 @@ static void test_orders_of_several_segments_contend(void **state)
             fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
                      (unsigned long long)handed(l));
         loop_free(l);
-        invfix_assert_sold(&f, "wides", units, 12 - units);
+        invfix_assert_sold(&f, sku, units, 12 - units);
         invfix_close(&f);
     }
 }
@@ -827,15 +837,16 @@ static void test_atomic_without_redis_answers_at_once(void **state)
     invfix_close(&f);
 }
 
-/* A lock that polls (local, setnx, redlock) and is held elsewhere: the
- * loop's hold polls without blocking the loop, answers nothing while it is
- * held, and places its orders once it is released, under a fencing token of
- * its own (the segment's fence moved past the other holder's). */
+/* A lock that polls (local, setnx, redlock), or zk's, which watches its
+ * predecessor, held elsewhere: the loop's hold waits without blocking the
+ * loop, answers nothing while it is held, and places its orders once it is
+ * released, under a fencing token of its own (the segment's fence moved past
+ * the other holder's); zk's wait ended by the watch, on the loop. */
 static void test_polling_lock_waits_on_the_loop(void **state)
 {
     (void)state;
-    const char *modes[] = {"local", "setnx", "redlock"};
-    for (int m = 0; m < 3; m++) {
+    const char *modes[] = {"local", "setnx", "redlock", "zk"};
+    for (int m = 0; m < 4; m++) {
         char sku[16], lkey[64], fkey[80];
         snprintf(sku, sizeof(sku), "poll-%s", modes[m]);
         snprintf(lkey, sizeof(lkey), "sk:{%s}:lock:0", sku);
@@ -848,7 +859,7 @@ static void test_polling_lock_waits_on_the_loop(void **state)
          * another instance (the Redis modes: the same lock, another session). */
         struct lock_session *other = lock_session_new(f.lock, f.rc);
         struct lock_grant g;
-        assert_int_equal(lock_acquire(other, lkey, 0, &g), LOCK_ACQUIRED);
+        assert_int_equal(lock_acquire(other, lkey, 2000, &g), LOCK_ACQUIRED);
         struct loop *l = loop_new(&f, invfix_redis.port, 8);
         uint64_t was = lock_figures(l).contended + 1;
         loop_orders(l, sku, "p", 3);
@@ -859,6 +870,11 @@ static void test_polling_lock_waits_on_the_loop(void **state)
         expect_status(l, 0, 3, INV_PLACED);
         if (lock_figures(l).contended < was) /* counted once the grant came */
             fail_msg("%s: the loop's hold never found the lock taken", modes[m]);
+        if (strcmp(modes[m], "zk") == 0 && lock_figures(l).watch_wakeups < 1)
+            fail_msg("zk: the loop's hold was not woken by its predecessor's watch");
+        if (handed(l) != 0)
+            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
+                     (unsigned long long)handed(l));
         if (lock_fenced(f.lock)) {
             redisReply *r = rconn_command(f.rc, "GET %s", fkey);
             assert_non_null(r);
@@ -926,6 +942,9 @@ static int setup(void **state)
         snprintf(node_addr[i].host, sizeof(node_addr[i].host), "127.0.0.1");
         node_addr[i].port = node[i].port;
     }
+    test_zk_start(&zk);
+    snprintf(zk_hosts, sizeof(zk_hosts), "127.0.0.1:%d", zk.port);
+    invfix_zk_hosts = zk_hosts;
     return 0;
 }
 
@@ -934,6 +953,7 @@ static int teardown(void **state)
     invfix_teardown(state);
     for (int i = 0; i < NODES; i++)
         test_redis_stop(&node[i], 0, 0);
+    test_zk_stop(&zk, 1, 0);
     return 0;
 }
 
