@@ -3,17 +3,19 @@
 # orders of every kind the event loops serve (issue 27: every order on the loops;
 # a thread exists only where something needs it):
 #
-#   - one Redis, a lock mode with steps (redis) and atomic, --threads 2: the main
-#     thread (seckill), 2 loops (sk-loop) and the waiters (sk-waiter), nothing else:
-#     no batch thread (sk-batch) and no thread of a library. The orders: one unit,
-#     three units over two segments (the order machine), a replay of an
-#     Idempotency-Key; /stats batches.handed stays 0 (nothing handed over);
+#   - one Redis, --threads 2, in redis, atomic and zk mode: the main thread
+#     (seckill), 2 loops (sk-loop) and the waiters (sk-waiter), in zk mode the zk
+#     loop (sk-zk) that drives the ZooKeeper session (libzookeeper_st: the library
+#     starts none of its own), nothing else: no batch thread (sk-batch) and no thread
+#     of a library. The orders: one unit, three units over two segments (the order
+#     machine), a replay of an Idempotency-Key; /stats batches.handed stays 0
+#     (nothing handed over);
 #   - the background duties (lease watchdog, order-id lease, sold-out listener,
 #     durability) have no thread of their own.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-it_begin threads redis-server curl jq
+it_begin threads redis-server curl jq java
 
 # Under TSan the runtime adds a background thread of its own, named after main.
 extra=0
@@ -28,10 +30,14 @@ count_of() { # PID NAME
 
 start_redis data "$dir" no || exit 1
 rp=$STARTED_PORT
+start_zk "$dir" 1 || { echo "zookeeper did not start (see $dir/zk-1.log)"; exit 1; }
+zk=$STARTED_NODES
 
-for mode in redis atomic; do
+for mode in redis atomic zk; do
+    flags=()
+    [[ $mode == zk ]] && flags=(--zk "$zk")
     start_instance "seckill-$mode" "$dir" --redis "127.0.0.1:$rp" --lock "$mode" \
-        --threads 2 || { echo "instance ($mode) did not start"; exit 1; }
+        --threads 2 "${flags[@]}" || { echo "instance ($mode) did not start"; exit 1; }
     url=$STARTED_URL
     pid=$(cat "$dir/seckill-$mode.pid")
     sku=t-$mode
@@ -50,7 +56,11 @@ for mode in redis atomic; do
     expect "$mode: batch threads (sk-batch)" 0 "$(count_of "$pid" sk-batch)"
     expect "$mode: threads named after main (main itself; a library's would be too)" \
         $((1 + extra)) "$(count_of "$pid" seckill)"
-    others=$(names "$pid" | awk '$1 != "seckill" && $1 != "sk-loop" && $1 != "sk-waiter"')
+    zks=0
+    [[ $mode == zk ]] && zks=1
+    expect "$mode: zk loops (sk-zk)" "$zks" "$(count_of "$pid" sk-zk)"
+    others=$(names "$pid" |
+        awk '$1 != "seckill" && $1 != "sk-loop" && $1 != "sk-waiter" && $1 != "sk-zk"')
     expect "$mode: no other thread" "" "$others"
 done
 checks_summary
