@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "lock_impl.h"
 #include "xalloc.h"
+#include "zk_call.h"
 #include "zk_loop.h"
 
 #include <errno.h>
@@ -26,20 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A node of ours that may exist but is no longer wanted: found by its guid
- * under parent once connected, and deleted. */
-struct zk_orphan {
-    struct zk_orphan *next;
-    char guid[33];
-    char parent[];
-};
-
-/* A parent known to exist (st->parents). */
-struct zk_parent {
-    struct zk_parent *next;
-    char path[];
-};
 
 /* ---- the library's log ------------------------------------------------- */
 
@@ -367,39 +354,7 @@ int zk_waiter_sleep(struct zk_conn *c, struct zk_waiter *w, int64_t deadline_us)
 
 /* ---- requests ---------------------------------------------------------- */
 
-enum zk_op {
-    OP_CREATE,
-    OP_PARENT,
-    OP_CHILDREN,
-    OP_EXISTS,
-    OP_WATCH,
-    OP_DELETE,
-    OP_SWEEP
-};
-
-/* One asynchronous request: shared by the caller waiting for it and the
- * completion, and freed by whichever of the two is last (refs under st->mu).
- * A caller that stops waiting leaves the completion to clean up. */
-struct zk_call {
-    struct zk_conn *conn;
-    enum zk_op op;
-    int refs;
-    int done;
-    int rc;
-    pthread_cond_t cond;
-    char *created; /* OP_CREATE: the node's path */
-    int64_t czxid; /* OP_CREATE, OP_EXISTS */
-    char **kids;   /* OP_CHILDREN */
-    int nkids;
-    struct zk_orphan *orphan; /* OP_SWEEP */
-    /* OP_CREATE, OP_DELETE: the node's guid and parent, to find it later */
-    char guid[33];
-    char parent[ZK_PATH_MAX];
-    char path[ZK_PATH_MAX]; /* the node the request is about */
-    int watch;              /* OP_CHILDREN: set a child watch too */
-};
-
-static struct zk_call *call_new(struct zk_conn *c, enum zk_op op, int waited)
+struct zk_call *zk_call_new(struct zk_conn *c, enum zk_op op, int waited)
 {
     struct zk_call *call = xcalloc(1, sizeof(*call));
     call->conn = c;
@@ -409,7 +364,7 @@ static struct zk_call *call_new(struct zk_conn *c, enum zk_op op, int waited)
     return call;
 }
 
-static void call_free(struct zk_call *call)
+void zk_call_free(struct zk_call *call)
 {
     for (int i = 0; i < call->nkids; i++)
         free(call->kids[i]);
@@ -422,7 +377,7 @@ static void call_free(struct zk_call *call)
 
 /* Whether a request that failed with rc may have been carried out all the
  * same (its answer lost with the connection). */
-static int rc_uncertain(int rc)
+int zk_rc_uncertain(int rc)
 {
     return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
 }
@@ -434,7 +389,7 @@ static void call_done(struct zk_call *call, int rc)
     struct zk_conn *c = call->conn;
     /* A delete whose answer was lost: the node may still be there. (Before
      * done is set: until then the caller cannot free the call.) */
-    if (call->op == OP_DELETE && rc_uncertain(rc))
+    if (call->op == OP_DELETE && zk_rc_uncertain(rc))
         zk_orphan_add(c, call->parent, call->guid);
     pthread_mutex_lock(&c->st->mu);
     call->rc = rc;
@@ -448,17 +403,17 @@ static void call_done(struct zk_call *call, int rc)
      * node, which would block everyone behind it for the session's life. */
     if (call->op == OP_CREATE && rc == ZOK)
         zk_delete_unwaited(c, call->created, call->guid, call->parent);
-    else if (call->op == OP_CREATE && rc_uncertain(rc))
+    else if (call->op == OP_CREATE && zk_rc_uncertain(rc))
         zk_orphan_add(c, call->parent, call->guid);
-    call_free(call);
+    zk_call_free(call);
 }
 
 /* Waits for the call until deadline_us and drops the caller's reference.
  * Returns its result code, or ZOPERATIONTIMEOUT when the deadline came first.
  * On ZOK, results the caller wants are moved out through the out arguments
  * first (any may be NULL). */
-static int call_finish(struct zk_call *call, int64_t deadline_us, char **created,
-                       int64_t *czxid, char ***kids, int *nkids)
+int zk_call_finish(struct zk_call *call, int64_t deadline_us, char **created,
+                   int64_t *czxid, char ***kids, int *nkids)
 {
     struct zk_state *st = call->conn->st;
     pthread_mutex_lock(&st->mu);
@@ -483,7 +438,7 @@ static int call_finish(struct zk_call *call, int64_t deadline_us, char **created
     int last = --call->refs == 0;
     pthread_mutex_unlock(&st->mu);
     if (last)
-        call_free(call);
+        zk_call_free(call);
     return rc;
 }
 
@@ -590,7 +545,7 @@ static void call_send_job(void *arg)
 
 /* Sends call on c's loop: at once from its thread (a completion, a watcher:
  * the loop asks the interest again after them), else as a job. */
-static void call_send(struct zk_call *call)
+void zk_call_send(struct zk_call *call)
 {
     struct zk_loop *loop = call->conn->st->loop;
     if (zk_loop_here(loop))
@@ -604,22 +559,22 @@ static void call_send(struct zk_call *call)
 int zk_create(struct zk_conn *c, const char *parent, const char *guid,
               int64_t deadline_us, char **node, int64_t *czxid)
 {
-    struct zk_call *call = call_new(c, OP_CREATE, 1);
+    struct zk_call *call = zk_call_new(c, OP_CREATE, 1);
     snprintf(call->path, sizeof(call->path), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX,
              parent, guid);
     snprintf(call->guid, sizeof(call->guid), "%s", guid);
     snprintf(call->parent, sizeof(call->parent), "%s", parent);
-    call_send(call);
-    return call_finish(call, deadline_us, node, czxid, NULL, NULL);
+    zk_call_send(call);
+    return zk_call_finish(call, deadline_us, node, czxid, NULL, NULL);
 }
 
 /* Creates the persistent node path; ZOK also when it was there. */
-static int zk_create_parent(struct zk_conn *c, const char *path, int64_t deadline_us)
+int zk_create_parent(struct zk_conn *c, const char *path, int64_t deadline_us)
 {
-    struct zk_call *call = call_new(c, OP_PARENT, 1);
+    struct zk_call *call = zk_call_new(c, OP_PARENT, 1);
     snprintf(call->path, sizeof(call->path), "%s", path);
-    call_send(call);
-    int rc = call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+    zk_call_send(call);
+    int rc = zk_call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
     return rc == ZNODEEXISTS ? ZOK : rc;
 }
 
@@ -630,29 +585,29 @@ int zk_children(struct zk_conn *c, const char *parent, int watch, int64_t deadli
 {
     *kids = NULL;
     *nkids = 0;
-    struct zk_call *call = call_new(c, OP_CHILDREN, 1);
+    struct zk_call *call = zk_call_new(c, OP_CHILDREN, 1);
     snprintf(call->path, sizeof(call->path), "%s", parent);
     call->watch = watch;
-    call_send(call);
-    return call_finish(call, deadline_us, NULL, NULL, kids, nkids);
+    zk_call_send(call);
+    return zk_call_finish(call, deadline_us, NULL, NULL, kids, nkids);
 }
 
 int zk_czxid(struct zk_conn *c, const char *node, int64_t deadline_us, int64_t *czxid)
 {
-    struct zk_call *call = call_new(c, OP_EXISTS, 1);
+    struct zk_call *call = zk_call_new(c, OP_EXISTS, 1);
     snprintf(call->path, sizeof(call->path), "%s", node);
-    call_send(call);
-    return call_finish(call, deadline_us, NULL, czxid, NULL, NULL);
+    zk_call_send(call);
+    return zk_call_finish(call, deadline_us, NULL, czxid, NULL, NULL);
 }
 
 /* Sets the data watch on node (pred_watcher). ZNONODE when it is gone: then no
  * watch was left behind. */
 int zk_watch(struct zk_conn *c, const char *node, int64_t deadline_us)
 {
-    struct zk_call *call = call_new(c, OP_WATCH, 1);
+    struct zk_call *call = zk_call_new(c, OP_WATCH, 1);
     snprintf(call->path, sizeof(call->path), "%s", node);
-    call_send(call);
-    return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+    zk_call_send(call);
+    return zk_call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
 }
 
 int zk_awatch(struct zk_conn *c, const char *node, data_completion_t done,
@@ -683,12 +638,12 @@ void zk_parent_of(const char *node, char *parent, size_t len)
  * sweep (call_done). */
 int zk_delete(struct zk_conn *c, const char *node, int64_t deadline_us)
 {
-    struct zk_call *call = call_new(c, OP_DELETE, 1);
+    struct zk_call *call = zk_call_new(c, OP_DELETE, 1);
     node_guid(node, call->guid);
     zk_parent_of(node, call->parent, sizeof(call->parent));
     snprintf(call->path, sizeof(call->path), "%s", node);
-    call_send(call);
-    return call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+    zk_call_send(call);
+    return zk_call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
 }
 
 /* The same, without waiting: from callbacks and from session_free. A lost
@@ -696,195 +651,9 @@ int zk_delete(struct zk_conn *c, const char *node, int64_t deadline_us)
 void zk_delete_unwaited(struct zk_conn *c, const char *node, const char *guid,
                         const char *parent)
 {
-    struct zk_call *call = call_new(c, OP_DELETE, 0);
+    struct zk_call *call = zk_call_new(c, OP_DELETE, 0);
     snprintf(call->guid, sizeof(call->guid), "%s", guid);
     snprintf(call->parent, sizeof(call->parent), "%s", parent);
     snprintf(call->path, sizeof(call->path), "%s", node);
-    call_send(call); /* a refusal: call_done leaves an uncertain one to the sweep */
-}
-
-/* ---- orphans ----------------------------------------------------------- */
-
-int zk_has_guid(const char *name, const char *guid)
-{
-    size_t plen = strlen(ZK_GUID_PREFIX);
-    return strncmp(name, ZK_GUID_PREFIX, plen) == 0 &&
-           strncmp(name + plen, guid, 32) == 0 && name[plen + 32] == '-';
-}
-
-/* Puts o back on c's list, or frees it when the session is gone (and its
- * ephemeral nodes with it). */
-static void orphan_requeue(struct zk_conn *c, struct zk_orphan *o)
-{
-    pthread_mutex_lock(&c->st->mu);
-    if (!c->closing && !c->expired) {
-        o->next = c->orphans;
-        c->orphans = o;
-        o = NULL;
-    }
-    pthread_mutex_unlock(&c->st->mu);
-    free(o);
-}
-
-static void sweep_deleted(int rc, const void *data)
-{
-    struct zk_call *call = (struct zk_call *)data;
-    if (rc_uncertain(rc)) {
-        orphan_requeue(call->conn, call->orphan);
-        call->orphan = NULL;
-    }
-    call_free(call);
-}
-
-static void sweep_listed(int rc, const struct String_vector *strings, const void *data)
-{
-    struct zk_call *call = (struct zk_call *)data;
-    struct zk_conn *c = call->conn;
-    if (rc == ZOK && strings) {
-        for (int i = 0; i < strings->count; i++) {
-            if (!zk_has_guid(strings->data[i], call->orphan->guid))
-                continue;
-            char node[ZK_PATH_MAX];
-            snprintf(node, sizeof(node), "%s/%s", call->orphan->parent, strings->data[i]);
-            rc = zoo_adelete(c->zh, node, -1, sweep_deleted, call);
-            if (rc == ZOK)
-                return; /* sweep_deleted carries on */
-            break;
-        }
-    }
-    if (rc_uncertain(rc)) {
-        orphan_requeue(c, call->orphan);
-        call->orphan = NULL;
-    }
-    call_free(call);
-}
-
-/* The sweep, on c's loop. */
-static void sweep_here(struct zk_conn *c)
-{
-    pthread_mutex_lock(&c->st->mu);
-    struct zk_orphan *list = NULL;
-    if (c->connected && !c->closing && !c->expired && c->zh) {
-        list = c->orphans;
-        c->orphans = NULL;
-    }
-    pthread_mutex_unlock(&c->st->mu);
-    while (list) {
-        struct zk_orphan *o = list;
-        list = o->next;
-        struct zk_call *call = call_new(c, OP_SWEEP, 0);
-        call->orphan = o;
-        if (zoo_aget_children(c->zh, o->parent, 0, sweep_listed, call) != ZOK) {
-            orphan_requeue(c, o);
-            call->orphan = NULL;
-            call_free(call);
-        }
-    }
-}
-
-/* A sweep asked from another thread: holds a reference to c. */
-static void sweep_job(void *arg)
-{
-    struct zk_conn *c = arg;
-    sweep_here(c);
-    zk_conn_arm(c);
-    zk_conn_put(c);
-}
-
-/* Looks for every orphan of c by its guid and deletes it, in the background:
- * at once on c's loop, else as a job (not once c is closing). */
-void zk_orphans_sweep(struct zk_conn *c)
-{
-    struct zk_state *st = c->st;
-    if (zk_loop_here(st->loop)) {
-        sweep_here(c);
-        return;
-    }
-    pthread_mutex_lock(&st->mu);
-    int go = !c->closing && !c->expired && c->orphans;
-    if (go)
-        c->refs++;
-    pthread_mutex_unlock(&st->mu);
-    if (go)
-        zk_loop_post(st->loop, sweep_job, c);
-}
-
-void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid)
-{
-    if (!guid[0])
-        return;
-    size_t len = strlen(parent);
-    struct zk_orphan *o = xcalloc(1, sizeof(*o) + len + 1);
-    snprintf(o->guid, sizeof(o->guid), "%s", guid);
-    memcpy(o->parent, parent, len + 1);
-    orphan_requeue(c, o);
-    zk_orphans_sweep(c);
-}
-
-/* ---- parents ----------------------------------------------------------- */
-
-static unsigned parent_bucket(const char *path)
-{
-    unsigned h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return h % ZK_PARENT_BUCKETS;
-}
-
-int zk_parent_known(struct zk_state *st, const char *path)
-{
-    pthread_mutex_lock(&st->mu);
-    struct zk_parent *p = st->parents[parent_bucket(path)];
-    while (p && strcmp(p->path, path) != 0)
-        p = p->next;
-    pthread_mutex_unlock(&st->mu);
-    return p != NULL;
-}
-
-void zk_parent_remember(struct zk_state *st, const char *path, int known)
-{
-    unsigned b = parent_bucket(path);
-    pthread_mutex_lock(&st->mu);
-    struct zk_parent **pp = &st->parents[b];
-    while (*pp && strcmp((*pp)->path, path) != 0)
-        pp = &(*pp)->next;
-    if (known && !*pp) {
-        size_t len = strlen(path);
-        struct zk_parent *p = xcalloc(1, sizeof(*p) + len + 1);
-        memcpy(p->path, path, len + 1);
-        *pp = p;
-    } else if (!known && *pp) {
-        struct zk_parent *p = *pp;
-        *pp = p->next;
-        free(p);
-    }
-    pthread_mutex_unlock(&st->mu);
-}
-
-/* Creates /seckill, /seckill/locks and parent unless parent is known to
- * exist. */
-int zk_parents_ensure(struct zk_conn *c, const char *parent, int64_t deadline_us)
-{
-    struct zk_state *st = c->st;
-    if (zk_parent_known(st, parent))
-        return ZOK;
-    const char *levels[] = {ZK_ROOT, ZK_LOCKS, parent};
-    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
-        int rc = zk_create_parent(c, levels[i], deadline_us);
-        if (rc != ZOK)
-            return rc;
-    }
-    zk_parent_remember(st, parent, 1);
-    return ZOK;
-}
-
-void zk_parents_free(struct zk_state *st)
-{
-    for (int i = 0; i < ZK_PARENT_BUCKETS; i++) {
-        while (st->parents[i]) {
-            struct zk_parent *p = st->parents[i];
-            st->parents[i] = p->next;
-            free(p);
-        }
-    }
+    zk_call_send(call); /* a refusal: call_done leaves an uncertain one to the sweep */
 }
