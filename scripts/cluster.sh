@@ -355,6 +355,9 @@ write_nginx_conf() {
         echo "    upstream seckill {"
         for p in "$@"; do echo "        server 127.0.0.1:$p;"; done
         echo "        keepalive 128;"
+        # Below the instances' idle timeout (15 s, service/http.c): a connection
+        # they close while nginx sends on it comes back reset, a 502 for a POST.
+        echo "        keepalive_timeout 10s;"
         echo "    }"
         echo "    server {"
         echo "        listen 127.0.0.1:$port;"
