@@ -141,7 +141,14 @@ static void finish(struct zk_job *j, lock_status res)
     if (!cancelled)
         event_active(j->deliver, EV_TIMEOUT, 0);
     pthread_mutex_unlock(&j->st->mu);
-    if (!j->release && (res != LOCK_ACQUIRED || cancelled) && j->node[0])
+    /* A node nobody will use any more is deleted in the background (or, its
+     * answer lost, left to the orphan sweep): an attempt that did not end
+     * holding it, and a release that ended without the delete's answer (its
+     * bound came while ZooKeeper was away). Left there, it would block every
+     * later contender for as long as the session lives, which a ZooKeeper
+     * restart does not end. */
+    int unwanted = j->release ? res == LOCK_ERROR : res != LOCK_ACQUIRED || cancelled;
+    if (unwanted && j->node[0])
         zk_delete_unwaited(j->conn, j->node, j->guid, j->parent);
     job_put(j); /* the loop's */
 }

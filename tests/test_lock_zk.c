@@ -24,6 +24,8 @@
 #include <string.h>
 #include <sys/time.h>
 #include <zookeeper/zookeeper.h>
+#include <event2/event.h>
+#include <event2/thread.h>
 
 #include "clock.h"
 #include "lock.h"
@@ -1153,6 +1155,63 @@ static void test_zookeeper_down_and_back(void **state)
         fail_msg("the test's handle did not reconnect");
 }
 
+static void on_step_over(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+/* Runs the step st (done on the zk loop) on key until it is over, driving
+ * base as an event loop would. */
+static void step_run(struct lock_session *s, const char *key, struct lock_step *st,
+                     struct event_base *base)
+{
+    int over = 0;
+    assert_true(st->async);
+    lock_step_start(s, key, st, base, on_step_over, &over);
+    while (!over)
+        event_base_loop(base, EVLOOP_ONCE);
+}
+
+/* A release step that ends without its delete's answer (ZooKeeper killed, the
+ * release's bound passed) must not leave the node behind: ZooKeeper restarted
+ * on its data keeps the session, and the node would block the lock for as
+ * long as the session lives (a chaos run's zk-restart: orders busy for a
+ * minute, stock stranded). Another contender gets the lock once ZooKeeper is
+ * back. */
+static void test_step_release_lost_leaves_no_node(void **state)
+{
+    (void)state;
+    evthread_use_pthreads();
+    const int session_ms = 15000; /* outlives a JVM restart */
+    struct lock *l = zk_lock(hosts, session_ms);
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct lock_step st;
+    struct lock_grant g, g2;
+    lock_step_init(&st);
+    assert_int_equal(lock_try_step(s, "t:steprel", 5000, &st), 1);
+    step_run(s, "t:steprel", &st, base);
+    assert_int_equal(lock_try_done(s, "t:steprel", &st, &g), LOCK_ACQUIRED);
+
+    test_zk_stop(&zk, 1, 1);
+    lock_step_init(&st);
+    lock_release_step(s, "t:steprel", &g, &st);
+    step_run(s, "t:steprel", &st, base);
+    assert_int_not_equal(lock_release_done(s, "t:steprel", &g, &st), LOCK_RELEASED);
+
+    test_zk_restart(&zk);
+    struct lock_session *other = lock_session_new(l, NULL);
+    assert_int_equal(lock_acquire(other, "t:steprel", 10000, &g2), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(other, "t:steprel", &g2), LOCK_RELEASED);
+    lock_session_free(other);
+    lock_session_free(s);
+    lock_free(l);
+    event_base_free(base);
+    if (!test_wait_for(admin_connected, NULL, 20000))
+        fail_msg("the test's handle did not reconnect");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1172,6 +1231,7 @@ int main(void)
         cmocka_unit_test(test_lost_create_answer),
         cmocka_unit_test(test_session_expiry),
         cmocka_unit_test(test_zookeeper_down_and_back),
+        cmocka_unit_test(test_step_release_lost_leaves_no_node),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
