@@ -50,6 +50,15 @@ struct svc_worker *http_worker_get(struct svc_app *app)
     return w;
 }
 
+void http_worker_release(void)
+{
+    if (!tls_worker)
+        return;
+    pthread_setspecific(worker_key, NULL);
+    worker_free(tls_worker);
+    tls_worker = NULL;
+}
+
 static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_state *st,
                                      struct svc_response *res)
 {
@@ -225,7 +234,7 @@ static void order_hand_over(struct MHD_Connection *conn, struct conn_state *st)
     inv_engine_submit(tls_loop->engine, &st->ticket);
 }
 
-/* The request is all in: answers it now, or hands it over (waiter threads,
+/* The request is all in: answers it now, or hands it over (the main thread,
  * the engine) to be answered once resumed. */
 static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection *conn,
                                      struct conn_state *st, const char *method)

@@ -19,9 +19,14 @@ struct MHD_Daemon *http_daemon_start(struct svc_app *app, int lsock,
                                      unsigned int conn_limit);
 
 /* This thread's worker, created on its first request: one hiredis context
- * per thread, never shared. Freed when the thread exits. Never NULL (aborts
+ * per thread, never shared. Freed when the thread exits (pthread_exit or
+ * its start routine's return). Never NULL (aborts
  * when out of memory); its connection is made on first use (rconn_new). */
 struct svc_worker *http_worker_get(struct svc_app *app);
+
+/* Frees this thread's worker now, if it has one: for the main thread, whose
+ * exit runs no thread-specific destructor. */
+void http_worker_release(void);
 
 /* st's answer is ready (on another thread): its connection goes on, and
  * on_request is called again to send it, on st's loop, which it wakes. st may

@@ -1,8 +1,11 @@
 /* seckill: the flash-sale inventory server. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "config.h"
@@ -17,14 +20,6 @@
 #define STARTUP_REDIS_WAIT_MS 10000
 #define DRAIN_GRACE_MS 300
 #define DRAIN_WAIT_MS 5000
-
-static volatile sig_atomic_t stop_requested;
-
-static void on_stop_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
 
 /* --min-replicas-acked, resolved: as given, or (not given) 1 when the data
  * Redis has a replica connected now (on a cluster: every master lists one),
@@ -105,20 +100,23 @@ static struct orderid_lease *lease_worker(const struct svc_config *cfg,
     return NULL;
 }
 
-/* Blocks SIGINT and SIGTERM (old: the mask before) and sets their handler,
- * before any thread starts, so that only the main thread takes them, in
- * sigsuspend. */
-static void stop_signals_take(sigset_t *old)
+/* Blocks SIGINT and SIGTERM before any thread starts, so that every thread
+ * inherits the mask, and returns a signalfd that becomes readable once one
+ * of them arrives (also one sent during the start): the main thread waits on
+ * it between the routes it runs (svc_server_serve). */
+static int stop_signals_take(void)
 {
     sigset_t stop_set;
     sigemptyset(&stop_set);
     sigaddset(&stop_set, SIGINT);
     sigaddset(&stop_set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_set, old);
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    int fd = signalfd(-1, &stop_set, SFD_CLOEXEC);
+    if (fd < 0) {
+        perror("seckill: signalfd");
+        exit(1);
+    }
+    return fd;
 }
 
 /* What the HTTP server stands on, owned by main. */
@@ -279,8 +277,7 @@ int main(int argc, char **argv)
     }
     log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
-    sigset_t old_set;
-    stop_signals_take(&old_set);
+    int stop_fd = stop_signals_take();
 
     struct backend b = {0};
     int status = backend_start(&cfg, &b);
@@ -306,11 +303,11 @@ int main(int argc, char **argv)
     }
     log_listening(&cfg, &b);
 
-    while (!stop_requested)
-        sigsuspend(&old_set);
+    svc_server_serve(srv, stop_fd);
 
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
     backend_free(&b);
+    close(stop_fd);
     log_event(LOG_INFO, "exit", "code=0");
     return 0;
 }

@@ -269,7 +269,7 @@ static struct svc_route routes[] = {
     {"GET", "/stats", "stats", h_stats, 0},
     {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},
     {"GET", "/livez", "livez", h_livez, 0},
-    {"GET", "/readyz", "readyz", h_readyz, ROUTE_WAITS},
+    {"GET", "/readyz", "readyz", h_readyz, ROUTE_WAITS | ROUTE_URGENT},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 

@@ -47,9 +47,11 @@ struct svc_response {
 typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *res);
 
 #define ROUTE_ADMIN 1
-/* The handler waits on Redis: it runs on a thread of its own, never on an
+/* The handler waits on Redis: it runs on the main thread, never on an
  * event loop (waiters.c; the connection is suspended meanwhile). */
 #define ROUTE_WAITS 2
+/* Waits on Redis but goes ahead of the others queued (a balancer's probe). */
+#define ROUTE_URGENT 4
 
 struct svc_route {
     const char *method;

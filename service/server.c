@@ -219,11 +219,16 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
     inv_engine_link(srv->engines, srv->nloops);
     if (app->duties_attach)
         app->duties_attach(app, srv->loops[0].base);
-    waiters_start(srv);
+    waiters_init(srv);
     for (int i = 0; i < srv->nloops; i++)
         if (pthread_create(&srv->loops[i].tid, NULL, loop_main, &srv->loops[i]) != 0)
             abort();
     return srv;
+}
+
+int svc_server_serve(struct svc_server *srv, int stop_fd)
+{
+    return waiters_serve(srv, stop_fd, 0);
 }
 
 void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
@@ -235,14 +240,15 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     log_event(LOG_INFO, "draining", "grace_ms=%d inflight=%d", grace_ms,
               atomic_load(&app->inflight));
     /* Let the balancer see /readyz fail before refusing connections. Nothing
-     * to wait on here but time: the balancer's health check is elsewhere. */
+     * to wait on here but time (the balancer's health check is elsewhere);
+     * the routes that wait on Redis are still served meanwhile. */
     if (grace_ms > 0)
-        clock_sleep_us((int64_t)grace_ms * 1000);
+        waiters_serve(srv, -1, clock_now_us() + (int64_t)grace_ms * 1000);
     loops_quiesce(srv);
     close(srv->lsock);
-    for (int waited = 0; atomic_load(&app->inflight) > 0 && waited < wait_ms;
-         waited += 10)
-        clock_sleep_us(10000);
+    int64_t until = clock_now_us() + (int64_t)wait_ms * 1000;
+    while (atomic_load(&app->inflight) > 0 && clock_now_us() < until)
+        waiters_serve(srv, -1, clock_now_us() + 10000);
     /* Orders still queued are served now, so that no suspended connection
      * outlives the daemon. */
     inv_batcher_stop(app->batcher);

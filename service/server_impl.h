@@ -1,11 +1,11 @@
 /* server_impl: what the three files of the server share, and no one else:
  * server.c (the event loops and their daemons, start and stop), http.c (the
- * glue between libmicrohttpd and the route table) and waiters.c (the threads
- * that run the routes which wait on Redis). Only those three include it.
+ * glue between libmicrohttpd and the route table) and waiters.c (the main
+ * thread's part: the routes which wait on Redis). Only those three include it.
  *
  * A connection's conn_state belongs to its loop's thread, but while the
  * connection is suspended: then to whichever thread has its request or its
- * ticket (a waiter, the engine, a batch thread), until it resumes it. */
+ * ticket (the main thread, the engine, a batch thread), until it resumes it. */
 #ifndef SECKILL_SERVER_IMPL_H
 #define SECKILL_SERVER_IMPL_H
 
@@ -39,17 +39,15 @@ struct svc_loop {
     struct inv_engine *engine;
 };
 
-/* The threads that run the routes which wait on Redis (ROUTE_WAITS: reads,
- * admin, readiness), so that no loop waits on it: a loop suspends the
- * connection and queues it here; a thread runs the handler on its own
- * connection and resumes it with the answer. */
-#define SERVER_WAITERS 2
+/* The queue of the routes which wait on Redis (ROUTE_WAITS: reads, admin,
+ * readiness), so that no loop waits on it: a loop suspends the connection and
+ * queues it here; the main thread runs the handler on its own connection and
+ * resumes it with the answer (waiters.c). */
 struct waiters {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct conn_state *head, *tail;
+    struct conn_state *head, **tail;
     int stop;
-    pthread_t tid[SERVER_WAITERS];
+    int efd; /* an eventfd: something was queued */
 };
 
 struct svc_server {
@@ -82,7 +80,7 @@ struct conn_state {
     struct svc_loop *loop;    /* the loop whose daemon has the connection */
     struct inv_ticket ticket; /* an order waiting for its batch */
     struct svc_request req;   /* a route that waits on Redis: its request, */
-    struct svc_response res;  /* and its answer from a waiter thread */
+    struct svc_response res;  /* and its answer from the main thread */
     struct conn_state *next;  /* in the waiters' queue */
     char body[REQ_BODY_MAX];
 };

@@ -1,67 +1,106 @@
 #include "waiters.h"
 
+#include <errno.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include "clock.h"
 #include "http.h"
 
-static void *waiter_main(void *arg)
-{
-    struct svc_server *srv = arg;
-    struct waiters *w = &srv->waiters;
-    pthread_setname_np(pthread_self(), "sk-waiter");
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (!w->head && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        struct conn_state *st = w->head;
-        if (!st)
-            break; /* stopped, and nothing queued */
-        w->head = st->next;
-        if (!w->head)
-            w->tail = NULL;
-        pthread_mutex_unlock(&w->mu);
-        st->req.worker = http_worker_get(srv->app);
-        svc_route_run(st->route, &st->req, &st->res);
-        http_conn_resume(st);
-        pthread_mutex_lock(&w->mu);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-/* Suspends st's connection and queues it: true, or false once the threads
- * are stopping (the server is going down): nothing done, the caller answers
- * it itself. */
-static int waiters_submit(struct waiters *w, struct conn_state *st)
-{
-    st->next = NULL;
-    pthread_mutex_lock(&w->mu);
-    int stopping = w->stop;
-    if (!stopping) {
-        /* Suspended before it is queued, so that a waiter can only resume a
-         * suspended connection. */
-        MHD_suspend_connection(st->conn);
-        if (w->tail)
-            w->tail->next = st;
-        else
-            w->head = st;
-        w->tail = st;
-        pthread_cond_signal(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return !stopping;
-}
-
-void waiters_start(struct svc_server *srv)
+void waiters_init(struct svc_server *srv)
 {
     struct waiters *w = &srv->waiters;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    for (int i = 0; i < SERVER_WAITERS; i++)
-        if (pthread_create(&w->tid[i], NULL, waiter_main, srv) != 0)
+    w->tail = &w->head;
+    w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->efd < 0)
+        abort();
+}
+
+/* Takes the oldest queued connection, or NULL. */
+static struct conn_state *waiters_take(struct waiters *w)
+{
+    pthread_mutex_lock(&w->mu);
+    struct conn_state *st = w->head;
+    if (st) {
+        w->head = st->next;
+        if (!w->head)
+            w->tail = &w->head;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return st;
+}
+
+static void waiters_run_queued(struct svc_server *srv)
+{
+    struct conn_state *st;
+    while ((st = waiters_take(&srv->waiters))) {
+        st->req.worker = http_worker_get(srv->app);
+        svc_route_run(st->route, &st->req, &st->res);
+        http_conn_resume(st);
+    }
+}
+
+int waiters_serve(struct svc_server *srv, int fd, int64_t until_us)
+{
+    struct pollfd p[2] = {{.fd = srv->waiters.efd, .events = POLLIN},
+                          {.fd = fd, .events = POLLIN}};
+    for (;;) {
+        waiters_run_queued(srv);
+        int timeout = -1;
+        if (until_us > 0) {
+            int64_t left = until_us - clock_now_us();
+            if (left <= 0)
+                return 0;
+            timeout = (int)((left + 999) / 1000);
+        }
+        int n = poll(p, fd >= 0 ? 2 : 1, timeout);
+        if (n < 0 && errno != EINTR)
             abort();
+        if (n > 0 && (p[1].revents & POLLIN))
+            return 1;
+        if (n > 0 && (p[0].revents & POLLIN)) {
+            uint64_t v;
+            if (read(srv->waiters.efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                abort();
+        }
+    }
+}
+
+/* Suspends st's connection and queues it (the urgent ones first): true, or
+ * false once stopped (the server is going down): nothing done, the caller
+ * answers it itself. */
+static int waiters_submit(struct waiters *w, struct conn_state *st, int urgent)
+{
+    st->next = NULL;
+    pthread_mutex_lock(&w->mu);
+    int stopped = w->stop;
+    if (!stopped) {
+        /* Suspended before it is queued, so that only a suspended connection
+         * can be resumed. */
+        MHD_suspend_connection(st->conn);
+        if (urgent) {
+            st->next = w->head;
+            w->head = st;
+            if (w->tail == &w->head)
+                w->tail = &st->next;
+        } else {
+            *w->tail = st;
+            w->tail = &st->next;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!stopped) {
+        uint64_t one = 1;
+        /* Only a full counter (2^64 - 2 wakes unread) could refuse it. */
+        if (write(w->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            abort();
+    }
+    return !stopped;
 }
 
 int waiters_hand_over(struct conn_state *st, const struct svc_request *req)
@@ -70,7 +109,7 @@ int waiters_hand_over(struct conn_state *st, const struct svc_request *req)
     st->res = (struct svc_response){0};
     st->pending = PENDING_WAITER;
     st->loop = tls_loop;
-    if (waiters_submit(&tls_loop->srv->waiters, st))
+    if (waiters_submit(&tls_loop->srv->waiters, st, st->route->flags & ROUTE_URGENT))
         return 1;
     st->pending = PENDING_NONE; /* going down: answered here */
     return 0;
@@ -78,17 +117,16 @@ int waiters_hand_over(struct conn_state *st, const struct svc_request *req)
 
 void waiters_stop(struct svc_server *srv)
 {
-    struct waiters *w = &srv->waiters;
-    pthread_mutex_lock(&w->mu);
-    w->stop = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < SERVER_WAITERS; i++)
-        pthread_join(w->tid[i], NULL);
+    waiters_run_queued(srv);
+    pthread_mutex_lock(&srv->waiters.mu);
+    srv->waiters.stop = 1;
+    pthread_mutex_unlock(&srv->waiters.mu);
+    waiters_run_queued(srv); /* queued since */
 }
 
 void waiters_free(struct svc_server *srv)
 {
+    close(srv->waiters.efd);
     pthread_mutex_destroy(&srv->waiters.mu);
-    pthread_cond_destroy(&srv->waiters.cv);
+    http_worker_release();
 }

@@ -1,28 +1,35 @@
-/* waiters: the SERVER_WAITERS threads that run the routes which wait on Redis
- * (ROUTE_WAITS: PUT/GET of a SKU, the audit, GET of an order, /metrics,
- * /readyz), each on its own connection, so that no event loop waits on Redis.
- * A loop hands a request over (waiters_hand_over) with its connection
- * suspended; a waiter runs the route and resumes the connection with the
- * answer. The main thread starts and stops them (svc_server_start/stop).
- * Private to the server: server.c and http.c include it. */
+/* waiters: the routes which wait on Redis (ROUTE_WAITS: PUT/GET of a SKU,
+ * the audit, GET of an order, /metrics, /readyz) run on the main thread, on
+ * its own connection, so that no event loop waits on Redis and no thread
+ * exists only for them. A loop hands a request over (waiters_hand_over) with
+ * its connection suspended; the main thread, between signals, runs the route
+ * and resumes the connection with the answer (waiters_serve). /readyz goes
+ * ahead of the queue. Private to the server: server.c and http.c include it. */
 #ifndef SECKILL_WAITERS_H
 #define SECKILL_WAITERS_H
 
+#include <stdint.h>
+
 #include "server_impl.h"
 
-/* Starts srv's waiter threads. Aborts when a thread cannot be created. */
-void waiters_start(struct svc_server *srv);
+/* Before the loops start. Aborts when its descriptor cannot be made. */
+void waiters_init(struct svc_server *srv);
 
-/* On a loop thread: hands a route that waits on Redis to the waiter threads,
- * which resume the connection with its answer: true, or false when they are
- * stopping: nothing done, the caller runs the route itself. */
+/* On a loop thread: hands a route that waits on Redis to the main thread,
+ * which resumes the connection with its answer: true, or false once stopped:
+ * nothing done, the caller runs the route itself. */
 int waiters_hand_over(struct conn_state *st, const struct svc_request *req);
 
-/* Serves what is queued, then stops the threads; what the loops bring
- * after that they answer themselves (waiters_hand_over). */
+/* On the main thread: runs what is handed over until fd (when >= 0) is
+ * readable, or until the monotonic clock reaches until_us (when > 0).
+ * Returns 1 when fd is readable, 0 when the time is up. */
+int waiters_serve(struct svc_server *srv, int fd, int64_t until_us);
+
+/* On the main thread: runs what is queued, then refuses more; what the loops
+ * bring after that they answer themselves (waiters_hand_over). */
 void waiters_stop(struct svc_server *srv);
 
-/* Once the loops are gone. */
+/* Once the loops are gone: frees the descriptor and this thread's worker. */
 void waiters_free(struct svc_server *srv);
 
 #endif
