@@ -29,9 +29,8 @@
  * (its first order is loaded), one that hopped too often, the first orders
  * of a SKU whose layout this process has not learnt yet.
  *
- * What goes to the batch threads, which answer the ticket themselves: every
- * order of the zk mode watching all children (--zk-watch all, the herd
- * demonstration); on a Redis Cluster, an order whose shard is short
+ * What goes to the batch threads, which answer the ticket themselves: on a
+ * Redis Cluster, an order whose shard is short
  * (units come from other shards), and the first orders of a SKU whose shards
  * are not known (yet, or since a reset).
  *

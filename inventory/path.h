@@ -70,8 +70,8 @@ typedef enum {
 
 /* Where an order's Redis work runs (engine.c). */
 typedef enum {
-    INV_PATH_THREADS = 0, /* on the batch threads: modes without lock steps (zk
-                             watching all children: --zk-watch all) */
+    INV_PATH_THREADS = 0, /* on the batch threads: a lock without steps (none
+                             of the service's modes has none) */
     INV_PATH_ATOMIC,      /* on the loop, one atomic script per order */
     INV_PATH_HOLDS,       /* on the loop, group commits (hold.h) */
 } inv_path;

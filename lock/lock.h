@@ -179,7 +179,7 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  * own, and whose answers it hands back: the same counters, lease (watchdog),
  * fencing and waiting as lock_acquire and lock_release, without a thread
  * waiting for Redis. The none, local, setnx, redis and redlock modes have
- * steps (lock_has_steps), and zk, watching the predecessor, has steps done
+ * steps (lock_has_steps), and zk (either way it watches) has steps done
  * elsewhere (below).
  *
  * A step is up to LOCK_STEP_CMDS commands, each for the data Redis (node -1)

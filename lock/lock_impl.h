@@ -66,9 +66,6 @@ struct lock_backend {
     void (*step_start)(void *session, const char *key, struct lock_step *st,
                        struct event_base *base, lock_step_cb *done, void *arg);
     void (*step_cancel)(void *session, struct lock_step *st);
-    /* Optional: whether this lock's configuration has steps (else try_cmd's
-     * presence says). */
-    int (*has_steps)(void *state);
     int has_nodes; /* it locks on lock_config's nodes (see lock_nodes) */
     int fences;    /* its grants carry their fencing token (steps: no INCR after) */
     /* Optional: the grant's current validity (see lock_valid_until_us). */

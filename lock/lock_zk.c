@@ -613,6 +613,5 @@ const struct lock_backend lock_backend_zk = {
     .release_done = zk_release_done,
     .step_start = zk_step_start,
     .step_cancel = zk_step_cancel,
-    .has_steps = zk_has_steps,
     .fences = 1, /* the czxid */
 };

@@ -616,6 +616,12 @@ int zk_awatch(struct zk_conn *c, const char *node, data_completion_t done,
     return zoo_awget(c->zh, node, pred_watcher, c, done, data);
 }
 
+int zk_alist_watch(struct zk_conn *c, const char *parent, strings_completion_t done,
+                   const void *data)
+{
+    return zoo_awget_children(c->zh, parent, pred_watcher, c, done, data);
+}
+
 /* The guid of one of our node names "_c_<guid>-lock-<seq>" into guid (33
  * bytes); "" when name is not one. */
 static void node_guid(const char *node, char *guid)

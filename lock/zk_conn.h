@@ -179,6 +179,11 @@ void zk_conn_arm(struct zk_conn *c);
  * waiters on node), without waiting: done(rc, ..., data) answers. */
 int zk_awatch(struct zk_conn *c, const char *node, data_completion_t done,
               const void *data);
+/* On st->loop's thread only: lists parent's children and sets a child watch
+ * on parent (waking the waiters on parent) in one request, without waiting:
+ * done(rc, kids, data) answers. The naive recipe's request (the herd). */
+int zk_alist_watch(struct zk_conn *c, const char *parent, strings_completion_t done,
+                   const void *data);
 
 /* ---- watches ----------------------------------------------------------- */
 

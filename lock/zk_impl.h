@@ -64,7 +64,6 @@ void zk_release_cmd(void *session, const char *key, struct lock_grant *g,
                     struct lock_step *st);
 lock_status zk_release_done(void *session, const char *key, struct lock_grant *g,
                             struct lock_step *st);
-int zk_has_steps(void *state);
 /* Waits (at most the request timeout) until every job of a step is gone: a
  * cancelled one may still wait for a request's answer. Before st goes. */
 void zk_steps_drain(struct zk_state *st);

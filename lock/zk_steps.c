@@ -4,7 +4,9 @@
  * the watch on the predecessor, never blocking: the recipe of lock_zk.c
  * (create our EPHEMERAL_SEQUENTIAL node, list the children, lowest holds,
  * else watch the immediate predecessor and list again once it goes; the
- * node's czxid is the fencing token). Once it is over (granted, busy at the
+ * node's czxid is the fencing token). Watching all (--zk-watch all, the
+ * herd), the list itself sets a watch on the children and the waiter sleeps
+ * on it: LIST goes to WAIT, and any child that comes or goes lists again. Once it is over (granted, busy at the
  * wait's end, failed) an event of the caller's base is made active, and the
  * caller (its event loop) takes the outcome in lock_try_done.
  *
@@ -12,7 +14,8 @@
  *   CONNECT   nothing: a timer (not connected) PARENTS/CREATE, or LIST
  *   PARENTS   a create of a parent level      the next level, then CREATE
  *   CREATE    the create of our node          LIST (or PARENTS: parent gone)
- *   LIST      the children                    DONE (held), WATCH, DONE (busy)
+ *   LIST      the children                    DONE (held), WATCH (or WAIT,
+ *                                             watching all), DONE (busy)
  *   WATCH     the watch on the predecessor    WAIT, or LIST (it went)
  *   WAIT      nothing: the watch (a wake job) LIST
  *   DONE      requests may still answer: each is undone (node deleted)
@@ -275,6 +278,8 @@ static void wake_job(void *arg)
     job_put(j);
 }
 
+static void asleep(struct zk_job *j);
+
 static void watch_done(int rc, const char *value, int len, const struct Stat *stat,
                        const void *data)
 {
@@ -282,13 +287,7 @@ static void watch_done(int rc, const char *value, int len, const struct Stat *st
     struct zk_job *j = (struct zk_job *)data;
     if (j->phase == ZS_WATCH && j->watching) {
         if (rc == ZOK) {
-            j->phase = ZS_WAIT;
-            pthread_mutex_lock(&j->st->mu);
-            if (!j->w.woken) {
-                j->w.asleep = 1;
-                lock_count_watch_waiter(j->st->counters, 1);
-            }
-            pthread_mutex_unlock(&j->st->mu);
+            asleep(j);
         } else if (rc == ZNONODE) { /* gone before we could watch it */
             unwatch(j);
             list(j);
@@ -302,13 +301,33 @@ static void watch_done(int rc, const char *value, int len, const struct Stat *st
     job_put(j);
 }
 
-static void watch(struct zk_job *j)
+/* Puts the job on the list of waiters for a watch on path, before the
+ * request that sets the watch: a fire cannot be missed. */
+static void watch_on(struct zk_job *j, const char *path)
 {
-    j->phase = ZS_WATCH;
-    zk_waiter_add(j->conn, &j->w, j->pred);
+    zk_waiter_add(j->conn, &j->w, path);
     j->w.wake = woken; /* on this thread, as the watcher: not missed */
     j->w.ctx = j;
     j->watching = 1;
+}
+
+/* Asleep on the watch just set, unless it already fired (then its wake job
+ * is on its way and lists again). */
+static void asleep(struct zk_job *j)
+{
+    j->phase = ZS_WAIT;
+    pthread_mutex_lock(&j->st->mu);
+    if (!j->w.woken) {
+        j->w.asleep = 1;
+        lock_count_watch_waiter(j->st->counters, 1);
+    }
+    pthread_mutex_unlock(&j->st->mu);
+}
+
+static void watch(struct zk_job *j)
+{
+    j->phase = ZS_WATCH;
+    watch_on(j, j->pred);
     job_ref(j);
     refused(j, zk_awatch(j->conn, j->pred, watch_done, j));
 }
@@ -320,12 +339,14 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
         job_put(j);
         return;
     }
+    int herd = j->watching; /* the children's watch came with the list */
     if (rc == ZOK) {
         char *none[1];
         int n = kids ? kids->count : 0;
         rc = zk_predecessor(j->conn, n ? kids->data : none, n, j->parent, j->node,
                             j->guid, j->pred, sizeof(j->pred));
         if (rc == ZNONODE) { /* ours was deleted under us: a new one */
+            unwatch(j);
             j->node[0] = '\0';
             lock_token_new(j->guid);
             if (clock_now_us() < j->deadline_us)
@@ -338,10 +359,13 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
             j->contended = 1;
             if (clock_now_us() >= j->deadline_us)
                 finish(j, LOCK_BUSY);
+            else if (herd)
+                asleep(j);
             else
                 watch(j);
         }
     } else if (rc == ZCONNECTIONLOSS) {
+        unwatch(j);
         later(j); /* our node stays with the session */
     } else {
         finish(j, LOCK_ERROR);
@@ -349,11 +373,19 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
     job_put(j);
 }
 
+/* Lists the children; watching all (the herd), it also watches them in the
+ * same request, and a waiter sleeps on that watch (WAIT) instead of a
+ * predecessor's. */
 static void list(struct zk_job *j)
 {
     j->phase = ZS_LIST;
     job_ref(j);
-    refused(j, zoo_aget_children(j->conn->zh, j->parent, 0, list_done, j));
+    if (j->st->watch == LOCK_ZK_WATCH_ALL) {
+        watch_on(j, j->parent);
+        refused(j, zk_alist_watch(j->conn, j->parent, list_done, j));
+    } else {
+        refused(j, zoo_aget_children(j->conn->zh, j->parent, 0, list_done, j));
+    }
 }
 
 /* Goes on from where the job is, once connected. */
@@ -632,8 +664,4 @@ lock_status zk_release_done(void *session, const char *key, struct lock_grant *g
     return res;
 }
 
-int zk_has_steps(void *state)
-{
-    const struct zk_state *st = state;
-    return st->watch == LOCK_ZK_WATCH_PREDECESSOR;
-}
+

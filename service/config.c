@@ -291,7 +291,7 @@ static const struct option_spec options[] = {
     {"threads", "N", "1 per core, >= 2",
      "event loops, each serving HTTP and the orders' Redis work on one connection, "
      "no thread waiting on Redis for an order; and, only where a loop hands orders "
-     "over (zk --zk-watch all, a Redis Cluster), as many batch threads (at least 2)",
+     "over (a Redis Cluster), as many batch threads (at least 2)",
      opt_threads},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",

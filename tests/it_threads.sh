@@ -3,7 +3,8 @@
 # orders of every kind the event loops serve (issue 27: every order on the loops;
 # a thread exists only where something needs it):
 #
-#   - one Redis, --threads 2, in redis, atomic and zk mode: the main thread
+#   - one Redis, --threads 2, in redis, atomic and zk mode (zk also with
+#     --zk-watch all, the herd demonstration): the main thread
 #     (seckill, which also runs the routes that wait on Redis), 2 loops (sk-loop),
 #     in zk mode the zk loop (sk-zk) that drives the ZooKeeper session (libzookeeper_st: the library
 #     starts none of its own), nothing else: no batch thread (sk-batch) and no thread
@@ -34,10 +35,11 @@ rp=$STARTED_PORT
 start_zk "$dir" 1 || { echo "zookeeper did not start (see $dir/zk-1.log)"; exit 1; }
 zk=$STARTED_NODES
 
-for mode in redis atomic zk; do
+for mode in redis atomic zk zk-all; do
     flags=()
-    [[ $mode == zk ]] && flags=(--zk "$zk")
-    start_instance "seckill-$mode" "$dir" --redis "127.0.0.1:$rp" --lock "$mode" \
+    [[ $mode == zk* ]] && flags=(--zk "$zk")
+    [[ $mode == zk-all ]] && flags+=(--zk-watch all)
+    start_instance "seckill-$mode" "$dir" --redis "127.0.0.1:$rp" --lock "${mode%-all}" \
         --threads 2 "${flags[@]}" || { echo "instance ($mode) did not start"; exit 1; }
     url=$STARTED_URL
     pid=$(cat "$dir/seckill-$mode.pid")
@@ -58,7 +60,7 @@ for mode in redis atomic zk; do
     expect "$mode: threads named after main (main itself; a library's would be too)" \
         $((1 + extra)) "$(count_of "$pid" seckill)"
     zks=0
-    [[ $mode == zk ]] && zks=1
+    [[ $mode == zk* ]] && zks=1
     expect "$mode: zk loops (sk-zk)" "$zks" "$(count_of "$pid" sk-zk)"
     others=$(names "$pid" | awk '$1 != "seckill" && $1 != "sk-loop" && $1 != "sk-zk"')
     expect "$mode: no other thread" "" "$others"

@@ -145,6 +145,7 @@ static int admin_delete(const char *path)
 static int group_setup(void **state)
 {
     (void)state;
+    evthread_use_pthreads(); /* the steps' bases are woken from the zk loop */
     test_zk_start(&zk);
     snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", zk.port);
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
@@ -347,26 +348,54 @@ struct contender {
     lock_status st;
     struct lock_grant g;
     _Atomic int64_t returned_us;
+    int steps; /* acquires as an event loop does (acquire_by_steps) */
 };
+
+static void step_run(struct lock_session *s, const char *key, struct lock_step *st,
+                     struct event_base *base);
+
+/* As an event loop acquires: by steps (done on the zk loop), its base driven
+ * until the step is over. */
+static lock_status acquire_by_steps(struct lock_session *s, const char *key, int wait_ms,
+                                    struct lock_grant *g)
+{
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct lock_step st;
+    lock_step_init(&st);
+    assert_int_equal(lock_try_step(s, key, wait_ms, &st), 1);
+    step_run(s, key, &st, base);
+    lock_status res = lock_try_done(s, key, &st, g);
+    event_base_free(base);
+    return res;
+}
 
 static void *contender_main(void *arg)
 {
     struct contender *c = arg;
-    c->st = lock_acquire(c->s, c->key, c->wait_ms, &c->g);
+    c->st = c->steps ? acquire_by_steps(c->s, c->key, c->wait_ms, &c->g)
+                     : lock_acquire(c->s, c->key, c->wait_ms, &c->g);
     atomic_store(&c->returned_us, clock_now_us());
     atomic_store(&c->done, 1);
     return NULL;
 }
 
-static void contender_start(struct contender *c, struct lock *l, const char *key,
-                            int wait_ms)
+static void contender_start_as(struct contender *c, struct lock *l, const char *key,
+                               int wait_ms, int steps)
 {
     memset(c, 0, sizeof(*c));
     c->s = lock_session_new(l, NULL);
     c->key = key;
     c->wait_ms = wait_ms;
+    c->steps = steps;
     if (pthread_create(&c->thread, NULL, contender_main, c) != 0)
         abort();
+}
+
+static void contender_start(struct contender *c, struct lock *l, const char *key,
+                            int wait_ms)
+{
+    contender_start_as(c, l, key, wait_ms, 0);
 }
 
 static void contender_join(struct contender *c)
@@ -759,7 +788,8 @@ static uint64_t herd_wakeups(struct lock *const *locks, int n)
  * every session), counted once the waiters left have settled; the wake-ups
  * of the waiters' arrivals are not in it. Exclusion all along: each release
  * lets in the next waiter and nobody else, with a larger fence. */
-static void herd_run(lock_zk_watch watch, const char *key, uint64_t woken[HERD_WAITERS])
+static void herd_run(lock_zk_watch watch, const char *key, uint64_t woken[HERD_WAITERS],
+                     int steps)
 {
     struct lock *locks[HERD_WAITERS + 1];
     for (int i = 0; i <= HERD_WAITERS; i++)
@@ -769,7 +799,7 @@ static void herd_run(lock_zk_watch watch, const char *key, uint64_t woken[HERD_W
     assert_int_equal(lock_acquire(sh, key, 1000, &gh), LOCK_ACQUIRED);
     struct contender c[HERD_WAITERS];
     for (int i = 0; i < HERD_WAITERS; i++) {
-        contender_start(&c[i], locks[i], key, 30000);
+        contender_start_as(&c[i], locks[i], key, 30000, steps);
         wait_children(key, i + 2);
         waiters_settle(locks, 0, i + 1); /* (watching all, an arrival wakes all) */
     }
@@ -809,39 +839,65 @@ static void herd_run(lock_zk_watch watch, const char *key, uint64_t woken[HERD_W
 
 /* Watching the predecessor, each release wakes exactly one waiter, the one
  * that then holds: one wake-up per acquisition that waited. */
-static void test_herd_watching_predecessor(void **state)
+static void herd_check_predecessor(int steps, const char *key)
 {
-    (void)state;
     uint64_t woken[HERD_WAITERS], sum = 0;
-    herd_run(LOCK_ZK_WATCH_PREDECESSOR, "t:herd:pred", woken);
+    herd_run(LOCK_ZK_WATCH_PREDECESSOR, key, woken, steps);
     for (int r = 0; r < HERD_WAITERS; r++) {
         if (woken[r] != 1)
             fail_msg("release %d woke %llu waiters, expected 1", r,
                      (unsigned long long)woken[r]);
         sum += woken[r];
     }
-    print_message("watching the predecessor: %llu wake-ups for %d acquisitions "
+    print_message("watching the predecessor%s: %llu wake-ups for %d acquisitions "
                   "(%.2f per acquisition)\n",
-                  (unsigned long long)sum, HERD_WAITERS, (double)sum / HERD_WAITERS);
+                  steps ? " (steps)" : "", (unsigned long long)sum, HERD_WAITERS,
+                  (double)sum / HERD_WAITERS);
 }
 
 /* Watching all the children, each release wakes every waiter still queued:
  * HERD_WAITERS, then one fewer each time (n(n+1)/2 for n acquisitions). */
-static void test_herd_watching_all(void **state)
+static void herd_check_all(int steps, const char *key)
 {
-    (void)state;
     uint64_t woken[HERD_WAITERS], sum = 0;
-    herd_run(LOCK_ZK_WATCH_ALL, "t:herd:all", woken);
+    herd_run(LOCK_ZK_WATCH_ALL, key, woken, steps);
     for (int r = 0; r < HERD_WAITERS; r++) {
         if (woken[r] != (uint64_t)(HERD_WAITERS - r))
             fail_msg("release %d woke %llu waiters, expected %d (every one queued)", r,
                      (unsigned long long)woken[r], HERD_WAITERS - r);
         sum += woken[r];
     }
-    print_message("watching all children: %llu wake-ups for %d acquisitions "
+    print_message("watching all children%s: %llu wake-ups for %d acquisitions "
                   "(%.2f per acquisition; %llu for the first release, %d waiting)\n",
-                  (unsigned long long)sum, HERD_WAITERS, (double)sum / HERD_WAITERS,
-                  (unsigned long long)woken[0], HERD_WAITERS);
+                  steps ? " (steps)" : "", (unsigned long long)sum, HERD_WAITERS,
+                  (double)sum / HERD_WAITERS, (unsigned long long)woken[0],
+                  HERD_WAITERS);
+}
+
+static void test_herd_watching_predecessor(void **state)
+{
+    (void)state;
+    herd_check_predecessor(0, "t:herd:pred");
+}
+
+static void test_herd_watching_all(void **state)
+{
+    (void)state;
+    herd_check_all(0, "t:herd:all");
+}
+
+/* The same by steps, as the event loops acquire (zk_steps.c): every order of
+ * the zk mode, --zk-watch all included, is served on the loops. */
+static void test_herd_steps_watching_predecessor(void **state)
+{
+    (void)state;
+    herd_check_predecessor(1, "t:herd:spred");
+}
+
+static void test_herd_steps_watching_all(void **state)
+{
+    (void)state;
+    herd_check_all(1, "t:herd:sall");
 }
 
 /* ---- fences, reentrancy, keys ---------------------------------------- */
@@ -1181,7 +1237,6 @@ static void step_run(struct lock_session *s, const char *key, struct lock_step *
 static void test_step_release_lost_leaves_no_node(void **state)
 {
     (void)state;
-    evthread_use_pthreads();
     const int session_ms = 15000; /* outlives a JVM restart */
     struct lock *l = zk_lock(hosts, session_ms);
     struct lock_session *s = lock_session_new(l, NULL);
@@ -1224,6 +1279,8 @@ int main(void)
         cmocka_unit_test(test_give_up_leaves_no_node),
         cmocka_unit_test(test_herd_watching_predecessor),
         cmocka_unit_test(test_herd_watching_all),
+        cmocka_unit_test(test_herd_steps_watching_predecessor),
+        cmocka_unit_test(test_herd_steps_watching_all),
         cmocka_unit_test(test_fence_is_czxid),
         cmocka_unit_test(test_reentrant),
         cmocka_unit_test(test_key_names),
