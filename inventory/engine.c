@@ -84,6 +84,40 @@ void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t)
     inv_batcher_submit(e->slow, t);
 }
 
+/* ---- a Redis Cluster: a SKU's shards learnt on the loop ------------------- */
+
+static void dispatch(struct inv_engine *e, struct inv_ticket *t);
+
+static void on_learnt(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *t = arg;
+    struct inv_engine *e = t->engine;
+    inv_status st = res == ACONN_REPLY ? inv_dir_learnt(e->inv, t->sku, r) : INV_UNAVAILABLE;
+    if (st == INV_OK && !e->closing && inv_ticket_route(e->inv, t) >= 0) {
+        dispatch(e, t);
+        return;
+    }
+    inv_ticket_fail(e->inv, t, st == INV_OK ? INV_UNAVAILABLE : st);
+    eng_ticket_done(e, t);
+}
+
+/* t's SKU has no layout this process knows (its first orders here, or since
+ * a reset): its directory is read from the master of its own slot, then t
+ * goes on as any ticket (dispatch). Each ticket asks for itself: the answer
+ * to the first teaches the rest as they come. */
+void eng_learn(struct inv_engine *e, struct inv_ticket *t)
+{
+    char key[96];
+    const char *argv[6];
+    inv_dir_learn_cmd(t->sku, key, sizeof(key), argv);
+    if (++t->tries > ENGINE_TRIES || !e->cluster ||
+        acluster_command(e->cluster, cluster_keyslot(key, strlen(key)), on_learnt, t, 6,
+                         argv) != RCONN_OK) {
+        inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
+        eng_ticket_done(e, t);
+    }
+}
+
 /* ---- the atomic mode: one script per order ------------------------------ */
 
 static void atomic_send(struct inv_engine *e, struct inv_ticket *t);
@@ -116,7 +150,8 @@ static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
         eng_ticket_done(e, t);
     } else if (e->cluster && t->gene < 0) {
-        eng_ticket_alone(e, t); /* its SKU's shards are not known yet */
+        t->tries--; /* counted by the learning */
+        eng_learn(e, t); /* its SKU's shards are not known yet */
     } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
                RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
@@ -577,19 +612,29 @@ void inv_engine_link(struct inv_engine **all, int n)
     }
 }
 
+/* Sends t on its way: the atomic script, its segment's queue, or, its SKU's
+ * layout unknown, the order machine (one Redis: its peek learns it) or the
+ * directory's read (a cluster). */
+static void dispatch(struct inv_engine *e, struct inv_ticket *t)
+{
+    if (e->path == INV_PATH_ATOMIC)
+        atomic_send(e, t);
+    else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
+        eng_enqueue(e, t);
+    else if (e->path == INV_PATH_HOLDS && !e->cluster)
+        eng_single_start(e, t, 1);
+    else if (e->path == INV_PATH_HOLDS)
+        eng_learn(e, t);
+    else /* a lock without steps (no mode of the service's) */
+        eng_ticket_alone(e, t);
+}
+
 void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
 {
     t->engine = e;
     t->tries = 0;
     atomic_fetch_add(&e->inflight, 1);
-    if (e->path == INV_PATH_ATOMIC)
-        atomic_send(e, t);
-    else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
-        eng_enqueue(e, t);
-    else if (e->path == INV_PATH_HOLDS && !e->cluster) /* its SKU's layout unknown */
-        eng_single_start(e, t, 1);
-    else /* a mode without steps (zk), or on a cluster a SKU not learnt yet */
-        eng_ticket_alone(e, t);
+    dispatch(e, t);
 }
 
 /* A ticket still queued when the engine goes: answered unavailable. */

@@ -79,6 +79,8 @@ struct inv_engine {
 void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t);
 /* Hands t to the batch threads, which answer it. */
 void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t);
+/* On a cluster: learns the shards of t's SKU, then sends t on (engine.c). */
+void eng_learn(struct inv_engine *e, struct inv_ticket *t);
 /* Queues t at its segment, on the loop that owns the segment. */
 void eng_enqueue(struct inv_engine *e, struct inv_ticket *t);
 /* The connection that carried the reply being handled (NULL when none). */

@@ -103,7 +103,11 @@ static void single_do(struct esingle *x, inv_single_do next)
         struct inv_ticket *t = x->t;
         x->answered = 1;
         single_free(x);
-        eng_ticket_alone(e, t);
+        struct sku_layout l;
+        if (inv_layout_get(e->inv, t->sku, &l) != 0)
+            eng_learn(e, t); /* its shards are not known (any more) */
+        else
+            eng_ticket_alone(e, t); /* its shard is short */
         return;
     }
     case INV_SINGLE_OVER:

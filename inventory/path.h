@@ -25,6 +25,13 @@ int inv_ticket_route(struct inv *inv, struct inv_ticket *t);
  * until the next hold reads the segment, so use it to size batches, never to
  * answer an order. */
 long long inv_segment_bound(struct inv *inv, const char *sku, int seg);
+/* On a Redis Cluster: the command that reads sku's directory (its shards'
+ * genes, segments, initial stock, epoch) into argv, with key (keylen >= 96)
+ * its key, whose slot is the master to ask; and the reading of its answer
+ * into the layout cache: INV_OK, INV_NOT_FOUND (no such SKU), else
+ * INV_UNAVAILABLE (no answer, or not one). */
+void inv_dir_learn_cmd(const char *sku, char *key, size_t keylen, const char *argv[6]);
+inv_status inv_dir_learnt(struct inv *inv, const char *sku, const redisReply *r);
 /* Places one ticket by itself: peek, then the candidate segments in turn. */
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */

@@ -57,29 +57,45 @@ static int parse_genes(const char *text, int *genes)
     return -1;
 }
 
+void inv_dir_learn_cmd(const char *sku, char *key, size_t keylen, const char *argv[6])
+{
+    dir_key(key, keylen, sku);
+    argv[0] = "HMGET";
+    argv[1] = key;
+    argv[2] = "genes";
+    argv[3] = "segments";
+    argv[4] = "initial";
+    argv[5] = "epoch";
+}
+
+inv_status inv_dir_learnt(struct inv *inv, const char *sku, const redisReply *r)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+        return INV_UNAVAILABLE;
+    redisReply **e = r->element;
+    int genes[CLUSTER_MAX_MASTERS], n;
+    int segments = (int)inv_reply_ll(e[1], 0);
+    if (e[0]->type != REDIS_REPLY_STRING)
+        return INV_NOT_FOUND;
+    if ((n = parse_genes(e[0]->str, genes)) <= 0 || segments < n ||
+        segments > INV_MAX_SEGMENTS || e[3]->type != REDIS_REPLY_STRING)
+        return INV_UNAVAILABLE;
+    inv_layout_put(inv, sku, segments, inv_reply_ll(e[2], 0), e[3]->str, genes, n);
+    return INV_OK;
+}
+
 /* Learns sku's layout from its directory into the layout cache (and out). */
 static inv_status layout_learn(struct inv_session *s, const char *sku,
                                struct sku_layout *out)
 {
     char key[96];
-    dir_key(key, sizeof(key), sku);
+    const char *argv[6];
+    inv_dir_learn_cmd(sku, key, sizeof(key), argv);
     struct rconn *rc = dir_conn(s, key);
-    redisReply *r =
-        rc ? rconn_command(rc, "HMGET %s genes segments initial epoch", key) : NULL;
-    inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
-        redisReply **e = r->element;
-        int genes[CLUSTER_MAX_MASTERS], n = -1;
-        int segments = (int)inv_reply_ll(e[1], 0);
-        if (e[0]->type != REDIS_REPLY_STRING)
-            st = INV_NOT_FOUND;
-        else if ((n = parse_genes(e[0]->str, genes)) > 0 && segments >= n &&
-                 segments <= INV_MAX_SEGMENTS && e[3]->type == REDIS_REPLY_STRING) {
-            inv_layout_put(s->inv, sku, segments, inv_reply_ll(e[2], 0), e[3]->str, genes,
-                           n);
-            st = inv_layout_get(s->inv, sku, out) == 0 ? INV_OK : INV_UNAVAILABLE;
-        }
-    }
+    redisReply *r = rc ? rconn_command_argv(rc, 6, argv, NULL) : NULL;
+    inv_status st = inv_dir_learnt(s->inv, sku, r);
+    if (st == INV_OK && inv_layout_get(s->inv, sku, out) != 0)
+        st = INV_UNAVAILABLE;
     if (r)
         freeReplyObject(r);
     return inv_shard_outcome(s, st);

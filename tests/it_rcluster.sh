@@ -9,11 +9,14 @@
 #   - a write to one master reaches its replica (WAIT 1 says 1);
 #   - seckill given one node of it (not the seeds) finds the cluster and serves it:
 #     ready, and a SKU of 3 segments has a shard on each master;
+#   - an instance that never saw the SKU (redis and atomic mode) learns its shards on
+#     its event loop: its first orders are 201, none handed to a batch thread, and an
+#     unknown SKU answers 404;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-it_begin rcluster redis-server redis-cli
+it_begin rcluster redis-server redis-cli curl jq
 
 running() { # PID: alive and not a zombie (an exited child nobody reaped yet)
     local state
@@ -82,6 +85,26 @@ for s in "${seeds[@]}"; do
     [[ -n $k && $(redis-cli -p "${s##*:}" hget "$k" initial) == 10 ]] && held=$((held + 1))
 done
 expect "masters holding a shard of 10 units" "3" "$held"
+
+# an instance that never saw the SKU learns its shards on its event loop: its first
+# orders are placed there, none handed to a batch thread (redis and atomic mode)
+for mode in redis atomic; do
+    start_instance --ready-secs 5 "$mode" "$dir" --redis "${seeds[0]}" --threads 1 \
+        --lock "$mode" || { echo "instance ($mode) did not start"; exit 1; }
+    url=$STARTED_URL
+    placed=0
+    for u in 1 2 3 4 5 6; do
+        read -r c _ <<<"$(it_order "$url" s3 "$mode-u$u" 1)"
+        [[ $c == 201 ]] && placed=$((placed + 1))
+    done
+    expect "$mode: a new instance's first orders of s3: 201" 6 "$placed"
+    expect "$mode: ... none handed to a batch thread (/stats batches.handed)" 0 \
+        "$(curl -s "$url/stats" | jq '.batches.handed')"
+    expect "$mode: an unknown SKU: 404" 404 \
+        "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{"user_id":"x"}' \
+            "$url/skus/nosuch/orders")"
+done
+
 kill "$one"
 wait "$one"
 expect "... and it stops cleanly" "0" "$?"
