@@ -86,7 +86,6 @@ void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t)
 
 /* ---- a Redis Cluster: a SKU's shards learnt on the loop ------------------- */
 
-static void dispatch(struct inv_engine *e, struct inv_ticket *t);
 
 static void on_learnt(void *arg, aconn_result res, redisReply *r)
 {
@@ -94,7 +93,7 @@ static void on_learnt(void *arg, aconn_result res, redisReply *r)
     struct inv_engine *e = t->engine;
     inv_status st = res == ACONN_REPLY ? inv_dir_learnt(e->inv, t->sku, r) : INV_UNAVAILABLE;
     if (st == INV_OK && !e->closing && inv_ticket_route(e->inv, t) >= 0) {
-        dispatch(e, t);
+        eng_dispatch(e, t);
         return;
     }
     inv_ticket_fail(e->inv, t, st == INV_OK ? INV_UNAVAILABLE : st);
@@ -139,7 +138,7 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
         eng_single_load(e, t);
         break;
     case INV_STEP_ALONE:
-        eng_ticket_alone(e, t);
+        eng_refill(e, t); /* short in its shard */
         break;
     }
 }
@@ -612,10 +611,7 @@ void inv_engine_link(struct inv_engine **all, int n)
     }
 }
 
-/* Sends t on its way: the atomic script, its segment's queue, or, its SKU's
- * layout unknown, the order machine (one Redis: its peek learns it) or the
- * directory's read (a cluster). */
-static void dispatch(struct inv_engine *e, struct inv_ticket *t)
+void eng_dispatch(struct inv_engine *e, struct inv_ticket *t)
 {
     if (e->path == INV_PATH_ATOMIC)
         atomic_send(e, t);
@@ -634,7 +630,7 @@ void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
     t->engine = e;
     t->tries = 0;
     atomic_fetch_add(&e->inflight, 1);
-    dispatch(e, t);
+    eng_dispatch(e, t);
 }
 
 /* A ticket still queued when the engine goes: answered unavailable. */

@@ -79,8 +79,19 @@ struct inv_engine {
 void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t);
 /* Hands t to the batch threads, which answer it. */
 void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t);
+/* Sends t on its way: the atomic script, its segment's queue, or, its SKU's
+ * layout unknown, the order machine (one Redis: its peek learns it) or the
+ * directory's read (a cluster: eng_learn). */
+void eng_dispatch(struct inv_engine *e, struct inv_ticket *t);
 /* On a cluster: learns the shards of t's SKU, then sends t on (engine.c). */
 void eng_learn(struct inv_engine *e, struct inv_ticket *t);
+/* On a cluster: t is short in its shard; units are brought there from the
+ * others, then t is sent on again, or answered sold out (engine_refill.c). */
+void eng_refill(struct inv_engine *e, struct inv_ticket *t);
+/* Runs a transfer's step x on ticket t (inflight counted) by the order
+ * machine; t->done once final (engine_single.c). */
+struct inv_xfer;
+void eng_single_xfer(struct inv_engine *e, struct inv_ticket *t, const struct inv_xfer *x);
 /* Queues t at its segment, on the loop that owns the segment. */
 void eng_enqueue(struct inv_engine *e, struct inv_ticket *t);
 /* The connection that carried the reply being handled (NULL when none). */

@@ -107,7 +107,7 @@ static void single_do(struct esingle *x, inv_single_do next)
         if (inv_layout_get(e->inv, t->sku, &l) != 0)
             eng_learn(e, t); /* its shards are not known (any more) */
         else
-            eng_ticket_alone(e, t); /* its shard is short */
+            eng_refill(e, t); /* its shard is short */
         return;
     }
     case INV_SINGLE_OVER:
@@ -159,6 +159,12 @@ void eng_single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok)
     struct esingle *x = single_new(e, t);
     single_do(x,
               inv_single_start(&x->m, x->s, t, queue_ok, &e->conns, on_single_reply, x));
+}
+
+void eng_single_xfer(struct inv_engine *e, struct inv_ticket *t, const struct inv_xfer *x)
+{
+    struct esingle *s = single_new(e, t);
+    single_do(s, inv_single_xfer(&s->m, s->s, t, x, &e->conns, on_single_reply, s));
 }
 
 void eng_single_load(struct inv_engine *e, struct inv_ticket *t)

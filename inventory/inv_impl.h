@@ -104,6 +104,44 @@ void inv_layout_forget(struct inv *inv, const char *sku);
 
 long long inv_reply_ll(const redisReply *r, long long dflt);
 
+/* ---- a Redis Cluster's transfers of units between shards (shards.c) ----
+ *
+ * Most times an order short in its shard has units brought and tries again
+ * (other orders may take them first). */
+#define INV_REFILL_ROUNDS 3
+/* A test's kill -9 between the steps of a transfer (SECKILL_TEST_CRASH:
+ * "transfer-out", "transfer-in"). */
+void inv_crash_point(const struct inv *inv, const char *step);
+extern struct rscript inv_xfer_out_script, inv_xfer_in_script;
+/* A call of xfer_out.lua (xin 0: args epoch, id, units wanted, receiving
+ * gene, receiving segment, giving segment) or xfer_in.lua (xin 1: epoch, id,
+ * units, segment) on segment seg of the shard of gene, fenced by grant g
+ * (NULL: unfenced, token '0' until set); args are borrowed. */
+struct inv_xfer_call {
+    struct sku_keys k;
+    char lkey[128], fkey[160], token[LOCK_FENCE_TEXT];
+    const char *argv[16];
+    struct rcmd cmd;
+};
+void inv_xfer_call_init(struct inv_xfer_call *c, const struct inv *inv, const char *sku,
+                        int gene, int seg, int xin, int nargs, const char *const *args,
+                        const struct lock_grant *g);
+/* A transfer script's answer r (NULL: none): INV_OK with *got (units taken,
+ * 1 or 0 applied now or before, -1 the SKU was reset since), INV_BUSY
+ * (fenced off: nothing written), INV_UNAVAILABLE. */
+inv_status inv_xfer_answer(const redisReply *r, long long *got);
+/* A transfer's step as its script's answer (res, r: aconn_cb's) ends it:
+ * INV_PLACED (*got units moved now, or 1: applied now), INV_SOLD_OUT (none:
+ * the segment held none, or applied before), INV_NOT_FOUND (the SKU was
+ * reset since), INV_BUSY (fenced off), INV_UNAVAILABLE, INV_OUTCOME_UNKNOWN
+ * (no answer: it may have run). */
+inv_status inv_xfer_outcome(aconn_result res, const redisReply *r, long long *got);
+/* Reads a transfer record's text ("<gene> <segment> <units>", xfer_out.lua)
+ * of a SKU laid out as l; 0, or -1 when it does not parse or names no shard
+ * of l. */
+int inv_xfer_record_read(const struct sku_layout *l, const redisReply *text, int *to,
+                         int *seg, long long *units);
+
 /* The session for the shard of gene `gene`: s itself on one Redis; on a
  * cluster the session on the connection to the master that serves the
  * shard now, made on first need. NULL when no master is known for it. */

@@ -334,7 +334,7 @@ inv_path inv_loop_path(const struct inv *inv)
 
 int inv_loops_serve_all(const struct inv *inv)
 {
-    return inv_loop_path(inv) != INV_PATH_THREADS && !inv->cfg.cluster;
+    return inv_loop_path(inv) != INV_PATH_THREADS;
 }
 
 struct lock *inv_lock(const struct inv *inv)

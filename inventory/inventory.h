@@ -186,10 +186,9 @@ int inv_id_valid(const char *id);
 
 struct inv *inv_new(const struct inv_config *cfg);
 void inv_free(struct inv *inv); /* NULL is a no-op; sessions must be freed first */
-/* True when the event loops serve every order themselves (a mode with lock
- * steps, or atomic, on one Redis): the blocking batch threads (batch.h) are
- * not needed. False for zk (no steps yet) and on a Redis Cluster (a shard
- * short of units is served on a batch thread). */
+/* True when the event loops serve every order themselves (every mode of
+ * the service's, on one Redis or a cluster): the blocking batch threads
+ * (batch.h) are not needed. False only for a lock without steps. */
 int inv_loops_serve_all(const struct inv *inv);
 void inv_stats(const struct inv *inv, struct inv_stats *out);
 
@@ -235,6 +234,9 @@ struct inv_ticket {
     uint64_t link; /* the link (rconn.h) that carried its commit; 0: none known */
     uint64_t seen; /* inv_atomic_send's */
     int tries;     /* sends so far */
+    int refills;   /* on a cluster: times units were brought to its shard */
+    int xfer;      /* not an order: a step of a transfer of units between
+                      shards (engine_refill.c), never counted as an answer */
 };
 
 /* Fills t for an order as inv_order_place takes it. Returns INV_PENDING when the

@@ -11,9 +11,8 @@
 extern const struct rscript_source lua_inventory_xfer_out, lua_inventory_xfer_in;
 /* inventory/lua/xfer_out.lua, xfer_in.lua: units of a SKU moved from one
  * shard of a cluster to another. */
-static struct rscript xfer_out_script =
-    RSCRIPT_INIT("inv_xfer_out", lua_inventory_xfer_out);
-static struct rscript xfer_in_script = RSCRIPT_INIT("inv_xfer_in", lua_inventory_xfer_in);
+struct rscript inv_xfer_out_script = RSCRIPT_INIT("inv_xfer_out", lua_inventory_xfer_out);
+struct rscript inv_xfer_in_script = RSCRIPT_INIT("inv_xfer_in", lua_inventory_xfer_in);
 
 /* ---- a SKU over the shards of a Redis Cluster -----------------------------
  *
@@ -131,12 +130,8 @@ inv_status inv_ticket_shard(struct inv_session *s, struct inv_ticket *t,
  * nothing, so no unit is lost or made twice, and none stays in flight past
  * the next order that needs it. A unit is never moved back. */
 
-/* Most times an order short in its shard has units brought and tries again
- * (other orders may take them first). */
-#define REFILL_ROUNDS 3
 
-/* A test's kill -9 between the steps of a transfer (SECKILL_TEST_CRASH). */
-static void crash_point(const struct inv *inv, const char *step)
+void inv_crash_point(const struct inv *inv, const char *step)
 {
     if (strcmp(inv->crash_after, step) == 0)
         raise(SIGKILL);
@@ -156,30 +151,76 @@ static int shard_of_gene(const struct sku_layout *l, int gene)
  * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
  * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
  * integer answer in *out; a holder fenced off is INV_BUSY. */
+void inv_xfer_call_init(struct inv_xfer_call *c, const struct inv *inv, const char *sku,
+                        int gene, int seg, int xin, int nargs, const char *const *args,
+                        const struct lock_grant *g)
+{
+    inv_keys_init(&c->k, sku, gene);
+    snprintf(c->lkey, sizeof(c->lkey), "%s%d", c->k.lock, seg);
+    lock_fence_key(c->lkey, c->fkey, sizeof(c->fkey));
+    snprintf(c->token, sizeof(c->token), "0");
+    if (g)
+        inv_fence_text(inv, g, c->token, sizeof(c->token));
+    const char *keys[] = {c->k.meta, c->k.stock, c->k.init, c->k.avail,
+                          xin ? c->k.xin : c->k.xout, c->fkey};
+    memcpy(c->argv, keys, sizeof(keys));
+    memcpy(c->argv + 6, args, sizeof(*args) * (size_t)nargs);
+    c->argv[6 + nargs] = c->token;
+    c->cmd = (struct rcmd){.script = xin ? &inv_xfer_in_script : &inv_xfer_out_script,
+                           .nkeys = 6,
+                           .argc = 6 + nargs + 1,
+                           .argv = c->argv};
+}
+
+inv_status inv_xfer_answer(const redisReply *r, long long *got)
+{
+    *got = 0;
+    if (!r || r->type != REDIS_REPLY_INTEGER)
+        return INV_UNAVAILABLE;
+    if (r->integer == -2)
+        return INV_BUSY; /* the lease ran out: nothing written */
+    *got = r->integer;
+    return INV_OK;
+}
+
+inv_status inv_xfer_outcome(aconn_result res, const redisReply *r, long long *got)
+{
+    *got = 0;
+    if (res != ACONN_REPLY)
+        return res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
+    inv_status st = inv_xfer_answer(r, got);
+    if (st != INV_OK)
+        return st;
+    return *got < 0 ? INV_NOT_FOUND : *got > 0 ? INV_PLACED : INV_SOLD_OUT;
+}
+
+int inv_xfer_record_read(const struct sku_layout *l, const redisReply *text, int *to,
+                         int *seg, long long *units)
+{
+    return text->type == REDIS_REPLY_STRING &&
+                   sscanf(text->str, "%d %d %lld", to, seg, units) == 3 &&
+                   shard_of_gene(l, *to) >= 0
+               ? 0
+               : -1;
+}
+
 static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, int seg,
-                            struct rscript *script, int xin, int nargs, const char **args,
-                            long long *out)
+                            int xin, int nargs, const char **args, long long *out)
 {
     struct inv *inv = s->inv;
     struct inv_session *sh = inv_shard_session(s, gene);
     if (!sh)
         return inv_shard_outcome(s, INV_UNAVAILABLE);
-    struct sku_keys k;
-    inv_keys_init(&k, sku, gene);
-    char lkey[128], fkey[160], token[LOCK_FENCE_TEXT] = "0";
-    snprintf(lkey, sizeof(lkey), "%s%d", k.lock, seg);
-    lock_fence_key(lkey, fkey, sizeof(fkey));
+    struct inv_xfer_call xc;
+    inv_xfer_call_init(&xc, inv, sku, gene, seg, xin, nargs, args, NULL);
     struct lock_grant g;
     if (inv->cfg.lock) {
-        lock_status ls = lock_acquire(sh->lock, lkey, inv->cfg.wait_ms, &g);
+        lock_status ls = lock_acquire(sh->lock, xc.lkey, inv->cfg.wait_ms, &g);
         if (ls != LOCK_ACQUIRED)
             return inv_shard_outcome(s, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
-        inv_fence_text(inv, &g, token, sizeof(token));
+        inv_fence_text(inv, &g, xc.token, sizeof(xc.token));
     }
-    const char *argv[16] = {k.meta, k.stock, k.init, k.avail, xin ? k.xin : k.xout, fkey};
-    memcpy(argv + 6, args, sizeof(*args) * (size_t)nargs);
-    argv[6 + nargs] = token;
-    redisReply *r = rconn_eval(sh->rc, script, 6, nargs + 1, argv, NULL);
+    redisReply *r = rconn_eval(sh->rc, xc.cmd.script, 6, nargs + 1, xc.argv, NULL);
     /* With replicas acknowledging orders, a step of a transfer is taken only
      * once they have it too: a failover must not keep units on both sides
      * (the giver's replica without its debit) or on neither. */
@@ -195,13 +236,8 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
     if (w)
         freeReplyObject(w);
     if (inv->cfg.lock)
-        lock_release(sh->lock, lkey, &g);
-    inv_status st =
-        r && r->type == REDIS_REPLY_INTEGER && !unacked ? INV_OK : INV_UNAVAILABLE;
-    if (st == INV_OK && r->integer == -2)
-        st = INV_BUSY; /* the lease ran out: nothing written */
-    else if (st == INV_OK)
-        *out = r->integer;
+        lock_release(sh->lock, xc.lkey, &g);
+    inv_status st = unacked ? INV_UNAVAILABLE : inv_xfer_answer(r, out);
     if (r)
         freeReplyObject(r);
     return inv_shard_outcome(s, st);
@@ -217,10 +253,10 @@ static inv_status xfer_finish(struct inv_session *s, const char *sku, const char
     snprintf(seg_text, sizeof(seg_text), "%d", seg);
     const char *args[] = {epoch, id, unit_text, seg_text};
     long long r = 0;
-    inv_status st = xfer_call(s, sku, to, seg, &xfer_in_script, 1, 4, args, &r);
+    inv_status st = xfer_call(s, sku, to, seg, 1, 4, args, &r);
     if (st != INV_OK)
         return st; /* the record stays: the next settle applies it */
-    crash_point(s->inv, "transfer-in");
+    inv_crash_point(s->inv, "transfer-in");
     struct inv_session *sh = inv_shard_session(s, from);
     struct sku_keys k;
     inv_keys_init(&k, sku, from);
@@ -230,24 +266,6 @@ static inv_status xfer_finish(struct inv_session *s, const char *sku, const char
     return INV_OK; /* a record left behind is applied (as a repeat) and deleted later */
 }
 
-/* A transfer as its record says (xfer_out.lua: "<gene> <segment> <units>",
- * the receiving shard's gene and segment). */
-struct xfer_record {
-    int to, seg;
-    long long units;
-};
-
-/* Reads the record text of a transfer of a SKU laid out as l; 0, or -1 when
- * it does not parse or names no shard of l. */
-static int xfer_record_read(const struct sku_layout *l, const redisReply *text,
-                            struct xfer_record *x)
-{
-    return text->type == REDIS_REPLY_STRING &&
-                   sscanf(text->str, "%d %d %lld", &x->to, &x->seg, &x->units) == 3 &&
-                   shard_of_gene(l, x->to) >= 0
-               ? 0
-               : -1;
-}
 
 /* Reads each shard's remaining units into left[], after applying the
  * transfers recorded and not yet deleted (those of a process that died in
@@ -269,11 +287,12 @@ static inv_status shards_settle(struct inv_session *s, const char *sku,
                      (pass || (x && x->type == REDIS_REPLY_ARRAY));
             left[i] = ok ? inv_reply_ll(m, 0) : 0;
             for (size_t j = 0; ok && x && j + 1 < x->elements; j += 2) {
-                struct xfer_record rec;
-                if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
+                int to, seg;
+                long long units;
+                if (inv_xfer_record_read(l, x->element[j + 1], &to, &seg, &units) != 0)
                     continue;
-                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i],
-                                 rec.to, rec.seg, rec.units) == INV_OK;
+                ok = xfer_finish(s, sku, l->epoch, x->element[j]->str, l->genes[i], to,
+                                 seg, units) == INV_OK;
                 finished++;
             }
             if (m)
@@ -324,12 +343,12 @@ static inv_status xfer(struct inv_session *s, const char *sku, const struct sku_
     snprintf(seg_text, sizeof(seg_text), "%d", seg);
     snprintf(from_text, sizeof(from_text), "%d", from);
     const char *args[] = {l->epoch, id_text, want_text, gene_text, seg_text, from_text};
-    st = xfer_call(s, sku, l->genes[d], from, &xfer_out_script, 0, 6, args, got);
+    st = xfer_call(s, sku, l->genes[d], from, 0, 6, args, got);
     if (st == INV_OK && *got < 0) { /* the SKU was reset since */
         inv_layout_forget(s->inv, sku);
         return INV_UNAVAILABLE;
     }
-    crash_point(s->inv, "transfer-out");
+    inv_crash_point(s->inv, "transfer-out");
     return st != INV_OK || *got == 0 ? st
                                      : xfer_finish(s, sku, l->epoch, id_text, l->genes[d],
                                                    l->genes[h], seg, *got);
@@ -389,7 +408,7 @@ inv_status inv_ticket_place_shards(struct inv_session *s, struct inv_ticket *t)
         inv_status st = inv_ticket_shard(s, t, &sh);
         if (st == INV_OK)
             st = inv_shard_outcome(s, inv_ticket_place(sh, t));
-        if (st != INV_SOLD_OUT || round == REFILL_ROUNDS)
+        if (st != INV_SOLD_OUT || round == INV_REFILL_ROUNDS)
             return st;
         if ((st = shards_refill(s, t)) != INV_OK)
             return st;
@@ -561,19 +580,20 @@ static inv_status units_in_flight(struct inv_session *s, const char *sku,
     redisReply *x = sh ? rconn_command(sh->rc, "HGETALL %s", k.xout) : NULL;
     inv_status st = x && x->type == REDIS_REPLY_ARRAY ? INV_OK : INV_UNAVAILABLE;
     for (size_t j = 0; st == INV_OK && j + 1 < x->elements; j += 2) {
-        struct xfer_record rec;
-        if (xfer_record_read(l, x->element[j + 1], &rec) != 0)
+        int to, seg;
+        long long rec_units;
+        if (inv_xfer_record_read(l, x->element[j + 1], &to, &seg, &rec_units) != 0)
             continue;
-        struct inv_session *rh = inv_shard_session(s, rec.to);
+        struct inv_session *rh = inv_shard_session(s, to);
         struct sku_keys rk;
-        inv_keys_init(&rk, sku, rec.to);
+        inv_keys_init(&rk, sku, to);
         redisReply *m =
             rh ? rconn_command(rh->rc, "SISMEMBER %s %s", rk.xin, x->element[j]->str)
                : NULL;
         if (!m || m->type != REDIS_REPLY_INTEGER)
             st = INV_UNAVAILABLE;
         else if (m->integer == 0)
-            *units += rec.units;
+            *units += rec_units;
         if (m)
             freeReplyObject(m);
     }

@@ -81,6 +81,7 @@ static void machine_init(struct inv_single *m, struct inv_session *s,
     m->cand = -1;
     m->rounds = m->own = m->noscripts = 0;
     m->after = AFTER_OVER;
+    m->xfer = NULL;
     struct order_ctx *c = &m->c;
     c->s = s;
     inv_keys_init(&c->k, t->sku, t->gene);
@@ -217,10 +218,14 @@ static inv_single_do work(struct inv_single *m)
     return INV_SINGLE_DUE;
 }
 
+static inv_single_do xfer_send(struct inv_single *m);
+
 /* Part m->cur holds its lock with its stock read. */
 static inv_single_do part_held(struct inv_single *m)
 {
     struct inv_single_part *p = &m->part[m->cur];
+    if (m->xfer)
+        return xfer_send(m);
     if (m->cand >= 0) { /* one segment */
         if (p->h.stock < m->c.qty)
             return release_held(m, AFTER_NEXT); /* emptied meanwhile */
@@ -260,6 +265,8 @@ static inv_single_do part_do(struct inv_single *m, struct inv_single_part *p,
         return INV_SINGLE_HANDOFF;
     default: /* not held: busy, unavailable (t final), or the layout was forgotten */
         p->h.state = HOLD_ENDED;
+        if (m->t->st == INV_PENDING && m->xfer) /* its SKU's layout forgotten */
+            finish(m, INV_UNAVAILABLE);
         if (m->t->st != INV_PENDING)
             return release_held(m, AFTER_OVER);
         /* one Redis: the next peek learns it; a cluster's shards, a batch thread */
@@ -313,10 +320,42 @@ static inv_single_do commit_send(struct inv_single *m)
     return INV_SINGLE_AWAIT;
 }
 
+/* ---- a transfer's step ---------------------------------------------------- */
+
+/* WORKING -> COMMITTING: the transfer's script, fenced by the part's grant,
+ * its release behind it. */
+static inv_single_do xfer_send(struct inv_single *m)
+{
+    struct inv_single_part *p = &m->part[0];
+    struct inv_xfer_call xc;
+    inv_xfer_call_init(&xc, m->s->inv, m->t->sku, m->t->gene, p->h.seg, m->xfer->xin,
+                       m->xfer->nargs, m->xfer->args, &p->h.g);
+    if (!own_send(m, m->t->gene, &xc.cmd)) {
+        finish(m, INV_UNAVAILABLE);
+        return release_held(m, AFTER_OVER);
+    }
+    m->state = SINGLE_COMMITTING;
+    if (p->h.state == HOLD_WORKING)
+        inv_hold_release_behind(m->s, &p->h);
+    return INV_SINGLE_AWAIT;
+}
+
+static inv_single_do xfer_answered(struct inv_single *m, aconn_result res,
+                                   const redisReply *r)
+{
+    long long got;
+    inv_status st = inv_xfer_outcome(res, r, &got);
+    m->t->order.qty = (int)got;
+    finish(m, st);
+    return release_held(m, AFTER_OVER);
+}
+
 /* The commit's answer decides t (or, nothing written, another round). */
 static inv_single_do committed(struct inv_single *m, aconn_result res,
                                const redisReply *r)
 {
+    if (m->xfer)
+        return xfer_answered(m, res, r);
     int after = AFTER_OVER;
     char first[24];
     if (res != ACONN_REPLY) {
@@ -491,6 +530,17 @@ inv_single_do inv_single_start(struct inv_single *m, struct inv_session *s,
     machine_init(m, s, t, cs, cb, arg);
     m->queue_ok = queue_ok;
     return peek_send(m);
+}
+
+inv_single_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
+                              struct inv_ticket *t, const struct inv_xfer *x,
+                              const struct inv_conns *cs, aconn_cb *cb, void *arg)
+{
+    machine_init(m, s, t, cs, cb, arg);
+    m->queue_ok = 0;
+    m->xfer = x;
+    parts_make(m, &t->seg, 1);
+    return part_lock(m, 0);
 }
 
 inv_single_do inv_single_load(struct inv_single *m, struct inv_session *s,

@@ -72,6 +72,16 @@ typedef enum {
     INV_SINGLE_OVER,    /* nothing held or owed; t final */
 } inv_single_do;
 
+/* A step of a transfer of units between the shards of a Redis Cluster
+ * (engine_refill.c): xfer_out.lua or xfer_in.lua (xin) with args (see
+ * inv_xfer_call_init) on segment t->seg of the shard of t->gene, under that
+ * segment's lock, fenced. */
+struct inv_xfer {
+    int xin;
+    int nargs;
+    const char *args[6];
+};
+
 struct inv_single_part {
     struct inv_hold h; /* its lock, its stock read (h.stock) */
     struct inv_single *m;
@@ -98,6 +108,7 @@ struct inv_single {
     int after;     /* what follows RELEASING (single.c) */
     uint64_t seen; /* the sold-out memory's generation before the peek */
     int64_t due_us;
+    const struct inv_xfer *xfer; /* a transfer's step, not an order */
 };
 
 /* Starts machine m for ticket t (its SKU's layout known or not) with peek.lua
@@ -116,6 +127,17 @@ inv_single_do inv_single_load(struct inv_single *m, struct inv_session *s,
 inv_single_do inv_single_on_reply(struct inv_single *m, aconn_result res,
                                   const redisReply *r);
 inv_single_do inv_single_on_timer(struct inv_single *m);
+/* Starts m for a transfer's step x (borrowed until over) on ticket t (t->xfer
+ * set; its sku, gene, seg and start_us): LOCKING its one part, then the
+ * script instead of the commit, the release behind it. t ends INV_PLACED
+ * (units moved now: t->order.qty of them, or 1 applied), INV_SOLD_OUT
+ * (none: the segment holds none, or applied before), INV_NOT_FOUND (the SKU
+ * was reset since), INV_BUSY (its lock not had, or fenced off: nothing
+ * written), INV_UNAVAILABLE, or INV_OUTCOME_UNKNOWN (no answer: it may have
+ * run). */
+inv_single_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
+                              struct inv_ticket *t, const struct inv_xfer *x,
+                              const struct inv_conns *cs, aconn_cb *cb, void *arg);
 /* HANDOFF: the hold that waits (for the driver's connection), and its wait
  * sent on blocking (false: not sent, then inv_single_attempt). */
 const struct inv_hold *inv_single_waiting(const struct inv_single *m);

@@ -22,6 +22,8 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     t->start_us = clock_now_us();
     t->st = INV_PENDING;
     t->next = NULL;
+    t->refills = 0;
+    t->xfer = 0;
     inv_status st = inv_soldout_answer(inv, sku, qty, idem_key);
     if (st == INV_OK && inv_order_new_id(inv, &t->order) != 0)
         st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
@@ -44,7 +46,8 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
 void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st)
 {
     t->st = st;
-    inv_count_outcome(inv, st);
+    if (!t->xfer)
+        inv_count_outcome(inv, st);
 }
 
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st)

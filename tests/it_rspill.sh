@@ -20,7 +20,9 @@
 #     left, and every 201's order is found;
 #   - 4 units in 3 segments (2, 1, 1): an order of 5 by a user of the first shard is
 #     refused and moves nothing; one of 4 gets its shard's 2 and one from each other
-#     shard, placed whole.
+#     shard, placed whole;
+#   - all of it on the instances' event loops: no order handed to a batch thread, and
+#     no batch thread.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -141,5 +143,22 @@ expect "5 units for a user of the first shard: refused, nothing moved" "409" "$(
 expect "... 4: the 2 of its shard and 1 from each other shard" "201" "$(mq "${users[1]}" 4)"
 expect "audit of mq: orders, sold, remaining, consistent" "1 4 0 true" \
     "$(curl -s "$LB_URL/skus/mq/audit" | jq -r '"\(.orders) \(.sold) \(.remaining) \(.consistent)"')"
+
+# every transfer ran on the instances' event loops: nothing handed to a batch thread,
+# and no such thread
+read -r -a urls <<<"$INSTANCE_URLS"
+handed=0
+for u in "${urls[@]}"; do
+    handed=$((handed + $(curl -s "$u/stats" | jq '.batches.handed')))
+done
+expect "orders handed to batch threads, over the instances (/stats batches.handed)" 0 \
+    "$handed"
+batch_threads=0
+for f in "$dir"/c/seckill-*.pid; do
+    p=$(cat "$f")
+    batch_threads=$((batch_threads + $(grep -lx sk-batch /proc/"$p"/task/*/comm 2>/dev/null |
+        wc -l)))
+done
+expect "batch threads (sk-batch), over the instances" 0 "$batch_threads"
 
 checks_summary

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Integration: the zk lock mode on a Redis Cluster (3 masters, a replica each), where
-# every order goes through the batch threads (inventory/batch.c) and their blocking
-# router (rcluster), when a shard's slot moves to another master or its master fails
-# over. A batch thread's hold went to the master its map named; when that answered
-# MOVED (or nothing), the orders were answered 503 and the map was not learnt again, so
-# every later order of that shard went to the same old master: 503 for good (chaos.sh
-# cluster-migrate and cluster-master-kill, zk: most of the stock left unsold).
+# Integration: the zk lock mode on a Redis Cluster (3 masters, a replica each), its
+# orders on the event loops (the zk steps, the loop's router, acluster), when a shard's
+# slot moves to another master or its master fails over. (Found when these orders ran
+# on blocking batch threads: a hold went to the master its map named; when that
+# answered MOVED (or nothing), the orders were answered 503 and the map was not learnt
+# again, so every later order of that shard went to the same old master: 503 for good;
+# chaos.sh cluster-migrate and cluster-master-kill, zk: most of the stock left unsold.)
 #
 #   - a 3-segment SKU, one segment per master; orders of every segment are placed;
 #   - the slot of segment 0's shard moved to another master (redis-cli --cluster
 #     reshard): orders of fresh users are placed again, each within a few tries (a
-#     batch thread's first try may still go to the old master; the next learns the
-#     map); every acknowledged order is found, the audit is consistent;
+#     first try may still go to the old master; the next learns the map); every
+#     acknowledged order is found, the audit is consistent;
 #   - the master now serving segment 0 killed with -9: once its replica has taken
 #     over, the same.
 set -uo pipefail
