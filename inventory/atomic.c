@@ -1,7 +1,6 @@
 /* atomic.c: the atomic mode, no lock: one script (inventory/lua/atomic.lua)
  * checks, decrements and records an order. By itself on a thread's
- * connection (inv_place_atomic), pipelined for a batch (inv_atomic_pipeline),
- * or as a step of an event loop (inv_atomic_send, inv_atomic_answer). */
+ * connection (inv_place_atomic), or as a step of an event loop (inv_atomic_send, inv_atomic_answer). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,52 +95,6 @@ inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
         if (tries == INV_ID_TRIES)
             return INV_UNAVAILABLE;
     }
-}
-
-/* The atomic mode's batch: no lock and no group commit, one script per order,
- * but the n calls go out in one write and their answers come back in one
- * read (pipelining: transport, not batching). */
-void inv_atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n)
-{
-    struct inv *inv = s->inv;
-    rconn_check(s->rc);
-    struct rcmd call = {.script = &atomic_script, .nkeys = 8, .argc = 14};
-    if (rconn_prepare(s->rc, &call) != RCONN_OK)
-        return; /* each by itself, which reports why */
-    struct atomic_call *c = xmalloc(sizeof(*c) * (size_t)n);
-    uint64_t lost = rconn_unanswered(s->rc);
-    uint64_t seen = soldout_generation(inv->cfg.soldout);
-    struct rpipe p;
-    int sent = rpipe_begin(&p, s->rc) == RCONN_OK ? n : 0;
-    for (int i = 0; i < sent; i++) {
-        struct inv_ticket *x = t[i];
-        struct sku_keys k;
-        inv_keys_init(&k, x->sku, x->gene);
-        atomic_call_init(&c[i], &k, x->sku, x->user_id, x->qty, x->idem_key, x->order.id);
-        call.argv = c[i].argv;
-        if (rpipe_append(&p, &call) != RCONN_OK)
-            sent = 0; /* none went out: each by itself */
-    }
-    /* Every answer is read before any is acted on: a replay loads its first
-     * order with a command of its own, which may only follow the pipeline. */
-    redisReply **r = xcalloc((size_t)n, sizeof(*r));
-    int got = 0;
-    while (got < sent && (r[got] = rpipe_collect(&p)) != NULL)
-        got++;
-    rpipe_end(&p);
-    for (int i = 0; i < sent; i++) {
-        if (i >= got) /* sent, and the connection failed before its answer */
-            inv_ticket_finish(inv, t[i], inv_no_answer(s, lost));
-        else if (!rconn_is_noscript(r[i])) { /* NOSCRIPT: by itself, which runs EVAL */
-            inv_status st = atomic_outcome(s, t[i]->sku, r[i], &t[i]->order, seen);
-            /* a shard short on a cluster: by itself, which brings units */
-            if (st != INV_OK && !(st == INV_SOLD_OUT && inv->cfg.cluster))
-                inv_ticket_finish(inv, t[i], st);
-        }
-    }
-    inv_free_replies(r, got);
-    free(r);
-    free(c);
 }
 
 rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,

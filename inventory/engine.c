@@ -20,8 +20,7 @@
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
 #define ENGINE_TRIES 4
-/* Most times a batch sends a ticket on to another segment's queue (as the
- * batch threads do). */
+/* Most times a batch sends a ticket on to another segment's queue. */
 #define ENGINE_HOPS 4
 /* Most holds of a loop with a round trip in flight (see on_kick). */
 #define ENGINE_HOLDS_IN_FLIGHT 2
@@ -75,13 +74,6 @@ void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t)
         inv_ticket_acked(e->inv, t, NULL);
         ticket_answer(e, t);
     }
-}
-
-/* Hands t to the batch threads, which answer it. */
-void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t)
-{
-    atomic_fetch_sub(&e->inflight, 1);
-    inv_batcher_submit(e->slow, t);
 }
 
 /* ---- a Redis Cluster: a SKU's shards learnt on the loop ------------------- */
@@ -270,7 +262,7 @@ static void take_from(struct squeue *o, struct inv_ticket **t, int *n, int most,
 /* Fills hold x's batch from q: its own tickets first, then, with room left,
  * those waiting in the queues of the SKU's other segments on this loop (ready
  * ones, and those that backed off from a taken lock), so that a crowd spread
- * over K segments still fills holds, as the batch threads do (on a cluster,
+ * over K segments still fills holds (on a cluster,
  * those of the same shard: one commit writes one shard); the commit
  * places them here while the segment has stock (counted as spilled) and
  * sends the rest on. No more units than limit (the segment's stock, or an
@@ -297,7 +289,7 @@ static void batch_fill(struct ehold *x, long long limit)
 
 /* Each ticket of x after its batch: answered when final, else sent on to
  * the segment its commit named (a few hops), else by itself on this loop
- * (single.h; on a cluster, a shard short goes on to a batch thread). */
+ * (single.h; on a cluster, a shard short has units brought: eng_refill). */
 static void hold_settle(struct ehold *x)
 {
     struct inv_engine *e = x->e;
@@ -384,7 +376,7 @@ static void hold_wait(struct ehold *x);
 static void hold_decided(struct ehold *x)
 {
     struct inv_engine *e = x->e;
-    inv_batcher_note(e->slow, x->h.n);
+    inv_count_batch(e->inv, x->h.n);
     if (x->h.left >= 0)
         x->q->bound = x->h.left;
     hold_settle(x);
@@ -552,8 +544,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 /* ---- the engine ---------------------------------------------------------- */
 
 struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
-                                  const struct inv_engine_config *cfg,
-                                  struct inv_batcher *slow)
+                                  const struct inv_engine_config *cfg)
 {
     struct inv_engine *e = xcalloc(1, sizeof(*e));
     e->inv = inv;
@@ -562,7 +553,6 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     e->path = inv_loop_path(inv);
     e->batch = cfg->batch > 0 ? cfg->batch : 1;
     e->cfg = *cfg; /* its strings outlive the engine */
-    e->slow = slow;
     if (cfg->cluster)
         e->cluster = acluster_new(base, cfg->seeds, cfg->nseeds, cfg->redis_password,
                                   cfg->timeout_ms);
@@ -617,12 +607,10 @@ void eng_dispatch(struct inv_engine *e, struct inv_ticket *t)
         atomic_send(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
         eng_enqueue(e, t);
-    else if (e->path == INV_PATH_HOLDS && !e->cluster)
+    else if (!e->cluster)
         eng_single_start(e, t, 1);
-    else if (e->path == INV_PATH_HOLDS)
+    else
         eng_learn(e, t);
-    else /* a lock without steps (no mode of the service's) */
-        eng_ticket_alone(e, t);
 }
 
 void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)

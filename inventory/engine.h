@@ -7,11 +7,11 @@
  * flight: no thread waits on Redis for it. Commands queued in one turn of the
  * loop leave in one write.
  *
- * What runs on the loop (inv_loop_path): the atomic mode, one script per
- * order; and the group commits of the modes whose lock has steps (none,
- * local, setnx, redis, redlock, zk): per SKU segment, tickets queue on the loop,
- * and one lock hold serves up to --batch of them, as on the batch threads
- * (batch.h): the lock's steps (on the data Redis, and for redlock on one
+ * Every order of every mode runs on the loops (inv_loop_path): the atomic
+ * mode, one script per order; and the group commits of the lock modes (none,
+ * local, setnx, redis, redlock, zk): per SKU segment, tickets queue on the
+ * loop, and one lock hold (hold.h) serves up to --batch of them: the lock's
+ * steps (on the data Redis, and for redlock on one
  * connection per lock node, all nodes asked at once) with the stock read
  * behind the step that grants, the orders' work as a timer, the commit
  * pipelined with the release (redlock's: on the nodes, once the commit
@@ -27,19 +27,15 @@
  * One order by itself also runs on the loop, as the order machine of
  * single.h: a ticket that needs more than one segment, an idempotent replay
  * (its first order is loaded), one that hopped too often, the first orders
- * of a SKU whose layout this process has not learnt yet.
- *
- * What goes to the batch threads, which answer the ticket themselves: on a
- * Redis Cluster, an order whose shard is short
- * (units come from other shards), and the first orders of a SKU whose shards
- * are not known (yet, or since a reset).
+ * of a SKU whose layout this process has not learnt yet. On a Redis
+ * Cluster, the loop also reads a SKU's directory to learn its shards, and
+ * brings units to a shard that is short of an order's (engine_refill.c).
  *
  * Thread safety: an engine belongs to its loop's thread; t->done() is called
- * on that thread, or on a batch thread for a ticket handed over there. */
+ * on that thread. */
 #ifndef SECKILL_ENGINE_H
 #define SECKILL_ENGINE_H
 
-#include "batch.h"
 #include "inventory.h"
 
 struct event_base;
@@ -61,11 +57,10 @@ struct inv_engine_config {
 
 struct inv_engine;
 
-/* An engine on base (the caller's loop, which must outlive it). Tickets it
- * cannot serve on the loop go to slow. Never returns NULL. */
+/* An engine on base (the caller's loop, which must outlive it). Never
+ * returns NULL. */
 struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
-                                  const struct inv_engine_config *cfg,
-                                  struct inv_batcher *slow);
+                                  const struct inv_engine_config *cfg);
 /* Closes the connection: every ticket still in flight is answered first
  * (outcome unknown, or unavailable when it was never sent). NULL is a no-op.
  * On the loop's thread, or after it stopped. */

@@ -33,7 +33,6 @@ struct inv_engine {
     struct acluster *cluster; /* or a Redis Cluster's masters */
     struct inv_conns conns;   /* conn or cluster, and one per lock node */
     int nnodes;
-    struct inv_batcher *slow;
     struct rconn *idle; /* the session's: never connected, nothing on the
                            loop runs a blocking command */
     struct inv_session *s;
@@ -50,7 +49,7 @@ struct inv_engine {
     struct inv_ticket *inbox; /* from other loops, newest first */
     struct event *inbox_ev;
     struct squeues queues;
-    /* Contention, as the batch threads handle it: while a hold of this loop
+    /* Contention: while a hold of this loop
      * holds its lock, another hold only tries its own (no wait for it); a
      * queue whose lock was taken backs off until a hold of this loop ends
      * (progress), and waits for the lock (in its queue, or polling) only
@@ -77,8 +76,6 @@ struct inv_engine {
 /* t is final: answered (a placed order first waits for its replicas when
  * asked to; its commit came back on e->answering). */
 void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t);
-/* Hands t to the batch threads, which answer it. */
-void eng_ticket_alone(struct inv_engine *e, struct inv_ticket *t);
 /* Sends t on its way: the atomic script, its segment's queue, or, its SKU's
  * layout unknown, the order machine (one Redis: its peek learns it) or the
  * directory's read (a cluster: eng_learn). */

@@ -1,8 +1,7 @@
 /* hold.c: group commits. One lock hold of a segment serves a batch of
  * tickets: the lock with the read of the stock, the orders' work, one commit
- * (inventory/lua/batch.lua) with the release. Blocking on a batch thread
- * (inv_hold_open, inv_hold_commit), or as steps of an event loop
- * (inv_hold_send ... inv_hold_committed). */
+ * (inventory/lua/batch.lua) with the release, as the state machine of
+ * hold.h that an event loop drives. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,50 +120,6 @@ static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
         h->due_us += inv->cfg.work_us; /* the orders' work, side by side */
 }
 
-inv_hold_do inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
-                          int try_only, struct inv_hold *h)
-{
-    struct inv_session *top = s; /* on a cluster: the router, for inv_shard_outcome */
-    if (s->cl && !(s = inv_shard_session(s, t[0]->gene)))
-        return INV_HOLD_OVER; /* each by itself, which learns where */
-    if (!s->inv->cfg.lock) {
-        inv_atomic_pipeline(s, t, n);
-        return INV_HOLD_OVER;
-    }
-    struct inv *inv = s->inv;
-    if (!hold_prepare(inv, h, t, n, seg))
-        return INV_HOLD_OVER; /* each by itself */
-    rconn_check(s->rc);
-    struct sku_keys k;
-    inv_keys_init(&k, t[0]->sku, h->gene);
-    /* The oldest ticket's wait decides: none waits much past --wait-ms. */
-    int64_t oldest = t[0]->start_us;
-    for (int i = 1; i < n; i++)
-        oldest = t[i]->start_us < oldest ? t[i]->start_us : oldest;
-    int64_t left_ms = (oldest + (int64_t)inv->cfg.wait_ms * 1000 - clock_now_us()) / 1000;
-    int wait_ms = try_only || left_ms <= 0 ? 0 : (int)left_ms;
-    long long stock;
-    lock_status ls = inv_lock_and_read(s, &k, h->lkey, seg, wait_ms, &h->g, &stock);
-    if (ls == LOCK_BUSY && try_only)
-        return INV_HOLD_TAKEN; /* taken: nothing decided, the caller tries later */
-    /* Unavailable on a cluster (the lock step's or the read's answer a MOVED, no
-     * answer from a master that died): the map is learnt again, or every later
-     * hold of the shard would go to the same old master. */
-    if (ls != LOCK_ACQUIRED) {
-        inv_tickets_finish(inv, t, n,
-                           ls == LOCK_BUSY ? INV_BUSY
-                                           : inv_shard_outcome(top, INV_UNAVAILABLE));
-        return INV_HOLD_OVER;
-    }
-    if (stock < 0) {
-        lock_release(s->lock, h->lkey, &h->g);
-        inv_tickets_finish(inv, t, n, inv_shard_outcome(top, INV_UNAVAILABLE));
-        return INV_HOLD_OVER;
-    }
-    hold_opened(inv, h, stock);
-    return INV_HOLD_DUE;
-}
-
 /* The batch script's call for open hold h: KEYS and ARGV as
  * inventory/lua/batch.lua reads them. */
 struct batch_call {
@@ -244,46 +199,6 @@ static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold 
         inv_tickets_finish(inv, t, n, INV_UNAVAILABLE);
     }
     return 0;
-}
-
-void inv_hold_commit(struct inv_session *s, struct inv_hold *h)
-{
-    struct inv *inv = s->inv;
-    struct inv_session *top = s;
-    if (s->cl && !(s = inv_shard_session(s, h->gene))) {
-        inv_tickets_finish(inv, h->t, h->n, INV_UNAVAILABLE); /* the lease runs out */
-        return;
-    }
-    struct batch_call c;
-    batch_call_init(&c, inv, h);
-    redisReply *r;
-    uint64_t lost = rconn_unanswered(s->rc), link = inv_link_before(s->rc);
-    lock_status released = lock_release_after(s->lock, h->lkey, &h->g, &c.cmd, &r);
-    batch_call_free(&c);
-    link = inv_link_after(s->rc, link);
-    for (int i = 0; i < h->n; i++)
-        h->t[i]->link = link;
-    if (!r) { /* on a cluster the map is learnt again, as after a failed open */
-        inv_tickets_finish(inv, h->t, h->n,
-                           inv_shard_outcome(top, inv_no_answer(s, lost)));
-        return;
-    }
-    if (batch_answer(inv, s, h, r, released)) /* nothing written: each by itself */
-        rconn_script_reload(s->rc, &batch_script);
-    else if (top->cl && rcluster_stale(r)) /* MOVED, ASK: nothing written */
-        inv_shard_outcome(top, INV_UNAVAILABLE);
-    freeReplyObject(r);
-}
-
-void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg)
-{
-    struct inv_hold h;
-    if (inv_hold_open(s, t, n, seg, 0, &h) != INV_HOLD_DUE)
-        return;
-    int64_t left = h.due_us - clock_now_us();
-    if (left > 0)
-        clock_sleep_us(left);
-    inv_hold_commit(s, &h);
 }
 
 /* ---- the event-driven hold: the state machine of hold.h ------------------ */

@@ -5,16 +5,14 @@
  * placed. After the commit every ticket is final, or still INV_PENDING: one
  * the segment could not serve has t->seg set to the segment to queue at next
  * (chosen by the commit among those holding enough), else it goes by itself
- * (on a loop the order machine, single.h; on a batch thread
- * inv_ticket_single, path.h: no single segment holds its qty, the SKU was
- * reset, its id was taken; t->seg -1 when it must not be sent on).
+ * to the order machine (single.h: no single segment holds its qty, the SKU
+ * was reset, its id was taken; t->seg -1 when it must not be sent on).
  *
- * Two drivers run it. A batch thread blocks: inv_hold_open, then
- * inv_hold_commit at or after h->due_us (it parks the hold meanwhile and
- * serves other segments). An event loop (engine.c) sends and is answered:
- * the hold is the state machine below, and each entry tells the driver what
- * to do next (inv_hold_do); the driver keeps only scheduling (queues,
- * timers, connections).
+ * An event loop (engine.c) drives it: it sends and is answered, the hold is
+ * the state machine below, and each entry tells the driver what to do next
+ * (inv_hold_do); the driver keeps only scheduling (queues, timers,
+ * connections). The order machine (single.h) takes its parts' locks with
+ * holds too.
  *
  *   state         in flight                     when nothing more is owed
  *   ------------  ----------------------------  ---------------------------------
@@ -96,20 +94,6 @@ struct inv_hold {
     int releasing; /* the release went with the commit */
     int noscripts; /* commands sent again after Redis lost their script */
 };
-
-/* ---- on a batch thread: blocking ------------------------------------------ */
-
-/* One hold of tickets t[0..n-1] (n >= 1) on segment seg, start to end. */
-void inv_ticket_batch(struct inv_session *s, struct inv_ticket **t, int n, int seg);
-/* Takes the lock (with try_only, without waiting: a thread that holds other
- * locks must not wait for one, or two instances can each hold what the
- * other waits for) and reads the stock. INV_HOLD_DUE: h is open, and
- * inv_hold_commit must follow, from the same session, at or after h->due_us.
- * INV_HOLD_TAKEN (try_only): nothing done. INV_HOLD_OVER: the batch ended
- * there. The atomic mode has no hold: its pipeline runs here (OVER). */
-inv_hold_do inv_hold_open(struct inv_session *s, struct inv_ticket **t, int n, int seg,
-                          int try_only, struct inv_hold *h);
-void inv_hold_commit(struct inv_session *s, struct inv_hold *h);
 
 /* ---- on an event loop: the state machine -------------------------------- */
 

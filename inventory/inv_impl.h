@@ -49,6 +49,9 @@ struct inv {
     struct inv_config cfg;
     char crash_after[32]; /* a test's SECKILL_TEST_CRASH: the step to die after */
     struct inv_counters counters;
+    /* the group commits' (inv_batch_stats) */
+    _Atomic uint64_t batch_holds, batch_orders;
+    _Atomic int64_t queued, queues;
     pthread_mutex_t layout_mu;
     struct sku_layout layouts[LAYOUT_SLOTS];
 };
@@ -252,9 +255,6 @@ extern struct rscript inv_fence_read_script;
 inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
                             const char *sku, const char *user_id, int qty,
                             const char *idem_key, struct inv_order *order);
-/* The atomic mode's batch of tickets t[0..n-1], pipelined on s: each is final
- * or left undecided, to go by itself. */
-void inv_atomic_pipeline(struct inv_session *s, struct inv_ticket **t, int n);
 
 /* Empties o; its parts are not touched (nparts says how many hold anything). */
 void inv_order_clear(struct inv_order *o);

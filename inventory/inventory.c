@@ -327,14 +327,21 @@ void inv_count_outcome(struct inv *inv, inv_status st)
 
 inv_path inv_loop_path(const struct inv *inv)
 {
-    if (!inv->cfg.lock)
-        return INV_PATH_ATOMIC;
-    return lock_has_steps(inv->cfg.lock) ? INV_PATH_HOLDS : INV_PATH_THREADS;
+    return inv->cfg.lock ? INV_PATH_HOLDS : INV_PATH_ATOMIC;
 }
 
-int inv_loops_serve_all(const struct inv *inv)
+void inv_count_batch(struct inv *inv, int n)
 {
-    return inv_loop_path(inv) != INV_PATH_THREADS;
+    atomic_fetch_add_explicit(&inv->batch_holds, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&inv->batch_orders, (uint64_t)n, memory_order_relaxed);
+}
+
+void inv_batch_stats(const struct inv *inv, struct inv_batch_stats *out)
+{
+    out->holds = atomic_load(&inv->batch_holds);
+    out->orders = atomic_load(&inv->batch_orders);
+    out->queued = atomic_load(&inv->queued);
+    out->queues = atomic_load(&inv->queues);
 }
 
 struct lock *inv_lock(const struct inv *inv)

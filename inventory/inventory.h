@@ -186,11 +186,16 @@ int inv_id_valid(const char *id);
 
 struct inv *inv_new(const struct inv_config *cfg);
 void inv_free(struct inv *inv); /* NULL is a no-op; sessions must be freed first */
-/* True when the event loops serve every order themselves (every mode of
- * the service's, on one Redis or a cluster): the blocking batch threads
- * (batch.h) are not needed. False only for a lock without steps. */
-int inv_loops_serve_all(const struct inv *inv);
 void inv_stats(const struct inv *inv, struct inv_stats *out);
+
+/* The group commits of every event loop (hold.h): critical sections run and
+ * the tickets they held, tickets waiting in a segment's queue now, and the
+ * queues kept (one per SKU segment sold from). */
+struct inv_batch_stats {
+    uint64_t holds, orders;
+    int64_t queued, queues;
+};
+void inv_batch_stats(const struct inv *inv, struct inv_batch_stats *out);
 
 /* A session for the calling thread; rc (borrowed) is its data-Redis connection. */
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc);

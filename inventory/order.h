@@ -1,6 +1,6 @@
-/* order.h: the steps of one order by itself that its two runners share: the
- * blocking path of a batch thread (order.c) and the order machine of an
- * event loop (single.c). What it learns before any lock (peek.lua), and its
+/* order.h: the steps of one order by itself that its two forms share: the
+ * blocking one (order.c: inv_order_place, for tests and tools) and the order
+ * machine of an event loop (single.c). What it learns before any lock (peek.lua), and its
  * commit over the parts it holds (commit.lua), each as a call to send and
  * the reading of its answer. Private to inventory/. */
 #ifndef SECKILL_ORDER_H

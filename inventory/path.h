@@ -1,10 +1,10 @@
-/* path.h: the order path's steps, as the runners call them: engine.c (the
- * event loops) and batch.c (the batch threads). Private to inventory/ (and
- * its unit tests): the service sees inventory.h and engine.h only.
+/* path.h: the order path's steps, as the runner calls them: engine.c (the
+ * event loops). Private to inventory/ (and its unit tests): the service sees
+ * inventory.h and engine.h only.
  *
  *   a ticket's route and bound ....... layout.c
  *   a ticket by itself, its finish .... order.c, ticket.c
- *   replicas' acknowledgement ......... ticket.c (a thread's), ack.c (a loop's)
+ *   replicas' acknowledgement ......... ticket.c (what it means), ack.c (the WAIT)
  *   the group commit (the hold) ....... hold.h
  *   the atomic mode's steps ........... atomic.c */
 #ifndef SECKILL_PATH_H
@@ -37,15 +37,13 @@ void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
 
-/* Replicas' acknowledgement (inv_config's min_replicas_acked): the tickets
- * among t[0..n-1] that were placed on s's connection are answered placed
- * only when WAIT says that many replicas have every write of that
- * connection; else outcome unknown (the order exists on the master, and
- * GET /orders/{id} tells whether it survived). Blocking; a no-op when none
- * is asked for. */
-void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n);
-/* The WAIT of that check, for a caller that sends it itself (an event
- * loop): argv[0..2], 3 strings, into buf. 0 when none is asked for. */
+/* Replicas' acknowledgement (inv_config's min_replicas_acked): a placed
+ * ticket is answered placed only when WAIT, on the link that carried its
+ * commit, says that many replicas have every write of that link; else
+ * outcome unknown (the order exists on the master, and GET /orders/{id}
+ * tells whether it survived). The loop's acknowledgement is ack.c. The WAIT
+ * of that check: argv[0..2], 3 strings, into buf. 0 when none is asked
+ * for. */
 int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]);
 /* Its answer r (NULL: none came) for placed ticket t: unacknowledged turns
  * it outcome unknown. */
@@ -71,18 +69,18 @@ typedef enum {
                           its first order's, whose record is the answer
                           (single.h, LOADING) */
     INV_STEP_ALONE,    /* nothing was written, and the rest needs what this
-                          path does not do (on a cluster, units brought from
-                          other shards): inv_ticket_single, on a batch thread */
+                          path does not do: on a cluster, units brought from
+                          other shards (engine_refill.c) */
 } inv_step;
 
 /* Where an order's Redis work runs (engine.c). */
 typedef enum {
-    INV_PATH_THREADS = 0, /* on the batch threads: a lock without steps (none
-                             of the service's modes has none) */
-    INV_PATH_ATOMIC,      /* on the loop, one atomic script per order */
+    INV_PATH_ATOMIC = 0,  /* on the loop, one atomic script per order */
     INV_PATH_HOLDS,       /* on the loop, group commits (hold.h) */
 } inv_path;
 inv_path inv_loop_path(const struct inv *inv);
+/* Counts a group commit of n tickets (inv_batch_stats). Any thread. */
+void inv_count_batch(struct inv *inv, int n);
 /* inv's lock (inv_config's), NULL for the atomic mode. */
 struct lock *inv_lock(const struct inv *inv);
 /* Queues the atomic script's call for ticket t on c (as aconn_eval:

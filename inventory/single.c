@@ -269,7 +269,7 @@ static inv_single_do part_do(struct inv_single *m, struct inv_single_part *p,
             finish(m, INV_UNAVAILABLE);
         if (m->t->st != INV_PENDING)
             return release_held(m, AFTER_OVER);
-        /* one Redis: the next peek learns it; a cluster's shards, a batch thread */
+        /* one Redis: the next peek learns it; a cluster's shards, the driver */
         return release_held(m, m->s->inv->cfg.cluster ? AFTER_ALONE : AFTER_PEEK);
     }
 }
@@ -426,7 +426,8 @@ static inv_single_do refused(struct inv_single *m, inv_status st)
     return INV_SINGLE_OVER;
 }
 
-/* t goes to a batch thread, nothing written (a cluster's). */
+/* t goes back to the driver, nothing written (a cluster's: its shards are
+ * learnt, or units brought to its shard). */
 static inv_single_do alone(struct inv_single *m)
 {
     m->state = SINGLE_DONE;
@@ -458,7 +459,7 @@ static inv_single_do peeked(struct inv_single *m, aconn_result res, const redisR
     if (!inv->cfg.cluster) /* a shard's figures are not its SKU's */
         inv_layout_put(inv, m->c.sku, v->segments, v->initial, v->epoch, NULL, 0);
     else if (inv_layout_get(inv, m->c.sku, &layout) != 0)
-        return alone(m); /* its shards are learnt on a batch thread */
+        return alone(m); /* its shards are learnt first */
     if (m->c.qty > v->limit)
         return refused(m, INV_BAD_QTY);
     if (v->first_id[0]) {

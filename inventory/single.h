@@ -1,6 +1,5 @@
 /* single: one order by itself on an event loop, the order machine. What a
- * group commit (hold.h) cannot serve goes here rather than to the blocking
- * batch threads: an order no single segment holds (peek.lua's plan: a part
+ * group commit (hold.h) cannot serve goes here: an order no single segment holds (peek.lua's plan: a part
  * on each of several segments), an idempotent replay (its first order is
  * loaded), a ticket that hopped too often between segments, the first
  * orders of a SKU whose layout this process has not learnt. The steps are
@@ -67,8 +66,9 @@ typedef enum {
                            pending); the machine is over */
     INV_SINGLE_ALONE,   /* on a Redis Cluster, t's shard is short (units must
                            come from other shards) or its SKU's shards are no
-                           longer known: inv_ticket_single on a batch thread (t
-                           pending, nothing written); the machine is over */
+                           longer known: the driver learns its shards again
+                           or brings units (engine_refill.c; t pending,
+                           nothing written); the machine is over */
     INV_SINGLE_OVER,    /* nothing held or owed; t final */
 } inv_single_do;
 

@@ -1,10 +1,11 @@
 #include "squeue.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "path.h"
+#include "inv_impl.h"
 #include "segment.h"
 #include "xalloc.h"
 
@@ -20,10 +21,13 @@ void squeues_free(struct squeues *qs, void (*left)(struct inv_ticket *t, void *a
     for (int i = 0; i < SQUEUE_BUCKETS; i++)
         for (struct squeue *q = qs->buckets[i], *next; q; q = next) {
             next = q->hnext;
-            for (struct inv_ticket *t = q->head, *tn; t && left; t = tn) {
+            for (struct inv_ticket *t = q->head, *tn; t; t = tn) {
                 tn = t->next;
-                left(t, arg);
+                atomic_fetch_sub(&qs->inv->queued, 1);
+                if (left)
+                    left(t, arg);
             }
+            atomic_fetch_sub(&qs->inv->queues, 1);
             free(q);
         }
     memset(qs->buckets, 0, sizeof(qs->buckets));
@@ -47,9 +51,11 @@ struct squeue *squeue_get(struct squeues *qs, const char *sku, int seg, int *mad
     snprintf(q->sku, sizeof(q->sku), "%s", sku);
     q->seg = seg;
     q->bound = inv_segment_bound(qs->inv, sku, seg);
+    q->qs = qs;
     q->hnext = *slot;
     *slot = q;
     qs->count++;
+    atomic_fetch_add(&qs->inv->queues, 1);
     *made = 1;
     return q;
 }
@@ -61,11 +67,13 @@ void squeue_drop(struct squeues *qs, struct squeue *q)
         p = &(*p)->hnext;
     *p = q->hnext;
     qs->count--;
+    atomic_fetch_sub(&qs->inv->queues, 1);
     free(q);
 }
 
 void squeue_push(struct squeue *q, struct inv_ticket *t)
 {
+    atomic_fetch_add(&q->qs->inv->queued, 1);
     t->next = NULL;
     if (q->tail)
         q->tail->next = t;
@@ -76,6 +84,7 @@ void squeue_push(struct squeue *q, struct inv_ticket *t)
 
 void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n)
 {
+    atomic_fetch_add(&q->qs->inv->queued, n);
     for (int i = n - 1; i >= 0; i--) {
         t[i]->next = q->head;
         q->head = t[i];
@@ -87,6 +96,7 @@ void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n)
 struct inv_ticket *squeue_pop(struct squeue *q)
 {
     struct inv_ticket *t = q->head;
+    atomic_fetch_sub(&q->qs->inv->queued, 1);
     q->head = t->next;
     if (!q->head)
         q->tail = NULL;

@@ -1,8 +1,9 @@
-/* squeue: the ticket queues of one owner (an event loop's engine, or the
- * batch threads), one per SKU segment, found by SKU and segment, and the list
- * of those ready to be served, oldest first.
+/* squeue: the ticket queues of one event loop's engine, one per SKU segment,
+ * found by SKU and segment, and the list of those ready to be served, oldest
+ * first. The tickets queued and the queues kept are counted in the
+ * inventory's batch stats (inv_batch_stats).
  *
- * Not thread-safe: the owner serialises every call (its loop, or its mutex).
+ * Not thread-safe: the owner (its loop) makes every call.
  * A queue lives until squeue_drop or squeues_free; tickets are linked through
  * t->next and stay the caller's. */
 #ifndef SECKILL_SQUEUE_H
@@ -16,16 +17,16 @@
 
 struct squeue {
     char sku[INV_ID_MAX + 1];
-    int seg; /* -1: orders whose SKU's layout is not known yet */
+    int seg;
     struct inv_ticket *head, *tail;
     int busy;        /* a hold serves it */
     int ready;       /* on the ready list */
     long long bound; /* an upper bound of the segment's stock, -1 unknown: a
                         batch takes no more units than it (but one order) */
+    struct squeues *qs; /* its set */
     struct squeue *hnext, *rnext;
-    /* the owner's own lists */
-    struct squeue *snext; /* batch.c: seg -1: the SKU's segment queues; else the next */
-    int backed_off;       /* engine.c: its lock was taken: on the backed-off list */
+    /* the engine's own list */
+    int backed_off; /* its lock was taken: on the backed-off list */
     struct squeue *bnext;
 };
 

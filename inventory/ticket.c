@@ -1,7 +1,6 @@
 /* ticket.c: a ticket's life outside the runners: opened (what memory can
  * answer, its order id, its route), finished (its status counted once), and
- * its replicas' acknowledgement on a thread (inv_tickets_durable; a loop's
- * is ack.c). */
+ * what its replicas' acknowledgement means (the loop's WAIT is ack.c). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -90,41 +89,6 @@ void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r
     atomic_fetch_sub(&inv->counters.placed, 1); /* counted as placed when decided */
     count(&inv->counters.unacked);
     inv_ticket_finish(inv, t, INV_OUTCOME_UNKNOWN);
-}
-
-void inv_tickets_durable(struct inv_session *s, struct inv_ticket **t, int n)
-{
-    const char *argv[3];
-    char buf[2][16];
-    int placed = 0;
-    for (int i = 0; i < n; i++)
-        placed += t[i]->st == INV_PLACED;
-    if (!placed || !inv_durable_argv(s->inv, argv, buf))
-        return;
-    /* One WAIT per link that carried commits (on a cluster the tickets may
-     * come from several shards), sent on that link: on another it would
-     * count that link's writes, not the commits. A ticket whose link is gone
-     * is not known to be on a replica. Decided tickets are passed over. */
-    for (int i = 0; i < n; i++) {
-        if (t[i]->st != INV_PLACED || (s->cl && t[i]->gene < 0))
-            continue;
-        int gene = t[i]->gene, seen = 0;
-        uint64_t link = t[i]->link;
-        for (int j = 0; j < i && !seen; j++)
-            seen = t[j]->st == INV_PLACED && t[j]->gene == gene && t[j]->link == link;
-        if (seen)
-            continue; /* waited for already (or answered) with t[j] */
-        struct inv_session *shard = inv_shard_session(s, gene);
-        struct rconn *rc = shard ? shard->rc : NULL;
-        redisReply *r = link && rc && rconn_link(rc) == link
-                            ? rconn_command_argv(rc, 3, argv, NULL)
-                            : NULL;
-        for (int j = i; j < n; j++)
-            if (t[j]->gene == gene && t[j]->link == link)
-                inv_ticket_acked(s->inv, t[j], r);
-        if (r)
-            freeReplyObject(r);
-    }
 }
 
 void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st)

@@ -375,7 +375,7 @@ struct zk_hold *zk_hold_new(struct zk_session *s, const char *key, struct zk_con
 }
 
 /* Off its lists and freed. The caller's session may be another session of the
- * thread that took it (on a Redis Cluster a batch thread has one per master,
+ * thread that took it (on a Redis Cluster a blocking caller has one per master,
  * and a hold taken on one is released on another when the map changed
  * meanwhile): the hold leaves its owner's list, not the caller's, or the owner
  * would keep a freed hold. */

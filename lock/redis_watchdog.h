@@ -9,8 +9,8 @@
  * renewal sent at t with lease L is valid until t + L. Which grant a lease
  * belongs to, re-entry and the hand-off are lock_redis.c's.
  *
- * Threads: the session threads of a redis lock (batch threads, every event
- * loop that runs its steps) call redis_watchdog_add, _drop, _extend, _lose
+ * Threads: the session threads of a redis lock (every event loop that
+ * runs its steps, and the blocking calls of the tests and tools) call redis_watchdog_add, _drop, _extend, _lose
  * and _valid_until; the loop the watchdog is attached to renews. Both sides
  * take the watchdog's mutex, and nobody holds it on the network: a lease
  * added re-arms the timer (evtimer_add is thread-safe under libevent's

@@ -1,7 +1,7 @@
 /* rcluster: one thread's blocking connections to a Redis Cluster.
  *
  * The counterpart of acluster for threads that wait on their answers (the
- * HTTP waiters, the batch threads): one rconn per master, made on first
+ * routes that wait on Redis, on the main thread): one rconn per master, made on first
  * need and kept, and the slot map (cluster.h) learnt from CLUSTER SHARDS of
  * a seed or of any node known. The caller sends its commands, or a pipeline
  * of one slot, on the connection of the slot's master; an answer that shows

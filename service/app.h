@@ -6,7 +6,6 @@
 
 #include <stdatomic.h>
 
-#include "batch.h"
 #include "config.h"
 #include "durability.h"
 #include "inventory.h"
@@ -22,7 +21,6 @@ struct svc_app {
     struct orderid_lease *lease;
     struct orderid_gen *ids;           /* its worker id is this instance's id */
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
-    struct inv_batcher *batcher;       /* runs every order (batch.h) */
     int replicas_acked;                /* --min-replicas-acked, resolved */
     int cluster;                       /* the data Redis is a Redis Cluster */
     /* The process's background duties (lock watchdog, sold-out listener,

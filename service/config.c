@@ -290,8 +290,7 @@ static const struct option_spec options[] = {
      opt_instance},
     {"threads", "N", "1 per core, >= 2",
      "event loops, each serving HTTP and the orders' Redis work on one connection, "
-     "no thread waiting on Redis for an order; and, only where a loop hands orders "
-     "over (a Redis Cluster), as many batch threads (at least 2)",
+     "no thread waiting on Redis for an order",
      opt_threads},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",
@@ -401,7 +400,7 @@ static int host_is_loopback(const char *host, char *why, size_t whylen)
     return all;
 }
 
-/* The event loops (and batch threads): one per core, at least 2. More loops
+/* The event loops: one per core, at least 2. More loops
  * only split the queues into smaller batches and add context switches (make
  * bench, lock mode redis at -c256 with blocking batch threads: 2 threads sold
  * 12.3k orders/s at 34 us of Redis CPU per order, 16 threads 7.9k at 72 us). */

@@ -142,7 +142,7 @@ void http_conn_resume(struct conn_state *st)
     event_active(loop->nudge, EV_READ, 0);
 }
 
-/* A batch thread (or the loop) is done with the ticket. */
+/* The loop's engine is done with the ticket. */
 static void order_done(struct inv_ticket *t)
 {
     http_conn_resume(t->owner);
@@ -224,8 +224,8 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
  * connection is resumed once its ticket is done (order_done). */
 static void order_hand_over(struct MHD_Connection *conn, struct conn_state *st)
 {
-    /* Suspended before it is queued, so that the batch thread can only
-     * resume a suspended connection. */
+    /* Suspended before it is queued, so that the engine can only resume a
+     * suspended connection. */
     st->pending = PENDING_ORDER;
     st->ticket.done = order_done;
     st->ticket.owner = st;

@@ -129,13 +129,11 @@ struct backend {
     int replicas_acked; /* --min-replicas-acked, resolved */
     struct inv *inv;
     struct svc_durability *durability;
-    struct inv_batcher *batcher;
 };
 
 /* Frees what b holds (any part may be missing). */
 static void backend_free(struct backend *b)
 {
-    inv_batcher_free(b->batcher);
     svc_durability_stop(b->durability);
     orderid_lease_stop(b->lease);
     inv_free(b->inv);
@@ -236,18 +234,6 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
-    /* Batch threads only where the loops hand orders over; they wait on
-     * Redis or ZooKeeper: at least 2, so that one waiting for a lock does not
-     * hold up the rest. */
-    int batch_threads = cfg->threads < 2 ? 2 : cfg->threads;
-    if (inv_loops_serve_all(b->inv))
-        batch_threads = 0;
-    struct inv_batcher_config bc = {.threads = batch_threads,
-                                    .batch = cfg->batch,
-                                    .redis_host = cfg->redis.host,
-                                    .redis_port = cfg->redis.port,
-                                    .redis_password = cfg->redis_password};
-    b->batcher = inv_batcher_start(b->inv, &bc);
     return 0;
 }
 
@@ -288,7 +274,6 @@ int main(int argc, char **argv)
                           .lock = b.lock,
                           .lease = b.lease,
                           .durability = b.durability,
-                          .batcher = b.batcher,
                           .replicas_acked = b.replicas_acked,
                           .cluster = b.cluster,
                           .ids = &b.ids,

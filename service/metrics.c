@@ -157,14 +157,12 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
     }
     json_t *orders = json_object();
     inv_counters_json(orders, &is, 0, NORDER_VIEWS);
-    struct inv_batch_stats bs = {0};
-    if (app->batcher)
-        inv_batcher_stats(app->batcher, &bs);
+    struct inv_batch_stats bs;
+    inv_batch_stats(app->inv, &bs);
     json_t *batches =
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:i}", "holds", (json_int_t)bs.batches,
-                  "orders", (json_int_t)bs.orders, "handed", (json_int_t)bs.handed,
-                  "queued", (json_int_t)bs.queued, "queues", (json_int_t)bs.queues,
-                  "most", app->batcher ? app->cfg->batch : 0);
+        json_pack("{s:I, s:I, s:I, s:I, s:i}", "holds", (json_int_t)bs.holds, "orders",
+                  (json_int_t)bs.orders, "queued", (json_int_t)bs.queued, "queues",
+                  (json_int_t)bs.queues, "most", app->cfg->batch);
     json_t *stats = json_pack("{s:i, s:s, s:o, s:o, s:o, s:o}", "instance_id",
                               orderid_worker(app->ids), "lock_mode", app->cfg->lock_mode,
                               "requests", requests, "orders", orders, "batches", batches,
@@ -263,15 +261,13 @@ static void order_outcomes(FILE *f, const struct inv_stats *is)
                 (unsigned long long)inv_view_value(is, &inv_views[i]));
 }
 
-/* seckill_batch_*: the batcher's holds and queue (none without a batcher). */
-static void batches(FILE *f, struct inv_batcher *batcher)
+/* seckill_batch_*: the loops' group commits and their queues. */
+static void batches(FILE *f, const struct inv *inv)
 {
-    if (!batcher)
-        return;
     struct inv_batch_stats bs;
-    inv_batcher_stats(batcher, &bs);
+    inv_batch_stats(inv, &bs);
     counter(f, "seckill_batch_holds_total",
-            "Lock holds that served a batch of queued orders.", bs.batches);
+            "Lock holds that served a batch of queued orders.", bs.holds);
     counter(f, "seckill_batch_orders_total", "Orders those holds took up.", bs.orders);
     gauge(f, "seckill_batch_queued", "Orders waiting for their batch now.",
           (long long)bs.queued);
@@ -288,12 +284,12 @@ static void inv_counter(FILE *f, const struct inv_stats *is, size_t offset)
 }
 #define STATS_COUNTER(f, is, field) inv_counter(f, is, offsetof(struct inv_stats, field))
 
-/* The order counters besides the outcomes, the batcher's among them, in the
+/* The order counters besides the outcomes, the group commits' among them, in the
  * order /metrics always had (not INV_COUNTERS'). */
 static void order_counters(FILE *f, const struct svc_app *app, const struct inv_stats *is)
 {
     STATS_COUNTER(f, is, spilled);
-    batches(f, app->batcher);
+    batches(f, app->inv);
     STATS_COUNTER(f, is, sold_out_local);
     STATS_COUNTER(f, is, unacked);
     STATS_COUNTER(f, is, id_collisions);

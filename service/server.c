@@ -136,7 +136,7 @@ static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int con
                                    .cluster = app->cluster,
                                    .seeds = cfg->redis_seed,
                                    .nseeds = cfg->redis_seeds};
-    l->engine = inv_engine_new(app->inv, l->base, &ec, app->batcher);
+    l->engine = inv_engine_new(app->inv, l->base, &ec);
     return 0;
 }
 
@@ -249,9 +249,6 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     int64_t until = clock_now_us() + (int64_t)wait_ms * 1000;
     while (atomic_load(&app->inflight) > 0 && clock_now_us() < until)
         waiters_serve(srv, -1, clock_now_us() + 10000);
-    /* Orders still queued are served now, so that no suspended connection
-     * outlives the daemon. */
-    inv_batcher_stop(app->batcher);
     waiters_stop(srv);
     int left = atomic_load(&app->inflight);
     loops_free(srv, srv->nloops, 1);

@@ -1,6 +1,9 @@
 #include "invfix.h"
 
-#include "batch.h"
+#include "engine.h"
+
+#include <event2/event.h>
+#include <event2/thread.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,25 +163,58 @@ void invfix_wait_done(struct invfix_waiter *w, int n)
     pthread_mutex_unlock(&w->mu);
 }
 
-void invfix_submit(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
-                   const char *sku, const char *user, struct invfix_waiter *w)
+void invfix_ticket(struct inv *inv, struct inv_ticket *t, const char *sku, const char *user,
+                   int qty, struct invfix_waiter *w)
 {
-    assert_int_equal(inv_ticket_open(inv, t, sku, user, 1, NULL), INV_PENDING);
+    assert_int_equal(inv_ticket_open(inv, t, sku, user, qty, NULL), INV_PENDING);
     t->done = invfix_on_done;
     t->owner = w;
-    if (b)
-        inv_batcher_submit(b, t);
 }
 
-void invfix_submit_crowd(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
-                         int n, const char *sku, const char *prefix,
-                         struct invfix_waiter *w)
+void invfix_tickets(struct inv *inv, struct inv_ticket *t, int n, const char *sku,
+                    const char *prefix, struct invfix_waiter *w)
 {
     for (int i = 0; i < n; i++) {
         char user[32];
         snprintf(user, sizeof(user), "%s%d", prefix, i);
-        invfix_submit(inv, b, &t[i], sku, user, w);
+        invfix_ticket(inv, &t[i], sku, user, 1, w);
     }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what, (void)arg;
+}
+
+static int answered(struct invfix_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return done;
+}
+
+void invfix_serve(struct inv *inv, struct inv_ticket *t, int n, int batch,
+                  struct invfix_waiter *w)
+{
+    evthread_use_pthreads(); /* a zk step ends on the zk loop's thread */
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
+    struct timeval every = {.tv_usec = 2000};
+    assert_int_equal(event_add(tick, &every), 0);
+    struct inv_engine_config ec = {.redis_host = "127.0.0.1",
+                                   .redis_port = invfix_redis.port,
+                                   .timeout_ms = 1000,
+                                   .batch = batch};
+    struct inv_engine *e = inv_engine_new(inv, base, &ec);
+    for (int i = 0; i < n; i++)
+        inv_engine_submit(e, &t[i]);
+    while (answered(w) < n)
+        event_base_loop(base, EVLOOP_ONCE);
+    inv_engine_free(e);
+    event_free(tick);
+    event_base_free(base);
 }
 
 int invfix_count(const struct inv_ticket *t, int n, inv_status st)

@@ -74,15 +74,18 @@ void invfix_on_done(struct inv_ticket *t);
 /* Waits until w counted n answers. */
 void invfix_wait_done(struct invfix_waiter *w, int n);
 
-struct inv_batcher;
-/* Opens t as an order of one unit of sku for user, answered to w, and
- * submits it to b (b NULL: opened only). */
-void invfix_submit(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
-                   const char *sku, const char *user, struct invfix_waiter *w);
-/* The same for t[0..n), ordered by the users "<prefix>0" to "<prefix><n-1>". */
-void invfix_submit_crowd(struct inv *inv, struct inv_batcher *b, struct inv_ticket *t,
-                         int n, const char *sku, const char *prefix,
-                         struct invfix_waiter *w);
+/* Opens t as an order of qty units of sku for user, answered to w. */
+void invfix_ticket(struct inv *inv, struct inv_ticket *t, const char *sku, const char *user,
+                   int qty, struct invfix_waiter *w);
+/* The same for t[0..n), one unit each, ordered by the users "<prefix>0" to
+ * "<prefix><n-1>". */
+void invfix_tickets(struct inv *inv, struct inv_ticket *t, int n, const char *sku,
+                    const char *prefix, struct invfix_waiter *w);
+/* Serves t[0..n), opened (invfix_ticket), as a server's event loop does: an
+ * engine of its own (group commits of at most batch) on the fixture's Redis,
+ * driven on this thread until w counted n answers. */
+void invfix_serve(struct inv *inv, struct inv_ticket *t, int n, int batch,
+                  struct invfix_waiter *w);
 /* How many of t[0..n) answered st. */
 int invfix_count(const struct inv_ticket *t, int n, inv_status st);
 

@@ -67,7 +67,7 @@ wait_until 60 bash -c "(( \$(cat $dir/load.* | awk '\$3 == 201' | wc -l) >= 300 
     echo "slow: fewer than 300 orders in 60 s"
 # The holder is inside its 1 s critical section on sk:{held}:lock:0 at the kill;
 # its lease is 20 s, so the lock is still there when Redis comes back. Its first
-# order of the SKU (placed by itself on a batch thread: the SKU is new to it)
+# order of the SKU (placed by itself, by the order machine: the SKU is new to it)
 # teaches it the SKU's layout, so that h1 and h2 both go through the event loop,
 # one lock session: the grant that dies with h1 is the one h2 must not keep.
 curl -s -o /dev/null --max-time 20 -X POST "$holder/skus/held/orders" -d '{"user_id":"h0"}'

@@ -10,8 +10,7 @@
 #   - seckill given one node of it (not the seeds) finds the cluster and serves it:
 #     ready, and a SKU of 3 segments has a shard on each master;
 #   - an instance that never saw the SKU (redis and atomic mode) learns its shards on
-#     its event loop: its first orders are 201, none handed to a batch thread, and an
-#     unknown SKU answers 404;
+#     its event loop: its first orders are 201, and an unknown SKU answers 404;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -87,7 +86,7 @@ done
 expect "masters holding a shard of 10 units" "3" "$held"
 
 # an instance that never saw the SKU learns its shards on its event loop: its first
-# orders are placed there, none handed to a batch thread (redis and atomic mode)
+# orders are placed there (redis and atomic mode)
 for mode in redis atomic; do
     start_instance --ready-secs 5 "$mode" "$dir" --redis "${seeds[0]}" --threads 1 \
         --lock "$mode" || { echo "instance ($mode) did not start"; exit 1; }
@@ -98,8 +97,6 @@ for mode in redis atomic; do
         [[ $c == 201 ]] && placed=$((placed + 1))
     done
     expect "$mode: a new instance's first orders of s3: 201" 6 "$placed"
-    expect "$mode: ... none handed to a batch thread (/stats batches.handed)" 0 \
-        "$(curl -s "$url/stats" | jq '.batches.handed')"
     expect "$mode: an unknown SKU: 404" 404 \
         "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{"user_id":"x"}' \
             "$url/skus/nosuch/orders")"

@@ -7,7 +7,7 @@
 #   - by default (a replica connected at start) an instance waits for 1 replica, and
 #     /metrics says the data is durable; --min-replicas-acked 0 does not wait;
 #   - replica healthy: orders answer 201, on the loop's group commits (redis mode), the
-#     loop's atomic script, and an order of several segments (a batch thread's path);
+#     loop's atomic script, and an order of several segments (the order machine);
 #   - replica frozen (SIGSTOP): each of those answers 503 outcome_unknown with an
 #     order_id within the WAIT's 0.5 s and the 1 s timeouts, and that order exists on
 #     the master (GET /orders/{id} 200); /stats counts them; the instance without

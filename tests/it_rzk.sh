@@ -20,7 +20,7 @@ source "$(dirname "$0")/lib.sh"
 it_begin rzk redis-server redis-cli curl jq java
 
 USERS=24 # orders after each fault: 8 or so in the shard that moved
-TRIES=8  # an order's tries with its key: a 503 per batch thread at most, and margin
+TRIES=8  # an order's tries with its key: a 503 per loop at most, and margin
 
 it_cluster_up --redis-cluster 3 --instances 1 --lb none --lock zk -- --threads 2 \
     --log-level warn || exit 1

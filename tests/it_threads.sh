@@ -9,8 +9,7 @@
 #     in zk mode the zk loop (sk-zk) that drives the ZooKeeper session (libzookeeper_st: the library
 #     starts none of its own), nothing else: no batch thread (sk-batch) and no thread
 #     of a library. The orders: one unit, three units over two segments (the order
-#     machine), a replay of an Idempotency-Key; /stats batches.handed stays 0
-#     (nothing handed over);
+#     machine), a replay of an Idempotency-Key;
 #   - at most 4 threads in all (the issue's bound), 3 without ZooKeeper;
 #   - the background duties (lease watchdog, order-id lease, sold-out listener,
 #     durability) have no thread of their own.
@@ -53,8 +52,6 @@ for mode in redis atomic zk zk-all; do
     read -r c id2 _ <<<"$(it_order "$url" "$sku" alice 1 key-a)"
     expect "$mode: a replay: 201" 201 "$c"
     expect "$mode: a replay answers the first order's id" "$id1" "$id2"
-    handed=$(curl -s "$url/stats" | jq '.batches.handed')
-    expect "$mode: /stats batches.handed (orders handed to batch threads)" 0 "$handed"
     expect "$mode: event loops (sk-loop)" 2 "$(count_of "$pid" sk-loop)"
     expect "$mode: batch threads (sk-batch)" 0 "$(count_of "$pid" sk-batch)"
     expect "$mode: threads named after main (main itself; a library's would be too)" \

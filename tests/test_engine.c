@@ -1,8 +1,6 @@
 /* Tests of the event-driven order path (engine.h) against a real redis-server.
  * The test thread runs a libevent loop with an engine on it, as a server's
- * loop thread does; a batcher of one thread would serve what the loop hands
- * over (on one Redis nothing, in these modes: the tests count it) and answer
- * those orders from its own thread. */
+ * loop thread does: every order of every mode is served there. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,14 +37,12 @@ static void open_mode(struct invfix *f, const char *mode, int work_us)
 #define LOOP_ORDERS 64
 
 /* One event loop as a server thread runs it: its engine, on the Redis (or
- * proxy) a test names, and a batcher of one thread on Redis for the orders
- * the loop hands over. Answers are counted per order. */
+ * proxy) a test names. Answers are counted per order. */
 struct loop {
     struct invfix *f;
     struct event_base *base;
-    struct event *tick; /* ends each turn soon: answers also come from the batch thread */
+    struct event *tick; /* ends each turn soon: a zk step ends on the zk loop's thread */
     struct inv_engine *engine; /* NULL once a test freed it */
-    struct inv_batcher *batcher;
     pthread_mutex_t mu;
     int answered;             /* answers so far, under mu */
     int answers[LOOP_ORDERS]; /* per order, under mu */
@@ -60,7 +56,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A loop on f whose engine talks to the Redis (or proxy) on port; one lock
- * hold serves at most `batch` orders, on the loop and on the batch thread. */
+ * hold serves at most `batch` orders. */
 static struct loop *loop_new(struct invfix *f, int port, int batch)
 {
     struct loop *l = calloc(1, sizeof(*l));
@@ -72,33 +68,26 @@ static struct loop *loop_new(struct invfix *f, int port, int batch)
     l->tick = event_new(l->base, -1, EV_PERSIST, on_tick, NULL);
     struct timeval every = {.tv_usec = 2000};
     assert_int_equal(event_add(l->tick, &every), 0);
-    struct inv_batcher_config bc = {.threads = 1,
-                                    .batch = batch,
-                                    .redis_host = "127.0.0.1",
-                                    .redis_port = invfix_redis.port};
-    l->batcher = inv_batcher_start(f->inv, &bc);
     struct inv_engine_config ec = {.redis_host = "127.0.0.1",
                                    .redis_port = port,
                                    .redis_password = NULL,
                                    .timeout_ms = 1000,
                                    .batch = batch};
-    l->engine = inv_engine_new(f->inv, l->base, &ec, l->batcher);
+    l->engine = inv_engine_new(f->inv, l->base, &ec);
     return l;
 }
 
-/* Frees the engine (which answers what it has in flight), the batcher (which
- * serves what it has queued), then the loop. */
+/* Frees the engine (which answers what it has in flight), then the loop. */
 static void loop_free(struct loop *l)
 {
     inv_engine_free(l->engine);
-    inv_batcher_free(l->batcher);
     event_free(l->tick);
     event_base_free(l->base);
     pthread_mutex_destroy(&l->mu);
     free(l);
 }
 
-/* t->done of the loop's orders: on the loop thread or on the batch thread. */
+/* t->done of the loop's orders, on the loop thread. */
 static void on_answer(struct inv_ticket *t)
 {
     struct loop *l = t->owner;
@@ -208,14 +197,6 @@ static void loop_idle(struct loop *l, int ms)
     loop_run(l, never, NULL, ms);
 }
 
-/* Tickets the loop handed to the batch threads so far. */
-static uint64_t handed(struct loop *l)
-{
-    struct inv_batch_stats bs;
-    inv_batcher_stats(l->batcher, &bs);
-    return bs.handed;
-}
-
 static struct lock_stats lock_figures(struct loop *l)
 {
     struct lock_stats s;
@@ -278,7 +259,7 @@ static void learn_layout(struct invfix *f, const char *sku)
  * replay of an order placed before (which the loop answers with the first
  * order, by itself), a user at the limit, a key reused by another user, and an
  * order its segment is too short for, which the loop sends on and places on
- * the other segment. The batcher's figures count the loop's holds. */
+ * the other segment. The batch stats count the loop's holds. */
 static void test_hold_mixes_outcomes(void **state)
 {
     (void)state;
@@ -319,8 +300,8 @@ static void test_hold_mixes_outcomes(void **state)
     assert_int_equal(st.spilled, 1);
     /* the loop's holds: segment 0's with the six, segment 1's with dan */
     struct inv_batch_stats bs;
-    inv_batcher_stats(l->batcher, &bs);
-    assert_int_equal(bs.batches, 2);
+    inv_batch_stats(f.inv, &bs);
+    assert_int_equal(bs.holds, 2);
     assert_int_equal(bs.orders, 7);
     loop_free(l);
     invfix_assert_sold(&f, "mix", 11, 9);
@@ -332,8 +313,8 @@ static void test_hold_mixes_outcomes(void **state)
 /* Orders that arrive while a segment's hold is in flight wait for the next
  * one: with 20 ms of work per hold and 64 orders submitted at once for one
  * segment of 50 units, a handful of holds serve all of them, every order gets
- * exactly one answer, exactly the stock is sold, and the batch threads serve
- * nothing. With and without a lock in Redis, and with zk's on ZooKeeper. */
+ * exactly one answer, exactly the stock is sold, and no ticket is left
+ * queued. With and without a lock in Redis, and with zk's on ZooKeeper. */
 static void test_orders_during_a_hold_form_the_next(void **state)
 {
     (void)state;
@@ -351,13 +332,12 @@ static void test_orders_during_a_hold_form_the_next(void **state)
         assert_int_equal(invfix_count(l->t, CROWD, INV_PLACED), 50);
         assert_int_equal(invfix_count(l->t, CROWD, INV_SOLD_OUT), CROWD - 50);
         struct inv_batch_stats bs;
-        inv_batcher_stats(l->batcher, &bs);
-        if (bs.batches < CROWD / 16 || bs.batches > 12)
+        inv_batch_stats(f.inv, &bs);
+        if (bs.holds < CROWD / 16 || bs.holds > 12)
             fail_msg("%s: %llu holds for %d orders in batches of 16", modes[m],
-                     (unsigned long long)bs.batches, CROWD);
-        if (bs.handed != 0)
-            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
-                     (unsigned long long)bs.handed);
+                     (unsigned long long)bs.holds, CROWD);
+        if (bs.queued != 0)
+            fail_msg("%s: %lld ticket(s) left queued", modes[m], (long long)bs.queued);
         loop_free(l);
         invfix_assert_sold(&f, sku, 50, 0);
         invfix_close(&f);
@@ -423,7 +403,6 @@ static void test_reset_during_a_hold_writes_nothing(void **state)
     assert_int_equal(inv_sku_put(other.s, "reset", 7, 1, 1), INV_OK);
     loop_settle(l, 5000);
     expect_status(l, 1, 3, INV_PLACED);
-    assert_int_equal(handed(l), 0);
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.epoch_changed, 1);
@@ -603,9 +582,6 @@ static void test_order_of_several_segments(void **state)
         for (int i = 0; i < t->order.nparts; i++)
             units += t->order.parts[i].qty;
         assert_int_equal(units, 4);
-        if (handed(l) != 0)
-            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
-                     (unsigned long long)handed(l));
         loop_free(l);
         invfix_assert_sold(&f, sku, 4, 2);
         invfix_close(&f);
@@ -646,9 +622,6 @@ static void test_orders_of_several_segments_contend(void **state)
         }
         if (units > 12 || units < 9) /* sold out while 4 remain: stranded */
             fail_msg("%s: %lld units placed of 12", modes[m], units);
-        if (handed(l) != 0)
-            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
-                     (unsigned long long)handed(l));
         loop_free(l);
         invfix_assert_sold(&f, sku, units, 12 - units);
         invfix_close(&f);
@@ -678,7 +651,6 @@ static void test_order_of_several_segments_is_fenced(void **state)
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.fenced_off, 1);
-    assert_int_equal(handed(l), 0);
     loop_free(l);
     invfix_assert_sold(&f, "wfence", 0, 6);
     invfix_close(&other);
@@ -709,9 +681,6 @@ static void test_replays_answered_on_the_loop(void **state)
         assert_true(replay->order.id == first->order.id);
         assert_string_equal(replay->order.user_id, "ann");
         assert_int_equal(reused->st, INV_IDEM_MISMATCH);
-        if (handed(l) != 0)
-            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
-                     (unsigned long long)handed(l));
         loop_free(l);
         invfix_assert_sold(&f, "again", 1, 9);
         invfix_close(&f);
@@ -751,7 +720,6 @@ static void test_unknown_layout_and_hops_on_the_loop(void **state)
     loop_settle(l, 5000);
     assert_int_equal(t->st, INV_PLACED);
     assert_int_equal(t->order.segment, 1);
-    assert_int_equal(handed(l), 0);
     loop_free(l);
     invfix_assert_sold(&f, "fresh", 3, 7);
     invfix_assert_sold(&f, "hops", 3, 1);
@@ -786,7 +754,7 @@ static void test_free_answers_orders_in_flight(void **state)
 /* ---- the atomic mode on the loop ------------------------------------------ */
 
 /* One script per order, pipelined on the loop's connection: a replay among
- * them is answered (by the batch thread) with the first order, a second order
+ * them is answered with the first order, a second order
  * of the same user hits the limit, and every order gets its own answer, not
  * its neighbour's. */
 static void test_atomic_keeps_each_answer(void **state)
@@ -855,7 +823,7 @@ static void test_polling_lock_waits_on_the_loop(void **state)
         open_mode(&f, modes[m], 0);
         inv_sku_put(f.s, sku, 10, 1, 1);
         learn_layout(&f, sku);
-        /* Another holder: a batch thread of this process (local), or of
+        /* Another holder: another session of this process (local), or of
          * another instance (the Redis modes: the same lock, another session). */
         struct lock_session *other = lock_session_new(f.lock, f.rc);
         struct lock_grant g;
@@ -872,9 +840,6 @@ static void test_polling_lock_waits_on_the_loop(void **state)
             fail_msg("%s: the loop's hold never found the lock taken", modes[m]);
         if (strcmp(modes[m], "zk") == 0 && lock_figures(l).watch_wakeups < 1)
             fail_msg("zk: the loop's hold was not woken by its predecessor's watch");
-        if (handed(l) != 0)
-            fail_msg("%s: %llu ticket(s) handed to the batch threads", modes[m],
-                     (unsigned long long)handed(l));
         if (lock_fenced(f.lock)) {
             redisReply *r = rconn_command(f.rc, "GET %s", fkey);
             assert_non_null(r);

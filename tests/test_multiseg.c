@@ -14,13 +14,12 @@
 #include <string.h>
 
 #include "clock.h"
-#include "batch.h"
 #include "invfix.h"
 #include "testutil.h"
 
-/* An order placed through a batcher, as the server places it. */
-static inv_status place_batched(struct invfix *f, struct inv_batcher *b, const char *sku,
-                                const char *user, int qty, struct inv_order *o)
+/* An order placed on an event loop, as the server places it. */
+static inv_status place_on_loop(struct invfix *f, const char *sku, const char *user, int qty,
+                                struct inv_order *o)
 {
     static struct inv_ticket t;
     struct invfix_waiter w = INVFIX_WAITER_INIT;
@@ -29,8 +28,7 @@ static inv_status place_batched(struct invfix *f, struct inv_batcher *b, const c
         return st;
     t.done = invfix_on_done;
     t.owner = &w;
-    inv_batcher_submit(b, &t);
-    invfix_wait_done(&w, 1);
+    invfix_serve(f->inv, &t, 1, 32, &w);
     *o = t.order;
     return t.st;
 }
@@ -46,17 +44,12 @@ static void test_units_in_several_segments_are_sold(void **state)
     for (int m = 0; m < 3; m++) {
         struct invfix f;
         invfix_open_shared(&f, modes[m], 0);
-        struct inv_batcher_config bc = {.threads = 2,
-                                        .batch = 32,
-                                        .redis_host = "127.0.0.1",
-                                        .redis_port = invfix_redis.port};
-        struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
         assert_int_not_equal(inv_sku_put(f.s, "pairs", 10, 16, 3), INV_UNAVAILABLE);
         static struct inv_order o;
         for (int i = 0; i < 5; i++) {
             char user[16];
             snprintf(user, sizeof(user), "pair%d", i);
-            assert_int_equal(place_batched(&f, b, "pairs", user, 2, &o), INV_PLACED);
+            assert_int_equal(place_on_loop(&f, "pairs", user, 2, &o), INV_PLACED);
             assert_int_equal(o.nparts, 2);
             assert_int_not_equal(o.parts[0].segment, o.parts[1].segment);
             assert_int_equal(o.parts[0].qty + o.parts[1].qty, 2);
@@ -65,8 +58,7 @@ static void test_units_in_several_segments_are_sold(void **state)
             assert_int_equal(got.nparts, 2);
             assert_int_equal(got.parts[1].segment, o.parts[1].segment);
         }
-        assert_int_equal(place_batched(&f, b, "pairs", "pair5", 2, &o), INV_SOLD_OUT);
-        inv_batcher_free(b);
+        assert_int_equal(place_on_loop(&f, "pairs", "pair5", 2, &o), INV_SOLD_OUT);
         invfix_assert_sold(&f, "pairs", 10, 0);
         invfix_close(&f);
     }

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
 #include "invfix.h"
 #include "testutil.h"
 
@@ -184,26 +183,21 @@ static void test_stale_holder_writes_without_fencing(void **state)
     run_stale_holder(0);
 }
 
-/* In zk mode with fencing on, orders sell through the batcher, the commit
- * accepting the czxid the read raised the mark to; the audit agrees. */
+/* In zk mode with fencing on, orders sell through an event loop's group
+ * commits, the commit accepting the czxid the read raised the mark to; the
+ * audit agrees. */
 static void test_batches_sell_with_czxid_tokens(void **state)
 {
     (void)state;
     struct zkfix f;
     zkfix_open(&f, zk.port, invfix_redis.port, 0, 1);
     assert_int_not_equal(inv_sku_put(f.s, "zb", 30, 4, 1), INV_UNAVAILABLE);
-    struct inv_batcher_config bc = {.threads = 2,
-                                    .batch = 8,
-                                    .redis_host = "127.0.0.1",
-                                    .redis_port = invfix_redis.port};
-    struct inv_batcher *b = inv_batcher_start(f.inv, &bc);
     static struct inv_ticket t[40];
     struct invfix_waiter w = INVFIX_WAITER_INIT;
-    invfix_submit_crowd(f.inv, b, t, 40, "zb", "z", &w);
-    invfix_wait_done(&w, 40);
+    invfix_tickets(f.inv, t, 40, "zb", "z", &w);
+    invfix_serve(f.inv, t, 40, 8, &w);
     assert_int_equal(invfix_count(t, 40, INV_PLACED), 30);
     assert_int_equal(invfix_count(t, 40, INV_SOLD_OUT), 10);
-    inv_batcher_free(b);
     struct inv_audit a;
     assert_int_equal(inv_audit(f.s, "zb", &a), INV_OK);
     assert_int_equal(a.sold, 30);
