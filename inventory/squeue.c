@@ -23,11 +23,11 @@ void squeues_free(struct squeues *qs, void (*left)(struct inv_ticket *t, void *a
             next = q->hnext;
             for (struct inv_ticket *t = q->head, *tn; t; t = tn) {
                 tn = t->next;
-                atomic_fetch_sub(&qs->inv->queued, 1);
+                atomic_fetch_sub_explicit(&qs->inv->queued, 1, memory_order_relaxed);
                 if (left)
                     left(t, arg);
             }
-            atomic_fetch_sub(&qs->inv->queues, 1);
+            atomic_fetch_sub_explicit(&qs->inv->queues, 1, memory_order_relaxed);
             free(q);
         }
     memset(qs->buckets, 0, sizeof(qs->buckets));
@@ -55,7 +55,7 @@ struct squeue *squeue_get(struct squeues *qs, const char *sku, int seg, int *mad
     q->hnext = *slot;
     *slot = q;
     qs->count++;
-    atomic_fetch_add(&qs->inv->queues, 1);
+    atomic_fetch_add_explicit(&qs->inv->queues, 1, memory_order_relaxed);
     *made = 1;
     return q;
 }
@@ -67,13 +67,13 @@ void squeue_drop(struct squeues *qs, struct squeue *q)
         p = &(*p)->hnext;
     *p = q->hnext;
     qs->count--;
-    atomic_fetch_sub(&qs->inv->queues, 1);
+    atomic_fetch_sub_explicit(&qs->inv->queues, 1, memory_order_relaxed);
     free(q);
 }
 
 void squeue_push(struct squeue *q, struct inv_ticket *t)
 {
-    atomic_fetch_add(&q->qs->inv->queued, 1);
+    atomic_fetch_add_explicit(&q->qs->inv->queued, 1, memory_order_relaxed);
     t->next = NULL;
     if (q->tail)
         q->tail->next = t;
@@ -84,7 +84,7 @@ void squeue_push(struct squeue *q, struct inv_ticket *t)
 
 void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n)
 {
-    atomic_fetch_add(&q->qs->inv->queued, n);
+    atomic_fetch_add_explicit(&q->qs->inv->queued, n, memory_order_relaxed);
     for (int i = n - 1; i >= 0; i--) {
         t[i]->next = q->head;
         q->head = t[i];
@@ -96,7 +96,7 @@ void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n)
 struct inv_ticket *squeue_pop(struct squeue *q)
 {
     struct inv_ticket *t = q->head;
-    atomic_fetch_sub(&q->qs->inv->queued, 1);
+    atomic_fetch_sub_explicit(&q->qs->inv->queued, 1, memory_order_relaxed);
     q->head = t->next;
     if (!q->head)
         q->tail = NULL;
