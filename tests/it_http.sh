@@ -253,8 +253,10 @@ sbase=$STARTED_URL
 curl -s -o /dev/null -X PUT "${auth[@]}" --data-binary '{"stock":50,"segments":2}' "$sbase/skus/gone"
 curl -s -o /dev/null -X POST --data-binary '{"user_id":"learn"}' "$sbase/skus/gone/orders"
 gone_pids=()
-for i in $(seq 1 12); do # each gives up after 50 ms, inside the 300 ms of work
-    curl -s -o /dev/null --max-time 0.05 -X POST --data-binary "{\"user_id\":\"gone$i\"}" \
+# Each gives up after 150 ms, inside the 300 ms of work: time enough to send its order on
+# a busy machine (at 50 ms one sometimes gave up before the server had its request).
+for i in $(seq 1 12); do
+    curl -s -o /dev/null --max-time 0.15 -X POST --data-binary "{\"user_id\":\"gone$i\"}" \
         "$sbase/skus/gone/orders" &
     gone_pids+=($!)
 done
