@@ -86,6 +86,9 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_st
         snprintf(ra, sizeof(ra), "%d", res->retry_after);
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
+    if (res->status == 401) /* RFC 7235: a 401 names the scheme it wants */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"seckill\"");
     if (res->status == 405) {
         char allow[64];
         svc_route_allowed(st->path, allow, sizeof(allow));

@@ -42,6 +42,17 @@ auth=(-H 'Authorization: Bearer s3cret')
 answer "PUT without token" "401 unauthorized/string" PUT /skus/tv '{"stock":3,"per_user_limit":1}'
 answer "PUT with a wrong token" "401 unauthorized/string" PUT /skus/tv '{"stock":3,"per_user_limit":1}' -H 'Authorization: Bearer wrong'
 answer "a refused PUT created nothing" "404 not_found/string" GET /skus/tv
+challenge=$(curl -s -o /dev/null -D - -X PUT --data-binary '{"stock":3}' "$base/skus/tv" |
+    tr -d '\r' | awk -F': ' 'tolower($1)=="www-authenticate"{print $2}')
+expect "a 401 names the scheme it wants (WWW-Authenticate)" 'Bearer realm="seckill"' "$challenge"
+# The scheme is case-insensitive (RFC 7235); the token is not.
+for scheme in 'bearer s3cret' 'BEARER  s3cret'; do
+    req PUT /skus/scheme '{"stock":1}' -H "Authorization: $scheme"
+    expect "Authorization: $scheme is the admin token" "1" "$((status == 200 || status == 201))"
+done
+answer "a token in another case is refused" "401 unauthorized/string" PUT /skus/scheme '{"stock":1}' -H 'Authorization: Bearer S3CRET'
+answer "a token glued to the scheme is refused" "401 unauthorized/string" PUT /skus/scheme '{"stock":1}' -H 'Authorization: Bearers3cret'
+answer "a token with a suffix is refused" "401 unauthorized/string" PUT /skus/scheme '{"stock":1}' -H 'Authorization: Bearer s3cretX'
 req PUT /skus/tv '{"stock":3,"segments":2,"per_user_limit":1}' "${auth[@]}"
 expect "PUT creates" "201" "$status"
 req PUT /skus/tv '{"stock":3,"segments":1,"per_user_limit":2}' "${auth[@]}"
@@ -153,6 +164,14 @@ hostile_answer "user_id an array" "400 bad_request/string" POST $order '{"user_i
 hostile_answer "qty 1e30" "400 bad_request/string" POST $order '{"user_id":"ann","qty":1e30}'
 hostile_answer "qty negative" "400 bad_request/string" POST $order '{"user_id":"ann","qty":-1}'
 hostile_answer "empty body" "400 bad_request/string" POST $order "" -H 'Content-Type: application/json'
+# an unknown field is refused and named, not taken for an absent one with a default
+hostile_answer "order with a misspelt qty (qtty)" "400 bad_request/string" POST $order '{"user_id":"carol","qtty":2}'
+expect "... the detail names the field" "1" "$(jq -r .detail <<<"$body" | grep -c qtty)"
+hostile_answer "order with an extra field" "400 bad_request/string" POST $order '{"user_id":"carol","coupon":"FREE"}'
+hostile_answer "PUT with a misspelt per_user_limit (reset refused)" "400 bad_request/string" PUT /skus/hx '{"stock":5,"per_user_limt":3}' "${auth[@]}"
+expect "... the detail names the field" "1" "$(jq -r .detail <<<"$body" | grep -c per_user_limt)"
+hostile_answer "PUT of a new SKU with an unknown field (nothing created)" "400 bad_request/string" PUT /skus/typo '{"stock":5,"limit":3}' "${auth[@]}"
+hostile_answer "... the SKU does not exist" "404 not_found/string" GET /skus/typo
 
 # framing
 repeat 'x' 5000 >"$H/5k"
