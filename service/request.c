@@ -47,9 +47,9 @@ static req_status fields_known(json_t *root, const char *const known[], char *de
             i++;
         if (known[i])
             continue;
-        size_t used = (size_t)snprintf(detail, detail_len,
-                                       "unknown field '%.*s'; the body takes",
-                                       REQ_FIELD_SHOWN, name);
+        size_t used =
+            (size_t)snprintf(detail, detail_len, "unknown field '%.*s'; the body takes",
+                             REQ_FIELD_SHOWN, name);
         for (i = 0; known[i] && used < detail_len; i++)
             used += (size_t)snprintf(detail + used, detail_len - used, "%s %s",
                                      i ? "," : "", known[i]);

@@ -118,7 +118,8 @@ static void test_unknown_fields(void **state)
     /* every known field is still taken */
     assert_int_equal(order("{\"qty\":2,\"user_id\":\"carol\"}", &o), REQ_OK);
     assert_int_equal(o.qty, 2);
-    assert_int_equal(sku("{\"per_user_limit\":3,\"segments\":2,\"stock\":5}", &s), REQ_OK);
+    assert_int_equal(sku("{\"per_user_limit\":3,\"segments\":2,\"stock\":5}", &s),
+                     REQ_OK);
     assert_int_equal(s.limit, 3);
     /* a long name is cut in the detail, which stays a sentence */
     char body[400];
