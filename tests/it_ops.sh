@@ -154,8 +154,8 @@ curl -s "$A/metrics" >"$dir/process.txt"
 metric() { awk -v m="$1" '$1 == m { print $2 }' "$dir/process.txt"; }
 fds=$(metric process_open_fds)
 real=$(find "/proc/$apid/fd" -mindepth 1 | wc -l)
-expect "process_open_fds ($fds) is what /proc says ($real), within 3" "1" \
-    "$((fds - real <= 3 && real - fds <= 3))"
+expect "process_open_fds ($fds) is what /proc says ($real), within 5" "1" \
+    "$((fds - real <= 5 && real - fds <= 5))"
 rss=$(metric process_resident_memory_bytes)
 vmrss=$(awk '$1 == "VmRSS:" { print $2 * 1024 }' "/proc/$apid/status")
 expect "process_resident_memory_bytes ($rss) is VmRSS ($vmrss) within 10 %" "1" \
@@ -179,12 +179,15 @@ abort_conn() { # a connection that sends half a request and leaves
     printf 'POST /skus/ops/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"u' >&"$fd"
     exec {fd}>&-
 }
+burst_start=$SECONDS
 for ((i = 0; i < 200; i++)); do abort_conn; done
+burst_secs=$((SECONDS - burst_start + 2)) # whole seconds it may have spanned
 suppressed() { curl -s "$H/metrics" | awk '$1 == "seckill_log_lines_suppressed_total" { print $2 }'; }
 check "200 aborted connections: the warnings beyond 5 a second are counted" \
     wait_until 5 bash -c "(( \$(curl -s $H/metrics | awk '\$1 == \"seckill_log_lines_suppressed_total\" { print \$2 }') >= 100 ))"
 lines=$(grep -c 'event=http ' "$dir/h.log")
-expect "... and not logged: ${lines} lines for $(suppressed) suppressed" "1" "$((lines <= 10))"
+expect "... and not logged: ${lines} lines in ${burst_secs} s for $(suppressed) suppressed" "1" \
+    "$((lines <= 5 * burst_secs))"
 abort_again() { abort_conn && grep -q 'event=http .*suppressed=[0-9]' "$dir/h.log"; }
 check "a later warning says how many were suppressed" wait_until 5 abort_again
 n=$(grep -o 'event=http .*suppressed=[0-9]*' "$dir/h.log" | head -1 | sed 's/.*suppressed=//')
