@@ -130,12 +130,13 @@ static config_status opt_password(struct svc_config *cfg, const char *value, cha
                          errlen);
 }
 
-/* Reads a secret from the file at path into field (of size len): the file's
- * content, its one trailing newline ("\n" or "\r\n") stripped. Once, at
- * start: the secret stays out of argv and the environment (/proc/PID/cmdline,
- * /proc/PID/environ). Refused when unreadable, empty or of several lines. */
-static config_status secret_file(char *field, size_t len, const char *path, char *err,
-                                 size_t errlen)
+/* Reads the one line of the file at path into field (of size len), its
+ * trailing newline ("\n" or "\r\n") stripped. For secrets, read once at start
+ * (they stay out of /proc/PID/cmdline and /proc/PID/environ), and for the log
+ * level. Refused, field untouched, when unreadable, empty or of several lines;
+ * err never repeats the content. */
+static config_status file_line(char *field, size_t len, const char *path, char *err,
+                               size_t errlen)
 {
     char buf[1024];
     FILE *f = fopen(path, "re");
@@ -168,14 +169,14 @@ static config_status secret_file(char *field, size_t len, const char *path, char
 static config_status opt_password_file(struct svc_config *cfg, const char *value,
                                        char *err, size_t errlen)
 {
-    return secret_file(cfg->redis_password, sizeof(cfg->redis_password), value, err,
-                       errlen);
+    return file_line(cfg->redis_password, sizeof(cfg->redis_password), value, err,
+                     errlen);
 }
 
 static config_status opt_token_file(struct svc_config *cfg, const char *value, char *err,
                                     size_t errlen)
 {
-    return secret_file(cfg->admin_token, sizeof(cfg->admin_token), value, err, errlen);
+    return file_line(cfg->admin_token, sizeof(cfg->admin_token), value, err, errlen);
 }
 
 static config_status opt_lock(struct svc_config *cfg, const char *value, char *err,
@@ -319,7 +320,7 @@ int svc_config_log_level(const struct svc_config *cfg, char *err, size_t errlen)
     char word[16];
     if (!cfg->log_level_file[0])
         return cfg->log_level;
-    if (secret_file(word, sizeof(word), cfg->log_level_file, err, errlen) != CONFIG_OK)
+    if (file_line(word, sizeof(word), cfg->log_level_file, err, errlen) != CONFIG_OK)
         return -1;
     int level = log_level_parse(word);
     if (level < 0)
