@@ -97,6 +97,21 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(say) CC $<
 	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
+# What --version and /metrics' seckill_build_info say: git's description and
+# commit, or given (make SECKILL_VERSION=1.2.0 SECKILL_COMMIT=abc123). The stamp
+# changes only when they do, and rebuilds version.o then.
+SECKILL_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+SECKILL_COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+$(BUILD)/gen/version.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(SECKILL_VERSION) $(SECKILL_COMMIT)' | cmp -s - $@ 2>/dev/null || \
+		echo '$(SECKILL_VERSION) $(SECKILL_COMMIT)' >$@
+$(BUILD)/obj/service/version.o: $(BUILD)/gen/version.stamp
+$(BUILD)/obj/service/version.o: ALL_CFLAGS += -DSECKILL_VERSION='"$(SECKILL_VERSION)"' \
+	-DSECKILL_COMMIT='"$(SECKILL_COMMIT)"'
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/libseckill.a: $(LIB_OBJ)
 	@rm -f $@
 	$(say) AR $@
@@ -161,7 +176,7 @@ chaos: deps
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
 FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c \
-	service/log.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
+	service/log.c service/version.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@

@@ -332,6 +332,35 @@ start_faultproxy() {
         proc_start "$name" "$dir" "$bin" "{port}" "$target" "$@"
 }
 
+# nginx_json_errors: the lines of a server block that answer nginx's own refusals of
+# a malformed request (bad framing or Content-Length, a request line or headers too
+# large, a body over client_max_body_size, an HTTP version it does not speak) with
+# the contract's {"error","detail"} instead of its HTML page. Such requests never
+# reach an instance. The instances' answers pass as they are (no
+# proxy_intercept_errors), and 502/504 (no instance answered) keep nginx's page:
+# for a POST nobody can say here whether the order was placed.
+nginx_json_errors() {
+    local code status error detail
+    while read -r code status error detail; do
+        echo "        error_page $code $([[ $code != "$status" ]] && echo "=$status ")/_seckill_error/$status;"
+    done <<<"$NGINX_JSON_ERRORS"
+    while read -r code status error detail; do
+        [[ $code == "$status" ]] || continue
+        echo "        location = /_seckill_error/$status {"
+        echo "            internal;"
+        echo "            default_type application/json;"
+        echo "            return $status '{\"error\":\"$error\",\"detail\":\"$detail\"}';"
+        echo "        }"
+    done <<<"$NGINX_JSON_ERRORS"
+}
+# nginx's code, the status answered, the error, the detail
+NGINX_JSON_ERRORS="400 400 bad_request malformed request (framing, Content-Length, request line or headers), refused by the balancer
+494 431 bad_request request headers too large, refused by the balancer
+431 431 bad_request request headers too large, refused by the balancer
+413 413 too_large the body is over 4 KiB
+414 414 bad_request URL too long, refused by the balancer
+505 505 bad_request HTTP version not supported, refused by the balancer"
+
 # write_nginx_conf DIR PORT INSTANCE_PORTS...: with CANNED=1 the config also has one
 # server per instance port, answering a canned 201 (see --canned).
 write_nginx_conf() {
@@ -361,6 +390,7 @@ write_nginx_conf() {
         echo "    }"
         echo "    server {"
         echo "        listen 127.0.0.1:$port;"
+        nginx_json_errors
         echo "        location / {"
         echo "            proxy_pass http://seckill;"
         echo "            proxy_http_version 1.1;"

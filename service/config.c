@@ -13,6 +13,7 @@
 
 #include "lock.h"
 #include "log.h"
+#include "version.h"
 
 typedef config_status (*option_parse_fn)(struct svc_config *cfg, const char *value,
                                          char *err, size_t errlen);
@@ -127,6 +128,55 @@ static config_status opt_password(struct svc_config *cfg, const char *value, cha
     return string_option(cfg->redis_password, sizeof(cfg->redis_password), value,
                          strlen(value) < sizeof(cfg->redis_password), "is too long", err,
                          errlen);
+}
+
+/* Reads the one line of the file at path into field (of size len), its
+ * trailing newline ("\n" or "\r\n") stripped. For secrets, read once at start
+ * (they stay out of /proc/PID/cmdline and /proc/PID/environ), and for the log
+ * level. Refused, field untouched, when unreadable, empty or of several lines;
+ * err never repeats the content. */
+static config_status file_line(char *field, size_t len, const char *path, char *err,
+                               size_t errlen)
+{
+    char buf[1024];
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+        return CONFIG_ERROR;
+    }
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    int failed = ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (failed) {
+        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
+        return CONFIG_ERROR;
+    }
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    if (n == 0 || n >= len || memchr(buf, '\n', n) || memchr(buf, '\0', n)) {
+        snprintf(err, errlen, "the file must hold one line of 1..%zu characters",
+                 len - 1);
+        return CONFIG_ERROR;
+    }
+    memcpy(field, buf, n);
+    field[n] = '\0';
+    return CONFIG_OK;
+}
+
+static config_status opt_password_file(struct svc_config *cfg, const char *value,
+                                       char *err, size_t errlen)
+{
+    return file_line(cfg->redis_password, sizeof(cfg->redis_password), value, err,
+                     errlen);
+}
+
+static config_status opt_token_file(struct svc_config *cfg, const char *value, char *err,
+                                    size_t errlen)
+{
+    return file_line(cfg->admin_token, sizeof(cfg->admin_token), value, err, errlen);
 }
 
 static config_status opt_lock(struct svc_config *cfg, const char *value, char *err,
@@ -248,6 +298,36 @@ static config_status opt_log_level(struct svc_config *cfg, const char *value, ch
     return CONFIG_ERROR;
 }
 
+/* --log-level-file: read now (an unreadable file or an unknown level is a
+ * bad flag), and again at every SIGHUP (svc_config_log_level). */
+static config_status opt_log_level_file(struct svc_config *cfg, const char *value,
+                                        char *err, size_t errlen)
+{
+    if (strlen(value) >= sizeof(cfg->log_level_file)) {
+        snprintf(err, errlen, "is too long");
+        return CONFIG_ERROR;
+    }
+    snprintf(cfg->log_level_file, sizeof(cfg->log_level_file), "%s", value);
+    int level = svc_config_log_level(cfg, err, errlen);
+    if (level < 0)
+        return CONFIG_ERROR;
+    cfg->log_level = level;
+    return CONFIG_OK;
+}
+
+int svc_config_log_level(const struct svc_config *cfg, char *err, size_t errlen)
+{
+    char word[16];
+    if (!cfg->log_level_file[0])
+        return cfg->log_level;
+    if (file_line(word, sizeof(word), cfg->log_level_file, err, errlen) != CONFIG_OK)
+        return -1;
+    int level = log_level_parse(word);
+    if (level < 0)
+        snprintf(err, errlen, "'%s' is not debug, info, warn or error", word);
+    return level;
+}
+
 static const struct option_spec options[] = {
     {"listen", "HOST:PORT", "127.0.0.1:8080",
      "HTTP address; a non-loopback one needs --admin-token", opt_listen},
@@ -256,6 +336,10 @@ static const struct option_spec options[] = {
      "(detected; several addresses imply one)",
      opt_redis},
     {"redis-password", "PW", "none", "Redis AUTH password", opt_password},
+    {"redis-password-file", "F", "none",
+     "Redis AUTH password read from file F at start (trailing newline stripped): "
+     "not visible in argv or the environment",
+     opt_password_file},
     {"lock", "MODE", "redis", "none, local, setnx, redis, redlock, zk or atomic",
      opt_lock},
     {"lock-nodes", "H:P,H:P,...", "the --redis node",
@@ -295,7 +379,15 @@ static const struct option_spec options[] = {
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",
      opt_token},
+    {"admin-token-file", "F", "none",
+     "the admin token read from file F at start (trailing newline stripped): not "
+     "visible in argv or the environment",
+     opt_token_file},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
+    {"log-level-file", "F", "none",
+     "the log level read from file F (one word, as --log-level) at start and again "
+     "at every SIGHUP; wins over --log-level",
+     opt_log_level_file},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
@@ -324,6 +416,7 @@ static void print_help(void)
                options[i].dflt, "", env);
     }
     printf("  %-28s this text\n", "--help");
+    printf("  %-28s the version and the commit\n", "--version");
     printf("\nOrder answers: 201 placed; 400 bad_request; 404 not_found; 409 sold_out\n"
            "or limit_reached; 413 too_large; 422 idempotency_mismatch (the\n"
            "Idempotency-Key was used for another user_id or qty: nothing placed,\n"
@@ -453,6 +546,10 @@ static config_status config_from_args(struct svc_config *cfg, int argc, char **a
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             print_help();
+            return CONFIG_HELP;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("seckill %s (commit %s)\n", svc_version(), svc_commit());
             return CONFIG_HELP;
         }
         if (strncmp(arg, "--", 2) != 0) {

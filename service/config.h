@@ -34,14 +34,21 @@ struct svc_config {
     int threads;
     char admin_token[256];
     int log_level;
+    char log_level_file[1024]; /* --log-level-file, "" when not given */
 };
 
 typedef enum { CONFIG_OK = 0, CONFIG_HELP, CONFIG_ERROR } config_status;
 
 /* Fills cfg from defaults, then the environment, then argv. CONFIG_HELP when
- * --help was asked (the text is printed to stdout); CONFIG_ERROR with a
- * message in err for a bad flag or value. */
+ * --help or --version was asked (the text is printed to stdout: exit 0);
+ * CONFIG_ERROR with a message in err for a bad flag or value. The
+ * *-file flags read their file here, once. */
 config_status svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err,
                               size_t errlen);
+
+/* The log level now: cfg->log_level, or, with --log-level-file, what the file
+ * says now (read again; SIGHUP). -1 with err set when that file cannot be read
+ * or names no level (the caller keeps the level it has). */
+int svc_config_log_level(const struct svc_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -86,6 +86,9 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_st
         snprintf(ra, sizeof(ra), "%d", res->retry_after);
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
+    if (res->status == 401) /* RFC 7235: a 401 names the scheme it wants */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer realm=\"seckill\"");
     if (res->status == 405) {
         char allow[64];
         svc_route_allowed(st->path, allow, sizeof(allow));
@@ -328,15 +331,27 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
 }
 
+/* libmicrohttpd's warnings a second, at most: one comes per aborted
+ * connection, which any client can make by the thousand. */
+#define HTTP_WARNINGS_PER_S 5
+static struct log_limit http_warnings = LOG_LIMIT_INIT(HTTP_WARNINGS_PER_S);
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    uint64_t suppressed;
+    if (!log_enabled(LOG_WARN) || !log_limit_take(&http_warnings, &suppressed))
+        return;
     char msg[256];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    log_event(LOG_WARN, "http", "detail=\"%s\"", msg);
+    if (suppressed)
+        log_event(LOG_WARN, "http", "detail=\"%s\" suppressed=%llu", msg,
+                  (unsigned long long)suppressed);
+    else
+        log_event(LOG_WARN, "http", "detail=\"%s\"", msg);
 }
 
 struct MHD_Daemon *http_daemon_start(struct svc_app *app, int lsock,

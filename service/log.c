@@ -1,12 +1,83 @@
 #include "log.h"
 
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
 
 static int log_threshold = LOG_INFO;
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+/* The file stdout was opened by at start, "" when it is no file (a pipe, a
+ * terminal, the journal). Set once by log_open, before any thread starts. */
+static char log_path[PATH_MAX];
+
+void log_open(void)
+{
+    struct stat st;
+    char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/fd/1", path, sizeof(path) - 1);
+    if (n <= 0 || fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode))
+        return;
+    path[n] = '\0';
+    snprintf(log_path, sizeof(log_path), "%s", path);
+}
+
+int log_reopen(void)
+{
+    if (!log_path[0])
+        return 0;
+    int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return -1;
+    fflush(stdout);
+    /* dup2 swaps fd 1 in one step: a line written meanwhile by another thread
+     * goes whole to the old file or whole to the new one. */
+    int rc = dup2(fd, STDOUT_FILENO) < 0 ? -1 : 1;
+    close(fd);
+    return rc;
+}
+
+const char *log_file(void)
+{
+    return log_path;
+}
+
+static atomic_ullong suppressed_total;
+
+int log_limit_take(struct log_limit *l, uint64_t *suppressed)
+{
+    int64_t now = clock_now_us();
+    pthread_mutex_lock(&l->mu);
+    if (now - l->window_us >= 1000000) {
+        l->window_us = now;
+        l->used = 0;
+    }
+    int ok = l->used < l->per_second;
+    if (ok) {
+        l->used++;
+        *suppressed = l->dropped;
+        l->dropped = 0;
+    } else {
+        l->dropped++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (!ok)
+        atomic_fetch_add_explicit(&suppressed_total, 1, memory_order_relaxed);
+    return ok;
+}
+
+uint64_t log_suppressed_total(void)
+{
+    return atomic_load_explicit(&suppressed_total, memory_order_relaxed);
+}
 
 int log_level_parse(const char *text)
 {
@@ -14,6 +85,11 @@ int log_level_parse(const char *text)
         if (strcmp(text, level_names[i]) == 0)
             return i;
     return -1;
+}
+
+const char *log_level_name(int level)
+{
+    return level >= LOG_DEBUG && level <= LOG_ERROR ? level_names[level] : "unknown";
 }
 
 void log_set_level(int level)

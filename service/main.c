@@ -1,4 +1,5 @@
 /* seckill: the flash-sale inventory server. */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -100,23 +101,55 @@ static struct orderid_lease *lease_worker(const struct svc_config *cfg,
     return NULL;
 }
 
-/* Blocks SIGINT and SIGTERM before any thread starts, so that every thread
- * inherits the mask, and returns a signalfd that becomes readable once one
- * of them arrives (also one sent during the start): the main thread waits on
- * it between the routes it runs (svc_server_serve). */
-static int stop_signals_take(void)
+/* Blocks SIGINT, SIGTERM and SIGHUP before any thread starts, so that every
+ * thread inherits the mask, and returns a signalfd that becomes readable once
+ * one of them arrives (also one sent during the start): the main thread waits
+ * on it between the routes it runs (svc_server_serve), and reads it
+ * (signal_take). */
+static int signals_take(void)
 {
-    sigset_t stop_set;
-    sigemptyset(&stop_set);
-    sigaddset(&stop_set, SIGINT);
-    sigaddset(&stop_set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
-    int fd = signalfd(-1, &stop_set, SFD_CLOEXEC);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (fd < 0) {
         perror("seckill: signalfd");
         exit(1);
     }
     return fd;
+}
+
+/* The signal the signalfd holds, or 0 when none (already taken). */
+static int signal_take(int fd)
+{
+    struct signalfd_siginfo si;
+    if (read(fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+        return 0;
+    return (int)si.ssi_signo;
+}
+
+/* SIGHUP: the log file opened again by its name (logrotate moved it), and the
+ * level read again (--log-level-file). Nothing else changes; a failure keeps
+ * what was, and says so. */
+static void reload(const struct svc_config *cfg)
+{
+    int reopened = log_reopen();
+    if (reopened < 0)
+        log_event(LOG_ERROR, "log_reopen_failed", "file=%s reason=\"%s\"", log_file(),
+                  strerror(errno));
+    char err[512];
+    int level = svc_config_log_level(cfg, err, sizeof(err));
+    if (level < 0)
+        log_event(LOG_WARN, "log_level_kept", "file=%s reason=\"%s\"",
+                  cfg->log_level_file, err);
+    else
+        log_set_level(level);
+    /* at warn: seen at every level but error */
+    log_event(LOG_WARN, "reloaded", "log_reopened=%s log_level=%s",
+              reopened > 0 ? "yes" : "no", level >= 0 ? log_level_name(level) : "kept");
 }
 
 /* What the HTTP server stands on, owned by main. */
@@ -261,9 +294,11 @@ int main(int argc, char **argv)
     case CONFIG_OK:
         break;
     }
-    log_set_level(cfg.log_level);
+    log_open();
+    int level = svc_config_log_level(&cfg, err, sizeof(err)); /* read at the flag */
+    log_set_level(level >= 0 ? level : cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
-    int stop_fd = stop_signals_take();
+    int signal_fd = signals_take();
 
     struct backend b = {0};
     int status = backend_start(&cfg, &b);
@@ -288,11 +323,19 @@ int main(int argc, char **argv)
     }
     log_listening(&cfg, &b);
 
-    svc_server_serve(srv, stop_fd);
+    /* SIGHUP reloads and serves on; SIGTERM and SIGINT drain and stop. */
+    for (;;) {
+        svc_server_serve(srv, signal_fd);
+        int sig = signal_take(signal_fd);
+        if (sig == SIGHUP)
+            reload(&cfg);
+        else if (sig != 0)
+            break;
+    }
 
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
     backend_free(&b);
-    close(stop_fd);
+    close(signal_fd);
     log_event(LOG_INFO, "exit", "code=0");
     return 0;
 }

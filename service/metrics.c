@@ -1,13 +1,18 @@
 /* /stats (JSON) and /metrics (Prometheus text format 0.0.4), both rendered
  * from the route table's counters, the inventory's and the lock's, plus stock
  * gauges of the SKUs this instance served lately (read at scrape time). */
+#include <dirent.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "metrics.h"
+#include "version.h"
 
 const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405,
                                        409, 413, 422, 503, 0};
@@ -351,6 +356,100 @@ static void lifecycle(FILE *f, struct svc_app *app)
           svc_durability_durable(app->durability) || app->replicas_acked > 0);
 }
 
+/* seckill_build_info: what --version says, as a constant 1 with labels. */
+static void build_info(FILE *f)
+{
+    family(f, "seckill_build_info",
+           "The version and commit of this build (as seckill --version says), always 1.",
+           "gauge");
+    fprintf(f, "seckill_build_info{version=\"%s\",commit=\"%s\"} 1\n", svc_version(),
+            svc_commit());
+}
+
+/* This process's fields of /proc/self/stat from the state on (the third
+ * field; what precedes it, the name, may hold spaces): fields[i] is field i+3.
+ * How many were read, 0 on failure. */
+static int proc_stat_fields(unsigned long long fields[22])
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || !p[2])
+        return 0;
+    p += 3; /* the state, a letter */
+    fields[0] = 0;
+    int i = 1;
+    for (p = strchr(p, ' '); p && i < 22; i++)
+        fields[i] = strtoull(p, &p, 10);
+    return i;
+}
+
+/* The boot time, seconds since the epoch (/proc/stat btime); 0 if unknown. */
+static long long boot_time_s(void)
+{
+    char line[256];
+    long long btime = 0;
+    FILE *f = fopen("/proc/stat", "re");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "btime %lld", &btime) == 1)
+            break;
+    fclose(f);
+    return btime;
+}
+
+/* The process_* families as Prometheus client libraries export them on Linux
+ * (client_golang's process collector): descriptors, memory, CPU, start time.
+ * A figure that cannot be read is left out. */
+static void process_figures(FILE *f)
+{
+    int open_fds = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));)
+            open_fds += e->d_name[0] != '.';
+        closedir(d);
+        gauge(f, "process_open_fds", "Number of open file descriptors.",
+              open_fds - 1 /* the one reading the directory */);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        gauge(f, "process_max_fds", "Maximum number of open file descriptors.",
+              (long long)rl.rlim_cur);
+    long long size_pages = 0, resident_pages = 0, page = sysconf(_SC_PAGESIZE);
+    FILE *statm = fopen("/proc/self/statm", "re");
+    if (statm) {
+        if (fscanf(statm, "%lld %lld", &size_pages, &resident_pages) == 2) {
+            gauge(f, "process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                  size_pages * page);
+            gauge(f, "process_resident_memory_bytes", "Resident memory size in bytes.",
+                  resident_pages * page);
+        }
+        fclose(statm);
+    }
+    unsigned long long st[22];
+    double tick = (double)sysconf(_SC_CLK_TCK);
+    long long btime = boot_time_s();
+    if (proc_stat_fields(st) == 22 && tick > 0) {
+        /* fields 14, 15: utime, stime; 22: starttime, in ticks since boot */
+        family(f, "process_cpu_seconds_total",
+               "Total user and system CPU time spent in seconds.", "counter");
+        fprintf(f, "process_cpu_seconds_total %.2f\n", (double)(st[11] + st[12]) / tick);
+        if (btime > 0) {
+            family(f, "process_start_time_seconds",
+                   "Start time of the process since unix epoch in seconds.", "gauge");
+            fprintf(f, "process_start_time_seconds %.2f\n",
+                    (double)btime + (double)st[19] / tick);
+        }
+    }
+}
+
 struct sku_figures {
     const char *sku;
     long long initial, remaining, sold, oversold, orders;
@@ -445,7 +544,14 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
     order_counters(f, app, &is);
     locks(f, app->lock);
     lifecycle(f, app);
+    build_info(f);
+    counter(f, "seckill_log_lines_suppressed_total",
+            "Log lines dropped by a rate limit (libmicrohttpd's warnings, e.g. one per "
+            "aborted connection, at most 5 a second); the next line written says how "
+            "many as suppressed=N.",
+            log_suppressed_total());
     sku_gauges(f, inv);
+    process_figures(f);
     fclose(f);
     return buf;
 }

@@ -28,6 +28,36 @@ static json_t *load_object(const char *body, size_t len, char *detail, size_t de
     return root;
 }
 
+/* The longest part of an unknown field's name that a detail repeats. */
+#define REQ_FIELD_SHOWN 64
+
+/* REQ_OK when every field of root is one of known (NULL-terminated), else
+ * REQ_INVALID with detail naming the first other one, in the body's order: a
+ * misspelt field ("qtty") must not pass for an absent one, which has a
+ * default. */
+static req_status fields_known(json_t *root, const char *const known[], char *detail,
+                               size_t detail_len)
+{
+    const char *name;
+    json_t *value;
+    json_object_foreach(root, name, value)
+    {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], name) != 0)
+            i++;
+        if (known[i])
+            continue;
+        size_t used =
+            (size_t)snprintf(detail, detail_len, "unknown field '%.*s'; the body takes",
+                             REQ_FIELD_SHOWN, name);
+        for (i = 0; known[i] && used < detail_len; i++)
+            used += (size_t)snprintf(detail + used, detail_len - used, "%s %s",
+                                     i ? "," : "", known[i]);
+        return REQ_INVALID;
+    }
+    return REQ_OK;
+}
+
 /* An optional integer field in [min, max]; absent leaves *out as it is. */
 static req_status int_field(json_t *root, const char *name, long long min, long long max,
                             long long *out, char *detail, size_t detail_len)
@@ -51,10 +81,13 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
         return REQ_INVALID;
+    static const char *const known[] = {"user_id", "qty", NULL};
     req_status rc = REQ_INVALID;
     json_t *user = json_object_get(root, "user_id");
     long long qty = 1;
-    if (!user) {
+    if (fields_known(root, known, detail, detail_len) != REQ_OK) {
+        /* detail names it */
+    } else if (!user) {
         snprintf(detail, detail_len, "user_id is required");
     } else if (!json_is_string(user) ||
                json_string_length(user) != strlen(json_string_value(user)) ||
@@ -77,9 +110,12 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
         return REQ_INVALID;
+    static const char *const known[] = {"stock", "segments", "per_user_limit", NULL};
     long long stock = -1, segments = default_segments, limit = 1;
     req_status rc = REQ_INVALID;
-    if (!json_object_get(root, "stock"))
+    if (fields_known(root, known, detail, detail_len) != REQ_OK)
+        ; /* detail names it */
+    else if (!json_object_get(root, "stock"))
         snprintf(detail, detail_len, "stock is required");
     else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) ==
                  REQ_OK &&

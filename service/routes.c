@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -49,19 +50,25 @@ static void inv_error(struct svc_response *res, inv_status st)
     }
 }
 
-/* Constant-time comparison of the Authorization header with "Bearer <token>". */
+/* True when the route may run: no --admin-token, or the Authorization header
+ * is "Bearer <token>", the scheme in any case and followed by one or more
+ * spaces (RFC 7235). The scheme is no secret; the token is compared in time
+ * that depends on the configured token's length only, never on where the
+ * header first differs. */
 static int admin_allowed(const struct svc_request *req)
 {
     const char *token = req->app->cfg->admin_token;
     if (!token[0])
         return 1;
     const char *got = req->authorization ? req->authorization : "";
-    char want[300];
-    int wn = snprintf(want, sizeof(want), "Bearer %s", token);
-    size_t gn = strlen(got);
-    unsigned char diff = (unsigned char)(gn != (size_t)wn);
-    for (int i = 0; i < wn; i++)
-        diff |= (unsigned char)want[i] ^ (unsigned char)(i < (int)gn ? got[i] : 0);
+    const char *cred = "";
+    if (strncasecmp(got, "Bearer ", 7) == 0)
+        for (cred = got + 7; *cred == ' ';)
+            cred++;
+    size_t wn = strlen(token), gn = strlen(cred);
+    unsigned char diff = (unsigned char)(gn != wn);
+    for (size_t i = 0; i < wn; i++)
+        diff |= (unsigned char)token[i] ^ (unsigned char)(i < gn ? cred[i] : 0);
     return diff == 0;
 }
 

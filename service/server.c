@@ -226,9 +226,9 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
     return srv;
 }
 
-int svc_server_serve(struct svc_server *srv, int stop_fd)
+int svc_server_serve(struct svc_server *srv, int signal_fd)
 {
-    return waiters_serve(srv, stop_fd, 0);
+    return waiters_serve(srv, signal_fd, 0);
 }
 
 void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)

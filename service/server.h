@@ -17,8 +17,9 @@ struct svc_server;
 struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen);
 
 /* On the main thread, once started: runs the routes which wait on Redis
- * until stop_fd is readable (a signalfd), then returns 1. */
-int svc_server_serve(struct svc_server *srv, int stop_fd);
+ * until signal_fd is readable (a signalfd: a signal is pending, which the
+ * caller reads), then returns 1. Called again after a signal that does not stop. */
+int svc_server_serve(struct svc_server *srv, int signal_fd);
 
 /* On the main thread. Drains: /readyz answers 503 at once, new connections are refused after
  * grace_ms, in-flight requests finish (at most wait_ms), then the daemon stops

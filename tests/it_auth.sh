@@ -14,6 +14,10 @@
 # on Redis (exit 1) before it binds; that a public address WITH a token passes the
 # check is shown only at the flag level (a later flag error is reached instead) and
 # in tests/test_config.c, never by serving on it.
+#
+# Secrets from files: --redis-password-file and SECKILL_ADMIN_TOKEN_FILE serve (the
+# trailing newline stripped) and leave no secret in /proc/PID/cmdline or environ;
+# an unreadable or empty file exits 2 at once, naming the flag or variable.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -135,6 +139,33 @@ start_instance --host 127.0.0.2 --ready-secs 15 lo2 "$dir" --redis "127.0.0.1:$r
 expect "--listen 127.0.0.2 without a token starts and is ready" "200" \
     "$(http_code "$STARTED_URL/readyz")"
 
-it_expect_clean_exit flag env lo2
+# --- secrets from files, read once at start: --redis-password-file, and the admin
+# token through SECKILL_ADMIN_TOKEN_FILE; neither shows in /proc/PID/cmdline or environ
+printf '%s\n' "$PW" >"$dir/redis.pw"
+printf 'f1le-t0ken\r\n' >"$dir/admin.token"
+chmod 600 "$dir/redis.pw" "$dir/admin.token"
+SECKILL_ADMIN_TOKEN_FILE=$dir/admin.token start_instance --ready-secs 15 files "$dir" \
+    --redis "127.0.0.1:$rport" --redis-password-file "$dir/redis.pw"
+FI=$STARTED_URL
+expect "ready with --redis-password-file" "200 " "$(req GET "$FI/readyz")"
+put() { curl -s -o /dev/null -w '%{http_code}' -X PUT --max-time 10 "$@" \
+    --data-binary '{"stock":1}' "$FI/skus/files"; }
+expect "the admin token from SECKILL_ADMIN_TOKEN_FILE is required" "401" "$(put)"
+expect "... and accepted, its trailing newline stripped" "201" \
+    "$(put -H 'Authorization: Bearer f1le-t0ken')"
+fpid=$(cat "$dir/files.pid")
+expect "neither secret is in the process's command line or environment" "0" \
+    "$(cat "/proc/$fpid/cmdline" "/proc/$fpid/environ" | tr '\0' '\n' |
+        grep -c -e "$PW" -e f1le-t0ken)"
+res=$(refused_start nofile --redis-password-file "$dir/missing.pw")
+expect "--redis-password-file unreadable: exit 2 at once" "2 1" "$res"
+expect "... stderr names the flag and the file" "1" \
+    "$(grep -c -- "--redis-password-file: .*$dir/missing.pw.*cannot read" "$dir/nofile.err")"
+: >"$dir/empty.token"
+res=$(SECKILL_ADMIN_TOKEN_FILE=$dir/empty.token refused_start emptytoken)
+expect "an empty SECKILL_ADMIN_TOKEN_FILE: exit 2 at once" "2 1" "$res"
+expect "... stderr names the variable" "1" "$(grep -c SECKILL_ADMIN_TOKEN_FILE "$dir/emptytoken.err")"
+
+it_expect_clean_exit flag env lo2 files
 
 checks_summary

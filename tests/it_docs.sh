@@ -18,7 +18,7 @@ check "every relative link of README.md and docs/*.md resolves" eq "$(grep -c '^
 # "--flag ARG | default | SECKILL_ENV" lines
 "$SECKILL_BIN_PATH" --help >"$dir/help" 2>&1
 check "seckill --help exits 0" eq "$?" 0
-awk '/^  --/ && !/^  --help / {
+awk '/^  --/ && !/^  --(help|version) / {
         line = $0
         if ((getline envline) <= 0) envline = ""
         sub(/^ +env /, "", envline)

@@ -2,12 +2,13 @@
 # Integration: every route and status of the contract's API table, end to end
 # through one real instance and a real redis-server; a failed request changes
 # no state; hostile requests (malformed, oversized, lying framing, tricky paths,
-# a flood) get their exact status and change nothing; a Redis outage answers
+# a flood) get their exact status and change nothing; through nginx in front, the
+# refusals of the HTTP layer are the contract's JSON; a Redis outage answers
 # 503 and heals; SIGTERM drains and exits 0.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-it_begin http redis-server redis-cli curl jq
+it_begin http redis-server redis-cli curl jq nginx
 
 start_redis redis "$dir" always || { echo "redis did not start"; exit 1; }
 rport=$STARTED_PORT
@@ -42,6 +43,17 @@ auth=(-H 'Authorization: Bearer s3cret')
 answer "PUT without token" "401 unauthorized/string" PUT /skus/tv '{"stock":3,"per_user_limit":1}'
 answer "PUT with a wrong token" "401 unauthorized/string" PUT /skus/tv '{"stock":3,"per_user_limit":1}' -H 'Authorization: Bearer wrong'
 answer "a refused PUT created nothing" "404 not_found/string" GET /skus/tv
+challenge=$(curl -s -o /dev/null -D - -X PUT --data-binary '{"stock":3}' "$base/skus/tv" |
+    tr -d '\r' | awk -F': ' 'tolower($1)=="www-authenticate"{print $2}')
+expect "a 401 names the scheme it wants (WWW-Authenticate)" 'Bearer realm="seckill"' "$challenge"
+# The scheme is case-insensitive (RFC 7235); the token is not.
+for scheme in 'bearer s3cret' 'BEARER  s3cret'; do
+    req PUT /skus/scheme '{"stock":1}' -H "Authorization: $scheme"
+    expect "Authorization: $scheme is the admin token" "1" "$((status == 200 || status == 201))"
+done
+answer "a token in another case is refused" "401 unauthorized/string" PUT /skus/scheme '{"stock":1}' -H 'Authorization: Bearer S3CRET'
+answer "a token glued to the scheme is refused" "401 unauthorized/string" PUT /skus/scheme '{"stock":1}' -H 'Authorization: Bearers3cret'
+answer "a token with a suffix is refused" "401 unauthorized/string" PUT /skus/scheme '{"stock":1}' -H 'Authorization: Bearer s3cretX'
 req PUT /skus/tv '{"stock":3,"segments":2,"per_user_limit":1}' "${auth[@]}"
 expect "PUT creates" "201" "$status"
 req PUT /skus/tv '{"stock":3,"segments":1,"per_user_limit":2}' "${auth[@]}"
@@ -153,6 +165,14 @@ hostile_answer "user_id an array" "400 bad_request/string" POST $order '{"user_i
 hostile_answer "qty 1e30" "400 bad_request/string" POST $order '{"user_id":"ann","qty":1e30}'
 hostile_answer "qty negative" "400 bad_request/string" POST $order '{"user_id":"ann","qty":-1}'
 hostile_answer "empty body" "400 bad_request/string" POST $order "" -H 'Content-Type: application/json'
+# an unknown field is refused and named, not taken for an absent one with a default
+hostile_answer "order with a misspelt qty (qtty)" "400 bad_request/string" POST $order '{"user_id":"carol","qtty":2}'
+expect "... the detail names the field" "1" "$(jq -r .detail <<<"$body" | grep -c qtty)"
+hostile_answer "order with an extra field" "400 bad_request/string" POST $order '{"user_id":"carol","coupon":"FREE"}'
+hostile_answer "PUT with a misspelt per_user_limit (reset refused)" "400 bad_request/string" PUT /skus/hx '{"stock":5,"per_user_limt":3}' "${auth[@]}"
+expect "... the detail names the field" "1" "$(jq -r .detail <<<"$body" | grep -c per_user_limt)"
+hostile_answer "PUT of a new SKU with an unknown field (nothing created)" "400 bad_request/string" PUT /skus/typo '{"stock":5,"limit":3}' "${auth[@]}"
+hostile_answer "... the SKU does not exist" "404 not_found/string" GET /skus/typo
 
 # framing
 repeat 'x' 5000 >"$H/5k"
@@ -197,6 +217,57 @@ hostile_answer "POST /skus/hx%00/orders" "400 bad_request/string" POST /skus/hx%
 # libmicrohttpd 0.9.75 ends the path at a raw NUL: "/skus/hx", which takes no POST.
 hostile "a raw NUL in the path of a POST" "405" \
     "$(raw 'POST /skus/hx\0/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n{"user_id":"nul"}' 3)"
+
+# libmicrohttpd 0.9.75 answers the refusals above (bad framing, Content-Length, headers
+# or URL too large, HTTP version) with its own HTML page, which no option of its API
+# replaces (docs/api.md). The balancer in front (scripts/cluster.sh's nginx) refuses
+# them itself, in the contract's JSON, with one header block (libmicrohttpd sends two
+# for a bad Content-Length), and they never reach the instance.
+start_lb nginx "$dir" "$hport" || echo "nginx did not start"
+lbport=$STARTED_PORT
+# lb_raw BYTES: the whole answer of the balancer to BYTES on a new connection, as
+# "STATUS HEAD_BLOCKS CONTENT_TYPE ERROR/DETAIL_TYPE"
+lb_raw() {
+    local fd answer
+    exec {fd}<>"/dev/tcp/127.0.0.1/$lbport" || { echo "no connection"; return; }
+    # shellcheck disable=SC2059 # BYTES is a printf format, as raw's
+    (printf "$1" >&"$fd") 2>/dev/null
+    answer=$(timeout 5 cat <&"$fd" | tr -d '\r')
+    exec {fd}>&-
+    lb_summary "$answer"
+}
+lb_summary() { # ANSWER (head and body, no CRs)
+    local status heads ctype body
+    status=$(head -n 1 <<<"$1" | awk '{ print $2 }')
+    heads=$(grep -c '^HTTP/1\.[01] ' <<<"$1")
+    ctype=$(awk -F': ' 'tolower($1) == "content-type" { print $2; exit }' <<<"$1")
+    body=$(sed '1,/^$/d' <<<"$1")
+    echo "$status $heads $ctype $(jq -r '.error + "/" + (.detail | type)' <<<"$body" 2>/dev/null)"
+}
+lb_curl() { lb_summary "$(curl -s -i --max-time 10 "$@" | tr -d '\r')"; }
+json1() { echo "$1 1 application/json $2/string"; } # STATUS ERROR: what lb_* print
+hostile "via nginx: Content-Length -1" "$(json1 400 bad_request)" \
+    "$(lb_raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{"user_id":"neg"}')"
+hostile "via nginx: Content-Length of 23 digits" "$(json1 400 bad_request)" \
+    "$(lb_raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n')"
+hostile "via nginx: Content-Length abc" "$(json1 400 bad_request)" \
+    "$(lb_raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n')"
+hostile "via nginx: Content-Length 2000000 (over nginx's body limit)" "$(json1 413 too_large)" \
+    "$(lb_raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n')"
+hostile "via nginx: invalid chunk size" "$(json1 400 bad_request)" \
+    "$(lb_raw 'POST /skus/hx/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{"user_id":"chunky"}\r\n0\r\n\r\n')"
+hostile "via nginx: garbage instead of a request line" "$(json1 400 bad_request)" "$(lb_raw 'GARBAGE\r\n\r\n')"
+hostile "via nginx: HTTP/9.9" "$(json1 505 bad_request)" "$(lb_raw 'GET /skus/hx HTTP/9.9\r\nHost: x\r\n\r\n')"
+hostile "via nginx: a 40 KB header" "$(json1 431 bad_request)" \
+    "$(lb_curl -H "X-Big: $(repeat a 40000)" "http://127.0.0.1:$lbport/skus/hx")"
+hostile "via nginx: 1000 headers" "$(json1 431 bad_request)" \
+    "$(lb_curl "${hdrs[@]}" -X POST -d '{"user_id":"many"}' "http://127.0.0.1:$lbport$order")"
+hostile "via nginx: a 40 KB URL" "$(json1 414 bad_request)" \
+    "$(lb_curl "http://127.0.0.1:$lbport/skus/$(repeat a 40000)")"
+hostile "via nginx: the instance's own errors pass as they are" \
+    "400 1 application/json bad_request/string" \
+    "$(lb_curl -X POST -d '{"user_id":"carol","qtty":2}' "http://127.0.0.1:$lbport$order")"
+proc_stop lb "$dir" 5
 
 # methods
 code=$(curl -s -I -o /dev/null -w '%{http_code}' "$base$order")

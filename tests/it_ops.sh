@@ -5,6 +5,10 @@
 # someone else is replaced and /stats shows the id in use; /metrics carries stock
 # gauges that match the SKU report (bounded to the SKUs served lately) and passes
 # promtool (when installed); reads waiting on a frozen Redis hold up no event loop;
+# /metrics has seckill_build_info (what --version says) and the process_* families
+# (descriptors, memory, start time); libmicrohttpd's warnings (one per aborted
+# connection) are rate-limited and the suppressed ones counted; SIGHUP reopens the
+# log by its name and re-reads --log-level-file, never exits;
 # SIGTERM drains: /readyz 503, the in-flight order
 # finishes, its lock is released, exit 0.
 set -uo pipefail
@@ -19,6 +23,7 @@ on_exit() {
     return 0
 }
 
+started_s=$(date +%s)
 start_redis redis "$dir" no || exit 1
 rport=$STARTED_PORT
 common=(--redis "127.0.0.1:$rport" --lock redis --segments 4 --threads 4 --wait-ms 5000)
@@ -74,6 +79,8 @@ for ((i = 0; i < 150; i++)); do
     printf 'POST /skus/ops/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"us' >&"$fd"
 done
 expect "300 idle/slow connections held open" "300" "${#held_fds[@]}"
+fds=$(curl -s "$A/metrics" | awk '$1 == "process_open_fds" { print $2 }')
+expect "process_open_fds counts them (${fds})" "1" "$((fds >= 300))"
 start=$(date +%s%N)
 res=$(order "$A" starved-user)
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
@@ -131,6 +138,79 @@ if command -v promtool >/dev/null; then
 else
     echo "promtool not installed: metrics format check skipped"
 fi
+
+# --- build and process metrics, as Prometheus clients export them
+ver=$("$SECKILL_BIN_PATH" --version)
+expect "--version exits 0" "0" "$?"
+if check "--version says the version and the commit ($ver)" \
+    grep -Eq '^seckill [^ ]+ \(commit [0-9a-f]+\)$' <<<"$ver"; then
+    read -r _ version _ commit <<<"$ver"
+    expect "seckill_build_info says the same" \
+        "seckill_build_info{version=\"$version\",commit=\"${commit%)}\"} 1" \
+        "$(curl -s "$A/metrics" | grep '^seckill_build_info')"
+fi
+apid=$(cat "$dir/a.pid")
+curl -s "$A/metrics" >"$dir/process.txt"
+metric() { awk -v m="$1" '$1 == m { print $2 }' "$dir/process.txt"; }
+fds=$(metric process_open_fds)
+real=$(find "/proc/$apid/fd" -mindepth 1 | wc -l)
+expect "process_open_fds ($fds) is what /proc says ($real), within 5" "1" \
+    "$((fds - real <= 5 && real - fds <= 5))"
+rss=$(metric process_resident_memory_bytes)
+vmrss=$(awk '$1 == "VmRSS:" { print $2 * 1024 }' "/proc/$apid/status")
+expect "process_resident_memory_bytes ($rss) is VmRSS ($vmrss) within 10 %" "1" \
+    "$((rss * 10 >= vmrss * 9 && rss * 10 <= vmrss * 11))"
+start=$(metric process_start_time_seconds)
+expect "process_start_time_seconds ($start) is when the test started it (${started_s})" "1" \
+    "$(awk -v s="$start" -v t="$started_s" -v n="$(date +%s)" 'BEGIN { print (s >= t - 1 && s <= n) }')"
+expect "process_max_fds and process_cpu_seconds_total are there" "2" \
+    "$(grep -Ec '^process_(max_fds|cpu_seconds_total) ' "$dir/process.txt")"
+
+# --- operator conventions on an instance of its own: aborted connections
+# rate-limit their warnings; SIGHUP reopens the log and reads the level again
+echo info >"$dir/h.level"
+start_instance --ready-secs 10 h "$dir" "${common[@]}" --log-level-file "$dir/h.level" ||
+    { echo "h not ready"; exit 1; }
+H=$STARTED_URL hport=$STARTED_PORT
+hpid=$(cat "$dir/h.pid")
+abort_conn() { # a connection that sends half a request and leaves
+    local fd
+    exec {fd}<>"/dev/tcp/127.0.0.1/$hport" || return 1
+    printf 'POST /skus/ops/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"u' >&"$fd"
+    exec {fd}>&-
+}
+burst_start=$SECONDS
+for ((i = 0; i < 200; i++)); do abort_conn; done
+burst_secs=$((SECONDS - burst_start + 2)) # whole seconds it may have spanned
+suppressed() { curl -s "$H/metrics" | awk '$1 == "seckill_log_lines_suppressed_total" { print $2 }'; }
+check "200 aborted connections: the warnings beyond 5 a second are counted" \
+    wait_until 5 bash -c "(( \$(curl -s $H/metrics | awk '\$1 == \"seckill_log_lines_suppressed_total\" { print \$2 }') >= 100 ))"
+lines=$(grep -c 'event=http ' "$dir/h.log")
+expect "... and not logged: ${lines} lines in ${burst_secs} s for $(suppressed) suppressed" "1" \
+    "$((lines <= 5 * burst_secs))"
+abort_again() { abort_conn && grep -q 'event=http .*suppressed=[0-9]' "$dir/h.log"; }
+check "a later warning says how many were suppressed" wait_until 5 abort_again
+n=$(grep -o 'event=http .*suppressed=[0-9]*' "$dir/h.log" | head -1 | sed 's/.*suppressed=//')
+expect "... all of them (${n})" "1" "$((n >= 100))"
+
+mv "$dir/h.log" "$dir/h.log.1"
+echo debug >"$dir/h.level"
+kill -HUP "$hpid"
+check "after SIGHUP the log is a new file of the same name, at the level the file names" \
+    wait_until 5 grep -q 'event=reloaded log_reopened=yes log_level=debug' "$dir/h.log"
+expect "... and the process serves on" "200" "$(http_code "$H/livez")"
+expect "... logging at debug now (a line per request)" "1" \
+    "$(grep -c 'level=debug event=request method=GET path=/livez' "$dir/h.log")"
+echo loud >"$dir/h.level"
+kill -HUP "$hpid"
+check "a level file naming no level: the level is kept, and the log says why" \
+    wait_until 5 grep -q 'event=log_level_kept.*loud' "$dir/h.log"
+for ((i = 0; i < 20; i++)); do kill -HUP "$hpid"; done
+# (signals of one kind sent while one is pending merge into it: fewer reloads)
+check "twenty SIGHUPs in a row: reloaded again" \
+    wait_until 5 bash -c "(( \$(grep -c event=reloaded $dir/h.log) > 2 ))"
+expect "... still serving" "200" "$(http_code "$H/livez")"
+it_expect_clean_exit h
 
 # --- a request that waits on Redis holds up no event loop: with one loop, /livez
 # answers at once while reads wait for a frozen Redis (they run on threads of

@@ -6,8 +6,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "lock.h"
@@ -220,6 +222,61 @@ static void test_zk_watch_flag(void **state)
     unsetenv("SECKILL_ZK_WATCH");
 }
 
+/* Writes text into a fresh file under /tmp; its path in path. */
+static void secret_file(char path[64], const char *text)
+{
+    snprintf(path, 64, "/tmp/seckill-test-config.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+/* --admin-token-file and --redis-password-file (and their SECKILL_*_FILE):
+ * the file's content, read once, its trailing newline stripped; an unreadable
+ * or empty file is an error that names the flag and the file. */
+static void test_secret_files(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512], token[64], password[64];
+    secret_file(token, "t0k3n\n");
+    secret_file(password, "pa ss\r\n");
+    assert_int_equal(load_flag(&cfg, "--admin-token-file", token, err, sizeof(err)),
+                     CONFIG_OK);
+    assert_string_equal(cfg.admin_token, "t0k3n");
+    setenv("SECKILL_REDIS_PASSWORD_FILE", password, 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.redis_password, "pa ss");
+    unsetenv("SECKILL_REDIS_PASSWORD_FILE");
+    /* a public address passes with a token read from a file */
+    char *argv[] = {"seckill", "--listen", "0.0.0.0:8080", "--admin-token-file",
+                    token,     NULL};
+    assert_int_equal(svc_config_load(&cfg, 5, argv, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(
+        load_flag(&cfg, "--admin-token-file", "/nonexistent/token", err, sizeof(err)),
+        CONFIG_ERROR);
+    assert_non_null(strstr(err, "--admin-token-file"));
+    assert_non_null(strstr(err, "/nonexistent/token"));
+    char empty[64];
+    secret_file(empty, "\n");
+    assert_int_equal(load_flag(&cfg, "--redis-password-file", empty, err, sizeof(err)),
+                     CONFIG_ERROR);
+    assert_non_null(strstr(err, "--redis-password-file"));
+    unlink(token);
+    unlink(password);
+    unlink(empty);
+}
+
+/* --version prints and exits 0, like --help. */
+static void test_version(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[64];
+    assert_int_equal(load_flag(&cfg, "--version", NULL, err, sizeof(err)), CONFIG_HELP);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +286,8 @@ int main(void)
         cmocka_unit_test_setup(test_redis_seeds, setup),
         cmocka_unit_test_setup(test_zk_flags, setup),
         cmocka_unit_test_setup(test_zk_watch_flag, setup),
+        cmocka_unit_test_setup(test_secret_files, setup),
+        cmocka_unit_test_setup(test_version, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

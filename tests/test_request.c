@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "request.h"
@@ -89,6 +90,46 @@ static void test_sku_body(void **state)
     assert_int_equal(sku("{\"stock\":\"10\"}", &s), REQ_INVALID);
 }
 
+/* A field the body does not take is refused, named in the detail: a misspelt
+ * one ("qtty") must not be taken for an absent one, which has a default. */
+static void test_unknown_fields(void **state)
+{
+    (void)state;
+    struct req_order o;
+    struct req_sku s;
+    char detail[200] = "";
+    const char *order_body = "{\"user_id\":\"carol\",\"qtty\":2}";
+    assert_int_equal(
+        req_parse_order(order_body, strlen(order_body), &o, detail, sizeof(detail)),
+        REQ_INVALID);
+    assert_non_null(strstr(detail, "qtty"));
+    const char *sku_body = "{\"stock\":5,\"per_user_limt\":3}";
+    detail[0] = '\0';
+    assert_int_equal(
+        req_parse_sku(sku_body, strlen(sku_body), 16, &s, detail, sizeof(detail)),
+        REQ_INVALID);
+    assert_non_null(strstr(detail, "per_user_limt"));
+    /* an unknown field wins over a missing one: the detail names the typo */
+    detail[0] = '\0';
+    const char *typo = "{\"usr_id\":\"a\"}";
+    assert_int_equal(req_parse_order(typo, strlen(typo), &o, detail, sizeof(detail)),
+                     REQ_INVALID);
+    assert_non_null(strstr(detail, "usr_id"));
+    /* every known field is still taken */
+    assert_int_equal(order("{\"qty\":2,\"user_id\":\"carol\"}", &o), REQ_OK);
+    assert_int_equal(o.qty, 2);
+    assert_int_equal(sku("{\"per_user_limit\":3,\"segments\":2,\"stock\":5}", &s),
+                     REQ_OK);
+    assert_int_equal(s.limit, 3);
+    /* a long name is cut in the detail, which stays a sentence */
+    char body[400];
+    snprintf(body, sizeof(body), "{\"user_id\":\"a\",\"%0300d\":1}", 0);
+    detail[0] = '\0';
+    assert_int_equal(req_parse_order(body, strlen(body), &o, detail, sizeof(detail)),
+                     REQ_INVALID);
+    assert_true(strlen(detail) < sizeof(detail) - 1);
+}
+
 static void test_ids_and_keys(void **state)
 {
     (void)state;
@@ -155,6 +196,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_body),
         cmocka_unit_test(test_sku_body),
+        cmocka_unit_test(test_unknown_fields),
         cmocka_unit_test(test_ids_and_keys),
         cmocka_unit_test(test_routes),
     };
