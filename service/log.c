@@ -12,7 +12,8 @@
 
 #include "clock.h"
 
-static int log_threshold = LOG_INFO;
+/* Read by every thread, set by the main thread (a SIGHUP's reload). */
+static atomic_int log_threshold = LOG_INFO;
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 /* The file stdout was opened by at start, "" when it is no file (a pipe, a
@@ -94,12 +95,12 @@ const char *log_level_name(int level)
 
 void log_set_level(int level)
 {
-    log_threshold = level;
+    atomic_store_explicit(&log_threshold, level, memory_order_relaxed);
 }
 
 int log_enabled(int level)
 {
-    return level >= log_threshold;
+    return level >= atomic_load_explicit(&log_threshold, memory_order_relaxed);
 }
 
 void log_event(int level, const char *event, const char *fields, ...)
