@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "durability.h"
+#include "health.h"
 #include "inventory.h"
 #include "lock.h"
 
@@ -21,6 +22,7 @@ struct svc_app {
     struct orderid_lease *lease;
     struct orderid_gen *ids;           /* its worker id is this instance's id */
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
+    struct svc_health *health;         /* the data Redis answers (/readyz) */
     int replicas_acked;                /* --min-replicas-acked, resolved */
     int cluster;                       /* the data Redis is a Redis Cluster */
     /* The process's background duties (lock watchdog, sold-out listener,

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "config.h"
 #include "durability.h"
+#include "health.h"
 #include "inventory.h"
 #include "lock.h"
 #include "log.h"
@@ -162,11 +163,13 @@ struct backend {
     int replicas_acked; /* --min-replicas-acked, resolved */
     struct inv *inv;
     struct svc_durability *durability;
+    struct svc_health *health;
 };
 
 /* Frees what b holds (any part may be missing). */
 static void backend_free(struct backend *b)
 {
+    svc_health_free(b->health);
     svc_durability_stop(b->durability);
     orderid_lease_stop(b->lease);
     inv_free(b->inv);
@@ -229,11 +232,13 @@ static void duties_attach(struct svc_app *app, struct event_base *base)
         lock_attach(b->lock, base);
     soldout_attach(b->soldout, base);
     svc_durability_attach(b->durability, base);
+    svc_health_attach(b->health, base);
 }
 
 static void duties_detach(struct svc_app *app)
 {
     struct backend *b = app->duties;
+    svc_health_detach(b->health);
     svc_durability_detach(b->durability);
     soldout_detach(b->soldout);
     lock_detach(b->lock);
@@ -267,6 +272,7 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
+    b->health = svc_health_new(cfg, b->cluster);
     return 0;
 }
 
@@ -309,6 +315,7 @@ int main(int argc, char **argv)
                           .lock = b.lock,
                           .lease = b.lease,
                           .durability = b.durability,
+                          .health = b.health,
                           .replicas_acked = b.replicas_acked,
                           .cluster = b.cluster,
                           .ids = &b.ids,

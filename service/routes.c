@@ -255,7 +255,7 @@ static void h_readyz(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 503, "unavailable", "draining");
     } else if (app->lease && !orderid_lease_valid(app->lease)) {
         svc_error(res, 503, "unavailable", "order-id worker lease not held");
-    } else if (!inv_ping(req->worker->inv)) {
+    } else if (!svc_health_ok(app->health)) {
         svc_error(res, 503, "unavailable", "Redis is unreachable");
     } else {
         res->status = 200;
@@ -276,7 +276,7 @@ static struct svc_route routes[] = {
     {"GET", "/stats", "stats", h_stats, 0},
     {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},
     {"GET", "/livez", "livez", h_livez, 0},
-    {"GET", "/readyz", "readyz", h_readyz, ROUTE_WAITS | ROUTE_URGENT},
+    {"GET", "/readyz", "readyz", h_readyz, 0},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 

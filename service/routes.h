@@ -50,8 +50,6 @@ typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *
 /* The handler waits on Redis: it runs on the main thread, never on an
  * event loop (waiters.c; the connection is suspended meanwhile). */
 #define ROUTE_WAITS 2
-/* Waits on Redis but goes ahead of the others queued (a balancer's probe). */
-#define ROUTE_URGENT 4
 
 struct svc_route {
     const char *method;

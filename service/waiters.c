@@ -71,10 +71,9 @@ int waiters_serve(struct svc_server *srv, int fd, int64_t until_us)
     }
 }
 
-/* Suspends st's connection and queues it (the urgent ones first): true, or
- * false once stopped (the server is going down): nothing done, the caller
- * answers it itself. */
-static int waiters_submit(struct waiters *w, struct conn_state *st, int urgent)
+/* Suspends st's connection and queues it: true, or false once stopped (the
+ * server is going down): nothing done, the caller answers it itself. */
+static int waiters_submit(struct waiters *w, struct conn_state *st)
 {
     st->next = NULL;
     pthread_mutex_lock(&w->mu);
@@ -83,15 +82,8 @@ static int waiters_submit(struct waiters *w, struct conn_state *st, int urgent)
         /* Suspended before it is queued, so that only a suspended connection
          * can be resumed. */
         MHD_suspend_connection(st->conn);
-        if (urgent) {
-            st->next = w->head;
-            w->head = st;
-            if (w->tail == &w->head)
-                w->tail = &st->next;
-        } else {
-            *w->tail = st;
-            w->tail = &st->next;
-        }
+        *w->tail = st;
+        w->tail = &st->next;
     }
     pthread_mutex_unlock(&w->mu);
     if (!stopped) {
@@ -109,7 +101,7 @@ int waiters_hand_over(struct conn_state *st, const struct svc_request *req)
     st->res = (struct svc_response){0};
     st->pending = PENDING_WAITER;
     st->loop = tls_loop;
-    if (waiters_submit(&tls_loop->srv->waiters, st, st->route->flags & ROUTE_URGENT))
+    if (waiters_submit(&tls_loop->srv->waiters, st))
         return 1;
     st->pending = PENDING_NONE; /* going down: answered here */
     return 0;

@@ -1,10 +1,10 @@
 /* waiters: the routes which wait on Redis (ROUTE_WAITS: PUT/GET of a SKU,
- * the audit, GET of an order, /metrics, /readyz) run on the main thread, on
+ * the audit, GET of an order, /metrics) run on the main thread, on
  * its own connection, so that no event loop waits on Redis and no thread
  * exists only for them. A loop hands a request over (waiters_hand_over) with
  * its connection suspended; the main thread, between signals, runs the route
- * and resumes the connection with the answer (waiters_serve). /readyz goes
- * ahead of the queue. Private to the server: server.c and http.c include it. */
+ * and resumes the connection with the answer (waiters_serve). (/readyz is
+ * answered on the loop, from health.h.) Private to the server: server.c and http.c include it. */
 #ifndef SECKILL_WAITERS_H
 #define SECKILL_WAITERS_H
 

@@ -68,7 +68,9 @@ expect "both orders are in Redis" "2" "$(rcli "$PW" hget 'sk:{pw}:meta' sold)"
 rcli "$PW" config set requirepass "rotated-pw" >/dev/null
 rcli rotated-pw client kill type normal >/dev/null
 start=$(date +%s%N)
-expect "readyz with a wrong password" "503 unavailable" "$(req GET "$F/readyz")"
+# /readyz answers from the health of the last round (service/health.c, every 250 ms)
+auth_lost() { [[ $(req GET "$F/readyz") == "503 unavailable" ]]; }
+check "readyz with a wrong password: 503 unavailable (within 3 s)" wait_until 3 auth_lost
 expect "order with a wrong password" "503 unavailable" "$(req POST "$F/skus/pw/orders" '{"user_id":"cid"}')"
 expect "order with a wrong password (env instance)" "503 unavailable" \
     "$(req POST "$E/skus/pw/orders" '{"user_id":"dan"}')"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Integration: /readyz answers from what the process already knows (service/health.c:
+# a timer on loop 0 keeps the data Redis's answers fresh), so it never waits behind a
+# route that waits on Redis, and it still follows Redis:
+#
+#   - a SKU of ORDERS orders (placed by wrk) whose audit takes a while, fetched over
+#     and over by 8 clients (the audits queue on the main thread): 200 /readyz probes
+#     meanwhile answer 200 with a p99 under 50 ms (issue 29: an audit-hammering
+#     client pushed /readyz to 1.0-1.5 s, and a balancer's 1 s probe dropped a healthy
+#     instance);
+#   - Redis frozen (SIGSTOP): /readyz turns 503 within 3 s, while /livez answers; Redis
+#     woken: 200 again within 3 s;
+#   - Redis stopped: 503 within 3 s; started again: 200 within 10 s.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin ready redis-server redis-cli curl jq wrk
+
+ORDERS=${READY_ORDERS:-120000}
+AUDITORS=8
+
+auditors=()
+on_exit() {
+    [[ -f $dir/redis.pid ]] && kill -CONT "$(cat "$dir/redis.pid")" 2>/dev/null
+    touch "$dir/stop"
+    for p in "${auditors[@]}"; do kill "$p" 2>/dev/null; done
+    return 0
+}
+
+start_redis redis "$dir" no || exit 1
+rport=$STARTED_PORT
+start_instance --ready-secs 10 r "$dir" --redis "127.0.0.1:$rport" --lock redis \
+    --threads 2 --log-level warn || { echo "not ready"; exit 1; }
+R=$STARTED_URL
+curl -s -o /dev/null -X PUT "$R/skus/big" -d '{"stock":100000000,"segments":16}'
+
+# ---- the audit hammered --------------------------------------------------------------
+# wrk places orders until there are ORDERS of them (a few seconds a run)
+for ((run = 0; run < 20; run++)); do
+    sold=$(curl -s "$R/skus/big" | jq -r .sold)
+    ((sold >= ORDERS)) && break
+    wrk -t2 -c32 -d2s -s "$ROOT/loadtest/orders.lua" "$R" -- big 0 1 "r$run" >/dev/null 2>&1
+done
+check "at least $ORDERS orders placed ($sold)" test "$sold" -ge "$ORDERS"
+one=$(curl -s -o /dev/null -w '%{time_total}' --max-time 30 "$R/skus/big/audit")
+echo "one audit of $sold orders: ${one}s"
+
+for ((i = 0; i < AUDITORS; i++)); do
+    (while [[ ! -e $dir/stop ]]; do
+        curl -s -o /dev/null --max-time 60 "$R/skus/big/audit"
+    done) &
+    auditors+=($!)
+done
+# the audits are queued when the instance counts them in flight
+check "the $AUDITORS auditors' requests are in flight" \
+    wait_until 10 bash -c "curl -s --max-time 1 $R/stats | jq -e '.inflight >= $AUDITORS' >/dev/null"
+: >"$dir/probes"
+for ((i = 0; i < 200; i++)); do
+    curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 5 "$R/readyz" \
+        >>"$dir/probes"
+done
+touch "$dir/stop"
+for p in "${auditors[@]}"; do wait "$p" 2>/dev/null; done
+auditors=()
+expect "/readyz during the audits: 200 probes answered 200" "200" \
+    "$(awk '$1 == 200' "$dir/probes" | wc -l)"
+p99=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { print t[int(NR * 0.99)] }')
+p50=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { print t[int(NR * 0.5)] }')
+echo "/readyz under $AUDITORS auditors: p50 ${p50}s, p99 ${p99}s (one audit ${one}s)"
+check "... p99 ${p99}s under 50 ms" awk -v t="$p99" 'BEGIN { exit !(t < 0.05) }'
+
+# ---- Redis frozen, woken, stopped, started -------------------------------------------
+not_ready() { [[ $(http_code "$R/readyz") == 503 ]]; }
+rpid=$(cat "$dir/redis.pid")
+kill -STOP "$rpid"
+check "Redis frozen: /readyz 503 within 3 s" wait_until 3 not_ready
+expect "... /livez still 200" "200" "$(http_code "$R/livez")"
+kill -CONT "$rpid"
+check "Redis woken: /readyz 200 within 3 s" wait_until 3 http_ok "$R/readyz"
+proc_stop redis "$dir" 5
+check "Redis stopped: /readyz 503 within 3 s" wait_until 3 not_ready
+cmd_start "$dir" redis || { echo "redis did not restart"; exit 1; }
+check "Redis started again: /readyz 200 within 10 s" wait_until 10 http_ok "$R/readyz"
+
+checks_summary
