@@ -115,6 +115,20 @@ check "$victim (segment 0's master) killed: its replica took over" wait_until 20
 others_ok() { cluster_ready $(cluster_node_ports "$seed" | grep -vx "$dst"); }
 check "... every other node says cluster_state:ok" wait_until 20 others_ok || cluster_dump
 "$ROOT/scripts/cluster.sh" start --dir "$dir/c" "$victim" >"$dir/restart.out" 2>&1
+# Redis 7.0 sometimes loses the moved slot here (2 runs of 7 on 2026-11-26): the killed
+# master comes back with the configuration it had, its claim to the slot it imported
+# wins over the promoted replica's in the replica's own view, it then turns replica,
+# and the promoted master lists the slot as nobody's (cluster_state:fail in its view
+# alone, for good). That is Redis's, not seckill's: the operator's heal is CLUSTER
+# SETSLOT on the master every other node says owns it, and the test does it, says so,
+# and still asks seckill to follow.
+if ! wait_until 20 synced "$seed"; then
+    owner=$(cluster_slot_owner "$seed" "$slot")
+    if [[ -n $owner && $(cluster_slot_owner "$owner" "$slot") != "$owner" ]]; then
+        echo "healing: 127.0.0.1:$owner does not list slot $slot, which the others say it owns"
+        redis-cli -p "$owner" cluster setslot "$slot" node "$(redis-cli -p "$owner" cluster myid)"
+    fi
+fi
 check "$victim started again, a synced replica" wait_until 60 synced "$seed" || cluster_dump
 orders failover
 expect "orders after the failover: placed, each within $TRIES tries" "$USERS" "$(placed failover)"
