@@ -78,7 +78,6 @@ void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t)
 
 /* ---- a Redis Cluster: a SKU's shards learnt on the loop ------------------- */
 
-
 static void on_learnt(void *arg, aconn_result res, redisReply *r)
 {
     struct inv_ticket *t = arg;
@@ -137,12 +136,11 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
 
 static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
 {
-    if (++t->tries > ENGINE_TRIES) {
+    if (e->cluster && t->gene < 0) {
+        eng_learn(e, t); /* its SKU's shards are not known yet (a try counted there) */
+    } else if (++t->tries > ENGINE_TRIES) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
         eng_ticket_done(e, t);
-    } else if (e->cluster && t->gene < 0) {
-        t->tries--; /* counted by the learning */
-        eng_learn(e, t); /* its SKU's shards are not known yet */
     } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
                RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */

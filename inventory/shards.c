@@ -130,7 +130,6 @@ inv_status inv_ticket_shard(struct inv_session *s, struct inv_ticket *t,
  * nothing, so no unit is lost or made twice, and none stays in flight past
  * the next order that needs it. A unit is never moved back. */
 
-
 void inv_crash_point(const struct inv *inv, const char *step)
 {
     if (strcmp(inv->crash_after, step) == 0)
@@ -146,11 +145,6 @@ static int shard_of_gene(const struct sku_layout *l, int gene)
     return -1;
 }
 
-/* Runs a transfer script on segment seg of the shard of gene `gene`, under
- * the segment's lock as every writer of its stock (a holder's commit writes
- * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
- * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
- * integer answer in *out; a holder fenced off is INV_BUSY. */
 void inv_xfer_call_init(struct inv_xfer_call *c, const struct inv *inv, const char *sku,
                         int gene, int seg, int xin, int nargs, const char *const *args,
                         const struct lock_grant *g)
@@ -204,6 +198,11 @@ int inv_xfer_record_read(const struct sku_layout *l, const redisReply *text, int
                : -1;
 }
 
+/* Runs a transfer script on segment seg of the shard of gene `gene`, under
+ * the segment's lock as every writer of its stock (a holder's commit writes
+ * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
+ * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
+ * integer answer in *out; a holder fenced off is INV_BUSY. */
 static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, int seg,
                             int xin, int nargs, const char **args, long long *out)
 {

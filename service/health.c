@@ -35,6 +35,15 @@ static void unhealthy(struct svc_health *h)
     atomic_store(&h->fresh_until_us, 0);
 }
 
+/* One answer of the round in flight in (or, while it is sent, the send's own
+ * count): the round answered whole, none failed, makes Redis healthy until
+ * HEALTH_FRESH_MS after it went out. */
+static void round_settle(struct svc_health *h)
+{
+    if (--h->owed == 0 && !h->failed)
+        atomic_store(&h->fresh_until_us, h->sent_us + (int64_t)HEALTH_FRESH_MS * 1000);
+}
+
 static void on_answer(void *arg, aconn_result res, redisReply *r)
 {
     struct svc_health *h = arg;
@@ -47,9 +56,7 @@ static void on_answer(void *arg, aconn_result res, redisReply *r)
         h->failed = 1;
         unhealthy(h); /* at once: no need to wait for the rest */
     }
-    if (--h->owed == 0 && !h->failed)
-        atomic_store(&h->fresh_until_us,
-                     h->sent_us + (int64_t)HEALTH_FRESH_MS * 1000);
+    round_settle(h);
 }
 
 /* A slot of each master of the map into slot[] (the first it serves); how
@@ -69,7 +76,16 @@ static int master_slots(const struct cluster_map *m, int slot[CLUSTER_MAX_MASTER
     return n;
 }
 
-/* Sends a round: 0 when nothing could be sent (not healthy then). */
+/* Counts a command of the round queued (rc RCONN_OK), or the round failed. */
+static void round_queued(struct svc_health *h, rconn_status rc)
+{
+    if (rc == RCONN_OK)
+        h->owed++;
+    else
+        h->failed = 1;
+}
+
+/* Sends a round: 0 when it failed at once (not healthy then). */
 static int round_send(struct svc_health *h)
 {
     h->owed = 1; /* until every command is queued */
@@ -77,7 +93,7 @@ static int round_send(struct svc_health *h)
     h->sent_us = clock_now_us();
     if (!h->cluster) {
         const char *ping[] = {"PING"};
-        h->owed += aconn_command(h->conn, on_answer, h, 1, ping, NULL) == RCONN_OK;
+        round_queued(h, aconn_command(h->conn, on_answer, h, 1, ping, NULL));
     } else {
         const struct cluster_map *m = acluster_map(h->masters);
         const char *info[] = {"CLUSTER", "INFO"};
@@ -88,13 +104,10 @@ static int round_send(struct svc_health *h)
             slot[0] = 0, n = 1; /* a command still goes: it learns the map */
         }
         for (int i = 0; i < n; i++)
-            h->owed += acluster_command(h->masters, slot[i], on_answer, h, 2, info) ==
-                       RCONN_OK;
+            round_queued(h, acluster_command(h->masters, slot[i], on_answer, h, 2, info));
     }
-    int sent = h->owed > 1;
-    if (--h->owed == 0 && !h->failed && sent) /* every answer came at once */
-        atomic_store(&h->fresh_until_us, h->sent_us + (int64_t)HEALTH_FRESH_MS * 1000);
-    return sent && !h->failed;
+    round_settle(h); /* every command is queued */
+    return !h->failed;
 }
 
 /* The connection (or router), made anew. */

@@ -109,11 +109,10 @@ int waiters_hand_over(struct conn_state *st, const struct svc_request *req)
 
 void waiters_stop(struct svc_server *srv)
 {
-    waiters_run_queued(srv);
     pthread_mutex_lock(&srv->waiters.mu);
     srv->waiters.stop = 1;
     pthread_mutex_unlock(&srv->waiters.mu);
-    waiters_run_queued(srv); /* queued since */
+    waiters_run_queued(srv); /* nothing is queued after the stop */
 }
 
 void waiters_free(struct svc_server *srv)
