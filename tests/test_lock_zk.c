@@ -838,52 +838,39 @@ static void herd_run(lock_zk_watch watch, const char *key, uint64_t woken[HERD_W
 }
 
 /* Watching the predecessor, each release wakes exactly one waiter, the one
- * that then holds: one wake-up per acquisition that waited. */
-static void herd_check_predecessor(int steps, const char *key)
+ * that then holds: one wake-up per acquisition that waited. Watching all the
+ * children, each release wakes every waiter still queued: HERD_WAITERS, then
+ * one fewer each time (n(n+1)/2 for n acquisitions). */
+static void herd_check(lock_zk_watch watch, int steps, const char *key)
 {
+    int all = watch == LOCK_ZK_WATCH_ALL;
     uint64_t woken[HERD_WAITERS], sum = 0;
-    herd_run(LOCK_ZK_WATCH_PREDECESSOR, key, woken, steps);
+    herd_run(watch, key, woken, steps);
     for (int r = 0; r < HERD_WAITERS; r++) {
-        if (woken[r] != 1)
-            fail_msg("release %d woke %llu waiters, expected 1", r,
-                     (unsigned long long)woken[r]);
+        uint64_t want = all ? (uint64_t)(HERD_WAITERS - r) : 1;
+        if (woken[r] != want)
+            fail_msg("release %d woke %llu waiters, expected %llu%s", r,
+                     (unsigned long long)woken[r], (unsigned long long)want,
+                     all ? " (every one queued)" : "");
         sum += woken[r];
     }
-    print_message("watching the predecessor%s: %llu wake-ups for %d acquisitions "
-                  "(%.2f per acquisition)\n",
-                  steps ? " (steps)" : "", (unsigned long long)sum, HERD_WAITERS,
-                  (double)sum / HERD_WAITERS);
-}
-
-/* Watching all the children, each release wakes every waiter still queued:
- * HERD_WAITERS, then one fewer each time (n(n+1)/2 for n acquisitions). */
-static void herd_check_all(int steps, const char *key)
-{
-    uint64_t woken[HERD_WAITERS], sum = 0;
-    herd_run(LOCK_ZK_WATCH_ALL, key, woken, steps);
-    for (int r = 0; r < HERD_WAITERS; r++) {
-        if (woken[r] != (uint64_t)(HERD_WAITERS - r))
-            fail_msg("release %d woke %llu waiters, expected %d (every one queued)", r,
-                     (unsigned long long)woken[r], HERD_WAITERS - r);
-        sum += woken[r];
-    }
-    print_message("watching all children%s: %llu wake-ups for %d acquisitions "
+    print_message("watching %s%s: %llu wake-ups for %d acquisitions "
                   "(%.2f per acquisition; %llu for the first release, %d waiting)\n",
-                  steps ? " (steps)" : "", (unsigned long long)sum, HERD_WAITERS,
-                  (double)sum / HERD_WAITERS, (unsigned long long)woken[0],
-                  HERD_WAITERS);
+                  all ? "all children" : "the predecessor", steps ? " (steps)" : "",
+                  (unsigned long long)sum, HERD_WAITERS, (double)sum / HERD_WAITERS,
+                  (unsigned long long)woken[0], HERD_WAITERS);
 }
 
 static void test_herd_watching_predecessor(void **state)
 {
     (void)state;
-    herd_check_predecessor(0, "t:herd:pred");
+    herd_check(LOCK_ZK_WATCH_PREDECESSOR, 0, "t:herd:pred");
 }
 
 static void test_herd_watching_all(void **state)
 {
     (void)state;
-    herd_check_all(0, "t:herd:all");
+    herd_check(LOCK_ZK_WATCH_ALL, 0, "t:herd:all");
 }
 
 /* The same by steps, as the event loops acquire (zk_steps.c): every order of
@@ -891,13 +878,13 @@ static void test_herd_watching_all(void **state)
 static void test_herd_steps_watching_predecessor(void **state)
 {
     (void)state;
-    herd_check_predecessor(1, "t:herd:spred");
+    herd_check(LOCK_ZK_WATCH_PREDECESSOR, 1, "t:herd:spred");
 }
 
 static void test_herd_steps_watching_all(void **state)
 {
     (void)state;
-    herd_check_all(1, "t:herd:sall");
+    herd_check(LOCK_ZK_WATCH_ALL, 1, "t:herd:sall");
 }
 
 /* ---- fences, reentrancy, keys ---------------------------------------- */
