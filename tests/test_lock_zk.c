@@ -1243,8 +1243,11 @@ static void test_step_release_lost_leaves_no_node(void **state)
     assert_int_not_equal(lock_release_done(s, "t:steprel", &g, &st), LOCK_RELEASED);
 
     test_zk_restart(&zk);
+    /* The node goes when s is connected again. A connect attempt made while the
+     * JVM is still starting waits out the client's connect timeout (2/3 of the
+     * 15 s session) before the next one: wait well past that. */
     struct lock_session *other = lock_session_new(l, NULL);
-    assert_int_equal(lock_acquire(other, "t:steprel", 10000, &g2), LOCK_ACQUIRED);
+    assert_int_equal(lock_acquire(other, "t:steprel", 30000, &g2), LOCK_ACQUIRED);
     assert_int_equal(lock_release(other, "t:steprel", &g2), LOCK_RELEASED);
     lock_session_free(other);
     lock_session_free(s);
