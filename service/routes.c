@@ -271,7 +271,7 @@ static struct svc_route routes[] = {
     {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
-    {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS},
+    {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
     {"GET", "/stats", "stats", h_stats, 0},
     {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},

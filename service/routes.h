@@ -50,6 +50,11 @@ typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *
 /* The handler waits on Redis: it runs on the main thread, never on an
  * event loop (waiters.c; the connection is suspended meanwhile). */
 #define ROUTE_WAITS 2
+/* With ROUTE_WAITS, for a costly read (the audit): requests for the same path
+ * waiting together get one answer, computed after all of them arrived, and
+ * they wait until the other waiting routes queued meanwhile are served. Not
+ * for admin routes (the answer is shared whatever each request's token). */
+#define ROUTE_SHARED 4
 
 struct svc_route {
     const char *method;

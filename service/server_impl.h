@@ -48,6 +48,9 @@ struct waiters {
     struct conn_state *head, **tail;
     int stop;
     int efd; /* an eventfd: something was queued */
+    /* The main thread's own: ROUTE_SHARED requests taken from the queue and
+     * not answered yet, oldest first. */
+    struct conn_state *shared, **shared_tail;
 };
 
 struct svc_server {

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -16,32 +17,85 @@ void waiters_init(struct svc_server *srv)
     struct waiters *w = &srv->waiters;
     pthread_mutex_init(&w->mu, NULL);
     w->tail = &w->head;
+    w->shared_tail = &w->shared;
     w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (w->efd < 0)
         abort();
 }
 
-/* Takes the oldest queued connection, or NULL. */
-static struct conn_state *waiters_take(struct waiters *w)
+/* Takes every queued connection, oldest first (NULL-terminated by next). */
+static struct conn_state *waiters_take_all(struct waiters *w)
 {
     pthread_mutex_lock(&w->mu);
-    struct conn_state *st = w->head;
-    if (st) {
-        w->head = st->next;
-        if (!w->head)
-            w->tail = &w->head;
-    }
+    struct conn_state *all = w->head;
+    w->head = NULL;
+    w->tail = &w->head;
     pthread_mutex_unlock(&w->mu);
-    return st;
+    return all;
 }
 
+static void waiters_run(struct svc_server *srv, struct conn_state *st)
+{
+    st->req.worker = http_worker_get(srv->app);
+    svc_route_run(st->route, &st->req, &st->res);
+}
+
+/* Answers the oldest shared request, and every other one for the same path
+ * with a copy of its answer: all of them arrived before it was computed. */
+static void waiters_answer_shared(struct svc_server *srv)
+{
+    struct waiters *w = &srv->waiters;
+    struct conn_state *first = w->shared;
+    w->shared = first->next;
+    waiters_run(srv, first);
+    const struct svc_response *res = &first->res;
+    struct conn_state **link = &w->shared;
+    w->shared_tail = &w->shared;
+    while (*link) {
+        struct conn_state *st = *link;
+        if (st->route != first->route || strcmp(st->path, first->path) != 0) {
+            link = &st->next;
+            w->shared_tail = link;
+            continue;
+        }
+        *link = st->next;
+        st->res = (struct svc_response){.status = res->status,
+                                        .content_type = res->content_type,
+                                        .retry_after = res->retry_after};
+        if (res->json)
+            st->res.json = json_deep_copy(res->json);
+        if (res->text)
+            st->res.text = strdup(res->text);
+        if (!st->res.json && !st->res.text)
+            svc_error(&st->res, 503, "unavailable", "out of memory");
+        http_conn_resume(st);
+    }
+    http_conn_resume(first); /* last: its loop frees the answer copied above */
+}
+
+/* Runs what is queued: each request in turn, but the shared ones (the audit)
+ * after every other queued meanwhile, one path at a time, so that a cheap
+ * route waits behind one costly computation at most. */
 static void waiters_run_queued(struct svc_server *srv)
 {
-    struct conn_state *st;
-    while ((st = waiters_take(&srv->waiters))) {
-        st->req.worker = http_worker_get(srv->app);
-        svc_route_run(st->route, &st->req, &st->res);
-        http_conn_resume(st);
+    struct waiters *w = &srv->waiters;
+    for (;;) {
+        struct conn_state *st = waiters_take_all(w);
+        while (st) {
+            struct conn_state *next = st->next;
+            st->next = NULL;
+            if (st->route->flags & ROUTE_SHARED) {
+                *w->shared_tail = st;
+                w->shared_tail = &st->next;
+            } else {
+                waiters_run(srv, st);
+                http_conn_resume(st);
+            }
+            st = next;
+        }
+        if (!w->shared)
+            return;
+        waiters_answer_shared(srv);
     }
 }
 

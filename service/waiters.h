@@ -3,7 +3,10 @@
  * its own connection, so that no event loop waits on Redis and no thread
  * exists only for them. A loop hands a request over (waiters_hand_over) with
  * its connection suspended; the main thread, between signals, runs the route
- * and resumes the connection with the answer (waiters_serve). (/readyz is
+ * and resumes the connection with the answer (waiters_serve). A costly read
+ * (ROUTE_SHARED: the audit) waits until the others queued meanwhile are
+ * served, and the requests of one path waiting together share one answer,
+ * computed after all of them arrived. (/readyz is
  * answered on the loop, from health.h.) Private to the server: server.c and http.c include it. */
 #ifndef SECKILL_WAITERS_H
 #define SECKILL_WAITERS_H

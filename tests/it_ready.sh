@@ -8,6 +8,10 @@
 #     meanwhile answer 200 with a p99 under 50 ms (issue 29: an audit-hammering
 #     client pushed /readyz to 1.0-1.5 s, and a balancer's 1 s probe dropped a healthy
 #     instance);
+#   - meanwhile GET /skus/{sku} (another route that waits on Redis) waits behind one
+#     audit at most, not behind the queue of them (under 3 audits' time each), and the
+#     audits waiting together share one computation (ROUTE_SHARED): at least 2 answers
+#     for each audit computed (Redis's LRANGE calls, counted in one audit alone first);
 #   - Redis frozen (SIGSTOP): /readyz turns 503 within 3 s, while /livez answers; Redis
 #     woken: 200 again within 3 s;
 #   - Redis stopped: 503 within 3 s; started again: 200 within 10 s.
@@ -42,8 +46,18 @@ for ((run = 0; run < 20; run++)); do
     wrk -t2 -c32 -d2s -s "$ROOT/loadtest/orders.lua" "$R" -- big 0 1 "r$run" >/dev/null 2>&1
 done
 check "at least $ORDERS orders placed ($sold)" test "$sold" -ge "$ORDERS"
+lranges() { redis-cli -p "$rport" info commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_lrange:calls=\([0-9]*\),.*/\1/p'; }
+audits_answered() {
+    curl -s "$R/metrics" | tr -d '\r' |
+        sed -n 's/^seckill_http_requests_total{route="audit",code="200"} //p'
+}
+l0=$(lranges)
 one=$(curl -s -o /dev/null -w '%{time_total}' --max-time 30 "$R/skus/big/audit")
-echo "one audit of $sold orders: ${one}s"
+chunks=$(($(lranges) - ${l0:-0}))
+echo "one audit of $sold orders: ${one}s, $chunks LRANGE calls"
+l0=$(lranges)
+a0=$(audits_answered)
 
 for ((i = 0; i < AUDITORS; i++)); do
     (while [[ ! -e $dir/stop ]]; do
@@ -55,9 +69,12 @@ done
 check "the $AUDITORS auditors' requests are in flight" \
     wait_until 10 bash -c "curl -s --max-time 1 $R/stats | jq -e '.inflight >= $AUDITORS' >/dev/null"
 : >"$dir/probes"
+: >"$dir/gets"
 for ((i = 0; i < 200; i++)); do
     curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 5 "$R/readyz" \
         >>"$dir/probes"
+    ((i % 10 == 0)) && curl -s -o /dev/null -w '%{http_code} %{time_total}\n' \
+        --max-time 30 "$R/skus/big" >>"$dir/gets"
 done
 touch "$dir/stop"
 for p in "${auditors[@]}"; do wait "$p" 2>/dev/null; done
@@ -68,6 +85,17 @@ p99=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { pri
 p50=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { print t[int(NR * 0.5)] }')
 echo "/readyz under $AUDITORS auditors: p50 ${p50}s, p99 ${p99}s (one audit ${one}s)"
 check "... p99 ${p99}s under 50 ms" awk -v t="$p99" 'BEGIN { exit !(t < 0.05) }'
+expect "GET /skus/big during the audits: 20 answered 200" "20" \
+    "$(awk '$1 == 200' "$dir/gets" | wc -l)"
+slowest=$(awk '{ print $2 }' "$dir/gets" | sort -n | tail -1)
+echo "GET /skus/big under $AUDITORS auditors: slowest ${slowest}s (one audit ${one}s)"
+check "... slowest ${slowest}s under 3 audits' time" \
+    awk -v t="$slowest" -v one="$one" 'BEGIN { exit !(t < 3 * one) }'
+computed=$((($(lranges) - l0) / (chunks > 0 ? chunks : 1)))
+answered=$(($(audits_answered) - a0))
+echo "audits answered $answered, computed $computed"
+check "... $answered audits answered by $computed computations (2 or more each)" \
+    test "$answered" -ge $((2 * computed))
 
 # ---- Redis frozen, woken, stopped, started -------------------------------------------
 not_ready() { [[ $(http_code "$R/readyz") == 503 ]]; }
