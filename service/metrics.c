@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "conns.h"
 #include "log.h"
 #include "metrics.h"
 #include "version.h"
@@ -236,6 +237,27 @@ static void http_requests(FILE *f, const struct svc_route_view *routes, size_t n
             fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
                     r->name, route_codes[c] ? code : "other",
                     (unsigned long long)atomic_load(&r->counters->answers[c]));
+        }
+    }
+}
+
+/* seckill_answers_undelivered_total: answers made but never delivered whole
+ * (the connection closed first), by route and status. */
+static void answers_undelivered(FILE *f, const struct svc_route_view *routes, size_t n)
+{
+    family(f, "seckill_answers_undelivered_total",
+           "Answers the client never got whole (its connection closed first), by route "
+           "and status; a 201 here is an order placed and not acknowledged.",
+           "counter");
+    for (size_t i = 0; i <= n; i++) {
+        const struct svc_route_view *r = &routes[i];
+        for (int c = 0; c < ROUTE_NCODES; c++) {
+            char code[8];
+            snprintf(code, sizeof(code), "%d", route_codes[c]);
+            fprintf(
+                f, "seckill_answers_undelivered_total{route=\"%s\",status=\"%s\"} %llu\n",
+                r->name, route_codes[c] ? code : "other",
+                (unsigned long long)atomic_load(&r->counters->undelivered[c]));
         }
     }
 }
@@ -539,6 +561,15 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
     struct inv_stats is;
     inv_stats(app->inv, &is);
     http_requests(f, routes, n);
+    answers_undelivered(f, routes, n);
+    counter(f, "seckill_request_timeouts_total",
+            "Requests whose headers and body did not arrive whole within "
+            "--request-timeout-ms: answered 408 and closed.",
+            conns_timeouts_total());
+    counter(f, "seckill_connections_refused_total",
+            "Connections shut down at accept: their client address already had "
+            "--max-conns-per-ip open.",
+            conns_refused_total());
     http_durations(f, routes, n);
     order_outcomes(f, &is);
     order_counters(f, app, &is);
