@@ -10,6 +10,9 @@
  *       N orders one after the other, each connection closed WAIT_MS after its
  *       request was sent, with a reset (SO_LINGER 0): a client that is gone
  *       before its answer. Prints nothing.
+ *   edgeclient keepalive PORT IDLE_MS
+ *       GET /livez, then IDLE_MS of silence on the kept-alive connection, then
+ *       GET /livez again. Prints the two answers' statuses ("none" without).
  *   edgeclient trickle PORT BYTE_MS
  *       A POST trickled one byte every BYTE_MS (an idle timeout never fires).
  *       Prints "MS STATUS": when the server closed the connection, and the
@@ -200,6 +203,34 @@ static int trickle(int byte_ms)
     return 0;
 }
 
+/* One answer on a kept-alive connection: what one read brings within 5 s
+ * (a short answer on loopback comes in one piece). */
+static int read_one(int fd)
+{
+    char buf[4096];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 5000) <= 0)
+        return 0;
+    ssize_t r = recv(fd, buf, sizeof(buf) - 1, 0);
+    return r > 0 ? status_of(buf, (size_t)r) : 0;
+}
+
+static int keepalive(int idle_ms)
+{
+    static const char req[] = "GET /livez HTTP/1.1\r\nHost: edge\r\n\r\n";
+    int fd = dial();
+    send_all(fd, req, sizeof(req) - 1);
+    int first = read_one(fd);
+    usleep((useconds_t)idle_ms * 1000);
+    int second = 0;
+    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == (ssize_t)sizeof(req) - 1)
+        second = read_one(fd);
+    printf(first ? "%d " : "none ", first);
+    printf(second ? "%d\n" : "none\n", second);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 7 && strcmp(argv[1], "halfclose") == 0) {
@@ -210,11 +241,15 @@ int main(int argc, char **argv)
         port = atoi(argv[2]), sku = argv[3], tag = argv[4], total = atoi(argv[5]);
         return gone(atoi(argv[6]));
     }
+    if (argc >= 4 && strcmp(argv[1], "keepalive") == 0) {
+        port = atoi(argv[2]);
+        return keepalive(atoi(argv[3]));
+    }
     if (argc >= 4 && strcmp(argv[1], "trickle") == 0) {
         port = atoi(argv[2]);
         return trickle(atoi(argv[3]));
     }
     fprintf(stderr, "usage: edgeclient halfclose PORT SKU TAG N C | gone PORT SKU TAG N "
-                    "WAIT_MS | trickle PORT BYTE_MS\n");
+                    "WAIT_MS | keepalive PORT IDLE_MS | trickle PORT BYTE_MS\n");
     return 2;
 }

@@ -14,7 +14,8 @@
 #   orders and /livez come from 127.0.0.2: every one is answered, promptly; the
 #   instance's memory and descriptors come back afterwards. A request trickled a
 #   byte every 300 ms (no idle timeout ever fires) is answered 408 at
-#   --request-timeout-ms.
+#   --request-timeout-ms; a kept-alive connection idle for longer than that is not
+#   cut (the deadline runs from a request's first byte).
 #
 # Prints, per attack, the real orders' latency (median, p99, max) and the
 # instance's RSS and open descriptors before, during and after.
@@ -124,6 +125,8 @@ echo "a request trickled a byte every 300 ms: closed after ${ms} ms with ${code}
 expect "a trickled request is answered 408" "408" "$code"
 in_deadline() { [[ $ms =~ ^[0-9]+$ ]] && ((ms >= 1900 && ms < 4000)); }
 check "... at the deadline, 2 s (+ a sweep), however its bytes trickle (${ms} ms)" in_deadline
+expect "a kept-alive connection idle for twice the deadline still serves its next request" \
+    "200 200" "$("$edgeclient" keepalive "$bport" 4000)"
 undelivered_m='seckill_answers_undelivered_total{route="order_post",status="201"}'
 placed0=$(metric "$B" "$placed_m")
 "$edgeclient" gone "$bport" edge gone 5 50
