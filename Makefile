@@ -132,6 +132,12 @@ $(BUILD)/tests/faultproxy: tests/faultproxy.c
 	$(say) CC $@
 	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS)
 
+# Test-only HTTP clients at the protocol's edges (tests/edgeclient.c, tests/it_edge.sh).
+$(BUILD)/tests/edgeclient: tests/edgeclient.c
+	@mkdir -p $(dir $@)
+	$(say) CC $@
+	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS) -lpthread
+
 deps:
 	@scripts/deps.sh
 
@@ -140,7 +146,7 @@ test: deps
 	@$(MAKE) --no-print-directory check
 
 # The assembled scripts too: a test names a script by its SHA (tests/it_acked.sh).
-check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy
+check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy $(BUILD)/tests/edgeclient
 	@SECKILL_BUILD=$(BUILD) tests/run.sh
 
 # memcheck over the unsanitized server (valgrind and the sanitizers do not mix):

@@ -31,6 +31,9 @@
 # runs cores/N event loops (--threads, at least 1) unless the extra flags or
 # $SECKILL_THREADS set it (one loop per core per instance oversubscribes the cores,
 # and loops of one instance then hand orders over to each other for nothing).
+# The instances get --max-conns-per-ip 0 (no per-address limit: all their clients,
+# the balancer or wrk, are the one loopback address) unless the extra flags or
+# $SECKILL_MAX_CONNS_PER_IP set it.
 # --zk-nodes N starts N ZooKeeper nodes, zk-1..zk-N (1: a standalone server; more: an
 # ensemble), each in D/zk-I/ on free loopback ports, and gives the instances --zk with
 # every node's address; --lock zk without --zk-nodes starts 1. cluster.env has ZK_NODES
@@ -770,6 +773,12 @@ up_start_instances() {
     if ((up_instances > 0)) && [[ -z ${SECKILL_THREADS:-} && " ${up_extra[*]} " != *" --threads"* ]]; then
         cores=$(nproc)
         args+=(--threads $((cores / up_instances > 0 ? cores / up_instances : 1)))
+    fi
+    # Every client of these instances is on loopback, one address: the balancer's
+    # upstream connections, or wrk's without one. The per-address limit (256 by
+    # default) is for clients that are many; here it would refuse the load itself.
+    if [[ -z ${SECKILL_MAX_CONNS_PER_IP:-} && " ${up_extra[*]} " != *" --max-conns-per-ip"* ]]; then
+        args+=(--max-conns-per-ip 0)
     fi
     [[ -n $up_lock ]] && args+=(--lock "$up_lock")
     [[ -n $up_nodes_csv ]] && args+=(--lock-nodes "$up_nodes_csv")

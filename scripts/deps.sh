@@ -8,7 +8,9 @@ packages=(
     libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
     zookeeper libzookeeper-st-dev faketime
+    slowhttptest
 )
+# slowhttptest: tests/it_edge.sh's slowloris, slow body and slow read attacks.
 # Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).
 # Asked for by command, not by package: a node from elsewhere (NodeSource, nvm)
 # carries its own npm, and Debian's npm package would conflict with it.

@@ -57,6 +57,8 @@ INT_OPTION(opt_min_acked, min_replicas_acked, 0, 16)
 INT_OPTION(opt_instance, instance_id, 0, 1023)
 INT_OPTION(opt_threads, threads, 1, 1024)
 INT_OPTION(opt_zk_session, zk_session_ms, 100, 600000)
+INT_OPTION(opt_max_conns_per_ip, max_conns_per_ip, 0, 1000000)
+INT_OPTION(opt_request_timeout, request_timeout_ms, 100, 3600000)
 
 static config_status addr_option(struct rconn_addr *addr, const char *value, char *err,
                                  size_t errlen)
@@ -376,6 +378,14 @@ static const struct option_spec options[] = {
      "event loops, each serving HTTP and the orders' Redis work on one connection, "
      "no thread waiting on Redis for an order",
      opt_threads},
+    {"max-conns-per-ip", "N", "256",
+     "most open connections from one client address; more are refused at accept "
+     "(0: no limit; a balancer on the same host is one address: give it room)",
+     opt_max_conns_per_ip},
+    {"request-timeout-ms", "N", "10000",
+     "a request's headers and body must arrive within this, however slowly they "
+     "trickle; else 408 and the connection is closed (100..3600000)",
+     opt_request_timeout},
     {"admin-token", "T", "none",
      "admin routes need Authorization: Bearer T; required unless --listen is loopback",
      opt_token},
@@ -518,6 +528,8 @@ static void config_defaults(struct svc_config *cfg)
     cfg->fencing = 1;
     cfg->instance_id = -1;
     cfg->threads = default_threads();
+    cfg->max_conns_per_ip = 256;
+    cfg->request_timeout_ms = 10000;
     cfg->batch = 32;
     cfg->min_replicas_acked = -1;
     cfg->redis_seeds = 1;

@@ -32,6 +32,8 @@ struct svc_config {
     int fencing;
     int instance_id; /* -1: leased from Redis */
     int threads;
+    int max_conns_per_ip;   /* open connections from one client address; 0: no limit */
+    int request_timeout_ms; /* a request's headers and body must be in within this */
     char admin_token[256];
     int log_level;
     char log_level_file[1024]; /* --log-level-file, "" when not given */

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "clock.h"
+#include "conns.h"
 #include "log.h"
 #include "waiters.h"
 #include "xalloc.h"
@@ -114,6 +116,8 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     st->params[0] = st->params[1] = NULL;
     st->conn = conn;
     st->pending = 0;
+    st->answered = 0;
+    st->order_id[0] = '\0';
     if (strlen(url) >= SERVER_PATH_MAX) {
         snprintf(st->path, sizeof(st->path), "/");
         st->status_hint = 404;
@@ -151,6 +155,15 @@ static void order_done(struct inv_ticket *t)
     http_conn_resume(t->owner);
 }
 
+/* Notes what st's answer is, for on_completed to name it should it never
+ * reach the client. */
+static void answer_note(struct conn_state *st, const struct svc_response *res)
+{
+    st->answered = res->status;
+    const char *id = json_string_value(json_object_get(res->json, "order_id"));
+    snprintf(st->order_id, sizeof(st->order_id), "%s", id ? id : "");
+}
+
 /* Counts, logs and sends the answer of the request. */
 static enum MHD_Result answer(struct MHD_Connection *conn, struct conn_state *st,
                               const char *method, struct svc_response *res)
@@ -160,6 +173,7 @@ static enum MHD_Result answer(struct MHD_Connection *conn, struct conn_state *st
     if (log_enabled(LOG_DEBUG))
         log_event(LOG_DEBUG, "request", "method=%s path=%s status=%d us=%lld", method,
                   st->path, res->status, (long long)(clock_now_us() - st->start_us));
+    answer_note(st, res);
     return send_response(conn, st, res);
 }
 
@@ -243,6 +257,7 @@ static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection 
                                      struct conn_state *st, const char *method)
 {
     struct svc_response res = {0};
+    conns_request_in(conn);
     if (!refused(st, &res)) {
         struct svc_request req = request_of(app, conn, st, method);
         if ((st->route->flags & ROUTE_WAITS) && waiters_hand_over(st, &req))
@@ -270,6 +285,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = st;
         atomic_fetch_add(&app->inflight, 1);
+        conns_headers_in(conn);
         /* A body declared over the cap is refused before it is read (MHD then
          * closes the connection): a client that announces 1 GB gets its 413 at
          * once instead of after sending it, or never when it sends nothing. */
@@ -319,16 +335,146 @@ static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s)
     return (size_t)(w - s);
 }
 
+/* Writes res whole on the socket fd as an HTTP/1.1 answer that closes the
+ * connection, without blocking. 1 when the kernel took all of it; 0 when the
+ * socket refused (the client is gone) or is full. Frees res's body. */
+static int answer_write(int fd, const struct conn_state *st, struct svc_response *res)
+{
+    char *body = res->text;
+    if (!body && res->json)
+        body = json_dumps(res->json, JSON_COMPACT);
+    json_decref(res->json);
+    if (!body)
+        return 0;
+    const char *reason = MHD_get_reason_phrase_for((unsigned int)res->status);
+    char head[512], extra[160] = "";
+    if (res->retry_after > 0)
+        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", res->retry_after);
+    else if (res->status == 401)
+        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"seckill\"\r\n");
+    else if (res->status == 405) {
+        char allow[64];
+        svc_route_allowed(st->path, allow, sizeof(allow));
+        snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+    }
+    size_t blen = strlen(body);
+    int hlen =
+        snprintf(head, sizeof(head),
+                 "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Type: %s\r\n"
+                 "Content-Length: %zu\r\n%s\r\n",
+                 res->status, reason && *reason ? reason : "Unknown",
+                 res->content_type ? res->content_type : "application/json", blen, extra);
+    struct iovec iov[2] = {{head, (size_t)hlen}, {body, blen}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    free(body);
+    return n == (ssize_t)((size_t)hlen + blen);
+}
+
+/* Answers that never reached their client: a line a second at most each,
+ * as for libmicrohttpd's warnings (a client can make them by the thousand). */
+#define HTTP_UNDELIVERED_PER_S 5
+static struct log_limit undelivered_log = LOG_LIMIT_INIT(HTTP_UNDELIVERED_PER_S);
+
+/* What libmicrohttpd says ended a request, for the log. */
+static const char *toe_name(enum MHD_RequestTerminationCode toe)
+{
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+        return "completed";
+    case MHD_REQUEST_TERMINATED_WITH_ERROR:
+        return "error";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+        return "timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+        return "shutdown";
+    case MHD_REQUEST_TERMINATED_READ_ERROR:
+        return "read_error";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+        return "client_abort";
+    }
+    return "other";
+}
+
+/* Counts and logs st's answer as undelivered. */
+static void answer_lost(const struct conn_state *st, enum MHD_RequestTerminationCode toe)
+{
+    struct svc_route *route = st->route ? st->route : svc_route_unmatched();
+    svc_route_count_undelivered(route, st->answered);
+    uint64_t suppressed;
+    if (!log_enabled(LOG_WARN) || !log_limit_take(&undelivered_log, &suppressed))
+        return;
+    log_event(LOG_WARN, "answer_undelivered",
+              "route=%s status=%d order_id=%s closed=%s suppressed=%llu", route->name,
+              st->answered, st->order_id[0] ? st->order_id : "-", toe_name(toe),
+              (unsigned long long)suppressed);
+}
+
+/* st's connection was resumed with its answer ready, and libmicrohttpd
+ * closed it before asking for it: it read the end of the client's sending
+ * side (a half-close, nc -N) and closes on that once a request is all in,
+ * answer or not (libmicrohttpd 0.9.75: a resumed connection is read first,
+ * and a read of 0 bytes past MHD_CONNECTION_FULL_REQ_RECEIVED closes it with
+ * MHD_REQUEST_TERMINATED_WITH_ERROR). The socket is still open here (its
+ * shutdown and close come after this callback): the answer is written on it
+ * directly, counted and logged as undelivered when the socket refuses it. */
+static void answer_closing(struct MHD_Connection *conn, struct conn_state *st,
+                           enum MHD_RequestTerminationCode toe)
+{
+    struct svc_response res = {0};
+    if (st->pending == PENDING_WAITER)
+        res = st->res;
+    else
+        svc_order_finish(&st->ticket, &res);
+    st->pending = PENDING_NONE;
+    svc_route_count(st->route ? st->route : svc_route_unmatched(), res.status,
+                    clock_now_us() - st->start_us);
+    answer_note(st, &res);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci && answer_write(ci->connect_fd, st, &res)) {
+        if (log_enabled(LOG_DEBUG))
+            log_event(LOG_DEBUG, "answer_on_close",
+                      "path=%s status=%d order_id=%s closed=%s", st->path, st->answered,
+                      st->order_id[0] ? st->order_id : "-", toe_name(toe));
+        return;
+    }
+    if (!ci) {
+        free(res.text);
+        json_decref(res.json);
+    }
+    answer_lost(st, toe);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn, (void)toe;
     struct svc_app *app = cls;
-    if (*con_cls) {
-        free(*con_cls);
-        *con_cls = NULL;
-        atomic_fetch_sub(&app->inflight, 1);
-    }
+    struct conn_state *st = *con_cls;
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        conns_answer_sent(conn);
+    if (!st)
+        return;
+    if (st->pending != PENDING_NONE)
+        answer_closing(conn, st, toe);
+    else if (st->answered && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        answer_lost(st, toe); /* queued, not sent whole */
+    free(st);
+    *con_cls = NULL;
+    atomic_fetch_sub(&app->inflight, 1);
+}
+
+/* A connection opened or closed: its address's count and its request
+ * deadline (conns.h). Called on its loop's thread, or by MHD_stop_daemon
+ * once the loops are gone. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        conns_opened(tls_loop ? tls_loop->sweep : NULL, conn, socket_context);
+    else
+        conns_closed(socket_context);
 }
 
 /* libmicrohttpd's warnings a second, at most: one comes per aborted
@@ -364,6 +510,7 @@ struct MHD_Daemon *http_daemon_start(struct svc_app *app, int lsock,
         NULL, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lsock, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned int)SERVER_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, conn_limit,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, app, MHD_OPTION_UNESCAPE_CALLBACK,
-        unescape_url, NULL, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, app, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, app, MHD_OPTION_UNESCAPE_CALLBACK, unescape_url, NULL,
+        MHD_OPTION_END);
 }

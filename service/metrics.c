@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "conns.h"
 #include "log.h"
 #include "metrics.h"
 #include "version.h"
@@ -223,19 +224,23 @@ static void histogram_series(FILE *f, const char *name, const char *labels,
                 (unsigned long long)cum);
 }
 
-/* seckill_http_requests_total: every route's answers, unmatched ones too. */
-static void http_requests(FILE *f, const struct svc_route_view *routes, size_t n)
+/* A counter family by route and status, unmatched requests too: of each
+ * route's counters, the array at offset field (ROUTE_NCODES of them, by
+ * route_codes), the status labelled status_label. */
+static void by_route_status(FILE *f, const char *name, const char *help,
+                            const char *status_label, size_t field,
+                            const struct svc_route_view *routes, size_t n)
 {
-    family(f, "seckill_http_requests_total", "HTTP answers by route and status.",
-           "counter");
+    family(f, name, help, "counter");
     for (size_t i = 0; i <= n; i++) {
-        const struct svc_route_view *r = &routes[i];
+        const _Atomic uint64_t *v =
+            (const _Atomic uint64_t *)((const char *)routes[i].counters + field);
         for (int c = 0; c < ROUTE_NCODES; c++) {
             char code[8];
             snprintf(code, sizeof(code), "%d", route_codes[c]);
-            fprintf(f, "seckill_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
-                    r->name, route_codes[c] ? code : "other",
-                    (unsigned long long)atomic_load(&r->counters->answers[c]));
+            fprintf(f, "%s{route=\"%s\",%s=\"%s\"} %llu\n", name, routes[i].name,
+                    status_label, route_codes[c] ? code : "other",
+                    (unsigned long long)atomic_load(&v[c]));
         }
     }
 }
@@ -538,7 +543,23 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
         return NULL;
     struct inv_stats is;
     inv_stats(app->inv, &is);
-    http_requests(f, routes, n);
+    by_route_status(f, "seckill_http_requests_total", "HTTP answers by route and status.",
+                    "code", offsetof(struct svc_route_counters, answers), routes, n);
+    /* answers made but never delivered whole: the connection closed first */
+    by_route_status(f, "seckill_answers_undelivered_total",
+                    "Answers the client never got whole (its connection closed first), "
+                    "by route and status; a 201 here is an order placed and not "
+                    "acknowledged.",
+                    "status", offsetof(struct svc_route_counters, undelivered), routes,
+                    n);
+    counter(f, "seckill_request_timeouts_total",
+            "Requests whose headers and body did not arrive whole within "
+            "--request-timeout-ms: answered 408 and closed.",
+            conns_timeouts_total());
+    counter(f, "seckill_connections_refused_total",
+            "Connections shut down at accept: their client address already had "
+            "--max-conns-per-ip open.",
+            conns_refused_total());
     http_durations(f, routes, n);
     order_outcomes(f, &is);
     order_counters(f, app, &is);

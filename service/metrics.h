@@ -26,6 +26,7 @@ struct svc_route_counters {
     _Atomic uint64_t answers[ROUTE_NCODES];
     _Atomic uint64_t duration_buckets[ROUTE_NBUCKETS];
     _Atomic uint64_t duration_sum_us;
+    _Atomic uint64_t undelivered[ROUTE_NCODES]; /* answers the client never got */
 };
 
 /* What the renderers read of one route: its label and its counters. */

@@ -417,6 +417,14 @@ void svc_route_count(struct svc_route *r, int status, int64_t duration_us)
                               memory_order_relaxed);
 }
 
+void svc_route_count_undelivered(struct svc_route *r, int status)
+{
+    int c = 0;
+    while (c < ROUTE_NCODES - 1 && route_codes[c] != status)
+        c++;
+    atomic_fetch_add_explicit(&r->counters.undelivered[c], 1, memory_order_relaxed);
+}
+
 /* Runs the route's handler after the admin check. */
 void svc_route_run(struct svc_route *r, const struct svc_request *req,
                    struct svc_response *res)

@@ -88,6 +88,10 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res);
 /* Counts an answer of route r. */
 void svc_route_count(struct svc_route *r, int status, int64_t duration_us);
 
+/* Counts an answer of r with status that could not be delivered: the
+ * connection closed before it was written whole. */
+void svc_route_count_undelivered(struct svc_route *r, int status);
+
 /* Fills res as an error answer {"error": code, "detail": detail}. */
 void svc_error(struct svc_response *res, int status, const char *code,
                const char *detail);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "conns.h"
 #include "engine.h"
 #include "http.h"
 #include "log.h"
@@ -115,6 +116,9 @@ static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int con
     l->base = event_base_new();
     if (!l->base)
         return -1;
+    l->sweep = conns_sweep_new(l->base, cfg->request_timeout_ms);
+    if (!l->sweep)
+        return -1;
     l->daemon = http_daemon_start(app, srv->lsock, conn_limit);
     if (!l->daemon)
         return -1;
@@ -168,6 +172,7 @@ static void loops_free(struct svc_server *srv, int n, int running)
         struct svc_loop *l = &srv->loops[i];
         if (l->daemon)
             MHD_stop_daemon(l->daemon);
+        conns_sweep_free(l->sweep); /* its connections are closed */
         event_free(l->mhd_ready);
         event_free(l->mhd_timer);
         event_free(l->quiesce);
@@ -201,6 +206,7 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
         return NULL;
     }
     srv->nloops = cfg->threads;
+    conns_limit_per_addr(cfg->max_conns_per_ip);
     srv->loops = xcalloc((size_t)srv->nloops, sizeof(*srv->loops));
     srv->engines = xcalloc((size_t)srv->nloops, sizeof(*srv->engines));
     unsigned int per_loop = connection_limit() / (unsigned int)srv->nloops;

@@ -21,6 +21,7 @@ struct MHD_Connection;
 struct MHD_Daemon;
 struct event;
 struct event_base;
+struct conns_sweep;
 
 #define SERVER_PATH_MAX 512
 
@@ -37,6 +38,7 @@ struct svc_loop {
     struct event *nudge;     /* a connection was resumed: run MHD (any thread) */
     struct event *quiesce;   /* from svc_server_stop: accept no more */
     struct inv_engine *engine;
+    struct conns_sweep *sweep; /* its connections' request deadlines */
 };
 
 /* The queue of the routes which wait on Redis (ROUTE_WAITS: reads, admin,
@@ -80,6 +82,8 @@ struct conn_state {
     const char *params[SVC_MAX_PARAMS];
     struct MHD_Connection *conn;
     int pending;              /* suspended until ticket is done (PENDING_*) */
+    int answered;             /* the status of the answer queued, 0 before */
+    char order_id[24];        /* the answer's order_id, "" when it has none */
     struct svc_loop *loop;    /* the loop whose daemon has the connection */
     struct inv_ticket ticket; /* an order waiting for its batch */
     struct svc_request req;   /* a route that waits on Redis: its request, */

@@ -26,7 +26,10 @@ on_exit() {
 started_s=$(date +%s)
 start_redis redis "$dir" no || exit 1
 rport=$STARTED_PORT
-common=(--redis "127.0.0.1:$rport" --lock redis --segments 4 --threads 4 --wait-ms 5000)
+# No per-address limit: the 300 idle connections below and the real order come from one
+# address (the limit itself is tests/it_edge.sh's).
+common=(--redis "127.0.0.1:$rport" --lock redis --segments 4 --threads 4 --wait-ms 5000
+    --max-conns-per-ip 0)
 start_instance --ready-secs 10 a "$dir" "${common[@]}" --work-us 300000 &&
     A=$STARTED_URL aport=$STARTED_PORT &&
     start_instance --ready-secs 10 b "$dir" "${common[@]}" --work-us 300000 &&

@@ -1,5 +1,6 @@
 /* Unit tests: flag validation of service/config.c: the rule that a
- * non-loopback --listen needs an admin token, and the ZooKeeper flags.
+ * non-loopback --listen needs an admin token, the ZooKeeper flags, and the
+ * connection limits.
  * Nothing is bound or started: svc_config_load only parses and validates. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +37,8 @@ static int setup(void **state)
     unsetenv("SECKILL_ZK_WATCH");
     unsetenv("SECKILL_LOCK");
     unsetenv("SECKILL_REDIS");
+    unsetenv("SECKILL_MAX_CONNS_PER_IP");
+    unsetenv("SECKILL_REQUEST_TIMEOUT_MS");
     return 0;
 }
 
@@ -269,6 +272,36 @@ static void test_secret_files(void **state)
 }
 
 /* --version prints and exits 0, like --help. */
+/* The connection limits: defaults, flag, environment, and their ranges. */
+static void test_connection_limits(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512];
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.max_conns_per_ip, 256);
+    assert_int_equal(cfg.request_timeout_ms, 10000);
+    assert_int_equal(load_flag(&cfg, "--max-conns-per-ip", "0", err, sizeof(err)),
+                     CONFIG_OK);
+    assert_int_equal(cfg.max_conns_per_ip, 0); /* no limit */
+    setenv("SECKILL_REQUEST_TIMEOUT_MS", "2500", 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.request_timeout_ms, 2500);
+    assert_int_equal(load_flag(&cfg, "--request-timeout-ms", "400", err, sizeof(err)),
+                     CONFIG_OK);
+    assert_int_equal(cfg.request_timeout_ms, 400); /* the flag wins */
+    unsetenv("SECKILL_REQUEST_TIMEOUT_MS");
+    const char *bad[][2] = {{"--max-conns-per-ip", "-1"},
+                            {"--max-conns-per-ip", "many"},
+                            {"--request-timeout-ms", "99"},
+                            {"--request-timeout-ms", "3600001"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(load_flag(&cfg, bad[i][0], bad[i][1], err, sizeof(err)),
+                         CONFIG_ERROR);
+        assert_non_null(strstr(err, bad[i][0]));
+    }
+}
+
 static void test_version(void **state)
 {
     (void)state;
@@ -287,6 +320,7 @@ int main(void)
         cmocka_unit_test_setup(test_zk_flags, setup),
         cmocka_unit_test_setup(test_zk_watch_flag, setup),
         cmocka_unit_test_setup(test_secret_files, setup),
+        cmocka_unit_test_setup(test_connection_limits, setup),
         cmocka_unit_test_setup(test_version, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
