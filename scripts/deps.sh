@@ -7,7 +7,7 @@ packages=(
     build-essential pkg-config
     libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
-    zookeeper libzookeeper-st-dev faketime
+    zookeeper libzookeeper-st-dev faketime libsystemd-dev
 )
 # Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).
 # Asked for by command, not by package: a node from elsewhere (NodeSource, nvm)

@@ -3,21 +3,44 @@
 
 #include <event2/event.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "acluster.h"
 #include "aconn.h"
 #include "clock.h"
+#include "reach.h"
 #include "xalloc.h"
 
 #define HEALTH_EVERY_MS 250
 #define HEALTH_TIMEOUT_MS 1000
 #define HEALTH_FRESH_MS (HEALTH_EVERY_MS + HEALTH_TIMEOUT_MS)
+/* Data Redis nodes whose reachability is remembered: a cluster's masters,
+ * also those a failover replaced. */
+#define HEALTH_MAX_NODES (2 * CLUSTER_MAX_MASTERS)
+
+/* One command of the round in flight: the node it asks (an index into
+ * nodes[], -1 for none: a command sent only to learn a cluster's map). */
+struct health_probe {
+    struct svc_health *h;
+    int node;
+    int answered;
+};
+
+/* A redlock lock node: a PING of its own each round, outside readiness. */
+struct health_lock_node {
+    struct svc_health *h;
+    struct svc_reach reach;
+    struct aconn *conn;
+    int owed;        /* its PING is not answered yet */
+    int64_t sent_us; /* when it went out */
+};
 
 struct svc_health {
     const struct svc_config *cfg;
     int cluster;
+    void (*on_ready)(void);   /* once, at the first healthy round */
     struct aconn *conn;       /* one Redis */
     struct acluster *masters; /* or a cluster's */
     struct event_base *base;
@@ -26,8 +49,15 @@ struct svc_health {
                          ...): the connection is made again before the next round */
     int owed;         /* answers of the round in flight still to come */
     int failed;       /* the round in flight had an answer that was not one */
+    int detaching;    /* the answers now are ours (connections closed): not news */
+    int ready_told;
     int64_t sent_us;  /* when the round in flight went out */
     _Atomic int64_t fresh_until_us; /* healthy until then (0: not) */
+    struct health_probe probes[CLUSTER_MAX_MASTERS];
+    struct svc_reach nodes[HEALTH_MAX_NODES];
+    int nnodes;
+    struct health_lock_node *locks; /* redlock's nodes, nlocks of them */
+    int nlocks;
 };
 
 static void unhealthy(struct svc_health *h)
@@ -35,23 +65,75 @@ static void unhealthy(struct svc_health *h)
     atomic_store(&h->fresh_until_us, 0);
 }
 
+/* The data Redis node at host:port: its index in nodes[] (added, up, when
+ * new), -1 when the table is full. */
+static int node_index(struct svc_health *h, const char *host, int port)
+{
+    char addr[sizeof(h->nodes[0].addr)];
+    snprintf(addr, sizeof(addr), "%s:%d", host, port);
+    for (int i = 0; i < h->nnodes; i++)
+        if (strcmp(h->nodes[i].addr, addr) == 0)
+            return i;
+    if (h->nnodes == HEALTH_MAX_NODES)
+        return -1;
+    svc_reach_init(&h->nodes[h->nnodes], "redis", addr);
+    return h->nnodes++;
+}
+
+static void probe_note(struct health_probe *p, int ok, const char *reason)
+{
+    p->answered = 1;
+    if (p->node < 0 || p->h->detaching)
+        return;
+    if (ok)
+        svc_reach_ok(&p->h->nodes[p->node]);
+    else
+        svc_reach_failed(&p->h->nodes[p->node], reason);
+}
+
+/* Why an answer is not one, in a short phrase, into why. */
+static const char *answer_why(aconn_result res, const redisReply *r, char *why, size_t len)
+{
+    if (res == ACONN_NOT_SENT)
+        return "not connected";
+    if (res == ACONN_LOST)
+        return "connection lost or no answer";
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, len, "error answer: %.100s", r->str);
+        for (char *c = why; *c; c++)
+            if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
+                *c = ' ';
+        return why;
+    }
+    return "cluster_state not ok";
+}
+
 /* One answer of the round in flight in (or, while it is sent, the send's own
  * count): the round answered whole, none failed, makes Redis healthy until
  * HEALTH_FRESH_MS after it went out. */
 static void round_settle(struct svc_health *h)
 {
-    if (--h->owed == 0 && !h->failed)
+    if (--h->owed == 0 && !h->failed) {
         atomic_store(&h->fresh_until_us, h->sent_us + (int64_t)HEALTH_FRESH_MS * 1000);
+        if (!h->ready_told && !h->detaching) {
+            h->ready_told = 1;
+            if (h->on_ready)
+                h->on_ready();
+        }
+    }
 }
 
 static void on_answer(void *arg, aconn_result res, redisReply *r)
 {
-    struct svc_health *h = arg;
+    struct health_probe *p = arg;
+    struct svc_health *h = p->h;
     int ok = res == ACONN_REPLY &&
              (h->cluster ? r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok")
                          : r->type == REDIS_REPLY_STATUS);
     if (res == ACONN_REPLY && r->type == REDIS_REPLY_ERROR)
         h->reset = 1; /* not from inside its callback: at the next tick */
+    char why[160];
+    probe_note(p, ok, ok ? NULL : answer_why(res, r, why, sizeof(why)));
     if (!ok) {
         h->failed = 1;
         unhealthy(h); /* at once: no need to wait for the rest */
@@ -76,13 +158,15 @@ static int master_slots(const struct cluster_map *m, int slot[CLUSTER_MAX_MASTER
     return n;
 }
 
-/* Counts a command of the round queued (rc RCONN_OK), or the round failed. */
-static void round_queued(struct svc_health *h, rconn_status rc)
+/* Counts probe p's command queued (rc RCONN_OK), or the round failed. */
+static void round_queued(struct health_probe *p, rconn_status rc)
 {
-    if (rc == RCONN_OK)
-        h->owed++;
-    else
-        h->failed = 1;
+    if (rc == RCONN_OK) {
+        p->h->owed++;
+    } else {
+        p->h->failed = 1;
+        probe_note(p, 0, "not connected");
+    }
 }
 
 /* Sends a round: 0 when it failed at once (not healthy then). */
@@ -93,21 +177,38 @@ static int round_send(struct svc_health *h)
     h->sent_us = clock_now_us();
     if (!h->cluster) {
         const char *ping[] = {"PING"};
-        round_queued(h, aconn_command(h->conn, on_answer, h, 1, ping, NULL));
+        struct health_probe *p = &h->probes[0];
+        *p = (struct health_probe){h, node_index(h, h->cfg->redis.host, h->cfg->redis.port), 0};
+        round_queued(p, aconn_command(h->conn, on_answer, p, 1, ping, NULL));
     } else {
         const struct cluster_map *m = acluster_map(h->masters);
         const char *info[] = {"CLUSTER", "INFO"};
-        int slot[CLUSTER_MAX_MASTERS];
+        int slot[CLUSTER_MAX_MASTERS], node[CLUSTER_MAX_MASTERS];
         int n = master_slots(m, slot);
+        for (int i = 0; i < m->nmasters; i++)
+            node[i] = node_index(h, m->masters[i].host, m->masters[i].port);
         if (n == 0 || n < m->nmasters) { /* no map yet, or a master serves nothing */
             h->failed = 1;
-            slot[0] = 0, n = 1; /* a command still goes: it learns the map */
+            slot[0] = 0, node[0] = -1, n = 1; /* a command still goes: it learns the map */
         }
-        for (int i = 0; i < n; i++)
-            round_queued(h, acluster_command(h->masters, slot[i], on_answer, h, 2, info));
+        for (int i = 0; i < n; i++) {
+            struct health_probe *p = &h->probes[i];
+            *p = (struct health_probe){h, node[i], 0};
+            round_queued(p, acluster_command(h->masters, slot[i], on_answer, p, 2, info));
+        }
     }
     round_settle(h); /* every command is queued */
     return !h->failed;
+}
+
+/* The round in flight got no whole answer in time: each node that did not
+ * answer is noted down. */
+static void round_late(struct svc_health *h)
+{
+    int n = h->cluster ? CLUSTER_MAX_MASTERS : 1;
+    for (int i = 0; i < n; i++)
+        if (h->probes[i].h == h && !h->probes[i].answered)
+            probe_note(&h->probes[i], 0, "no answer in time");
 }
 
 /* The connection (or router), made anew. */
@@ -119,6 +220,7 @@ static void connect_new(struct svc_health *h)
     h->conn = NULL;
     h->masters = NULL;
     h->owed = 0;
+    memset(h->probes, 0, sizeof(h->probes));
     if (h->cluster)
         h->masters = acluster_new(h->base, cfg->redis_seed, cfg->redis_seeds,
                                   cfg->redis_password, HEALTH_TIMEOUT_MS);
@@ -127,13 +229,48 @@ static void connect_new(struct svc_health *h)
                             cfg->redis_password, HEALTH_TIMEOUT_MS);
 }
 
+static void on_lock_answer(void *arg, aconn_result res, redisReply *r)
+{
+    struct health_lock_node *n = arg;
+    n->owed = 0;
+    if (n->h->detaching)
+        return;
+    char why[160];
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_STATUS)
+        svc_reach_ok(&n->reach);
+    else
+        svc_reach_failed(&n->reach, answer_why(res, r, why, sizeof(why)));
+}
+
+/* Each lock node: its PING answered late noted down, else the next one sent. */
+static void lock_nodes_check(struct svc_health *h)
+{
+    const char *ping[] = {"PING"};
+    for (int i = 0; i < h->nlocks; i++) {
+        struct health_lock_node *n = &h->locks[i];
+        if (n->owed) {
+            if (clock_now_us() - n->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000)
+                svc_reach_failed(&n->reach, "no answer in time");
+            continue;
+        }
+        n->sent_us = clock_now_us();
+        if (aconn_command(n->conn, on_lock_answer, n, 1, ping, NULL) == RCONN_OK)
+            n->owed = 1;
+        else
+            svc_reach_failed(&n->reach, "not connected");
+    }
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct svc_health *h = arg;
+    lock_nodes_check(h);
     if (h->owed > 0) { /* the round before is not answered whole yet */
-        if (clock_now_us() - h->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000)
+        if (clock_now_us() - h->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000) {
             unhealthy(h);
+            round_late(h);
+        }
         return;
     }
     if (h->reset) {
@@ -144,11 +281,24 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         unhealthy(h);
 }
 
-struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster)
+struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
+                                  void (*on_ready)(void))
 {
     struct svc_health *h = xcalloc(1, sizeof(*h));
     h->cfg = cfg;
     h->cluster = cluster;
+    h->on_ready = on_ready;
+    if (strcmp(cfg->lock_mode, "redlock") == 0) {
+        h->nlocks = cfg->nlock_nodes;
+        h->locks = xcalloc((size_t)h->nlocks, sizeof(*h->locks));
+        for (int i = 0; i < h->nlocks; i++) {
+            char addr[sizeof(h->locks[i].reach.addr)];
+            snprintf(addr, sizeof(addr), "%s:%d", cfg->lock_nodes[i].host,
+                     cfg->lock_nodes[i].port);
+            h->locks[i].h = h;
+            svc_reach_init(&h->locks[i].reach, "lock_node", addr);
+        }
+    }
     return h;
 }
 
@@ -157,7 +307,12 @@ void svc_health_attach(struct svc_health *h, struct event_base *base)
     if (!h || h->tick)
         return;
     h->base = base;
+    h->detaching = 0;
     connect_new(h);
+    for (int i = 0; i < h->nlocks; i++)
+        h->locks[i].conn = aconn_new(base, h->cfg->lock_nodes[i].host,
+                                     h->cfg->lock_nodes[i].port, h->cfg->redis_password,
+                                     HEALTH_TIMEOUT_MS);
     h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
     struct timeval every = {.tv_usec = HEALTH_EVERY_MS * 1000};
     if (!h->tick || event_add(h->tick, &every) != 0)
@@ -171,12 +326,18 @@ void svc_health_detach(struct svc_health *h)
         return;
     event_free(h->tick);
     h->tick = NULL;
-    /* a round in flight is answered, as failed */
+    /* a round in flight is answered, as failed: our doing, not Redis's */
+    h->detaching = 1;
     aconn_free(h->conn);
     acluster_free(h->masters);
     h->conn = NULL;
     h->masters = NULL;
     h->owed = 0;
+    for (int i = 0; i < h->nlocks; i++) {
+        aconn_free(h->locks[i].conn);
+        h->locks[i].conn = NULL;
+        h->locks[i].owed = 0;
+    }
     unhealthy(h);
 }
 
@@ -185,6 +346,7 @@ void svc_health_free(struct svc_health *h)
     if (!h)
         return;
     svc_health_detach(h);
+    free(h->locks);
     free(h);
 }
 

@@ -15,8 +15,10 @@
 #include "inventory.h"
 #include "lock.h"
 #include "log.h"
+#include "notify.h"
 #include "rcluster.h"
 #include "orderid.h"
+#include "reach.h"
 #include "server.h"
 
 #define STARTUP_REDIS_WAIT_MS 10000
@@ -177,6 +179,65 @@ static void backend_free(struct backend *b)
     lock_free(b->lock);
 }
 
+/* The zk lock's session, up or down, in the log (reach.h). */
+static struct svc_reach zk_reach;
+/* The ZooKeeper client logs each failed reconnect (one per 1/60 of the
+ * session timeout while ZooKeeper is down): a line a second at most. */
+static struct log_limit zk_client_lines = LOG_LIMIT_INIT(1);
+
+/* A line of the ZooKeeper client's own log ("<date>:<pid>(<thread>):ZOO_ERROR@
+ * <function>@<line>: <message>") through the logger, at its level. */
+static void zk_client_line(const char *line)
+{
+    static const struct {
+        const char *tag;
+        int level;
+    } levels[] = {{":ZOO_ERROR@", LOG_ERROR},
+                  {":ZOO_WARN@", LOG_WARN},
+                  {":ZOO_INFO@", LOG_INFO},
+                  {":ZOO_DEBUG@", LOG_DEBUG}};
+    int level = LOG_WARN;
+    const char *text = line;
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        const char *at = strstr(line, levels[i].tag);
+        if (at) {
+            level = levels[i].level;
+            text = at + strlen(levels[i].tag);
+            break;
+        }
+    }
+    uint64_t suppressed;
+    if (!log_enabled(level) || !log_limit_take(&zk_client_lines, &suppressed))
+        return;
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", text);
+    for (char *c = detail; *c; c++)
+        if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
+            *c = *c == '"' ? '\'' : ' ';
+    if (suppressed)
+        log_event(level, "zk_client", "detail=\"%s\" suppressed=%llu", detail,
+                  (unsigned long long)suppressed);
+    else
+        log_event(level, "zk_client", "detail=\"%s\"", detail);
+}
+
+/* The zk lock's news (lock.h's lock_link_fn), on the client's thread. */
+static void zk_link(lock_link_event ev, const char *service, const char *detail)
+{
+    (void)service; /* zk_reach names it */
+    switch (ev) {
+    case LOCK_LINK_DOWN:
+        svc_reach_failed(&zk_reach, detail);
+        break;
+    case LOCK_LINK_UP:
+        svc_reach_ok(&zk_reach);
+        break;
+    case LOCK_LINK_CLIENT:
+        zk_client_line(detail);
+        break;
+    }
+}
+
 /* Opens the lock of --lock into *lock (NULL in atomic mode): true, or false
  * with err set. */
 static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err,
@@ -195,7 +256,9 @@ static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err
         .zk_hosts = cfg->zk_hosts,
         .zk_session_ms = cfg->zk_session_ms,
         .zk_watch = (lock_zk_watch)cfg->zk_watch,
+        .on_link = zk_link,
     };
+    svc_reach_init(&zk_reach, "zk", cfg->zk_hosts);
     *lock = lock_new(cfg->lock_mode, &lc, err, errlen);
     return *lock != NULL;
 }
@@ -272,7 +335,7 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
-    b->health = svc_health_new(cfg, b->cluster);
+    b->health = svc_health_new(cfg, b->cluster, svc_notify_ready);
     return 0;
 }
 
@@ -340,6 +403,7 @@ int main(int argc, char **argv)
             break;
     }
 
+    svc_notify_stopping();
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
     backend_free(&b);
     close(signal_fd);
