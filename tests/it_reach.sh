@@ -97,8 +97,10 @@ for i in 1 2 3; do it_order "$Z" z "zk-down-$i" 1 >/dev/null; done
 sleep 3
 expect "... exactly one, after 3 failed orders and 3 s of reconnects" "1" \
     "$(count "$zlog" 'event=zk_down')"
-zk_node_start zk-1 "$dir" "$dir/zk-1" && wait_until 60 zk_ready "${zk##*:}" ||
-    { check "ZooKeeper started again" false; checks_finish; }
+if ! zk_node_start zk-1 "$dir" "$dir/zk-1" || ! wait_until 60 zk_ready "${zk##*:}"; then
+    check "ZooKeeper started again" false
+    checks_finish
+fi
 client_lines=$(count "$zlog" 'event=zk_client ')
 secs=$((SECONDS - down_at + 1))
 expect "the ZooKeeper client's own lines: through the logger, at most one a second ($client_lines in ${secs} s)" \
