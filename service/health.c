@@ -10,6 +10,7 @@
 #include "acluster.h"
 #include "aconn.h"
 #include "clock.h"
+#include "log.h"
 #include "reach.h"
 #include "xalloc.h"
 
@@ -99,11 +100,9 @@ static const char *answer_why(aconn_result res, const redisReply *r, char *why, 
     if (res == ACONN_LOST)
         return "connection lost or no answer";
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(why, len, "error answer: %.100s", r->str);
-        for (char *c = why; *c; c++)
-            if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
-                *c = ' ';
-        return why;
+        char text[128];
+        snprintf(text, sizeof(text), "error answer: %.100s", r->str);
+        return log_quote(why, len, text);
     }
     return "cluster_state not ok";
 }

@@ -1,5 +1,6 @@
 /* seckill: the flash-sale inventory server. */
 #include <errno.h>
+#include <event2/event.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -69,6 +70,18 @@ static int redis_is_cluster(const struct svc_config *cfg)
     return cluster;
 }
 
+/* libevent's own messages (it writes them to stderr by default) through the
+ * logger, at their level. */
+static void libevent_line(int severity, const char *msg)
+{
+    int level = severity == EVENT_LOG_DEBUG ? LOG_DEBUG
+                : severity == EVENT_LOG_MSG ? LOG_INFO
+                : severity == EVENT_LOG_WARN ? LOG_WARN
+                                             : LOG_ERROR;
+    char detail[512];
+    log_event(level, "libevent", "detail=\"%s\"", log_quote(detail, sizeof(detail), msg));
+}
+
 /* The worker-id lease's news, in the log. */
 static void lease_event(orderid_lease_event ev, int worker)
 {
@@ -119,7 +132,7 @@ static int signals_take(void)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (fd < 0) {
-        perror("seckill: signalfd");
+        log_event(LOG_ERROR, "startup_failed", "reason=\"signalfd: %s\"", strerror(errno));
         exit(1);
     }
     return fd;
@@ -210,10 +223,7 @@ static void zk_client_line(const char *line)
     if (!log_enabled(level) || !log_limit_take(&zk_client_lines, &suppressed))
         return;
     char detail[512];
-    snprintf(detail, sizeof(detail), "%s", text);
-    for (char *c = detail; *c; c++)
-        if (*c == '"' || *c == '\\' || *c == '\n' || *c == '\r')
-            *c = *c == '"' ? '\'' : ' ';
+    log_quote(detail, sizeof(detail), text);
     if (suppressed)
         log_event(level, "zk_client", "detail=\"%s\" suppressed=%llu", detail,
                   (unsigned long long)suppressed);
@@ -364,6 +374,7 @@ int main(int argc, char **argv)
         break;
     }
     log_open();
+    event_set_log_callback(libevent_line);
     int level = svc_config_log_level(&cfg, err, sizeof(err)); /* read at the flag */
     log_set_level(level >= 0 ? level : cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
