@@ -29,13 +29,19 @@ struct health_probe {
     int answered;
 };
 
-/* A redlock lock node: a PING of its own each round, outside readiness. */
-struct health_lock_node {
+/* A node PINGed each round on a connection of its own, for the log only: a
+ * redlock lock node, or a node of the data Redis noted down that the
+ * cluster's map no longer names as a master (a failover replaced it): its
+ * return is news too. */
+struct health_ping {
     struct svc_health *h;
-    struct svc_reach reach;
-    struct aconn *conn;
-    int owed;        /* its PING is not answered yet */
-    int64_t sent_us; /* when it went out */
+    struct svc_reach *reach; /* what its answers are noted in */
+    char host[64];
+    int port;
+    struct aconn *conn; /* NULL: not asked now */
+    int owed;           /* its PING is not answered yet */
+    int closing;        /* its connection is being closed: the answers are ours */
+    int64_t sent_us;    /* when the PING went out */
 };
 
 struct svc_health {
@@ -57,7 +63,9 @@ struct svc_health {
     struct health_probe probes[CLUSTER_MAX_MASTERS];
     struct svc_reach nodes[HEALTH_MAX_NODES];
     int nnodes;
-    struct health_lock_node *locks; /* redlock's nodes, nlocks of them */
+    struct health_ping strays[HEALTH_MAX_NODES]; /* nodes[i]'s, while down and no master */
+    struct svc_reach *lock_reach; /* redlock's nodes, nlocks of them */
+    struct health_ping *locks;
     int nlocks;
 };
 
@@ -99,12 +107,10 @@ static const char *answer_why(aconn_result res, const redisReply *r, char *why, 
         return "not connected";
     if (res == ACONN_LOST)
         return "connection lost or no answer";
-    if (r->type == REDIS_REPLY_ERROR) {
-        char text[128];
-        snprintf(text, sizeof(text), "error answer: %.100s", r->str);
-        return log_quote(why, len, text);
-    }
-    return "cluster_state not ok";
+    char text[128];
+    snprintf(text, sizeof(text), "error answer: %.100s",
+             r->type == REDIS_REPLY_ERROR ? r->str : "not PONG");
+    return log_quote(why, len, text);
 }
 
 /* One answer of the round in flight in (or, while it is sent, the send's own
@@ -131,8 +137,17 @@ static void on_answer(void *arg, aconn_result res, redisReply *r)
                          : r->type == REDIS_REPLY_STATUS);
     if (res == ACONN_REPLY && r->type == REDIS_REPLY_ERROR)
         h->reset = 1; /* not from inside its callback: at the next tick */
+    /* For the log the node answered, whatever it said of the cluster's state
+     * (cluster_state:fail while a failover runs is the cluster's, not the
+     * node's); an error answer (LOADING, NOAUTH) is a node not to be used. An
+     * answer that came from another node after a redirection says nothing of
+     * the one asked. */
+    int answered = res == ACONN_REPLY && r->type != REDIS_REPLY_ERROR;
     char why[160];
-    probe_note(p, ok, ok ? NULL : answer_why(res, r, why, sizeof(why)));
+    if (h->cluster && res == ACONN_REPLY && acluster_redirected(h->masters))
+        p->answered = 1;
+    else
+        probe_note(p, answered, answered ? NULL : answer_why(res, r, why, sizeof(why)));
     if (!ok) {
         h->failed = 1;
         unhealthy(h); /* at once: no need to wait for the rest */
@@ -155,6 +170,73 @@ static int master_slots(const struct cluster_map *m, int slot[CLUSTER_MAX_MASTER
         }
     }
     return n;
+}
+
+static void on_ping_answer(void *arg, aconn_result res, redisReply *r)
+{
+    struct health_ping *p = arg;
+    p->owed = 0;
+    if (p->closing || p->h->detaching)
+        return;
+    char why[160];
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_STATUS)
+        svc_reach_ok(p->reach);
+    else
+        svc_reach_failed(p->reach, answer_why(res, r, why, sizeof(why)));
+}
+
+/* p's PING answered late noted down, else the next one sent (the connection
+ * made first when p has none). */
+static void ping_check(struct health_ping *p)
+{
+    const char *ping[] = {"PING"};
+    if (!p->conn)
+        p->conn = aconn_new(p->h->base, p->host, p->port, p->h->cfg->redis_password,
+                            HEALTH_TIMEOUT_MS);
+    if (p->owed) {
+        if (clock_now_us() - p->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000)
+            svc_reach_failed(p->reach, "no answer in time");
+        return;
+    }
+    p->sent_us = clock_now_us();
+    if (aconn_command(p->conn, on_ping_answer, p, 1, ping, NULL) == RCONN_OK)
+        p->owed = 1;
+    else
+        svc_reach_failed(p->reach, "not connected");
+}
+
+/* Stops asking p (its PING in flight is dropped unnoted). */
+static void ping_close(struct health_ping *p)
+{
+    if (!p->conn)
+        return;
+    p->closing = 1;
+    aconn_free(p->conn);
+    p->conn = NULL;
+    p->owed = 0;
+    p->closing = 0;
+}
+
+/* A cluster's nodes noted down that its map does not name as masters now
+ * (is_master[i] for nodes[i]): PINGed until they answer; the others not. */
+static void strays_check(struct svc_health *h, const int *is_master)
+{
+    for (int i = 0; i < h->nnodes; i++) {
+        struct health_ping *p = &h->strays[i];
+        if (h->nodes[i].down && !is_master[i]) {
+            p->h = h;
+            p->reach = &h->nodes[i];
+            if (!p->conn) { /* host:port, from the address noted */
+                const char *colon = strrchr(h->nodes[i].addr, ':');
+                snprintf(p->host, sizeof(p->host), "%.*s",
+                         (int)(colon - h->nodes[i].addr), h->nodes[i].addr);
+                p->port = atoi(colon + 1);
+            }
+            ping_check(p);
+        } else {
+            ping_close(p);
+        }
+    }
 }
 
 /* Counts probe p's command queued (rc RCONN_OK), or the round failed. */
@@ -184,8 +266,13 @@ static int round_send(struct svc_health *h)
         const char *info[] = {"CLUSTER", "INFO"};
         int slot[CLUSTER_MAX_MASTERS], node[CLUSTER_MAX_MASTERS];
         int n = master_slots(m, slot);
-        for (int i = 0; i < m->nmasters; i++)
+        int is_master[HEALTH_MAX_NODES] = {0};
+        for (int i = 0; i < m->nmasters; i++) {
             node[i] = node_index(h, m->masters[i].host, m->masters[i].port);
+            if (node[i] >= 0)
+                is_master[node[i]] = 1;
+        }
+        strays_check(h, is_master);
         if (n == 0 || n < m->nmasters) { /* no map yet, or a master serves nothing */
             h->failed = 1;
             slot[0] = 0, node[0] = -1, n = 1; /* a command still goes: it learns the map */
@@ -228,43 +315,12 @@ static void connect_new(struct svc_health *h)
                             cfg->redis_password, HEALTH_TIMEOUT_MS);
 }
 
-static void on_lock_answer(void *arg, aconn_result res, redisReply *r)
-{
-    struct health_lock_node *n = arg;
-    n->owed = 0;
-    if (n->h->detaching)
-        return;
-    char why[160];
-    if (res == ACONN_REPLY && r->type == REDIS_REPLY_STATUS)
-        svc_reach_ok(&n->reach);
-    else
-        svc_reach_failed(&n->reach, answer_why(res, r, why, sizeof(why)));
-}
-
-/* Each lock node: its PING answered late noted down, else the next one sent. */
-static void lock_nodes_check(struct svc_health *h)
-{
-    const char *ping[] = {"PING"};
-    for (int i = 0; i < h->nlocks; i++) {
-        struct health_lock_node *n = &h->locks[i];
-        if (n->owed) {
-            if (clock_now_us() - n->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000)
-                svc_reach_failed(&n->reach, "no answer in time");
-            continue;
-        }
-        n->sent_us = clock_now_us();
-        if (aconn_command(n->conn, on_lock_answer, n, 1, ping, NULL) == RCONN_OK)
-            n->owed = 1;
-        else
-            svc_reach_failed(&n->reach, "not connected");
-    }
-}
-
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct svc_health *h = arg;
-    lock_nodes_check(h);
+    for (int i = 0; i < h->nlocks; i++)
+        ping_check(&h->locks[i]);
     if (h->owed > 0) { /* the round before is not answered whole yet */
         if (clock_now_us() - h->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000) {
             unhealthy(h);
@@ -290,12 +346,17 @@ struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
     if (strcmp(cfg->lock_mode, "redlock") == 0) {
         h->nlocks = cfg->nlock_nodes;
         h->locks = xcalloc((size_t)h->nlocks, sizeof(*h->locks));
+        h->lock_reach = xcalloc((size_t)h->nlocks, sizeof(*h->lock_reach));
         for (int i = 0; i < h->nlocks; i++) {
-            char addr[sizeof(h->locks[i].reach.addr)];
+            struct health_ping *p = &h->locks[i];
+            char addr[sizeof(h->lock_reach[i].addr)];
             snprintf(addr, sizeof(addr), "%s:%d", cfg->lock_nodes[i].host,
                      cfg->lock_nodes[i].port);
-            h->locks[i].h = h;
-            svc_reach_init(&h->locks[i].reach, "lock_node", addr);
+            svc_reach_init(&h->lock_reach[i], "lock_node", addr);
+            p->h = h;
+            p->reach = &h->lock_reach[i];
+            snprintf(p->host, sizeof(p->host), "%s", cfg->lock_nodes[i].host);
+            p->port = cfg->lock_nodes[i].port;
         }
     }
     return h;
@@ -308,10 +369,6 @@ void svc_health_attach(struct svc_health *h, struct event_base *base)
     h->base = base;
     h->detaching = 0;
     connect_new(h);
-    for (int i = 0; i < h->nlocks; i++)
-        h->locks[i].conn = aconn_new(base, h->cfg->lock_nodes[i].host,
-                                     h->cfg->lock_nodes[i].port, h->cfg->redis_password,
-                                     HEALTH_TIMEOUT_MS);
     h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
     struct timeval every = {.tv_usec = HEALTH_EVERY_MS * 1000};
     if (!h->tick || event_add(h->tick, &every) != 0)
@@ -332,11 +389,10 @@ void svc_health_detach(struct svc_health *h)
     h->conn = NULL;
     h->masters = NULL;
     h->owed = 0;
-    for (int i = 0; i < h->nlocks; i++) {
-        aconn_free(h->locks[i].conn);
-        h->locks[i].conn = NULL;
-        h->locks[i].owed = 0;
-    }
+    for (int i = 0; i < h->nlocks; i++)
+        ping_close(&h->locks[i]);
+    for (int i = 0; i < h->nnodes; i++)
+        ping_close(&h->strays[i]);
     unhealthy(h);
 }
 
@@ -346,6 +402,7 @@ void svc_health_free(struct svc_health *h)
         return;
     svc_health_detach(h);
     free(h->locks);
+    free(h->lock_reach);
     free(h);
 }
 

@@ -17,7 +17,10 @@
  *
  * The same rounds tell the log (reach.h): a node of the data Redis (the one,
  * or each master of a cluster) that stops answering logs redis_down, and
- * redis_up once it answers again. Under --lock redlock each lock node gets a
+ * redis_up once it answers again (an answer, whatever it says of the
+ * cluster's state; an error answer is no answer). A cluster's node noted down
+ * that a failover took out of the map is PINGed on a connection of its own
+ * until it answers. Under --lock redlock each lock node gets a
  * PING of its own every round too, on a connection of its own, logged as
  * lock_node_down and lock_node_up; they count for the log only, not for
  * readiness. */

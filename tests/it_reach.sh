@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration: the log tells when a dependency goes away and when it is back, once
 # per change, not per failed check or request (service/reach.h): the data Redis
-# (redis_down at warn, redis_up at info), a redlock lock node (lock_node_down,
+# (redis_down at warn, redis_up at info; on a Redis Cluster each master, also one a
+# failover replaced, which comes back as a replica), a redlock lock node (lock_node_down,
 # lock_node_up) and the ZooKeeper session of --lock zk (zk_down, zk_up; skipped
 # when ZooKeeper is not installed). Every line an instance prints, the ZooKeeper
 # client's own included, goes through the logger (starts with ts=); a drain logs no
@@ -74,6 +75,31 @@ before=$(count "$log" '_down ')
 it_expect_clean_exit x
 expect "a drain logs no down line of its own" "$before" "$(count "$log" '_down ')"
 check "every line of the redlock instance went through the logger" all_through_logger "$log"
+
+# --- a Redis Cluster: a master dies, a replica takes over, it comes back as a replica
+mkdir -p "$dir/rc"
+start_redis_cluster "$dir/rc" 3 no || { check "a Redis Cluster of 3 masters" false; checks_finish; }
+start_instance --ready-secs 20 c "$dir" --redis "$STARTED_SEEDS" --threads 2 ||
+    { echo "c not ready"; exit 1; }
+clog=$dir/c.log
+m1=$(awk 'prev == "--port" { print; exit } { prev = $0 }' "$dir/rc/shard-1.args")
+proc_stop shard-1 "$dir/rc" 5
+check "a master stopped: one redis_down naming it" \
+    wait_until 10 grep -q "level=warn event=redis_down addr=127.0.0.1:$m1 " "$clog"
+check "... its replica takes over: the instance is ready again" wait_until 20 http_ok "$STARTED_URL/readyz"
+expect "... and the other masters never went down (the cluster's state failing is not a node down)" \
+    "0" "$(grep 'event=redis_down' "$clog" | grep -vc "addr=127.0.0.1:$m1 ")"
+sleep 1
+expect "... no redis_up while it is away (the new master's answers are not its)" "0" \
+    "$(count "$clog" 'event=redis_up')"
+start_redis --port "$m1" shard-1 "$dir/rc" no --cluster-enabled yes --cluster-node-timeout 1000 ||
+    exit 1
+check "it comes back, a replica now: one redis_up naming it" \
+    wait_until 10 grep -q "level=info event=redis_up addr=127.0.0.1:$m1 " "$clog"
+sleep 1
+expect "... exactly one down and one up in all" "1 1" \
+    "$(count "$clog" 'event=redis_down') $(count "$clog" 'event=redis_up')"
+it_expect_clean_exit c
 
 # --- ZooKeeper: the zk lock's session
 if [[ ! -r /usr/share/java/zookeeper.jar ]] || ! command -v java >/dev/null; then
