@@ -7,7 +7,10 @@ packages=(
     build-essential pkg-config
     libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
-    zookeeper libzookeeper-st-dev faketime libsystemd-dev
+    zookeeper libzookeeper-st-dev faketime
+    # sd_notify (service/notify.c); the stand-in for systemd's notify socket
+    # (tests/it_systemd.sh); groff renders the man page (tests/it_man.sh)
+    libsystemd-dev python3 groff-base
 )
 # Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).
 # Asked for by command, not by package: a node from elsewhere (NodeSource, nvm)
