@@ -9,6 +9,8 @@
 #   make chaos      the fault matrix (loadtest/chaos.sh): each fault against each lock
 #                   mode, CHAOS_REPS times (10), each on a fresh cluster
 #                   (CHAOS_QUICK=1: CI's short pass, every fault once against one mode)
+#   make install    the binary, seckill(8) and the systemd unit under $(DESTDIR)$(PREFIX)
+#   make uninstall  removes them
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -33,7 +35,7 @@ else
 $(error SANITIZER must be address, undefined or thread)
 endif
 
-PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads
+PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads libsystemd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
@@ -65,7 +67,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/invfix.o
 
-.PHONY: all deps test check demo bench chaos fuzz valgrind clean install format
+.PHONY: all deps test check demo bench chaos fuzz valgrind clean install uninstall format
 all: $(BUILD)/seckill $(LUA_COPY)
 
 # `make V=1` shows the full commands.
@@ -199,9 +201,22 @@ fuzz:
 clean:
 	rm -rf build
 
+# The binary, its manual page and its systemd unit (ExecStart naming the binary
+# installed): make install PREFIX=/usr DESTDIR=pkg/ for a package's tree.
+BINDIR = $(PREFIX)/bin
+MAN8DIR = $(PREFIX)/share/man/man8
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 install: $(BUILD)/seckill
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BUILD)/seckill $(DESTDIR)$(PREFIX)/bin/seckill
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MAN8DIR) $(DESTDIR)$(SYSTEMD_UNIT_DIR)
+	install -m 755 $(BUILD)/seckill $(DESTDIR)$(BINDIR)/seckill
+	install -m 644 docs/seckill.8 $(DESTDIR)$(MAN8DIR)/seckill.8
+	sed 's|^ExecStart=/usr/local/bin/seckill|ExecStart=$(BINDIR)/seckill|' \
+		scripts/seckill.service >$(BUILD)/seckill.service
+	install -m 644 $(BUILD)/seckill.service $(DESTDIR)$(SYSTEMD_UNIT_DIR)/seckill.service
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/seckill $(DESTDIR)$(MAN8DIR)/seckill.8 \
+		$(DESTDIR)$(SYSTEMD_UNIT_DIR)/seckill.service
 
 format:
 	clang-format -i util/*.[ch] redis/*.[ch] lock/*.[ch] inventory/*.[ch] service/*.[ch] tests/*.[ch]

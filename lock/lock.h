@@ -52,6 +52,18 @@ typedef enum {
     LOCK_ZK_WATCH_ALL,
 } lock_zk_watch;
 
+/* What a lock tells its user of the service it stands on (zk: the ZooKeeper
+ * ensemble), for the log. */
+typedef enum {
+    LOCK_LINK_DOWN = 0, /* a connected session lost its connection, or expired */
+    LOCK_LINK_UP,       /* the session is connected (again) */
+    LOCK_LINK_CLIENT,   /* a line of the client library's own log, in detail */
+} lock_link_event;
+/* service: the ensemble as configured; detail: why (DOWN) or the library's
+ * line (CLIENT), NULL for UP. Called on the lock's own thread (zk: the
+ * client's loop), one call at a time, never holding a lock's mutex. */
+typedef void lock_link_fn(lock_link_event ev, const char *service, const char *detail);
+
 struct lock_config {
     int ttl_ms;                     /* lease length */
     const struct rconn_addr *nodes; /* redlock: independent masters */
@@ -66,6 +78,10 @@ struct lock_config {
     int zk_session_ms;    /* zk: session timeout asked for, the lease (0: 3000) */
     /* zk: what a waiter watches (0: its predecessor) */
     lock_zk_watch zk_watch;
+    /* zk: told of the session's ups and downs and given the client
+     * library's log lines (NULL: the library's lines are dropped). One per
+     * process: the library's log is a global. */
+    lock_link_fn *on_link;
 };
 
 #define LOCK_WAIT_BUCKETS 14

@@ -438,6 +438,8 @@ static void *zk_create_state(const struct lock_config *cfg,
     st->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
     st->counters = counters;
     st->watch = cfg->zk_watch;
+    st->on_link = cfg->on_link;
+    zk_conn_log_to(cfg->on_link);
     pthread_mutex_init(&st->mu, NULL);
     pthread_mutex_init(&st->reconnect_mu, NULL);
     clock_cond_init(&st->steps_gone);

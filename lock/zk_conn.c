@@ -30,16 +30,21 @@
 
 /* ---- the library's log ------------------------------------------------- */
 
-/* The client logs every failed reconnect (one per 1/60 of the session
- * timeout while ZooKeeper is down): at most one line a second reaches
- * stderr. */
+/* Where the client's log lines go: the lock's user (lock_config.on_link),
+ * which writes them through its logger, or nowhere. The client takes a bare
+ * function, no context: a global, set by the one zk lock of the process. */
+static lock_link_fn *_Atomic zk_log_sink;
+
+void zk_conn_log_to(lock_link_fn *sink)
+{
+    atomic_store(&zk_log_sink, sink);
+}
+
 static void zk_log(const char *message)
 {
-    static _Atomic int64_t last_us;
-    int64_t now = clock_now_us(), last = atomic_load(&last_us);
-    if (now - last < 1000000 || !atomic_compare_exchange_strong(&last_us, &last, now))
-        return;
-    fprintf(stderr, "zk: %s\n", message);
+    lock_link_fn *sink = atomic_load(&zk_log_sink);
+    if (sink)
+        sink(LOCK_LINK_CLIENT, NULL, message);
 }
 
 /* ---- driving a session on st->loop ----------------------------------------
@@ -99,13 +104,16 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
     struct zk_conn *c = ctx;
     struct zk_state *st = c->st;
     int sweep = 0;
+    const char *down = NULL; /* why the session went down, for st->on_link */
     pthread_mutex_lock(&st->mu);
+    int was_connected = c->connected;
     if (state == ZOO_CONNECTED_STATE) {
         c->connected = 1;
         c->disconnected_us = 0;
         c->session_us = (int64_t)zoo_recv_timeout(zh) * 1000;
         sweep = c->orphans != NULL;
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        down = state == ZOO_EXPIRED_SESSION_STATE ? "session expired" : "authentication failed";
         c->expired = 1;
         c->connected = 0;
         for (struct zk_conn_hold *h = c->holds; h; h = h->next) {
@@ -120,11 +128,19 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
             pthread_cond_signal(&w->cond);
         }
     } else if (c->connected) { /* connecting, associating: the connection dropped */
+        down = "connection lost";
         c->connected = 0;
         c->disconnected_us = clock_now_us();
     }
+    int closing = c->closing;
     pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&st->mu);
+    if (st->on_link && !closing) {
+        if (state == ZOO_CONNECTED_STATE && !was_connected)
+            st->on_link(LOCK_LINK_UP, st->hosts, NULL);
+        else if (down)
+            st->on_link(LOCK_LINK_DOWN, st->hosts, down);
+    }
     if (sweep)
         zk_orphans_sweep(c);
 }

@@ -93,6 +93,7 @@ struct zk_state {
     int timeout_ms;
     struct lock_counters *counters;
     lock_zk_watch watch;                          /* what a waiter watches */
+    lock_link_fn *on_link;                        /* the session's news (lock.h) */
     struct zk_loop *loop;                         /* drives every session (zk_loop.h) */
     pthread_mutex_t mu;                           /* everything here and in every conn */
     pthread_mutex_t reconnect_mu;                 /* one new session at a time */
@@ -101,6 +102,10 @@ struct zk_state {
     int steps;                                    /* zk_steps.c's jobs alive */
     pthread_cond_t steps_gone;                    /* steps went to 0 */
 };
+
+/* The client library's log lines go to sink (LOCK_LINK_CLIENT), or nowhere
+ * (NULL). The library's log is process-wide; so is this. */
+void zk_conn_log_to(lock_link_fn *sink);
 
 /* ---- sessions ---------------------------------------------------------- */
 

@@ -9,6 +9,9 @@ packages=(
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
     zookeeper libzookeeper-st-dev faketime
     slowhttptest
+    # sd_notify (service/notify.c); the stand-in for systemd's notify socket
+    # (tests/it_systemd.sh); groff renders the man page (tests/it_man.sh)
+    libsystemd-dev python3 groff-base
 )
 # slowhttptest: tests/it_edge.sh's slowloris, slow body and slow read attacks.
 # Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).

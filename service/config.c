@@ -474,17 +474,23 @@ static int sockaddr_is_loopback(const struct sockaddr *sa)
     return 0;
 }
 
+/* host without the brackets of an IPv6 literal ("[::1]" -> "::1") into bare. */
+static void host_bare(const char *host, char bare[256])
+{
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') /* [::1] */
+        snprintf(bare, 256, "%.*s", (int)(n - 2), host + 1);
+    else
+        snprintf(bare, 256, "%s", host);
+}
+
 /* 1 when host is a loopback address (127.0.0.0/8, ::1, "localhost") or a name
  * whose every address is one; 0 for anything else: the wildcard 0.0.0.0 and ::,
  * any other address, and a name that does not resolve (why says which). */
 static int host_is_loopback(const char *host, char *why, size_t whylen)
 {
     char bare[256];
-    size_t n = strlen(host);
-    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') /* [::1] */
-        snprintf(bare, sizeof(bare), "%.*s", (int)(n - 2), host + 1);
-    else
-        snprintf(bare, sizeof(bare), "%s", host);
+    host_bare(host, bare);
     if (strcasecmp(bare, "localhost") == 0)
         return 1;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
@@ -501,6 +507,32 @@ static int host_is_loopback(const char *host, char *why, size_t whylen)
     if (!all)
         snprintf(why, whylen, "'%s' is not a loopback address", bare);
     return all;
+}
+
+/* Resolves --listen into cfg->listen_addr: an IPv4 address, an IPv6 one
+ * ("[::1]", brackets optional) or a name (its first address; "localhost" is
+ * 127.0.0.1, as it always was). CONFIG_ERROR with err set when it does not
+ * resolve: a bad flag (exit 2), not a failure to start. */
+static config_status listen_resolve(struct svc_config *cfg, char *err, size_t errlen)
+{
+    char bare[256], port[8];
+    host_bare(cfg->listen.host, bare);
+    snprintf(port, sizeof(port), "%d", cfg->listen.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(strcasecmp(bare, "localhost") == 0 ? "127.0.0.1" : bare, port,
+                         &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, errlen, "--listen %s:%d: '%s' is no address (%s)", cfg->listen.host,
+                 cfg->listen.port, bare, rc ? gai_strerror(rc) : "no address");
+        return CONFIG_ERROR;
+    }
+    memcpy(&cfg->listen_addr, res->ai_addr, res->ai_addrlen);
+    cfg->listen_addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    return CONFIG_OK;
 }
 
 /* The event loops: one per core, at least 2. More loops
@@ -610,6 +642,8 @@ static config_status config_check(struct svc_config *cfg, char *err, size_t errl
                  cfg->listen.host, cfg->listen.port, why);
         return CONFIG_ERROR;
     }
+    if (listen_resolve(cfg, err, errlen) != CONFIG_OK)
+        return CONFIG_ERROR;
     if (cfg->nlock_nodes == 0) {
         cfg->lock_nodes[0] = cfg->redis;
         cfg->nlock_nodes = 1;

@@ -4,6 +4,7 @@
 #define SECKILL_CONFIG_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "rconn.h"
 
@@ -12,7 +13,10 @@
 #define SVC_MAX_SEEDS 16
 
 struct svc_config {
-    struct rconn_addr listen;
+    struct rconn_addr listen; /* as given: an IPv6 host keeps its brackets */
+    /* --listen resolved (svc_config_load): IPv4 or IPv6, what the server binds */
+    struct sockaddr_storage listen_addr;
+    socklen_t listen_addrlen;
     struct rconn_addr redis;
     char redis_password[256];
     char lock_mode[16];

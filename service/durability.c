@@ -38,16 +38,6 @@ struct svc_durability {
     _Atomic int durable; /* the gauge */
 };
 
-/* Copies text into buf for a quoted log value: no '"', '\' or control
- * characters, which would break the one-line key=value format. */
-static void log_quote(char *buf, size_t len, const char *text)
-{
-    size_t n = 0;
-    for (const char *p = text; *p && n + 1 < len; p++)
-        buf[n++] = *p == '"' || *p == '\\' ? '\'' : (unsigned char)*p < 32 ? ' ' : *p;
-    buf[n] = '\0';
-}
-
 /* What a crash of Redis can take with it under these settings. */
 static const char *loss_detail(const char *appendonly, const char *appendfsync)
 {

@@ -13,7 +13,17 @@
  * after an error answer (NOAUTH once the password changed) the connection is
  * made again before the next round.
  * So /readyz turns 503 within about HEALTH_TIMEOUT_MS of Redis going away
- * or freezing, and 200 again within HEALTH_EVERY_MS of its return. */
+ * or freezing, and 200 again within HEALTH_EVERY_MS of its return.
+ *
+ * The same rounds tell the log (reach.h): a node of the data Redis (the one,
+ * or each master of a cluster) that stops answering logs redis_down, and
+ * redis_up once it answers again (an answer, whatever it says of the
+ * cluster's state; an error answer is no answer). A cluster's node noted down
+ * that a failover took out of the map is PINGed on a connection of its own
+ * until it answers. Under --lock redlock each lock node gets a
+ * PING of its own every round too, on a connection of its own, logged as
+ * lock_node_down and lock_node_up; they count for the log only, not for
+ * readiness. */
 #ifndef SECKILL_HEALTH_H
 #define SECKILL_HEALTH_H
 
@@ -24,8 +34,10 @@ struct svc_health;
 
 /* For the data Redis of cfg (a cluster's masters when cluster). Nothing is
  * connected before attach; unhealthy until the first round is answered.
- * Never returns NULL. */
-struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster);
+ * on_ready (NULL: none) is called once, on the loop, when the first round
+ * is answered healthy: when /readyz first answers 200. Never returns NULL. */
+struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
+                                  void (*on_ready)(void));
 /* Checks on base from now on: before base runs, or on its thread. */
 void svc_health_attach(struct svc_health *h, struct event_base *base);
 /* Stops checking: on base's thread, or once it no longer runs. NULL, or not

@@ -103,6 +103,16 @@ int log_enabled(int level)
     return level >= atomic_load_explicit(&log_threshold, memory_order_relaxed);
 }
 
+char *log_quote(char *dst, size_t len, const char *text)
+{
+    size_t n = 0;
+    for (const char *p = text; *p && n + 1 < len; p++)
+        dst[n++] = *p == '"' || *p == '\\' ? '\'' : (unsigned char)*p < 32 ? ' ' : *p;
+    if (len > 0)
+        dst[n] = '\0';
+    return dst;
+}
+
 void log_event(int level, const char *event, const char *fields, ...)
 {
     if (!log_enabled(level))

@@ -3,6 +3,7 @@
 #define SECKILL_LOG_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR };
@@ -44,6 +45,10 @@ int log_level_parse(const char *text);
 const char *log_level_name(int level);
 void log_set_level(int level);
 int log_enabled(int level);
+/* Copies text into dst (of size len, truncated) fit for a quoted value,
+ * key="...": '"' and '\' become '\'', control characters a blank, which
+ * would break the one-line key=value format. Returns dst. */
+char *log_quote(char *dst, size_t len, const char *text);
 /* Writes "ts=<iso8601> level=<l> event=<event> <fields>\n"; fields is a
  * printf format for the rest of the line, already key=value. */
 void log_event(int level, const char *event, const char *fields, ...)

@@ -1,5 +1,6 @@
 /* seckill: the flash-sale inventory server. */
 #include <errno.h>
+#include <event2/event.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,8 +16,10 @@
 #include "inventory.h"
 #include "lock.h"
 #include "log.h"
+#include "notify.h"
 #include "rcluster.h"
 #include "orderid.h"
+#include "reach.h"
 #include "server.h"
 
 #define STARTUP_REDIS_WAIT_MS 10000
@@ -65,6 +68,18 @@ static int redis_is_cluster(const struct svc_config *cfg)
         freeReplyObject(r);
     rconn_free(rc);
     return cluster;
+}
+
+/* libevent's own messages (it writes them to stderr by default) through the
+ * logger, at their level. */
+static void libevent_line(int severity, const char *msg)
+{
+    int level = severity == EVENT_LOG_DEBUG ? LOG_DEBUG
+                : severity == EVENT_LOG_MSG ? LOG_INFO
+                : severity == EVENT_LOG_WARN ? LOG_WARN
+                                             : LOG_ERROR;
+    char detail[512];
+    log_event(level, "libevent", "detail=\"%s\"", log_quote(detail, sizeof(detail), msg));
 }
 
 /* The worker-id lease's news, in the log. */
@@ -117,7 +132,7 @@ static int signals_take(void)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     int fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (fd < 0) {
-        perror("seckill: signalfd");
+        log_event(LOG_ERROR, "startup_failed", "reason=\"signalfd: %s\"", strerror(errno));
         exit(1);
     }
     return fd;
@@ -177,6 +192,62 @@ static void backend_free(struct backend *b)
     lock_free(b->lock);
 }
 
+/* The zk lock's session, up or down, in the log (reach.h). */
+static struct svc_reach zk_reach;
+/* The ZooKeeper client logs each failed reconnect (one per 1/60 of the
+ * session timeout while ZooKeeper is down): a line a second at most. */
+static struct log_limit zk_client_lines = LOG_LIMIT_INIT(1);
+
+/* A line of the ZooKeeper client's own log ("<date>:<pid>(<thread>):ZOO_ERROR@
+ * <function>@<line>: <message>") through the logger, at its level. */
+static void zk_client_line(const char *line)
+{
+    static const struct {
+        const char *tag;
+        int level;
+    } levels[] = {{":ZOO_ERROR@", LOG_ERROR},
+                  {":ZOO_WARN@", LOG_WARN},
+                  {":ZOO_INFO@", LOG_INFO},
+                  {":ZOO_DEBUG@", LOG_DEBUG}};
+    int level = LOG_WARN;
+    const char *text = line;
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        const char *at = strstr(line, levels[i].tag);
+        if (at) {
+            level = levels[i].level;
+            text = at + strlen(levels[i].tag);
+            break;
+        }
+    }
+    uint64_t suppressed;
+    if (!log_enabled(level) || !log_limit_take(&zk_client_lines, &suppressed))
+        return;
+    char detail[512];
+    log_quote(detail, sizeof(detail), text);
+    if (suppressed)
+        log_event(level, "zk_client", "detail=\"%s\" suppressed=%llu", detail,
+                  (unsigned long long)suppressed);
+    else
+        log_event(level, "zk_client", "detail=\"%s\"", detail);
+}
+
+/* The zk lock's news (lock.h's lock_link_fn), on the client's thread. */
+static void zk_link(lock_link_event ev, const char *service, const char *detail)
+{
+    (void)service; /* zk_reach names it */
+    switch (ev) {
+    case LOCK_LINK_DOWN:
+        svc_reach_failed(&zk_reach, detail);
+        break;
+    case LOCK_LINK_UP:
+        svc_reach_ok(&zk_reach);
+        break;
+    case LOCK_LINK_CLIENT:
+        zk_client_line(detail);
+        break;
+    }
+}
+
 /* Opens the lock of --lock into *lock (NULL in atomic mode): true, or false
  * with err set. */
 static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err,
@@ -195,7 +266,9 @@ static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err
         .zk_hosts = cfg->zk_hosts,
         .zk_session_ms = cfg->zk_session_ms,
         .zk_watch = (lock_zk_watch)cfg->zk_watch,
+        .on_link = zk_link,
     };
+    svc_reach_init(&zk_reach, "zk", cfg->zk_hosts);
     *lock = lock_new(cfg->lock_mode, &lc, err, errlen);
     return *lock != NULL;
 }
@@ -272,7 +345,7 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
-    b->health = svc_health_new(cfg, b->cluster);
+    b->health = svc_health_new(cfg, b->cluster, svc_notify_ready);
     return 0;
 }
 
@@ -301,6 +374,7 @@ int main(int argc, char **argv)
         break;
     }
     log_open();
+    event_set_log_callback(libevent_line);
     int level = svc_config_log_level(&cfg, err, sizeof(err)); /* read at the flag */
     log_set_level(level >= 0 ? level : cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
@@ -340,6 +414,7 @@ int main(int argc, char **argv)
             break;
     }
 
+    svc_notify_stopping();
     svc_server_stop(srv, DRAIN_GRACE_MS, DRAIN_WAIT_MS);
     backend_free(&b);
     close(signal_fd);

@@ -91,17 +91,20 @@ static void *loop_main(void *arg)
 }
 
 /* The listening socket every loop's daemon accepts from: non-blocking, so
- * that a loop that lost the race for a connection goes on. -1 on failure. */
-static int listen_socket(const struct sockaddr_in *addr)
+ * that a loop that lost the race for a connection goes on. IPv4 or IPv6 ("[::]"
+ * takes IPv4 too unless the system's net.ipv6.bindv6only says otherwise). -1 on
+ * failure, errno kept. */
+static int listen_socket(const struct sockaddr *addr, socklen_t addrlen)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0)
         return -1;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0 ||
-        listen(fd, 1024) != 0) {
+        bind(fd, addr, addrlen) != 0 || listen(fd, 1024) != 0) {
+        int saved = errno;
         close(fd);
+        errno = saved;
         return -1;
     }
     return fd;
@@ -184,21 +187,14 @@ static void loops_free(struct svc_server *srv, int n, int running)
 struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errlen)
 {
     const struct svc_config *cfg = app->cfg;
-    struct sockaddr_in addr = {.sin_family = AF_INET,
-                               .sin_port = htons((uint16_t)cfg->listen.port)};
-    const char *host =
-        strcmp(cfg->listen.host, "localhost") == 0 ? "127.0.0.1" : cfg->listen.host;
-    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
-        snprintf(err, errlen, "--listen: '%s' is not an IPv4 address", cfg->listen.host);
-        return NULL;
-    }
     static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
     pthread_once(&threads_once, (void (*)(void))evthread_use_pthreads);
     struct svc_server *srv = xcalloc(1, sizeof(*srv));
     srv->app = app;
     pthread_mutex_init(&srv->mu, NULL);
     pthread_cond_init(&srv->cv, NULL);
-    srv->lsock = listen_socket(&addr);
+    srv->lsock = listen_socket((const struct sockaddr *)&cfg->listen_addr,
+                               cfg->listen_addrlen);
     if (srv->lsock < 0) {
         snprintf(err, errlen, "cannot listen on %s:%d (%s)", cfg->listen.host,
                  cfg->listen.port, strerror(errno));
