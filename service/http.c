@@ -61,44 +61,69 @@ void http_worker_release(void)
     tls_worker = NULL;
 }
 
-static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_state *st,
-                                     struct svc_response *res)
+/* res's body, its JSON released; when it cannot be made, res becomes a 503
+ * and the body says so. NULL only when not even that can be had. */
+static char *response_body(struct svc_response *res)
 {
     char *body = res->text;
-    size_t len = 0;
     if (!body && res->json)
         body = json_dumps(res->json, JSON_COMPACT);
+    json_decref(res->json);
+    res->json = NULL;
     if (!body) {
         res->status = 503;
         body = strdup("{\"error\":\"unavailable\",\"detail\":\"out of memory\"}");
-        if (!body)
-            return MHD_NO;
     }
-    len = strlen(body);
+    return body;
+}
+
+/* The headers an answer carries beside Content-Type. */
+struct extra_header {
+    const char *name;
+    char value[64];
+};
+#define EXTRA_HEADERS_MAX 3
+
+/* Fills h with st's answer res's extra headers; returns how many. */
+static int extra_headers(const struct conn_state *st, const struct svc_response *res,
+                         struct extra_header h[EXTRA_HEADERS_MAX])
+{
+    int n = 0;
+    if (res->retry_after > 0) {
+        h[n].name = MHD_HTTP_HEADER_RETRY_AFTER;
+        snprintf(h[n++].value, sizeof(h[0].value), "%d", res->retry_after);
+    }
+    if (res->status == 401) { /* RFC 7235: a 401 names the scheme it wants */
+        h[n].name = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
+        snprintf(h[n++].value, sizeof(h[0].value), "Bearer realm=\"seckill\"");
+    }
+    if (res->status == 405) {
+        h[n].name = MHD_HTTP_HEADER_ALLOW;
+        svc_route_allowed(st->path, h[n++].value, sizeof(h[0].value));
+    }
+    return n;
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_state *st,
+                                     struct svc_response *res)
+{
+    char *body = response_body(res);
+    if (!body)
+        return MHD_NO;
     struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             res->content_type ? res->content_type : "application/json");
-    if (res->retry_after > 0) {
-        char ra[16];
-        snprintf(ra, sizeof(ra), "%d", res->retry_after);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-    }
-    if (res->status == 401) /* RFC 7235: a 401 names the scheme it wants */
-        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                                "Bearer realm=\"seckill\"");
-    if (res->status == 405) {
-        char allow[64];
-        svc_route_allowed(st->path, allow, sizeof(allow));
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    }
+    struct extra_header h[EXTRA_HEADERS_MAX];
+    int nh = extra_headers(st, res, h);
+    for (int i = 0; i < nh; i++)
+        MHD_add_response_header(r, h[i].name, h[i].value);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)res->status, r);
     MHD_destroy_response(r);
-    json_decref(res->json);
     return ret;
 }
 
@@ -340,23 +365,16 @@ static size_t unescape_url(void *cls, struct MHD_Connection *conn, char *s)
  * socket refused (the client is gone) or is full. Frees res's body. */
 static int answer_write(int fd, const struct conn_state *st, struct svc_response *res)
 {
-    char *body = res->text;
-    if (!body && res->json)
-        body = json_dumps(res->json, JSON_COMPACT);
-    json_decref(res->json);
+    char *body = response_body(res);
     if (!body)
         return 0;
     const char *reason = MHD_get_reason_phrase_for((unsigned int)res->status);
-    char head[512], extra[160] = "";
-    if (res->retry_after > 0)
-        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", res->retry_after);
-    else if (res->status == 401)
-        snprintf(extra, sizeof(extra), "WWW-Authenticate: Bearer realm=\"seckill\"\r\n");
-    else if (res->status == 405) {
-        char allow[64];
-        svc_route_allowed(st->path, allow, sizeof(allow));
-        snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
-    }
+    struct extra_header h[EXTRA_HEADERS_MAX];
+    int nh = extra_headers(st, res, h);
+    char head[512], extra[EXTRA_HEADERS_MAX * 96] = "";
+    for (int i = 0, at = 0; i < nh; i++)
+        at += snprintf(extra + at, sizeof(extra) - (size_t)at, "%s: %s\r\n", h[i].name,
+                       h[i].value);
     size_t blen = strlen(body);
     int hlen =
         snprintf(head, sizeof(head),
