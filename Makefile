@@ -140,6 +140,12 @@ $(BUILD)/tests/edgeclient: tests/edgeclient.c
 	$(say) CC $@
 	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS) -lpthread
 
+# The buyer of the fault matrix (loadtest/chaosclient.c, loadtest/chaos.sh).
+$(BUILD)/loadtest/chaosclient: loadtest/chaosclient.c
+	@mkdir -p $(dir $@)
+	$(say) CC $@
+	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS)
+
 deps:
 	@scripts/deps.sh
 
@@ -178,7 +184,7 @@ bench: deps
 CHAOS_REPS ?= 10
 CHAOS_QUICK ?=
 chaos: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/tests/faultproxy
+	@$(MAKE) --no-print-directory all $(BUILD)/tests/faultproxy $(BUILD)/loadtest/chaosclient
 	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(if $(CHAOS_QUICK),--quick) $(CHAOS_ARGS)
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.

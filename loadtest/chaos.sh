@@ -13,10 +13,11 @@
 #   duplicate   one order id acknowledged for two keys, or the audit's duplicate ids
 #   audit       the audit not consistent
 #
-# The client (chaos_client below): 8 loops, each a new user with its own Idempotency-Key
-# per order; an answer 503 outcome_unknown or unavailable, or none at all (5 s), is
-# asked again with the same key and body until it is final; every acknowledged id is
-# kept. Two loops buy through the balancer, the others each from one instance.
+# The client (loadtest/chaosclient.c): 8 loops, each a new user with its own
+# Idempotency-Key per order, one order per 80 ms at most (CHAOS_PACE_MS); an answer 503
+# outcome_unknown or unavailable, 502, 504, or none at all (5 s), is asked again with
+# the same key and body until it is final; every acknowledged id is kept. Two loops buy
+# through the balancer, the others each from one instance.
 #
 # Faults (the moment drawn from the run's seed, printed with it), and the modes each
 # runs against (fault_modes):
@@ -58,6 +59,7 @@
 #                faults, plus none under the pause (the harness must still see an
 #                oversell); 13 runs instead of 42 per repetition
 #   CHAOS_REPS   repetitions (default 10)
+#   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
 #
 # Output: a line per run (its violations, and what the instances saw: fenced commits,
 # commits after the lease was lost, the client's retries), then the matrix;
@@ -104,6 +106,11 @@ TTL_MS=500 # the lock lease: a pause of 5 leases lasts 2.5 s
 # least: 2 ticks): a pause of 2 sessions, 3 s, outlives it whatever the tick rounding.
 ZK_SESSION_MS=1500
 LOOPS=8
+# Each client loop's pace: 8 loops at one order per 80 ms at most, ~100 orders/s, sell
+# the stock in ~6 s, long enough that every fault strikes and heals in the sale.
+PACE_MS=${CHAOS_PACE_MS:-80}
+CHAOS_CLIENT=${SECKILL_BUILD:-build}/loadtest/chaosclient
+[[ -x $CHAOS_CLIENT ]] || { echo "chaos: $CHAOS_CLIENT not built (make $CHAOS_CLIENT)" >&2; exit 2; }
 
 lt_require curl jq nginx redis-server
 FAKETIME_LIB=$(dpkg -L libfaketime 2>/dev/null | grep -m1 'libfaketimeMT\.so\.1$') || FAKETIME_LIB=""
@@ -150,31 +157,15 @@ mode_flags() { # MODE -> cluster.sh up flags
 
 # ---- the client --------------------------------------------------------------------
 
-# chaos_client C URL: orders by fresh users uC-N with keys kC-N until $run/stop appears;
-# an undecided answer is asked again with the same key. A line per final answer:
-# "status key order_id error tries".
+# chaos_client C URL: orders by fresh users uC-N with keys kC-N until $run/stop appears,
+# one every $PACE_MS at most; an undecided answer is asked again with the same key. A
+# line per final answer: "status key order_id error tries" (loadtest/chaosclient.c).
 chaos_client() {
-    local c=$1 url=$2 n=0 tries out status body id err
-    while [[ ! -e $run/stop ]]; do
-        n=$((n + 1))
-        tries=0
-        while :; do
-            tries=$((tries + 1))
-            out=$(curl -s --max-time 5 -w '\n%{http_code}' -X POST "$url" \
-                -H "Idempotency-Key: k$c-$n" -d "{\"user_id\":\"u$c-$n\"}" 2>/dev/null)
-            status=${out##*$'\n'}
-            body=${out%$'\n'*}
-            id=- err=-
-            [[ $body =~ \"order_id\":\"([0-9]+)\" ]] && id=${BASH_REMATCH[1]}
-            [[ $body =~ \"error\":\"([a-z_]+)\" ]] && err=${BASH_REMATCH[1]}
-            case "$status/$err" in
-            503/outcome_unknown | 503/unavailable | 000/* | 502/* | 504/*)
-                ((tries < 200)) && { sleep 0.05; continue; } ;;
-            esac
-            break
-        done
-        echo "$status k$c-$n $id $err $tries"
-    done
+    local c=$1 url=$2 hostport path
+    hostport=${url#http://}
+    path=/${hostport#*/}
+    hostport=${hostport%%/*}
+    "$CHAOS_CLIENT" "$c" "${hostport##*:}" "$path" "$run/stop" "$PACE_MS"
 }
 
 # ---- faults ------------------------------------------------------------------------
