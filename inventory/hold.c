@@ -81,6 +81,11 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
             if (inv_order_id_taken(inv, o) == INV_OK)
                 continue; /* a fresh id: again by itself */
             break;
+        case -10:
+        case -11:
+            st =
+                inv_window_refusal(inv_reply_ll(r->element[2 * i], 0), first, &o->window);
+            break;
         }
         inv_ticket_finish(inv, t[i], st);
     }

@@ -166,9 +166,9 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
 /* Creates or resets sku's shard `shard` of nshards (on one Redis the only
  * one, 0 of 1): the stock of its segments (those i with i % nshards ==
  * shard; the others 0 here), its order records cleared, its epoch `epoch`
- * ("" for one more). */
-inv_status inv_sku_put_shard(struct inv_session *s, const char *sku, long long stock,
-                             int segments, int limit, int shard, int nshards,
+ * ("" for one more), its sale window spec's. */
+inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
+                             const struct inv_sku_spec *spec, int shard, int nshards,
                              const char *epoch);
 
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
@@ -224,8 +224,14 @@ inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order);
  * connection failed after taking it (lost_before: rconn_unanswered before
  * the call), else it was never sent. */
 inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before);
+/* The sale window's refusal in a script's answer (inventory/lua/window.lua):
+ * code -10, detail "<starts_ms> <wait_ms>", is INV_NOT_STARTED with *w set;
+ * -11 is INV_SALE_ENDED; any other code INV_OK (not the window's). */
+inv_status inv_window_refusal(long long code, const redisReply *detail,
+                              struct inv_window *w);
 /* The refusals the commit scripts share ({-3, first id} a replay, {-4} the
- * limit, {-8} the key's mismatch) as a status; anything else INV_UNAVAILABLE. */
+ * limit, {-8} the key's mismatch, the sale window's -10 and -11) as a status;
+ * anything else INV_UNAVAILABLE. */
 inv_status inv_commit_refusal(struct inv_session *s, const redisReply *r,
                               struct inv_order *order);
 /* Counts an order's answer. */

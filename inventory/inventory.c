@@ -257,10 +257,28 @@ inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before)
 /* The refusals the commit scripts share: {-3, first id} an idempotent replay
  * (*order becomes the first order), {-4} the per-user limit, {-8} the key was
  * used for another user or qty. Anything else is a failure. */
+inv_status inv_window_refusal(long long code, const redisReply *detail,
+                              struct inv_window *w)
+{
+    if (code == -11)
+        return INV_SALE_ENDED;
+    if (code != -10)
+        return INV_OK;
+    w->starts_ms = w->wait_ms = 0;
+    if (detail && detail->type == REDIS_REPLY_STRING)
+        sscanf(detail->str, "%lld %lld", &w->starts_ms, &w->wait_ms);
+    return INV_NOT_STARTED;
+}
+
 inv_status inv_commit_refusal(struct inv_session *s, const redisReply *r,
                               struct inv_order *order)
 {
-    switch (inv_reply_ll(r->element[0], 0)) {
+    long long code = inv_reply_ll(r->element[0], 0);
+    inv_status window =
+        inv_window_refusal(code, r->elements > 1 ? r->element[1] : NULL, &order->window);
+    if (window != INV_OK)
+        return window;
+    switch (code) {
     case -3: {
         if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_STRING)
             return INV_UNAVAILABLE;
@@ -319,6 +337,12 @@ void inv_count_outcome(struct inv *inv, inv_status st)
         break;
     case INV_IDEM_MISMATCH:
         count(&c->idem_mismatch);
+        break;
+    case INV_NOT_STARTED:
+        count(&c->not_started);
+        break;
+    case INV_SALE_ENDED:
+        count(&c->sale_ended);
         break;
     default:
         break;

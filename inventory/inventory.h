@@ -51,6 +51,7 @@
 #define INV_IDEM_MAX 128
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
+#define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
 
 typedef enum {
     INV_PLACED = 0,    /* a new order was recorded */
@@ -64,6 +65,8 @@ typedef enum {
     INV_BUSY,          /* no segment lock within the wait, or the commit was fenced off */
     INV_UNAVAILABLE,   /* Redis unreachable or failing; nothing can have been written */
     INV_IDEM_MISMATCH, /* Idempotency-Key used before for another user or qty */
+    INV_NOT_STARTED,   /* before the SKU's starts_at: order->window says when */
+    INV_SALE_ENDED,    /* at or after the SKU's ends_at */
     INV_OUTCOME_UNKNOWN, /* the commit was sent but its answer never came: order->id
                             may exist (inv_order_get tells) */
     INV_PENDING,         /* a ticket still on its way: not decided yet */
@@ -97,13 +100,20 @@ struct inv_part {
     int qty;
 };
 
+/* What the sale window said of a refused order (INV_NOT_STARTED), by the
+ * data Redis's clock: when the sale starts, and how long until then. */
+struct inv_window {
+    long long starts_ms, wait_ms;
+};
+
 struct inv_order {
     uint64_t id;
     char sku[INV_ID_MAX + 1];
     char user_id[INV_ID_MAX + 1];
     int qty;
-    int segment; /* the (first) segment it was served from */
-    int nparts;  /* segments it drew from: 1, or more (parts lists them) */
+    int segment;              /* the (first) segment it was served from */
+    int nparts;               /* segments it drew from: 1, or more (parts lists them) */
+    struct inv_window window; /* INV_NOT_STARTED only */
     struct inv_part parts[INV_MAX_SEGMENTS];
 };
 
@@ -114,6 +124,7 @@ struct inv_segment_report {
 struct inv_sku_report {
     char sku[INV_ID_MAX + 1];
     long long initial, remaining, sold, oversold, orders;
+    long long starts_ms, ends_ms; /* the sale window; 0: none */
     int limit;
     int nsegments;
     struct inv_segment_report segments[INV_MAX_SEGMENTS];
@@ -147,7 +158,9 @@ struct inv_audit {
     X(outcome_unknown, "outcome_unknown", NULL,                                          \
       "Orders whose commit was sent but whose answer never came.")                       \
     X(idem_mismatch, "idempotency_mismatch", NULL,                                       \
-      "Orders whose Idempotency-Key was used before for another user or qty.")
+      "Orders whose Idempotency-Key was used before for another user or qty.")           \
+    X(not_started, "not_started", NULL, "Orders before the sale's starts_at.")           \
+    X(sale_ended, "sale_ended", NULL, "Orders at or after the sale's ends_at.")
 /* What else befell orders; in /stats' "orders" too. */
 #define INV_ORDER_COUNTERS(X)                                                            \
     X(spilled, "spilled", "seckill_orders_spilled_total",                                \
@@ -255,6 +268,19 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
  * orders of the previous epoch are refused at commit. */
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit);
+
+/* A SKU as PUT /skus/{sku} sets it. The sale window's ends are milliseconds
+ * since the Unix epoch (0: none), compared with the data Redis's clock (TIME)
+ * by every script that places an order: no order is placed before starts_ms
+ * or at or after ends_ms, whatever the instances' clocks say. */
+struct inv_sku_spec {
+    long long stock;
+    int segments, limit;
+    long long starts_ms, ends_ms;
+};
+/* inv_sku_put with a sale window. */
+inv_status inv_sku_set(struct inv_session *s, const char *sku,
+                       const struct inv_sku_spec *spec);
 
 inv_status inv_sku_get(struct inv_session *s, const char *sku,
                        struct inv_sku_report *out);

@@ -42,8 +42,14 @@ void order_peek_call(const struct order_ctx *c, struct peek_call *p)
 
 inv_status order_view_read(struct order_view *v, const redisReply *r)
 {
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1)
-        return inv_reply_ll(r->element[0], 0) == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->elements <= 2) {
+        long long code = inv_reply_ll(r->element[0], 0);
+        inv_status window =
+            inv_window_refusal(code, r->elements > 1 ? r->element[1] : NULL, &v->window);
+        if (window != INV_OK)
+            return window;
+        return code == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
+    }
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 9)
         return INV_UNAVAILABLE;
     redisReply **e = r->element;
@@ -74,6 +80,8 @@ static inv_status order_peek(struct order_ctx *c)
     redisReply *r = rconn_eval(c->s->rc, p.cmd.script, p.cmd.nkeys,
                                p.cmd.argc - p.cmd.nkeys, p.argv, NULL);
     inv_status st = order_view_read(&c->v, r);
+    if (st == INV_NOT_STARTED)
+        c->order->window = c->v.window;
     if (r)
         freeReplyObject(r);
     return st;

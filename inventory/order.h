@@ -20,6 +20,7 @@ struct order_view {
     int ncand;
     int nplan; /* > 0: no segment held qty alone; plan[] hold it together */
     int plan[INV_MAX_SEGMENTS];
+    struct inv_window window; /* when the peek found the sale not started */
 };
 
 /* One order on its way through the lock-guarded path. */

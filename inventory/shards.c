@@ -265,7 +265,6 @@ static inv_status xfer_finish(struct inv_session *s, const char *sku, const char
     return INV_OK; /* a record left behind is applied (as a repeat) and deleted later */
 }
 
-
 /* Reads each shard's remaining units into left[], after applying the
  * transfers recorded and not yet deleted (those of a process that died in
  * between, or still on their way). */
@@ -465,9 +464,13 @@ static int put_genes(struct inv_session *s, const char *sku, int segments, int *
  * shard reset to it, then the directory names the shards. A shard that
  * failed leaves the PUT unavailable (to be repeated): its old epoch refuses
  * the commits of orders routed by the new directory, and the reverse. */
-static inv_status sku_put_shards(struct inv_session *s, const char *sku, long long stock,
-                                 int segments, int limit)
+static inv_status sku_put_shards(struct inv_session *s, const char *sku,
+                                 const struct inv_sku_spec *spec)
 {
+    long long stock = spec->stock;
+    int segments = spec->segments, limit = spec->limit;
+    struct inv_sku_spec none = *spec; /* a shard no longer used: emptied */
+    none.stock = 0;
     int genes[CLUSTER_MAX_MASTERS], old[CLUSTER_MAX_MASTERS], nold = 0;
     int n = put_genes(s, sku, segments, genes, old, &nold);
     if (n < 1)
@@ -489,14 +492,13 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku, long lo
         for (int j = 0; j < n; j++)
             kept |= genes[j] == old[i];
         struct inv_session *sh = kept ? s : inv_shard_session(s, old[i]);
-        if (!sh || (!kept && inv_sku_put_shard(sh, sku, 0, segments, limit, 0, 1,
-                                               epoch) == INV_UNAVAILABLE))
+        if (!sh ||
+            (!kept && inv_sku_put_shard(sh, sku, &none, 0, 1, epoch) == INV_UNAVAILABLE))
             st = INV_UNAVAILABLE;
     }
     for (int i = 0; i < n && st != INV_UNAVAILABLE; i++) {
         struct inv_session *sh = inv_shard_session(s, genes[i]);
-        if (!sh || inv_sku_put_shard(sh, sku, stock, segments, limit, i, n, epoch) ==
-                       INV_UNAVAILABLE)
+        if (!sh || inv_sku_put_shard(sh, sku, spec, i, n, epoch) == INV_UNAVAILABLE)
             st = INV_UNAVAILABLE;
         size_t len = strlen(list);
         snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
@@ -513,12 +515,19 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku, long lo
     return inv_shard_outcome(s, st);
 }
 
+inv_status inv_sku_set(struct inv_session *s, const char *sku,
+                       const struct inv_sku_spec *spec)
+{
+    if (s->cl)
+        return sku_put_shards(s, sku, spec);
+    return inv_sku_put_shard(s, sku, spec, 0, 1, "");
+}
+
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit)
 {
-    if (s->cl)
-        return sku_put_shards(s, sku, stock, segments, limit);
-    return inv_sku_put_shard(s, sku, stock, segments, limit, 0, 1, "");
+    struct inv_sku_spec spec = {.stock = stock, .segments = segments, .limit = limit};
+    return inv_sku_set(s, sku, &spec);
 }
 
 /* A read of a SKU over its shards (into out), asked READ_TRIES times at
@@ -550,6 +559,8 @@ static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *r
             snprintf(out->sku, sizeof(out->sku), "%s", sku);
             out->nsegments = l.segments;
             out->limit = one->limit;
+            out->starts_ms = one->starts_ms; /* every shard holds the window */
+            out->ends_ms = one->ends_ms;
         }
         out->initial += one->initial;
         out->sold += one->sold;

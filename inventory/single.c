@@ -453,6 +453,8 @@ static inv_single_do peeked(struct inv_single *m, aconn_result res, const redisR
         return peek_send(m);
     }
     inv_status st = order_view_read(v, res == ACONN_REPLY ? r : NULL);
+    if (st == INV_NOT_STARTED)
+        m->t->order.window = v->window;
     if (st != INV_OK)
         return refused(m, st); /* the peek writes nothing: a lost answer too */
     struct sku_layout layout;

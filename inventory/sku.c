@@ -49,17 +49,24 @@ static redisReply *multi_exec_reply(struct rpipe *p, int n)
 /* Creates or resets sku's shard `shard` of nshards (on one Redis the only
  * one, 0 of 1): the stock of its segments (those i with i % nshards ==
  * shard; the others 0 here), its order records cleared, its epoch `epoch`
- * ("" for one more). */
-inv_status inv_sku_put_shard(struct inv_session *s, const char *sku, long long stock,
-                             int segments, int limit, int shard, int nshards,
+ * ("" for one more), its sale window spec's. */
+inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
+                             const struct inv_sku_spec *spec, int shard, int nshards,
                              const char *epoch)
 {
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, sku, s->gene);
-    int n = 17 + segments;
+    long long stock = spec->stock;
+    int segments = spec->segments, limit = spec->limit;
+    int n = 19 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
+    char starts[24] = "", ends[24] = "";
+    if (spec->starts_ms > 0)
+        snprintf(starts, sizeof(starts), "%lld", spec->starts_ms);
+    if (spec->ends_ms > 0)
+        snprintf(ends, sizeof(ends), "%lld", spec->ends_ms);
     const char *keys[] = {k.meta,   k.stock, k.init,  k.sold, k.buyers,
                           k.orders, k.idem,  k.avail, k.xout, k.xin};
     memcpy(argv, keys, sizeof(keys));
@@ -78,7 +85,9 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku, long long s
     argv[14 + segments] = sku;
     argv[15 + segments] = k.order;
     argv[16 + segments] = epoch;
-    redisReply *r = rconn_eval(s->rc, &reset_script, 10, 7 + segments, argv, NULL);
+    argv[17 + segments] = starts;
+    argv[18 + segments] = ends;
+    redisReply *r = rconn_eval(s->rc, &reset_script, 10, 9 + segments, argv, NULL);
     free(argv);
     free(vals);
     inv_status st = INV_UNAVAILABLE;
@@ -122,7 +131,8 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
     rpipe_appendf(&p, "MULTI");
-    rpipe_appendf(&p, "HMGET %s initial segments limit sold orders", k.meta);
+    rpipe_appendf(&p, "HMGET %s initial segments limit sold orders starts_ms ends_ms",
+                  k.meta);
     rpipe_appendf(&p, "HGETALL %s", k.stock);
     rpipe_appendf(&p, "HGETALL %s", k.init);
     rpipe_appendf(&p, "HGETALL %s", k.sold);
@@ -133,7 +143,7 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     redisReply **e = snap->element;
     redisReply *m = e[0];
     inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 5 ||
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 7 ||
         m->element[0]->type != REDIS_REPLY_STRING) {
         st = INV_NOT_FOUND;
     } else {
@@ -146,6 +156,8 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
         out->limit = (int)inv_reply_ll(m->element[2], 1);
         out->sold = inv_reply_ll(m->element[3], 0);
         out->orders = inv_reply_ll(m->element[4], 0);
+        out->starts_ms = inv_reply_ll(m->element[5], 0);
+        out->ends_ms = inv_reply_ll(m->element[6], 0);
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         report_values(e[1], out, offsetof(struct inv_segment_report, remaining));

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rfc3339.h"
+
 /* Loads a JSON object; NULL with detail when the body is not one. */
 static json_t *load_object(const char *body, size_t len, char *detail, size_t detail_len)
 {
@@ -104,28 +106,63 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
     return rc;
 }
 
+/* An optional RFC 3339 date-time field; absent or null leaves *ms 0. */
+static req_status time_field(json_t *root, const char *name, long long *ms, char *detail,
+                             size_t detail_len)
+{
+    json_t *v = json_object_get(root, name);
+    *ms = 0;
+    if (!v || json_is_null(v))
+        return REQ_OK;
+    if (!json_is_string(v) || json_string_length(v) != strlen(json_string_value(v)) ||
+        rfc3339_parse(json_string_value(v), ms) != 0 || *ms == 0) {
+        snprintf(detail, detail_len,
+                 "%s must be an RFC 3339 date-time after 1970, such as "
+                 "\"2026-11-27T15:00:00Z\", or null",
+                 name);
+        return REQ_INVALID;
+    }
+    return REQ_OK;
+}
+
 req_status req_parse_sku(const char *body, size_t len, int default_segments,
                          struct req_sku *out, char *detail, size_t detail_len)
 {
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
         return REQ_INVALID;
-    static const char *const known[] = {"stock", "segments", "per_user_limit", NULL};
-    long long stock = -1, segments = default_segments, limit = 1;
+    static const char *const known[] = {
+        "stock",   "segments", "per_user_limit", "pay_within_ms", "starts_at",
+        "ends_at", NULL};
+    long long stock = -1, segments = default_segments, limit = 1, pay = 0, starts, ends;
     req_status rc = REQ_INVALID;
     if (fields_known(root, known, detail, detail_len) != REQ_OK)
         ; /* detail names it */
     else if (!json_object_get(root, "stock"))
         snprintf(detail, detail_len, "stock is required");
-    else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) ==
-                 REQ_OK &&
+    else if (int_field(root, "stock", 0, INV_MAX_STOCK, &stock, detail, detail_len) !=
+                 REQ_OK ||
              int_field(root, "segments", 1, INV_MAX_SEGMENTS, &segments, detail,
-                       detail_len) == REQ_OK &&
+                       detail_len) != REQ_OK ||
              int_field(root, "per_user_limit", 1, INV_MAX_LIMIT, &limit, detail,
-                       detail_len) == REQ_OK) {
+                       detail_len) != REQ_OK ||
+             int_field(root, "pay_within_ms", 0, INV_MAX_PAY_WITHIN_MS, &pay, detail,
+                       detail_len) != REQ_OK ||
+             time_field(root, "starts_at", &starts, detail, detail_len) != REQ_OK ||
+             time_field(root, "ends_at", &ends, detail, detail_len) != REQ_OK)
+        ; /* detail names it */
+    else if (pay != 0)
+        snprintf(detail, detail_len,
+                 "pay_within_ms must be 0: reservations (a payment window) are not "
+                 "in this build yet");
+    else if (starts && ends && starts >= ends)
+        snprintf(detail, detail_len, "starts_at must be before ends_at");
+    else {
         out->stock = stock;
         out->segments = (int)segments;
         out->limit = (int)limit;
+        out->starts_ms = starts;
+        out->ends_ms = ends;
         rc = REQ_OK;
     }
     json_decref(root);

@@ -19,6 +19,7 @@ struct req_sku {
     long long stock;
     int segments;
     int limit;
+    long long starts_ms, ends_ms; /* the sale window (RFC 3339 in the body); 0: none */
 };
 
 /* A request part parsed (REQ_OK), or not (REQ_INVALID: the caller's detail
@@ -31,9 +32,12 @@ typedef enum { REQ_OK = 0, REQ_INVALID = -1 } req_status;
 req_status req_parse_order(const char *body, size_t len, struct req_order *out,
                            char *detail, size_t detail_len);
 
-/* Parses a SKU body {"stock": N, "segments": K, "per_user_limit": L}:
- * stock 0..INV_MAX_STOCK, segments 1..1024 (default default_segments), limit
- * 1..INV_MAX_LIMIT (default 1). REQ_INVALID with detail. */
+/* Parses a SKU body {"stock": N, "segments": K, "per_user_limit": L,
+ * "pay_within_ms": P, "starts_at": T0, "ends_at": T1}: stock 0..INV_MAX_STOCK,
+ * segments 1..1024 (default default_segments), limit 1..INV_MAX_LIMIT
+ * (default 1), P 0 (the default: orders final at 201; reservations are not
+ * in this build), T0 and T1 RFC 3339 date-times or null (none), T0 before T1.
+ * REQ_INVALID with detail. */
 req_status req_parse_sku(const char *body, size_t len, int default_segments,
                          struct req_sku *out, char *detail, size_t detail_len);
 

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "request.h"
+#include "rfc3339.h"
 
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
 {
@@ -41,6 +42,12 @@ static void inv_error(struct svc_response *res, inv_status st)
         svc_error(
             res, 422, "idempotency_mismatch",
             "this Idempotency-Key was used for another request; nothing was placed");
+        break;
+    case INV_NOT_STARTED: /* the caller adds starts_at and Retry-After */
+        svc_error(res, 409, "not_started", "the sale has not started yet");
+        break;
+    case INV_SALE_ENDED:
+        svc_error(res, 409, "sale_ended", "the sale has ended");
         break;
     default:
         svc_error(res, 503, "unavailable",
@@ -80,12 +87,21 @@ static int sku_param_ok(const struct svc_request *req, struct svc_response *res)
     return 0;
 }
 
+/* Sets j's field name to the RFC 3339 form of ms, when ms is a time (> 0). */
+static void time_set(json_t *j, const char *name, long long ms)
+{
+    char text[RFC3339_MAX];
+    if (ms > 0 && rfc3339_format(ms, text, sizeof(text)) > 0)
+        json_object_set_new(j, name, json_string(text));
+}
+
 static json_t *order_json(const struct inv_order *o)
 {
     char id[24];
     snprintf(id, sizeof(id), "%" PRIu64, o->id);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i}", "order_id", id, "sku", o->sku,
-                          "user_id", o->user_id, "qty", o->qty, "segment", o->segment);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:s}", "order_id", id, "sku", o->sku,
+                          "user_id", o->user_id, "qty", o->qty, "segment", o->segment,
+                          "state", "placed");
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
         for (int i = 0; i < o->nparts; i++)
@@ -108,19 +124,28 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 400, "bad_request", detail);
         return;
     }
-    inv_status st = inv_sku_put(req->worker->inv, req->params[0], body.stock,
-                                body.segments, body.limit);
+    struct inv_sku_spec spec = {.stock = body.stock,
+                                .segments = body.segments,
+                                .limit = body.limit,
+                                .starts_ms = body.starts_ms,
+                                .ends_ms = body.ends_ms};
+    inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
         return;
     }
     svc_metrics_sku_seen(req->params[0]);
-    log_event(LOG_INFO, "sku_reset", "sku=%s stock=%lld segments=%d limit=%d created=%d",
-              req->params[0], body.stock, body.segments, body.limit, st == INV_CREATED);
+    log_event(LOG_INFO, "sku_reset",
+              "sku=%s stock=%lld segments=%d limit=%d starts_ms=%lld ends_ms=%lld "
+              "created=%d",
+              req->params[0], body.stock, body.segments, body.limit, body.starts_ms,
+              body.ends_ms, st == INV_CREATED);
     res->status = st == INV_CREATED ? 201 : 200;
-    res->json = json_pack("{s:s, s:I, s:i, s:i}", "sku", req->params[0], "stock",
+    res->json = json_pack("{s:s, s:I, s:i, s:i, s:i}", "sku", req->params[0], "stock",
                           (json_int_t)body.stock, "segments", body.segments,
-                          "per_user_limit", body.limit);
+                          "per_user_limit", body.limit, "pay_within_ms", 0);
+    time_set(res->json, "starts_at", body.starts_ms);
+    time_set(res->json, "ends_at", body.ends_ms);
 }
 
 static void h_sku_get(const struct svc_request *req, struct svc_response *res)
@@ -143,11 +168,15 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
                                               "sold", (json_int_t)s->sold));
     }
     res->status = 200;
+    /* No payment window in this build: nothing is pending, paid or returned. */
     res->json = json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:o}", "sku", report.sku, "initial",
-        (json_int_t)report.initial, "remaining", (json_int_t)report.remaining, "sold",
-        (json_int_t)report.sold, "oversold", (json_int_t)report.oversold, "orders",
-        (json_int_t)report.orders, "per_user_limit", report.limit, "segments", segs);
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:o}", "sku", report.sku,
+        "initial", (json_int_t)report.initial, "remaining", (json_int_t)report.remaining,
+        "sold", (json_int_t)report.sold, "oversold", (json_int_t)report.oversold,
+        "orders", (json_int_t)report.orders, "pending", 0, "paid", 0, "returned", 0,
+        "per_user_limit", report.limit, "pay_within_ms", 0, "segments", segs);
+    time_set(res->json, "starts_at", report.starts_ms);
+    time_set(res->json, "ends_at", report.ends_ms);
 }
 
 /* The answer to an order of sku that ended in st. */
@@ -169,6 +198,13 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
     }
     if (st != INV_PLACED && st != INV_REPLAYED) {
         inv_error(res, st);
+        if (st == INV_NOT_STARTED) {
+            time_set(res->json, "starts_at", order->window.starts_ms);
+            long long wait = order->window.wait_ms, day = 86400000;
+            /* a day at most: a client comes back to learn more */
+            res->retry_after =
+                wait <= 0 ? 1 : (int)((wait < day ? wait : day) + 999) / 1000;
+        }
         return;
     }
     res->status = 201;
@@ -234,11 +270,14 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
     }
     res->status = 200;
     res->json = json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "sku", a.sku, "initial",
-        (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold", (json_int_t)a.sold,
-        "remaining", (json_int_t)a.remaining, "oversold", (json_int_t)a.oversold,
-        "limit_breaches", (json_int_t)a.limit_breaches, "duplicate_order_ids",
-        (json_int_t)a.duplicate_order_ids, "consistent", a.consistent);
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:b}", "sku",
+        a.sku, "initial", (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold",
+        (json_int_t)a.sold, "remaining", (json_int_t)a.remaining, "oversold",
+        (json_int_t)a.oversold, "limit_breaches", (json_int_t)a.limit_breaches,
+        "duplicate_order_ids", (json_int_t)a.duplicate_order_ids,
+        /* no payment window in this build: every order is placed, final */
+        "pending", 0, "paid", 0, "cancelled", 0, "expired", 0, "returned", 0,
+        "consistent", a.consistent);
 }
 
 static void h_livez(const struct svc_request *req, struct svc_response *res)

@@ -11,6 +11,8 @@
 #     ready, and a SKU of 3 segments has a shard on each master;
 #   - an instance that never saw the SKU (redis and atomic mode) learns its shards on
 #     its event loop: its first orders are 201, and an unknown SKU answers 404;
+#   - the sale window holds on every shard: each master keeps the SKU's window, and
+#     orders of both modes answer not_started before it and sale_ended after it;
 #   - down stops every node: no pid of the cluster is alive afterwards.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -78,6 +80,7 @@ expect "seckill --redis <one node>: ready" "200" "$(http_code "http://127.0.0.1:
 check "... and it says it serves a cluster" grep -q 'cluster=yes' "$dir/one.log"
 expect "PUT through it" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
     -d '{"stock": 30, "segments": 3}' "http://127.0.0.1:$port/skus/s3")"
+declare -A murl
 held=0
 for s in "${seeds[@]}"; do
     k=$(redis-cli -p "${s##*:}" --scan --pattern 'sk:{*}:s3:meta')
@@ -100,7 +103,28 @@ for mode in redis atomic; do
     expect "$mode: an unknown SKU: 404" 404 \
         "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{"user_id":"x"}' \
             "$url/skus/nosuch/orders")"
+    murl[$mode]=$url
 done
+
+# The sale window on every shard (each shard judges it by its own master's clock).
+window() { # BODY-FIELDS EXPECTED-ERROR: PUT win with them, then an order per mode
+    curl -s -o /dev/null -X PUT -d "{\"stock\": 30, \"segments\": 3, $1}" \
+        "http://127.0.0.1:$port/skus/win"
+    for mode in redis atomic; do
+        expect "$mode: an order of win: $2" "409 $2" \
+            "$(curl -s -w ' %{http_code}' -X POST -d '{"user_id":"w"}' \
+                "${murl[$mode]}/skus/win/orders" | jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | .error)"')"
+    done
+}
+window '"starts_at": "2099-01-01T00:00:00Z"' not_started
+held=0
+for s in "${seeds[@]}"; do
+    k=$(redis-cli -p "${s##*:}" --scan --pattern 'sk:{*}:win:meta')
+    [[ -n $k && $(redis-cli -p "${s##*:}" hget "$k" starts_ms) == 4070908800000 ]] &&
+        held=$((held + 1))
+done
+expect "masters holding win's window" "3" "$held"
+window '"starts_at": "2020-01-01T00:00:00Z", "ends_at": "2021-01-01T00:00:00Z"' sale_ended
 
 kill "$one"
 wait "$one"

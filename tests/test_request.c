@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "request.h"
+#include "rfc3339.h"
 #include "routes.h"
 
 static req_status order(const char *body, struct req_order *o)
@@ -88,6 +89,78 @@ static void test_sku_body(void **state)
     assert_int_equal(sku("{\"stock\":10,\"segments\":1025}", &s), REQ_INVALID);
     assert_int_equal(sku("{\"stock\":10,\"per_user_limit\":0}", &s), REQ_INVALID);
     assert_int_equal(sku("{\"stock\":\"10\"}", &s), REQ_INVALID);
+}
+
+/* The sale window: RFC 3339 in, milliseconds since the epoch out; bad ones and
+ * a window that ends before it starts refused; null is none. */
+static void test_sku_window(void **state)
+{
+    (void)state;
+    struct req_sku s;
+    assert_int_equal(sku("{\"stock\":1}", &s), REQ_OK);
+    assert_int_equal(s.starts_ms, 0);
+    assert_int_equal(s.ends_ms, 0);
+    assert_int_equal(sku("{\"stock\":1,\"starts_at\":\"2026-11-27T15:00:00Z\","
+                         "\"ends_at\":\"2026-11-27T16:00:00.25+01:00\"}",
+                         &s),
+                     REQ_OK);
+    assert_int_equal(s.starts_ms, 1795791600000LL);
+    assert_int_equal(s.ends_ms, 1795791600250LL); /* 16:00 at +01:00 is 15:00Z */
+    assert_int_equal(sku("{\"stock\":1,\"starts_at\":null,\"ends_at\":null,"
+                         "\"pay_within_ms\":0}",
+                         &s),
+                     REQ_OK);
+    assert_int_equal(s.starts_ms, 0);
+    const char *bad[] = {
+        "{\"stock\":1,\"starts_at\":\"2026-11-27\"}",
+        "{\"stock\":1,\"starts_at\":\"2026-11-27T15:00:00\"}",  /* no zone */
+        "{\"stock\":1,\"starts_at\":\"2026-02-29T15:00:00Z\"}", /* not a leap year */
+        "{\"stock\":1,\"starts_at\":\"2026-11-27T24:00:00Z\"}",
+        "{\"stock\":1,\"starts_at\":\"2026-11-27T15:00:00Zjunk\"}",
+        "{\"stock\":1,\"starts_at\":\"1969-12-31T23:59:59Z\"}",
+        "{\"stock\":1,\"starts_at\":1795791600000}",
+        "{\"stock\":1,\"starts_at\":\"2026-11-27T16:00:00Z\","
+        "\"ends_at\":\"2026-11-27T15:00:00Z\"}",
+        "{\"stock\":1,\"starts_at\":\"2026-11-27T15:00:00Z\","
+        "\"ends_at\":\"2026-11-27T15:00:00Z\"}",
+        "{\"stock\":1,\"pay_within_ms\":2000}", /* reservations: not in this build */
+        "{\"stock\":1,\"pay_within_ms\":-1}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(sku(bad[i], &s), REQ_INVALID);
+    assert_int_equal(sku("{\"stock\":1,\"starts_at\":\"2028-02-29T00:00:00Z\"}", &s),
+                     REQ_OK);
+}
+
+static void test_rfc3339(void **state)
+{
+    (void)state;
+    long long ms;
+    char text[RFC3339_MAX];
+    assert_int_equal(rfc3339_parse("1970-01-01T00:00:00Z", &ms), 0);
+    assert_int_equal(ms, 0);
+    assert_int_equal(rfc3339_parse("2026-11-27t15:00:00.123456z", &ms), 0);
+    assert_int_equal(ms, 1795791600123LL); /* beyond milliseconds: cut */
+    assert_int_equal(rfc3339_parse("2026-11-27 15:00:00-05:30", &ms), 0);
+    assert_int_equal(ms, 1795791600000LL + 5 * 3600000LL + 1800000LL);
+    assert_int_equal(rfc3339_parse("2016-12-31T23:59:60Z", &ms), 0); /* a leap second */
+    assert_int_equal(ms, 1483228799999LL);
+    assert_int_equal(rfc3339_parse("2026-11-27T15:00:00.Z", &ms), -1);
+    assert_int_equal(rfc3339_parse("2026-11-27T15:00:00+0100", &ms), -1);
+    assert_int_equal(rfc3339_parse("", &ms), -1);
+    assert_int_equal(rfc3339_format(1795791600000LL, text, sizeof(text)), 20);
+    assert_string_equal(text, "2026-11-27T15:00:00Z");
+    assert_int_equal(rfc3339_format(1795791600250LL, text, sizeof(text)), 24);
+    assert_string_equal(text, "2026-11-27T15:00:00.250Z");
+    assert_int_equal(rfc3339_format(253402300799999LL, text, sizeof(text)), 24);
+    assert_string_equal(text, "9999-12-31T23:59:59.999Z");
+    assert_int_equal(rfc3339_format(0, text, 10), -1); /* does not fit */
+    /* what it writes, it reads back */
+    for (long long t = 0; t < 253402300799999LL; t += 86399999LL * 37) {
+        assert_true(rfc3339_format(t, text, sizeof(text)) > 0);
+        assert_int_equal(rfc3339_parse(text, &ms), 0);
+        assert_int_equal(ms, t);
+    }
 }
 
 /* A field the body does not take is refused, named in the detail: a misspelt
@@ -194,10 +267,9 @@ static void test_routes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_body),
-        cmocka_unit_test(test_sku_body),
-        cmocka_unit_test(test_unknown_fields),
-        cmocka_unit_test(test_ids_and_keys),
+        cmocka_unit_test(test_order_body),     cmocka_unit_test(test_sku_body),
+        cmocka_unit_test(test_sku_window),     cmocka_unit_test(test_rfc3339),
+        cmocka_unit_test(test_unknown_fields), cmocka_unit_test(test_ids_and_keys),
         cmocka_unit_test(test_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

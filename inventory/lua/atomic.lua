@@ -14,18 +14,23 @@
 -- list what it took from each segment), {-3, first id} replay, {-4} limit,
 -- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
 -- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
--- another user or qty, {-9} order:<id> exists already.
+-- another user or qty, {-9} order:<id> exists already, the sale window's
+-- {-10, ...} or {-11, ''} (window.lua).
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "record.lua"
-local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining')
+--#include "window.lua"
+local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
+                        'ends_ms')
 if not meta[1] then return {-6} end
 local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
 local left = tonumber(meta[3] or '0')
 if qty > limit then return {-7} end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
+local shut = window_shut(meta[4], meta[5])
+if shut then return shut end
 if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
 if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end

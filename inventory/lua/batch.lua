@@ -21,17 +21,21 @@
 -- fewer than qty remain in the SKU, detail the per-user limit; -3 idempotent
 -- replay, detail the first id; -4 per-user limit reached; -7 qty above the
 -- limit; -8 Idempotency-Key used for another user or qty; -9 order:<id>
--- exists already (the id was issued twice: draw another). Only placed orders
--- write.
+-- exists already (the id was issued twice: draw another); -10 and -11 the
+-- sale window (window.lua) refused every order but replays. Only placed
+-- orders write.
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "record.lua"
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end
+--#include "window.lua"
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms')
+if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and redis.call('GET', KEYS[6]) ~= ARGV[4] then return {-2} end
 local seg, sku = ARGV[2], ARGV[5]
 local stock = tonumber(ARGV[3])
-local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
+local limit = tonumber(meta[2])
+local shut = window_shut(meta[3], meta[4])
 local out, placed, short = {}, false, {}
 for i = 0, (#ARGV - 5) / 5 - 1 do
   local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
@@ -41,6 +45,8 @@ for i = 0, (#ARGV - 5) / 5 - 1 do
   local code, detail = 1, ''
   if seen then
     code, detail = seen[1], seen[2] or ''
+  elseif shut then
+    code, detail = shut[1], shut[2]
   elseif qty > limit then
     code = -7
   elseif over_limit(KEYS[4], user, qty, limit) then

@@ -16,12 +16,15 @@
 -- was granted to someone else since), {-3, first order id} idempotent replay,
 -- {-4} per-user limit reached, {-8} Idempotency-Key used for another user or
 -- qty, {-9} order:<id> exists already (the id was issued twice: draw
--- another). Writes nothing unless {1}.
+-- another), the sale window's {-10, ...} or {-11, ''} (window.lua). Writes
+-- nothing unless {1}.
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "record.lua"
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return {-1} end
+--#include "window.lua"
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms')
+if meta[1] ~= ARGV[1] then return {-1} end
 local n = tonumber(ARGV[7])
 for i = 0, n - 1 do
   local fence = ARGV[11 + 4 * i]
@@ -29,8 +32,10 @@ for i = 0, n - 1 do
 end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
+local shut = window_shut(meta[3], meta[4])
+if shut then return shut end
 local qty = tonumber(ARGV[2])
-local limit = tonumber(redis.call('HGET', KEYS[1], 'limit'))
+local limit = tonumber(meta[2])
 if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local parts = {}

@@ -6,7 +6,8 @@
 -- ARGV[1] the user's routing number (seg_route), [2] qty, [3] user id, [4]
 -- Idempotency-Key or '', [5] most candidates to return.
 -- Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
--- another user or qty, else {segments, limit, epoch, bought, first order id
+-- another user or qty, the sale window's {-10, ...} or {-11, ''} (window.lua)
+-- unless the order is a replay, else {segments, limit, epoch, bought, first order id
 -- or '', home, remaining, initial stock, form, ...}: with form 0, the candidate segments
 -- that held at least qty, home first, then others chosen by the routing
 -- number (none: sold out, fewer than qty remain); with form 1, no segment
@@ -16,11 +17,16 @@
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
+--#include "window.lua"
 local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'epoch', 'remaining',
-                        'initial')
+                        'initial', 'starts_ms', 'ends_ms')
 if not meta[1] then return {-1} end
 local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])
 if seen and seen[1] == -8 then return seen end
+if not seen then
+  local shut = window_shut(meta[6], meta[7])
+  if shut then return shut end
+end
 local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
 local route = tonumber(ARGV[1])
 local home, left = route % k, tonumber(meta[4] or '0')

@@ -4,7 +4,9 @@
 -- ARGV[1] initial stock, [2] segments k, [3] per-user limit, [4 .. 3+k] stock
 -- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU,
 -- [6+k] the prefix of its order records' keys ('order:', or on a cluster
--- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more.
+-- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more,
+-- [8+k] and [9+k] the sale window's starts_ms and ends_ms (window.lua), ''
+-- for an open end.
 -- Returns 1 when the SKU was new, 0 when it was reset.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
@@ -28,6 +30,13 @@ for i = 0, k - 1 do
 end
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],
            'sold', 0, 'orders', 0, 'remaining', ARGV[1])
+for i, field in ipairs({'starts_ms', 'ends_ms'}) do
+  if ARGV[7 + k + i] == '' then
+    redis.call('HDEL', KEYS[1], field)
+  else
+    redis.call('HSET', KEYS[1], field, ARGV[7 + k + i])
+  end
+end
 if ARGV[7 + k] == '' then
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 else

@@ -195,7 +195,7 @@ const phases = {
       { name: "PUT body over 4 KiB", method: "PUT", path: "/skus/tv", headers: admin(), body: `{"stock":1,"pad":"${"x".repeat(5000)}"}`, status: 413, error: "too_large" },
       { name: "stock report", method: "GET", path: "/skus/tv", status: 200, also: (b) => b.remaining === 3 && b.segments.length === 2 ? null : "not 3 left in 2 segments" },
       { name: "unknown SKU", method: "GET", path: "/skus/nosuch", status: 404, error: "not_found" },
-      { name: "order", method: "POST", path: "/skus/tv/orders", headers: { ...json, "Idempotency-Key": "ann-1" }, body: '{"user_id":"ann","qty":2}', status: 201, after: (b) => { v.order = b.order_id; v.orderBody = b; } },
+      { name: "order", method: "POST", path: "/skus/tv/orders", headers: { ...json, "Idempotency-Key": "ann-1" }, body: '{"user_id":"ann","qty":2}', status: 201, also: (b) => b.state === "placed" ? null : `state ${b.state}`, after: (b) => { v.order = b.order_id; v.orderBody = b; } },
       { name: "idempotent repeat", method: "POST", path: "/skus/tv/orders", headers: { "Idempotency-Key": "ann-1" }, body: '{"user_id":"ann","qty":2}', status: 201, also: (b) => b.order_id === v.order ? null : "not the first order" },
       { name: "same key, another user", method: "POST", path: "/skus/tv/orders", headers: { "Idempotency-Key": "ann-1" }, body: '{"user_id":"bob","qty":2}', status: 422, error: "idempotency_mismatch" },
       { name: "bad Idempotency-Key", method: "POST", path: "/skus/tv/orders", headers: { "Idempotency-Key": "bad key!" }, body: '{"user_id":"ann"}', status: 400, error: "bad_request" },
@@ -214,6 +214,13 @@ const phases = {
       { name: "audit of an unknown SKU", method: "GET", path: "/skus/nosuch/audit", status: 404, error: "not_found" },
       { name: "SKU of 4 segments of 1", method: "PUT", path: "/skus/ms", headers: admin(), body: '{"stock":4,"segments":4,"per_user_limit":4}', status: 201 },
       { name: "order over several segments", method: "POST", path: "/skus/ms/orders", body: '{"user_id":"dee","qty":4}', status: 201, also: (b) => (b.segments || []).length === 4 ? null : "no 4 segments listed" },
+      { name: "SKU whose sale starts in 2099", method: "PUT", path: "/skus/later", headers: admin(), body: '{"stock":3,"starts_at":"2099-01-01T00:00:00+01:00","ends_at":null,"pay_within_ms":0}', status: 201, also: (b) => b.starts_at === "2098-12-31T23:00:00Z" ? null : `starts_at ${b.starts_at}` },
+      { name: "order before the sale", method: "POST", path: "/skus/later/orders", body: '{"user_id":"fay"}', status: 409, error: "not_started", also: (b, a) => b.starts_at === "2098-12-31T23:00:00Z" && Number(a.headers["retry-after"]) === 86400 ? null : `starts_at ${b.starts_at}, Retry-After ${a.headers["retry-after"]}` },
+      { name: "SKU whose sale ended in 2020", method: "PUT", path: "/skus/past", headers: admin(), body: '{"stock":3,"starts_at":"2020-01-01T00:00:00Z","ends_at":"2020-01-02T00:00:00.5Z"}', status: 201, also: (b) => b.ends_at === "2020-01-02T00:00:00.500Z" ? null : `ends_at ${b.ends_at}` },
+      { name: "order after the sale", method: "POST", path: "/skus/past/orders", body: '{"user_id":"fay"}', status: 409, error: "sale_ended", also: (b, a) => a.headers["retry-after"] === undefined ? null : "a Retry-After" },
+      { name: "window's end before its start", method: "PUT", path: "/skus/past", headers: admin(), body: '{"stock":3,"starts_at":"2020-01-02T00:00:00Z","ends_at":"2020-01-01T00:00:00Z"}', status: 400, error: "bad_request" },
+      { name: "a payment window (not in this build)", method: "PUT", path: "/skus/past", headers: admin(), body: '{"stock":3,"pay_within_ms":1000}', status: 400, error: "bad_request" },
+      { name: "stock report with a window", method: "GET", path: "/skus/past", status: 200, also: (b) => b.starts_at === "2020-01-01T00:00:00Z" && b.pending === 0 ? null : "no window, or pending not 0" },
       { name: "stats", method: "GET", path: "/stats", status: 200 },
       { name: "metrics", method: "GET", path: "/metrics", status: 200 },
       { name: "livez", method: "GET", path: "/livez", status: 200 },
@@ -230,7 +237,8 @@ const phases = {
     const wrong = [
       ["qty as a string", { ...v.orderBody, qty: "2" }],
       ["no order_id", (({ order_id, ...r }) => r)(v.orderBody || {})],
-      ["an undocumented field", { ...v.orderBody, state: "placed" }],
+      ["an undocumented field", { ...v.orderBody, color: "red" }],
+      ["another state than placed", { ...v.orderBody, state: "pending" }],
     ];
     for (const [what, body] of wrong) {
       const e = schemaCheck("/components/schemas/Order", body);
