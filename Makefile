@@ -189,7 +189,7 @@ chaos: deps
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c \
+FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c \
 	service/log.c service/version.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)

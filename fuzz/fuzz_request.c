@@ -1,5 +1,6 @@
 /* libFuzzer target: everything a client controls before Redis is touched —
- * order and SKU bodies, the Idempotency-Key, order ids and request paths.
+ * order, SKU, pay and cancel bodies, the Idempotency-Key, order ids and
+ * request paths.
  * Build and run: make fuzz (FUZZ_SECONDS=N). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,9 +23,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (req_parse_sku((const char *)data, size, 16, &sku, detail, sizeof(detail)) ==
         REQ_OK) {
         if (sku.stock < 0 || sku.stock > INV_MAX_STOCK || sku.segments < 1 ||
-            sku.segments > INV_MAX_SEGMENTS || sku.limit < 1)
+            sku.segments > INV_MAX_SEGMENTS || sku.limit < 1 || sku.pay_ms < 0 ||
+            sku.pay_ms > INV_MAX_PAY_WITHIN_MS || sku.starts_ms < 0 || sku.ends_ms < 0 ||
+            (sku.starts_ms && sku.ends_ms && sku.starts_ms >= sku.ends_ms))
             abort();
     }
+    char user[INV_ID_MAX + 1], payment[INV_IDEM_MAX + 1];
+    if (req_parse_cancel((const char *)data, size, user, sizeof(user), detail,
+                         sizeof(detail)) == REQ_OK &&
+        !inv_id_valid(user))
+        abort();
+    if (req_parse_pay((const char *)data, size, payment, sizeof(payment), detail,
+                      sizeof(detail)) == REQ_OK &&
+        payment[0] && !req_idem_key_valid(payment))
+        abort();
     /* the same bytes as a NUL-terminated header value and as a path */
     char text[600];
     size_t n = size < sizeof(text) - 1 ? size : sizeof(text) - 1;

@@ -1,6 +1,7 @@
 /* atomic.c: the atomic mode, no lock: one script (inventory/lua/atomic.lua)
  * checks, decrements and records an order. By itself on a thread's
- * connection (inv_place_atomic), or as a step of an event loop (inv_atomic_send, inv_atomic_answer). */
+ * connection (inv_place_atomic), or as a step of an event loop (inv_atomic_send,
+ * inv_atomic_answer). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_a
 /* The atomic script's arguments for one order. */
 struct atomic_call {
     char home[12], qtys[12], idtext[24], okey[40];
-    const char *argv[14];
+    const char *argv[16];
 };
 
 static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
@@ -30,9 +31,9 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
     snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
     snprintf(c->okey, sizeof(c->okey), "%s%s", k->order, c->idtext);
-    const char *argv[] = {k->meta, k->stock,  k->sold,  k->buyers, k->orders,
-                          c->okey, k->idem,   k->avail, c->home,   c->qtys,
-                          user_id, c->idtext, sku,      idem_key};
+    const char *argv[] = {k->meta, k->stock,  k->sold, k->buyers, k->orders, c->okey,
+                          k->idem, k->avail,  k->back, k->due,    c->home,   c->qtys,
+                          user_id, c->idtext, sku,     idem_key};
     memcpy(c->argv, argv, sizeof(argv));
 }
 
@@ -50,8 +51,9 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
     switch (inv_reply_ll(r->element[0], 0)) {
     case 1:
         order->segment = (int)inv_reply_ll(e1, 0);
+        inv_order_placed(order, r->elements > 3 ? r->element[3] : NULL);
         order->nparts = 0;
-        for (size_t i = 3; i + 1 < r->elements && order->nparts < INV_MAX_SEGMENTS;
+        for (size_t i = 4; i + 1 < r->elements && order->nparts < INV_MAX_SEGMENTS;
              i += 2)
             order->parts[order->nparts++] =
                 (struct inv_part){.segment = (int)inv_reply_ll(r->element[i], 0),
@@ -85,7 +87,7 @@ inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
         atomic_call_init(&c, k, sku, user_id, qty, idem_key, order->id);
         uint64_t lost = rconn_unanswered(s->rc);
         uint64_t seen = soldout_generation(s->inv->cfg.soldout);
-        redisReply *r = rconn_eval(s->rc, &atomic_script, 8, 6, c.argv, NULL);
+        redisReply *r = rconn_eval(s->rc, &atomic_script, 10, 6, c.argv, NULL);
         if (!r)
             return inv_no_answer(s, lost);
         inv_status st = atomic_outcome(s, sku, r, order, seen);
@@ -108,8 +110,8 @@ rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
     *seen = soldout_generation(inv->cfg.soldout);
     if (cs->cluster)
         return acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
-                             &atomic_script, 8, 14, call.argv);
-    return aconn_eval(cs->data, cb, arg, &atomic_script, 8, 14, call.argv);
+                             &atomic_script, 10, 16, call.argv);
+    return aconn_eval(cs->data, cb, arg, &atomic_script, 10, 16, call.argv);
 }
 
 inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,

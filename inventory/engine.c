@@ -347,7 +347,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
  * that piled up in one hold instead of one hold each. */
 static void hold_top_up(struct ehold *x)
 {
-    batch_fill(x, x->h.stock);
+    batch_fill(x, x->h.stock + x->h.back);
 }
 
 /* x's try found its lock taken: its tickets go back to the head of their

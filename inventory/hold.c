@@ -37,6 +37,7 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
         switch (inv_reply_ll(r->element[2 * i], 99)) {
         case 1:
             inv_order_one_part(o, seg);
+            inv_order_placed(o, first);
             h->left -= t[i]->qty;
             h->placed++;
             st = INV_PLACED;
@@ -112,12 +113,13 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
     return 1;
 }
 
-/* h holds its lock and read stock: open until its orders' work is done (at
- * once when the segment is empty: the commit only routes them). */
+/* h holds its lock and read stock (with the units given back): open until
+ * its orders' work is done (at once when the segment is empty: the commit
+ * only routes them). */
 static void hold_opened(struct inv *inv, struct inv_hold *h, long long stock)
 {
     h->state = HOLD_WORKING;
-    h->stock = h->left = stock;
+    h->left = stock;
     h->due_us = clock_now_us();
     if (stock == 0)
         inv_layout_mark_empty(inv, h->t[0]->sku, h->epoch, h->seg);
@@ -144,7 +146,7 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
     snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
     inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
-    int nkeys = 8 + n, argc = nkeys + 5 + 5 * n;
+    int nkeys = 10 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)argc);
     c->slot = xmalloc(sizeof(*c->slot) * (size_t)n);
     const struct sku_keys *k = &c->k;
@@ -170,6 +172,8 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
         *a++ = t[i]->idem_key;
         *a++ = x->route;
     }
+    argv[8 + n] = k->back;
+    argv[9 + n] = k->due;
     c->cmd = (struct rcmd){
         .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
 }
@@ -279,22 +283,24 @@ static int read_queue(struct inv_session *s, struct inv_hold *h)
     if (lock_fence_external(s->inv->cfg.lock)) {
         lock_fence_key(h->lkey, fkey, sizeof(fkey));
         lock_fence_text(&h->g, token, sizeof(token));
-        const char *argv[] = {fkey, k.stock, token, segtext};
+        const char *argv[] = {fkey, k.stock, k.back, token, segtext};
         struct rcmd fenced = {
-            .script = &inv_fence_read_script, .nkeys = 2, .argc = 4, .argv = argv};
+            .script = &inv_fence_read_script, .nkeys = 3, .argc = 5, .argv = argv};
         return hold_queue(h, -1, HOLD_OWN, &fenced);
     }
-    const char *read[] = {"HGET", k.stock, segtext};
-    struct rcmd cmd = {.argc = 3, .argv = read};
+    const char *read[] = {k.stock, k.back, segtext};
+    struct rcmd cmd = {.script = &inv_read_script, .nkeys = 2, .argc = 3, .argv = read};
     return hold_queue(h, -1, HOLD_OWN, &cmd);
 }
 
-/* The stock answered by read_queue's command. */
-static long long read_answer(aconn_result res, const redisReply *r)
+/* The stock answered by read_queue's command (*back: the units given back
+ * to the segment, not folded yet). */
+static long long read_answer(aconn_result res, const redisReply *r, long long *back)
 {
-    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY)
+    *back = 0;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 1)
         return STOCK_FENCED;
-    return res == ACONN_REPLY ? inv_stock_of(r) : -1;
+    return res == ACONN_REPLY ? inv_stock_of(r, back) : -1;
 }
 
 /* The index of a lock step done elsewhere, once it is over. */
@@ -349,6 +355,7 @@ static inv_hold_do lock_send(struct inv_session *s, struct inv_hold *h)
         on_data |= st->node[i] < 0;
     h->state = HOLD_LOCKING;
     h->stock = -1;
+    h->back = 0;
     step_queue(s, h, st->last && on_data);
     return hold_next(s, h);
 }
@@ -423,7 +430,7 @@ static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
         return hold_end(s->inv, h, INV_BUSY);
     }
     if (h->stock >= 0) {
-        hold_opened(s->inv, h, h->stock);
+        hold_opened(s->inv, h, h->stock + h->back);
         return INV_HOLD_DUE;
     }
     lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
@@ -551,7 +558,7 @@ inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_r
         if (!own)
             lock_answer(s, h, res, r);
         else if (h->with_read || h->state == HOLD_READING)
-            h->stock = read_answer(res, r);
+            h->stock = read_answer(res, r, &h->back);
         /* else the read of a grant that a resend overtook: read again */
         break;
     case HOLD_COMMITTING:
@@ -598,6 +605,7 @@ inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
         return inv_hold_attempt(s,
                                 h); /* the next leaves the queue once the wait is over */
     h->stock = -1;
+    h->back = 0;
     h->with_read = 0;
     return hold_granted(s, h); /* the read, now that the lock is ours */
 }

@@ -69,7 +69,8 @@ struct inv_hold {
     int gene; /* the segment's shard (a cluster's), or -1 */
     char lkey[128];
     struct lock_grant g;
-    long long stock;
+    long long stock; /* the segment's stock hash, read under the lock */
+    long long back;  /* its units given back meanwhile, not folded yet (back.lua) */
     char epoch[24];
     uint64_t seen;  /* the sold-out memory's generation before the read */
     long long left; /* once open: an upper bound of the segment's stock, after

@@ -79,7 +79,7 @@ struct inv_session {
  * its segments' locks (the prefix of ...:lock:<segment>). */
 struct sku_keys {
     char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96],
-        avail[96], xout[96], xin[96], order[24], lock[96];
+        avail[96], xout[96], xin[96], order[24], lock[96], back[96], due[96], life[96];
 };
 
 /* On a cluster, a read that found the map stale (a failover, a slot moved)
@@ -198,7 +198,7 @@ int inv_ping_shards(struct inv_session *s);
 /* Frees the non-NULL replies of r[0..n-1]. */
 void inv_free_replies(redisReply **r, int n);
 /* Reads an order's record, the answer r (NULL: none) of
- * "HMGET order:<id> sku user_id qty segment segments", into *out: INV_OK,
+ * "HMGET order:<id> sku user_id qty segment segments state pay_by", into *out: INV_OK,
  * INV_NOT_FOUND, or INV_UNAVAILABLE. */
 inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out);
 /* Loads the order whose id is id_text (decimal) into *out (inv_order_get). */
@@ -224,6 +224,9 @@ inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order);
  * connection failed after taking it (lost_before: rconn_unanswered before
  * the call), else it was never sent. */
 inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before);
+/* Sets o's state from a placing script's answer pay_by ('' or NULL: none,
+ * placed; else pending until then). */
+void inv_order_placed(struct inv_order *o, const redisReply *pay_by);
 /* The sale window's refusal in a script's answer (inventory/lua/window.lua):
  * code -10, detail "<starts_ms> <wait_ms>", is INV_NOT_STARTED with *w set;
  * -11 is INV_SALE_ENDED; any other code INV_OK (not the window's). */
@@ -248,12 +251,16 @@ uint64_t inv_link_after(const struct rconn *rc, uint64_t before);
 void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, int seg);
 /* Takes the lock lkey of segment seg (waiting wait_ms at most) with the read
  * of its stock (order.c says how). On LOCK_ACQUIRED *stock is the stock
- * read, -1 when the read got no answer (the lock is held either way). */
+ * read, -1 when the read got no answer (the lock is held either way), *back
+ * the units given back to it, not folded yet (back.lua). */
 lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
                               const char *lkey, int seg, int wait_ms,
-                              struct lock_grant *g, long long *stock);
-/* The stock a segment's HGET answered; -1 when Redis did not answer one. */
-long long inv_stock_of(const redisReply *r);
+                              struct lock_grant *g, long long *stock, long long *back);
+/* The stock a segment's read (read.lua, fence_read.lua) answered, and in
+ * *back its units given back; -1 when Redis did not answer one. */
+long long inv_stock_of(const redisReply *r, long long *back);
+/* inventory/lua/read.lua: the read under a lock of the other modes. */
+extern struct rscript inv_read_script;
 /* inventory/lua/fence_read.lua: the read under a lock whose tokens come from
  * outside the data Redis (zk), which raises the segment's high-water token. */
 extern struct rscript inv_fence_read_script;

@@ -39,6 +39,9 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
     snprintf(k->xout, sizeof(k->xout), "sk:%s:xout", tag);
     snprintf(k->xin, sizeof(k->xin), "sk:%s:xin", tag);
     snprintf(k->lock, sizeof(k->lock), "sk:%s:lock:", tag);
+    snprintf(k->back, sizeof(k->back), "sk:%s:back", tag);
+    snprintf(k->due, sizeof(k->due), "sk:%s:due", tag);
+    snprintf(k->life, sizeof(k->life), "sk:%s:life", tag);
 }
 
 int inv_id_valid(const char *id)
@@ -257,6 +260,30 @@ inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before)
 /* The refusals the commit scripts share: {-3, first id} an idempotent replay
  * (*order becomes the first order), {-4} the per-user limit, {-8} the key was
  * used for another user or qty. Anything else is a failure. */
+static const char *const state_names[] = {"placed", "pending", "paid", "cancelled",
+                                          "expired"};
+
+const char *inv_state_name(inv_state st)
+{
+    return st >= INV_STATE_PLACED && st <= INV_STATE_EXPIRED ? state_names[st] : "placed";
+}
+
+inv_state inv_state_parse(const char *text)
+{
+    for (int i = 0; i <= INV_STATE_EXPIRED; i++)
+        if (strcmp(text, state_names[i]) == 0)
+            return (inv_state)i;
+    return INV_STATE_PLACED;
+}
+
+/* Sets o's state from a placing script's pay_by (a string; '' or none: no
+ * payment window, placed). */
+void inv_order_placed(struct inv_order *o, const redisReply *pay_by)
+{
+    o->pay_by_ms = inv_reply_ll(pay_by, 0);
+    o->state = o->pay_by_ms > 0 ? INV_STATE_PENDING : INV_STATE_PLACED;
+}
+
 inv_status inv_window_refusal(long long code, const redisReply *detail,
                               struct inv_window *w)
 {

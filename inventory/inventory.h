@@ -52,6 +52,9 @@
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
 #define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
+/* The set of SKUs with a payment window, which every instance sweeps (one
+ * Redis only: reservations are not offered on a Redis Cluster). */
+#define INV_PAYING_KEY "seckill:paying"
 
 typedef enum {
     INV_PLACED = 0,    /* a new order was recorded */
@@ -67,6 +70,11 @@ typedef enum {
     INV_IDEM_MISMATCH, /* Idempotency-Key used before for another user or qty */
     INV_NOT_STARTED,   /* before the SKU's starts_at: order->window says when */
     INV_SALE_ENDED,    /* at or after the SKU's ends_at */
+    INV_NOT_PENDING,   /* pay or cancel of an order final at once (placed) */
+    INV_CANCELLED,     /* pay of a cancelled order */
+    INV_EXPIRED,       /* pay or cancel at or after the order's pay_by */
+    INV_PAID,          /* cancel of a paid order */
+    INV_FORBIDDEN,     /* cancel of another user's order */
     INV_OUTCOME_UNKNOWN, /* the commit was sent but its answer never came: order->id
                             may exist (inv_order_get tells) */
     INV_PENDING,         /* a ticket still on its way: not decided yet */
@@ -100,6 +108,21 @@ struct inv_part {
     int qty;
 };
 
+/* An order's state. Without a payment window an order is placed, final at
+ * once; with one it is pending until paid, cancelled by its buyer, or expired
+ * at its pay_by (the last two give its units back). */
+typedef enum {
+    INV_STATE_PLACED = 0,
+    INV_STATE_PENDING,
+    INV_STATE_PAID,
+    INV_STATE_CANCELLED,
+    INV_STATE_EXPIRED,
+} inv_state;
+/* "placed", "pending", ... */
+const char *inv_state_name(inv_state st);
+/* The state named text; INV_STATE_PLACED for anything else. */
+inv_state inv_state_parse(const char *text);
+
 /* What the sale window said of a refused order (INV_NOT_STARTED), by the
  * data Redis's clock: when the sale starts, and how long until then. */
 struct inv_window {
@@ -114,6 +137,8 @@ struct inv_order {
     int segment;              /* the (first) segment it was served from */
     int nparts;               /* segments it drew from: 1, or more (parts lists them) */
     struct inv_window window; /* INV_NOT_STARTED only */
+    inv_state state;
+    long long pay_by_ms; /* pending (and after): its deadline by Redis's clock */
     struct inv_part parts[INV_MAX_SEGMENTS];
 };
 
@@ -124,7 +149,9 @@ struct inv_segment_report {
 struct inv_sku_report {
     char sku[INV_ID_MAX + 1];
     long long initial, remaining, sold, oversold, orders;
-    long long starts_ms, ends_ms; /* the sale window; 0: none */
+    long long starts_ms, ends_ms;      /* the sale window; 0: none */
+    long long pay_ms;                  /* the payment window; 0: none */
+    long long pending, paid, returned; /* units */
     int limit;
     int nsegments;
     struct inv_segment_report segments[INV_MAX_SEGMENTS];
@@ -133,10 +160,16 @@ struct inv_sku_report {
 struct inv_audit {
     char sku[INV_ID_MAX + 1];
     long long initial, orders, sold, oversold, limit_breaches, duplicate_order_ids;
-    long long remaining; /* the stock left in its segments */
-    int consistent;      /* the records agree with the counters, segment by segment,
-                            the stock index with the stock, sold + remaining with the
-                            initial stock, and no invariant is broken */
+    long long remaining; /* the stock left in its segments (with units given back) */
+    /* Reservations, from the records and the life list ("<id> <state>"):
+     * units pending, paid and given back; orders cancelled and expired; orders
+     * whose life says two ends (paid and cancelled or expired, or paid twice)
+     * and orders given back twice. The last two are 0 in every correct mode. */
+    long long pending, paid, cancelled, expired, returned, state_conflicts,
+        returned_twice;
+    int consistent; /* the records agree with the counters, segment by segment,
+                       the stock index with the stock, sold + remaining with the
+                       initial stock, and no invariant is broken */
 };
 
 /* The order path's counters, process-wide, each declared here once. Each is
@@ -170,6 +203,14 @@ struct inv_audit {
     X(sold_out_local, "sold_out_from_memory",                                            \
       "seckill_orders_sold_out_from_memory_total",                                       \
       "Sold-out answers given without Redis (SKU seen sold out this epoch).")            \
+    X(paid, "paid", "seckill_orders_paid_total", "Reservations paid (POST .../pay).")    \
+    X(cancelled, "cancelled", "seckill_orders_cancelled_total",                          \
+      "Reservations cancelled by their buyer.")                                          \
+    X(expired, "expired", "seckill_orders_expired_total",                                \
+      "Reservations this instance found past their pay_by (its sweep, a pay, a "         \
+      "cancel).")                                                                        \
+    X(units_returned, "units_returned", "seckill_units_returned_total",                  \
+      "Units given back by the cancelled and expired orders this instance ended.")       \
     X(unacked, "unacknowledged_by_replicas", "seckill_orders_unacknowledged_total",      \
       "Orders placed that the replicas did not acknowledge in time: answered "           \
       "outcome_unknown (--min-replicas-acked).")
@@ -277,10 +318,38 @@ struct inv_sku_spec {
     long long stock;
     int segments, limit;
     long long starts_ms, ends_ms;
+    long long pay_ms; /* the payment window: > 0, orders pending until paid */
 };
 /* inv_sku_put with a sale window. */
 inv_status inv_sku_set(struct inv_session *s, const char *sku,
                        const struct inv_sku_spec *spec);
+
+/* Pays pending order id (payment_id "" for none): INV_OK with *out the
+ * order, paid (also when it was paid before); INV_EXPIRED at or after its
+ * pay_by by Redis's clock (its units come back now if no sweep brought them
+ * yet); INV_CANCELLED; INV_NOT_PENDING (an order final at once);
+ * INV_NOT_FOUND; INV_UNAVAILABLE. */
+inv_status inv_order_pay(struct inv_session *s, uint64_t id, const char *payment_id,
+                         struct inv_order *out);
+/* Cancels pending order id for its buyer user_id, its units given back:
+ * INV_OK with *out the order, cancelled (also when it was before);
+ * INV_FORBIDDEN for another user (nothing changed or told); INV_PAID;
+ * INV_EXPIRED; INV_NOT_PENDING; INV_NOT_FOUND; INV_UNAVAILABLE. */
+inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user_id,
+                            struct inv_order *out);
+
+/* The sweep that expires reservations past their pay_by (inventory/life.c):
+ * every INV_SWEEP_MS on the event loop it is attached to, over every SKU
+ * with a payment window, on a connection of its own to the data Redis. Every
+ * instance sweeps; an order expires once whoever finds it. One Redis only. */
+#define INV_SWEEP_MS 100
+struct inv_sweep;
+struct event_base;
+struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
+                                const char *password);
+void inv_sweep_attach(struct inv_sweep *sw, struct event_base *base);
+void inv_sweep_detach(struct inv_sweep *sw); /* on its loop, or once it stopped */
+void inv_sweep_free(struct inv_sweep *sw);   /* NULL is a no-op */
 
 inv_status inv_sku_get(struct inv_session *s, const char *sku,
                        struct inv_sku_report *out);

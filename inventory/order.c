@@ -18,7 +18,7 @@
  * index, choosing segments) and record.lua (recording a placed order);
  * peek.lua shares the first three. */
 extern const struct rscript_source lua_inventory_commit, lua_inventory_peek,
-    lua_inventory_fence_read;
+    lua_inventory_fence_read, lua_inventory_read;
 /* inventory/lua/commit.lua: commit of one order of the lock-guarded modes. */
 static struct rscript commit_script = RSCRIPT_INIT("inv_commit", lua_inventory_commit);
 /* inventory/lua/peek.lua: what an order learns before taking any lock. */
@@ -27,17 +27,20 @@ static struct rscript peek_script = RSCRIPT_INIT("inv_peek", lua_inventory_peek)
  * outside the data Redis (zk), which raises the segment's high-water token. */
 struct rscript inv_fence_read_script =
     RSCRIPT_INIT("inv_fence_read", lua_inventory_fence_read);
+/* inventory/lua/read.lua: the read under a lock of the other modes. */
+struct rscript inv_read_script = RSCRIPT_INIT("inv_read", lua_inventory_read);
 
 void order_peek_call(const struct order_ctx *c, struct peek_call *p)
 {
     snprintf(p->route, sizeof(p->route), "%u", seg_route(c->user_id));
     snprintf(p->qty, sizeof(p->qty), "%d", c->qty);
     snprintf(p->most, sizeof(p->most), "%d", PEEK_CANDIDATES);
-    const char *argv[] = {c->k.meta, c->k.stock, c->k.buyers, c->k.idem,   c->k.avail,
-                          p->route,  p->qty,     c->user_id,  c->idem_key, p->most};
+    const char *argv[] = {c->k.meta,  c->k.stock,  c->k.buyers, c->k.idem,
+                          c->k.avail, c->k.back,   p->route,    p->qty,
+                          c->user_id, c->idem_key, p->most};
     memcpy(p->argv, argv, sizeof(argv));
     p->cmd =
-        (struct rcmd){.script = &peek_script, .nkeys = 5, .argc = 10, .argv = p->argv};
+        (struct rcmd){.script = &peek_script, .nkeys = 6, .argc = 11, .argv = p->argv};
 }
 
 inv_status order_view_read(struct order_view *v, const redisReply *r)
@@ -88,11 +91,12 @@ static inv_status order_peek(struct order_ctx *c)
 }
 
 /* The stock a segment's HGET answered; -1 when Redis did not answer one. */
-long long inv_stock_of(const redisReply *r)
+long long inv_stock_of(const redisReply *r, long long *back)
 {
-    return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
-               ? inv_reply_ll(r, 0)
-               : -1;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+        return -1;
+    *back = inv_reply_ll(r->element[1], 0);
+    return inv_reply_ll(r->element[0], 0);
 }
 
 /* Takes the lock lkey of segment seg (waiting wait_ms at most) together with
@@ -101,26 +105,30 @@ long long inv_stock_of(const redisReply *r)
  * segment's high-water token to the grant's first (fence_read.lua); a grant
  * already succeeded by a later holder is released and answered LOCK_BUSY
  * (counted fenced off). On LOCK_ACQUIRED *stock is the stock read, -1 when
- * the read got no answer (the lock is held either way). */
+ * the read got no answer (the lock is held either way), *back the units given
+ * back to it and not folded yet. */
 lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
                               const char *lkey, int seg, int wait_ms,
-                              struct lock_grant *g, long long *stock)
+                              struct lock_grant *g, long long *stock, long long *back)
 {
+    *back = 0;
     char segtext[12];
     snprintf(segtext, sizeof(segtext), "%d", seg);
     redisReply *rr = NULL;
     lock_status ls;
     if (!lock_fence_external(s->inv->cfg.lock)) {
-        const char *argv[] = {"HGET", k->stock, segtext};
-        struct rcmd read = {.argc = 3, .argv = argv};
+        const char *argv[] = {k->stock, k->back, segtext};
+        struct rcmd read = {
+            .script = &inv_read_script, .nkeys = 2, .argc = 3, .argv = argv};
         ls = lock_acquire_then(s->lock, lkey, wait_ms, g, &read, &rr);
     } else if ((ls = lock_acquire(s->lock, lkey, wait_ms, g)) == LOCK_ACQUIRED) {
         char fkey[160], token[LOCK_FENCE_TEXT];
         lock_fence_key(lkey, fkey, sizeof(fkey));
         lock_fence_text(g, token, sizeof(token));
-        const char *argv[] = {fkey, k->stock, token, segtext};
-        rr = rconn_eval(s->rc, &inv_fence_read_script, 2, 2, argv, NULL);
-        if (rr && rr->type == REDIS_REPLY_ARRAY) { /* {-2}: a later holder's mark */
+        const char *argv[] = {fkey, k->stock, k->back, token, segtext};
+        rr = rconn_eval(s->rc, &inv_fence_read_script, 3, 2, argv, NULL);
+        if (rr && rr->type == REDIS_REPLY_ARRAY &&
+            rr->elements == 1) { /* {-2}: a later holder's mark */
             freeReplyObject(rr);
             lock_release(s->lock, lkey, g);
             count(&s->inv->counters.fenced_off);
@@ -128,7 +136,7 @@ lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
         }
     }
     if (ls == LOCK_ACQUIRED)
-        *stock = inv_stock_of(rr);
+        *stock = inv_stock_of(rr, back);
     if (rr)
         freeReplyObject(rr);
     return ls;
@@ -162,7 +170,7 @@ static inv_status parts_acquire(struct order_ctx *c, struct part_hold *p, int n)
         int wait_ms = (int)((c->deadline - clock_now_us()) / 1000);
         lock_status ls =
             inv_lock_and_read(c->s, &c->k, p[i].lkey, p[i].seg, wait_ms > 0 ? wait_ms : 0,
-                              &p[i].g, &p[i].stock);
+                              &p[i].g, &p[i].stock, &p[i].back);
         if (ls == LOCK_ACQUIRED) {
             if (p[i].stock >= 0)
                 continue;
@@ -182,10 +190,10 @@ void commit_call_init(struct commit_call *cc, struct order_ctx *c,
     cc->argv = cc->inline_argv;
     if (n > PARTS_INLINE) {
         cc->text = xmalloc(sizeof(*cc->text) * (size_t)n);
-        cc->argv = xmalloc(sizeof(*cc->argv) * (size_t)(15 + 5 * n));
+        cc->argv = xmalloc(sizeof(*cc->argv) * (size_t)(17 + 5 * n));
     }
     const char **argv = cc->argv;
-    int nkeys = 8 + n;
+    int nkeys = 10 + n;
     snprintf(cc->qty, sizeof(cc->qty), "%d", c->qty);
     snprintf(cc->id, sizeof(cc->id), "%" PRIu64, c->order->id);
     snprintf(cc->okey, sizeof(cc->okey), "%s%s", c->k.order, cc->id);
@@ -193,6 +201,8 @@ void commit_call_init(struct commit_call *cc, struct order_ctx *c,
     const char *head[] = {c->k.meta,   c->k.stock, c->k.sold, c->k.buyers,
                           c->k.orders, cc->okey,   c->k.idem, c->k.avail};
     memcpy(argv, head, sizeof(head));
+    argv[8 + n] = c->k.back;
+    argv[9 + n] = c->k.due;
     const char **a = argv + nkeys;
     const char *args[] = {c->v.epoch, cc->qty,     c->user_id, cc->id,
                           c->sku,     c->idem_key, cc->nparts};
@@ -242,6 +252,7 @@ inv_status commit_read(struct order_ctx *c, const struct part_hold *p, int n,
     struct inv_order *o = c->order;
     switch (inv_reply_ll(r->element[0], 0)) {
     case 1:
+        inv_order_placed(o, r->elements > 1 ? r->element[1] : NULL);
         o->segment = p[0].seg;
         o->nparts = n;
         for (int i = 0; i < n; i++)
@@ -308,7 +319,7 @@ static inv_status critical_section(struct order_ctx *c, int seg, int *again)
     inv_status st = parts_acquire(c, &p, 1);
     if (st != INV_OK)
         return st;
-    if (p.stock < c->qty) {
+    if (p.stock + p.back < c->qty) {
         parts_release(c->s, &p, 1);
         return INV_SOLD_OUT;
     }
@@ -363,7 +374,7 @@ static inv_status multi_section(struct order_ctx *c, int *again)
     int need = c->qty;
     for (int i = 0; i < n && need > 0; i++) {
         struct part_hold *x = part_find(p, n, c->v.plan[i]);
-        x->take = (int)(x->stock < need ? x->stock : need);
+        x->take = (int)(x->stock + x->back < need ? x->stock + x->back : need);
         need -= x->take;
     }
     int m = 0;

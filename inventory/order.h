@@ -40,7 +40,8 @@ struct part_hold {
     int seg;
     char lkey[128];
     struct lock_grant g;
-    long long stock;
+    long long stock; /* read under the lock */
+    long long back;  /* the units given back to it, not folded yet */
     int take;
 };
 
@@ -48,7 +49,7 @@ struct part_hold {
  * in the struct. */
 struct peek_call {
     char route[12], qty[12], most[12];
-    const char *argv[10];
+    const char *argv[11];
     struct rcmd cmd;
 };
 void order_peek_call(const struct order_ctx *c, struct peek_call *p);
@@ -69,7 +70,7 @@ struct part_text {
 struct commit_call {
     char qty[12], id[24], okey[40], nparts[12];
     struct part_text inline_text[PARTS_INLINE], *text;
-    const char *inline_argv[15 + 5 * PARTS_INLINE], **argv;
+    const char *inline_argv[17 + 5 * PARTS_INLINE], **argv;
     struct rcmd cmd;
 };
 void commit_call_init(struct commit_call *cc, struct order_ctx *c,

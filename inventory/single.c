@@ -102,8 +102,9 @@ static inv_single_do load_send(struct inv_single *m)
     inv_keys_init(&k, "", m->cs->cluster ? orderid_gene_of(id) : -1);
     char okey[64];
     snprintf(okey, sizeof(okey), "%s%" PRIu64, k.order, id);
-    const char *argv[] = {"HMGET", okey, "sku", "user_id", "qty", "segment", "segments"};
-    struct rcmd cmd = {.argc = 7, .argv = argv};
+    const char *argv[] = {"HMGET",   okey,       "sku",   "user_id", "qty",
+                          "segment", "segments", "state", "pay_by"};
+    struct rcmd cmd = {.argc = 9, .argv = argv};
     m->state = SINGLE_LOADING;
     if (!own_send(m, orderid_gene_of(id), &cmd)) {
         finish(m, INV_UNAVAILABLE);
@@ -227,7 +228,7 @@ static inv_single_do part_held(struct inv_single *m)
     if (m->xfer)
         return xfer_send(m);
     if (m->cand >= 0) { /* one segment */
-        if (p->h.stock < m->c.qty)
+        if (p->h.stock + p->h.back < m->c.qty)
             return release_held(m, AFTER_NEXT); /* emptied meanwhile */
         p->take = m->c.qty;
         return work(m);
@@ -239,7 +240,8 @@ static inv_single_do part_held(struct inv_single *m)
     int need = m->c.qty;
     for (int i = 0; i < m->c.v.nplan && need > 0; i++) {
         struct inv_single_part *x = part_on(m, m->c.v.plan[i]);
-        x->take = (int)(x->h.stock < need ? x->h.stock : need);
+        long long has = x->h.stock + x->h.back;
+        x->take = (int)(has < need ? has : need);
         need -= x->take;
     }
     if (need > 0) /* they no longer hold qty together: peek again */

@@ -59,16 +59,21 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     inv_keys_init(&k, sku, s->gene);
     long long stock = spec->stock;
     int segments = spec->segments, limit = spec->limit;
-    int n = 19 + segments;
+    int n = 24 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
-    char starts[24] = "", ends[24] = "";
+    char starts[24] = "", ends[24] = "", pay[24], paying[128];
+    snprintf(pay, sizeof(pay), "%lld", spec->pay_ms);
+    if (s->gene < 0)
+        snprintf(paying, sizeof(paying), "%s", INV_PAYING_KEY);
+    else /* no payment window on a cluster: a key of the shard's, left alone */
+        snprintf(paying, sizeof(paying), "%spaying", k.lock);
     if (spec->starts_ms > 0)
         snprintf(starts, sizeof(starts), "%lld", spec->starts_ms);
     if (spec->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", spec->ends_ms);
-    const char *keys[] = {k.meta,   k.stock, k.init,  k.sold, k.buyers,
-                          k.orders, k.idem,  k.avail, k.xout, k.xin};
+    const char *keys[] = {k.meta,  k.stock, k.init, k.sold, k.buyers, k.orders, k.idem,
+                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   paying};
     memcpy(argv, keys, sizeof(keys));
     long long mine = 0;
     for (int i = 0; i < segments; i++) {
@@ -80,14 +85,15 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     snprintf(vals[1], 24, "%d", segments);
     snprintf(vals[2], 24, "%d", limit);
     for (int i = 0; i < segments + 3; i++)
-        argv[10 + i] = vals[i];
-    argv[13 + segments] = SOLDOUT_CHANNEL;
-    argv[14 + segments] = sku;
-    argv[15 + segments] = k.order;
-    argv[16 + segments] = epoch;
-    argv[17 + segments] = starts;
-    argv[18 + segments] = ends;
-    redisReply *r = rconn_eval(s->rc, &reset_script, 10, 9 + segments, argv, NULL);
+        argv[14 + i] = vals[i];
+    argv[17 + segments] = SOLDOUT_CHANNEL;
+    argv[18 + segments] = sku;
+    argv[19 + segments] = k.order;
+    argv[20 + segments] = epoch;
+    argv[21 + segments] = starts;
+    argv[22 + segments] = ends;
+    argv[23 + segments] = pay;
+    redisReply *r = rconn_eval(s->rc, &reset_script, 14, 10 + segments, argv, NULL);
     free(argv);
     free(vals);
     inv_status st = INV_UNAVAILABLE;
@@ -131,19 +137,22 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
     rpipe_appendf(&p, "MULTI");
-    rpipe_appendf(&p, "HMGET %s initial segments limit sold orders starts_ms ends_ms",
+    rpipe_appendf(&p,
+                  "HMGET %s initial segments limit sold orders starts_ms ends_ms pay_ms "
+                  "pending paid returned",
                   k.meta);
     rpipe_appendf(&p, "HGETALL %s", k.stock);
     rpipe_appendf(&p, "HGETALL %s", k.init);
     rpipe_appendf(&p, "HGETALL %s", k.sold);
+    rpipe_appendf(&p, "HGETALL %s", k.back);
     rpipe_appendf(&p, "EXEC");
-    redisReply *snap = multi_exec_reply(&p, 4);
+    redisReply *snap = multi_exec_reply(&p, 5);
     if (!snap)
         return INV_UNAVAILABLE;
     redisReply **e = snap->element;
     redisReply *m = e[0];
     inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 7 ||
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 11 ||
         m->element[0]->type != REDIS_REPLY_STRING) {
         st = INV_NOT_FOUND;
     } else {
@@ -158,13 +167,21 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
         out->orders = inv_reply_ll(m->element[4], 0);
         out->starts_ms = inv_reply_ll(m->element[5], 0);
         out->ends_ms = inv_reply_ll(m->element[6], 0);
+        out->pay_ms = inv_reply_ll(m->element[7], 0);
+        out->pending = inv_reply_ll(m->element[8], 0);
+        out->paid = inv_reply_ll(m->element[9], 0);
+        out->returned = inv_reply_ll(m->element[10], 0);
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         report_values(e[1], out, offsetof(struct inv_segment_report, remaining));
         report_values(e[2], out, offsetof(struct inv_segment_report, initial));
         report_values(e[3], out, offsetof(struct inv_segment_report, sold));
-        for (int i = 0; i < out->nsegments; i++)
+        long long back[INV_MAX_SEGMENTS] = {0}; /* given back, not folded in yet */
+        segment_values(e[4], back, sizeof(back[0]), out->nsegments);
+        for (int i = 0; i < out->nsegments; i++) {
+            out->segments[i].remaining += back[i];
             out->remaining += out->segments[i].remaining;
+        }
     }
     freeReplyObject(snap);
     return st;
@@ -191,7 +208,7 @@ static long long parse_parts(const char *text, struct inv_part *parts, int *n)
 
 inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5)
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 7)
         return INV_UNAVAILABLE;
     if (r->element[0]->type != REDIS_REPLY_STRING ||
         r->element[1]->type != REDIS_REPLY_STRING)
@@ -207,6 +224,10 @@ inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *ou
         parse_parts(r->element[4]->str, out->parts, &n);
     if (n > 0)
         out->nparts = n;
+    out->state = r->element[5]->type == REDIS_REPLY_STRING
+                     ? inv_state_parse(r->element[5]->str)
+                     : INV_STATE_PLACED;
+    out->pay_by_ms = inv_reply_ll(r->element[6], 0);
     return INV_OK;
 }
 
@@ -231,7 +252,8 @@ static inv_status order_get_once(struct inv_session *s, uint64_t id,
     struct sku_keys k;
     inv_keys_init(&k, "", s->gene);
     redisReply *r = rconn_command(
-        s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments", k.order, id);
+        s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments state pay_by",
+        k.order, id);
     inv_status st = inv_order_read(r, id, out);
     if (r)
         freeReplyObject(r);
@@ -250,7 +272,8 @@ static int cmp_u64(const void *a, const void *b)
  * against, read in one snapshot with the number of records: the list only
  * grows within an epoch, so its first `records` are stable afterwards. */
 struct audit_snap {
-    long long initial, limit, sold, orders, remaining, records;
+    long long initial, limit, sold, orders, remaining, records, lives;
+    long long pay_ms, pending, paid, returned; /* meta's counters of reservations */
     int segments;
     long long *seg_sold, *seg_stock, *seg_indexed; /* [segments]; -1: not indexed */
 };
@@ -269,18 +292,23 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
     if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
     rpipe_appendf(&p, "MULTI");
-    rpipe_appendf(&p, "HMGET %s initial limit sold orders remaining segments", k->meta);
+    rpipe_appendf(&p,
+                  "HMGET %s initial limit sold orders remaining segments pay_ms pending "
+                  "paid returned",
+                  k->meta);
     rpipe_appendf(&p, "LLEN %s", k->orders);
     rpipe_appendf(&p, "HGETALL %s", k->sold);
     rpipe_appendf(&p, "HGETALL %s", k->stock);
     rpipe_appendf(&p, "ZRANGE %s 0 -1 WITHSCORES", k->avail);
+    rpipe_appendf(&p, "LLEN %s", k->life);
+    rpipe_appendf(&p, "HGETALL %s", k->back);
     rpipe_appendf(&p, "EXEC");
-    redisReply *snap = multi_exec_reply(&p, 5);
+    redisReply *snap = multi_exec_reply(&p, 7);
     if (!snap)
         return INV_UNAVAILABLE;
     redisReply **e = snap->element, *m = e[0];
     inv_status st = INV_NOT_FOUND;
-    if (m->type == REDIS_REPLY_ARRAY && m->elements == 6 &&
+    if (m->type == REDIS_REPLY_ARRAY && m->elements == 10 &&
         m->element[0]->type == REDIS_REPLY_STRING) {
         a->initial = inv_reply_ll(m->element[0], 0);
         a->limit = inv_reply_ll(m->element[1], 1);
@@ -291,6 +319,11 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
         if (a->segments < 1 || a->segments > INV_MAX_SEGMENTS)
             a->segments = 0;
         a->records = inv_reply_ll(e[1], 0);
+        a->pay_ms = inv_reply_ll(m->element[6], 0);
+        a->pending = inv_reply_ll(m->element[7], 0);
+        a->paid = inv_reply_ll(m->element[8], 0);
+        a->returned = inv_reply_ll(m->element[9], 0);
+        a->lives = inv_reply_ll(e[5], 0);
         size_t n = (size_t)(a->segments > 0 ? a->segments : 1);
         a->seg_sold = xcalloc(n, sizeof(long long));
         a->seg_stock = xcalloc(n, sizeof(long long));
@@ -300,25 +333,86 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
         segment_values(e[2], a->seg_sold, sizeof(long long), a->segments);
         segment_values(e[3], a->seg_stock, sizeof(long long), a->segments);
         segment_values(e[4], a->seg_indexed, sizeof(long long), a->segments);
+        long long *back = xcalloc(n, sizeof(long long)); /* given back, not folded */
+        segment_values(e[6], back, sizeof(long long), a->segments);
+        for (size_t i = 0; i < n; i++)
+            a->seg_stock[i] += back[i];
+        free(back);
         st = INV_OK;
     }
     freeReplyObject(snap);
     return st;
 }
 
+/* The end of each order whose life list has one: order id (decimal) ->
+ * inv_state, as a JSON object; counts the conflicts into out. */
+static inv_status audit_lives(struct inv_session *s, const struct sku_keys *k,
+                              long long n, json_t *ends, struct inv_audit *out)
+{
+    for (long long from = 0; from < n; from += AUDIT_CHUNK) {
+        long long to = from + AUDIT_CHUNK - 1 < n - 1 ? from + AUDIT_CHUNK - 1 : n - 1;
+        redisReply *l = rconn_command(s->rc, "LRANGE %s %lld %lld", k->life, from, to);
+        if (!l || l->type != REDIS_REPLY_ARRAY) {
+            if (l)
+                freeReplyObject(l);
+            return INV_UNAVAILABLE;
+        }
+        for (size_t i = 0; i < l->elements; i++) {
+            char id[24], name[16];
+            if (l->element[i]->type != REDIS_REPLY_STRING ||
+                sscanf(l->element[i]->str, "%23s %15s", id, name) != 2)
+                continue;
+            inv_state st = inv_state_parse(name);
+            json_t *was = json_object_get(ends, id);
+            if (was) {
+                int back = st != INV_STATE_PAID,
+                    was_back = json_integer_value(was) != INV_STATE_PAID;
+                if (back && was_back)
+                    out->returned_twice++;
+                else
+                    out->state_conflicts++;
+                continue; /* the first end stands */
+            }
+            json_object_set_new(ends, id, json_integer(st));
+        }
+        freeReplyObject(l);
+    }
+    return INV_OK;
+}
+
 /* Adds one order record, "<id> <user> <qty> <segment>[ <seg>:<units>,...]",
- * to out (orders, sold), ids, bought (user id -> units) and seg_units; false
- * when it does not parse. */
+ * to out (orders, sold, and the reservations' figures by its end in ends),
+ * ids, bought (user id -> units) and seg_units; an order given back counts
+ * neither as sold nor to its buyer or segments. False when it does not
+ * parse. */
 static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
-                        json_t *bought, long long *seg_units, int nseg)
+                        json_t *bought, long long *seg_units, int nseg,
+                        const json_t *ends, int reserved)
 {
     unsigned long long id;
-    char user[INV_ID_MAX + 1];
+    char user[INV_ID_MAX + 1], idt[24];
     long long qty;
     int seg, end = 0;
     if (sscanf(rec, "%llu %64s %lld %d%n", &id, user, &qty, &seg, &end) != 4)
         return 0;
     ids[out->orders++] = id;
+    snprintf(idt, sizeof(idt), "%llu", id);
+    json_t *e = json_object_get(ends, idt);
+    inv_state st = e          ? (inv_state)json_integer_value(e)
+                   : reserved ? INV_STATE_PENDING
+                              : INV_STATE_PLACED;
+    if (st == INV_STATE_CANCELLED || st == INV_STATE_EXPIRED) {
+        out->returned += qty;
+        if (st == INV_STATE_CANCELLED)
+            out->cancelled++;
+        else
+            out->expired++;
+        return 1;
+    }
+    if (st == INV_STATE_PENDING)
+        out->pending += qty;
+    else if (st == INV_STATE_PAID)
+        out->paid += qty;
     out->sold += qty;
     json_t *u = json_object_get(bought, user);
     json_object_set_new(bought, user,
@@ -372,9 +466,11 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
     long long *seg_units =
         xcalloc((size_t)(a.segments > 0 ? a.segments : 1), sizeof(long long));
     json_t *bought = json_object(); /* user id -> units */
-    if (!bought)
+    json_t *ends = json_object();   /* order id -> its end (life list) */
+    if (!bought || !ends)
         abort();
     int unreadable = 0;
+    st = audit_lives(s, &k, a.lives, ends, out);
     for (long long from = 0; from < n && st == INV_OK; from += AUDIT_CHUNK) {
         long long to = from + AUDIT_CHUNK - 1 < n - 1 ? from + AUDIT_CHUNK - 1 : n - 1;
         redisReply *l = rconn_command(s->rc, "LRANGE %s %lld %lld", k.orders, from, to);
@@ -382,8 +478,8 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
             st = INV_UNAVAILABLE;
         for (size_t i = 0; st == INV_OK && i < l->elements; i++)
             if (l->element[i]->type != REDIS_REPLY_STRING ||
-                !audit_record(l->element[i]->str, out, ids, bought, seg_units,
-                              a.segments))
+                !audit_record(l->element[i]->str, out, ids, bought, seg_units, a.segments,
+                              ends, a.pay_ms > 0))
                 unreadable++;
         if (l)
             freeReplyObject(l);
@@ -405,11 +501,15 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
                           out->duplicate_order_ids == 0 && unreadable == 0 &&
                           out->sold == a.sold && out->orders == a.orders &&
                           out->sold + out->remaining == out->initial &&
-                          audit_segments_agree(&a, seg_units, out->remaining);
+                          audit_segments_agree(&a, seg_units, out->remaining) &&
+                          out->state_conflicts == 0 && out->returned_twice == 0 &&
+                          out->pending == a.pending && out->paid == a.paid &&
+                          out->returned == a.returned;
     }
     free(ids);
     free(seg_units);
     json_decref(bought);
+    json_decref(ends);
     audit_snap_free(&a);
     return st;
 }

@@ -177,6 +177,7 @@ struct backend {
     struct soldout *soldout;
     int replicas_acked; /* --min-replicas-acked, resolved */
     struct inv *inv;
+    struct inv_sweep *sweep; /* reservations past pay_by; NULL on a cluster */
     struct svc_durability *durability;
     struct svc_health *health;
 };
@@ -187,6 +188,7 @@ static void backend_free(struct backend *b)
     svc_health_free(b->health);
     svc_durability_stop(b->durability);
     orderid_lease_stop(b->lease);
+    inv_sweep_free(b->sweep);
     inv_free(b->inv);
     soldout_free(b->soldout);
     lock_free(b->lock);
@@ -296,7 +298,8 @@ static struct inv *inventory_new(const struct svc_config *cfg, struct backend *b
 }
 
 /* The background duties on loop 0 (app.h): the worker-id lease's renewal,
- * the lock's lease watchdog, the sold-out listener, the durability re-check. */
+ * the lock's lease watchdog, the sold-out listener, the durability re-check,
+ * the sweep of reservations past their pay_by. */
 static void duties_attach(struct svc_app *app, struct event_base *base)
 {
     struct backend *b = app->duties;
@@ -304,6 +307,7 @@ static void duties_attach(struct svc_app *app, struct event_base *base)
     if (b->lock)
         lock_attach(b->lock, base);
     soldout_attach(b->soldout, base);
+    inv_sweep_attach(b->sweep, base);
     svc_durability_attach(b->durability, base);
     svc_health_attach(b->health, base);
 }
@@ -313,6 +317,7 @@ static void duties_detach(struct svc_app *app)
     struct backend *b = app->duties;
     svc_health_detach(b->health);
     svc_durability_detach(b->durability);
+    inv_sweep_detach(b->sweep);
     soldout_detach(b->soldout);
     lock_detach(b->lock);
     orderid_lease_detach(b->lease);
@@ -342,6 +347,9 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     b->soldout = soldout_new(cfg->redis.host, cfg->redis.port, cfg->redis_password);
     b->replicas_acked = replicas_acked(cfg, b->cluster);
     b->inv = inventory_new(cfg, b);
+    if (!b->cluster)
+        b->sweep = inv_sweep_new(b->inv, cfg->redis.host, cfg->redis.port,
+                                 cfg->redis_password);
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);

@@ -151,10 +151,6 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
              time_field(root, "starts_at", &starts, detail, detail_len) != REQ_OK ||
              time_field(root, "ends_at", &ends, detail, detail_len) != REQ_OK)
         ; /* detail names it */
-    else if (pay != 0)
-        snprintf(detail, detail_len,
-                 "pay_within_ms must be 0: reservations (a payment window) are not "
-                 "in this build yet");
     else if (starts && ends && starts >= ends)
         snprintf(detail, detail_len, "starts_at must be before ends_at");
     else {
@@ -163,6 +159,60 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
         out->limit = (int)limit;
         out->starts_ms = starts;
         out->ends_ms = ends;
+        out->pay_ms = pay;
+        rc = REQ_OK;
+    }
+    json_decref(root);
+    return rc;
+}
+
+req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t user_len,
+                            char *detail, size_t detail_len)
+{
+    json_t *root = load_object(body, len, detail, detail_len);
+    if (!root)
+        return REQ_INVALID;
+    static const char *const known[] = {"user_id", NULL};
+    req_status rc = REQ_INVALID;
+    json_t *user = json_object_get(root, "user_id");
+    if (fields_known(root, known, detail, detail_len) != REQ_OK) {
+        /* detail names it */
+    } else if (!user || !json_is_string(user) ||
+               json_string_length(user) != strlen(json_string_value(user)) ||
+               !inv_id_valid(json_string_value(user))) {
+        snprintf(detail, detail_len,
+                 "user_id (the buyer's) is required: 1..64 characters of "
+                 "[A-Za-z0-9_.:-]");
+    } else {
+        snprintf(user_id, user_len, "%s", json_string_value(user));
+        rc = REQ_OK;
+    }
+    json_decref(root);
+    return rc;
+}
+
+req_status req_parse_pay(const char *body, size_t len, char *payment_id, size_t id_len,
+                         char *detail, size_t detail_len)
+{
+    payment_id[0] = '\0';
+    if (len == 0)
+        return REQ_OK; /* the body is optional */
+    json_t *root = load_object(body, len, detail, detail_len);
+    if (!root)
+        return REQ_INVALID;
+    static const char *const known[] = {"payment_id", NULL};
+    req_status rc = REQ_INVALID;
+    json_t *id = json_object_get(root, "payment_id");
+    if (fields_known(root, known, detail, detail_len) != REQ_OK) {
+        /* detail names it */
+    } else if (id && (!json_is_string(id) ||
+                      json_string_length(id) != strlen(json_string_value(id)) ||
+                      !req_idem_key_valid(json_string_value(id)))) {
+        snprintf(detail, detail_len,
+                 "payment_id must be 1..128 characters of [A-Za-z0-9_.:-]");
+    } else {
+        if (id)
+            snprintf(payment_id, id_len, "%s", json_string_value(id));
         rc = REQ_OK;
     }
     json_decref(root);

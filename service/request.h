@@ -20,6 +20,7 @@ struct req_sku {
     int segments;
     int limit;
     long long starts_ms, ends_ms; /* the sale window (RFC 3339 in the body); 0: none */
+    long long pay_ms;             /* pay_within_ms: 0, orders final at 201 */
 };
 
 /* A request part parsed (REQ_OK), or not (REQ_INVALID: the caller's detail
@@ -35,11 +36,22 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
 /* Parses a SKU body {"stock": N, "segments": K, "per_user_limit": L,
  * "pay_within_ms": P, "starts_at": T0, "ends_at": T1}: stock 0..INV_MAX_STOCK,
  * segments 1..1024 (default default_segments), limit 1..INV_MAX_LIMIT
- * (default 1), P 0 (the default: orders final at 201; reservations are not
- * in this build), T0 and T1 RFC 3339 date-times or null (none), T0 before T1.
+ * (default 1), P 0..INV_MAX_PAY_WITHIN_MS (0, the default: orders final at
+ * 201), T0 and T1 RFC 3339 date-times or null (none), T0 before T1.
  * REQ_INVALID with detail. */
 req_status req_parse_sku(const char *body, size_t len, int default_segments,
                          struct req_sku *out, char *detail, size_t detail_len);
+
+/* Parses a cancel body {"user_id": "..."} (the buyer's, required) into
+ * user_id (user_len >= INV_ID_MAX + 1). REQ_INVALID with detail. */
+req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t user_len,
+                            char *detail, size_t detail_len);
+
+/* Parses a pay body, optional: empty, or {"payment_id": "..."} (optional,
+ * 1..128 characters of [A-Za-z0-9_.:-]) into payment_id ("" for none;
+ * id_len >= INV_IDEM_MAX + 1). REQ_INVALID with detail. */
+req_status req_parse_pay(const char *body, size_t len, char *payment_id, size_t id_len,
+                         char *detail, size_t detail_len);
 
 /* An Idempotency-Key: 1..128 characters of [A-Za-z0-9_.:-]. */
 int req_idem_key_valid(const char *key);

@@ -49,6 +49,22 @@ static void inv_error(struct svc_response *res, inv_status st)
     case INV_SALE_ENDED:
         svc_error(res, 409, "sale_ended", "the sale has ended");
         break;
+    case INV_NOT_PENDING:
+        svc_error(res, 409, "not_pending",
+                  "the order is final: its SKU has no payment window");
+        break;
+    case INV_CANCELLED:
+        svc_error(res, 409, "cancelled", "the order was cancelled");
+        break;
+    case INV_EXPIRED:
+        svc_error(res, 409, "expired", "the order was not paid by its pay_by");
+        break;
+    case INV_PAID:
+        svc_error(res, 409, "paid", "the order is paid");
+        break;
+    case INV_FORBIDDEN:
+        svc_error(res, 403, "forbidden", "not this user's order");
+        break;
     default:
         svc_error(res, 503, "unavailable",
                   "Redis or the lock service is unreachable; nothing was placed");
@@ -101,7 +117,8 @@ static json_t *order_json(const struct inv_order *o)
     snprintf(id, sizeof(id), "%" PRIu64, o->id);
     json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:s}", "order_id", id, "sku", o->sku,
                           "user_id", o->user_id, "qty", o->qty, "segment", o->segment,
-                          "state", "placed");
+                          "state", inv_state_name(o->state));
+    time_set(j, "pay_by", o->pay_by_ms);
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
         for (int i = 0; i < o->nparts; i++)
@@ -124,11 +141,18 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 400, "bad_request", detail);
         return;
     }
+    if (body.pay_ms > 0 && req->app->cluster) {
+        svc_error(res, 400, "bad_request",
+                  "pay_within_ms: reservations are not offered on a Redis Cluster "
+                  "(their sweep and returns are one Redis's)");
+        return;
+    }
     struct inv_sku_spec spec = {.stock = body.stock,
                                 .segments = body.segments,
                                 .limit = body.limit,
                                 .starts_ms = body.starts_ms,
-                                .ends_ms = body.ends_ms};
+                                .ends_ms = body.ends_ms,
+                                .pay_ms = body.pay_ms};
     inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
@@ -137,13 +161,14 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
     svc_metrics_sku_seen(req->params[0]);
     log_event(LOG_INFO, "sku_reset",
               "sku=%s stock=%lld segments=%d limit=%d starts_ms=%lld ends_ms=%lld "
-              "created=%d",
+              "pay_ms=%lld created=%d",
               req->params[0], body.stock, body.segments, body.limit, body.starts_ms,
-              body.ends_ms, st == INV_CREATED);
+              body.ends_ms, body.pay_ms, st == INV_CREATED);
     res->status = st == INV_CREATED ? 201 : 200;
-    res->json = json_pack("{s:s, s:I, s:i, s:i, s:i}", "sku", req->params[0], "stock",
-                          (json_int_t)body.stock, "segments", body.segments,
-                          "per_user_limit", body.limit, "pay_within_ms", 0);
+    res->json =
+        json_pack("{s:s, s:I, s:i, s:i, s:i}", "sku", req->params[0], "stock",
+                  (json_int_t)body.stock, "segments", body.segments, "per_user_limit",
+                  body.limit, "pay_within_ms", (json_int_t)body.pay_ms);
     time_set(res->json, "starts_at", body.starts_ms);
     time_set(res->json, "ends_at", body.ends_ms);
 }
@@ -168,13 +193,14 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
                                               "sold", (json_int_t)s->sold));
     }
     res->status = 200;
-    /* No payment window in this build: nothing is pending, paid or returned. */
     res->json = json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:o}", "sku", report.sku,
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:o}", "sku", report.sku,
         "initial", (json_int_t)report.initial, "remaining", (json_int_t)report.remaining,
         "sold", (json_int_t)report.sold, "oversold", (json_int_t)report.oversold,
-        "orders", (json_int_t)report.orders, "pending", 0, "paid", 0, "returned", 0,
-        "per_user_limit", report.limit, "pay_within_ms", 0, "segments", segs);
+        "orders", (json_int_t)report.orders, "pending", (json_int_t)report.pending,
+        "paid", (json_int_t)report.paid, "returned", (json_int_t)report.returned,
+        "per_user_limit", report.limit, "pay_within_ms", (json_int_t)report.pay_ms,
+        "segments", segs);
     time_set(res->json, "starts_at", report.starts_ms);
     time_set(res->json, "ends_at", report.ends_ms);
 }
@@ -258,6 +284,53 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
     res->json = order_json(&order);
 }
 
+/* The order id of the path; false (answered 400) when malformed. */
+static int order_param(const struct svc_request *req, struct svc_response *res,
+                       uint64_t *id)
+{
+    if (req_order_id_parse(req->params[0], id) == REQ_OK)
+        return 1;
+    svc_error(res, 400, "bad_request", "order id must be a decimal number");
+    return 0;
+}
+
+/* A pay or a cancel of the path's order: its body read by parse (into arg,
+ * arg_len bytes), then end, answered with the order. */
+static void order_end(const struct svc_request *req, struct svc_response *res,
+                      req_status (*parse)(const char *, size_t, char *, size_t, char *,
+                                          size_t),
+                      inv_status (*end)(struct inv_session *, uint64_t, const char *,
+                                        struct inv_order *))
+{
+    uint64_t id;
+    char arg[INV_IDEM_MAX + 1], detail[200];
+    if (!order_param(req, res, &id))
+        return;
+    if (parse(req->body, req->body_len, arg, sizeof(arg), detail, sizeof(detail)) !=
+        REQ_OK) {
+        svc_error(res, 400, "bad_request", detail);
+        return;
+    }
+    struct inv_order order;
+    inv_status st = end(req->worker->inv, id, arg, &order);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = order_json(&order);
+}
+
+static void h_order_pay(const struct svc_request *req, struct svc_response *res)
+{
+    order_end(req, res, req_parse_pay, inv_order_pay);
+}
+
+static void h_order_cancel(const struct svc_request *req, struct svc_response *res)
+{
+    order_end(req, res, req_parse_cancel, inv_order_cancel);
+}
+
 static void h_audit(const struct svc_request *req, struct svc_response *res)
 {
     if (!sku_param_ok(req, res))
@@ -270,14 +343,16 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
     }
     res->status = 200;
     res->json = json_pack(
-        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:b}", "sku",
-        a.sku, "initial", (json_int_t)a.initial, "orders", (json_int_t)a.orders, "sold",
-        (json_int_t)a.sold, "remaining", (json_int_t)a.remaining, "oversold",
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:b}",
+        "sku", a.sku, "initial", (json_int_t)a.initial, "orders", (json_int_t)a.orders,
+        "sold", (json_int_t)a.sold, "remaining", (json_int_t)a.remaining, "oversold",
         (json_int_t)a.oversold, "limit_breaches", (json_int_t)a.limit_breaches,
-        "duplicate_order_ids", (json_int_t)a.duplicate_order_ids,
-        /* no payment window in this build: every order is placed, final */
-        "pending", 0, "paid", 0, "cancelled", 0, "expired", 0, "returned", 0,
-        "consistent", a.consistent);
+        "duplicate_order_ids", (json_int_t)a.duplicate_order_ids, "pending",
+        (json_int_t)a.pending, "paid", (json_int_t)a.paid, "cancelled",
+        (json_int_t)a.cancelled, "expired", (json_int_t)a.expired, "returned",
+        (json_int_t)a.returned, "state_conflicts", (json_int_t)a.state_conflicts,
+        "returned_twice", (json_int_t)a.returned_twice, "consistent", a.consistent);
 }
 
 static void h_livez(const struct svc_request *req, struct svc_response *res)
@@ -312,6 +387,8 @@ static struct svc_route routes[] = {
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
+    {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN | ROUTE_WAITS},
+    {"POST", "/orders/*/cancel", "order_cancel", h_order_cancel, ROUTE_WAITS},
     {"GET", "/stats", "stats", h_stats, 0},
     {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},
     {"GET", "/livez", "livez", h_livez, 0},

@@ -41,6 +41,7 @@ phase() { # PHASE: contract.mjs's checks, counted here
 }
 phase main
 phase lost
+phase life
 proc_stop redis "$dir" 5
 phase down
 phase coverage

@@ -18,7 +18,7 @@
 #   peek, batch, commit (several segments) and atomic answer -10 before the start and
 #   -11 after the end, and write nothing.
 # - Bad windows are a 400 and change nothing: not RFC 3339, starts_at not before
-#   ends_at, a payment window (reservations are not in this build); null clears one.
+#   ends_at, a payment window over a day; null clears one.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -141,13 +141,15 @@ script_codes() { # -> "peek batch commit atomic": the first entry each answers
     epoch=$(rcli HGET "sk:$T:meta" epoch)
     local p b c a
     p=$(rcli --eval "$gen/peek.lua" "sk:$T:meta" "sk:$T:stock" "sk:$T:buyers" \
-        "sk:$T:idem" "sk:$T:avail" , 7 1 hand '' 4 | head -1)
+        "sk:$T:idem" "sk:$T:avail" "sk:$T:back" , 7 1 hand '' 4 | head -1)
     b=$(rcli --eval "$gen/batch.lua" $keys8 "sk:$T:lock:0:fence" "sk:$T:idem" \
-        "sk:$T:avail" order:991 , "$epoch" 0 25000 0 w 1 hand 991 '' 7 | head -1)
+        "sk:$T:avail" order:991 "sk:$T:back" "sk:$T:due" , "$epoch" 0 25000 0 w \
+        1 hand 991 '' 7 | head -1)
     c=$(rcli --eval "$gen/commit.lua" $keys8 order:992 "sk:$T:idem" "sk:$T:avail" \
-        "sk:$T:lock:0:fence" , "$epoch" 1 hand 992 w '' 1 0 1 25000 0 | head -1)
-    a=$(rcli --eval "$gen/atomic.lua" $keys8 order:993 "sk:$T:idem" "sk:$T:avail" , \
-        7 1 hand 993 w '' | head -1)
+        "sk:$T:lock:0:fence" "sk:$T:back" "sk:$T:due" , "$epoch" 1 hand 992 w '' 1 0 \
+        1 25000 0 | head -1)
+    a=$(rcli --eval "$gen/atomic.lua" $keys8 order:993 "sk:$T:idem" "sk:$T:avail" \
+        "sk:$T:back" "sk:$T:due" , 7 1 hand 993 w '' | head -1)
     echo "$p $b $c $a"
 }
 t0=$(($(redis_ms) + 60000))
@@ -178,7 +180,7 @@ bad "starts_at" '{"stock":9,"starts_at":"tomorrow"}'
 bad "starts_at" '{"stock":9,"starts_at":"2026-02-30T00:00:00Z"}'
 bad "ends_at" '{"stock":9,"ends_at":12}'
 bad "before ends_at" '{"stock":9,"starts_at":"2030-01-01T00:00:00Z","ends_at":"2030-01-01T00:00:00Z"}'
-bad "pay_within_ms" '{"stock":9,"pay_within_ms":2000}'
+bad "pay_within_ms" '{"stock":9,"pay_within_ms":86400001}'
 expect "after the refused PUTs the SKU is as it was" "$snap" "$(curl -s "$N/skus/w")"
 expect "an offset is read as such (+01:00 is an hour before Z)" "2030-01-01T09:00:00Z" \
     "$(curl -s -X PUT "$N/skus/w" -d '{"stock":9,"starts_at":"2030-01-01T10:00:00+01:00"}' |

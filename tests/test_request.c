@@ -123,13 +123,43 @@ static void test_sku_window(void **state)
         "\"ends_at\":\"2026-11-27T15:00:00Z\"}",
         "{\"stock\":1,\"starts_at\":\"2026-11-27T15:00:00Z\","
         "\"ends_at\":\"2026-11-27T15:00:00Z\"}",
-        "{\"stock\":1,\"pay_within_ms\":2000}", /* reservations: not in this build */
+        "{\"stock\":1,\"pay_within_ms\":86400001}", /* over a day */
         "{\"stock\":1,\"pay_within_ms\":-1}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(sku(bad[i], &s), REQ_INVALID);
     assert_int_equal(sku("{\"stock\":1,\"starts_at\":\"2028-02-29T00:00:00Z\"}", &s),
                      REQ_OK);
+    assert_int_equal(sku("{\"stock\":1,\"pay_within_ms\":2000}", &s), REQ_OK);
+    assert_int_equal(s.pay_ms, 2000);
+}
+
+/* The pay and cancel bodies: what they take, what they refuse. */
+static void test_life_bodies(void **state)
+{
+    (void)state;
+    char id[INV_IDEM_MAX + 1], user[INV_ID_MAX + 1], detail[200];
+#define PAY(b) req_parse_pay(b, strlen(b), id, sizeof(id), detail, sizeof(detail))
+#define CANCEL(b)                                                                        \
+    req_parse_cancel(b, strlen(b), user, sizeof(user), detail, sizeof(detail))
+    assert_int_equal(PAY(""), REQ_OK);
+    assert_string_equal(id, "");
+    assert_int_equal(PAY("{}"), REQ_OK);
+    assert_int_equal(PAY("{\"payment_id\":\"psp:42\"}"), REQ_OK);
+    assert_string_equal(id, "psp:42");
+    assert_int_equal(PAY("{\"payment_id\":\"a b\"}"), REQ_INVALID);
+    assert_int_equal(PAY("{\"payment_id\":7}"), REQ_INVALID);
+    assert_int_equal(PAY("{\"paymentid\":\"x\"}"), REQ_INVALID);
+    assert_non_null(strstr(detail, "paymentid"));
+    assert_int_equal(PAY("[]"), REQ_INVALID);
+    assert_int_equal(CANCEL("{\"user_id\":\"ann\"}"), REQ_OK);
+    assert_string_equal(user, "ann");
+    assert_int_equal(CANCEL(""), REQ_INVALID);
+    assert_int_equal(CANCEL("{}"), REQ_INVALID);
+    assert_int_equal(CANCEL("{\"user_id\":\"a/b\"}"), REQ_INVALID);
+    assert_int_equal(CANCEL("{\"user_id\":\"ann\",\"qty\":1}"), REQ_INVALID);
+#undef PAY
+#undef CANCEL
 }
 
 static void test_rfc3339(void **state)
@@ -267,10 +297,10 @@ static void test_routes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_body),     cmocka_unit_test(test_sku_body),
-        cmocka_unit_test(test_sku_window),     cmocka_unit_test(test_rfc3339),
-        cmocka_unit_test(test_unknown_fields), cmocka_unit_test(test_ids_and_keys),
-        cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_order_body),   cmocka_unit_test(test_sku_body),
+        cmocka_unit_test(test_sku_window),   cmocka_unit_test(test_rfc3339),
+        cmocka_unit_test(test_life_bodies),  cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_ids_and_keys), cmocka_unit_test(test_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,15 +3,19 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/atomic.lua.
 -- KEYS as commit.lua's first eight: [1] meta, [2] stock, [3] sold, [4]
--- buyers, [5] orders, [6] order:<id>, [7] idem, [8] avail.
+-- buyers, [5] orders, [6] order:<id>, [7] idem, [8] avail, then [9] back
+-- (back.lua), [10] due (record.lua).
 -- ARGV[1] the user's routing number (seg_route; the home segment is it modulo
 -- the segment count), [2] qty, [3] user id, [4] order id, [5] sku, [6]
 -- Idempotency-Key or ''.
 -- The order is served by its home segment when that holds qty, else by one
 -- chosen by the routing number among those that do, else by the fullest
 -- segments together.
--- Returns {1, segment, home, seg, units, seg, units...} placed (the pairs
--- list what it took from each segment), {-3, first id} replay, {-4} limit,
+-- A segment's returned units (back.lua) are folded into its stock before it
+-- is read.
+-- Returns {1, segment, home, pay_by or '', seg, units, seg, units...} placed
+-- (the pairs list what it took from each segment; pay_by with a payment
+-- window), {-3, first id} replay, {-4} limit,
 -- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
 -- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
 -- another user or qty, {-9} order:<id> exists already, the sale window's
@@ -21,15 +25,18 @@
 --#include "stock.lua"
 --#include "record.lua"
 --#include "window.lua"
+--#include "back.lua"
 local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
-                        'ends_ms')
+                        'ends_ms', 'pay_ms')
 if not meta[1] then return {-6} end
 local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
 local left = tonumber(meta[3] or '0')
 if qty > limit then return {-7} end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
-local shut = window_shut(meta[4], meta[5])
+local pay = tonumber(meta[6] or '0')
+local now = pay > 0 and now_ms() or nil
+local shut = window_shut(meta[4], meta[5], now)
 if shut then return shut end
 if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
 if left < qty then return {-5, limit, left} end
@@ -37,6 +44,7 @@ if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
 local home = route % k
 local parts
+fold(KEYS[2], KEYS[9], tostring(home))
 if tonumber(redis.call('HGET', KEYS[2], home) or '0') >= qty then
   parts = {{tostring(home), qty}}
 else
@@ -52,12 +60,14 @@ else
     end
   end
 end
-local out = {1, tonumber(parts[1][1]), home}
+local pay_by = now and now + pay
+local out = {1, tonumber(parts[1][1]), home, pay_by and string.format('%d', pay_by) or ''}
 for _, p in ipairs(parts) do
+  fold(KEYS[2], KEYS[9], p[1])
   local stock = tonumber(redis.call('HGET', KEYS[2], p[1]))
   set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], stock - p[2])
   out[#out + 1] = tonumber(p[1])
   out[#out + 1] = p[2]
 end
-record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, KEYS[10])
 return out

@@ -4,8 +4,8 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/batch.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] the segment
--- lock's fence counter, [7] idem, [8] avail, [9..] order:<id> of each order
--- in turn.
+-- lock's fence counter, [7] idem, [8] avail, [9..8+n] order:<id> of each
+-- order in turn, then back (back.lua) and due (record.lua).
 -- ARGV[1] SKU epoch the batch was routed in, [2] segment, [3] the segment's
 -- stock as read under the lock, [4] fencing token or '0' (unfenced), [5] sku,
 -- then five per order: qty, user id, order id, Idempotency-Key or '', the
@@ -13,8 +13,10 @@
 -- The stock decision starts from ARGV[3], what the holder read, not from what
 -- Redis holds now: under a lock that excludes nobody (modes none, local) a
 -- stale read oversells, as the single-order commit does.
+-- The segment's returned units (back.lua) are folded into its stock first.
 -- Returns {-1} SKU reset since, {-2} fenced off (nothing written for either),
--- else two entries per order: {code, detail} with code 1 placed; 0 short
+-- else two entries per order: {code, detail} with code 1 placed, detail its
+-- pay_by when the SKU has a payment window (else ''); 0 short
 -- here, detail the segment to try next (chosen by the routing number among
 -- those holding qty, after this batch's writes) or -1 when no single segment
 -- holds qty but the SKU does (an order of several segments); -5 sold out,
@@ -29,13 +31,19 @@
 --#include "stock.lua"
 --#include "record.lua"
 --#include "window.lua"
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms')
+--#include "back.lua"
+local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
+                        'pay_ms')
 if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and redis.call('GET', KEYS[6]) ~= ARGV[4] then return {-2} end
 local seg, sku = ARGV[2], ARGV[5]
-local stock = tonumber(ARGV[3])
+local back, due = KEYS[#KEYS - 1], KEYS[#KEYS]
+local stock = tonumber(ARGV[3]) + fold(KEYS[2], back, seg)
 local limit = tonumber(meta[2])
-local shut = window_shut(meta[3], meta[4])
+local pay = tonumber(meta[5] or '0')
+local now = pay > 0 and now_ms() or nil
+local pay_by = now and now + pay
+local shut = window_shut(meta[3], meta[4], now)
 local out, placed, short = {}, false, {}
 for i = 0, (#ARGV - 5) / 5 - 1 do
   local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
@@ -59,12 +67,14 @@ for i = 0, (#ARGV - 5) / 5 - 1 do
   else
     stock = stock - qty
     placed = true
-    record_order(okey, {{seg, qty}}, qty, user, id, sku, key)
+    record_order(okey, {{seg, qty}}, qty, user, id, sku, key, pay_by, due)
+    if pay_by then detail = string.format('%d', pay_by) end
   end
   out[#out + 1] = code
   out[#out + 1] = detail
 end
 if placed then set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock) end
+-- (a fold without an order placed left the stock hash right as it is)
 if #short == 0 then return out end
 local left = tonumber(redis.call('HGET', KEYS[1], 'remaining') or '0')
 for _, i in ipairs(short) do

@@ -5,12 +5,14 @@
 -- later holder (its lock is gone, whatever it believes): refused, nothing
 -- changed. The commit scripts then check the mark as for tokens the data
 -- Redis hands out itself: still the holder's token, or refused.
--- KEYS[1] the segment lock's fence key, [2] stock.
+-- KEYS[1] the segment lock's fence key, [2] stock, [3] back (units given
+-- back, not yet folded: back.lua).
 -- ARGV[1] the holder's token (a decimal integer, no leading zero), [2] segment.
--- Returns the segment's stock as HGET does (a string, or nil), or {-2} when
--- fenced off (fence.lua compares the tokens).
+-- Returns {stock, back} as read.lua does, or {-2} when fenced off (fence.lua
+-- compares the tokens).
 -- Includes a piece, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/fence_read.lua.
 --#include "fence.lua"
 if fenced(KEYS[1], ARGV[1]) then return {-2} end
-return redis.call('HGET', KEYS[2], ARGV[2])
+return {tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0'),
+        tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')}

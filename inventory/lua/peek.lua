@@ -2,7 +2,8 @@
 -- one round trip (inventory/inventory.c). Costs O(log K), whatever K is.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/peek.lua.
--- KEYS[1] meta, [2] stock, [3] buyers, [4] idem, [5] avail.
+-- KEYS[1] meta, [2] stock, [3] buyers, [4] idem, [5] avail, [6] back (units
+-- given back, not yet in the stock hash: back.lua).
 -- ARGV[1] the user's routing number (seg_route), [2] qty, [3] user id, [4]
 -- Idempotency-Key or '', [5] most candidates to return.
 -- Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
@@ -33,7 +34,8 @@ local home, left = route % k, tonumber(meta[4] or '0')
 local out = {k, tonumber(meta[2]), meta[3], bought(KEYS[3], ARGV[3]),
              seen and seen[2] or '', home, left, tonumber(meta[5]), 0}
 if left < qty then return out end
-if tonumber(redis.call('HGET', KEYS[2], home) or '0') >= qty then
+if tonumber(redis.call('HGET', KEYS[2], home) or '0') +
+    tonumber(redis.call('HGET', KEYS[6], home) or '0') >= qty then
   out[#out + 1] = home
 end
 for _, seg in ipairs(candidates(KEYS[5], qty, route, most)) do

@@ -1,12 +1,15 @@
 -- Create or reset a SKU (inventory/inventory.c).
 -- KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers, [6] orders, [7]
--- idem, [8] avail, [9] xout, [10] xin (a cluster's transfers, xfer_out.lua).
+-- idem, [8] avail, [9] xout, [10] xin (a cluster's transfers, xfer_out.lua),
+-- [11] back, [12] due, [13] life (reservations: life.c), [14] the registry of
+-- SKUs with a payment window (the sweep's list; on a cluster, where there is
+-- none, a key of the shard's own that is left alone).
 -- ARGV[1] initial stock, [2] segments k, [3] per-user limit, [4 .. 3+k] stock
 -- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU,
 -- [6+k] the prefix of its order records' keys ('order:', or on a cluster
 -- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more,
 -- [8+k] and [9+k] the sale window's starts_ms and ends_ms (window.lua), ''
--- for an open end.
+-- for an open end, [10+k] the payment window pay_ms (0: orders final at once).
 -- Returns 1 when the SKU was new, 0 when it was reset.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
@@ -21,7 +24,7 @@ for i = 0, n - 1, 1000 do
   end
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
-           KEYS[10])
+           KEYS[10], KEYS[11], KEYS[12], KEYS[13])
 local k = tonumber(ARGV[2])
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
@@ -29,7 +32,13 @@ for i = 0, k - 1 do
   if tonumber(ARGV[4 + i]) > 0 then redis.call('ZADD', KEYS[8], ARGV[4 + i], i) end
 end
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],
-           'sold', 0, 'orders', 0, 'remaining', ARGV[1])
+           'sold', 0, 'orders', 0, 'remaining', ARGV[1], 'pay_ms', ARGV[10 + k],
+           'pending', 0, 'paid', 0, 'returned', 0, 'cancelled', 0, 'expired', 0)
+if tonumber(ARGV[10 + k]) > 0 then
+  redis.call('SADD', KEYS[14], ARGV[5 + k])
+else
+  redis.call('SREM', KEYS[14], ARGV[5 + k])
+end
 for i, field in ipairs({'starts_ms', 'ends_ms'}) do
   if ARGV[7 + k + i] == '' then
     redis.call('HDEL', KEYS[1], field)

@@ -1,15 +1,19 @@
--- Piece, not a script: `--#include "window.lua"` in peek.lua, commit.lua,
--- batch.lua and atomic.lua (the build resolves it). No KEYS or ARGV of its own.
--- window_shut(starts, ends): the SKU's sale window, its meta fields starts_ms
--- and ends_ms (milliseconds since the Unix epoch; nil or false: that end is
--- open), against this Redis's clock: TIME, one clock for every instance,
--- asked only when the SKU has a window. Returns nil while the sale is open;
--- {-10, '<starts_ms> <wait_ms>'} before starts_ms (wait_ms until it);
--- {-11, ''} at or after ends_ms.
-local function window_shut(starts, ends)
-  if not starts and not ends then return nil end
+-- Piece, not a script: `--#include "window.lua"` in the scripts that read the
+-- sale's clock (the build resolves it). No KEYS or ARGV of its own.
+-- now_ms(): this Redis's clock (TIME) in milliseconds since the Unix epoch:
+-- one clock for every instance.
+-- window_shut(starts, ends, now): the SKU's sale window, its meta fields
+-- starts_ms and ends_ms (milliseconds; nil or false: that end is open),
+-- against now (nil: asked of TIME, only when the SKU has a window). Returns
+-- nil while the sale is open; {-10, '<starts_ms> <wait_ms>'} before
+-- starts_ms (wait_ms until it); {-11, ''} at or after ends_ms.
+local function now_ms()
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function window_shut(starts, ends, now)
+  if not starts and not ends then return nil end
+  now = now or now_ms()
   if starts and now < tonumber(starts) then
     return {-10, starts .. ' ' .. string.format('%d', tonumber(starts) - now)}
   end

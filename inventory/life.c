@@ -1,0 +1,256 @@
+/* life.c: a reservation after it was placed: paid, cancelled by its buyer, or
+ * expired at its pay_by, the last two giving its units back to the segments
+ * they came from (inventory/lua/back.lua says how, give.lua does it). Each
+ * change is one script that checks the order's state and changes it in the
+ * same step, so that no unit comes back twice and a paid order's never. */
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aconn.h"
+#include "inv_impl.h"
+#include "orderid.h"
+#include "soldout.h"
+#include "xalloc.h"
+
+extern const struct rscript_source lua_inventory_pay, lua_inventory_cancel,
+    lua_inventory_due;
+/* inventory/lua/pay.lua: a pending order becomes paid, or expires. */
+static struct rscript pay_script = RSCRIPT_INIT("inv_pay", lua_inventory_pay);
+/* inventory/lua/cancel.lua: a pending order is cancelled, or expires. */
+static struct rscript cancel_script = RSCRIPT_INIT("inv_cancel", lua_inventory_cancel);
+/* inventory/lua/due.lua: a SKU's pending orders past pay_by expire. */
+static struct rscript due_script = RSCRIPT_INIT("inv_due", lua_inventory_due);
+
+/* Runs script (pay.lua or cancel.lua, arg its ARGV[2]) on order id, whose
+ * record is loaded into *out first (for its SKU) and again after (its new
+ * state). *code is the script's first answer, *units the units it gave back. */
+static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *script,
+                            const char *arg, struct inv_order *out, long long *code,
+                            long long *units)
+{
+    inv_status st = inv_order_get(s, id, out);
+    if (st != INV_OK)
+        return st;
+    struct inv_session *sh = s;
+    if (s->cl && !(sh = inv_shard_session(s, orderid_gene_of(id))))
+        return inv_shard_outcome(s, INV_UNAVAILABLE);
+    rconn_check(sh->rc);
+    struct sku_keys k;
+    inv_keys_init(&k, out->sku, sh->gene);
+    char idt[24], okey[64];
+    snprintf(idt, sizeof(idt), "%" PRIu64, id);
+    snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
+    const char *argv[] = {okey,   k.meta,          k.stock, k.sold,  k.buyers,
+                          k.back, k.due,           k.life,  k.avail, idt,
+                          arg,    SOLDOUT_CHANNEL, out->sku};
+    redisReply *r = rconn_eval(sh->rc, script, 9, 4, argv, NULL);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        if (r)
+            freeReplyObject(r);
+        return inv_shard_outcome(s, INV_UNAVAILABLE);
+    }
+    *code = inv_reply_ll(r->element[0], 0);
+    *units = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
+    freeReplyObject(r);
+    if (*code == -1)
+        return INV_NOT_FOUND; /* gone with a reset meanwhile */
+    if (*units > 0)           /* this instance at once; the others by the message */
+        soldout_forget(s->inv->cfg.soldout);
+    return inv_order_get(s, id, out);
+}
+
+/* The status of a pay or cancel script's refusal code. */
+static inv_status life_refusal(long long code)
+{
+    switch (code) {
+    case -12:
+        return INV_NOT_PENDING;
+    case -13:
+        return INV_CANCELLED;
+    case -14:
+        return INV_EXPIRED;
+    case -15:
+        return INV_FORBIDDEN;
+    case -16:
+        return INV_PAID;
+    default:
+        return INV_UNAVAILABLE;
+    }
+}
+
+/* Counts what a pay or cancel did: code 1 changed the order (2 found it so
+ * already), units came back (an expiry found on the way counts too). */
+static void life_count(struct inv *inv, long long code, long long units,
+                       _Atomic uint64_t *changed)
+{
+    if (code == 1)
+        count(changed);
+    if (code == -14 && units > 0)
+        count(&inv->counters.expired);
+    if (units > 0)
+        atomic_fetch_add_explicit(&inv->counters.units_returned, (uint64_t)units,
+                                  memory_order_relaxed);
+}
+
+/* A pay or a cancel of order id: the script's call, counted (changed: the
+ * counter of orders it ended so), its code as a status. */
+static inv_status life_end(struct inv_session *s, uint64_t id, struct rscript *script,
+                           const char *arg, struct inv_order *out,
+                           _Atomic uint64_t *changed)
+{
+    long long code = 0, units = 0;
+    inv_status st = life_call(s, id, script, arg, out, &code, &units);
+    if (st != INV_OK)
+        return st;
+    life_count(s->inv, code, units, changed);
+    return code == 1 || code == 2 ? INV_OK : life_refusal(code);
+}
+
+inv_status inv_order_pay(struct inv_session *s, uint64_t id, const char *payment_id,
+                         struct inv_order *out)
+{
+    return life_end(s, id, &pay_script, payment_id, out, &s->inv->counters.paid);
+}
+
+inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user_id,
+                            struct inv_order *out)
+{
+    return life_end(s, id, &cancel_script, user_id, out, &s->inv->counters.cancelled);
+}
+
+/* ---- the sweep ----------------------------------------------------------- */
+
+/* Every INV_SWEEP_MS, on one event loop: the registry of SKUs with a payment
+ * window (INV_PAYING_KEY), then due.lua for each of them, sent together; the
+ * next round only once every answer is in. A SKU with more due orders than
+ * one call expires is swept again at once. */
+#define SWEEP_MOST 500 /* orders one call expires at most */
+#define SWEEP_SKUS 256 /* SKUs one round sweeps at most */
+
+struct inv_sweep {
+    struct inv *inv;
+    char host[256];
+    int port;
+    char *password;
+    struct aconn *ac;
+    struct event *tick;
+    int owed;  /* answers still to come this round */
+    int again; /* a SKU had more due than one call expired */
+    struct sweep_sku {
+        struct inv_sweep *sw;
+        char sku[INV_ID_MAX + 1];
+    } skus[SWEEP_SKUS];
+};
+
+static void sweep_round(struct inv_sweep *sw);
+
+static void on_swept(void *arg, aconn_result res, redisReply *r)
+{
+    struct sweep_sku *x = arg;
+    struct inv_sweep *sw = x->sw;
+    if (!sw->ac) /* detached: answered as failed */
+        return;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        long long orders = inv_reply_ll(r->element[0], 0);
+        long long units = inv_reply_ll(r->element[1], 0);
+        atomic_fetch_add_explicit(&sw->inv->counters.expired, (uint64_t)orders,
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&sw->inv->counters.units_returned, (uint64_t)units,
+                                  memory_order_relaxed);
+        if (orders > 0)
+            soldout_forget(sw->inv->cfg.soldout);
+        sw->again |= inv_reply_ll(r->element[2], 0) > 0;
+    }
+    if (--sw->owed == 0 && sw->again)
+        sweep_round(sw);
+}
+
+static void on_listed(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_sweep *sw = arg;
+    sw->owed = 0;
+    if (!sw->ac || res != ACONN_REPLY || r->type != REDIS_REPLY_ARRAY)
+        return;
+    size_t n = r->elements < SWEEP_SKUS ? r->elements : SWEEP_SKUS;
+    char most[12];
+    snprintf(most, sizeof(most), "%d", SWEEP_MOST);
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_STRING || !inv_id_valid(e->str))
+            continue;
+        struct sweep_sku *x = &sw->skus[sw->owed];
+        x->sw = sw;
+        snprintf(x->sku, sizeof(x->sku), "%s", e->str);
+        struct sku_keys k;
+        inv_keys_init(&k, x->sku, -1);
+        const char *argv[] = {k.meta,  k.stock, k.sold,          k.buyers,
+                              k.back,  k.due,   k.life,          k.avail,
+                              k.order, most,    SOLDOUT_CHANNEL, x->sku};
+        sw->owed++;
+        if (aconn_eval(sw->ac, on_swept, x, &due_script, 8, 12, argv) != RCONN_OK)
+            sw->owed--;
+    }
+}
+
+static void sweep_round(struct inv_sweep *sw)
+{
+    const char *argv[] = {"SMEMBERS", INV_PAYING_KEY};
+    sw->again = 0;
+    sw->owed = 1;
+    if (aconn_command(sw->ac, on_listed, sw, 2, argv, NULL) != RCONN_OK)
+        sw->owed = 0;
+}
+
+static void on_sweep_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct inv_sweep *sw = arg;
+    if (sw->owed == 0) /* else the last round is still on its way */
+        sweep_round(sw);
+}
+
+struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
+                                const char *password)
+{
+    struct inv_sweep *sw = xcalloc(1, sizeof(*sw));
+    sw->inv = inv;
+    snprintf(sw->host, sizeof(sw->host), "%s", host);
+    sw->port = port;
+    sw->password = password && *password ? xstrdup(password) : NULL;
+    return sw;
+}
+
+void inv_sweep_attach(struct inv_sweep *sw, struct event_base *base)
+{
+    if (!sw || sw->tick)
+        return;
+    sw->ac = aconn_new(base, sw->host, sw->port, sw->password, 1000);
+    struct timeval every = {.tv_sec = 0, .tv_usec = INV_SWEEP_MS * 1000};
+    sw->tick = event_new(base, -1, EV_PERSIST, on_sweep_tick, sw);
+    if (!sw->tick || event_add(sw->tick, &every) != 0)
+        abort();
+}
+
+void inv_sweep_detach(struct inv_sweep *sw)
+{
+    if (!sw || !sw->tick)
+        return;
+    event_free(sw->tick);
+    sw->tick = NULL;
+    struct aconn *ac = sw->ac;
+    sw->ac = NULL;
+    aconn_free(ac); /* answers what is on its way, as failed */
+    sw->owed = 0;
+}
+
+void inv_sweep_free(struct inv_sweep *sw)
+{
+    if (!sw)
+        return;
+    inv_sweep_detach(sw);
+    free(sw->password);
+    free(sw);
+}

@@ -1,0 +1,28 @@
+-- The buyer cancels a reservation (inventory/life.c): a pending order
+-- becomes cancelled and its units go back, unless its pay_by has come by this
+-- Redis's clock (then it expires here, its units go back all the same).
+-- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
+-- copy, build/gen/inventory/lua/cancel.lua.
+-- KEYS as pay.lua's. ARGV[1] order id, [2] the buyer's user id, [3] the
+-- reset channel, [4] the SKU.
+-- Returns {1, units} cancelled now (units given back), {2, 0} cancelled
+-- before, {-1} no such order, {-15} another user's order (nothing said of
+-- it), {-12} not pending (placed: final), {-16} paid, {-14, units} expired
+-- (units: given back just now, else 0).
+--#include "window.lua"
+--#include "back.lua"
+--#include "give.lua"
+local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty', 'user_id')
+if not o[3] then return {-1} end
+if o[4] ~= ARGV[2] then return {-15} end
+local state = o[1] or 'placed'
+if state == 'cancelled' then return {2, 0} end
+if state == 'placed' then return {-12} end
+if state == 'paid' then return {-16} end
+if state == 'expired' then return {-14, 0} end
+local k = {meta = KEYS[2], stock = KEYS[3], sold = KEYS[4], buyers = KEYS[5],
+           back = KEYS[6], due = KEYS[7], life = KEYS[8], avail = KEYS[9]}
+local late = now_ms() >= tonumber(o[2])
+local units = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled')
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return {late and -14 or 1, units}

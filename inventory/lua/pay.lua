@@ -1,0 +1,37 @@
+-- A payment for a reservation (inventory/life.c): a pending order becomes
+-- paid, unless its pay_by has come by this Redis's clock (the deadline
+-- decides, not the sweep: then it expires here, its units go back).
+-- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
+-- copy, build/gen/inventory/lua/pay.lua.
+-- KEYS[1] order:<id>, [2] meta, [3] stock, [4] sold, [5] buyers, [6] back,
+-- [7] due, [8] life, [9] avail (the order's SKU's).
+-- ARGV[1] order id, [2] payment id or '', [3] the reset channel
+-- (SOLDOUT_CHANNEL), [4] the SKU.
+-- Returns {1, 0} paid now, {2, 0} paid before, {-1} no such order, {-12}
+-- not pending (an order of a SKU without a payment window), {-13} cancelled,
+-- {-14, units} expired (units: given back just now, else 0).
+--#include "window.lua"
+--#include "back.lua"
+--#include "give.lua"
+local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty')
+if not o[3] then return {-1} end
+local state = o[1] or 'placed'
+if state == 'paid' then return {2, 0} end
+if state == 'placed' then return {-12} end
+if state == 'cancelled' then return {-13} end
+if state == 'expired' then return {-14, 0} end
+local k = {meta = KEYS[2], stock = KEYS[3], sold = KEYS[4], buyers = KEYS[5],
+           back = KEYS[6], due = KEYS[7], life = KEYS[8], avail = KEYS[9]}
+if now_ms() >= tonumber(o[2]) then
+  local units = give_back(k, KEYS[1], ARGV[1], 'expired')
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  return {-14, units}
+end
+local qty = tonumber(o[3])
+redis.call('HSET', KEYS[1], 'state', 'paid')
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'payment_id', ARGV[2]) end
+redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'pending', -qty)
+redis.call('HINCRBY', KEYS[2], 'paid', qty)
+redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
+return {1, 0}

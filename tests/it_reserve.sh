@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Integration: reservations (a SKU with pay_within_ms): orders pending until paid,
+# cancelled by their buyer, or expired at pay_by by the data Redis's clock; units of
+# cancelled and expired orders come back exactly once, into the segments they came
+# from, and are sold again. Per lock mode (RESERVE_MODES, default "redis atomic";
+# zk and setnx pass too), two instances A and B on one Redis:
+#
+# - an order is pending with a pay_by about pay_within_ms after Redis's now; pay (200,
+#   again 200), then cancel is 409 paid; cancel by another user is 403 and changes
+#   nothing; cancel (200, again 200) gives the units back (GET /skus), a pay then is
+#   409 cancelled; the buyer's per-user limit is freed by the cancel;
+# - an order of several segments, cancelled, gives each segment its units back;
+# - sold out: B answers sold_out (and remembers it); an unpaid order expires by the
+#   sweep within 1 s of its pay_by, its units come back, and B sells them within 1 s
+#   of the return; pay and cancel of the expired order are 409 expired;
+# - the deadline decides, not the sweep: an order whose pay_by has passed but that no
+#   sweep can have found yet is refused 409 expired by pay, and its units come back;
+# - races: 120 pending orders, each paid and cancelled at once through both
+#   instances, around the deadline while every instance sweeps: every 200 of a pay
+#   is a paid order and of a cancel a cancelled one, no order is both, no unit comes
+#   back twice (the audit's state_conflicts and returned_twice are 0);
+# - returns under load: 4 buyers place orders for 4 s while a quarter of them are
+#   cancelled at once and the rest expire (a 600 ms window), so that units come back
+#   into segments whose lock holders are committing: at the end the audit is
+#   consistent (sold + remaining = initial, segment by segment), every unit was sold
+#   again, and nothing was lost.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin reserve redis-server redis-cli curl jq
+MODES=${RESERVE_MODES:-redis atomic}
+
+start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+rcli() { redis-cli -p "$rport" "$@"; }
+redis_ms() { rcli TIME | { read -r s; read -r us; echo $((s * 1000 + us / 1000)); }; }
+ms_of() { echo $(($(date -u -d "$1" +%s%3N))); } # RFC 3339 -> ms
+
+# post URL PATH BODY: "status body" (body on one line)
+post() { curl -s --max-time 10 -w '\n%{http_code}' -X POST "$1$2" -d "$3" |
+    { body=$(head -c 100000); echo "${body##*$'\n'} ${body%$'\n'*}"; }; }
+put() { curl -s -o /dev/null -w '%{http_code}' -X PUT "$1/skus/$2" -d "$3"; }
+order() { post "$1" "/skus/$2/orders" "{\"user_id\":\"$3\",\"qty\":${4:-1}}"; } # URL SKU USER [QTY]
+field() { jq -r "$1" <<<"${2#* }"; } # JQ "status body"
+status() { echo "${1%% *}"; }
+state() { curl -s "$1/orders/$2" | jq -r .state; }
+sku_get() { curl -s "$1/skus/$2" | jq -r "$3"; }
+
+for mode in $MODES; do
+    zkflags=()
+    if [[ $mode == zk ]]; then
+        start_zk "$dir/zk" 1 || { echo "zookeeper did not start"; exit 1; }
+        zkflags=(--zk "$STARTED_NODES")
+    fi
+    start_instance a-$mode "$dir" --redis "127.0.0.1:$rport" --lock "$mode" \
+        "${zkflags[@]}" --segments 2 || { echo "a not ready"; exit 1; }
+    A=$STARTED_URL
+    start_instance b-$mode "$dir" --redis "127.0.0.1:$rport" --lock "$mode" \
+        "${zkflags[@]}" --segments 2 || { echo "b not ready"; exit 1; }
+    B=$STARTED_URL
+    S=r-$mode
+
+    # ---- pay, cancel, the limit ------------------------------------------------
+    expect "$mode: PUT with pay_within_ms 1500" 201 \
+        "$(put "$A" "$S" '{"stock":4,"segments":2,"per_user_limit":2,"pay_within_ms":1500}')"
+    expect "$mode: GET /skus says the window" 1500 "$(sku_get "$B" "$S" .pay_within_ms)"
+    before=$(redis_ms)
+    o=$(order "$A" "$S" ann)
+    ann=$(field .order_id "$o")
+    expect "$mode: an order is pending" "201 pending" "$(status "$o") $(field .state "$o")"
+    by=$(ms_of "$(field .pay_by "$o")")
+    check "$mode: ... its pay_by about 1.5 s after Redis's now ($((by - before)) ms)" \
+        test $((by - before)) -ge 1400 -a $((by - before)) -le 2600
+    expect "$mode: GET /orders says pending" pending "$(state "$B" "$ann")"
+    expect "$mode: pay: 200 paid" "200 paid" \
+        "$(p=$(post "$B" "/orders/$ann/pay" '{"payment_id":"pay-1"}'); echo "$(status "$p") $(field .state "$p")")"
+    expect "$mode: pay again: 200 paid" "200 paid" \
+        "$(p=$(post "$A" "/orders/$ann/pay" ''); echo "$(status "$p") $(field .state "$p")")"
+    expect "$mode: cancel of a paid order: 409 paid" "409 paid" \
+        "$(p=$(post "$A" "/orders/$ann/cancel" '{"user_id":"ann"}'); echo "$(status "$p") $(field .error "$p")")"
+    o=$(order "$A" "$S" bob 2)
+    bob=$(field .order_id "$o")
+    expect "$mode: bob's 2 units: 1 left" 1 "$(sku_get "$A" "$S" .remaining)"
+    expect "$mode: cancel by another user: 403, nothing changed" "403 forbidden pending" \
+        "$(p=$(post "$B" "/orders/$bob/cancel" '{"user_id":"eve"}'); echo "$(status "$p") $(field .error "$p") $(state "$A" "$bob")")"
+    expect "$mode: bob over his limit while pending: 409 limit_reached" "409" \
+        "$(status "$(order "$A" "$S" bob)")"
+    expect "$mode: cancel: 200 cancelled, the units back" "200 cancelled 3" \
+        "$(p=$(post "$B" "/orders/$bob/cancel" '{"user_id":"bob"}'); echo "$(status "$p") $(field .state "$p") $(sku_get "$A" "$S" .remaining)")"
+    expect "$mode: cancel again: 200, nothing more back" "200 3" \
+        "$(p=$(post "$A" "/orders/$bob/cancel" '{"user_id":"bob"}'); echo "$(status "$p") $(sku_get "$A" "$S" .remaining)")"
+    expect "$mode: pay of a cancelled order: 409 cancelled" "409 cancelled" \
+        "$(p=$(post "$A" "/orders/$bob/pay" ''); echo "$(status "$p") $(field .error "$p")")"
+    o=$(order "$B" "$S" bob 2)
+    bob2=$(field .order_id "$o")
+    expect "$mode: the cancel freed bob's limit: 2 units again" 201 "$(status "$o")"
+
+    # ---- sold out, expiry, resold -----------------------------------------------
+    o=$(order "$A" "$S" carl)
+    carl=$(field .order_id "$o")
+    carl_by=$(ms_of "$(field .pay_by "$o")")
+    expect "$mode: sold out through B (remembered there)" "409 sold_out" \
+        "$(o=$(order "$B" "$S" dan); echo "$(status "$o") $(field .error "$o")")"
+    expired() { [[ $(state "$A" "$carl") == expired ]]; }
+    check "$mode: carl's unpaid order expires" wait_until 10 expired
+    swept=$(redis_ms)
+    check "$mode: ... within 1 s of its pay_by ($((swept - carl_by)) ms after)" \
+        test $((swept - carl_by)) -le 1000
+    resold() {
+        local o
+        o=$(order "$B" "$S" "dan-$RANDOM")
+        [[ $(status "$o") == 201 ]] && field .order_id "$o" >"$dir/dan"
+    }
+    check "$mode: B sells the unit that came back" wait_until 5 resold
+    again=$(redis_ms)
+    check "$mode: ... within 1 s of the return ($((again - swept)) ms after it was seen)" \
+        test $((again - swept)) -le 1000
+    post "$A" "/orders/$(cat "$dir/dan")/pay" '' >/dev/null # it stays sold
+    expect "$mode: pay of the expired order: 409 expired" "409 expired" \
+        "$(p=$(post "$A" "/orders/$carl/pay" ''); echo "$(status "$p") $(field .error "$p")")"
+    expect "$mode: its cancel too" "409 expired" \
+        "$(p=$(post "$A" "/orders/$carl/cancel" '{"user_id":"carl"}'); echo "$(status "$p") $(field .error "$p")")"
+
+    # ---- the deadline decides, not the sweep ------------------------------------
+    # bob's 2 units back, then fay's order: its pay_by passed by its record, while the
+    # due set still holds its old deadline (no sweep can find it yet)
+    post "$A" "/orders/$bob2/cancel" '{"user_id":"bob"}' >/dev/null
+    o=$(order "$A" "$S" fay)
+    fay=$(field .order_id "$o")
+    rcli HSET "order:$fay" pay_by $(($(redis_ms) - 1)) >/dev/null
+    left=$(sku_get "$A" "$S" .remaining)
+    expect "$mode: pay after pay_by, before any sweep: 409 expired, its unit back" \
+        "409 expired expired $((left + 1))" \
+        "$(p=$(post "$B" "/orders/$fay/pay" ''); echo "$(status "$p") $(field .error "$p") $(state "$A" "$fay") $(sku_get "$A" "$S" .remaining)")"
+
+    # ---- several segments ---------------------------------------------------------
+    put "$A" "$S-m" '{"stock":4,"segments":4,"per_user_limit":4,"pay_within_ms":60000}' >/dev/null
+    o=$(order "$A" "$S-m" gus 3)
+    expect "$mode: an order of 3 over 4 segments of 1" "201 3" \
+        "$(status "$o") $(field '.segments | length' "$o")"
+    post "$B" "/orders/$(field .order_id "$o")/cancel" '{"user_id":"gus"}' >/dev/null
+    expect "$mode: ... cancelled: each segment has its unit back" "1,1,1,1" \
+        "$(sku_get "$A" "$S-m" '[.segments[].remaining] | map(tostring) | join(",")')"
+    expect "$mode: ... and they sell again (one order of 4)" "201 4" \
+        "$(o=$(order "$B" "$S-m" hal 4); echo "$(status "$o") $(field .qty "$o")")"
+
+    audit=$(curl -s "$A/skus/$S/audit")
+    expect "$mode: the audit of $S is consistent, no conflict, nothing back twice" \
+        "true 0 0" "$(jq -r '"\(.consistent) \(.state_conflicts) \(.returned_twice)"' <<<"$audit")"
+    echo "  $mode audit: $(jq -c 'del(.sku)' <<<"$audit")"
+    audit=$(curl -s "$B/skus/$S-m/audit")
+    expect "$mode: the audit of $S-m is consistent" true "$(jq -r .consistent <<<"$audit")"
+
+    # ---- races: pay and cancel of the same orders, around the deadline ------------
+    # a window about as long as placing them takes, so that the pays and cancels
+    # below meet the deadlines and the sweeps of both instances
+    put "$A" "$S-race" '{"stock":120,"segments":4,"per_user_limit":1,"pay_within_ms":2500}' >/dev/null
+    placer() { # FROM: orders u<FROM>, u<FROM+4>, ... -> "id user" lines
+        local i
+        for ((i = $1; i <= 120; i += 4)); do
+            echo "$(field .order_id "$(order "$A" "$S-race" "u$i")") u$i"
+        done >"$dir/ids.$mode.$1"
+    }
+    pids=()
+    for n in 1 2 3 4; do
+        placer "$n" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    mapfile -t ids < <(cat "$dir/ids.$mode".*)
+    # Pays go up the list and cancels down it, so that each wins a part and they
+    # meet in the middle; two passes, the first leaving every third order alone,
+    # which the second meets about its deadline, as the sweeps do.
+    race() { # pay|cancel URL: that, of every order in turn
+        local i j id user pass
+        for ((pass = 1, j = 0; pass <= 2; j++)); do
+            ((j == 120)) && { pass=$((pass + 1)); j=-1; continue; }
+            ((pass == 1 && j % 3 == 0)) && continue
+            i=$([[ $1 == pay ]] && echo "$j" || echo $((119 - j)))
+            read -r id user <<<"${ids[$i]}"
+            if [[ $1 == pay ]]; then
+                echo "pay $id $(status "$(post "$2" "/orders/$id/pay" '')")"
+            else
+                echo "cancel $id $(status "$(post "$2" "/orders/$id/cancel" "{\"user_id\":\"$user\"}")")"
+            fi
+        done >>"$dir/race.$mode.$1"
+    }
+    race pay "$A" &
+    r1=$!
+    race cancel "$B" &
+    r2=$!
+    wait "$r1" "$r2"
+    cat "$dir/race.$mode".* >"$dir/race.$mode"
+    done_sweeping() { [[ $(rcli ZCARD "sk:{$S-race}:due") == 0 ]]; }
+    check "$mode: every race order ended (paid, cancelled or swept)" wait_until 10 done_sweeping
+    bad=0
+    while read -r what id code; do
+        st=$(state "$A" "$id")
+        if [[ $code == 200 && $what == pay && $st != paid ]] ||
+            [[ $code == 200 && $what == cancel && $st != cancelled ]]; then
+            bad=$((bad + 1))
+            echo "  $what $id answered $code, the order is $st"
+        fi
+    done <"$dir/race.$mode"
+    expect "$mode: every 200 of a pay is a paid order, of a cancel a cancelled one" 0 "$bad"
+    audit=$(curl -s "$A/skus/$S-race/audit")
+    expect "$mode: race audit consistent, no conflict, nothing back twice" "true 0 0" \
+        "$(jq -r '"\(.consistent) \(.state_conflicts) \(.returned_twice)"' <<<"$audit")"
+    echo "  $mode race: $(cut -d' ' -f1,3 "$dir/race.$mode" | sort | uniq -c | xargs)"
+    check "$mode: the race was one: some pays and some cancels won" \
+        test "$(grep -c '^pay [0-9]* 200' "$dir/race.$mode")" -gt 0 -a \
+        "$(grep -c '^cancel [0-9]* 200' "$dir/race.$mode")" -gt 0
+    expect "$mode: paid + returned = the 120 units" 120 \
+        "$(jq -r '.paid + .returned' <<<"$audit")"
+
+    # ---- returns under load ---------------------------------------------------------
+    put "$A" "$S-load" '{"stock":60,"segments":4,"per_user_limit":1,"pay_within_ms":600}' >/dev/null
+    buyer() { # URL NAME: orders for 4 s; a quarter cancelled at once
+        local i=0 o id end=$((SECONDS + 4))
+        while ((SECONDS < end)); do
+            i=$((i + 1))
+            o=$(order "$1" "$S-load" "$2-$i")
+            [[ $(status "$o") == 201 ]] || continue
+            echo "$2-$i" >>"$dir/placed.$mode"
+            if ((i % 4 == 0)); then
+                id=$(field .order_id "$o")
+                post "$1" "/orders/$id/cancel" "{\"user_id\":\"$2-$i\"}" >/dev/null
+            fi
+        done
+    }
+    pids=()
+    for n in 1 2; do
+        buyer "$A" "a$n" &
+        pids+=($!)
+        buyer "$B" "b$n" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    check "$mode: every load order ended" wait_until 10 \
+        bash -c "[[ \$(redis-cli -p $rport ZCARD 'sk:{$S-load}:due') == 0 ]]"
+    audit=$(curl -s "$A/skus/$S-load/audit")
+    placed=$(wc -l <"$dir/placed.$mode")
+    echo "  $mode load: $placed orders placed of 60 units; audit $(jq -c 'del(.sku)' <<<"$audit")"
+    expect "$mode: load audit consistent, nothing back twice" "true 0 0" \
+        "$(jq -r '"\(.consistent) \(.state_conflicts) \(.returned_twice)"' <<<"$audit")"
+    check "$mode: units were sold again ($placed orders for 60 units)" test "$placed" -gt 60
+    expect "$mode: every unit is back in stock (none pending or paid)" "60 60" \
+        "$(jq -r .initial <<<"$audit") $(sku_get "$B" "$S-load" .remaining)"
+
+    proc_stop "a-$mode" "$dir" 5
+    proc_stop "b-$mode" "$dir" 5
+    [[ $mode == zk ]] && proc_stop zk "$dir" 5
+done
+
+checks_finish
