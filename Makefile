@@ -164,10 +164,14 @@ valgrind: deps
 	@$(MAKE) --no-print-directory SANITIZER= all
 	@SECKILL_BUILD=build tests/valgrind.sh $(VALGRIND_MODES)
 
-# The README's first command.
+# The README's first command: the oversell report, then one sale with reservations
+# (redis mode, a 2 s payment window, 60% of buyers pay): its stock resold until paid.
+DEMO_LIFE_ARGS ?= --modes redis --stock 300 --duration 12s --pay-ratio 0.6 \
+	--pay-within-ms 2000 --pay-delay-ms 500 --no-chart
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@loadtest/run.sh $(DEMO_ARGS)
+	@loadtest/run.sh --quiet $(DEMO_LIFE_ARGS)
 
 # Every system side by side through the same balancer: table, results/bench-latest/;
 # then one hot SKU at K=16, 1024 and 1 (loadtest/segments.sh): results/segments-latest/;

@@ -1,6 +1,7 @@
 -- orders.lua — wrk script: every request places one order, POST /skus/{sku}/orders.
 --
 --   wrk -t2 -c32 -d5s -s loadtest/orders.lua http://127.0.0.1:PORT -- SKU [USERS] [QTY] [TAG] [TAIL]
+--       [PAY_RATIO PAY_DELAY_MS ADMIN_TOKEN]
 --
 --   SKU    the SKU to buy (default "demo")
 --   USERS  0 (default): a fresh user per request, "<TAG>-t<thread>-<n>", so each user
@@ -11,13 +12,21 @@
 --          random quantity in it
 --   TAG    user id prefix (default "w"); use a new one per run
 --   TAIL   "tail": also time the end of the sale (tail_s below); it keeps the time of
---          every 201, so leave it out for long runs
+--          every 201, so leave it out for long runs ("-": no)
+--   PAY_RATIO, PAY_DELAY_MS, ADMIN_TOKEN
+--          for a SKU with a payment window: each buyer of a 201 pays with probability
+--          PAY_RATIO, PAY_DELAY_MS after the answer (POST /orders/{id}/pay, with the
+--          admin token when one is given); the others cancel (half of them, after
+--          the same delay) or walk away and let the order expire. The thread's next
+--          request after the delay is that pay or cancel instead of an order.
 --
 -- Answers are counted per outcome in each thread; done() prints one JSON line starting
 -- with {"tool":"wrk-orders" holding the counts, units_201 (the units the 201 answers
 -- placed, from their "qty"), req/s, latency percentiles (ms) and selling_s, the
 -- seconds from the first request to the last 201 (-1 when unknown), and with TAIL
 -- tail_s, the seconds it took to sell the last 10% of the units placed (-1 without).
+-- With PAY_RATIO: paid, cancelled (their 200s), late (409 expired: paid or cancelled
+-- after pay_by) and walked (orders left to expire).
 
 local threads = {}
 
@@ -55,6 +64,11 @@ n_units = 0 -- units placed: the sum of the 201 answers' qty
 n_201, n_sold_out, n_limit, n_busy, n_unavailable, n_409_other, n_503_other = 0, 0, 0, 0, 0, 0, 0
 n_unknown = 0 -- 503 outcome_unknown: the commit was sent, its answer lost (may be placed)
 n_other = 0
+n_paid, n_cancelled, n_late, n_walked = 0, 0, 0, 0 -- with PAY_RATIO
+local pay_ratio, pay_delay, pay_headers = 0, 0, nil
+-- pays and cancels due: {at, path, body}, in due order, owed[owed_head..owed_tail]
+-- (explicit ends: # is not defined on a table whose front was taken)
+local owed, owed_head, owed_tail = {}, 1, 0
 other_codes = "" -- "code:count,..." of the answers none of the above describe
 t_first, t_last_201 = -1, -1 -- monotonic seconds: first request sent, last 201 received
 local other = {}
@@ -67,11 +81,21 @@ function init(args)
     qty_hi = math.max(qty_lo, tonumber(hi or qty_lo))
     tag = args[4] or "w"
     tail = args[5] == "tail"
+    pay_ratio = tonumber(args[6] or "0") or 0
+    pay_delay = (tonumber(args[7] or "0") or 0) / 1000
+    pay_headers = { ["Content-Type"] = "application/json" }
+    if args[8] and args[8] ~= "" then pay_headers["Authorization"] = "Bearer " .. args[8] end
     path = "/skus/" .. sku .. "/orders"
     math.randomseed(os.time() * 1000 + (thread_no or 0) * 7919)
 end
 
 function request()
+    local due = owed[owed_head]
+    if due and now and now() >= due[1] then -- a buyer's pay or cancel
+        owed[owed_head] = nil
+        owed_head = owed_head + 1
+        return wrk.format("POST", due[2], pay_headers, due[3])
+    end
     counter = counter + 1
     if counter == 1 and now then t_first = now() end
     local user
@@ -89,7 +113,39 @@ local function has(body, word)
     return body ~= nil and string.find(body, '"' .. word .. '"', 1, true) ~= nil
 end
 
+-- A buyer's next step after a 201 of a reservation: pay, cancel, or nothing.
+local function buyer_decides(body)
+    local id = string.match(body or "", '"order_id":%s*"(%d+)"')
+    local user = string.match(body or "", '"user_id":%s*"([^"]+)"')
+    if not id or not user or not now then return end
+    local at = now() + pay_delay
+    if math.random() < pay_ratio then
+        owed_tail = owed_tail + 1
+        owed[owed_tail] = { at, "/orders/" .. id .. "/pay", "" }
+    elseif math.random() < 0.5 then
+        owed_tail = owed_tail + 1
+        owed[owed_tail] = { at, "/orders/" .. id .. "/cancel", '{"user_id":"' .. user .. '"}' }
+    else
+        n_walked = n_walked + 1
+    end
+end
+
 function response(status, hdrs, body)
+    if status == 200 then -- a pay or a cancel
+        if has(body, "paid") then
+            n_paid = n_paid + 1
+        elseif has(body, "cancelled") then
+            n_cancelled = n_cancelled + 1
+        else
+            n_other = n_other + 1
+        end
+        return
+    end
+    if status == 409 and has(body, "expired") then
+        n_late = n_late + 1
+        return
+    end
+    if status == 201 and pay_ratio > 0 and has(body, "pending") then buyer_decides(body) end
     if status == 201 then
         n_201 = n_201 + 1
         local units = tonumber(string.match(body or "", '"qty":%s*(%d+)')) or 0
@@ -155,7 +211,8 @@ end
 
 function done(summary, latency, requests)
     local names = { "n_201", "n_units", "n_sold_out", "n_limit", "n_busy", "n_unavailable",
-                    "n_unknown", "n_409_other", "n_503_other", "n_other" }
+                    "n_unknown", "n_409_other", "n_503_other", "n_other", "n_paid",
+                    "n_cancelled", "n_late", "n_walked" }
     local total = {}
     for _, name in ipairs(names) do total[name] = 0 end
     local merged = {}
@@ -188,11 +245,13 @@ function done(summary, latency, requests)
         '"status_201":%d,"units_201":%d,"sold_out":%d,"limit_reached":%d,"busy":%d,"unavailable":%d,' ..
         '"outcome_unknown":%d,' ..
         '"other_409":%d,"other_503":%d,"other":%d,"other_codes":{%s},' ..
+        '"paid":%d,"cancelled":%d,"late":%d,"walked":%d,' ..
         '"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d}}\n',
         #threads, summary.requests, secs, secs > 0 and summary.requests / secs or 0,
         ms(latency:percentile(50)), ms(latency:percentile(90)), ms(latency:percentile(99)),
         ms(latency.max), selling, tail_seconds(),
         total.n_201, total.n_units, total.n_sold_out, total.n_limit, total.n_busy, total.n_unavailable,
         total.n_unknown, total.n_409_other, total.n_503_other, total.n_other, table.concat(codes, ","),
+        total.n_paid, total.n_cancelled, total.n_late, total.n_walked,
         e.connect, e.read, e.write, e.timeout))
 end

@@ -26,6 +26,14 @@
 #   --no-chart          skip the gnuplot chart
 #   --keep              keep the clusters' dirs (logs, AOF) under DIR/clusters/
 #   --quiet             only the report table
+#   --pay-ratio R       reservations: the SKU gets a payment window (--pay-within-ms),
+#                       and each buyer of a 201 pays with probability R (0..1) after
+#                       --pay-delay-ms; the others cancel (half) or let it expire. The
+#                       report adds paid, expired, cancelled and resold, and waits for
+#                       every reservation to end; "exact" then means every unit ended
+#                       paid or remaining, none twice (the audit agrees)
+#   --pay-delay-ms D    how long a buyer takes to pay or cancel (500)
+#   --pay-within-ms W   the SKU's payment window (2000)
 #
 # Exit status: 0 when every mode ran and gave numbers the client and the server agree
 # on; 1 when a mode failed to run (its row says why). Whether a mode oversold is the
@@ -41,6 +49,7 @@ source "$ROOT/loadtest/lib.sh"
 modes="none,local,setnx,redis,redlock,zk,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
 work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0 rcluster=0
+pay_ratio="" pay_delay=500 pay_within=2000
 extra=()
 
 usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
@@ -63,6 +72,9 @@ while (($#)); do
     --no-chart) chart=0; shift ;;
     --keep) keep=1; shift ;;
     --quiet) quiet=1; shift ;;
+    --pay-ratio) pay_ratio=${2:?"$1 needs a value"}; shift 2 ;;
+    --pay-delay-ms) pay_delay=${2:?"$1 needs a value"}; shift 2 ;;
+    --pay-within-ms) pay_within=${2:?"$1 needs a value"}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h | --help) usage 0 ;;
     *) log "unknown option $1"; usage ;;
@@ -79,6 +91,12 @@ for v in instances:instances segments:segments stock:stock connections:connectio
     printf -v "$var" '%d' "$((10#${!var}))" # "08" -> 8: they go into the report as JSON numbers
 done
 ((stock > 0 && instances > 0)) || die "--stock and --instances must be > 0"
+if [[ -n $pay_ratio ]]; then
+    [[ $pay_ratio =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || die "--pay-ratio must be in 0..1 (got '$pay_ratio')"
+    [[ $pay_delay =~ ^[0-9]+$ && $pay_within =~ ^[1-9][0-9]*$ ]] ||
+        die "--pay-delay-ms and --pay-within-ms must be whole numbers (--pay-within-ms > 0)"
+    ((rcluster == 0)) || die "--pay-ratio: reservations are not offered on a Redis Cluster"
+fi
 ((qty_hi <= limit)) || die "--qty $qty asks more than --per-user-limit $limit: those orders would be refused"
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
@@ -130,7 +148,8 @@ instances_idle() {
     done
 }
 
-ROWS=() # tab-separated rows, see the header in summary.tsv
+ROWS=()      # tab-separated rows, see the header in summary.tsv
+LIFE_ROWS=() # with --pay-ratio: "mode paid expired cancelled resold remaining result"
 
 # run_mode MODE: one mode's cluster, sale, row and JSON record. Its steps share the
 # locals declared here (bash's scoping: a function sees its caller's locals).
@@ -139,6 +158,7 @@ run_mode() {
     local error="" wrk_json="" sku_json="" audit_json="" stats_json="[]"
     local reqs p50 p99 selling c201 sold_out lim busy unav others placed oversold stranded
     local remaining srv_sold audit_sold audit_orders breaches consistent agree result
+    local paid=0 expired=0 cancelled=0 resold=0 returned=0 twice=0
     if mode_cluster_up; then
         mode_sale
         mode_cluster_down
@@ -166,7 +186,8 @@ mode_cluster_up() {
 mode_sale() {
     local sku="proof-$mode" body tag put_code u s
     local -a auth=() stats=()
-    body=$(printf '{"stock":%d,"segments":%d,"per_user_limit":%d}' "$stock" "$segments" "$limit")
+    body=$(printf '{"stock":%d,"segments":%d,"per_user_limit":%d%s}' "$stock" "$segments" "$limit" \
+        "${pay_ratio:+,\"pay_within_ms\":$pay_within}")
     [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
     put_code=$(curl -s -o "$mdir/$mode.put.json" -w '%{http_code}' --max-time 10 -X PUT \
         -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$LB_URL/skus/$sku") || true
@@ -176,11 +197,17 @@ mode_sale() {
     fi
     tag="$mode$$x$RANDOM"
     say "   wrk through $LB_KIND at $LB_URL ..."
+    local -a pay_args=()
+    [[ -z $pay_ratio ]] || pay_args=(- "$pay_ratio" "$pay_delay" "${SECKILL_ADMIN_TOKEN:-}")
     wrk -t "$wrk_threads" -c "$connections" -d "$duration" -s "$LUA" "$LB_URL" \
-        -- "$sku" "$users" "$qty" "$tag" >"$mdir/$mode.wrk.txt" 2>&1 || true
+        -- "$sku" "$users" "$qty" "$tag" "${pay_args[@]}" >"$mdir/$mode.wrk.txt" 2>&1 || true
     wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$mdir/$mode.wrk.txt" || true)
     [[ -n $wrk_json ]] || error="wrk gave no summary: $(tail -n 1 "$mdir/$mode.wrk.txt")"
     wait_until 10 instances_idle || say "   (instances still busy after 10s)"
+    # reservations: every one ends (paid, cancelled, or expired by the sweeps)
+    reservations_over() { [[ $(curl -s --max-time 2 "$LB_URL/skus/$sku" | jq -r .pending) == 0 ]]; }
+    [[ -z $pay_ratio ]] || wait_until $((pay_within / 1000 + 10)) reservations_over ||
+        say "   (reservations still pending)"
     sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" || true)
     audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
     for u in $INSTANCE_URLS; do
@@ -227,12 +254,24 @@ mode_figures() {
     audit_sold=$(num "$audit_json" .sold -1) audit_orders=$(num "$audit_json" .orders -1)
     breaches=$(num "$audit_json" .limit_breaches -1)
     consistent=$(field "$audit_json" .consistent "?")
+    if [[ -n $pay_ratio ]]; then
+        paid=$(num "$audit_json" .paid) expired=$(num "$audit_json" .expired)
+        cancelled=$(num "$audit_json" .cancelled) returned=$(num "$audit_json" .returned)
+        twice=$(($(num "$audit_json" .state_conflicts) + $(num "$audit_json" .returned_twice)))
+        # units that came back and were bought again: placed beyond the stock
+        resold=$((placed > stock ? placed - stock : 0))
+        oversold=$(num "$audit_json" .oversold)
+        stranded=0
+    fi
 }
 
 # mode_result: whether client and server agree, and the verdict (exact, OVERSOLD, ...).
 mode_result() {
     if [[ -n $error ]]; then
         agree="-"
+    elif [[ -n $pay_ratio ]]; then # sold counts what is not given back
+        ((audit_sold + returned == placed && audit_orders == c201 && srv_sold == audit_sold)) &&
+            agree=yes || agree=NO
     elif ((audit_sold == placed && audit_orders == c201 && srv_sold == placed)); then
         agree=yes
     else
@@ -243,6 +282,9 @@ mode_result() {
         any_error=1
     elif ((oversold > 0)); then
         result="OVERSOLD"
+    elif [[ -n $pay_ratio ]]; then # every unit paid or remaining, none twice
+        ((twice == 0 && paid + remaining == stock)) && [[ $consistent == true ]] &&
+            result="exact" || result="UNSETTLED"
     elif ((placed == stock)); then
         result="exact"
     elif ((sold_out == 0 && lim > 0)); then
@@ -288,6 +330,9 @@ mode_record() {
             wrk: $wrk, sku: $sku, audit: $audit, stats: $stats
         }' >"$mdir/$mode.json"
     say "   placed $placed of $stock, server sold $srv_sold, audit sold $audit_sold: $result"
+    [[ -z $pay_ratio ]] || say "   reservations: paid $paid units, cancelled $cancelled and" \
+        "expired $expired orders, $returned units back, $resold resold"
+    [[ -z $pay_ratio ]] || LIFE_ROWS+=("$mode $paid $expired $cancelled $resold $remaining $result")
     if [[ $stats_json != "[]" ]]; then
         say "   orders placed per instance: $(jq -r \
             '[.[] | (.orders.placed? | numbers) // "?" | tostring] | join(" / ")' <<<"$stats_json")"
@@ -399,6 +444,15 @@ echo ""
 echo "seckill oversell report: instances $instances via $lb, K=$segments, stock $stock, ${work_us}us work," \
     "wrk -t$wrk_threads -c$connections -d$duration, users $([[ $users == 0 ]] && echo 'unique' || echo "pool of $users"), limit $limit"
 print_table
+if [[ -n $pay_ratio ]]; then
+    echo ""
+    echo "reservations: window ${pay_within} ms, ${pay_ratio} of buyers pay after ${pay_delay} ms, the others cancel (half) or walk away"
+    printf '%-8s %7s %8s %10s %7s %10s  %s\n' mode paid expired cancelled resold remaining result
+    for row in "${LIFE_ROWS[@]}"; do
+        # shellcheck disable=SC2086
+        printf '%-8s %7s %8s %10s %7s %10s  %s\n' $row
+    done
+fi
 if ((quiet)); then exit "$any_error"; fi
 echo ""
 echo "sell_s = seconds from the first request to the last 201 (req/s counts every answer,"

@@ -33,10 +33,14 @@ rport=$STARTED_PORT
 rcli() { redis-cli -p "$rport" "$@"; }
 start_instance now "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4
 N=$STARTED_URL
-LD_PRELOAD=$FAKETIME_LIB FAKETIME="+1h" start_instance ahead "$dir" \
+# A sanitizer's runtime must come first among the preloaded libraries (only the
+# server is wrapped: curl and the rest keep their own clocks and libraries).
+san=$(ldd "$SECKILL_BIN_PATH" 2>/dev/null | grep -oE '/[^ ]*lib[at]san\.so[^ ]*' | head -1)
+preload=${san:+$san:}$FAKETIME_LIB
+start_instance --wrap "env LD_PRELOAD=$preload FAKETIME=+1h" ahead "$dir" \
     --redis "127.0.0.1:$rport" --lock redis --segments 4
 A=$STARTED_URL
-LD_PRELOAD=$FAKETIME_LIB FAKETIME="-1h" start_instance behind "$dir" \
+start_instance --wrap "env LD_PRELOAD=$preload FAKETIME=-1h" behind "$dir" \
     --redis "127.0.0.1:$rport" --lock atomic --segments 4
 B=$STARTED_URL
 expect "the faked clocks are in force (ahead's Date header is an hour on)" 1 \
