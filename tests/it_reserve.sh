@@ -15,6 +15,10 @@
 #   of the return; pay and cancel of the expired order are 409 expired;
 # - the deadline decides, not the sweep: an order whose pay_by has passed but that no
 #   sweep can have found yet is refused 409 expired by pay, and its units come back;
+# - a return during a batch of the same segment (lock modes): an instance holds the
+#   only segment's lock for 400 ms of work, having read its stock; a cancel through B
+#   gives a unit back meanwhile. The holder's commit must not overwrite it: afterwards
+#   the unit is there, sold again to an order of 2, and the audit is consistent;
 # - races: 120 pending orders, each paid and cancelled at once through both
 #   instances, around the deadline while every instance sweeps: every 200 of a pay
 #   is a paid order and of a cancel a cancelled one, no order is both, no unit comes
@@ -132,6 +136,31 @@ for mode in $MODES; do
     expect "$mode: pay after pay_by, before any sweep: 409 expired, its unit back" \
         "409 expired expired $((left + 1))" \
         "$(p=$(post "$B" "/orders/$fay/pay" ''); echo "$(status "$p") $(field .error "$p") $(state "$A" "$fay") $(sku_get "$A" "$S" .remaining)")"
+
+    # ---- a return during a batch of the same segment -------------------------------
+    if [[ $mode != atomic ]]; then
+        start_instance slow-$mode "$dir" --redis "127.0.0.1:$rport" --lock "$mode" \
+            "${zkflags[@]}" --work-us 400000 --wait-ms 3000 || { echo "slow not ready"; exit 1; }
+        W=$STARTED_URL
+        put "$A" "$S-b" '{"stock":3,"segments":1,"per_user_limit":2,"pay_within_ms":60000}' >/dev/null
+        o=$(order "$A" "$S-b" ula)
+        ula=$(field .order_id "$o")
+        order "$W" "$S-b" vic >"$dir/vic.$mode" &
+        vic=$!
+        held() { [[ -n $(rcli --scan --pattern "sk:{$S-b}:lock:*" | grep -v fence) ]]; }
+        check "$mode: the slow holder holds the segment" wait_until 5 held
+        expect "$mode: ula cancels meanwhile" 200 \
+            "$(status "$(post "$B" "/orders/$ula/cancel" '{"user_id":"ula"}')")"
+        wait "$vic"
+        expect "$mode: the holder's order placed" 201 "$(status "$(cat "$dir/vic.$mode")")"
+        expect "$mode: the unit given back during the batch is there (2 left)" 2 \
+            "$(sku_get "$A" "$S-b" .remaining)"
+        expect "$mode: ... and sells again: an order of 2" 201 \
+            "$(status "$(order "$A" "$S-b" wes 2)")"
+        expect "$mode: ... sold out then, audit consistent" "0 true" \
+            "$(sku_get "$A" "$S-b" .remaining) $(curl -s "$A/skus/$S-b/audit" | jq -r .consistent)"
+        proc_stop "slow-$mode" "$dir" 5
+    fi
 
     # ---- several segments ---------------------------------------------------------
     put "$A" "$S-m" '{"stock":4,"segments":4,"per_user_limit":4,"pay_within_ms":60000}' >/dev/null
