@@ -121,11 +121,12 @@ static void test_runtime_error_names_file_and_line(void **state)
     char at[300];
     where("inventory/lua/reset.lua", "for i = 0, k - 1 do", at, sizeof(at));
     /* segments "x": tonumber gives nil, and the loop's k - 1 fails */
-    const char *argv[] = {"t:meta",   "t:stock", "t:init",  "t:sold", "t:buyers",
-                          "t:orders", "t:idem",  "t:avail", "t:xout", "t:xin",
-                          "10",       "x",       "1"};
+    const char *argv[] = {"t:meta",   "t:stock", "t:init",  "t:sold",   "t:buyers",
+                          "t:orders", "t:idem",  "t:avail", "t:xout",   "t:xin",
+                          "t:back",   "t:due",   "t:life",  "t:paying", "10",
+                          "x",        "1"};
     for (int round = 0; round < 2; round++) {
-        redisReply *r = rconn_eval(rc, &reset_script, 10, 3, argv, NULL);
+        redisReply *r = rconn_eval(rc, &reset_script, 14, 3, argv, NULL);
         assert_located(r, at, "inventory/lua/reset.lua");
         assert_non_null(strstr(r->str, "arithmetic on local 'k'"));
         freeReplyObject(r);
