@@ -2,9 +2,11 @@
 # Integration: the sale window (starts_at / ends_at), judged by one clock, the data
 # Redis's TIME, never an instance's.
 #
-# Three instances share one Redis: "now" (its own clock, lock redis), "ahead" (its
-# clock an hour ahead through libfaketime, lock redis) and "behind" (an hour behind,
-# atomic mode). A SKU's sale opens 3 s after Redis's now and closes 3 s later.
+# Three instances share one Redis and sell SKU w: "now" (its own clock), "ahead" (its
+# clock an hour ahead through libfaketime) and "behind" (an hour behind), all lock
+# redis; a fourth, "atom" (atomic mode, an hour behind too), sells SKU wa with the
+# same window (modes that guard the stock differently must not share a SKU). The
+# sale opens 3 s after Redis's now and closes 3 s later.
 # - Before the start every instance answers 409 not_started with the SKU's starts_at
 #   and a Retry-After of at most the wait; after the end, 409 sale_ended; in between,
 #   201. An instance that believed its own clock would answer sale_ended (ahead) or
@@ -41,8 +43,11 @@ start_instance --wrap "env LD_PRELOAD=$preload FAKETIME=+1h" ahead "$dir" \
     --redis "127.0.0.1:$rport" --lock redis --segments 4
 A=$STARTED_URL
 start_instance --wrap "env LD_PRELOAD=$preload FAKETIME=-1h" behind "$dir" \
-    --redis "127.0.0.1:$rport" --lock atomic --segments 4
+    --redis "127.0.0.1:$rport" --lock redis --segments 4
 B=$STARTED_URL
+start_instance --wrap "env LD_PRELOAD=$preload FAKETIME=-1h" atom "$dir" \
+    --redis "127.0.0.1:$rport" --lock atomic --segments 4
+M=$STARTED_URL
 expect "the faked clocks are in force (ahead's Date header is an hour on)" 1 \
     "$(($(date -d "$(curl -sI "$A/livez" | sed -n 's/^Date: //Ip' | tr -d '\r')" +%s) - \
         $(date +%s) > 3000))"
@@ -51,10 +56,12 @@ redis_ms() { rcli TIME | { read -r s; read -r us; echo $((s * 1000 + us / 1000))
 rfc() { date -u -d "@$(($1 / 1000))" +%Y-%m-%dT%H:%M:%SZ; } # whole seconds
 now_ms() { date +%s%3N; }
 
-# order URL USER [KEY] [QTY]: "status error starts_at retry-after order_id"
+# order URL USER [KEY] [QTY]: "status error starts_at retry-after order_id", for SKU
+# w, or wa through the atomic instance
 order() {
-    local h=$dir/h.$BASHPID body
-    body=$(curl -s -D "$h" --max-time 10 -X POST "$1/skus/w/orders" \
+    local h=$dir/h.$BASHPID body sku=w
+    [[ $1 == "$M" ]] && sku=wa
+    body=$(curl -s -D "$h" --max-time 10 -X POST "$1/skus/$sku/orders" \
         ${3:+-H "Idempotency-Key: $3"} -d "{\"user_id\":\"$2\",\"qty\":${4:-1}}")
     local code retry
     code=$(sed -n '1s/^HTTP[^ ]* \([0-9]*\).*/\1/p' "$h")
@@ -66,14 +73,15 @@ order() {
 # ---- one window, three clocks ------------------------------------------------
 t0=$(($(redis_ms) / 1000 * 1000 + 4000)) # a whole second 3-4 s from now
 t1=$((t0 + 3000))
-put=$(curl -s -X PUT "$N/skus/w" \
-    -d "{\"stock\":100000,\"segments\":4,\"per_user_limit\":4,\"starts_at\":\"$(rfc $t0)\",\"ends_at\":\"$(rfc $t1)\"}")
+window="\"starts_at\":\"$(rfc $t0)\",\"ends_at\":\"$(rfc $t1)\""
+put=$(curl -s -X PUT "$N/skus/w" -d "{\"stock\":100000,\"segments\":4,\"per_user_limit\":4,$window}")
+curl -s -o /dev/null -X PUT "$N/skus/wa" -d "{\"stock\":100000,\"segments\":4,\"per_user_limit\":4,$window}"
 expect "PUT echoes the window" "$(rfc $t0) $(rfc $t1) 0" \
     "$(jq -r '"\(.starts_at) \(.ends_at) \(.pay_within_ms)"' <<<"$put")"
 expect "GET /skus shows it" "$(rfc $t0) $(rfc $t1)" \
     "$(curl -s "$B/skus/w" | jq -r '"\(.starts_at) \(.ends_at)"')"
 
-for url in "$N" "$A" "$B"; do
+for url in "$N" "$A" "$B" "$M"; do
     read -r code err starts retry _ <<<"$(order "$url" early-$RANDOM)"
     expect "before the start, $url: 409 not_started with starts_at" \
         "409 not_started $(rfc $t0)" "$code $err $starts"
@@ -100,6 +108,8 @@ hammer "$A" a &
 h2=$!
 hammer "$B" b &
 h3=$!
+hammer "$M" m &
+h4=$!
 
 # An order inside the window, with a key, from the "ahead" instance (its clock says
 # the sale ended an hour ago).
@@ -108,31 +118,40 @@ check "the sale opens by Redis's clock (an order through 'ahead')" wait_until 10
 mid=$(order "$A" kept K1 2)
 expect "an order with an Idempotency-Key inside the window" 201 "${mid%% *}"
 kept_id=${mid##* }
-wait "$h1" "$h2" "$h3"
+mid=$(order "$M" kept K2 2)
+expect "an order with an Idempotency-Key inside the window (atomic)" 201 "${mid%% *}"
+kept_atomic=${mid##* }
+wait "$h1" "$h2" "$h3" "$h4"
 
-cat "$dir"/hammer.* >"$dir/hammer.all"
+cat "$dir"/hammer.[nab] >"$dir/hammer.all"
 expect "no 201 answered before starts_at" 0 \
     "$(awk -v t0="$t0" '$3 == 201 && $2 < t0' "$dir/hammer.all" | wc -l)"
 expect "no 201 to an order sent at or after ends_at" 0 \
     "$(awk -v t1="$t1" '$3 == 201 && $1 >= t1' "$dir/hammer.all" | wc -l)"
-for name in n a b; do
+cat "$dir/hammer.m" >>"$dir/hammer.all" # the time checks cover wa's too
+for name in n a b m; do
     kinds=$(awk '{print $3 == 201 ? "placed" : $4}' "$dir/hammer.$name" | sort -u | paste -sd,)
     expect "buyers through '$name' saw all three answers" "not_started,placed,sale_ended" \
         "$kinds"
 done
-placed=$(awk '$3 == 201' "$dir/hammer.all" | wc -l)
+placed=$(cat "$dir"/hammer.[nab] | awk '$3 == 201' | wc -l)
+placed_wa=$(awk '$3 == 201' "$dir/hammer.m" | wc -l)
 echo "  hammer: $(wc -l <"$dir/hammer.all") orders, $placed placed"
 expect "the audit counts the 201s (and the keeper's and K1's)" "$((placed + 2)) true" \
     "$(curl -s "$N/skus/w/audit" | jq -r '"\(.orders) \(.consistent)"')"
+expect "wa's audit counts its 201s (and K2's)" "$((placed_wa + 1)) true" \
+    "$(curl -s "$N/skus/wa/audit" | jq -r '"\(.orders) \(.consistent)"')"
 
-for url in "$N" "$A" "$B"; do
+for url in "$N" "$A" "$B" "$M"; do
     expect "after the end, $url: 409 sale_ended, no Retry-After" "409 sale_ended - -" \
         "$(order "$url" late-$RANDOM | cut -d' ' -f1-4)"
 done
 expect "the replay of K1 after the end answers its first 201" "201 $kept_id" \
     "$(order "$B" kept K1 2 | cut -d' ' -f1,5)"
-expect "... and through a lock mode too" "201 $kept_id" \
+expect "... and through another instance" "201 $kept_id" \
     "$(order "$N" kept K1 2 | cut -d' ' -f1,5)"
+expect "... and K2's in atomic mode" "201 $kept_atomic" \
+    "$(order "$M" kept K2 2 | cut -d' ' -f1,5)"
 
 expect "an order says its state: placed (final at 201)" placed \
     "$(curl -s "$N/orders/$kept_id" | jq -r .state)"
