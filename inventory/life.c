@@ -25,8 +25,8 @@ static struct rscript cancel_script = RSCRIPT_INIT("inv_cancel", lua_inventory_c
 static struct rscript due_script = RSCRIPT_INIT("inv_due", lua_inventory_due);
 
 /* Runs script (pay.lua or cancel.lua, arg its ARGV[2]) on order id, whose
- * record is loaded into *out first (for its SKU) and again after (its new
- * state). *code is the script's first answer, *units the units it gave back. */
+ * record is loaded into *out first (for its SKU). *code is the script's first
+ * answer, *units the units it gave back. */
 static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *script,
                             const char *arg, struct inv_order *out, long long *code,
                             long long *units)
@@ -59,7 +59,7 @@ static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *
         return INV_NOT_FOUND; /* gone with a reset meanwhile */
     if (*units > 0)           /* this instance at once; the others by the message */
         soldout_forget(s->inv->cfg.soldout);
-    return inv_order_get(s, id, out);
+    return INV_OK;
 }
 
 /* The status of a pay or cancel script's refusal code. */
@@ -96,9 +96,10 @@ static void life_count(struct inv *inv, long long code, long long units,
 }
 
 /* A pay or a cancel of order id: the script's call, counted (changed: the
- * counter of orders it ended so), its code as a status. */
+ * counter of orders it ended so), its code as a status. On INV_OK *out is the
+ * order in state `ends` (the script's 1 or 2 says it is so now: no read again). */
 static inv_status life_end(struct inv_session *s, uint64_t id, struct rscript *script,
-                           const char *arg, struct inv_order *out,
+                           const char *arg, struct inv_order *out, inv_state ends,
                            _Atomic uint64_t *changed)
 {
     long long code = 0, units = 0;
@@ -106,19 +107,24 @@ static inv_status life_end(struct inv_session *s, uint64_t id, struct rscript *s
     if (st != INV_OK)
         return st;
     life_count(s->inv, code, units, changed);
-    return code == 1 || code == 2 ? INV_OK : life_refusal(code);
+    if (code != 1 && code != 2)
+        return life_refusal(code);
+    out->state = ends;
+    return INV_OK;
 }
 
 inv_status inv_order_pay(struct inv_session *s, uint64_t id, const char *payment_id,
                          struct inv_order *out)
 {
-    return life_end(s, id, &pay_script, payment_id, out, &s->inv->counters.paid);
+    return life_end(s, id, &pay_script, payment_id, out, INV_STATE_PAID,
+                    &s->inv->counters.paid);
 }
 
 inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user_id,
                             struct inv_order *out)
 {
-    return life_end(s, id, &cancel_script, user_id, out, &s->inv->counters.cancelled);
+    return life_end(s, id, &cancel_script, user_id, out, INV_STATE_CANCELLED,
+                    &s->inv->counters.cancelled);
 }
 
 /* ---- the sweep ----------------------------------------------------------- */

@@ -118,35 +118,22 @@ local function buyer_decides(body)
     local id = string.match(body or "", '"order_id":%s*"(%d+)"')
     local user = string.match(body or "", '"user_id":%s*"([^"]+)"')
     if not id or not user or not now then return end
-    local at = now() + pay_delay
+    local step, body
     if math.random() < pay_ratio then
-        owed_tail = owed_tail + 1
-        owed[owed_tail] = { at, "/orders/" .. id .. "/pay", "" }
+        step, body = "/pay", ""
     elseif math.random() < 0.5 then
-        owed_tail = owed_tail + 1
-        owed[owed_tail] = { at, "/orders/" .. id .. "/cancel", '{"user_id":"' .. user .. '"}' }
+        step, body = "/cancel", '{"user_id":"' .. user .. '"}'
     else
         n_walked = n_walked + 1
+        return
     end
+    owed_tail = owed_tail + 1
+    owed[owed_tail] = { now() + pay_delay, "/orders/" .. id .. step, body }
 end
 
 function response(status, hdrs, body)
-    if status == 200 then -- a pay or a cancel
-        if has(body, "paid") then
-            n_paid = n_paid + 1
-        elseif has(body, "cancelled") then
-            n_cancelled = n_cancelled + 1
-        else
-            n_other = n_other + 1
-        end
-        return
-    end
-    if status == 409 and has(body, "expired") then
-        n_late = n_late + 1
-        return
-    end
-    if status == 201 and pay_ratio > 0 and has(body, "pending") then buyer_decides(body) end
     if status == 201 then
+        if pay_ratio > 0 and has(body, "pending") then buyer_decides(body) end
         n_201 = n_201 + 1
         local units = tonumber(string.match(body or "", '"qty":%s*(%d+)')) or 0
         n_units = n_units + units
@@ -155,11 +142,21 @@ function response(status, hdrs, body)
             t201[#t201 + 1] = t_last_201
             u201[#u201 + 1] = units
         end
+    elseif status == 200 then -- a pay or a cancel
+        if has(body, "paid") then
+            n_paid = n_paid + 1
+        elseif has(body, "cancelled") then
+            n_cancelled = n_cancelled + 1
+        else
+            n_other = n_other + 1
+        end
     elseif status == 409 then
         if has(body, "sold_out") then
             n_sold_out = n_sold_out + 1
         elseif has(body, "limit_reached") then
             n_limit = n_limit + 1
+        elseif has(body, "expired") then -- a pay or a cancel after pay_by
+            n_late = n_late + 1
         else
             n_409_other = n_409_other + 1
         end

@@ -77,6 +77,15 @@ static req_status int_field(json_t *root, const char *name, long long min, long 
     return REQ_OK;
 }
 
+/* The text of v when it is a JSON string, without a NUL inside, that valid
+ * accepts; else NULL. */
+static const char *valid_string(const json_t *v, int (*valid)(const char *))
+{
+    if (!v || !json_is_string(v) || json_string_length(v) != strlen(json_string_value(v)))
+        return NULL;
+    return valid(json_string_value(v)) ? json_string_value(v) : NULL;
+}
+
 req_status req_parse_order(const char *body, size_t len, struct req_order *out,
                            char *detail, size_t detail_len)
 {
@@ -91,9 +100,7 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
         /* detail names it */
     } else if (!user) {
         snprintf(detail, detail_len, "user_id is required");
-    } else if (!json_is_string(user) ||
-               json_string_length(user) != strlen(json_string_value(user)) ||
-               !inv_id_valid(json_string_value(user))) {
+    } else if (!valid_string(user, inv_id_valid)) {
         snprintf(detail, detail_len,
                  "user_id must be 1..64 characters of [A-Za-z0-9_.:-]");
     } else if (int_field(root, "qty", 1, INV_MAX_LIMIT, &qty, detail, detail_len) ==
@@ -174,17 +181,15 @@ req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t 
         return REQ_INVALID;
     static const char *const known[] = {"user_id", NULL};
     req_status rc = REQ_INVALID;
-    json_t *user = json_object_get(root, "user_id");
+    const char *user = valid_string(json_object_get(root, "user_id"), inv_id_valid);
     if (fields_known(root, known, detail, detail_len) != REQ_OK) {
         /* detail names it */
-    } else if (!user || !json_is_string(user) ||
-               json_string_length(user) != strlen(json_string_value(user)) ||
-               !inv_id_valid(json_string_value(user))) {
+    } else if (!user) {
         snprintf(detail, detail_len,
                  "user_id (the buyer's) is required: 1..64 characters of "
                  "[A-Za-z0-9_.:-]");
     } else {
-        snprintf(user_id, user_len, "%s", json_string_value(user));
+        snprintf(user_id, user_len, "%s", user);
         rc = REQ_OK;
     }
     json_decref(root);
@@ -203,16 +208,15 @@ req_status req_parse_pay(const char *body, size_t len, char *payment_id, size_t 
     static const char *const known[] = {"payment_id", NULL};
     req_status rc = REQ_INVALID;
     json_t *id = json_object_get(root, "payment_id");
+    const char *text = valid_string(id, req_idem_key_valid);
     if (fields_known(root, known, detail, detail_len) != REQ_OK) {
         /* detail names it */
-    } else if (id && (!json_is_string(id) ||
-                      json_string_length(id) != strlen(json_string_value(id)) ||
-                      !req_idem_key_valid(json_string_value(id)))) {
+    } else if (id && !text) {
         snprintf(detail, detail_len,
                  "payment_id must be 1..128 characters of [A-Za-z0-9_.:-]");
     } else {
-        if (id)
-            snprintf(payment_id, id_len, "%s", json_string_value(id));
+        if (text)
+            snprintf(payment_id, id_len, "%s", text);
         rc = REQ_OK;
     }
     json_decref(root);

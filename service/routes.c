@@ -267,23 +267,6 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
     order_answer(t->sku, t->st, &t->order, res);
 }
 
-static void h_order_get(const struct svc_request *req, struct svc_response *res)
-{
-    uint64_t id;
-    if (req_order_id_parse(req->params[0], &id) != REQ_OK) {
-        svc_error(res, 400, "bad_request", "order id must be a decimal number");
-        return;
-    }
-    struct inv_order order;
-    inv_status st = inv_order_get(req->worker->inv, id, &order);
-    if (st != INV_OK) {
-        inv_error(res, st);
-        return;
-    }
-    res->status = 200;
-    res->json = order_json(&order);
-}
-
 /* The order id of the path; false (answered 400) when malformed. */
 static int order_param(const struct svc_request *req, struct svc_response *res,
                        uint64_t *id)
@@ -292,6 +275,21 @@ static int order_param(const struct svc_request *req, struct svc_response *res,
         return 1;
     svc_error(res, 400, "bad_request", "order id must be a decimal number");
     return 0;
+}
+
+static void h_order_get(const struct svc_request *req, struct svc_response *res)
+{
+    uint64_t id;
+    if (!order_param(req, res, &id))
+        return;
+    struct inv_order order;
+    inv_status st = inv_order_get(req->worker->inv, id, &order);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = order_json(&order);
 }
 
 /* A pay or a cancel of the path's order: its body read by parse (into arg,

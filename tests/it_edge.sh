@@ -27,7 +27,7 @@ edgeclient=${SECKILL_BUILD:-build}/tests/edgeclient
 [[ $edgeclient == /* || -e $edgeclient ]] || edgeclient=$ROOT/$edgeclient
 check "edgeclient built (make $edgeclient)" test -x "$edgeclient"
 # under a sanitizer 6 s (CI runs this three times; the plain pass keeps the 10 s)
-san=$(ldd "$SECKILL_BIN_PATH" 2>/dev/null | grep -oE 'lib[at]san' | head -1)
+san=$(it_sanitizer)
 ATTACK_SECS=${EDGE_ATTACK_SECS:-$([[ -n $san ]] && echo 6 || echo 10)}
 # slowhttptest holds 1000 connections itself
 ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"

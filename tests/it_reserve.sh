@@ -33,7 +33,7 @@ set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin reserve redis-server redis-cli curl jq
-san=$(ldd "$SECKILL_BIN_PATH" 2>/dev/null | grep -oE 'lib[at]san' | head -1)
+san=$(it_sanitizer)
 MODES=${RESERVE_MODES:-$([[ -n $san ]] && echo redis || echo "redis atomic")}
 
 start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }

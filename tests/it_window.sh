@@ -37,7 +37,7 @@ start_instance now "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4
 N=$STARTED_URL
 # A sanitizer's runtime must come first among the preloaded libraries (only the
 # server is wrapped: curl and the rest keep their own clocks and libraries).
-san=$(ldd "$SECKILL_BIN_PATH" 2>/dev/null | grep -oE '/[^ ]*lib[at]san\.so[^ ]*' | head -1)
+san=$(it_sanitizer)
 preload=${san:+$san:}$FAKETIME_LIB
 start_instance --wrap "env LD_PRELOAD=$preload FAKETIME=+1h" ahead "$dir" \
     --redis "127.0.0.1:$rport" --lock redis --segments 4

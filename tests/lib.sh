@@ -14,6 +14,8 @@
 #                             $dir and in the dirs under it stopped (cluster.sh down),
 #                             then checks_dispose: the dir goes, or stays when anything
 #                             failed
+#   it_sanitizer              the server's sanitizer runtime (libasan/libtsan path), or
+#                             nothing for a plain build
 #   it_cluster_up ARGS...     scripts/cluster.sh up --dir $dir/c --quiet ARGS (output in
 #                             $dir/up.out, its end shown when it fails); sources the
 #                             cluster's cluster.env; seeds: the Redis Cluster's masters
@@ -54,6 +56,13 @@ it_begin() {
     trap 'exit 143' TERM
     checks_require "$@"
     SECKILL_BIN_PATH=$(seckill_bin)
+}
+
+# it_sanitizer: the path of the sanitizer runtime (libasan, libtsan) the server is
+# built with, or nothing (a plain build). Tests shorten what CI repeats under one,
+# and preload it first where they preload something into the server.
+it_sanitizer() {
+    ldd "$SECKILL_BIN_PATH" 2>/dev/null | grep -oE '/[^ ]*lib[at]san\.so[^ ]*' | head -1
 }
 
 it_cleanup() {

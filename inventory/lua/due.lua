@@ -15,8 +15,7 @@
 --#include "give.lua"
 local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local k = {meta = KEYS[1], stock = KEYS[2], sold = KEYS[3], buyers = KEYS[4],
-           back = KEYS[5], due = KEYS[6], life = KEYS[7], avail = KEYS[8]}
+local k = life_keys(1)
 local orders, units = 0, 0
 for _, id in ipairs(ids) do
   local okey = ARGV[1] .. id

@@ -9,6 +9,15 @@
 -- back, due, life, avail. The caller checked that the order is pending; it
 -- publishes on the reset channel once (so that no instance answers sold_out
 -- from memory). Returns the units given back.
+-- life_keys(first): such a k from KEYS[first .. first + 7], named in that order
+-- (each script that gives back passes them so).
+local function life_keys(first)
+  local k = {}
+  for i, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail'}) do
+    k[name] = KEYS[first + i - 1]
+  end
+  return k
+end
 local function give_back(k, okey, id, state)
   local o = redis.call('HMGET', okey, 'user_id', 'qty', 'segment', 'segments')
   local qty = tonumber(o[2])

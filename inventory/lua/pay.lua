@@ -20,8 +20,7 @@ if state == 'paid' then return {2, 0} end
 if state == 'placed' then return {-12} end
 if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
-local k = {meta = KEYS[2], stock = KEYS[3], sold = KEYS[4], buyers = KEYS[5],
-           back = KEYS[6], due = KEYS[7], life = KEYS[8], avail = KEYS[9]}
+local k = life_keys(2)
 if now_ms() >= tonumber(o[2]) then
   local units = give_back(k, KEYS[1], ARGV[1], 'expired')
   redis.call('PUBLISH', ARGV[3], ARGV[4])
