@@ -47,6 +47,33 @@
 #                   master by hand (SETSLOT IMPORTING/MIGRATING, MIGRATE its keys, then
 #                   SETSLOT NODE on every master)
 #
+# The lifecycle (rows life-*): a SKU of 300 units (LIFE_STOCK) with a payment window of
+# 1 s (PAY_MS). A buyer whose order is pending pays it (70%), cancels it (10%), each at
+# a random moment in the window's first 80%, or walks away (20%: it expires and its
+# units go back); one payer in 4 pays at pay_by itself, the same pay sent at once to
+# each of the 3 instances. The sale goes on until every unit is paid. Rows:
+#   life-F          fault F (any above but the Redis Cluster's) during such a sale
+#   life-kill-sweeper     kill -9 an instance while units come back (1.1-2.1 s into
+#                   the sale: the first walk-aways' deadlines), started again 1 s later
+#   life-pause-sweeper    SIGSTOP an instance as units come back, for 5 lock leases,
+#                   while the others sweep; then SIGCONT (its sweeps and pays land late)
+#   life-redis-restart    kill -9 the data Redis (AOF always) as units come back, then
+#                   start it again
+#   life-deadline-pays    no fault but the pays at pay_by from every instance
+# and more checks, from the client's records, each order's state (GET /orders/{id}) at
+# the end and the audit:
+#   unsettled   units still pending, or not paid, once the sale should be over
+#   paid_lost   a pay answered 200 whose order is not paid; cancel_lost, the same for a
+#               cancel answered 200 and an order not cancelled
+#   expired_kept  a pay answered 409 expired whose order did not expire (its units
+#               did not come back)
+#   pay_split   one order's pays answered 200 and 409 expired (the deadline pays)
+#   paid_late   a pay sent at or after pay_by (this machine's clock, which is the data
+#               Redis's) answered 200
+#   conflicts   orders both paid and returned, or returned twice (the audit's
+#               state_conflicts + returned_twice, from the life records)
+# and oversell counts paid orders (distinct ids with a 200 to a pay) over the stock.
+#
 # Modes: setnx, redis, redlock, zk, atomic must pass every run. none and local, and
 # redis-nofence (--fencing off) under pause-holder, are unsafe: their rows must show
 # violations, or the harness does not see what it claims to check (said in the output).
@@ -57,7 +84,8 @@
 #   --quick      the short pass CI runs (make chaos CHAOS_QUICK=1): every fault once,
 #                against one safe mode each, so that every safe mode meets at least two
 #                faults, plus none under the pause (the harness must still see an
-#                oversell); 13 runs instead of 42 per repetition
+#                oversell), and two lifecycle cells; 15 runs instead of 94 per
+#                repetition
 #   CHAOS_REPS   repetitions (default 10)
 #   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
 #
@@ -80,8 +108,10 @@ QUIET=1
 
 reps=${CHAOS_REPS:-10}
 faults=kill-instance,pause-holder,kill-redis,net-slow-cut,clock-step,redlock-nodes,zk-expire,zk-restart,zk-node-kill,cluster-master-kill,cluster-migrate
+faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill
+faults+=,life-kill-sweeper,life-pause-sweeper,life-redis-restart,life-deadline-pays
 modes=setnx,redis,redlock,zk,atomic,none,local,redis-nofence
-QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk
+QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk,life-pause-sweeper:redis,life-redis-restart:atomic
 pairs=""
 seed=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 out=""
@@ -109,6 +139,12 @@ LOOPS=8
 # Each client loop's pace: 8 loops at one order per 80 ms at most, ~100 orders/s, sell
 # the stock in ~6 s, long enough that every fault strikes and heals in the sale.
 PACE_MS=${CHAOS_PACE_MS:-80}
+# The lifecycle: its stock (a smaller one: every unit sold until paid, ~1.7 times), the
+# payment window, and its buyers: percent who pay, who cancel.
+LIFE_STOCK=300
+PAY_MS=1000
+PAY_PCT=70
+CANCEL_PCT=10
 CHAOS_CLIENT=${SECKILL_BUILD:-build}/loadtest/chaosclient
 [[ -x $CHAOS_CLIENT ]] || { echo "chaos: $CHAOS_CLIENT not built (make $CHAOS_CLIENT)" >&2; exit 2; }
 
@@ -128,6 +164,19 @@ fault_modes() {
     redlock-nodes) echo redlock ;;
     zk-expire | zk-restart | zk-node-kill) echo zk ;;
     cluster-master-kill | cluster-migrate) echo "$SAFE" ;; # each runs on a Redis Cluster
+    # reservations are not offered on a Redis Cluster (yet): no life-cluster-*
+    life-kill-sweeper | life-pause-sweeper | life-redis-restart | life-deadline-pays) echo "$SAFE" ;;
+    life-cluster-*) ;;
+    life-*) fault_modes "${1#life-}" ;;
+    esac
+}
+life_fault() { [[ $1 == life-* ]]; }
+# base_fault FAULT: the fault a life- row strikes with (life-kill-instance's kill-instance;
+# the life-only ones are themselves)
+base_fault() {
+    case $1 in
+    life-kill-sweeper | life-pause-sweeper | life-redis-restart | life-deadline-pays) echo "$1" ;;
+    *) echo "${1#life-}" ;;
     esac
 }
 applies() { [[ " $(fault_modes "$1") " == *" $2 "* ]]; } # FAULT MODE
@@ -157,15 +206,22 @@ mode_flags() { # MODE -> cluster.sh up flags
 
 # ---- the client --------------------------------------------------------------------
 
-# chaos_client C URL: orders by fresh users uC-N with keys kC-N until $run/stop appears,
-# one every $PACE_MS at most; an undecided answer is asked again with the same key. A
-# line per final answer: "status key order_id error tries" (loadtest/chaosclient.c).
+# chaos_client C URL [LIFE]: orders by fresh users uC-N with keys kC-N until $run/stop
+# appears, one every $PACE_MS at most; an undecided answer is asked again with the same
+# key. A line per final answer: "status key order_id error tries"; with LIFE (1) the
+# buyers pay, cancel or walk away, and pay at the deadline through every instance
+# (loadtest/chaosclient.c says how, and the lines of pays and cancels).
 chaos_client() {
-    local c=$1 url=$2 hostport path
+    local c=$1 url=$2 hostport path u ports=""
+    local -a life_args=()
     hostport=${url#http://}
     path=/${hostport#*/}
     hostport=${hostport%%/*}
-    "$CHAOS_CLIENT" "$c" "${hostport##*:}" "$path" "$run/stop" "$PACE_MS"
+    if [[ ${3:-} == 1 ]]; then
+        for u in $INSTANCE_URLS; do ports+=${ports:+,}${u##*:}; done
+        life_args=("$PAY_PCT" "$CANCEL_PCT" "$ports")
+    fi
+    "$CHAOS_CLIENT" "$c" "${hostport##*:}" "$path" "$run/stop" "$PACE_MS" "${life_args[@]}"
 }
 
 # ---- faults ------------------------------------------------------------------------
@@ -271,6 +327,32 @@ fault_kill_redis() {
     sleep 1
     "$CLUSTER" start --dir "$CUR_CLUSTER" redis >/dev/null 2>&1 && echo "restarted redis"
 }
+
+# ---- the lifecycle's own faults (as units come back: the moment drawn past PAY_MS) --
+
+# An instance killed as units come back. A sweep is one script (inventory/lua/due.lua):
+# Redis runs it whole or not at all, whether its caller lives to read the answer or not.
+fault_life_kill_sweeper() { fault_kill_instance; }
+
+# An instance frozen for 5 lock leases as units come back: the others sweep meanwhile;
+# woken, its sweeps, pays and cancels in flight land late. A sweep takes no lease (each
+# order's state is checked in the script that expires it), so there is none to outlive.
+fault_life_pause_sweeper() {
+    local name=seckill-$((RANDOM % 3 + 1)) pid
+    pid=$(cat "$CUR_CLUSTER/$name.pid")
+    kill -STOP "$pid"
+    echo "stopped $name ($(life_counts))"
+    sleep "$(awk -v t="$TTL_MS" 'BEGIN { print 5 * t / 1000 }')"
+    kill -CONT "$pid"
+    echo "continued $name ($(life_counts))"
+}
+
+fault_life_redis_restart() { fault_kill_redis; }
+
+fault_life_deadline_pays() { echo "no fault: pays at pay_by through every instance"; }
+
+# life_counts: the SKU's pending, paid and returned units now
+life_counts() { jq -r '"pending \(.pending), paid \(.paid), returned \(.returned)"' <<<"$(sku_json)" 2>/dev/null; }
 
 # fault_prepare FAULT: what the fault needs set up once the cluster runs, before the
 # load (the faults that act on one instance act on seckill-1).
@@ -507,23 +589,29 @@ fault_cluster_migrate() {
 sku_json() { curl -s --max-time 5 "$LB_URL/skus/chaos" || true; }
 remaining() { jq -r '.remaining // empty' <<<"$(sku_json)" 2>/dev/null; }
 sold_out_now() { [[ $(remaining) == 0 ]]; }
+# every unit paid: nothing remains, nothing waits for a payment
+all_paid() { [[ $(jq -r '"\(.remaining) \(.pending)"' <<<"$(sku_json)" 2>/dev/null) == "0 0" ]]; }
 
 # run FAULT MODE REP: one run; appends its JSON line to $out/runs.jsonl.
 run_one() {
-    local fault=$1 mode=$2 rep=$3 at_ms c pids=() fault_log verdict why
+    local fault=$1 mode=$2 rep=$3 at_ms c pids=() fault_log verdict why base life=0 sku_extra=""
+    local stock=$STOCK
+    base=$(base_fault "$fault")
+    life_fault "$fault" && life=1 stock=$LIFE_STOCK sku_extra=",\"pay_within_ms\":$PAY_MS"
     # the run's own seed: the same for FAULT MODE REP under --seed S, whatever else runs
     local run_seed=$(((seed + $(cksum <<<"$fault $mode $rep" | cut -d' ' -f1)) % 2147483647))
     RANDOM=$run_seed
     UP_ERROR=""
     at_ms=$((100 + RANDOM % 600))
+    [[ $base == life-* ]] && at_ms=$((PAY_MS + 100 + RANDOM % 1000)) # as units come back
     run=$out/runs/$fault-$mode-$rep
     rm -rf "$run" "$out/clusters/$fault-$mode-$rep" # an --out used before
     mkdir -p "$run"
     # shellcheck disable=SC2046 # the flags are words
     if ! lt_cluster_up "$out/clusters/$fault-$mode-$rep" "$run/up.err" --fsync always \
-        $(fault_up_flags "$fault") $(mode_flags "$mode") --lock-ttl-ms "$TTL_MS" \
-        --work-us "$(work_us "$fault")" $(fault_seckill_flags "$fault") ||
-        ! fault_prepare "$fault" >"$run/prepare.log" 2>&1; then
+        $(fault_up_flags "$base") $(mode_flags "$mode") --lock-ttl-ms "$TTL_MS" \
+        --work-us "$(work_us "$base")" $(fault_seckill_flags "$base") ||
+        ! fault_prepare "$base" >"$run/prepare.log" 2>&1; then
         why=${UP_ERROR:-$(tail -n 1 "$run/prepare.log" 2>/dev/null)}
         jq -cn --arg fault "$fault" --arg mode "$mode" --argjson rep "$rep" \
             --argjson seed "$run_seed" --arg why "$why" \
@@ -534,26 +622,31 @@ run_one() {
         lt_cluster_down || true
         return
     fi
-    put_sku chaos "$STOCK" "$SEGMENTS" || any_error=1
+    put_sku chaos "$stock" "$SEGMENTS" "$sku_extra" || any_error=1
     # loops 1-2 buy through the balancer, the others each from one instance: a frozen
     # instance holds its own buyers (and the balancer's, whose 5 s patience outlasts
     # the pause, so a stale holder commits what it took), but not everyone's
     local -a urls
     read -r -a urls <<<"$INSTANCE_URLS"
     for ((c = 1; c <= LOOPS; c++)); do
-        local base=$LB_URL
-        ((c > 2)) && base=${urls[(c - 3) % ${#urls[@]}]}
-        chaos_client "$c" "$base/skus/chaos/orders" >"$run/client.$c" &
+        local base_url=$LB_URL
+        ((c > 2)) && base_url=${urls[(c - 3) % ${#urls[@]}]}
+        chaos_client "$c" "$base_url/skus/chaos/orders" "$life" >"$run/client.$c" &
         pids+=($!)
     done
     sleep "$(awk -v t="$at_ms" 'BEGIN { print t / 1000 }')"
-    fault_log=$("fault_${fault//-/_}" 2>&1)
-    # healed: buy on until the stock is gone (stranded stock fails the run), 60 s at most
-    wait_until 60 sold_out_now || true
+    fault_log=$("fault_${base//-/_}" 2>&1)
+    # healed: buy on until the stock is gone (stranded stock fails the run), 60 s at
+    # most; with the lifecycle until every unit is paid, 90 s at most
+    if ((life)); then
+        wait_until 90 all_paid || true
+    else
+        wait_until 60 sold_out_now || true
+    fi
     sleep 0.5 # the loops see sold_out answers: every buyer was answered
     touch "$run/stop"
     wait "${pids[@]}"
-    verdict=$(check_run "$fault" "$mode" "$rep" "$run_seed" "$at_ms" "$fault_log")
+    verdict=$(check_run "$fault" "$mode" "$rep" "$run_seed" "$at_ms" "$fault_log" "$life" "$stock")
     echo "$verdict" >>"$out/runs.jsonl"
     lt_cluster_down || any_error=1
     progress "$fault $mode #$rep (seed $run_seed, fault at ${at_ms} ms: $(tr '\n' ',' <<<"$fault_log" | sed 's/,$//')): $(jq -r '(.violations | if length == 0 then "ok" else (to_entries | map("\(.key) \(.value)") | join(", ")) end) + " (seen: " + ((["retried \(.retried)"] + (.seen | to_entries | map(select(.value > 0) | "\(.key) \(.value)"))) | join(", ")) + ")"' <<<"$verdict")"
@@ -561,8 +654,8 @@ run_one() {
 
 # check_run ...: the run's JSON line, from the client's records and the server's audit.
 check_run() {
-    local fault=$1 mode=$2 rep=$3 run_seed=$4 at_ms=$5 fault_log=$6
-    local audit skuj acked ids keys lost=0 seen u
+    local fault=$1 mode=$2 rep=$3 run_seed=$4 at_ms=$5 fault_log=$6 life=$7 stock=$8
+    local audit skuj acked ids keys lost=0 seen u lifej='{}'
     local -a urls
     cat "$run"/client.* >"$run/answers"
     audit=$(curl -s --max-time 30 "$LB_URL/skus/chaos/audit" || echo '{}')
@@ -588,33 +681,84 @@ check_run() {
     acked=$(wc -l <"$run/acked")
     ids=$(awk '{ print $2 }' "$run/acked" | sort -u | wc -l)
     keys=$(awk '{ print $1 }' "$run/acked" | sort -u | wc -l)
-    # every acknowledged id asked of the balancer, over one kept-alive connection
-    awk -v u="$LB_URL/orders/" '{ printf "url = \"%s%s\"\noutput = \"/dev/null\"\n", u, $2 }' \
-        "$run/acked" >"$run/lookups.curl"
+    # every acknowledged id asked of the balancer, over one kept-alive connection: its
+    # state now ("ID STATE" in states), lost when not found
+    awk -v u="$LB_URL/orders/" '{ printf "url = \"%s%s\"\n", u, $2 }' "$run/acked" >"$run/lookups.curl"
+    : >"$run/states"
     if ((acked > 0)); then
-        lost=$((acked - $(curl -s --max-time 120 -K "$run/lookups.curl" -w '%{http_code}\n' |
-            grep -c '^200$')))
+        curl -s --max-time 120 -K "$run/lookups.curl" -w ' %{http_code}\n' |
+            sed -n 's/ 200$//p' | jq -r '"\(.order_id) \(.state)"' >"$run/states" 2>/dev/null
+        lost=$((acked - $(wc -l <"$run/states")))
     fi
+    ((life)) && lifej=$(life_checks)
     jq -cn --arg fault "$fault" --arg mode "$mode" --argjson rep "$rep" \
         --argjson seed "$run_seed" --argjson at_ms "$at_ms" --arg fault_log "$fault_log" \
-        --argjson stock "$STOCK" --argjson acked "$acked" --argjson ids "$ids" \
+        --argjson stock "$stock" --argjson acked "$acked" --argjson ids "$ids" \
         --argjson keys "$keys" --argjson lost "$lost" \
         --arg retried "$(awk '$5 > 1 { n++ } END { print n + 0 }' "$run/answers")" \
         --argjson audit "$audit" --argjson sku "$skuj" --argjson seen "$seen" \
-        --argjson answers "$(awk '{ n[$1 "/" $4]++ } END { printf "{"; s=""; for (k in n) { printf "%s\"%s\":%d", s, k, n[k]; s="," } printf "}" }' "$run/answers")" '
+        --argjson life "$lifej" --argjson lifecycle "$life" \
+        --argjson answers "$(awk '{ k = $1 ~ /^[0-9]+$/ ? $1 "/" $4 : $1 " " $2 "/" $5; n[k]++ } END { printf "{"; s=""; for (k in n) { printf "%s\"%s\":%d", s, k, n[k]; s="," } printf "}" }' "$run/answers")" '
         ($audit.sold // -1) as $sold |
         {fault: $fault, mode: $mode, rep: $rep, seed: $seed, fault_at_ms: $at_ms,
          fault_log: $fault_log, stock: $stock, acked_ids: $ids, answers: $answers,
          audit: $audit, remaining: ($sku.remaining // null), seen: $seen,
-         retried: ($retried | tonumber),
+         retried: ($retried | tonumber), life: $life,
          violations: ({
-           oversell: ([($ids - $stock), (($audit.oversold // 0)), ($sold - $stock)] | max | if . > 0 then . else 0 end),
+           # with the lifecycle a unit is sold again once it came back: count the paid
+           oversell: ([(if $lifecycle == 1 then ($life.paid_ids // 0) else $ids end) - $stock,
+                       ($audit.oversold // 0), ($sold - $stock)] | max | if . > 0 then . else 0 end),
            stranded: (if ($sku.remaining // 0) > 0 then $sku.remaining else 0 end),
            limit: ($audit.limit_breaches // 0),
            lost: $lost,
            duplicate: (($keys - $ids) + ($audit.duplicate_order_ids // 0)),
            audit: (if $audit.consistent == true then 0 else 1 end)
-         } | with_entries(select(.value != 0)))}'
+         } + (if $lifecycle == 1 then {
+           unsettled: (($sku.pending // 0) + ([$stock - ($audit.paid // 0) - ($sku.remaining // 0), 0] | max)),
+           paid_lost: ($life.paid_lost // 0), cancel_lost: ($life.cancel_lost // 0),
+           expired_kept: ($life.expired_kept // 0), pay_split: ($life.pay_split // 0),
+           paid_late: ($life.paid_late // 0),
+           conflicts: (($audit.state_conflicts // 0) + ($audit.returned_twice // 0))
+         } else {} end) | with_entries(select(.value != 0)))}'
+}
+
+# life_checks: the lifecycle's answers against each order's state at the end ($run/states),
+# as JSON: pays answered (200, 409 expired, other), cancels answered 200, deadline pays
+# and how many were sent at or after pay_by, paid_ids (distinct ids with a 200 to a
+# pay), and the violations paid_lost, cancel_lost, expired_kept, pay_split and paid_late
+# (see the top).
+life_checks() {
+    awk '
+        FILENAME == ARGV[1] { state[$1] = $2; next }
+        $1 != "pay" && $1 != "dpay" && $1 != "cancel" { next }
+        {
+            id = $4
+            if ($1 == "dpay") {
+                dpays++
+                if ($8 >= 0) { dlate++; if ($2 == 200) paid_late++ }
+            }
+            if ($1 == "cancel") {
+                if ($2 == 200) { cancels++; if (state[id] != "cancelled") cancel_lost++ }
+                next
+            }
+            if ($2 == 200) {
+                pays++
+                if (!(id in paid)) { paid[id] = 1; paid_ids++ }
+                if (state[id] != "paid") paid_lost++
+                ok[id] = 1
+            } else if ($2 == 409 && $5 == "expired") {
+                late++
+                if (state[id] != "expired") expired_kept++
+                refused[id] = 1
+            } else other++
+        }
+        END {
+            for (id in ok) if (id in refused) splits++
+            printf "{\"pays_ok\":%d,\"pays_expired\":%d,\"pays_other\":%d,\"cancels_ok\":%d,", pays, late, other, cancels
+            printf "\"deadline_pays\":%d,\"deadline_pays_at_or_after\":%d,\"paid_ids\":%d,", dpays, dlate, paid_ids
+            printf "\"paid_lost\":%d,\"cancel_lost\":%d,\"expired_kept\":%d,\"pay_split\":%d,", paid_lost, cancel_lost, expired_kept, splits
+            printf "\"paid_late\":%d}\n", paid_late
+        }' "$run/states" "$run/answers"
 }
 
 # ---- the matrix --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 /* chaosclient: the honest buyer of loadtest/chaos.sh, one process per client loop.
  *
- *   chaosclient C PORT PATH STOP_FILE PACE_MS
+ *   chaosclient C PORT PATH STOP_FILE PACE_MS [PAY_PCT CANCEL_PCT DEADLINE_PORTS]
  *
  * Orders by fresh users uC-1, uC-2, ... with Idempotency-Keys kC-1, kC-2, ... posted
  * to 127.0.0.1:PORT PATH over one kept-alive connection, until STOP_FILE exists; a new
@@ -11,6 +11,20 @@
  *
  *   STATUS KEY ORDER_ID ERROR TRIES      ("-" for an id or error the answer lacks)
  *
+ * With PAY_PCT (the lifecycle: the SKU has a payment window), a buyer whose order is
+ * pending draws what it does, from C's own sequence: PAY_PCT in 100 pay it
+ * (POST /orders/{id}/pay, payment_id pC-N) and CANCEL_PCT cancel it, each at a random
+ * moment in the first 80% of the window; the rest walk away (it expires). With
+ * DEADLINE_PORTS (ports, comma-separated, "-" for none), one payer in 4 pays at pay_by
+ * itself instead (within 3 ms either side, by this machine's clock, which is the data
+ * Redis's), the same pay sent at once to each of those ports, each over a connection
+ * opened before. A pay or cancel undecided is asked again as an order is. Lines:
+ *
+ *   pay STATUS KEY ORDER_ID ERROR TRIES PORT
+ *   cancel STATUS KEY ORDER_ID ERROR TRIES PORT
+ *   dpay STATUS KEY ORDER_ID ERROR TRIES PORT OFFSET_MS   (sent OFFSET_MS after pay_by)
+ *
+ * The actions due are done before the next order; once STOP_FILE exists none is done.
  * The client the matrix ran with before (curl forked per order) cost ~57 ms of CPU per
  * order; on 2 cores that, not the service, set the pace of the sale.
  * Exit 0, or 2 on a usage error. */
@@ -22,6 +36,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #define ANSWER_MAX 8192
@@ -29,7 +44,8 @@
 #define RETRY_MS 50
 #define TRIES_MAX 200
 
-static int port;
+#define ACTIONS_MAX 4096 /* pays and cancels waiting for their moment */
+#define DEADLINE_PORTS_MAX 8
 
 static long long now_ms(void)
 {
@@ -46,8 +62,16 @@ static void sleep_ms(long long ms)
     nanosleep(&ts, NULL);
 }
 
+/* Milliseconds of this machine's wall clock (pay_by's). */
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* A connected socket to the port, or -1. */
-static int dial(void)
+static int dial(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -155,54 +179,255 @@ static int undecided(int status, const char *err)
     return status == 503 && (!strcmp(err, "outcome_unknown") || !strcmp(err, "unavailable"));
 }
 
+/* A kept-alive connection to one port. */
+struct conn {
+    int port;
+    int fd; /* -1 when none */
+};
+
+static void conn_drop(struct conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
+/* One try of req over c (a connection made when it has none): *a its answer, status 0
+ * when none came whole; the connection dropped when it cannot serve another. */
+static void exchange_once(struct conn *c, const char *req, size_t len, struct answer *a)
+{
+    a->status = 0;
+    if (c->fd < 0)
+        c->fd = dial(c->port);
+    if (c->fd < 0 || send_all(c->fd, req, len) != 0 ||
+        read_answer(c->fd, now_ms() + TIMEOUT_MS, a) != 0) {
+        a->status = 0;
+        a->body[0] = '\0';
+    }
+    if (a->status == 0 || !a->keep)
+        conn_drop(c);
+}
+
+/* req over c until its answer is final (undecided ones asked again, TRIES_MAX tries at
+ * most); err the answer's error ("-" without). The number of tries. */
+static int exchange(struct conn *c, const char *req, size_t len, struct answer *a, int tries,
+                    char *err, size_t errlen)
+{
+    for (;;) {
+        if (tries > 0)
+            sleep_ms(RETRY_MS);
+        tries++;
+        exchange_once(c, req, len, a);
+        field(a->body, "error", err, errlen);
+        if (!undecided(a->status, err) || tries >= TRIES_MAX)
+            return tries;
+    }
+}
+
+/* A POST of body to path as an HTTP/1.1 request into req; its length. */
+static size_t post(char *req, size_t cap, const char *path, const char *key, const char *body)
+{
+    int n = snprintf(req, cap,
+                     "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%sContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     path, key ? "Idempotency-Key: " : "", key ? key : "", key ? "\r\n" : "",
+                     strlen(body), body);
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+/* pay_by ("2026-11-27T17:45:01.123Z", or whole seconds) as wall milliseconds; -1. */
+static long long rfc3339_ms(const char *t)
+{
+    struct tm tm = {0};
+    int ms = 0;
+    if (sscanf(t, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec) != 6)
+        return -1;
+    const char *frac = strchr(t, '.');
+    if (frac)
+        ms = atoi(frac + 1);
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (long long)timegm(&tm) * 1000 + ms;
+}
+
+/* A buyer's next step for a pending order, at wall time at. */
+enum act_kind { ACT_PAY, ACT_CANCEL, ACT_DEADLINE_PAY };
+struct action {
+    enum act_kind kind;
+    long long at;
+    long n; /* the buyer's number: user uC-N, key kC-N */
+    char id[32];
+};
+
+static struct action actions[ACTIONS_MAX];
+static int nactions;
+static const char *client; /* C */
+static int deadline_ports[DEADLINE_PORTS_MAX], ndeadline;
+
+/* The state's own random sequence (xorshift), so a client's choices replay. */
+static uint64_t rng_state;
+static unsigned draw(unsigned below)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state % below);
+}
+
+/* The pay of order id at pay_by, sent at once to every deadline port over
+ * connections opened first; a line per port. An undecided answer is asked again
+ * on that port alone. */
+static void deadline_pay(const struct action *x)
+{
+    static struct conn c[DEADLINE_PORTS_MAX];
+    static struct answer a[DEADLINE_PORTS_MAX];
+    char path[80], body[80], req[512], err[48];
+    snprintf(path, sizeof(path), "/orders/%s/pay", x->id);
+    snprintf(body, sizeof(body), "{\"payment_id\":\"p%s-%ld\"}", client, x->n);
+    size_t len = post(req, sizeof(req), path, NULL, body);
+    for (int i = 0; i < ndeadline; i++) {
+        c[i].port = deadline_ports[i];
+        c[i].fd = dial(c[i].port);
+    }
+    long long at = x->at + (long long)draw(7) - 3;
+    while (wall_ms() < at)
+        sleep_ms(1);
+    long long offset = wall_ms() - x->at;
+    int sent[DEADLINE_PORTS_MAX];
+    for (int i = 0; i < ndeadline; i++)
+        sent[i] = c[i].fd >= 0 && send_all(c[i].fd, req, len) == 0;
+    for (int i = 0; i < ndeadline; i++) {
+        a[i].status = 0;
+        if (!sent[i] || read_answer(c[i].fd, now_ms() + TIMEOUT_MS, &a[i]) != 0)
+            a[i].status = 0, a[i].body[0] = '\0';
+        conn_drop(&c[i]);
+        field(a[i].body, "error", err, sizeof(err));
+        int tries = 1;
+        if (undecided(a[i].status, err))
+            tries = exchange(&c[i], req, len, &a[i], 1, err, sizeof(err));
+        conn_drop(&c[i]);
+        printf("dpay %03d k%s-%ld %s %s %d %d %lld\n", a[i].status, client, x->n, x->id, err,
+               tries, c[i].port, offset);
+    }
+}
+
+/* A pay or cancel of x->id over c, and its line. */
+static void act(struct conn *c, const struct action *x)
+{
+    static struct answer a;
+    char path[80], body[80], req[512], err[48];
+    int pay = x->kind == ACT_PAY;
+    snprintf(path, sizeof(path), "/orders/%s/%s", x->id, pay ? "pay" : "cancel");
+    if (pay)
+        snprintf(body, sizeof(body), "{\"payment_id\":\"p%s-%ld\"}", client, x->n);
+    else
+        snprintf(body, sizeof(body), "{\"user_id\":\"u%s-%ld\"}", client, x->n);
+    size_t len = post(req, sizeof(req), path, NULL, body);
+    int tries = exchange(c, req, len, &a, 0, err, sizeof(err));
+    printf("%s %03d k%s-%ld %s %s %d %d\n", pay ? "pay" : "cancel", a.status, client, x->n,
+           x->id, err, tries, c->port);
+}
+
+/* What buyer n does with its pending order (the answer's body): maybe an action. */
+static void plan(long n, const char *body, int pay_pct, int cancel_pct, long long window)
+{
+    char state[16], id[32], pay_by[40];
+    field(body, "state", state, sizeof(state));
+    field(body, "order_id", id, sizeof(id));
+    field(body, "pay_by", pay_by, sizeof(pay_by));
+    long long by = rfc3339_ms(pay_by);
+    if (strcmp(state, "pending") != 0 || by < 0 || nactions == ACTIONS_MAX)
+        return;
+    unsigned r = draw(100);
+    struct action *x = &actions[nactions];
+    x->n = n;
+    snprintf(x->id, sizeof(x->id), "%s", id);
+    long long span = window * 8 / 10;
+    if (span < 1)
+        span = 1;
+    if (r < (unsigned)pay_pct && ndeadline > 0 && draw(4) == 0) {
+        x->kind = ACT_DEADLINE_PAY;
+        x->at = by;
+    } else if (r < (unsigned)pay_pct) {
+        x->kind = ACT_PAY;
+        x->at = wall_ms() + (long long)draw((unsigned)span);
+    } else if (r < (unsigned)(pay_pct + cancel_pct)) {
+        x->kind = ACT_CANCEL;
+        x->at = wall_ms() + (long long)draw((unsigned)span);
+    } else {
+        return; /* walks away */
+    }
+    nactions++;
+}
+
+/* The index of the action due first, or -1 when none waits. */
+static int next_action(void)
+{
+    int best = -1;
+    for (int i = 0; i < nactions; i++)
+        if (best < 0 || actions[i].at < actions[best].at)
+            best = i;
+    return best;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: chaosclient C PORT PATH STOP_FILE PACE_MS\n");
+    if (argc != 6 && argc != 9) {
+        fprintf(stderr, "usage: chaosclient C PORT PATH STOP_FILE PACE_MS "
+                        "[PAY_PCT CANCEL_PCT DEADLINE_PORTS]\n");
         return 2;
     }
-    const char *c = argv[1], *path = argv[3], *stop = argv[4];
-    port = atoi(argv[2]);
+    const char *path = argv[3], *stop = argv[4];
+    client = argv[1];
+    struct conn conn = {.port = atoi(argv[2]), .fd = -1};
     long long pace = atoll(argv[5]);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    int fd = -1;
-    static struct answer a;
-    for (long n = 1; access(stop, F_OK) != 0; n++) {
-        long long started = now_ms();
-        char body[96], req[512], id[32], err[48];
-        int blen = snprintf(body, sizeof(body), "{\"user_id\":\"u%s-%ld\"}", c, n);
-        int rlen = snprintf(req, sizeof(req),
-                            "POST %s HTTP/1.1\r\nHost: chaos\r\nIdempotency-Key: k%s-%ld\r\n"
-                            "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-                            path, c, n, blen, body);
-        int tries = 0;
-        for (;;) {
-            tries++;
-            a.status = 0;
-            if (fd < 0)
-                fd = dial();
-            if (fd < 0 || send_all(fd, req, (size_t)rlen) != 0 ||
-                read_answer(fd, now_ms() + TIMEOUT_MS, &a) != 0) {
-                a.status = 0;
-                a.body[0] = '\0';
-            }
-            if (a.status == 0 || !a.keep) {
-                if (fd >= 0)
-                    close(fd);
-                fd = -1;
-            }
-            field(a.body, "order_id", id, sizeof(id));
-            field(a.body, "error", err, sizeof(err));
-            if (undecided(a.status, err) && tries < TRIES_MAX) {
-                sleep_ms(RETRY_MS);
-                continue;
-            }
-            break;
-        }
-        printf("%03d k%s-%ld %s %s %d\n", a.status, c, n, id, err, tries);
-        sleep_ms(started + pace - now_ms());
+    int pay_pct = argc == 9 ? atoi(argv[6]) : 0, cancel_pct = argc == 9 ? atoi(argv[7]) : 0;
+    if (argc == 9 && strcmp(argv[8], "-") != 0) {
+        char *ports = argv[8], *save = NULL;
+        for (char *p = strtok_r(ports, ",", &save); p && ndeadline < DEADLINE_PORTS_MAX;
+             p = strtok_r(NULL, ",", &save))
+            deadline_ports[ndeadline++] = atoi(p);
     }
-    if (fd >= 0)
-        close(fd);
+    rng_state = 0x9e3779b97f4a7c15ULL ^ (uint64_t)strtoull(client, NULL, 10) * 0x100000001b3ULL;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    static struct answer a;
+    long long next_order = now_ms(), window = 0;
+    for (long n = 1; access(stop, F_OK) != 0;) {
+        int due = next_action();
+        if (due >= 0 && actions[due].at <= wall_ms() + (actions[due].kind == ACT_DEADLINE_PAY ? 20 : 0)) {
+            struct action x = actions[due];
+            actions[due] = actions[--nactions];
+            if (x.kind == ACT_DEADLINE_PAY)
+                deadline_pay(&x);
+            else
+                act(&conn, &x);
+            continue;
+        }
+        if (now_ms() < next_order) {
+            long long wait = next_order - now_ms();
+            if (due >= 0 && actions[due].at - wall_ms() < wait)
+                wait = actions[due].at - wall_ms();
+            sleep_ms(wait < 1 ? 1 : wait > 20 ? 20 : wait);
+            continue;
+        }
+        long long started = now_ms();
+        char body[96], req[512], key[48], id[32], err[48], by[40];
+        snprintf(body, sizeof(body), "{\"user_id\":\"u%s-%ld\"}", client, n);
+        snprintf(key, sizeof(key), "k%s-%ld", client, n);
+        size_t len = post(req, sizeof(req), path, key, body);
+        int tries = exchange(&conn, req, len, &a, 0, err, sizeof(err));
+        field(a.body, "order_id", id, sizeof(id));
+        printf("%03d k%s-%ld %s %s %d\n", a.status, client, n, id, err, tries);
+        if (pay_pct + cancel_pct > 0 && a.status == 201) {
+            field(a.body, "pay_by", by, sizeof(by));
+            if (window == 0 && rfc3339_ms(by) > 0) /* the window, from the first pay_by */
+                window = rfc3339_ms(by) - wall_ms();
+            plan(n, a.body, pay_pct, cancel_pct, window > 0 ? window : 1000);
+        }
+        n++;
+        next_order = started + pace;
+    }
+    conn_drop(&conn);
     return 0;
 }

@@ -19,7 +19,8 @@
 #                               start: UP_ERROR says why (its last word), nothing of it
 #                               runs, status 1
 #   lt_cluster_down             the running cluster down; 1 when that failed
-#   put_sku SKU STOCK SEGMENTS  creates or resets SKU through $LB_URL (limit 1;
+#   put_sku SKU STOCK SEGMENTS [EXTRA]  creates or resets SKU through $LB_URL (limit 1,
+#                               EXTRA more JSON fields: ,"pay_within_ms":1500;
 #                               $SECKILL_ADMIN_TOKEN when set); 1 when refused
 
 # shellcheck source=scripts/lib.sh
@@ -93,9 +94,9 @@ lt_cluster_down() {
     "$CLUSTER" down --dir "$dir" --quiet >/dev/null
 }
 
-put_sku() { # SKU STOCK SEGMENTS
+put_sku() { # SKU STOCK SEGMENTS [EXTRA: more fields, ',"pay_within_ms":1500']
     local -a auth=()
     [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
     curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' "${auth[@]}" \
-        -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1}" "$LB_URL/skus/$1"
+        -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1${4:-}}" "$LB_URL/skus/$1"
 }
