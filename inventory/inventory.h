@@ -212,8 +212,8 @@ struct inv_audit {
     X(units_returned, "units_returned", "seckill_units_returned_total",                  \
       "Units given back by the cancelled and expired orders this instance ended.")       \
     X(unacked, "unacknowledged_by_replicas", "seckill_orders_unacknowledged_total",      \
-      "Orders placed that the replicas did not acknowledge in time: answered "           \
-      "outcome_unknown (--min-replicas-acked).")
+      "Orders placed, paid or cancelled that the replicas did not acknowledge in "       \
+      "time: answered outcome_unknown (--min-replicas-acked).")
 /* Commits refused, or made late; at the top level of /stats. */
 #define INV_COMMIT_COUNTERS(X)                                                           \
     X(fenced_off, "fenced_off_commits", "seckill_fenced_commits_refused_total",          \

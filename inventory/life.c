@@ -12,6 +12,7 @@
 #include "aconn.h"
 #include "inv_impl.h"
 #include "orderid.h"
+#include "path.h"
 #include "soldout.h"
 #include "xalloc.h"
 
@@ -24,9 +25,32 @@ static struct rscript cancel_script = RSCRIPT_INIT("inv_cancel", lua_inventory_c
 /* inventory/lua/due.lua: a SKU's pending orders past pay_by expire. */
 static struct rscript due_script = RSCRIPT_INIT("inv_due", lua_inventory_due);
 
+/* Whether --min-replicas-acked replicas acknowledged what rc wrote so far (a
+ * WAIT on it), or none are asked for; an order's own acknowledgement is
+ * ack.c's, on the loop. */
+static int life_acked(struct inv *inv, struct rconn *rc)
+{
+    const char *argv[3];
+    char buf[2][16];
+    int argc = inv_durable_argv(inv, argv, buf);
+    if (argc == 0)
+        return 1;
+    redisReply *w = rconn_command_argv(rc, argc, argv, NULL);
+    int ok = w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
+    if (w)
+        freeReplyObject(w);
+    if (!ok)
+        count(&inv->counters.unacked);
+    return ok;
+}
+
 /* Runs script (pay.lua or cancel.lua, arg its ARGV[2]) on order id, whose
  * record is loaded into *out first (for its SKU). *code is the script's first
- * answer, *units the units it gave back. */
+ * answer, *units the units it gave back. INV_UNAVAILABLE when the script could
+ * not be sent, INV_OUTCOME_UNKNOWN when it was but no answer came (it may have
+ * run), or when it paid or cancelled (code 1 or 2) and fewer replicas than
+ * --min-replicas-acked acknowledged it in time: a 200 is answered only for a
+ * change that survives the master's crash, as a 201 is. */
 static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *script,
                             const char *arg, struct inv_order *out, long long *code,
                             long long *units)
@@ -46,11 +70,12 @@ static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *
     const char *argv[] = {okey,   k.meta,          k.stock, k.sold,  k.buyers,
                           k.back, k.due,           k.life,  k.avail, idt,
                           arg,    SOLDOUT_CHANNEL, out->sku};
+    uint64_t link = inv_link_before(sh->rc);
     redisReply *r = rconn_eval(sh->rc, script, 9, 4, argv, NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         if (r)
             freeReplyObject(r);
-        return inv_shard_outcome(s, INV_UNAVAILABLE);
+        return inv_shard_outcome(s, link ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE);
     }
     *code = inv_reply_ll(r->element[0], 0);
     *units = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
@@ -59,6 +84,8 @@ static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *
         return INV_NOT_FOUND; /* gone with a reset meanwhile */
     if (*units > 0)           /* this instance at once; the others by the message */
         soldout_forget(s->inv->cfg.soldout);
+    if ((*code == 1 || *code == 2) && !life_acked(s->inv, sh->rc))
+        return INV_OUTCOME_UNKNOWN;
     return INV_OK;
 }
 

@@ -8,7 +8,7 @@
 #   --quick            a smoke test of the harness: 1 s per step, no warm-up (also
 #                      BENCH_QUICK=1); its figures are not worth quoting
 #   --systems LIST     lock modes, system ids (redis-b1) or canned, comma-separated
-#                      (none,local,setnx,redis,redlock,zk,atomic,canned)
+#                      (none,local,setnx,redis,redlock,zk,atomic,redis-pay,canned)
 #   --scenarios LIST   s1-c256,s1-c64,s2,cont (all)
 #   --s1 D, --s2 D, --cont D, --warmup D
 #                      wrk duration per step, wrk syntax (5s, 4s, 4s, 1s; quick: 1s, 0)
@@ -28,7 +28,11 @@
 #   cont     contention: one segment (K=1), --work-us 2000 in the critical section, -c64;
 #            seckill systems only (the canned 201 has nothing to contend on)
 #
-# Systems: every lock mode, and canned (scripts/cluster.sh up --canned: the same nginx
+# Systems: every lock mode; redis-pay, the redis mode selling SKUs with a payment window
+# of 2 s (PAY_WITHIN_MS) whose buyers pay half of their orders 200 ms after the 201,
+# cancel a quarter then and let the rest expire (orders.lua's PAY_RATIO 0.5; a pay or
+# cancel is a request of its own; its Redis and seckill CPU count in the per-order and
+# per-request columns, and the sweeps' too); and canned (scripts/cluster.sh up --canned: the same nginx
 # balancer in front of upstreams that answer a fixed 201; the ceiling). When the
 # server takes --batch, each mode of BATCHED_MODES runs twice, at its default batch
 # and at --batch 1; without it every mode runs once, labelled "1 (no --batch)".
@@ -61,7 +65,10 @@ BATCHED_MODES="local setnx redis redlock zk"
 INSTANCES=3 SEGMENTS=16 S1_STOCK=1000000000 CONT_STOCK=100000000 CONT_WORK_US=2000
 WRK_THREADS=2
 
-systems="none,local,setnx,redis,redlock,zk,atomic,canned"
+systems="none,local,setnx,redis,redlock,zk,atomic,redis-pay,canned"
+# redis-pay's reservations: the SKUs' payment window, the share of buyers who pay, and
+# when they pay or cancel
+PAY_WITHIN_MS=2000 PAY_RATIO=0.5 PAY_DELAY_MS=200
 scenarios="s1-c256,s1-c64,s2,cont"
 quick=${BENCH_QUICK:-0}
 [[ $quick == 1 || $quick == 0 || -z $quick ]] || quick=1
@@ -121,6 +128,8 @@ for m in none local setnx redis redlock zk atomic; do
         add_system "$m" "$m" default
     fi
 done
+# by its id only (--systems redis means the mode's own rows)
+[[ ",$systems," != *,redis-pay,* ]] || SYSTEMS+=("redis-pay|redis|default|")
 add_system canned canned -
 IFS=', ' read -r -a names <<<"$systems"
 for n in "${names[@]}"; do
@@ -235,8 +244,10 @@ instances_idle() {
         [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1 # the /stats request itself
     done
 }
+PAYING=() # the buyers' orders.lua arguments when the system sells with a payment window
 wrk_run() { # SKU CONNECTIONS DURATION FILE
-    wrk -t "$WRK_THREADS" -c "$2" -d "$3" -s "$LUA" "$LB_URL" -- "$1" 0 1 "b$$x$RANDOM" >"$4" 2>&1 || true
+    wrk -t "$WRK_THREADS" -c "$2" -d "$3" -s "$LUA" "$LB_URL" -- "$1" 0 1 "b$$x$RANDOM" \
+        "${PAYING[@]}" >"$4" 2>&1 || true
 }
 
 # step SCENARIO SYSTEM_ID SKU CONNECTIONS DURATION: one measured wrk run on the current
@@ -343,14 +354,19 @@ failed_step() { # SCENARIO ID ERROR
 }
 
 run_system() {
-    local id=$1 sc
+    local id=$1 sc pay=""
     local -a main=()
+    PAYING=()
+    if [[ $id == *-pay ]]; then
+        pay=",\"pay_within_ms\":$PAY_WITHIN_MS"
+        PAYING=(- "$PAY_RATIO" "$PAY_DELAY_MS" "${SECKILL_ADMIN_TOKEN:-}")
+    fi
     for sc in s1-c256 s1-c64 s2; do want "$sc" && main+=("$sc"); done
     if ((${#main[@]})) && ! cluster_up "$id" main; then
         for sc in "${main[@]}"; do failed_step "$sc" "$id" "cluster did not start"; done
     elif ((${#main[@]})); then
-        if ((!CANNED)) && ! { put_sku s1-c256 "$S1_STOCK" "$SEGMENTS" &&
-            put_sku s1-c64 "$S1_STOCK" "$SEGMENTS" && put_sku s2 0 "$SEGMENTS"; }; then
+        if ((!CANNED)) && ! { put_sku s1-c256 "$S1_STOCK" "$SEGMENTS" "$pay" &&
+            put_sku s1-c64 "$S1_STOCK" "$SEGMENTS" "$pay" && put_sku s2 0 "$SEGMENTS" "$pay"; }; then
             for sc in "${main[@]}"; do failed_step "$sc" "$id" "PUT /skus failed"; done
             main=()
         elif [[ $d_warm != 0 ]]; then
@@ -372,7 +388,7 @@ run_system() {
         if ! cluster_up "$id" cont --work-us "$CONT_WORK_US"; then
             failed_step cont "$id" "cluster did not start"
         else
-            if put_sku hot "$CONT_STOCK" 1; then
+            if put_sku hot "$CONT_STOCK" 1 "$pay"; then
                 step cont "$id" hot 64 "$d_cont"
             else
                 failed_step cont "$id" "PUT /skus failed"

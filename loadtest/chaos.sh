@@ -649,7 +649,8 @@ run_one() {
     verdict=$(check_run "$fault" "$mode" "$rep" "$run_seed" "$at_ms" "$fault_log" "$life" "$stock")
     echo "$verdict" >>"$out/runs.jsonl"
     lt_cluster_down || any_error=1
-    progress "$fault $mode #$rep (seed $run_seed, fault at ${at_ms} ms: $(tr '\n' ',' <<<"$fault_log" | sed 's/,$//')): $(jq -r '(.violations | if length == 0 then "ok" else (to_entries | map("\(.key) \(.value)") | join(", ")) end) + " (seen: " + ((["retried \(.retried)"] + (.seen | to_entries | map(select(.value > 0) | "\(.key) \(.value)"))) | join(", ")) + ")"' <<<"$verdict")"
+    progress "$fault $mode #$rep (seed $run_seed, fault at ${at_ms} ms: $(tr '\n' ',' <<<"$fault_log" | sed 's/,$//')): $(jq -r '(.violations | if length == 0 then "ok" else (to_entries | map("\(.key) \(.value)") | join(", ")) end) + " (seen: " + ((["retried \(.retried)"] + (.seen | to_entries | map(select(.value > 0) | "\(.key) \(.value)"))) | join(", ")) + ")"
+        + (if .life.pays_ok then "; life: \(.audit.orders) orders, pays \(.life.pays_ok) ok \(.life.pays_expired) expired, \(.life.deadline_pays) at pay_by, cancels \(.life.cancels_ok), units returned \(.audit.returned)" else "" end)' <<<"$verdict")"
 }
 
 # check_run ...: the run's JSON line, from the client's records and the server's audit.
@@ -794,7 +795,7 @@ done
     die "clock-step needs libfaketime (Debian faketime; scripts/deps.sh installs it)"
 # shellcheck disable=SC2034 # progress (loadtest/lib.sh) shows STEP/TOTAL
 TOTAL=$((${#cells[@]} * reps))
-progress "chaos: ${#cells[@]} cells (faults $faults; modes $modes), $reps run(s) each, seed $seed, stock $STOCK over $SEGMENTS segments, $LOOPS clients, lease ${TTL_MS} ms"
+progress "chaos: ${#cells[@]} cells (faults $faults; modes $modes), $reps run(s) each, seed $seed, stock $STOCK over $SEGMENTS segments ($LIFE_STOCK in life-* rows, a payment window of $PAY_MS ms), $LOOPS clients, lease ${TTL_MS} ms"
 : >"$out/runs.jsonl"
 for c in "${cells[@]}"; do
     for ((r = 1; r <= reps; r++)); do

@@ -65,6 +65,12 @@ static void inv_error(struct svc_response *res, inv_status st)
     case INV_FORBIDDEN:
         svc_error(res, 403, "forbidden", "not this user's order");
         break;
+    case INV_OUTCOME_UNKNOWN: /* a pay or a cancel (an order's is order_answer's) */
+        svc_error(res, 503, "outcome_unknown",
+                  "the change was sent to Redis but its answer, or the replicas' "
+                  "acknowledgement, never came: it may have been made; a retry is safe");
+        res->retry_after = 1;
+        break;
     default:
         svc_error(res, 503, "unavailable",
                   "Redis or the lock service is unreachable; nothing was placed");

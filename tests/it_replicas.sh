@@ -13,7 +13,10 @@
 #     the master (GET /orders/{id} 200); /stats counts them; the instance without
 #     acknowledgement still answers 201;
 #   - replica back: orders answer 201 again; a retry of an unknown order with its
-#     Idempotency-Key returns that same order, and nothing is placed twice.
+#     Idempotency-Key returns that same order, and nothing is placed twice;
+#   - reservations: a pay and a cancel are answered 200 only once acknowledged too:
+#     replica frozen, 503 outcome_unknown (the order paid, or cancelled, on the
+#     master); asked again once it is back, 200.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -48,6 +51,15 @@ expect "no AOF, nothing acknowledged: not durable" "0" "$(durable "$unacked")"
 
 curl -s -X PUT "$acked/skus/r" -d '{"stock":1000,"segments":4}' >/dev/null
 curl -s -X PUT "$acked/skus/few" -d '{"stock":4,"segments":4,"per_user_limit":2}' >/dev/null # 1 per segment
+curl -s -X PUT "$acked/skus/life" -d '{"stock":10,"segments":2,"pay_within_ms":60000}' >/dev/null
+# life_end URL ID pay|cancel USER: "status error state-now" of a pay or cancel of order ID
+life_end() {
+    local body
+    [[ $3 == pay ]] && body='{"payment_id":"p1"}' || body="{\"user_id\":\"$4\"}"
+    curl -s --max-time 10 -w '\n%{http_code}' -X POST "$1/orders/$2/$3" -d "$body" |
+        { read -r body; read -r code
+          echo "$code $(jq -r '.error // "-"' <<<"$body") $(curl -s "$1/orders/$2" | jq -r .state)"; }
+}
 
 read -r c _ <<<"$(it_order "$acked" r u1 1)"
 expect "replica up: group commit 201" "201" "$c"
@@ -55,6 +67,13 @@ read -r c _ <<<"$(it_order "$atomic" r u2 1)"
 expect "replica up: atomic 201" "201" "$c"
 read -r c _ <<<"$(it_order "$acked" few u3 2)"
 expect "replica up: an order of two segments 201" "201" "$c"
+life_ids=()
+for u in l1 l2 l3; do
+    read -r c id _ <<<"$(it_order "$acked" life "$u" 1)"
+    expect "replica up: a reservation 201" "201" "$c"
+    life_ids+=("$id")
+done
+expect "replica up: a pay 200, the order paid" "200 - paid" "$(life_end "$acked" "${life_ids[0]}" pay)"
 
 kill -STOP "$(cat "$dir/replica.pid")"
 unknown_ids=()
@@ -73,6 +92,10 @@ read -r c _ <<<"$(it_order "$unacked" r u7 1)"
 expect "replica frozen, no acknowledgement asked: 201" "201" "$c"
 unacked_count=$(curl -s "$acked/stats" | jq '.orders.unacknowledged_by_replicas')
 expect "/stats counts the unacknowledged orders" "2" "$unacked_count"
+expect "replica frozen: a pay 503 outcome_unknown (paid on the master)" \
+    "503 outcome_unknown paid" "$(life_end "$acked" "${life_ids[1]}" pay)"
+expect "replica frozen: a cancel 503 outcome_unknown (cancelled on the master)" \
+    "503 outcome_unknown cancelled" "$(life_end "$acked" "${life_ids[2]}" cancel l3)"
 
 kill -CONT "$(cat "$dir/replica.pid")"
 wait_until 20 it_replica_synced || echo "the replica did not come back"
@@ -82,5 +105,10 @@ read -r c id _ <<<"$(it_order "$acked" r u4 1 key-u4)"
 expect "the unknown order retried with its key: the same order" "201 ${unknown_ids[0]}" "$c $id"
 sold=$(curl -s "$acked/skus/r" | jq .sold)
 expect "nothing placed twice: r sold u1 u2 u4 u5 u7 u8" "6" "$sold"
+expect "replica back: the pay asked again 200" "200 - paid" "$(life_end "$acked" "${life_ids[1]}" pay)"
+expect "replica back: the cancel asked again 200" "200 - cancelled" \
+    "$(life_end "$acked" "${life_ids[2]}" cancel l3)"
+expect "the SKU: 2 paid, 1 unit back" "2 1 8" \
+    "$(curl -s "$acked/skus/life" | jq -r '"\(.paid) \(.returned) \(.remaining)"')"
 
 checks_summary
