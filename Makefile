@@ -184,7 +184,7 @@ bench: deps
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/shards.sh
 
 # The fault matrix: faults x lock modes, CHAOS_REPS runs each; results/chaos-latest/.
-# CHAOS_QUICK=1: the short pass (loadtest/chaos.sh --quick), 15 cells (2 of the lifecycle).
+# CHAOS_QUICK=1: the short pass (loadtest/chaos.sh --quick), 16 cells (3 of the lifecycle).
 CHAOS_REPS ?= 10
 CHAOS_QUICK ?=
 chaos: deps

@@ -73,6 +73,7 @@ struct erefill {
     int home, giver; /* layout indexes: the order's shard, the one giving */
     long long need, want;
     struct inv_ticket step; /* the transfer's step in flight */
+    int noscripts;          /* steps answered NOSCRIPT (run again, 4 at most) */
     struct inv_xfer x;
     char arg[6][24];
 };
@@ -124,8 +125,10 @@ static void on_step_reply(void *arg, aconn_result res, redisReply *reply)
 {
     struct erefill *r = arg;
     struct inv_engine *e = r->e;
-    long long got;
-    inv_status st = inv_xfer_outcome(res, reply, &got);
+    long long got = 0;
+    inv_status st = res == ACONN_REPLY && rconn_is_noscript(reply)
+                        ? INV_OK /* nothing ran: again (step_done) */
+                        : inv_xfer_outcome(res, reply, &got);
     r->step.order.qty = (int)got;
     inv_ticket_finish(e->inv, &r->step, st);
     e->answering = eng_answered_by(e, res);
@@ -160,8 +163,9 @@ static void step_run(struct erefill *r, int gene, int seg, int xin, int nargs)
     }
     struct inv_xfer_call xc;
     inv_xfer_call_init(&xc, e->inv, s->sku, gene, seg, xin, nargs, r->x.args, NULL);
-    if (acluster_eval(e->cluster, cluster_gene_slot(gene), on_step_reply, r, xc.cmd.script,
-                      xc.cmd.nkeys, xc.cmd.argc, xc.cmd.argv) != RCONN_OK) {
+    if (acluster_eval(e->cluster, cluster_gene_slot(gene), on_step_reply, r,
+                      xc.cmd.script, xc.cmd.nkeys, xc.cmd.argc,
+                      xc.cmd.argv) != RCONN_OK) {
         inv_ticket_finish(e->inv, s, INV_UNAVAILABLE);
         eng_ticket_done(e, s);
     }
@@ -183,6 +187,13 @@ static void step_done(struct inv_ticket *step)
     long long got = step->order.qty;
     if (r->e->closing) {
         refill_end(r, INV_UNAVAILABLE);
+        return;
+    }
+    /* INV_OK: the master had not seen the script (its connection loaded the
+     * ones this process knew then): nothing ran, and the connection loads it
+     * before what follows, so the step runs again (its lock taken anew). */
+    if (st == INV_OK && r->noscripts++ < 4) {
+        step_run(r, step->gene, step->seg, r->x.xin, r->x.nargs);
         return;
     }
     if (st == INV_NOT_FOUND) { /* the SKU was reset since */

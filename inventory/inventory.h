@@ -52,8 +52,9 @@
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
 #define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
-/* The set of SKUs with a payment window, which every instance sweeps (one
- * Redis only: reservations are not offered on a Redis Cluster). */
+/* The set of SKUs with a payment window, which every instance sweeps (on a
+ * Redis Cluster in its own slot, kept by the PUT: each SKU's shards are named
+ * by its directory). */
 #define INV_PAYING_KEY "seckill:paying"
 
 typedef enum {
@@ -340,13 +341,17 @@ inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user
 
 /* The sweep that expires reservations past their pay_by (inventory/life.c):
  * every INV_SWEEP_MS on the event loop it is attached to, over every SKU
- * with a payment window, on a connection of its own to the data Redis. Every
- * instance sweeps; an order expires once whoever finds it. One Redis only. */
+ * with a payment window, on a connection of its own to the data Redis (or
+ * its own router over a Redis Cluster: inv_sweep_new_cluster, seeds copied).
+ * Every instance sweeps; an order expires once whoever finds it. */
 #define INV_SWEEP_MS 100
 struct inv_sweep;
 struct event_base;
 struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
                                 const char *password);
+struct rconn_addr;
+struct inv_sweep *inv_sweep_new_cluster(struct inv *inv, const struct rconn_addr *seeds,
+                                        int nseeds, const char *password);
 void inv_sweep_attach(struct inv_sweep *sw, struct event_base *base);
 void inv_sweep_detach(struct inv_sweep *sw); /* on its loop, or once it stopped */
 void inv_sweep_free(struct inv_sweep *sw);   /* NULL is a no-op */

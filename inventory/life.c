@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acluster.h"
 #include "aconn.h"
 #include "inv_impl.h"
 #include "orderid.h"
@@ -36,7 +37,8 @@ static int life_acked(struct inv *inv, struct rconn *rc)
     if (argc == 0)
         return 1;
     redisReply *w = rconn_command_argv(rc, argc, argv, NULL);
-    int ok = w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
+    int ok =
+        w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
     if (w)
         freeReplyObject(w);
     if (!ok)
@@ -159,32 +161,82 @@ inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user
 /* Every INV_SWEEP_MS, on one event loop: the registry of SKUs with a payment
  * window (INV_PAYING_KEY), then due.lua for each of them, sent together; the
  * next round only once every answer is in. A SKU with more due orders than
- * one call expires is swept again at once. */
-#define SWEEP_MOST 500 /* orders one call expires at most */
-#define SWEEP_SKUS 256 /* SKUs one round sweeps at most */
+ * one call expires is swept again at once. On a Redis Cluster a SKU's orders
+ * live and expire on its shards: its directory names them (their genes), and
+ * due.lua runs on each, its units going back there. */
+#define SWEEP_MOST 500  /* orders one call expires at most */
+#define SWEEP_CALLS 512 /* calls one round makes at most (directories, sweeps) */
 
 struct inv_sweep {
     struct inv *inv;
-    char host[256];
+    char host[256]; /* one Redis */
     int port;
+    struct rconn_addr *seeds; /* a Redis Cluster: its seeds (nseeds > 0) */
+    int nseeds;
     char *password;
-    struct aconn *ac;
+    struct aconn *ac;    /* attached, on one Redis */
+    struct acluster *cl; /* attached, on a Redis Cluster */
     struct event *tick;
-    int owed;  /* answers still to come this round */
-    int again; /* a SKU had more due than one call expired */
-    struct sweep_sku {
+    int owed;   /* answers still to come this round */
+    int again;  /* a SKU had more due than one call expired */
+    int ncalls; /* calls[] used this round */
+    struct sweep_call {
         struct inv_sweep *sw;
         char sku[INV_ID_MAX + 1];
-    } skus[SWEEP_SKUS];
+        int gene; /* its shard's (-1 on one Redis) */
+        char dir[96];
+    } calls[SWEEP_CALLS];
 };
 
 static void sweep_round(struct inv_sweep *sw);
 
+static int sweep_attached(const struct inv_sweep *sw)
+{
+    return sw->ac || sw->cl;
+}
+
+/* One answer of the round in: the round ends with the last. */
+static void sweep_answered(struct inv_sweep *sw)
+{
+    if (--sw->owed == 0 && sw->again)
+        sweep_round(sw);
+}
+
+/* Sends argv (a call of script when not NULL) to the Redis, or the master of
+ * slot on a cluster; counted as owed when sent. */
+static void sweep_send(struct inv_sweep *sw, int slot, aconn_cb *cb, void *arg,
+                       struct rscript *script, int nkeys, int argc, const char **argv)
+{
+    rconn_status st;
+    sw->owed++; /* first: an answer may come before the call returns */
+    if (sw->cl)
+        st = script ? acluster_eval(sw->cl, slot, cb, arg, script, nkeys, argc, argv)
+                    : acluster_command(sw->cl, slot, cb, arg, argc, argv);
+    else
+        st = script ? aconn_eval(sw->ac, cb, arg, script, nkeys, argc, argv)
+                    : aconn_command(sw->ac, cb, arg, argc, argv, NULL);
+    if (st != RCONN_OK)
+        sw->owed--;
+}
+
+/* A call slot of this round for sku on gene's shard, or NULL when the round
+ * has none left (the rest waits for the next round). */
+static struct sweep_call *sweep_call(struct inv_sweep *sw, const char *sku, int gene)
+{
+    if (sw->ncalls == SWEEP_CALLS)
+        return NULL;
+    struct sweep_call *x = &sw->calls[sw->ncalls++];
+    x->sw = sw;
+    snprintf(x->sku, sizeof(x->sku), "%s", sku);
+    x->gene = gene;
+    return x;
+}
+
 static void on_swept(void *arg, aconn_result res, redisReply *r)
 {
-    struct sweep_sku *x = arg;
+    struct sweep_call *x = arg;
     struct inv_sweep *sw = x->sw;
-    if (!sw->ac) /* detached: answered as failed */
+    if (!sweep_attached(sw)) /* detached: answered as failed */
         return;
     if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
         long long orders = inv_reply_ll(r->element[0], 0);
@@ -197,44 +249,74 @@ static void on_swept(void *arg, aconn_result res, redisReply *r)
             soldout_forget(sw->inv->cfg.soldout);
         sw->again |= inv_reply_ll(r->element[2], 0) > 0;
     }
-    if (--sw->owed == 0 && sw->again)
-        sweep_round(sw);
+    sweep_answered(sw);
+}
+
+/* due.lua for sku on gene's shard (-1: the one Redis). */
+static void sweep_due(struct inv_sweep *sw, const char *sku, int gene)
+{
+    struct sweep_call *x = sweep_call(sw, sku, gene);
+    if (!x)
+        return;
+    char most[12];
+    snprintf(most, sizeof(most), "%d", SWEEP_MOST);
+    struct sku_keys k;
+    inv_keys_init(&k, x->sku, gene);
+    const char *argv[] = {k.meta, k.stock, k.sold,  k.buyers, k.back,          k.due,
+                          k.life, k.avail, k.order, most,     SOLDOUT_CHANNEL, x->sku};
+    sweep_send(sw, gene < 0 ? 0 : cluster_gene_slot(gene), on_swept, x, &due_script, 8,
+               12, argv);
+}
+
+/* A cluster SKU's directory: its shards' genes, each swept. */
+static void on_dir(void *arg, aconn_result res, redisReply *r)
+{
+    struct sweep_call *x = arg;
+    struct inv_sweep *sw = x->sw;
+    if (!sweep_attached(sw))
+        return;
+    int genes[CLUSTER_MAX_MASTERS], n = 0;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_STRING)
+        n = inv_genes_parse(r->element[0]->str, genes);
+    for (int i = 0; i < n; i++)
+        sweep_due(sw, x->sku, genes[i]);
+    sweep_answered(sw);
 }
 
 static void on_listed(void *arg, aconn_result res, redisReply *r)
 {
     struct inv_sweep *sw = arg;
-    sw->owed = 0;
-    if (!sw->ac || res != ACONN_REPLY || r->type != REDIS_REPLY_ARRAY)
+    if (!sweep_attached(sw))
         return;
-    size_t n = r->elements < SWEEP_SKUS ? r->elements : SWEEP_SKUS;
-    char most[12];
-    snprintf(most, sizeof(most), "%d", SWEEP_MOST);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0;
+         res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_STRING || !inv_id_valid(e->str))
             continue;
-        struct sweep_sku *x = &sw->skus[sw->owed];
-        x->sw = sw;
-        snprintf(x->sku, sizeof(x->sku), "%s", e->str);
-        struct sku_keys k;
-        inv_keys_init(&k, x->sku, -1);
-        const char *argv[] = {k.meta,  k.stock, k.sold,          k.buyers,
-                              k.back,  k.due,   k.life,          k.avail,
-                              k.order, most,    SOLDOUT_CHANNEL, x->sku};
-        sw->owed++;
-        if (aconn_eval(sw->ac, on_swept, x, &due_script, 8, 12, argv) != RCONN_OK)
-            sw->owed--;
+        if (!sw->cl) {
+            sweep_due(sw, e->str, -1);
+            continue;
+        }
+        struct sweep_call *x = sweep_call(sw, e->str, -1);
+        if (!x)
+            break;
+        const char *argv[6];
+        inv_dir_learn_cmd(x->sku, x->dir, sizeof(x->dir), argv);
+        sweep_send(sw, cluster_keyslot(x->dir, strlen(x->dir)), on_dir, x, NULL, 0, 6,
+                   argv);
     }
+    sweep_answered(sw);
 }
 
 static void sweep_round(struct inv_sweep *sw)
 {
     const char *argv[] = {"SMEMBERS", INV_PAYING_KEY};
     sw->again = 0;
-    sw->owed = 1;
-    if (aconn_command(sw->ac, on_listed, sw, 2, argv, NULL) != RCONN_OK)
-        sw->owed = 0;
+    sw->owed = 0;
+    sw->ncalls = 0;
+    sweep_send(sw, cluster_keyslot(INV_PAYING_KEY, strlen(INV_PAYING_KEY)), on_listed, sw,
+               NULL, 0, 2, argv);
 }
 
 static void on_sweep_tick(evutil_socket_t fd, short what, void *arg)
@@ -256,11 +338,24 @@ struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
     return sw;
 }
 
+struct inv_sweep *inv_sweep_new_cluster(struct inv *inv, const struct rconn_addr *seeds,
+                                        int nseeds, const char *password)
+{
+    struct inv_sweep *sw = inv_sweep_new(inv, "", 0, password);
+    sw->seeds = xmalloc(sizeof(*seeds) * (size_t)nseeds);
+    memcpy(sw->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
+    sw->nseeds = nseeds;
+    return sw;
+}
+
 void inv_sweep_attach(struct inv_sweep *sw, struct event_base *base)
 {
     if (!sw || sw->tick)
         return;
-    sw->ac = aconn_new(base, sw->host, sw->port, sw->password, 1000);
+    if (sw->nseeds > 0)
+        sw->cl = acluster_new(base, sw->seeds, sw->nseeds, sw->password, 1000);
+    else
+        sw->ac = aconn_new(base, sw->host, sw->port, sw->password, 1000);
     struct timeval every = {.tv_sec = 0, .tv_usec = INV_SWEEP_MS * 1000};
     sw->tick = event_new(base, -1, EV_PERSIST, on_sweep_tick, sw);
     if (!sw->tick || event_add(sw->tick, &every) != 0)
@@ -274,8 +369,11 @@ void inv_sweep_detach(struct inv_sweep *sw)
     event_free(sw->tick);
     sw->tick = NULL;
     struct aconn *ac = sw->ac;
+    struct acluster *cl = sw->cl;
     sw->ac = NULL;
+    sw->cl = NULL;
     aconn_free(ac); /* answers what is on its way, as failed */
+    acluster_free(cl);
     sw->owed = 0;
 }
 
@@ -284,6 +382,7 @@ void inv_sweep_free(struct inv_sweep *sw)
     if (!sw)
         return;
     inv_sweep_detach(sw);
+    free(sw->seeds);
     free(sw->password);
     free(sw);
 }

@@ -31,6 +31,9 @@ long long inv_segment_bound(struct inv *inv, const char *sku, int seg);
  * into the layout cache: INV_OK, INV_NOT_FOUND (no such SKU), else
  * INV_UNAVAILABLE (no answer, or not one). */
 void inv_dir_learn_cmd(const char *sku, char *key, size_t keylen, const char *argv[6]);
+/* Reads a directory's "g,g,..." into genes (CLUSTER_MAX_MASTERS); the count,
+ * or -1 when malformed. */
+int inv_genes_parse(const char *text, int *genes);
 inv_status inv_dir_learnt(struct inv *inv, const char *sku, const redisReply *r);
 /* Places one ticket by itself: peek, then the candidate segments in turn. */
 void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);

@@ -39,8 +39,7 @@ static struct rconn *dir_conn(struct inv_session *s, const char *key)
     return rcluster_conn(s->cl, cluster_keyslot(key, strlen(key)));
 }
 
-/* Reads "g,g,..." into genes; the count, or -1 when malformed. */
-static int parse_genes(const char *text, int *genes)
+int inv_genes_parse(const char *text, int *genes)
 {
     int n = 0;
     for (const char *p = text; *p;) {
@@ -76,7 +75,7 @@ inv_status inv_dir_learnt(struct inv *inv, const char *sku, const redisReply *r)
     int segments = (int)inv_reply_ll(e[1], 0);
     if (e[0]->type != REDIS_REPLY_STRING)
         return INV_NOT_FOUND;
-    if ((n = parse_genes(e[0]->str, genes)) <= 0 || segments < n ||
+    if ((n = inv_genes_parse(e[0]->str, genes)) <= 0 || segments < n ||
         segments > INV_MAX_SEGMENTS || e[3]->type != REDIS_REPLY_STRING)
         return INV_UNAVAILABLE;
     inv_layout_put(inv, sku, segments, inv_reply_ll(e[2], 0), e[3]->str, genes, n);
@@ -155,14 +154,15 @@ void inv_xfer_call_init(struct inv_xfer_call *c, const struct inv *inv, const ch
     snprintf(c->token, sizeof(c->token), "0");
     if (g)
         inv_fence_text(inv, g, c->token, sizeof(c->token));
-    const char *keys[] = {c->k.meta, c->k.stock, c->k.init, c->k.avail,
-                          xin ? c->k.xin : c->k.xout, c->fkey};
+    const char *keys[] = {
+        c->k.meta, c->k.stock, c->k.init, c->k.avail, xin ? c->k.xin : c->k.xout,
+        c->fkey,   c->k.back};
     memcpy(c->argv, keys, sizeof(keys));
-    memcpy(c->argv + 6, args, sizeof(*args) * (size_t)nargs);
-    c->argv[6 + nargs] = c->token;
+    memcpy(c->argv + 7, args, sizeof(*args) * (size_t)nargs);
+    c->argv[7 + nargs] = c->token;
     c->cmd = (struct rcmd){.script = xin ? &inv_xfer_in_script : &inv_xfer_out_script,
-                           .nkeys = 6,
-                           .argc = 6 + nargs + 1,
+                           .nkeys = 7,
+                           .argc = 7 + nargs + 1,
                            .argv = c->argv};
 }
 
@@ -201,7 +201,7 @@ int inv_xfer_record_read(const struct sku_layout *l, const redisReply *text, int
 /* Runs a transfer script on segment seg of the shard of gene `gene`, under
  * the segment's lock as every writer of its stock (a holder's commit writes
  * what it read under it): KEYS meta, stock, init, avail, xout or xin, the
- * fence key; ARGV args[0..nargs-1] and the holder's fencing token. Its
+ * fence key, back; ARGV args[0..nargs-1] and the holder's fencing token. Its
  * integer answer in *out; a holder fenced off is INV_BUSY. */
 static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, int seg,
                             int xin, int nargs, const char **args, long long *out)
@@ -219,7 +219,8 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
             return inv_shard_outcome(s, ls == LOCK_BUSY ? INV_BUSY : INV_UNAVAILABLE);
         inv_fence_text(inv, &g, xc.token, sizeof(xc.token));
     }
-    redisReply *r = rconn_eval(sh->rc, xc.cmd.script, 6, nargs + 1, xc.argv, NULL);
+    redisReply *r =
+        rconn_eval(sh->rc, xc.cmd.script, xc.cmd.nkeys, nargs + 1, xc.argv, NULL);
     /* With replicas acknowledging orders, a step of a transfer is taken only
      * once they have it too: a failover must not keep units on both sides
      * (the giver's replica without its debit) or on neither. */
@@ -453,11 +454,24 @@ static int put_genes(struct inv_session *s, const char *sku, int segments, int *
             freeReplyObject(r);
         return -1;
     }
-    *nold = r->type == REDIS_REPLY_STRING ? parse_genes(r->str, old) : 0;
+    *nold = r->type == REDIS_REPLY_STRING ? inv_genes_parse(r->str, old) : 0;
     freeReplyObject(r);
     if (*nold == n)
         memcpy(genes, old, sizeof(int) * (size_t)n);
     return n;
+}
+
+/* The cluster's registry of SKUs with a payment window (INV_PAYING_KEY, in
+ * its own slot: each shard's reset cannot reach it) with sku added (SADD) or
+ * taken out (SREM). 1, or 0 when Redis did not answer. */
+static int paying_list(struct inv_session *s, const char *verb, const char *sku)
+{
+    struct rconn *rc = dir_conn(s, INV_PAYING_KEY);
+    redisReply *r = rc ? rconn_command(rc, "%s %s %s", verb, INV_PAYING_KEY, sku) : NULL;
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r)
+        freeReplyObject(r);
+    return ok;
 }
 
 /* PUT on a cluster: the epoch bumped in the directory first, then every
@@ -487,6 +501,10 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
     snprintf(epoch, sizeof(epoch), "%lld", r->integer);
     freeReplyObject(r);
     inv_status st = nold > 0 ? INV_OK : INV_CREATED;
+    /* with a payment window, listed for the sweep before any shard takes
+     * reservations (a listed SKU without one costs a sweep nothing) */
+    if (spec->pay_ms > 0 && !paying_list(s, "SADD", sku))
+        st = INV_UNAVAILABLE;
     for (int i = 0; i < nold && st != INV_UNAVAILABLE; i++) {
         int kept = 0;
         for (int j = 0; j < n; j++)
@@ -511,6 +529,8 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
         if (r)
             freeReplyObject(r);
     }
+    if (st != INV_UNAVAILABLE && spec->pay_ms == 0 && !paying_list(s, "SREM", sku))
+        st = INV_UNAVAILABLE;
     inv_layout_forget(s->inv, sku);
     return inv_shard_outcome(s, st);
 }
@@ -567,6 +587,9 @@ static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *r
         out->sold += one->sold;
         out->orders += one->orders;
         out->remaining += one->remaining;
+        out->pending += one->pending; /* an order's units live and return on its shard */
+        out->paid += one->paid;
+        out->returned += one->returned;
         for (int seg = i; seg < l.segments && seg < one->nsegments; seg += l.nshards)
             out->segments[seg] = one->segments[seg];
     }
@@ -639,6 +662,13 @@ static inv_status audit_shards(struct inv_session *s, const char *sku, void *aud
         out->remaining += one.remaining;
         out->limit_breaches += one.limit_breaches; /* a user buys in one shard */
         out->duplicate_order_ids += one.duplicate_order_ids; /* ids carry the gene */
+        out->pending += one.pending; /* an order lives and ends on its shard */
+        out->paid += one.paid;
+        out->cancelled += one.cancelled;
+        out->expired += one.expired;
+        out->returned += one.returned;
+        out->state_conflicts += one.state_conflicts;
+        out->returned_twice += one.returned_twice;
         out->consistent &= one.consistent;
     }
     /* The shards' initial shares add up to the SKU's but for the units on

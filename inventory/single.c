@@ -345,8 +345,10 @@ static inv_single_do xfer_send(struct inv_single *m)
 static inv_single_do xfer_answered(struct inv_single *m, aconn_result res,
                                    const redisReply *r)
 {
-    long long got;
-    inv_status st = inv_xfer_outcome(res, r, &got);
+    long long got = 0;
+    inv_status st = res == ACONN_REPLY && rconn_is_noscript(r)
+                        ? INV_OK /* nothing ran: the driver runs the step again */
+                        : inv_xfer_outcome(res, r, &got);
     m->t->order.qty = (int)got;
     finish(m, st);
     return release_held(m, AFTER_OVER);

@@ -52,7 +52,7 @@
 # a random moment in the window's first 80%, or walks away (20%: it expires and its
 # units go back); one payer in 4 pays at pay_by itself, the same pay sent at once to
 # each of the 3 instances. The sale goes on until every unit is paid. Rows:
-#   life-F          fault F (any above but the Redis Cluster's) during such a sale
+#   life-F          fault F (any above) during such a sale
 #   life-kill-sweeper     kill -9 an instance while units come back (1.1-2.1 s into
 #                   the sale: the first walk-aways' deadlines), started again 1 s later
 #   life-pause-sweeper    SIGSTOP an instance as units come back, for 5 lock leases,
@@ -84,7 +84,7 @@
 #   --quick      the short pass CI runs (make chaos CHAOS_QUICK=1): every fault once,
 #                against one safe mode each, so that every safe mode meets at least two
 #                faults, plus none under the pause (the harness must still see an
-#                oversell), and two lifecycle cells; 15 runs instead of 94 per
+#                oversell), and three lifecycle cells; 16 runs instead of 104 per
 #                repetition
 #   CHAOS_REPS   repetitions (default 10)
 #   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
@@ -108,10 +108,10 @@ QUIET=1
 
 reps=${CHAOS_REPS:-10}
 faults=kill-instance,pause-holder,kill-redis,net-slow-cut,clock-step,redlock-nodes,zk-expire,zk-restart,zk-node-kill,cluster-master-kill,cluster-migrate
-faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill
+faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill,life-cluster-master-kill,life-cluster-migrate
 faults+=,life-kill-sweeper,life-pause-sweeper,life-redis-restart,life-deadline-pays
 modes=setnx,redis,redlock,zk,atomic,none,local,redis-nofence
-QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk,life-pause-sweeper:redis,life-redis-restart:atomic
+QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk,life-pause-sweeper:redis,life-redis-restart:atomic,life-cluster-master-kill:zk
 pairs=""
 seed=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 out=""
@@ -164,9 +164,7 @@ fault_modes() {
     redlock-nodes) echo redlock ;;
     zk-expire | zk-restart | zk-node-kill) echo zk ;;
     cluster-master-kill | cluster-migrate) echo "$SAFE" ;; # each runs on a Redis Cluster
-    # reservations are not offered on a Redis Cluster (yet): no life-cluster-*
     life-kill-sweeper | life-pause-sweeper | life-redis-restart | life-deadline-pays) echo "$SAFE" ;;
-    life-cluster-*) ;;
     life-*) fault_modes "${1#life-}" ;;
     esac
 }
@@ -819,15 +817,15 @@ chart_svg() {
         def colour($c; $m): if $c == null then "#eeeeee"
             elif ($u | index($m)) then (if $c.passed < $c.runs then "#f4b183" else "#c00000" end)
             elif $c.passed == $c.runs then "#a9d18e" else "#c00000" end;
-        ([170 + 100 * ($ms | length), 900] | max) as $w | (70 + 30 * ($fs | length) + 40) as $h |
+        ([210 + 100 * ($ms | length), 900] | max) as $w | (70 + 30 * ($fs | length) + 40) as $h |
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\($w)\" height=\"\($h)\" font-family=\"sans-serif\" font-size=\"13\">",
         "<text x=\"10\" y=\"20\" font-size=\"15\">make chaos: runs passed / runs (\($all.reps) per cell, seed \($all.seed))</text>",
-        ($ms | to_entries[] | "<text x=\"\(170 + 100 * .key + 50)\" y=\"55\" text-anchor=\"middle\">\(.value)</text>"),
+        ($ms | to_entries[] | "<text x=\"\(210 + 100 * .key + 50)\" y=\"55\" text-anchor=\"middle\">\(.value)</text>"),
         ($fs | to_entries[] | . as $r |
             "<text x=\"10\" y=\"\(70 + 30 * $r.key + 20)\">\($r.value)</text>",
             ($ms | to_entries[] | . as $c | cell($r.value; $c.value) as $x |
-                "<rect x=\"\(170 + 100 * $c.key + 2)\" y=\"\(70 + 30 * $r.key + 2)\" width=\"96\" height=\"26\" fill=\"\(colour($x; $c.value))\"/>",
-                (if $x then "<text x=\"\(170 + 100 * $c.key + 50)\" y=\"\(70 + 30 * $r.key + 20)\" text-anchor=\"middle\">\($x.passed)/\($x.runs)</text>" else empty end))),
+                "<rect x=\"\(210 + 100 * $c.key + 2)\" y=\"\(70 + 30 * $r.key + 2)\" width=\"96\" height=\"26\" fill=\"\(colour($x; $c.value))\"/>",
+                (if $x then "<text x=\"\(210 + 100 * $c.key + 50)\" y=\"\(70 + 30 * $r.key + 20)\" text-anchor=\"middle\">\($x.passed)/\($x.runs)</text>" else empty end))),
         "<text x=\"10\" y=\"\($h - 12)\" font-size=\"11\">green: a safe mode, every run clean; red: a violation in a safe mode, or an unsafe mode that showed none; orange: an unsafe mode caught (expected); grey: not run</text>",
         "</svg>"' "$out/chaos.json"
 }
@@ -846,16 +844,16 @@ declare -A cell=()
 while IFS=$'\t' read -r f m v; do cell["$f $m"]=$v; done < <(jq -r '.matrix[] |
     [.fault, .mode, "\(.passed)/\(.runs)"] | @tsv' "$out/chaos.json")
 echo
-printf '%-20s' "passed/runs"
+printf '%-26s' "passed/runs"
 for m in "${mode_list[@]}"; do printf ' %8s' "$m"; done
 echo
 for f in "${fault_list[@]}"; do
-    printf '%-20s' "$f"
+    printf '%-26s' "$f"
     for m in "${mode_list[@]}"; do printf ' %8s' "${cell["$f $m"]:--}"; done
     echo
 done
 echo
-printf '%-20s %-14s %7s  %s\n' fault mode passed violations
+printf '%-26s %-14s %7s  %s\n' fault mode passed violations
 blind=0
 while IFS=$'\t' read -r f m runs passed viol; do
     note=""
@@ -871,7 +869,7 @@ while IFS=$'\t' read -r f m runs passed viol; do
     elif ((passed != runs)); then
         failed=1
     fi
-    printf '%-20s %-14s %3d/%-3d  %s%s\n' "$f" "$m" "$passed" "$runs" "$viol" "$note"
+    printf '%-26s %-14s %3d/%-3d  %s%s\n' "$f" "$m" "$passed" "$runs" "$viol" "$note"
 done < <(jq -r '.matrix[] | [.fault, .mode, .runs, .passed,
     (.violations | to_entries | map("\(.key) \(.value)") | join(", ") | if . == "" then "-" else . end)] | @tsv' "$out/chaos.json")
 echo

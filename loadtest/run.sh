@@ -95,7 +95,6 @@ if [[ -n $pay_ratio ]]; then
     [[ $pay_ratio =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || die "--pay-ratio must be in 0..1 (got '$pay_ratio')"
     [[ $pay_delay =~ ^[0-9]+$ && $pay_within =~ ^[1-9][0-9]*$ ]] ||
         die "--pay-delay-ms and --pay-within-ms must be whole numbers (--pay-within-ms > 0)"
-    ((rcluster == 0)) || die "--pay-ratio: reservations are not offered on a Redis Cluster"
 fi
 ((qty_hi <= limit)) || die "--qty $qty asks more than --per-user-limit $limit: those orders would be refused"
 IFS=', ' read -r -a mode_list <<<"$modes"

@@ -177,7 +177,7 @@ struct backend {
     struct soldout *soldout;
     int replicas_acked; /* --min-replicas-acked, resolved */
     struct inv *inv;
-    struct inv_sweep *sweep; /* reservations past pay_by; NULL on a cluster */
+    struct inv_sweep *sweep; /* reservations past pay_by */
     struct svc_durability *durability;
     struct svc_health *health;
 };
@@ -347,7 +347,10 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     b->soldout = soldout_new(cfg->redis.host, cfg->redis.port, cfg->redis_password);
     b->replicas_acked = replicas_acked(cfg, b->cluster);
     b->inv = inventory_new(cfg, b);
-    if (!b->cluster)
+    if (b->cluster)
+        b->sweep = inv_sweep_new_cluster(b->inv, cfg->redis_seed, cfg->redis_seeds,
+                                         cfg->redis_password);
+    else
         b->sweep = inv_sweep_new(b->inv, cfg->redis.host, cfg->redis.port,
                                  cfg->redis_password);
     /* Redis answered the lease: its persistence settings can be read now. */

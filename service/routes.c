@@ -147,12 +147,6 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 400, "bad_request", detail);
         return;
     }
-    if (body.pay_ms > 0 && req->app->cluster) {
-        svc_error(res, 400, "bad_request",
-                  "pay_within_ms: reservations are not offered on a Redis Cluster "
-                  "(their sweep and returns are one Redis's)");
-        return;
-    }
     struct inv_sku_spec spec = {.stock = body.stock,
                                 .segments = body.segments,
                                 .limit = body.limit,

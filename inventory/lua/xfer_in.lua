@@ -6,17 +6,20 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/xfer_in.lua.
 -- KEYS[1] meta, [2] stock, [3] init, [4] avail, [5] xin (set: the transfer
--- ids applied here), [6] the segment lock's fence key.
+-- ids applied here), [6] the segment lock's fence key, [7] back (units given
+-- back to this segment, back.lua: folded in first).
 -- ARGV[1] the SKU epoch, [2] transfer id, [3] units, [4] segment, [5] the
 -- lock holder's fencing token, or '0' (unfenced).
 -- Returns 1 applied, 0 applied before, -1 the SKU was reset since, -2
 -- fenced off.
 --#include "stock.lua"
 --#include "fence.lua"
+--#include "back.lua"
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
 if fenced(KEYS[6], ARGV[5]) then return -2 end
 if redis.call('SADD', KEYS[5], ARGV[2]) == 0 then return 0 end
 local units = tonumber(ARGV[3])
+fold(KEYS[2], KEYS[7], ARGV[4])
 local have = tonumber(redis.call('HGET', KEYS[2], ARGV[4]) or '0')
 set_stock(KEYS[1], KEYS[2], KEYS[4], ARGV[4], have + units)
 redis.call('HINCRBY', KEYS[3], ARGV[4], units)

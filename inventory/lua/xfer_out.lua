@@ -7,7 +7,8 @@
 -- copy, build/gen/inventory/lua/xfer_out.lua.
 -- KEYS[1] meta, [2] stock, [3] init, [4] avail, [5] xout (hash: transfer id
 -- -> "<receiving gene> <receiving segment> <units>", until it is applied),
--- [6] the segment lock's fence key.
+-- [6] the segment lock's fence key, [7] back (units given back, back.lua:
+-- folded into the segment's stock first, so that they can move too).
 -- ARGV[1] the SKU epoch, [2] transfer id, [3] units wanted, [4] receiving
 -- shard's gene, [5] receiving segment, [6] the segment giving them, [7] the
 -- lock holder's fencing token, or '0' (unfenced).
@@ -15,9 +16,11 @@
 -- reset since, -2 when fenced off (nothing written for either).
 --#include "stock.lua"
 --#include "fence.lua"
+--#include "back.lua"
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
 if fenced(KEYS[6], ARGV[7]) then return -2 end
 local seg = ARGV[6]
+fold(KEYS[2], KEYS[7], seg)
 local have = tonumber(redis.call('HGET', KEYS[2], seg) or '0')
 local got = math.min(have, tonumber(ARGV[3]))
 if got > 0 then
