@@ -151,6 +151,8 @@ CHAOS_CLIENT=${SECKILL_BUILD:-build}/loadtest/chaosclient
 lt_require curl jq nginx redis-server
 FAKETIME_LIB=$(dpkg -L libfaketime 2>/dev/null | grep -m1 'libfaketimeMT\.so\.1$') || FAKETIME_LIB=""
 lt_out "chaos-$(date -u +%Y%m%d-%H%M%S)" chaos-latest clusters runs
+CLIENTS=() # the running run's client loops, stopped on exit (lt_traps)
+lt_on_exit() { ((${#CLIENTS[@]} == 0)) || kill "${CLIENTS[@]}" 2>/dev/null || true; }
 lt_traps failed
 
 unsafe_mode() { [[ $1 == none || $1 == local || $1 == redis-nofence ]]; }
@@ -219,7 +221,8 @@ chaos_client() {
         for u in $INSTANCE_URLS; do ports+=${ports:+,}${u##*:}; done
         life_args=("$PAY_PCT" "$CANCEL_PCT" "$ports")
     fi
-    "$CHAOS_CLIENT" "$c" "${hostport##*:}" "$path" "$run/stop" "$PACE_MS" "${life_args[@]}"
+    # run in the background: exec, so that its pid is the client's (lt_on_exit)
+    exec "$CHAOS_CLIENT" "$c" "${hostport##*:}" "$path" "$run/stop" "$PACE_MS" "${life_args[@]}"
 }
 
 # ---- faults ------------------------------------------------------------------------
@@ -592,7 +595,7 @@ all_paid() { [[ $(jq -r '"\(.remaining) \(.pending)"' <<<"$(sku_json)" 2>/dev/nu
 
 # run FAULT MODE REP: one run; appends its JSON line to $out/runs.jsonl.
 run_one() {
-    local fault=$1 mode=$2 rep=$3 at_ms c pids=() fault_log verdict why base life=0 sku_extra=""
+    local fault=$1 mode=$2 rep=$3 at_ms c fault_log verdict why base life=0 sku_extra=""
     local stock=$STOCK
     base=$(base_fault "$fault")
     life_fault "$fault" && life=1 stock=$LIFE_STOCK sku_extra=",\"pay_within_ms\":$PAY_MS"
@@ -630,7 +633,7 @@ run_one() {
         local base_url=$LB_URL
         ((c > 2)) && base_url=${urls[(c - 3) % ${#urls[@]}]}
         chaos_client "$c" "$base_url/skus/chaos/orders" "$life" >"$run/client.$c" &
-        pids+=($!)
+        CLIENTS+=($!)
     done
     sleep "$(awk -v t="$at_ms" 'BEGIN { print t / 1000 }')"
     fault_log=$("fault_${base//-/_}" 2>&1)
@@ -643,7 +646,8 @@ run_one() {
     fi
     sleep 0.5 # the loops see sold_out answers: every buyer was answered
     touch "$run/stop"
-    wait "${pids[@]}"
+    wait "${CLIENTS[@]}"
+    CLIENTS=()
     verdict=$(check_run "$fault" "$mode" "$rep" "$run_seed" "$at_ms" "$fault_log" "$life" "$stock")
     echo "$verdict" >>"$out/runs.jsonl"
     lt_cluster_down || any_error=1

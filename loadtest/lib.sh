@@ -8,8 +8,9 @@
 #   lt_out NAME LINK SUBDIR...  $out: the --out dir when one was given, else
 #                               results/NAME/, results/LINK linking to it; SUBDIRs made
 #                               in it; $out made absolute
-#   lt_traps KEEP               on exit (or INT, TERM): the running cluster down (its
-#                               failure fails the run), then $out/clusters removed unless
+#   lt_traps KEEP               on exit (or INT, TERM): the caller's lt_on_exit when it
+#                               has one (its own processes stopped), the running cluster
+#                               down (its failure fails the run), then $out/clusters removed unless
 #                               KEEP says: never (removed), failed (kept when the run failed
 #                               or set any_error), always
 #   progress MESSAGE            "[STEP/TOTAL m:ss] MESSAGE" on stderr (STEP and TOTAL
@@ -53,6 +54,7 @@ lt_out() {
 _LT_KEEP=never
 lt_cleanup() {
     local rc=$?
+    if declare -F lt_on_exit >/dev/null; then lt_on_exit; fi
     lt_cluster_down || rc=1
     case $_LT_KEEP in
     never) rm -rf "$out/clusters" ;;
