@@ -63,7 +63,7 @@ end
 local pay_by = now and now + pay
 local out = {1, tonumber(parts[1][1]), home, pay_by and string.format('%d', pay_by) or ''}
 for _, p in ipairs(parts) do
-  fold(KEYS[2], KEYS[9], p[1])
+  if p[1] ~= tostring(home) then fold(KEYS[2], KEYS[9], p[1]) end -- home's was, above
   local stock = tonumber(redis.call('HGET', KEYS[2], p[1]))
   set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], stock - p[2])
   out[#out + 1] = tonumber(p[1])
