@@ -141,10 +141,10 @@ $(BUILD)/tests/edgeclient: tests/edgeclient.c
 	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS) -lpthread
 
 # The buyer of the fault matrix (loadtest/chaosclient.c, loadtest/chaos.sh).
-$(BUILD)/loadtest/chaosclient: loadtest/chaosclient.c
+$(BUILD)/loadtest/chaosclient: loadtest/chaosclient.c util/rfc3339.c util/rfc3339.h
 	@mkdir -p $(dir $@)
 	$(say) CC $@
-	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $< $(ALL_LDFLAGS)
+	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -Iutil -o $@ $< util/rfc3339.c $(ALL_LDFLAGS)
 
 deps:
 	@scripts/deps.sh

@@ -26,26 +26,6 @@ static struct rscript cancel_script = RSCRIPT_INIT("inv_cancel", lua_inventory_c
 /* inventory/lua/due.lua: a SKU's pending orders past pay_by expire. */
 static struct rscript due_script = RSCRIPT_INIT("inv_due", lua_inventory_due);
 
-/* Whether --min-replicas-acked replicas acknowledged what rc wrote so far (a
- * WAIT on it), or none are asked for; an order's own acknowledgement is
- * ack.c's, on the loop. */
-static int life_acked(struct inv *inv, struct rconn *rc)
-{
-    const char *argv[3];
-    char buf[2][16];
-    int argc = inv_durable_argv(inv, argv, buf);
-    if (argc == 0)
-        return 1;
-    redisReply *w = rconn_command_argv(rc, argc, argv, NULL);
-    int ok =
-        w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
-    if (w)
-        freeReplyObject(w);
-    if (!ok)
-        count(&inv->counters.unacked);
-    return ok;
-}
-
 /* Runs script (pay.lua or cancel.lua, arg its ARGV[2]) on order id, whose
  * record is loaded into *out first (for its SKU). *code is the script's first
  * answer, *units the units it gave back. INV_UNAVAILABLE when the script could
@@ -86,8 +66,10 @@ static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *
         return INV_NOT_FOUND; /* gone with a reset meanwhile */
     if (*units > 0)           /* this instance at once; the others by the message */
         soldout_forget(s->inv->cfg.soldout);
-    if ((*code == 1 || *code == 2) && !life_acked(s->inv, sh->rc))
+    if ((*code == 1 || *code == 2) && !inv_rc_acked(s->inv, sh->rc)) {
+        count(&s->inv->counters.unacked);
         return INV_OUTCOME_UNKNOWN;
+    }
     return INV_OK;
 }
 

@@ -48,6 +48,9 @@ void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
  * of that check: argv[0..2], 3 strings, into buf. 0 when none is asked
  * for. */
 int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]);
+/* That WAIT on rc, blocking (a transfer's step, a pay, a cancel): 1 when the
+ * replicas acknowledged every write of rc so far, or none are asked for. */
+int inv_rc_acked(const struct inv *inv, struct rconn *rc);
 /* Its answer r (NULL: none came) for placed ticket t: unacknowledged turns
  * it outcome unknown. */
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r);

@@ -224,17 +224,8 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
     /* With replicas acknowledging orders, a step of a transfer is taken only
      * once they have it too: a failover must not keep units on both sides
      * (the giver's replica without its debit) or on neither. */
-    const char *wait[3];
-    char wait_buf[2][16];
     int wrote = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    redisReply *w = wrote && inv_durable_argv(inv, wait, wait_buf)
-                        ? rconn_command_argv(sh->rc, 3, wait, NULL)
-                        : NULL;
-    int unacked = wrote && inv->cfg.min_replicas_acked > 0 &&
-                  !(w && w->type == REDIS_REPLY_INTEGER &&
-                    w->integer >= inv->cfg.min_replicas_acked);
-    if (w)
-        freeReplyObject(w);
+    int unacked = wrote && !inv_rc_acked(inv, sh->rc);
     if (inv->cfg.lock)
         lock_release(sh->lock, xc.lkey, &g);
     inv_status st = unacked ? INV_UNAVAILABLE : inv_xfer_answer(r, out);

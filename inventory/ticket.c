@@ -81,6 +81,20 @@ int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]
     return 3;
 }
 
+int inv_rc_acked(const struct inv *inv, struct rconn *rc)
+{
+    const char *argv[3];
+    char buf[2][16];
+    if (inv_durable_argv(inv, argv, buf) == 0)
+        return 1;
+    redisReply *w = rconn_command_argv(rc, 3, argv, NULL);
+    int ok =
+        w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
+    if (w)
+        freeReplyObject(w);
+    return ok;
+}
+
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r)
 {
     if (t->st != INV_PLACED || (r && r->type == REDIS_REPLY_INTEGER &&

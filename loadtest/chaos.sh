@@ -312,16 +312,19 @@ busiest_instance() {
     echo "seckill-$best"
 }
 
-fault_pause_holder() {
-    local name pid
-    name=$(holding_instance)
+# pause_instance NAME [SAYS]: instance NAME frozen (SIGSTOP) for 5 lock leases, then
+# SIGCONT; SAYS, a command, adds its output to both lines.
+pause_instance() {
+    local name=$1 says=${2:-} pid
     pid=$(cat "$CUR_CLUSTER/$name.pid")
     kill -STOP "$pid"
-    echo "stopped $name"
+    echo "stopped $name${says:+ ($($says))}"
     sleep "$(awk -v t="$TTL_MS" 'BEGIN { print 5 * t / 1000 }')"
     kill -CONT "$pid"
-    echo "continued $name"
+    echo "continued $name${says:+ ($($says))}"
 }
+
+fault_pause_holder() { pause_instance "$(holding_instance)"; }
 
 fault_kill_redis() {
     "$CLUSTER" stop --dir "$CUR_CLUSTER" redis --kill >/dev/null 2>&1 && echo "killed redis"
@@ -338,15 +341,7 @@ fault_life_kill_sweeper() { fault_kill_instance; }
 # An instance frozen for 5 lock leases as units come back: the others sweep meanwhile;
 # woken, its sweeps, pays and cancels in flight land late. A sweep takes no lease (each
 # order's state is checked in the script that expires it), so there is none to outlive.
-fault_life_pause_sweeper() {
-    local name=seckill-$((RANDOM % 3 + 1)) pid
-    pid=$(cat "$CUR_CLUSTER/$name.pid")
-    kill -STOP "$pid"
-    echo "stopped $name ($(life_counts))"
-    sleep "$(awk -v t="$TTL_MS" 'BEGIN { print 5 * t / 1000 }')"
-    kill -CONT "$pid"
-    echo "continued $name ($(life_counts))"
-}
+fault_life_pause_sweeper() { pause_instance "seckill-$((RANDOM % 3 + 1))" life_counts; }
 
 fault_life_redis_restart() { fault_kill_redis; }
 

@@ -39,6 +39,8 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "rfc3339.h"
+
 #define ANSWER_MAX 8192
 #define TIMEOUT_MS 5000
 #define RETRY_MS 50
@@ -176,7 +178,8 @@ static int undecided(int status, const char *err)
 {
     if (status == 0 || status == 502 || status == 504)
         return 1;
-    return status == 503 && (!strcmp(err, "outcome_unknown") || !strcmp(err, "unavailable"));
+    return status == 503 &&
+           (!strcmp(err, "outcome_unknown") || !strcmp(err, "unavailable"));
 }
 
 /* A kept-alive connection to one port. */
@@ -210,8 +213,8 @@ static void exchange_once(struct conn *c, const char *req, size_t len, struct an
 
 /* req over c until its answer is final (undecided ones asked again, TRIES_MAX tries at
  * most); err the answer's error ("-" without). The number of tries. */
-static int exchange(struct conn *c, const char *req, size_t len, struct answer *a, int tries,
-                    char *err, size_t errlen)
+static int exchange(struct conn *c, const char *req, size_t len, struct answer *a,
+                    int tries, char *err, size_t errlen)
 {
     for (;;) {
         if (tries > 0)
@@ -225,30 +228,23 @@ static int exchange(struct conn *c, const char *req, size_t len, struct answer *
 }
 
 /* A POST of body to path as an HTTP/1.1 request into req; its length. */
-static size_t post(char *req, size_t cap, const char *path, const char *key, const char *body)
+static size_t post(char *req, size_t cap, const char *path, const char *key,
+                   const char *body)
 {
-    int n = snprintf(req, cap,
-                     "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%sContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     path, key ? "Idempotency-Key: " : "", key ? key : "", key ? "\r\n" : "",
-                     strlen(body), body);
+    int n = snprintf(
+        req, cap,
+        "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%sContent-Type: application/json\r\n"
+        "Content-Length: %zu\r\n\r\n%s",
+        path, key ? "Idempotency-Key: " : "", key ? key : "", key ? "\r\n" : "",
+        strlen(body), body);
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
-/* pay_by ("2026-11-27T17:45:01.123Z", or whole seconds) as wall milliseconds; -1. */
-static long long rfc3339_ms(const char *t)
+/* pay_by (RFC 3339, util/rfc3339.c) as wall milliseconds; -1 when it is none. */
+static long long pay_by_ms(const char *t)
 {
-    struct tm tm = {0};
-    int ms = 0;
-    if (sscanf(t, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec) != 6)
-        return -1;
-    const char *frac = strchr(t, '.');
-    if (frac)
-        ms = atoi(frac + 1);
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (long long)timegm(&tm) * 1000 + ms;
+    long long ms;
+    return rfc3339_parse(t, &ms) == 0 ? ms : -1;
 }
 
 /* A buyer's next step for a pending order, at wall time at. */
@@ -275,6 +271,18 @@ static unsigned draw(unsigned below)
     return (unsigned)(rng_state % below);
 }
 
+/* x's request (a pay, payment id pC-N, or a cancel by user uC-N) into req; its
+ * length. */
+static size_t action_request(const struct action *x, char *req, size_t cap)
+{
+    char path[80], body[80];
+    int cancel = x->kind == ACT_CANCEL;
+    snprintf(path, sizeof(path), "/orders/%s/%s", x->id, cancel ? "cancel" : "pay");
+    snprintf(body, sizeof(body), "{\"%s\":\"%c%s-%ld\"}",
+             cancel ? "user_id" : "payment_id", cancel ? 'u' : 'p', client, x->n);
+    return post(req, cap, path, NULL, body);
+}
+
 /* The pay of order id at pay_by, sent at once to every deadline port over
  * connections opened first; a line per port. An undecided answer is asked again
  * on that port alone. */
@@ -282,10 +290,8 @@ static void deadline_pay(const struct action *x)
 {
     static struct conn c[DEADLINE_PORTS_MAX];
     static struct answer a[DEADLINE_PORTS_MAX];
-    char path[80], body[80], req[512], err[48];
-    snprintf(path, sizeof(path), "/orders/%s/pay", x->id);
-    snprintf(body, sizeof(body), "{\"payment_id\":\"p%s-%ld\"}", client, x->n);
-    size_t len = post(req, sizeof(req), path, NULL, body);
+    char req[512], err[48];
+    size_t len = action_request(x, req, sizeof(req));
     for (int i = 0; i < ndeadline; i++) {
         c[i].port = deadline_ports[i];
         c[i].fd = dial(c[i].port);
@@ -307,8 +313,8 @@ static void deadline_pay(const struct action *x)
         if (undecided(a[i].status, err))
             tries = exchange(&c[i], req, len, &a[i], 1, err, sizeof(err));
         conn_drop(&c[i]);
-        printf("dpay %03d k%s-%ld %s %s %d %d %lld\n", a[i].status, client, x->n, x->id, err,
-               tries, c[i].port, offset);
+        printf("dpay %03d k%s-%ld %s %s %d %d %lld\n", a[i].status, client, x->n, x->id,
+               err, tries, c[i].port, offset);
     }
 }
 
@@ -316,17 +322,12 @@ static void deadline_pay(const struct action *x)
 static void act(struct conn *c, const struct action *x)
 {
     static struct answer a;
-    char path[80], body[80], req[512], err[48];
+    char req[512], err[48];
     int pay = x->kind == ACT_PAY;
-    snprintf(path, sizeof(path), "/orders/%s/%s", x->id, pay ? "pay" : "cancel");
-    if (pay)
-        snprintf(body, sizeof(body), "{\"payment_id\":\"p%s-%ld\"}", client, x->n);
-    else
-        snprintf(body, sizeof(body), "{\"user_id\":\"u%s-%ld\"}", client, x->n);
-    size_t len = post(req, sizeof(req), path, NULL, body);
+    size_t len = action_request(x, req, sizeof(req));
     int tries = exchange(c, req, len, &a, 0, err, sizeof(err));
-    printf("%s %03d k%s-%ld %s %s %d %d\n", pay ? "pay" : "cancel", a.status, client, x->n,
-           x->id, err, tries, c->port);
+    printf("%s %03d k%s-%ld %s %s %d %d\n", pay ? "pay" : "cancel", a.status, client,
+           x->n, x->id, err, tries, c->port);
 }
 
 /* What buyer n does with its pending order (the answer's body): maybe an action. */
@@ -336,7 +337,7 @@ static void plan(long n, const char *body, int pay_pct, int cancel_pct, long lon
     field(body, "state", state, sizeof(state));
     field(body, "order_id", id, sizeof(id));
     field(body, "pay_by", pay_by, sizeof(pay_by));
-    long long by = rfc3339_ms(pay_by);
+    long long by = pay_by_ms(pay_by);
     if (strcmp(state, "pending") != 0 || by < 0 || nactions == ACTIONS_MAX)
         return;
     unsigned r = draw(100);
@@ -382,20 +383,24 @@ int main(int argc, char **argv)
     client = argv[1];
     struct conn conn = {.port = atoi(argv[2]), .fd = -1};
     long long pace = atoll(argv[5]);
-    int pay_pct = argc == 9 ? atoi(argv[6]) : 0, cancel_pct = argc == 9 ? atoi(argv[7]) : 0;
+    int pay_pct = argc == 9 ? atoi(argv[6]) : 0,
+        cancel_pct = argc == 9 ? atoi(argv[7]) : 0;
     if (argc == 9 && strcmp(argv[8], "-") != 0) {
         char *ports = argv[8], *save = NULL;
         for (char *p = strtok_r(ports, ",", &save); p && ndeadline < DEADLINE_PORTS_MAX;
              p = strtok_r(NULL, ",", &save))
             deadline_ports[ndeadline++] = atoi(p);
     }
-    rng_state = 0x9e3779b97f4a7c15ULL ^ (uint64_t)strtoull(client, NULL, 10) * 0x100000001b3ULL;
+    rng_state =
+        0x9e3779b97f4a7c15ULL ^ (uint64_t)strtoull(client, NULL, 10) * 0x100000001b3ULL;
     setvbuf(stdout, NULL, _IOLBF, 0);
     static struct answer a;
     long long next_order = now_ms(), window = 0;
     for (long n = 1; access(stop, F_OK) != 0;) {
         int due = next_action();
-        if (due >= 0 && actions[due].at <= wall_ms() + (actions[due].kind == ACT_DEADLINE_PAY ? 20 : 0)) {
+        if (due >= 0 &&
+            actions[due].at <=
+                wall_ms() + (actions[due].kind == ACT_DEADLINE_PAY ? 20 : 0)) {
             struct action x = actions[due];
             actions[due] = actions[--nactions];
             if (x.kind == ACT_DEADLINE_PAY)
@@ -421,8 +426,8 @@ int main(int argc, char **argv)
         printf("%03d k%s-%ld %s %s %d\n", a.status, client, n, id, err, tries);
         if (pay_pct + cancel_pct > 0 && a.status == 201) {
             field(a.body, "pay_by", by, sizeof(by));
-            if (window == 0 && rfc3339_ms(by) > 0) /* the window, from the first pay_by */
-                window = rfc3339_ms(by) - wall_ms();
+            if (window == 0 && pay_by_ms(by) > 0) /* the window, from the first pay_by */
+                window = pay_by_ms(by) - wall_ms();
             plan(n, a.body, pay_pct, cancel_pct, window > 0 ? window : 1000);
         }
         n++;
