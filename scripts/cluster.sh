@@ -4,7 +4,7 @@
 # or haproxy).
 #
 #   scripts/cluster.sh up [--dir D] [--instances N] [--lb nginx|haproxy|none]
-#                         [--lock MODE] [--lock-nodes N] [--zk-nodes N]
+#                         [--lock MODE] [--lock-nodes N] [--zk-nodes N] [--postgres]
 #                         [--fsync always|everysec|no] [--redis-cluster M] [--canned] [--quiet]
 #                         [-- extra seckill flags...]
 #   scripts/cluster.sh down --dir D [--rm]
@@ -38,9 +38,12 @@
 # ensemble), each in D/zk-I/ on free loopback ports, and gives the instances --zk with
 # every node's address; --lock zk without --zk-nodes starts 1. cluster.env has ZK_NODES
 # (host:port,...), ZK_PORTS and ZK_NAMES; each node's pid is in D/zk-I.pid.
+# --postgres starts a throwaway PostgreSQL, pg (initdb and the server as the postgres
+# user, data in D/pg/, trust on loopback, a free port) and gives the instances --postgres
+# with its URL; --lock pg implies it. cluster.env has PG_URL and PG_PORT.
 # stop NAME stops one recorded process (zk-2, lock-1, seckill-3, redis, lb) by its pid
 # file: SIGTERM, or SIGKILL with --kill. start NAME starts a stopped ZooKeeper node
-# (zk-N) or Redis (redis, lock-N, shard-N, shard-N-r) again, on its port and with its
+# (zk-N), Redis (redis, lock-N, shard-N, shard-N-r) or PostgreSQL (pg) again, on its port and with its
 # data, and waits until it serves (other pieces pick their ports when they start).
 # Sourced rather than run (tests/lib.sh does), it defines its functions and runs nothing.
 # --canned starts no Redis and no seckill: the nginx balancer, configured as usual, proxies
@@ -295,6 +298,33 @@ zk_leader() {
     return 1
 }
 
+# start_pg DIR: a throwaway PostgreSQL, pg: a database cluster made by initdb in DIR/pg/
+# (owned by the postgres user: the server refuses to run as root), the server on a free
+# loopback port, its socket in DIR/pg/ too; waits until it accepts connections. Sets
+# STARTED_PORT. Stopped by its pid with SIGINT (a fast shutdown: SIGTERM, a smart one,
+# waits for every client to leave); `stop pg --kill` is SIGQUIT, an immediate shutdown
+# (no checkpoint; the next start recovers from the WAL, as after a crash).
+start_pg() {
+    local dir=$1 port
+    mkdir -p "$dir/pg"
+    chown postgres: "$dir/pg"
+    pg_as_postgres initdb -D "$dir/pg/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
+        --no-sync >"$dir/pg-initdb.log" 2>&1 ||
+        { log "initdb failed (see $dir/pg-initdb.log)"; return 1; }
+    on_free_port pg "$dir" 30 pg_ready "{port}" -- \
+        proc_start pg "$dir" setpriv --reuid=postgres --regid=postgres --init-groups \
+        postgres -D "$dir/pg/data" -p "{port}" -k "$dir/pg" -c listen_addresses=127.0.0.1 \
+        -c max_connections=200 || return 1
+    port=$STARTED_PORT
+    echo "$port" >"$dir/pg.port"
+}
+
+# pg_as_postgres CMD ARGS...: CMD as the postgres user.
+pg_as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+
+# pg_url PORT: the instances' --postgres.
+pg_url() { echo "postgresql://postgres@127.0.0.1:$1/postgres"; }
+
 # start_instance [--host H] [--no-wait] [--ready-secs S] [--wrap CMD] NAME DIR ARGS...:
 # a seckill instance on H (127.0.0.1) and a free port; ARGS go after --listen. Waits
 # until its /readyz answers 200 (S seconds at most, 30), unless --no-wait (an instance
@@ -523,7 +553,7 @@ cmd_down() {
         [[ -e $f ]] || continue
         name=$(basename "$f" .pid)
         [[ $name == lb || $name == redis ]] && continue
-        if [[ -e $dir/$name.args || -e $dir/$name/zoo.cfg ]]; then
+        if [[ -e $dir/$name.args || -e $dir/$name/zoo.cfg || $name == pg ]]; then
             stores+=("$name")
         else
             order+=("$name")
@@ -533,7 +563,7 @@ cmd_down() {
     for name in "${order[@]}"; do
         [[ -e $dir/$name.pid ]] || continue
         if proc_alive "$name" "$dir"; then say "stopping $name (pid $(cat "$dir/$name.pid"))"; fi
-        proc_stop "$name" "$dir" 10 || failed=1
+        proc_stop "$name" "$dir" 10 "$(stop_signal "$name")" || failed=1
     done
     if ((failed)); then
         log "down: some processes could not be stopped"
@@ -565,17 +595,22 @@ cmd_status() {
 # stop NAME [--kill]: one recorded process, by its pid file. The pid file stays
 # with --kill (a SIGKILL'd process is gone for good: proc_alive tells), so that a test
 # sees which pid it killed; status shows it not running.
+# stop_signal NAME: the signal that stops NAME cleanly (pg: SIGINT, a fast shutdown).
+stop_signal() { if [[ $1 == pg ]]; then echo INT; else echo TERM; fi; }
+
 cmd_stop() {
     local dir=$1 name=$2 kill=$3 pid i
     [[ -e $dir/$name.pid ]] || die "$dir has no process $name"
     if ((!kill)); then
-        proc_stop "$name" "$dir" 10
+        proc_stop "$name" "$dir" 10 "$(stop_signal "$name")"
         return
     fi
     proc_alive "$name" "$dir" || return 0
     pid=$(cat "$dir/$name.pid")
     say "killing $name (pid $pid)"
-    kill -KILL "$pid" 2>/dev/null || true
+    # PostgreSQL's postmaster killed -9 would leave its backends running: SIGQUIT is
+    # its crash (an immediate shutdown, recovery from the WAL at the next start).
+    if [[ $name == pg ]]; then kill -QUIT "$pid" 2>/dev/null || true; else kill -KILL "$pid" 2>/dev/null || true; fi
     for ((i = 0; i < 100; i++)); do
         proc_alive "$name" "$dir" || return 0
         sleep 0.05
@@ -593,8 +628,19 @@ cmd_start() {
         cmd_start_redis "$dir" "$name"
         return
     fi
+    if [[ $name == pg && -f $dir/pg.port ]]; then
+        proc_alive pg "$dir" && die "pg already runs (pid $(cat "$dir/pg.pid"))"
+        port=$(cat "$dir/pg.port")
+        t0=$(date +%s%N)
+        on_free_port --port "$port" pg "$dir" 60 pg_ready "{port}" -- \
+            proc_start pg "$dir" setpriv --reuid=postgres --regid=postgres --init-groups \
+            postgres -D "$dir/pg/data" -p "{port}" -k "$dir/pg" \
+            -c listen_addresses=127.0.0.1 -c max_connections=200 || return 1
+        say "pg serving on 127.0.0.1:$port (pid $(cat "$dir/pg.pid")), $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
+        return 0
+    fi
     [[ $name =~ ^zk-[0-9]+$ && -f $dir/$name/zoo.cfg ]] ||
-        die "start: only ZooKeeper nodes (zk-N) and Redis nodes (redis, lock-N, shard-N[-r]) of $dir start again"
+        die "start: only ZooKeeper nodes (zk-N), Redis nodes (redis, lock-N, shard-N[-r]) and pg of $dir start again"
     proc_alive "$name" "$dir" && die "$name already runs (pid $(cat "$dir/$name.pid"))"
     port=$(zk_port "$dir" "$name") || die "no client port in $dir/$name/zoo.cfg"
     t0=$(date +%s%N)
@@ -629,6 +675,7 @@ cmd_start_redis() {
 UP_DIR=""
 UP_DONE=0
 up_instances=3 up_lb=nginx up_lock="" up_lock_nodes="" up_zk_nodes="" up_fsync=always
+up_postgres=0 up_pg_url=""
 up_redis_cluster=0
 up_extra=()
 # what the steps started: the data Redis, lock nodes, ZooKeeper, instances, balancer
@@ -656,6 +703,7 @@ up_options() {
         --lock) up_lock=${2:?"$1 needs a value"}; shift 2 ;;
         --lock-nodes) up_lock_nodes=${2:?"$1 needs a value"}; shift 2 ;;
         --zk-nodes) up_zk_nodes=${2:?"$1 needs a value"}; shift 2 ;;
+        --postgres) up_postgres=1; shift ;;
         --fsync) up_fsync=${2:?"$1 needs a value"}; shift 2 ;;
         --redis-cluster) up_redis_cluster=${2:?"$1 needs a value"}; shift 2 ;;
         --canned) CANNED=1; shift ;;
@@ -695,12 +743,19 @@ up_validate() {
     if ((${up_zk_nodes:-0} > 0)); then
         command -v java >/dev/null || die "java not found (scripts/deps.sh installs zookeeper)"
     fi
+    [[ $up_lock == pg ]] && up_postgres=1
+    if ((up_postgres)); then
+        for p in initdb postgres pg_isready setpriv; do
+            command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs postgresql)"
+        done
+        id postgres >/dev/null 2>&1 || die "no postgres user (scripts/deps.sh installs postgresql)"
+    fi
     for p in redis-server redis-cli curl; do
         command -v "$p" >/dev/null || die "$p not found (scripts/deps.sh installs it)"
     done
     [[ $up_lb == none ]] || command -v "$up_lb" >/dev/null || die "$up_lb not found"
     if ((CANNED)); then
-        SECKILL_BIN_PATH="" up_lock="" up_lock_nodes="" up_zk_nodes=""
+        SECKILL_BIN_PATH="" up_lock="" up_lock_nodes="" up_zk_nodes="" up_postgres=0
     else
         SECKILL_BIN_PATH=$(seckill_bin) || exit 1
     fi
@@ -762,6 +817,11 @@ up_start_stores() {
             say "  zk node    127.0.0.1:$(zk_port "$dir" "zk-$i") (pid $(cat "$dir/zk-$i.pid"))"
         done
     fi
+    if ((up_postgres)); then
+        start_pg "$dir" || exit 1
+        up_pg_url=$(pg_url "$STARTED_PORT")
+        say "  postgres   $up_pg_url (pid $(cat "$dir/pg.pid"))"
+    fi
 }
 
 # up_start_instances: the seckill instances, seckill-1..seckill-N, on the stores.
@@ -783,6 +843,7 @@ up_start_instances() {
     [[ -n $up_lock ]] && args+=(--lock "$up_lock")
     [[ -n $up_nodes_csv ]] && args+=(--lock-nodes "$up_nodes_csv")
     [[ -n $up_zk_csv ]] && args+=(--zk "$up_zk_csv")
+    [[ -n $up_pg_url ]] && args+=(--postgres "$up_pg_url")
     for ((i = 1; i <= up_instances && !CANNED; i++)); do
         start_instance "seckill-$i" "$UP_DIR" "${args[@]}" --instance-id "$i" "${up_extra[@]}" ||
             exit 1
@@ -841,6 +902,10 @@ up_write_env() {
         printf 'ZK_NODES=%q\n' "$up_zk_csv"
         printf 'ZK_PORTS=%q\n' "${zk_ports//,/ }"
         printf 'ZK_NAMES=%q\n' "$up_zk_names"
+        echo "# --postgres: pg's pid in \$CLUSTER_DIR/pg.pid; stop (or crash, --kill) and"
+        echo "# start it again with scripts/cluster.sh stop|start --dir \$CLUSTER_DIR pg"
+        printf 'PG_URL=%q\n' "$up_pg_url"
+        printf 'PG_PORT=%q\n' "$( [[ -f $UP_DIR/pg.port ]] && cat "$UP_DIR/pg.port" )"
         printf 'INSTANCES=%q\n' "$up_instances"
         printf 'INSTANCE_PORTS=%q\n' "${up_ports[*]}"
         printf 'INSTANCE_URLS=%q\n' "${up_urls[*]}"

@@ -8,6 +8,9 @@ packages=(
     libmicrohttpd-dev libhiredis-dev libjansson-dev libcmocka-dev libevent-dev
     redis-server redis-tools wrk nginx-light gnuplot-nox curl jq iproute2 procps
     zookeeper libzookeeper-st-dev faketime
+    # the orders' system of record and the pg lock (--postgres): the server for the
+    # tests' throwaway databases, libpq's headers and .pc for the build
+    postgresql libpq-dev
     slowhttptest
     # sd_notify (service/notify.c); the stand-in for systemd's notify socket
     # (tests/it_systemd.sh); groff renders the man page (tests/it_man.sh)

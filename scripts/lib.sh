@@ -131,23 +131,23 @@ proc_start() {
     return 1
 }
 
-# proc_stop NAME DIR [SECS]: stops the process of DIR/NAME.pid if it is still ours
-# (SIGTERM; SIGKILL after SECS, default 10) and removes the pid file. Returns 1 only
+# proc_stop NAME DIR [SECS [SIG]]: stops the process of DIR/NAME.pid if it is still ours
+# (SIG, TERM by default; SIGKILL after SECS, default 10) and removes the pid file. Returns 1 only
 # when the process could not be stopped.
 proc_stop() {
-    local name=$1 dir=$2 secs=${3:-10} pid i
+    local name=$1 dir=$2 secs=${3:-10} sig=${4:-TERM} pid i
     pid=$(_proc_pid "$name" "$dir") || {
         rm -f "$dir/$name.pid"
         return 0
     }
     if proc_alive "$name" "$dir"; then
-        kill -TERM "$pid" 2>/dev/null || true
+        kill -"$sig" "$pid" 2>/dev/null || true
         for ((i = 0; i < secs * 20; i++)); do
             proc_alive "$name" "$dir" || break
             sleep 0.05
         done
         if proc_alive "$name" "$dir"; then
-            log "proc_stop: $name (pid $pid) ignored SIGTERM for ${secs}s, killing"
+            log "proc_stop: $name (pid $pid) ignored SIG$sig for ${secs}s, killing"
             kill -KILL "$pid" 2>/dev/null || true
             for ((i = 0; i < 100; i++)); do
                 proc_alive "$name" "$dir" || break
@@ -200,6 +200,8 @@ http_code() {
     curl -s -o /dev/null -w '%{http_code}' --max-time "${2:-2}" "$1" 2>/dev/null || true
 }
 http_ok() { [[ $(http_code "$1") == 200 ]]; }
+
+pg_ready() { pg_isready -q -h 127.0.0.1 -p "$1" -t 1; } # PORT
 
 redis_ping() { # PORT [PASSWORD]
     [[ $(redis-cli -h 127.0.0.1 -p "$1" ${2:+-a "$2"} --no-auth-warning ping 2>/dev/null) == PONG ]]

@@ -11,6 +11,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "lock.h"
 #include "log.h"
 #include "version.h"
@@ -132,6 +134,27 @@ static config_status opt_password(struct svc_config *cfg, const char *value, cha
                          errlen);
 }
 
+/* --postgres: what libpq parses as a connection string or URI (checked here,
+ * connected later: a database not up yet is not a bad flag). */
+static config_status opt_postgres(struct svc_config *cfg, const char *value, char *err,
+                                  size_t errlen)
+{
+    char *why = NULL;
+    PQconninfoOption *opts = PQconninfoParse(value, &why);
+    if (!opts) {
+        /* libpq's messages end with a newline */
+        int n = why ? (int)strcspn(why, "\n") : 13;
+        snprintf(err, errlen, "is not a libpq connection string or URI: %.*s", n,
+                 why ? why : "out of memory");
+        PQfreemem(why);
+        return CONFIG_ERROR;
+    }
+    PQconninfoFree(opts);
+    return string_option(cfg->postgres, sizeof(cfg->postgres), value,
+                         value[0] && strlen(value) < sizeof(cfg->postgres),
+                         "must be a connection string of at most 1023 bytes", err, errlen);
+}
+
 /* Reads the one line of the file at path into field (of size len), its
  * trailing newline ("\n" or "\r\n") stripped. For secrets, read once at start
  * (they stay out of /proc/PID/cmdline and /proc/PID/environ), and for the log
@@ -185,9 +208,10 @@ static config_status opt_lock(struct svc_config *cfg, const char *value, char *e
                               size_t errlen)
 {
     return string_option(cfg->lock_mode, sizeof(cfg->lock_mode), value,
-                         strcmp(value, "atomic") == CONFIG_OK || lock_mode_known(value),
-                         "must be none, local, setnx, redis, redlock, zk or atomic", err,
-                         errlen);
+                         strcmp(value, "atomic") == 0 || strcmp(value, "pg") == 0 ||
+                             lock_mode_known(value),
+                         "must be none, local, setnx, redis, redlock, zk, pg or atomic",
+                         err, errlen);
 }
 
 static config_status opt_lock_nodes(struct svc_config *cfg, const char *value, char *err,
@@ -342,8 +366,12 @@ static const struct option_spec options[] = {
      "Redis AUTH password read from file F at start (trailing newline stripped): "
      "not visible in argv or the environment",
      opt_password_file},
-    {"lock", "MODE", "redis", "none, local, setnx, redis, redlock, zk or atomic",
+    {"lock", "MODE", "redis", "none, local, setnx, redis, redlock, zk, pg or atomic",
      opt_lock},
+    {"postgres", "URL", "none",
+     "PostgreSQL (libpq connection string or URI): the orders' system of record (the "
+     "sink) and --lock pg's table; without it, no sink, and --lock pg exits 2",
+     opt_postgres},
     {"lock-nodes", "H:P,H:P,...", "the --redis node",
      "independent Redis masters for redlock (odd, >= 3)", opt_lock_nodes},
     {"zk", "H:P[,H:P...]", "127.0.0.1:2181", "ZooKeeper ensemble for --lock zk", opt_zk},
@@ -647,6 +675,10 @@ static config_status config_check(struct svc_config *cfg, char *err, size_t errl
     if (cfg->nlock_nodes == 0) {
         cfg->lock_nodes[0] = cfg->redis;
         cfg->nlock_nodes = 1;
+    }
+    if (strcmp(cfg->lock_mode, "pg") == 0 && !cfg->postgres[0]) {
+        snprintf(err, errlen, "--lock pg needs --postgres URL");
+        return CONFIG_ERROR;
     }
     if (strcmp(cfg->lock_mode, "redlock") == 0 && cfg->nlock_nodes < 3) {
         snprintf(err, errlen, "--lock redlock needs --lock-nodes with at least 3 nodes");

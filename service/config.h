@@ -25,6 +25,7 @@ struct svc_config {
     char zk_hosts[1024]; /* "host:port,..." as the ZooKeeper client takes it */
     int zk_session_ms;
     int zk_watch; /* lock_zk_watch: what a waiting zk contender watches */
+    char postgres[1024]; /* --postgres: libpq conninfo or URI, "" when not given */
     int segments;
     int lock_ttl_ms;
     int wait_ms;
