@@ -47,7 +47,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 ZK_CFLAGS =
 ZK_LIBS = -l:libzookeeper_st.so.2
 
-ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) $(ZK_CFLAGS) -Iutil -Iredis -Ilock -Iinventory -Iservice
+ALL_CFLAGS = $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) $(ZK_CFLAGS) -Iutil -Iredis -Ipg -Ilock -Iinventory -Iservice
 ALL_LDFLAGS = $(LDFLAGS) $(SAN_FLAGS) -pthread
 LIBS = $(PKG_LIBS) $(ZK_LIBS) -lm
 
@@ -61,7 +61,7 @@ LUA_C := $(LUA_SRC:%.lua=$(BUILD)/gen/%.c)
 LUA_OBJ := $(LUA_C:%.c=%.o)
 LUA_COPY := $(LUA_SRC:%=$(BUILD)/gen/%)
 
-LIB_SRC := $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
+LIB_SRC := $(wildcard util/*.c redis/*.c pg/*.c lock/*.c inventory/*.c) $(filter-out service/main.c,$(wildcard service/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(LUA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
