@@ -20,7 +20,7 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_a
 /* The atomic script's arguments for one order. */
 struct atomic_call {
     char home[12], qtys[12], idtext[24], okey[40];
-    const char *argv[16];
+    const char *argv[17];
 };
 
 static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
@@ -32,8 +32,8 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
     snprintf(c->okey, sizeof(c->okey), "%s%s", k->order, c->idtext);
     const char *argv[] = {k->meta, k->stock,  k->sold, k->buyers, k->orders, c->okey,
-                          k->idem, k->avail,  k->back, k->due,    c->home,   c->qtys,
-                          user_id, c->idtext, sku,     idem_key};
+                          k->idem, k->avail,  k->back, k->due,    k->events, c->home,
+                          c->qtys, user_id,   c->idtext, sku,     idem_key};
     memcpy(c->argv, argv, sizeof(argv));
 }
 
@@ -87,7 +87,7 @@ inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
         atomic_call_init(&c, k, sku, user_id, qty, idem_key, order->id);
         uint64_t lost = rconn_unanswered(s->rc);
         uint64_t seen = soldout_generation(s->inv->cfg.soldout);
-        redisReply *r = rconn_eval(s->rc, &atomic_script, 10, 6, c.argv, NULL);
+        redisReply *r = rconn_eval(s->rc, &atomic_script, 11, 6, c.argv, NULL);
         if (!r)
             return inv_no_answer(s, lost);
         inv_status st = atomic_outcome(s, sku, r, order, seen);
@@ -110,8 +110,8 @@ rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
     *seen = soldout_generation(inv->cfg.soldout);
     if (cs->cluster)
         return acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
-                             &atomic_script, 10, 16, call.argv);
-    return aconn_eval(cs->data, cb, arg, &atomic_script, 10, 16, call.argv);
+                             &atomic_script, 11, 17, call.argv);
+    return aconn_eval(cs->data, cb, arg, &atomic_script, 11, 17, call.argv);
 }
 
 inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,

@@ -42,6 +42,7 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
     snprintf(k->back, sizeof(k->back), "sk:%s:back", tag);
     snprintf(k->due, sizeof(k->due), "sk:%s:due", tag);
     snprintf(k->life, sizeof(k->life), "sk:%s:life", tag);
+    snprintf(k->events, sizeof(k->events), "sk:%s:events", tag);
 }
 
 int inv_id_valid(const char *id)

@@ -56,6 +56,13 @@
  * Redis Cluster in its own slot, kept by the PUT: each SKU's shards are named
  * by its directory). */
 #define INV_PAYING_KEY "seckill:paying"
+/* The set of outbox streams (one per SKU on one Redis, per SKU and shard on a
+ * cluster: inventory/lua/outbox.lua) that the sink reads; in its own slot. */
+#define INV_STREAMS_KEY "seckill:streams"
+/* The sink's consumer group on each stream. */
+#define INV_SINK_GROUP "seckill-sink"
+/* inventory/lua/sink_lag.lua: a stream's events not yet in the database. */
+extern struct rscript inv_sink_lag_script;
 
 typedef enum {
     INV_PLACED = 0,    /* a new order was recorded */
@@ -101,6 +108,10 @@ struct inv_config {
     int nseeds;
     const char *password;
     int timeout_ms;
+    /* --postgres: a SKU created or reset here has its orders' changes
+     * appended to its outbox streams (inventory/lua/outbox.lua), which the
+     * sink (sink.h) carries to PostgreSQL. */
+    int outbox;
 };
 
 /* Units of an order taken from one segment. */
@@ -119,6 +130,7 @@ typedef enum {
     INV_STATE_CANCELLED,
     INV_STATE_EXPIRED,
 } inv_state;
+#define INV_NSTATES 5
 /* "placed", "pending", ... */
 const char *inv_state_name(inv_state st);
 /* The state named text; INV_STATE_PLACED for anything else. */
@@ -171,6 +183,13 @@ struct inv_audit {
     int consistent; /* the records agree with the counters, segment by segment,
                        the stock index with the stock, sold + remaining with the
                        initial stock, and no invariant is broken */
+    /* Orders and units by state (inv_state), from the records. */
+    long long state_orders[INV_NSTATES], state_units[INV_NSTATES];
+    /* The outbox (INV_STREAMS_KEY): the SKU's generation in the database
+     * (meta's outbox field, "" when its changes do not go there) and the
+     * events of its streams not yet in the database. */
+    char generation[24];
+    long long outbox_lag;
 };
 
 /* The order path's counters, process-wide, each declared here once. Each is

@@ -50,10 +50,10 @@ static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *
     snprintf(idt, sizeof(idt), "%" PRIu64, id);
     snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
     const char *argv[] = {okey,   k.meta,          k.stock, k.sold,  k.buyers,
-                          k.back, k.due,           k.life,  k.avail, idt,
-                          arg,    SOLDOUT_CHANNEL, out->sku};
+                          k.back, k.due,           k.life,  k.avail, k.events,
+                          idt,    arg,             SOLDOUT_CHANNEL, out->sku};
     uint64_t link = inv_link_before(sh->rc);
-    redisReply *r = rconn_eval(sh->rc, script, 9, 4, argv, NULL);
+    redisReply *r = rconn_eval(sh->rc, script, 10, 4, argv, NULL);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         if (r)
             freeReplyObject(r);
@@ -244,10 +244,11 @@ static void sweep_due(struct inv_sweep *sw, const char *sku, int gene)
     snprintf(most, sizeof(most), "%d", SWEEP_MOST);
     struct sku_keys k;
     inv_keys_init(&k, x->sku, gene);
-    const char *argv[] = {k.meta, k.stock, k.sold,  k.buyers, k.back,          k.due,
-                          k.life, k.avail, k.order, most,     SOLDOUT_CHANNEL, x->sku};
-    sweep_send(sw, gene < 0 ? 0 : cluster_gene_slot(gene), on_swept, x, &due_script, 8,
-               12, argv);
+    const char *argv[] = {k.meta,  k.stock, k.sold,  k.buyers, k.back,
+                          k.due,   k.life,  k.avail, k.events, k.order,
+                          most,    SOLDOUT_CHANNEL, x->sku};
+    sweep_send(sw, gene < 0 ? 0 : cluster_gene_slot(gene), on_swept, x, &due_script, 9,
+               13, argv);
 }
 
 /* A cluster SKU's directory: its shards' genes, each swept. */

@@ -465,6 +465,21 @@ static int paying_list(struct inv_session *s, const char *verb, const char *sku)
     return ok;
 }
 
+/* With the outbox on, the sink's registry (INV_STREAMS_KEY, in its own slot)
+ * lists the events stream of sku's shard of gene. 1, or 0 when Redis did not
+ * answer. */
+static int streams_list(struct inv_session *s, const char *sku, int gene)
+{
+    struct sku_keys k;
+    inv_keys_init(&k, sku, gene);
+    struct rconn *rc = dir_conn(s, INV_STREAMS_KEY);
+    redisReply *r = rc ? rconn_command(rc, "SADD %s %s", INV_STREAMS_KEY, k.events) : NULL;
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
 /* PUT on a cluster: the epoch bumped in the directory first, then every
  * shard reset to it, then the directory names the shards. A shard that
  * failed leaves the PUT unavailable (to be repeated): its old epoch refuses
@@ -507,7 +522,10 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
     }
     for (int i = 0; i < n && st != INV_UNAVAILABLE; i++) {
         struct inv_session *sh = inv_shard_session(s, genes[i]);
-        if (!sh || inv_sku_put_shard(sh, sku, spec, i, n, epoch) == INV_UNAVAILABLE)
+        /* listed before the shard takes orders: none of its events unread */
+        if (s->inv->cfg.outbox && !streams_list(s, sku, genes[i]))
+            st = INV_UNAVAILABLE;
+        else if (!sh || inv_sku_put_shard(sh, sku, spec, i, n, epoch) == INV_UNAVAILABLE)
             st = INV_UNAVAILABLE;
         size_t len = strlen(list);
         snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
@@ -660,6 +678,13 @@ static inv_status audit_shards(struct inv_session *s, const char *sku, void *aud
         out->returned += one.returned;
         out->state_conflicts += one.state_conflicts;
         out->returned_twice += one.returned_twice;
+        for (int j = 0; j < INV_NSTATES; j++) {
+            out->state_orders[j] += one.state_orders[j];
+            out->state_units[j] += one.state_units[j];
+        }
+        out->outbox_lag += one.outbox_lag;
+        if (one.generation[0]) /* every shard of the SKU has the directory's epoch */
+            snprintf(out->generation, sizeof(out->generation), "%s", one.generation);
         out->consistent &= one.consistent;
     }
     /* The shards' initial shares add up to the SKU's but for the units on

@@ -59,21 +59,26 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     inv_keys_init(&k, sku, s->gene);
     long long stock = spec->stock;
     int segments = spec->segments, limit = spec->limit;
-    int n = 24 + segments;
+    int n = 27 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
-    char starts[24] = "", ends[24] = "", pay[24], paying[128];
+    char starts[24] = "", ends[24] = "", pay[24], paying[128], streams[128];
     snprintf(pay, sizeof(pay), "%lld", spec->pay_ms);
     if (s->gene < 0)
         snprintf(paying, sizeof(paying), "%s", INV_PAYING_KEY);
     else /* no payment window on a cluster: a key of the shard's, left alone */
         snprintf(paying, sizeof(paying), "%spaying", k.lock);
+    if (s->gene < 0) /* on a cluster, inv_sku_set lists the shards' streams */
+        snprintf(streams, sizeof(streams), "%s", INV_STREAMS_KEY);
+    else
+        snprintf(streams, sizeof(streams), "%sstreams", k.lock);
     if (spec->starts_ms > 0)
         snprintf(starts, sizeof(starts), "%lld", spec->starts_ms);
     if (spec->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", spec->ends_ms);
     const char *keys[] = {k.meta,  k.stock, k.init, k.sold, k.buyers, k.orders, k.idem,
-                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   paying};
+                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   paying,
+                          streams, k.events};
     memcpy(argv, keys, sizeof(keys));
     long long mine = 0;
     for (int i = 0; i < segments; i++) {
@@ -85,15 +90,16 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     snprintf(vals[1], 24, "%d", segments);
     snprintf(vals[2], 24, "%d", limit);
     for (int i = 0; i < segments + 3; i++)
-        argv[14 + i] = vals[i];
-    argv[17 + segments] = SOLDOUT_CHANNEL;
-    argv[18 + segments] = sku;
-    argv[19 + segments] = k.order;
-    argv[20 + segments] = epoch;
-    argv[21 + segments] = starts;
-    argv[22 + segments] = ends;
-    argv[23 + segments] = pay;
-    redisReply *r = rconn_eval(s->rc, &reset_script, 14, 10 + segments, argv, NULL);
+        argv[16 + i] = vals[i];
+    argv[19 + segments] = SOLDOUT_CHANNEL;
+    argv[20 + segments] = sku;
+    argv[21 + segments] = k.order;
+    argv[22 + segments] = epoch;
+    argv[23 + segments] = starts;
+    argv[24 + segments] = ends;
+    argv[25 + segments] = pay;
+    argv[26 + segments] = s->inv->cfg.outbox ? "1" : "";
+    redisReply *r = rconn_eval(s->rc, &reset_script, 16, 11 + segments, argv, NULL);
     free(argv);
     free(vals);
     inv_status st = INV_UNAVAILABLE;
@@ -401,6 +407,10 @@ static int audit_record(const char *rec, struct inv_audit *out, uint64_t *ids,
     inv_state st = e          ? (inv_state)json_integer_value(e)
                    : reserved ? INV_STATE_PENDING
                               : INV_STATE_PLACED;
+    if ((int)st >= 0 && st < INV_NSTATES) {
+        out->state_orders[st]++;
+        out->state_units[st] += qty;
+    }
     if (st == INV_STATE_CANCELLED || st == INV_STATE_EXPIRED) {
         out->returned += qty;
         if (st == INV_STATE_CANCELLED)
@@ -447,6 +457,35 @@ static int audit_segments_agree(const struct audit_snap *a, const long long *seg
 }
 
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
+extern const struct rscript_source lua_inventory_sink_lag;
+struct rscript inv_sink_lag_script = RSCRIPT_INIT("sink_lag", lua_inventory_sink_lag);
+
+/* The outbox's part of the audit: the SKU's generation (meta's outbox field)
+ * and its stream's events not yet in the database (sink_lag.lua). */
+static inv_status audit_outbox(struct inv_session *s, const struct sku_keys *k,
+                               struct inv_audit *out)
+{
+    redisReply *r = rconn_command(s->rc, "HGET %s outbox", k->meta);
+    if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r)
+            freeReplyObject(r);
+        return INV_UNAVAILABLE;
+    }
+    if (r->type == REDIS_REPLY_STRING)
+        snprintf(out->generation, sizeof(out->generation), "%s", r->str);
+    freeReplyObject(r);
+    const char *argv[] = {k->events, INV_SINK_GROUP};
+    r = rconn_eval(s->rc, &inv_sink_lag_script, 1, 1, argv, NULL);
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        out->outbox_lag = inv_reply_ll(r->element[0], 0);
+        st = INV_OK;
+    }
+    if (r)
+        freeReplyObject(r);
+    return st;
+}
+
 inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out)
 {
     rconn_check(s->rc);
@@ -506,6 +545,8 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
                           out->pending == a.pending && out->paid == a.paid &&
                           out->returned == a.returned;
     }
+    if (st == INV_OK)
+        st = audit_outbox(s, &k, out);
     free(ids);
     free(seg_units);
     json_decref(bought);

@@ -256,6 +256,13 @@ static void connect_step(struct apg *c)
     }
 }
 
+/* The server's notices (NOTICE: relation exists, skipping) are not ours to
+ * print: libpq would write them to stderr. */
+static void notice_ignore(void *arg, const char *message)
+{
+    (void)arg, (void)message;
+}
+
 static void connect_start(struct apg *c)
 {
     c->last_attempt_us = clock_now_us();
@@ -264,6 +271,7 @@ static void connect_start(struct apg *c)
         drop(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
         return;
     }
+    PQsetNoticeProcessor(c->conn, notice_ignore, NULL);
     c->state = APG_CONNECTING;
     /* the connection attempt is bounded like a query */
     struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};

@@ -305,9 +305,19 @@ zk_leader() {
 # waits for every client to leave); `stop pg --kill` is SIGQUIT, an immediate shutdown
 # (no checkpoint; the next start recovers from the WAL, as after a crash).
 start_pg() {
-    local dir=$1 port
+    local dir=$1 port up
     mkdir -p "$dir/pg"
     chown postgres: "$dir/pg"
+    # the postgres user must reach it: the dir, and the seckill-* temp dirs above it
+    # (a test's mktemp dir is 700), let others through (o+x, not o+r); nothing else
+    # is touched
+    chmod o+x "$dir"
+    for ((up = 0; up < 3; up++)); do
+        dir=$(dirname "$dir")
+        [[ $(basename "$dir") == seckill-* && -O $dir ]] || break
+        chmod o+x "$dir"
+    done
+    dir=$1
     pg_as_postgres initdb -D "$dir/pg/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
         --no-sync >"$dir/pg-initdb.log" 2>&1 ||
         { log "initdb failed (see $dir/pg-initdb.log)"; return 1; }

@@ -11,6 +11,7 @@
 #include "health.h"
 #include "inventory.h"
 #include "lock.h"
+#include "sink.h"
 
 struct event_base;
 
@@ -23,6 +24,7 @@ struct svc_app {
     struct orderid_gen *ids;           /* its worker id is this instance's id */
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
     struct svc_health *health;         /* the data Redis answers (/readyz) */
+    struct svc_sink *sink;             /* --postgres; NULL without */
     int replicas_acked;                /* --min-replicas-acked, resolved */
     int cluster;                       /* the data Redis is a Redis Cluster */
     /* The process's background duties (lock watchdog, sold-out listener,

@@ -21,6 +21,7 @@
 #include "orderid.h"
 #include "reach.h"
 #include "server.h"
+#include "sink.h"
 
 #define STARTUP_REDIS_WAIT_MS 10000
 #define DRAIN_GRACE_MS 300
@@ -180,11 +181,13 @@ struct backend {
     struct inv_sweep *sweep; /* reservations past pay_by */
     struct svc_durability *durability;
     struct svc_health *health;
+    struct svc_sink *sink; /* --postgres: the outbox into PostgreSQL */
 };
 
 /* Frees what b holds (any part may be missing). */
 static void backend_free(struct backend *b)
 {
+    svc_sink_free(b->sink);
     svc_health_free(b->health);
     svc_durability_stop(b->durability);
     orderid_lease_stop(b->lease);
@@ -293,6 +296,7 @@ static struct inv *inventory_new(const struct svc_config *cfg, struct backend *b
         .nseeds = cfg->redis_seeds,
         .password = cfg->redis_password,
         .timeout_ms = 1000,
+        .outbox = cfg->postgres[0] != 0,
     };
     return inv_new(&ic);
 }
@@ -310,11 +314,13 @@ static void duties_attach(struct svc_app *app, struct event_base *base)
     inv_sweep_attach(b->sweep, base);
     svc_durability_attach(b->durability, base);
     svc_health_attach(b->health, base);
+    svc_sink_attach(b->sink, base);
 }
 
 static void duties_detach(struct svc_app *app)
 {
     struct backend *b = app->duties;
+    svc_sink_detach(b->sink);
     svc_health_detach(b->health);
     svc_durability_detach(b->durability);
     inv_sweep_detach(b->sweep);
@@ -357,6 +363,14 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
     b->health = svc_health_new(cfg, b->cluster, svc_notify_ready);
+    if (cfg->postgres[0]) {
+        char consumer[32];
+        snprintf(consumer, sizeof(consumer), "seckill-%d", orderid_worker(&b->ids));
+        b->sink = svc_sink_new(cfg->postgres, cfg->redis.host, cfg->redis.port,
+                               b->cluster ? cfg->redis_seed : NULL,
+                               b->cluster ? cfg->redis_seeds : 0, cfg->redis_password,
+                               consumer);
+    }
     return 0;
 }
 
@@ -401,6 +415,7 @@ int main(int argc, char **argv)
                           .lease = b.lease,
                           .durability = b.durability,
                           .health = b.health,
+                          .sink = b.sink,
                           .replicas_acked = b.replicas_acked,
                           .cluster = b.cluster,
                           .ids = &b.ids,

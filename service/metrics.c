@@ -176,6 +176,17 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
     inv_counters_json(stats, &is, NORDER_VIEWS, NVIEWS);
     json_object_set_new(stats, "inflight", json_integer(atomic_load(&app->inflight)));
     json_object_set_new(stats, "draining", json_boolean(atomic_load(&app->draining)));
+    if (app->sink) {
+        struct svc_sink_stats st;
+        svc_sink_stats(app->sink, &st);
+        json_object_set_new(
+            stats, "sink",
+            json_pack("{s:I, s:f, s:b, s:I, s:I, s:I, s:I}", "lag_events",
+                      (json_int_t)st.lag_events, "lag_seconds", st.lag_seconds, "up",
+                      st.up, "events", (json_int_t)st.events, "batches",
+                      (json_int_t)st.batches, "claimed", (json_int_t)st.claimed, "errors",
+                      (json_int_t)st.errors));
+    }
     return stats;
 }
 
@@ -359,6 +370,34 @@ static void lifecycle(FILE *f, struct svc_app *app)
           "appendfsync always, or replicas acknowledge each order: "
           "--min-replicas-acked), else 0, also when its settings could not be read.",
           svc_durability_durable(app->durability) || app->replicas_acked > 0);
+}
+
+/* The sink's families (--postgres): its lag, what it wrote, its failures. */
+static void sink_figures(FILE *f, struct svc_app *app)
+{
+    if (!app->sink)
+        return;
+    struct svc_sink_stats st;
+    svc_sink_stats(app->sink, &st);
+    gauge(f, "seckill_sink_lag_events",
+          "Order changes in the outbox streams not yet in PostgreSQL (every stream, as "
+          "this instance last measured, once a second).",
+          (long long)st.lag_events);
+    family(f, "seckill_sink_lag_seconds",
+           "Age of the oldest order change not yet in PostgreSQL (0: none).", "gauge");
+    fprintf(f, "seckill_sink_lag_seconds %.3f\n", st.lag_seconds);
+    gauge(f, "seckill_sink_up", "1 when PostgreSQL took this sink's last transaction.",
+          st.up);
+    counter(f, "seckill_sink_events_total",
+            "Order changes this instance's sink wrote to PostgreSQL (committed).",
+            st.events);
+    counter(f, "seckill_sink_batches_total",
+            "Transactions this instance's sink committed in PostgreSQL.", st.batches);
+    counter(f, "seckill_sink_claimed_total",
+            "Order changes this sink claimed from a consumer that left them pending.",
+            st.claimed);
+    counter(f, "seckill_sink_errors_total",
+            "Transactions of this sink that failed (tried again).", st.errors);
 }
 
 /* seckill_build_info: what --version says, as a constant 1 with labels. */
@@ -565,6 +604,7 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
     order_counters(f, app, &is);
     locks(f, app->lock);
     lifecycle(f, app);
+    sink_figures(f, app);
     build_info(f);
     counter(f, "seckill_log_lines_suppressed_total",
             "Log lines dropped by a rate limit (libmicrohttpd's warnings, e.g. one per "

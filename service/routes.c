@@ -329,6 +329,40 @@ static void h_order_cancel(const struct svc_request *req, struct svc_response *r
     order_end(req, res, req_parse_cancel, inv_order_cancel);
 }
 
+/* The audit's store block (--postgres): the SKU's orders and units by state
+ * in PostgreSQL against the records in Redis (a), the events not yet there,
+ * and whether the two agree. The database unreadable: its orders and
+ * by_state null, matches false, and why. */
+static json_t *audit_store(struct svc_sink *sink, const struct inv_audit *a)
+{
+    long long orders[INV_NSTATES], units[INV_NSTATES];
+    char err[256] = "";
+    int ok = svc_sink_store(sink, a->sku, a->generation, orders, units, err,
+                            sizeof(err)) == 0;
+    json_t *store = json_pack("{s:I}", "lag_events", (json_int_t)a->outbox_lag);
+    if (!ok) {
+        json_object_set_new(store, "orders", json_null());
+        json_object_set_new(store, "by_state", json_null());
+        json_object_set_new(store, "matches", json_false());
+        json_object_set_new(store, "error", json_string(err));
+        return store;
+    }
+    json_t *by = json_object();
+    long long total = 0;
+    int matches = 1;
+    for (int st = 0; st < INV_NSTATES; st++) {
+        json_object_set_new(by, inv_state_name((inv_state)st),
+                            json_pack("{s:I, s:I}", "orders", (json_int_t)orders[st],
+                                      "units", (json_int_t)units[st]));
+        total += orders[st];
+        matches &= orders[st] == a->state_orders[st] && units[st] == a->state_units[st];
+    }
+    json_object_set_new(store, "orders", json_integer(total));
+    json_object_set_new(store, "by_state", by);
+    json_object_set_new(store, "matches", json_boolean(matches && a->generation[0]));
+    return store;
+}
+
 static void h_audit(const struct svc_request *req, struct svc_response *res)
 {
     if (!sku_param_ok(req, res))
@@ -351,6 +385,8 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         (json_int_t)a.cancelled, "expired", (json_int_t)a.expired, "returned",
         (json_int_t)a.returned, "state_conflicts", (json_int_t)a.state_conflicts,
         "returned_twice", (json_int_t)a.returned_twice, "consistent", a.consistent);
+    if (req->app->sink)
+        json_object_set_new(res->json, "store", audit_store(req->app->sink, &a));
 }
 
 static void h_livez(const struct svc_request *req, struct svc_response *res)

@@ -4,7 +4,7 @@
 -- copy, build/gen/inventory/lua/atomic.lua.
 -- KEYS as commit.lua's first eight: [1] meta, [2] stock, [3] sold, [4]
 -- buyers, [5] orders, [6] order:<id>, [7] idem, [8] avail, then [9] back
--- (back.lua), [10] due (record.lua).
+-- (back.lua), [10] due (record.lua), [11] events (outbox.lua).
 -- ARGV[1] the user's routing number (seg_route; the home segment is it modulo
 -- the segment count), [2] qty, [3] user id, [4] order id, [5] sku, [6]
 -- Idempotency-Key or ''.
@@ -23,11 +23,12 @@
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
+--#include "outbox.lua"
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
 local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
-                        'ends_ms', 'pay_ms')
+                        'ends_ms', 'pay_ms', 'outbox')
 if not meta[1] then return {-6} end
 local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
 local left = tonumber(meta[3] or '0')
@@ -69,5 +70,6 @@ for _, p in ipairs(parts) do
   out[#out + 1] = tonumber(p[1])
   out[#out + 1] = p[2]
 end
-record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, KEYS[10])
+record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, KEYS[10],
+             {KEYS[11], meta[7]})
 return out

@@ -5,7 +5,8 @@
 -- copy, build/gen/inventory/lua/batch.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] the segment
 -- lock's fence counter, [7] idem, [8] avail, [9..8+n] order:<id> of each
--- order in turn, then back (back.lua) and due (record.lua).
+-- order in turn, then back (back.lua), due (record.lua) and events
+-- (outbox.lua).
 -- ARGV[1] SKU epoch the batch was routed in, [2] segment, [3] the segment's
 -- stock as read under the lock, [4] fencing token or '0' (unfenced), [5] sku,
 -- then five per order: qty, user id, order id, Idempotency-Key or '', the
@@ -29,15 +30,17 @@
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
+--#include "outbox.lua"
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
-                        'pay_ms')
+                        'pay_ms', 'outbox')
 if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and redis.call('GET', KEYS[6]) ~= ARGV[4] then return {-2} end
 local seg, sku = ARGV[2], ARGV[5]
-local back, due = KEYS[#KEYS - 1], KEYS[#KEYS]
+local back, due = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local box = {KEYS[#KEYS], meta[6]}
 local stock = tonumber(ARGV[3]) + fold(KEYS[2], back, seg)
 local limit = tonumber(meta[2])
 local pay = tonumber(meta[5] or '0')
@@ -67,7 +70,7 @@ for i = 0, (#ARGV - 5) / 5 - 1 do
   else
     stock = stock - qty
     placed = true
-    record_order(okey, {{seg, qty}}, qty, user, id, sku, key, pay_by, due)
+    record_order(okey, {{seg, qty}}, qty, user, id, sku, key, pay_by, due, box)
     if pay_by then detail = string.format('%d', pay_by) end
   end
   out[#out + 1] = code

@@ -11,6 +11,7 @@
 -- (units: given back just now, else 0).
 --#include "window.lua"
 --#include "back.lua"
+--#include "outbox.lua"
 --#include "give.lua"
 local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty', 'user_id')
 if not o[3] then return {-1} end
@@ -20,7 +21,7 @@ if state == 'cancelled' then return {2, 0} end
 if state == 'placed' then return {-12} end
 if state == 'paid' then return {-16} end
 if state == 'expired' then return {-14, 0} end
-local k = life_keys(2)
+local k = life_keys(2, ARGV[4])
 local late = now_ms() >= tonumber(o[2])
 local units = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled')
 redis.call('PUBLISH', ARGV[3], ARGV[4])

@@ -4,7 +4,7 @@
 -- copy, build/gen/inventory/lua/commit.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] order:<id>,
 -- [7] idem, [8] avail, [9..8+n] the fence counter of each part's segment lock,
--- then back (back.lua) and due (record.lua).
+-- then back (back.lua), due (record.lua) and events (outbox.lua).
 -- ARGV[1] SKU epoch seen at the start, [2] qty, [3] user id, [4] order id,
 -- [5] sku, [6] Idempotency-Key or '', [7] n, the number of parts, then four
 -- per part, the first the segment the order is answered with: segment,
@@ -23,11 +23,12 @@
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
+--#include "outbox.lua"
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
-                        'pay_ms')
+                        'pay_ms', 'outbox')
 if meta[1] ~= ARGV[1] then return {-1} end
 local n = tonumber(ARGV[7])
 for i = 0, n - 1 do
@@ -45,7 +46,7 @@ local limit = tonumber(meta[2])
 if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local parts = {}
-local back, due = KEYS[#KEYS - 1], KEYS[#KEYS]
+local back, due = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 for i = 0, n - 1 do
   local seg, take = ARGV[8 + 4 * i], tonumber(ARGV[9 + 4 * i])
   local read = tonumber(ARGV[10 + 4 * i]) + fold(KEYS[2], back, seg)
@@ -53,5 +54,6 @@ for i = 0, n - 1 do
   parts[#parts + 1] = {seg, take}
 end
 local pay_by = now and now + pay
-record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, due)
+record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, due,
+             {KEYS[#KEYS], meta[6]})
 return {1, pay_by and string.format('%d', pay_by) or ''}

@@ -6,16 +6,17 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/due.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] back, [6] due, [7] life,
--- [8] avail.
+-- [8] avail, [9] events.
 -- ARGV[1] the prefix of the order records' keys ('order:'), [2] the most
 -- orders to expire in one call, [3] the reset channel, [4] the SKU.
 -- Returns {orders expired, units given back, orders still due now}.
 --#include "window.lua"
 --#include "back.lua"
+--#include "outbox.lua"
 --#include "give.lua"
 local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local k = life_keys(1)
+local k = life_keys(1, ARGV[4])
 local orders, units = 0, 0
 for _, id in ipairs(ids) do
   local okey = ARGV[1] .. id

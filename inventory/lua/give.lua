@@ -1,19 +1,21 @@
--- Piece, not a script: `--#include "give.lua"` (after back.lua and
--- window.lua) in pay.lua, cancel.lua and due.lua. No KEYS or ARGV of its own.
+-- Piece, not a script: `--#include "give.lua"` (after back.lua, window.lua
+-- and outbox.lua) in pay.lua, cancel.lua and due.lua. No KEYS or ARGV of its own.
 -- give_back(k, okey, id, state): a pending order's end without payment: its
 -- record okey says `state` ('cancelled' or 'expired'), its units go back to
 -- the segments they came from (the back hash, see back.lua; meta's
 -- remaining, the avail index), they no longer count as sold, pending or to
 -- the buyer's per-user limit; the order leaves the due set and the life list
--- records "<id> <state>". k names the SKU's keys: meta, stock, sold, buyers,
--- back, due, life, avail. The caller checked that the order is pending; it
+-- records "<id> <state>", the outbox (outbox.lua) its event. k names the
+-- SKU's keys: meta, stock, sold, buyers, back, due, life, avail, events, and
+-- its sku. The caller checked that the order is pending; it
 -- publishes on the reset channel once (so that no instance answers sold_out
 -- from memory). Returns the units given back.
--- life_keys(first): such a k from KEYS[first .. first + 7], named in that order
--- (each script that gives back passes them so).
-local function life_keys(first)
-  local k = {}
-  for i, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail'}) do
+-- life_keys(first, sku): such a k from KEYS[first .. first + 8], named in
+-- that order (each script that gives back passes them so).
+local function life_keys(first, sku)
+  local k = {sku = sku}
+  for i, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail',
+                         'events'}) do
     k[name] = KEYS[first + i - 1]
   end
   return k
@@ -46,5 +48,6 @@ local function give_back(k, okey, id, state)
   redis.call('HSET', okey, 'state', state)
   redis.call('ZREM', k.due, id)
   redis.call('RPUSH', k.life, id .. ' ' .. state)
+  outbox_add(k.events, redis.call('HGET', k.meta, 'outbox'), id, state, k.sku, o[1], o[2])
   return qty
 end

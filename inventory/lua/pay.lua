@@ -4,7 +4,7 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/pay.lua.
 -- KEYS[1] order:<id>, [2] meta, [3] stock, [4] sold, [5] buyers, [6] back,
--- [7] due, [8] life, [9] avail (the order's SKU's).
+-- [7] due, [8] life, [9] avail, [10] events (the order's SKU's).
 -- ARGV[1] order id, [2] payment id or '', [3] the reset channel
 -- (SOLDOUT_CHANNEL), [4] the SKU.
 -- Returns {1, 0} paid now, {2, 0} paid before, {-1} no such order, {-12}
@@ -12,15 +12,16 @@
 -- {-14, units} expired (units: given back just now, else 0).
 --#include "window.lua"
 --#include "back.lua"
+--#include "outbox.lua"
 --#include "give.lua"
-local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty')
+local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty', 'user_id')
 if not o[3] then return {-1} end
 local state = o[1] or 'placed'
 if state == 'paid' then return {2, 0} end
 if state == 'placed' then return {-12} end
 if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
-local k = life_keys(2)
+local k = life_keys(2, ARGV[4])
 if now_ms() >= tonumber(o[2]) then
   local units = give_back(k, KEYS[1], ARGV[1], 'expired')
   redis.call('PUBLISH', ARGV[3], ARGV[4])
@@ -33,4 +34,6 @@ redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'pending', -qty)
 redis.call('HINCRBY', KEYS[2], 'paid', qty)
 redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
+outbox_add(KEYS[10], redis.call('HGET', KEYS[2], 'outbox'), ARGV[1], 'paid', ARGV[4], o[4],
+           o[3], ARGV[2] ~= '' and {'p', ARGV[2]} or nil)
 return {1, 0}

@@ -1,8 +1,9 @@
 -- Piece, not a script: `--#include "record.lua"` in commit.lua, atomic.lua
--- and batch.lua (the build resolves it), run after the stock was written.
+-- and batch.lua (the build resolves it, after outbox.lua), run after the
+-- stock was written.
 -- KEYS as theirs: [1] meta, [3] sold, [4] buyers, [5] orders, [7] idem. No
 -- ARGV of its own.
--- record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, due): parts lists the
+-- record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, due, box): parts lists the
 -- segments the order draws from as {segment (a string), units} pairs, first
 -- the one it is answered with. Counts the units sold of each segment and to
 -- user, appends the audit record "<id> <user> <qty> <segment>" (an order of
@@ -13,8 +14,10 @@
 -- number: milliseconds by the SKU's clock) makes the order pending: its record
 -- says state pending and pay_by, the due zset (its key: due) holds it by
 -- pay_by for the sweep (due.lua), meta counts its units as pending; nil for
--- an order final at once (no state field: placed). Returns nothing.
-local function record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, due)
+-- an order final at once (no state field: placed). box: the outbox, {stream,
+-- gen} (outbox.lua; gen nil: none): the order's event, placed or pending.
+-- Returns nothing.
+local function record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, due, box)
   for _, p in ipairs(parts) do redis.call('HINCRBY', KEYS[3], p[1], p[2]) end
   redis.call('HINCRBY', KEYS[1], 'sold', qty)
   redis.call('HINCRBY', KEYS[1], 'orders', 1)
@@ -35,6 +38,9 @@ local function record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, d
     redis.call('HSET', okey, 'state', 'pending', 'pay_by', by)
     redis.call('ZADD', due, by, id)
     redis.call('HINCRBY', KEYS[1], 'pending', qty)
+    outbox_add(box[1], box[2], id, 'pending', sku, user, qty, {'b', by})
+  else
+    outbox_add(box[1], box[2], id, 'placed', sku, user, qty)
   end
   redis.call('RPUSH', KEYS[5], rec)
   if idem_key ~= '' then

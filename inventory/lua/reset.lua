@@ -9,7 +9,12 @@
 -- [6+k] the prefix of its order records' keys ('order:', or on a cluster
 -- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more,
 -- [8+k] and [9+k] the sale window's starts_ms and ends_ms (window.lua), ''
--- for an open end, [10+k] the payment window pay_ms (0: orders final at once).
+-- for an open end, [10+k] the payment window pay_ms (0: orders final at once),
+-- [11+k] '1' when the orders' changes go to the outbox (outbox.lua: meta's
+-- outbox field is the new epoch then, and the stream is listed in KEYS[15],
+-- the sink's registry, or on a cluster a key of the shard's own left alone),
+-- else ''.
+-- KEYS[16] the SKU's events stream (kept: events of the old epoch still go).
 -- Returns 1 when the SKU was new, 0 when it was reset.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
@@ -50,6 +55,12 @@ if ARGV[7 + k] == '' then
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 else
   redis.call('HSET', KEYS[1], 'epoch', ARGV[7 + k])
+end
+if ARGV[11 + k] == '1' then
+  redis.call('HSET', KEYS[1], 'outbox', redis.call('HGET', KEYS[1], 'epoch'))
+  redis.call('SADD', KEYS[15], KEYS[16])
+else
+  redis.call('HDEL', KEYS[1], 'outbox')
 end
 redis.call('PUBLISH', ARGV[4 + k], ARGV[5 + k])
 return existed == 1 and 0 or 1

@@ -1,0 +1,19 @@
+-- Piece, not a script: `--#include "outbox.lua"` in every script that changes
+-- an order's state (the build resolves it). No KEYS or ARGV of its own.
+-- The transactional outbox: a change of an order's state is appended to its
+-- SKU's events stream (a key under the same hash tag: one stream per SKU on
+-- one Redis, per SKU and shard on a cluster) by the script that makes the
+-- change, so that the change and its event exist together or not at all.
+-- The sink (inventory/sink.c) carries them to PostgreSQL.
+-- Only for a SKU whose meta field outbox is set (PUT by an instance with
+-- --postgres: the value is the SKU's epoch then, the orders' generation in
+-- the database); else nothing is appended.
+-- outbox_add(stream, gen, id, state, sku, user, qty, more): appends the
+-- event o=id s=state k=sku u=user q=qty g=gen, then more's field/value pairs
+-- (pay_by b, payment id p) when gen is set.
+local function outbox_add(stream, gen, id, state, sku, user, qty, more)
+  if not gen then return end
+  local ev = {'o', id, 's', state, 'k', sku, 'u', user, 'q', qty, 'g', gen}
+  for _, v in ipairs(more or {}) do ev[#ev + 1] = v end
+  redis.call('XADD', stream, '*', unpack(ev))
+end

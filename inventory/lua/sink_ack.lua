@@ -1,0 +1,19 @@
+-- The sink's acknowledgement (inventory/sink.c): events that reached
+-- PostgreSQL (committed) leave the group's pending list, and the stream is
+-- trimmed below the oldest event not yet in the database: the oldest one
+-- still pending (delivered, not acknowledged), or, with none pending, the
+-- last one delivered (every event before it was delivered, so acknowledged).
+-- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
+-- copy, build/gen/inventory/lua/sink_ack.lua.
+-- KEYS[1] the events stream. ARGV[1] the group, [2..] the ids applied.
+-- Returns the number of ids acknowledged now.
+--#include "group.lua"
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+local p = redis.call('XPENDING', KEYS[1], ARGV[1])
+local floor = p[2]
+if tonumber(p[1]) == 0 then
+  local g = group_info(KEYS[1], ARGV[1])
+  floor = g and g['last-delivered-id']
+end
+if floor then redis.call('XTRIM', KEYS[1], 'MINID', floor) end
+return acked

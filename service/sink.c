@@ -1,0 +1,707 @@
+#include "sink.h"
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "acluster.h"
+#include "aconn.h"
+#include "apg.h"
+#include "cluster.h"
+#include "inventory.h"
+#include "log.h"
+#include "xalloc.h"
+
+#define SINK_TICK_MS 1000   /* the registry read again, claims, the lag measured */
+#define SINK_BLOCK_MS 500   /* one Redis: a read waits this long for events */
+#define SINK_IDLE_MS 50     /* a cluster: nothing anywhere, look again after this */
+#define SINK_RETRY_MS 250   /* a failed transaction is tried again after this */
+#define SINK_TIMEOUT_MS 5000
+#define SINK_MAX_STREAMS 4096
+
+extern const struct rscript_source lua_inventory_sink_ack;
+/* inventory/lua/sink_ack.lua: acknowledged, and the stream trimmed below. */
+static struct rscript ack_script = RSCRIPT_INIT("sink_ack", lua_inventory_sink_ack);
+
+const char SINK_SCHEMA_SQL[] =
+    "DO $$ BEGIN "
+    "PERFORM pg_advisory_xact_lock(7305141); "
+    "CREATE TABLE IF NOT EXISTS seckill_schema (version int PRIMARY KEY, "
+    "  applied_at timestamptz NOT NULL DEFAULT now()); "
+    "CREATE TABLE IF NOT EXISTS seckill_orders (order_id bigint PRIMARY KEY, "
+    "  sku text NOT NULL, user_id text NOT NULL, qty int NOT NULL, "
+    "  generation text NOT NULL, state text NOT NULL, rank smallint NOT NULL, "
+    "  pay_by timestamptz, payment_id text, changed_at timestamptz NOT NULL); "
+    "CREATE INDEX IF NOT EXISTS seckill_orders_sku ON seckill_orders (sku, generation); "
+    "CREATE TABLE IF NOT EXISTS seckill_events (stream text NOT NULL, "
+    "  event_id text NOT NULL, order_id bigint NOT NULL, state text NOT NULL, "
+    "  at timestamptz NOT NULL, PRIMARY KEY (stream, event_id)); "
+    "INSERT INTO seckill_schema (version) VALUES (1) ON CONFLICT DO NOTHING; "
+    "END $$";
+
+/* One statement, one transaction: the batch's events that are new to the
+ * database are recorded, and each order takes the furthest state among
+ * them, only forward (rank: placed and pending 1, the ends 2). */
+static const char APPLY_SQL[] =
+    "WITH ev AS (SELECT * FROM json_to_recordset($1::json) AS e(x text, i text, "
+    "  o bigint, s text, k text, u text, q int, g text, b bigint, p text)), "
+    "fresh AS (INSERT INTO seckill_events (stream, event_id, order_id, state, at) "
+    "  SELECT x, i, o, s, to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev "
+    "  ON CONFLICT DO NOTHING RETURNING stream, event_id), "
+    "latest AS (SELECT DISTINCT ON (ev.o) ev.*, "
+    "  CASE WHEN ev.s IN ('placed', 'pending') THEN 1 ELSE 2 END AS r "
+    "  FROM ev JOIN fresh ON fresh.stream = ev.x AND fresh.event_id = ev.i "
+    "  ORDER BY ev.o, r DESC) "
+    "INSERT INTO seckill_orders AS t (order_id, sku, user_id, qty, generation, state, "
+    "  rank, pay_by, payment_id, changed_at) "
+    "SELECT o, k, u, q, g, s, r, to_timestamp(b / 1000.0), p, "
+    "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM latest "
+    "ON CONFLICT (order_id) DO UPDATE SET state = EXCLUDED.state, rank = EXCLUDED.rank, "
+    "  payment_id = COALESCE(EXCLUDED.payment_id, t.payment_id), "
+    "  changed_at = EXCLUDED.changed_at "
+    "WHERE t.rank < EXCLUDED.rank";
+
+/* Where a round is. */
+enum sink_phase {
+    SINK_IDLE = 0, /* between rounds: a timer */
+    SINK_READING,  /* XREADGROUP or XAUTOCLAIM on its way */
+    SINK_WRITING,  /* the transaction on its way */
+    SINK_ACKING,   /* the acknowledgements on their way */
+};
+
+/* A stream the registry lists. */
+struct sink_stream {
+    char *key;
+    int grouped; /* XGROUP CREATE answered (created now or before) */
+};
+
+/* The events of one round, grouped by stream for the acknowledgements. */
+struct sink_batch {
+    json_t *rows;       /* the transaction's parameter */
+    int n;              /* events */
+    int *stream;        /* per event: its stream's index */
+    char (*id)[32];     /* per event: its id */
+    int cap;
+};
+
+struct svc_sink {
+    char *conninfo;
+    char host[256];
+    int port;
+    struct rconn_addr *seeds;
+    int nseeds;
+    char *password;
+    char consumer[64];
+    char crash_at[32]; /* SECKILL_TEST_CRASH: a test's kill -9 at a point of a round */
+    struct event_base *base;
+    struct aconn *rd;     /* one Redis: the blocking reads */
+    struct aconn *ac;     /* one Redis: everything else */
+    struct acluster *cl;  /* a cluster: everything */
+    struct apg *db;
+    struct event *tick, *wake;
+    struct sink_stream **streams; /* each its own allocation: replies point at it */
+    int nstreams;
+    int listing;          /* SMEMBERS on its way */
+    enum sink_phase phase;
+    int claim_next;       /* a cluster's or a claim pass's next stream; -1: no pass */
+    int read_next;        /* a cluster's next stream to read */
+    int empty_reads;      /* a cluster's reads in a row that found nothing */
+    int schema_sent;      /* the schema went ahead on this connection */
+    int acks_owed;
+    struct sink_batch b;
+    int lag_owed;
+    int64_t lag_events_sum, lag_oldest_ms;
+    _Atomic uint64_t events, batches, claimed, errors;
+    _Atomic int64_t lag_events;
+    _Atomic int64_t lag_oldest; /* ms since the epoch, 0: none */
+    _Atomic int up;
+    int was_up; /* for the log: said once per change */
+    pthread_mutex_t store_mu; /* the audit's blocking connection */
+    PGconn *store;
+};
+
+static void round_start(struct svc_sink *k);
+
+/* A test's kill -9 at step (SECKILL_TEST_CRASH): "sink-before-commit" (the
+ * batch read, its transaction not sent) or "sink-after-commit" (committed,
+ * not acknowledged). */
+static void crash_point(const struct svc_sink *k, const char *step)
+{
+    if (strcmp(k->crash_at, step) == 0)
+        raise(SIGKILL);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int attached(const struct svc_sink *k)
+{
+    return k->tick != NULL;
+}
+
+/* A command to the node of key (NULL: any; one Redis: the command
+ * connection). */
+static rconn_status send_cmd(struct svc_sink *k, const char *key, aconn_cb *cb, void *arg,
+                             struct rscript *script, int nkeys, int argc, const char **argv)
+{
+    if (k->cl) {
+        int slot = key ? cluster_keyslot(key, strlen(key)) : 0;
+        return script ? acluster_eval(k->cl, slot, cb, arg, script, nkeys, argc, argv)
+                      : acluster_command(k->cl, slot, cb, arg, argc, argv);
+    }
+    return script ? aconn_eval(k->ac, cb, arg, script, nkeys, argc, argv)
+                  : aconn_command(k->ac, cb, arg, argc, argv, NULL);
+}
+
+static void wake_after(struct svc_sink *k, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    k->phase = SINK_IDLE;
+    evtimer_add(k->wake, &tv);
+}
+
+/* ---- the batch ------------------------------------------------------------- */
+
+static void batch_clear(struct sink_batch *b)
+{
+    json_decref(b->rows);
+    b->rows = NULL;
+    b->n = 0;
+}
+
+/* Adds one event (f: its field/value pairs) of stream si (named key) to the
+ * batch. */
+static void batch_add(struct sink_batch *b, int si, const char *key, const char *id,
+                      const redisReply *f)
+{
+    if (!b->rows)
+        b->rows = json_array();
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : SINK_BATCH;
+        b->stream = xrealloc(b->stream, sizeof(*b->stream) * (size_t)b->cap);
+        b->id = xrealloc(b->id, sizeof(*b->id) * (size_t)b->cap);
+    }
+    json_t *row = json_object();
+    json_object_set_new(row, "x", json_string(key));
+    json_object_set_new(row, "i", json_string(id));
+    for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
+        const redisReply *name = f->element[j], *v = f->element[j + 1];
+        if (name->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+            continue;
+        json_object_set_new(row, name->str, json_stringn(v->str, v->len));
+    }
+    b->stream[b->n] = si;
+    snprintf(b->id[b->n], sizeof(b->id[0]), "%s", id);
+    b->n++;
+    json_array_append_new(b->rows, row);
+}
+
+/* Adds the entries of r ([[id, [field, value...]], ...]) of stream si. */
+static void batch_entries(struct svc_sink *k, int si, const redisReply *r)
+{
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+            e->element[0]->type != REDIS_REPLY_STRING)
+            continue; /* a deleted entry still pending: nothing to write */
+        batch_add(&k->b, si, k->streams[si]->key, e->element[0]->str, e->element[1]);
+    }
+}
+
+/* ---- acknowledging ---------------------------------------------------------- */
+
+static void on_acked(void *arg, aconn_result res, redisReply *r)
+{
+    (void)res, (void)r;
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    if (--k->acks_owed == 0) {
+        batch_clear(&k->b);
+        round_start(k);
+    }
+}
+
+/* sink_ack.lua on each stream of the batch, with its events' ids. An
+ * acknowledgement lost on the way leaves its events pending: claimed and
+ * written again later, which changes nothing. */
+static void ack_all(struct svc_sink *k)
+{
+    struct sink_batch *b = &k->b;
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)(b->n + 2));
+    k->phase = SINK_ACKING;
+    k->acks_owed = 1; /* this loop's own, released below */
+    for (int si = 0; si < k->nstreams; si++) {
+        int argc = 0;
+        argv[argc++] = k->streams[si]->key;
+        argv[argc++] = INV_SINK_GROUP;
+        for (int i = 0; i < b->n; i++)
+            if (b->stream[i] == si)
+                argv[argc++] = b->id[i];
+        if (argc == 2)
+            continue;
+        k->acks_owed++;
+        if (send_cmd(k, argv[0], on_acked, k, &ack_script, 1, argc, argv) != RCONN_OK)
+            k->acks_owed--;
+    }
+    free(argv);
+    on_acked(k, ACONN_REPLY, NULL);
+}
+
+/* ---- writing ---------------------------------------------------------------- */
+
+static void db_state(struct svc_sink *k, int up, const char *why)
+{
+    atomic_store(&k->up, up);
+    if (up == k->was_up)
+        return;
+    k->was_up = up;
+    if (up) {
+        log_event(LOG_INFO, "sink_up", "consumer=%s", k->consumer);
+    } else {
+        char q[300];
+        log_event(LOG_WARN, "sink_down", "consumer=%s error=\"%s\"", k->consumer,
+                  log_quote(q, sizeof(q), why));
+    }
+}
+
+static void write_batch(struct svc_sink *k);
+
+static void on_schema(void *arg, apg_outcome res, PGresult *r)
+{
+    struct svc_sink *k = arg;
+    if (res != APG_RESULT || PQresultStatus(r) != PGRES_COMMAND_OK)
+        k->schema_sent = 0; /* again, ahead of the next transaction */
+}
+
+static void on_written(void *arg, apg_outcome res, PGresult *r)
+{
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    if (res == APG_RESULT && PQresultStatus(r) == PGRES_COMMAND_OK) {
+        db_state(k, 1, NULL);
+        atomic_fetch_add(&k->batches, 1);
+        atomic_fetch_add(&k->events, (uint64_t)k->b.n);
+        crash_point(k, "sink-after-commit");
+        ack_all(k);
+        return;
+    }
+    char why[256] = "";
+    if (res == APG_RESULT)
+        apg_result_error(r, why, sizeof(why));
+    else
+        snprintf(why, sizeof(why), "%s", apg_errstr(k->db));
+    atomic_fetch_add(&k->errors, 1);
+    k->schema_sent = 0;
+    db_state(k, 0, why);
+    k->phase = SINK_WRITING;
+    struct timeval tv = {0, SINK_RETRY_MS * 1000};
+    evtimer_add(k->wake, &tv); /* the same batch again */
+}
+
+/* The batch in one transaction (the schema ahead of it on a new connection). */
+static void write_batch(struct svc_sink *k)
+{
+    k->phase = SINK_WRITING;
+    if (!k->schema_sent &&
+        apg_query(k->db, on_schema, k, SINK_SCHEMA_SQL, 0, NULL) == APG_OK)
+        k->schema_sent = 1;
+    char *json = json_dumps(k->b.rows, JSON_COMPACT);
+    const char *params[] = {json};
+    crash_point(k, "sink-before-commit");
+    apg_status st = apg_query(k->db, on_written, k, APPLY_SQL, 1, params);
+    free(json);
+    if (st != APG_OK)
+        on_written(k, APG_NOT_SENT, NULL);
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+static int stream_index(const struct svc_sink *k, const char *key)
+{
+    for (int i = 0; i < k->nstreams; i++)
+        if (strcmp(k->streams[i]->key, key) == 0)
+            return i;
+    return -1;
+}
+
+/* A round's events came (or none): written, or the next read. */
+static void read_done(struct svc_sink *k, int found)
+{
+    if (k->b.n > 0) {
+        write_batch(k);
+        return;
+    }
+    if (k->cl && !found && ++k->empty_reads >= k->nstreams) {
+        k->empty_reads = 0;
+        wake_after(k, SINK_IDLE_MS);
+        return;
+    }
+    if (found)
+        k->empty_reads = 0;
+    round_start(k);
+}
+
+/* XREADGROUP's answer: [[stream, [[id, fields]...]]...], or nil (none). */
+static void on_read(void *arg, aconn_result res, redisReply *r)
+{
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    if (res != ACONN_REPLY || (r->type != REDIS_REPLY_ARRAY && r->type != REDIS_REPLY_NIL)) {
+        /* Redis away; or a stream and its group gone (a Redis restarted
+         * empty): the tick makes the groups again */
+        if (res == ACONN_REPLY && r->type == REDIS_REPLY_ERROR &&
+            strncmp(r->str, "NOGROUP", 7) == 0)
+            for (int i = 0; i < k->nstreams; i++)
+                k->streams[i]->grouped = 0;
+        wake_after(k, SINK_RETRY_MS);
+        return;
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *s = r->element[i];
+        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+            s->element[0]->type != REDIS_REPLY_STRING)
+            continue;
+        int si = stream_index(k, s->element[0]->str);
+        if (si >= 0)
+            batch_entries(k, si, s->element[1]);
+    }
+    read_done(k, k->b.n > 0);
+}
+
+/* XAUTOCLAIM's answer: [next, [[id, fields]...], [deleted ids]]. */
+static void on_claimed(void *arg, aconn_result res, redisReply *r)
+{
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    int si = k->claim_next++;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+        batch_entries(k, si, r->element[1]);
+        atomic_fetch_add(&k->claimed, (uint64_t)k->b.n);
+    }
+    if (k->claim_next >= k->nstreams)
+        k->claim_next = -1;
+    if (k->b.n > 0)
+        write_batch(k);
+    else
+        round_start(k);
+}
+
+/* The next read: a claim pass's next stream (XAUTOCLAIM); else one Redis:
+ * every grouped stream at once, waiting up to SINK_BLOCK_MS; a cluster: the
+ * next stream, without waiting. */
+static void round_start(struct svc_sink *k)
+{
+    k->phase = SINK_READING;
+    char count[12], idle[12];
+    snprintf(count, sizeof(count), "%d", SINK_BATCH);
+    snprintf(idle, sizeof(idle), "%d", SINK_CLAIM_IDLE_MS);
+    while (k->claim_next >= 0 && k->claim_next < k->nstreams &&
+           !k->streams[k->claim_next]->grouped)
+        k->claim_next++;
+    if (k->claim_next >= 0 && k->claim_next < k->nstreams) {
+        const char *key = k->streams[k->claim_next]->key;
+        const char *argv[] = {"XAUTOCLAIM", key, INV_SINK_GROUP, k->consumer, idle,
+                              "0-0",        "COUNT", count};
+        if (send_cmd(k, key, on_claimed, k, NULL, 0, 8, argv) != RCONN_OK)
+            wake_after(k, SINK_RETRY_MS);
+        return;
+    }
+    k->claim_next = -1;
+    if (k->nstreams == 0) {
+        k->phase = SINK_IDLE; /* the tick starts the first round */
+        return;
+    }
+    if (k->cl) {
+        int si = k->read_next++ % k->nstreams;
+        if (!k->streams[si]->grouped) {
+            read_done(k, 0);
+            return;
+        }
+        const char *key = k->streams[si]->key;
+        const char *argv[] = {"XREADGROUP", "GROUP", INV_SINK_GROUP, k->consumer, "COUNT",
+                              count,        "STREAMS", key,      ">"};
+        if (acluster_command(k->cl, cluster_keyslot(key, strlen(key)), on_read, k, 9,
+                             argv) != RCONN_OK)
+            wake_after(k, SINK_RETRY_MS);
+        return;
+    }
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)(10 + 2 * k->nstreams));
+    char block[12];
+    snprintf(block, sizeof(block), "%d", SINK_BLOCK_MS);
+    int argc = 0, n = 0;
+    const char *head[] = {"XREADGROUP", "GROUP", INV_SINK_GROUP, k->consumer, "COUNT",
+                          count,        "BLOCK", block,      "STREAMS"};
+    for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
+        argv[argc++] = head[i];
+    for (int i = 0; i < k->nstreams; i++)
+        if (k->streams[i]->grouped)
+            argv[argc++] = k->streams[i]->key, n++;
+    for (int i = 0; i < n; i++)
+        argv[argc++] = ">";
+    rconn_status st = n > 0 ? aconn_command(k->rd, on_read, k, argc, argv, NULL) : RCONN_ERR;
+    free(argv);
+    if (st != RCONN_OK)
+        wake_after(k, n > 0 ? SINK_RETRY_MS : SINK_TICK_MS);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct svc_sink *k = arg;
+    if (k->phase == SINK_WRITING)
+        write_batch(k);
+    else
+        round_start(k);
+}
+
+/* ---- the tick: the registry, the groups, the claims, the lag ---------------- */
+
+static void on_grouped(void *arg, aconn_result res, redisReply *r)
+{
+    struct sink_stream *s = arg;
+    /* created, or BUSYGROUP: it was there */
+    if (res == ACONN_REPLY &&
+        (r->type == REDIS_REPLY_STATUS ||
+         (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) == 0)))
+        s->grouped = 1;
+}
+
+static void on_listed(void *arg, aconn_result res, redisReply *r)
+{
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    k->listing = 0;
+    for (size_t i = 0; res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY &&
+                       i < r->elements && k->nstreams < SINK_MAX_STREAMS;
+         i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_STRING || stream_index(k, e->str) >= 0)
+            continue;
+        if (k->nstreams % 64 == 0)
+            k->streams = xrealloc(k->streams, sizeof(*k->streams) * (size_t)(k->nstreams + 64));
+        struct sink_stream *s = xcalloc(1, sizeof(*s));
+        s->key = xstrdup(e->str);
+        k->streams[k->nstreams++] = s;
+    }
+    for (int i = 0; i < k->nstreams; i++) {
+        struct sink_stream *s = k->streams[i];
+        if (s->grouped)
+            continue;
+        const char *argv[] = {"XGROUP", "CREATE", s->key, INV_SINK_GROUP, "0", "MKSTREAM"};
+        send_cmd(k, s->key, on_grouped, s, NULL, 0, 6, argv);
+    }
+    if (k->phase == SINK_IDLE && !evtimer_pending(k->wake, NULL))
+        wake_after(k, 0);
+}
+
+static void on_lag(void *arg, aconn_result res, redisReply *r)
+{
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        k->lag_events_sum += r->element[0]->integer;
+        long long oldest = r->element[1]->integer;
+        if (oldest > 0 && (k->lag_oldest_ms == 0 || oldest < k->lag_oldest_ms))
+            k->lag_oldest_ms = oldest;
+    }
+    if (--k->lag_owed == 0) {
+        atomic_store(&k->lag_events, k->lag_events_sum);
+        atomic_store(&k->lag_oldest, k->lag_oldest_ms);
+    }
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct svc_sink *k = arg;
+    if (!k->listing) {
+        const char *argv[] = {"SMEMBERS", INV_STREAMS_KEY};
+        k->listing = send_cmd(k, INV_STREAMS_KEY, on_listed, k, NULL, 0, 2, argv) == RCONN_OK;
+    }
+    if (k->claim_next < 0)
+        k->claim_next = 0; /* a claim pass with the next round */
+    if (k->lag_owed == 0) {
+        k->lag_events_sum = 0;
+        k->lag_oldest_ms = 0;
+        k->lag_owed = 1;
+        for (int i = 0; i < k->nstreams; i++) {
+            const char *argv[] = {k->streams[i]->key, INV_SINK_GROUP};
+            k->lag_owed++;
+            if (send_cmd(k, argv[0], on_lag, k, &inv_sink_lag_script, 1, 2, argv) != RCONN_OK)
+                k->lag_owed--;
+        }
+        on_lag(k, ACONN_NOT_SENT, NULL);
+    }
+}
+
+/* ---- the handle -------------------------------------------------------------- */
+
+struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
+                              const struct rconn_addr *seeds, int nseeds,
+                              const char *password, const char *consumer)
+{
+    struct svc_sink *k = xcalloc(1, sizeof(*k));
+    k->conninfo = xstrdup(conninfo);
+    snprintf(k->host, sizeof(k->host), "%s", host ? host : "");
+    k->port = port;
+    if (nseeds > 0) {
+        k->seeds = xmalloc(sizeof(*seeds) * (size_t)nseeds);
+        memcpy(k->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
+        k->nseeds = nseeds;
+    }
+    k->password = password && *password ? xstrdup(password) : NULL;
+    snprintf(k->consumer, sizeof(k->consumer), "%s", consumer);
+    const char *crash = getenv("SECKILL_TEST_CRASH");
+    snprintf(k->crash_at, sizeof(k->crash_at), "%s", crash ? crash : "");
+    k->claim_next = -1;
+    k->was_up = -1;
+    pthread_mutex_init(&k->store_mu, NULL);
+    return k;
+}
+
+void svc_sink_attach(struct svc_sink *k, struct event_base *base)
+{
+    if (!k || k->tick)
+        return;
+    k->base = base;
+    if (k->nseeds > 0) {
+        k->cl = acluster_new(base, k->seeds, k->nseeds, k->password, SINK_TIMEOUT_MS);
+    } else {
+        k->ac = aconn_new(base, k->host, k->port, k->password, SINK_TIMEOUT_MS);
+        k->rd = aconn_new(base, k->host, k->port, k->password, SINK_BLOCK_MS + SINK_TIMEOUT_MS);
+    }
+    k->db = apg_new(base, k->conninfo, SINK_TIMEOUT_MS);
+    /* the schema at the start (again before a transaction if this failed) */
+    k->schema_sent = apg_query(k->db, on_schema, k, SINK_SCHEMA_SQL, 0, NULL) == APG_OK;
+    k->wake = evtimer_new(base, on_wake, k);
+    struct timeval every = {SINK_TICK_MS / 1000, (SINK_TICK_MS % 1000) * 1000};
+    k->tick = event_new(base, -1, EV_PERSIST, on_tick, k);
+    if (!k->tick || !k->wake || event_add(k->tick, &every) != 0)
+        abort();
+    event_active(k->tick, EV_TIMEOUT, 0);
+}
+
+void svc_sink_detach(struct svc_sink *k)
+{
+    if (!k || !k->tick)
+        return;
+    event_free(k->tick);
+    k->tick = NULL; /* callbacks from here on find it detached */
+    event_free(k->wake);
+    k->wake = NULL;
+    aconn_free(k->rd);
+    aconn_free(k->ac);
+    acluster_free(k->cl);
+    apg_free(k->db);
+    k->rd = k->ac = NULL;
+    k->cl = NULL;
+    k->db = NULL;
+    batch_clear(&k->b);
+    k->phase = SINK_IDLE;
+    k->listing = 0;
+    k->lag_owed = 0;
+}
+
+void svc_sink_free(struct svc_sink *k)
+{
+    if (!k)
+        return;
+    svc_sink_detach(k);
+    for (int i = 0; i < k->nstreams; i++) {
+        free(k->streams[i]->key);
+        free(k->streams[i]);
+    }
+    free(k->streams);
+    free(k->b.stream);
+    free(k->b.id);
+    free(k->seeds);
+    free(k->password);
+    free(k->conninfo);
+    if (k->store)
+        PQfinish(k->store);
+    pthread_mutex_destroy(&k->store_mu);
+    free(k);
+}
+
+void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!k)
+        return;
+    out->events = atomic_load(&k->events);
+    out->batches = atomic_load(&k->batches);
+    out->claimed = atomic_load(&k->claimed);
+    out->errors = atomic_load(&k->errors);
+    out->lag_events = atomic_load(&k->lag_events);
+    int64_t oldest = atomic_load(&k->lag_oldest);
+    int64_t age = oldest > 0 ? wall_ms() - oldest : 0;
+    out->lag_seconds = age > 0 ? (double)age / 1000.0 : 0.0;
+    out->up = atomic_load(&k->up);
+}
+
+/* The audit's connection, made (again) when it is not up. */
+static PGconn *store_conn(struct svc_sink *k, char *err, size_t errlen)
+{
+    if (k->store && PQstatus(k->store) == CONNECTION_OK)
+        return k->store;
+    if (k->store)
+        PQfinish(k->store);
+    const char *keys[] = {"dbname", "connect_timeout", NULL};
+    const char *vals[] = {k->conninfo, "2", NULL};
+    k->store = PQconnectdbParams(keys, vals, 1); /* dbname expands conninfo */
+    if (PQstatus(k->store) == CONNECTION_OK)
+        return k->store;
+    snprintf(err, errlen, "%.*s", (int)strcspn(PQerrorMessage(k->store), "\n"),
+             PQerrorMessage(k->store));
+    PQfinish(k->store);
+    k->store = NULL;
+    return NULL;
+}
+
+int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
+                   long long orders[INV_NSTATES], long long units[INV_NSTATES], char *err,
+                   size_t errlen)
+{
+    memset(orders, 0, sizeof(long long) * INV_NSTATES);
+    memset(units, 0, sizeof(long long) * INV_NSTATES);
+    pthread_mutex_lock(&k->store_mu);
+    int rc = -1;
+    PGconn *c = store_conn(k, err, errlen);
+    PGresult *r = NULL;
+    if (c) {
+        const char *params[] = {sku, generation};
+        r = PQexecParams(c,
+                         "SELECT state, count(*), coalesce(sum(qty), 0) FROM seckill_orders "
+                         "WHERE sku = $1 AND generation = $2 GROUP BY state",
+                         2, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+            for (int i = 0; i < PQntuples(r); i++) {
+                inv_state st = inv_state_parse(PQgetvalue(r, i, 0));
+                orders[st] += strtoll(PQgetvalue(r, i, 1), NULL, 10);
+                units[st] += strtoll(PQgetvalue(r, i, 2), NULL, 10);
+            }
+            rc = 0;
+        } else {
+            apg_result_error(r, err, errlen);
+        }
+        PQclear(r);
+    }
+    pthread_mutex_unlock(&k->store_mu);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* sink: the orders' changes carried from the outbox streams in Redis
+ * (inventory/lua/outbox.lua) into PostgreSQL, their system of record.
+ *
+ * Every instance with --postgres runs one, on loop 0; together they are one
+ * consumer group (INV_SINK_GROUP) on each stream the registry
+ * (INV_STREAMS_KEY) lists. A round reads events (XREADGROUP), writes them in one PostgreSQL
+ * statement (one transaction, libpq's asynchronous API: pg/apg.h), and only
+ * once that committed acknowledges them (XACK) and trims the stream below
+ * the oldest event not yet in the database (inventory/lua/sink_ack.lua).
+ * Events a dead or stuck consumer left pending for SINK_CLAIM_IDLE_MS are
+ * claimed (XAUTOCLAIM) by whichever sink looks next. Applying an event twice
+ * changes nothing: events are keyed by (stream, id), orders by their id, and
+ * an order's state only moves forward (placed or pending, then paid,
+ * cancelled or expired). The schema is created when missing, versioned
+ * (seckill_schema). See docs/design.md, "The system of record". */
+#ifndef SECKILL_SINK_H
+#define SECKILL_SINK_H
+
+#include <stdint.h>
+
+#include "inventory.h"
+#include "rconn.h"
+
+#define SINK_CLAIM_IDLE_MS 5000
+#define SINK_BATCH 512
+
+struct event_base;
+struct svc_sink;
+
+/* What /metrics shows. */
+struct svc_sink_stats {
+    uint64_t events;     /* events this sink wrote (new to the database or not) */
+    uint64_t batches;    /* transactions committed */
+    uint64_t claimed;    /* events claimed from other consumers */
+    uint64_t errors;     /* transactions failed (retried) */
+    int64_t lag_events;  /* events not yet in the database, every stream, last seen */
+    double lag_seconds;  /* age of the oldest of them */
+    int up;              /* the database answered the last transaction */
+};
+
+/* A sink for the database conninfo names, reading one Redis (host:port) or
+ * a Redis Cluster (nseeds seeds, copied) as consumer `consumer`. Starts on
+ * svc_sink_attach. */
+struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
+                              const struct rconn_addr *seeds, int nseeds,
+                              const char *password, const char *consumer);
+void svc_sink_attach(struct svc_sink *k, struct event_base *base);
+/* On its loop, or once it stopped; what is on its way is dropped (its events
+ * stay pending, claimed later). */
+void svc_sink_detach(struct svc_sink *k);
+void svc_sink_free(struct svc_sink *k); /* NULL is a no-op */
+/* Any thread. */
+void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out);
+
+/* The orders of sku's generation in PostgreSQL by state (inv_state): what
+ * the audit's store block compares with the records in Redis. Blocking, on
+ * a connection of its own (made on demand, kept). 0, or -1 with why in err
+ * when the database could not be read. Any thread (one at a time). */
+int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
+                   long long orders[INV_NSTATES], long long units[INV_NSTATES], char *err,
+                   size_t errlen);
+
+/* The schema (idempotent, under an advisory lock): what the sink sends
+ * before its first transaction on each connection; the audit's check too. */
+extern const char SINK_SCHEMA_SQL[];
+
+#endif

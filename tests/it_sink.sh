@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Integration: with --postgres every change of an order's state reaches PostgreSQL
+# exactly once (SPEC invariant 10), through the outbox streams and the instances' sink.
+#
+#   - without --postgres nothing changes: a SKU PUT by such an instance has no
+#     outbox, its orders append no event;
+#   - a sale with a payment window through 2 instances: placed, paid, cancelled and
+#     expired orders all reach the database, each change once (one event row per
+#     change, 2 per order), and the audit's store block matches the records in Redis
+#     with the lag at 0;
+#   - PostgreSQL stopped for 10 s in the middle of a sale and started again: the sale
+#     goes on (201s while it is down), the sink says it is down and its lag grows,
+#     then drains; every 201's order is in the database, none twice;
+#   - a consumer killed (-9, SECKILL_TEST_CRASH) after reading events and before its
+#     transaction: another claims them (XAUTOCLAIM) and writes them;
+#   - a consumer killed after the commit and before XACK: the events stay pending,
+#     another claims them and writes them again, which changes nothing (the same
+#     rows, no event twice);
+#   - a Redis Cluster of 3 masters: one stream per shard, and the same agreement;
+#   - the streams are trimmed: what reached the database leaves Redis.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin sink redis-server redis-cli curl jq psql pg_isready initdb
+
+sql() { psql -X -q -tA "$1" -c "$2"; }
+audit() { curl -s "$1/skus/$2/audit"; }
+matches() { [[ $(audit "$1" "$2" | jq -r '.store.matches and .store.lag_events == 0') == true ]]; }
+post() { # URL SKU USER -> the 201's order id, or nothing
+    curl -s -X POST "$1/skus/$2/orders" -d "{\"user_id\":\"$3\",\"qty\":1}" | jq -r '.order_id // empty'
+}
+metric() { curl -s "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
+
+it_cluster_up --instances 2 --postgres -- --log-level warn || exit 1
+url=$LB_URL
+
+# ---- without --postgres, nothing changes -----------------------------------------
+start_instance plain "$dir" --redis "$REDIS_ADDR" --threads 1 --log-level warn --instance-id 9 ||
+    exit 1
+plain=$STARTED_URL
+curl -s -o /dev/null -X PUT "$plain/skus/plain" -d '{"stock": 5}'
+[[ -n $(post "$plain" plain u1) ]]
+expect "without --postgres: no outbox for its SKU" "0 0" \
+    "$(redis-cli -p "$REDIS_PORT" exists 'sk:{plain}:events') $(redis-cli -p "$REDIS_PORT" sismember seckill:streams 'sk:{plain}:events')"
+
+# ---- a sale's whole life reaches the database, each change once --------------------
+curl -s -o /dev/null -X PUT "$url/skus/life" -d '{"stock": 100, "pay_within_ms": 1500}'
+ids=()
+for i in $(seq 1 40); do ids+=("$(post "$url" life "u$i")"); done
+expect "40 orders placed" 40 "$(printf '%s\n' "${ids[@]}" | grep -c .)"
+for id in "${ids[@]:0:15}"; do curl -s -o /dev/null -X POST "$url/orders/$id/pay" -d '{}'; done
+for i in $(seq 16 25); do
+    curl -s -o /dev/null -X POST "$url/orders/${ids[i - 1]}/cancel" -d "{\"user_id\":\"u$i\"}"
+done
+expired() { [[ $(audit "$url" life | jq -r .expired) == 15 ]]; }
+check "the 15 unpaid orders expire" wait_until 10 expired
+check "the audit's store matches Redis once the lag is 0" wait_until 15 matches "$url" life
+store=$(audit "$url" life | jq -c '.store.by_state | map_values([.orders, .units])')
+expect "the database by state" \
+    '{"placed":[0,0],"pending":[0,0],"paid":[15,15],"cancelled":[10,10],"expired":[15,15]}' "$store"
+expect "one event per change: 40 pending + 40 ends, none twice" "80 80" \
+    "$(sql "$PG_URL" "select count(*), count(distinct (e.order_id, e.state)) from seckill_events e join seckill_orders o using (order_id) where o.sku = 'life'")"
+expect "every paid, cancelled and expired order came from pending" 40 \
+    "$(sql "$PG_URL" "select count(*) from seckill_events where state = 'pending' and order_id in (select order_id from seckill_orders where sku = 'life')")"
+trimmed() { (($(redis-cli -p "$REDIS_PORT" xlen 'sk:{life}:events') <= 1)); }
+check "the stream is trimmed below what reached the database" wait_until 10 trimmed
+
+# ---- PostgreSQL down for 10 s in the middle of a sale ----------------------------
+curl -s -o /dev/null -X PUT "$url/skus/outage" -d '{"stock": 100000}'
+loops=()
+for c in 1 2; do
+    it_order_loop "$url/skus/outage/orders" "$c" >"$dir/loop-$c.out" &
+    loops+=($!)
+done
+placed_some() { (($(cat "$dir"/loop-*.out | awk '$3 == 201' | wc -l) >= 20)); }
+check "orders placed before the outage" wait_until 20 placed_some
+scripts_cluster() { "$ROOT/scripts/cluster.sh" "$@" --dir "$CLUSTER_DIR"; }
+scripts_cluster stop pg >/dev/null 2>&1
+before=$(cat "$dir"/loop-*.out | awk '$3 == 201' | wc -l)
+down() { [[ $(metric "${INSTANCE_URLS%% *}" seckill_sink_up) == 0 ]]; }
+check "the sink says PostgreSQL is down" wait_until 10 down
+sleep 10 # the outage itself: orders go on meanwhile
+during=$(($(cat "$dir"/loop-*.out | awk '$3 == 201' | wc -l) - before))
+check "orders placed while PostgreSQL is down ($during)" test "$during" -gt 0
+lagging() { (($(metric "${INSTANCE_URLS%% *}" seckill_sink_lag_events) > 0)); }
+check "the lag counts the changes not yet in the database" wait_until 5 lagging
+scripts_cluster start pg >/dev/null 2>&1
+touch "$dir/stop"
+wait "${loops[@]}"
+placed=$(cat "$dir"/loop-*.out | awk '$3 == 201' | wc -l)
+check "after the outage the store matches Redis again" wait_until 30 matches "$url" outage
+expect "one event per order in the database, none twice" "1" \
+    "$(sql "$PG_URL" "select count(*) = count(distinct order_id) from seckill_events where order_id in (select order_id from seckill_orders where sku = 'outage')" | tr -d ' ' | sed 's/t/1/;s/f/0/')"
+missing=$(cat "$dir"/loop-*.out | awk '$3 == 201 {print $6}' | sort >"$dir/acked"
+    sql "$PG_URL" "select order_id from seckill_orders where sku = 'outage'" | sort >"$dir/stored"
+    comm -23 "$dir/acked" "$dir/stored" | wc -l)
+expect "no acknowledged order missing from the database" 0 "$missing"
+up() { [[ $(metric "${INSTANCE_URLS%% *}" seckill_sink_up) == 1 ]]; }
+check "the sink is up again" wait_until 10 up
+
+# ---- consumers killed before the commit and after it --------------------------------
+# A Redis and a database of their own, so that only the instances started here read.
+mkdir -p "$dir/k"
+start_redis redis "$dir/k" always || exit 1
+kport=$STARTED_PORT
+start_pg "$dir/k" || exit 1
+kurl=$(pg_url "$STARTED_PORT")
+consumer() { # NAME ID [CRASH]
+    SECKILL_TEST_CRASH=${3:-} start_instance --ready-secs 20 "$1" "$dir/k" --redis "127.0.0.1:$kport" \
+        --postgres "$kurl" --threads 1 --log-level warn --instance-id "$2"
+}
+pending() { redis-cli -p "$kport" xpending 'sk:{k}:events' seckill-sink | head -1; }
+dead() { ! proc_alive "$1" "$dir/k"; }
+consumer before 21 sink-before-commit || exit 1
+curl -s -o /dev/null -X PUT "$STARTED_URL/skus/k" -d '{"stock": 1000}'
+: >"$dir/k-ids"
+for i in $(seq 1 30); do post "$STARTED_URL" k "k$i" >>"$dir/k-ids"; done
+n=$(grep -c . "$dir/k-ids")
+check "a consumer killed before its transaction dies" wait_until 10 dead before
+expect "nothing of its batch reached the database" 0 \
+    "$(sql "$kurl" "select count(*) from seckill_events")"
+check "its events stay pending" test "$(pending)" -gt 0
+
+consumer after 22 sink-after-commit || exit 1
+check "a consumer that claims them and is killed after the commit dies" wait_until 20 dead after
+expect "its commit reached the database: every order" "$n" \
+    "$(sql "$kurl" "select count(*) from seckill_events")"
+check "its events stay pending: not acknowledged" test "$(pending)" -gt 0
+
+consumer last 23 || exit 1
+last=$STARTED_URL
+drained() { [[ $(pending) == 0 ]] && matches "$last" k; }
+check "a third consumer claims them; the store matches" wait_until 20 drained
+check "it claimed events already written ($(metric "$last" seckill_sink_claimed_total))" \
+    test "$(metric "$last" seckill_sink_claimed_total)" -gt 0
+expect "written twice, applied once: one event and one order each" "$n $n" \
+    "$(sql "$kurl" "select (select count(*) from seckill_events), (select count(*) from seckill_orders)" | tr '|' ' ')"
+
+# ---- a Redis Cluster: one stream per shard -------------------------------------------
+"$ROOT/scripts/cluster.sh" up --dir "$dir/rc" --quiet --redis-cluster 3 --instances 2 \
+    --lb none --postgres -- --log-level warn >"$dir/rc.out" 2>&1 || { tail "$dir/rc.out"; exit 1; }
+rurl=$(source "$dir/rc/cluster.env" && echo "${INSTANCE_URLS%% *}")
+rpg=$(source "$dir/rc/cluster.env" && echo "$PG_URL")
+curl -s -o /dev/null -X PUT "$rurl/skus/rs" -d '{"stock": 60, "segments": 6, "pay_within_ms": 1500}'
+rids=()
+for i in $(seq 1 30); do rids+=("$(post "$rurl" rs "r$i")"); done
+paid=0
+for id in "${rids[@]:0:10}"; do
+    [[ $(curl -s -o /dev/null -w '%{http_code}' -X POST "$rurl/orders/$id/pay" -d '{}') == 200 ]] &&
+        paid=$((paid + 1))
+done
+expect "one stream per shard in the registry" 3 \
+    "$(redis-cli -c -p "$(source "$dir/rc/cluster.env" && echo "$REDIS_PORT")" smembers seckill:streams | grep -c ':rs:events')"
+check "on a cluster the store matches Redis" wait_until 20 matches "$rurl" rs
+expect "on a cluster: the pays answered 200 paid, the rest expired, in the database" \
+    "$paid $((30 - paid))" \
+    "$(sql "$rpg" "select count(*) filter (where state = 'paid'), count(*) filter (where state = 'expired') from seckill_orders where sku = 'rs'" | tr '|' ' ')"
+
+checks_finish
