@@ -44,7 +44,7 @@ expect "without --postgres: no outbox for its SKU" "0 0" \
     "$(redis-cli -p "$REDIS_PORT" exists 'sk:{plain}:events') $(redis-cli -p "$REDIS_PORT" sismember seckill:streams 'sk:{plain}:events')"
 
 # ---- a sale's whole life reaches the database, each change once --------------------
-curl -s -o /dev/null -X PUT "$url/skus/life" -d '{"stock": 100, "pay_within_ms": 1500}'
+curl -s -o /dev/null -X PUT "$url/skus/life" -d '{"stock": 100, "pay_within_ms": 4000}'
 ids=()
 for i in $(seq 1 40); do ids+=("$(post "$url" life "u$i")"); done
 expect "40 orders placed" 40 "$(printf '%s\n' "${ids[@]}" | grep -c .)"
