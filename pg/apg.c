@@ -36,6 +36,7 @@ struct apg {
     int64_t last_attempt_us;
     struct apg_query *head, *tail;
     int pending;
+    int closing;   /* apg_free: no query, no connection any more */
     char *channel; /* a listener's */
     apg_notify_cb *notify;
     void *notify_arg;
@@ -128,8 +129,17 @@ static void drop(struct apg *c, const char *why)
     }
     c->state = APG_DOWN;
     evtimer_del(c->watch);
-    while (c->head)
-        query_done(c, c->head->sent ? APG_LOST : APG_NOT_SENT);
+    /* The queue is taken whole first: a callback that queues again (a retry)
+     * starts a new queue, which this loss does not answer. */
+    struct apg_query *q = c->head;
+    c->head = c->tail = NULL;
+    c->pending = 0;
+    while (q) {
+        struct apg_query *next = q->next;
+        q->cb(q->arg, q->sent ? APG_LOST : APG_NOT_SENT, NULL);
+        query_free(q);
+        q = next;
+    }
     if (was_listening && c->notify)
         c->notify(c->notify_arg, NULL, NULL);
     listen_again_later(c);
@@ -184,6 +194,8 @@ static void on_listening(void *arg, apg_outcome res, PGresult *r)
         return;
     }
     c->state = APG_READY;
+    if (c->notify) /* listening (again): what was notified meanwhile is lost */
+        c->notify(c->notify_arg, NULL, "");
 }
 
 static void queue_push(struct apg *c, struct apg_query *q)
@@ -289,11 +301,17 @@ static void read_results(struct apg *c)
         drop(c, PQerrorMessage(c->conn));
         return;
     }
-    int progressed = 0;
+    int progressed = 0, nulls = 0;
     while (c->conn && c->head && c->head->sent && !PQisBusy(c->conn)) {
         PGresult *r = PQgetResult(c->conn);
-        if (!r)
-            continue; /* the end of one query's results; its sync follows */
+        if (!r) {
+            /* the end of one query's results; its sync follows. Twice in a
+             * row: nothing more to read (a broken connection says so) */
+            if (++nulls > 1)
+                break;
+            continue;
+        }
+        nulls = 0;
         progressed = 1;
         if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
             PQclear(r);
@@ -305,7 +323,9 @@ static void read_results(struct apg *c)
         }
     }
     notifications(c);
-    if (c->conn && progressed)
+    if (c->conn && PQstatus(c->conn) == CONNECTION_BAD)
+        drop(c, PQerrorMessage(c->conn));
+    else if (c->conn && progressed)
         watch_arm(c);
 }
 
@@ -342,7 +362,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct apg *c = arg;
-    if (c->state == APG_DOWN)
+    if (c->state == APG_DOWN && !c->closing)
         connect_start(c);
 }
 
@@ -362,6 +382,7 @@ void apg_free(struct apg *c)
 {
     if (!c)
         return;
+    c->closing = 1; /* a callback's query is refused, not connected anew */
     free(c->channel);
     c->channel = NULL; /* no retry, no notification of the loss */
     c->notify = NULL;
@@ -375,6 +396,8 @@ void apg_free(struct apg *c)
 apg_status apg_query(struct apg *c, apg_cb *cb, void *arg, const char *sql, int nparams,
                      const char *const *params)
 {
+    if (c->closing)
+        return APG_ERR;
     if (c->state == APG_DOWN) {
         if (clock_now_us() - c->last_attempt_us < (int64_t)APG_RETRY_MS * 1000 &&
             c->last_attempt_us != 0)
