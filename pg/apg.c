@@ -34,6 +34,7 @@ struct apg {
     struct event *retry; /* a listener's next connection */
     int io_fd;
     int64_t last_attempt_us;
+    int64_t watch_from_us; /* the last sign of life the watch counts from */
     struct apg_query *head, *tail;
     int pending;
     int closing;   /* apg_free: no query, no connection any more */
@@ -78,6 +79,7 @@ static void watch_arm(struct apg *c)
         return;
     }
     struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};
+    c->watch_from_us = clock_now_us();
     evtimer_add(c->watch, &tv);
 }
 
@@ -279,6 +281,7 @@ static void connect_start(struct apg *c)
     c->state = APG_CONNECTING;
     /* the connection attempt is bounded like a query */
     struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};
+    c->watch_from_us = c->last_attempt_us;
     evtimer_add(c->watch, &tv);
     connect_step(c);
 }
@@ -351,6 +354,15 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct apg *c = arg;
+    /* A timer that fires late (the process was stopped, the loop was busy)
+     * may come with the answer it waited for already read: the time since
+     * the last sign of life decides, not the timer alone. */
+    int64_t left = c->watch_from_us + (int64_t)c->timeout_ms * 1000 - clock_now_us();
+    if (left > 0) {
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(c->watch, &tv);
+        return;
+    }
     if (c->state == APG_CONNECTING)
         drop(c, "timed out connecting");
     else if (c->pending > 0)
