@@ -387,6 +387,13 @@ static PGresult *bexec_on(struct pg_session *s, const char *sql, int n,
     return first;
 }
 
+/* A notice ("already exists, skipping") is no error: not written to stderr,
+ * outside the log. */
+static void quiet(void *arg, const char *message)
+{
+    (void)arg, (void)message;
+}
+
 /* s->conn connected and LISTENing (and the table made, once): 1, or 0. */
 static int bconnect(struct pg_session *s, int64_t until_us)
 {
@@ -403,6 +410,7 @@ static int bconnect(struct pg_session *s, int64_t until_us)
         conn_drop(s);
         return 0;
     }
+    PQsetNoticeProcessor(s->conn, quiet, NULL);
     PGresult *r = bexec_on(s, "LISTEN " PG_CHANNEL, 0, NULL, until_us);
     int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
     if (r)

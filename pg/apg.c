@@ -270,6 +270,11 @@ static void connect_step(struct apg *c)
     }
 }
 
+static void quiet(void *arg, const char *message)
+{
+    (void)arg, (void)message;
+}
+
 static void connect_start(struct apg *c)
 {
     c->last_attempt_us = clock_now_us();
@@ -278,6 +283,9 @@ static void connect_start(struct apg *c)
         drop(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
         return;
     }
+    /* notices ("already exists, skipping"; the server's shutdown message)
+     * are no errors: not written to stderr, outside the log */
+    PQsetNoticeProcessor(c->conn, quiet, NULL);
     c->state = APG_CONNECTING;
     /* the connection attempt is bounded like a query */
     struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};
