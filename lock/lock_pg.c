@@ -78,10 +78,9 @@ const char pg_sql_acquire[] =
     "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
     "(SELECT ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint FROM prev "
     "WHERE owner IS NOT NULL)";
-const char pg_sql_release[] =
-    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-    "WHERE key = $1 AND owner = $2 AND version = $3::bigint "
-    "RETURNING pg_notify('" PG_CHANNEL "', key)";
+const char pg_sql_release[] = "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
+                              "WHERE key = $1 AND owner = $2 AND version = $3::bigint "
+                              "RETURNING pg_notify('" PG_CHANNEL "', key)";
 const char pg_sql_let_go[] = "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
                              "WHERE key = $1 AND owner = $2 "
                              "RETURNING pg_notify('" PG_CHANNEL "', key)";
@@ -288,8 +287,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&st->mu);
     for (int i = 0; i < n; i++) {
         const char *params[] = {due[i].key, due[i].token, due[i].version, st->ttl_text};
-        if (apg_query(st->wd_conn, on_renewed, rns[i], pg_sql_renew, 4, params) !=
-            APG_OK)
+        if (apg_query(st->wd_conn, on_renewed, rns[i], pg_sql_renew, 4, params) != APG_OK)
             on_renewed(rns[i], APG_NOT_SENT, NULL); /* again at the next tick */
     }
 }

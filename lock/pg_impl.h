@@ -35,9 +35,9 @@ enum pg_try pg_try_read(struct pg_state *st, const PGresult *r, uint64_t *versio
 
 /* One key held by one lock_session, perhaps re-entered. */
 struct pg_hold {
-    struct pg_hold *next;      /* the lock's list, for the watchdog (under st->mu) */
-    struct pg_hold *snext;     /* the session's list (session thread only) */
-    struct pg_session *owner;  /* the session that took it */
+    struct pg_hold *next;     /* the lock's list, for the watchdog (under st->mu) */
+    struct pg_hold *snext;    /* the session's list (session thread only) */
+    struct pg_session *owner; /* the session that took it */
     char *key;
     char token[33]; /* the row's owner while held */
     uint64_t version;
@@ -60,8 +60,8 @@ struct pg_state {
     _Atomic int table_ready; /* the table was seen or made */
     pthread_mutex_t mu;      /* holds' list and lease fields, the watchdog */
     struct pg_hold *holds;
-    struct event *tick;     /* the watchdog, on the attached base */
-    struct apg *wd_conn;    /* its connection (the attached base's thread) */
+    struct event *tick;  /* the watchdog, on the attached base */
+    struct apg *wd_conn; /* its connection (the attached base's thread) */
 };
 
 struct pg_job;

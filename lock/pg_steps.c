@@ -183,8 +183,8 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
     struct pg_job *j = arg;
     uint64_t version = 0;
     long long left_ms = -1;
-    enum pg_try t = res == APG_RESULT ? pg_try_read(j->s->st, r, &version, &left_ms)
-                                      : PG_TRY_FAILED;
+    enum pg_try t =
+        res == APG_RESULT ? pg_try_read(j->s->st, r, &version, &left_ms) : PG_TRY_FAILED;
     if (j->phase != PJ_TRY) { /* over meanwhile (given up): nobody takes it */
         if (t == PG_TRY_GRANTED || res == APG_LOST)
             pg_steps_let_go(j->s, j->key, j->token);
@@ -392,8 +392,8 @@ void pg_step_cancel(void *session, struct lock_step *st)
     (void)session;
     struct pg_job *j = st->job;
     st->job = NULL;
-    int granted = j->finished && j->res == LOCK_ACQUIRED && j->phase == PJ_DONE &&
-                  j->granted > 0;
+    int granted =
+        j->finished && j->res == LOCK_ACQUIRED && j->phase == PJ_DONE && j->granted > 0;
     take(j); /* an answer still to come is let go when it grants */
     if (granted)
         pg_steps_let_go(j->s, j->key, j->token);

@@ -482,9 +482,10 @@ static int pg_spawn(struct test_pg *p)
             close(fd);
         }
         become_postgres(pw, parent, SIGQUIT);
-        const char *argv[40] = {"postgres", "-D", data, "-p", port, "-k", p->dir,
-                                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-                                NULL};
+        const char *argv[40] = {"postgres", "-D",        data,
+                                "-p",       port,        "-k",
+                                p->dir,     "-c",        "listen_addresses=127.0.0.1",
+                                "-c",       "fsync=off", NULL};
         int n = 11;
         for (int i = 0; p->extra && p->extra[i] && n < 38; i++)
             argv[n++] = p->extra[i];
@@ -505,8 +506,10 @@ void test_pg_start(struct test_pg *p, const char *const *extra)
     memset(p, 0, sizeof(*p));
     p->extra = extra;
     const struct passwd *pw = getpwnam("postgres");
-    if (!pw || system("command -v postgres >/dev/null && command -v initdb >/dev/null") != 0) {
-        fprintf(stderr, "no PostgreSQL (postgres, initdb) or no postgres user: skipped\n");
+    if (!pw ||
+        system("command -v postgres >/dev/null && command -v initdb >/dev/null") != 0) {
+        fprintf(stderr,
+                "no PostgreSQL (postgres, initdb) or no postgres user: skipped\n");
         exit(77);
     }
     temp_dir(p->dir, sizeof(p->dir), "/tmp/seckill-pg-XXXXXX");
