@@ -63,7 +63,8 @@ const char *apg_result_error(const PGresult *r, char *buf, size_t len)
 static void io_want(struct apg *c, short what)
 {
     int fd = PQsocket(c->conn);
-    if (c->io && c->io_fd == fd && (event_get_events(c->io) & (EV_READ | EV_WRITE)) == what)
+    if (c->io && c->io_fd == fd &&
+        (event_get_events(c->io) & (EV_READ | EV_WRITE)) == what)
         return;
     if (c->io)
         event_free(c->io);
