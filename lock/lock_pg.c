@@ -202,7 +202,7 @@ lock_status pg_release_in_memory(struct pg_session *s, const char *key,
     if (--h->depth > 0)
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     lock_status res = LOCK_NOT_HELD;
-    if (alive && let_go && pg_steps_let_go(s, h->key, h->token))
+    if (alive && let_go && pg_steps_let_go(s->loop, h->key, h->token))
         res = LOCK_RELEASED;
     pg_hold_free(h); /* else its lease runs out, not renewed any more */
     return res;

@@ -60,22 +60,31 @@ struct pg_state {
     _Atomic int table_ready; /* the table was seen or made */
     pthread_mutex_t mu;      /* holds' list and lease fields, the watchdog */
     struct pg_hold *holds;
-    struct event *tick;  /* the watchdog, on the attached base */
-    struct apg *wd_conn; /* its connection (the attached base's thread) */
+    struct pg_loop *loops; /* the loops that steps run on */
+    struct event *tick;    /* the watchdog, on the attached base */
+    struct apg *wd_conn;   /* its connection (the attached base's thread) */
 };
 
 struct pg_job;
 
-struct pg_session {
+/* One event loop's connections, shared by the sessions whose steps run on
+ * it (its thread only, but for refs and next). */
+struct pg_loop {
     struct pg_state *st;
-    struct pg_hold *holds;
-    PGconn *conn; /* blocking, LISTENing; NULL until needed, and after a failure */
-    /* steps: the caller's loop and its connections, made at the first step */
+    struct pg_loop *next; /* st->loops (under st->mu) */
+    int refs;             /* sessions on it (under st->mu) */
     struct event_base *base;
     struct apg *aconn;    /* the queries */
     struct apg *listener; /* LISTEN PG_CHANNEL */
     struct pg_job *jobs;  /* acquires going on, for the notifications */
     int closing;
+};
+
+struct pg_session {
+    struct pg_state *st;
+    struct pg_hold *holds;
+    PGconn *conn; /* blocking, LISTENing; NULL until needed, and after a failure */
+    struct pg_loop *loop; /* steps: the loop's connections, from the first step on */
 };
 
 struct pg_hold *pg_hold_find(struct pg_session *s, const char *key);
@@ -107,9 +116,10 @@ void pg_step_start(void *session, const char *key, struct lock_step *st,
                    struct event_base *base, lock_step_cb *done, void *arg);
 void pg_step_cancel(void *session, struct lock_step *st);
 /* Sends the owner-checked release of key's row held by token, unwaited, on
- * s's loop connection (nothing when it has none, or is closing). 1 when sent. */
-int pg_steps_let_go(struct pg_session *s, const char *key, const char *token);
-/* Closes s's loop connections (on its loop's thread, or once it stopped). */
+ * the loop's connection (nothing when NULL, or closing). 1 when sent. */
+int pg_steps_let_go(struct pg_loop *loop, const char *key, const char *token);
+/* s leaves its loop; the last session on it closes the loop's connections
+ * (on its thread, or once it stopped). */
 void pg_steps_close(struct pg_session *s);
 
 #endif

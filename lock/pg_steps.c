@@ -41,8 +41,8 @@
 enum pg_phase { PJ_TRY, PJ_WAIT, PJ_RELEASE, PJ_DONE };
 
 struct pg_job {
-    struct pg_session *s;
-    struct pg_job *next; /* s->jobs, while an acquire is not DONE */
+    struct pg_loop *loop;
+    struct pg_job *next; /* loop->jobs, while an acquire is not DONE */
     int refs;
     int cancelled; /* the caller took it or gave up: nothing is delivered */
     int finished;
@@ -80,7 +80,7 @@ static void job_put(struct pg_job *j)
 
 static void unlink_job(struct pg_job *j)
 {
-    for (struct pg_job **p = &j->s->jobs; *p; p = &(*p)->next) {
+    for (struct pg_job **p = &j->loop->jobs; *p; p = &(*p)->next) {
         if (*p == j) {
             *p = j->next;
             break;
@@ -93,19 +93,19 @@ static void ignore(void *arg, apg_outcome res, PGresult *r)
     (void)arg, (void)res, (void)r;
 }
 
-int pg_steps_let_go(struct pg_session *s, const char *key, const char *token)
+int pg_steps_let_go(struct pg_loop *loop, const char *key, const char *token)
 {
-    if (!s->aconn || s->closing)
+    if (!loop || loop->closing)
         return 0;
     const char *params[] = {key, token};
-    return apg_query(s->aconn, ignore, NULL, pg_sql_let_go, 2, params) == APG_OK;
+    return apg_query(loop->aconn, ignore, NULL, pg_sql_let_go, 2, params) == APG_OK;
 }
 
 static void asleep_end(struct pg_job *j)
 {
     if (j->asleep) {
         j->asleep = 0;
-        lock_count_watch_waiter(j->s->st->counters, -1);
+        lock_count_watch_waiter(j->loop->st->counters, -1);
     }
 }
 
@@ -126,7 +126,7 @@ static void finish(struct pg_job *j, lock_status res)
     if (!j->cancelled)
         event_active(j->deliver, EV_TIMEOUT, 0);
     else if (!release && res == LOCK_ACQUIRED)
-        pg_steps_let_go(j->s, j->key, j->token);
+        pg_steps_let_go(j->loop, j->key, j->token);
 }
 
 static void on_table(void *arg, apg_outcome res, PGresult *r)
@@ -142,20 +142,20 @@ static void on_try(void *arg, apg_outcome res, PGresult *r);
  * making when needed). */
 static void attempt(struct pg_job *j)
 {
-    struct pg_session *s = j->s;
-    struct pg_state *st = s->st;
+    struct pg_loop *lp = j->loop;
+    struct pg_state *st = lp->st;
     j->phase = PJ_TRY;
     j->notified = 0;
     if (!atomic_load(&st->table_ready))
-        apg_query(s->aconn, on_table, st, pg_sql_table, 0, NULL);
+        apg_query(lp->aconn, on_table, st, pg_sql_table, 0, NULL);
     const char *params[] = {j->key, j->token, st->ttl_text};
     if (j->inserted == 1) {
-        apg_query(s->aconn, ignore, NULL, pg_sql_insert, 1, params);
+        apg_query(lp->aconn, ignore, NULL, pg_sql_insert, 1, params);
         j->inserted = 2;
     }
     j->sent_us = clock_now_us();
     j->refs++;
-    if (apg_query(s->aconn, on_try, j, pg_sql_acquire, 3, params) != APG_OK) {
+    if (apg_query(lp->aconn, on_try, j, pg_sql_acquire, 3, params) != APG_OK) {
         j->refs--;
         finish(j, LOCK_ERROR); /* the database is down */
     }
@@ -165,7 +165,7 @@ static void attempt(struct pg_job *j)
  * -1: unknown, a ttl) or the wait runs out. */
 static void sleep_job(struct pg_job *j, long long left_ms)
 {
-    struct pg_state *st = j->s->st;
+    struct pg_state *st = j->loop->st;
     int64_t now = clock_now_us();
     int64_t until = now + (left_ms >= 0 ? left_ms : st->ttl_ms) * 1000 + 1000;
     if (until > j->deadline_us)
@@ -183,17 +183,17 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
     struct pg_job *j = arg;
     uint64_t version = 0;
     long long left_ms = -1;
-    enum pg_try t =
-        res == APG_RESULT ? pg_try_read(j->s->st, r, &version, &left_ms) : PG_TRY_FAILED;
+    enum pg_try t = res == APG_RESULT ? pg_try_read(j->loop->st, r, &version, &left_ms)
+                                      : PG_TRY_FAILED;
     if (j->phase != PJ_TRY) { /* over meanwhile (given up): nobody takes it */
         if (t == PG_TRY_GRANTED || res == APG_LOST)
-            pg_steps_let_go(j->s, j->key, j->token);
+            pg_steps_let_go(j->loop, j->key, j->token);
     } else if (t == PG_TRY_GRANTED) {
         j->granted = version;
         finish(j, LOCK_ACQUIRED);
     } else if (res == APG_LOST) { /* it may have taken the row: let go */
         finish(j, LOCK_ERROR);
-        pg_steps_let_go(j->s, j->key, j->token);
+        pg_steps_let_go(j->loop, j->key, j->token);
     } else if (t == PG_TRY_NO_ROW && !j->inserted) {
         j->inserted = 1;
         attempt(j);
@@ -204,7 +204,7 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
         if (clock_now_us() >= j->deadline_us) {
             finish(j, LOCK_BUSY);
         } else if (j->notified) { /* released after our snapshot, maybe */
-            lock_count_wakeup(j->s->st->counters);
+            lock_count_wakeup(j->loop->st->counters);
             attempt(j);
         } else {
             sleep_job(j, left_ms);
@@ -233,16 +233,16 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
  * a "taken". */
 static void on_notify(void *arg, const char *channel, const char *payload)
 {
-    struct pg_session *s = arg;
+    struct pg_loop *lp = arg;
     const char *key = channel ? payload : NULL;
     int n = 0;
-    for (struct pg_job *j = s->jobs; j; j = j->next)
+    for (struct pg_job *j = lp->jobs; j; j = j->next)
         n++;
     if (n == 0)
         return;
     struct pg_job **woken = xcalloc((size_t)n, sizeof(*woken));
     n = 0;
-    for (struct pg_job *j = s->jobs; j; j = j->next) {
+    for (struct pg_job *j = lp->jobs; j; j = j->next) {
         if (key && strcmp(j->key, key) != 0)
             continue;
         j->refs++;
@@ -256,7 +256,7 @@ static void on_notify(void *arg, const char *channel, const char *payload)
             asleep_end(j);
             evtimer_del(j->timer);
             if (key)
-                lock_count_wakeup(s->st->counters);
+                lock_count_wakeup(lp->st->counters);
             attempt(j);
         }
         job_put(j);
@@ -264,17 +264,34 @@ static void on_notify(void *arg, const char *channel, const char *payload)
     free(woken);
 }
 
-/* s's connections on base, made at its first step. 0 when s is on another
- * loop already (a session belongs to one thread). */
+/* s on base's loop, whose connections (made by its first session) it
+ * shares from its first step on. 0 when s is on another loop already (a
+ * session belongs to one thread). */
 static int conns_on(struct pg_session *s, struct event_base *base)
 {
-    if (s->base)
-        return s->base == base && !s->closing;
+    if (s->loop)
+        return s->loop->base == base && !s->loop->closing;
     struct pg_state *st = s->st;
-    s->base = base;
-    s->aconn = apg_new(base, st->conninfo, st->timeout_ms);
-    s->listener = apg_new(base, st->conninfo, st->timeout_ms);
-    apg_listen(s->listener, PG_CHANNEL, on_notify, s);
+    pthread_mutex_lock(&st->mu);
+    struct pg_loop *lp = st->loops;
+    while (lp && lp->base != base)
+        lp = lp->next;
+    int made = !lp;
+    if (made) {
+        lp = xcalloc(1, sizeof(*lp));
+        lp->st = st;
+        lp->base = base;
+        lp->next = st->loops;
+        st->loops = lp;
+    }
+    lp->refs++;
+    pthread_mutex_unlock(&st->mu);
+    if (made) { /* on base's thread: nobody else finds it before a step of its own */
+        lp->aconn = apg_new(base, st->conninfo, st->timeout_ms);
+        lp->listener = apg_new(base, st->conninfo, st->timeout_ms);
+        apg_listen(lp->listener, PG_CHANNEL, on_notify, lp);
+    }
+    s->loop = lp;
     return 1;
 }
 
@@ -316,7 +333,6 @@ void pg_step_start(void *session, const char *key, struct lock_step *st,
 {
     struct pg_session *s = session;
     struct pg_job *j = xcalloc(1, sizeof(*j));
-    j->s = s;
     j->refs = 1; /* the caller's */
     j->key = xstrdup(key);
     j->done = done;
@@ -326,7 +342,9 @@ void pg_step_start(void *session, const char *key, struct lock_step *st,
     j->timer = evtimer_new(base, on_timer, j);
     st->job = j;
     j->release = st->phase == PHASE_RELEASE;
-    if (!conns_on(s, base)) {
+    int on = conns_on(s, base);
+    j->loop = s->loop; /* on a failure another loop's: only finish() and take() use it */
+    if (!on) {
         j->phase = j->release ? PJ_RELEASE : PJ_TRY;
         finish(j, LOCK_ERROR);
         return;
@@ -339,15 +357,15 @@ void pg_step_start(void *session, const char *key, struct lock_step *st,
         pg_hold_releasing(s->st, h);
         const char *params[] = {j->key, j->token, j->version};
         j->refs++;
-        if (apg_query(s->aconn, released, j, pg_sql_release, 3, params) != APG_OK) {
+        if (apg_query(j->loop->aconn, released, j, pg_sql_release, 3, params) != APG_OK) {
             j->refs--;
             finish(j, LOCK_ERROR);
         }
         return;
     }
     lock_token_new(j->token);
-    j->next = s->jobs;
-    s->jobs = j;
+    j->next = j->loop->jobs;
+    j->loop->jobs = j;
     attempt(j);
 }
 
@@ -396,7 +414,7 @@ void pg_step_cancel(void *session, struct lock_step *st)
         j->finished && j->res == LOCK_ACQUIRED && j->phase == PJ_DONE && j->granted > 0;
     take(j); /* an answer still to come is let go when it grants */
     if (granted)
-        pg_steps_let_go(j->s, j->key, j->token);
+        pg_steps_let_go(j->loop, j->key, j->token);
     job_put(j);
 }
 
@@ -437,12 +455,30 @@ lock_status pg_release_done(void *session, const char *key, struct lock_grant *g
 
 void pg_steps_close(struct pg_session *s)
 {
-    s->closing = 1;
-    while (s->jobs) { /* the caller gave them up: none should be left */
-        s->jobs->cancelled = 1;
-        finish(s->jobs, LOCK_ERROR);
+    struct pg_loop *lp = s->loop;
+    if (!lp)
+        return;
+    s->loop = NULL;
+    struct pg_state *st = lp->st;
+    pthread_mutex_lock(&st->mu);
+    int last = --lp->refs == 0;
+    if (last) {
+        for (struct pg_loop **p = &st->loops; *p; p = &(*p)->next) {
+            if (*p == lp) {
+                *p = lp->next;
+                break;
+            }
+        }
     }
-    apg_free(s->aconn); /* answers what is in flight (lost) */
-    apg_free(s->listener);
-    s->aconn = s->listener = NULL;
+    pthread_mutex_unlock(&st->mu);
+    if (!last)
+        return;
+    lp->closing = 1;
+    while (lp->jobs) { /* their callers gave them up: none should be left */
+        lp->jobs->cancelled = 1;
+        finish(lp->jobs, LOCK_ERROR);
+    }
+    apg_free(lp->aconn); /* answers what is in flight (lost): jobs let go */
+    apg_free(lp->listener);
+    free(lp);
 }
