@@ -314,7 +314,6 @@ scenario_notify() {
     cluster_down
 }
 
-want() { [[ ",$SCENARIOS," == *",$1,"* ]]; }
 for s in ${SCENARIOS//,/ }; do
     case $s in
     exact | frozen | restart | notify) "scenario_$s" ;;
