@@ -8,7 +8,7 @@
 #   --quick            a smoke test of the harness: 1 s per step, no warm-up (also
 #                      BENCH_QUICK=1); its figures are not worth quoting
 #   --systems LIST     lock modes, system ids (redis-b1) or canned, comma-separated
-#                      (none,local,setnx,redis,redlock,zk,atomic,redis-pay,canned)
+#                      (none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,canned)
 #   --scenarios LIST   s1-c256,s1-c64,s2,cont (all)
 #   --s1 D, --s2 D, --cont D, --warmup D
 #                      wrk duration per step, wrk syntax (5s, 4s, 4s, 1s; quick: 1s, 0)
@@ -17,7 +17,8 @@
 #   --no-chart, --keep skip the chart; keep the clusters' logs under DIR/clusters/
 #
 # Set-up: per system one cluster from scripts/cluster.sh (a data Redis with its default
-# AOF policy, 3 lock nodes for redlock, one ZooKeeper server for zk, 3 seckill instances
+# AOF policy, 3 lock nodes for redlock, one ZooKeeper server for zk, one PostgreSQL for
+# pg, 3 seckill instances
 # behind nginx, K=16), used for
 # all of its S1 and S2 steps; contention needs other server flags and gets its own.
 #
@@ -42,7 +43,9 @@
 # used_cpu_user, data Redis + lock nodes) per placed order; rt/ord: Redis round trips
 # (INFO total_reads_processed, data Redis + lock nodes) per placed order; for zk the
 # ZooKeeper server counts as a lock node (CPU: its JVM's /proc utime + stime; round
-# trips: the requests it received, srvr's Received); in S2, where
+# trips: the requests it received, srvr's Received), and so does pg's PostgreSQL (CPU:
+# the postmaster's and its children's utime + stime; round trips: the transactions of
+# pg_stat_database, one per statement, whose figures may lag by up to a second); in S2, where
 # nothing is placed, both are per answer; seckill_us/req: CPU of the instances
 # (/proc/<pid>/stat utime + stime) per answer; cs/req: context switches of every
 # instance thread (/proc/<pid>/task/*/status) per answer; placed: orders placed (the
@@ -61,11 +64,11 @@ source "$ROOT/loadtest/lib.sh"
 
 # The lock modes that get a --batch 1 row beside their default batch, once the server
 # has --batch: the ones that hold a lock. none has no hold, atomic is the baseline.
-BATCHED_MODES="local setnx redis redlock zk"
+BATCHED_MODES="local setnx redis redlock zk pg"
 INSTANCES=3 SEGMENTS=16 S1_STOCK=1000000000 CONT_STOCK=100000000 CONT_WORK_US=2000
 WRK_THREADS=2
 
-systems="none,local,setnx,redis,redlock,zk,atomic,redis-pay,canned"
+systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,canned"
 # redis-pay's reservations: the SKUs' payment window, the share of buyers who pay, and
 # when they pay or cancel
 PAY_WITHIN_MS=2000 PAY_RATIO=0.5 PAY_DELAY_MS=200
@@ -118,7 +121,7 @@ add_system() { # ID LOCK BATCH_LABEL [FLAGS...]: added when --systems names its 
     [[ ",$systems," == *",$id,"* || ",$systems," == *",$lock,"* ]] || return 0
     SYSTEMS+=("$id|$lock|$label|$*")
 }
-for m in none local setnx redis redlock zk atomic; do
+for m in none local setnx redis redlock zk pg atomic; do
     if ((!BATCH_SUPPORTED)); then
         add_system "$m" "$m" "1 (no --batch)"
     elif [[ " $BATCHED_MODES " == *" $m "* ]]; then
@@ -187,6 +190,19 @@ zk_sample() {
     t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null) || t=0
     awk -v r="${r:-0}" -v t="${t:-0}" -v hz="$CLK_TCK" 'BEGIN { printf "%d %.6f\n", r, t / hz }'
 }
+# pg_sample DIR: "<transactions> <CPU seconds>" of the PostgreSQL of DIR (pg): its
+# database's committed and rolled back transactions (each statement of the lock is one)
+# and the utime + stime of the postmaster and its children (the backends).
+pg_sample() {
+    local pid r t=0 p
+    r=$(psql -qAtX "$PG_URL" -c "SELECT xact_commit + xact_rollback FROM pg_stat_database
+        WHERE datname = current_database()" 2>/dev/null) || r=0
+    read -r pid <"$1/pg.pid" 2>/dev/null || pid=0
+    for p in "$pid" $(pgrep -P "$pid" 2>/dev/null); do
+        t=$((t + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    awk -v r="${r:-0}" -v t="$t" -v hz="$CLK_TCK" 'BEGIN { printf "%d %.6f\n", r, t / hz }'
+}
 # proc_sample DIR: "<utime + stime ticks> <context switches>" summed over the seckill
 # instances recorded in DIR. utime/stime of /proc/<pid>/stat cover every thread; the
 # context switches of /proc/<pid>/status only the main one, hence task/*/status.
@@ -218,8 +234,10 @@ sample() {
     if ((!CANNED)); then
         [[ $1 == after ]] && proc=$(proc_sample "$CUR_CLUSTER")
         data=$(redis_sample "$REDIS_PORT")
-        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-}; do
-            if [[ $n == zk-* ]]; then
+        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-} ${PG_URL:+pg}; do
+            if [[ $n == pg ]]; then
+                read -r r c <<<"$(pg_sample "$CUR_CLUSTER")"
+            elif [[ $n == zk-* ]]; then
                 read -r r c <<<"$(zk_sample "$CUR_CLUSTER" "$n")"
             else
                 read -r r c <<<"$(redis_sample "${n##*:}")"
@@ -571,7 +589,8 @@ targets
 echo ""
 echo "x_atomic, x_canned: req/s over atomic's and canned's in the same block. redis_us, rt: Redis"
 echo "CPU (us) and round trips (socket reads) per placed order, data Redis + lock nodes (S2: per"
-echo "answer); zk: + the ZooKeeper server (its JVM's CPU, the requests it received)."
+echo "answer); zk: + the ZooKeeper server (its JVM's CPU, the requests it received); pg: +"
+echo "PostgreSQL (its processes' CPU, its transactions)."
 echo "seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer."
 echo "none and local oversell: their oversold column counts units sold that the stock never lost."
 echo "report: $out/bench.json$([[ -f $out/bench.png ]] && echo "  chart: $out/bench.png")"

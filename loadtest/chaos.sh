@@ -40,6 +40,8 @@
 #                   its data (sessions are restored and resume when their clients reconnect)
 #   zk-node-kill    zk: an ensemble of 3: kill -9 one node (the leader when one says so),
 #                   start it again 3 s later (it rejoins the quorum as a follower)
+#   pg-restart      pg: PostgreSQL stopped (a fast shutdown: every connection closed,
+#                   the lock rows kept), started again 1 s later on its port and data
 #   cluster-master-kill   on a Redis Cluster (3 masters, a replica each): kill -9 the
 #                   master of segment 0's shard; once its replica has taken over, start
 #                   it again (it rejoins as a replica)
@@ -74,9 +76,10 @@
 #               state_conflicts + returned_twice, from the life records)
 # and oversell counts paid orders (distinct ids with a 200 to a pay) over the stock.
 #
-# Modes: setnx, redis, redlock, zk, atomic must pass every run. none and local, and
-# redis-nofence (--fencing off) under pause-holder, are unsafe: their rows must show
-# violations, or the harness does not see what it claims to check (said in the output).
+# Modes: setnx, redis, redlock, zk, pg, atomic must pass every run. none and local, and
+# redis-nofence and pg-nofence (--fencing off) under pause-holder, are unsafe: their rows
+# must show violations, or the harness does not see what it claims to check (said in
+# the output).
 #
 #   loadtest/chaos.sh [--reps N] [--faults F,F] [--modes M,M] [--pairs F:M,F:M]
 #                     [--quick] [--seed S] [--out DIR]
@@ -84,7 +87,7 @@
 #   --quick      the short pass CI runs (make chaos CHAOS_QUICK=1): every fault once,
 #                against one safe mode each, so that every safe mode meets at least two
 #                faults, plus none under the pause (the harness must still see an
-#                oversell), and three lifecycle cells; 16 runs instead of 104 per
+#                oversell), and three lifecycle cells; 18 runs instead of 126 per
 #                repetition
 #   CHAOS_REPS   repetitions (default 10)
 #   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
@@ -107,11 +110,11 @@ eval "$_opts"
 QUIET=1
 
 reps=${CHAOS_REPS:-10}
-faults=kill-instance,pause-holder,kill-redis,net-slow-cut,clock-step,redlock-nodes,zk-expire,zk-restart,zk-node-kill,cluster-master-kill,cluster-migrate
-faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill,life-cluster-master-kill,life-cluster-migrate
+faults=kill-instance,pause-holder,kill-redis,net-slow-cut,clock-step,redlock-nodes,zk-expire,zk-restart,zk-node-kill,pg-restart,cluster-master-kill,cluster-migrate
+faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill,life-pg-restart,life-cluster-master-kill,life-cluster-migrate
 faults+=,life-kill-sweeper,life-pause-sweeper,life-redis-restart,life-deadline-pays
-modes=setnx,redis,redlock,zk,atomic,none,local,redis-nofence
-QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk,life-pause-sweeper:redis,life-redis-restart:atomic,life-cluster-master-kill:zk
+modes=setnx,redis,redlock,zk,pg,atomic,none,local,redis-nofence,pg-nofence
+QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk,life-pause-sweeper:redis,life-redis-restart:atomic,life-cluster-master-kill:zk,pg-restart:pg,pause-holder:pg
 pairs=""
 seed=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 out=""
@@ -155,16 +158,17 @@ CLIENTS=() # the running run's client loops, stopped on exit (lt_traps)
 lt_on_exit() { ((${#CLIENTS[@]} == 0)) || kill "${CLIENTS[@]}" 2>/dev/null || true; }
 lt_traps failed
 
-unsafe_mode() { [[ $1 == none || $1 == local || $1 == redis-nofence ]]; }
-SAFE="setnx redis redlock zk atomic"
+unsafe_mode() { [[ $1 == none || $1 == local || $1 == redis-nofence || $1 == pg-nofence ]]; }
+SAFE="setnx redis redlock zk pg atomic"
 # fault_modes FAULT: the modes FAULT runs against. The unsafe ones under the pause: none
 # and local oversell under any fault (or none), --fencing off needs a stale holder.
 fault_modes() {
     case $1 in
     kill-instance | kill-redis | net-slow-cut | clock-step) echo "$SAFE" ;;
-    pause-holder) echo "$SAFE none local redis-nofence" ;;
+    pause-holder) echo "$SAFE none local redis-nofence pg-nofence" ;;
     redlock-nodes) echo redlock ;;
     zk-expire | zk-restart | zk-node-kill) echo zk ;;
+    pg-restart) echo pg ;;
     cluster-master-kill | cluster-migrate) echo "$SAFE" ;; # each runs on a Redis Cluster
     life-kill-sweeper | life-pause-sweeper | life-redis-restart | life-deadline-pays) echo "$SAFE" ;;
     life-*) fault_modes "${1#life-}" ;;
@@ -200,6 +204,7 @@ work_us() { [[ $1 == pause-holder || $1 == zk-expire ]] && echo 50000 || echo 20
 mode_flags() { # MODE -> cluster.sh up flags
     case $1 in
     redis-nofence) echo "--lock redis -- --fencing off" ;;
+    pg-nofence) echo "--lock pg -- --fencing off" ;;
     *) echo "--lock $1 --" ;;
     esac
 }
@@ -453,6 +458,20 @@ fault_zk_restart() {
     sleep 1
     "$CLUSTER" start --dir "$CUR_CLUSTER" zk-1 >/dev/null 2>&1 &&
         echo "zk-1 serving again $(ms_since "$t0") ms after the kill ($(remaining) left)"
+}
+
+# PostgreSQL stopped (a fast shutdown: its connections are closed, the lock rows and
+# their versions kept) and started again 1 s later: meanwhile no lock is granted,
+# renewed or released (holds of that moment run out on the database's clock, which
+# restarts with it); the instances' connections come back on their own.
+fault_pg_restart() {
+    local t0
+    "$CLUSTER" stop --dir "$CUR_CLUSTER" pg >/dev/null 2>&1 &&
+        echo "stopped pg ($(remaining) units left)"
+    t0=$(date +%s%N)
+    sleep 1
+    "$CLUSTER" start --dir "$CUR_CLUSTER" pg >/dev/null 2>&1 &&
+        echo "pg serving again $(ms_since "$t0") ms after the stop ($(remaining) left)"
 }
 
 # The member of the ensemble that says it leads (a random one between elections).

@@ -5,8 +5,9 @@
 #
 #   loadtest/run.sh [options] [-- extra seckill flags]
 #
-#   --modes LIST        comma-separated lock modes (none,local,setnx,redis,redlock,zk,atomic);
-#                       zk starts a throwaway ZooKeeper beside Redis (scripts/cluster.sh)
+#   --modes LIST        comma-separated lock modes (none,local,setnx,redis,redlock,zk,pg,atomic);
+#                       zk starts a throwaway ZooKeeper beside Redis, pg a throwaway
+#                       PostgreSQL (scripts/cluster.sh)
 #   --instances N       seckill instances behind the balancer (3)
 #   --segments K        stock segments of the SKU (16)
 #   --stock N           initial stock (300)
@@ -46,7 +47,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=loadtest/lib.sh
 source "$ROOT/loadtest/lib.sh"
 
-modes="none,local,setnx,redis,redlock,zk,atomic"
+modes="none,local,setnx,redis,redlock,zk,pg,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
 work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0 rcluster=0
 pay_ratio="" pay_delay=500 pay_within=2000
@@ -99,7 +100,7 @@ fi
 ((qty_hi <= limit)) || die "--qty $qty asks more than --per-user-limit $limit: those orders would be refused"
 IFS=', ' read -r -a mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
-    case $m in none | local | setnx | redis | redlock | zk | atomic) ;; *) die "unknown mode '$m'" ;; esac
+    case $m in none | local | setnx | redis | redlock | zk | pg | atomic) ;; *) die "unknown mode '$m'" ;; esac
 done
 lt_require jq wrk curl
 

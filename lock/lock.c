@@ -15,8 +15,8 @@ const int64_t lock_wait_bucket_us[LOCK_WAIT_BUCKETS - 1] = {
     50000, 100000, 250000, 500000, 1000000, 2500000};
 
 static const struct lock_backend *const backends[] = {
-    &lock_backend_none,  &lock_backend_local,   &lock_backend_setnx,
-    &lock_backend_redis, &lock_backend_redlock, &lock_backend_zk,
+    &lock_backend_none,    &lock_backend_local, &lock_backend_setnx, &lock_backend_redis,
+    &lock_backend_redlock, &lock_backend_zk,    &lock_backend_pg,
 };
 
 struct lock_session {

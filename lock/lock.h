@@ -10,8 +10,8 @@
  * strictly greater than every token granted before for that key. The counter
  * lives on the data Redis at "<key>:fence" (see lock_fence_key), so a commit
  * script can refuse a write whose grant is no longer the newest; the zk mode's
- * token comes from ZooKeeper instead (the lock node's czxid), and no counter is
- * kept for it. */
+ * token comes from ZooKeeper instead (the lock node's czxid), the pg mode's
+ * from PostgreSQL (the lock row's version), and no counter is kept for them. */
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
@@ -82,6 +82,9 @@ struct lock_config {
      * library's log lines (NULL: the library's lines are dropped). One per
      * process: the library's log is a global. */
     lock_link_fn *on_link;
+    /* pg: the database of the lock table, a libpq connection string or URI
+     * (copied) */
+    const char *postgres;
 };
 
 #define LOCK_WAIT_BUCKETS 14
@@ -104,8 +107,8 @@ typedef enum { LOCK_STAT_COUNTER, LOCK_STAT_GAUGE, LOCK_STAT_DETAIL } lock_stat_
     X(renewals, LOCK_STAT_COUNTER, "Lease renewals by the watchdog.")                    \
     X(leases_lost, LOCK_STAT_COUNTER, "Leases found lost while held.")                   \
     X(watch_wakeups, LOCK_STAT_COUNTER,                                                  \
-      "Waiters woken by a ZooKeeper watch (zk); per acquisition, the herd effect.")      \
-    X(watch_waiters, LOCK_STAT_GAUGE, "Waiters asleep on a ZooKeeper watch now (zk).")   \
+      "Waiters woken by a ZooKeeper watch (zk) or a NOTIFY (pg).")                       \
+    X(watch_waiters, LOCK_STAT_GAUGE, "Waiters asleep on a watch or a LISTEN now.")      \
     X(wait_count, LOCK_STAT_DETAIL, "Waits for a lock, in the wait histogram.")          \
     X(wait_sum_us, LOCK_STAT_DETAIL, "Time those waits took, in microseconds.")
 
@@ -122,7 +125,7 @@ struct lock;
 struct lock_session;
 
 /* Creates the lock of mode `mode` ("none", "local", "setnx", "redis",
- * "redlock", "zk"). Returns NULL with a message in err when the mode is unknown or
+ * "redlock", "zk", "pg"). Returns NULL with a message in err when the mode is unknown or
  * the configuration unusable. */
 struct lock *lock_new(const char *mode, const struct lock_config *cfg, char *err,
                       size_t errlen);
@@ -195,8 +198,8 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  * own, and whose answers it hands back: the same counters, lease (watchdog),
  * fencing and waiting as lock_acquire and lock_release, without a thread
  * waiting for Redis. The none, local, setnx, redis and redlock modes have
- * steps (lock_has_steps), and zk (either way it watches) has steps done
- * elsewhere (below).
+ * steps (lock_has_steps), and zk (either way it watches) and pg have steps
+ * done elsewhere (below).
  *
  * A step is up to LOCK_STEP_CMDS commands, each for the data Redis (node -1)
  * or for lock node i (redlock: the i-th of lock_config's nodes); the caller
@@ -222,11 +225,13 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  *
  * A release: lock_release_step, its answers, lock_release_done.
  *
- * A step done elsewhere (st->async, zk): no command to send. The caller
+ * A step done elsewhere (st->async, zk, pg): no command to send. The caller
  * starts it with lock_step_start; the mode does its work on its own thread
  * (zk: the ZooKeeper requests on the zk loop, and a wait for the
- * predecessor's watch, within the wait) and, once it is over, has done(arg)
- * called on the thread of the caller's event base; then lock_try_done as
+ * predecessor's watch, within the wait) or on the caller's base itself (pg:
+ * its queries on connections of that loop, a wait for a NOTIFY) and, once it
+ * is over, has done(arg) called on the thread of the caller's event base
+ * (never from inside lock_step_start); then lock_try_done as
  * after the answers (never LOCK_PENDING). A caller that will not wait for it
  * (shutdown, a hold given up) calls lock_step_cancel instead, on that
  * thread: done is not called after it, and a grant that comes later is let

@@ -124,5 +124,6 @@ extern const struct lock_backend lock_backend_setnx;
 extern const struct lock_backend lock_backend_redis;
 extern const struct lock_backend lock_backend_redlock;
 extern const struct lock_backend lock_backend_zk;
+extern const struct lock_backend lock_backend_pg;
 
 #endif

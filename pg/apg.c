@@ -34,8 +34,10 @@ struct apg {
     struct event *retry; /* a listener's next connection */
     int io_fd;
     int64_t last_attempt_us;
+    int64_t watch_from_us; /* the last sign of life the watch counts from */
     struct apg_query *head, *tail;
     int pending;
+    int closing;   /* apg_free: no query, no connection any more */
     char *channel; /* a listener's */
     apg_notify_cb *notify;
     void *notify_arg;
@@ -61,7 +63,8 @@ const char *apg_result_error(const PGresult *r, char *buf, size_t len)
 static void io_want(struct apg *c, short what)
 {
     int fd = PQsocket(c->conn);
-    if (c->io && c->io_fd == fd && (event_get_events(c->io) & (EV_READ | EV_WRITE)) == what)
+    if (c->io && c->io_fd == fd &&
+        (event_get_events(c->io) & (EV_READ | EV_WRITE)) == what)
         return;
     if (c->io)
         event_free(c->io);
@@ -77,6 +80,7 @@ static void watch_arm(struct apg *c)
         return;
     }
     struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};
+    c->watch_from_us = clock_now_us();
     evtimer_add(c->watch, &tv);
 }
 
@@ -128,8 +132,17 @@ static void drop(struct apg *c, const char *why)
     }
     c->state = APG_DOWN;
     evtimer_del(c->watch);
-    while (c->head)
-        query_done(c, c->head->sent ? APG_LOST : APG_NOT_SENT);
+    /* The queue is taken whole first: a callback that queues again (a retry)
+     * starts a new queue, which this loss does not answer. */
+    struct apg_query *q = c->head;
+    c->head = c->tail = NULL;
+    c->pending = 0;
+    while (q) {
+        struct apg_query *next = q->next;
+        q->cb(q->arg, q->sent ? APG_LOST : APG_NOT_SENT, NULL);
+        query_free(q);
+        q = next;
+    }
     if (was_listening && c->notify)
         c->notify(c->notify_arg, NULL, NULL);
     listen_again_later(c);
@@ -184,6 +197,8 @@ static void on_listening(void *arg, apg_outcome res, PGresult *r)
         return;
     }
     c->state = APG_READY;
+    if (c->notify) /* listening (again): what was notified meanwhile is lost */
+        c->notify(c->notify_arg, NULL, "");
 }
 
 static void queue_push(struct apg *c, struct apg_query *q)
@@ -256,9 +271,7 @@ static void connect_step(struct apg *c)
     }
 }
 
-/* The server's notices (NOTICE: relation exists, skipping) are not ours to
- * print: libpq would write them to stderr. */
-static void notice_ignore(void *arg, const char *message)
+static void quiet(void *arg, const char *message)
 {
     (void)arg, (void)message;
 }
@@ -271,10 +284,13 @@ static void connect_start(struct apg *c)
         drop(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
         return;
     }
-    PQsetNoticeProcessor(c->conn, notice_ignore, NULL);
+    /* notices ("already exists, skipping"; the server's shutdown message)
+     * are no errors: not written to stderr, outside the log */
+    PQsetNoticeProcessor(c->conn, quiet, NULL);
     c->state = APG_CONNECTING;
     /* the connection attempt is bounded like a query */
     struct timeval tv = {c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000};
+    c->watch_from_us = c->last_attempt_us;
     evtimer_add(c->watch, &tv);
     connect_step(c);
 }
@@ -297,11 +313,17 @@ static void read_results(struct apg *c)
         drop(c, PQerrorMessage(c->conn));
         return;
     }
-    int progressed = 0;
+    int progressed = 0, nulls = 0;
     while (c->conn && c->head && c->head->sent && !PQisBusy(c->conn)) {
         PGresult *r = PQgetResult(c->conn);
-        if (!r)
-            continue; /* the end of one query's results; its sync follows */
+        if (!r) {
+            /* the end of one query's results; its sync follows. Twice in a
+             * row: nothing more to read (a broken connection says so) */
+            if (++nulls > 1)
+                break;
+            continue;
+        }
+        nulls = 0;
         progressed = 1;
         if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
             PQclear(r);
@@ -313,7 +335,9 @@ static void read_results(struct apg *c)
         }
     }
     notifications(c);
-    if (c->conn && progressed)
+    if (c->conn && PQstatus(c->conn) == CONNECTION_BAD)
+        drop(c, PQerrorMessage(c->conn));
+    else if (c->conn && progressed)
         watch_arm(c);
 }
 
@@ -339,6 +363,15 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct apg *c = arg;
+    /* A timer that fires late (the process was stopped, the loop was busy)
+     * may come with the answer it waited for already read: the time since
+     * the last sign of life decides, not the timer alone. */
+    int64_t left = c->watch_from_us + (int64_t)c->timeout_ms * 1000 - clock_now_us();
+    if (left > 0) {
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(c->watch, &tv);
+        return;
+    }
     if (c->state == APG_CONNECTING)
         drop(c, "timed out connecting");
     else if (c->pending > 0)
@@ -350,7 +383,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct apg *c = arg;
-    if (c->state == APG_DOWN)
+    if (c->state == APG_DOWN && !c->closing)
         connect_start(c);
 }
 
@@ -370,6 +403,7 @@ void apg_free(struct apg *c)
 {
     if (!c)
         return;
+    c->closing = 1; /* a callback's query is refused, not connected anew */
     free(c->channel);
     c->channel = NULL; /* no retry, no notification of the loss */
     c->notify = NULL;
@@ -383,6 +417,8 @@ void apg_free(struct apg *c)
 apg_status apg_query(struct apg *c, apg_cb *cb, void *arg, const char *sql, int nparams,
                      const char *const *params)
 {
+    if (c->closing)
+        return APG_ERR;
     if (c->state == APG_DOWN) {
         if (clock_now_us() - c->last_attempt_us < (int64_t)APG_RETRY_MS * 1000 &&
             c->last_attempt_us != 0)

@@ -13,8 +13,8 @@
  *
  * A listener (apg_listen) stays connected: it connects again APG_RETRY_MS
  * after every loss and LISTENs anew, and its callback runs for every
- * notification and once per loss (nothing notified meanwhile is seen: the
- * caller looks again).
+ * notification, once per loss and once each time it LISTENs (nothing
+ * notified in between is seen: the caller looks again).
  *
  * Thread safety: none. An apg belongs to the thread that runs its base. */
 #ifndef SECKILL_APG_H
@@ -43,8 +43,10 @@ typedef enum {
 typedef void apg_cb(void *arg, apg_outcome res, PGresult *r);
 
 /* A notification on a channel the connection LISTENs to (channel and payload
- * valid during the call), or (channel NULL) the loss of the listening
- * connection. */
+ * valid during the call); or, channel NULL, a change of the listening itself:
+ * payload NULL, the listening connection was lost; payload "", it LISTENs
+ * (again). Whatever was notified between the two is not seen: the caller
+ * looks again. */
 typedef void apg_notify_cb(void *arg, const char *channel, const char *payload);
 
 /* A connection to the database conninfo names (a libpq connection string or

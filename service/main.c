@@ -272,6 +272,7 @@ static int lock_open(const struct svc_config *cfg, struct lock **lock, char *err
         .zk_session_ms = cfg->zk_session_ms,
         .zk_watch = (lock_zk_watch)cfg->zk_watch,
         .on_link = zk_link,
+        .postgres = cfg->postgres,
     };
     svc_reach_init(&zk_reach, "zk", cfg->zk_hosts);
     *lock = lock_new(cfg->lock_mode, &lc, err, errlen);

@@ -21,14 +21,16 @@
 #                  buyer gets 503 busy and retries): sold == stock, client-counted 201s
 #                  == server sold == audit sold, audit consistent. (zk: instance 1's
 #                  session expired while it was frozen, so its orders that waited for
-#                  the lock may also answer 503 unavailable; nothing placed either.)
+#                  the lock may also answer 503 unavailable; nothing placed either;
+#                  pg: a query of its in flight may have timed out meanwhile.)
 #
 # A freeze that missed the critical section (the holder finished between the /stats
 # answer and the SIGSTOP) shows as no stale commit on instance 1; the scenario is then
 # run again on a fresh SKU (at most 3 attempts).
 #
-#   tests/it_frozen.sh [MODE]    MODE: the lock mode, redis (default) or zk (run by
-#                                tests/it_zk.sh); SECKILL_BIN / SECKILL_BUILD: the server
+#   tests/it_frozen.sh [MODE]    MODE: the lock mode, redis (default), zk (run by
+#                                tests/it_zk.sh) or pg (run by tests/it_pglock.sh);
+#                                SECKILL_BIN / SECKILL_BUILD: the server
 #
 # Last line: "N passed, N failed"; exit status 1 when anything failed.
 # shellcheck disable=SC2317 # functions run from traps and wait_until look unreachable
@@ -95,6 +97,10 @@ ge() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 >= $2)); }
 
 it_begin "frozen-$LOCK" curl jq redis-server
 [[ $LOCK != zk ]] || checks_require java
+if [[ $LOCK == pg ]]; then
+    checks_require postgres initdb
+    chmod o+x "$dir" # the postgres user reaches its data dir under it
+fi
 CUR_CLUSTER=""
 BUYER_NAMES=()
 
@@ -236,13 +242,14 @@ run_scenario() {
     # zk: the frozen instance's ZooKeeper session expired during the freeze; an order
     # of it that was waiting for the lock then may answer 503 unavailable (the lock
     # service was gone, for that instance). Nothing is placed; not counted in R_OTHER.
+    # pg likewise: the frozen instance's queries in flight may outlive their timeout.
     R_201=0 R_BUSY=0 R_OTHER=0 R_CODES="" R_FROZEN_UNAVAILABLE=0
     local n201 nbusy nother codes unav
     for f in "$dir"/buyer-"$fencing"-"$attempt"-*.out; do
         [[ -s $f ]] || continue
         read -r n201 nbusy _ nother codes <"$f"
         unav=0
-        if [[ $LOCK == zk && $f == */buyer-"$fencing"-"$attempt"-1-*.out ]]; then
+        if [[ $LOCK == zk || $LOCK == pg ]] && [[ $f == */buyer-"$fencing"-"$attempt"-1-*.out ]]; then
             unav=$(grep -o '503:unavailable' <<<"$codes" | wc -l)
         fi
         R_201=$((R_201 + n201)) R_BUSY=$((R_BUSY + nbusy)) R_OTHER=$((R_OTHER + nother - unav))
@@ -290,8 +297,8 @@ if run_scenario on; then
         eq "$(jfield "$R_AUDIT" .consistent)/$(jfield "$R_AUDIT" .oversold)" true/0
     check "on: no limit breach, no duplicate order id" \
         eq "$(jfield "$R_AUDIT" .limit_breaches)/$(jfield "$R_AUDIT" .duplicate_order_ids)" 0/0
-    check "on: no answer other than 201 / 409 sold_out / 503 busy$([[ $LOCK == zk ]] &&
-        echo " (zk: or 503 unavailable from the frozen instance)")" eq "$R_OTHER" 0
+    check "on: no answer other than 201 / 409 sold_out / 503 busy$([[ $LOCK == zk || $LOCK == pg ]] &&
+        echo " ($LOCK: or 503 unavailable from the frozen instance)")" eq "$R_OTHER" 0
 else
     check "on: scenario ran" false
 fi

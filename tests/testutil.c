@@ -8,6 +8,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <libpq-fe.h>
+#include <pwd.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <hiredis/hiredis.h>
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +31,7 @@
 #define MAX_SERVERS 16
 static void *running[MAX_SERVERS];    /* struct test_redis */
 static void *zk_running[MAX_SERVERS]; /* struct test_zk */
+static void *pg_running[MAX_SERVERS]; /* struct test_pg */
 static int atexit_done;
 
 static pid_t proxies[MAX_SERVERS];
@@ -36,6 +41,9 @@ static void stop_all(void)
     for (int i = 0; i < MAX_SERVERS; i++) {
         struct test_zk *z = zk_running[i];
         struct test_redis *r = running[i];
+        struct test_pg *pg = pg_running[i];
+        if (pg && pg->pid > 0)
+            test_pg_stop(pg, 1, 0);
         if (z && z->pid > 0)
             test_zk_stop(z, 1, 0);
         if (r && r->pid > 0)
@@ -420,6 +428,147 @@ void test_zk_stop(struct test_zk *z, int hard, int keep_dir)
 {
     server_end(&z->pid, z->dir, hard, keep_dir);
     track(zk_running, z, 0);
+}
+
+/* ---- PostgreSQL ------------------------------------------------------------ */
+
+/* In a child: becomes the postgres user (pw), and is sent sig when the test
+ * process ends (a change of user clears the parent-death signal: set again
+ * after it). */
+static void become_postgres(const struct passwd *pw, pid_t parent, int sig)
+{
+    if (setgid(pw->pw_gid) != 0 || initgroups(pw->pw_name, pw->pw_gid) != 0 ||
+        setuid(pw->pw_uid) != 0) {
+        perror("become postgres");
+        _exit(127);
+    }
+    if (sig)
+        prctl(PR_SET_PDEATHSIG, sig);
+    if (getppid() != parent)
+        _exit(1);
+    setenv("HOME", pw->pw_dir, 1);
+    setenv("USER", pw->pw_name, 1);
+}
+
+static int pg_answers(void *arg)
+{
+    struct test_pg *p = arg;
+    int status;
+    if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+        fprintf(stderr, "postgres on port %d exited early (see %s/pg.log)\n", p->port,
+                p->dir);
+        p->pid = -1;
+        return 1;
+    }
+    return PQping(p->url) == PQPING_OK;
+}
+
+static int pg_spawn(struct test_pg *p)
+{
+    const struct passwd *pw = getpwnam("postgres");
+    char data[300], log[300], port[16];
+    snprintf(data, sizeof(data), "%s/data", p->dir);
+    snprintf(log, sizeof(log), "%s/pg.log", p->dir);
+    snprintf(port, sizeof(port), "%d", p->port);
+    snprintf(p->url, sizeof(p->url), "postgresql://postgres@127.0.0.1:%d/postgres",
+             p->port);
+    pid_t parent = getpid();
+    pid_t pid = fork_server();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        become_postgres(pw, parent, SIGQUIT);
+        const char *argv[40] = {"postgres", "-D",        data,
+                                "-p",       port,        "-k",
+                                p->dir,     "-c",        "listen_addresses=127.0.0.1",
+                                "-c",       "fsync=off", NULL};
+        int n = 11;
+        for (int i = 0; p->extra && p->extra[i] && n < 38; i++)
+            argv[n++] = p->extra[i];
+        argv[n] = NULL;
+        execvp("postgres", (char *const *)argv);
+        perror("exec postgres");
+        _exit(127);
+    }
+    p->pid = pid;
+    track(pg_running, p, 1);
+    if (!test_wait_for(pg_answers, p, 30000) || p->pid < 0)
+        return -1;
+    return 0;
+}
+
+void test_pg_start(struct test_pg *p, const char *const *extra)
+{
+    memset(p, 0, sizeof(*p));
+    p->extra = extra;
+    const struct passwd *pw = getpwnam("postgres");
+    if (!pw ||
+        system("command -v postgres >/dev/null && command -v initdb >/dev/null") != 0) {
+        fprintf(stderr,
+                "no PostgreSQL (postgres, initdb) or no postgres user: skipped\n");
+        exit(77);
+    }
+    temp_dir(p->dir, sizeof(p->dir), "/tmp/seckill-pg-XXXXXX");
+    if (chmod(p->dir, 0755) != 0 || chown(p->dir, pw->pw_uid, pw->pw_gid) != 0) {
+        perror(p->dir);
+        exit(1);
+    }
+    char data[300];
+    snprintf(data, sizeof(data), "%s/data", p->dir);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            close(fd);
+        }
+        become_postgres(pw, parent, 0);
+        execlp("initdb", "initdb", "-D", data, "-A", "trust", "-U", "postgres", "-E",
+               "UTF8", "--locale=C.UTF-8", "--no-sync", (char *)NULL);
+        perror("exec initdb");
+        _exit(127);
+    }
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "initdb failed in %s\n", p->dir);
+        exit(1);
+    }
+    for (int attempt = 0; attempt < 3; attempt++) {
+        p->port = test_free_port();
+        if (pg_spawn(p) == 0)
+            return;
+        if (p->pid > 0)
+            test_pg_stop(p, 1, 1);
+    }
+    fprintf(stderr, "could not start postgres (see %s/pg.log)\n", p->dir);
+    exit(1);
+}
+
+void test_pg_restart(struct test_pg *p)
+{
+    if (pg_spawn(p) != 0) {
+        fprintf(stderr, "could not restart postgres on port %d\n", p->port);
+        exit(1);
+    }
+}
+
+void test_pg_stop(struct test_pg *p, int hard, int keep_dir)
+{
+    if (p->pid > 0) {
+        kill(p->pid, hard ? SIGQUIT : SIGINT);
+        while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        p->pid = 0;
+    }
+    server_end(&p->pid, p->dir, 0, keep_dir);
+    track(pg_running, p, 0);
 }
 
 /* ---- the background loop -------------------------------------------------- */

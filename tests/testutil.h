@@ -75,6 +75,28 @@ void test_zk_restart(struct test_zk *z);
  * length, or -1 when the server did not answer. */
 int test_zk_4lw(int port, const char *cmd, char *buf, size_t len);
 
+/* A real, throwaway PostgreSQL: initdb in its own temp dir and the server, both
+ * as the postgres user (the server refuses root), on a free loopback port, its
+ * socket in the dir; fsync off. test_pg_start() waits until it accepts
+ * connections; url is a libpq URI for it. Stopped by its pid: SIGINT (a fast
+ * shutdown, every client disconnected) or, hard, SIGQUIT (an immediate one);
+ * the exit hook stops any server still running, and a server outliving its
+ * test gets SIGQUIT. extra (may be NULL): a NULL-terminated list of more
+ * server arguments ("-c", "log_statement=all", ...). Exits the test program
+ * (status 1, or 77, skipped, when PostgreSQL or the postgres user is
+ * missing) when none can be started. */
+struct test_pg {
+    pid_t pid;
+    int port;
+    char dir[256];
+    char url[128];
+    const char *const *extra;
+};
+void test_pg_start(struct test_pg *p, const char *const *extra);
+void test_pg_stop(struct test_pg *p, int hard, int keep_dir);
+/* Starts again on the same port and data (after a stop with keep_dir). */
+void test_pg_restart(struct test_pg *p);
+
 /* A loopback TCP port nobody listens on right now. */
 int test_free_port(void);
 
