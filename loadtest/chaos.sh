@@ -75,6 +75,11 @@
 #   conflicts   orders both paid and returned, or returned twice (the audit's
 #               state_conflicts + returned_twice, from the life records)
 # and oversell counts paid orders (distinct ids with a 200 to a pay) over the stock.
+# With PostgreSQL in the cluster (the pg rows run the sink too: --lock pg implies
+# --postgres), once the sink's lag is 0 (20 s at most):
+#   store       the audit's store block does not match the records in Redis (an order
+#               missing from PostgreSQL, or in another state), or a change recorded
+#               there twice (two events of one order and state)
 #
 # Modes: setnx, redis, redlock, zk, pg, atomic must pass every run. none and local, and
 # redis-nofence and pg-nofence (--fencing off) under pause-holder, are unsafe: their rows
@@ -708,19 +713,21 @@ check_run() {
         lost=$((acked - $(wc -l <"$run/states")))
     fi
     ((life)) && lifej=$(life_checks)
+    local storej='{}'
+    [[ -n ${PG_URL:-} ]] && storej=$(store_check)
     jq -cn --arg fault "$fault" --arg mode "$mode" --argjson rep "$rep" \
         --argjson seed "$run_seed" --argjson at_ms "$at_ms" --arg fault_log "$fault_log" \
         --argjson stock "$stock" --argjson acked "$acked" --argjson ids "$ids" \
         --argjson keys "$keys" --argjson lost "$lost" \
         --arg retried "$(awk '$5 > 1 { n++ } END { print n + 0 }' "$run/answers")" \
         --argjson audit "$audit" --argjson sku "$skuj" --argjson seen "$seen" \
-        --argjson life "$lifej" --argjson lifecycle "$life" \
+        --argjson life "$lifej" --argjson lifecycle "$life" --argjson store "$storej" \
         --argjson answers "$(awk '{ k = $1 ~ /^[0-9]+$/ ? $1 "/" $4 : $1 " " $2 "/" $5; n[k]++ } END { printf "{"; s=""; for (k in n) { printf "%s\"%s\":%d", s, k, n[k]; s="," } printf "}" }' "$run/answers")" '
         ($audit.sold // -1) as $sold |
         {fault: $fault, mode: $mode, rep: $rep, seed: $seed, fault_at_ms: $at_ms,
          fault_log: $fault_log, stock: $stock, acked_ids: $ids, answers: $answers,
          audit: $audit, remaining: ($sku.remaining // null), seen: $seen,
-         retried: ($retried | tonumber), life: $life,
+         retried: ($retried | tonumber), life: $life, store: $store,
          violations: ({
            # with the lifecycle a unit is sold again once it came back: count the paid
            oversell: ([(if $lifecycle == 1 then ($life.paid_ids // 0) else $ids end) - $stock,
@@ -729,7 +736,8 @@ check_run() {
            limit: ($audit.limit_breaches // 0),
            lost: $lost,
            duplicate: (($keys - $ids) + ($audit.duplicate_order_ids // 0)),
-           audit: (if $audit.consistent == true then 0 else 1 end)
+           audit: (if $audit.consistent == true then 0 else 1 end),
+           store: ((if $store.matches == false then 1 else 0 end) + ($store.twice // 0))
          } + (if $lifecycle == 1 then {
            unsettled: (($sku.pending // 0) + ([$stock - ($audit.paid // 0) - ($sku.remaining // 0), 0] | max)),
            paid_lost: ($life.paid_lost // 0), cancel_lost: ($life.cancel_lost // 0),
@@ -737,6 +745,23 @@ check_run() {
            paid_late: ($life.paid_late // 0),
            conflicts: (($audit.state_conflicts // 0) + ($audit.returned_twice // 0))
          } else {} end) | with_entries(select(.value != 0)))}'
+}
+
+# store_check: the system of record once the sink drained, as JSON: the audit's store
+# block's matches and lag_events (waited for: lag 0 and matches, 20 s at most), and
+# twice, the changes PostgreSQL holds more than once.
+store_check() {
+    local a twice
+    drained() {
+        a=$(curl -s --max-time 10 "$LB_URL/skus/chaos/audit")
+        [[ $(jq -r '(.store.lag_events == 0) and .store.matches' <<<"$a" 2>/dev/null) == true ]]
+    }
+    wait_until 20 drained || true
+    twice=$(psql -X -tA "$PG_URL" -c \
+        "select count(*) - count(distinct (order_id, state)) from seckill_events" 2>/dev/null)
+    jq -c --argjson twice "${twice:-0}" \
+        '{matches: (.store.matches // false), lag: (.store.lag_events // null), twice: $twice}' \
+        <<<"${a:-{\}}" 2>/dev/null || echo '{"matches": false}'
 }
 
 # life_checks: the lifecycle's answers against each order's state at the end ($run/states),

@@ -16,6 +16,8 @@
 #   - a consumer killed after the commit and before XACK: the events stay pending,
 #     another claims them and writes them again, which changes nothing (the same
 #     rows, no event twice);
+#   - the store block is no rubber stamp: an order put in another state in the
+#     database makes it say so;
 #   - a Redis Cluster of 3 masters: one stream per shard, and the same agreement;
 #   - the streams are trimmed: what reached the database leaves Redis.
 set -uo pipefail
@@ -23,7 +25,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 it_begin sink redis-server redis-cli curl jq psql pg_isready initdb
 
-sql() { psql -X -q -tA "$1" -c "$2"; }
+sql() { psql -X -q -tA -F ' ' "$1" -c "$2"; }
 audit() { curl -s "$1/skus/$2/audit"; }
 matches() { [[ $(audit "$1" "$2" | jq -r '.store.matches and .store.lag_events == 0') == true ]]; }
 post() { # URL SKU USER -> the 201's order id, or nothing
@@ -62,6 +64,11 @@ expect "one event per change: 40 pending + 40 ends, none twice" "80 80" \
     "$(sql "$PG_URL" "select count(*), count(distinct (e.order_id, e.state)) from seckill_events e join seckill_orders o using (order_id) where o.sku = 'life'")"
 expect "every paid, cancelled and expired order came from pending" 40 \
     "$(sql "$PG_URL" "select count(*) from seckill_events where state = 'pending' and order_id in (select order_id from seckill_orders where sku = 'life')")"
+one=$(sql "$PG_URL" "select order_id from seckill_orders where sku = 'life' and state = 'paid' limit 1")
+sql "$PG_URL" "update seckill_orders set state = 'expired', rank = 2 where order_id = $one"
+expect "an order in another state in the database: the store does not match" "false" \
+    "$(audit "$url" life | jq -r .store.matches)"
+sql "$PG_URL" "update seckill_orders set state = 'paid' where order_id = $one"
 trimmed() { (($(redis-cli -p "$REDIS_PORT" xlen 'sk:{life}:events') <= 1)); }
 check "the stream is trimmed below what reached the database" wait_until 10 trimmed
 
