@@ -8,7 +8,7 @@
 #   --quick            a smoke test of the harness: 1 s per step, no warm-up (also
 #                      BENCH_QUICK=1); its figures are not worth quoting
 #   --systems LIST     lock modes, system ids (redis-b1) or canned, comma-separated
-#                      (none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,canned)
+#                      (none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,canned)
 #   --scenarios LIST   s1-c256,s1-c64,s2,cont (all)
 #   --s1 D, --s2 D, --cont D, --warmup D
 #                      wrk duration per step, wrk syntax (5s, 4s, 4s, 1s; quick: 1s, 0)
@@ -33,7 +33,11 @@
 # of 2 s (PAY_WITHIN_MS) whose buyers pay half of their orders 200 ms after the 201,
 # cancel a quarter then and let the rest expire (orders.lua's PAY_RATIO 0.5; a pay or
 # cancel is a request of its own; its Redis and seckill CPU count in the per-order and
-# per-request columns, and the sweeps' too); and canned (scripts/cluster.sh up --canned: the same nginx
+# per-request columns, and the sweeps' too); redis-sink, the redis mode with --postgres
+# (every order's change goes to its SKU's outbox stream, and the instances' sinks carry
+# it to a throwaway PostgreSQL: its CPU per placed order, and the sink's lag over the
+# run, peak and last, and the time it took to drain to 0 after it, are the step's
+# "sink" and a line below the table); and canned (scripts/cluster.sh up --canned: the same nginx
 # balancer in front of upstreams that answer a fixed 201; the ceiling). When the
 # server takes --batch, each mode of BATCHED_MODES runs twice, at its default batch
 # and at --batch 1; without it every mode runs once, labelled "1 (no --batch)".
@@ -68,7 +72,7 @@ BATCHED_MODES="local setnx redis redlock zk pg"
 INSTANCES=3 SEGMENTS=16 S1_STOCK=1000000000 CONT_STOCK=100000000 CONT_WORK_US=2000
 WRK_THREADS=2
 
-systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,canned"
+systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,canned"
 # redis-pay's reservations: the SKUs' payment window, the share of buyers who pay, and
 # when they pay or cancel
 PAY_WITHIN_MS=2000 PAY_RATIO=0.5 PAY_DELAY_MS=200
@@ -133,6 +137,7 @@ for m in none local setnx redis redlock zk pg atomic; do
 done
 # by its id only (--systems redis means the mode's own rows)
 [[ ",$systems," != *,redis-pay,* ]] || SYSTEMS+=("redis-pay|redis|default|")
+[[ ",$systems," != *,redis-sink,* ]] || SYSTEMS+=("redis-sink|redis|default|")
 add_system canned canned -
 IFS=', ' read -r -a names <<<"$systems"
 for n in "${names[@]}"; do
@@ -234,7 +239,7 @@ sample() {
     if ((!CANNED)); then
         [[ $1 == after ]] && proc=$(proc_sample "$CUR_CLUSTER")
         data=$(redis_sample "$REDIS_PORT")
-        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-} ${PG_URL:+pg}; do
+        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-} $([[ $LOCK_MODE == pg ]] && echo pg); do
             if [[ $n == pg ]]; then
                 read -r r c <<<"$(pg_sample "$CUR_CLUSTER")"
             elif [[ $n == zk-* ]]; then
@@ -262,6 +267,35 @@ instances_idle() {
         [[ $n =~ ^[0-9]+$ ]] && ((n <= 1)) || return 1 # the /stats request itself
     done
 }
+# sink_lag_watch FILE: the sink's lag (redis-sink) as the first instance last measured
+# it, every 0.5 s until killed: a line "<events> <seconds>" each.
+sink_lag_watch() {
+    local u=${INSTANCE_URLS%% *}
+    while :; do
+        curl -s --max-time 2 "$u/stats" | jq -r '"\(.sink.lag_events) \(.sink.lag_seconds)"' >>"$1" 2>/dev/null
+        sleep 0.5
+    done
+}
+# sink_drain FILE WATCHER PG_BEFORE: the watcher stopped; then the wait until every
+# instance's sink says lag 0 (30 s at most), and PostgreSQL's CPU since PG_BEFORE, as
+# JSON: the peak and last lag seen under the load, the time to drain, the CPU.
+sink_drain() {
+    local t0=${EPOCHREALTIME/./} ms=null c0 c1 r0 r1
+    kill "$2" 2>/dev/null
+    wait "$2" 2>/dev/null
+    drained() {
+        local u
+        for u in $INSTANCE_URLS; do
+            [[ $(curl -s --max-time 2 "$u/stats" | jq -r .sink.lag_events) == 0 ]] || return 1
+        done
+    }
+    wait_until 30 drained && ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
+    read -r r0 c0 <<<"$3"
+    read -r r1 c1 <<<"$(pg_sample "$CUR_CLUSTER")"
+    awk -v ms="$ms" -v c="$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%d", (b - a) * 1e6 }')" '
+        $1 ~ /^[0-9]+$/ { n++; if ($1 > pe) pe = $1; if ($2 > ps) ps = $2; le = $1; ls = $2 }
+        END { printf "{\"lag_events_peak\": %d, \"lag_seconds_peak\": %.3f, \"lag_events_last\": %d, \"lag_seconds_last\": %.3f, \"samples\": %d, \"drain_ms\": %s, \"pg_cpu_us\": %d}\n", pe, ps, le, ls, n, ms, c }' "$1"
+}
 PAYING=() # the buyers' orders.lua arguments when the system sells with a payment window
 wrk_run() { # SKU CONNECTIONS DURATION FILE
     wrk -t "$WRK_THREADS" -c "$2" -d "$3" -s "$LUA" "$LB_URL" -- "$1" 0 1 "b$$x$RANDOM" \
@@ -274,6 +308,12 @@ step() {
     local sc=$1 id=$2 sku=$3 conns=$4 dur=$5 f=$out/steps/$1.$2
     local before after wrk_json="" sku_json=null error=""
     STEP=$((STEP + 1))
+    local sink_pg="" sink_watch="" sink_json=null
+    if [[ $id == redis-sink ]]; then # the sink: PostgreSQL's CPU, the lag over the run
+        sink_pg=$(pg_sample "$CUR_CLUSTER")
+        sink_lag_watch "$f.lag" &
+        sink_watch=$!
+    fi
     before=$(sample before)
     wrk_run "$sku" "$conns" "$dur" "$f.wrk.txt"
     wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$f.wrk.txt" || true)
@@ -285,6 +325,9 @@ step() {
         wait_until 10 instances_idle || error="${error:-instances still busy 10s after wrk}"
     fi
     after=$(sample after)
+    if [[ -n $sink_watch ]]; then
+        sink_json=$(sink_drain "$f.lag" "$sink_watch" "$sink_pg")
+    fi
     if ((!CANNED)); then # after the sample: it reads Redis
         sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" | jq -c . 2>/dev/null) || sku_json=null
         [[ -n $sku_json ]] || sku_json=null
@@ -294,6 +337,7 @@ step() {
         --arg batch "$(sys_field "$id" 3)" --argjson connections "$conns" --arg duration "$dur" \
         --argjson canned "$CANNED" --argjson b "$before" --argjson a "$after" \
         --argjson wrk "$wrk_json" --argjson sku "$sku_json" --argjson tck "$CLK_TCK" \
+        --argjson sink "$sink_json" \
         --arg error "$error" -f /dev/stdin >"$f.json" <<'JQ'
 def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $n * 100 | round) / 100 end;
 ($wrk.requests // 0) as $req
@@ -322,6 +366,8 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
     seckill_ctx_switches: (if $canned == 1 then null else
         $a.seckill_ctx_switches - $b.seckill_ctx_switches end),
     error: (if $error == "" then null else $error end),
+    sink: (if $sink == null then null else $sink + {
+        pg_cpu_us_per_order: per($sink.pg_cpu_us; $placed)} end),
     wrk: $wrk, sku: $sku, before: $b, after: $a
   }
 | .redis_rt_per_order = per(.redis_reads; $placed)
@@ -346,6 +392,7 @@ cluster_up() {
     if [[ $lock == canned ]]; then
         up+=(--canned)
     else
+        [[ $id == redis-sink ]] && up+=(--postgres)
         # shellcheck disable=SC2207 # the flags are words
         up+=(--lock "$lock" -- --segments "$SEGMENTS" --log-level warn $(sys_field "$id" 4) "$@")
     fi
@@ -593,6 +640,9 @@ echo "answer); zk: + the ZooKeeper server (its JVM's CPU, the requests it receiv
 echo "PostgreSQL (its processes' CPU, its transactions)."
 echo "seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer."
 echo "none and local oversell: their oversold column counts units sold that the stock never lost."
+jq -r '.results[]? | select(.sink != null) |
+    "sink (\(.scenario) \(.system)): lag peak \(.sink.lag_events_peak) events / \(.sink.lag_seconds_peak) s, last \(.sink.lag_events_last) / \(.sink.lag_seconds_last) s, drained \(.sink.drain_ms) ms after the load; PostgreSQL \(.sink.pg_cpu_us_per_order) us CPU per placed order"' \
+    "$out/bench.json" 2>/dev/null || true
 echo "report: $out/bench.json$([[ -f $out/bench.png ]] && echo "  chart: $out/bench.png")"
 echo "took $((SECONDS - started))s"
 exit "$any_error"

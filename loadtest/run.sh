@@ -33,6 +33,10 @@
 #                       report adds paid, expired, cancelled and resold, and waits for
 #                       every reservation to end; "exact" then means every unit ended
 #                       paid or remaining, none twice (the audit agrees)
+#   --postgres          every mode's instances get a throwaway PostgreSQL as the orders'
+#                       system of record (the pg mode always has one): after the sale
+#                       the report waits until the sinks drained and shows the database
+#                       against the records in Redis (the audit's store block)
 #   --pay-delay-ms D    how long a buyer takes to pay or cancel (500)
 #   --pay-within-ms W   the SKU's payment window (2000)
 #
@@ -50,7 +54,7 @@ source "$ROOT/loadtest/lib.sh"
 modes="none,local,setnx,redis,redlock,zk,pg,atomic"
 instances=3 segments=16 stock=300 duration=5s connections=48 wrk_threads=2
 work_us=3000 users=0 limit=1 qty=1 lb=nginx out="" chart=1 keep=0 quiet=0 rcluster=0
-pay_ratio="" pay_delay=500 pay_within=2000
+pay_ratio="" pay_delay=500 pay_within=2000 postgres=0
 extra=()
 
 usage() { usage_from_header "${BASH_SOURCE[0]}" "${1:-2}"; }
@@ -74,6 +78,7 @@ while (($#)); do
     --keep) keep=1; shift ;;
     --quiet) quiet=1; shift ;;
     --pay-ratio) pay_ratio=${2:?"$1 needs a value"}; shift 2 ;;
+    --postgres) postgres=1; shift ;;
     --pay-delay-ms) pay_delay=${2:?"$1 needs a value"}; shift 2 ;;
     --pay-within-ms) pay_within=${2:?"$1 needs a value"}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -150,6 +155,7 @@ instances_idle() {
 
 ROWS=()      # tab-separated rows, see the header in summary.tsv
 LIFE_ROWS=() # with --pay-ratio: "mode paid expired cancelled resold remaining result"
+STORE_ROWS=() # a mode whose instances had a sink: "mode redis_orders pg_orders matches drained"
 
 # run_mode MODE: one mode's cluster, sale, row and JSON record. Its steps share the
 # locals declared here (bash's scoping: a function sees its caller's locals).
@@ -173,6 +179,7 @@ mode_cluster_up() {
     local -a up_args=(--instances "$instances" --lb "$lb" --lock "$mode")
     local on=""
     ((rcluster == 0)) || { up_args+=(--redis-cluster "$rcluster"); on=", a Redis Cluster of $rcluster masters"; }
+    ((!postgres)) || { up_args+=(--postgres); on+=", PostgreSQL as the system of record"; }
     say ""
     say "== $mode: $instances instances, K=$segments, stock $stock, ${work_us}us of work, wrk -c$connections -d$duration$on"
     lt_cluster_up "$cdir" "$mdir/$mode.up.err" "${up_args[@]}" -- --segments "$segments" \
@@ -210,6 +217,17 @@ mode_sale() {
         say "   (reservations still pending)"
     sku_json=$(curl -s --max-time 10 "$LB_URL/skus/$sku" || true)
     audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
+    # the system of record: the sinks drain what the sale left on its way
+    if [[ -n ${PG_URL:-} ]]; then
+        local t0=$SECONDS drained="-"
+        store_drained() {
+            audit_json=$(curl -s --max-time 30 "$LB_URL/skus/$sku/audit" || true)
+            [[ $(jq -r '(.store.lag_events == 0) and .store.matches' <<<"$audit_json" 2>/dev/null) == true ]]
+        }
+        wait_until 60 store_drained && drained="$((SECONDS - t0)) s" ||
+            error="${error:-the database does not match Redis 60 s after the sale: $(jq -c .store <<<"$audit_json")}"
+        STORE_ROWS+=("$mode $(jq -r '.orders' <<<"$audit_json") $(jq -r '.store.orders // "-"' <<<"$audit_json") $(jq -r '.store.matches' <<<"$audit_json") ${drained// /}")
+    fi
     for u in $INSTANCE_URLS; do
         s=$(curl -s --max-time 5 "$u/stats" || true)
         stats+=("$(json_or_null "$s")")
@@ -451,6 +469,15 @@ if [[ -n $pay_ratio ]]; then
     for row in "${LIFE_ROWS[@]}"; do
         # shellcheck disable=SC2086
         printf '%-8s %7s %8s %10s %7s %10s  %s\n' $row
+    done
+fi
+if ((${#STORE_ROWS[@]} > 0)); then
+    echo ""
+    echo "system of record: PostgreSQL, fed by the instances' sinks from the outbox streams, against the order records in Redis"
+    printf '%-8s %12s %15s %8s %s\n' mode redis_orders postgres_orders matches "drained after the sale"
+    for row in "${STORE_ROWS[@]}"; do
+        # shellcheck disable=SC2086
+        printf '%-8s %12s %15s %8s %s\n' $row
     done
 fi
 if ((quiet)); then exit "$any_error"; fi

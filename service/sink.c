@@ -77,6 +77,7 @@ enum sink_phase {
 
 /* A stream the registry lists. */
 struct sink_stream {
+    struct svc_sink *k;
     char *key;
     int grouped; /* XGROUP CREATE answered (created now or before) */
 };
@@ -119,7 +120,7 @@ struct svc_sink {
     int64_t lag_events_sum, lag_oldest_ms;
     _Atomic uint64_t events, batches, claimed, errors;
     _Atomic int64_t lag_events;
-    _Atomic int64_t lag_oldest; /* ms since the epoch, 0: none */
+    _Atomic int64_t lag_age_ms; /* the oldest's age when measured, 0: none */
     _Atomic int up;
     int was_up; /* for the log: said once per change */
     pthread_mutex_t store_mu; /* the audit's blocking connection */
@@ -473,11 +474,15 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
 static void on_grouped(void *arg, aconn_result res, redisReply *r)
 {
     struct sink_stream *s = arg;
+    struct svc_sink *k = s->k;
     /* created, or BUSYGROUP: it was there */
     if (res == ACONN_REPLY &&
         (r->type == REDIS_REPLY_STATUS ||
          (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) == 0)))
         s->grouped = 1;
+    /* a new stream's events are read now, not at the next tick */
+    if (s->grouped && attached(k) && k->phase == SINK_IDLE)
+        wake_after(k, 0);
 }
 
 static void on_listed(void *arg, aconn_result res, redisReply *r)
@@ -495,6 +500,7 @@ static void on_listed(void *arg, aconn_result res, redisReply *r)
         if (k->nstreams % 64 == 0)
             k->streams = xrealloc(k->streams, sizeof(*k->streams) * (size_t)(k->nstreams + 64));
         struct sink_stream *s = xcalloc(1, sizeof(*s));
+        s->k = k;
         s->key = xstrdup(e->str);
         k->streams[k->nstreams++] = s;
     }
@@ -521,8 +527,9 @@ static void on_lag(void *arg, aconn_result res, redisReply *r)
             k->lag_oldest_ms = oldest;
     }
     if (--k->lag_owed == 0) {
+        int64_t age = k->lag_oldest_ms > 0 ? wall_ms() - k->lag_oldest_ms : 0;
         atomic_store(&k->lag_events, k->lag_events_sum);
-        atomic_store(&k->lag_oldest, k->lag_oldest_ms);
+        atomic_store(&k->lag_age_ms, age > 0 ? age : 0);
     }
 }
 
@@ -649,9 +656,7 @@ void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out)
     out->claimed = atomic_load(&k->claimed);
     out->errors = atomic_load(&k->errors);
     out->lag_events = atomic_load(&k->lag_events);
-    int64_t oldest = atomic_load(&k->lag_oldest);
-    int64_t age = oldest > 0 ? wall_ms() - oldest : 0;
-    out->lag_seconds = age > 0 ? (double)age / 1000.0 : 0.0;
+    out->lag_seconds = (double)atomic_load(&k->lag_age_ms) / 1000.0;
     out->up = atomic_load(&k->up);
 }
 
