@@ -18,10 +18,10 @@
 #include "log.h"
 #include "xalloc.h"
 
-#define SINK_TICK_MS 1000   /* the registry read again, claims, the lag measured */
-#define SINK_BLOCK_MS 500   /* one Redis: a read waits this long for events */
-#define SINK_IDLE_MS 50     /* a cluster: nothing anywhere, look again after this */
-#define SINK_RETRY_MS 250   /* a failed transaction is tried again after this */
+#define SINK_TICK_MS 1000 /* the registry read again, claims, the lag measured */
+#define SINK_BLOCK_MS 500 /* one Redis: a read waits this long for events */
+#define SINK_IDLE_MS 50   /* a cluster: nothing anywhere, look again after this */
+#define SINK_RETRY_MS 250 /* a failed transaction is tried again after this */
 #define SINK_TIMEOUT_MS 5000
 #define SINK_MAX_STREAMS 4096
 
@@ -84,10 +84,10 @@ struct sink_stream {
 
 /* The events of one round, grouped by stream for the acknowledgements. */
 struct sink_batch {
-    json_t *rows;       /* the transaction's parameter */
-    int n;              /* events */
-    int *stream;        /* per event: its stream's index */
-    char (*id)[32];     /* per event: its id */
+    json_t *rows;   /* the transaction's parameter */
+    int n;          /* events */
+    int *stream;    /* per event: its stream's index */
+    char (*id)[32]; /* per event: its id */
     int cap;
 };
 
@@ -101,19 +101,19 @@ struct svc_sink {
     char consumer[64];
     char crash_at[32]; /* SECKILL_TEST_CRASH: a test's kill -9 at a point of a round */
     struct event_base *base;
-    struct aconn *rd;     /* one Redis: the blocking reads */
-    struct aconn *ac;     /* one Redis: everything else */
-    struct acluster *cl;  /* a cluster: everything */
+    struct aconn *rd;    /* one Redis: the blocking reads */
+    struct aconn *ac;    /* one Redis: everything else */
+    struct acluster *cl; /* a cluster: everything */
     struct apg *db;
     struct event *tick, *wake;
     struct sink_stream **streams; /* each its own allocation: replies point at it */
     int nstreams;
-    int listing;          /* SMEMBERS on its way */
+    int listing; /* SMEMBERS on its way */
     enum sink_phase phase;
-    int claim_next;       /* a cluster's or a claim pass's next stream; -1: no pass */
-    int read_next;        /* a cluster's next stream to read */
-    int empty_reads;      /* a cluster's reads in a row that found nothing */
-    int schema_sent;      /* the schema went ahead on this connection */
+    int claim_next;  /* a cluster's or a claim pass's next stream; -1: no pass */
+    int read_next;   /* a cluster's next stream to read */
+    int empty_reads; /* a cluster's reads in a row that found nothing */
+    int schema_sent; /* the schema went ahead on this connection */
     int acks_owed;
     struct sink_batch b;
     int lag_owed;
@@ -122,7 +122,7 @@ struct svc_sink {
     _Atomic int64_t lag_events;
     _Atomic int64_t lag_age_ms; /* the oldest's age when measured, 0: none */
     _Atomic int up;
-    int was_up; /* for the log: said once per change */
+    int was_up;               /* for the log: said once per change */
     pthread_mutex_t store_mu; /* the audit's blocking connection */
     PGconn *store;
 };
@@ -153,7 +153,8 @@ static int attached(const struct svc_sink *k)
 /* A command to the node of key (NULL: any; one Redis: the command
  * connection). */
 static rconn_status send_cmd(struct svc_sink *k, const char *key, aconn_cb *cb, void *arg,
-                             struct rscript *script, int nkeys, int argc, const char **argv)
+                             struct rscript *script, int nkeys, int argc,
+                             const char **argv)
 {
     if (k->cl) {
         int slot = key ? cluster_keyslot(key, strlen(key)) : 0;
@@ -360,7 +361,8 @@ static void on_read(void *arg, aconn_result res, redisReply *r)
     struct svc_sink *k = arg;
     if (!attached(k))
         return;
-    if (res != ACONN_REPLY || (r->type != REDIS_REPLY_ARRAY && r->type != REDIS_REPLY_NIL)) {
+    if (res != ACONN_REPLY ||
+        (r->type != REDIS_REPLY_ARRAY && r->type != REDIS_REPLY_NIL)) {
         /* Redis away; or a stream and its group gone (a Redis restarted
          * empty): the tick makes the groups again */
         if (res == ACONN_REPLY && r->type == REDIS_REPLY_ERROR &&
@@ -415,8 +417,8 @@ static void round_start(struct svc_sink *k)
         k->claim_next++;
     if (k->claim_next >= 0 && k->claim_next < k->nstreams) {
         const char *key = k->streams[k->claim_next]->key;
-        const char *argv[] = {"XAUTOCLAIM", key, INV_SINK_GROUP, k->consumer, idle,
-                              "0-0",        "COUNT", count};
+        const char *argv[] = {"XAUTOCLAIM", key,   INV_SINK_GROUP, k->consumer,
+                              idle,         "0-0", "COUNT",        count};
         if (send_cmd(k, key, on_claimed, k, NULL, 0, 8, argv) != RCONN_OK)
             wake_after(k, SINK_RETRY_MS);
         return;
@@ -433,8 +435,9 @@ static void round_start(struct svc_sink *k)
             return;
         }
         const char *key = k->streams[si]->key;
-        const char *argv[] = {"XREADGROUP", "GROUP", INV_SINK_GROUP, k->consumer, "COUNT",
-                              count,        "STREAMS", key,      ">"};
+        const char *argv[] = {"XREADGROUP", "GROUP", INV_SINK_GROUP,
+                              k->consumer,  "COUNT", count,
+                              "STREAMS",    key,     ">"};
         if (acluster_command(k->cl, cluster_keyslot(key, strlen(key)), on_read, k, 9,
                              argv) != RCONN_OK)
             wake_after(k, SINK_RETRY_MS);
@@ -445,7 +448,7 @@ static void round_start(struct svc_sink *k)
     snprintf(block, sizeof(block), "%d", SINK_BLOCK_MS);
     int argc = 0, n = 0;
     const char *head[] = {"XREADGROUP", "GROUP", INV_SINK_GROUP, k->consumer, "COUNT",
-                          count,        "BLOCK", block,      "STREAMS"};
+                          count,        "BLOCK", block,          "STREAMS"};
     for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
         argv[argc++] = head[i];
     for (int i = 0; i < k->nstreams; i++)
@@ -453,7 +456,8 @@ static void round_start(struct svc_sink *k)
             argv[argc++] = k->streams[i]->key, n++;
     for (int i = 0; i < n; i++)
         argv[argc++] = ">";
-    rconn_status st = n > 0 ? aconn_command(k->rd, on_read, k, argc, argv, NULL) : RCONN_ERR;
+    rconn_status st =
+        n > 0 ? aconn_command(k->rd, on_read, k, argc, argv, NULL) : RCONN_ERR;
     free(argv);
     if (st != RCONN_OK)
         wake_after(k, n > 0 ? SINK_RETRY_MS : SINK_TICK_MS);
@@ -498,7 +502,8 @@ static void on_listed(void *arg, aconn_result res, redisReply *r)
         if (e->type != REDIS_REPLY_STRING || stream_index(k, e->str) >= 0)
             continue;
         if (k->nstreams % 64 == 0)
-            k->streams = xrealloc(k->streams, sizeof(*k->streams) * (size_t)(k->nstreams + 64));
+            k->streams =
+                xrealloc(k->streams, sizeof(*k->streams) * (size_t)(k->nstreams + 64));
         struct sink_stream *s = xcalloc(1, sizeof(*s));
         s->k = k;
         s->key = xstrdup(e->str);
@@ -508,7 +513,8 @@ static void on_listed(void *arg, aconn_result res, redisReply *r)
         struct sink_stream *s = k->streams[i];
         if (s->grouped)
             continue;
-        const char *argv[] = {"XGROUP", "CREATE", s->key, INV_SINK_GROUP, "0", "MKSTREAM"};
+        const char *argv[] = {"XGROUP",       "CREATE", s->key,
+                              INV_SINK_GROUP, "0",      "MKSTREAM"};
         send_cmd(k, s->key, on_grouped, s, NULL, 0, 6, argv);
     }
     if (k->phase == SINK_IDLE && !evtimer_pending(k->wake, NULL))
@@ -539,7 +545,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     struct svc_sink *k = arg;
     if (!k->listing) {
         const char *argv[] = {"SMEMBERS", INV_STREAMS_KEY};
-        k->listing = send_cmd(k, INV_STREAMS_KEY, on_listed, k, NULL, 0, 2, argv) == RCONN_OK;
+        k->listing =
+            send_cmd(k, INV_STREAMS_KEY, on_listed, k, NULL, 0, 2, argv) == RCONN_OK;
     }
     if (k->claim_next < 0)
         k->claim_next = 0; /* a claim pass with the next round */
@@ -550,7 +557,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         for (int i = 0; i < k->nstreams; i++) {
             const char *argv[] = {k->streams[i]->key, INV_SINK_GROUP};
             k->lag_owed++;
-            if (send_cmd(k, argv[0], on_lag, k, &inv_sink_lag_script, 1, 2, argv) != RCONN_OK)
+            if (send_cmd(k, argv[0], on_lag, k, &inv_sink_lag_script, 1, 2, argv) !=
+                RCONN_OK)
                 k->lag_owed--;
         }
         on_lag(k, ACONN_NOT_SENT, NULL);
@@ -591,7 +599,8 @@ void svc_sink_attach(struct svc_sink *k, struct event_base *base)
         k->cl = acluster_new(base, k->seeds, k->nseeds, k->password, SINK_TIMEOUT_MS);
     } else {
         k->ac = aconn_new(base, k->host, k->port, k->password, SINK_TIMEOUT_MS);
-        k->rd = aconn_new(base, k->host, k->port, k->password, SINK_BLOCK_MS + SINK_TIMEOUT_MS);
+        k->rd = aconn_new(base, k->host, k->port, k->password,
+                          SINK_BLOCK_MS + SINK_TIMEOUT_MS);
     }
     k->db = apg_new(base, k->conninfo, SINK_TIMEOUT_MS);
     /* the schema at the start (again before a transaction if this failed) */
@@ -691,10 +700,11 @@ int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
     PGresult *r = NULL;
     if (c) {
         const char *params[] = {sku, generation};
-        r = PQexecParams(c,
-                         "SELECT state, count(*), coalesce(sum(qty), 0) FROM seckill_orders "
-                         "WHERE sku = $1 AND generation = $2 GROUP BY state",
-                         2, NULL, params, NULL, NULL, 0);
+        r = PQexecParams(
+            c,
+            "SELECT state, count(*), coalesce(sum(qty), 0) FROM seckill_orders "
+            "WHERE sku = $1 AND generation = $2 GROUP BY state",
+            2, NULL, params, NULL, NULL, 0);
         if (PQresultStatus(r) == PGRES_TUPLES_OK) {
             for (int i = 0; i < PQntuples(r); i++) {
                 inv_state st = inv_state_parse(PQgetvalue(r, i, 0));

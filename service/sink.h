@@ -3,8 +3,8 @@
  *
  * Every instance with --postgres runs one, on loop 0; together they are one
  * consumer group (INV_SINK_GROUP) on each stream the registry
- * (INV_STREAMS_KEY) lists. A round reads events (XREADGROUP), writes them in one PostgreSQL
- * statement (one transaction, libpq's asynchronous API: pg/apg.h), and only
+ * (INV_STREAMS_KEY) lists. A round reads events (XREADGROUP), writes them in one
+ * PostgreSQL statement (one transaction, libpq's asynchronous API: pg/apg.h), and only
  * once that committed acknowledges them (XACK) and trims the stream below
  * the oldest event not yet in the database (inventory/lua/sink_ack.lua).
  * Events a dead or stuck consumer left pending for SINK_CLAIM_IDLE_MS are
@@ -29,13 +29,13 @@ struct svc_sink;
 
 /* What /metrics shows. */
 struct svc_sink_stats {
-    uint64_t events;     /* events this sink wrote (new to the database or not) */
-    uint64_t batches;    /* transactions committed */
-    uint64_t claimed;    /* events claimed from other consumers */
-    uint64_t errors;     /* transactions failed (retried) */
-    int64_t lag_events;  /* events not yet in the database, every stream, last seen */
-    double lag_seconds;  /* age of the oldest of them */
-    int up;              /* the database answered the last transaction */
+    uint64_t events;    /* events this sink wrote (new to the database or not) */
+    uint64_t batches;   /* transactions committed */
+    uint64_t claimed;   /* events claimed from other consumers */
+    uint64_t errors;    /* transactions failed (retried) */
+    int64_t lag_events; /* events not yet in the database, every stream, last seen */
+    double lag_seconds; /* age of the oldest of them */
+    int up;             /* the database answered the last transaction */
 };
 
 /* A sink for the database conninfo names, reading one Redis (host:port) or
