@@ -239,7 +239,7 @@ sample() {
     if ((!CANNED)); then
         [[ $1 == after ]] && proc=$(proc_sample "$CUR_CLUSTER")
         data=$(redis_sample "$REDIS_PORT")
-        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-} $([[ $LOCK_MODE == pg ]] && echo pg); do
+        for n in ${LOCK_NODES//,/ } ${ZK_NAMES:-} $([[ ${LOCK_MODE:-} == pg ]] && echo pg); do
             if [[ $n == pg ]]; then
                 read -r r c <<<"$(pg_sample "$CUR_CLUSTER")"
             elif [[ $n == zk-* ]]; then
@@ -280,7 +280,7 @@ sink_lag_watch() {
 # instance's sink says lag 0 (30 s at most), and PostgreSQL's CPU since PG_BEFORE, as
 # JSON: the peak and last lag seen under the load, the time to drain, the CPU.
 sink_drain() {
-    local t0=${EPOCHREALTIME/./} ms=null c0 c1 r0 r1
+    local t0=${EPOCHREALTIME/./} ms=null c0 c1
     kill "$2" 2>/dev/null
     wait "$2" 2>/dev/null
     drained() {
@@ -290,8 +290,8 @@ sink_drain() {
         done
     }
     wait_until 30 drained && ms=$(((${EPOCHREALTIME/./} - t0) / 1000))
-    read -r r0 c0 <<<"$3"
-    read -r r1 c1 <<<"$(pg_sample "$CUR_CLUSTER")"
+    read -r _ c0 <<<"$3"
+    read -r _ c1 <<<"$(pg_sample "$CUR_CLUSTER")"
     awk -v ms="$ms" -v c="$(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%d", (b - a) * 1e6 }')" '
         $1 ~ /^[0-9]+$/ { n++; if ($1 > pe) pe = $1; if ($2 > ps) ps = $2; le = $1; ls = $2 }
         END { printf "{\"lag_events_peak\": %d, \"lag_seconds_peak\": %.3f, \"lag_events_last\": %d, \"lag_seconds_last\": %.3f, \"samples\": %d, \"drain_ms\": %s, \"pg_cpu_us\": %d}\n", pe, ps, le, ls, n, ms, c }' "$1"

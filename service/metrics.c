@@ -181,11 +181,11 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
         svc_sink_stats(app->sink, &st);
         json_object_set_new(
             stats, "sink",
-            json_pack("{s:I, s:f, s:b, s:I, s:I, s:I, s:I}", "lag_events",
+            json_pack("{s:I, s:f, s:b, s:I, s:I, s:I, s:I, s:I}", "lag_events",
                       (json_int_t)st.lag_events, "lag_seconds", st.lag_seconds, "up",
                       st.up, "events", (json_int_t)st.events, "batches",
                       (json_int_t)st.batches, "claimed", (json_int_t)st.claimed, "errors",
-                      (json_int_t)st.errors));
+                      (json_int_t)st.errors, "skipped", (json_int_t)st.skipped));
     }
     return stats;
 }
@@ -398,6 +398,10 @@ static void sink_figures(FILE *f, struct svc_app *app)
             st.claimed);
     counter(f, "seckill_sink_errors_total",
             "Transactions of this sink that failed (tried again).", st.errors);
+    counter(f, "seckill_sink_skipped_total",
+            "Stream entries that were no event of the outbox scripts: acknowledged, not "
+            "written (logged).",
+            st.skipped);
 }
 
 /* seckill_build_info: what --version says, as a constant 1 with labels. */

@@ -84,8 +84,9 @@ struct sink_stream {
 
 /* The events of one round, grouped by stream for the acknowledgements. */
 struct sink_batch {
-    json_t *rows;   /* the transaction's parameter */
-    int n;          /* events */
+    json_t *rows;   /* the transaction's parameter: the valid events */
+    int n;          /* events, valid or not (all acknowledged) */
+    int skipped;    /* events not valid (event_valid) */
     int *stream;    /* per event: its stream's index */
     char (*id)[32]; /* per event: its id */
     int cap;
@@ -118,7 +119,7 @@ struct svc_sink {
     struct sink_batch b;
     int lag_owed;
     int64_t lag_events_sum, lag_oldest_ms;
-    _Atomic uint64_t events, batches, claimed, errors;
+    _Atomic uint64_t events, batches, claimed, errors, skipped;
     _Atomic int64_t lag_events;
     _Atomic int64_t lag_age_ms; /* the oldest's age when measured, 0: none */
     _Atomic int up;
@@ -179,10 +180,39 @@ static void batch_clear(struct sink_batch *b)
     json_decref(b->rows);
     b->rows = NULL;
     b->n = 0;
+    b->skipped = 0;
+}
+
+/* True when text is a decimal number (what the scripts write). */
+static int digits(const char *text)
+{
+    if (!text || !*text || strlen(text) > 19)
+        return 0;
+    return text[strspn(text, "0123456789")] == '\0';
+}
+
+/* True when row has what an event of the outbox scripts has: an order id,
+ * a state, a SKU, a user, units and a generation, numbers where numbers go.
+ * Anything else (written by hand, or by another version) would fail the
+ * batch's transaction every time: it is skipped, counted and acknowledged. */
+static int event_valid(const json_t *row)
+{
+    static const char *const need[] = {"o", "s", "k", "u", "q", "g"};
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+        if (!json_is_string(json_object_get(row, need[i])))
+            return 0;
+    const json_t *b = json_object_get(row, "b");
+    const char *state = json_string_value(json_object_get(row, "s"));
+    int known = 0;
+    for (int st = 0; st < INV_NSTATES; st++)
+        known |= strcmp(state, inv_state_name((inv_state)st)) == 0;
+    return known && digits(json_string_value(json_object_get(row, "o"))) &&
+           digits(json_string_value(json_object_get(row, "q"))) &&
+           (!b || digits(json_string_value(b)));
 }
 
 /* Adds one event (f: its field/value pairs) of stream si (named key) to the
- * batch. */
+ * batch: to be written when valid, acknowledged in any case. */
 static void batch_add(struct sink_batch *b, int si, const char *key, const char *id,
                       const redisReply *f)
 {
@@ -205,7 +235,12 @@ static void batch_add(struct sink_batch *b, int si, const char *key, const char 
     b->stream[b->n] = si;
     snprintf(b->id[b->n], sizeof(b->id[0]), "%s", id);
     b->n++;
-    json_array_append_new(b->rows, row);
+    if (event_valid(row)) {
+        json_array_append_new(b->rows, row);
+    } else {
+        b->skipped++;
+        json_decref(row);
+    }
 }
 
 /* Adds the entries of r ([[id, [field, value...]], ...]) of stream si. */
@@ -279,6 +314,19 @@ static void db_state(struct svc_sink *k, int up, const char *why)
 
 static void write_batch(struct svc_sink *k);
 
+/* The batch's events that were not valid, counted and logged (they are
+ * acknowledged with the rest). */
+static void skipped_count(struct svc_sink *k)
+{
+    if (k->b.skipped == 0)
+        return;
+    atomic_fetch_add(&k->skipped, (uint64_t)k->b.skipped);
+    log_event(LOG_WARN, "sink_event_skipped",
+              "consumer=%s events=%d detail=\"not an event of the outbox scripts: "
+              "acknowledged, not written\"",
+              k->consumer, k->b.skipped);
+}
+
 static void on_schema(void *arg, apg_outcome res, PGresult *r)
 {
     struct svc_sink *k = arg;
@@ -294,7 +342,8 @@ static void on_written(void *arg, apg_outcome res, PGresult *r)
     if (res == APG_RESULT && PQresultStatus(r) == PGRES_COMMAND_OK) {
         db_state(k, 1, NULL);
         atomic_fetch_add(&k->batches, 1);
-        atomic_fetch_add(&k->events, (uint64_t)k->b.n);
+        atomic_fetch_add(&k->events, json_array_size(k->b.rows));
+        skipped_count(k);
         crash_point(k, "sink-after-commit");
         ack_all(k);
         return;
@@ -316,6 +365,11 @@ static void on_written(void *arg, apg_outcome res, PGresult *r)
 static void write_batch(struct svc_sink *k)
 {
     k->phase = SINK_WRITING;
+    if (json_array_size(k->b.rows) == 0) { /* nothing valid: nothing to write */
+        skipped_count(k);
+        ack_all(k);
+        return;
+    }
     if (!k->schema_sent &&
         apg_query(k->db, on_schema, k, SINK_SCHEMA_SQL, 0, NULL) == APG_OK)
         k->schema_sent = 1;
@@ -664,6 +718,7 @@ void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out)
     out->batches = atomic_load(&k->batches);
     out->claimed = atomic_load(&k->claimed);
     out->errors = atomic_load(&k->errors);
+    out->skipped = atomic_load(&k->skipped);
     out->lag_events = atomic_load(&k->lag_events);
     out->lag_seconds = (double)atomic_load(&k->lag_age_ms) / 1000.0;
     out->up = atomic_load(&k->up);

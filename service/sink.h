@@ -33,6 +33,7 @@ struct svc_sink_stats {
     uint64_t batches;   /* transactions committed */
     uint64_t claimed;   /* events claimed from other consumers */
     uint64_t errors;    /* transactions failed (retried) */
+    uint64_t skipped;   /* events that were not the outbox scripts' (not written) */
     int64_t lag_events; /* events not yet in the database, every stream, last seen */
     double lag_seconds; /* age of the oldest of them */
     int up;             /* the database answered the last transaction */
