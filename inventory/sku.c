@@ -477,7 +477,7 @@ static inv_status audit_outbox(struct inv_session *s, const struct sku_keys *k,
     const char *argv[] = {k->events, INV_SINK_GROUP};
     r = rconn_eval(s->rc, &inv_sink_lag_script, 1, 1, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         out->outbox_lag = inv_reply_ll(r->element[0], 0);
         st = INV_OK;
     }

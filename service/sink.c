@@ -79,7 +79,8 @@ enum sink_phase {
 struct sink_stream {
     struct svc_sink *k;
     char *key;
-    int grouped; /* XGROUP CREATE answered (created now or before) */
+    int grouped;       /* XGROUP CREATE answered (created now or before) */
+    long long pending; /* events delivered and not acknowledged, last measured */
 };
 
 /* The events of one round, grouped by stream for the acknowledgements. */
@@ -466,8 +467,10 @@ static void round_start(struct svc_sink *k)
     char count[12], idle[12];
     snprintf(count, sizeof(count), "%d", SINK_BATCH);
     snprintf(idle, sizeof(idle), "%d", SINK_CLAIM_IDLE_MS);
-    while (k->claim_next >= 0 && k->claim_next < k->nstreams &&
-           !k->streams[k->claim_next]->grouped)
+    /* only streams with events pending (last measured) may have some to claim */
+    while (
+        k->claim_next >= 0 && k->claim_next < k->nstreams &&
+        (!k->streams[k->claim_next]->grouped || k->streams[k->claim_next]->pending == 0))
         k->claim_next++;
     if (k->claim_next >= 0 && k->claim_next < k->nstreams) {
         const char *key = k->streams[k->claim_next]->key;
@@ -575,22 +578,32 @@ static void on_listed(void *arg, aconn_result res, redisReply *r)
         wake_after(k, 0);
 }
 
-static void on_lag(void *arg, aconn_result res, redisReply *r)
+/* One answer of a tick's measurement came (or will not): the figures are
+ * published once the last did. */
+static void lag_done(struct svc_sink *k)
 {
-    struct svc_sink *k = arg;
-    if (!attached(k))
-        return;
-    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-        k->lag_events_sum += r->element[0]->integer;
-        long long oldest = r->element[1]->integer;
-        if (oldest > 0 && (k->lag_oldest_ms == 0 || oldest < k->lag_oldest_ms))
-            k->lag_oldest_ms = oldest;
-    }
     if (--k->lag_owed == 0) {
         int64_t age = k->lag_oldest_ms > 0 ? wall_ms() - k->lag_oldest_ms : 0;
         atomic_store(&k->lag_events, k->lag_events_sum);
         atomic_store(&k->lag_age_ms, age > 0 ? age : 0);
     }
+}
+
+/* sink_lag.lua's answer for one stream: {events, oldest ms, pending}. */
+static void on_lag(void *arg, aconn_result res, redisReply *r)
+{
+    struct sink_stream *s = arg;
+    struct svc_sink *k = s->k;
+    if (!attached(k))
+        return;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        k->lag_events_sum += r->element[0]->integer;
+        long long oldest = r->element[1]->integer;
+        if (oldest > 0 && (k->lag_oldest_ms == 0 || oldest < k->lag_oldest_ms))
+            k->lag_oldest_ms = oldest;
+        s->pending = r->element[2]->integer;
+    }
+    lag_done(k);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -611,11 +624,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         for (int i = 0; i < k->nstreams; i++) {
             const char *argv[] = {k->streams[i]->key, INV_SINK_GROUP};
             k->lag_owed++;
-            if (send_cmd(k, argv[0], on_lag, k, &inv_sink_lag_script, 1, 2, argv) !=
-                RCONN_OK)
+            if (send_cmd(k, argv[0], on_lag, k->streams[i], &inv_sink_lag_script, 1, 2,
+                         argv) != RCONN_OK)
                 k->lag_owed--;
         }
-        on_lag(k, ACONN_NOT_SENT, NULL);
+        lag_done(k);
     }
 }
 

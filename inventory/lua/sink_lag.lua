@@ -4,13 +4,14 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/sink_lag.lua.
 -- KEYS[1] the events stream. ARGV[1] the group.
--- Returns {events, the oldest one's milliseconds (0: none)}.
+-- Returns {events, the oldest one's milliseconds (0: none), events pending
+-- (delivered, not acknowledged)}.
 --#include "group.lua"
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
 local g = group_info(KEYS[1], ARGV[1])
 if not g then
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-  return {redis.call('XLEN', KEYS[1]), first[1] and id_ms(first[1][1]) or 0}
+  return {redis.call('XLEN', KEYS[1]), first[1] and id_ms(first[1][1]) or 0, 0}
 end
 local last = g['last-delivered-id']
 local lag = g.lag
@@ -23,4 +24,4 @@ else
   local nxt = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', 1)
   if nxt[1] then oldest = id_ms(nxt[1][1]) end
 end
-return {lag + tonumber(p[1]), oldest}
+return {lag + tonumber(p[1]), oldest, tonumber(p[1])}
