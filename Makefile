@@ -4,6 +4,10 @@
 #   make demo       install what is missing, build, run the multi-instance proof
 #   make bench      install what is missing, build, the performance report (~8 min;
 #                   BENCH_QUICK=1: a 1 s-per-step smoke test; BENCH_ARGS: loadtest/bench.sh options)
+#   make bench BASE=REV  this checkout against commit REV (built in a throwaway git
+#                   worktree): BENCH_ROUNDS alternating rounds (3) of loadtest/bench.sh,
+#                   BASE then HEAD, medians and ranges and HEAD/BASE of the medians
+#                   (loadtest/compare.sh; results/compare-latest/compare.json)
 #   make SANITIZER=address|undefined|thread test
 #   make valgrind   the server under valgrind through a short workload, no leak allowed
 #   make chaos      the fault matrix (loadtest/chaos.sh): each fault against each lock
@@ -177,11 +181,20 @@ demo: deps
 # then one hot SKU at K=16, 1024 and 1 (loadtest/segments.sh): results/segments-latest/;
 # then one hot SKU on a Redis Cluster of 1 and of 3 masters (loadtest/shards.sh):
 # results/shards-latest/.
+# With BASE=REV: bench.sh only (BENCH_ARGS too), BENCH_ROUNDS times for the server of
+# REV and for this one, alternating (loadtest/compare.sh): results/compare-latest/.
+BASE ?=
+BENCH_ROUNDS ?= 3
 bench: deps
 	@$(MAKE) --no-print-directory all
+ifeq ($(BASE),)
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/bench.sh $(BENCH_ARGS)
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/segments.sh
 	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) loadtest/shards.sh
+else
+	@SECKILL_BUILD=$(BUILD) BENCH_QUICK=$(BENCH_QUICK) BENCH_ROUNDS=$(BENCH_ROUNDS) \
+		SANITIZER=$(SANITIZER) loadtest/compare.sh --base '$(BASE)' $(BENCH_ARGS)
+endif
 
 # The fault matrix: faults x lock modes, CHAOS_REPS runs each; results/chaos-latest/.
 # CHAOS_QUICK=1: the short pass (loadtest/chaos.sh --quick), 16 cells (3 of the lifecycle).
