@@ -118,9 +118,11 @@ def main():
             if m["base"] is None and m["head"] is None:
                 continue  # canned has no Redis or seckill figures
             ratio = "-" if m["ratio"] is None else f"{m['ratio']:.2f}" + (" *" if m["apart"] else "  ")
+            ns = [s["n"] if s else 0 for s in (m["base"], m["head"])]
+            short = f"  [rounds: BASE {ns[0]}, HEAD {ns[1]}]" if min(ns) < rounds else ""
             print(f"{r['scenario']:<8} {r['system']:<10} {m['label']:<15} "
                   f"{fmt(m['base'], m['decimals']):>26} {fmt(m['head'], m['decimals']):>26} "
-                  f"{ratio:>10}")
+                  f"{ratio:>10}{short}")
     print("")
     print("median (min-max) over the rounds; HEAD/BASE: ratio of the medians, below 1 is")
     print("less CPU or fewer req/s for HEAD; * where HEAD's range and BASE's do not overlap")
