@@ -102,7 +102,7 @@ def main():
 
     base, head = meta["base"], meta["head"]
     quick = " QUICK run (1 s steps): a smoke test, not numbers;" if meta.get("quick") else ""
-    print(f"seckill bench compare:{quick} {rounds} alternating rounds, BASE then HEAD in each")
+    print(f"seckill bench compare:{quick} {rounds} alternating rounds (BASE first in odd ones, HEAD in even ones)")
     print(f"  BASE {base['short']} {base['subject'][:70]}")
     print(f"  HEAD {head['short']} {head['subject'][:70]}")
     print(f"  bench.sh {' '.join(meta['bench_args']) or '(defaults)'}")

@@ -8,7 +8,8 @@
 #
 #   --base REV     the commit to compare against (anything git rev-parse takes: a hash,
 #                  main~3, a tag)
-#   --rounds N     rounds (BENCH_ROUNDS, else 3); round i runs BASE, then HEAD
+#   --rounds N     rounds (BENCH_ROUNDS, else 3); an odd round runs BASE, then HEAD,
+#                  an even one HEAD, then BASE
 #   --out DIR      where the rounds and compare.json go
 #                  (results/compare-<time>/, results/compare-latest links to it)
 #   every other option goes to each bench.sh run as it is (--quick or BENCH_QUICK=1,
@@ -153,7 +154,11 @@ jq -n --arg base_rev "$base" --arg base_commit "$base_commit" --arg base_short "
 
 failed=0
 for ((i = 1; i <= rounds; i++)); do
-    for side in base head; do
+    # the order alternates too (BASE first in odd rounds, HEAD first in even ones), so
+    # that a drift of the machine within a round does not always favour one side
+    sides="base head"
+    ((i % 2 == 0)) && sides="head base"
+    for side in $sides; do
         d=$out/round-$i/$side
         mkdir -p "$d"
         bin=$BASE_BIN label="BASE $base_short"

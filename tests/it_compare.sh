@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # it_compare.sh — make bench BASE=REV's harness (loadtest/compare.sh) in quick mode:
 # BASE=HEAD, atomic, S1 at -c64, 1 s steps, 2 rounds. Asserts the report, not the speed:
-#   - it exits 0; each round ran BASE then HEAD, each a bench.sh run with its bench.json;
+#   - it exits 0; each round ran both (BASE first in odd rounds, HEAD first in even ones), each a bench.sh run with its bench.json;
 #   - the report prints, for the one step, Redis CPU per order, seckill CPU per request
 #     and req/s, first in that order, each with BASE and HEAD as "median (min-max)" and
 #     a ratio;
@@ -50,9 +50,9 @@ for i in 1 2; do
         check "round $i $side: bench.json" jq -e '.results | length == 1' "$OUT/round-$i/$side/bench.json" >/dev/null
     done
 done
-check "stderr: round 1 ran BASE, then HEAD, then round 2 the same" \
+check "stderr: round 1 ran BASE, then HEAD, round 2 HEAD, then BASE" \
     eq "$(grep -oE '^== round [0-9]/2: (BASE|HEAD)' "$dir/stderr" | awk '{ print $3 $4 }' | paste -sd' ')" \
-    "1/2:BASE 1/2:HEAD 2/2:BASE 2/2:HEAD"
+    "1/2:BASE 1/2:HEAD 2/2:HEAD 2/2:BASE"
 check "compare.json: 2 rounds, quick" eq "$(q '"\(.rounds) \(.quick)"')" "2 true"
 check "compare.json: BASE is HEAD's commit" eq "$(q .base.commit)" "$head_commit"
 check "compare.json: BASE's binary is its worktree's, and says its commit" \
