@@ -3,6 +3,8 @@
 # once per lock mode: a SKU, a few hundred concurrent orders (placed, replayed,
 # sold out, limit reached), every route and error status, a Redis crash and restart
 # in the middle (503s, reconnects), in zk mode also a ZooKeeper crash and restart, then
+# in redis and pg modes the sink to PostgreSQL running (--postgres: the outbox's events
+# written there, the store matched), in pg mode also a PostgreSQL crash and restart, then
 # SIGTERM with an order in flight. Passes
 # when every instance exits 0 and valgrind reports no error and no leak:
 # "definitely lost: 0" and "indirectly lost: 0" (memory still reachable at exit,
@@ -10,7 +12,7 @@
 # also java and the zookeeper package (a throwaway server, scripts/lib.sh).
 #
 #   tests/valgrind.sh [MODES]     MODES comma-separated, also $VG_MODES
-#                                 (default redis,redlock,setnx,zk,atomic)
+#                                 (default redis,redlock,setnx,zk,pg,atomic)
 #   VG_ORDERS                     orders per mode (default 300)
 #   SECKILL_BIN / SECKILL_BUILD   the server (default build/seckill: an unsanitized
 #                                 build; valgrind and the sanitizers do not mix)
@@ -20,7 +22,7 @@ set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-MODES=${1:-${VG_MODES:-redis,redlock,setnx,zk,atomic}}
+MODES=${1:-${VG_MODES:-redis,redlock,setnx,zk,pg,atomic}}
 ORDERS=${VG_ORDERS:-300}
 CLIENTS=4
 
@@ -44,6 +46,12 @@ for i in 1 2 3; do
     lock_nodes+="${lock_nodes:+,}127.0.0.1:$STARTED_PORT"
 done
 # zk mode: one throwaway ZooKeeper server, zk-1 (started again after its crash in run_mode).
+# redis and pg modes: a throwaway PostgreSQL, pg (crashed and started again in pg mode)
+pg_url_=""
+if [[ ,$MODES, == *,pg,* || ,$MODES, == *,redis,* ]]; then
+    start_pg "$dir" || die "postgres did not start (see $dir/pg.log)"
+    pg_url_=$(pg_url "$STARTED_PORT")
+fi
 zport=""
 if [[ ,$MODES, == *,zk,* ]]; then
     start_zk "$dir" 1 || die "zookeeper did not start (see $dir/zk-1.log)"
@@ -91,6 +99,7 @@ run_mode() {
     [[ $mode == redlock ]] && extra=(--lock-nodes "$lock_nodes")
     # A long session: the client's heartbeats run slowly under valgrind.
     [[ $mode == zk ]] && extra=(--zk "127.0.0.1:$zport" --zk-session-ms 10000)
+    [[ $mode == redis || $mode == pg ]] && extra=(--postgres "$pg_url_")
     echo "# $mode: $ORDERS orders under valgrind"
     local started=$SECONDS
     if ! start_instance --ready-secs 60 --wrap "valgrind --leak-check=full
@@ -150,6 +159,10 @@ run_mode() {
     expect "$mode: stats" "200 " "$(req GET "$base/stats")"
     expect "$mode: metrics" "200 " "$(req GET "$base/metrics")"
     expect "$mode: livez" "200 " "$(req GET "$base/livez")"
+    if [[ -n ${extra[*]} && ${extra[0]} == --postgres ]]; then
+        store_ok() { [[ $(curl -s "$base/skus/$sku/audit" | jq -r '.store.matches and .store.lag_events == 0') == true ]]; }
+        check "$mode: the sink's database matches Redis" wait_until 30 store_ok
+    fi
 
     # Redis crash and restart: 503 unavailable meanwhile, reconnects by itself
     crash redis
@@ -179,6 +192,20 @@ run_mode() {
         wait_until 60 zk_order_placed
         expect "$mode: an order placed after ZooKeeper came back (in $zk_tries tries)" "201" \
             "$zk_last"
+    fi
+
+    # pg: PostgreSQL crash (an immediate shutdown) and restart: 503 meanwhile, then
+    # orders again, with no restart of the server
+    if [[ $mode == pg ]]; then
+        crash pg
+        expect "$mode: order while PostgreSQL is down" "503" \
+            "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"pgdown"}' | cut -d' ' -f1)"
+        cmd_start "$dir" pg || { expect "$mode: PostgreSQL started again" ok failed; return 1; }
+        pg_back() {
+            [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 30 -X POST "$base/skus/$sku/orders" \
+                -d "{\"user_id\":\"pgback-$RANDOM\"}") == 201 ]]
+        }
+        check "$mode: an order placed after PostgreSQL came back" wait_until 60 pg_back
     fi
 
     # SIGTERM with an order in flight (a slow one: the server is under valgrind)
