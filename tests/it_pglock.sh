@@ -40,7 +40,6 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=tests/sale.sh
 source "$ROOT/tests/sale.sh"
-CLUSTER=$ROOT/scripts/cluster.sh
 
 SCENARIOS=${1:-${IT_PGLOCK_SCENARIOS:-exact,frozen,restart,notify}}
 STOCK=3000
@@ -58,71 +57,11 @@ NOTIFY_SLOWEST_MS=4000 # 16 x 100 ms in a row, and margin; far below the lease a
 
 it_begin pglock wrk curl jq nginx redis-server postgres initdb psql
 chmod o+x "$dir" # the postgres user reaches its data dir under it
-CUR_CLUSTER=""
-LOADERS=()
 
-stop_loaders() {
-    : >"$dir/stop"
-    local p
-    for p in "${LOADERS[@]}"; do wait "$p" 2>/dev/null; done
-    LOADERS=()
-}
-cluster_down() {
-    [[ -n $CUR_CLUSTER ]] || return 0
-    "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet || check "cluster in $CUR_CLUSTER stopped" false
-    CUR_CLUSTER=""
-}
-on_exit() {
-    stop_loaders
-    proc_stop wrk "$dir" 2 || true
-    cluster_down
-}
-
-gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
 le() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 <= $2)); }
-# instances_sum FILTER: a jq filter over each instance's /stats, summed.
-instances_sum() {
-    local u
-    for u in $INSTANCE_URLS; do curl -s --max-time 2 "$u/stats" || echo null; done |
-        jq -s "map(($1) // 0) | add" 2>/dev/null
-}
-instance_pids() { cat "$CUR_CLUSTER"/seckill-*.pid 2>/dev/null | tr '\n' ' '; }
 sql() { psql -qAtX "$PG_URL" -c "$1" 2>/dev/null; }
 
-# cluster_up NAME UP_ARGS... [-- seckill flags]: a cluster in $dir/cluster-NAME.
-cluster_up() {
-    local name=$1
-    shift
-    CUR_CLUSTER=$dir/cluster-$name
-    if ! "$CLUSTER" up --dir "$CUR_CLUSTER" --quiet "$@" >"$dir/up-$name.out" 2>&1; then
-        tail -n 5 "$dir/up-$name.out"
-        check "$name: cluster started" false
-        CUR_CLUSTER=""
-        return 1
-    fi
-    # shellcheck disable=SC1091
-    source "$CUR_CLUSTER/cluster.env"
-}
-put_sku() { # SKU STOCK SEGMENTS
-    local code
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
-        -H 'Content-Type: application/json' \
-        -d "$(printf '{"stock":%d,"segments":%d,"per_user_limit":1}' "$2" "$3")" \
-        "$LB_URL/skus/$1")
-    [[ $code == 201 || $code == 200 ]] && return 0
-    check "PUT /skus/$1 (answered $code)" false
-    return 1
-}
-
 # ---- exact: three instances, sold exactly ---------------------------------------------
-
-sold_out_served() {
-    local left n
-    left=$(jfield "$(sku_json)" .remaining)
-    [[ $left == 0 ]] || return 1
-    n=$(instances_sum '.orders.sold_out + .orders.sold_out_from_memory')
-    [[ $n =~ ^[0-9]+$ ]] && ((n >= SOLD_OUT_SEEN))
-}
 
 scenario_exact() {
     echo "# exact: pg, 3 instances + nginx, stock $STOCK in $SEGMENTS segments," \
@@ -157,34 +96,10 @@ scenario_exact() {
 
 # ---- frozen: it_frozen.sh in pg mode ---------------------------------------------------
 
-scenario_frozen() {
-    echo "# frozen: tests/it_frozen.sh pg"
-    local last p f rc
-    bash "$ROOT/tests/it_frozen.sh" pg 2>&1 | tee "$dir/frozen.out" | sed -u 's/^/  /'
-    rc=${PIPESTATUS[0]}
-    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$dir/frozen.out" | tail -n 1)
-    if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
-        p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
-        passed=$((passed + p)) failed=$((failed + f))
-        ((rc == 0 || f > 0)) || check "frozen: it_frozen.sh pg exited $rc" false
-    else
-        check "frozen: it_frozen.sh pg ran to its summary (exit $rc)" false
-    fi
-}
+scenario_frozen() { run_frozen pg; }
 
 # ---- restart: PostgreSQL stopped mid-load, started again -------------------------------
 
-answers() { cat "$dir"/load.* 2>/dev/null; }
-count_201_since() { answers | awk -v t="$1" '$1 > t && $3 == 201' | wc -l; }
-count_since() { answers | awk -v t="$1" '$1 > t' | wc -l; }
-at_least_201_since() { (($(count_201_since "$1") >= $2)); }
-at_least_since() { (($(count_since "$1") >= $2)); }
-placed_per_instance() {
-    local u
-    for u in $INSTANCE_URLS; do
-        jfield "$(curl -s --max-time 2 "$u/stats")" .orders.placed
-    done | tr '\n' ' '
-}
 pg_dead() { ! proc_alive pg "$CUR_CLUSTER"; }
 
 scenario_restart() {

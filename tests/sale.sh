@@ -1,7 +1,11 @@
 # sale.sh — sourced by the integration tests that drive one SKU's sale through a
-# cluster's balancer and assert it was exact (it_redlock_chaos.sh, it_zk.sh), after
-# tests/lib.sh (it_begin: $dir, where wrk's pid file and log live). They set LB_URL,
-# INSTANCE_URLS (from the cluster's cluster.env), SKU and STOCK.
+# cluster's balancer and assert it was exact (it_redlock_chaos.sh, it_zk.sh,
+# it_pglock.sh), after tests/lib.sh (it_begin: $dir, where wrk's pid file and log live).
+# They set LB_URL, INSTANCE_URLS (from the cluster's cluster.env), SKU and STOCK. The
+# tests of one lock mode over clusters of their own (it_zk.sh, it_pglock.sh) also use
+# the second part: their clusters (cluster_up, cluster_down, $CUR_CLUSTER), load loops
+# ($LOADERS, their answers in $dir/load.*), it_frozen.sh in their mode, and their
+# on_exit (it_redlock_chaos.sh defines its own).
 # shellcheck shell=bash disable=SC2154 # dir: the test's (tests/lib.sh)
 
 # jfield JSON FILTER: a field of a JSON text, empty when missing or not JSON.
@@ -52,4 +56,95 @@ sale_checks() {
         eq "$(jfield "$audit" .limit_breaches)/$(jfield "$audit" .duplicate_order_ids)" 0/0
     check "$label: no answer other than 201 / 409 / 503, no socket error" \
         eq "$(jfield "$wrk_json" '.other + .other_409 + .other_503 + .outcome_unknown + ([.socket_errors[]] | add)')" 0
+}
+
+# ---- a lock mode's test over clusters of its own (it_zk.sh, it_pglock.sh) ------------
+
+CLUSTER=$ROOT/scripts/cluster.sh
+CUR_CLUSTER=""
+LOADERS=()
+
+stop_loaders() {
+    : >"$dir/stop"
+    local p
+    for p in "${LOADERS[@]}"; do wait "$p" 2>/dev/null; done
+    LOADERS=()
+}
+cluster_down() {
+    [[ -n $CUR_CLUSTER ]] || return 0
+    "$CLUSTER" down --dir "$CUR_CLUSTER" --quiet || check "cluster in $CUR_CLUSTER stopped" false
+    CUR_CLUSTER=""
+}
+on_exit() {
+    stop_loaders
+    proc_stop wrk "$dir" 2 || true
+    cluster_down
+}
+gt() { [[ $1 =~ ^-?[0-9]+$ && $2 =~ ^-?[0-9]+$ ]] && (($1 > $2)); }
+# instances_sum FILTER: a jq filter over each instance's /stats, summed.
+instances_sum() {
+    local u
+    for u in $INSTANCE_URLS; do curl -s --max-time 2 "$u/stats" || echo null; done |
+        jq -s "map(($1) // 0) | add" 2>/dev/null
+}
+instance_pids() { cat "$CUR_CLUSTER"/seckill-*.pid 2>/dev/null | tr '\n' ' '; }
+# cluster_up NAME UP_ARGS... [-- seckill flags]: a cluster in $dir/cluster-NAME;
+# sources its cluster.env. 1 (after a failed check) when it did not start.
+cluster_up() {
+    local name=$1
+    shift
+    CUR_CLUSTER=$dir/cluster-$name
+    if ! "$CLUSTER" up --dir "$CUR_CLUSTER" --quiet "$@" >"$dir/up-$name.out" 2>&1; then
+        tail -n 5 "$dir/up-$name.out"
+        check "$name: cluster started" false
+        CUR_CLUSTER=""
+        return 1
+    fi
+    # shellcheck disable=SC1091
+    source "$CUR_CLUSTER/cluster.env"
+}
+put_sku() { # SKU STOCK SEGMENTS
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+        -H 'Content-Type: application/json' \
+        -d "$(printf '{"stock":%d,"segments":%d,"per_user_limit":1}' "$2" "$3")" \
+        "$LB_URL/skus/$1")
+    [[ $code == 201 || $code == 200 ]] && return 0
+    check "PUT /skus/$1 (answered $code)" false
+    return 1
+}
+sold_out_served() { # the stock is gone and the instances answered sold_out many times
+    local left n
+    left=$(jfield "$(sku_json)" .remaining)
+    [[ $left == 0 ]] || return 1
+    n=$(instances_sum '.orders.sold_out + .orders.sold_out_from_memory')
+    [[ $n =~ ^[0-9]+$ ]] && ((n >= SOLD_OUT_SEEN))
+}
+answers() { cat "$dir"/load.* 2>/dev/null; }
+count_201_since() { answers | awk -v t="$1" '$1 > t && $3 == 201' | wc -l; }
+count_since() { answers | awk -v t="$1" '$1 > t' | wc -l; }
+at_least_201_since() { (($(count_201_since "$1") >= $2)); }
+at_least_since() { (($(count_since "$1") >= $2)); }
+placed_per_instance() {
+    local u
+    for u in $INSTANCE_URLS; do
+        jfield "$(curl -s --max-time 2 "$u/stats")" .orders.placed
+    done | tr '\n' ' '
+}
+
+# run_frozen MODE: tests/it_frozen.sh in MODE, its checks folded into this test's counts.
+run_frozen() {
+    local mode=$1 last p f rc
+    echo "# frozen: tests/it_frozen.sh $mode"
+    bash "$ROOT/tests/it_frozen.sh" "$mode" 2>&1 | tee "$dir/frozen.out" | sed -u 's/^/  /'
+    rc=${PIPESTATUS[0]}
+    # Its summary line; a failed run says where its logs are after it.
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$dir/frozen.out" | tail -n 1)
+    if [[ $last =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+        passed=$((passed + p)) failed=$((failed + f))
+        ((rc == 0 || f > 0)) || check "frozen: it_frozen.sh $mode exited $rc" false
+    else
+        check "frozen: it_frozen.sh $mode ran to its summary (exit $rc)" false
+    fi
 }
