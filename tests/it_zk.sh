@@ -138,49 +138,8 @@ scenario_outage() {
     wait_until 10 instances_idle || echo "  instances still busy"
     placed_end=$(placed_per_instance)
 
-    answers >"$dir/outage.all"
-    local all=$dir/outage.all total acked down first slowest sold audit
-    total=$(wc -l <"$all")
-    acked=$(awk '$3 == 201' "$all" | wc -l)
-    down=$(awk -v a="$t_calm" -v b="$t_restart" '$1 > a && $2 < b' "$all")
-    first=$(awk -v t="$t_up" '$3 == 201 && $1 > t { d = ($2 - t) / 1000; if (m == "" || d < m) m = d }
-        END { printf "%d", m }' "$all")
-    slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$all")
-    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $7 }' "$all" |
-        sort | uniq -c | tr -s ' \n' ' ')"
-    echo "  ZooKeeper down $(((t_restart - t_kill) / 1000)) ms; first 201 ${first} ms after it" \
-        "served again; slowest answer ${slowest} ms; placed per instance when it came back:" \
-        "$placed_up, at the end: $placed_end"
-    check "outage: answers while ZooKeeper was down (after the sessions ran out): some" \
-        gt "$(grep -c . <<<"$down")" 0
-    check "outage: ... all 503 unavailable or busy" eq "$(awk '!($3 == 503 &&
-        ($7 == "unavailable" || $7 == "busy"))' <<<"$down" | head -3)" ""
-    check "outage: no answer other than 201 or 503 unavailable / busy (no hang, no other error)" \
-        eq "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy")))' "$all" |
-            head -3)" ""
-    check "outage: no answer slower than ${SLOWEST_MS} ms ($slowest)" eq "$((slowest <= SLOWEST_MS))" 1
-    local -a up_counts end_counts
-    read -r -a up_counts <<<"$placed_up"
-    read -r -a end_counts <<<"$placed_end"
-    local i grew=0
-    for i in "${!end_counts[@]}"; do
-        gt "${end_counts[$i]}" "${up_counts[$i]:-0}" && grew=$((grew + 1))
-    done
-    check "outage: every instance placed orders after ZooKeeper came back ($grew of $INSTANCES)" \
-        eq "$grew" "$INSTANCES"
-    check "outage: the same instance processes throughout (pids $pids_before)" \
-        eq "$(instance_pids)" "$pids_before"
-    check "outage: every instance alive" eq "$(
-        for i in $(seq 1 "$INSTANCES"); do proc_alive "seckill-$i" "$CUR_CLUSTER" || echo "seckill-$i"; done
-    )" ""
-    sold=$(jfield "$(sku_json)" .sold)
-    audit=$(curl -s --max-time 60 "$LB_URL/skus/$SKU/audit" || true)
-    echo "  audit: $audit"
-    check "outage: server sold == 201s ($sold == $acked): every 201 an order, no other answer placed one" \
-        eq "$sold" "$acked"
-    check "outage: audit consistent, orders == 201s, no duplicate order id, nothing oversold" \
-        eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .orders)/$(jfield "$audit" .duplicate_order_ids)/$(jfield "$audit" .oversold)" \
-        "true/$acked/0/0"
+    outage_checks outage ZooKeeper "$t_kill" "$t_calm" "$t_restart" "$t_up" "$placed_up" "$placed_end" \
+        "$pids_before"
     cluster_down
 }
 

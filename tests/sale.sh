@@ -148,3 +148,57 @@ run_frozen() {
         check "frozen: it_frozen.sh $mode ran to its summary (exit $rc)" false
     fi
 }
+
+# outage_checks LABEL WHAT T_DOWN T_CALM T_RESTART T_UP PLACED_UP PLACED_END PIDS: the
+# load loops' answers ($dir/load.*) around an outage of WHAT (ZooKeeper, PostgreSQL):
+# down at T_DOWN, no hold of before left from T_CALM, started again at T_RESTART and
+# serving at T_UP (microseconds); PLACED_UP and PLACED_END, the instances' placed
+# counts then and at the end; PIDS, the instances' pids before. Prints what happened,
+# then checks: answers while it was down, all 503 unavailable or busy; no other answer
+# but 201; none slower than SLOWEST_MS; every instance placed orders again, the same
+# processes; every 201 an order in the audit, nothing oversold.
+outage_checks() {
+    local label=$1 what=$2 t_down=$3 t_calm=$4 t_restart=$5 t_up=$6 placed_up=$7 placed_end=$8
+    local pids_before=$9 all=$dir/$1.all total acked down first slowest sold audit i grew=0
+    local -a up_counts end_counts
+    answers >"$all"
+    total=$(wc -l <"$all")
+    acked=$(awk '$3 == 201' "$all" | wc -l)
+    down=$(awk -v a="$t_calm" -v b="$t_restart" '$1 > a && $2 < b' "$all")
+    first=$(awk -v t="$t_up" '$3 == 201 && $1 > t { d = ($2 - t) / 1000; if (m == "" || d < m) m = d }
+        END { printf "%d", m }' "$all")
+    slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$all")
+    echo "  requests: $total, 201: $acked, others: $(awk '$3 != 201 { print $3, $7 }' "$all" |
+        sort | uniq -c | tr -s ' \n' ' ')"
+    echo "  $what down $(((t_restart - t_down) / 1000)) ms; first 201 ${first} ms after it" \
+        "served again; slowest answer ${slowest} ms; placed per instance when it came back:" \
+        "$placed_up, at the end: $placed_end"
+    check "$label: answers while $what was down (no hold of before left): some" \
+        gt "$(grep -c . <<<"$down")" 0
+    check "$label: ... all 503 unavailable or busy" eq "$(awk '!($3 == 503 &&
+        ($7 == "unavailable" || $7 == "busy"))' <<<"$down" | head -3)" ""
+    check "$label: no answer other than 201 or 503 unavailable / busy (no hang, no other error)" \
+        eq "$(awk '!($3 == 201 || ($3 == 503 && ($7 == "unavailable" || $7 == "busy")))' "$all" |
+            head -3)" ""
+    check "$label: no answer slower than ${SLOWEST_MS} ms ($slowest)" eq "$((slowest <= SLOWEST_MS))" 1
+    read -r -a up_counts <<<"$placed_up"
+    read -r -a end_counts <<<"$placed_end"
+    for i in "${!end_counts[@]}"; do
+        gt "${end_counts[$i]}" "${up_counts[$i]:-0}" && grew=$((grew + 1))
+    done
+    check "$label: every instance placed orders after $what came back ($grew of $INSTANCES)" \
+        eq "$grew" "$INSTANCES"
+    check "$label: the same instance processes throughout (pids $pids_before)" \
+        eq "$(instance_pids)" "$pids_before"
+    check "$label: every instance alive" eq "$(
+        for i in $(seq 1 "$INSTANCES"); do proc_alive "seckill-$i" "$CUR_CLUSTER" || echo "seckill-$i"; done
+    )" ""
+    sold=$(jfield "$(sku_json)" .sold)
+    audit=$(curl -s --max-time 60 "$LB_URL/skus/$SKU/audit" || true)
+    echo "  audit: $audit"
+    check "$label: server sold == 201s ($sold == $acked): every 201 an order, no other answer placed one" \
+        eq "$sold" "$acked"
+    check "$label: audit consistent, orders == 201s, no duplicate order id, nothing oversold" \
+        eq "$(jfield "$audit" .consistent)/$(jfield "$audit" .orders)/$(jfield "$audit" .duplicate_order_ids)/$(jfield "$audit" .oversold)" \
+        "true/$acked/0/0"
+}
