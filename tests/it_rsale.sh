@@ -51,16 +51,21 @@ wait_acked() {
     done
     return 1
 }
-# found NAME: how many of the run's 201 order ids GET /orders/{id} finds (200),
-# each through the instance its position picks, over keep-alive connections
+# unknown NAME: the run's 503 outcome_unknown answers (placed, the replica's
+# acknowledgement late: --min-replicas-acked) that name their order
+unknown() { cat "$dir/$1".[0-9]* 2>/dev/null | awk '$1 == 503 && $2 == "outcome_unknown" && $3 != "-"' | wc -l; }
+# found NAME [unknown]: how many of the run's 201 order ids (and with "unknown" the
+# ids of its outcome_unknown answers) GET /orders/{id} finds (200), each through the
+# instance its position picks, over keep-alive connections
 found() {
     local n=0 i id
     : >"$dir/$1.get"
-    while read -r _ id _; do
+    while read -r id; do
         printf 'url = "%s/orders/%s"\noutput = "/dev/null"\n' "${urls[n % 3]}" "$id" \
             >>"$dir/$1.get"
         n=$((n + 1))
-    done < <(cat "$dir/$1".[0-9]* | awk '$1 == 201')
+    done < <(cat "$dir/$1".[0-9]* | awk -v u="${2:-}" '$1 == 201 { print $2 }
+        u == "unknown" && $1 == 503 && $2 == "outcome_unknown" && $3 != "-" { print $3 }')
     curl -s -K "$dir/$1.get" -w '%{http_code} %{url_effective}\n' >"$dir/$1.codes"
     grep -v '^200 ' "$dir/$1.codes" >"$dir/$1.missed"
     grep -c '^200 ' "$dir/$1.codes"
@@ -89,13 +94,19 @@ expect "GET /skus/hot: 16 segments, 3000 initial" "16 3000" \
 # ---- a sale: exactly the stock ---------------------------------------------------
 acked_run hot sale 6 32
 acked_wait
-expect "201s of the sale" "3000" "$(count sale 201)"
+# Each order is answered once its replica acknowledged it (WAIT, 500 ms at most); on a
+# loaded machine a few may be answered 503 outcome_unknown instead: placed all the
+# same, and found below.
+expect "201s and outcome_unknown answers of the sale ($(unknown sale) unknown)" "3000" \
+    "$(($(count sale 201) + $(unknown sale)))"
+check "outcome_unknown: a few at most ($(unknown sale))" test "$(unknown sale)" -le 30
 expect "answers outside 201/409/503" "0" "$(others sale)"
 a=$(audit hot)
 expect "audit: sold, oversold, consistent" "3000 0 true" \
     "$(jq -r '"\(.sold) \(.oversold) \(.consistent)"' <<<"$a")"
 expect "GET /skus/hot: remaining" "0" "$(curl -s "$LB_URL/skus/hot" | jq .remaining)"
-expect "every acknowledged order found by GET /orders/{id}" "3000" "$(found sale)"
+expect "every acknowledged order (and every outcome_unknown one) found by GET /orders/{id}" \
+    "3000" "$(found sale unknown)"
 
 # ---- the per-user limit and the Idempotency-Key across instances --------------------
 expect "PUT lim" "201" "$(put lim 100 1)"
