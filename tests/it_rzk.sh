@@ -122,14 +122,25 @@ check "... every other node says cluster_state:ok" wait_until 20 others_ok || cl
 # alone, for good). That is Redis's, not seckill's: the operator's heal is CLUSTER
 # SETSLOT on the master every other node says owns it, and the test does it, says so,
 # and still asks seckill to follow.
+healed=""
 if ! wait_until 20 synced "$seed"; then
     owner=$(cluster_slot_owner "$seed" "$slot")
     if [[ -n $owner && $(cluster_slot_owner "$owner" "$slot") != "$owner" ]]; then
         echo "healing: 127.0.0.1:$owner does not list slot $slot, which the others say it owns"
         redis-cli -p "$owner" cluster setslot "$slot" node "$(redis-cli -p "$owner" cluster myid)"
+        healed=$owner
     fi
 fi
 check "$victim started again, a synced replica" wait_until 60 synced "$seed" || cluster_dump
+# The same bug may take the slot's keys with it (seen once under TSan, 2026-11-27: the
+# healed owner held none, so the SKU's shard was gone and its orders answered 404). Then
+# there is nothing left for seckill to sell from in that shard: said, and the checks
+# after the failover are skipped rather than blamed on seckill.
+if [[ -n $healed ]] && (($(redis-cli -p "$healed" cluster countkeysinslot "$slot") == 0)); then
+    echo "SKIPPED after the failover: Redis lost slot $slot's keys with the heal (the bug above)"
+    checks_summary
+    exit
+fi
 orders failover
 expect "orders after the failover: placed, each within $TRIES tries" "$USERS" "$(placed failover)"
 check "... some in segment 0 ($(in_segment failover 0))" test "$(in_segment failover 0)" -gt 0
