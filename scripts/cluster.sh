@@ -298,35 +298,35 @@ zk_leader() {
     return 1
 }
 
-# start_pg DIR: a throwaway PostgreSQL, pg: a database cluster made by initdb in DIR/pg/
-# (owned by the postgres user: the server refuses to run as root), the server on a free
-# loopback port, its socket in DIR/pg/ too; waits until it accepts connections. Sets
-# STARTED_PORT. Stopped by its pid with SIGINT (a fast shutdown: SIGTERM, a smart one,
-# waits for every client to leave); `stop pg --kill` is SIGQUIT, an immediate shutdown
-# (no checkpoint; the next start recovers from the WAL, as after a crash).
+# start_pg DIR: a throwaway PostgreSQL, pg: a database cluster made by initdb in a temp
+# dir of its own, /tmp/seckill-pg.XXXXXX (owned by the postgres user, which the server
+# must run as and which may not reach DIR: a test's or CI's mktemp dir is 700), named in
+# DIR/pg.data and removed by `down`; the server on a free loopback port, its socket in
+# that dir too; waits until it accepts connections. Sets STARTED_PORT. Stopped by its
+# pid with SIGINT (a fast shutdown: SIGTERM, a smart one, waits for every client to
+# leave); `stop pg --kill` is SIGQUIT, an immediate shutdown (no checkpoint; the next
+# start recovers from the WAL, as after a crash).
 start_pg() {
-    local dir=$1 port up
-    mkdir -p "$dir/pg"
-    chown postgres: "$dir/pg"
-    # the postgres user must reach it: the dir, and the seckill-* temp dirs above it
-    # (a test's mktemp dir is 700), let others through (o+x, not o+r); nothing else
-    # is touched
-    chmod o+x "$dir"
-    for ((up = 0; up < 3; up++)); do
-        dir=$(dirname "$dir")
-        [[ $(basename "$dir") == seckill-* && -O $dir ]] || break
-        chmod o+x "$dir"
-    done
-    dir=$1
-    pg_as_postgres initdb -D "$dir/pg/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
+    local dir=$1 data
+    data=$(mktemp -d /tmp/seckill-pg.XXXXXX) || return 1
+    echo "$data" >"$dir/pg.data"
+    chown postgres: "$data"
+    pg_as_postgres initdb -D "$data/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
         --no-sync >"$dir/pg-initdb.log" 2>&1 ||
         { log "initdb failed (see $dir/pg-initdb.log)"; return 1; }
-    on_free_port pg "$dir" 30 pg_ready "{port}" -- \
+    pg_server_start "$dir" "" 30 || return 1
+    echo "$STARTED_PORT" >"$dir/pg.port"
+}
+
+# pg_server_start DIR PORT SECS: the server of DIR/pg.data's cluster on PORT (empty: a
+# free one), waited for SECS at most.
+pg_server_start() {
+    local dir=$1 data
+    data=$(cat "$dir/pg.data") || return 1
+    on_free_port ${2:+--port "$2"} pg "$dir" "$3" pg_ready "{port}" -- \
         proc_start pg "$dir" setpriv --reuid=postgres --regid=postgres --init-groups \
-        postgres -D "$dir/pg/data" -p "{port}" -k "$dir/pg" -c listen_addresses=127.0.0.1 \
-        -c max_connections=200 || return 1
-    port=$STARTED_PORT
-    echo "$port" >"$dir/pg.port"
+        postgres -D "$data/data" -p "{port}" -k "$data" -c listen_addresses=127.0.0.1 \
+        -c max_connections=200
 }
 
 # pg_as_postgres CMD ARGS...: CMD as the postgres user.
@@ -579,6 +579,12 @@ cmd_down() {
         log "down: some processes could not be stopped"
         return 1
     fi
+    # PostgreSQL's data dir (start_pg), outside DIR: gone with its server
+    if [[ -f $dir/pg.data ]]; then
+        f=$(cat "$dir/pg.data")
+        [[ $f == /tmp/seckill-pg.* ]] && rm -rf "$f"
+        rm -f "$dir/pg.data"
+    fi
     if ((rm_dir)); then rm -rf "$dir"; fi
     return 0
 }
@@ -642,10 +648,7 @@ cmd_start() {
         proc_alive pg "$dir" && die "pg already runs (pid $(cat "$dir/pg.pid"))"
         port=$(cat "$dir/pg.port")
         t0=$(date +%s%N)
-        on_free_port --port "$port" pg "$dir" 60 pg_ready "{port}" -- \
-            proc_start pg "$dir" setpriv --reuid=postgres --regid=postgres --init-groups \
-            postgres -D "$dir/pg/data" -p "{port}" -k "$dir/pg" \
-            -c listen_addresses=127.0.0.1 -c max_connections=200 || return 1
+        pg_server_start "$dir" "$port" 60 || return 1
         say "pg serving on 127.0.0.1:$port (pid $(cat "$dir/pg.pid")), $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
         return 0
     fi
