@@ -135,6 +135,21 @@ int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms)
     return cond_fn(arg);
 }
 
+/* A server child that died while its start was waited for: reaped, said on
+ * stderr (what, its port, where its log is: log may be NULL), *pid set to -1
+ * (nothing left to stop). 1 when it did, 0 while it runs. The waits below
+ * then end at once: their condition answers 1 and the caller finds pid -1. */
+static int server_exited(pid_t *pid, const char *what, int port, const char *log)
+{
+    int status;
+    if (waitpid(*pid, &status, WNOHANG) != *pid)
+        return 0;
+    fprintf(stderr, "%s on port %d exited early%s%s%s\n", what, port, log ? " (see " : "",
+            log ? log : "", log ? ")" : "");
+    *pid = -1;
+    return 1;
+}
+
 struct ping_arg {
     struct test_redis *r;
 };
@@ -142,12 +157,8 @@ struct ping_arg {
 static int answers_ping(void *arg)
 {
     struct test_redis *r = ((struct ping_arg *)arg)->r;
-    int status;
-    if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
-        fprintf(stderr, "redis-server on port %d exited early\n", r->port);
-        r->pid = -1;
+    if (server_exited(&r->pid, "redis-server", r->port, NULL))
         return 1;
-    }
     struct timeval tv = {0, 200000};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
     int ok = 0;
@@ -343,13 +354,10 @@ int test_zk_4lw(int port, const char *cmd, char *buf, size_t len)
 static int zk_answers(void *arg)
 {
     struct test_zk *z = arg;
-    int status;
-    if (waitpid(z->pid, &status, WNOHANG) == z->pid) {
-        fprintf(stderr, "zookeeper on port %d exited early (see %s/zk.log)\n", z->port,
-                z->dir);
-        z->pid = -1;
+    char log[300];
+    snprintf(log, sizeof(log), "%s/zk.log", z->dir);
+    if (server_exited(&z->pid, "zookeeper", z->port, log))
         return 1;
-    }
     char buf[1024];
     return test_zk_4lw(z->port, "srvr", buf, sizeof(buf)) > 0 && strstr(buf, "Mode: ");
 }
@@ -453,13 +461,10 @@ static void become_postgres(const struct passwd *pw, pid_t parent, int sig)
 static int pg_answers(void *arg)
 {
     struct test_pg *p = arg;
-    int status;
-    if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
-        fprintf(stderr, "postgres on port %d exited early (see %s/pg.log)\n", p->port,
-                p->dir);
-        p->pid = -1;
+    char log[300];
+    snprintf(log, sizeof(log), "%s/pg.log", p->dir);
+    if (server_exited(&p->pid, "postgres", p->port, log))
         return 1;
-    }
     return PQping(p->url) == PQPING_OK;
 }
 
