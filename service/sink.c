@@ -270,24 +270,22 @@ static void on_acked(void *arg, aconn_result res, redisReply *r)
     }
 }
 
-/* sink_ack.lua on each stream of the batch, with its events' ids. An
- * acknowledgement lost on the way leaves its events pending: claimed and
- * written again later, which changes nothing. */
+/* sink_ack.lua on each stream of the batch, with its events' ids: one call per
+ * run of events of one stream (a read adds a stream's events together, so a
+ * stream is one run). An acknowledgement lost on the way leaves its events
+ * pending: claimed and written again later, which changes nothing. */
 static void ack_all(struct svc_sink *k)
 {
     struct sink_batch *b = &k->b;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)(b->n + 2));
     k->phase = SINK_ACKING;
     k->acks_owed = 1; /* this loop's own, released below */
-    for (int si = 0; si < k->nstreams; si++) {
+    for (int i = 0, j; i < b->n; i = j) {
         int argc = 0;
-        argv[argc++] = k->streams[si]->key;
+        argv[argc++] = k->streams[b->stream[i]]->key;
         argv[argc++] = INV_SINK_GROUP;
-        for (int i = 0; i < b->n; i++)
-            if (b->stream[i] == si)
-                argv[argc++] = b->id[i];
-        if (argc == 2)
-            continue;
+        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++)
+            argv[argc++] = b->id[j];
         k->acks_owed++;
         if (send_cmd(k, argv[0], on_acked, k, &ack_script, 1, argc, argv) != RCONN_OK)
             k->acks_owed--;
