@@ -308,6 +308,41 @@ static void test_hold_mixes_outcomes(void **state)
     invfix_close(&f);
 }
 
+/* What one hold writes once for all of its orders (the buyers' counts, the
+ * Idempotency-Keys) is still seen by its later orders: a key used twice in
+ * one hold is placed once and replayed once, with the first order's id; a
+ * key reused by another user in it is refused; a user's third unit in it
+ * meets the limit of 2. */
+static void test_hold_sees_its_own_orders(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open_shared(&f, "redis", 0);
+    assert_int_equal(inv_sku_put(f.s, "twice", 10, 1, 2), INV_CREATED);
+    learn_layout(&f, "twice");
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
+    struct inv_ticket *first = loop_order(l, "twice", "una", "kn");
+    struct inv_ticket *replay = loop_order(l, "twice", "una", "kn");
+    struct inv_ticket *vic = loop_order(l, "twice", "vic", "kv");
+    struct inv_ticket *reused = loop_order(l, "twice", "wes", "kv");
+    struct inv_ticket *second = loop_order(l, "twice", "vic", NULL);
+    struct inv_ticket *third = loop_order(l, "twice", "vic", NULL);
+    loop_settle(l, 5000);
+    assert_int_equal(first->st, INV_PLACED);
+    assert_int_equal(replay->st, INV_REPLAYED);
+    assert_true(replay->order.id == first->order.id);
+    assert_int_equal(vic->st, INV_PLACED);
+    assert_int_equal(reused->st, INV_IDEM_MISMATCH);
+    assert_int_equal(second->st, INV_PLACED);
+    assert_int_equal(third->st, INV_LIMIT);
+    struct inv_batch_stats bs;
+    inv_batch_stats(f.inv, &bs);
+    assert_int_equal(bs.holds, 1);
+    loop_free(l);
+    invfix_assert_sold(&f, "twice", 3, 7);
+    invfix_close(&f);
+}
+
 #define CROWD 64
 
 /* Orders that arrive while a segment's hold is in flight wait for the next
@@ -926,6 +961,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hold_mixes_outcomes),
+        cmocka_unit_test(test_hold_sees_its_own_orders),
         cmocka_unit_test(test_orders_during_a_hold_form_the_next),
         cmocka_unit_test(test_lost_lease_refuses_the_hold_whole),
         cmocka_unit_test(test_reset_during_a_hold_writes_nothing),

@@ -39,7 +39,9 @@ local pay = tonumber(meta[6] or '0')
 local now = pay > 0 and now_ms() or nil
 local shut = window_shut(meta[4], meta[5], now)
 if shut then return shut end
-if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
+local t = tally()
+t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
+if t.bought[ARGV[3]] + qty > limit then return {-4} end
 if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
@@ -61,8 +63,8 @@ else
     end
   end
 end
-local pay_by = now and now + pay
-local out = {1, tonumber(parts[1][1]), home, pay_by and string.format('%d', pay_by) or ''}
+local by = now and string.format('%d', now + pay)
+local out = {1, tonumber(parts[1][1]), home, by or ''}
 for _, p in ipairs(parts) do
   if p[1] ~= tostring(home) then fold(KEYS[2], KEYS[9], p[1]) end -- home's was, above
   local stock = tonumber(redis.call('HGET', KEYS[2], p[1]))
@@ -70,6 +72,7 @@ for _, p in ipairs(parts) do
   out[#out + 1] = tonumber(p[1])
   out[#out + 1] = p[2]
 end
-record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, KEYS[10],
+record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
              {KEYS[11], meta[7]})
+tally_write(t, KEYS[10])
 return out

@@ -45,14 +45,25 @@ local stock = tonumber(ARGV[3]) + fold(KEYS[2], back, seg)
 local limit = tonumber(meta[2])
 local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
-local pay_by = now and now + pay
+local by = now and string.format('%d', now + pay)
 local shut = window_shut(meta[3], meta[4], now)
-local out, placed, short = {}, false, {}
-for i = 0, (#ARGV - 5) / 5 - 1 do
+local n = (#ARGV - 5) / 5
+local t = tally()
+local users, have = {}, t.bought
+for i = 0, n - 1 do
+  local user = ARGV[7 + 5 * i]
+  if not have[user] then
+    have[user] = true
+    users[#users + 1] = user
+  end
+end
+bought_by(KEYS[4], users, have)
+local out, short = {}, {}
+for i = 0, n - 1 do
   local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
       ARGV[8 + 5 * i], ARGV[9 + 5 * i]
   local qty, okey = tonumber(qtext), KEYS[9 + i]
-  local seen = idem_seen(KEYS[7], key, user, qtext)
+  local seen = idem_seen(KEYS[7], key, user, qtext, t.keys)
   local code, detail = 1, ''
   if seen then
     code, detail = seen[1], seen[2] or ''
@@ -60,7 +71,7 @@ for i = 0, (#ARGV - 5) / 5 - 1 do
     code, detail = shut[1], shut[2]
   elseif qty > limit then
     code = -7
-  elseif over_limit(KEYS[4], user, qty, limit) then
+  elseif have[user] + qty > limit then
     code = -4
   elseif qty > stock then
     code = 0
@@ -69,14 +80,16 @@ for i = 0, (#ARGV - 5) / 5 - 1 do
     code = -9
   else
     stock = stock - qty
-    placed = true
-    record_order(okey, {{seg, qty}}, qty, user, id, sku, key, pay_by, due, box)
-    if pay_by then detail = string.format('%d', pay_by) end
+    record_order(t, okey, {{seg, qty}}, qty, qtext, user, id, sku, key, by, box)
+    detail = by or ''
   end
   out[#out + 1] = code
   out[#out + 1] = detail
 end
-if placed then set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock) end
+if t.orders > 0 then
+  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock)
+  tally_write(t, due)
+end
 -- (a fold without an order placed left the stock hash right as it is)
 if #short == 0 then return out end
 local left = tonumber(redis.call('HGET', KEYS[1], 'remaining') or '0')

@@ -43,7 +43,9 @@ local shut = window_shut(meta[3], meta[4], now)
 if shut then return shut end
 local qty = tonumber(ARGV[2])
 local limit = tonumber(meta[2])
-if over_limit(KEYS[4], ARGV[3], qty, limit) then return {-4} end
+local t = tally()
+t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
+if t.bought[ARGV[3]] + qty > limit then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local parts = {}
 local back, due = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
@@ -53,7 +55,8 @@ for i = 0, n - 1 do
   set_stock(KEYS[1], KEYS[2], KEYS[8], seg, read - take)
   parts[#parts + 1] = {seg, take}
 end
-local pay_by = now and now + pay
-record_order(KEYS[6], parts, qty, ARGV[3], ARGV[4], ARGV[5], ARGV[6], pay_by, due,
+local by = now and string.format('%d', now + pay)
+record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
              {KEYS[#KEYS], meta[6]})
-return {1, pay_by and string.format('%d', pay_by) or ''}
+tally_write(t, due)
+return {1, by or ''}

@@ -1,12 +1,14 @@
--- Piece, not a script: `--#include "limit.lua"` in commit.lua, atomic.lua and
--- peek.lua (the build resolves it). No KEYS or ARGV of its own.
+-- Piece, not a script: `--#include "limit.lua"` in commit.lua, atomic.lua,
+-- batch.lua and peek.lua (the build resolves it). No KEYS or ARGV of its own.
 -- bought(buyers, user): the units `user` bought so far of the SKU whose buyers
 -- hash is `buyers` (0 when none).
--- over_limit(buyers, user, qty, limit): true when qty more units would take
--- the user past the per-user limit.
+-- bought_by(buyers, users, into): the same for each of the list users, read
+-- with one HMGET, into into[user].
 local function bought(buyers, user)
   return tonumber(redis.call('HGET', buyers, user) or '0')
 end
-local function over_limit(buyers, user, qty, limit)
-  return bought(buyers, user) + qty > limit
+local function bought_by(buyers, users, into)
+  if #users == 0 then return end
+  local got = redis.call('HMGET', buyers, unpack(users))
+  for i, u in ipairs(users) do into[u] = tonumber(got[i] or '0') end
 end

@@ -3,47 +3,89 @@
 -- stock was written.
 -- KEYS as theirs: [1] meta, [3] sold, [4] buyers, [5] orders, [7] idem. No
 -- ARGV of its own.
--- record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, due, box): parts lists the
+-- A script records its orders in two steps, so that what adds up over a
+-- batch is written once per batch, not once per order:
+-- tally(): the sums of one script's orders, empty.
+-- record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
+-- writes what is the order's own and adds the rest up in t. parts lists the
 -- segments the order draws from as {segment (a string), units} pairs, first
--- the one it is answered with. Counts the units sold of each segment and to
--- user, appends the audit record "<id> <user> <qty> <segment>" (an order of
--- several segments adds " <seg>:<units>,<seg>:<units>...") to the orders
--- list, writes the order's hash okey (order:<id>; `segments` holds the same
--- list for an order of several), and the Idempotency-Key's record "<id>
--- <qty> <user>" unless idem_key is ''. With a payment window, pay_by (a
--- number: milliseconds by the SKU's clock) makes the order pending: its record
--- says state pending and pay_by, the due zset (its key: due) holds it by
--- pay_by for the sweep (due.lua), meta counts its units as pending; nil for
--- an order final at once (no state field: placed). box: the outbox, {stream,
--- gen} (outbox.lua; gen nil: none): the order's event, placed or pending.
--- Returns nothing.
-local function record_order(okey, parts, qty, user, id, sku, idem_key, pay_by, due, box)
-  for _, p in ipairs(parts) do redis.call('HINCRBY', KEYS[3], p[1], p[2]) end
-  redis.call('HINCRBY', KEYS[1], 'sold', qty)
-  redis.call('HINCRBY', KEYS[1], 'orders', 1)
-  redis.call('HINCRBY', KEYS[4], user, qty)
+-- the one it is answered with; qtext is qty as its request said it (passed
+-- on as it is: Lua formats a number as a float). Writes the order's hash
+-- okey (order:<id>: sku, user_id, qty, segment; `segments` for an order of
+-- several, "<seg>:<units>,..."). With a payment window, by (pay_by as text,
+-- milliseconds by the SKU's clock) makes the order pending: its record says
+-- state pending and pay_by, and the due zset holds it by pay_by for the sweep
+-- (due.lua); nil for an order final at once (no state field: placed). box:
+-- the outbox, {stream, gen} (outbox.lua; gen nil: none): the order's event,
+-- placed or pending. t.bought[user] must hold the units the user bought
+-- before (the script read them to check the limit); t.keys maps the
+-- Idempotency-Keys recorded so far to their records (idem_seen's fresh).
+-- tally_write(t, due): the sums: the units sold of each segment, meta's sold,
+-- orders and pending, each buyer's units, the audit records "<id> <user>
+-- <qty> <segment>" (an order of several segments adds " <seg>:<units>,...")
+-- appended to the orders list in order, the Idempotency-Keys' records "<id>
+-- <qty> <user>", the due zset's entries. Nothing when t holds no order.
+local function tally()
+  return {orders = 0, units = 0, pending = 0, segs = {}, sold = {}, users = {},
+          user_in = {}, bought = {}, recs = {}, idem = {}, keys = {}, due = {}}
+end
+local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
+  for _, p in ipairs(parts) do
+    local s = p[1]
+    if not t.sold[s] then t.segs[#t.segs + 1], t.sold[s] = s, 0 end
+    t.sold[s] = t.sold[s] + p[2]
+  end
+  t.orders, t.units = t.orders + 1, t.units + qty
+  if not t.user_in[user] then
+    t.user_in[user] = true
+    t.users[#t.users + 1] = user
+  end
+  t.bought[user] = t.bought[user] + qty
   local seg = parts[1][1]
-  local rec = table.concat({id, user, qty, seg}, ' ')
-  redis.call('HSET', okey, 'sku', sku, 'user_id', user, 'qty', qty,
-             'segment', seg)
+  local rec = id .. ' ' .. user .. ' ' .. qtext .. ' ' .. seg
+  local h = {'sku', sku, 'user_id', user, 'qty', qtext, 'segment', seg}
   if #parts > 1 then
     local spread = {}
     for _, p in ipairs(parts) do spread[#spread + 1] = p[1] .. ':' .. p[2] end
     spread = table.concat(spread, ',')
     rec = rec .. ' ' .. spread
-    redis.call('HSET', okey, 'segments', spread)
+    h[9], h[10] = 'segments', spread
   end
-  if pay_by then
-    local by = string.format('%d', pay_by)
-    redis.call('HSET', okey, 'state', 'pending', 'pay_by', by)
-    redis.call('ZADD', due, by, id)
-    redis.call('HINCRBY', KEYS[1], 'pending', qty)
-    outbox_add(box[1], box[2], id, 'pending', sku, user, qty, {'b', by})
+  t.recs[#t.recs + 1] = rec
+  if by then
+    local n = #h
+    h[n + 1], h[n + 2], h[n + 3], h[n + 4] = 'state', 'pending', 'pay_by', by
+    n = #t.due
+    t.due[n + 1], t.due[n + 2] = by, id
+    t.pending = t.pending + qty
+  end
+  redis.call('HSET', okey, unpack(h))
+  if by then
+    outbox_add(box[1], box[2], id, 'pending', sku, user, qtext, {'b', by})
   else
-    outbox_add(box[1], box[2], id, 'placed', sku, user, qty)
+    outbox_add(box[1], box[2], id, 'placed', sku, user, qtext)
   end
-  redis.call('RPUSH', KEYS[5], rec)
   if idem_key ~= '' then
-    redis.call('HSET', KEYS[7], idem_key, table.concat({id, qty, user}, ' '))
+    local n, irec = #t.idem, id .. ' ' .. qtext .. ' ' .. user
+    t.idem[n + 1], t.idem[n + 2], t.keys[idem_key] = idem_key, irec, irec
   end
+end
+local function tally_write(t, due)
+  if t.orders == 0 then return end
+  for _, s in ipairs(t.segs) do
+    redis.call('HINCRBY', KEYS[3], s, string.format('%d', t.sold[s]))
+  end
+  redis.call('HINCRBY', KEYS[1], 'sold', string.format('%d', t.units))
+  redis.call('HINCRBY', KEYS[1], 'orders', string.format('%d', t.orders))
+  if t.pending > 0 then
+    redis.call('HINCRBY', KEYS[1], 'pending', string.format('%d', t.pending))
+    redis.call('ZADD', due, unpack(t.due))
+  end
+  local b = {}
+  for i, u in ipairs(t.users) do
+    b[2 * i - 1], b[2 * i] = u, string.format('%d', t.bought[u])
+  end
+  redis.call('HSET', KEYS[4], unpack(b))
+  redis.call('RPUSH', KEYS[5], unpack(t.recs))
+  if #t.idem > 0 then redis.call('HSET', KEYS[7], unpack(t.idem)) end
 end
