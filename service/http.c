@@ -143,13 +143,14 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     st->pending = 0;
     st->answered = 0;
     st->order_id[0] = '\0';
-    if (strlen(url) >= SERVER_PATH_MAX) {
-        snprintf(st->path, sizeof(st->path), "/");
+    size_t len = strlen(url);
+    if (len >= SERVER_PATH_MAX) {
+        memcpy(st->path, "/", 2);
         st->status_hint = 404;
         return st;
     }
-    snprintf(st->path, sizeof(st->path), "%s", url);
-    snprintf(st->split, sizeof(st->split), "%s", url);
+    memcpy(st->path, url, len + 1);
+    memcpy(st->split, url, len + 1);
     int known;
     st->route = svc_route_find(method, st->split, st->params, &known);
     if (!st->route)

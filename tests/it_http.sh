@@ -82,6 +82,7 @@ expect "nothing was sold by bad requests" "0" "$(sold tv)"
 req POST /skus/tv/orders '{"user_id":"ann","qty":2}' -H 'Idempotency-Key: ann-1'
 expect "order placed" "201 string tv ann 2" "$status $(field '.order_id|type') $(field .sku) $(field .user_id) $(field .qty)"
 first=$(field .order_id)
+placed_body=$body
 req POST /skus/tv/orders '{"user_id":"ann","qty":2}' -H 'Idempotency-Key: ann-1'
 expect "idempotent retry returns the first order" "201 $first" "$status $(field .order_id)"
 expect "the retry placed nothing" "2" "$(sold tv)"
@@ -91,6 +92,8 @@ answer "the same key for another qty is refused" "422 idempotency_mismatch/strin
 expect "the refused requests placed nothing" "2" "$(sold tv)"
 req GET "/orders/$first"
 expect "GET order" "200 $first tv ann 2" "$status $(field .order_id) $(field .sku) $(field .user_id) $(field .qty)"
+# the 201's body is written straight, GET's built by jansson: the same bytes
+expect "the 201's body is GET's, byte for byte" "$body" "$placed_body"
 answer "limit reached" "409 limit_reached/string" POST /skus/tv/orders '{"user_id":"ann"}'
 req POST /skus/tv/orders '{"user_id":"bob"}'
 expect "last unit" "201" "$status"
