@@ -8,7 +8,8 @@
 #   --quick            a smoke test of the harness: 1 s per step, no warm-up (also
 #                      BENCH_QUICK=1); its figures are not worth quoting
 #   --systems LIST     lock modes, system ids (redis-b1) or canned, comma-separated
-#                      (none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,canned)
+#                      (none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,
+#                      redis-full,canned)
 #   --scenarios LIST   s1-c256,s1-c64,s2,cont (all)
 #   --s1 D, --s2 D, --cont D, --warmup D
 #                      wrk duration per step, wrk syntax (5s, 4s, 4s, 1s; quick: 1s, 0)
@@ -37,7 +38,8 @@
 # (every order's change goes to its SKU's outbox stream, and the instances' sinks carry
 # it to a throwaway PostgreSQL: its CPU per placed order, and the sink's lag over the
 # run, peak and last, and the time it took to drain to 0 after it, are the step's
-# "sink" and a line below the table); and canned (scripts/cluster.sh up --canned: the same nginx
+# "sink" and a line below the table); redis-full, both at once (the whole life of an
+# order with its outbox: the per-order cost with the lifecycle and the outbox on); and canned (scripts/cluster.sh up --canned: the same nginx
 # balancer in front of upstreams that answer a fixed 201; the ceiling). When the
 # server takes --batch, each mode of BATCHED_MODES runs twice, at its default batch
 # and at --batch 1; without it every mode runs once, labelled "1 (no --batch)".
@@ -52,7 +54,9 @@
 # pg_stat_database, one per statement, whose figures may lag by up to a second); in S2, where
 # nothing is placed, both are per answer; seckill_us/req: CPU of the instances
 # (/proc/<pid>/stat utime + stime) per answer; cs/req: context switches of every
-# instance thread (/proc/<pid>/task/*/status) per answer; placed: orders placed (the
+# instance thread (/proc/<pid>/task/*/status) per answer; mach_us/req: the whole
+# machine's busy CPU (/proc/stat: wrk, nginx, the instances, Redis and the rest) over the
+# wrk run per answer; placed: orders placed (the
 # instances' /stats); oversold: units sold that the stock never lost (sold minus
 # initial − remaining, which a finite stock would have oversold); errors: answers other
 # than 201 and 409 sold_out, and socket errors.
@@ -72,7 +76,7 @@ BATCHED_MODES="local setnx redis redlock zk pg"
 INSTANCES=3 SEGMENTS=16 S1_STOCK=1000000000 CONT_STOCK=100000000 CONT_WORK_US=2000
 WRK_THREADS=2
 
-systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,canned"
+systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,redis-full,canned"
 # redis-pay's reservations: the SKUs' payment window, the share of buyers who pay, and
 # when they pay or cancel
 PAY_WITHIN_MS=2000 PAY_RATIO=0.5 PAY_DELAY_MS=200
@@ -138,6 +142,7 @@ done
 # by its id only (--systems redis means the mode's own rows)
 [[ ",$systems," != *,redis-pay,* ]] || SYSTEMS+=("redis-pay|redis|default|")
 [[ ",$systems," != *,redis-sink,* ]] || SYSTEMS+=("redis-sink|redis|default|")
+[[ ",$systems," != *,redis-full,* ]] || SYSTEMS+=("redis-full|redis|default|")
 add_system canned canned -
 IFS=', ' read -r -a names <<<"$systems"
 for n in "${names[@]}"; do
@@ -260,6 +265,10 @@ sample() {
         '{orders: $stats, data_reads: $dr, data_cpu_s: $dc, lock_nodes: $nodes, lock_reads: $lr,
           lock_cpu_s: $lc, seckill_ticks: $ticks, seckill_ctx_switches: $cs}'
 }
+# machine_ticks: the machine's busy CPU so far, in clock ticks (/proc/stat's cpu line:
+# everything but idle and iowait), for the CPU per answer of the whole machine (wrk,
+# nginx, the instances, Redis, the rest) over a wrk run.
+machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 instances_idle() {
     local u n
     for u in $INSTANCE_URLS; do
@@ -302,6 +311,12 @@ wrk_run() { # SKU CONNECTIONS DURATION FILE
         "${PAYING[@]}" >"$4" 2>&1 || true
 }
 
+# sys_pays ID, sys_sinks ID: whether system ID sells with a payment window (its buyers
+# pay, cancel or let expire), whether its instances have --postgres (the outbox and the
+# sink); redis-full does both.
+sys_pays() { [[ $1 == *-pay || $1 == redis-full ]]; }
+sys_sinks() { [[ $1 == redis-sink || $1 == redis-full ]]; }
+
 # step SCENARIO SYSTEM_ID SKU CONNECTIONS DURATION: one measured wrk run on the current
 # cluster; writes $out/steps/SCENARIO.SYSTEM_ID.json (the row, without the ratios).
 step() {
@@ -309,13 +324,16 @@ step() {
     local before after wrk_json="" sku_json=null error=""
     STEP=$((STEP + 1))
     local sink_pg="" sink_watch="" sink_json=null
-    if [[ $id == redis-sink ]]; then # the sink: PostgreSQL's CPU, the lag over the run
+    if sys_sinks "$id"; then # the sink: PostgreSQL's CPU, the lag over the run
         sink_pg=$(pg_sample "$CUR_CLUSTER")
         sink_lag_watch "$f.lag" &
         sink_watch=$!
     fi
     before=$(sample before)
+    local m0 m1
+    m0=$(machine_ticks)
     wrk_run "$sku" "$conns" "$dur" "$f.wrk.txt"
+    m1=$(machine_ticks)
     wrk_json=$(grep -m1 '^{"tool":"wrk-orders"' "$f.wrk.txt" || true)
     if [[ -z $wrk_json ]]; then
         error="wrk gave no summary: $(tail -n 1 "$f.wrk.txt")"
@@ -337,7 +355,7 @@ step() {
         --arg batch "$(sys_field "$id" 3)" --argjson connections "$conns" --arg duration "$dur" \
         --argjson canned "$CANNED" --argjson b "$before" --argjson a "$after" \
         --argjson wrk "$wrk_json" --argjson sku "$sku_json" --argjson tck "$CLK_TCK" \
-        --argjson sink "$sink_json" \
+        --argjson sink "$sink_json" --argjson mticks "$((m1 - m0))" \
         --arg error "$error" -f /dev/stdin >"$f.json" <<'JQ'
 def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $n * 100 | round) / 100 end;
 ($wrk.requests // 0) as $req
@@ -363,6 +381,7 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
         (($a.data_cpu_s - $b.data_cpu_s) + ($a.lock_cpu_s - $b.lock_cpu_s)) * 1e6 | round end),
     seckill_cpu_us: (if $canned == 1 then null else
         ($a.seckill_ticks - $b.seckill_ticks) * 1e6 / $tck | round end),
+    machine_cpu_us: ($mticks * 1e6 / $tck | round),
     seckill_ctx_switches: (if $canned == 1 then null else
         $a.seckill_ctx_switches - $b.seckill_ctx_switches end),
     error: (if $error == "" then null else $error end),
@@ -374,6 +393,8 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
 | .redis_cpu_us_per_order = per(.redis_cpu_us; $placed)
 | .redis_rt_per_request = per(.redis_reads; $req)
 | .redis_cpu_us_per_request = per(.redis_cpu_us; $req)
+| .machine_cpu_us_per_request = (if $req > 0 then (.machine_cpu_us / $req * 10 | round) / 10
+                                 else null end)
 | .seckill_cpu_us_per_request = per(.seckill_cpu_us; $req)
 | .ctx_switches_per_request = per(.seckill_ctx_switches; $req)
 JQ
@@ -392,7 +413,7 @@ cluster_up() {
     if [[ $lock == canned ]]; then
         up+=(--canned)
     else
-        [[ $id == redis-sink ]] && up+=(--postgres)
+        sys_sinks "$id" && up+=(--postgres)
         # shellcheck disable=SC2207 # the flags are words
         up+=(--lock "$lock" -- --segments "$SEGMENTS" --log-level warn $(sys_field "$id" 4) "$@")
     fi
@@ -422,7 +443,7 @@ run_system() {
     local id=$1 sc pay=""
     local -a main=()
     PAYING=()
-    if [[ $id == *-pay ]]; then
+    if sys_pays "$id"; then
         pay=",\"pay_within_ms\":$PAY_WITHIN_MS"
         PAYING=(- "$PAY_RATIO" "$PAY_DELAY_MS" "${SECKILL_ADMIN_TOKEN:-}")
     fi
@@ -501,7 +522,11 @@ jq -s --arg created "$(date -u +%Y-%m-%dT%H:%M:%SZ)" --argjson quick "$quick" \
         target("S1 -c256 atomic / canned req/s"; get("s1-c256"; "atomic"; "ratio_canned"); ">="; 0.5),
         target("S1 -c64 atomic / canned req/s"; get("s1-c64"; "atomic"; "ratio_canned"); ">="; 0.5),
         target("S2 redis sold-out answers / canned req/s"; get("s2"; "redis"; "ratio_canned"); ">="; 0.6),
-        target("contention redis: round trips per placed order"; get("cont"; "redis"; "redis_rt_per_order"); "<="; 3)
+        target("contention redis: round trips per placed order"; get("cont"; "redis"; "redis_rt_per_order"); "<="; 3),
+        target("S1 -c64 redis: Redis us per placed order"; get("s1-c64"; "redis"; "redis_cpu_us_per_order"); "<="; 20),
+        target("S1 -c64 redis-full: Redis us per placed order"; get("s1-c64"; "redis-full"; "redis_cpu_us_per_order"); "<="; 30),
+        target("S1 -c64 redis: seckill us per request"; get("s1-c64"; "redis"; "seckill_cpu_us_per_request"); "<="; 30),
+        target("S1 -c64 redis: machine us per request"; get("s1-c64"; "redis"; "machine_cpu_us_per_request"); "<="; 120)
       ],
       results: $rows
     }' "$out"/steps/*.json >"$out/bench.json"
@@ -526,32 +551,33 @@ table() {
       (["system", "batch", "req/s", "p50_ms", "p99_ms", "x_atomic", "x_canned",
         (if $sc == "s2" then "redis_us/ans" else "redis_us/ord" end),
         (if $sc == "s2" then "rt/ans" else "rt/ord" end),
-        "seckill_us/req", "cs/req", "placed", "oversold", "errors"] | @tsv),
+        "seckill_us/req", "cs/req", "mach_us/req", "placed", "oversold", "errors"] | @tsv),
       ($block[] |
         if .req_per_s == null then [.system, .batch, "ERROR: \(.error)"] | @tsv else
         [.system, .batch, .req_per_s, .p50_ms, .p99_ms, .ratio_atomic, .ratio_canned,
          (if $sc == "s2" then .redis_cpu_us_per_request else .redis_cpu_us_per_order end),
          (if $sc == "s2" then .redis_rt_per_request else .redis_rt_per_order end),
-         .seckill_cpu_us_per_request, .ctx_switches_per_request, .placed, .oversold, .errors,
+         .seckill_cpu_us_per_request, .ctx_switches_per_request, .machine_cpu_us_per_request,
+         .placed, .oversold, .errors,
          (if .error then "ERROR: \(.error)" else "" end)] | map(v) | @tsv end)
     ' "$out/bench.json" | awk -F'\t' '
-        BEGIN { split("0 2 2 2 2 1 2 1 2 0 0 0", dec, " ")
-                split("8 7 8 8 8 12 7 14 7 8 8 6", wid, " ") }
+        BEGIN { split("0 2 2 2 2 1 2 1 2 1 0 0 0", dec, " ")
+                split("8 7 8 8 8 12 7 14 7 11 8 8 6", wid, " ") }
         NF <= 1 { print; next }
         NF == 3 { printf "%-9s %-15s %s\n", $1, $2, $3; next }
         {
             line = sprintf("%-9s %-15s", $1, $2)
-            for (i = 3; i <= 14; i++) {
+            for (i = 3; i <= 15; i++) {
                 x = $i
                 if ($1 != "system" && x ~ /^-?[0-9.e+]+$/) x = sprintf("%." dec[i - 2] "f", x)
                 line = line sprintf(" %" wid[i - 2] "s", x)
             }
-            print line (NF >= 15 && $15 != "" ? "  " $15 : "")
+            print line (NF >= 16 && $16 != "" ? "  " $16 : "")
         }'
 }
 targets() {
     echo ""
-    echo "targets (issue 10; reported, not enforced$( ((quick)) && echo '; a QUICK run proves nothing about them')):"
+    echo "targets (issues 10 and 32; reported, not enforced$( ((quick)) && echo '; a QUICK run proves nothing about them')):"
     jq -r '.targets[] | [.name, (if .value == null then "-" else (.value | tostring) end),
         "\(.op) \(.target)", (if .met == null then "not run" elif .met then "met" else "MISSED" end)] | @tsv' \
         "$out/bench.json" | awk -F'\t' '{ printf "  %-48s %8s   %-6s %s\n", $1, $2, $3, $4 }'
@@ -638,7 +664,8 @@ echo "x_atomic, x_canned: req/s over atomic's and canned's in the same block. re
 echo "CPU (us) and round trips (socket reads) per placed order, data Redis + lock nodes (S2: per"
 echo "answer); zk: + the ZooKeeper server (its JVM's CPU, the requests it received); pg: +"
 echo "PostgreSQL (its processes' CPU, its transactions)."
-echo "seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer."
+echo "seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer;"
+echo "mach_us/req: the whole machine's busy CPU (wrk, nginx, instances, Redis) per answer."
 echo "none and local oversell: their oversold column counts units sold that the stock never lost."
 jq -r '.results[]? | select(.sink != null) |
     "sink (\(.scenario) \(.system)): lag peak \(.sink.lag_events_peak) events / \(.sink.lag_seconds_peak) s, last \(.sink.lag_events_last) / \(.sink.lag_seconds_last) s, drained \(.sink.drain_ms) ms after the load; PostgreSQL \(.sink.pg_cpu_us_per_order) us CPU per placed order"' \

@@ -14,12 +14,13 @@ import sys
 
 SCENARIOS = ["s1-c256", "s1-c64", "s2", "cont"]
 SYSTEMS = ["none", "local", "setnx", "redis", "redlock", "zk", "pg", "atomic",
-           "redis-pay", "redis-sink", "canned"]
+           "redis-pay", "redis-sink", "redis-full", "canned"]
 # (key in compare.json, field of a bench.json row, label, decimals); CPU first: it
 # varies far less from round to round than req/s on a shared machine. In S2 nothing
 # is placed, and Redis's CPU is per answer there, as in bench.sh's table.
 METRICS = [("redis_cpu_us_per_order", "redis_cpu_us_per_order", "redis_us/order", 1),
            ("seckill_cpu_us_per_request", "seckill_cpu_us_per_request", "seckill_us/req", 1),
+           ("machine_cpu_us_per_request", "machine_cpu_us_per_request", "machine_us/req", 1),
            ("req_per_s", "req_per_s", "req/s", 0)]
 S2_REDIS = ("redis_cpu_us_per_request", "redis_cpu_us_per_request", "redis_us/answer", 1)
 

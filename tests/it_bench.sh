@@ -105,9 +105,13 @@ fi
 check "canned: no Redis or seckill figures" \
     eq "$(row canned redis_rt_per_order)/$(row canned seckill_cpu_us_per_request)" null/null
 
-check "targets: six, S1 -c64 ones computed" \
+# (redis-full's is null: it did not run)
+check "targets: ten, S1 -c64 ones computed" \
     eq "$(q '[.targets | length, (.[] | select(.name | startswith("S1 -c64")) | .value | type)] | join(" ")')" \
-    "6 number number"
+    "10 number number number null number number"
+check "machine CPU per request: every row, canned's the least (canned $(row canned machine_cpu_us_per_request), atomic $(row atomic machine_cpu_us_per_request))" \
+    awk -v c="$(row canned machine_cpu_us_per_request)" -v a="$(row atomic machine_cpu_us_per_request)" \
+    -v r="$(row redis machine_cpu_us_per_request)" 'BEGIN { exit !(c + 0 > 0 && c + 0 < a + 0 && c + 0 < r + 0) }'
 check "stdout: the table's header" grep -q '^system  *batch  *req/s  *p50_ms  *p99_ms  *x_atomic  *x_canned' "$dir/stdout"
 check "stdout: a row per system" lines $steps '^(atomic|redis|redis-b1|canned) ' "$dir/stdout"
 check "stdout: the targets" grep -q 'S1 -c64 redis / atomic' "$dir/stdout"
