@@ -139,6 +139,29 @@ for mode in $MODES; do
         "409 expired expired $((left + 1))" \
         "$(p=$(post "$B" "/orders/$fay/pay" ''); echo "$(status "$p") $(field .error "$p") $(state "$A" "$fay") $(sku_get "$A" "$S" .remaining)")"
 
+    # ---- one sweep expires several orders, two of them one buyer's ----------------
+    # The sweep writes what adds up once for all it expires (give.lua's give_write):
+    # eve's two orders and gus's, made due in one step, end in one sweep; every unit
+    # is back, eve's count is gone (not negative), and her limit is whole again.
+    put "$A" "$S-sw" '{"stock":6,"segments":2,"per_user_limit":3,"pay_within_ms":60000}' >/dev/null
+    sw=()
+    for u in eve:1 eve:2 gus:1; do
+        o=$(order "$A" "$S-sw" "${u%:*}" "${u#*:}")
+        sw+=("$(field .order_id "$o")")
+    done
+    rcli EVAL "for _, id in ipairs(ARGV) do
+                 redis.call('HSET', 'order:' .. id, 'pay_by', 1)
+                 redis.call('ZADD', KEYS[1], 1, id)
+               end" 1 "sk:{$S-sw}:due" "${sw[@]}" >/dev/null
+    all_expired() {
+        local id
+        for id in "${sw[@]}"; do [[ $(state "$A" "$id") == expired ]] || return 1; done
+    }
+    check "$mode: the three orders expire" wait_until 10 all_expired
+    expect "$mode: ... every unit back, none pending, eve's and gus's counts gone" "6 0 0 0" \
+        "$(sku_get "$A" "$S-sw" .remaining) $(sku_get "$A" "$S-sw" '.pending // 0') $(rcli HEXISTS "sk:{$S-sw}:buyers" eve) $(rcli HEXISTS "sk:{$S-sw}:buyers" gus)"
+    expect "$mode: ... eve may buy her 3 units again" 201 "$(status "$(order "$B" "$S-sw" eve 3)")"
+
     # ---- a return during a batch of the same segment -------------------------------
     if [[ $mode != atomic ]]; then
         start_instance slow-$mode "$dir" --redis "127.0.0.1:$rport" --lock "$mode" \

@@ -18,14 +18,16 @@ local now = now_ms()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local k = life_keys(1, ARGV[4])
 local orders, units = 0, 0
+local g = give_tally()
 for _, id in ipairs(ids) do
   local okey = ARGV[1] .. id
   if redis.call('HGET', okey, 'state') == 'pending' then
-    units = units + give_back(k, okey, id, 'expired')
+    units = units + give_order(g, k, okey, id, 'expired')
     orders = orders + 1
   else
     redis.call('ZREM', KEYS[6], id) -- not pending (a record gone with a reset)
   end
 end
+give_write(g, k)
 if orders > 0 then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return {orders, units, redis.call('ZCOUNT', KEYS[6], '-inf', now)}

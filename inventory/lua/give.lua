@@ -10,6 +10,12 @@
 -- its sku. The caller checked that the order is pending; it
 -- publishes on the reset channel once (so that no instance answers sold_out
 -- from memory). Returns the units given back.
+-- For many orders in one script (the sweep), in two steps, so that what adds
+-- up is written once: give_tally() is empty sums; give_order(g, k, okey, id,
+-- state) writes what is the order's own (its state, its event) and adds the
+-- rest up in g, returning its units; give_write(g, k) writes the sums (each
+-- segment's back, avail and sold, meta's counters, the buyers, the due set,
+-- the life list). give_back is the three for one order.
 -- life_keys(first, sku): such a k from KEYS[first .. first + 8], named in
 -- that order (each script that gives back passes them so).
 local function life_keys(first, sku)
@@ -20,7 +26,11 @@ local function life_keys(first, sku)
   end
   return k
 end
-local function give_back(k, okey, id, state)
+local function give_tally()
+  return {segs = {}, units = {}, qty = 0, states = {}, users = {}, user_qty = {},
+          ids = {}, life = {}}
+end
+local function give_order(g, k, okey, id, state)
   local o = redis.call('HMGET', okey, 'user_id', 'qty', 'segment', 'segments')
   local qty = tonumber(o[2])
   local parts = {}
@@ -32,22 +42,56 @@ local function give_back(k, okey, id, state)
     parts[1] = {o[3], qty}
   end
   for _, p in ipairs(parts) do
-    local b = redis.call('HINCRBY', k.back, p[1], p[2])
-    local s = tonumber(redis.call('HGET', k.stock, p[1]) or '0')
-    redis.call('ZADD', k.avail, s + b, p[1])
-    redis.call('HINCRBY', k.sold, p[1], -p[2])
+    if not g.units[p[1]] then g.segs[#g.segs + 1], g.units[p[1]] = p[1], 0 end
+    g.units[p[1]] = g.units[p[1]] + p[2]
   end
-  redis.call('HINCRBY', k.meta, 'remaining', qty)
-  redis.call('HINCRBY', k.meta, 'sold', -qty)
-  redis.call('HINCRBY', k.meta, 'pending', -qty)
-  redis.call('HINCRBY', k.meta, 'returned', qty)
-  redis.call('HINCRBY', k.meta, state, 1)
-  if redis.call('HINCRBY', k.buyers, o[1], -qty) <= 0 then
-    redis.call('HDEL', k.buyers, o[1])
-  end
+  g.qty = g.qty + qty
+  g.states[state] = (g.states[state] or 0) + 1
+  if not g.user_qty[o[1]] then g.users[#g.users + 1], g.user_qty[o[1]] = o[1], 0 end
+  g.user_qty[o[1]] = g.user_qty[o[1]] + qty
+  g.ids[#g.ids + 1] = id
+  g.life[#g.life + 1] = id .. ' ' .. state
   redis.call('HSET', okey, 'state', state)
-  redis.call('ZREM', k.due, id)
-  redis.call('RPUSH', k.life, id .. ' ' .. state)
-  outbox_add(k.events, redis.call('HGET', k.meta, 'outbox'), id, state, k.sku, o[1], o[2])
+  if k.gen == nil then k.gen = redis.call('HGET', k.meta, 'outbox') end
+  outbox_add(k.events, k.gen, id, state, k.sku, o[1], o[2])
+  return qty
+end
+local function give_write(g, k)
+  if #g.ids == 0 then return end
+  for _, seg in ipairs(g.segs) do
+    local u = string.format('%d', g.units[seg])
+    local b = redis.call('HINCRBY', k.back, seg, u)
+    local s = tonumber(redis.call('HGET', k.stock, seg) or '0')
+    redis.call('ZADD', k.avail, s + b, seg)
+    redis.call('HINCRBY', k.sold, seg, '-' .. u)
+  end
+  local q = string.format('%d', g.qty)
+  redis.call('HINCRBY', k.meta, 'remaining', q)
+  redis.call('HINCRBY', k.meta, 'sold', '-' .. q)
+  redis.call('HINCRBY', k.meta, 'pending', '-' .. q)
+  redis.call('HINCRBY', k.meta, 'returned', q)
+  for state, n in pairs(g.states) do
+    redis.call('HINCRBY', k.meta, state, string.format('%d', n))
+  end
+  local had = redis.call('HMGET', k.buyers, unpack(g.users))
+  local keep, gone = {}, {}
+  for i, u in ipairs(g.users) do
+    local left = tonumber(had[i] or '0') - g.user_qty[u]
+    if left > 0 then
+      keep[#keep + 1] = u
+      keep[#keep + 1] = string.format('%d', left)
+    else
+      gone[#gone + 1] = u
+    end
+  end
+  if #keep > 0 then redis.call('HSET', k.buyers, unpack(keep)) end
+  if #gone > 0 then redis.call('HDEL', k.buyers, unpack(gone)) end
+  redis.call('ZREM', k.due, unpack(g.ids))
+  redis.call('RPUSH', k.life, unpack(g.life))
+end
+local function give_back(k, okey, id, state)
+  local g = give_tally()
+  local qty = give_order(g, k, okey, id, state)
+  give_write(g, k)
   return qty
 end
