@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <event2/event.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -340,6 +341,44 @@ static void test_hold_sees_its_own_orders(void **state)
     assert_int_equal(bs.holds, 1);
     loop_free(l);
     invfix_assert_sold(&f, "twice", 3, 7);
+    invfix_close(&f);
+}
+
+/* An order id issued twice (a worker id shared after a lost lease) is found
+ * by the commit, whose one look over the hold's order keys says that one of
+ * them exists: that order takes a fresh id and is placed, its neighbour in
+ * the hold is placed as it is, and the record already there is untouched. */
+static void test_hold_finds_an_id_issued_twice(void **state)
+{
+    (void)state;
+    struct invfix f;
+    invfix_open_shared(&f, "redis", 0);
+    assert_int_equal(inv_sku_put(f.s, "dup", 10, 1, 1), INV_CREATED);
+    learn_layout(&f, "dup");
+    struct loop *l = loop_new(&f, invfix_redis.port, 8);
+    struct inv_ticket *t = &l->t[l->n++];
+    assert_int_equal(inv_ticket_open(f.inv, t, "dup", "ida", 1, NULL), INV_PENDING);
+    uint64_t issued = t->order.id;
+    char okey[64];
+    snprintf(okey, sizeof(okey), "order:%" PRIu64, issued);
+    freeReplyObject(rconn_command(f.rc, "HSET %s sku other user_id someone", okey));
+    t->done = on_answer;
+    t->owner = l;
+    inv_engine_submit(l->engine, t);
+    struct inv_ticket *next = loop_order(l, "dup", "ned", NULL);
+    loop_settle(l, 5000);
+    assert_int_equal(t->st, INV_PLACED);
+    assert_true(t->order.id != issued);
+    assert_int_equal(next->st, INV_PLACED);
+    struct inv_stats st;
+    inv_stats(f.inv, &st);
+    assert_int_equal(st.id_collisions, 1);
+    redisReply *r = rconn_command(f.rc, "HGET %s user_id", okey);
+    assert_non_null(r);
+    assert_string_equal(r->str, "someone");
+    freeReplyObject(r);
+    loop_free(l);
+    invfix_assert_sold(&f, "dup", 2, 8);
     invfix_close(&f);
 }
 
@@ -962,6 +1001,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hold_mixes_outcomes),
         cmocka_unit_test(test_hold_sees_its_own_orders),
+        cmocka_unit_test(test_hold_finds_an_id_issued_twice),
         cmocka_unit_test(test_orders_during_a_hold_form_the_next),
         cmocka_unit_test(test_lost_lease_refuses_the_hold_whole),
         cmocka_unit_test(test_reset_during_a_hold_writes_nothing),

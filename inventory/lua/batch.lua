@@ -58,7 +58,11 @@ for i = 0, n - 1 do
   end
 end
 bought_by(KEYS[4], users, have)
-local out, short = {}, {}
+-- An order's key exists already only when its id was issued twice: one EXISTS
+-- over the batch's keys says whether any does, and each is looked at only
+-- then (or when the batch itself placed it).
+local taken = n > 0 and redis.call('EXISTS', unpack(KEYS, 9, 8 + n)) > 0
+local out, short, mine = {}, {}, {}
 for i = 0, n - 1 do
   local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
       ARGV[8 + 5 * i], ARGV[9 + 5 * i]
@@ -76,10 +80,11 @@ for i = 0, n - 1 do
   elseif qty > stock then
     code = 0
     short[#short + 1] = i
-  elseif redis.call('EXISTS', okey) == 1 then
+  elseif mine[okey] or (taken and redis.call('EXISTS', okey) == 1) then
     code = -9
   else
     stock = stock - qty
+    mine[okey] = true
     record_order(t, okey, {{seg, qty}}, qty, qtext, user, id, sku, key, by, box)
     detail = by or ''
   end
