@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "text.h"
 #include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_batch;
@@ -108,7 +109,7 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
     h->seg = seg;
     h->gene = t[0]->gene;
     snprintf(h->lkey, sizeof(h->lkey), "%s%d", k.lock, seg);
-    snprintf(h->epoch, sizeof(h->epoch), "%s", layout.epoch);
+    text_copy(h->epoch, sizeof(h->epoch), layout.epoch);
     h->seen = soldout_generation(inv->cfg.soldout);
     return 1;
 }

@@ -14,35 +14,54 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "text.h"
 #include "xalloc.h"
 
+/* dst (cap bytes) = "sk:" tag ":" name, cut as snprintf would cut it. */
+static void sku_key(char *dst, size_t cap, const char *tag, size_t tlen, const char *name)
+{
+    size_t nlen = strlen(name);
+    if (3 + tlen + 1 + nlen >= cap) {
+        snprintf(dst, cap, "sk:%s:%s", tag, name);
+        return;
+    }
+    memcpy(dst, "sk:", 3);
+    memcpy(dst + 3, tag, tlen);
+    dst[3 + tlen] = ':';
+    memcpy(dst + 4 + tlen, name, nlen + 1);
+}
+
 /* The keys of sku: on one Redis (gene -1) under the tag {sku}; on a cluster
- * those of its shard of gene `gene`, under the gene's tag. */
+ * those of its shard of gene `gene`, under the gene's tag. Made by every
+ * hold and atomic order: copies, no formatting. */
 void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
 {
     char tag[INV_ID_MAX + 24];
     if (gene < 0) {
-        snprintf(tag, sizeof(tag), "{%s}", sku);
-        snprintf(k->order, sizeof(k->order), "order:");
+        tag[0] = '{';
+        size_t n = text_copy(tag + 1, sizeof(tag) - 2, sku);
+        memcpy(tag + 1 + n, "}", 2);
+        memcpy(k->order, "order:", sizeof("order:"));
     } else {
         snprintf(tag, sizeof(tag), "{%s}:%s", cluster_gene_tag(gene), sku);
         snprintf(k->order, sizeof(k->order), "o:{%s}:", cluster_gene_tag(gene));
     }
-    snprintf(k->meta, sizeof(k->meta), "sk:%s:meta", tag);
-    snprintf(k->stock, sizeof(k->stock), "sk:%s:stock", tag);
-    snprintf(k->init, sizeof(k->init), "sk:%s:init", tag);
-    snprintf(k->sold, sizeof(k->sold), "sk:%s:sold", tag);
-    snprintf(k->buyers, sizeof(k->buyers), "sk:%s:buyers", tag);
-    snprintf(k->orders, sizeof(k->orders), "sk:%s:orders", tag);
-    snprintf(k->idem, sizeof(k->idem), "sk:%s:idem", tag);
-    snprintf(k->avail, sizeof(k->avail), "sk:%s:avail", tag);
-    snprintf(k->xout, sizeof(k->xout), "sk:%s:xout", tag);
-    snprintf(k->xin, sizeof(k->xin), "sk:%s:xin", tag);
-    snprintf(k->lock, sizeof(k->lock), "sk:%s:lock:", tag);
-    snprintf(k->back, sizeof(k->back), "sk:%s:back", tag);
-    snprintf(k->due, sizeof(k->due), "sk:%s:due", tag);
-    snprintf(k->life, sizeof(k->life), "sk:%s:life", tag);
-    snprintf(k->events, sizeof(k->events), "sk:%s:events", tag);
+    size_t t = strlen(tag);
+    sku_key(k->meta, sizeof(k->meta), tag, t, "meta");
+    sku_key(k->stock, sizeof(k->stock), tag, t, "stock");
+    sku_key(k->init, sizeof(k->init), tag, t, "init");
+    sku_key(k->sold, sizeof(k->sold), tag, t, "sold");
+    sku_key(k->buyers, sizeof(k->buyers), tag, t, "buyers");
+    sku_key(k->orders, sizeof(k->orders), tag, t, "orders");
+    sku_key(k->idem, sizeof(k->idem), tag, t, "idem");
+    sku_key(k->avail, sizeof(k->avail), tag, t, "avail");
+    sku_key(k->xout, sizeof(k->xout), tag, t, "xout");
+    sku_key(k->xin, sizeof(k->xin), tag, t, "xin");
+    sku_key(k->lock, sizeof(k->lock), tag, t, "lock:");
+    sku_key(k->back, sizeof(k->back), tag, t, "back");
+    sku_key(k->due, sizeof(k->due), tag, t, "due");
+    sku_key(k->life, sizeof(k->life), tag, t, "life");
+    sku_key(k->events, sizeof(k->events), tag, t, "events");
 }
 
 int inv_id_valid(const char *id)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "inv_impl.h"
+#include "text.h"
 
 /* ---- opening a ticket --------------------------------------------------- */
 
@@ -13,9 +14,9 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
                            const char *user_id, int qty, const char *idem_key)
 {
     inv_order_clear(&t->order);
-    snprintf(t->sku, sizeof(t->sku), "%s", sku);
-    snprintf(t->user_id, sizeof(t->user_id), "%s", user_id);
-    snprintf(t->idem_key, sizeof(t->idem_key), "%s", idem_key ? idem_key : "");
+    text_copy(t->sku, sizeof(t->sku), sku);
+    text_copy(t->user_id, sizeof(t->user_id), user_id);
+    text_copy(t->idem_key, sizeof(t->idem_key), idem_key ? idem_key : "");
     t->qty = qty;
     t->gene = -1;
     t->start_us = clock_now_us();
@@ -30,8 +31,8 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
         inv_count_outcome(inv, st);
         return st;
     }
-    snprintf(t->order.sku, sizeof(t->order.sku), "%s", sku);
-    snprintf(t->order.user_id, sizeof(t->order.user_id), "%s", user_id);
+    text_copy(t->order.sku, sizeof(t->order.sku), sku);
+    text_copy(t->order.user_id, sizeof(t->order.user_id), user_id);
     t->order.qty = qty;
     t->hops = 0;
     t->link = 0;
