@@ -1,7 +1,6 @@
 #include "aconn.h"
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +97,123 @@ static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
         set_err(ac->data, r->str); /* the commands behind it get NOAUTH */
 }
 
+/* ---- hiredis on the loop ---------------------------------------------------
+ * hiredis's own libevent adapter arms a one-shot read event that it adds
+ * again after every read, and a write event for every command queued: two
+ * epoll_ctl calls per read and two per write, and the write waits for the
+ * next round of the loop. This one keeps the read event armed (persistent)
+ * and writes what the loop's callbacks queued when they are done, in the
+ * same round (an activated event: no system call); it waits for the socket
+ * to be writable only when the kernel's buffer was full, or while the
+ * connection is being made. */
+struct aev {
+    redisAsyncContext *ac;
+    struct event *rev, *wev, *flush;
+    int queued;  /* flush is active */
+    int writing; /* inside redisAsyncHandleWrite */
+    int dead;    /* cleaned up while writing: freed once it returns */
+};
+
+static void aev_write(struct aev *e)
+{
+    e->writing = 1;
+    redisAsyncHandleWrite(e->ac);
+    e->writing = 0;
+    if (e->dead)
+        free(e);
+}
+
+static void aev_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    redisAsyncHandleRead(((struct aev *)arg)->ac);
+}
+
+static void aev_on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    aev_write(arg);
+}
+
+static void aev_on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct aev *e = arg;
+    e->queued = 0;
+    aev_write(e);
+}
+
+static void aev_add_read(void *p)
+{
+    struct aev *e = p;
+    if (!event_pending(e->rev, EV_READ, NULL))
+        event_add(e->rev, NULL);
+}
+
+static void aev_del_read(void *p)
+{
+    event_del(((struct aev *)p)->rev);
+}
+
+static void aev_add_write(void *p)
+{
+    struct aev *e = p;
+    if (e->writing || !(e->ac->c.flags & REDIS_CONNECTED)) {
+        event_add(e->wev, NULL); /* the buffer was full, or the connect is on */
+    } else if (!e->queued) {
+        e->queued = 1;
+        event_active(e->flush, EV_WRITE, 1);
+    }
+}
+
+static void aev_del_write(void *p)
+{
+    event_del(((struct aev *)p)->wev);
+}
+
+static void aev_cleanup(void *p)
+{
+    struct aev *e = p;
+    event_free(e->rev);
+    event_free(e->wev);
+    event_free(e->flush);
+    if (e->writing)
+        e->dead = 1;
+    else
+        free(e);
+}
+
+static int aev_attach(redisAsyncContext *ac, struct event_base *base)
+{
+    struct aev *e = xcalloc(1, sizeof(*e));
+    e->ac = ac;
+    e->rev = event_new(base, ac->c.fd, EV_READ | EV_PERSIST, aev_on_read, e);
+    e->wev = event_new(base, ac->c.fd, EV_WRITE, aev_on_writable, e);
+    e->flush = event_new(base, -1, 0, aev_on_flush, e);
+    if (!e->rev || !e->wev || !e->flush) {
+        if (e->rev)
+            event_free(e->rev);
+        if (e->wev)
+            event_free(e->wev);
+        if (e->flush)
+            event_free(e->flush);
+        free(e);
+        return -1;
+    }
+    ac->ev.data = e;
+    ac->ev.addRead = aev_add_read;
+    ac->ev.delRead = aev_del_read;
+    ac->ev.addWrite = aev_add_write;
+    ac->ev.delWrite = aev_del_write;
+    ac->ev.cleanup = aev_cleanup;
+    event_add(e->rev, NULL);
+    event_add(e->wev, NULL); /* the connect's end */
+    return 0;
+}
+
 /* Starts a connection attempt. 0, or -1 when it failed at once. */
 static int connect_now(struct aconn *c)
 {
@@ -113,7 +229,7 @@ static int connect_now(struct aconn *c)
         return -1;
     }
     ac->data = c;
-    if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+    if (aev_attach(ac, c->base) != 0) {
         redisAsyncFree(ac);
         set_err(c, "cannot attach to the event loop");
         return -1;
