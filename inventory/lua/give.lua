@@ -59,19 +59,19 @@ end
 local function give_write(g, k)
   if #g.ids == 0 then return end
   for _, seg in ipairs(g.segs) do
-    local u = string.format('%d', g.units[seg])
+    local u = g.units[seg]
     local b = redis.call('HINCRBY', k.back, seg, u)
     local s = tonumber(redis.call('HGET', k.stock, seg) or '0')
     redis.call('ZADD', k.avail, s + b, seg)
-    redis.call('HINCRBY', k.sold, seg, '-' .. u)
+    redis.call('HINCRBY', k.sold, seg, -u)
   end
-  local q = string.format('%d', g.qty)
+  local q = g.qty
   redis.call('HINCRBY', k.meta, 'remaining', q)
-  redis.call('HINCRBY', k.meta, 'sold', '-' .. q)
-  redis.call('HINCRBY', k.meta, 'pending', '-' .. q)
+  redis.call('HINCRBY', k.meta, 'sold', -q)
+  redis.call('HINCRBY', k.meta, 'pending', -q)
   redis.call('HINCRBY', k.meta, 'returned', q)
   for state, n in pairs(g.states) do
-    redis.call('HINCRBY', k.meta, state, string.format('%d', n))
+    redis.call('HINCRBY', k.meta, state, n)
   end
   local had = redis.call('HMGET', k.buyers, unpack(g.users))
   local keep, gone = {}, {}
@@ -79,7 +79,7 @@ local function give_write(g, k)
     local left = tonumber(had[i] or '0') - g.user_qty[u]
     if left > 0 then
       keep[#keep + 1] = u
-      keep[#keep + 1] = string.format('%d', left)
+      keep[#keep + 1] = left
     else
       gone[#gone + 1] = u
     end

@@ -10,7 +10,8 @@
 -- writes what is the order's own and adds the rest up in t. parts lists the
 -- segments the order draws from as {segment (a string), units} pairs, first
 -- the one it is answered with; qtext is qty as its request said it (passed
--- on as it is: Lua formats a number as a float). Writes the order's hash
+-- on as it is; a number Lua turns into text itself (a concatenation, string.format)
+-- costs more than one redis.call converts, so sums go to Redis as numbers). Writes the order's hash
 -- okey (order:<id>: sku, user_id, qty, segment; `segments` for an order of
 -- several, "<seg>:<units>,..."). With a payment window, by (pay_by as text,
 -- milliseconds by the SKU's clock) makes the order pending: its record says
@@ -19,22 +20,19 @@
 -- the outbox, {stream, gen} (outbox.lua; gen nil: none): the order's event,
 -- placed or pending. t.bought[user] must hold the units the user bought
 -- before (the script read them to check the limit); t.keys maps the
--- Idempotency-Keys recorded so far to their records (idem_seen's fresh).
+-- Idempotency-Keys recorded so far to their records (idem_seen's fresh; nil
+-- until one is).
 -- tally_write(t, due): the sums: the units sold of each segment, meta's sold,
 -- orders and pending, each buyer's units, the audit records "<id> <user>
 -- <qty> <segment>" (an order of several segments adds " <seg>:<units>,...")
 -- appended to the orders list in order, the Idempotency-Keys' records "<id>
 -- <qty> <user>", the due zset's entries. Nothing when t holds no order.
 local function tally()
-  return {orders = 0, units = 0, pending = 0, segs = {}, sold = {}, users = {},
-          user_in = {}, bought = {}, recs = {}, idem = {}, keys = {}, due = {}}
+  return {orders = 0, units = 0, pending = 0, sold = {}, users = {}, user_in = {},
+          bought = {}, recs = {}}
 end
 local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
-  for _, p in ipairs(parts) do
-    local s = p[1]
-    if not t.sold[s] then t.segs[#t.segs + 1], t.sold[s] = s, 0 end
-    t.sold[s] = t.sold[s] + p[2]
-  end
+  for _, p in ipairs(parts) do t.sold[p[1]] = (t.sold[p[1]] or 0) + p[2] end
   t.orders, t.units = t.orders + 1, t.units + qty
   if not t.user_in[user] then
     t.user_in[user] = true
@@ -55,6 +53,7 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
   if by then
     local n = #h
     h[n + 1], h[n + 2], h[n + 3], h[n + 4] = 'state', 'pending', 'pay_by', by
+    t.due = t.due or {}
     n = #t.due
     t.due[n + 1], t.due[n + 2] = by, id
     t.pending = t.pending + qty
@@ -66,26 +65,27 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
     outbox_add(box[1], box[2], id, 'placed', sku, user, qtext)
   end
   if idem_key ~= '' then
+    t.idem, t.keys = t.idem or {}, t.keys or {}
     local n, irec = #t.idem, id .. ' ' .. qtext .. ' ' .. user
     t.idem[n + 1], t.idem[n + 2], t.keys[idem_key] = idem_key, irec, irec
   end
 end
 local function tally_write(t, due)
   if t.orders == 0 then return end
-  for _, s in ipairs(t.segs) do
-    redis.call('HINCRBY', KEYS[3], s, string.format('%d', t.sold[s]))
+  for s, units in pairs(t.sold) do
+    redis.call('HINCRBY', KEYS[3], s, units)
   end
-  redis.call('HINCRBY', KEYS[1], 'sold', string.format('%d', t.units))
-  redis.call('HINCRBY', KEYS[1], 'orders', string.format('%d', t.orders))
+  redis.call('HINCRBY', KEYS[1], 'sold', t.units)
+  redis.call('HINCRBY', KEYS[1], 'orders', t.orders)
   if t.pending > 0 then
-    redis.call('HINCRBY', KEYS[1], 'pending', string.format('%d', t.pending))
+    redis.call('HINCRBY', KEYS[1], 'pending', t.pending)
     redis.call('ZADD', due, unpack(t.due))
   end
   local b = {}
   for i, u in ipairs(t.users) do
-    b[2 * i - 1], b[2 * i] = u, string.format('%d', t.bought[u])
+    b[2 * i - 1], b[2 * i] = u, t.bought[u]
   end
   redis.call('HSET', KEYS[4], unpack(b))
   redis.call('RPUSH', KEYS[5], unpack(t.recs))
-  if #t.idem > 0 then redis.call('HSET', KEYS[7], unpack(t.idem)) end
+  if t.idem then redis.call('HSET', KEYS[7], unpack(t.idem)) end
 end
