@@ -8,12 +8,17 @@
 -- Only for a SKU whose meta field outbox is set (PUT by an instance with
 -- --postgres: the value is the SKU's epoch then, the orders' generation in
 -- the database); else nothing is appended.
--- outbox_add(stream, gen, id, state, sku, user, qty, more): appends the
--- event o=id s=state k=sku u=user q=qty g=gen, then more's field/value pairs
--- (pay_by b, payment id p) when gen is set.
-local function outbox_add(stream, gen, id, state, sku, user, qty, more)
+-- outbox_add(stream, gen, id, state, sku, user, qty, name, value): appends
+-- the event o=id s=state k=sku u=user q=qty g=gen, then name=value when name
+-- is given (pay_by b, payment id p), when gen is set. (The call is written
+-- out, not built in a table: it runs once per order.)
+local function outbox_add(stream, gen, id, state, sku, user, qty, name, value)
   if not gen then return end
-  local ev = {'o', id, 's', state, 'k', sku, 'u', user, 'q', qty, 'g', gen}
-  for _, v in ipairs(more or {}) do ev[#ev + 1] = v end
-  redis.call('XADD', stream, '*', unpack(ev))
+  if name then
+    redis.call('XADD', stream, '*', 'o', id, 's', state, 'k', sku, 'u', user, 'q', qty,
+               'g', gen, name, value)
+  else
+    redis.call('XADD', stream, '*', 'o', id, 's', state, 'k', sku, 'u', user, 'q', qty,
+               'g', gen)
+  end
 end

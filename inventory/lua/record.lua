@@ -60,7 +60,7 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
   end
   redis.call('HSET', okey, unpack(h))
   if by then
-    outbox_add(box[1], box[2], id, 'pending', sku, user, qtext, {'b', by})
+    outbox_add(box[1], box[2], id, 'pending', sku, user, qtext, 'b', by)
   else
     outbox_add(box[1], box[2], id, 'placed', sku, user, qtext)
   end
