@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "text.h"
 #include "xalloc.h"
 
 /* One queued command: what to call back, and on which connection attempt it
@@ -46,6 +47,8 @@ struct aconn {
     int subscribed;      /* the current connection confirmed the subscription */
     struct event *resub; /* connects again ACONN_RETRY_MS after a loss */
     char errstr[128];
+    char *out; /* command_format's buffer */
+    size_t out_room;
 };
 
 static void on_push(redisAsyncContext *ac, void *reply, void *privdata);
@@ -416,6 +419,7 @@ void aconn_free(struct aconn *c)
         free(q);
     }
     free(c->password);
+    free(c->out);
     free(c);
 }
 
@@ -440,10 +444,43 @@ static redisAsyncContext *usable(struct aconn *c)
     return c->ac;
 }
 
+/* The command in the protocol's form, into c->out (grown as needed): what
+ * redisAsyncCommandArgv would format into a new sds with sdscatfmt, written
+ * with copies into a buffer the connection keeps. Returns its length. */
+static size_t command_format(struct aconn *c, int argc, const char **argv,
+                             const size_t *argvlen)
+{
+    size_t need = 32;
+    for (int i = 0; i < argc; i++)
+        need += (argvlen ? argvlen[i] : strlen(argv[i])) + 32;
+    if (need > c->out_room) {
+        c->out_room = need;
+        c->out = xrealloc(c->out, need);
+    }
+    char *p = c->out;
+    *p++ = '*';
+    p = text_put_u64(p, (uint64_t)argc);
+    *p++ = '\r';
+    *p++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        size_t len = argvlen ? argvlen[i] : strlen(argv[i]);
+        *p++ = '$';
+        p = text_put_u64(p, len);
+        *p++ = '\r';
+        *p++ = '\n';
+        memcpy(p, argv[i], len);
+        p += len;
+        *p++ = '\r';
+        *p++ = '\n';
+    }
+    return (size_t)(p - c->out);
+}
+
 static rconn_status queue(struct aconn *c, struct areq *q, int argc, const char **argv,
                           const size_t *argvlen)
 {
-    if (redisAsyncCommandArgv(c->ac, on_reply, q, argc, argv, argvlen) != REDIS_OK) {
+    size_t len = command_format(c, argc, argv, argvlen);
+    if (redisAsyncFormattedCommand(c->ac, on_reply, q, c->out, len) != REDIS_OK) {
         q->next_free = c->free_req;
         c->free_req = q;
         return RCONN_ERR;

@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "request.h"
 #include "rfc3339.h"
+#include "text.h"
 
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
 {
@@ -145,19 +146,6 @@ static char *put(char *p, const char *s)
     return p + n;
 }
 
-/* Appends v in decimal at p; returns the end. */
-static char *put_u64(char *p, uint64_t v)
-{
-    char d[20];
-    int n = 0;
-    do
-        d[n++] = (char)('0' + v % 10);
-    while ((v /= 10) > 0);
-    while (n > 0)
-        *p++ = d[--n];
-    return p;
-}
-
 /* order_json's text, written straight for the answer every order gets (one
  * segment): the same bytes json_dumps writes, without building the object
  * (an instance's jansson and printf were 8 % of its CPU under S1). Its
@@ -176,12 +164,12 @@ static char *order_text(const struct inv_order *o)
     if (!buf)
         return NULL;
     char *p = put(buf, "{\"order_id\":\"");
-    p = put_u64(p, o->id);
+    p = text_put_u64(p, o->id);
     p = put(put(put(p, "\",\"sku\":\""), o->sku), "\",\"user_id\":\"");
     p = put(put(p, o->user_id), "\",\"qty\":");
-    p = put_u64(p, (uint64_t)o->qty);
+    p = text_put_u64(p, (uint64_t)o->qty);
     p = put(p, ",\"segment\":");
-    p = put_u64(p, (uint64_t)o->segment);
+    p = text_put_u64(p, (uint64_t)o->segment);
     p = put(put(put(p, ",\"state\":\""), inv_state_name(o->state)), "\"");
     if (pay_by[0])
         p = put(put(put(p, ",\"pay_by\":\""), pay_by), "\"");

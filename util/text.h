@@ -2,6 +2,7 @@
 #define SECKILL_TEXT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Copies src into dst of cap (> 0) bytes: cut to cap - 1 bytes and always
@@ -16,6 +17,19 @@ static inline size_t text_copy(char *dst, size_t cap, const char *src)
     memcpy(dst, src, n);
     dst[n] = '\0';
     return n;
+}
+
+/* Writes v in decimal at p, unterminated; returns the end (at most 20 bytes). */
+static inline char *text_put_u64(char *p, uint64_t v)
+{
+    char d[20];
+    int n = 0;
+    do
+        d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    while (n > 0)
+        *p++ = d[--n];
+    return p;
 }
 
 #endif
