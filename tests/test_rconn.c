@@ -140,8 +140,7 @@ static void test_error_in_included_piece(void **state)
 {
     (void)state;
     char at[300];
-    where("inventory/lua/limit.lua", "bought(buyers, user) + qty > limit", at,
-          sizeof(at));
+    where("inventory/lua/limit.lua", "have + qty > limit", at, sizeof(at));
     cmd("HSET t:meta epoch 1 limit 1");
     /* qty "x": tonumber gives nil, and the limit check's sum fails */
     const char *argv[] = {"t:meta",  "t:stock", "t:sold",  "t:buyers", "t:orders",

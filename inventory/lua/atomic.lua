@@ -41,7 +41,7 @@ local shut = window_shut(meta[4], meta[5], now)
 if shut then return shut end
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
-if t.bought[ARGV[3]] + qty > limit then return {-4} end
+if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])

@@ -75,7 +75,7 @@ for i = 0, n - 1 do
     code, detail = shut[1], shut[2]
   elseif qty > limit then
     code = -7
-  elseif have[user] + qty > limit then
+  elseif over_limit(have[user], qty, limit) then
     code = -4
   elseif qty > stock then
     code = 0

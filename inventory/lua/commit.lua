@@ -45,7 +45,7 @@ local qty = tonumber(ARGV[2])
 local limit = tonumber(meta[2])
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
-if t.bought[ARGV[3]] + qty > limit then return {-4} end
+if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local parts = {}
 local back, due = KEYS[#KEYS - 2], KEYS[#KEYS - 1]

@@ -4,8 +4,13 @@
 -- hash is `buyers` (0 when none).
 -- bought_by(buyers, users, into): the same for each of the list users, read
 -- with one HMGET, into into[user].
+-- over_limit(have, qty, limit): true when qty more units would take a user who
+-- bought `have` so far past the per-user limit.
 local function bought(buyers, user)
   return tonumber(redis.call('HGET', buyers, user) or '0')
+end
+local function over_limit(have, qty, limit)
+  return have + qty > limit
 end
 local function bought_by(buyers, users, into)
   if #users == 0 then return end
