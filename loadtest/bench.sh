@@ -47,7 +47,10 @@
 # Columns, per step: req/s, p50/p99 (ms, wrk); x_atomic, x_canned: req/s over atomic's
 # and canned's in the same scenario; redis_us/ord: Redis CPU (INFO used_cpu_sys +
 # used_cpu_user, data Redis + lock nodes) per placed order; rt/ord: Redis round trips
-# (INFO total_reads_processed, data Redis + lock nodes) per placed order; for zk the
+# (INFO total_reads_processed, data Redis + lock nodes) per placed order; cmd/ord: the
+# data Redis's commands (INFO commandstats, calls summed: the scripts' own calls
+# counted, so a script of eight calls is nine) per placed order, the same from run to run
+# where CPU is not, the background work included (sweeps, health); for zk the
 # ZooKeeper server counts as a lock node (CPU: its JVM's /proc utime + stime; round
 # trips: the requests it received, srvr's Received), and so does pg's PostgreSQL (CPU:
 # the postmaster's and its children's utime + stime; round trips: the transactions of
@@ -182,13 +185,15 @@ CANNED=0 # cluster.env says, once a cluster is up
 
 # ---- measuring ---------------------------------------------------------------------------
 
-# redis_sample PORT: "<total_reads_processed> <used_cpu_sys + used_cpu_user, seconds>"
-# from one INFO (which is itself one read).
+# redis_sample PORT: "<total_reads_processed> <used_cpu_sys + used_cpu_user, seconds>
+# <commands run>" from one INFO (which is itself one read and one command): the
+# commands are commandstats' calls summed, scripts' own calls included.
 redis_sample() {
-    redis-cli -h 127.0.0.1 -p "$1" info stats cpu 2>/dev/null | tr -d '\r' | awk -F: '
+    redis-cli -h 127.0.0.1 -p "$1" info stats cpu commandstats 2>/dev/null | tr -d '\r' | awk -F: '
         $1 == "total_reads_processed" { r = $2 }
         $1 == "used_cpu_sys" { c += $2 } $1 == "used_cpu_user" { c += $2 }
-        END { printf "%d %.6f\n", r, c }'
+        $1 ~ /^cmdstat_/ { split($2, f, /[=,]/); k += f[2] }
+        END { printf "%d %.6f %d\n", r, c, k }'
 }
 # zk_sample DIR NAME: "<requests received> <CPU seconds>" of ZooKeeper node NAME of DIR:
 # srvr's Received (each srvr is one of them, as an INFO is one read) and its JVM's
@@ -240,7 +245,7 @@ stats_sample() {
 # requests of the sample itself stay out of it; each INFO is one read of its Redis,
 # subtracted later (the "after" INFO is inside the delta).
 sample() {
-    local data="0 0" lock_r=0 lock_c=0 nodes=0 n r c proc="0 0" stats='{}' ticks cs
+    local data="0 0 0" lock_r=0 lock_c=0 nodes=0 n r c k proc="0 0" stats='{}' ticks cs
     if ((!CANNED)); then
         [[ $1 == after ]] && proc=$(proc_sample "$CUR_CLUSTER")
         data=$(redis_sample "$REDIS_PORT")
@@ -250,7 +255,7 @@ sample() {
             elif [[ $n == zk-* ]]; then
                 read -r r c <<<"$(zk_sample "$CUR_CLUSTER" "$n")"
             else
-                read -r r c <<<"$(redis_sample "${n##*:}")"
+                read -r r c _ <<<"$(redis_sample "${n##*:}")"
             fi
             nodes=$((nodes + 1)) lock_r=$((lock_r + r))
             lock_c=$(awk -v a="$lock_c" -v b="$c" 'BEGIN { print a + b }')
@@ -258,11 +263,13 @@ sample() {
         stats=$(stats_sample)
         [[ $1 == before ]] && proc=$(proc_sample "$CUR_CLUSTER")
     fi
-    read -r r c <<<"$data"
+    read -r r c k <<<"$data"
     read -r ticks cs <<<"$proc"
-    jq -cn --argjson stats "$stats" --argjson dr "$r" --argjson dc "$c" --argjson lr "$lock_r" \
+    jq -cn --argjson stats "$stats" --argjson dr "$r" --argjson dc "$c" --argjson dk "$k" \
+        --argjson lr "$lock_r" \
         --argjson lc "$lock_c" --argjson nodes "$nodes" --argjson ticks "$ticks" --argjson cs "$cs" \
-        '{orders: $stats, data_reads: $dr, data_cpu_s: $dc, lock_nodes: $nodes, lock_reads: $lr,
+        '{orders: $stats, data_reads: $dr, data_cpu_s: $dc, data_calls: $dk, lock_nodes: $nodes,
+          lock_reads: $lr,
           lock_cpu_s: $lc, seckill_ticks: $ticks, seckill_ctx_switches: $cs}'
 }
 # machine_ticks: the machine's busy CPU so far, in clock ticks (/proc/stat's cpu line:
@@ -377,6 +384,7 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
     oversold: (if $sku == null then null
                else [$sku.sold - ($sku.initial - $sku.remaining), 0] | max end),
     redis_reads: (if $canned == 1 then null else $reads end),
+    redis_calls: (if $canned == 1 then null else $a.data_calls - $b.data_calls - 1 end),
     redis_cpu_us: (if $canned == 1 then null else
         (($a.data_cpu_s - $b.data_cpu_s) + ($a.lock_cpu_s - $b.lock_cpu_s)) * 1e6 | round end),
     seckill_cpu_us: (if $canned == 1 then null else
@@ -390,6 +398,8 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
     wrk: $wrk, sku: $sku, before: $b, after: $a
   }
 | .redis_rt_per_order = per(.redis_reads; $placed)
+| .redis_calls_per_order = per(.redis_calls; $placed)
+| .redis_calls_per_request = per(.redis_calls; $req)
 | .redis_cpu_us_per_order = per(.redis_cpu_us; $placed)
 | .redis_rt_per_request = per(.redis_reads; $req)
 | .redis_cpu_us_per_request = per(.redis_cpu_us; $req)
@@ -551,28 +561,30 @@ table() {
       (["system", "batch", "req/s", "p50_ms", "p99_ms", "x_atomic", "x_canned",
         (if $sc == "s2" then "redis_us/ans" else "redis_us/ord" end),
         (if $sc == "s2" then "rt/ans" else "rt/ord" end),
+        (if $sc == "s2" then "cmd/ans" else "cmd/ord" end),
         "seckill_us/req", "cs/req", "mach_us/req", "placed", "oversold", "errors"] | @tsv),
       ($block[] |
         if .req_per_s == null then [.system, .batch, "ERROR: \(.error)"] | @tsv else
         [.system, .batch, .req_per_s, .p50_ms, .p99_ms, .ratio_atomic, .ratio_canned,
          (if $sc == "s2" then .redis_cpu_us_per_request else .redis_cpu_us_per_order end),
          (if $sc == "s2" then .redis_rt_per_request else .redis_rt_per_order end),
+         (if $sc == "s2" then .redis_calls_per_request else .redis_calls_per_order end),
          .seckill_cpu_us_per_request, .ctx_switches_per_request, .machine_cpu_us_per_request,
          .placed, .oversold, .errors,
          (if .error then "ERROR: \(.error)" else "" end)] | map(v) | @tsv end)
     ' "$out/bench.json" | awk -F'\t' '
-        BEGIN { split("0 2 2 2 2 1 2 1 2 1 0 0 0", dec, " ")
-                split("8 7 8 8 8 12 7 14 7 11 8 8 6", wid, " ") }
+        BEGIN { split("0 2 2 2 2 1 2 2 1 2 1 0 0 0", dec, " ")
+                split("8 7 8 8 8 12 7 7 14 7 11 8 8 6", wid, " ") }
         NF <= 1 { print; next }
         NF == 3 { printf "%-9s %-15s %s\n", $1, $2, $3; next }
         {
             line = sprintf("%-9s %-15s", $1, $2)
-            for (i = 3; i <= 15; i++) {
+            for (i = 3; i <= 16; i++) {
                 x = $i
                 if ($1 != "system" && x ~ /^-?[0-9.e+]+$/) x = sprintf("%." dec[i - 2] "f", x)
                 line = line sprintf(" %" wid[i - 2] "s", x)
             }
-            print line (NF >= 16 && $16 != "" ? "  " $16 : "")
+            print line (NF >= 17 && $17 != "" ? "  " $17 : "")
         }'
 }
 targets() {
@@ -663,7 +675,8 @@ echo ""
 echo "x_atomic, x_canned: req/s over atomic's and canned's in the same block. redis_us, rt: Redis"
 echo "CPU (us) and round trips (socket reads) per placed order, data Redis + lock nodes (S2: per"
 echo "answer); zk: + the ZooKeeper server (its JVM's CPU, the requests it received); pg: +"
-echo "PostgreSQL (its processes' CPU, its transactions)."
+echo "PostgreSQL (its processes' CPU, its transactions). cmd: the data Redis's commands"
+echo "(commandstats, scripts' own calls included) per placed order (S2: per answer)."
 echo "seckill_us/req, cs/req: CPU and context switches of the 3 instances per answer;"
 echo "mach_us/req: the whole machine's busy CPU (wrk, nginx, instances, Redis) per answer."
 echo "none and local oversell: their oversold column counts units sold that the stock never lost."

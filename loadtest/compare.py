@@ -17,12 +17,18 @@ SYSTEMS = ["none", "local", "setnx", "redis", "redlock", "zk", "pg", "atomic",
            "redis-pay", "redis-sink", "redis-full", "canned"]
 # (key in compare.json, field of a bench.json row, label, decimals); CPU first: it
 # varies far less from round to round than req/s on a shared machine. In S2 nothing
-# is placed, and Redis's CPU is per answer there, as in bench.sh's table.
+# is placed, and Redis's CPU and commands are per answer there, as in bench.sh's table.
+# Redis's commands per order (commandstats) hardly move between rounds: a change in
+# what the scripts do shows there first.
 METRICS = [("redis_cpu_us_per_order", "redis_cpu_us_per_order", "redis_us/order", 1),
+           ("redis_calls_per_order", "redis_calls_per_order", "redis_cmds/order", 2),
            ("seckill_cpu_us_per_request", "seckill_cpu_us_per_request", "seckill_us/req", 1),
            ("machine_cpu_us_per_request", "machine_cpu_us_per_request", "machine_us/req", 1),
            ("req_per_s", "req_per_s", "req/s", 0)]
-S2_REDIS = ("redis_cpu_us_per_request", "redis_cpu_us_per_request", "redis_us/answer", 1)
+S2 = {"redis_cpu_us_per_order": ("redis_cpu_us_per_request", "redis_cpu_us_per_request",
+                                  "redis_us/answer", 1),
+      "redis_calls_per_order": ("redis_calls_per_request", "redis_calls_per_request",
+                                "redis_cmds/answer", 2)}
 
 
 def order(key):
@@ -74,8 +80,8 @@ def main():
         scenario, system = key
         metrics = {}
         for name, field, label, dec in METRICS:
-            if scenario == "s2" and name == "redis_cpu_us_per_order":
-                name, field, label, dec = S2_REDIS
+            if scenario == "s2" and name in S2:
+                name, field, label, dec = S2[name]
             sides = {}
             for side in ("base", "head"):
                 vals = [r[field] for r in rows[key][side] if r.get(field) is not None]
@@ -129,6 +135,8 @@ def main():
     print("less CPU or fewer req/s for HEAD; * where HEAD's range and BASE's do not overlap")
     print("(3 rounds or more; two equal builds show it one figure in ten by chance).")
     print("redis_us: Redis CPU per placed order (S2: per answer), data Redis + lock nodes;")
+    print("redis_cmds: the data Redis's commands per placed order (commandstats, scripts'")
+    print("own calls included; S2: per answer);")
     print("seckill_us/req: CPU of the instances per answer. CPU per order varies far less")
     print("than req/s from round to round: read it first.")
     for e in errors:

@@ -27,7 +27,8 @@
 #
 # Output: DIR/round-I/base/ and DIR/round-I/head/, each a bench.sh --out dir (bench.json,
 # steps/, bench.txt: its table); then loadtest/compare.py prints, per scenario and
-# system, Redis CPU per placed order (per answer in S2), seckill CPU per request and
+# system, Redis CPU and commands per placed order (per answer in S2), seckill CPU per
+# request, the machine's CPU per request and
 # req/s, BASE and HEAD as "median (min-max)" over the rounds, and HEAD/BASE of the
 # medians, and writes DIR/compare.json.
 #

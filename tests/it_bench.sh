@@ -102,8 +102,18 @@ else
     check "redis: at least three round trips per order ($(row redis redis_rt_per_order))" \
         between "$(row redis redis_rt_per_order)" 2.9 50
 fi
+# Redis's commands per order (commandstats, the scripts' calls included): more than one
+# (a script and what it runs), and fewer per order when a hold serves a batch
+check "commands per order: above one (atomic $(row atomic redis_calls_per_order), redis $(row redis redis_calls_per_order))" \
+    awk -v a="$(row atomic redis_calls_per_order)" -v r="$(row redis redis_calls_per_order)" \
+    'BEGIN { exit !(a + 0 > 1 && r + 0 > 1) }'
+if ((batched)); then
+    check "redis: fewer commands per order at its default batch ($(row redis redis_calls_per_order) < $(row redis-b1 redis_calls_per_order))" \
+        awk -v a="$(row redis redis_calls_per_order)" -v b="$(row redis-b1 redis_calls_per_order)" \
+        'BEGIN { exit !(a + 0 > 0 && a + 0 < b + 0) }'
+fi
 check "canned: no Redis or seckill figures" \
-    eq "$(row canned redis_rt_per_order)/$(row canned seckill_cpu_us_per_request)" null/null
+    eq "$(row canned redis_rt_per_order)/$(row canned redis_calls_per_order)/$(row canned seckill_cpu_us_per_request)" null/null/null
 
 # (redis-full's is null: it did not run)
 check "targets: ten, S1 -c64 ones computed" \
