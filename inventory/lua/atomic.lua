@@ -46,10 +46,11 @@ if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
 local home = route % k
-local parts
-fold(KEYS[2], KEYS[9], tostring(home))
-if tonumber(redis.call('HGET', KEYS[2], home) or '0') >= qty then
-  parts = {{tostring(home), qty}}
+local parts, h = nil, tostring(home)
+fold(KEYS[2], KEYS[9], h)
+local have = {[h] = tonumber(redis.call('HGET', KEYS[2], h) or '0')} -- read once
+if have[h] >= qty then
+  parts = {{h, qty}}
 else
   local c = candidates(KEYS[8], qty, route, 1)[1]
   if c then
@@ -57,7 +58,7 @@ else
   else
     parts = {}
     local need = qty
-    for _, p in ipairs(plan(KEYS[8], qty, tostring(home))) do
+    for _, p in ipairs(plan(KEYS[8], qty, h)) do
       parts[#parts + 1] = {p[1], math.min(p[2], need)}
       need = need - parts[#parts][2]
     end
@@ -66,9 +67,11 @@ end
 local by = now and string.format('%d', now + pay)
 local out = {1, tonumber(parts[1][1]), home, by or ''}
 for _, p in ipairs(parts) do
-  if p[1] ~= tostring(home) then fold(KEYS[2], KEYS[9], p[1]) end -- home's was, above
-  local stock = tonumber(redis.call('HGET', KEYS[2], p[1]))
-  set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], stock - p[2])
+  if p[1] ~= h then -- home's was folded and read above
+    fold(KEYS[2], KEYS[9], p[1])
+    have[p[1]] = tonumber(redis.call('HGET', KEYS[2], p[1]))
+  end
+  set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], have[p[1]] - p[2], have[p[1]])
   out[#out + 1] = tonumber(p[1])
   out[#out + 1] = p[2]
 end

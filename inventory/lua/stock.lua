@@ -4,10 +4,11 @@
 -- every write maintains, so that no order path scans the K segments:
 --   meta's `remaining`  the sum of the stock hash
 --   the avail zset      segment -> stock, for the segments holding any
--- set_stock(meta, stock, avail, seg, new): writes segment seg's stock (seg a
--- string) and keeps the index with it. The old value is read, not assumed:
--- under a lock that excludes nobody (modes none, local) a stale write may
--- even raise it.
+-- set_stock(meta, stock, avail, seg, new, old): writes segment seg's stock
+-- (seg a string) and keeps the index with it. The old value is read, not
+-- assumed (under a lock that excludes nobody, modes none and local, a stale
+-- write may even raise it), unless the caller read it in this same script
+-- and passes it as old.
 -- candidates(avail, qty, route, most): up to `most` segments holding at
 -- least qty, chosen by the user's routing number among all that do, so that
 -- orders that leave their home spread over what is left (O(log K)).
@@ -15,8 +16,8 @@
 -- segments to draw from as {segment, stock} pairs: home first when it holds
 -- any (its units are the user's own share), then the fullest, until they
 -- hold qty between them. An empty table when the SKU holds fewer.
-local function set_stock(meta, stock, avail, seg, new)
-  local old = tonumber(redis.call('HGET', stock, seg) or '0')
+local function set_stock(meta, stock, avail, seg, new, old)
+  old = old or tonumber(redis.call('HGET', stock, seg) or '0')
   redis.call('HSET', stock, seg, new)
   if new ~= old then redis.call('HINCRBY', meta, 'remaining', new - old) end
   if new > 0 then
