@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "conns.h"
 #include "log.h"
+#include "text.h"
 #include "waiters.h"
 #include "xalloc.h"
 
@@ -186,8 +187,12 @@ static void order_done(struct inv_ticket *t)
 static void answer_note(struct conn_state *st, const struct svc_response *res)
 {
     st->answered = res->status;
+    if (res->order_id) { /* a text answer (the 201 of an order) has no json */
+        *text_put_u64(st->order_id, res->order_id) = '\0';
+        return;
+    }
     const char *id = json_string_value(json_object_get(res->json, "order_id"));
-    snprintf(st->order_id, sizeof(st->order_id), "%s", id ? id : "");
+    text_copy(st->order_id, sizeof(st->order_id), id ? id : "");
 }
 
 /* Counts, logs and sends the answer of the request. */

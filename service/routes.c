@@ -275,6 +275,7 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
         return;
     }
     res->status = 201;
+    res->order_id = order->id;
     res->text = order_text(order);
     if (!res->text)
         res->json = order_json(order);

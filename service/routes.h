@@ -38,6 +38,8 @@ struct svc_response {
     int status;
     json_t *json;             /* owned; serialised as the body */
     char *text;               /* owned (malloc); used instead of json when set */
+    uint64_t order_id;        /* the order a text answer names (0: none, or see json's
+                                 order_id), for the log of an answer never delivered */
     const char *content_type; /* default application/json */
     int retry_after;          /* seconds; 0 for none */
     int pending;              /* no answer yet: req->ticket goes to app->batcher, and

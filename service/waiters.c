@@ -61,7 +61,8 @@ static void waiters_answer_shared(struct svc_server *srv)
         *link = st->next;
         st->res = (struct svc_response){.status = res->status,
                                         .content_type = res->content_type,
-                                        .retry_after = res->retry_after};
+                                        .retry_after = res->retry_after,
+                                        .order_id = res->order_id};
         if (res->json)
             st->res.json = json_deep_copy(res->json);
         if (res->text)
