@@ -473,6 +473,9 @@ static size_t command_format(struct aconn *c, int argc, const char **argv,
         *p++ = '\r';
         *p++ = '\n';
     }
+    /* hiredis looks one byte past the command's first argument to see
+     * whether another follows, as in the sds it formats itself */
+    *p = '\0';
     return (size_t)(p - c->out);
 }
 
