@@ -27,8 +27,7 @@ local function life_keys(first, sku)
   return k
 end
 local function give_tally()
-  return {segs = {}, units = {}, qty = 0, states = {}, users = {}, user_qty = {},
-          ids = {}, life = {}}
+  return {units = {}, qty = 0, states = {}, user_qty = {}, ids = {}, life = {}}
 end
 local function give_order(g, k, okey, id, state)
   local o = redis.call('HMGET', okey, 'user_id', 'qty', 'segment', 'segments')
@@ -42,13 +41,11 @@ local function give_order(g, k, okey, id, state)
     parts[1] = {o[3], qty}
   end
   for _, p in ipairs(parts) do
-    if not g.units[p[1]] then g.segs[#g.segs + 1], g.units[p[1]] = p[1], 0 end
-    g.units[p[1]] = g.units[p[1]] + p[2]
+    g.units[p[1]] = (g.units[p[1]] or 0) + p[2]
   end
   g.qty = g.qty + qty
   g.states[state] = (g.states[state] or 0) + 1
-  if not g.user_qty[o[1]] then g.users[#g.users + 1], g.user_qty[o[1]] = o[1], 0 end
-  g.user_qty[o[1]] = g.user_qty[o[1]] + qty
+  g.user_qty[o[1]] = (g.user_qty[o[1]] or 0) + qty
   g.ids[#g.ids + 1] = id
   g.life[#g.life + 1] = id .. ' ' .. state
   redis.call('HSET', okey, 'state', state)
@@ -58,8 +55,7 @@ local function give_order(g, k, okey, id, state)
 end
 local function give_write(g, k)
   if #g.ids == 0 then return end
-  for _, seg in ipairs(g.segs) do
-    local u = g.units[seg]
+  for seg, u in pairs(g.units) do
     local b = redis.call('HINCRBY', k.back, seg, u)
     local s = tonumber(redis.call('HGET', k.stock, seg) or '0')
     redis.call('ZADD', k.avail, s + b, seg)
@@ -73,9 +69,11 @@ local function give_write(g, k)
   for state, n in pairs(g.states) do
     redis.call('HINCRBY', k.meta, state, n)
   end
-  local had = redis.call('HMGET', k.buyers, unpack(g.users))
+  local users = {}
+  for u in pairs(g.user_qty) do users[#users + 1] = u end
+  local had = redis.call('HMGET', k.buyers, unpack(users))
   local keep, gone = {}, {}
-  for i, u in ipairs(g.users) do
+  for i, u in ipairs(users) do
     local left = tonumber(had[i] or '0') - g.user_qty[u]
     if left > 0 then
       keep[#keep + 1] = u

@@ -9,11 +9,12 @@
 -- record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
 -- writes what is the order's own and adds the rest up in t. parts lists the
 -- segments the order draws from as {segment (a string), units} pairs, first
--- the one it is answered with; qtext is qty as its request said it (passed
--- on as it is; a number Lua turns into text itself (a concatenation, string.format)
--- costs more than one redis.call converts, so sums go to Redis as numbers). Writes the order's hash
--- okey (order:<id>: sku, user_id, qty, segment; `segments` for an order of
--- several, "<seg>:<units>,..."). With a payment window, by (pay_by as text,
+-- the one it is answered with; qtext is qty as its request said it, passed
+-- on as it is (a number Lua turns into text itself, by a concatenation or
+-- string.format, costs more than redis.call's own conversion: sums go to
+-- Redis as numbers). Writes the order's hash okey (order:<id>: sku,
+-- user_id, qty, segment; `segments` for an order of several,
+-- "<seg>:<units>,..."). With a payment window, by (pay_by as text,
 -- milliseconds by the SKU's clock) makes the order pending: its record says
 -- state pending and pay_by, and the due zset holds it by pay_by for the sweep
 -- (due.lua); nil for an order final at once (no state field: placed). box:
@@ -28,16 +29,13 @@
 -- appended to the orders list in order, the Idempotency-Keys' records "<id>
 -- <qty> <user>", the due zset's entries. Nothing when t holds no order.
 local function tally()
-  return {orders = 0, units = 0, pending = 0, sold = {}, users = {}, user_in = {},
-          bought = {}, recs = {}}
+  return {orders = 0, units = 0, pending = 0, sold = {}, buyers = {}, bought = {},
+          recs = {}}
 end
 local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
   for _, p in ipairs(parts) do t.sold[p[1]] = (t.sold[p[1]] or 0) + p[2] end
   t.orders, t.units = t.orders + 1, t.units + qty
-  if not t.user_in[user] then
-    t.user_in[user] = true
-    t.users[#t.users + 1] = user
-  end
+  t.buyers[user] = true
   t.bought[user] = t.bought[user] + qty
   local seg = parts[1][1]
   local rec = id .. ' ' .. user .. ' ' .. qtext .. ' ' .. seg
@@ -82,8 +80,9 @@ local function tally_write(t, due)
     redis.call('ZADD', due, unpack(t.due))
   end
   local b = {}
-  for i, u in ipairs(t.users) do
-    b[2 * i - 1], b[2 * i] = u, t.bought[u]
+  for u in pairs(t.buyers) do
+    b[#b + 1] = u
+    b[#b + 1] = t.bought[u]
   end
   redis.call('HSET', KEYS[4], unpack(b))
   redis.call('RPUSH', KEYS[5], unpack(t.recs))
