@@ -39,8 +39,9 @@
 # it to a throwaway PostgreSQL: its CPU per placed order, and the sink's lag over the
 # run, peak and last, and the time it took to drain to 0 after it, are the step's
 # "sink" and a line below the table); redis-full, both at once (the whole life of an
-# order with its outbox: the per-order cost with the lifecycle and the outbox on); and canned (scripts/cluster.sh up --canned: the same nginx
-# balancer in front of upstreams that answer a fixed 201; the ceiling). When the
+# order with its outbox: the per-order cost with the lifecycle and the outbox on); and
+# canned (scripts/cluster.sh up --canned: the same nginx balancer in front of upstreams
+# that answer a fixed 201; the ceiling). When the
 # server takes --batch, each mode of BATCHED_MODES runs twice, at its default batch
 # and at --batch 1; without it every mode runs once, labelled "1 (no --batch)".
 #
