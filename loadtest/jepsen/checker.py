@@ -14,6 +14,7 @@ Python 3 standard library only.
     --expect-invalid  for an unsafe configuration: exit 0 only when one of these kinds
                       was found, else 1 ("checker is blind: ...")
 Exit status: 0 valid, 1 a violation, 2 unreadable or malformed input (file and line).
+Its tests: python3 -m unittest loadtest/jepsen/test_checker.py (tests/it_checker.sh).
 
 The run directory, as the recorder writes it (every time in ms on one monotonic
 clock, shared by history.jsonl and run.json's faults):
@@ -40,6 +41,12 @@ clock, shared by history.jsonl and run.json's faults):
                  of the history.
   fences.jsonl   optional: the fencing tokens the store accepted, in that order,
                  {"segment": int, "token": "<n>:<owner>" or a decimal integer}.
+
+The recorder types each completion: ok for a 201 (order) or 200 (pay, cancel); fail
+for an answer that changed nothing (409, 422, 400/403/404, 503 busy or unavailable);
+info for 503 outcome_unknown, 502, 504 and no answer. The checker reads "error":
+an order's "sold_out", a pay's or cancel's "expired". It assumes the history holds
+every client of the SKU, and that run.json's stock is the SKU's whole stock.
 """
 import argparse
 import bisect
@@ -85,7 +92,7 @@ def is_int(v):
 
 
 def is_number(v):
-    return (is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    return is_int(v) or (isinstance(v, float) and math.isfinite(v))
 
 
 def read_json(path):
