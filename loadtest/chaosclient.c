@@ -25,9 +25,29 @@
  *   dpay STATUS KEY ORDER_ID ERROR TRIES PORT OFFSET_MS   (sent OFFSET_MS after pay_by)
  *
  * The actions due are done before the next order; once STOP_FILE exists none is done.
+ *
+ * The environment, for loadtest/jepsen.sh: CHAOS_HOST, an IPv4 address to buy from
+ * instead of 127.0.0.1 (a network namespace's); CHAOS_TOKEN, the admin token
+ * (--admin-token) sent with every request (a pay is the admin's); CHAOS_USERS=N,
+ * buyers drawn from N users uC-1..uC-N (so that the per-user limit is met) instead of
+ * a new user per order; CHAOS_HISTORY=FILE, every try of every request also written to FILE as
+ * Jepsen records a history (loadtest/jepsen/checker.py reads it), a JSON line when
+ * the request is sent and one when its answer came or did not:
+ *
+ *   {"process":P,"type":"invoke","f":"order","time":MS,"key":K,"user":U,"qty":1}
+ *   {"process":P,"type":"ok|fail|info","f":"order","time":MS,"key":K,"user":U,
+ *    "qty":1,"status":S,"error":E|null,"order_id":ID|null}
+ *   pay and cancel: "f":"pay|cancel","order_id":ID (cancel also "user")
+ *
+ * P is C (C*100+1+I for the deadline pay sent to the I-th deadline port, which runs
+ * beside C's own), MS this machine's wall clock in milliseconds (the faults' times in
+ * run.json are too), S the status (0: no answer). ok is a 201 to an order or a 200 to
+ * a pay or cancel; info an undecided answer but 503 unavailable, which placed
+ * nothing (the order may or may not have been made); fail every other answer.
  * The client the matrix ran with before (curl forked per order) cost ~57 ms of CPU per
  * order; on 2 cores that, not the service, set the pace of the sale.
  * Exit 0, or 2 on a usage error. */
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -73,13 +93,15 @@ static long long wall_ms(void)
 }
 
 /* A connected socket to the port, or -1. */
+static struct in_addr host = {.s_addr = 0}; /* CHAOS_HOST; 0: loopback */
+
 static int dial(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr.s_addr = host.s_addr ? host.s_addr : htonl(INADDR_LOOPBACK);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
@@ -182,6 +204,71 @@ static int undecided(int status, const char *err)
            (!strcmp(err, "outcome_unknown") || !strcmp(err, "unavailable"));
 }
 
+/* One request as the history names it (CHAOS_HISTORY). */
+struct op {
+    int process;
+    const char *f;   /* order, pay, cancel */
+    const char *key; /* an order's Idempotency-Key */
+    const char *user;
+    const char *id; /* a pay's or cancel's order */
+};
+
+static FILE *history;
+
+static void hist_head(const struct op *o, const char *type)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(history, "{\"process\":%d,\"type\":\"%s\",\"f\":\"%s\",\"time\":%lld.%03ld",
+            o->process, type, o->f, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+            ts.tv_nsec / 1000 % 1000);
+    if (o->key)
+        fprintf(history, ",\"key\":\"%s\",\"qty\":1", o->key);
+    if (o->user)
+        fprintf(history, ",\"user\":\"%s\"", o->user);
+    if (o->id)
+        fprintf(history, ",\"order_id\":\"%s\"", o->id);
+}
+
+static void hist_invoke(const struct op *o)
+{
+    if (!history)
+        return;
+    hist_head(o, "invoke");
+    fputs("}\n", history);
+    fflush(history);
+}
+
+/* The try's outcome: a 201 to an order or a 200 to a pay or cancel happened; an
+ * undecided answer may have (but 503 unavailable: nothing was done); any other did
+ * not. */
+static const char *outcome(const struct op *o, int status, const char *err)
+{
+    if (status == (o->key ? 201 : 200))
+        return "ok";
+    if (status == 503 && !strcmp(err, "unavailable"))
+        return "fail";
+    return undecided(status, err) ? "info" : "fail";
+}
+
+static void hist_complete(const struct op *o, const struct answer *a, const char *err)
+{
+    if (!history)
+        return;
+    struct op done = *o;
+    char id[32];
+    field(a->body, "order_id", id, sizeof(id));
+    if (o->key)
+        done.id = NULL; /* an order's id is its answer's */
+    hist_head(&done, outcome(o, a->status, err));
+    fprintf(history, ",\"status\":%d", a->status);
+    fprintf(history, strcmp(err, "-") ? ",\"error\":\"%s\"" : ",\"error\":null", err);
+    if (o->key)
+        fprintf(history, strcmp(id, "-") ? ",\"order_id\":\"%s\"" : ",\"order_id\":null", id);
+    fputs("}\n", history);
+    fflush(history);
+}
+
 /* A kept-alive connection to one port. */
 struct conn {
     int port;
@@ -212,20 +299,25 @@ static void exchange_once(struct conn *c, const char *req, size_t len, struct an
 }
 
 /* req over c until its answer is final (undecided ones asked again, TRIES_MAX tries at
- * most); err the answer's error ("-" without). The number of tries. */
+ * most); err the answer's error ("-" without); each try recorded as o. The number of
+ * tries. */
 static int exchange(struct conn *c, const char *req, size_t len, struct answer *a,
-                    int tries, char *err, size_t errlen)
+                    int tries, char *err, size_t errlen, const struct op *o)
 {
     for (;;) {
         if (tries > 0)
             sleep_ms(RETRY_MS);
         tries++;
+        hist_invoke(o);
         exchange_once(c, req, len, a);
         field(a->body, "error", err, errlen);
+        hist_complete(o, a, err);
         if (!undecided(a->status, err) || tries >= TRIES_MAX)
             return tries;
     }
 }
+
+static const char *token; /* CHAOS_TOKEN: the admin token, for the pays */
 
 /* A POST of body to path as an HTTP/1.1 request into req; its length. */
 static size_t post(char *req, size_t cap, const char *path, const char *key,
@@ -233,9 +325,10 @@ static size_t post(char *req, size_t cap, const char *path, const char *key,
 {
     int n = snprintf(
         req, cap,
-        "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%sContent-Type: application/json\r\n"
+        "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%s%s%s%sContent-Type: application/json\r\n"
         "Content-Length: %zu\r\n\r\n%s",
         path, key ? "Idempotency-Key: " : "", key ? key : "", key ? "\r\n" : "",
+        token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "",
         strlen(body), body);
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
@@ -261,6 +354,23 @@ static int nactions;
 static const char *client; /* C */
 static int deadline_ports[DEADLINE_PORTS_MAX], ndeadline;
 
+static long users; /* CHAOS_USERS; 0: a new user per order */
+
+/* The user of buyer n: uC-n, or one of uC-1..uC-users. */
+static void user_of(long n, char *out, size_t len)
+{
+    snprintf(out, len, "u%s-%ld", client, users > 0 ? (n - 1) % users + 1 : n);
+}
+
+/* The op of x as the history names it, for process p. */
+static struct op action_op(const struct action *x, int p, char *user, size_t len)
+{
+    user_of(x->n, user, len);
+    int cancel = x->kind == ACT_CANCEL;
+    return (struct op){.process = p, .f = cancel ? "cancel" : "pay",
+                       .user = cancel ? user : NULL, .id = x->id};
+}
+
 /* The state's own random sequence (xorshift), so a client's choices replay. */
 static uint64_t rng_state;
 static unsigned draw(unsigned below)
@@ -271,15 +381,19 @@ static unsigned draw(unsigned below)
     return (unsigned)(rng_state % below);
 }
 
-/* x's request (a pay, payment id pC-N, or a cancel by user uC-N) into req; its
+/* x's request (a pay, payment id pC-N, or a cancel by its buyer) into req; its
  * length. */
 static size_t action_request(const struct action *x, char *req, size_t cap)
 {
     char path[80], body[80];
     int cancel = x->kind == ACT_CANCEL;
+    char user[40];
+    user_of(x->n, user, sizeof(user));
     snprintf(path, sizeof(path), "/orders/%s/%s", x->id, cancel ? "cancel" : "pay");
-    snprintf(body, sizeof(body), "{\"%s\":\"%c%s-%ld\"}",
-             cancel ? "user_id" : "payment_id", cancel ? 'u' : 'p', client, x->n);
+    if (cancel)
+        snprintf(body, sizeof(body), "{\"user_id\":\"%s\"}", user);
+    else
+        snprintf(body, sizeof(body), "{\"payment_id\":\"p%s-%ld\"}", client, x->n);
     return post(req, cap, path, NULL, body);
 }
 
@@ -301,17 +415,23 @@ static void deadline_pay(const struct action *x)
         sleep_ms(1);
     long long offset = wall_ms() - x->at;
     int sent[DEADLINE_PORTS_MAX];
-    for (int i = 0; i < ndeadline; i++)
+    struct op o[DEADLINE_PORTS_MAX];
+    char user[40];
+    for (int i = 0; i < ndeadline; i++) {
+        o[i] = action_op(x, atoi(client) * 100 + 1 + i, user, sizeof(user));
+        hist_invoke(&o[i]);
         sent[i] = c[i].fd >= 0 && send_all(c[i].fd, req, len) == 0;
+    }
     for (int i = 0; i < ndeadline; i++) {
         a[i].status = 0;
         if (!sent[i] || read_answer(c[i].fd, now_ms() + TIMEOUT_MS, &a[i]) != 0)
             a[i].status = 0, a[i].body[0] = '\0';
         conn_drop(&c[i]);
         field(a[i].body, "error", err, sizeof(err));
+        hist_complete(&o[i], &a[i], err);
         int tries = 1;
         if (undecided(a[i].status, err))
-            tries = exchange(&c[i], req, len, &a[i], 1, err, sizeof(err));
+            tries = exchange(&c[i], req, len, &a[i], 1, err, sizeof(err), &o[i]);
         conn_drop(&c[i]);
         printf("dpay %03d k%s-%ld %s %s %d %d %lld\n", a[i].status, client, x->n, x->id,
                err, tries, c[i].port, offset);
@@ -324,8 +444,10 @@ static void act(struct conn *c, const struct action *x)
     static struct answer a;
     char req[512], err[48];
     int pay = x->kind == ACT_PAY;
+    char user[40];
     size_t len = action_request(x, req, sizeof(req));
-    int tries = exchange(c, req, len, &a, 0, err, sizeof(err));
+    struct op o = action_op(x, atoi(client), user, sizeof(user));
+    int tries = exchange(c, req, len, &a, 0, err, sizeof(err), &o);
     printf("%s %03d k%s-%ld %s %s %d %d\n", pay ? "pay" : "cancel", a.status, client,
            x->n, x->id, err, tries, c->port);
 }
@@ -394,6 +516,21 @@ int main(int argc, char **argv)
     rng_state =
         0x9e3779b97f4a7c15ULL ^ (uint64_t)strtoull(client, NULL, 10) * 0x100000001b3ULL;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *env = getenv("CHAOS_HOST");
+    if (env && *env && inet_pton(AF_INET, env, &host) != 1) {
+        fprintf(stderr, "chaosclient: CHAOS_HOST %s is no IPv4 address\n", env);
+        return 2;
+    }
+    token = getenv("CHAOS_TOKEN");
+    if (token && !*token)
+        token = NULL;
+    env = getenv("CHAOS_USERS");
+    users = env ? atol(env) : 0;
+    env = getenv("CHAOS_HISTORY");
+    if (env && *env && !(history = fopen(env, "a"))) {
+        perror(env);
+        return 2;
+    }
     static struct answer a;
     long long next_order = now_ms(), window = 0;
     for (long n = 1; access(stop, F_OK) != 0;) {
@@ -418,10 +555,13 @@ int main(int argc, char **argv)
         }
         long long started = now_ms();
         char body[96], req[512], key[48], id[32], err[48], by[40];
-        snprintf(body, sizeof(body), "{\"user_id\":\"u%s-%ld\"}", client, n);
+        char user[40];
+        user_of(n, user, sizeof(user));
+        snprintf(body, sizeof(body), "{\"user_id\":\"%s\"}", user);
         snprintf(key, sizeof(key), "k%s-%ld", client, n);
         size_t len = post(req, sizeof(req), path, key, body);
-        int tries = exchange(&conn, req, len, &a, 0, err, sizeof(err));
+        struct op o = {.process = atoi(client), .f = "order", .key = key, .user = user};
+        int tries = exchange(&conn, req, len, &a, 0, err, sizeof(err), &o);
         field(a.body, "order_id", id, sizeof(id));
         printf("%03d k%s-%ld %s %s %d\n", a.status, client, n, id, err, tries);
         if (pay_pct + cancel_pct > 0 && a.status == 201) {
@@ -434,5 +574,7 @@ int main(int argc, char **argv)
         next_order = started + pace;
     }
     conn_drop(&conn);
+    if (history)
+        fclose(history);
     return 0;
 }
