@@ -326,11 +326,23 @@ def certainly_held(run, ix):
     until the first invoke of a cancel that may have happened. Orders that ended
     expired, or that a 409 expired names, are left out: their pay_by is on the data
     Redis's clock, so the moment their units came back is not known here; so are
-    orders that ended cancelled with no cancel in the history, and lost ones."""
-    held = []
+    orders that ended cancelled with no cancel in the history. A lost order (a 201,
+    and no record at the end) held its units all the same, as its buyer was told:
+    for good without a payment window (a placed order is final), else until its
+    invoke + pay_within_ms at least (pay_by is counted from a moment after the invoke;
+    a 201 promises the units until then)."""
+    held, window = [], run.config["pay_within_ms"]
     for oid, acks in ix.acks.items():
         ack = min(acks, key=lambda op: op.complete)
         order = run.final.get(oid)
+        if order is None and not ix.expired.get(oid, []):
+            first = min(op.invoke for op in acks)
+            until = first + window if window > 0 else math.inf
+            cancels = ix.cancels_tried.get(oid, [])
+            until = min([until] + [op.invoke for op in cancels])
+            if ack.complete < until:
+                held.append((ack.complete, until, ack.qty, ack.user, oid))
+            continue
         if (not order or order["state"] == "expired" or ix.expired.get(oid, [])
                 or order.get("user_id") != ack.user or order["qty"] != ack.qty):
             continue
@@ -395,12 +407,17 @@ def check_lost(run, ix):
 def check_oversell(run, ix):
     """Units held never exceed the stock: (a) at the end, units of live orders; (b) over
     the history, units of orders certainly held at once (certainly_held: only what
-    201s and the final records prove); (c) units of orders a pay was answered 200.
+    201s and the final records prove); (c) units of orders a pay was answered 200;
+    (d) at the end, units of live orders and the units the SKU says remain (GET
+    /skus/{sku}'s remaining, read after every order): more than the stock means units
+    counted twice, sold and still on sale, an oversell to come (a lost update, as a
+    stale lock holder's write makes) even when the stock has not run out yet.
     Sound: each sum counts only units that were provably held together (a paid order
-    can never give its units back)."""
+    can never give its units back), and units on their way back (an expired order not
+    yet swept) are in neither of (d)'s terms, so they can only make it smaller."""
     stock, out = run.config["stock"], []
     live = [oid for oid, o in run.final.items() if o and o["state"] in LIVE]
-    units = sum(run.final[oid]["qty"] for oid in live)
+    units = units_live = sum(run.final[oid]["qty"] for oid in live)
     if units > stock:
         out.append({"time_ms": None, "what": f"at the end: {units} units in {len(live)} "
                     f"placed/pending/paid orders > stock {stock}"})
@@ -409,6 +426,10 @@ def check_oversell(run, ix):
         out.append({"time_ms": t, "order_ids": held[:20],
                     "what": f"at {sec(t)}: {units} units certainly held > stock {stock}: "
                             f"orders {labels(held)}"})
+    remaining = run.sku.get("remaining")
+    if is_int(remaining) and units_live + remaining > stock:
+        out.append({"time_ms": None, "what": f"at the end: {units_live} units in live "
+                    f"orders + {remaining} remaining > stock {stock}"})
     paid = [oid for oid in ix.pays if oid in ix.qty or run.final.get(oid)]
     units = sum((run.final.get(oid) or {}).get("qty", ix.qty.get(oid)) for oid in paid)
     if units > stock:

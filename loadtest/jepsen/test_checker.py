@@ -71,7 +71,7 @@ class CheckerTest(unittest.TestCase):
         self.tmp.cleanup()
 
     def write(self, history, final, stock=1, limit=1, pay_within_ms=0, fences=None,
-              **config):
+              remaining=None, **config):
         """The run directory of history (a History, or raw lines) and final orders."""
         run = dict(sku="tv", stock=stock, per_user_limit=limit,
                    pay_within_ms=pay_within_ms, staleness_ms=1000, mode="test", seed=1,
@@ -80,7 +80,10 @@ class CheckerTest(unittest.TestCase):
         self.put("run.json", json.dumps(run))
         lines = history.lines() if isinstance(history, History) else history
         self.put("history.jsonl", "\n".join(lines) + "\n")
-        self.put("final.json", json.dumps({"orders": final, "sku": {"initial": stock}}))
+        sku = {"initial": stock}
+        if remaining is not None:
+            sku["remaining"] = remaining
+        self.put("final.json", json.dumps({"orders": final, "sku": sku}))
         if fences is not None:
             self.put("fences.jsonl", "".join(
                 json.dumps({"segment": s, "token": t}) + "\n" for s, t in fences))
@@ -202,6 +205,30 @@ class CheckerTest(unittest.TestCase):
         h.order(2, 30, 40, "k2", "u2", order_id="2")
         self.write(h, {"1": order("cancelled", "u1"), "2": order("pending", "u2")},
                    pay_within_ms=60000)
+        self.assertEqual(self.violations(), {})
+
+    def test_oversell_by_lost_orders(self):
+        """A lost 201's unit was sold again: two buyers told yes for one unit. With a
+        payment window, only while the first could not yet have expired."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.order(2, 20, 30, "k2", "u2", order_id="2")
+        self.write(h, {"1": None, "2": order("placed", "u2")})
+        self.assertEqual(self.violations(), {"lost": 1, "oversell": 1})
+        self.write(h, {"1": None, "2": order("pending", "u2")}, pay_within_ms=25)
+        self.assertEqual(self.violations(), {"lost": 1})
+        self.write(h, {"1": None, "2": order("pending", "u2")}, pay_within_ms=1000)
+        self.assertEqual(self.violations(), {"lost": 1, "oversell": 1})
+
+    def test_oversell_to_come(self):
+        """A lost update: two orders sold of a stock of 3, and 2 still on sale."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.order(2, 20, 30, "k2", "u2", order_id="2")
+        final = {"1": order("placed", "u1"), "2": order("placed", "u2")}
+        self.write(h, final, stock=3, remaining=2)
+        status, out, _ = self.run_checker()
+        self.assertEqual(self.violations(), {"oversell": 1})
+        self.assertIn("2 units in live orders + 2 remaining > stock 3", out)
+        self.write(h, final, stock=3, remaining=1)  # as it should be
         self.assertEqual(self.violations(), {})
 
     def test_oversell_of_paid_orders(self):
