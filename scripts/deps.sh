@@ -12,6 +12,9 @@ packages=(
     # tests' throwaway databases, libpq's headers and .pc for the build
     postgresql libpq-dev
     slowhttptest
+    # nft: the partitions of the fault tests' namespace network (loadtest/jepsen/net.sh,
+    # tests/it_netns.sh)
+    nftables
     # sd_notify (service/notify.c); the stand-in for systemd's notify socket
     # (tests/it_systemd.sh); groff renders the man page (tests/it_man.sh)
     libsystemd-dev python3 groff-base
