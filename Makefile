@@ -13,6 +13,10 @@
 #   make chaos      the fault matrix (loadtest/chaos.sh): each fault against each lock
 #                   mode, CHAOS_REPS times (10), each on a fresh cluster
 #                   (CHAOS_QUICK=1: CI's short pass, every fault once against one mode)
+#   make jepsen     random combined faults on a network of namespaces, every request
+#                   recorded and the history checked (loadtest/jepsen.sh; JEPSEN_TIME
+#                   seconds a run (30), JEPSEN_RUNS (1), JEPSEN_SEED, JEPSEN_ROWS;
+#                   JEPSEN_QUICK=1: CI's short pass, each row once for 25 s)
 #   make install    the binary, seckill(8) and the systemd unit under $(DESTDIR)$(PREFIX)
 #   make uninstall  removes them
 
@@ -71,7 +75,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/invfix.o
 
-.PHONY: all deps test check demo bench chaos fuzz valgrind clean install uninstall format
+.PHONY: all deps test check demo bench chaos jepsen fuzz valgrind clean install uninstall format
 all: $(BUILD)/seckill $(LUA_COPY)
 
 # `make V=1` shows the full commands.
@@ -203,6 +207,17 @@ CHAOS_QUICK ?=
 chaos: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/tests/faultproxy $(BUILD)/loadtest/chaosclient
 	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(if $(CHAOS_QUICK),--quick) $(CHAOS_ARGS)
+
+# Jepsen's way: random combined faults, partitions through network namespaces, the
+# clients' history checked (loadtest/jepsen.sh); results/jepsen-latest/.
+JEPSEN_TIME ?= 30
+JEPSEN_RUNS ?= 1
+JEPSEN_QUICK ?=
+jepsen: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/loadtest/chaosclient
+	@SECKILL_BUILD=$(BUILD) loadtest/jepsen.sh --time $(JEPSEN_TIME) --runs $(JEPSEN_RUNS) \
+		$(if $(JEPSEN_SEED),--seed $(JEPSEN_SEED)) $(if $(JEPSEN_ROWS),--rows $(JEPSEN_ROWS)) \
+		$(if $(JEPSEN_QUICK),--quick) $(JEPSEN_ARGS)
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60

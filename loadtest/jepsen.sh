@@ -1,0 +1,402 @@
+#!/usr/bin/env bash
+# jepsen.sh — make jepsen: the service under random, combined faults on a network of its
+# own, checked from the clients' history, as Jepsen checks a database.
+#
+#   loadtest/jepsen.sh [--time S] [--runs N] [--seed N] [--rows R,R,...] [--stock N]
+#                      [--quick] [--out DIR]
+#
+# Each run builds a private network of network namespaces on this machine
+# (loadtest/jepsen/net.sh): the data Redis on node db, three seckill instances on s1-s3,
+# redlock's lock nodes on l1-l3, the buyers on cl. Nothing listens on loopback; every
+# address is the run's own. For S seconds (--time, 30) the buyers order one SKU while a
+# schedule drawn from the run's seed strikes, several faults at once at times:
+#
+#   cut I          instance I cut from the data Redis both ways (its buyers still reach
+#                  it); packets dropped, so both ends' TCP waits and retransmits
+#   oneway-out I   only I's packets to Redis dropped; oneway-in I: only Redis's to I
+#   isolate I      instance I cut from every node, its buyers too
+#   flap I         I cut from Redis and healed again every 200-500 ms
+#   pause I        SIGSTOP instance I for 2-6 lock leases, then SIGCONT
+#   kill I         kill -9 instance I, started again when the fault ends
+#   redis-kill     kill -9 the data Redis, started again on its AOF
+#   lose-tail      the data Redis loses what its AOF had not made durable: the AOF's
+#                  size is noted where the policy's last fsync is (appendfsync always:
+#                  at the kill, everything answered was synced; everysec: when the
+#                  fault starts, 1-2 s before the kill), Redis is killed -9, the AOF cut
+#                  back to that size, and Redis started on it
+#   lock-cut K     redlock: lock node K cut from every instance
+#
+# then every fault heals, the buyers go on for 5 s, and stop. Each run's directory
+# (results/jepsen-latest/RUN/) has the buyers' history (history.jsonl: every try of every
+# request, invoke and ok/fail/info, loadtest/chaosclient.c), the end state (final.json:
+# every order the history names, as GET /orders/{id} tells, loadtest/jepsen/final.py),
+# the run (run.json: the SKU, seed and faults with their times) and the checker's
+# verdict (check.json) and chart (latency.svg: each request's latency over time, the
+# faults shaded), by loadtest/jepsen/checker.py, which reads the history and nothing
+# of the service's own audit.
+#
+# Rows (--rows; the default every one; --quick: each once, 25 s):
+#   redis atomic redlock      the safe modes, fsync always, every fault: no violation
+#   life-redis                redis with a payment window of 1 s: buyers pay, cancel or
+#                             walk away, units come back and are sold again
+#   none local                unsafe locks: the checker must find the oversell
+#   nofence                   redis --fencing off under pauses of a holder: must oversell
+#   everysec                  redis with appendfsync everysec losing its AOF tail: the
+#                             checker must find acknowledged orders lost
+# An unsafe row whose violations the checker does not find fails the run: the checker
+# would be blind. A safe row with any violation fails. A line per run, then a table;
+# exit 0 when every run is as its row expects, 1 otherwise, 2 on a usage error.
+# A run replays from its seed: --seed S --rows ROW --runs 1 draws the same schedule
+# (the service's own timing is not replayed).
+set -euo pipefail
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+# shellcheck source=loadtest/jepsen/net.sh
+source loadtest/jepsen/net.sh
+
+T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" out=""
+ALL_ROWS="redis atomic redlock life-redis none local nofence everysec"
+while (($#)); do
+    case $1 in
+    --time) T=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --rows) ROWS=${2//,/ }; shift 2 ;;
+    --stock) STOCK=$2; shift 2 ;;
+    --quick) T=25; RUNS=1; shift ;;
+    --out) out=$2; shift 2 ;;
+    -h | --help) usage_from_header "$0" 0 ;;
+    *) usage_from_header "$0" 2 ;;
+    esac
+done
+ROWS=${ROWS:-$ALL_ROWS}
+for r in $ROWS; do [[ " $ALL_ROWS " == *" $r "* ]] || die "unknown row $r (rows: $ALL_ROWS)"; done
+[[ $T =~ ^[0-9]+$ && $T -ge 5 && $RUNS =~ ^[0-9]+$ && $RUNS -ge 1 ]] || die "--time (>= 5) and --runs take whole numbers"
+((EUID == 0)) || die "jepsen.sh builds network namespaces: it needs root"
+
+BIN=$(seckill_bin)
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+CLIENT=$(cd "${SECKILL_BUILD:-build}" && pwd)/loadtest/chaosclient
+BATCH_LUA=${SECKILL_BUILD:-build}/gen/inventory/lua/batch.lua
+[[ -f $BATCH_LUA ]] || BATCH_LUA=build/gen/inventory/lua/batch.lua
+[[ -x $CLIENT ]] || die "$CLIENT not built (make build/loadtest/chaosclient)"
+if [[ -z $out ]]; then
+    out=results/jepsen-$(date +%Y%m%d-%H%M%S)
+    mkdir -p "$out"
+    ln -sfn "$(basename "$out")" results/jepsen-latest
+fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+TOKEN=jepsen-admin
+PORT=8080
+REDIS_PORT=6379
+TTL_MS=500      # the lock lease: the pauses last 2-6 of them
+PACE_MS=40      # each buyer's pace: 6 buyers, 150 orders/s at most
+LOOPS=6         # buyers 1-3 a new user per order, 4-6 forty users each (the limit is met)
+SEGMENTS=4
+LIMIT=2
+RECOVER_S=5     # the buyers go on this long once every fault healed
+
+# ---- rows ---------------------------------------------------------------------------
+
+# row_config ROW: sets MODE, FSYNC, FAULTS (the kinds the schedule draws from), EXPECT
+# (the violations an unsafe row must show; empty: none allowed), LIFE, WORK_US, FENCING.
+row_config() {
+    MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT=""
+    FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
+    case $1 in
+    redlock) FAULTS+=" lock-cut" ;;
+    life-redis) MODE=redis LIFE=1 ;;
+    none | local) FAULTS="pause kill cut"; EXPECT=oversell ;;
+    nofence) MODE=redis FENCING=off WORK_US=50000 FAULTS=pause EXPECT=oversell ;;
+    everysec) MODE=redis FSYNC=everysec FAULTS=lose-tail EXPECT=lost ;;
+    esac
+}
+
+# ---- the network and what runs on it -------------------------------------------------
+
+redis_args() { # DIR: the data Redis's flags
+    local -a a=(--bind "$(net_addr db)" --port "$REDIS_PORT" --dir "$1/db" --save ""
+        --appendonly yes --appendfsync "$FSYNC" --protected-mode no --daemonize no --logfile "")
+    printf '%s\n' "${a[@]}"
+}
+
+# redis_start DIR: the data Redis on its AOF, and once it answers, a MONITOR of it
+# (DIR/monitor.log, appended to across restarts), from which loadtest/jepsen/fences.py
+# reads the fencing tokens Redis let through
+redis_start() {
+    local -a a
+    mapfile -t a < <(redis_args "$1")
+    mkdir -p "$1/db"
+    net_start db redis "$1" redis-server "${a[@]}"
+    wait_until 10 redis_up || { echo "Redis did not start again"; return 1; }
+    proc_stop monitor "$1" 1 KILL >/dev/null 2>&1 || true
+    net_start cl monitor "$1" redis-cli -h "$(net_addr db)" -p "$REDIS_PORT" MONITOR
+}
+redis_up() { net_exec cl redis-cli -h "$(net_addr db)" -p "$REDIS_PORT" PING 2>/dev/null | grep -q PONG; }
+
+lock_nodes_csv() {
+    local k csv=""
+    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "l$k"):$REDIS_PORT; done
+    echo "$csv"
+}
+
+instance_start() { # DIR I
+    local -a a=(--listen "$(net_addr "s$2"):$PORT" --admin-token "$TOKEN"
+        --redis "$(net_addr db):$REDIS_PORT" --lock "$MODE" --instance-id "$2" --threads 1
+        --max-conns-per-ip 0 --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$FENCING")
+    [[ $MODE == redlock ]] && a+=(--lock-nodes "$(lock_nodes_csv)")
+    net_start "s$2" "s$2" "$1" "$BIN" "${a[@]}"
+}
+instance_url() { echo "http://$(net_addr "s$1"):$PORT"; }
+instance_ready() { [[ $(net_exec cl curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$(instance_url "$1")/readyz") == 200 ]]; }
+all_ready() { local i; for i in 1 2 3; do instance_ready "$i" || return 1; done; }
+
+put_sku() { # SKU STOCK
+    local extra=""
+    ((LIFE)) && extra=',"pay_within_ms":1000'
+    net_exec cl curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' \
+        -H "Authorization: Bearer $TOKEN" \
+        -d "{\"stock\":$2,\"segments\":$SEGMENTS,\"per_user_limit\":$LIMIT$extra}" \
+        "$(instance_url 1)/skus/$1"
+}
+
+client_start() { # DIR C SKU
+    local dir=$1 c=$2 i=$((($2 - 1) % 3 + 1)) users=0 life=()
+    ((c > 3)) && users=40
+    ((LIFE)) && life=(70 10 -)
+    CHAOS_HOST=$(net_addr "s$i") CHAOS_TOKEN=$TOKEN CHAOS_USERS=$users \
+        CHAOS_HISTORY=$dir/history.$c.jsonl \
+        net_start cl "client-$c" "$dir" "$CLIENT" "$c" "$PORT" "/skus/$3/orders" "$dir/stop" \
+        "$PACE_MS" "${life[@]}"
+}
+
+# ---- faults ------------------------------------------------------------------------
+
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+
+# The partitions in force, one "KIND TARGET" line each: a heal takes every drop rule
+# away and puts back those of the faults still on.
+declare -A ACTIVE=()
+partition_apply() { # KIND TARGET
+    case $1 in
+    cut | flap) net_cut "s$2" db ;;
+    oneway-out) net_cut_oneway "s$2" db ;;
+    oneway-in) net_cut_oneway db "s$2" ;;
+    isolate) net_isolate "s$2" ;;
+    lock-cut) net_isolate "l$2" ;;
+    esac
+}
+partitions_reapply() {
+    local k
+    net_heal
+    for k in "${!ACTIVE[@]}"; do partition_apply "${k%%:*}" "${k#*:}"; done
+}
+
+aof_incr() { # DIR: the AOF file Redis appends to now
+    local d=$1/db/appendonlydir
+    echo "$d/$(awk '$6 == "i" { f = $2 } END { print f }' "$d"/*.manifest)"
+}
+
+TAIL_SIZE=""
+fault_start() { # DIR KIND TARGET
+    local dir=$1 kind=$2 t=$3
+    case $kind in
+    cut | oneway-out | oneway-in | isolate | flap | lock-cut)
+        ACTIVE[$kind:$t]=1
+        partition_apply "$kind" "$t" ;;
+    pause) kill -STOP "$(cat "$dir/s$t.pid")" ;;
+    kill) proc_stop "s$t" "$dir" 1 KILL >/dev/null 2>&1 || true ;;
+    redis-kill) proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true ;;
+    lose-tail) TAIL_SIZE=$(stat -c %s "$(aof_incr "$dir")") ;;
+    esac
+}
+fault_end() { # DIR KIND TARGET
+    local dir=$1 kind=$2 t=$3 f
+    case $kind in
+    cut | oneway-out | oneway-in | isolate | flap | lock-cut)
+        unset "ACTIVE[$kind:$t]"
+        partitions_reapply ;;
+    pause) kill -CONT "$(cat "$dir/s$t.pid")" ;;
+    kill) instance_start "$dir" "$t" ;;
+    redis-kill) redis_start "$dir" ;;
+    lose-tail)
+        proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true
+        f=$(aof_incr "$dir")
+        [[ $FSYNC == always ]] && TAIL_SIZE=$(stat -c %s "$f")
+        echo "lost $(($(stat -c %s "$f") - TAIL_SIZE)) bytes of the AOF"
+        truncate -s "$TAIL_SIZE" "$f"
+        redis_start "$dir" ;;
+    esac
+}
+
+# schedule SEED: the run's faults, "START_MS END_MS KIND TARGET" a line each (from the
+# run's start), drawn from SEED: a new fault every 1-4 s, lasting 1-5 s, at most two
+# at once and never two on one target; flap as cuts of 200-500 ms with gaps as long.
+schedule() {
+    RANDOM=$1
+    local t=1000 end=$((T * 1000 - 1500)) kind target d n k busy line
+    local -a kinds lines=()
+    read -r -a kinds <<<"$FAULTS"
+    while ((t < end)); do
+        kind=${kinds[RANDOM % ${#kinds[@]}]}
+        case $kind in
+        redis-kill | lose-tail) target=db ;;
+        lock-cut) target=$((RANDOM % 3 + 1)) ;;
+        *) target=$((RANDOM % 3 + 1)) ;;
+        esac
+        d=$((1000 + RANDOM % 4000))
+        [[ $kind == pause ]] && d=$((TTL_MS * (2 + RANDOM % 5)))
+        [[ $kind == lose-tail && $FSYNC == everysec ]] && d=$((1000 + RANDOM % 1000))
+        ((t + d > end)) && d=$((end - t))
+        # at most two at once, one per target (the data Redis counts as every
+        # instance's: a kill of it meets no partition of theirs)
+        n=0 busy=0
+        for line in "${lines[@]}"; do
+            read -r s e k x <<<"$line"
+            ((s < t + d && e > t)) || continue
+            n=$((n + 1))
+            [[ $x == "$target" || $x == db || $target == db ]] && busy=1
+        done
+        if ((n < 2 && !busy && d >= 300)); then
+            if [[ $kind == flap ]]; then
+                local s0=$t
+                while ((s0 < t + d)); do
+                    local on=$((200 + RANDOM % 300))
+                    lines+=("$s0 $((s0 + on)) flap $target")
+                    s0=$((s0 + 2 * on))
+                done
+            else
+                lines+=("$t $((t + d)) $kind $target")
+            fi
+        fi
+        t=$((t + 1000 + RANDOM % 3000))
+    done
+    printf '%s\n' "${lines[@]}"
+}
+
+# play DIR T0: the run's schedule (DIR/schedule), in time: starts and ends in the order
+# of their moments; each done is logged with its real time in DIR/faults.log.
+play() {
+    local dir=$1 t0=$2 at what kind target wait msg
+    while read -r at what kind target; do
+        wait=$((t0 + at - $(now_ms)))
+        ((wait > 0)) && sleep "$(printf '%d.%03d' $((wait / 1000)) $((wait % 1000)))"
+        # in this shell, not $(...)'s: the faults on (ACTIVE, TAIL_SIZE) are kept here
+        "fault_$what" "$dir" "$kind" "$target" >"$dir/fault.out" 2>&1 ||
+            echo "(failed)" >>"$dir/fault.out"
+        msg=$(tr '\n' ' ' <"$dir/fault.out")
+        echo "$(now_ms) $what $kind $target $msg" >>"$dir/faults.log"
+    done < <(awk '{ print $1, "start", $3, $4; print $2, "end", $3, $4 }' "$dir/schedule" | sort -n -s -k1,1)
+}
+
+# ---- a run -----------------------------------------------------------------------------
+
+# heal_all DIR: every fault of the schedule over, whatever it was doing when stopped
+heal_all() {
+    local dir=$1 i
+    ACTIVE=()
+    net_heal
+    for i in 1 2 3; do
+        proc_alive "s$i" "$dir" && kill -CONT "$(cat "$dir/s$i.pid")" 2>/dev/null
+        proc_alive "s$i" "$dir" || instance_start "$dir" "$i"
+    done
+    proc_alive redis "$dir" || redis_start "$dir"
+}
+
+clients_done() { local c; for c in $(seq "$LOOPS"); do ! proc_alive "client-$c" "$1" || return 1; done; }
+
+# run_json DIR ROW SEED STOCK: DIR/run.json, the faults' times from faults.log
+run_json() {
+    local dir=$1
+    python3 - "$dir" "$2" "$3" "$4" "$LIMIT" "$((LIFE ? 1000 : 0))" <<'PY'
+import json, sys
+d, row, seed, stock, limit, pay = sys.argv[1:]
+faults, open_ = [], {}
+for line in open(f"{d}/faults.log"):
+    w = line.split()
+    if len(w) < 4 or w[1] not in ("start", "end"):
+        continue
+    t, what, kind, target = w[:4]
+    if what == "start":
+        open_[(kind, target)] = float(t)
+    elif (kind, target) in open_:
+        faults.append({"kind": kind, "target": target, "start": open_.pop((kind, target)), "end": float(t)})
+json.dump({"sku": "jepsen", "stock": int(stock), "per_user_limit": int(limit),
+           "pay_within_ms": int(pay), "staleness_ms": 1000, "mode": row, "seed": int(seed),
+           "faults": faults}, open(f"{d}/run.json", "w"))
+PY
+}
+
+NET_DIR="" # net.sh's: the run's network while it is up
+run_one() { # ROW REP
+    local row=$1 rep=$2 dir seed stock c rc=0 verdict expect=() t0
+    row_config "$row"
+    seed=$(((SEED + $(cksum <<<"$row $rep" | cut -d' ' -f1)) % 2147483647))
+    dir=$out/$row-$rep
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    stock=${STOCK:-$((T * 60))}
+    ((LIFE)) && stock=${STOCK:-$((T * 20))}
+    schedule "$seed" >"$dir/schedule"
+    : >"$dir/faults.log"
+    local nodes=(db s1 s2 s3 cl)
+    [[ $MODE == redlock ]] && nodes+=(l1 l2 l3)
+    net_up "$dir" "${nodes[@]}" || { echo "$row #$rep: the network did not come up"; return 1; }
+    redis_start "$dir" >"$dir/redis-up.log" || { echo "$row #$rep: Redis did not start"; return 1; }
+    if [[ $MODE == redlock ]]; then
+        for c in 1 2 3; do
+            net_start "l$c" "lock-$c" "$dir" redis-server --bind "$(net_addr "l$c")" \
+                --port "$REDIS_PORT" --save "" --appendonly no --protected-mode no --daemonize no --logfile ""
+        done
+    fi
+    for c in 1 2 3; do instance_start "$dir" "$c"; done
+    wait_until 30 all_ready || { echo "$row #$rep: instances not ready (see $dir/s*.log)"; return 1; }
+    put_sku jepsen "$stock" || { echo "$row #$rep: PUT /skus/jepsen failed"; return 1; }
+    for c in $(seq "$LOOPS"); do client_start "$dir" "$c" jepsen; done
+    t0=$(now_ms)
+    play "$dir" "$t0"
+    heal_all "$dir" >>"$dir/faults.log" 2>&1
+    echo "$(now_ms) healed" >>"$dir/faults.log"
+    wait_until 30 all_ready || true
+    sleep "$RECOVER_S" # the buyers' recovery time, measured by the clock on purpose
+    touch "$dir/stop"
+    wait_until 30 clients_done "$dir" || echo "$row #$rep: a buyer did not stop" >&2
+    cat "$dir"/history.*.jsonl >"$dir/history.jsonl"
+    python3 loadtest/jepsen/fences.py "$dir/monitor.log" "$BATCH_LUA" "$dir/fences.jsonl" >"$dir/fences.log"
+    run_json "$dir" "$row" "$seed" "$stock"
+    net_exec cl python3 loadtest/jepsen/final.py "$(instance_url 1)" jepsen "$dir" >"$dir/final.log" 2>&1 ||
+        { echo "$row #$rep: no end state ($(tail -n 1 "$dir/final.log"))"; return 1; }
+    net_down "$NET_DIR"
+    NET_DIR=""
+    [[ -n $EXPECT ]] && expect=(--expect-invalid "$EXPECT")
+    python3 loadtest/jepsen/checker.py "$dir" --json "$dir/check.json" --chart "$dir/latency.svg" \
+        "${expect[@]}" >"$dir/check.txt" 2>&1 || rc=$?
+    verdict=$(head -n 1 "$dir/check.txt")
+    printf '%s #%d (seed %d, %d faults): %s%s\n' "$row" "$rep" "$seed" "$(wc -l <"$dir/schedule")" \
+        "$( ((rc == 0)) && echo ok || echo FAILED)" " — $verdict"
+    return "$rc"
+}
+
+cleanup() {
+    local rc=$?
+    [[ -n $NET_DIR ]] && net_down "$NET_DIR"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "jepsen: rows $ROWS, $RUNS run(s) of ${T} s each, seed $SEED; results in $out"
+failed=0
+for ((rep = 1; rep <= RUNS; rep++)); do
+    for row in $ROWS; do
+        run_one "$row" "$rep" || failed=$((failed + 1))
+        if [[ -n $NET_DIR ]]; then net_down "$NET_DIR"; NET_DIR=""; fi
+    done
+done
+python3 loadtest/jepsen/summary.py "$out" || true
+((failed == 0)) || { echo "jepsen: $failed run(s) not as their row expects"; exit 1; }
+echo "jepsen: every run as its row expects"
