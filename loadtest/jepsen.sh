@@ -25,6 +25,8 @@
 #                  fault starts, 1-2 s before the kill), Redis is killed -9, the AOF cut
 #                  back to that size, and Redis started on it
 #   lock-cut K     redlock: lock node K cut from every instance
+#   clock I        instance I's wall clock strobed (libfaketime): 10 s back and 10 s
+#                  ahead by turns, a second or so each, then right again
 #
 # then every fault heals, the buyers go on for 5 s, and stop. Each run's directory
 # (results/jepsen-latest/RUN/) has the buyers' history (history.jsonl: every try of every
@@ -89,6 +91,8 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
+# the instances' clocks are libfaketime's, each reading its offset from DIR/faketime.I
+FAKETIME_LIB=$(dpkg -L libfaketime 2>/dev/null | grep -m1 'libfaketimeMT\.so\.1$') || FAKETIME_LIB=""
 TOKEN=jepsen-admin
 PORT=8080
 REDIS_PORT=6379
@@ -106,6 +110,7 @@ RECOVER_S=5     # the buyers go on this long once every fault healed
 row_config() {
     MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT=""
     FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
+    [[ -n $FAKETIME_LIB ]] && FAULTS+=" clock"
     case $1 in
     redlock) FAULTS+=" lock-cut" ;;
     life-redis) MODE=redis LIFE=1 ;;
@@ -148,7 +153,13 @@ instance_start() { # DIR I
         --redis "$(net_addr db):$REDIS_PORT" --lock "$MODE" --instance-id "$2" --threads 1
         --max-conns-per-ip 0 --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$FENCING")
     [[ $MODE == redlock ]] && a+=(--lock-nodes "$(lock_nodes_csv)")
-    net_start "s$2" "s$2" "$1" "$BIN" "${a[@]}"
+    local -a clock=()
+    if [[ -n $FAKETIME_LIB ]]; then
+        [[ -f $1/faketime.$2 ]] || echo "+0" >"$1/faketime.$2"
+        clock=(env LD_PRELOAD="$FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE="$1/faketime.$2"
+            FAKETIME_CACHE_DURATION=1 DONT_FAKE_MONOTONIC=1)
+    fi
+    net_start "s$2" "s$2" "$1" "${clock[@]}" "$BIN" "${a[@]}"
 }
 instance_url() { echo "http://$(net_addr "s$1"):$PORT"; }
 instance_ready() { [[ $(net_exec cl curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$(instance_url "$1")/readyz") == 200 ]]; }
@@ -211,6 +222,8 @@ fault_start() { # DIR KIND TARGET
     kill) proc_stop "s$t" "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     redis-kill) proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     lose-tail) TAIL_SIZE=$(stat -c %s "$(aof_incr "$dir")") ;;
+    clock-back) echo "-10" >"$dir/faketime.$t" ;;
+    clock-ahead) echo "+10" >"$dir/faketime.$t" ;;
     esac
 }
 fault_end() { # DIR KIND TARGET
@@ -229,12 +242,15 @@ fault_end() { # DIR KIND TARGET
         echo "lost $(($(stat -c %s "$f") - TAIL_SIZE)) bytes of the AOF"
         truncate -s "$TAIL_SIZE" "$f"
         redis_start "$dir" ;;
+    clock-back | clock-ahead) echo "+0" >"$dir/faketime.$t" ;;
     esac
 }
 
 # schedule SEED: the run's faults, "START_MS END_MS KIND TARGET" a line each (from the
 # run's start), drawn from SEED: a new fault every 1-4 s, lasting 1-5 s, at most two
-# at once and never two on one target; flap as cuts of 200-500 ms with gaps as long.
+# at once and never two on one target; flap as cuts of 200-500 ms with gaps as long;
+# clock as steps back and ahead by turns, 1-1.5 s each (libfaketime reads its offset
+# once a second).
 schedule() {
     RANDOM=$1
     local t=1000 end=$((T * 1000 - 1500)) kind target d n k busy line
@@ -261,7 +277,15 @@ schedule() {
             [[ $x == "$target" || $x == db || $target == db ]] && busy=1
         done
         if ((n < 2 && !busy && d >= 300)); then
-            if [[ $kind == flap ]]; then
+            if [[ $kind == clock ]]; then
+                local s0=$t step="clock-back"
+                while ((s0 < t + d)); do
+                    local on=$((1000 + RANDOM % 500))
+                    lines+=("$s0 $((s0 + on)) $step $target")
+                    s0=$((s0 + on))
+                    if [[ $step == clock-back ]]; then step="clock-ahead"; else step="clock-back"; fi
+                done
+            elif [[ $kind == flap ]]; then
                 local s0=$t
                 while ((s0 < t + d)); do
                     local on=$((200 + RANDOM % 300))
@@ -300,6 +324,7 @@ heal_all() {
     ACTIVE=()
     net_heal
     for i in 1 2 3; do
+        [[ -f $dir/faketime.$i ]] && echo "+0" >"$dir/faketime.$i"
         proc_alive "s$i" "$dir" && kill -CONT "$(cat "$dir/s$i.pid")" 2>/dev/null
         proc_alive "s$i" "$dir" || instance_start "$dir" "$i"
     done
