@@ -1,9 +1,11 @@
 """latency_chart.py: Jepsen's latency plot of a recorded seckill run, as SVG by hand.
 
-One point per completed operation: x its invoke time (s), y its latency (ms, log
+One point per completed operation: x its invoke time (s from the run's first
+operation or fault), y its latency (ms, log
 scale); the colour says how it completed (ok green, fail red, info grey), the shape
 what it was (order a circle, pay a square, cancel a triangle). The faults of run.json
-are shaded bands, each labelled with its kind and target. Standard library only;
+are shaded bands, each labelled with its kind and target (on the first of three lines
+where the label clears the one before it; none where none does). Standard library only;
 called by checker.py --chart OUT.svg (write_svg), nothing else.
 """
 import math
@@ -14,6 +16,7 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 130, 40, 50     # margins around the plot area
 COLOURS = {"ok": "#2ca02c", "fail": "#d62728", "info": "#8c8c8c"}
 SHAPES = ("order", "pay", "cancel")
 MIN_LATENCY_MS = 0.1                           # lower latencies drawn at this line
+LABEL_LINES, LABEL_CHAR_W = 3, 6.2             # fault labels: lines, px per character
 
 
 def shape(f, x, y, colour):
@@ -53,13 +56,17 @@ def write_svg(path, ops, config):
            f'<text x="{LEFT}" y="20" font-size="14">'
            + escape(f"seckill latency: sku {config.get('sku')}, mode {config.get('mode')}, "
                     f"seed {config.get('seed')}, {len(done)} operations") + '</text>']
-    for fault in faults:
+    label_ends = [-math.inf] * LABEL_LINES     # where each line's last label ends
+    for fault in sorted(faults, key=lambda f: f["start"]):
         x0, x1 = x_of(fault["start"]), x_of(fault["end"])
         label = fault["kind"] + (f" {fault['target']}" if fault.get("target") else "")
         out.append(f'<rect x="{x0:.1f}" y="{TOP}" width="{max(x1 - x0, 1):.1f}" '
                    f'height="{plot_h}" fill="#f4a582" fill-opacity="0.3"/>')
-        out.append(f'<text x="{x0 + 2:.1f}" y="{TOP + 12}" fill="#b2182b">'
-                   f'{escape(label)}</text>')
+        line = next((i for i, end in enumerate(label_ends) if end < x0), None)
+        if line is not None:
+            label_ends[line] = x0 + 2 + LABEL_CHAR_W * len(label)
+            out.append(f'<text x="{x0 + 2:.1f}" y="{TOP + 12 + 13 * line}" fill="#b2182b">'
+                       f'{escape(label)}</text>')
     for decade in range(lo, hi + 1):          # y axis: one line per decade
         y = y_of(10 ** decade)
         out.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + plot_w}" y2="{y:.1f}" '
@@ -67,10 +74,9 @@ def write_svg(path, ops, config):
         out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
                    f'{10 ** decade:g}</text>')
     step = nice_step((t1 - t0) / 1000 / 8)    # x axis: about 8 ticks, in seconds
-    first = math.ceil(t0 / 1000 / step)
-    for n in range(first, math.floor(t1 / 1000 / step) + 1):
+    for n in range(math.floor((t1 - t0) / 1000 / step) + 1):
         tick = round(n * step, 9)
-        x = x_of(tick * 1000)
+        x = x_of(t0 + tick * 1000)
         out.append(f'<line x1="{x:.1f}" y1="{TOP + plot_h}" x2="{x:.1f}" '
                    f'y2="{TOP + plot_h + 5}" stroke="black"/>')
         out.append(f'<text x="{x:.1f}" y="{TOP + plot_h + 18}" text-anchor="middle">'
