@@ -3,7 +3,7 @@
 # own, checked from the clients' history, as Jepsen checks a database.
 #
 #   loadtest/jepsen.sh [--time S] [--runs N] [--seed N] [--rows R,R,...] [--stock N]
-#                      [--quick] [--out DIR]
+#                      [--faults F,F,...] [--quick] [--out DIR]
 #
 # Each run builds a private network of network namespaces on this machine
 # (loadtest/jepsen/net.sh): the data Redis on node db, three seckill instances on s1-s3,
@@ -49,6 +49,7 @@
 # An unsafe row whose violations the checker does not find fails the run: the checker
 # would be blind. A safe row with any violation fails. A line per run, then a table;
 # exit 0 when every run is as its row expects, 1 otherwise, 2 on a usage error.
+# --faults keeps each row's schedule to those of its faults (a fault hunted alone).
 # A run replays from its seed: --seed S --rows ROW --runs 1 draws the same schedule
 # (the service's own timing is not replayed).
 set -euo pipefail
@@ -58,7 +59,7 @@ source scripts/lib.sh
 # shellcheck source=loadtest/jepsen/net.sh
 source loadtest/jepsen/net.sh
 
-T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" out=""
+T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" out=""
 ALL_ROWS="redis atomic redlock life-redis none local nofence everysec"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
@@ -70,6 +71,7 @@ while (($#)); do
     --seed) SEED=$2; shift 2 ;;
     --rows) ROWS=${2//,/ }; shift 2 ;;
     --stock) STOCK=$2; shift 2 ;;
+    --faults) ONLY_FAULTS=${2//,/ }; shift 2 ;;
     --quick) T=20 RUNS=1 ROWS=${ROWS:-$QUICK_ROWS}; shift ;;
     --out) out=$2; shift 2 ;;
     -h | --help) usage_from_header "$0" 0 ;;
@@ -122,6 +124,11 @@ row_config() {
     nofence) MODE=redis FENCING=off WORK_US=50000 FAULTS=pause EXPECT=oversell ;;
     everysec) MODE=redis FSYNC=everysec FAULTS=lose-tail EXPECT=lost ;;
     esac
+    if [[ -n $ONLY_FAULTS ]]; then
+        local f kept=""
+        for f in $FAULTS; do [[ " $ONLY_FAULTS " == *" $f "* ]] && kept+=" $f"; done
+        FAULTS=${kept# }
+    fi
 }
 
 # ---- the network and what runs on it -------------------------------------------------
@@ -260,6 +267,7 @@ schedule() {
     local t=1000 end=$((T * 1000 - 1500)) kind target d n k busy line
     local -a kinds lines=()
     read -r -a kinds <<<"$FAULTS"
+    ((${#kinds[@]})) || return 0 # no fault of the row left (--faults)
     while ((t < end)); do
         kind=${kinds[RANDOM % ${#kinds[@]}]}
         case $kind in
