@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
+#include "orderid.h"
 #include "xalloc.h"
 
 /* The placed orders whose commits one connection carried: those covered by
@@ -86,11 +86,11 @@ static void round_send(struct ack_group *g)
     g->unacked = g->unacked_tail = NULL;
     g->in_flight = 1;
     g->written = 0;
+    /* a replay's record came from its order's node, which its id names */
+    const struct inv_ticket *t = g->acking;
     char key[48];
-    if (g->acking->gene >= 0)
-        snprintf(key, sizeof(key), "sk:{%s}:ack", cluster_gene_tag(g->acking->gene));
-    else
-        snprintf(key, sizeof(key), "sk:ack");
+    inv_ack_key(t->st == INV_REPLAYED && t->gene >= 0 ? orderid_gene_of(t->order.id) : t->gene,
+                key, sizeof(key));
     const char *set[] = {"SET", key, "1"};
     if (aconn_command(g->conn, on_written, g, 3, set, NULL) != RCONN_OK) {
         on_waited(g, ACONN_NOT_SENT, NULL);

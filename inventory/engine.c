@@ -63,10 +63,13 @@ static void on_acked(void *arg, struct inv_ticket *t)
 }
 
 /* t is final. A placed order waits for its replicas first when asked to
- * (--min-replicas-acked): its commit came back on e->answering. */
+ * (--min-replicas-acked): its commit came back on e->answering. So does a
+ * replay: the first try of its Idempotency-Key may have been answered 503
+ * outcome_unknown because no replica had it, and a 201 now must not say
+ * otherwise (its record came back on e->answering, from the order's node). */
 void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
-    if (t->st != INV_PLACED || !e->acked) {
+    if ((t->st != INV_PLACED && t->st != INV_REPLAYED) || !e->acked) {
         ticket_answer(e, t);
     } else if (e->acks) {
         inv_acks_add(e->acks, t, e->answering);

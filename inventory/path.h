@@ -49,10 +49,19 @@ void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
  * for. */
 int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]);
 /* That WAIT on rc, blocking (a transfer's step, a pay, a cancel): 1 when the
- * replicas acknowledged every write of rc so far, or none are asked for. */
-int inv_rc_acked(const struct inv *inv, struct rconn *rc);
-/* Its answer r (NULL: none came) for placed ticket t: unacknowledged turns
- * it outcome unknown. */
+ * replicas acknowledged every write of rc so far, or none are asked for.
+ * WAIT counts only rc's own writes: an answer that reports a write made
+ * before, perhaps on another connection or by another instance (a pay or
+ * cancel answered again), passes own_key, a key in that write's slot, and
+ * rc writes it first, so that the replicas acknowledge a point of the
+ * stream after that write. NULL when rc's own script just wrote. */
+int inv_rc_acked(const struct inv *inv, struct rconn *rc, const char *own_key);
+/* The key those writes of a connection's own go to (ack.c's rounds, own_key
+ * above): in gene's slot on a cluster (gene >= 0), else one key for all. */
+void inv_ack_key(int gene, char *buf, size_t len);
+/* Its answer r (NULL: none came) for ticket t, placed or replayed (the
+ * order its Idempotency-Key placed before, which may never have reached a
+ * replica): unacknowledged turns it outcome unknown. */
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r);
 
 /* ---- the event-driven path (engine.c) ----------------------------------- */

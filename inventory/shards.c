@@ -225,7 +225,7 @@ static inv_status xfer_call(struct inv_session *s, const char *sku, int gene, in
      * once they have it too: a failover must not keep units on both sides
      * (the giver's replica without its debit) or on neither. */
     int wrote = r && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    int unacked = wrote && !inv_rc_acked(inv, sh->rc);
+    int unacked = wrote && !inv_rc_acked(inv, sh->rc, NULL);
     if (inv->cfg.lock)
         lock_release(sh->lock, xc.lkey, &g);
     inv_status st = unacked ? INV_UNAVAILABLE : inv_xfer_answer(r, out);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "inv_impl.h"
 #include "text.h"
 
@@ -82,12 +83,29 @@ int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]
     return 3;
 }
 
-int inv_rc_acked(const struct inv *inv, struct rconn *rc)
+void inv_ack_key(int gene, char *buf, size_t len)
+{
+    if (gene >= 0)
+        snprintf(buf, len, "sk:{%s}:ack", cluster_gene_tag(gene));
+    else
+        snprintf(buf, len, "sk:ack");
+}
+
+int inv_rc_acked(const struct inv *inv, struct rconn *rc, const char *own_key)
 {
     const char *argv[3];
     char buf[2][16];
     if (inv_durable_argv(inv, argv, buf) == 0)
         return 1;
+    if (own_key) {
+        const char *set[] = {"SET", own_key, "1"};
+        redisReply *s = rconn_command_argv(rc, 3, set, NULL);
+        int written = s && s->type == REDIS_REPLY_STATUS;
+        if (s)
+            freeReplyObject(s);
+        if (!written)
+            return 0;
+    }
     redisReply *w = rconn_command_argv(rc, 3, argv, NULL);
     int ok =
         w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
@@ -98,10 +116,11 @@ int inv_rc_acked(const struct inv *inv, struct rconn *rc)
 
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r)
 {
-    if (t->st != INV_PLACED || (r && r->type == REDIS_REPLY_INTEGER &&
-                                r->integer >= inv->cfg.min_replicas_acked))
+    if ((t->st != INV_PLACED && t->st != INV_REPLAYED) ||
+        (r && r->type == REDIS_REPLY_INTEGER && r->integer >= inv->cfg.min_replicas_acked))
         return;
-    atomic_fetch_sub(&inv->counters.placed, 1); /* counted as placed when decided */
+    /* counted as placed, or replayed, when decided */
+    atomic_fetch_sub(t->st == INV_PLACED ? &inv->counters.placed : &inv->counters.replayed, 1);
     count(&inv->counters.unacked);
     inv_ticket_finish(inv, t, INV_OUTCOME_UNKNOWN);
 }

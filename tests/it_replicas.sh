@@ -16,7 +16,13 @@
 #     Idempotency-Key returns that same order, and nothing is placed twice;
 #   - reservations: a pay and a cancel are answered 200 only once acknowledged too:
 #     replica frozen, 503 outcome_unknown (the order paid, or cancelled, on the
-#     master); asked again once it is back, 200.
+#     master); asked again once it is back, 200;
+#   - an answer that reports an earlier write waits for the replicas too (found by make
+#     jepsen's cluster row: a 201 to a retry whose order a failover then dropped): with
+#     the replica still frozen, the unknown order retried with its key answers 503
+#     outcome_unknown again, not 201; the pay and the cancel asked again through an
+#     instance started meanwhile (its connections wrote nothing the replica missed, so
+#     a WAIT of theirs alone passes at once) answer 503 too.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -30,7 +36,7 @@ on_exit() {
 it_master_replica || exit 1
 
 # start NAME LOCK [FLAGS...]: an instance; its URL goes into the variable NAME
-acked='' atomic='' unacked='' # the URLs start sets (printf -v)
+acked='' atomic='' unacked='' other='' # the URLs start sets (printf -v)
 start() {
     local name=$1 lock=$2
     shift 2
@@ -96,6 +102,15 @@ expect "replica frozen: a pay 503 outcome_unknown (paid on the master)" \
     "503 outcome_unknown paid" "$(life_end "$acked" "${life_ids[1]}" pay)"
 expect "replica frozen: a cancel 503 outcome_unknown (cancelled on the master)" \
     "503 outcome_unknown cancelled" "$(life_end "$acked" "${life_ids[2]}" cancel l3)"
+# an instance started now: its connections wrote nothing the replica missed
+start other redis --min-replicas-acked 1 || { echo "instance did not start"; exit 1; }
+read -r c id err _ <<<"$(it_order "$acked" r u4 1 key-u4)"
+expect "replica frozen: the unknown order retried with its key, 503 outcome_unknown again" \
+    "503 outcome_unknown ${unknown_ids[0]}" "$c $err $id"
+expect "replica frozen: the pay asked again through another instance, 503 outcome_unknown" \
+    "503 outcome_unknown paid" "$(life_end "$other" "${life_ids[1]}" pay)"
+expect "replica frozen: the cancel asked again through another instance, 503 outcome_unknown" \
+    "503 outcome_unknown cancelled" "$(life_end "$other" "${life_ids[2]}" cancel l3)"
 
 kill -CONT "$(cat "$dir/replica.pid")"
 wait_until 20 it_replica_synced || echo "the replica did not come back"
