@@ -5,7 +5,9 @@
 #
 # The cluster: three shards, masters m1-m3 and a replica each r1-r3 (rK follows mK at
 # the start), every node in its own namespace on port REDIS_PORT (bus +10000), node
-# timeout 1 s, AOF with FSYNC, slots split evenly: shard K is the slot range
+# timeout 1 s, AOF with FSYNC, a full sync started at once (no diskless-sync delay: a
+# deposed master back as a replica is in sync in milliseconds, ready for the next
+# failover; a replica not yet in sync cannot be elected), slots split evenly: shard K is the slot range
 # [(K-1)*16384/3, K*16384/3). A node's files are in DIR/NODE/ (nodes.conf, the AOF), its
 # log in DIR/redis-NODE.log (appended to across restarts). Which node is shard K's
 # master changes with each failover: rc_master asks every reachable node.
@@ -46,7 +48,8 @@ rc_node_start() { # DIR NODE: the node on its files; returns once it answers
     net_start "$node" "redis-$node" "$dir" redis-server --bind "$(net_addr "$node")" \
         --port "$REDIS_PORT" --dir "$dir/$node" --save "" --appendonly yes \
         --appendfsync "$FSYNC" --cluster-enabled yes --cluster-config-file nodes.conf \
-        --cluster-node-timeout 1000 --protected-mode no --daemonize no --logfile "" ||
+        --cluster-node-timeout 1000 --repl-diskless-sync-delay 0 --protected-mode no \
+        --daemonize no --logfile "" ||
         return 1
     wait_until 10 rc_pong "$node" || { echo "redis on $node did not answer"; return 1; }
 }
@@ -123,6 +126,16 @@ rc_master() {
     [[ -n $addr ]] && rc_node_named "$addr"
 }
 
+# rc_replica_state NODE: "REPLICA online|wait_bgsave|..." of the master NODE's replica, as
+# it reports it (INFO replication's slave0), or "none"
+rc_replica_state() {
+    local line addr
+    line=$(rc_cli "$1" INFO replication 2>/dev/null | tr -d '\r' | grep -m1 '^slave0:' || true)
+    [[ -n $line ]] || { echo none; return; }
+    addr=$(sed -n 's/.*ip=\([^,]*\),.*/\1/p' <<<"$line")
+    echo "$(rc_node_named "$addr" || echo "$addr") $(sed -n 's/.*state=\([^,]*\),.*/\1/p' <<<"$line")"
+}
+
 rc_partition_apply() { # K@sI
     local master=${RC_CUT[$1]} inst=${1#*@} n far=()
     [[ -n $master ]] || return 1
@@ -136,6 +149,7 @@ rc_fault_start() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3 shard=${3%@*} m
     shard=${shard#shard}
     m=$(rc_master "$shard") || { echo "no master of shard $shard found"; return 1; }
+    echo "replica: $(rc_replica_state "$m");"
     case $kind in
     master-partition)
         RC_CUT[$t]=$m
