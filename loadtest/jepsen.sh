@@ -27,6 +27,13 @@
 #   lock-cut K     redlock: lock node K cut from every instance
 #   clock I        instance I's wall clock strobed (libfaketime): 10 s back and 10 s
 #                  ahead by turns, a second or so each, then right again
+#   master-partition K@sI  (cluster rows) shard K's master, whichever node it is now, cut
+#                  from every other Redis node and from the instances but sI: the
+#                  majority fails its replica over, the old master takes sI's writes
+#                  until it finds itself in the minority and drops them when it rejoins
+#                  as a replica (loadtest/jepsen/rcluster.sh); 4-8 s
+#   master-kill K  (cluster rows) kill -9 shard K's master, started again when the fault
+#                  ends (it rejoins as a replica); 4-8 s. One master fault at a time
 #
 # then every fault heals, the buyers go on for 5 s, and stop. Each run's directory
 # (results/jepsen-latest/RUN/) has the buyers' history (history.jsonl: every try of every
@@ -46,6 +53,15 @@
 #   nofence                   redis --fencing off under pauses of a holder: must oversell
 #   everysec                  redis with appendfsync everysec losing its AOF tail: the
 #                             checker must find acknowledged orders lost
+#   cluster                   redis on a Redis Cluster (3 masters m1-m3, a replica each
+#                             r1-r3, nodes in their own namespaces, fsync always) and
+#                             --min-replicas-acked 1 (WAIT), under master-partition,
+#                             master-kill, pause, kill: no violation
+#   cluster-nowait            the same with --min-replicas-acked 0, under
+#                             master-partition: the checker must find lost orders
+# The cluster rows read no fences: fences.py reads the MONITOR of one data Redis, and
+# a cluster's fences, on whichever node was a shard's master, would be the ones a
+# deposed master took and dropped as well as the kept ones (fence_order unchecked).
 # An unsafe row whose violations the checker does not find fails the run: the checker
 # would be blind. A safe row with any violation fails. A line per run, then a table;
 # exit 0 when every run is as its row expects, 1 otherwise, 2 on a usage error.
@@ -58,9 +74,11 @@ cd "$(dirname "$0")/.." || exit 1
 source scripts/lib.sh
 # shellcheck source=loadtest/jepsen/net.sh
 source loadtest/jepsen/net.sh
+# shellcheck source=loadtest/jepsen/rcluster.sh
+source loadtest/jepsen/rcluster.sh
 
 T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" out=""
-ALL_ROWS="redis atomic redlock life-redis none local nofence everysec"
+ALL_ROWS="redis atomic redlock life-redis none local nofence everysec cluster cluster-nowait"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
 QUICK_ROWS="redis life-redis nofence everysec"
@@ -112,9 +130,11 @@ RECOVER_S=5     # the buyers go on this long once every fault healed
 # ---- rows ---------------------------------------------------------------------------
 
 # row_config ROW: sets MODE, FSYNC, FAULTS (the kinds the schedule draws from), EXPECT
-# (the violations an unsafe row must show; empty: none allowed), LIFE, WORK_US, FENCING.
+# (the violations an unsafe row must show; empty: none allowed), LIFE, WORK_US, FENCING,
+# CLUSTER (1: the data store is a Redis Cluster) and ACKED (--min-replicas-acked).
 row_config() {
     MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT=""
+    CLUSTER=0 ACKED=""
     FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
     [[ -n $FAKETIME_LIB ]] && FAULTS+=" clock"
     case $1 in
@@ -123,6 +143,10 @@ row_config() {
     none | local) FAULTS="pause kill cut"; EXPECT=oversell ;;
     nofence) MODE=redis FENCING=off WORK_US=50000 FAULTS=pause EXPECT=oversell ;;
     everysec) MODE=redis FSYNC=everysec FAULTS=lose-tail EXPECT=lost ;;
+    # ACKED given, not left to the default: an instance started again while a shard
+    # has no replica would resolve the default to 0
+    cluster) MODE=redis CLUSTER=1 ACKED=1 FAULTS="master-partition master-kill pause kill${FAKETIME_LIB:+ clock}" ;;
+    cluster-nowait) MODE=redis CLUSTER=1 ACKED=0 FAULTS=master-partition EXPECT=lost ;;
     esac
     if [[ -n $ONLY_FAULTS ]]; then
         local f kept=""
@@ -160,10 +184,13 @@ lock_nodes_csv() {
 }
 
 instance_start() { # DIR I
+    local redis
+    if ((CLUSTER)); then redis=$(rc_seeds); else redis=$(net_addr db):$REDIS_PORT; fi
     local -a a=(--listen "$(net_addr "s$2"):$PORT" --admin-token "$TOKEN"
-        --redis "$(net_addr db):$REDIS_PORT" --lock "$MODE" --instance-id "$2" --threads 1
+        --redis "$redis" --lock "$MODE" --instance-id "$2" --threads 1
         --max-conns-per-ip 0 --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$FENCING")
     [[ $MODE == redlock ]] && a+=(--lock-nodes "$(lock_nodes_csv)")
+    [[ -n $ACKED ]] && a+=(--min-replicas-acked "$ACKED")
     local -a clock=()
     if [[ -n $FAKETIME_LIB ]]; then
         [[ -f $1/faketime.$2 ]] || echo "+0" >"$1/faketime.$2"
@@ -209,6 +236,7 @@ partition_apply() { # KIND TARGET
     oneway-in) net_cut_oneway db "s$2" ;;
     isolate) net_isolate "s$2" ;;
     lock-cut) net_isolate "l$2" ;;
+    master-partition) rc_partition_apply "$2" ;;
     esac
 }
 partitions_reapply() {
@@ -235,6 +263,7 @@ fault_start() { # DIR KIND TARGET
     lose-tail) TAIL_SIZE=$(stat -c %s "$(aof_incr "$dir")") ;;
     clock-back) echo "-10" >"$dir/faketime.$t" ;;
     clock-ahead) echo "+10" >"$dir/faketime.$t" ;;
+    master-partition | master-kill) rc_fault_start "$dir" "$kind" "$t" ;;
     esac
 }
 fault_end() { # DIR KIND TARGET
@@ -254,6 +283,7 @@ fault_end() { # DIR KIND TARGET
         truncate -s "$TAIL_SIZE" "$f"
         redis_start "$dir" ;;
     clock-back | clock-ahead) echo "+0" >"$dir/faketime.$t" ;;
+    master-partition | master-kill) rc_fault_end "$dir" "$kind" "$t" ;;
     esac
 }
 
@@ -273,11 +303,14 @@ schedule() {
         case $kind in
         redis-kill | lose-tail) target=db ;;
         lock-cut) target=$((RANDOM % 3 + 1)) ;;
+        master-partition) target=shard$((RANDOM % 3 + 1))@s$((RANDOM % 3 + 1)) ;;
+        master-kill) target=shard$((RANDOM % 3 + 1)) ;;
         *) target=$((RANDOM % 3 + 1)) ;;
         esac
         d=$((1000 + RANDOM % 4000))
         [[ $kind == pause ]] && d=$((TTL_MS * (2 + RANDOM % 5)))
         [[ $kind == lose-tail && $FSYNC == everysec ]] && d=$((1000 + RANDOM % 1000))
+        [[ $kind == master-* ]] && d=$((4000 + RANDOM % 4000))
         ((t + d > end)) && d=$((end - t))
         # at most two at once, one per target (the data Redis counts as every
         # instance's: a kill of it meets no partition of theirs)
@@ -287,7 +320,12 @@ schedule() {
             ((s < t + d && e > t)) || continue
             n=$((n + 1))
             [[ $x == "$target" || $x == db || $target == db ]] && busy=1
+            # one master fault at a time (an instance's fault may meet one: on the
+            # instance left with a cut-off master, it takes that master's writers away)
+            [[ $k == master-* && $kind == master-* ]] && busy=1
         done
+        # a master fault too short for a failover (2 node timeouts and an election)
+        [[ $kind == master-* ]] && ((d < 4000)) && busy=1
         if ((n < 2 && !busy && d >= 300)); then
             if [[ $kind == clock ]]; then
                 local s0=$t step="clock-back"
@@ -340,7 +378,7 @@ heal_all() {
         proc_alive "s$i" "$dir" && kill -CONT "$(cat "$dir/s$i.pid")" 2>/dev/null
         proc_alive "s$i" "$dir" || instance_start "$dir" "$i"
     done
-    proc_alive redis "$dir" || redis_start "$dir"
+    if ((CLUSTER)); then rc_heal "$dir"; else proc_alive redis "$dir" || redis_start "$dir"; fi
 }
 
 clients_done() { local c; for c in $(seq "$LOOPS"); do ! proc_alive "client-$c" "$1" || return 1; done; }
@@ -381,8 +419,13 @@ run_one() { # ROW REP
     : >"$dir/faults.log"
     local nodes=(db s1 s2 s3 cl)
     [[ $MODE == redlock ]] && nodes+=(l1 l2 l3)
+    ((CLUSTER)) && nodes=("${RC_NODES[@]}" s1 s2 s3 cl)
     net_up "$dir" "${nodes[@]}" || { echo "$row #$rep: the network did not come up"; return 1; }
-    redis_start "$dir" >"$dir/redis-up.log" || { echo "$row #$rep: Redis did not start"; return 1; }
+    if ((CLUSTER)); then
+        rc_start "$dir" >"$dir/redis-up.log" || { echo "$row #$rep: the Redis Cluster did not start"; return 1; }
+    else
+        redis_start "$dir" >"$dir/redis-up.log" || { echo "$row #$rep: Redis did not start"; return 1; }
+    fi
     if [[ $MODE == redlock ]]; then
         for c in 1 2 3; do
             net_start "l$c" "lock-$c" "$dir" redis-server --bind "$(net_addr "l$c")" \
@@ -402,7 +445,11 @@ run_one() { # ROW REP
     touch "$dir/stop"
     wait_until 30 clients_done "$dir" || echo "$row #$rep: a buyer did not stop" >&2
     cat "$dir"/history.*.jsonl >"$dir/history.jsonl"
-    python3 loadtest/jepsen/fences.py "$dir/monitor.log" "$BATCH_LUA" "$dir/fences.jsonl" >"$dir/fences.log"
+    if ((CLUSTER)); then
+        echo "fences: not read on a Redis Cluster" >"$dir/fences.log"
+    else
+        python3 loadtest/jepsen/fences.py "$dir/monitor.log" "$BATCH_LUA" "$dir/fences.jsonl" >"$dir/fences.log"
+    fi
     run_json "$dir" "$row" "$seed" "$stock"
     net_exec cl python3 loadtest/jepsen/final.py "$(instance_url 1)" jepsen "$dir" >"$dir/final.log" 2>&1 ||
         { echo "$row #$rep: no end state ($(tail -n 1 "$dir/final.log"))"; return 1; }
