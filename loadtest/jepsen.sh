@@ -7,7 +7,8 @@
 #
 # Each run builds a private network of network namespaces on this machine
 # (loadtest/jepsen/net.sh): the data Redis on node db, three seckill instances on s1-s3,
-# redlock's lock nodes on l1-l3, the buyers on cl. Nothing listens on loopback; every
+# redlock's lock nodes on l1-l3, zk's ZooKeeper ensemble on z1-z3, pg's PostgreSQL on
+# pg, the buyers on cl. Nothing listens on loopback; every
 # address is the run's own. For S seconds (--time, 30) the buyers order one SKU while a
 # schedule drawn from the run's seed strikes, several faults at once at times:
 #
@@ -16,7 +17,7 @@
 #   oneway-out I   only I's packets to Redis dropped; oneway-in I: only Redis's to I
 #   isolate I      instance I cut from every node, its buyers too
 #   flap I         I cut from Redis and healed again every 200-500 ms
-#   pause I        SIGSTOP instance I for 2-6 lock leases, then SIGCONT
+#   pause I        SIGSTOP instance I for 2-6 lock leases (zk: sessions), then SIGCONT
 #   kill I         kill -9 instance I, started again when the fault ends
 #   redis-kill     kill -9 the data Redis, started again on its AOF
 #   lose-tail      the data Redis loses what its AOF had not made durable: the AOF's
@@ -25,6 +26,19 @@
 #                  fault starts, 1-2 s before the kill), Redis is killed -9, the AOF cut
 #                  back to that size, and Redis started on it
 #   lock-cut K     redlock: lock node K cut from every instance
+#   zk-minority K  zk: ZooKeeper node K cut from every node (the other two, the
+#                  instances): the majority goes on without it
+#   zk-leader      zk: the node whose srvr says it leads cut from every node: the other
+#                  two elect a new leader
+#   zk-cut I       zk: instance I cut from every ZooKeeper node (not from Redis or its
+#                  buyers): its session expires and its locks go to others; a commit of
+#                  its own after that must be fenced off
+#   zk-kill K      zk: kill -9 ZooKeeper node K, started again on its data when the
+#                  fault ends
+#   pg-cut I       pg: instance I cut from PostgreSQL (its leases run out there)
+#   pg-isolate     pg: PostgreSQL cut from every node
+#   pg-restart     pg: PostgreSQL shut down fast (SIGINT to the postmaster), started
+#                  again on its data when the fault ends
 #
 # then every fault heals, the buyers go on for 5 s, and stop. Each run's directory
 # (results/jepsen-latest/RUN/) has the buyers' history (history.jsonl: every try of every
@@ -37,6 +51,10 @@
 #
 # Rows (--rows; the default every one; --quick: each once, 25 s):
 #   redis atomic redlock      the safe modes, fsync always, every fault: no violation
+#   zk                        --lock zk on a 3-node ensemble, sessions of 1.5 s: the
+#                             instance faults, redis-kill and the zk faults
+#   pg                        --lock pg on PostgreSQL 15 (its sink too): the instance
+#                             faults, redis-kill and the pg faults
 #   life-redis                redis with a payment window of 1 s: buyers pay, cancel or
 #                             walk away, units come back and are sold again
 #   none local                unsafe locks: the checker must find the oversell
@@ -56,7 +74,7 @@ source scripts/lib.sh
 source loadtest/jepsen/net.sh
 
 T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" out=""
-ALL_ROWS="redis atomic redlock life-redis none local nofence everysec"
+ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec"
 while (($#)); do
     case $1 in
     --time) T=$2; shift 2 ;;
@@ -98,16 +116,27 @@ LOOPS=6         # buyers 1-3 a new user per order, 4-6 forty users each (the lim
 SEGMENTS=4
 LIMIT=2
 RECOVER_S=5     # the buyers go on this long once every fault healed
+ZK_PORT=2181    # each ZooKeeper node's client port (quorum 2888, election 3888)
+ZK_SESSION_MS=1500 # zk's session timeout, its lease: a cut or a pause of 2 s expires it
+PG_PORT=5432
 
 # ---- rows ---------------------------------------------------------------------------
 
 # row_config ROW: sets MODE, FSYNC, FAULTS (the kinds the schedule draws from), EXPECT
-# (the violations an unsafe row must show; empty: none allowed), LIFE, WORK_US, FENCING.
+# (the violations an unsafe row must show; empty: none allowed), LIFE, WORK_US, FENCING,
+# LEASE_MS (the lock's lease, what a pause is measured in) and NODES (the network's).
 row_config() {
-    MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT=""
+    MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT="" LEASE_MS=$TTL_MS
     FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
+    NODES="db s1 s2 s3 cl"
     case $1 in
-    redlock) FAULTS+=" lock-cut" ;;
+    redlock) FAULTS+=" lock-cut" NODES+=" l1 l2 l3" ;;
+    zk)
+        FAULTS="cut isolate pause kill redis-kill zk-minority zk-leader zk-cut zk-kill"
+        LEASE_MS=$ZK_SESSION_MS WORK_US=20000 NODES+=" z1 z2 z3" ;;
+    pg)
+        FAULTS="cut isolate pause kill redis-kill pg-cut pg-isolate pg-restart"
+        WORK_US=20000 NODES+=" pg" ;;
     life-redis) MODE=redis LIFE=1 ;;
     none | local) FAULTS="pause kill cut"; EXPECT=oversell ;;
     nofence) MODE=redis FENCING=off WORK_US=50000 FAULTS=pause EXPECT=oversell ;;
@@ -143,11 +172,75 @@ lock_nodes_csv() {
     echo "$csv"
 }
 
+# ZooKeeper (zk): node K on zK, its files in DIR/zK (lib.sh's zoo.cfg, on its address)
+zk_csv() { # the instances' --zk
+    local k csv=""
+    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "z$k"):$ZK_PORT; done
+    echo "$csv"
+}
+zk_node_up() { # DIR K: node K started (once written, its zoo.cfg is kept)
+    local k servers=""
+    if [[ ! -f $1/z$2/zoo.cfg ]]; then
+        for k in 1 2 3; do servers+=${servers:+,}$(net_addr "z$k"):2888:3888; done
+        zk_write_conf "$1/z$2" "$ZK_PORT" "$2" "$servers" "$(net_addr "z$2")"
+    fi
+    net_start "z$2" "zk-$2" "$1" java "${ZK_JVM_FLAGS[@]}" -cp "$ZK_CLASSPATH" \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$1/z$2/zoo.cfg"
+}
+# zk_mode_of K: node K's Mode, asked in its own namespace (so a cut does not hide it)
+zk_mode_of() {
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    net_exec "z$1" bash -c 'source scripts/lib.sh && zk_mode "$1" "$2"' _ "$ZK_PORT" "$(net_addr "z$1")"
+}
+zk_leader_of() { local k; for k in 1 2 3; do [[ $(zk_mode_of "$k") == leader ]] && { echo "$k"; return 0; }; done; return 1; }
+zk_quorum() { # one leader, two followers
+    local k m modes=""
+    for k in 1 2 3; do m=$(zk_mode_of "$k") || return 1; modes+="$m "; done
+    [[ $(tr ' ' '\n' <<<"$modes" | sort | tr '\n' ' ') == " follower follower leader " ]]
+}
+zk_modes() { local k; for k in 1 2 3; do printf 'z%d %s; ' "$k" "$(zk_mode_of "$k" || echo "not serving")"; done; }
+
+# PostgreSQL (pg): a cluster made by initdb in a temp dir of the postgres user's
+# (/tmp/seckill-pg.XXXXXX, named in DIR/pg.data, removed by pg_gone), trusting the
+# run's subnet; the postmaster on pg's address
+pg_url() { echo "postgresql://postgres@$(net_addr pg):$PG_PORT/postgres"; }
+pg_up() { net_exec cl pg_isready -q -h "$(net_addr pg)" -p "$PG_PORT" -t 1; }
+pg_init() { # DIR
+    local data addr
+    data=$(mktemp -d /tmp/seckill-pg.XXXXXX) || return 1
+    echo "$data" >"$1/pg.data"
+    chown postgres: "$data"
+    pg_as_postgres initdb -D "$data/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
+        --no-sync >"$1/pg-initdb.log" 2>&1 || { echo "initdb failed (see $1/pg-initdb.log)"; return 1; }
+    addr=$(net_addr pg)
+    echo "host all all ${addr%.*}.0/24 trust" >>"$data/data/pg_hba.conf"
+}
+pg_start() { # DIR: the server, waited for
+    local data
+    data=$(cat "$1/pg.data")
+    net_start pg pg "$1" setpriv --reuid=postgres --regid=postgres --init-groups \
+        postgres -D "$data/data" -p "$PG_PORT" -k "$data" -c listen_addresses="$(net_addr pg)" \
+        -c max_connections=200 -c fsync=off
+    wait_until 30 pg_up || { echo "PostgreSQL did not start (see $1/pg.log)"; return 1; }
+}
+pg_stop() { proc_stop pg "$1" 30 INT; } # DIR: a fast shutdown
+pg_gone() { # DIR: the server stopped, its data dir removed
+    local f
+    [[ -f $1/pg.data ]] || return 0
+    pg_stop "$1" || return 1
+    f=$(cat "$1/pg.data")
+    [[ $f == /tmp/seckill-pg.* ]] && rm -rf "$f"
+    rm -f "$1/pg.data"
+}
+pg_as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+
 instance_start() { # DIR I
     local -a a=(--listen "$(net_addr "s$2"):$PORT" --admin-token "$TOKEN"
         --redis "$(net_addr db):$REDIS_PORT" --lock "$MODE" --instance-id "$2" --threads 1
         --max-conns-per-ip 0 --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$FENCING")
     [[ $MODE == redlock ]] && a+=(--lock-nodes "$(lock_nodes_csv)")
+    [[ $MODE == zk ]] && a+=(--zk "$(zk_csv)" --zk-session-ms "$ZK_SESSION_MS")
+    [[ $MODE == pg ]] && a+=(--postgres "$(pg_url)")
     net_start "s$2" "s$2" "$1" "$BIN" "${a[@]}"
 }
 instance_url() { echo "http://$(net_addr "s$1"):$PORT"; }
@@ -187,6 +280,11 @@ partition_apply() { # KIND TARGET
     oneway-in) net_cut_oneway db "s$2" ;;
     isolate) net_isolate "s$2" ;;
     lock-cut) net_isolate "l$2" ;;
+    zk-minority) net_isolate "$2" ;;
+    zk-leader) net_isolate "z$ZK_LEADER_CUT" ;;
+    zk-cut) net_cut "s$2" z1 && net_cut "s$2" z2 && net_cut "s$2" z3 ;;
+    pg-cut) net_cut "s$2" pg ;;
+    pg-isolate) net_isolate pg ;;
     esac
 }
 partitions_reapply() {
@@ -200,13 +298,22 @@ aof_incr() { # DIR: the AOF file Redis appends to now
     echo "$d/$(awk '$6 == "i" { f = $2 } END { print f }' "$d"/*.manifest)"
 }
 
-TAIL_SIZE=""
+TAIL_SIZE="" ZK_LEADER_CUT=""
 fault_start() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3
     case $kind in
-    cut | oneway-out | oneway-in | isolate | flap | lock-cut)
+    cut | oneway-out | oneway-in | isolate | flap | lock-cut | zk-minority | zk-cut | pg-cut | pg-isolate)
         ACTIVE[$kind:$t]=1
         partition_apply "$kind" "$t" ;;
+    zk-leader)
+        ZK_LEADER_CUT=$(zk_leader_of) || { echo "no leader: nothing cut"; return 0; }
+        ACTIVE[$kind:$t]=1
+        partition_apply "$kind" "$t"
+        echo "leader z$ZK_LEADER_CUT cut" ;;
+    zk-kill)
+        proc_stop "zk-${t#z}" "$dir" 1 KILL >/dev/null 2>&1 || true
+        zk_modes ;;
+    pg-restart) pg_stop "$dir" ;;
     pause) kill -STOP "$(cat "$dir/s$t.pid")" ;;
     kill) proc_stop "s$t" "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     redis-kill) proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true ;;
@@ -216,9 +323,13 @@ fault_start() { # DIR KIND TARGET
 fault_end() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3 f
     case $kind in
-    cut | oneway-out | oneway-in | isolate | flap | lock-cut)
+    cut | oneway-out | oneway-in | isolate | flap | lock-cut | zk-minority | zk-leader | zk-cut | pg-cut | pg-isolate)
         unset "ACTIVE[$kind:$t]"
-        partitions_reapply ;;
+        partitions_reapply
+        if [[ $kind == zk-* ]]; then zk_modes; fi
+        if [[ $kind == zk-leader ]]; then ZK_LEADER_CUT=""; fi ;;
+    zk-kill) zk_node_up "$dir" "${t#z}" ;;
+    pg-restart) pg_start "$dir" ;;
     pause) kill -CONT "$(cat "$dir/s$t.pid")" ;;
     kill) instance_start "$dir" "$t" ;;
     redis-kill) redis_start "$dir" ;;
@@ -244,18 +355,23 @@ schedule() {
         kind=${kinds[RANDOM % ${#kinds[@]}]}
         case $kind in
         redis-kill | lose-tail) target=db ;;
-        lock-cut) target=$((RANDOM % 3 + 1)) ;;
+        zk-minority | zk-kill) target=z$((RANDOM % 3 + 1)) ;;
+        zk-leader) target=zk ;;
+        pg-isolate | pg-restart) target=pg ;;
         *) target=$((RANDOM % 3 + 1)) ;;
         esac
         d=$((1000 + RANDOM % 4000))
-        [[ $kind == pause ]] && d=$((TTL_MS * (2 + RANDOM % 5)))
+        [[ $kind == pause ]] && d=$((LEASE_MS * (2 + RANDOM % 5)))
         [[ $kind == lose-tail && $FSYNC == everysec ]] && d=$((1000 + RANDOM % 1000))
         ((t + d > end)) && d=$((end - t))
         # at most two at once, one per target (the data Redis counts as every
-        # instance's: a kill of it meets no partition of theirs)
+        # instance's: a kill of it meets no partition of theirs; the ZooKeeper
+        # nodes count as one, and as busy 2 s more, while a node back syncs with its
+        # leader: one of them at most is away, so the majority stands)
         n=0 busy=0
         for line in "${lines[@]}"; do
             read -r s e k x <<<"$line"
+            [[ $x == z* && $target == z* ]] && ((s < t + d && e + 2000 > t)) && busy=1
             ((s < t + d && e > t)) || continue
             n=$((n + 1))
             [[ $x == "$target" || $x == db || $target == db ]] && busy=1
@@ -304,6 +420,11 @@ heal_all() {
         proc_alive "s$i" "$dir" || instance_start "$dir" "$i"
     done
     proc_alive redis "$dir" || redis_start "$dir"
+    if [[ $MODE == zk ]]; then
+        for i in 1 2 3; do proc_alive "zk-$i" "$dir" || zk_node_up "$dir" "$i"; done
+        wait_until 60 zk_quorum || echo "no ZooKeeper quorum 60 s after the heal: $(zk_modes)"
+    fi
+    if [[ $MODE == pg ]]; then proc_alive pg "$dir" || pg_start "$dir"; fi
 }
 
 clients_done() { local c; for c in $(seq "$LOOPS"); do ! proc_alive "client-$c" "$1" || return 1; done; }
@@ -331,19 +452,21 @@ PY
 }
 
 NET_DIR="" # net.sh's: the run's network while it is up
+RUN_DIR="" # the run's directory (its PostgreSQL's data dir is removed with pg_gone)
 run_one() { # ROW REP
     local row=$1 rep=$2 dir seed stock c rc=0 verdict expect=() t0
     row_config "$row"
     seed=$(((SEED + $(cksum <<<"$row $rep" | cut -d' ' -f1)) % 2147483647))
     dir=$out/$row-$rep
+    RUN_DIR=$dir
     rm -rf "$dir"
     mkdir -p "$dir"
     stock=${STOCK:-$((T * 60))}
     ((LIFE)) && stock=${STOCK:-$((T * 20))}
     schedule "$seed" >"$dir/schedule"
     : >"$dir/faults.log"
-    local nodes=(db s1 s2 s3 cl)
-    [[ $MODE == redlock ]] && nodes+=(l1 l2 l3)
+    local nodes
+    read -r -a nodes <<<"$NODES"
     net_up "$dir" "${nodes[@]}" || { echo "$row #$rep: the network did not come up"; return 1; }
     redis_start "$dir" >"$dir/redis-up.log" || { echo "$row #$rep: Redis did not start"; return 1; }
     if [[ $MODE == redlock ]]; then
@@ -351,6 +474,14 @@ run_one() { # ROW REP
             net_start "l$c" "lock-$c" "$dir" redis-server --bind "$(net_addr "l$c")" \
                 --port "$REDIS_PORT" --save "" --appendonly no --protected-mode no --daemonize no --logfile ""
         done
+    fi
+    if [[ $MODE == zk ]]; then
+        for c in 1 2 3; do zk_node_up "$dir" "$c"; done
+        # JVMs start slowly here: the instances only once the ensemble has its leader
+        wait_until 120 zk_quorum || { echo "$row #$rep: no ZooKeeper quorum ($(zk_modes); see $dir/zk-*.log)"; return 1; }
+    fi
+    if [[ $MODE == pg ]]; then
+        { pg_init "$dir" && pg_start "$dir"; } >"$dir/pg-up.log" || { echo "$row #$rep: PostgreSQL did not start"; return 1; }
     fi
     for c in 1 2 3; do instance_start "$dir" "$c"; done
     wait_until 30 all_ready || { echo "$row #$rep: instances not ready (see $dir/s*.log)"; return 1; }
@@ -369,6 +500,10 @@ run_one() { # ROW REP
     run_json "$dir" "$row" "$seed" "$stock"
     net_exec cl python3 loadtest/jepsen/final.py "$(instance_url 1)" jepsen "$dir" >"$dir/final.log" 2>&1 ||
         { echo "$row #$rep: no end state ($(tail -n 1 "$dir/final.log"))"; return 1; }
+    for c in 1 2 3; do # each instance's counters (fenced_off, the lock's), for the record
+        net_exec cl curl -s --max-time 5 "$(instance_url "$c")/stats" >"$dir/stats.$c.json" || true
+    done
+    pg_gone "$dir"
     net_down "$NET_DIR"
     NET_DIR=""
     [[ -n $EXPECT ]] && expect=(--expect-invalid "$EXPECT")
@@ -383,6 +518,7 @@ run_one() { # ROW REP
 cleanup() {
     local rc=$?
     [[ -n $NET_DIR ]] && net_down "$NET_DIR"
+    [[ -n $RUN_DIR ]] && pg_gone "$RUN_DIR"
     exit "$rc"
 }
 trap cleanup EXIT
@@ -395,6 +531,7 @@ for ((rep = 1; rep <= RUNS; rep++)); do
     for row in $ROWS; do
         run_one "$row" "$rep" || failed=$((failed + 1))
         if [[ -n $NET_DIR ]]; then net_down "$NET_DIR"; NET_DIR=""; fi
+        pg_gone "$RUN_DIR"; RUN_DIR=""
     done
 done
 python3 loadtest/jepsen/summary.py "$out" || true
