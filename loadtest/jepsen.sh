@@ -28,8 +28,8 @@
 #   lock-cut K     redlock: lock node K cut from every instance
 #   zk-minority K  zk: ZooKeeper node K cut from every node (the other two, the
 #                  instances): the majority goes on without it
-#   zk-leader      zk: the node whose srvr says it leads cut from every node: the other
-#                  two elect a new leader
+#   zk-leader      zk: the node whose srvr says it leads cut from every node for 4-7 s:
+#                  the other two elect a new leader
 #   zk-cut I       zk: instance I cut from every ZooKeeper node (not from Redis or its
 #                  buyers): its session expires and its locks go to others; a commit of
 #                  its own after that must be fenced off
@@ -220,7 +220,7 @@ pg_start() { # DIR: the server, waited for
     data=$(cat "$1/pg.data")
     net_start pg pg "$1" setpriv --reuid=postgres --regid=postgres --init-groups \
         postgres -D "$data/data" -p "$PG_PORT" -k "$data" -c listen_addresses="$(net_addr pg)" \
-        -c max_connections=200 -c fsync=off
+        -c max_connections=200
     wait_until 30 pg_up || { echo "PostgreSQL did not start (see $1/pg.log)"; return 1; }
 }
 pg_stop() { proc_stop pg "$1" 30 INT; } # DIR: a fast shutdown
@@ -324,9 +324,10 @@ fault_end() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3 f
     case $kind in
     cut | oneway-out | oneway-in | isolate | flap | lock-cut | zk-minority | zk-leader | zk-cut | pg-cut | pg-isolate)
+        # the ensemble as the fault left it, before the heal
+        if [[ $kind == zk-* ]]; then zk_modes; fi
         unset "ACTIVE[$kind:$t]"
         partitions_reapply
-        if [[ $kind == zk-* ]]; then zk_modes; fi
         if [[ $kind == zk-leader ]]; then ZK_LEADER_CUT=""; fi ;;
     zk-kill) zk_node_up "$dir" "${t#z}" ;;
     pg-restart) pg_start "$dir" ;;
@@ -362,6 +363,8 @@ schedule() {
         esac
         d=$((1000 + RANDOM % 4000))
         [[ $kind == pause ]] && d=$((LEASE_MS * (2 + RANDOM % 5)))
+        # a leader cut off steps down after syncLimit (2.5 s), the others elect then
+        [[ $kind == zk-leader ]] && d=$((4000 + RANDOM % 3000))
         [[ $kind == lose-tail && $FSYNC == everysec ]] && d=$((1000 + RANDOM % 1000))
         ((t + d > end)) && d=$((end - t))
         # at most two at once, one per target (the data Redis counts as every
@@ -517,8 +520,10 @@ run_one() { # ROW REP
 
 cleanup() {
     local rc=$?
-    [[ -n $NET_DIR ]] && net_down "$NET_DIR"
+    # PostgreSQL first, by SIGINT (net_down's SIGTERM is a smart shutdown: it would
+    # wait for the instances' connections)
     [[ -n $RUN_DIR ]] && pg_gone "$RUN_DIR"
+    [[ -n $NET_DIR ]] && net_down "$NET_DIR"
     exit "$rc"
 }
 trap cleanup EXIT
