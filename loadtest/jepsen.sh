@@ -7,7 +7,8 @@
 #
 # Each run builds a private network of network namespaces on this machine
 # (loadtest/jepsen/net.sh): the data Redis on node db, three seckill instances on s1-s3,
-# redlock's lock nodes on l1-l3, the buyers on cl. Nothing listens on loopback; every
+# redlock's lock nodes on l1-l3, zk's ZooKeeper ensemble on z1-z3, pg's PostgreSQL on
+# pg, the buyers on cl. Nothing listens on loopback; every
 # address is the run's own. For S seconds (--time, 30) the buyers order one SKU while a
 # schedule drawn from the run's seed strikes, several faults at once at times:
 #
@@ -16,7 +17,7 @@
 #   oneway-out I   only I's packets to Redis dropped; oneway-in I: only Redis's to I
 #   isolate I      instance I cut from every node, its buyers too
 #   flap I         I cut from Redis and healed again every 200-500 ms
-#   pause I        SIGSTOP instance I for 2-6 lock leases, then SIGCONT
+#   pause I        SIGSTOP instance I for 2-6 lock leases (zk: sessions), then SIGCONT
 #   kill I         kill -9 instance I, started again when the fault ends
 #   redis-kill     kill -9 the data Redis, started again on its AOF
 #   lose-tail      the data Redis loses what its AOF had not made durable: the AOF's
@@ -34,6 +35,19 @@
 #                  as a replica (loadtest/jepsen/rcluster.sh); 4-8 s
 #   master-kill K  (cluster rows) kill -9 shard K's master, started again when the fault
 #                  ends (it rejoins as a replica); 4-8 s. One master fault at a time
+#   zk-minority K  zk: ZooKeeper node K cut from every node (the other two, the
+#                  instances): the majority goes on without it
+#   zk-leader      zk: the node whose srvr says it leads cut from every node for 4-7 s:
+#                  the other two elect a new leader
+#   zk-cut I       zk: instance I cut from every ZooKeeper node (not from Redis or its
+#                  buyers): its session expires and its locks go to others; a commit of
+#                  its own after that must be fenced off
+#   zk-kill K      zk: kill -9 ZooKeeper node K, started again on its data when the
+#                  fault ends
+#   pg-cut I       pg: instance I cut from PostgreSQL (its leases run out there)
+#   pg-isolate     pg: PostgreSQL cut from every node
+#   pg-restart     pg: PostgreSQL shut down fast (SIGINT to the postmaster), started
+#                  again on its data when the fault ends
 #
 # then every fault heals, the buyers go on for 5 s, and stop. Each run's directory
 # (results/jepsen-latest/RUN/) has the buyers' history (history.jsonl: every try of every
@@ -47,6 +61,10 @@
 # Rows (--rows; the default every one; --quick: CI's short pass, QUICK_ROWS once each,
 # 20 s):
 #   redis atomic redlock      the safe modes, fsync always, every fault: no violation
+#   zk                        --lock zk on a 3-node ensemble, sessions of 1.5 s: the
+#                             instance faults, redis-kill and the zk faults
+#   pg                        --lock pg on PostgreSQL 15 (its sink too): the instance
+#                             faults, redis-kill and the pg faults
 #   life-redis                redis with a payment window of 1 s: buyers pay, cancel or
 #                             walk away, units come back and are sold again
 #   none local                unsafe locks: the checker must find the oversell
@@ -78,7 +96,7 @@ source loadtest/jepsen/net.sh
 source loadtest/jepsen/rcluster.sh
 
 T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" out=""
-ALL_ROWS="redis atomic redlock life-redis none local nofence everysec cluster cluster-nowait"
+ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec cluster cluster-nowait"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
 QUICK_ROWS="redis life-redis nofence everysec"
@@ -126,19 +144,30 @@ LOOPS=6         # buyers 1-3 a new user per order, 4-6 forty users each (the lim
 SEGMENTS=4
 LIMIT=2
 RECOVER_S=5     # the buyers go on this long once every fault healed
+ZK_PORT=2181    # each ZooKeeper node's client port (quorum 2888, election 3888)
+ZK_SESSION_MS=1500 # zk's session timeout, its lease: a cut or a pause of 2 s expires it
+PG_PORT=5432
 
 # ---- rows ---------------------------------------------------------------------------
 
 # row_config ROW: sets MODE, FSYNC, FAULTS (the kinds the schedule draws from), EXPECT
 # (the violations an unsafe row must show; empty: none allowed), LIFE, WORK_US, FENCING,
+# LEASE_MS (the lock's lease, what a pause is measured in), NODES (the network's),
 # CLUSTER (1: the data store is a Redis Cluster) and ACKED (--min-replicas-acked).
 row_config() {
-    MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT=""
+    MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT="" LEASE_MS=$TTL_MS
     CLUSTER=0 ACKED=""
     FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
     [[ -n $FAKETIME_LIB ]] && FAULTS+=" clock"
+    NODES="db s1 s2 s3 cl"
     case $1 in
-    redlock) FAULTS+=" lock-cut" ;;
+    redlock) FAULTS+=" lock-cut" NODES+=" l1 l2 l3" ;;
+    zk)
+        FAULTS="cut isolate pause kill redis-kill zk-minority zk-leader zk-cut zk-kill${FAKETIME_LIB:+ clock}"
+        LEASE_MS=$ZK_SESSION_MS WORK_US=20000 NODES+=" z1 z2 z3" ;;
+    pg)
+        FAULTS="cut isolate pause kill redis-kill pg-cut pg-isolate pg-restart${FAKETIME_LIB:+ clock}"
+        WORK_US=20000 NODES+=" pg" ;;
     life-redis) MODE=redis LIFE=1 ;;
     none | local) FAULTS="pause kill cut"; EXPECT=oversell ;;
     nofence) MODE=redis FENCING=off WORK_US=50000 FAULTS=pause EXPECT=oversell ;;
@@ -183,6 +212,68 @@ lock_nodes_csv() {
     echo "$csv"
 }
 
+# ZooKeeper (zk): node K on zK, its files in DIR/zK (lib.sh's zoo.cfg, on its address)
+zk_csv() { # the instances' --zk
+    local k csv=""
+    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "z$k"):$ZK_PORT; done
+    echo "$csv"
+}
+zk_node_up() { # DIR K: node K started (once written, its zoo.cfg is kept)
+    local k servers=""
+    if [[ ! -f $1/z$2/zoo.cfg ]]; then
+        for k in 1 2 3; do servers+=${servers:+,}$(net_addr "z$k"):2888:3888; done
+        zk_write_conf "$1/z$2" "$ZK_PORT" "$2" "$servers" "$(net_addr "z$2")"
+    fi
+    net_start "z$2" "zk-$2" "$1" java "${ZK_JVM_FLAGS[@]}" -cp "$ZK_CLASSPATH" \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$1/z$2/zoo.cfg"
+}
+# zk_mode_of K: node K's Mode, asked in its own namespace (so a cut does not hide it)
+zk_mode_of() {
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    net_exec "z$1" bash -c 'source scripts/lib.sh && zk_mode "$1" "$2"' _ "$ZK_PORT" "$(net_addr "z$1")"
+}
+zk_leader_of() { local k; for k in 1 2 3; do [[ $(zk_mode_of "$k") == leader ]] && { echo "$k"; return 0; }; done; return 1; }
+zk_quorum() { # one leader, two followers
+    local k m modes=""
+    for k in 1 2 3; do m=$(zk_mode_of "$k") || return 1; modes+="$m "; done
+    [[ $(tr ' ' '\n' <<<"$modes" | sort | tr '\n' ' ') == " follower follower leader " ]]
+}
+zk_modes() { local k; for k in 1 2 3; do printf 'z%d %s; ' "$k" "$(zk_mode_of "$k" || echo "not serving")"; done; }
+
+# PostgreSQL (pg): a cluster made by initdb in a temp dir of the postgres user's
+# (/tmp/seckill-pg.XXXXXX, named in DIR/pg.data, removed by pg_gone), trusting the
+# run's subnet; the postmaster on pg's address
+pg_url() { echo "postgresql://postgres@$(net_addr pg):$PG_PORT/postgres"; }
+pg_up() { net_exec cl pg_isready -q -h "$(net_addr pg)" -p "$PG_PORT" -t 1; }
+pg_init() { # DIR
+    local data addr
+    data=$(mktemp -d /tmp/seckill-pg.XXXXXX) || return 1
+    echo "$data" >"$1/pg.data"
+    chown postgres: "$data"
+    pg_as_postgres initdb -D "$data/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
+        --no-sync >"$1/pg-initdb.log" 2>&1 || { echo "initdb failed (see $1/pg-initdb.log)"; return 1; }
+    addr=$(net_addr pg)
+    echo "host all all ${addr%.*}.0/24 trust" >>"$data/data/pg_hba.conf"
+}
+pg_start() { # DIR: the server, waited for
+    local data
+    data=$(cat "$1/pg.data")
+    net_start pg pg "$1" setpriv --reuid=postgres --regid=postgres --init-groups \
+        postgres -D "$data/data" -p "$PG_PORT" -k "$data" -c listen_addresses="$(net_addr pg)" \
+        -c max_connections=200
+    wait_until 30 pg_up || { echo "PostgreSQL did not start (see $1/pg.log)"; return 1; }
+}
+pg_stop() { proc_stop pg "$1" 30 INT; } # DIR: a fast shutdown
+pg_gone() { # DIR: the server stopped, its data dir removed
+    local f
+    [[ -f $1/pg.data ]] || return 0
+    pg_stop "$1" || return 1
+    f=$(cat "$1/pg.data")
+    [[ $f == /tmp/seckill-pg.* ]] && rm -rf "$f"
+    rm -f "$1/pg.data"
+}
+pg_as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+
 instance_start() { # DIR I
     local redis
     if ((CLUSTER)); then redis=$(rc_seeds); else redis=$(net_addr db):$REDIS_PORT; fi
@@ -191,6 +282,8 @@ instance_start() { # DIR I
         --max-conns-per-ip 0 --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$FENCING")
     [[ $MODE == redlock ]] && a+=(--lock-nodes "$(lock_nodes_csv)")
     [[ -n $ACKED ]] && a+=(--min-replicas-acked "$ACKED")
+    [[ $MODE == zk ]] && a+=(--zk "$(zk_csv)" --zk-session-ms "$ZK_SESSION_MS")
+    [[ $MODE == pg ]] && a+=(--postgres "$(pg_url)")
     local -a clock=()
     if [[ -n $FAKETIME_LIB ]]; then
         [[ -f $1/faketime.$2 ]] || echo "+0" >"$1/faketime.$2"
@@ -237,6 +330,11 @@ partition_apply() { # KIND TARGET
     isolate) net_isolate "s$2" ;;
     lock-cut) net_isolate "l$2" ;;
     master-partition) rc_partition_apply "$2" ;;
+    zk-minority) net_isolate "$2" ;;
+    zk-leader) net_isolate "z$ZK_LEADER_CUT" ;;
+    zk-cut) net_cut "s$2" z1 && net_cut "s$2" z2 && net_cut "s$2" z3 ;;
+    pg-cut) net_cut "s$2" pg ;;
+    pg-isolate) net_isolate pg ;;
     esac
 }
 partitions_reapply() {
@@ -250,13 +348,22 @@ aof_incr() { # DIR: the AOF file Redis appends to now
     echo "$d/$(awk '$6 == "i" { f = $2 } END { print f }' "$d"/*.manifest)"
 }
 
-TAIL_SIZE=""
+TAIL_SIZE="" ZK_LEADER_CUT=""
 fault_start() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3
     case $kind in
-    cut | oneway-out | oneway-in | isolate | flap | lock-cut)
+    cut | oneway-out | oneway-in | isolate | flap | lock-cut | zk-minority | zk-cut | pg-cut | pg-isolate)
         ACTIVE[$kind:$t]=1
         partition_apply "$kind" "$t" ;;
+    zk-leader)
+        ZK_LEADER_CUT=$(zk_leader_of) || { echo "no leader: nothing cut"; return 0; }
+        ACTIVE[$kind:$t]=1
+        partition_apply "$kind" "$t"
+        echo "leader z$ZK_LEADER_CUT cut" ;;
+    zk-kill)
+        proc_stop "zk-${t#z}" "$dir" 1 KILL >/dev/null 2>&1 || true
+        zk_modes ;;
+    pg-restart) pg_stop "$dir" ;;
     pause) kill -STOP "$(cat "$dir/s$t.pid")" ;;
     kill) proc_stop "s$t" "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     redis-kill) proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true ;;
@@ -269,9 +376,14 @@ fault_start() { # DIR KIND TARGET
 fault_end() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3 f
     case $kind in
-    cut | oneway-out | oneway-in | isolate | flap | lock-cut)
+    cut | oneway-out | oneway-in | isolate | flap | lock-cut | zk-minority | zk-leader | zk-cut | pg-cut | pg-isolate)
+        # the ensemble as the fault left it, before the heal
+        if [[ $kind == zk-* ]]; then zk_modes; fi
         unset "ACTIVE[$kind:$t]"
-        partitions_reapply ;;
+        partitions_reapply
+        if [[ $kind == zk-leader ]]; then ZK_LEADER_CUT=""; fi ;;
+    zk-kill) zk_node_up "$dir" "${t#z}" ;;
+    pg-restart) pg_start "$dir" ;;
     pause) kill -CONT "$(cat "$dir/s$t.pid")" ;;
     kill) instance_start "$dir" "$t" ;;
     redis-kill) redis_start "$dir" ;;
@@ -305,18 +417,26 @@ schedule() {
         lock-cut) target=$((RANDOM % 3 + 1)) ;;
         master-partition) target=shard$((RANDOM % 3 + 1))@s$((RANDOM % 3 + 1)) ;;
         master-kill) target=shard$((RANDOM % 3 + 1)) ;;
+        zk-minority | zk-kill) target=z$((RANDOM % 3 + 1)) ;;
+        zk-leader) target=zk ;;
+        pg-isolate | pg-restart) target=pg ;;
         *) target=$((RANDOM % 3 + 1)) ;;
         esac
         d=$((1000 + RANDOM % 4000))
-        [[ $kind == pause ]] && d=$((TTL_MS * (2 + RANDOM % 5)))
+        [[ $kind == pause ]] && d=$((LEASE_MS * (2 + RANDOM % 5)))
+        # a leader cut off steps down after syncLimit (2.5 s), the others elect then
+        [[ $kind == zk-leader ]] && d=$((4000 + RANDOM % 3000))
         [[ $kind == lose-tail && $FSYNC == everysec ]] && d=$((1000 + RANDOM % 1000))
         [[ $kind == master-* ]] && d=$((4000 + RANDOM % 4000))
         ((t + d > end)) && d=$((end - t))
         # at most two at once, one per target (the data Redis counts as every
-        # instance's: a kill of it meets no partition of theirs)
+        # instance's: a kill of it meets no partition of theirs; the ZooKeeper
+        # nodes count as one, and as busy 2 s more, while a node back syncs with its
+        # leader: one of them at most is away, so the majority stands)
         n=0 busy=0
         for line in "${lines[@]}"; do
             read -r s e k x <<<"$line"
+            [[ $x == z* && $target == z* ]] && ((s < t + d && e + 2000 > t)) && busy=1
             ((s < t + d && e > t)) || continue
             n=$((n + 1))
             [[ $x == "$target" || $x == db || $target == db ]] && busy=1
@@ -379,6 +499,11 @@ heal_all() {
         proc_alive "s$i" "$dir" || instance_start "$dir" "$i"
     done
     if ((CLUSTER)); then rc_heal "$dir"; else proc_alive redis "$dir" || redis_start "$dir"; fi
+    if [[ $MODE == zk ]]; then
+        for i in 1 2 3; do proc_alive "zk-$i" "$dir" || zk_node_up "$dir" "$i"; done
+        wait_until 60 zk_quorum || echo "no ZooKeeper quorum 60 s after the heal: $(zk_modes)"
+    fi
+    if [[ $MODE == pg ]]; then proc_alive pg "$dir" || pg_start "$dir"; fi
 }
 
 clients_done() { local c; for c in $(seq "$LOOPS"); do ! proc_alive "client-$c" "$1" || return 1; done; }
@@ -406,19 +531,21 @@ PY
 }
 
 NET_DIR="" # net.sh's: the run's network while it is up
+RUN_DIR="" # the run's directory (its PostgreSQL's data dir is removed with pg_gone)
 run_one() { # ROW REP
     local row=$1 rep=$2 dir seed stock c rc=0 verdict expect=() t0
     row_config "$row"
     seed=$(((SEED + $(cksum <<<"$row $rep" | cut -d' ' -f1)) % 2147483647))
     dir=$out/$row-$rep
+    RUN_DIR=$dir
     rm -rf "$dir"
     mkdir -p "$dir"
     stock=${STOCK:-$((T * 60))}
     ((LIFE)) && stock=${STOCK:-$((T * 20))}
     schedule "$seed" >"$dir/schedule"
     : >"$dir/faults.log"
-    local nodes=(db s1 s2 s3 cl)
-    [[ $MODE == redlock ]] && nodes+=(l1 l2 l3)
+    local nodes
+    read -r -a nodes <<<"$NODES"
     ((CLUSTER)) && nodes=("${RC_NODES[@]}" s1 s2 s3 cl)
     net_up "$dir" "${nodes[@]}" || { echo "$row #$rep: the network did not come up"; return 1; }
     if ((CLUSTER)); then
@@ -431,6 +558,14 @@ run_one() { # ROW REP
             net_start "l$c" "lock-$c" "$dir" redis-server --bind "$(net_addr "l$c")" \
                 --port "$REDIS_PORT" --save "" --appendonly no --protected-mode no --daemonize no --logfile ""
         done
+    fi
+    if [[ $MODE == zk ]]; then
+        for c in 1 2 3; do zk_node_up "$dir" "$c"; done
+        # JVMs start slowly here: the instances only once the ensemble has its leader
+        wait_until 120 zk_quorum || { echo "$row #$rep: no ZooKeeper quorum ($(zk_modes); see $dir/zk-*.log)"; return 1; }
+    fi
+    if [[ $MODE == pg ]]; then
+        { pg_init "$dir" && pg_start "$dir"; } >"$dir/pg-up.log" || { echo "$row #$rep: PostgreSQL did not start"; return 1; }
     fi
     for c in 1 2 3; do instance_start "$dir" "$c"; done
     wait_until 30 all_ready || { echo "$row #$rep: instances not ready (see $dir/s*.log)"; return 1; }
@@ -453,6 +588,10 @@ run_one() { # ROW REP
     run_json "$dir" "$row" "$seed" "$stock"
     net_exec cl python3 loadtest/jepsen/final.py "$(instance_url 1)" jepsen "$dir" >"$dir/final.log" 2>&1 ||
         { echo "$row #$rep: no end state ($(tail -n 1 "$dir/final.log"))"; return 1; }
+    for c in 1 2 3; do # each instance's counters (fenced_off, the lock's), for the record
+        net_exec cl curl -s --max-time 5 "$(instance_url "$c")/stats" >"$dir/stats.$c.json" || true
+    done
+    pg_gone "$dir"
     net_down "$NET_DIR"
     NET_DIR=""
     [[ -n $EXPECT ]] && expect=(--expect-invalid "$EXPECT")
@@ -466,6 +605,9 @@ run_one() { # ROW REP
 
 cleanup() {
     local rc=$?
+    # PostgreSQL first, by SIGINT (net_down's SIGTERM is a smart shutdown: it would
+    # wait for the instances' connections)
+    [[ -n $RUN_DIR ]] && pg_gone "$RUN_DIR"
     [[ -n $NET_DIR ]] && net_down "$NET_DIR"
     exit "$rc"
 }
@@ -479,6 +621,7 @@ for ((rep = 1; rep <= RUNS; rep++)); do
     for row in $ROWS; do
         run_one "$row" "$rep" || failed=$((failed + 1))
         if [[ -n $NET_DIR ]]; then net_down "$NET_DIR"; NET_DIR=""; fi
+        pg_gone "$RUN_DIR"; RUN_DIR=""
     done
 done
 python3 loadtest/jepsen/summary.py "$out" || true

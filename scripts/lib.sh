@@ -9,10 +9,10 @@
 #   wait_started NAME DIR SECS CMD...  like wait_until, but gives up (2) when NAME died
 #   http_code URL                HTTP status of a GET (000 when no answer)
 #   redis_ping PORT [PASSWORD]   0 when redis-server on 127.0.0.1:PORT answers PONG
-#   zk_srvr PORT                 ZooKeeper's answer to the srvr four-letter word
-#   zk_mode PORT                 its Mode (standalone, leader, follower); 1 when not serving
-#   zk_ready PORT                0 when ZooKeeper on 127.0.0.1:PORT serves requests
-#   zk_write_conf NODE_DIR PORT [MYID Q:E,Q:E,...]  a throwaway ZooKeeper's zoo.cfg
+#   zk_srvr PORT [HOST]          ZooKeeper's answer to the srvr four-letter word
+#   zk_mode PORT [HOST]          its Mode (standalone, leader, follower); 1 when not serving
+#   zk_ready PORT [HOST]         0 when ZooKeeper on HOST (127.0.0.1):PORT serves requests
+#   zk_write_conf NODE_DIR PORT [MYID [A:]Q:E,... [HOST]]  a throwaway ZooKeeper's zoo.cfg
 #   zk_node_start NAME DIR NODE_DIR  starts the ZooKeeper of NODE_DIR/zoo.cfg (proc_start)
 #   seckill_bin                  path of the server: $SECKILL_BIN, $SECKILL_BUILD/seckill,
 #                                or build/seckill
@@ -219,11 +219,12 @@ ZK_CLASSPATH=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
 ZK_JVM_FLAGS=(-Xmx128m -Xss512k -XX:+UseSerialGC -XX:-UsePerfData -Djava.awt.headless=true
     -Dzookeeper.admin.enableServer=false)
 
-# zk_srvr PORT: prints what ZooKeeper on 127.0.0.1:PORT answers to srvr (version,
-# latencies, Mode, ...); 1 when nobody accepts the connection. Reads for at most 2 s.
+# zk_srvr PORT [HOST]: prints what ZooKeeper on HOST (127.0.0.1):PORT answers to srvr
+# (version, latencies, Mode, ...); 1 when nobody accepts the connection. Reads for at
+# most 2 s.
 zk_srvr() {
     local fd out=""
-    { exec {fd}<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+    { exec {fd}<>"/dev/tcp/${2:-127.0.0.1}/$1"; } 2>/dev/null || return 1
     { printf srvr >&"$fd"; } 2>/dev/null || true
     # ZooKeeper closes the connection after its answer; on a timeout read keeps what came.
     IFS= read -r -t 2 -d '' out <&"$fd" || true
@@ -231,22 +232,23 @@ zk_srvr() {
     [[ -n $out ]] || return 1
     printf '%s\n' "$out"
 }
-# zk_mode PORT: standalone, leader or follower; 1 when the node does not serve (down, or
-# an ensemble member without a quorum: "not currently serving requests").
+# zk_mode PORT [HOST]: standalone, leader or follower; 1 when the node does not serve
+# (down, or an ensemble member without a quorum: "not currently serving requests").
 zk_mode() {
     local m
-    m=$(zk_srvr "$1" | sed -n 's/^Mode: //p') || true
+    m=$(zk_srvr "$1" "${2:-}" | sed -n 's/^Mode: //p') || true
     [[ -n $m ]] || return 1
     echo "$m"
 }
-zk_ready() { zk_mode "$1" >/dev/null; }
+zk_ready() { zk_mode "$1" "${2:-}" >/dev/null; }
 
-# zk_write_conf NODE_DIR PORT [MYID SERVERS]: NODE_DIR/zoo.cfg for a node serving
-# clients on 127.0.0.1:PORT. With MYID and SERVERS (comma-separated QUORUM:ELECTION
-# port pairs, node 1 first) the node is member MYID of that ensemble, every member on
-# 127.0.0.1; NODE_DIR/data/myid says which one it is.
+# zk_write_conf NODE_DIR PORT [MYID SERVERS [HOST]]: NODE_DIR/zoo.cfg for a node
+# serving clients on HOST (127.0.0.1):PORT. With MYID and SERVERS (comma-separated
+# QUORUM:ELECTION port pairs, node 1 first, each on 127.0.0.1, or ADDRESS:QUORUM:ELECTION
+# for a member on an address of its own) the node is member MYID of that ensemble;
+# NODE_DIR/data/myid says which one it is.
 zk_write_conf() {
-    local node_dir=$1 port=$2 myid=${3:-} servers=${4:-} i=0 pair
+    local node_dir=$1 port=$2 myid=${3:-} servers=${4:-} host=${5:-127.0.0.1} i=0 pair
     mkdir -p "$node_dir/data"
     {
         echo "# written by scripts/lib.sh zk_write_conf"
@@ -257,7 +259,7 @@ zk_write_conf() {
         echo "maxSessionTimeout=60000"
         echo "dataDir=$node_dir/data"
         echo "clientPort=$port"
-        echo "clientPortAddress=127.0.0.1"
+        echo "clientPortAddress=$host"
         echo "admin.enableServer=false"
         echo "4lw.commands.whitelist=srvr,stat,ruok,mntr,cons"
         # Transaction log files grow 1 MB at a time, not 64 MB.
@@ -265,7 +267,7 @@ zk_write_conf() {
         if [[ -n $myid ]]; then
             for pair in ${servers//,/ }; do
                 i=$((i + 1))
-                echo "server.$i=127.0.0.1:$pair"
+                if [[ $pair == *:*:* ]]; then echo "server.$i=$pair"; else echo "server.$i=127.0.0.1:$pair"; fi
             done
         fi
     } >"$node_dir/zoo.cfg"
