@@ -99,7 +99,7 @@ T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" ou
 ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec cluster cluster-nowait"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
-QUICK_ROWS="redis life-redis nofence everysec"
+QUICK_ROWS="redis life-redis nofence everysec cluster-nowait"
 while (($#)); do
     case $1 in
     --time) T=$2; shift 2 ;;
