@@ -89,7 +89,8 @@ static void round_send(struct ack_group *g)
     /* a replay's record came from its order's node, which its id names */
     const struct inv_ticket *t = g->acking;
     char key[48];
-    inv_ack_key(t->st == INV_REPLAYED && t->gene >= 0 ? orderid_gene_of(t->order.id) : t->gene,
+    inv_ack_key(t->st == INV_REPLAYED && t->gene >= 0 ? orderid_gene_of(t->order.id)
+                                                      : t->gene,
                 key, sizeof(key));
     const char *set[] = {"SET", key, "1"};
     if (aconn_command(g->conn, on_written, g, 3, set, NULL) != RCONN_OK) {

@@ -66,13 +66,17 @@ static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *
         return INV_NOT_FOUND; /* gone with a reset meanwhile */
     if (*units > 0)           /* this instance at once; the others by the message */
         soldout_forget(s->inv->cfg.soldout);
-    /* paid or cancelled before (2): perhaps by another instance, whose answer
-     * was outcome unknown; the replicas must have that write, not only rc's */
-    char own[48];
-    inv_ack_key(sh->gene, own, sizeof(own));
-    if ((*code == 1 || *code == 2) && !inv_rc_acked(s->inv, sh->rc, *code == 2 ? own : NULL)) {
-        count(&s->inv->counters.unacked);
-        return INV_OUTCOME_UNKNOWN;
+    if (*code == 1 || *code == 2) {
+        /* paid or cancelled before (2): perhaps by another instance, whose
+         * answer was outcome unknown; the replicas must have that write, not
+         * only rc's */
+        char own[48];
+        if (*code == 2)
+            inv_ack_key(sh->gene, own, sizeof(own));
+        if (!inv_rc_acked(s->inv, sh->rc, *code == 2 ? own : NULL)) {
+            count(&s->inv->counters.unacked);
+            return INV_OUTCOME_UNKNOWN;
+        }
     }
     return INV_OK;
 }

@@ -117,10 +117,12 @@ int inv_rc_acked(const struct inv *inv, struct rconn *rc, const char *own_key)
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r)
 {
     if ((t->st != INV_PLACED && t->st != INV_REPLAYED) ||
-        (r && r->type == REDIS_REPLY_INTEGER && r->integer >= inv->cfg.min_replicas_acked))
+        (r && r->type == REDIS_REPLY_INTEGER &&
+         r->integer >= inv->cfg.min_replicas_acked))
         return;
     /* counted as placed, or replayed, when decided */
-    atomic_fetch_sub(t->st == INV_PLACED ? &inv->counters.placed : &inv->counters.replayed, 1);
+    atomic_fetch_sub(
+        t->st == INV_PLACED ? &inv->counters.placed : &inv->counters.replayed, 1);
     count(&inv->counters.unacked);
     inv_ticket_finish(inv, t, INV_OUTCOME_UNKNOWN);
 }

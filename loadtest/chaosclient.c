@@ -30,9 +30,9 @@
  * instead of 127.0.0.1 (a network namespace's); CHAOS_TOKEN, the admin token
  * (--admin-token) sent with every request (a pay is the admin's); CHAOS_USERS=N,
  * buyers drawn from N users uC-1..uC-N (so that the per-user limit is met) instead of
- * a new user per order; CHAOS_HISTORY=FILE, every try of every request also written to FILE as
- * Jepsen records a history (loadtest/jepsen/checker.py reads it), a JSON line when
- * the request is sent and one when its answer came or did not:
+ * a new user per order; CHAOS_HISTORY=FILE, every try of every request also written to
+ * FILE as Jepsen records a history (loadtest/jepsen/checker.py reads it), a JSON line
+ * when the request is sent and one when its answer came or did not:
  *
  *   {"process":P,"type":"invoke","f":"order","time":MS,"key":K,"user":U,"qty":1}
  *   {"process":P,"type":"ok|fail|info","f":"order","time":MS,"key":K,"user":U,
@@ -264,7 +264,8 @@ static void hist_complete(const struct op *o, const struct answer *a, const char
     fprintf(history, ",\"status\":%d", a->status);
     fprintf(history, strcmp(err, "-") ? ",\"error\":\"%s\"" : ",\"error\":null", err);
     if (o->key)
-        fprintf(history, strcmp(id, "-") ? ",\"order_id\":\"%s\"" : ",\"order_id\":null", id);
+        fprintf(history, strcmp(id, "-") ? ",\"order_id\":\"%s\"" : ",\"order_id\":null",
+                id);
     fputs("}\n", history);
     fflush(history);
 }
@@ -323,13 +324,12 @@ static const char *token; /* CHAOS_TOKEN: the admin token, for the pays */
 static size_t post(char *req, size_t cap, const char *path, const char *key,
                    const char *body)
 {
-    int n = snprintf(
-        req, cap,
-        "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%s%s%s%sContent-Type: application/json\r\n"
-        "Content-Length: %zu\r\n\r\n%s",
-        path, key ? "Idempotency-Key: " : "", key ? key : "", key ? "\r\n" : "",
-        token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "",
-        strlen(body), body);
+    int n = snprintf(req, cap,
+                     "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%s%s%s%s"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     path, key ? "Idempotency-Key: " : "", key ? key : "",
+                     key ? "\r\n" : "", token ? "Authorization: Bearer " : "",
+                     token ? token : "", token ? "\r\n" : "", strlen(body), body);
     return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
@@ -367,8 +367,10 @@ static struct op action_op(const struct action *x, int p, char *user, size_t len
 {
     user_of(x->n, user, len);
     int cancel = x->kind == ACT_CANCEL;
-    return (struct op){.process = p, .f = cancel ? "cancel" : "pay",
-                       .user = cancel ? user : NULL, .id = x->id};
+    return (struct op){.process = p,
+                       .f = cancel ? "cancel" : "pay",
+                       .user = cancel ? user : NULL,
+                       .id = x->id};
 }
 
 /* The state's own random sequence (xorshift), so a client's choices replay. */
