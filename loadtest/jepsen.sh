@@ -84,8 +84,10 @@
 # would be blind. A safe row with any violation fails. A line per run, then a table;
 # exit 0 when every run is as its row expects, 1 otherwise, 2 on a usage error.
 # --faults keeps each row's schedule to those of its faults (a fault hunted alone).
-# A run replays from its seed: --seed S --rows ROW --runs 1 draws the same schedule
+# Runs replay from the seed on the first line: run REP of ROW draws its schedule from
+# that seed, ROW and REP, so --seed S --rows ROW --runs REP --time T draws it again
 # (the service's own timing is not replayed).
+# shellcheck disable=SC2317 # its functions run from main (the last line) and the traps
 set -euo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/lib.sh
@@ -115,8 +117,10 @@ while (($#)); do
     esac
 done
 ROWS=${ROWS:-$ALL_ROWS}
-for r in $ROWS; do [[ " $ALL_ROWS " == *" $r "* ]] || die "unknown row $r (rows: $ALL_ROWS)"; done
-[[ $T =~ ^[0-9]+$ && $T -ge 5 && $RUNS =~ ^[0-9]+$ && $RUNS -ge 1 ]] || die "--time (>= 5) and --runs take whole numbers"
+usage_error() { log "error: $*"; exit 2; }
+for r in $ROWS; do [[ " $ALL_ROWS " == *" $r "* ]] || usage_error "unknown row $r (rows: $ALL_ROWS)"; done
+[[ $T =~ ^[0-9]+$ && $T -ge 5 && $RUNS =~ ^[0-9]+$ && $RUNS -ge 1 ]] ||
+    usage_error "--time (>= 5) and --runs take whole numbers"
 ((EUID == 0)) || die "jepsen.sh builds network namespaces: it needs root"
 
 BIN=$(seckill_bin)
@@ -615,15 +619,20 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-echo "jepsen: rows $ROWS, $RUNS run(s) of ${T} s each, seed $SEED; results in $out"
-failed=0
-for ((rep = 1; rep <= RUNS; rep++)); do
-    for row in $ROWS; do
-        run_one "$row" "$rep" || failed=$((failed + 1))
-        if [[ -n $NET_DIR ]]; then net_down "$NET_DIR"; NET_DIR=""; fi
-        pg_gone "$RUN_DIR"; RUN_DIR=""
+# The runs, in a function read whole before it starts: bash reads a script as it goes,
+# and an edit of this file during a long run would otherwise be read from the middle.
+main() {
+    local failed=0 rep row
+    echo "jepsen: rows $ROWS, $RUNS run(s) of ${T} s each, seed $SEED; results in $out"
+    for ((rep = 1; rep <= RUNS; rep++)); do
+        for row in $ROWS; do
+            run_one "$row" "$rep" || failed=$((failed + 1))
+            if [[ -n $NET_DIR ]]; then net_down "$NET_DIR"; NET_DIR=""; fi
+            pg_gone "$RUN_DIR"; RUN_DIR=""
+        done
     done
-done
-python3 loadtest/jepsen/summary.py "$out" || true
-((failed == 0)) || { echo "jepsen: $failed run(s) not as their row expects"; exit 1; }
-echo "jepsen: every run as its row expects"
+    python3 loadtest/jepsen/summary.py "$out" || true
+    ((failed == 0)) || { echo "jepsen: $failed run(s) not as their row expects"; return 1; }
+    echo "jepsen: every run as its row expects"
+}
+main; exit
