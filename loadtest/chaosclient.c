@@ -352,6 +352,7 @@ struct action {
 static struct action actions[ACTIONS_MAX];
 static int nactions;
 static const char *client; /* C */
+static int process;        /* C as a number: its history's process */
 static int deadline_ports[DEADLINE_PORTS_MAX], ndeadline;
 
 static long users; /* CHAOS_USERS; 0: a new user per order */
@@ -420,7 +421,7 @@ static void deadline_pay(const struct action *x)
     struct op o[DEADLINE_PORTS_MAX];
     char user[40];
     for (int i = 0; i < ndeadline; i++) {
-        o[i] = action_op(x, atoi(client) * 100 + 1 + i, user, sizeof(user));
+        o[i] = action_op(x, process * 100 + 1 + i, user, sizeof(user));
         hist_invoke(&o[i]);
         sent[i] = c[i].fd >= 0 && send_all(c[i].fd, req, len) == 0;
     }
@@ -448,7 +449,7 @@ static void act(struct conn *c, const struct action *x)
     int pay = x->kind == ACT_PAY;
     char user[40];
     size_t len = action_request(x, req, sizeof(req));
-    struct op o = action_op(x, atoi(client), user, sizeof(user));
+    struct op o = action_op(x, process, user, sizeof(user));
     int tries = exchange(c, req, len, &a, 0, err, sizeof(err), &o);
     printf("%s %03d k%s-%ld %s %s %d %d\n", pay ? "pay" : "cancel", a.status, client,
            x->n, x->id, err, tries, c->port);
@@ -505,6 +506,7 @@ int main(int argc, char **argv)
     }
     const char *path = argv[3], *stop = argv[4];
     client = argv[1];
+    process = atoi(client);
     struct conn conn = {.port = atoi(argv[2]), .fd = -1};
     long long pace = atoll(argv[5]);
     int pay_pct = argc == 9 ? atoi(argv[6]) : 0,
@@ -562,7 +564,7 @@ int main(int argc, char **argv)
         snprintf(body, sizeof(body), "{\"user_id\":\"%s\"}", user);
         snprintf(key, sizeof(key), "k%s-%ld", client, n);
         size_t len = post(req, sizeof(req), path, key, body);
-        struct op o = {.process = atoi(client), .f = "order", .key = key, .user = user};
+        struct op o = {.process = process, .f = "order", .key = key, .user = user};
         int tries = exchange(&conn, req, len, &a, 0, err, sizeof(err), &o);
         field(a.body, "order_id", id, sizeof(id));
         printf("%03d k%s-%ld %s %s %d\n", a.status, client, n, id, err, tries);

@@ -210,18 +210,15 @@ redis_start() {
 }
 redis_up() { net_exec cl redis-cli -h "$(net_addr db)" -p "$REDIS_PORT" PING 2>/dev/null | grep -q PONG; }
 
-lock_nodes_csv() {
+# nodes_csv PREFIX PORT: "ADDR:PORT,..." of nodes PREFIX1-PREFIX3 (redlock's lock nodes
+# l, ZooKeeper's z, a Redis Cluster's masters m), as the instances' flags take them
+nodes_csv() {
     local k csv=""
-    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "l$k"):$REDIS_PORT; done
+    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "$1$k"):$2; done
     echo "$csv"
 }
 
 # ZooKeeper (zk): node K on zK, its files in DIR/zK (lib.sh's zoo.cfg, on its address)
-zk_csv() { # the instances' --zk
-    local k csv=""
-    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "z$k"):$ZK_PORT; done
-    echo "$csv"
-}
 zk_node_up() { # DIR K: node K started (once written, its zoo.cfg is kept)
     local k servers=""
     if [[ ! -f $1/z$2/zoo.cfg ]]; then
@@ -249,15 +246,11 @@ zk_modes() { local k; for k in 1 2 3; do printf 'z%d %s; ' "$k" "$(zk_mode_of "$
 # run's subnet; the postmaster on pg's address
 pg_url() { echo "postgresql://postgres@$(net_addr pg):$PG_PORT/postgres"; }
 pg_up() { net_exec cl pg_isready -q -h "$(net_addr pg)" -p "$PG_PORT" -t 1; }
-pg_init() { # DIR
-    local data addr
-    data=$(mktemp -d /tmp/seckill-pg.XXXXXX) || return 1
-    echo "$data" >"$1/pg.data"
-    chown postgres: "$data"
-    pg_as_postgres initdb -D "$data/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
-        --no-sync >"$1/pg-initdb.log" 2>&1 || { echo "initdb failed (see $1/pg-initdb.log)"; return 1; }
+pg_init() { # DIR: lib.sh's pg_initdb, trusting the run's subnet too
+    local addr
+    pg_initdb "$1" 2>&1 || return 1
     addr=$(net_addr pg)
-    echo "host all all ${addr%.*}.0/24 trust" >>"$data/data/pg_hba.conf"
+    echo "host all all ${addr%.*}.0/24 trust" >>"$(cat "$1/pg.data")/data/pg_hba.conf"
 }
 pg_start() { # DIR: the server, waited for
     local data
@@ -269,24 +262,19 @@ pg_start() { # DIR: the server, waited for
 }
 pg_stop() { proc_stop pg "$1" 30 INT; } # DIR: a fast shutdown
 pg_gone() { # DIR: the server stopped, its data dir removed
-    local f
     [[ -f $1/pg.data ]] || return 0
-    pg_stop "$1" || return 1
-    f=$(cat "$1/pg.data")
-    [[ $f == /tmp/seckill-pg.* ]] && rm -rf "$f"
-    rm -f "$1/pg.data"
+    pg_stop "$1" && pg_data_gone "$1"
 }
-pg_as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
 
 instance_start() { # DIR I
     local redis
-    if ((CLUSTER)); then redis=$(rc_seeds); else redis=$(net_addr db):$REDIS_PORT; fi
+    if ((CLUSTER)); then redis=$(nodes_csv m "$REDIS_PORT"); else redis=$(net_addr db):$REDIS_PORT; fi
     local -a a=(--listen "$(net_addr "s$2"):$PORT" --admin-token "$TOKEN"
         --redis "$redis" --lock "$MODE" --instance-id "$2" --threads 1
         --max-conns-per-ip 0 --lock-ttl-ms "$TTL_MS" --work-us "$WORK_US" --fencing "$FENCING")
-    [[ $MODE == redlock ]] && a+=(--lock-nodes "$(lock_nodes_csv)")
+    [[ $MODE == redlock ]] && a+=(--lock-nodes "$(nodes_csv l "$REDIS_PORT")")
     [[ -n $ACKED ]] && a+=(--min-replicas-acked "$ACKED")
-    [[ $MODE == zk ]] && a+=(--zk "$(zk_csv)" --zk-session-ms "$ZK_SESSION_MS")
+    [[ $MODE == zk ]] && a+=(--zk "$(nodes_csv z "$ZK_PORT")" --zk-session-ms "$ZK_SESSION_MS")
     [[ $MODE == pg ]] && a+=(--postgres "$(pg_url)")
     local -a clock=()
     if [[ -n $FAKETIME_LIB ]]; then

@@ -298,22 +298,16 @@ zk_leader() {
     return 1
 }
 
-# start_pg DIR: a throwaway PostgreSQL, pg: a database cluster made by initdb in a temp
-# dir of its own, /tmp/seckill-pg.XXXXXX (owned by the postgres user, which the server
-# must run as and which may not reach DIR: a test's or CI's mktemp dir is 700), named in
-# DIR/pg.data and removed by `down`; the server on a free loopback port, its socket in
+# start_pg DIR: a throwaway PostgreSQL, pg: a database cluster (lib.sh's pg_initdb, in
+# /tmp/seckill-pg.XXXXXX, named in DIR/pg.data and removed by `down`); the server on a
+# free loopback port, its socket in
 # that dir too; waits until it accepts connections. Sets STARTED_PORT. Stopped by its
 # pid with SIGINT (a fast shutdown: SIGTERM, a smart one, waits for every client to
 # leave); `stop pg --kill` is SIGQUIT, an immediate shutdown (no checkpoint; the next
 # start recovers from the WAL, as after a crash).
 start_pg() {
-    local dir=$1 data
-    data=$(mktemp -d /tmp/seckill-pg.XXXXXX) || return 1
-    echo "$data" >"$dir/pg.data"
-    chown postgres: "$data"
-    pg_as_postgres initdb -D "$data/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
-        --no-sync >"$dir/pg-initdb.log" 2>&1 ||
-        { log "initdb failed (see $dir/pg-initdb.log)"; return 1; }
+    local dir=$1
+    pg_initdb "$dir" || return 1
     pg_server_start "$dir" "" 30 || return 1
     echo "$STARTED_PORT" >"$dir/pg.port"
 }
@@ -328,9 +322,6 @@ pg_server_start() {
         postgres -D "$data/data" -p "{port}" -k "$data" -c listen_addresses=127.0.0.1 \
         -c max_connections=200
 }
-
-# pg_as_postgres CMD ARGS...: CMD as the postgres user.
-pg_as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
 
 # pg_url PORT: the instances' --postgres.
 pg_url() { echo "postgresql://postgres@127.0.0.1:$1/postgres"; }
@@ -579,12 +570,7 @@ cmd_down() {
         log "down: some processes could not be stopped"
         return 1
     fi
-    # PostgreSQL's data dir (start_pg), outside DIR: gone with its server
-    if [[ -f $dir/pg.data ]]; then
-        f=$(cat "$dir/pg.data")
-        [[ $f == /tmp/seckill-pg.* ]] && rm -rf "$f"
-        rm -f "$dir/pg.data"
-    fi
+    pg_data_gone "$dir" # PostgreSQL's data dir (start_pg), outside DIR: gone with its server
     if ((rm_dir)); then rm -rf "$dir"; fi
     return 0
 }

@@ -14,6 +14,9 @@
 #   zk_ready PORT [HOST]         0 when ZooKeeper on HOST (127.0.0.1):PORT serves requests
 #   zk_write_conf NODE_DIR PORT [MYID [A:]Q:E,... [HOST]]  a throwaway ZooKeeper's zoo.cfg
 #   zk_node_start NAME DIR NODE_DIR  starts the ZooKeeper of NODE_DIR/zoo.cfg (proc_start)
+#   pg_as_postgres CMD...        CMD as the postgres user
+#   pg_initdb DIR                a throwaway PostgreSQL's database cluster, named in
+#                                DIR/pg.data; pg_data_gone DIR removes it (server stopped)
 #   seckill_bin                  path of the server: $SECKILL_BIN, $SECKILL_BUILD/seckill,
 #                                or build/seckill
 #   usage_from_header SCRIPT [STATUS]  print SCRIPT's header comment as its usage, exit
@@ -202,6 +205,32 @@ http_code() {
 http_ok() { [[ $(http_code "$1") == 200 ]]; }
 
 pg_ready() { pg_isready -q -h 127.0.0.1 -p "$1" -t 1; } # PORT
+
+# pg_as_postgres CMD ARGS...: CMD as the postgres user.
+pg_as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+
+# pg_initdb DIR: a database cluster made by initdb in a temp dir of its own,
+# /tmp/seckill-pg.XXXXXX (owned by the postgres user, which the server must run as and
+# which may not reach DIR: a test's or CI's mktemp dir is 700), named in DIR/pg.data;
+# trust for every local user. initdb's output in DIR/pg-initdb.log.
+pg_initdb() {
+    local dir=$1 data
+    data=$(mktemp -d /tmp/seckill-pg.XXXXXX) || return 1
+    echo "$data" >"$dir/pg.data"
+    chown postgres: "$data"
+    pg_as_postgres initdb -D "$data/data" -A trust -U postgres -E UTF8 --locale=C.UTF-8 \
+        --no-sync >"$dir/pg-initdb.log" 2>&1 ||
+        { log "initdb failed (see $dir/pg-initdb.log)"; return 1; }
+}
+
+# pg_data_gone DIR: the data dir DIR/pg.data names removed (its server stopped first).
+pg_data_gone() {
+    local f
+    [[ -f $1/pg.data ]] || return 0
+    f=$(cat "$1/pg.data")
+    [[ $f == /tmp/seckill-pg.* ]] && rm -rf "$f"
+    rm -f "$1/pg.data"
+}
 
 redis_ping() { # PORT [PASSWORD]
     [[ $(redis-cli -h 127.0.0.1 -p "$1" ${2:+-a "$2"} --no-auth-warning ping 2>/dev/null) == PONG ]]

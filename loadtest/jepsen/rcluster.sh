@@ -14,7 +14,6 @@
 #
 #   rc_start DIR                  the six nodes up, the cluster made, every node
 #                                 cluster_state:ok and every replica in sync
-#   rc_seeds                      the masters' host:port, comma-separated (--redis)
 #   rc_master K                   shard K's master now (a node name); 1 when none found
 #   rc_fault_start DIR KIND TARGET / rc_fault_end DIR KIND TARGET
 #       master-partition K@sI     shard K's master (found now) cut from every other
@@ -97,11 +96,6 @@ rc_start() { # DIR
     rc_cli m1 CLUSTER NODES >"$dir/cluster-nodes.start"
 }
 
-rc_seeds() {
-    local k csv=""
-    for k in 1 2 3; do csv+=${csv:+,}$(net_addr "m$k"):$REDIS_PORT; done
-    echo "$csv"
-}
 
 rc_node_named() { # ADDRESS: the node whose address it is
     local n
