@@ -67,17 +67,16 @@ req() {
 }
 
 # orders FROM TO: one client placing orders FROM..TO, each with its own key, then
-# replaying every tenth; prints one status per request.
+# replaying every tenth; prints one status per request, and the error of any answer
+# other than 201 or 409 ("503 lock_timeout").
 orders() {
-    local i
+    local i n code error
     for ((i = $1; i <= $2; i++)); do
-        curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 -X POST "$base/skus/$sku/orders" \
-            -H "Idempotency-Key: k$i" -d "{\"user_id\":\"u$((i % (ORDERS / 2)))\"}"
-        if ((i % 10 == 0)); then
-            curl -s -o /dev/null -w '%{http_code}\n' --max-time 30 -X POST \
-                "$base/skus/$sku/orders" -H "Idempotency-Key: k$i" \
-                -d "{\"user_id\":\"u$((i % (ORDERS / 2)))\"}"
-        fi
+        for ((n = 0; n < 1 + (i % 10 == 0); n++)); do
+            read -r code error < <(req POST "$base/skus/$sku/orders" \
+                -H "Idempotency-Key: k$i" -d "{\"user_id\":\"u$((i % (ORDERS / 2)))\"}")
+            [[ $code == 201 || $code == 409 ]] && echo "$code" || echo "$code $error"
+        done
     done
 }
 
@@ -96,7 +95,12 @@ run_mode() {
     sku="vg-$mode"
     vlog="$dir/valgrind.$mode.log"
     local extra=()
-    [[ $mode == redlock ]] && extra=(--lock-nodes "$lock_nodes")
+    # Time for a process that valgrind slows 20-50 times, on a busy machine: a lock
+    # waited for up to 5 s (not 1) before "busy"; in redlock mode, a lock node's
+    # answer waited for up to 500 ms, a 20th of the TTL (not 100), before the node
+    # counts as unreachable and a grant short of a majority is "unavailable".
+    local ttl_ms=2000
+    [[ $mode == redlock ]] && extra=(--lock-nodes "$lock_nodes") ttl_ms=10000
     # A long session: the client's heartbeats run slowly under valgrind.
     [[ $mode == zk ]] && extra=(--zk "127.0.0.1:$zport" --zk-session-ms 10000)
     [[ $mode == redis || $mode == pg ]] && extra=(--postgres "$pg_url_")
@@ -106,7 +110,7 @@ run_mode() {
         --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect
         --error-exitcode=99 --num-callers=30 --log-file=$vlog" seckill "$dir" \
         --redis "127.0.0.1:$rport" --lock "$mode" "${extra[@]}" --segments 4 --threads 4 \
-        --admin-token vg --lock-ttl-ms 2000; then
+        --admin-token vg --lock-ttl-ms "$ttl_ms" --wait-ms 5000; then
         expect "$mode: ready under valgrind" ready "not ready"
         return 1
     fi
