@@ -206,9 +206,16 @@ start_redis_cluster() {
         start_redis "shard-$i-r" "$dir" "$fsync" "${flags[@]}" || return 1
         replicas+=("$STARTED_PORT")
     done
+    # Each node its own config epoch before they meet, as redis-cli --cluster create
+    # gives them: nodes that meet with epoch 0 each settle on distinct epochs by
+    # bumping theirs on collisions for a while, and a manual failover in that time may
+    # bump to an epoch that a master settling after it goes past; the promoted replica
+    # then yields its slots back to the old master.
     for ((i = 0; i < m; i++)); do
-        redis-cli -p "${masters[i]}" cluster addslotsrange $((i * 16384 / m)) \
-            $(((i + 1) * 16384 / m - 1)) >/dev/null || return 1
+        redis-cli -p "${masters[i]}" cluster set-config-epoch $((i + 1)) >/dev/null &&
+            redis-cli -p "${replicas[i]}" cluster set-config-epoch $((m + i + 1)) >/dev/null &&
+            redis-cli -p "${masters[i]}" cluster addslotsrange $((i * 16384 / m)) \
+                $(((i + 1) * 16384 / m - 1)) >/dev/null || return 1
     done
     for p in "${masters[@]:1}" "${replicas[@]}"; do
         redis-cli -p "${masters[0]}" cluster meet 127.0.0.1 "$p" >/dev/null || return 1

@@ -78,9 +78,12 @@ rc_start() { # DIR
     local dir=$1 k id
     RC_CUT=() RC_KILLED=()
     for k in "${RC_NODES[@]}"; do rc_node_start "$dir" "$k" || return 1; done
+    # distinct config epochs before the nodes meet (scripts/cluster.sh says why)
     for k in 1 2 3; do
-        rc_cli "m$k" CLUSTER ADDSLOTSRANGE $(((k - 1) * 16384 / 3)) $((k * 16384 / 3 - 1)) >/dev/null ||
-            return 1
+        rc_cli "m$k" CLUSTER SET-CONFIG-EPOCH "$k" >/dev/null &&
+            rc_cli "r$k" CLUSTER SET-CONFIG-EPOCH $((k + 3)) >/dev/null &&
+            rc_cli "m$k" CLUSTER ADDSLOTSRANGE $(((k - 1) * 16384 / 3)) $((k * 16384 / 3 - 1)) \
+                >/dev/null || return 1
     done
     for k in m2 m3 r1 r2 r3; do
         rc_cli m1 CLUSTER MEET "$(net_addr "$k")" "$REDIS_PORT" >/dev/null || return 1
