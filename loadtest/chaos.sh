@@ -92,7 +92,7 @@
 #   --quick      the short pass CI runs (make chaos CHAOS_QUICK=1): every fault once,
 #                against one safe mode each, so that every safe mode meets at least two
 #                faults, plus none under the pause (the harness must still see an
-#                oversell), and three lifecycle cells; 18 runs instead of 126 per
+#                oversell), and three lifecycle cells; 17 runs instead of 126 per
 #                repetition
 #   CHAOS_REPS   repetitions (default 10)
 #   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
@@ -119,7 +119,7 @@ faults=kill-instance,pause-holder,kill-redis,net-slow-cut,clock-step,redlock-nod
 faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill,life-pg-restart,life-cluster-master-kill,life-cluster-migrate
 faults+=,life-kill-sweeper,life-pause-sweeper,life-redis-restart,life-deadline-pays
 modes=setnx,redis,redlock,zk,pg,atomic,none,local,redis-nofence,pg-nofence
-QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,kill-instance:zk,life-pause-sweeper:redis,life-redis-restart:atomic,life-cluster-master-kill:zk,pg-restart:pg,pause-holder:pg
+QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,life-pause-sweeper:redis,life-redis-restart:atomic,life-cluster-master-kill:zk,pg-restart:pg,pause-holder:pg
 pairs=""
 seed=${CHAOS_SEED:-$((RANDOM * 32768 + RANDOM))}
 out=""

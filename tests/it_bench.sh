@@ -27,6 +27,7 @@ set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin bench jq wrk nginx redis-server gnuplot
+it_plain_only "loadtest/bench.sh (make bench)"
 
 OUT=$dir/bench
 rc=0

@@ -24,6 +24,7 @@ set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin compare jq wrk nginx redis-server git python3
+it_plain_only "loadtest/compare.sh (make bench BASE=REV)"
 
 worktrees() { git -C "$ROOT" worktree list --porcelain | sed -n 's/^worktree //p' | sort; }
 no_base_dirs() { ! compgen -G "$dir/tmp/seckill-base.*" >/dev/null; }
