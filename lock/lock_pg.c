@@ -34,8 +34,10 @@
  * (lock_attach) with a connection of its own, renews held leases at ttl/3 by
  * an owner- and version-checked UPDATE of expires_at (only while the lease
  * has not run out: a lease that did is lost, as in Redis); one that finds the
- * row no longer its holder's counts a lost lease, and lock_valid_until_us
- * answers 0 from then on. A lease is renewed up to max_lease_ms in all.
+ * row no longer its holder's counts a lost lease, and so does the tick for a
+ * lease it finds run out while held (its process paused past it, or its
+ * renewals unanswered); lock_valid_until_us answers 0 from then on. A lease
+ * is renewed up to max_lease_ms in all.
  *
  * Reentrancy is per lock_session, in memory (as zk): a session that acquires
  * a key it holds gets the same grant again, and only its last release frees
@@ -264,10 +266,17 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         char key[256], token[33], version[24];
     } due[PG_RENEW_MAX];
     struct pg_renewal *rns[PG_RENEW_MAX];
-    int n = 0;
+    int n = 0, lost = 0;
     int64_t now = clock_now_us(), period = (int64_t)st->ttl_ms * 1000 / 3;
     pthread_mutex_lock(&st->mu);
     for (struct pg_hold *h = st->holds; h && n < PG_RENEW_MAX; h = h->next) {
+        /* ran out while held, with no renewal on its way to say more (its
+         * process paused, or its renewals unanswered): lost, counted once */
+        if (!h->renewing && !h->releasing && h->valid_until_us > 0 &&
+            h->valid_until_us <= now) {
+            h->valid_until_us = 0;
+            lost++;
+        }
         if (h->renewing || h->releasing || h->valid_until_us <= now ||
             now - h->renewed_us < period ||
             now - h->acquired_us >= (int64_t)st->max_lease_ms * 1000 ||
@@ -285,6 +294,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         n++;
     }
     pthread_mutex_unlock(&st->mu);
+    while (lost-- > 0)
+        lock_count_lost(st->counters);
     for (int i = 0; i < n; i++) {
         const char *params[] = {due[i].key, due[i].token, due[i].version, st->ttl_text};
         if (apg_query(st->wd_conn, on_renewed, rns[i], pg_sql_renew, 4, params) != APG_OK)

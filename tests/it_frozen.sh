@@ -17,8 +17,8 @@
 #                  the stock before it, overwrites it right after: either way the frozen
 #                  holder's unit is sold without being taken from the stock, so the
 #                  buyers end with sold > initial stock, and the audit shows it.
-#   --fencing on:  its commit is refused (fenced_off_commits > 0 on instance 1, the
-#                  buyer gets 503 busy and retries): sold == stock, client-counted 201s
+#   --fencing on:  its commit is refused (fenced_off_commits > 0 on instance 1, and
+#                  its leases_lost counts the lease; the buyer gets 503 busy and retries): sold == stock, client-counted 201s
 #                  == server sold == audit sold, audit consistent. (zk: instance 1's
 #                  session expired while it was frozen, so its orders that waited for
 #                  the lock may also answer 503 unavailable; nothing placed either;
@@ -197,6 +197,7 @@ run_scenario() {
             return 1
         }
         before=$(jfield "$(stats "$I1")" "$counter")
+        lost_before=$(jfield "$(stats "$I1")" .lock.leases_lost)
         for ((i = 1; i <= BUYERS; i++)); do
             for u in 1 2; do
                 b="buyer-$fencing-$attempt-$u-$i"
@@ -229,6 +230,8 @@ run_scenario() {
         wait_until 10 instances_idle || echo "  instances still busy"
         after=$(jfield "$(stats "$I1")" "$counter")
         R_STALE=$((after - before))
+        lost_after=$(jfield "$(stats "$I1")" .lock.leases_lost)
+        R_LOST=$((${lost_after:-0} - ${lost_before:-0}))
         echo "  attempt $attempt: instance 1 frozen ${R_FROZEN_MS}ms while instance 2 sold" \
             "$R_SOLD_WHILE_FROZEN; stale commits on instance 1 (${counter#.}): $R_STALE"
         if ((R_STALE > 0)); then
@@ -287,6 +290,8 @@ if run_scenario on; then
         eq "$R_HIT" 1
     check "on: instance 2 kept selling while instance 1 was frozen ($R_SOLD_WHILE_FROZEN units in ${R_FROZEN_MS}ms)" \
         eq "$R_KEPT_SELLING" 1
+    check "on: instance 1's /stats count the lease it lost while frozen (leases_lost +$R_LOST)" \
+        gt "$R_LOST" 0
     sold=$(jfield "$R_SKUJ" .sold)
     check "on: server sold == stock ($sold == $STOCK)" eq "$sold" "$STOCK"
     check "on: nothing oversold, nothing left" eq "$(jfield "$R_SKUJ" .oversold)/$(jfield "$R_SKUJ" .remaining)" 0/0
