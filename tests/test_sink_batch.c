@@ -1,0 +1,166 @@
+/* Unit tests of the sink's batch (service/sink_batch.h): the outbox's events
+ * as the JSON rows of the statement that applies them, and the events that
+ * are not the scripts' skipped, counted and still acknowledged. The rows are
+ * read back with jansson, as PostgreSQL's json_to_recordset would. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sink_batch.h"
+
+/* A stream entry's [field, value, ...] array, from "o=42 s=paid ...". */
+struct entry {
+    char text[256];
+    redisReply arr, items[32], *ptrs[32];
+};
+
+static const redisReply *entry_of(struct entry *e, const char *fields)
+{
+    snprintf(e->text, sizeof(e->text), "%s", fields);
+    size_t n = 0;
+    char *save = NULL;
+    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 32;
+         f = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(f, '=');
+        assert_non_null(eq);
+        *eq = '\0';
+        const char *parts[2] = {f, eq + 1};
+        for (int i = 0; i < 2; i++, n++) {
+            e->items[n] = (redisReply){.type = REDIS_REPLY_STRING,
+                                       .str = (char *)parts[i],
+                                       .len = strlen(parts[i])};
+            e->ptrs[n] = &e->items[n];
+        }
+    }
+    e->arr = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = n, .element = e->ptrs};
+    return &e->arr;
+}
+
+/* Adds an event of stream si (fields NULL: a deleted entry's). */
+static void add(struct sink_batch *b, int si, const char *id, const char *fields)
+{
+    struct entry e;
+    sink_batch_add(b, si, "sk:{p}:out", id, fields ? entry_of(&e, fields) : NULL);
+}
+
+#define PENDING "o=42 s=pending k=phone u=alice q=1 g=7 b=1700000000000"
+
+static const char *field(json_t *rows, size_t i, const char *name)
+{
+    return json_string_value(json_object_get(json_array_get(rows, i), name));
+}
+
+static void test_rows_are_the_events(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    add(&b, 0, "1700000000000-0", PENDING);
+    add(&b, 3, "1700000000001-0", "o=42 s=paid k=phone u=alice q=1 g=7 p=pay-1");
+    assert_int_equal(b.n, 2);
+    assert_int_equal(b.valid, 2);
+    assert_int_equal(b.skipped, 0);
+    assert_int_equal(b.stream[1], 3);
+    assert_string_equal(b.id[1], "1700000000001-0");
+
+    json_t *rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_non_null(rows);
+    assert_int_equal(json_array_size(rows), 2);
+    assert_string_equal(field(rows, 0, "x"), "sk:{p}:out");
+    assert_string_equal(field(rows, 0, "i"), "1700000000000-0");
+    assert_string_equal(field(rows, 0, "o"), "42");
+    assert_string_equal(field(rows, 0, "s"), "pending");
+    assert_string_equal(field(rows, 0, "k"), "phone");
+    assert_string_equal(field(rows, 0, "u"), "alice");
+    assert_string_equal(field(rows, 0, "q"), "1");
+    assert_string_equal(field(rows, 0, "g"), "7");
+    assert_string_equal(field(rows, 0, "b"), "1700000000000");
+    assert_null(field(rows, 0, "p"));
+    assert_string_equal(field(rows, 1, "p"), "pay-1");
+    assert_null(field(rows, 1, "b"));
+    json_decref(rows);
+    sink_batch_free(&b);
+}
+
+/* Each of these would fail the transaction every time: skipped, counted, and
+ * acknowledged all the same (in n, with its id). */
+static void test_what_is_not_an_event_is_skipped(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "o=42 s=paid k=phone q=1 g=7",            /* no user */
+        "o=42 s=shipped k=phone u=a q=1 g=7",     /* no such state */
+        "o=4x2 s=paid k=phone u=a q=1 g=7",       /* an order id not a number */
+        "o=42 s=paid k=phone u=a q=-1 g=7",       /* units not a number */
+        "o=42 s=paid k=phone u=a q=1 g=7 b=soon", /* pay_by not a number */
+        "o=123456789012345678901 s=paid k=phone u=a q=1 g=7", /* past 19 digits */
+        "o=42 s=paid k=ph\"one u=a q=1 g=7",                  /* JSON would escape it */
+        "o=42 s=paid k=phone u=a\n q=1 g=7",                  /* a control character */
+    };
+    struct sink_batch b = {0};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        add(&b, 0, "1-0", bad[i]);
+    add(&b, 0, "2-0", NULL); /* a deleted entry */
+    assert_int_equal(b.skipped, 9);
+    assert_int_equal(b.valid, 0);
+    assert_int_equal(b.n, 9);
+    assert_string_equal(b.id[8], "2-0");
+    /* a stream key, or an id, that JSON would have to escape */
+    struct entry e;
+    sink_batch_add(&b, 0, "sk:\"x", "3-0", entry_of(&e, PENDING));
+    sink_batch_add(&b, 0, "sk:x", "3-\\0", entry_of(&e, PENDING));
+    assert_int_equal(b.skipped, 11);
+    /* one event among them is written, alone */
+    add(&b, 0, "4-0", PENDING);
+    assert_int_equal(b.valid, 1);
+    json_t *rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_int_equal(json_array_size(rows), 1);
+    assert_string_equal(field(rows, 0, "i"), "4-0");
+    json_decref(rows);
+    sink_batch_free(&b);
+}
+
+/* After a failed statement the same rows are sent again; rows that outgrow
+ * the first allocation stay one array; the next round has its own rows. */
+static void test_reopen_grow_clear(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    add(&b, 0, "1-0", PENDING);
+    char first[256];
+    snprintf(first, sizeof(first), "%s", sink_batch_close(&b));
+    sink_batch_reopen(&b);
+    assert_string_equal(sink_batch_close(&b), first);
+    sink_batch_reopen(&b);
+    for (int i = 0; i < 3000; i++) /* about 300 KB of rows; 64 KB at first */
+        add(&b, i % 5, "1-1", PENDING);
+    json_t *rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_non_null(rows);
+    assert_int_equal(json_array_size(rows), 3001);
+    json_decref(rows);
+
+    sink_batch_clear(&b);
+    assert_int_equal(b.n + b.valid + b.skipped, 0);
+    add(&b, 0, "5-0", PENDING);
+    rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_int_equal(json_array_size(rows), 1);
+    assert_string_equal(field(rows, 0, "i"), "5-0");
+    json_decref(rows);
+    sink_batch_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_are_the_events),
+        cmocka_unit_test(test_what_is_not_an_event_is_skipped),
+        cmocka_unit_test(test_reopen_grow_clear),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
