@@ -34,10 +34,11 @@
  * (lock_attach) with a connection of its own, renews held leases at ttl/3 by
  * an owner- and version-checked UPDATE of expires_at (only while the lease
  * has not run out: a lease that did is lost, as in Redis); one that finds the
- * row no longer its holder's counts a lost lease, and so does the tick for a
- * lease it finds run out while held (its process paused past it, or its
- * renewals unanswered); lock_valid_until_us answers 0 from then on. A lease
- * is renewed up to max_lease_ms in all.
+ * row no longer its holder's counts a lost lease, and so does a lease found
+ * run out while held (its process paused past it, or its renewals
+ * unanswered), by the tick or by its release, whichever comes first;
+ * lock_valid_until_us answers 0 from then on. A lease is renewed up to
+ * max_lease_ms in all.
  *
  * Reentrancy is per lock_session, in memory (as zk): a session that acquires
  * a key it holds gets the same grant again, and only its last release frees
@@ -164,11 +165,26 @@ void pg_hold_free(struct pg_hold *h)
     free(h);
 }
 
+/* With st->mu held: a lease that ran out while held, with no renewal or
+ * release on its way to say more, is lost from now on; 1 the first time, to
+ * be counted (once, by whoever finds it first: the tick, or a release). */
+static int hold_ran_out(struct pg_hold *h, int64_t now)
+{
+    if (h->renewing || h->releasing || h->valid_until_us <= 0 || h->valid_until_us > now)
+        return 0;
+    h->valid_until_us = 0;
+    return 1;
+}
+
 int pg_hold_alive(struct pg_state *st, struct pg_hold *h)
 {
+    int64_t now = clock_now_us();
     pthread_mutex_lock(&st->mu);
-    int alive = h->valid_until_us > clock_now_us();
+    int lost = hold_ran_out(h, now);
+    int alive = h->valid_until_us > now;
     pthread_mutex_unlock(&st->mu);
+    if (lost)
+        lock_count_lost(st->counters);
     return alive;
 }
 
@@ -270,13 +286,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     int64_t now = clock_now_us(), period = (int64_t)st->ttl_ms * 1000 / 3;
     pthread_mutex_lock(&st->mu);
     for (struct pg_hold *h = st->holds; h && n < PG_RENEW_MAX; h = h->next) {
-        /* ran out while held, with no renewal on its way to say more (its
-         * process paused, or its renewals unanswered): lost, counted once */
-        if (!h->renewing && !h->releasing && h->valid_until_us > 0 &&
-            h->valid_until_us <= now) {
-            h->valid_until_us = 0;
-            lost++;
-        }
+        lost += hold_ran_out(h, now); /* its process paused, or renewals unanswered */
         if (h->renewing || h->releasing || h->valid_until_us <= now ||
             now - h->renewed_us < period ||
             now - h->acquired_us >= (int64_t)st->max_lease_ms * 1000 ||

@@ -8,7 +8,8 @@
  *
  * Watchdog (redis_watchdog.c): a timer on the loop the lock is attached to
  * (lock_attach) renews every held lease at ttl/3 with an owner-checked PEXPIRE,
- * pipelined. It stops on release, when the lease turns out lost (counted), and at
+ * pipelined. It stops on release, when the lease turns out lost (counted, by the renewal
+ * or by the release that finds it gone, whichever comes first), and at
  * max_lease_ms after the grant. Validity is kept on the monotonic clock: renewal sent at
  * t with lease L is valid until t + L.
  *
@@ -406,6 +407,8 @@ static lock_status release_done(struct redis_session *s, const char *key,
     struct lease *l = g->holder;
     if (l && strcmp(l->key, key) == 0) {
         g->holder = NULL;
+        if (res == LOCK_NOT_HELD) /* lost while held, if no renewal said so yet */
+            redis_watchdog_lose(s->st->watchdog, l);
         if (--l->depth == 0)
             lease_end(s, l); /* also a lost lease that a newer one replaced */
     }

@@ -94,7 +94,8 @@ struct pg_hold *pg_hold_new(struct pg_session *s, const char *key, const char *t
                             uint64_t version, int64_t sent_us);
 /* Off its lists and freed. */
 void pg_hold_free(struct pg_hold *h);
-/* 1 while h's lease is known valid. */
+/* 1 while h's lease is known valid; a lease found run out while held is
+ * counted lost (once). */
 int pg_hold_alive(struct pg_state *st, struct pg_hold *h);
 void pg_hold_releasing(struct pg_state *st, struct pg_hold *h);
 void pg_grant_fill(struct pg_state *st, struct pg_hold *h, int contended,
