@@ -18,8 +18,9 @@
 #                  holder's unit is sold without being taken from the stock, so the
 #                  buyers end with sold > initial stock, and the audit shows it.
 #   --fencing on:  its commit is refused (fenced_off_commits > 0 on instance 1, and
-#                  its leases_lost counts the lease; the buyer gets 503 busy and retries): sold == stock, client-counted 201s
-#                  == server sold == audit sold, audit consistent. (zk: instance 1's
+#                  its leases_lost counts the lease; the buyer gets 503 busy and
+#                  retries): sold == stock, client-counted 201s == server sold ==
+#                  audit sold, audit consistent. (zk: instance 1's
 #                  session expired while it was frozen, so its orders that waited for
 #                  the lock may also answer 503 unavailable; nothing placed either;
 #                  pg: a query of its in flight may have timed out meanwhile.)
@@ -167,7 +168,7 @@ instances_idle() {
 
 # run_scenario on|off: sets the R_* results of the last attempt.
 run_scenario() {
-    local fencing=$1 attempt cdir body code b i t0 t1 before after counter sold0
+    local fencing=$1 attempt cdir body code b i t0 t1 before after counter sold0 st lost_before lost_after
     cdir=$dir/cluster-$fencing
     echo "# $LOCK, fencing $fencing: 2 instances, lease ${LEASE_MS}ms, ${WORK_US}us of work, 1 segment, stock $STOCK"
     CUR_CLUSTER=$cdir
@@ -196,8 +197,8 @@ run_scenario() {
             echo "  PUT /skus/$R_SKU answered $code"
             return 1
         }
-        before=$(jfield "$(stats "$I1")" "$counter")
-        lost_before=$(jfield "$(stats "$I1")" .lock.leases_lost)
+        st=$(stats "$I1")
+        before=$(jfield "$st" "$counter") lost_before=$(jfield "$st" .lock.leases_lost)
         for ((i = 1; i <= BUYERS; i++)); do
             for u in 1 2; do
                 b="buyer-$fencing-$attempt-$u-$i"
@@ -228,9 +229,9 @@ run_scenario() {
         wait_until 60 buyers_done || echo "  buyers did not finish"
         stop_buyers
         wait_until 10 instances_idle || echo "  instances still busy"
-        after=$(jfield "$(stats "$I1")" "$counter")
+        st=$(stats "$I1")
+        after=$(jfield "$st" "$counter") lost_after=$(jfield "$st" .lock.leases_lost)
         R_STALE=$((after - before))
-        lost_after=$(jfield "$(stats "$I1")" .lock.leases_lost)
         R_LOST=$((${lost_after:-0} - ${lost_before:-0}))
         echo "  attempt $attempt: instance 1 frozen ${R_FROZEN_MS}ms while instance 2 sold" \
             "$R_SOLD_WHILE_FROZEN; stale commits on instance 1 (${counter#.}): $R_STALE"

@@ -68,7 +68,7 @@ req() {
 
 # orders FROM TO: one client placing orders FROM..TO, each with its own key, then
 # replaying every tenth; prints one status per request, and the error of any answer
-# other than 201 or 409 ("503 lock_timeout").
+# other than 201 or 409 ("503 busy").
 orders() {
     local i n code error
     for ((i = $1; i <= $2; i++)); do
