@@ -476,16 +476,52 @@ static uint64_t exclusion_run(lock_zk_watch watch, uint64_t *contended_out)
     return wakeups;
 }
 
-/* The threads of this process now (/proc/self/task). */
-static int threads_now(void)
+/* The ids of this process's threads now (/proc/self/task), at most max. A
+ * thread that pthread_join has returned for can still be listed for a moment
+ * (the kernel reaps it after waking the joiner), so tests compare ids, not
+ * counts. */
+#define MAX_THREADS 64
+static int thread_ids(long *ids)
 {
     DIR *d = opendir("/proc/self/task");
     assert_non_null(d);
     int n = 0;
     for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
+        if (e->d_name[0] != '.') {
+            assert_true(n < MAX_THREADS);
+            ids[n++] = atol(e->d_name);
+        }
     closedir(d);
     return n;
+}
+
+static int has_id(const long *ids, int n, long id)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+/* The threads listed now that are not among the n in before: at most one
+ * (more fails the test), 0 when none. */
+static long new_thread(const long *before, int n)
+{
+    long now[MAX_THREADS], found = 0;
+    int m = thread_ids(now);
+    for (int i = 0; i < m; i++)
+        if (!has_id(before, n, now[i])) {
+            if (found)
+                fail_msg("two new threads: %ld and %ld", found, now[i]);
+            found = now[i];
+        }
+    return found;
+}
+
+static int thread_gone(void *arg)
+{
+    long now[MAX_THREADS];
+    return !has_id(now, thread_ids(now), *(long *)arg);
 }
 
 /* One thread drives a zk lock's session (the single-threaded client on the
@@ -500,20 +536,23 @@ static void test_one_thread_drives_the_session(void **state)
 {
     (void)state;
     /* ThreadSanitizer starts a thread of its own at the first pthread_create:
-     * one thread made and joined first, so that it is in the count before. */
+     * one thread made and joined first, so that it is among those before. */
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, no_op, NULL), 0);
     pthread_join(t, NULL);
-    int before = threads_now();
+    long before[MAX_THREADS];
+    int n = thread_ids(before);
     struct lock *l = direct_lock();
     struct lock_session *s = lock_session_new(l, NULL);
     struct lock_grant g;
     assert_int_equal(lock_acquire(s, "t:threads", 5000, &g), LOCK_ACQUIRED);
-    assert_int_equal(threads_now(), before + 1);
+    long zk_thread = new_thread(before, n);
+    assert_true(zk_thread != 0);
     assert_int_equal(lock_release(s, "t:threads", &g), LOCK_RELEASED);
     lock_session_free(s);
     lock_free(l);
-    assert_int_equal(threads_now(), before);
+    assert_true(test_wait_for(thread_gone, &zk_thread, 2000));
+    assert_int_equal(new_thread(before, n), 0);
 }
 
 /* Watching the predecessor, only a release wakes a waiter (nobody gives up
