@@ -22,7 +22,8 @@
  *
  * Bounds: a timer at the wait's end (at least ZK_STEP_FLOOR_MS after the
  * start, so that a try gets its round trips) ends any phase: busy while
- * ZooKeeper is connected and we were waiting our turn, else an error. A
+ * ZooKeeper is connected and we were waiting our turn (a predecessor seen),
+ * else an error. A
  * lost connection waits for the reconnect (same session: our node stays);
  * an expired session ends it (the node went with it); a create whose answer
  * was lost leaves its guid to the orphan sweep.
@@ -419,7 +420,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     job_put(j);
 }
 
-/* The wait's end: busy when it ran out while ZooKeeper was there to ask. */
+/* The wait's end: busy when it ran out while ZooKeeper was there to ask and
+ * we were waiting our turn: asleep or setting a watch, or listing again after
+ * a wake (a predecessor was seen: contended). */
 static void on_bound(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
@@ -427,7 +430,7 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&j->st->mu);
     int connected = j->conn->connected;
     pthread_mutex_unlock(&j->st->mu);
-    int waited = j->phase == ZS_WAIT || j->phase == ZS_WATCH;
+    int waited = j->phase == ZS_WAIT || j->phase == ZS_WATCH || j->contended;
     struct zk_conn *c = j->conn;
     job_ref(j);
     if (j->release) /* no answer to the delete: the session's fate tells */

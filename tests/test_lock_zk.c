@@ -1191,6 +1191,56 @@ static void test_session_expiry(void **state)
     test_proxy_stop(&proxy);
 }
 
+/* A waiter whose wait runs out while it lists the children again after its
+ * predecessor went (ZooKeeper slow to answer that list) is busy, not an
+ * error: it was waiting its turn on a ZooKeeper that answers. (A service
+ * answered such orders 503 unavailable while a frozen holder's session
+ * expired.) B reaches ZooKeeper through a proxy slowed by N ms per chunk each
+ * way once B waits: A's release at B's bound - 2N wakes B at about bound - N
+ * and B's new list is answered at about bound + N, so the bound comes while B
+ * lists, N either side to spare. */
+static void test_bound_while_listing_again_is_busy(void **state)
+{
+    (void)state;
+    const int slow_ms = 1000, wait_ms = 4 * slow_ms;
+    struct test_proxy proxy;
+    test_proxy_start_slow(&proxy, zk.port, slow_ms);
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
+    struct lock *la = direct_lock(), *lb = zk_lock(via, 20000);
+    struct lock_session *sa = lock_session_new(la, NULL);
+    struct lock_grant ga;
+    assert_int_equal(lock_acquire(sa, "t:relist", 1000, &ga), LOCK_ACQUIRED);
+    char holder[512];
+    only_child("t:relist", holder, sizeof(holder));
+    struct contender b;
+    int64_t t0 = clock_now_us();
+    contender_start_as(&b, lb, "t:relist", wait_ms, 1);
+    wait_children("t:relist", 2);
+    char waiter[512];
+    child_by_seq("t:relist", 1, waiter, sizeof(waiter));
+    wait_watched(holder, node_stat(waiter).ephemeralOwner, 1);
+
+    kill(proxy.pid, SIGUSR1);
+    int64_t release_at = t0 + (int64_t)(wait_ms - 2 * slow_ms) * 1000;
+    if (release_at > clock_now_us()) /* a point in time, not a condition */
+        clock_sleep_us(release_at - clock_now_us());
+    assert_int_equal(lock_release(sa, "t:relist", &ga), LOCK_RELEASED);
+    contender_join(&b);
+    assert_int_equal(b.st, LOCK_BUSY);
+    int64_t took_ms = (atomic_load(&b.returned_us) - t0) / 1000;
+    if (took_ms < wait_ms || took_ms > wait_ms + slow_ms)
+        fail_msg("B answered after %lld ms, not at its bound (%d ms)", (long long)took_ms,
+                 wait_ms);
+    kill(proxy.pid, SIGHUP);
+    wait_children("t:relist", 0); /* B's node, unwanted, is deleted */
+    lock_session_free(b.s);
+    lock_session_free(sa);
+    lock_free(la);
+    lock_free(lb);
+    test_proxy_stop(&proxy);
+}
+
 /* ZooKeeper killed: acquires answer LOCK_ERROR within their wait, a holder's
  * validity is the session timeout from the disconnection; restarted on its
  * data: the session lived through it (the hold releases normally) and
@@ -1316,6 +1366,7 @@ int main(void)
         cmocka_unit_test(test_release_through_another_session),
         cmocka_unit_test(test_lost_create_answer),
         cmocka_unit_test(test_session_expiry),
+        cmocka_unit_test(test_bound_while_listing_again_is_busy),
         cmocka_unit_test(test_zookeeper_down_and_back),
         cmocka_unit_test(test_step_release_lost_leaves_no_node),
     };

@@ -251,7 +251,8 @@ void test_redis_stop(struct test_redis *r, int hard, int keep_dir)
     track(running, r, 0);
 }
 
-/* drop_flag: the faultproxy option that takes drop (none when drop is NULL). */
+/* drop_flag: the faultproxy option that takes drop (none when drop is NULL):
+ * a drop, or --slow-ms. */
 static void proxy_start(struct test_proxy *p, int target_port, const char *drop_flag,
                         const char *drop)
 {
@@ -308,6 +309,13 @@ void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_pr
 void test_proxy_start_bytes(struct test_proxy *p, int target_port, const char *drop_bytes)
 {
     proxy_start(p, target_port, "--drop-after-bytes", drop_bytes);
+}
+
+void test_proxy_start_slow(struct test_proxy *p, int target_port, int slow_ms)
+{
+    char ms[16];
+    snprintf(ms, sizeof(ms), "%d", slow_ms);
+    proxy_start(p, target_port, "--slow-ms", ms);
 }
 
 void test_proxy_stop(struct test_proxy *p)

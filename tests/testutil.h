@@ -47,6 +47,9 @@ void test_proxy_start(struct test_proxy *p, int target_port, const char *drop_pr
  * anywhere reaches the server and loses its answer (see tests/faultproxy.c). */
 void test_proxy_start_bytes(struct test_proxy *p, int target_port,
                             const char *drop_bytes);
+/* A plain proxy whose network is slowed on SIGUSR1: each chunk read then
+ * waits slow_ms before it goes on, both ways (SIGHUP heals it). */
+void test_proxy_start_slow(struct test_proxy *p, int target_port, int slow_ms);
 /* SIGKILL. (A test may also SIGSTOP p->pid to cut the path without closing
  * the connections, and SIGCONT it again.) */
 void test_proxy_stop(struct test_proxy *p);
