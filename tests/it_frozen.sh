@@ -43,10 +43,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # ---- buyer mode: one curl loop (run by the test itself, in its own session) -----------
 # it_frozen.sh --buyer URL SKU TAG OUT SECS: POSTs orders of fresh users "TAG-<n>" until
 # sold out or SECS pass; writes "201s busy sold_out other other_codes" to OUT (the other
-# answers as status:error, comma-separated).
+# answers as status:error, comma-separated), and each other answer's status and body
+# as a line of OUT.other (their details).
 if [[ ${1:-} == --buyer ]]; then
     url=$2 sku=$3 tag=$4 out=$5 secs=$6
-    n201=0 busy=0 soldout=0 other=0 codes="" n=0 cpid=""
+    n201=0 busy=0 soldout=0 other=0 codes="" n=0 cpid="" before=0
     trap '[[ -n $cpid ]] && kill "$cpid" 2>/dev/null; exit 143' TERM
     deadline=$((SECONDS + secs))
     while ((SECONDS < deadline)); do
@@ -59,6 +60,7 @@ if [[ ${1:-} == --buyer ]]; then
         cpid=""
         code=$(<"$out.code")
         err=$(grep -o '"error":"[a-z_]*"' "$out.body" 2>/dev/null | cut -d'"' -f4) || true
+        before=$other
         case $code in
         201) n201=$((n201 + 1)) ;;
         409)
@@ -75,6 +77,7 @@ if [[ ${1:-} == --buyer ]]; then
             ;;
         *) other=$((other + 1)) codes+="$code:${err:--}," ;;
         esac
+        ((other == before)) || echo "$code $(tr -d '\n' <"$out.body" 2>/dev/null)" >>"$out.other"
     done
     echo "$n201 $busy $soldout $other ${codes:-none}" >"$out.tmp" && mv "$out.tmp" "$out"
     exit 0
@@ -266,6 +269,9 @@ run_scenario() {
     echo "  audit: $R_AUDIT"
     echo "  buyers: $R_201 x 201, $R_BUSY x 503 busy, $R_OTHER other ${R_CODES}$( ((R_FROZEN_UNAVAILABLE)) &&
         echo " ($R_FROZEN_UNAVAILABLE x 503 unavailable from the frozen instance's buyers)")"
+    for f in "$dir"/buyer-"$fencing"-"$attempt"-*.out.other; do
+        [[ -s $f ]] && sed "s|^|    $(basename "$f" .out.other): |" "$f"
+    done
     cluster_down
     return 0
 }
