@@ -23,10 +23,9 @@
  * Bounds: a timer at the wait's end (at least ZK_STEP_FLOOR_MS after the
  * start, so that a try gets its round trips) ends any phase: busy while
  * ZooKeeper is connected and we were waiting our turn (a predecessor seen),
- * else an error. A
- * lost connection waits for the reconnect (same session: our node stays);
- * an expired session ends it (the node went with it); a create whose answer
- * was lost leaves its guid to the orphan sweep.
+ * else an error. A lost connection waits for the reconnect (same session:
+ * our node stays); an expired session ends it (the node went with it); a
+ * create whose answer was lost leaves its guid to the orphan sweep.
  *
  * Lifetime: a job is shared by the caller and the zk loop, and freed by the
  * last reference (refs under st->mu): the caller's (until lock_try_done or
