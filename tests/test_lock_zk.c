@@ -1228,8 +1228,10 @@ static void test_bound_while_listing_again_is_busy(void **state)
     assert_int_equal(lock_release(sa, "t:relist", &ga), LOCK_RELEASED);
     contender_join(&b);
     assert_int_equal(b.st, LOCK_BUSY);
+    /* at its bound, not at the list's answer (about slow_ms later); libevent
+     * may fire a timer a few ms early (it counts from its cached time) */
     int64_t took_ms = (atomic_load(&b.returned_us) - t0) / 1000;
-    if (took_ms < wait_ms || took_ms > wait_ms + slow_ms)
+    if (took_ms < wait_ms - 100 || took_ms > wait_ms + slow_ms)
         fail_msg("B answered after %lld ms, not at its bound (%d ms)", (long long)took_ms,
                  wait_ms);
     kill(proxy.pid, SIGHUP);
