@@ -476,7 +476,7 @@ static uint64_t exclusion_run(lock_zk_watch watch, uint64_t *contended_out)
     return wakeups;
 }
 
-/* The ids of this process's threads now (/proc/self/task), at most max. A
+/* The ids of this process's threads now (/proc/self/task), at most MAX_THREADS. A
  * thread that pthread_join has returned for can still be listed for a moment
  * (the kernel reaps it after waking the joiner), so tests compare ids, not
  * counts. */
@@ -577,6 +577,31 @@ static void test_exclusion_watching_all(void **state)
 
 /* ---- waiting and waking ---------------------------------------------- */
 
+/* A holder A (session sa of lock la) and a contender B queued behind it (on
+ * lock lb, a ZooKeeper session of its own; by steps or not, waiting up to
+ * b_wait_ms), with their nodes and B's session id; set up until B watches
+ * A's node, alone. */
+struct queue2 {
+    struct lock_session *sa;
+    struct lock_grant ga;
+    struct contender b;
+    char na[512], nb[512];
+    long long b_sid;
+};
+
+static void queue2_start(struct queue2 *q, struct lock *la, struct lock *lb,
+                         const char *key, int b_wait_ms, int b_steps)
+{
+    q->sa = lock_session_new(la, NULL);
+    assert_int_equal(lock_acquire(q->sa, key, 1000, &q->ga), LOCK_ACQUIRED);
+    only_child(key, q->na, sizeof(q->na));
+    contender_start_as(&q->b, lb, key, b_wait_ms, b_steps);
+    wait_children(key, 2);
+    child_by_seq(key, 1, q->nb, sizeof(q->nb));
+    q->b_sid = node_stat(q->nb).ephemeralOwner;
+    wait_watched(q->na, q->b_sid, 1);
+}
+
 /* A waiter sleeps on a watch of the holder's node (it sends nothing but its
  * session's pings while it waits) and has the lock within moments of the
  * release, long before its deadline. */
@@ -584,87 +609,66 @@ static void test_release_wakes_waiter_without_polling(void **state)
 {
     (void)state;
     struct lock *la = direct_lock(), *lb = direct_lock();
-    struct lock_session *sa = lock_session_new(la, NULL);
-    struct lock_grant ga;
-    assert_int_equal(lock_acquire(sa, "t:wake", 1000, &ga), LOCK_ACQUIRED);
-    char holder[512];
-    only_child("t:wake", holder, sizeof(holder));
-    struct contender b;
-    contender_start(&b, lb, "t:wake", 20000);
-    wait_children("t:wake", 2);
-    char waiter[512];
-    child_by_seq("t:wake", 1, waiter, sizeof(waiter));
-    long long b_sid = node_stat(waiter).ephemeralOwner;
-    wait_watched(holder, b_sid, 1);
-    assert_int_equal(watchers(waiter, 0, NULL), 0);
+    struct queue2 q;
+    queue2_start(&q, la, lb, "t:wake", 20000, 0);
+    assert_int_equal(watchers(q.nb, 0, NULL), 0);
 
     /* Watch the waiter's connection for a second: a poller would send
      * requests all along; a watcher only pings (every third of 3 s). */
     long long r0, r1, est;
-    assert_true(session_conn(b_sid, &r0, &est));
+    assert_true(session_conn(q.b_sid, &r0, &est));
     clock_sleep_us(1000000); /* an observation window, not a synchronisation */
-    assert_true(session_conn(b_sid, &r1, &est));
-    assert_false(atomic_load(&b.done));
+    assert_true(session_conn(q.b_sid, &r1, &est));
+    assert_false(atomic_load(&q.b.done));
     if (r1 - r0 > 3)
         fail_msg("the waiter sent %lld packets in 1 s while waiting", r1 - r0);
 
     int64_t released = clock_now_us();
-    assert_int_equal(lock_release(sa, "t:wake", &ga), LOCK_RELEASED);
-    contender_join(&b);
-    assert_int_equal(b.st, LOCK_ACQUIRED);
-    assert_true(b.g.contended);
-    int64_t after_us = atomic_load(&b.returned_us) - released;
+    assert_int_equal(lock_release(q.sa, "t:wake", &q.ga), LOCK_RELEASED);
+    contender_join(&q.b);
+    assert_int_equal(q.b.st, LOCK_ACQUIRED);
+    assert_true(q.b.g.contended);
+    int64_t after_us = atomic_load(&q.b.returned_us) - released;
     if (after_us > 2000000)
         fail_msg("the waiter took %lld ms after the release", (long long)after_us / 1000);
-    assert_true(b.g.fence > ga.fence);
-    assert_int_equal(lock_release(b.s, "t:wake", &b.g), LOCK_RELEASED);
+    assert_true(q.b.g.fence > q.ga.fence);
+    assert_int_equal(lock_release(q.b.s, "t:wake", &q.b.g), LOCK_RELEASED);
     assert_int_equal(children("t:wake", NULL, 0), 0);
-    lock_session_free(b.s);
-    lock_session_free(sa);
+    lock_session_free(q.b.s);
+    lock_session_free(q.sa);
     lock_free(la);
     lock_free(lb);
 }
 
-/* A holder A and two contenders queued behind it, B then C, each in a lock
- * (a ZooKeeper session) of its own, with their nodes and C's and B's session
- * ids; set up until B watches A's node and C watches B's. */
+/* Then a third, C, queued behind B, each in a lock of its own, with C's node
+ * and session id; set up until C watches B's node. */
 struct queue3 {
-    const char *key;
     struct lock *la, *lb, *lc;
-    struct lock_session *sa;
-    struct lock_grant ga;
-    struct contender b, c;
-    char na[512], nb[512], nc[512];
-    long long b_sid, c_sid;
+    struct queue2 ab;
+    struct contender c;
+    char nc[512];
+    long long c_sid;
 };
 
 static void queue3_start(struct queue3 *q, const char *key, int b_wait_ms)
 {
-    q->key = key;
     q->la = direct_lock();
     q->lb = direct_lock();
     q->lc = direct_lock();
-    q->sa = lock_session_new(q->la, NULL);
-    assert_int_equal(lock_acquire(q->sa, key, 1000, &q->ga), LOCK_ACQUIRED);
-    contender_start(&q->b, q->lb, key, b_wait_ms);
-    wait_children(key, 2);
+    queue2_start(&q->ab, q->la, q->lb, key, b_wait_ms, 0);
     contender_start(&q->c, q->lc, key, 20000);
     wait_children(key, 3);
-    child_by_seq(key, 0, q->na, sizeof(q->na));
-    child_by_seq(key, 1, q->nb, sizeof(q->nb));
     child_by_seq(key, 2, q->nc, sizeof(q->nc));
-    q->b_sid = node_stat(q->nb).ephemeralOwner;
     q->c_sid = node_stat(q->nc).ephemeralOwner;
-    wait_watched(q->na, q->b_sid, 1);
-    wait_watched(q->nb, q->c_sid, 1);
+    wait_watched(q->ab.nb, q->c_sid, 1);
 }
 
 /* Frees what queue3_start made (the contenders joined). */
 static void queue3_free(struct queue3 *q)
 {
-    lock_session_free(q->b.s);
+    lock_session_free(q->ab.b.s);
     lock_session_free(q->c.s);
-    lock_session_free(q->sa);
+    lock_session_free(q->ab.sa);
     lock_free(q->la);
     lock_free(q->lb);
     lock_free(q->lc);
@@ -683,20 +687,20 @@ static void test_release_wakes_only_the_next(void **state)
     assert_int_equal(watchers(q.nc, 0, NULL), 0);
     assert_int_equal(watchers(parent, 0, NULL), 0);
 
-    assert_int_equal(lock_release(q.sa, "t:next", &q.ga), LOCK_RELEASED);
-    contender_join(&q.b);
-    assert_int_equal(q.b.st, LOCK_ACQUIRED);
+    assert_int_equal(lock_release(q.ab.sa, "t:next", &q.ab.ga), LOCK_RELEASED);
+    contender_join(&q.ab.b);
+    assert_int_equal(q.ab.b.st, LOCK_ACQUIRED);
     /* c was not woken: it still waits, on b's node, and holds nothing */
     assert_false(atomic_load(&q.c.done));
     int has;
-    assert_int_equal(watchers(q.nb, q.c_sid, &has), 1);
+    assert_int_equal(watchers(q.ab.nb, q.c_sid, &has), 1);
     assert_true(has);
     assert_int_equal(children("t:next", NULL, 0), 2);
 
-    assert_int_equal(lock_release(q.b.s, "t:next", &q.b.g), LOCK_RELEASED);
+    assert_int_equal(lock_release(q.ab.b.s, "t:next", &q.ab.b.g), LOCK_RELEASED);
     contender_join(&q.c);
     assert_int_equal(q.c.st, LOCK_ACQUIRED);
-    assert_true(q.c.g.fence > q.b.g.fence && q.b.g.fence > q.ga.fence);
+    assert_true(q.c.g.fence > q.ab.b.g.fence && q.ab.b.g.fence > q.ab.ga.fence);
     assert_int_equal(lock_release(q.c.s, "t:next", &q.c.g), LOCK_RELEASED);
     queue3_free(&q);
 }
@@ -710,17 +714,17 @@ static void test_middle_gives_up(void **state)
     struct queue3 q;
     queue3_start(&q, "t:middle", 1500);
 
-    contender_join(&q.b);
-    assert_int_equal(q.b.st, LOCK_BUSY);
+    contender_join(&q.ab.b);
+    assert_int_equal(q.ab.b.st, LOCK_BUSY);
     /* c moved on to the holder (b's watch on it stays until it fires: a
      * ZooKeeper watch cannot be taken back safely here, and a stale one
      * wakes nobody) */
-    wait_watched(q.na, q.c_sid, 0);
+    wait_watched(q.ab.na, q.c_sid, 0);
     assert_int_equal(children("t:middle", NULL, 0), 2);
     assert_false(atomic_load(&q.c.done));
 
     int64_t released = clock_now_us();
-    assert_int_equal(lock_release(q.sa, "t:middle", &q.ga), LOCK_RELEASED);
+    assert_int_equal(lock_release(q.ab.sa, "t:middle", &q.ab.ga), LOCK_RELEASED);
     contender_join(&q.c);
     assert_int_equal(q.c.st, LOCK_ACQUIRED);
     assert_true(atomic_load(&q.c.returned_us) - released < 2000000);
@@ -1208,36 +1212,27 @@ static void test_bound_while_listing_again_is_busy(void **state)
     char via[64];
     snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
     struct lock *la = direct_lock(), *lb = zk_lock(via, 20000);
-    struct lock_session *sa = lock_session_new(la, NULL);
-    struct lock_grant ga;
-    assert_int_equal(lock_acquire(sa, "t:relist", 1000, &ga), LOCK_ACQUIRED);
-    char holder[512];
-    only_child("t:relist", holder, sizeof(holder));
-    struct contender b;
-    int64_t t0 = clock_now_us();
-    contender_start_as(&b, lb, "t:relist", wait_ms, 1);
-    wait_children("t:relist", 2);
-    char waiter[512];
-    child_by_seq("t:relist", 1, waiter, sizeof(waiter));
-    wait_watched(holder, node_stat(waiter).ephemeralOwner, 1);
+    struct queue2 q;
+    int64_t t0 = clock_now_us(); /* B starts its wait after this */
+    queue2_start(&q, la, lb, "t:relist", wait_ms, 1);
 
     kill(proxy.pid, SIGUSR1);
     int64_t release_at = t0 + (int64_t)(wait_ms - 2 * slow_ms) * 1000;
     if (release_at > clock_now_us()) /* a point in time, not a condition */
         clock_sleep_us(release_at - clock_now_us());
-    assert_int_equal(lock_release(sa, "t:relist", &ga), LOCK_RELEASED);
-    contender_join(&b);
-    assert_int_equal(b.st, LOCK_BUSY);
+    assert_int_equal(lock_release(q.sa, "t:relist", &q.ga), LOCK_RELEASED);
+    contender_join(&q.b);
+    assert_int_equal(q.b.st, LOCK_BUSY);
     /* at its bound, not at the list's answer (about slow_ms later); libevent
      * may fire a timer a few ms early (it counts from its cached time) */
-    int64_t took_ms = (atomic_load(&b.returned_us) - t0) / 1000;
+    int64_t took_ms = (atomic_load(&q.b.returned_us) - t0) / 1000;
     if (took_ms < wait_ms - 100 || took_ms > wait_ms + slow_ms)
         fail_msg("B answered after %lld ms, not at its bound (%d ms)", (long long)took_ms,
                  wait_ms);
     kill(proxy.pid, SIGHUP);
     wait_children("t:relist", 0); /* B's node, unwanted, is deleted */
-    lock_session_free(b.s);
-    lock_session_free(sa);
+    lock_session_free(q.b.s);
+    lock_session_free(q.sa);
     lock_free(la);
     lock_free(lb);
     test_proxy_stop(&proxy);
