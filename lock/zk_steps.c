@@ -420,8 +420,9 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The wait's end: busy when it ran out while ZooKeeper was there to ask and
- * we were waiting our turn: asleep or setting a watch, or listing again after
- * a wake (a predecessor was seen: contended). */
+ * we were waiting our turn: a predecessor was seen (contended), whether we
+ * are asleep, setting a watch, or listing again after a wake (only a list
+ * that found a predecessor leads to WATCH or WAIT). */
 static void on_bound(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
@@ -429,13 +430,12 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&j->st->mu);
     int connected = j->conn->connected;
     pthread_mutex_unlock(&j->st->mu);
-    int waited = j->phase == ZS_WAIT || j->phase == ZS_WATCH || j->contended;
     struct zk_conn *c = j->conn;
     job_ref(j);
     if (j->release) /* no answer to the delete: the session's fate tells */
         finish(j, zk_conn_expired(c) ? LOCK_NOT_HELD : LOCK_ERROR);
     else
-        finish(j, waited && connected ? LOCK_BUSY : LOCK_ERROR);
+        finish(j, j->contended && connected ? LOCK_BUSY : LOCK_ERROR);
     zk_conn_arm(c);
     job_put(j);
 }
