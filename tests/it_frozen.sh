@@ -47,7 +47,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # as a line of OUT.other (their details).
 if [[ ${1:-} == --buyer ]]; then
     url=$2 sku=$3 tag=$4 out=$5 secs=$6
-    n201=0 busy=0 soldout=0 other=0 codes="" n=0 cpid="" before=0
+    n201=0 busy=0 soldout=0 other=0 codes="" n=0 cpid="" other_was=0
     trap '[[ -n $cpid ]] && kill "$cpid" 2>/dev/null; exit 143' TERM
     deadline=$((SECONDS + secs))
     while ((SECONDS < deadline)); do
@@ -60,7 +60,7 @@ if [[ ${1:-} == --buyer ]]; then
         cpid=""
         code=$(<"$out.code")
         err=$(grep -o '"error":"[a-z_]*"' "$out.body" 2>/dev/null | cut -d'"' -f4) || true
-        before=$other
+        other_was=$other
         case $code in
         201) n201=$((n201 + 1)) ;;
         409)
@@ -77,7 +77,7 @@ if [[ ${1:-} == --buyer ]]; then
             ;;
         *) other=$((other + 1)) codes+="$code:${err:--}," ;;
         esac
-        ((other == before)) || echo "$code $(tr -d '\n' <"$out.body" 2>/dev/null)" >>"$out.other"
+        ((other == other_was)) || echo "$code $(tr -d '\n' <"$out.body" 2>/dev/null)" >>"$out.other"
     done
     echo "$n201 $busy $soldout $other ${codes:-none}" >"$out.tmp" && mv "$out.tmp" "$out"
     exit 0
