@@ -556,50 +556,19 @@ fault_cluster_master_kill() {
     wait_until 30 cluster_synced_replica "$port" && echo "$name a synced replica after $(ms_since "$t0") ms"
 }
 
-# migrate_keys SRC DST SLOT: every key of SLOT moved from SRC to DST (ports), 10 at a
-# time, while orders keep coming (what lands on SRC meanwhile goes in a later round):
-# small batches keep the shard's keys split over both masters for a while, where a
-# script that needs keys of both is answered TRYAGAIN. Prints "KEYS keys in ROUNDS
-# rounds"; 1 when a MIGRATE failed (its error on stderr).
-migrate_keys() {
-    local src=$1 dst=$2 slot=$3 n=0 round reply
-    local -a keys
-    for ((round = 0; round < 1000; round++)); do
-        # (an empty answer is an empty line)
-        mapfile -t keys < <(redis-cli -p "$src" cluster getkeysinslot "$slot" 10 | grep .)
-        ((${#keys[@]})) || { echo "$n keys in $round rounds"; return 0; }
-        reply=$(redis-cli -p "$src" migrate 127.0.0.1 "$dst" "" 0 5000 keys "${keys[@]}")
-        [[ $reply == OK || $reply == NOKEY ]] || { echo "MIGRATE: $reply" >&2; return 1; }
-        n=$((n + ${#keys[@]}))
-    done
-    echo "MIGRATE: keys still in slot $slot after 1000 rounds" >&2
-    return 1
-}
-
-# The slot of segment 0's keys moved by hand to another master (drawn from the seed), as
-# redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on the source, the
-# keys over, then SETSLOT NODE on the target, the source and the other master. Meanwhile
-# the instances are answered ASK and TRYAGAIN, then MOVED.
+# The slot of segment 0's keys moved by hand to another master (drawn from the seed),
+# as redis-cli --cluster reshard moves a slot (cluster_move_slot, scripts/cluster.sh).
+# Meanwhile the instances are answered ASK and TRYAGAIN, then MOVED.
 fault_cluster_migrate() {
-    local port key slot src_id dst dst_id p moved t0 ok
-    local -a others order
+    local port key slot dst moved t0
+    local -a others
     read -r port key < <(hot_shard) || { echo "no master holds segment 0"; return 1; }
     slot=$(redis-cli -p "$port" cluster keyslot "$key")
-    src_id=$(redis-cli -p "$port" cluster myid)
     mapfile -t others < <(live_masters | awk -v p="$port" '$1 != p { print $1 }')
     dst=${others[RANDOM % ${#others[@]}]}
-    dst_id=$(redis-cli -p "$dst" cluster myid)
     t0=$(date +%s%N)
-    redis-cli -p "$dst" cluster setslot "$slot" importing "$src_id" >/dev/null &&
-        redis-cli -p "$port" cluster setslot "$slot" migrating "$dst_id" >/dev/null &&
-        echo "migrating slot $slot (segment 0) from $(shard_name "$port") to $(shard_name "$dst")"
-    moved=$(migrate_keys "$port" "$dst" "$slot") && echo "moved $moved"
-    order=("$dst" "$port")
-    for p in "${others[@]}"; do [[ $p == "$dst" ]] || order+=("$p"); done
-    for p in "${order[@]}"; do
-        ok=$(redis-cli -p "$p" cluster setslot "$slot" node "$dst_id")
-        [[ $ok == OK ]] || echo "SETSLOT NODE on $(shard_name "$p"): $ok"
-    done
+    echo "migrating slot $slot (segment 0) from $(shard_name "$port") to $(shard_name "$dst")"
+    moved=$(cluster_move_slot "$port" "$slot" "$dst") && echo "moved $moved"
     wait_until 5 owns "$slot" "$dst" &&
         echo "slot $slot served by $(shard_name "$dst") after $(ms_since "$t0") ms"
 }

@@ -191,6 +191,59 @@ cluster_sku_segment0() {
     return 1
 }
 
+# cluster_move_slot SRC SLOT DST: SLOT moved from the master on port SRC to the master
+# on port DST the way redis-cli --cluster reshard moves each of its slots: IMPORTING on
+# DST, MIGRATING on SRC, the keys over (cluster_migrate_keys), then SETSLOT NODE on DST,
+# SRC and every other master. One slot only: reshard takes a master's slots from its
+# lowest, so moving a given slot with it moves the thousands below it too, each with a
+# few configuration fsyncs on both masters, for seconds in which a node that stalls past
+# the 1 s node timeout fails the move (CI, it_rzk under ASan: CLUSTERDOWN mid-reshard).
+# Prints what cluster_migrate_keys prints; 1 when a step failed (its answer on stderr).
+cluster_move_slot() {
+    local src=$1 slot=$2 dst=$3 src_id dst_id p ok moved
+    src_id=$(redis-cli -p "$src" cluster myid) && dst_id=$(redis-cli -p "$dst" cluster myid) ||
+        return 1
+    for p in "$dst:importing $src_id" "$src:migrating $dst_id"; do
+        # shellcheck disable=SC2086 # the state and the node id: two words
+        ok=$(redis-cli -p "${p%%:*}" cluster setslot "$slot" ${p#*:})
+        [[ $ok == OK ]] || { echo "SETSLOT ${p#*:} on ${p%%:*}: $ok" >&2; return 1; }
+    done
+    moved=$(cluster_migrate_keys "$src" "$dst" "$slot") || return 1
+    for p in "$dst" "$src" $(cluster_masters "$src" | awk -v s="$src" -v d="$dst" \
+        '$1 != s && $1 != d { print $1 }'); do
+        ok=$(redis-cli -p "$p" cluster setslot "$slot" node "$dst_id")
+        [[ $ok == OK ]] || { echo "SETSLOT NODE on $p: $ok" >&2; return 1; }
+    done
+    echo "$moved"
+}
+
+# cluster_migrate_keys SRC DST SLOT: every key of SLOT moved from SRC to DST (ports), 10
+# at a time, while orders keep coming (what lands on SRC meanwhile goes in a later
+# round): small batches keep the shard's keys split over both masters for a while, where
+# a script that needs keys of both is answered TRYAGAIN. A MIGRATE the target answered
+# CLUSTERDOWN (its view of the cluster failed for a moment) is sent again once the
+# target says cluster_state:ok, for up to 20 s. Prints "KEYS keys in ROUNDS rounds" and
+# how many MIGRATEs were sent again; 1 when a MIGRATE failed (its answer on stderr).
+cluster_migrate_keys() {
+    local src=$1 dst=$2 slot=$3 n=0 again=0 round reply deadline=$((SECONDS + 20))
+    local -a keys
+    for ((round = 0; round < 1000; round++)); do
+        # (an empty answer is an empty line)
+        mapfile -t keys < <(redis-cli -p "$src" cluster getkeysinslot "$slot" 10 | grep .)
+        ((${#keys[@]})) || { echo "$n keys in $round rounds, $again sent again"; return 0; }
+        reply=$(redis-cli -p "$src" migrate 127.0.0.1 "$dst" "" 0 5000 keys "${keys[@]}")
+        if [[ $reply == *CLUSTERDOWN* ]] && ((SECONDS < deadline)) &&
+            wait_until $((deadline - SECONDS)) cluster_ready "$dst"; then
+            again=$((again + 1))
+            continue
+        fi
+        [[ $reply == OK || $reply == NOKEY ]] || { echo "MIGRATE: $reply" >&2; return 1; }
+        n=$((n + ${#keys[@]}))
+    done
+    echo "MIGRATE: keys still in slot $slot after 1000 rounds" >&2
+    return 1
+}
+
 # start_redis_cluster DIR M FSYNC: a Redis Cluster of M masters (shard-1..shard-M) with
 # one replica each (shard-I-r), node timeout 1 s, AOF as FSYNC says; the 16384 slots
 # split evenly over the masters. Waits until every node says cluster_state:ok and every

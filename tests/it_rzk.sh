@@ -8,8 +8,9 @@
 # chaos.sh cluster-migrate and cluster-master-kill, zk: most of the stock left unsold.)
 #
 #   - a 3-segment SKU, one segment per master; orders of every segment are placed;
-#   - the slot of segment 0's shard moved to another master (redis-cli --cluster
-#     reshard): orders of fresh users are placed again, each within a few tries (a
+#   - the slot of segment 0's shard moved to another master (cluster_move_slot, as
+#     redis-cli --cluster reshard moves a slot): orders of fresh users are placed
+#     again, each within a few tries (a
 #     first try may still go to the old master; the next learns the map); every
 #     acknowledged order is found, the audit is consistent;
 #   - the master now serving segment 0 killed with -9: once its replica has taken
@@ -80,14 +81,10 @@ check "... some in segment 0" test "$(in_segment before 0)" -gt 0
 seed=${seeds[0]##*:}
 read -r src key < <(cluster_sku_segment0 "$seed" rz)
 slot=$(redis-cli -p "$seed" cluster keyslot "$key")
-src_id=$(cluster_masters "$seed" | awk -v p="$src" '$1 == p { print $2 }')
 dst=$(cluster_masters "$seed" | awk -v p="$src" '$1 != p { print $1; exit }')
-dst_id=$(cluster_masters "$seed" | awk -v p="$dst" '$1 == p { print $2 }')
-first=$(redis-cli -p "$seed" cluster nodes |
-    awk -v id="$src_id" '$1 == id { split($9, r, "-"); print r[1] }')
-redis-cli --cluster reshard "127.0.0.1:$seed" --cluster-from "$src_id" --cluster-to "$dst_id" \
-    --cluster-slots $((slot - first + 1)) --cluster-yes >"$dir/reshard.out" 2>&1
-check "slot $slot of $key moved (redis-cli --cluster reshard)" eq "$(cluster_slot_owner "$seed" "$slot")" "$dst"
+cluster_move_slot "$src" "$slot" "$dst" >"$dir/move.out" 2>&1
+check "slot $slot of $key moved to another master (IMPORTING, MIGRATE, SETSLOT NODE)" \
+    eq "$(cluster_slot_owner "$seed" "$slot")" "$dst" || cat "$dir/move.out"
 # Every node, the new owner's replica too, must know the move before that owner is
 # killed: a replica promoted before its master's ping told it of the last slot moved
 # takes over without that slot, claims it nowhere, and says cluster_state:fail for good
