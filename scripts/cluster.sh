@@ -198,9 +198,10 @@ cluster_sku_segment0() {
 # lowest, so moving a given slot with it moves the thousands below it too, each with a
 # few configuration fsyncs on both masters, for seconds in which a node that stalls past
 # the 1 s node timeout fails the move (CI, it_rzk under ASan: CLUSTERDOWN mid-reshard).
-# Prints what cluster_migrate_keys prints; 1 when a step failed (its answer on stderr).
+# Prints what cluster_migrate_keys prints; 1 when a step failed (its answer on stderr;
+# a master that refused SETSLOT NODE does not stop the others from being told).
 cluster_move_slot() {
-    local src=$1 slot=$2 dst=$3 src_id dst_id p ok moved
+    local src=$1 slot=$2 dst=$3 src_id dst_id p ok moved rc=0
     src_id=$(redis-cli -p "$src" cluster myid) && dst_id=$(redis-cli -p "$dst" cluster myid) ||
         return 1
     for p in "$dst:importing $src_id" "$src:migrating $dst_id"; do
@@ -212,9 +213,10 @@ cluster_move_slot() {
     for p in "$dst" "$src" $(cluster_masters "$src" | awk -v s="$src" -v d="$dst" \
         '$1 != s && $1 != d { print $1 }'); do
         ok=$(redis-cli -p "$p" cluster setslot "$slot" node "$dst_id")
-        [[ $ok == OK ]] || { echo "SETSLOT NODE on $p: $ok" >&2; return 1; }
+        [[ $ok == OK ]] || { echo "SETSLOT NODE on $p: $ok" >&2; rc=1; }
     done
     echo "$moved"
+    return "$rc"
 }
 
 # cluster_migrate_keys SRC DST SLOT: every key of SLOT moved from SRC to DST (ports), 10
