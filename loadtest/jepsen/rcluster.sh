@@ -85,11 +85,21 @@ rc_start() { # DIR
             rc_cli "m$k" CLUSTER ADDSLOTSRANGE $(((k - 1) * 16384 / 3)) $((k * 16384 / 3 - 1)) \
                 >/dev/null || return 1
     done
-    for k in m2 m3 r1 r2 r3; do
-        rc_cli m1 CLUSTER MEET "$(net_addr "$k")" "$REDIS_PORT" >/dev/null || return 1
-    done
-    for k in "${RC_NODES[@]}"; do
-        wait_until 30 rc_knows_all "$k" || { echo "the cluster's nodes did not meet"; return 1; }
+    # m1 meets every node; both meet again while a node does not know them all
+    # (scripts/cluster.sh says why)
+    local attempt all
+    for ((attempt = 1; ; attempt++)); do
+        for k in m2 m3 r1 r2 r3; do
+            rc_cli m1 CLUSTER MEET "$(net_addr "$k")" "$REDIS_PORT" >/dev/null || return 1
+            ((attempt == 1)) || rc_cli "$k" CLUSTER MEET "$(net_addr m1)" "$REDIS_PORT" >/dev/null
+        done
+        all=1
+        for k in "${RC_NODES[@]}"; do
+            wait_until 10 rc_knows_all "$k" || { all=0; break; }
+        done
+        ((all)) && break
+        ((attempt < 3)) || { echo "the cluster's nodes did not meet"; return 1; }
+        echo "the cluster's nodes did not all meet within 10 s: meeting again"
     done
     for k in 1 2 3; do
         id=$(rc_cli "m$k" CLUSTER MYID) || return 1
