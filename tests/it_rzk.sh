@@ -10,9 +10,8 @@
 #   - a 3-segment SKU, one segment per master; orders of every segment are placed;
 #   - the slot of segment 0's shard moved to another master (cluster_move_slot, as
 #     redis-cli --cluster reshard moves a slot): orders of fresh users are placed
-#     again, each within a few tries (a
-#     first try may still go to the old master; the next learns the map); every
-#     acknowledged order is found, the audit is consistent;
+#     again, each within a few tries (a first try may still go to the old master; the
+#     next learns the map); every acknowledged order is found, the audit is consistent;
 #   - the master now serving segment 0 killed with -9: once its replica has taken
 #     over, the same.
 set -uo pipefail
