@@ -41,7 +41,9 @@ on_exit() {
     return 0
 }
 
-start_redis redis "$dir" always || { echo "redis did not start"; exit 1; }
+# Redis notes its own stalls (a slow fsync): they explain 503s after the recovery
+start_redis redis "$dir" always --latency-monitor-threshold 100 ||
+    { echo "redis did not start"; exit 1; }
 rport=$STARTED_PORT
 start_instance --ready-secs 10 seckill "$dir" --redis "127.0.0.1:$rport" --lock redis \
     --segments 8 --threads 4 --lock-ttl-ms "$TTL_MS" --wait-ms 1000 --work-us 2000 ||
@@ -153,8 +155,14 @@ expect "answers while Redis was down: all 503 unavailable" "" \
 slowest=$(awk '{ d = ($2 - $1) / 1000; if (d > m) m = d } END { printf "%d", m }' "$dir/all")
 echo "slowest answer: $slowest ms (over the whole run)"
 expect "no answer slower than ${SLOWEST_MS} ms" "1" "$((slowest <= SLOWEST_MS))"
+# Busy, not unavailable: a Redis that stalls past the 1 s timeout after the recovery
+# (a slow fsync on a busy machine: CI saw 2 s) is answered unavailable, rightly.
 expect "no 503 busy later than one lease after the recovery (locks held at the crash ran out)" "" \
-    "$(awk -v t="$t_ready" -v l="$TTL_MS" '$1 > t + (l + 500) * 1000 && $3 == 503' "$dir/all" | head -3)"
+    "$(awk -v t="$t_ready" -v l="$TTL_MS" '$1 > t + (l + 500) * 1000 && $3 == 503 && $7 == "busy"' \
+        "$dir/all" | head -3)"
+late=$(awk -v t="$t_ready" '$1 > t && $3 == 503 && $7 == "unavailable"' "$dir/all" | wc -l)
+((late == 0)) || echo "503 unavailable after the recovery: $late; Redis's latency events:" \
+    "$(redis-cli -p "$rport" latency latest | paste -sd' ')"
 expect "201s after the recovery" "1" "$(awk -v t="$t_ready" '$1 > t && $3 == 201' "$dir/all" | wc -l |
     awk '{ print ($1 > 0) }')"
 
