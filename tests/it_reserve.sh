@@ -24,11 +24,11 @@
 #   instances, around the deadline while every instance sweeps: every 200 of a pay
 #   is a paid order and of a cancel a cancelled one, no order is both, no unit comes
 #   back twice (the audit's state_conflicts and returned_twice are 0);
-# - returns under load: 4 buyers place orders for 4 s while a quarter of them are
-#   cancelled at once and the rest expire (a 600 ms window), so that units come back
-#   into segments whose lock holders are committing: at the end the audit is
-#   consistent (sold + remaining = initial, segment by segment), every unit was sold
-#   again, and nothing was lost.
+# - returns under load: 4 buyers place orders for 4 s (and on, up to 20 s, until
+#   more than 70 were placed) while a quarter of them are cancelled at once and the
+#   rest expire (a 600 ms window), so that units come back into segments whose lock
+#   holders are committing: at the end the audit is consistent (sold + remaining =
+#   initial, segment by segment), units were sold again, and nothing was lost.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -209,10 +209,10 @@ for mode in $MODES; do
     # a window about as long as placing them takes, so that the pays and cancels
     # below meet the deadlines and the sweeps of both instances
     put "$A" "$S-race" '{"stock":120,"segments":4,"per_user_limit":1,"pay_within_ms":2500}' >/dev/null
-    placer() { # FROM: orders u<FROM>, u<FROM+4>, ... -> "id user" lines
+    placer() { # FROM: orders u<FROM>, u<FROM+4>, ... -> "time id user" lines
         local i
         for ((i = $1; i <= 120; i += 4)); do
-            echo "$(field .order_id "$(order "$A" "$S-race" "u$i")") u$i"
+            echo "${EPOCHREALTIME/./} $(field .order_id "$(order "$A" "$S-race" "u$i")") u$i"
         done >"$dir/ids.$mode.$1"
     }
     pids=()
@@ -221,10 +221,18 @@ for mode in $MODES; do
         pids+=($!)
     done
     wait "${pids[@]}"
-    mapfile -t ids < <(cat "$dir/ids.$mode".*)
-    # Pays go up the list and cancels down it, so that each wins a part and they
-    # meet in the middle; two passes, the first leaving every third order alone,
-    # which the second meets about its deadline, as the sweeps do.
+    # The newest orders at both ends of the list, the oldest in the middle: pays go
+    # up the list and cancels down it, each starting with orders surely pending
+    # (however long placing took), so that each wins a part, and they meet in the
+    # middle, where the orders near or past their deadline are. Two passes, the
+    # first leaving every third order alone, which the second meets about its
+    # deadline, as the sweeps do.
+    mapfile -t newest < <(cat "$dir/ids.$mode".* | sort -rn | cut -d' ' -f2-)
+    ids=()
+    for ((k = 0; k < 60; k++)); do
+        ids[k]=${newest[2 * k]}
+        ids[119 - k]=${newest[2 * k + 1]}
+    done
     race() { # pay|cancel URL: that, of every order in turn
         local i j id user pass
         for ((pass = 1, j = 0; pass <= 2; j++)); do
@@ -269,9 +277,13 @@ for mode in $MODES; do
 
     # ---- returns under load ---------------------------------------------------------
     put "$A" "$S-load" '{"stock":60,"segments":4,"per_user_limit":1,"pay_within_ms":600}' >/dev/null
-    buyer() { # URL NAME: orders for 4 s; a quarter cancelled at once
-        local i=0 o id end=$((SECONDS + 4))
-        while ((SECONDS < end)); do
+    # Each buyer goes on after 4 s until units were sold again (a slow machine
+    # places fewer than the 60 units in 4 s), for at most 20 s.
+    resold() { (($(wc -l <"$dir/placed.$mode") > 70)); }
+    : >"$dir/placed.$mode"
+    buyer() { # URL NAME: orders for 4 s, then until resold; a quarter cancelled at once
+        local i=0 o id end=$((SECONDS + 4)) last=$((SECONDS + 20))
+        while ((SECONDS < end)) || { ((SECONDS < last)) && ! resold; }; do
             i=$((i + 1))
             o=$(order "$1" "$S-load" "$2-$i")
             [[ $(status "$o") == 201 ]] || continue
