@@ -39,8 +39,12 @@ SAN_FLAGS = -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-point
 else ifeq ($(SANITIZER),thread)
 BUILD = build/thread
 SAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
+else ifeq ($(SANITIZER),coverage)
+# Not a sanitizer: gcov's counters, for make coverage (line coverage of the core folders).
+BUILD = build/coverage
+SAN_FLAGS = --coverage
 else
-$(error SANITIZER must be address, undefined or thread)
+$(error SANITIZER must be address, undefined, thread or coverage)
 endif
 
 PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads libsystemd libpq
@@ -75,7 +79,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/invfix.o
 
-.PHONY: all deps test check demo bench chaos jepsen fuzz valgrind clean install uninstall format
+.PHONY: all deps test check test-stress coverage demo bench chaos jepsen fuzz valgrind clean install uninstall format
 all: $(BUILD)/seckill $(LUA_COPY)
 
 # `make V=1` shows the full commands.
@@ -162,8 +166,25 @@ test: deps
 	@$(MAKE) --no-print-directory check
 
 # The assembled scripts too: a test names a script by its SHA (tests/it_acked.sh).
+# TEST_JOBS: tests side by side (tests/run.sh -j; its default when empty);
+# TEST_FILTER: only the tests whose name contains it.
+TEST_JOBS ?=
+TEST_FILTER ?=
 check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy $(BUILD)/tests/edgeclient
-	@SECKILL_BUILD=$(BUILD) tests/run.sh
+	@SECKILL_BUILD=$(BUILD) tests/run.sh $(if $(TEST_JOBS),-j $(TEST_JOBS)) $(TEST_FILTER)
+
+# The suite while busy loops take every core (stress-ng, started and stopped by
+# tests/run.sh): a test that fails on a busy machine is a broken test.
+test-stress: deps
+	@SECKILL_TEST_STRESS=1 $(MAKE) --no-print-directory check
+
+# Line coverage of service/, inventory/, lock/ and redis/ under the whole suite
+# (gcov counters in build/coverage, lcov's summary; results/coverage/).
+coverage: deps
+	@DEPS_EXTRA="lcov" scripts/deps.sh
+	@find build/coverage -name '*.gcda' -delete 2>/dev/null || true
+	@$(MAKE) --no-print-directory SANITIZER=coverage check; rc=$$?; \
+		scripts/coverage.sh build/coverage results/coverage && exit $$rc
 
 # memcheck over the unsanitized server (valgrind and the sanitizers do not mix):
 # every lock mode through a short real workload; fails on any error or leak.

@@ -12,6 +12,8 @@ packages=(
     # tests' throwaway databases, libpq's headers and .pc for the build
     postgresql libpq-dev
     slowhttptest
+    # make test-stress: busy loops on every core while the suite runs (tests/run.sh)
+    stress-ng
     # nft: the partitions of the fault tests' namespace network (loadtest/jepsen/net.sh,
     # tests/it_netns.sh)
     nftables

@@ -43,7 +43,10 @@ die() {
 # port, created atomically (noclobber), so that picks made in subshells ($(free_port))
 # or by concurrent scripts differ even before the first one is bound. A reservation
 # expires after two minutes; by then the port is bound (and seen by ss) or abandoned.
-_LIB_PORTS_DIR=${TMPDIR:-/tmp}/seckill-ports.$(id -u)
+# Always under /tmp, whatever TMPDIR says: tests/run.sh gives each test a TMPDIR of its
+# own, and tests running side by side must see each other's reservations (the cmocka
+# tests' test_free_port uses the same directory).
+_LIB_PORTS_DIR=/tmp/seckill-ports.$(id -u)
 
 # free_port: prints a TCP port in [10000, ephemeral range start) with no socket on it.
 # Callers must still handle losing the race (the start helpers retry on "in use").

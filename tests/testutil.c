@@ -110,19 +110,56 @@ static void server_end(pid_t *pid, char *dir, int hard, int keep_dir)
     }
 }
 
-int test_free_port(void)
+/* 0 when nothing on loopback listens on or is bound to port (a bind succeeds). */
+static int port_bindable(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        perror("test_free_port");
-        abort();
-    }
+    if (fd < 0)
+        return -1;
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
     close(fd);
-    return ntohs(a.sin_port);
+    return rc;
+}
+
+/* A port below the kernel's ephemeral range, so that no client connection (of this
+ * test or of one running beside it) takes it between the pick and a restart on it,
+ * and reserved in the directory the scripts' free_port uses (scripts/lib.sh:
+ * /tmp/seckill-ports.UID, one file per port, made with O_EXCL; stale after two
+ * minutes), so that tests started side by side (tests/run.sh -j) never pick the same.
+ * Aborts when none is found in 200 tries. */
+int test_free_port(void)
+{
+    int lo = 10000, hi = 32767, eph = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &eph) == 1 && eph > lo + 1000)
+            hi = eph - 1;
+        fclose(f);
+    }
+    char dir[64], path[96];
+    snprintf(dir, sizeof(dir), "/tmp/seckill-ports.%u", (unsigned)getuid());
+    mkdir(dir, 0700);
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() ^ (unsigned)clock_now_us();
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int port = lo + (int)(rand_r(&seed) % (unsigned)(hi - lo + 1));
+        if (port_bindable(port) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%d", dir, port);
+        struct stat st;
+        if (stat(path, &st) == 0 && time(NULL) - st.st_mtime > 120)
+            unlink(path); /* a stale reservation */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0)
+            continue; /* reserved a moment ago by another test */
+        close(fd);
+        return port;
+    }
+    fprintf(stderr, "test_free_port: no free port found\n");
+    abort();
 }
 
 int test_wait_for(int (*cond_fn)(void *), void *arg, int timeout_ms)
