@@ -161,9 +161,14 @@ $(BUILD)/loadtest/chaosclient: loadtest/chaosclient.c util/rfc3339.c util/rfc333
 deps:
 	@scripts/deps.sh
 
+# The targets below build with one compiler a core unless make was given -j itself
+# (the README's commands are a plain `make test` and `make demo`).
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+SUBMAKE = $(MAKE) --no-print-directory $(if $(findstring j,$(filter-out --%,$(MAKEFLAGS))),,-j$(NPROC))
+
 # The README's second command: set-up is part of it.
 test: deps
-	@$(MAKE) --no-print-directory check
+	@$(SUBMAKE) check
 
 # The assembled scripts too: a test names a script by its SHA (tests/it_acked.sh).
 # TEST_JOBS: tests side by side (tests/run.sh -j; its default when empty);
@@ -176,21 +181,21 @@ check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy $(BUIL
 # The suite while busy loops take every core (stress-ng, started and stopped by
 # tests/run.sh): a test that fails on a busy machine is a broken test.
 test-stress: deps
-	@SECKILL_TEST_STRESS=1 $(MAKE) --no-print-directory check
+	@SECKILL_TEST_STRESS=1 $(SUBMAKE) check
 
 # Line coverage of service/, inventory/, lock/ and redis/ under the whole suite
 # (gcov counters in build/coverage, lcov's summary; results/coverage/).
 coverage: deps
 	@DEPS_EXTRA="lcov" scripts/deps.sh
 	@find build/coverage -name '*.gcda' -delete 2>/dev/null || true
-	@$(MAKE) --no-print-directory SANITIZER=coverage check; rc=$$?; \
+	@$(SUBMAKE) SANITIZER=coverage check; rc=$$?; \
 		scripts/coverage.sh build/coverage results/coverage && exit $$rc
 
 # memcheck over the unsanitized server (valgrind and the sanitizers do not mix):
 # every lock mode through a short real workload; fails on any error or leak.
 valgrind: deps
 	@DEPS_EXTRA="valgrind" scripts/deps.sh
-	@$(MAKE) --no-print-directory SANITIZER= all
+	@$(SUBMAKE) SANITIZER= all
 	@SECKILL_BUILD=build tests/valgrind.sh $(VALGRIND_MODES)
 
 # The README's first command: the oversell report, then one sale with reservations
@@ -198,7 +203,7 @@ valgrind: deps
 DEMO_LIFE_ARGS ?= --modes redis --stock 300 --duration 12s --pay-ratio 0.6 \
 	--pay-within-ms 2000 --pay-delay-ms 500 --no-chart
 demo: deps
-	@$(MAKE) --no-print-directory all
+	@$(SUBMAKE) all
 	@loadtest/run.sh $(DEMO_ARGS)
 	@loadtest/run.sh --quiet $(DEMO_LIFE_ARGS)
 
@@ -226,7 +231,7 @@ endif
 CHAOS_REPS ?= 10
 CHAOS_QUICK ?=
 chaos: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/tests/faultproxy $(BUILD)/loadtest/chaosclient
+	@$(SUBMAKE) all $(BUILD)/tests/faultproxy $(BUILD)/loadtest/chaosclient
 	@SECKILL_BUILD=$(BUILD) CHAOS_REPS=$(CHAOS_REPS) loadtest/chaos.sh $(if $(CHAOS_QUICK),--quick) $(CHAOS_ARGS)
 
 # Jepsen's way: random combined faults, partitions through network namespaces, the
@@ -235,7 +240,7 @@ JEPSEN_TIME ?= 30
 JEPSEN_RUNS ?= 1
 JEPSEN_QUICK ?=
 jepsen: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/loadtest/chaosclient
+	@$(SUBMAKE) all $(BUILD)/loadtest/chaosclient
 	@SECKILL_BUILD=$(BUILD) loadtest/jepsen.sh --time $(JEPSEN_TIME) --runs $(JEPSEN_RUNS) \
 		$(if $(JEPSEN_SEED),--seed $(JEPSEN_SEED)) $(if $(JEPSEN_ROWS),--rows $(JEPSEN_ROWS)) \
 		$(if $(JEPSEN_QUICK),--quick) $(JEPSEN_ARGS)
