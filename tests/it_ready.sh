@@ -5,9 +5,9 @@
 #
 #   - a SKU of ORDERS orders (placed by wrk) whose audit takes a while, fetched over
 #     and over by 8 clients (the audits queue on the main thread): 200 /readyz probes
-#     meanwhile answer 200 with a p99 under 50 ms (issue 29: an audit-hammering
-#     client pushed /readyz to 1.0-1.5 s, and a balancer's 1 s probe dropped a healthy
-#     instance);
+#     meanwhile answer 200 with a median under 50 ms and a p99 under 1 s (issue 29:
+#     an audit-hammering client pushed /readyz to 1.0-1.5 s, and a balancer's 1 s
+#     probe dropped a healthy instance);
 #   - meanwhile GET /skus/{sku} (another route that waits on Redis) waits behind one
 #     audit at most, not behind the queue of them (under 3 audits' time each), and the
 #     audits waiting together share one computation (ROUTE_SHARED): at least 2 answers
@@ -84,7 +84,13 @@ expect "/readyz during the audits: 200 probes answered 200" "200" \
 p99=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { print t[int(NR * 0.99)] }')
 p50=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { print t[int(NR * 0.5)] }')
 echo "/readyz under $AUDITORS auditors: p50 ${p50}s, p99 ${p99}s (one audit ${one}s)"
-check "... p99 ${p99}s under 50 ms" awk -v t="$p99" 'BEGIN { exit !(t < 0.05) }'
+# The fault (/readyz queued behind the audits, as before issue 29; route flag
+# ROUTE_WAITS put back by hand): p50 155 ms, p99 439 ms, one audit 161 ms. Healthy: p50
+# 4 ms, p99 49 ms with the machine busy, which the old p99 bound of 50 ms nearly failed.
+# So the median carries the point (50 ms: 3 times under the fault's, 12 over a healthy
+# busy one), and the p99 the user's bound: a balancer's 1 s probe never times out.
+check "... p50 ${p50}s under 50 ms (not queued behind an audit)" awk -v t="$p50" 'BEGIN { exit !(t < 0.05) }'
+check "... p99 ${p99}s under 1 s (a balancer's probe timeout)" awk -v t="$p99" 'BEGIN { exit !(t < 1) }'
 expect "GET /skus/big during the audits: 20 answered 200" "20" \
     "$(awk '$1 == 200' "$dir/gets" | wc -l)"
 slowest=$(awk '{ print $2 }' "$dir/gets" | sort -n | tail -1)

@@ -85,6 +85,7 @@ san_tsan+=":suppressions=$PWD/tests/tsan.supp"
 
 # This run's directory: a TMPDIR per test (short paths: sockets live under them).
 run_dir=$(mktemp -d /tmp/seckill-run.XXXXXX) || exit 1
+run_tag=${run_dir##*.}
 declare -A cmd_of=() start_of=() name_of=() secs_of=() last_secs=()
 stress_pid=""
 
@@ -140,7 +141,7 @@ start_test() { # NAME: in the background, its output in the run's dir
     read -r -a cmd <<<"${cmd_of[$name]}"
     mkdir -p "$san" "$tmp"
     (
-        export TMPDIR=$tmp
+        export TMPDIR=$tmp SECKILL_TEST_TAG=$run_tag/$name
         export ASAN_OPTIONS="$san_asan:log_path=$san/asan" UBSAN_OPTIONS="$san_ubsan:log_path=$san/ubsan"
         export TSAN_OPTIONS="$san_tsan:log_path=$san/tsan"
         # timeout stops the test's process group (its traps then stop what it started).
@@ -159,12 +160,14 @@ finish_test() {
     secs=$(((${EPOCHREALTIME/./} - ${start_of[$name]}) / 1000000))
     secs_of[$name]=$secs
     ((rc == 0)) || ok=0
+    left_running "$name" >"$run_dir/$name.left" || ok=0
     reports=$(find "$san_root/$name" -type f -size +0 2>/dev/null | sort)
     [[ -n $reports ]] && ok=0
     if ((!ok || verbose)); then
         echo "=== $name"
         cat "$run_dir/$name.log"
         ((rc == 124)) && echo "(stopped after ${limit}s: SECKILL_TEST_TIMEOUT)"
+        cat "$run_dir/$name.left"
         if [[ -n $reports ]]; then
             echo "sanitizer reports of $name (kept in $san_root/$name):"
             for f in $reports; do
@@ -185,7 +188,28 @@ finish_test() {
         echo "--- FAIL $name (${secs}s)"
         return
     fi
-    rm -rf "${run_dir:?}/$name" "$run_dir/$name.log"
+    rm -rf "${run_dir:?}/$name" "$run_dir/$name.log" "$run_dir/$name.left"
+}
+
+# left_running NAME: a process the test started (it carries the test's
+# SECKILL_TEST_TAG) that outlived it by 5 s is said and killed, and fails the test:
+# every test stops what it started. Status 1 when there was one.
+tagged() { # TAG: pids whose environment holds SECKILL_TEST_TAG=TAG
+    grep -lxzF "SECKILL_TEST_TAG=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
+}
+left_running() {
+    local tag=$run_tag/$1 pids p
+    for ((p = 0; p < 50; p++)); do
+        pids=$(tagged "$tag")
+        [[ -z $pids ]] && return 0
+        sleep 0.1
+    done
+    echo "left running by $1 (killed now):"
+    for p in $pids; do
+        echo "  $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+        kill -KILL "$p" 2>/dev/null
+    done
+    return 1
 }
 
 wait_one() {
@@ -235,7 +259,9 @@ stop_stress
 # This build's times, for the next run's order (merged: a filtered run keeps the rest).
 if ((${#secs_of[@]})); then
     for n in "${!secs_of[@]}"; do last_secs[$n]=${secs_of[$n]}; done
-    for n in "${!last_secs[@]}"; do echo "$n ${last_secs[$n]}"; done | sort >"$times_file.tmp" &&
+    for n in "${!last_secs[@]}"; do
+        [[ -e tests/$n.sh || -x $build/tests/$n ]] && echo "$n ${last_secs[$n]}"
+    done | sort >"$times_file.tmp" &&
         mv "$times_file.tmp" "$times_file"
 fi
 
