@@ -142,6 +142,9 @@ start_test() { # NAME: in the background, its output in the run's dir
     mkdir -p "$san" "$tmp"
     (
         export TMPDIR=$tmp SECKILL_TEST_TAG=$run_tag/$name
+        # a test that runs make (it_install, it_compare) is a make of its own, not a
+        # child of make check's jobserver
+        unset MAKEFLAGS MFLAGS MAKELEVEL
         export ASAN_OPTIONS="$san_asan:log_path=$san/asan" UBSAN_OPTIONS="$san_ubsan:log_path=$san/ubsan"
         export TSAN_OPTIONS="$san_tsan:log_path=$san/tsan"
         # timeout stops the test's process group (its traps then stop what it started).
