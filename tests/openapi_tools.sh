@@ -28,7 +28,15 @@ openapi_tools_ready() {
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         _openapi_skip "SKIPPED: node or npm not installed (scripts/deps.sh installs nodejs and npm)"
     fi
+    # One install at a time: it_openapi_lint and it_contract run side by side
+    # (tests/run.sh -j), and two npm ci into one node_modules break each other
+    # (ENOTEMPTY, then a half-installed tree). Held until the tools are there (an exit
+    # on the way releases it too).
+    local lock
+    exec {lock}>"$OPENAPI_TOOLS/.install.lock"
+    flock -w 600 "$lock" || { check "the npm tools' install lock within 600 s" false; checks_finish; }
     if [[ -f $stamp ]] && cmp -s "$stamp" "$OPENAPI_TOOLS/package-lock.json"; then
+        exec {lock}>&-
         return 0
     fi
     local log
@@ -48,4 +56,5 @@ openapi_tools_ready() {
     fi
     rm -f "$log"
     cp "$OPENAPI_TOOLS/package-lock.json" "$stamp"
+    exec {lock}>&-
 }
