@@ -100,7 +100,9 @@ void test_pg_stop(struct test_pg *p, int hard, int keep_dir);
 /* Starts again on the same port and data (after a stop with keep_dir). */
 void test_pg_restart(struct test_pg *p);
 
-/* A loopback TCP port nobody listens on right now. */
+/* A loopback TCP port nobody listens on right now, below the ephemeral range and
+ * reserved for two minutes against tests running side by side (testutil.c). Aborts
+ * when none is found. */
 int test_free_port(void);
 
 /* Waits until cond_fn(arg) is true, checking every 2 ms, at most timeout_ms.
