@@ -104,6 +104,10 @@ limit_ms=$(awk '{ print int($4 * 1000) }' "$dir/limit.log" | sort -n |
     awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] " " v[NR] }')
 read -r limit_median limit_max <<<"$limit_ms"
 echo "# P1: placing orders' median ${flow_ms} ms (WAIT times out at 500 ms); limit_reached median ${limit_median} ms, max ${limit_max} ms"
+# Slack: the placing orders wait for WAIT's 500 ms timeout (median about 900 ms here),
+# so 400 holds on any machine; the orders that place nothing answer in about 4 ms (44 ms
+# the slowest), so a median of 150 ms is far from both a busy machine and the fault
+# (queued behind a WAIT: 500 ms or more).
 check "P1: the placing orders did wait for WAITs (median ${flow_ms} ms >= 400)" \
     test "${flow_ms:-0}" -ge 400
 check "P1: orders that place nothing were not held up (median ${limit_median} ms < 150)" \

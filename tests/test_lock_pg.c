@@ -259,6 +259,30 @@ static void on_step_over(void *arg)
     *(int *)arg = 1;
 }
 
+/* Returns once the listener of base's loop (pg/apg.c: LISTEN "seckill_locks") has
+ * LISTENed and base has taken the answer. Until then a waiter is woken once more
+ * when the answer comes (apg_listen: what was notified meanwhile is lost), an attempt
+ * that a count of attempts must not see: on a busy machine (CI under stress) the
+ * listener's connection came after the steps before a wait, and a count of 2 read 3.
+ * The server says idle just before it flushes the answer: 100 ms of turns of base
+ * then take it. */
+static void listener_ready(struct event_base *base)
+{
+    const char *q = "select count(*) from pg_stat_activity where state = 'idle' "
+                    "and query = 'LISTEN \"seckill_locks\"'"; /* lock/pg_impl.h PG_CHANNEL */
+    int64_t deadline = clock_now_us() + 10000000; /* 10 s: a busy machine's connection */
+    while (atoi(sql(q)) == 0) {
+        if (clock_now_us() > deadline)
+            fail_msg("the loop's listener did not LISTEN within 10 s");
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        clock_sleep_us(10000);
+    }
+    for (int i = 0; i < 10; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        clock_sleep_us(10000);
+    }
+}
+
 /* Runs the step st on key until it is over, driving base as an event loop
  * would; st is done there (never from inside lock_step_start). */
 static void step_run(struct lock_session *s, const char *key, struct lock_step *st,
@@ -309,6 +333,7 @@ static void test_steps_woken_by_notify(void **state)
     step_run(s, "t:steps", &st, base);
     assert_int_equal(lock_try_done(s, "t:steps", &st, &g), LOCK_BUSY);
 
+    listener_ready(base);
     uint64_t before = wakeups(l);
     struct releaser r = {.s = a, .key = "t:steps", .g = &ga, .after_ms = 300};
     pthread_t t;
