@@ -182,19 +182,35 @@ abort_conn() { # a connection that sends half a request and leaves
     printf 'POST /skus/ops/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"u' >&"$fd"
     exec {fd}>&-
 }
-burst_start=$SECONDS
 for ((i = 0; i < 200; i++)); do abort_conn; done
-burst_secs=$((SECONDS - burst_start + 2)) # whole seconds it may have spanned
+# How many of the 200 aborts reach libmicrohttpd's warning is its own affair: on a busy
+# machine the client may close before the server reads, and no warning comes (CI under
+# stress: 61 warnings of 200). So the test judges what the limiter did with the warnings
+# that came, from the service's own counter and its log's own clock.
 suppressed() { curl -s "$H/metrics" | awk '$1 == "seckill_log_lines_suppressed_total" { print $2 }'; }
+some_suppressed() { (($(suppressed) >= 1)); }
+# slack: 10 s for the server to read 200 half requests on a loaded machine (idle: <0.1 s)
 check "200 aborted connections: the warnings beyond 5 a second are counted" \
-    wait_until 5 bash -c "(( \$(curl -s $H/metrics | awk '\$1 == \"seckill_log_lines_suppressed_total\" { print \$2 }') >= 100 ))"
-lines=$(grep -c 'event=http ' "$dir/h.log")
-expect "... and not logged: ${lines} lines in ${burst_secs} s for $(suppressed) suppressed" "1" \
-    "$((lines <= 5 * burst_secs))"
-abort_again() { abort_conn && grep -q 'event=http .*suppressed=[0-9]' "$dir/h.log"; }
+    wait_until 10 some_suppressed
+counted=$(suppressed)
+# At most 5 lines a window, and windows are at least 1 s long: any span under 1 s meets
+# at most two windows, so any 11 lines in a row span at least 1 s of the log's clock.
+densest=$(grep 'event=http ' "$dir/h.log" | sed -E 's/^ts=[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' |
+    awk '{ t[NR] = ($1 * 3600 + $2 * 60 + $3) * 1000; if (NR > 1 && t[NR] < t[NR - 1]) t[NR] += 86400000 }
+         END { m = -1; for (i = 11; i <= NR; i++) if (m < 0 || t[i] - t[i - 10] < m) m = t[i] - t[i - 10]
+               print (m < 0 ? "none" : int(m + 0.5)) }')
+expect "... and not logged: 11 warnings in a row span at least 1 s (shortest: ${densest} ms, ${counted} suppressed)" \
+    "1" "$([[ $densest == none ]] || ((densest >= 999)) && echo 1 || echo 0)"
+# Every suppressed warning is told by the next one logged: keep aborting until the
+# suppressed= counts in the log add up to what the counter had counted.
+told() { grep -o 'event=http .*suppressed=[0-9]*' "$dir/h.log" | sed 's/.*suppressed=//' |
+    awk '{ s += $1 } END { print s + 0 }'; }
+abort_again() { abort_conn && (($(told) >= counted && $(told) >= 1)); }
+# slack: the limiter's window is 1 s; 5 s for a new one to open and log on a loaded machine
 check "a later warning says how many were suppressed" wait_until 5 abort_again
-n=$(grep -o 'event=http .*suppressed=[0-9]*' "$dir/h.log" | head -1 | sed 's/.*suppressed=//')
-expect "... all of them (${n})" "1" "$((n >= 100))"
+n=$(told) after=$(suppressed)
+expect "... all of them (${n} told, ${counted} counted before, ${after} after)" "1" \
+    "$((n >= counted && n <= after))"
 
 mv "$dir/h.log" "$dir/h.log.1"
 echo debug >"$dir/h.level"
