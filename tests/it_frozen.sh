@@ -136,13 +136,19 @@ stats() { curl -s --max-time 5 "$1/stats" || true; }
 sku_json() { curl -s --max-time 5 "$1/skus/$2" || true; }
 
 # Freezes instance 1 when its /stats show it holds the lock (acquisitions not yet
-# released). Parsed in bash, not jq: every millisecond between the answer and the
-# SIGSTOP is a chance for the holder to finish its critical section.
+# released) by an acquisition the previous answer did not count yet: a hold that began
+# within one poll (tens of ms), early in its 150 ms of work. A hold seen only as "not yet
+# released" may be past its commit, waiting for its release's round trip: on a busy
+# machine under TSan that was often enough for three misses in a row (CI, pg).
+# Parsed in bash, not jq: every millisecond between the answer and the SIGSTOP is a
+# chance for the holder to finish its critical section.
+LAST_ACQ=""
 freeze_if_holding() {
-    local s acq rel rnh
+    local s acq rel rnh last=$LAST_ACQ
     s=$(curl -s --max-time 2 "$I1/stats") || return 1
     [[ $s =~ \"acquisitions\":([0-9]+) ]] || return 1
-    acq=${BASH_REMATCH[1]}
+    acq=${BASH_REMATCH[1]} LAST_ACQ=${BASH_REMATCH[1]}
+    [[ -n $last ]] && ((acq > last)) || return 1
     [[ $s =~ \"releases\":([0-9]+) ]] || return 1
     rel=${BASH_REMATCH[1]}
     [[ $s =~ \"releases_not_held\":([0-9]+) ]] || return 1
@@ -213,6 +219,7 @@ run_scenario() {
             done
         done
 
+        LAST_ACQ=""
         if ! wait_until 20 freeze_if_holding; then
             echo "  instance 1 never held the lock"
             return 1
@@ -250,6 +257,7 @@ run_scenario() {
         fi
         echo "  the freeze missed the critical section; again on a fresh SKU"
     done
+    ((attempt <= ATTEMPTS)) || attempt=$ATTEMPTS # the results below are the last attempt's
 
     # ---- results of the last attempt ----
     # zk: the frozen instance's ZooKeeper session expired during the freeze; an order
