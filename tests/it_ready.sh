@@ -9,7 +9,7 @@
 #     an audit-hammering client pushed /readyz to 1.0-1.5 s, and a balancer's 1 s
 #     probe dropped a healthy instance);
 #   - meanwhile GET /skus/{sku} (another route that waits on Redis) waits behind one
-#     audit at most, not behind the queue of them (under 3 audits' time each), and the
+#     audit at most, not behind the queue of them (under 3 computations' time each), and the
 #     audits waiting together share one computation (ROUTE_SHARED): at least 2 answers
 #     for each audit computed (Redis's LRANGE calls, counted in one audit alone first);
 #   - Redis frozen (SIGSTOP): /readyz turns 503 within 3 s, while /livez answers; Redis
@@ -59,6 +59,7 @@ echo "one audit of $sold orders: ${one}s, $chunks LRANGE calls"
 l0=$(lranges)
 a0=$(audits_answered)
 
+hammer_t0=$(date +%s%N)
 for ((i = 0; i < AUDITORS; i++)); do
     (while [[ ! -e $dir/stop ]]; do
         curl -s -o /dev/null --max-time 60 "$R/skus/big/audit"
@@ -79,6 +80,9 @@ done
 touch "$dir/stop"
 for p in "${auditors[@]}"; do wait "$p" 2>/dev/null; done
 auditors=()
+hammer_ms=$((($(date +%s%N) - hammer_t0) / 1000000))
+computed=$((($(lranges) - l0) / (chunks > 0 ? chunks : 1)))
+answered=$(($(audits_answered) - a0))
 expect "/readyz during the audits: 200 probes answered 200" "200" \
     "$(awk '$1 == 200' "$dir/probes" | wc -l)"
 p99=$(awk '{ print $2 }' "$dir/probes" | sort -n | awk '{ t[NR] = $1 } END { print t[int(NR * 0.99)] }')
@@ -94,11 +98,20 @@ check "... p99 ${p99}s under 1 s (a balancer's probe timeout)" awk -v t="$p99" '
 expect "GET /skus/big during the audits: 20 answered 200" "20" \
     "$(awk '$1 == 200' "$dir/gets" | wc -l)"
 slowest=$(awk '{ print $2 }' "$dir/gets" | sort -n | tail -1)
-echo "GET /skus/big under $AUDITORS auditors: slowest ${slowest}s (one audit ${one}s)"
-check "... slowest ${slowest}s under 3 audits' time" \
-    awk -v t="$slowest" -v one="$one" 'BEGIN { exit !(t < 3 * one) }'
-computed=$((($(lranges) - l0) / (chunks > 0 ? chunks : 1)))
-answered=$(($(audits_answered) - a0))
+# One audit's time is judged under the same load as the GETs: the auditors keep a
+# computation going back to back, so the hammering's wall time over the computations
+# made is one computation's time (a little more, for the gaps). One audit alone before
+# the hammering is no measure: on a busy machine it took 0.14 s, then the slowest GET
+# 1.68 s (CI under stress; the computations' time then was not measured).
+comp=$(awk -v ms="$hammer_ms" -v n="$computed" 'BEGIN { printf "%.3f", ms / 1000 / (n > 0 ? n : 1) }')
+echo "GET /skus/big under $AUDITORS auditors: slowest ${slowest}s;" \
+    "one computation ${comp}s (${computed} in ${hammer_ms} ms; one audit alone ${one}s)"
+# A GET waits behind the computation in progress at most (healthy: at most 1.2
+# computations, idle and busy); behind the queue of them, up to the 8 auditors' (the
+# fault, ROUTE_SHARED taken from the audit by hand: slowest 1.10 s and 1.19 s, 8.8
+# computations each). 3: over twice the healthy wait, a third of the fault's.
+check "... slowest ${slowest}s under 3 computations' time" \
+    awk -v t="$slowest" -v c="$comp" 'BEGIN { exit !(t < 3 * c) }'
 echo "audits answered $answered, computed $computed"
 check "... $answered audits answered by $computed computations (2 or more each)" \
     test "$answered" -ge $((2 * computed))
