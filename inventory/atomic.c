@@ -78,27 +78,6 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
     }
 }
 
-inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
-                            const char *sku, const char *user_id, int qty,
-                            const char *idem_key, struct inv_order *order)
-{
-    for (int tries = 1;; tries++) {
-        struct atomic_call c;
-        atomic_call_init(&c, k, sku, user_id, qty, idem_key, order->id);
-        uint64_t lost = rconn_unanswered(s->rc);
-        uint64_t seen = soldout_generation(s->inv->cfg.soldout);
-        redisReply *r = rconn_eval(s->rc, &atomic_script, 11, 6, c.argv, NULL);
-        if (!r)
-            return inv_no_answer(s, lost);
-        inv_status st = atomic_outcome(s, sku, r, order, seen);
-        freeReplyObject(r);
-        if (st != INV_OK)
-            return st;
-        if (tries == INV_ID_TRIES)
-            return INV_UNAVAILABLE;
-    }
-}
-
 rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
                              const struct inv_conns *cs, aconn_cb *cb, void *arg,
                              uint64_t *seen)

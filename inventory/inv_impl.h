@@ -175,18 +175,10 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
 inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out);
 
-/* Places t by itself on s (one Redis, or the session of t's shard), as the
- * lock mode does. */
-inv_status inv_ticket_place(struct inv_session *s, struct inv_ticket *t);
-
 /* Routes t (its gene, segment and id's gene), learning its SKU's layout
  * first when t has none, and gives the session of its shard. */
 inv_status inv_ticket_shard(struct inv_session *s, struct inv_ticket *t,
                             struct inv_session **shard);
-
-/* Places t on a cluster: in its home shard, and when that is short, again
- * after units were brought there (a few rounds). */
-inv_status inv_ticket_place_shards(struct inv_session *s, struct inv_ticket *t);
 
 /* Every master answers and says the cluster is whole. */
 int inv_ping_shards(struct inv_session *s);
@@ -250,13 +242,6 @@ uint64_t inv_link_after(const struct rconn *rc, uint64_t before);
 /* Notes segment seg of sku as found empty in epoch (ignored if the layout
  * moved on). */
 void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, int seg);
-/* Takes the lock lkey of segment seg (waiting wait_ms at most) with the read
- * of its stock (order.c says how). On LOCK_ACQUIRED *stock is the stock
- * read, -1 when the read got no answer (the lock is held either way), *back
- * the units given back to it, not folded yet (back.lua). */
-lock_status inv_lock_and_read(struct inv_session *s, const struct sku_keys *k,
-                              const char *lkey, int seg, int wait_ms,
-                              struct lock_grant *g, long long *stock, long long *back);
 /* The stock a segment's read (read.lua, fence_read.lua) answered, and in
  * *back its units given back; -1 when Redis did not answer one. */
 long long inv_stock_of(const redisReply *r, long long *back);
@@ -265,10 +250,6 @@ extern struct rscript inv_read_script;
 /* inventory/lua/fence_read.lua: the read under a lock whose tokens come from
  * outside the data Redis (zk), which raises the segment's high-water token. */
 extern struct rscript inv_fence_read_script;
-/* Places one order of the atomic mode on s, its id drawn (atomic.c). */
-inv_status inv_place_atomic(struct inv_session *s, const struct sku_keys *k,
-                            const char *sku, const char *user_id, int qty,
-                            const char *idem_key, struct inv_order *order);
 
 /* Empties o; its parts are not touched (nparts says how many hold anything). */
 void inv_order_clear(struct inv_order *o);

@@ -2,8 +2,9 @@
  *
  * A `struct inv` is the process-wide configuration (lock mode, wait, work,
  * fencing, order-id generator); each thread opens an `struct inv_session`
- * with its own data-Redis connection. The critical section is written once,
- * in inv_order_place(); the lock mode only changes the guard around it:
+ * with its own data-Redis connection (SKUs, reads, the audit). Orders are
+ * tickets, placed on the event loops (engine.h); the lock mode only changes
+ * the guard around the critical section:
  *
  *   read the segment's stock -> check stock and the user's limit ->
  *   --work-us of business work -> write the new stock and record the order
@@ -275,16 +276,6 @@ void inv_batch_stats(const struct inv *inv, struct inv_batch_stats *out);
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc);
 void inv_session_free(struct inv_session *s); /* NULL is a no-op */
 
-/* Places an order of qty units of sku for user_id. idem_key (may be NULL) makes
- * a retry by the same user for the same qty return the first order
- * (INV_REPLAYED); the key used before by another user or for another qty is
- * INV_IDEM_MISMATCH. On INV_PLACED/INV_REPLAYED *order is filled. On
- * INV_OUTCOME_UNKNOWN order->id names the order that may have been placed.
- * Any other status placed nothing and changed no state. An order id found
- * taken (issued twice) is never overwritten: the order draws another. */
-inv_status inv_order_place(struct inv_session *s, const char *sku, const char *user_id,
-                           int qty, const char *idem_key, struct inv_order *order);
-
 /* ---- tickets: orders on their way through the runners ----------------------
  *
  * An order the service places is a ticket. The HTTP side opens it
@@ -318,7 +309,10 @@ struct inv_ticket {
                       shards (engine_refill.c), never counted as an answer */
 };
 
-/* Fills t for an order as inv_order_place takes it. Returns INV_PENDING when the
+/* Fills t for an order of qty units of sku for user_id; idem_key (may be
+ * NULL) makes a retry by the same user for the same qty answer the first
+ * order (INV_REPLAYED), and the key used before by another user or for
+ * another qty INV_IDEM_MISMATCH. Returns INV_PENDING when the
  * ticket must go to Redis (t->home set, -1 when unknown), else the final
  * status (sold out from memory, no order id without the worker lease), which
  * is counted as an answer already. */

@@ -1,7 +1,6 @@
-/* order.h: the steps of one order by itself that its two forms share: the
- * blocking one (order.c: inv_order_place, for tests and tools) and the order
- * machine of an event loop (single.c). What it learns before any lock (peek.lua), and its
- * commit over the parts it holds (commit.lua), each as a call to send and
+/* order.h: the steps of one order by itself, which the order machine of an
+ * event loop (single.c) sends: what it learns before any lock (peek.lua), and
+ * its commit over the parts it holds (commit.lua), each as a call to send and
  * the reading of its answer. Private to inventory/. */
 #ifndef SECKILL_ORDER_H
 #define SECKILL_ORDER_H
@@ -29,7 +28,6 @@ struct order_ctx {
     struct sku_keys k;
     const char *sku, *user_id, *idem_key; /* idem_key "" for none */
     int qty;
-    int64_t deadline; /* for the segment locks: --wait-ms from the start */
     struct inv_order *order;
     struct order_view v;
 };

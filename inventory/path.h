@@ -35,8 +35,6 @@ void inv_dir_learn_cmd(const char *sku, char *key, size_t keylen, const char *ar
  * or -1 when malformed. */
 int inv_genes_parse(const char *text, int *genes);
 inv_status inv_dir_learnt(struct inv *inv, const char *sku, const redisReply *r);
-/* Places one ticket by itself: peek, then the candidate segments in turn. */
-void inv_ticket_single(struct inv_session *s, struct inv_ticket *t);
 /* Gives t the final status st without running it (counted as an answer). */
 void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
 

@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Most orders one lock hold of a fixture's placer serves (the server's default). */
+#define INVFIX_BATCH 32
+
 struct test_redis invfix_redis;
 struct orderid_gen invfix_ids;
 const char *invfix_zk_hosts;
@@ -67,10 +70,12 @@ void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port
     f->inv = inv_new(&ic);
     f->rc = rconn_new("127.0.0.1", port, NULL, 2000);
     f->s = inv_session_new(f->inv, f->rc);
+    f->p = invfix_placer_new(f->inv, port, INVFIX_BATCH, 1000);
 }
 
 void invfix_close(struct invfix *f)
 {
+    invfix_placer_free(f->p);
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
@@ -194,27 +199,80 @@ static int answered(struct invfix_waiter *w)
     return done;
 }
 
+struct invfix_placer {
+    struct event_base *base;
+    struct event *tick; /* ends each turn soon: a zk step ends on the zk loop's thread */
+    struct inv_engine *engine;
+    struct inv *inv;
+};
+
+struct invfix_placer *invfix_placer_new(struct inv *inv, int port, int batch,
+                                        int timeout_ms)
+{
+    evthread_use_pthreads();
+    struct invfix_placer *p = calloc(1, sizeof(*p));
+    assert_non_null(p);
+    p->inv = inv;
+    p->base = event_base_new();
+    assert_non_null(p->base);
+    p->tick = event_new(p->base, -1, EV_PERSIST, on_tick, NULL);
+    struct timeval every = {.tv_usec = 2000};
+    assert_int_equal(event_add(p->tick, &every), 0);
+    struct inv_engine_config ec = {
+        .redis_host = "127.0.0.1",
+        .redis_port = port,
+        .timeout_ms = timeout_ms,
+        .batch = batch,
+        .wait_ms = 20000}; /* a blocking wait's answer: the longest wait_ms of a fixture */
+    p->engine = inv_engine_new(inv, p->base, &ec);
+    return p;
+}
+
+void invfix_placer_free(struct invfix_placer *p)
+{
+    if (!p)
+        return;
+    inv_engine_free(p->engine);
+    event_free(p->tick);
+    event_base_free(p->base);
+    free(p);
+}
+
+/* Drives p's loop until w counted n answers. */
+static void placer_run(struct invfix_placer *p, struct invfix_waiter *w, int n)
+{
+    while (answered(w) < n)
+        event_base_loop(p->base, EVLOOP_ONCE);
+}
+
+inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *user, int qty,
+                        const char *key, struct inv_order *o)
+{
+    struct invfix_waiter w = INVFIX_WAITER_INIT;
+    struct inv_ticket *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    inv_status st = inv_ticket_open(p->inv, t, sku, user, qty, key);
+    if (st == INV_PENDING) {
+        t->done = invfix_on_done;
+        t->owner = &w;
+        inv_engine_submit(p->engine, t);
+        placer_run(p, &w, 1);
+        st = t->st;
+    }
+    if (o)
+        *o = t->order;
+    free(t);
+    return st;
+}
+
 void invfix_serve(struct inv *inv, struct inv_ticket *t, int n, int batch,
                   struct invfix_waiter *w)
 {
-    evthread_use_pthreads(); /* a zk step ends on the zk loop's thread */
-    struct event_base *base = event_base_new();
-    assert_non_null(base);
-    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
-    struct timeval every = {.tv_usec = 2000};
-    assert_int_equal(event_add(tick, &every), 0);
-    struct inv_engine_config ec = {.redis_host = "127.0.0.1",
-                                   .redis_port = invfix_redis.port,
-                                   .timeout_ms = 1000,
-                                   .batch = batch};
-    struct inv_engine *e = inv_engine_new(inv, base, &ec);
+    struct invfix_placer *p = invfix_placer_new(inv, invfix_redis.port, batch, 1000);
     for (int i = 0; i < n; i++)
-        inv_engine_submit(e, &t[i]);
-    while (answered(w) < n)
-        event_base_loop(base, EVLOOP_ONCE);
-    inv_engine_free(e);
-    event_free(tick);
-    event_base_free(base);
+        inv_engine_submit(p->engine, &t[i]);
+    placer_run(p, w, n);
+    invfix_placer_free(p);
 }
 
 int invfix_count(const struct inv_ticket *t, int n, inv_status st)

@@ -21,11 +21,28 @@ extern const char *invfix_zk_hosts;
 int invfix_setup(void **state);
 int invfix_teardown(void **state);
 
+/* Places orders one at a time, as a server's event loop does: an engine of
+ * its own on a loop of its own, driven on the calling thread. One per thread. */
+struct invfix_placer;
+
+/* A placer of inv's orders on the Redis (or proxy) on port; one lock hold
+ * serves at most batch orders; a command's answer is waited for timeout_ms. */
+struct invfix_placer *invfix_placer_new(struct inv *inv, int port, int batch,
+                                        int timeout_ms);
+/* Frees the engine (which answers what it has in flight), then the loop. */
+void invfix_placer_free(struct invfix_placer *p);
+/* Places an order of qty units of sku for user (key: its Idempotency-Key, or
+ * NULL) and waits for its answer: its status, and *o (when not NULL) the
+ * order as the ticket ends with it. */
+inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *user, int qty,
+                        const char *key, struct inv_order *o);
+
 struct invfix {
     struct lock *lock;
     struct inv *inv;
     struct rconn *rc;
     struct inv_session *s;
+    struct invfix_placer *p; /* orders, through an engine on the same Redis as rc */
 };
 
 /* Opens f in lock mode `mode` with work_us of work per hold, connected to

@@ -250,7 +250,7 @@ static int orders_found(void *arg)
 static void learn_layout(struct invfix *f, const char *sku)
 {
     struct inv_order o;
-    assert_int_equal(inv_order_place(f->s, sku, "learn", INV_MAX_LIMIT, NULL, &o),
+    assert_int_equal(invfix_place(f->p, sku, "learn", INV_MAX_LIMIT, NULL, &o),
                      INV_BAD_QTY);
 }
 
@@ -272,7 +272,7 @@ static void test_hold_mixes_outcomes(void **state)
     struct inv_order first, o;
     for (int i = 0; i < 9; i++) {
         invfix_user_with_home(0, 2, i, buyer[i], sizeof(buyer[i]));
-        assert_int_equal(inv_order_place(f.s, "mix", buyer[i], 1, i == 0 ? "kb" : NULL,
+        assert_int_equal(invfix_place(f.p, "mix", buyer[i], 1, i == 0 ? "kb" : NULL,
                                          i == 0 ? &first : &o),
                          INV_PLACED);
     }
@@ -783,8 +783,8 @@ static void test_unknown_layout_and_hops_on_the_loop(void **state)
     invfix_user_with_home(0, 2, 1, b, sizeof(b));
     invfix_user_with_home(0, 2, 2, c, sizeof(c));
     struct inv_order o;
-    assert_int_equal(inv_order_place(f.s, "hops", a, 1, NULL, &o), INV_PLACED);
-    assert_int_equal(inv_order_place(f.s, "hops", b, 1, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "hops", a, 1, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "hops", b, 1, NULL, &o), INV_PLACED);
     struct inv_ticket *t = &l->t[l->n++];
     assert_int_equal(inv_ticket_open(f.inv, t, "hops", c, 1, NULL), INV_PENDING);
     t->done = on_answer;
@@ -838,7 +838,7 @@ static void test_atomic_keeps_each_answer(void **state)
     invfix_open_shared(&f, "atomic", 0);
     inv_sku_put(f.s, "pipe", 10, 2, 1);
     struct inv_order first;
-    assert_int_equal(inv_order_place(f.s, "pipe", "ann", 1, "ka", &first), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "pipe", "ann", 1, "ka", &first), INV_PLACED);
     struct loop *l = loop_new(&f, invfix_redis.port, 8);
     const char *user[] = {"ann", "bob", "ann", "cid", "bob"};
     const char *key[] = {"ka", NULL, "ka", NULL, NULL};

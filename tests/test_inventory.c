@@ -25,6 +25,7 @@ struct fixture {
     struct inv *inv;
     struct rconn *rc;
     struct inv_session *s;
+    struct invfix_placer *p; /* orders, through an engine as the server places them */
     struct soldout *soldout;
 };
 
@@ -77,6 +78,7 @@ static void fixture_open_with(struct fixture *f, const char *mode, int work_us,
     f->rc = rconn_new("127.0.0.1", fixture_port ? fixture_port : invfix_redis.port, NULL,
                       2000);
     f->s = inv_session_new(f->inv, f->rc);
+    f->p = invfix_placer_new(f->inv, fixture_port ? fixture_port : invfix_redis.port, 32, 1000);
 }
 
 static void fixture_open(struct fixture *f, const char *mode, int work_us, int fencing,
@@ -87,6 +89,7 @@ static void fixture_open(struct fixture *f, const char *mode, int work_us, int f
 
 static void fixture_close(struct fixture *f)
 {
+    invfix_placer_free(f->p);
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
@@ -140,15 +143,15 @@ static void test_order_places_and_sells_out(void **state)
     char user[16];
     for (int i = 0; i < 3; i++) {
         snprintf(user, sizeof(user), "buyer%d", i);
-        assert_int_equal(inv_order_place(f.s, "small", user, 1, NULL, &o), INV_PLACED);
+        assert_int_equal(invfix_place(f.p, "small", user, 1, NULL, &o), INV_PLACED);
         assert_string_equal(o.user_id, user);
         struct inv_order back;
         assert_int_equal(inv_order_get(f.s, o.id, &back), INV_OK);
         assert_string_equal(back.sku, "small");
         assert_int_equal(back.segment, o.segment);
     }
-    assert_int_equal(inv_order_place(f.s, "small", "late", 1, NULL, &o), INV_SOLD_OUT);
-    assert_int_equal(inv_order_place(f.s, "nosuch", "late", 1, NULL, &o), INV_NOT_FOUND);
+    assert_int_equal(invfix_place(f.p, "small", "late", 1, NULL, &o), INV_SOLD_OUT);
+    assert_int_equal(invfix_place(f.p, "nosuch", "late", 1, NULL, &o), INV_NOT_FOUND);
     assert_audit_agrees(f.s, "small", 3);
     fixture_close(&f);
 }
@@ -167,11 +170,11 @@ static void test_spill_over_strands_nothing(void **state)
         struct inv_order o;
         for (int i = 0; i < 8; i++) { /* everyone lives in segment 2 */
             invfix_user_with_home(2, 4, i, user, sizeof(user));
-            assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o),
+            assert_int_equal(invfix_place(f.p, "spill", user, 1, NULL, &o),
                              INV_PLACED);
         }
         invfix_user_with_home(2, 4, 8, user, sizeof(user));
-        assert_int_equal(inv_order_place(f.s, "spill", user, 1, NULL, &o), INV_SOLD_OUT);
+        assert_int_equal(invfix_place(f.p, "spill", user, 1, NULL, &o), INV_SOLD_OUT);
         struct inv_sku_report *r = malloc(sizeof(*r));
         inv_sku_get(f.s, "spill", r);
         assert_int_equal(r->remaining, 0);
@@ -188,19 +191,19 @@ static void test_quantity_and_limit(void **state)
     fixture_open(&f, "redis", 0, 1, 3000);
     inv_sku_put(f.s, "lim", 100, 4, 3);
     struct inv_order o;
-    assert_int_equal(inv_order_place(f.s, "lim", "ann", 4, NULL, &o), INV_BAD_QTY);
-    assert_int_equal(inv_order_place(f.s, "lim", "ann", 2, NULL, &o), INV_PLACED);
-    assert_int_equal(inv_order_place(f.s, "lim", "ann", 2, NULL, &o), INV_LIMIT);
-    assert_int_equal(inv_order_place(f.s, "lim", "ann", 1, NULL, &o), INV_PLACED);
-    assert_int_equal(inv_order_place(f.s, "lim", "ann", 1, NULL, &o), INV_LIMIT);
+    assert_int_equal(invfix_place(f.p, "lim", "ann", 4, NULL, &o), INV_BAD_QTY);
+    assert_int_equal(invfix_place(f.p, "lim", "ann", 2, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "lim", "ann", 2, NULL, &o), INV_LIMIT);
+    assert_int_equal(invfix_place(f.p, "lim", "ann", 1, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "lim", "ann", 1, NULL, &o), INV_LIMIT);
     /* qty larger than any one segment (25 each) but not than the SKU: served
      * from two segments, and counted against the limit once */
     inv_sku_put(f.s, "big", 100, 4, 30);
-    assert_int_equal(inv_order_place(f.s, "big", "bob", 30, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "big", "bob", 30, NULL, &o), INV_PLACED);
     assert_int_equal(o.nparts, 2);
     assert_int_equal(o.parts[0].qty + o.parts[1].qty, 30);
     assert_true(o.parts[0].segment < o.parts[1].segment);
-    assert_int_equal(inv_order_place(f.s, "big", "bob", 1, NULL, &o), INV_LIMIT);
+    assert_int_equal(invfix_place(f.p, "big", "bob", 1, NULL, &o), INV_LIMIT);
     fixture_close(&f);
 }
 
@@ -213,9 +216,9 @@ static void test_idempotent_retry(void **state)
         fixture_open(&f, modes[m], 0, 1, 3000);
         inv_sku_put(f.s, "idem", 5, 2, 1);
         struct inv_order first, again;
-        assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &first),
+        assert_int_equal(invfix_place(f.p, "idem", "amy", 1, "key-1", &first),
                          INV_PLACED);
-        assert_int_equal(inv_order_place(f.s, "idem", "amy", 1, "key-1", &again),
+        assert_int_equal(invfix_place(f.p, "idem", "amy", 1, "key-1", &again),
                          INV_REPLAYED);
         assert_true(first.id == again.id);
         assert_int_equal(first.segment, again.segment);
@@ -240,22 +243,22 @@ static void test_idempotency_key_is_private_to_its_request(void **state)
         fixture_open(&f, modes[m], 0, 1, 3000);
         inv_sku_put(f.s, "idem2", 10, 2, 3);
         struct inv_order alice, o;
-        assert_int_equal(inv_order_place(f.s, "idem2", "alice", 1, "k1", &alice),
+        assert_int_equal(invfix_place(f.p, "idem2", "alice", 1, "k1", &alice),
                          INV_PLACED);
-        assert_int_equal(inv_order_place(f.s, "idem2", "mallory", 2, "k1", &o),
+        assert_int_equal(invfix_place(f.p, "idem2", "mallory", 2, "k1", &o),
                          INV_IDEM_MISMATCH);
         assert_true(o.id != alice.id);
         assert_string_not_equal(o.user_id, "alice");
-        assert_int_equal(inv_order_place(f.s, "idem2", "mallory", 1, "k1", &o),
+        assert_int_equal(invfix_place(f.p, "idem2", "mallory", 1, "k1", &o),
                          INV_IDEM_MISMATCH);
-        assert_int_equal(inv_order_place(f.s, "idem2", "alice", 2, "k1", &o),
+        assert_int_equal(invfix_place(f.p, "idem2", "alice", 2, "k1", &o),
                          INV_IDEM_MISMATCH);
-        assert_int_equal(inv_order_place(f.s, "idem2", "alice", 1, "k1", &o),
+        assert_int_equal(invfix_place(f.p, "idem2", "alice", 1, "k1", &o),
                          INV_REPLAYED);
         assert_true(o.id == alice.id);
         assert_string_equal(o.user_id, "alice");
         /* the refused requests placed nothing: mallory can still buy 3 */
-        assert_int_equal(inv_order_place(f.s, "idem2", "mallory", 3, "k2", &o),
+        assert_int_equal(invfix_place(f.p, "idem2", "mallory", 3, "k2", &o),
                          INV_PLACED);
         struct inv_audit a;
         assert_int_equal(inv_audit(f.s, "idem2", &a), INV_OK);
@@ -281,7 +284,7 @@ static void *race_one_key(void *arg)
     struct fixture f;
     fixture_open(&f, k->mode, 2000, 1, 3000);
     struct inv_order o;
-    k->status = inv_order_place(f.s, "keyrace", k->user, 1, "same-key", &o);
+    k->status = invfix_place(f.p, "keyrace", k->user, 1, "same-key", &o);
     k->id = o.id;
     fixture_close(&f);
     return NULL;
@@ -352,14 +355,14 @@ static void test_lost_commit_answer_is_outcome_unknown(void **state)
         fixture_open(&f, modes[m], 0, 1, 3000);
         fixture_port = 0;
         struct inv_order o, back;
-        if (inv_order_place(f.s, "lost", "lou", 1, "retry-1", &o) != INV_OUTCOME_UNKNOWN)
+        if (invfix_place(f.p, "lost", "lou", 1, "retry-1", &o) != INV_OUTCOME_UNKNOWN)
             fail_msg("%s: a lost commit answer was not reported as outcome unknown",
                      modes[m]);
         assert_true(o.id != 0);
         assert_int_equal(inv_order_get(direct.s, o.id, &back), INV_OK);
         assert_string_equal(back.user_id, "lou");
         struct inv_order again;
-        assert_int_equal(inv_order_place(f.s, "lost", "lou", 1, "retry-1", &again),
+        assert_int_equal(invfix_place(f.p, "lost", "lou", 1, "retry-1", &again),
                          INV_REPLAYED);
         assert_true(again.id == o.id);
         assert_audit_agrees(direct.s, "lost", 1);
@@ -393,10 +396,10 @@ static void test_taken_order_id_is_never_overwritten(void **state)
         fixture_open_with(&f, modes[m], 0, 1, 3000, &gen);
         inv_sku_put(f.s, "dupid", 5, 2, 1);
         struct inv_order first, second, back;
-        assert_int_equal(inv_order_place(f.s, "dupid", "first", 1, NULL, &first),
+        assert_int_equal(invfix_place(f.p, "dupid", "first", 1, NULL, &first),
                          INV_PLACED);
         orderid_init(&gen, 7, frozen_clock, 0); /* the same ids once more */
-        assert_int_equal(inv_order_place(f.s, "dupid", "second", 1, NULL, &second),
+        assert_int_equal(invfix_place(f.p, "dupid", "second", 1, NULL, &second),
                          INV_PLACED);
         assert_true(second.id != first.id);
         assert_int_equal(inv_order_get(f.s, first.id, &back), INV_OK);
@@ -459,9 +462,9 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
         assert_true(test_wait_for(listening, other.soldout, 5000));
         inv_sku_put(f.s, "memo", 2, 2, 1);
         struct inv_order o;
-        assert_int_equal(inv_order_place(f.s, "memo", "m1", 1, "key-m1", &o), INV_PLACED);
+        assert_int_equal(invfix_place(f.p, "memo", "m1", 1, "key-m1", &o), INV_PLACED);
         uint64_t first = o.id;
-        assert_int_equal(inv_order_place(f.s, "memo", "m2", 1, NULL, &o), INV_PLACED);
+        assert_int_equal(invfix_place(f.p, "memo", "m2", 1, NULL, &o), INV_PLACED);
 
         /* The memory lasts SOLDOUT_MAX_AGE_MS from the Redis answer that noted it
          * (m3's). A window that outlasted it proves nothing (CI under stress: its
@@ -475,16 +478,16 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
             if (attempt > 0)
                 clock_sleep_us(SOLDOUT_MAX_AGE_MS * 1000LL);
             int64_t t0 = clock_now_us();
-            assert_int_equal(inv_order_place(f.s, "memo", "m3", 1, NULL, &o), INV_SOLD_OUT);
+            assert_int_equal(invfix_place(f.p, "memo", "m3", 1, NULL, &o), INV_SOLD_OUT);
             inv_stats(f.inv, &st);
             local0 = st.sold_out_local;
             before = commands_processed(f.rc);
             for (int i = 0; i < 20; i++) {
                 snprintf(user, sizeof(user), "late%d", i);
-                assert_int_equal(inv_order_place(f.s, "memo", user, 1, NULL, &o),
+                assert_int_equal(invfix_place(f.p, "memo", user, 1, NULL, &o),
                                  INV_SOLD_OUT);
             }
-            assert_int_equal(inv_order_place(f.s, "memo", "late", 2, NULL, &o), INV_BAD_QTY);
+            assert_int_equal(invfix_place(f.p, "memo", "late", 2, NULL, &o), INV_BAD_QTY);
             after = commands_processed(f.rc);
             if (clock_now_us() - t0 < SOLDOUT_MAX_AGE_MS * 1000LL || attempt == 4)
                 break;
@@ -495,7 +498,7 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
         inv_stats(f.inv, &st);
         assert_int_equal(st.sold_out_local - local0, 21);
         /* a keyed retry asks Redis and gets its first answer */
-        assert_int_equal(inv_order_place(f.s, "memo", "m1", 1, "key-m1", &o),
+        assert_int_equal(invfix_place(f.p, "memo", "m1", 1, "key-m1", &o),
                          INV_REPLAYED);
         assert_true(o.id == first);
 
@@ -503,12 +506,12 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
         assert_int_equal(inv_sku_put(other.s, "memo", 3, 2, 1), INV_OK);
         if (!test_wait_for(generation_moved, &mv, 5000))
             fail_msg("%s: the reset through another instance was not heard", modes[m]);
-        assert_int_equal(inv_order_place(f.s, "memo", "n1", 1, NULL, &o), INV_PLACED);
+        assert_int_equal(invfix_place(f.p, "memo", "n1", 1, NULL, &o), INV_PLACED);
 
         /* the listener's connection is cut: memory is forgotten, Redis is asked */
-        inv_order_place(f.s, "memo", "n2", 1, NULL, &o);
-        inv_order_place(f.s, "memo", "n3", 1, NULL, &o);
-        assert_int_equal(inv_order_place(f.s, "memo", "n4", 1, NULL, &o), INV_SOLD_OUT);
+        invfix_place(f.p, "memo", "n2", 1, NULL, &o);
+        invfix_place(f.p, "memo", "n3", 1, NULL, &o);
+        assert_int_equal(invfix_place(f.p, "memo", "n4", 1, NULL, &o), INV_SOLD_OUT);
         inv_stats(f.inv, &st);
         uint64_t local = st.sold_out_local;
         mv.from = soldout_generation(f.soldout);
@@ -516,7 +519,7 @@ static void test_sold_out_answered_from_memory_until_a_reset(void **state)
         assert_non_null(r);
         freeReplyObject(r);
         assert_true(test_wait_for(generation_moved, &mv, 5000));
-        assert_int_equal(inv_order_place(f.s, "memo", "n5", 1, NULL, &o), INV_SOLD_OUT);
+        assert_int_equal(invfix_place(f.p, "memo", "n5", 1, NULL, &o), INV_SOLD_OUT);
         inv_stats(f.inv, &st);
         assert_int_equal(st.sold_out_local, local); /* that one asked Redis */
         fixture_close(&other);
@@ -531,12 +534,12 @@ static void test_reset_clears_orders(void **state)
     fixture_open(&f, "redis", 0, 1, 3000);
     inv_sku_put(f.s, "again", 2, 1, 1);
     struct inv_order o;
-    assert_int_equal(inv_order_place(f.s, "again", "zed", 1, "k", &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "again", "zed", 1, "k", &o), INV_PLACED);
     uint64_t old = o.id;
     assert_int_equal(inv_sku_put(f.s, "again", 2, 1, 1), INV_OK);
     assert_int_equal(inv_order_get(f.s, old, &o), INV_NOT_FOUND);
     /* buyers and idempotency keys are cleared with the orders */
-    assert_int_equal(inv_order_place(f.s, "again", "zed", 1, "k", &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "again", "zed", 1, "k", &o), INV_PLACED);
     assert_true(o.id != old);
     struct inv_audit a;
     inv_audit(f.s, "again", &a);
@@ -579,7 +582,7 @@ static void test_stale_fence_is_refused(void **state)
     fixture_open(&f, "redis", 400000, 1, 3000); /* 400 ms of work */
     inv_sku_put(f.s, "fence", 1, 1, 1);
     struct inv_order o;
-    inv_status st = inv_order_place(f.s, "fence", "slow", 1, NULL, &o);
+    inv_status st = invfix_place(f.p, "fence", "slow", 1, NULL, &o);
     int status;
     waitpid(pid, &status, 0);
     assert_int_equal(WEXITSTATUS(status), 0);
@@ -608,7 +611,7 @@ static void test_stale_fence_is_refused(void **state)
         rconn_free(rc);
         _exit(ok ? 0 : 1);
     }
-    assert_int_equal(inv_order_place(f.s, "fence", "slow", 1, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "fence", "slow", 1, NULL, &o), INV_PLACED);
     waitpid(pid, &status, 0);
     assert_int_equal(WEXITSTATUS(status), 0);
     fixture_close(&f);
@@ -628,12 +631,9 @@ struct slow_order {
 static void *place_slowly(void *arg)
 {
     struct slow_order *so = arg;
-    struct rconn *rc = rconn_new("127.0.0.1", invfix_redis.port, NULL, 2000);
-    struct inv_session *s = inv_session_new(so->inv, rc);
-    struct inv_order o;
-    so->status = inv_order_place(s, "epoch", "early", 1, NULL, &o);
-    inv_session_free(s);
-    rconn_free(rc);
+    struct invfix_placer *p = invfix_placer_new(so->inv, invfix_redis.port, 32, 1000);
+    so->status = invfix_place(p, "epoch", "early", 1, NULL, NULL);
+    invfix_placer_free(p);
     return NULL;
 }
 
@@ -683,8 +683,7 @@ static void *storm_thread(void *arg)
     pthread_mutex_lock(&st->mu);
     int me = st->thread_no++;
     pthread_mutex_unlock(&st->mu);
-    struct rconn *rc = rconn_new("127.0.0.1", invfix_redis.port, NULL, 2000);
-    struct inv_session *s = inv_session_new(st->inv, rc);
+    struct invfix_placer *p = invfix_placer_new(st->inv, invfix_redis.port, 32, 1000);
     char user[32];
     for (int i = 0; i < st->per_thread; i++) {
         if (st->users)
@@ -692,14 +691,13 @@ static void *storm_thread(void *arg)
         else
             snprintf(user, sizeof(user), "t%d-%d", me, i);
         struct inv_order o;
-        inv_status r = inv_order_place(s, "storm", user, 1, NULL, &o);
+        inv_status r = invfix_place(p, "storm", user, 1, NULL, &o);
         if (r == INV_PLACED)
             st->placed++;
         else if (r != INV_SOLD_OUT && r != INV_LIMIT)
             st->errors++;
     }
-    inv_session_free(s);
-    rconn_free(rc);
+    invfix_placer_free(p);
     return NULL;
 }
 
@@ -797,13 +795,13 @@ static void test_redis_down_is_unavailable_and_recovers(void **state)
     inv_sku_put(f.s, "outage", 5, 1, 1);
     test_redis_stop(&invfix_redis, 1, 1);
     struct inv_order o;
-    assert_int_equal(inv_order_place(f.s, "outage", "x1", 1, NULL, &o), INV_UNAVAILABLE);
+    assert_int_equal(invfix_place(f.p, "outage", "x1", 1, NULL, &o), INV_UNAVAILABLE);
     assert_false(inv_ping(f.s));
     test_redis_restart(&invfix_redis, NULL);
     /* no persistence in this server: the SKU is gone, but the session heals */
     assert_true(inv_ping(f.s));
     assert_int_equal(inv_sku_put(f.s, "outage", 5, 1, 1), INV_CREATED);
-    assert_int_equal(inv_order_place(f.s, "outage", "x1", 1, NULL, &o), INV_PLACED);
+    assert_int_equal(invfix_place(f.p, "outage", "x1", 1, NULL, &o), INV_PLACED);
     fixture_close(&f);
 }
 
@@ -825,7 +823,7 @@ static void test_order_survives_a_script_flush(void **state)
             freeReplyObject(r);
             char user[16];
             snprintf(user, sizeof(user), "f%d", i);
-            assert_int_equal(inv_order_place(f.s, "flush", user, 1, NULL, &o),
+            assert_int_equal(invfix_place(f.p, "flush", user, 1, NULL, &o),
                              INV_PLACED);
         }
         redisReply *r = rconn_command(f.rc, "EXISTS sk:{flush}:lock:0");

@@ -83,7 +83,7 @@ static void *place_crossed(void *arg)
     static _Thread_local struct inv_order o;
     pthread_barrier_wait(c->go);
     int64_t t0 = clock_now_us();
-    c->st = inv_order_place(c->f->s, "cross", c->user, 3, NULL, &o);
+    c->st = invfix_place(c->f->p, "cross", c->user, 3, NULL, &o);
     c->took_us = clock_now_us() - t0;
     return NULL;
 }
@@ -132,7 +132,7 @@ static void *place_lost(void *arg)
 {
     struct lost *l = arg;
     static struct inv_order o;
-    l->st = inv_order_place(l->f->s, "lost", "both", 2, NULL, &o);
+    l->st = invfix_place(l->f->p, "lost", "both", 2, NULL, &o);
     return NULL;
 }
 
@@ -184,14 +184,14 @@ static void test_spilled_orders_spread_over_what_is_left(void **state)
         char user[16];
         for (int seg = 0; seg < 13; seg++) { /* empty segments 0..12 */
             invfix_user_with_home(seg, 16, 0, user, sizeof(user));
-            assert_int_equal(inv_order_place(f.s, "tail", user, 30, NULL, &o),
+            assert_int_equal(invfix_place(f.p, "tail", user, 30, NULL, &o),
                              INV_PLACED);
             assert_int_equal(o.segment, seg);
         }
         int served[16] = {0};
         for (int i = 0; i < 45; i++) {
             invfix_user_with_home(i % 13, 16, 1 + i / 13, user, sizeof(user));
-            assert_int_equal(inv_order_place(f.s, "tail", user, 1, NULL, &o), INV_PLACED);
+            assert_int_equal(invfix_place(f.p, "tail", user, 1, NULL, &o), INV_PLACED);
             served[o.segment]++;
         }
         for (int seg = 13; seg < 16; seg++)

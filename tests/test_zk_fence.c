@@ -25,6 +25,7 @@ struct zkfix {
     struct inv *inv;
     struct rconn *rc;
     struct inv_session *s;
+    struct invfix_placer *p;
 };
 
 static void zkfix_open(struct zkfix *f, int zk_port, int redis_port, int work_us,
@@ -37,6 +38,7 @@ static void zkfix_open(struct zkfix *f, int zk_port, int redis_port, int work_us
     f->lock = lock_new("zk", &lc, err, sizeof(err));
     if (!f->lock)
         fail_msg("lock_new(zk): %s", err);
+    test_lock_attach(f->lock);
     struct inv_config ic = {.lock = f->lock,
                             .wait_ms = 20000,
                             .work_us = work_us,
@@ -46,14 +48,16 @@ static void zkfix_open(struct zkfix *f, int zk_port, int redis_port, int work_us
     /* a long timeout: a commit held up by a stopped proxy still gets its answer */
     f->rc = rconn_new("127.0.0.1", redis_port, NULL, 30000);
     f->s = inv_session_new(f->inv, f->rc);
+    f->p = invfix_placer_new(f->inv, redis_port, 32, 30000);
 }
 
 static void zkfix_close(struct zkfix *f)
 {
+    invfix_placer_free(f->p);
     inv_session_free(f->s);
     rconn_free(f->rc);
     inv_free(f->inv);
-    lock_free(f->lock);
+    test_lock_free(f->lock);
 }
 
 #define FENCE_KEY "sk:{zf}:lock:0:fence"
@@ -77,7 +81,7 @@ static void *place(void *arg)
 {
     struct placing *p = arg;
     static _Thread_local struct inv_order o;
-    p->st = inv_order_place(p->f->s, "zf", p->user, 1, NULL, &o);
+    p->st = invfix_place(p->f->p, "zf", p->user, 1, NULL, &o);
     return NULL;
 }
 
