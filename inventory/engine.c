@@ -69,7 +69,8 @@ static void on_acked(void *arg, struct inv_ticket *t)
  * otherwise (its record came back on e->answering, from the order's node). */
 void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
-    if ((t->st != INV_PLACED && t->st != INV_REPLAYED) || !e->acked) {
+    int acks = t->st == INV_PLACED || t->st == INV_REPLAYED || (t->end && t->st == INV_OK);
+    if (!acks || !e->acked) {
         ticket_answer(e, t);
     } else if (e->acks) {
         inv_acks_add(e->acks, t, e->answering);
@@ -147,6 +148,32 @@ static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
     } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
                RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
+        eng_ticket_done(e, t);
+    }
+}
+
+/* ---- a pay or a cancel: two steps on the order's shard ------------------- */
+
+static void end_send(struct inv_engine *e, struct inv_ticket *t);
+
+static void on_end(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *t = arg;
+    struct inv_engine *e = t->engine;
+    if (inv_end_answer(e->inv, t, res, r) == INV_STEP_AGAIN) {
+        end_send(e, t);
+        return;
+    }
+    e->answering = eng_answered_by(e, res);
+    eng_ticket_done(e, t);
+    e->answering = NULL;
+}
+
+static void end_send(struct inv_engine *e, struct inv_ticket *t)
+{
+    if (++t->tries > ENGINE_TRIES ||
+        inv_end_send(e->inv, t, &e->conns, on_end, t) != RCONN_OK) {
+        t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
         eng_ticket_done(e, t);
     }
 }
@@ -604,7 +631,9 @@ void inv_engine_link(struct inv_engine **all, int n)
 
 void eng_dispatch(struct inv_engine *e, struct inv_ticket *t)
 {
-    if (e->path == INV_PATH_ATOMIC)
+    if (t->end)
+        end_send(e, t);
+    else if (e->path == INV_PATH_ATOMIC)
         atomic_send(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
         eng_enqueue(e, t);

@@ -235,10 +235,6 @@ void inv_count_outcome(struct inv *inv, inv_status st);
 /* Gives t, or t[0..n-1], the final status st, counted as an answer. */
 void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st);
 void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st);
-/* The link a call on rc is about to use (connecting rc first), and after the
- * call the link that carried it: `before` when rc is still on it, else 0. */
-uint64_t inv_link_before(struct rconn *rc);
-uint64_t inv_link_after(const struct rconn *rc, uint64_t before);
 /* Notes segment seg of sku as found empty in epoch (ignored if the layout
  * moved on). */
 void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, int seg);
