@@ -3,7 +3,6 @@
  * they came from (inventory/lua/back.lua says how, give.lua does it). Each
  * change is one script that checks the order's state and changes it in the
  * same step, so that no unit comes back twice and a paid order's never. */
-#include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include "aconn.h"
 #include "clock.h"
 #include "cluster.h"
+#include "duty.h"
 #include "inv_impl.h"
 #include "orderid.h"
 #include "path.h"
@@ -92,8 +92,8 @@ void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *ar
     t->link = 0;
 }
 
-rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
-                          aconn_cb *cb, void *arg)
+rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t,
+                          const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
     (void)inv;
     uint64_t id = t->order.id;
@@ -105,7 +105,7 @@ rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t, const struct in
     snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
     int slot = cs->cluster ? cluster_gene_slot(t->gene) : -1;
     if (t->end_step == 0) {
-        const char *argv[] = {"HMGET",    okey,    "sku",   "user_id", "qty",
+        const char *argv[] = {"HMGET",   okey,       "sku",   "user_id", "qty",
                               "segment", "segments", "state", "pay_by"};
         return cs->cluster ? acluster_command(cs->cluster, slot, cb, arg, 9, argv)
                            : aconn_command(cs->data, cb, arg, 9, argv, NULL);
@@ -194,12 +194,10 @@ struct inv_sweep {
     struct rconn_addr *seeds; /* a Redis Cluster: its seeds (nseeds > 0) */
     int nseeds;
     char *password;
-    struct aconn *ac;    /* attached, on one Redis */
-    struct acluster *cl; /* attached, on a Redis Cluster */
-    struct event *tick;
-    int owed;   /* answers still to come this round */
-    int again;  /* a SKU had more due than one call expired */
-    int ncalls; /* calls[] used this round */
+    struct duty duty; /* attached: every INV_SWEEP_MS, its connection */
+    int owed;         /* answers still to come this round */
+    int again;        /* a SKU had more due than one call expired */
+    int ncalls;       /* calls[] used this round */
     struct sweep_call {
         struct inv_sweep *sw;
         char sku[INV_ID_MAX + 1];
@@ -212,7 +210,7 @@ static void sweep_round(struct inv_sweep *sw);
 
 static int sweep_attached(const struct inv_sweep *sw)
 {
-    return sw->ac || sw->cl;
+    return duty_connected(&sw->duty);
 }
 
 /* One answer of the round in: the round ends with the last. */
@@ -229,12 +227,13 @@ static void sweep_send(struct inv_sweep *sw, int slot, aconn_cb *cb, void *arg,
 {
     rconn_status st;
     sw->owed++; /* first: an answer may come before the call returns */
-    if (sw->cl)
-        st = script ? acluster_eval(sw->cl, slot, cb, arg, script, nkeys, argc, argv)
-                    : acluster_command(sw->cl, slot, cb, arg, argc, argv);
+    struct acluster *cl = sw->duty.cluster;
+    if (cl)
+        st = script ? acluster_eval(cl, slot, cb, arg, script, nkeys, argc, argv)
+                    : acluster_command(cl, slot, cb, arg, argc, argv);
     else
-        st = script ? aconn_eval(sw->ac, cb, arg, script, nkeys, argc, argv)
-                    : aconn_command(sw->ac, cb, arg, argc, argv, NULL);
+        st = script ? aconn_eval(sw->duty.conn, cb, arg, script, nkeys, argc, argv)
+                    : aconn_command(sw->duty.conn, cb, arg, argc, argv, NULL);
     if (st != RCONN_OK)
         sw->owed--;
 }
@@ -282,9 +281,9 @@ static void sweep_due(struct inv_sweep *sw, const char *sku, int gene)
     snprintf(most, sizeof(most), "%d", SWEEP_MOST);
     struct sku_keys k;
     inv_keys_init(&k, x->sku, gene);
-    const char *argv[] = {k.meta,  k.stock, k.sold,  k.buyers, k.back,
-                          k.due,   k.life,  k.avail, k.events, k.order,
-                          most,    SOLDOUT_CHANNEL, x->sku};
+    const char *argv[] = {k.meta, k.stock,         k.sold,  k.buyers, k.back,
+                          k.due,  k.life,          k.avail, k.events, k.order,
+                          most,   SOLDOUT_CHANNEL, x->sku};
     sweep_send(sw, gene < 0 ? 0 : cluster_gene_slot(gene), on_swept, x, &due_script, 9,
                13, argv);
 }
@@ -315,7 +314,7 @@ static void on_listed(void *arg, aconn_result res, redisReply *r)
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_STRING || !inv_id_valid(e->str))
             continue;
-        if (!sw->cl) {
+        if (!sw->duty.cluster) {
             sweep_due(sw, e->str, -1);
             continue;
         }
@@ -340,9 +339,8 @@ static void sweep_round(struct inv_sweep *sw)
                NULL, 0, 2, argv);
 }
 
-static void on_sweep_tick(evutil_socket_t fd, short what, void *arg)
+static void on_sweep_tick(void *arg)
 {
-    (void)fd, (void)what;
     struct inv_sweep *sw = arg;
     if (sw->owed == 0) /* else the last round is still on its way */
         sweep_round(sw);
@@ -371,30 +369,22 @@ struct inv_sweep *inv_sweep_new_cluster(struct inv *inv, const struct rconn_addr
 
 void inv_sweep_attach(struct inv_sweep *sw, struct event_base *base)
 {
-    if (!sw || sw->tick)
+    if (!sw)
         return;
-    if (sw->nseeds > 0)
-        sw->cl = acluster_new(base, sw->seeds, sw->nseeds, sw->password, 1000);
-    else
-        sw->ac = aconn_new(base, sw->host, sw->port, sw->password, 1000);
-    struct timeval every = {.tv_sec = 0, .tv_usec = INV_SWEEP_MS * 1000};
-    sw->tick = event_new(base, -1, EV_PERSIST, on_sweep_tick, sw);
-    if (!sw->tick || event_add(sw->tick, &every) != 0)
-        abort();
+    struct duty_target to = {.host = sw->host,
+                             .port = sw->port,
+                             .seeds = sw->seeds,
+                             .nseeds = sw->nseeds,
+                             .password = sw->password,
+                             .timeout_ms = 1000};
+    duty_start(&sw->duty, base, &to, INV_SWEEP_MS, on_sweep_tick, sw);
 }
 
 void inv_sweep_detach(struct inv_sweep *sw)
 {
-    if (!sw || !sw->tick)
+    if (!sw)
         return;
-    event_free(sw->tick);
-    sw->tick = NULL;
-    struct aconn *ac = sw->ac;
-    struct acluster *cl = sw->cl;
-    sw->ac = NULL;
-    sw->cl = NULL;
-    aconn_free(ac); /* answers what is on its way, as failed */
-    acluster_free(cl);
+    duty_stop(&sw->duty); /* answers what is on its way, as failed */
     sw->owed = 0;
 }
 
