@@ -64,6 +64,7 @@ struct inv_conns {
     struct aconn **node;
     struct acluster *cluster; /* a Redis Cluster's masters instead of data */
     struct event_base *base;  /* the loop's: a lock step done elsewhere (zk) ends there */
+    int closing; /* the loop is going (inv_engine_free): nothing more is sent */
 };
 
 /* What the event-driven path does next with a ticket after an answer. */
