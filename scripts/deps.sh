@@ -25,6 +25,8 @@ packages=(
     openssl haproxy
     # promtool (tests/it_alerts.sh: deploy/alerts.yml's rules and their unit tests)
     prometheus
+    # function definitions for the call-ring check (scripts/call_rings.py, tests/it_rings.sh)
+    universal-ctags
 )
 # slowhttptest: tests/it_edge.sh's slowloris, slow body and slow read attacks.
 # Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).
