@@ -218,7 +218,8 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  *   attempt, with what is left of the wait; one with 0 left leaves the
  *   queue). Else, while st->retry_us > 0, the mode polls: attempt again
  *   (lock_try_step) after that pause. Else the wait is over;
- * - LOCK_ERROR: nothing held (a queue entry is left to its lease).
+ * - LOCK_ERROR: nothing held (a queue entry of the acquire's was taken off
+ *   first, best effort, in a step of its own: LOCK_PENDING before it).
  * A step's commands on the data Redis run in order before what the caller
  * pipelines behind them, so when st->last is set (a grant by this step needs
  * no further step), a command queued right after them runs under the lock.

@@ -487,10 +487,12 @@ static lock_status redis_release_after(void *session, const char *key,
     return res;
 }
 
-/* Steps (lock_try_step): a try is one attempt that does not wait, so it
- * never joins the queue; its lease and the release are the same as above.
- * A release whose answer was lost is not sent again (the sync path's
- * retry): the lease runs out in Redis instead. */
+/* Steps (lock_try_step): an attempt is the acquire script, queued while
+ * its wait lasts; a queued waiter's wait is the BLPOP of the hand-off, on a
+ * connection of the caller's own. An attempt that fails with an error takes
+ * its queue entry off in a step of its own (LREM), as the blocking form does.
+ * A release whose answer was lost is not sent again (the sync path's retry):
+ * the lease runs out in Redis instead. */
 static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
 {
     acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
@@ -501,12 +503,16 @@ static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
     st->last = 1;
 }
 
-/* The attempt's answer (phase 0) or the release's (phase 1), read at once:
- * a grant or the release's outcome, in st. */
+enum { PHASE_TRY, PHASE_RELEASE, PHASE_LEAVE };
+
+/* The attempt's answer or the release's, read at once: a grant or the
+ * release's outcome, in st. The queue's LREM answers nothing of use. */
 static void redis_step_answer(void *session, const char *key, struct lock_step *st,
                               const redisReply *r)
 {
-    if (st->phase == 1) {
+    if (st->phase == PHASE_LEAVE)
+        return;
+    if (st->phase == PHASE_RELEASE) {
         st->res = release_done(session, key, st->g, r);
         return;
     }
@@ -523,12 +529,33 @@ static void redis_step_answer(void *session, const char *key, struct lock_step *
     }
 }
 
+/* st becomes the LREM of its queue entry (a failed attempt's: no release is
+ * to hand the lock to a waiter that is gone), best effort. */
+static void leave_cmd(const char *key, struct lock_step *st)
+{
+    lock_step_clear(st, PHASE_LEAVE);
+    snprintf(st->buf[0], KEY_MAX, "%s:queue", key);
+    snprintf(st->buf[1], KEY_MAX, "%s", st->entry);
+    st->entry[0] = '\0';
+    const char *argv[] = {"LREM", st->buf[0], "1", st->buf[1]};
+    memcpy(st->argv, argv, sizeof(argv));
+    st->cmd[0] = (struct rcmd){.argc = 4, .argv = st->argv};
+    st->node[0] = -1;
+    st->ncmd = 1;
+}
+
 static lock_status redis_try_done(void *session, const char *key, struct lock_step *st,
                                   struct lock_grant *g)
 {
-    (void)session, (void)key;
-    if (st->answered == 0)
-        return LOCK_ERROR; /* refused */
+    (void)session;
+    if (st->phase == PHASE_LEAVE)
+        return LOCK_ERROR;
+    if (st->answered == 0) /* refused */
+        st->res = LOCK_ERROR;
+    if (st->res == LOCK_ERROR && st->entry[0]) { /* queued by an earlier attempt */
+        leave_cmd(key, st);
+        return LOCK_PENDING;
+    }
     if (st->res == LOCK_ACQUIRED)
         *g = st->grant;
     return st->res;
@@ -576,7 +603,7 @@ static void redis_release_cmd(void *session, const char *key, struct lock_grant 
         (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
-    st->phase = 1;
+    st->phase = PHASE_RELEASE;
     st->res = LOCK_ERROR;
 }
 

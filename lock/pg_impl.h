@@ -76,6 +76,7 @@ struct pg_loop {
     struct event_base *base;
     struct apg *aconn;    /* the queries */
     struct apg *listener; /* LISTEN PG_CHANNEL */
+    int heard;            /* the listener LISTENed (or lost it, or was waited for) */
     struct pg_job *jobs;  /* acquires going on, for the notifications */
     int closing;
 };

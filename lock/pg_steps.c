@@ -6,6 +6,8 @@
  * timer, never blocking (the statements are lock_pg.c's):
  *
  *   phase    in flight                       then
+ *   LISTEN   nothing: the loop's listener,   TRY (it LISTENs; or it did not
+ *            new, is not LISTENing yet         within the query timeout)
  *   TRY      the conditional UPDATE          DONE (granted; busy at the
  *            (behind the INSERT of the row     wait's end; failed), TRY again
  *            when it had none)                 (no row yet; notified meanwhile),
@@ -21,7 +23,9 @@
  * lock_step_start), and the caller takes the outcome in lock_try_done or
  * lock_release_done. A notification that comes while the attempt is in
  * flight is remembered: a "taken" answer then tries again at once, as the
- * release may have come after the attempt's snapshot.
+ * release may have come after the attempt's snapshot. The first attempts on
+ * a loop wait for its listener (LISTEN): one before it could miss a release,
+ * and would be made again once it LISTENs.
  *
  * Lifetime: a job is freed by its last reference: the caller's (until
  * lock_try_done, lock_release_done or lock_step_cancel), one per query in
@@ -38,7 +42,7 @@
 #include "clock.h"
 #include "xalloc.h"
 
-enum pg_phase { PJ_TRY, PJ_WAIT, PJ_RELEASE, PJ_DONE };
+enum pg_phase { PJ_LISTEN, PJ_TRY, PJ_WAIT, PJ_RELEASE, PJ_DONE };
 
 struct pg_job {
     struct pg_loop *loop;
@@ -213,12 +217,27 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
     job_put(j);
 }
 
+/* The first attempts on a loop wait for its listener to LISTEN (on_notify
+ * ends the wait), at most the query timeout. */
+static void listen_wait(struct pg_job *j)
+{
+    int64_t in = (int64_t)j->loop->st->timeout_ms * 1000;
+    struct timeval tv = {.tv_sec = in / 1000000, .tv_usec = in % 1000000};
+    j->phase = PJ_LISTEN;
+    evtimer_add(j->timer, &tv);
+}
+
 /* The holder's lease or the wait ran out: the fallback when no notification
- * came. */
+ * came. Or the listener did not LISTEN in time: no later attempt waits for it. */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct pg_job *j = arg;
+    if (j->phase == PJ_LISTEN) {
+        j->loop->heard = 1;
+        attempt(j);
+        return;
+    }
     if (j->phase != PJ_WAIT)
         return;
     asleep_end(j);
@@ -230,11 +249,13 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 /* A notification (key: its payload), or the listener LISTENing again or lost
  * (key NULL): the key's waiters try again, those in flight once more after
- * a "taken". */
+ * a "taken"; those that waited for the listener make their first attempt. */
 static void on_notify(void *arg, const char *channel, const char *payload)
 {
     struct pg_loop *lp = arg;
     const char *key = channel ? payload : NULL;
+    if (!key)
+        lp->heard = 1;
     int n = 0;
     for (struct pg_job *j = lp->jobs; j; j = j->next)
         n++;
@@ -252,6 +273,9 @@ static void on_notify(void *arg, const char *channel, const char *payload)
         struct pg_job *j = woken[i];
         if (j->phase == PJ_TRY) {
             j->notified = 1;
+        } else if (j->phase == PJ_LISTEN && !key) {
+            evtimer_del(j->timer);
+            attempt(j);
         } else if (j->phase == PJ_WAIT) {
             asleep_end(j);
             evtimer_del(j->timer);
@@ -366,7 +390,10 @@ void pg_step_start(void *session, const char *key, struct lock_step *st,
     lock_token_new(j->token);
     j->next = j->loop->jobs;
     j->loop->jobs = j;
-    attempt(j);
+    if (j->loop->heard)
+        attempt(j);
+    else
+        listen_wait(j);
 }
 
 /* The caller's end of j: nothing is delivered any more. Its outcome. */

@@ -6,26 +6,34 @@
  * else watch the immediate predecessor and list again once it goes; the
  * node's czxid is the fencing token). Watching all (--zk-watch all, the
  * herd), the list itself sets a watch on the children and the waiter sleeps
- * on it: LIST goes to WAIT, and any child that comes or goes lists again. Once it is over (granted, busy at the
- * wait's end, failed) an event of the caller's base is made active, and the
- * caller (its event loop) takes the outcome in lock_try_done.
+ * on it: LIST goes to WAIT, and any child that comes or goes lists again. Once it is over
+ * (granted, busy at the wait's end, failed) an event of the caller's base is made active,
+ * and the caller (its event loop) takes the outcome in lock_try_done.
  *
  *   phase     in flight                       then
- *   CONNECT   nothing: a timer (not connected) PARENTS/CREATE, or LIST
+ *   CONNECT   nothing: a timer (not connected) PARENTS/CREATE, FIND, or LIST
  *   PARENTS   a create of a parent level      the next level, then CREATE
- *   CREATE    the create of our node          LIST (or PARENTS: parent gone)
+ *   CREATE    the create of our node          LIST (or PARENTS: parent gone;
+ *                                             CONNECT: its answer lost)
+ *   FIND      the children, for our guid      STAT (found), CREATE (none)
+ *   STAT      our node's czxid                LIST
  *   LIST      the children                    DONE (held), WATCH (or WAIT,
  *                                             watching all), DONE (busy)
  *   WATCH     the watch on the predecessor    WAIT, or LIST (it went)
  *   WAIT      nothing: the watch (a wake job) LIST
  *   DONE      requests may still answer: each is undone (node deleted)
  *
+ * Protected mode (Curator's): a create whose answer was lost with the
+ * connection may have made our node. Once reconnected (the same session) the
+ * job looks for a child carrying its guid (FIND) and uses it, rather than
+ * create a second one that would wait behind the first forever; a job that
+ * ends before it knows leaves the guid to the orphan sweep.
+ *
  * Bounds: a timer at the wait's end (at least ZK_STEP_FLOOR_MS after the
  * start, so that a try gets its round trips) ends any phase: busy while
  * ZooKeeper is connected and we were waiting our turn (a predecessor seen),
  * else an error. A lost connection waits for the reconnect (same session:
- * our node stays); an expired session ends it (the node went with it); a
- * create whose answer was lost leaves its guid to the orphan sweep.
+ * our node stays); an expired session ends it (the node went with it).
  *
  * Lifetime: a job is shared by the caller and the zk loop, and freed by the
  * last reference (refs under st->mu): the caller's (until lock_try_done or
@@ -52,6 +60,8 @@ enum zk_phase {
     ZS_CONNECT,
     ZS_PARENTS,
     ZS_CREATE,
+    ZS_FIND,
+    ZS_STAT,
     ZS_LIST,
     ZS_WATCH,
     ZS_WAIT,
@@ -69,6 +79,7 @@ struct zk_job {
     enum zk_phase phase; /* the zk loop's thread only, as all below */
     int level;           /* PARENTS: the next of root, locks, parent */
     int parent_again;    /* the parent vanished under a create once */
+    int lost_create;     /* a create's answer was lost: our node may exist */
     int contended;
     int release;  /* a release: the delete of node (DELETE), not an acquire */
     int watching; /* w is on the conn's list */
@@ -153,6 +164,8 @@ static void finish(struct zk_job *j, lock_status res)
     int unwanted = j->release ? res == LOCK_ERROR : res != LOCK_ACQUIRED || cancelled;
     if (unwanted && j->node[0])
         zk_delete_unwaited(j->conn, j->node, j->guid, j->parent);
+    else if (unwanted && j->lost_create) /* not found yet: maybe there */
+        zk_orphan_add(j->conn, j->parent, j->guid);
     job_put(j); /* the loop's */
 }
 
@@ -203,6 +216,9 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
         zk_parent_remember(j->st, j->parent, 0);
         j->level = 0;
         parents_next(j);
+    } else if (rc == ZCONNECTIONLOSS) { /* made or not: looked for once back */
+        j->lost_create = 1;
+        later(j);
     } else {
         if (rc == ZOK && path) /* no Stat: no token */
             zk_delete_unwaited(j->conn, path, j->guid, j->parent);
@@ -222,6 +238,63 @@ static void create(struct zk_job *j)
     job_ref(j);
     refused(j, zoo_acreate2(j->conn->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
                             ZOO_EPHEMERAL_SEQUENTIAL, create_done, j));
+}
+
+static void stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    if (j->phase == ZS_STAT) {
+        if (rc == ZOK && stat && stat->czxid > 0) {
+            j->czxid = stat->czxid;
+            j->lost_create = 0;
+            list(j);
+        } else if (rc == ZNONODE) { /* gone meanwhile: a new one */
+            j->node[0] = '\0';
+            j->lost_create = 0;
+            create(j);
+        } else if (rc == ZCONNECTIONLOSS) {
+            later(j); /* FIND again */
+        } else {
+            finish(j, LOCK_ERROR);
+        }
+    }
+    job_put(j);
+}
+
+static void found(int rc, const struct String_vector *kids, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    if (j->phase != ZS_FIND) {
+        job_put(j);
+        return;
+    }
+    for (int i = 0; rc == ZOK && kids && i < kids->count && !j->node[0]; i++)
+        if (zk_has_guid(kids->data[i], j->guid))
+            snprintf(j->node, sizeof(j->node), "%s/%s", j->parent, kids->data[i]);
+    if (rc == ZOK && j->node[0]) { /* ours: its czxid is the token */
+        j->phase = ZS_STAT;
+        job_ref(j);
+        refused(j, zoo_aexists(j->conn->zh, j->node, 0, stat_done, j));
+    } else if (rc == ZOK || rc == ZNONODE) { /* never made */
+        j->lost_create = 0;
+        j->level = 0;
+        parents_next(j);
+    } else if (rc == ZCONNECTIONLOSS) {
+        later(j);
+    } else {
+        finish(j, LOCK_ERROR);
+    }
+    job_put(j);
+}
+
+/* After a create whose answer was lost: our node, if the create made it, is
+ * the child carrying our guid. */
+static void find(struct zk_job *j)
+{
+    j->phase = ZS_FIND;
+    j->node[0] = '\0';
+    job_ref(j);
+    refused(j, zoo_aget_children(j->conn->zh, j->parent, 0, found, j));
 }
 
 static void parent_done(int rc, const char *path, const void *data)
@@ -267,10 +340,16 @@ static void woken(struct zk_waiter *w)
     zk_loop_post(j->st->loop, wake_job, j);
 }
 
+/* A wake that finds the job listing (watching all: the list's own watch
+ * fired before its answer came) is taken up by asleep() once it answers; one
+ * for a watch since given up (woken not set on the waiter now) is stale. */
 static void wake_job(void *arg)
 {
     struct zk_job *j = arg;
-    if (j->watching && (j->phase == ZS_WAIT || j->phase == ZS_WATCH)) {
+    pthread_mutex_lock(&j->st->mu);
+    int woken = j->w.woken;
+    pthread_mutex_unlock(&j->st->mu);
+    if (j->watching && woken && (j->phase == ZS_WAIT || j->phase == ZS_WATCH)) {
         unwatch(j);
         resume(j); /* lists again, or ends on an expired session */
         zk_conn_arm(j->conn);
@@ -311,17 +390,23 @@ static void watch_on(struct zk_job *j, const char *path)
     j->watching = 1;
 }
 
-/* Asleep on the watch just set, unless it already fired (then its wake job
- * is on its way and lists again). */
+/* Asleep on the watch just set, unless it already fired: then it lists
+ * again now (a wake job that came while it listed did nothing). */
 static void asleep(struct zk_job *j)
 {
     j->phase = ZS_WAIT;
     pthread_mutex_lock(&j->st->mu);
-    if (!j->w.woken) {
+    int woken = j->w.woken;
+    if (!woken) {
         j->w.asleep = 1;
         lock_count_watch_waiter(j->st->counters, 1);
     }
     pthread_mutex_unlock(&j->st->mu);
+    if (woken) { /* fired already, perhaps while the list was on its way */
+        lock_count_wakeup(j->st->counters);
+        unwatch(j);
+        list(j);
+    }
 }
 
 static void watch(struct zk_job *j)
@@ -401,6 +486,8 @@ static void resume(struct zk_job *j)
         later(j);
     } else if (j->release) {
         delete_send(j);
+    } else if (j->lost_create) {
+        find(j);
     } else if (!j->node[0]) {
         j->level = 0;
         parents_next(j);
@@ -427,6 +514,12 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct zk_job *j = arg;
+    int64_t left = j->hard_us - clock_now_us();
+    if (left > 0) { /* early: libevent counts from its cached time */
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(j->timer, &tv);
+        return;
+    }
     pthread_mutex_lock(&j->st->mu);
     int connected = j->conn->connected;
     pthread_mutex_unlock(&j->st->mu);
@@ -665,5 +758,3 @@ lock_status zk_release_done(void *session, const char *key, struct lock_grant *g
     zk_hold_free(h); /* its last grant (release_job) */
     return res;
 }
-
-

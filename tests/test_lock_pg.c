@@ -361,7 +361,10 @@ static void test_steps_woken_by_notify(void **state)
 }
 
 /* A step given up (the hold abandoned) leaves nothing held: the grant that
- * comes after the cancel is let go, and another takes the key at once. */
+ * comes after the cancel is let go, and another takes the key at once. The
+ * loop's first step makes the row and has its listener LISTEN (an attempt
+ * waits for that on a new loop), so that the cancel finds the attempt in
+ * flight. */
 static void test_step_cancelled_lets_go(void **state)
 {
     (void)state;
@@ -371,8 +374,13 @@ static void test_step_cancelled_lets_go(void **state)
     struct lock_step st;
     struct lock_grant g;
     int over = 0;
-    assert_int_equal(lock_acquire(b, "t:cancel", 0, &g), LOCK_ACQUIRED); /* the row */
-    assert_int_equal(lock_release(b, "t:cancel", &g), LOCK_RELEASED);
+    lock_step_init(&st);
+    assert_int_equal(lock_try_step(s, "t:cancel", 1000, &st), 1);
+    step_run(s, "t:cancel", &st, base);
+    assert_int_equal(lock_try_done(s, "t:cancel", &st, &g), LOCK_ACQUIRED); /* the row */
+    lock_release_step(s, "t:cancel", &g, &st);
+    step_run(s, "t:cancel", &st, base);
+    assert_int_equal(lock_release_done(s, "t:cancel", &g, &st), LOCK_RELEASED);
     char want[64];
     snprintf(want, sizeof(want), "%llu:free", (unsigned long long)g.fence + 1);
     lock_step_init(&st);
