@@ -269,7 +269,7 @@ static void on_step_over(void *arg)
 static void listener_ready(struct event_base *base)
 {
     const char *q = "select count(*) from pg_stat_activity where state = 'idle' "
-                    "and query = 'LISTEN \"seckill_locks\"'"; /* lock/pg_impl.h PG_CHANNEL */
+                    "and query = 'LISTEN \"seckill_locks\"'"; /* lock/pg_lease.h PG_CHANNEL */
     int64_t deadline = clock_now_us() + 10000000; /* 10 s: a busy machine's connection */
     while (atoi(sql(q)) == 0) {
         if (clock_now_us() > deadline)
