@@ -220,8 +220,9 @@ lock_status lock_release(struct lock_session *s, const char *key, struct lock_gr
  * after the answers (never LOCK_PENDING). A caller that will not wait for it
  * (shutdown, a hold given up) calls lock_step_cancel instead, on that
  * thread: done is not called after it, and a grant that comes later is let
- * go by the mode. A release of such a mode has no command (st->after: made
- * after what went before it answered); lock_release_done sends it. */
+ * go by the mode. A release of such a mode is a step done elsewhere too
+ * (st->after: made after what went before it answered), or, when it needs
+ * no request (a re-entered grant, a lost one), decided in lock_release_done. */
 #define LOCK_STEP_CMDS 16
 
 struct event_base;
