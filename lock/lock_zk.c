@@ -38,7 +38,8 @@
  * The files: this one has the backend's steps (lock.h: done elsewhere) and
  * the holds of its sessions; the requests of an acquire or a release are a
  * job on the zk loop (zk_steps.c, a state machine); under both, the client
- * (zk_conn.c: the session, watches, orphans) and its thread (zk_loop.c).
+ * (zk_conn.c: the session, watches, orphans, parents known) and its thread
+ * (zk_loop.c).
  * One ZooKeeper session (one zhandle) per struct lock, that is per process.
  * Threads (struct lock_session) are told apart by their nodes, not by
  * sessions, so two threads of one process contend like two processes.

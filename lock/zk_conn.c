@@ -538,3 +538,60 @@ void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid)
     orphan_requeue(c, o);
     zk_orphans_sweep(c);
 }
+
+/* ---- parents ----------------------------------------------------------- */
+
+/* A parent known to exist (st->parents). */
+struct zk_parent {
+    struct zk_parent *next;
+    char path[];
+};
+
+static unsigned parent_bucket(const char *path)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % ZK_PARENT_BUCKETS;
+}
+
+int zk_parent_known(struct zk_state *st, const char *path)
+{
+    pthread_mutex_lock(&st->mu);
+    struct zk_parent *p = st->parents[parent_bucket(path)];
+    while (p && strcmp(p->path, path) != 0)
+        p = p->next;
+    pthread_mutex_unlock(&st->mu);
+    return p != NULL;
+}
+
+void zk_parent_remember(struct zk_state *st, const char *path, int known)
+{
+    unsigned b = parent_bucket(path);
+    pthread_mutex_lock(&st->mu);
+    struct zk_parent **pp = &st->parents[b];
+    while (*pp && strcmp((*pp)->path, path) != 0)
+        pp = &(*pp)->next;
+    if (known && !*pp) {
+        size_t len = strlen(path);
+        struct zk_parent *p = xcalloc(1, sizeof(*p) + len + 1);
+        memcpy(p->path, path, len + 1);
+        *pp = p;
+    } else if (!known && *pp) {
+        struct zk_parent *p = *pp;
+        *pp = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void zk_parents_free(struct zk_state *st)
+{
+    for (int i = 0; i < ZK_PARENT_BUCKETS; i++) {
+        while (st->parents[i]) {
+            struct zk_parent *p = st->parents[i];
+            st->parents[i] = p->next;
+            free(p);
+        }
+    }
+}

@@ -2,7 +2,8 @@
  * zk_steps.c): one session per struct lock and its replacement when it
  * expires, the watches that wake waiters, deletes nobody waits for, the
  * orphan sweep that deletes a node whose create or delete lost its answer,
- * and the state the recipe keeps beside it (struct zk_state). Which contender
+ * the cache of lock parents known to exist, and the state the recipe keeps
+ * beside it (struct zk_state). Which contender
  * holds a lock is decided above: here a node is a path, a guid and a parent.
  * Nothing here calls the recipe; it reaches a waiter only through the wake
  * callback it was given.
@@ -88,7 +89,7 @@ struct zk_state {
     pthread_mutex_t mu;                           /* everything here and in every conn */
     pthread_mutex_t reconnect_mu;                 /* one new session at a time */
     struct zk_conn *conn;                         /* the current session */
-    struct zk_parent *parents[ZK_PARENT_BUCKETS]; /* known to exist (zk_steps.c) */
+    struct zk_parent *parents[ZK_PARENT_BUCKETS]; /* known to exist */
     int steps;                                    /* zk_steps.c's jobs alive */
     pthread_cond_t steps_gone;                    /* steps went to 0 */
 };
@@ -174,5 +175,17 @@ void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid);
  * nothing unless c is connected. An orphan whose answer is lost stays for the
  * next sweep. */
 void zk_orphans_sweep(struct zk_conn *c);
+
+/* ---- parents ----------------------------------------------------------- */
+
+/* The lock parents known to exist (st->parents), so that a contender creates
+ * them once. Any thread. */
+
+/* 1 when path is known to exist. */
+int zk_parent_known(struct zk_state *st, const char *path);
+/* Remembers path as known to exist (known 1) or forgets it (known 0). */
+void zk_parent_remember(struct zk_state *st, const char *path, int known);
+/* Forgets every parent (when st goes). */
+void zk_parents_free(struct zk_state *st);
 
 #endif

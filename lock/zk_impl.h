@@ -77,7 +77,5 @@ void zk_job_put(struct zk_job *j);
 /* Waits (at most the request timeout) until every job is gone: a cancelled
  * one may still wait for a request's answer. Before st goes. */
 void zk_steps_drain(struct zk_state *st);
-/* Forgets the lock parents known to exist (when st goes). */
-void zk_parents_free(struct zk_state *st);
 
 #endif

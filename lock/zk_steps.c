@@ -114,63 +114,6 @@ static int predecessor(struct zk_conn *c, char **kids, int n, const char *parent
     return my_seq >= 0 ? ZOK : ZNONODE;
 }
 
-/* A parent known to exist (st->parents). */
-struct zk_parent {
-    struct zk_parent *next;
-    char path[];
-};
-
-static unsigned parent_bucket(const char *path)
-{
-    unsigned h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return h % ZK_PARENT_BUCKETS;
-}
-
-/* 1 when parent is known to exist. */
-static int parent_known(struct zk_state *st, const char *path)
-{
-    pthread_mutex_lock(&st->mu);
-    struct zk_parent *p = st->parents[parent_bucket(path)];
-    while (p && strcmp(p->path, path) != 0)
-        p = p->next;
-    pthread_mutex_unlock(&st->mu);
-    return p != NULL;
-}
-
-/* Remembers parent as known to exist (known 1) or forgets it (known 0). */
-static void parent_remember(struct zk_state *st, const char *path, int known)
-{
-    unsigned b = parent_bucket(path);
-    pthread_mutex_lock(&st->mu);
-    struct zk_parent **pp = &st->parents[b];
-    while (*pp && strcmp((*pp)->path, path) != 0)
-        pp = &(*pp)->next;
-    if (known && !*pp) {
-        size_t len = strlen(path);
-        struct zk_parent *p = xcalloc(1, sizeof(*p) + len + 1);
-        memcpy(p->path, path, len + 1);
-        *pp = p;
-    } else if (!known && *pp) {
-        struct zk_parent *p = *pp;
-        *pp = p->next;
-        free(p);
-    }
-    pthread_mutex_unlock(&st->mu);
-}
-
-void zk_parents_free(struct zk_state *st)
-{
-    for (int i = 0; i < ZK_PARENT_BUCKETS; i++) {
-        while (st->parents[i]) {
-            struct zk_parent *p = st->parents[i];
-            st->parents[i] = p->next;
-            free(p);
-        }
-    }
-}
-
 /* ---- jobs ---------------------------------------------------------------- */
 
 static void job_ref(struct zk_job *j)
@@ -289,7 +232,7 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
         list(j);
     } else if (rc == ZNONODE && !j->parent_again) { /* deleted since we made it */
         j->parent_again = 1;
-        parent_remember(j->st, j->parent, 0);
+        zk_parent_remember(j->st, j->parent, 0);
         j->level = 0;
         parents_next(j);
     } else if (rc == ZCONNECTIONLOSS) { /* made or not: looked for once back */
@@ -394,10 +337,10 @@ static void parent_done(int rc, const char *path, const void *data)
  * exist, one level after the other, then our node. */
 static void parents_next(struct zk_job *j)
 {
-    if (j->level == 0 && parent_known(j->st, j->parent))
+    if (j->level == 0 && zk_parent_known(j->st, j->parent))
         j->level = 3;
     if (j->level >= 3) {
-        parent_remember(j->st, j->parent, 1);
+        zk_parent_remember(j->st, j->parent, 1);
         create(j);
         return;
     }
