@@ -74,7 +74,7 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
     case -9:
         return inv_order_id_taken(s->inv, order);
     default:
-        return inv_commit_refusal(s, r, order);
+        return inv_commit_refusal(r, order);
     }
 }
 

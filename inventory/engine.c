@@ -1,8 +1,14 @@
-/* engine.c: the event loop's runner. Tickets come in (inv_engine_submit,
- * the inbox from other loops), the atomic mode sends its script, the other
- * modes queue at their segment and a hold (hold.h) serves each queue's group
- * commit; orders by themselves go to engine_single.c. What the two files
- * share is engine_impl.h. */
+/* engine.c: the event loop's driver. Tickets come in (inv_engine_submit,
+ * the inbox from other loops) and go on their way (dispatch): the atomic
+ * mode sends its script (atomic.c); the other modes queue at their segment
+ * (squeue.h) and a hold (hold.h) serves each queue's group commit; an order
+ * by itself runs as the order machine (single.h); on a cluster, a SKU's
+ * shards are learnt, and units are brought to a short shard (engine_refill.h).
+ * Each machine sends its commands and answers this driver what to do next;
+ * the driver keeps the scheduling: queues, timers, connections for the
+ * hand-off waits, the replicas' acknowledgements (ack.h). It is the top of
+ * inventory/'s order path: the files it calls reach it only through the
+ * callbacks it gives them. */
 #include "engine.h"
 
 #include <event2/event.h>
@@ -15,7 +21,11 @@
 #include "acluster.h"
 #include "ack.h"
 #include "clock.h"
-#include "engine_impl.h"
+#include "engine_refill.h"
+#include "hold.h"
+#include "path.h"
+#include "single.h"
+#include "squeue.h"
 #include "xalloc.h"
 
 /* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
@@ -24,6 +34,63 @@
 #define ENGINE_HOPS 4
 /* Most holds of a loop with a round trip in flight (see on_kick). */
 #define ENGINE_HOLDS_IN_FLIGHT 2
+
+struct ehold;
+struct esingle;
+
+/* A connection for blocking commands, to one node. */
+struct blocking_conn {
+    struct aconn *c;
+    char host[64];
+    int port;
+};
+
+struct inv_engine {
+    struct inv *inv;
+    struct event_base *base;
+    inv_path path;
+    int batch;
+    struct aconn *conn;       /* one Redis */
+    struct acluster *cluster; /* or a Redis Cluster's masters */
+    struct inv_conns conns;   /* conn or cluster, and one per lock node; its closing:
+                                 inv_engine_free began, nothing goes to another loop */
+    int nnodes;
+    struct rconn *idle; /* the session's: never connected, nothing on the
+                           loop runs a blocking command */
+    struct inv_session *s;
+    _Atomic int inflight;
+    struct event *kick; /* starts the ready queues' holds, once per turn */
+    /* Each SKU segment is served by one loop of the process (its owner), so
+     * that the loops never contend with each other for a segment lock; a
+     * ticket for a segment of another loop goes to that loop's inbox. */
+    struct inv_engine **loops; /* all of them, this one included */
+    struct inv_engine *self;   /* loops before inv_engine_link */
+    int nloops, index;
+    pthread_mutex_t inbox_mu;
+    struct inv_ticket *inbox; /* from other loops, newest first */
+    struct event *inbox_ev;
+    struct squeues queues;
+    /* Contention: while a hold of this loop
+     * holds its lock, another hold only tries its own (no wait for it); a
+     * queue whose lock was taken backs off until a hold of this loop ends
+     * (progress), and waits for the lock (in its queue, or polling) only
+     * when the loop holds nothing. Fewer, fuller holds than one waiting hold
+     * per segment. */
+    int open_holds;
+    struct squeue *backed_off;
+    struct ehold *holds, *free_holds;
+    struct esingle *singles, *free_singles;
+    /* Placed orders wait for their replicas (--min-replicas-acked): acks,
+     * given the connection whose reply is being handled (answering). */
+    int acked;
+    struct inv_acks *acks;
+    struct aconn *answering;
+    /* Connections for the waits for a hand-off (BLPOP), one per wait in
+     * flight, kept for the next: all of them, and the idle ones. */
+    struct blocking_conn *blocking, *idle_blocking;
+    int nblocking, nidle;
+    struct inv_engine_config cfg;
+};
 
 /* A group commit in flight: its queue, its tickets, its hold. */
 struct ehold {
@@ -36,6 +103,33 @@ struct ehold {
     struct event *timer;       /* h.due_us: its work is done, or its pause over */
     struct ehold *prev, *next; /* in use, or (next) free */
 };
+
+/* One order by itself in flight (single.h): its machine, its ticket. */
+struct esingle {
+    struct inv_engine *e;
+    struct inv_session *s; /* its locks' owner: of its own, or the redis mode's
+                              re-entry would let it and a hold of this loop (or
+                              another machine) both hold one segment */
+    struct inv_single m;
+    struct inv_ticket *t;
+    int answered;                /* t was answered, or handed on */
+    struct aconn *blocking;      /* the connection of its wait for a hand-off */
+    struct event *timer;         /* m.due_us: its work is done, or its pause over */
+    struct esingle *prev, *next; /* in use, or (next) free */
+};
+
+/* Units brought to a short shard (engine_refill.h): its machine; allocated
+ * when it starts, freed when it is over. */
+struct erefill {
+    struct inv_engine *e;
+    struct inv_refill r;
+};
+
+static void dispatch(struct inv_engine *e, struct inv_ticket *t);
+static void enqueue(struct inv_engine *e, struct inv_ticket *t);
+static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok);
+static void single_load(struct inv_engine *e, struct inv_ticket *t);
+static void refill_start(struct inv_engine *e, struct inv_ticket *t);
 
 int inv_engine_inflight(const struct inv_engine *e)
 {
@@ -50,7 +144,7 @@ static void ticket_answer(struct inv_engine *e, struct inv_ticket *t)
 
 /* The connection that carried the reply being handled: the data Redis, or
  * on a cluster the master that answered (NULL when redirected). */
-struct aconn *eng_answered_by(const struct inv_engine *e, aconn_result res)
+static struct aconn *answered_by(const struct inv_engine *e, aconn_result res)
 {
     if (res != ACONN_REPLY)
         return NULL;
@@ -67,9 +161,11 @@ static void on_acked(void *arg, struct inv_ticket *t)
  * replay: the first try of its Idempotency-Key may have been answered 503
  * outcome_unknown because no replica had it, and a 201 now must not say
  * otherwise (its record came back on e->answering, from the order's node). */
-void eng_ticket_done(struct inv_engine *e, struct inv_ticket *t)
+static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
-    if ((t->st != INV_PLACED && t->st != INV_REPLAYED) || !e->acked) {
+    int acks =
+        t->st == INV_PLACED || t->st == INV_REPLAYED || (t->end && t->st == INV_OK);
+    if (!acks || !e->acked) {
         ticket_answer(e, t);
     } else if (e->acks) {
         inv_acks_add(e->acks, t, e->answering);
@@ -85,20 +181,21 @@ static void on_learnt(void *arg, aconn_result res, redisReply *r)
 {
     struct inv_ticket *t = arg;
     struct inv_engine *e = t->engine;
-    inv_status st = res == ACONN_REPLY ? inv_dir_learnt(e->inv, t->sku, r) : INV_UNAVAILABLE;
-    if (st == INV_OK && !e->closing && inv_ticket_route(e->inv, t) >= 0) {
-        eng_dispatch(e, t);
+    inv_status st =
+        res == ACONN_REPLY ? inv_dir_learnt(e->inv, t->sku, r) : INV_UNAVAILABLE;
+    if (st == INV_OK && !e->conns.closing && inv_ticket_route(e->inv, t) >= 0) {
+        dispatch(e, t);
         return;
     }
     inv_ticket_fail(e->inv, t, st == INV_OK ? INV_UNAVAILABLE : st);
-    eng_ticket_done(e, t);
+    ticket_done(e, t);
 }
 
 /* t's SKU has no layout this process knows (its first orders here, or since
  * a reset): its directory is read from the master of its own slot, then t
  * goes on as any ticket (dispatch). Each ticket asks for itself: the answer
  * to the first teaches the rest as they come. */
-void eng_learn(struct inv_engine *e, struct inv_ticket *t)
+static void learn(struct inv_engine *e, struct inv_ticket *t)
 {
     char key[96];
     const char *argv[6];
@@ -107,7 +204,7 @@ void eng_learn(struct inv_engine *e, struct inv_ticket *t)
         acluster_command(e->cluster, cluster_keyslot(key, strlen(key)), on_learnt, t, 6,
                          argv) != RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-        eng_ticket_done(e, t);
+        ticket_done(e, t);
     }
 }
 
@@ -121,18 +218,18 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
     struct inv_engine *e = t->engine;
     switch (inv_atomic_answer(e->inv, t, res, r, t->seen)) {
     case INV_STEP_DONE:
-        e->answering = eng_answered_by(e, res);
-        eng_ticket_done(e, t);
+        e->answering = answered_by(e, res);
+        ticket_done(e, t);
         e->answering = NULL;
         break;
     case INV_STEP_AGAIN:
         atomic_send(e, t);
         break;
     case INV_STEP_LOAD:
-        eng_single_load(e, t);
+        single_load(e, t);
         break;
     case INV_STEP_ALONE:
-        eng_refill(e, t); /* short in its shard */
+        refill_start(e, t); /* short in its shard */
         break;
     }
 }
@@ -140,14 +237,40 @@ static void on_atomic(void *arg, aconn_result res, redisReply *r)
 static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
 {
     if (e->cluster && t->gene < 0) {
-        eng_learn(e, t); /* its SKU's shards are not known yet (a try counted there) */
+        learn(e, t); /* its SKU's shards are not known yet (a try counted there) */
     } else if (++t->tries > ENGINE_TRIES) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-        eng_ticket_done(e, t);
+        ticket_done(e, t);
     } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
                RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
-        eng_ticket_done(e, t);
+        ticket_done(e, t);
+    }
+}
+
+/* ---- a pay or a cancel: two steps on the order's shard ------------------- */
+
+static void end_send(struct inv_engine *e, struct inv_ticket *t);
+
+static void on_end(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *t = arg;
+    struct inv_engine *e = t->engine;
+    if (inv_end_answer(e->inv, t, res, r) == INV_STEP_AGAIN) {
+        end_send(e, t);
+        return;
+    }
+    e->answering = answered_by(e, res);
+    ticket_done(e, t);
+    e->answering = NULL;
+}
+
+static void end_send(struct inv_engine *e, struct inv_ticket *t)
+{
+    if (++t->tries > ENGINE_TRIES ||
+        inv_end_send(e->inv, t, &e->conns, on_end, t) != RCONN_OK) {
+        t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
+        ticket_done(e, t);
     }
 }
 
@@ -181,11 +304,11 @@ static void enqueue_here(struct inv_engine *e, struct inv_ticket *t)
 static void on_timer(evutil_socket_t fd, short what, void *arg);
 
 /* Queues t at its segment, on the loop that owns the segment. */
-void eng_enqueue(struct inv_engine *e, struct inv_ticket *t)
+static void enqueue(struct inv_engine *e, struct inv_ticket *t)
 {
     struct inv_engine *owner =
         e->loops[seg_queue_hash(t->sku, t->seg) % (uint32_t)e->nloops];
-    if (owner == e || e->closing) {
+    if (owner == e || e->conns.closing) {
         enqueue_here(e, t);
         return;
     }
@@ -290,18 +413,18 @@ static void batch_fill(struct ehold *x, long long limit)
 
 /* Each ticket of x after its batch: answered when final, else sent on to
  * the segment its commit named (a few hops), else by itself on this loop
- * (single.h; on a cluster, a shard short has units brought: eng_refill). */
+ * (single.h; on a cluster, a shard short has units brought: refill_start). */
 static void hold_settle(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     for (int i = 0; i < x->h.n; i++) {
         struct inv_ticket *t = x->t[i];
         if (t->st != INV_PENDING)
-            eng_ticket_done(e, t);
+            ticket_done(e, t);
         else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
-            eng_enqueue(e, t);
+            enqueue(e, t);
         else /* several segments, a replay, a reset, too many hops, a shard short */
-            eng_single_start(e, t, t->hops < ENGINE_HOPS);
+            single_start(e, t, t->hops < ENGINE_HOPS);
     }
     x->h.n = 0;
 }
@@ -432,7 +555,7 @@ static void on_reply(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
     struct inv_engine *e = x->e;
-    e->answering = eng_answered_by(e, res); /* the commit's, for the acknowledgement */
+    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
     hold_do(x, inv_hold_on_reply(e->s, &x->h, res, r));
     e->answering = NULL;
 }
@@ -440,7 +563,7 @@ static void on_reply(void *arg, aconn_result res, redisReply *r)
 /* An idle connection for a blocking command on the data Redis of hold h
  * (on a cluster, the master of its shard), made on first need. NULL when
  * that master is not known. */
-struct aconn *eng_blocking_get(struct inv_engine *e, const struct inv_hold *h)
+static struct aconn *blocking_get(struct inv_engine *e, const struct inv_hold *h)
 {
     const char *host = e->cfg.redis_host;
     int port = e->cfg.redis_port;
@@ -474,9 +597,9 @@ struct aconn *eng_blocking_get(struct inv_engine *e, const struct inv_hold *h)
     return b->c;
 }
 
-void eng_blocking_put(struct inv_engine *e, struct aconn *c)
+static void blocking_put(struct inv_engine *e, struct aconn *c)
 {
-    if (e->closing)
+    if (e->conns.closing)
         return;
     for (int i = 0; i < e->nblocking; i++)
         if (e->blocking[i].c == c)
@@ -486,7 +609,7 @@ void eng_blocking_put(struct inv_engine *e, struct aconn *c)
 static void on_handoff(void *arg, aconn_result res, redisReply *r)
 {
     struct ehold *x = arg;
-    eng_blocking_put(x->e, x->blocking);
+    blocking_put(x->e, x->blocking);
     x->blocking = NULL;
     hold_do(x, inv_hold_on_handoff(x->e->s, &x->h, res, r));
 }
@@ -496,11 +619,11 @@ static void hold_wait(struct ehold *x)
 {
     struct inv_engine *e = x->e;
     engine_kick(e); /* it waits: room for another hold */
-    x->blocking = eng_blocking_get(e, &x->h);
+    x->blocking = blocking_get(e, &x->h);
     if (x->blocking && inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x))
         return;
     if (x->blocking)
-        eng_blocking_put(e, x->blocking);
+        blocking_put(e, x->blocking);
     x->blocking = NULL;
     hold_do(x, inv_hold_attempt(e->s, &x->h)); /* the next attempt tells what is wrong */
 }
@@ -540,6 +663,279 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
         if (q->head && !q->busy)
             hold_start(e, q);
     }
+}
+
+/* ---- one order by itself: the order machine (single.h) -------------------- */
+
+static void on_single_timer(evutil_socket_t fd, short what, void *arg);
+
+static struct esingle *single_new(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct esingle *x = e->free_singles;
+    if (x) {
+        e->free_singles = x->next;
+    } else {
+        x = xcalloc(1, sizeof(*x));
+        x->e = e;
+        if (!(x->timer = evtimer_new(e->base, on_single_timer, x)))
+            abort();
+        /* the atomic mode takes no lock: its machines only load */
+        x->s = e->path == INV_PATH_HOLDS ? inv_session_new(e->inv, e->idle) : e->s;
+    }
+    x->t = t;
+    x->answered = 0;
+    x->blocking = NULL;
+    x->prev = NULL;
+    x->next = e->singles;
+    if (e->singles)
+        e->singles->prev = x;
+    e->singles = x;
+    return x;
+}
+
+/* The machine is over: kept for the next (its session, its timer). */
+static void single_free(struct esingle *x)
+{
+    struct inv_engine *e = x->e;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        e->singles = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->next = e->free_singles;
+    e->free_singles = x;
+}
+
+static void single_wait(struct esingle *x);
+
+/* Does what x's machine asks next; its ticket is answered once final. */
+static void single_do(struct esingle *x, inv_single_do next)
+{
+    struct inv_engine *e = x->e;
+    if (!x->answered && (x->t->st != INV_PENDING || next == INV_SINGLE_OVER)) {
+        x->answered = 1;
+        if (x->t->st == INV_PENDING) /* not expected: never left unanswered */
+            inv_ticket_fail(e->inv, x->t, INV_UNAVAILABLE);
+        ticket_done(e, x->t);
+    }
+    switch (next) {
+    case INV_SINGLE_AWAIT:
+        return;
+    case INV_SINGLE_DUE: {
+        int64_t left = x->m.due_us - clock_now_us();
+        if (left < 0)
+            left = 0;
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(x->timer, &tv);
+        return;
+    }
+    case INV_SINGLE_HANDOFF:
+        single_wait(x);
+        return;
+    case INV_SINGLE_QUEUE: {
+        struct inv_ticket *t = x->t;
+        x->answered = 1;
+        single_free(x);
+        t->hops++; /* a group commit that sends it back counts too */
+        enqueue(e, t);
+        return;
+    }
+    case INV_SINGLE_ALONE: {
+        struct inv_ticket *t = x->t;
+        x->answered = 1;
+        single_free(x);
+        struct sku_layout l;
+        if (inv_layout_get(e->inv, t->sku, &l) != 0)
+            learn(e, t); /* its shards are not known (any more) */
+        else
+            refill_start(e, t); /* its shard is short */
+        return;
+    }
+    case INV_SINGLE_OVER:
+        single_free(x);
+        return;
+    }
+}
+
+static void on_single_reply(void *arg, aconn_result res, redisReply *r)
+{
+    struct esingle *x = arg;
+    struct inv_engine *e = x->e;
+    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
+    single_do(x, inv_single_on_reply(&x->m, res, r));
+    e->answering = NULL;
+}
+
+static void on_single_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct esingle *x = arg;
+    single_do(x, inv_single_on_timer(&x->m));
+}
+
+static void on_single_handoff(void *arg, aconn_result res, redisReply *r)
+{
+    struct esingle *x = arg;
+    blocking_put(x->e, x->blocking);
+    x->blocking = NULL;
+    single_do(x, inv_single_on_handoff(&x->m, res, r));
+}
+
+/* Waits, on a connection of its own, for a release to hand the lock of the
+ * part that x's machine locks over. */
+static void single_wait(struct esingle *x)
+{
+    struct inv_engine *e = x->e;
+    x->blocking = blocking_get(e, inv_single_waiting(&x->m));
+    if (x->blocking && inv_single_wait_send(&x->m, x->blocking, on_single_handoff, x))
+        return;
+    if (x->blocking)
+        blocking_put(e, x->blocking);
+    x->blocking = NULL;
+    single_do(x, inv_single_attempt(&x->m));
+}
+
+static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok)
+{
+    struct esingle *x = single_new(e, t);
+    single_do(x,
+              inv_single_start(&x->m, x->s, t, queue_ok, &e->conns, on_single_reply, x));
+}
+
+static void single_xfer(struct inv_engine *e, struct inv_ticket *t,
+                        const struct inv_xfer *x)
+{
+    struct esingle *s = single_new(e, t);
+    single_do(s, inv_single_xfer(&s->m, s->s, t, x, &e->conns, on_single_reply, s));
+}
+
+static void single_load(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct esingle *x = single_new(e, t);
+    single_do(x, inv_single_load(&x->m, x->s, t, &e->conns, on_single_reply, x));
+}
+
+static void singles_stop(struct inv_engine *e)
+{
+    /* Orders by themselves waiting for a timer (nothing was committed) */
+    while (e->singles) {
+        struct esingle *x = e->singles;
+        evtimer_del(x->timer);
+        inv_single_abandon(&x->m);
+        single_do(x, INV_SINGLE_OVER); /* answered unavailable if not yet */
+    }
+}
+
+static void singles_free(struct inv_engine *e)
+{
+    for (struct esingle *x = e->free_singles, *next; x; x = next) {
+        next = x->next;
+        event_free(x->timer);
+        if (x->s != e->s)
+            inv_session_free(x->s);
+        inv_single_clear(&x->m);
+        free(x);
+    }
+}
+
+/* ---- a Redis Cluster: units brought to a short shard (engine_refill.h) ---- */
+
+static void refill_do(struct erefill *x, inv_refill_do next);
+
+/* Every answer of a read of x's refill. */
+static void on_refill_reply(void *arg, aconn_result res, redisReply *r)
+{
+    struct erefill *x = arg;
+    refill_do(x, inv_refill_on_reply(&x->r, res, r));
+}
+
+/* The refill's step is final (placed: its replicas heard, ticket_done). */
+static void on_refill_step(struct inv_ticket *step)
+{
+    struct erefill *x = step->owner;
+    refill_do(x, inv_refill_on_step(&x->r));
+}
+
+/* The answer of a step run by its script alone (the atomic mode). */
+static void on_step_reply(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *s = arg;
+    struct inv_engine *e = s->engine;
+    long long got = 0;
+    inv_status st = res == ACONN_REPLY && rconn_is_noscript(r)
+                        ? INV_OK /* nothing ran: again (inv_refill_on_step) */
+                        : inv_xfer_outcome(res, r, &got);
+    s->order.qty = (int)got;
+    inv_ticket_finish(e->inv, s, st);
+    e->answering = answered_by(e, res);
+    ticket_done(e, s); /* the replicas first, when placed */
+    e->answering = NULL;
+}
+
+/* Runs x's transfer step (inflight counted): under its segment's lock by
+ * the order machine, or (atomic mode) the script alone. */
+static void refill_step(struct erefill *x)
+{
+    struct inv_engine *e = x->e;
+    struct inv_ticket *s = &x->r.step;
+    const struct inv_xfer *xf = &x->r.x;
+    s->engine = e;
+    s->owner = x;
+    s->done = on_refill_step;
+    atomic_fetch_add(&e->inflight, 1);
+    if (e->path == INV_PATH_HOLDS) {
+        single_xfer(e, s, xf);
+        return;
+    }
+    struct inv_xfer_call xc;
+    inv_xfer_call_init(&xc, e->inv, s->sku, s->gene, s->seg, xf->xin, xf->nargs, xf->args,
+                       NULL);
+    if (acluster_eval(e->cluster, cluster_gene_slot(s->gene), on_step_reply, s,
+                      xc.cmd.script, xc.cmd.nkeys, xc.cmd.argc,
+                      xc.cmd.argv) != RCONN_OK) {
+        inv_ticket_finish(e->inv, s, INV_UNAVAILABLE);
+        ticket_done(e, s);
+    }
+}
+
+/* Does what x's refill asks next; over, its order is sent on again (its
+ * shard holds its qty now) or answered. */
+static void refill_do(struct erefill *x, inv_refill_do next)
+{
+    struct inv_engine *e = x->e;
+    switch (next) {
+    case INV_REFILL_AWAIT:
+        return;
+    case INV_REFILL_STEP:
+        refill_step(x);
+        return;
+    case INV_REFILL_OVER: {
+        struct inv_ticket *t = x->r.t;
+        free(x);
+        if (t->st == INV_PENDING) {
+            t->tries = 0;
+            dispatch(e, t);
+        } else {
+            ticket_done(e, t);
+        }
+        return;
+    }
+    }
+}
+
+/* On a cluster: t is short in its shard; units are brought there from the
+ * others, then t is sent on again, or answered sold out. */
+static void refill_start(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct sku_layout l;
+    if (inv_refill_check(e->inv, t, &e->conns, &l) != 0) {
+        ticket_done(e, t);
+        return;
+    }
+    struct erefill *x = xcalloc(1, sizeof(*x));
+    x->e = e;
+    refill_do(x, inv_refill_start(&x->r, e->inv, t, &l, &e->conns, on_refill_reply, x));
 }
 
 /* ---- the engine ---------------------------------------------------------- */
@@ -602,16 +998,18 @@ void inv_engine_link(struct inv_engine **all, int n)
     }
 }
 
-void eng_dispatch(struct inv_engine *e, struct inv_ticket *t)
+static void dispatch(struct inv_engine *e, struct inv_ticket *t)
 {
-    if (e->path == INV_PATH_ATOMIC)
+    if (t->end)
+        end_send(e, t);
+    else if (e->path == INV_PATH_ATOMIC)
         atomic_send(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
-        eng_enqueue(e, t);
+        enqueue(e, t);
     else if (!e->cluster)
-        eng_single_start(e, t, 1);
+        single_start(e, t, 1);
     else
-        eng_learn(e, t);
+        learn(e, t);
 }
 
 void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
@@ -619,7 +1017,7 @@ void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
     t->engine = e;
     t->tries = 0;
     atomic_fetch_add(&e->inflight, 1);
-    eng_dispatch(e, t);
+    dispatch(e, t);
 }
 
 /* A ticket still queued when the engine goes: answered unavailable. */
@@ -627,14 +1025,14 @@ static void ticket_unserved(struct inv_ticket *t, void *arg)
 {
     struct inv_engine *e = arg;
     inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-    eng_ticket_done(e, t);
+    ticket_done(e, t);
 }
 
 void inv_engine_free(struct inv_engine *e)
 {
     if (!e)
         return;
-    e->closing = 1;
+    e->conns.closing = 1;
     /* The acknowledgements first: they answer the orders waiting for them
      * (outcome unknown), and no commit is placed while its connection closes. */
     inv_acks_free(e->acks);
@@ -670,9 +1068,9 @@ void inv_engine_free(struct inv_engine *e)
         hold_settle(x);
         hold_free(x);
     }
-    eng_singles_stop(e);
+    singles_stop(e);
     squeues_free(&e->queues, ticket_unserved, e);
-    eng_singles_free(e);
+    singles_free(e);
     for (struct ehold *x = e->free_holds, *next; x; x = next) {
         next = x->next;
         event_free(x->timer);

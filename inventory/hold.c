@@ -22,11 +22,10 @@ struct batch_slot {
 
 /* Reads the batch script's answer for the tickets of hold h (two entries
  * each); a ticket whose segment could not serve it is sent on (t->seg) or
- * left to go by itself, as one whose id was taken. s loads an idempotent
- * replay's first order; without one (NULL) the replay is left to go by
- * itself (t->seg -1), which finds it again. */
-static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_hold *h,
-                           const redisReply *r, lock_status released)
+ * left to go by itself, as one whose id was taken, or an idempotent replay
+ * (t->seg -1: the order machine finds it again and loads its first order). */
+static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply *r,
+                           lock_status released)
 {
     struct inv_ticket **t = h->t;
     h->placed = 0;
@@ -61,15 +60,8 @@ static void batch_outcomes(struct inv *inv, struct inv_session *s, struct inv_ho
             st = INV_SOLD_OUT;
             break;
         case -3:
-            if (!s) {
-                t[i]->seg = -1;
-                continue;
-            }
-            if (first->type == REDIS_REPLY_STRING) {
-                st = inv_order_load(s, first->str, o);
-                st = st == INV_OK ? INV_REPLAYED : st;
-            }
-            break;
+            t[i]->seg = -1;
+            continue;
         case -4:
             st = INV_LIMIT;
             break;
@@ -186,18 +178,18 @@ static void batch_call_free(struct batch_call *c)
     free(c->slot);
 }
 
-/* What the batch script's answer r means for h's tickets (s as for
- * batch_outcomes); r is an answer, not NULL. Returns 1 when Redis had lost
- * the script (nothing written: each by itself, once it is loaded again). */
-static int batch_answer(struct inv *inv, struct inv_session *s, struct inv_hold *h,
-                        const redisReply *r, lock_status released)
+/* What the batch script's answer r means for h's tickets; r is an answer,
+ * not NULL. Returns 1 when Redis had lost the script (nothing written: each
+ * by itself, once it is loaded again). */
+static int batch_answer(struct inv *inv, struct inv_hold *h, const redisReply *r,
+                        lock_status released)
 {
     struct inv_ticket **t = h->t;
     int n = h->n;
     if (rconn_is_noscript(r))
         return 1;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
-        batch_outcomes(inv, s, h, r, released);
+        batch_outcomes(inv, h, r, released);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                inv_reply_ll(r->element[0], 0) == -1) {
         count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
@@ -537,7 +529,7 @@ static inv_hold_do committed(struct inv_session *s, struct inv_hold *h, aconn_re
     if (res != ACONN_REPLY)
         inv_tickets_finish(inv, h->t, h->n, lost_answer(res));
     else
-        batch_answer(inv, NULL, h, r, LOCK_RELEASED);
+        batch_answer(inv, h, r, LOCK_RELEASED);
     h->state = HOLD_RELEASING;
     if (!h->releasing) { /* made now: it may decide on the time */
         lock_release_step(s->lock, h->lkey, &h->g, &h->step);

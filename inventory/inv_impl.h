@@ -175,28 +175,15 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
 inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out);
 
-/* Routes t (its gene, segment and id's gene), learning its SKU's layout
- * first when t has none, and gives the session of its shard. */
-inv_status inv_ticket_shard(struct inv_session *s, struct inv_ticket *t,
-                            struct inv_session **shard);
-
-/* Every master answers and says the cluster is whole. */
-int inv_ping_shards(struct inv_session *s);
-
 /* ---- the order path's shared steps ------------------------------------------ */
 
 /* Most fresh ids an order draws when it finds its id taken. */
 #define INV_ID_TRIES 4
 
-/* Frees the non-NULL replies of r[0..n-1]. */
-void inv_free_replies(redisReply **r, int n);
 /* Reads an order's record, the answer r (NULL: none) of
  * "HMGET order:<id> sku user_id qty segment segments state pay_by", into *out: INV_OK,
  * INV_NOT_FOUND, or INV_UNAVAILABLE. */
 inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out);
-/* Loads the order whose id is id_text (decimal) into *out (inv_order_get). */
-inv_status inv_order_load(struct inv_session *s, const char *id_text,
-                          struct inv_order *out);
 /* Remembers sku as sold out (soldout.h) when Redis said so after `seen` was
  * taken. Not from a shard of a cluster: its SKU may hold units elsewhere
  * (shards_refill notes a SKU whose shards are all empty). */
@@ -213,10 +200,6 @@ int inv_order_new_id(struct inv *inv, struct inv_order *order);
 /* The id the commit found taken was issued twice: the order takes a fresh
  * one (INV_OK), else INV_UNAVAILABLE. Nothing was written. */
 inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order);
-/* The status of a commit on s that got no answer: unknown when the
- * connection failed after taking it (lost_before: rconn_unanswered before
- * the call), else it was never sent. */
-inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before);
 /* Sets o's state from a placing script's answer pay_by ('' or NULL: none,
  * placed; else pending until then). */
 void inv_order_placed(struct inv_order *o, const redisReply *pay_by);
@@ -225,20 +208,15 @@ void inv_order_placed(struct inv_order *o, const redisReply *pay_by);
  * -11 is INV_SALE_ENDED; any other code INV_OK (not the window's). */
 inv_status inv_window_refusal(long long code, const redisReply *detail,
                               struct inv_window *w);
-/* The refusals the commit scripts share ({-3, first id} a replay, {-4} the
- * limit, {-8} the key's mismatch, the sale window's -10 and -11) as a status;
- * anything else INV_UNAVAILABLE. */
-inv_status inv_commit_refusal(struct inv_session *s, const redisReply *r,
-                              struct inv_order *order);
+/* The refusals the commit scripts share ({-4} the limit, {-8} the key's
+ * mismatch, the sale window's -10 and -11) as a status; anything else
+ * INV_UNAVAILABLE (a replay's {-3, id} is read before, by the caller). */
+inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order);
 /* Counts an order's answer. */
 void inv_count_outcome(struct inv *inv, inv_status st);
 /* Gives t, or t[0..n-1], the final status st, counted as an answer. */
 void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st);
 void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st);
-/* The link a call on rc is about to use (connecting rc first), and after the
- * call the link that carried it: `before` when rc is still on it, else 0. */
-uint64_t inv_link_before(struct rconn *rc);
-uint64_t inv_link_after(const struct rconn *rc, uint64_t before);
 /* Notes segment seg of sku as found empty in epoch (ignored if the layout
  * moved on). */
 void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, int seg);

@@ -1,12 +1,10 @@
-/* inventory.c: the core of inventory/: the process-wide handle and its
+/* inventory.c: the core of inventory/, the lowest file but the pure ones
+ * (orderid.c, soldout.c, segment.c): the process-wide handle and its
  * counters, sessions (one Redis, or a cluster's shards), the SKU's keys,
- * order ids, and what the commit scripts' shared refusals mean. The order
- * path itself is in order.c (one order by itself), atomic.c (the atomic
- * mode), hold.c (group commits), ticket.c (a ticket's life) and layout.c
- * (what this process knows of a SKU's segments). */
+ * order ids, and what the commit scripts' shared refusals mean. It calls no
+ * other file of the folder but those three (docs/ARCHITECTURE.md, §1). */
 #include "inventory.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -167,18 +165,6 @@ inv_status inv_shard_outcome(struct inv_session *s, inv_status st)
     return st;
 }
 
-int inv_ping(struct inv_session *s)
-{
-    if (s->cl)
-        return inv_ping_shards(s);
-    rconn_check(s->rc);
-    redisReply *r = rconn_command(s->rc, "PING");
-    int ok = r && r->type == REDIS_REPLY_STATUS;
-    if (r)
-        freeReplyObject(r);
-    return ok;
-}
-
 /* ---- small reply helpers ------------------------------------------------ */
 
 long long inv_reply_ll(const redisReply *r, long long dflt)
@@ -190,24 +176,6 @@ long long inv_reply_ll(const redisReply *r, long long dflt)
     if (r->type == REDIS_REPLY_STRING)
         return strtoll(r->str, NULL, 10);
     return dflt;
-}
-
-void inv_free_replies(redisReply **r, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (r[i])
-            freeReplyObject(r[i]);
-}
-
-inv_status inv_order_load(struct inv_session *s, const char *id_text,
-                          struct inv_order *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long id = strtoull(id_text, &end, 10);
-    if (errno || *end)
-        return INV_UNAVAILABLE;
-    return inv_order_get(s, (uint64_t)id, out);
 }
 
 /* ---- what an order's answers share ------------------------------------ */
@@ -269,17 +237,6 @@ inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order)
     return inv_order_new_id(inv, order) == 0 ? INV_OK : INV_UNAVAILABLE;
 }
 
-/* The status of a commit that got no answer: unknown when the connection
- * failed after taking it (lost_before: rconn_unanswered before the call),
- * else it was never sent. */
-inv_status inv_no_answer(struct inv_session *s, uint64_t lost_before)
-{
-    return rconn_unanswered(s->rc) != lost_before ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
-}
-
-/* The refusals the commit scripts share: {-3, first id} an idempotent replay
- * (*order becomes the first order), {-4} the per-user limit, {-8} the key was
- * used for another user or qty. Anything else is a failure. */
 static const char *const state_names[] = {"placed", "pending", "paid", "cancelled",
                                           "expired"};
 
@@ -317,8 +274,11 @@ inv_status inv_window_refusal(long long code, const redisReply *detail,
     return INV_NOT_STARTED;
 }
 
-inv_status inv_commit_refusal(struct inv_session *s, const redisReply *r,
-                              struct inv_order *order)
+/* The refusals the commit scripts share: {-4} the per-user limit, {-8} the
+ * key was used for another user or qty, the sale window's. Anything else is
+ * a failure: an idempotent replay's {-3, first id} is read by the callers
+ * before (its first order is loaded on the loop, single.h LOADING). */
+inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order)
 {
     long long code = inv_reply_ll(r->element[0], 0);
     inv_status window =
@@ -326,12 +286,6 @@ inv_status inv_commit_refusal(struct inv_session *s, const redisReply *r,
     if (window != INV_OK)
         return window;
     switch (code) {
-    case -3: {
-        if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_STRING)
-            return INV_UNAVAILABLE;
-        inv_status st = inv_order_load(s, r->element[1]->str, order);
-        return st == INV_OK ? INV_REPLAYED : st;
-    }
     case -4:
         return INV_LIMIT;
     case -8:

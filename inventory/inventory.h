@@ -276,6 +276,13 @@ void inv_batch_stats(const struct inv *inv, struct inv_batch_stats *out);
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc);
 void inv_session_free(struct inv_session *s); /* NULL is a no-op */
 
+/* What a ticket that is not an order does to an order placed before. */
+typedef enum {
+    INV_END_NONE = 0,
+    INV_END_PAY,    /* pays it */
+    INV_END_CANCEL, /* its buyer cancels it */
+} inv_end;
+
 /* ---- tickets: orders on their way through the runners ----------------------
  *
  * An order the service places is a ticket. The HTTP side opens it
@@ -307,6 +314,8 @@ struct inv_ticket {
     int refills;   /* on a cluster: times units were brought to its shard */
     int xfer;      /* not an order: a step of a transfer of units between
                       shards (engine_refill.c), never counted as an answer */
+    inv_end end;   /* not an order: a pay or a cancel of order.id (inv_end_open) */
+    int end_step;  /* its step: 0 the record's read, 1 the script */
 };
 
 /* Fills t for an order of qty units of sku for user_id; idem_key (may be
@@ -338,19 +347,22 @@ struct inv_sku_spec {
 inv_status inv_sku_set(struct inv_session *s, const char *sku,
                        const struct inv_sku_spec *spec);
 
-/* Pays pending order id (payment_id "" for none): INV_OK with *out the
- * order, paid (also when it was paid before); INV_EXPIRED at or after its
- * pay_by by Redis's clock (its units come back now if no sweep brought them
- * yet); INV_CANCELLED; INV_NOT_PENDING (an order final at once);
- * INV_NOT_FOUND; INV_UNAVAILABLE. */
-inv_status inv_order_pay(struct inv_session *s, uint64_t id, const char *payment_id,
-                         struct inv_order *out);
-/* Cancels pending order id for its buyer user_id, its units given back:
- * INV_OK with *out the order, cancelled (also when it was before);
- * INV_FORBIDDEN for another user (nothing changed or told); INV_PAID;
- * INV_EXPIRED; INV_NOT_PENDING; INV_NOT_FOUND; INV_UNAVAILABLE. */
-inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user_id,
-                            struct inv_order *out);
+/* Opens t as the pay (arg: the payment id, "" for none) or the cancel (arg:
+ * the buyer's user id) of order id, to hand to a loop's engine like an order
+ * (inv_engine_submit): the order's record is read, then pay.lua or
+ * cancel.lua changes it, and the change waits for its replicas like a
+ * commit (--min-replicas-acked). t->done once t->st is final:
+ *   INV_OK with t->order the order, paid or cancelled (also when it was so
+ *   before: the replicas must have that earlier change too);
+ *   pay: INV_EXPIRED at or after its pay_by by Redis's clock (its units come
+ *   back now if no sweep brought them yet), INV_CANCELLED, INV_NOT_PENDING
+ *   (an order final at once);
+ *   cancel: INV_FORBIDDEN for another user (nothing changed or told),
+ *   INV_PAID, INV_EXPIRED, INV_NOT_PENDING;
+ *   either: INV_NOT_FOUND, INV_UNAVAILABLE (nothing ran), INV_OUTCOME_UNKNOWN
+ *   (the script was sent and no answer came, or its replicas did not
+ *   acknowledge it in time). */
+void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg);
 
 /* The sweep that expires reservations past their pay_by (inventory/life.c):
  * every INV_SWEEP_MS on the event loop it is attached to, over every SKU

@@ -3,7 +3,6 @@
  * they came from (inventory/lua/back.lua says how, give.lua does it). Each
  * change is one script that checks the order's state and changes it in the
  * same step, so that no unit comes back twice and a paid order's never. */
-#include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +10,14 @@
 
 #include "acluster.h"
 #include "aconn.h"
+#include "clock.h"
+#include "cluster.h"
+#include "duty.h"
 #include "inv_impl.h"
 #include "orderid.h"
 #include "path.h"
 #include "soldout.h"
+#include "text.h"
 #include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_pay, lua_inventory_cancel,
@@ -25,61 +28,6 @@ static struct rscript pay_script = RSCRIPT_INIT("inv_pay", lua_inventory_pay);
 static struct rscript cancel_script = RSCRIPT_INIT("inv_cancel", lua_inventory_cancel);
 /* inventory/lua/due.lua: a SKU's pending orders past pay_by expire. */
 static struct rscript due_script = RSCRIPT_INIT("inv_due", lua_inventory_due);
-
-/* Runs script (pay.lua or cancel.lua, arg its ARGV[2]) on order id, whose
- * record is loaded into *out first (for its SKU). *code is the script's first
- * answer, *units the units it gave back. INV_UNAVAILABLE when the script could
- * not be sent, INV_OUTCOME_UNKNOWN when it was but no answer came (it may have
- * run), or when it paid or cancelled (code 1 or 2) and fewer replicas than
- * --min-replicas-acked acknowledged it in time: a 200 is answered only for a
- * change that survives the master's crash, as a 201 is. */
-static inv_status life_call(struct inv_session *s, uint64_t id, struct rscript *script,
-                            const char *arg, struct inv_order *out, long long *code,
-                            long long *units)
-{
-    inv_status st = inv_order_get(s, id, out);
-    if (st != INV_OK)
-        return st;
-    struct inv_session *sh = s;
-    if (s->cl && !(sh = inv_shard_session(s, orderid_gene_of(id))))
-        return inv_shard_outcome(s, INV_UNAVAILABLE);
-    rconn_check(sh->rc);
-    struct sku_keys k;
-    inv_keys_init(&k, out->sku, sh->gene);
-    char idt[24], okey[64];
-    snprintf(idt, sizeof(idt), "%" PRIu64, id);
-    snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
-    const char *argv[] = {okey,   k.meta,          k.stock, k.sold,  k.buyers,
-                          k.back, k.due,           k.life,  k.avail, k.events,
-                          idt,    arg,             SOLDOUT_CHANNEL, out->sku};
-    uint64_t link = inv_link_before(sh->rc);
-    redisReply *r = rconn_eval(sh->rc, script, 10, 4, argv, NULL);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
-        if (r)
-            freeReplyObject(r);
-        return inv_shard_outcome(s, link ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE);
-    }
-    *code = inv_reply_ll(r->element[0], 0);
-    *units = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
-    freeReplyObject(r);
-    if (*code == -1)
-        return INV_NOT_FOUND; /* gone with a reset meanwhile */
-    if (*units > 0)           /* this instance at once; the others by the message */
-        soldout_forget(s->inv->cfg.soldout);
-    if (*code == 1 || *code == 2) {
-        /* paid or cancelled before (2): perhaps by another instance, whose
-         * answer was outcome unknown; the replicas must have that write, not
-         * only rc's */
-        char own[48];
-        if (*code == 2)
-            inv_ack_key(sh->gene, own, sizeof(own));
-        if (!inv_rc_acked(s->inv, sh->rc, *code == 2 ? own : NULL)) {
-            count(&s->inv->counters.unacked);
-            return INV_OUTCOME_UNKNOWN;
-        }
-    }
-    return INV_OK;
-}
 
 /* The status of a pay or cancel script's refusal code. */
 static inv_status life_refusal(long long code)
@@ -114,36 +62,118 @@ static void life_count(struct inv *inv, long long code, long long units,
                                   memory_order_relaxed);
 }
 
-/* A pay or a cancel of order id: the script's call, counted (changed: the
- * counter of orders it ended so), its code as a status. On INV_OK *out is the
- * order in state `ends` (the script's 1 or 2 says it is so now: no read again). */
-static inv_status life_end(struct inv_session *s, uint64_t id, struct rscript *script,
-                           const char *arg, struct inv_order *out, inv_state ends,
-                           _Atomic uint64_t *changed)
+/* ---- a pay or a cancel on an event loop ------------------------------------
+ *
+ * A ticket of its own (inv_end_open), driven by the loop's engine like the
+ * atomic mode's: two sends (inv_end_send), each answer read by inv_end_answer.
+ *
+ *   READ    HMGET of the order's record (for its SKU, whose keys the script
+ *           takes), on the shard its id names
+ *   SCRIPT  pay.lua or cancel.lua: checks the state and changes it in one
+ *           step; its 1 (changed now) or 2 (so before) is final once the
+ *           engine has the replicas' acknowledgement (ack.h) */
+
+void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg)
 {
-    long long code = 0, units = 0;
-    inv_status st = life_call(s, id, script, arg, out, &code, &units);
-    if (st != INV_OK)
-        return st;
-    life_count(s->inv, code, units, changed);
-    if (code != 1 && code != 2)
-        return life_refusal(code);
-    out->state = ends;
-    return INV_OK;
+    inv_order_clear(&t->order);
+    t->order.id = id;
+    t->end = end;
+    t->end_step = 0;
+    t->sku[0] = '\0';
+    text_copy(end == INV_END_CANCEL ? t->user_id : t->idem_key,
+              end == INV_END_CANCEL ? sizeof(t->user_id) : sizeof(t->idem_key), arg);
+    t->qty = 0;
+    t->home = t->seg = -1;
+    t->gene = -1;
+    t->start_us = clock_now_us();
+    t->st = INV_PENDING;
+    t->next = NULL;
+    t->refills = t->hops = t->xfer = 0;
+    t->link = 0;
 }
 
-inv_status inv_order_pay(struct inv_session *s, uint64_t id, const char *payment_id,
-                         struct inv_order *out)
+rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t,
+                          const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
-    return life_end(s, id, &pay_script, payment_id, out, INV_STATE_PAID,
-                    &s->inv->counters.paid);
+    (void)inv;
+    uint64_t id = t->order.id;
+    t->gene = cs->cluster ? orderid_gene_of(id) : -1;
+    struct sku_keys k;
+    inv_keys_init(&k, t->order.sku, t->gene);
+    char idt[24], okey[64];
+    snprintf(idt, sizeof(idt), "%" PRIu64, id);
+    snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
+    int slot = cs->cluster ? cluster_gene_slot(t->gene) : -1;
+    if (t->end_step == 0) {
+        const char *argv[] = {"HMGET",   okey,       "sku",   "user_id", "qty",
+                              "segment", "segments", "state", "pay_by"};
+        return cs->cluster ? acluster_command(cs->cluster, slot, cb, arg, 9, argv)
+                           : aconn_command(cs->data, cb, arg, 9, argv, NULL);
+    }
+    struct rscript *script = t->end == INV_END_PAY ? &pay_script : &cancel_script;
+    const char *argv[] = {okey,
+                          k.meta,
+                          k.stock,
+                          k.sold,
+                          k.buyers,
+                          k.back,
+                          k.due,
+                          k.life,
+                          k.avail,
+                          k.events,
+                          idt,
+                          t->end == INV_END_PAY ? t->idem_key : t->user_id,
+                          SOLDOUT_CHANNEL,
+                          t->order.sku};
+    int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+    return cs->cluster ? acluster_eval(cs->cluster, slot, cb, arg, script, 10, argc, argv)
+                       : aconn_eval(cs->data, cb, arg, script, 10, argc, argv);
 }
 
-inv_status inv_order_cancel(struct inv_session *s, uint64_t id, const char *user_id,
-                            struct inv_order *out)
+/* What the script's answer r says for t: counted, and t->st when final. */
+static inv_step end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply *r)
 {
-    return life_end(s, id, &cancel_script, user_id, out, INV_STATE_CANCELLED,
-                    &s->inv->counters.cancelled);
+    if (rconn_is_noscript(r))
+        return INV_STEP_AGAIN; /* the connection loads it again first */
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        t->st = INV_UNAVAILABLE;
+        return INV_STEP_DONE;
+    }
+    long long code = inv_reply_ll(r->element[0], 0);
+    long long units = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
+    if (code == -1) { /* gone with a reset meanwhile */
+        t->st = INV_NOT_FOUND;
+        return INV_STEP_DONE;
+    }
+    if (units > 0) /* this instance at once; the others by the message */
+        soldout_forget(inv->cfg.soldout);
+    life_count(inv, code, units,
+               t->end == INV_END_PAY ? &inv->counters.paid : &inv->counters.cancelled);
+    if (code != 1 && code != 2) {
+        t->st = life_refusal(code);
+        return INV_STEP_DONE;
+    }
+    t->order.state = t->end == INV_END_PAY ? INV_STATE_PAID : INV_STATE_CANCELLED;
+    t->st = INV_OK; /* once acknowledged (the engine's acks) */
+    return INV_STEP_DONE;
+}
+
+inv_step inv_end_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
+                        const redisReply *r)
+{
+    if (res != ACONN_REPLY) { /* the script may have run when it was lost */
+        t->st = t->end_step && res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
+        return INV_STEP_DONE;
+    }
+    if (t->end_step)
+        return end_scripted(inv, t, r);
+    inv_status st = inv_order_read(r, t->order.id, &t->order);
+    if (st != INV_OK) {
+        t->st = st;
+        return INV_STEP_DONE;
+    }
+    t->end_step = 1;
+    return INV_STEP_AGAIN;
 }
 
 /* ---- the sweep ----------------------------------------------------------- */
@@ -164,12 +194,10 @@ struct inv_sweep {
     struct rconn_addr *seeds; /* a Redis Cluster: its seeds (nseeds > 0) */
     int nseeds;
     char *password;
-    struct aconn *ac;    /* attached, on one Redis */
-    struct acluster *cl; /* attached, on a Redis Cluster */
-    struct event *tick;
-    int owed;   /* answers still to come this round */
-    int again;  /* a SKU had more due than one call expired */
-    int ncalls; /* calls[] used this round */
+    struct duty duty; /* attached: every INV_SWEEP_MS, its connection */
+    int owed;         /* answers still to come this round */
+    int again;        /* a SKU had more due than one call expired */
+    int ncalls;       /* calls[] used this round */
     struct sweep_call {
         struct inv_sweep *sw;
         char sku[INV_ID_MAX + 1];
@@ -182,7 +210,7 @@ static void sweep_round(struct inv_sweep *sw);
 
 static int sweep_attached(const struct inv_sweep *sw)
 {
-    return sw->ac || sw->cl;
+    return duty_connected(&sw->duty);
 }
 
 /* One answer of the round in: the round ends with the last. */
@@ -199,12 +227,13 @@ static void sweep_send(struct inv_sweep *sw, int slot, aconn_cb *cb, void *arg,
 {
     rconn_status st;
     sw->owed++; /* first: an answer may come before the call returns */
-    if (sw->cl)
-        st = script ? acluster_eval(sw->cl, slot, cb, arg, script, nkeys, argc, argv)
-                    : acluster_command(sw->cl, slot, cb, arg, argc, argv);
+    struct acluster *cl = sw->duty.cluster;
+    if (cl)
+        st = script ? acluster_eval(cl, slot, cb, arg, script, nkeys, argc, argv)
+                    : acluster_command(cl, slot, cb, arg, argc, argv);
     else
-        st = script ? aconn_eval(sw->ac, cb, arg, script, nkeys, argc, argv)
-                    : aconn_command(sw->ac, cb, arg, argc, argv, NULL);
+        st = script ? aconn_eval(sw->duty.conn, cb, arg, script, nkeys, argc, argv)
+                    : aconn_command(sw->duty.conn, cb, arg, argc, argv, NULL);
     if (st != RCONN_OK)
         sw->owed--;
 }
@@ -252,9 +281,9 @@ static void sweep_due(struct inv_sweep *sw, const char *sku, int gene)
     snprintf(most, sizeof(most), "%d", SWEEP_MOST);
     struct sku_keys k;
     inv_keys_init(&k, x->sku, gene);
-    const char *argv[] = {k.meta,  k.stock, k.sold,  k.buyers, k.back,
-                          k.due,   k.life,  k.avail, k.events, k.order,
-                          most,    SOLDOUT_CHANNEL, x->sku};
+    const char *argv[] = {k.meta, k.stock,         k.sold,  k.buyers, k.back,
+                          k.due,  k.life,          k.avail, k.events, k.order,
+                          most,   SOLDOUT_CHANNEL, x->sku};
     sweep_send(sw, gene < 0 ? 0 : cluster_gene_slot(gene), on_swept, x, &due_script, 9,
                13, argv);
 }
@@ -285,7 +314,7 @@ static void on_listed(void *arg, aconn_result res, redisReply *r)
         const redisReply *e = r->element[i];
         if (e->type != REDIS_REPLY_STRING || !inv_id_valid(e->str))
             continue;
-        if (!sw->cl) {
+        if (!sw->duty.cluster) {
             sweep_due(sw, e->str, -1);
             continue;
         }
@@ -310,9 +339,8 @@ static void sweep_round(struct inv_sweep *sw)
                NULL, 0, 2, argv);
 }
 
-static void on_sweep_tick(evutil_socket_t fd, short what, void *arg)
+static void on_sweep_tick(void *arg)
 {
-    (void)fd, (void)what;
     struct inv_sweep *sw = arg;
     if (sw->owed == 0) /* else the last round is still on its way */
         sweep_round(sw);
@@ -341,30 +369,22 @@ struct inv_sweep *inv_sweep_new_cluster(struct inv *inv, const struct rconn_addr
 
 void inv_sweep_attach(struct inv_sweep *sw, struct event_base *base)
 {
-    if (!sw || sw->tick)
+    if (!sw)
         return;
-    if (sw->nseeds > 0)
-        sw->cl = acluster_new(base, sw->seeds, sw->nseeds, sw->password, 1000);
-    else
-        sw->ac = aconn_new(base, sw->host, sw->port, sw->password, 1000);
-    struct timeval every = {.tv_sec = 0, .tv_usec = INV_SWEEP_MS * 1000};
-    sw->tick = event_new(base, -1, EV_PERSIST, on_sweep_tick, sw);
-    if (!sw->tick || event_add(sw->tick, &every) != 0)
-        abort();
+    struct duty_target to = {.host = sw->host,
+                             .port = sw->port,
+                             .seeds = sw->seeds,
+                             .nseeds = sw->nseeds,
+                             .password = sw->password,
+                             .timeout_ms = 1000};
+    duty_start(&sw->duty, base, &to, INV_SWEEP_MS, on_sweep_tick, sw);
 }
 
 void inv_sweep_detach(struct inv_sweep *sw)
 {
-    if (!sw || !sw->tick)
+    if (!sw)
         return;
-    event_free(sw->tick);
-    sw->tick = NULL;
-    struct aconn *ac = sw->ac;
-    struct acluster *cl = sw->cl;
-    sw->ac = NULL;
-    sw->cl = NULL;
-    aconn_free(ac); /* answers what is on its way, as failed */
-    acluster_free(cl);
+    duty_stop(&sw->duty); /* answers what is on its way, as failed */
     sw->owed = 0;
 }
 

@@ -174,7 +174,7 @@ inv_status commit_read(struct order_ctx *c, const struct part_hold *p, int n,
         *again = inv_order_id_taken(s->inv, o) == INV_OK;
         return INV_UNAVAILABLE;
     default:
-        return inv_commit_refusal(s, r, o);
+        return inv_commit_refusal(r, o);
     }
 }
 

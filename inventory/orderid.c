@@ -6,11 +6,10 @@
 #include <string.h>
 #include <time.h>
 
-#include <event2/event.h>
-
 #include "acluster.h"
 #include "aconn.h"
 #include "clock.h"
+#include "duty.h"
 #include "lock.h"
 #include "rcluster.h"
 #include "xalloc.h"
@@ -162,9 +161,7 @@ struct orderid_lease {
     char err[128];                  /* why the last step was LEASE_ERROR */
     void (*on_event)(orderid_lease_event ev, int worker);
     /* On the attached loop (orderid_lease_attach), its thread only. */
-    struct event *tick;
-    struct aconn *ac;     /* one Redis */
-    struct acluster *acl; /* or a Redis Cluster */
+    struct duty duty; /* every renew_ms, its connection to the Redis or Cluster */
     lease_step step;
     int probe, probed;     /* LEASE_TAKING: the candidate id, how many tried */
     int64_t sent_us, mark; /* the renewal on its way: when, which mark */
@@ -403,13 +400,14 @@ static int lease_send(struct orderid_lease *l, const char *key, struct rscript *
                       int nkeys, int argc, const char **argv)
 {
     rconn_status rc;
-    if (l->acl) {
+    struct acluster *acl = l->duty.cluster;
+    if (acl) {
         int slot = cluster_keyslot(key, strlen(key));
-        rc = s ? acluster_eval(l->acl, slot, on_lease_answer, l, s, nkeys, argc, argv)
-               : acluster_command(l->acl, slot, on_lease_answer, l, argc, argv);
+        rc = s ? acluster_eval(acl, slot, on_lease_answer, l, s, nkeys, argc, argv)
+               : acluster_command(acl, slot, on_lease_answer, l, argc, argv);
     } else {
-        rc = s ? aconn_eval(l->ac, on_lease_answer, l, s, nkeys, argc, argv)
-               : aconn_command(l->ac, on_lease_answer, l, argc, argv, NULL);
+        rc = s ? aconn_eval(l->duty.conn, on_lease_answer, l, s, nkeys, argc, argv)
+               : aconn_command(l->duty.conn, on_lease_answer, l, argc, argv, NULL);
     }
     return rc == RCONN_OK ? 0 : -1;
 }
@@ -502,9 +500,8 @@ static void on_lease_answer(void *arg, aconn_result res, redisReply *r)
     }
 }
 
-static void on_lease_tick(evutil_socket_t fd, short what, void *arg)
+static void on_lease_tick(void *arg)
 {
-    (void)fd, (void)what;
     struct orderid_lease *l = arg;
     if (l->step == LEASE_IDLE) /* else the last step is still on its way */
         renew_send(l, LEASE_RENEWING);
@@ -512,33 +509,24 @@ static void on_lease_tick(evutil_socket_t fd, short what, void *arg)
 
 void orderid_lease_attach(struct orderid_lease *l, struct event_base *base)
 {
-    if (!l || l->tick || !l->leased)
+    if (!l || !l->leased)
         return; /* a fixed id: nothing to renew */
-    if (l->at.nseeds > 0)
-        l->acl = acluster_new(base, l->at.seeds, l->at.nseeds, l->at.password, 1000);
-    else
-        l->ac = aconn_new(base, l->at.host, l->at.port, l->at.password, 1000);
-    struct timeval every = {.tv_sec = l->renew_ms / 1000,
-                            .tv_usec = l->renew_ms % 1000 * 1000};
-    l->tick = event_new(base, -1, EV_PERSIST, on_lease_tick, l);
-    if (!l->tick || event_add(l->tick, &every) != 0)
-        abort();
+    struct duty_target to = {.host = l->at.host,
+                             .port = l->at.port,
+                             .seeds = l->at.seeds,
+                             .nseeds = l->at.nseeds,
+                             .password = l->at.password,
+                             .timeout_ms = 1000};
+    duty_start(&l->duty, base, &to, l->renew_ms, on_lease_tick, l);
 }
 
 void orderid_lease_detach(struct orderid_lease *l)
 {
-    if (!l || !l->tick)
+    if (!l || !duty_running(&l->duty))
         return;
-    event_free(l->tick);
-    l->tick = NULL;
     /* A step on its way is answered now, as failed (nothing more is sent:
-     * the connections are closing). */
-    struct aconn *ac = l->ac;
-    struct acluster *acl = l->acl;
-    l->ac = NULL;
-    l->acl = NULL;
-    aconn_free(ac);
-    acluster_free(acl);
+     * the connection is closing). */
+    duty_stop(&l->duty);
     l->step = LEASE_IDLE;
 }
 

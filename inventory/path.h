@@ -46,20 +46,13 @@ void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st);
  * of that check: argv[0..2], 3 strings, into buf. 0 when none is asked
  * for. */
 int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16]);
-/* That WAIT on rc, blocking (a transfer's step, a pay, a cancel): 1 when the
- * replicas acknowledged every write of rc so far, or none are asked for.
- * WAIT counts only rc's own writes: an answer that reports a write made
- * before, perhaps on another connection or by another instance (a pay or
- * cancel answered again), passes own_key, a key in that write's slot, and
- * rc writes it first, so that the replicas acknowledge a point of the
- * stream after that write. NULL when rc's own script just wrote. */
-int inv_rc_acked(const struct inv *inv, struct rconn *rc, const char *own_key);
-/* The key those writes of a connection's own go to (ack.c's rounds, own_key
- * above): in gene's slot on a cluster (gene >= 0), else one key for all. */
+/* The key the writes of an acknowledgement round go to (ack.c): in gene's
+ * slot on a cluster (gene >= 0), else one key for all. */
 void inv_ack_key(int gene, char *buf, size_t len);
 /* Its answer r (NULL: none came) for ticket t, placed or replayed (the
  * order its Idempotency-Key placed before, which may never have reached a
- * replica): unacknowledged turns it outcome unknown. */
+ * replica), or a pay or cancel that changed its order now or found it so:
+ * unacknowledged turns it outcome unknown. */
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r);
 
 /* ---- the event-driven path (engine.c) ----------------------------------- */
@@ -71,6 +64,7 @@ struct inv_conns {
     struct aconn **node;
     struct acluster *cluster; /* a Redis Cluster's masters instead of data */
     struct event_base *base;  /* the loop's: a lock step done elsewhere (zk) ends there */
+    int closing; /* the loop is going (inv_engine_free): nothing more is sent */
 };
 
 /* What the event-driven path does next with a ticket after an answer. */
@@ -105,5 +99,15 @@ rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
 /* What the atomic script's answer (res, r: aconn_cb's) means for t. */
 inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
                            const redisReply *r, uint64_t seen);
+
+/* Queues the step of pay or cancel ticket t (inv_end_open) that is next on cs
+ * (as aconn_eval: RCONN_ERR refused, when nothing was queued). */
+rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                          aconn_cb *cb, void *arg);
+/* What its answer (res, r: aconn_cb's) means for t: INV_STEP_AGAIN, send the
+ * next step (or the same again: a script Redis had to load); INV_STEP_DONE,
+ * t->st is final (INV_OK still waits for the replicas: ack.h). */
+inv_step inv_end_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
+                        const redisReply *r);
 
 #endif

@@ -1,4 +1,7 @@
-/* shards.c: a SKU over the shards of a Redis Cluster (inv_impl.h). */
+/* shards.c: a SKU over the shards of a Redis Cluster (inv_impl.h): its
+ * directory, the transfers' scripts and records, and the blocking calls of
+ * inventory.h that gather a SKU's shards (PUT, GET, the audit; sku.c does
+ * each shard) or ask every master (inv_ping). */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -99,24 +102,6 @@ static inv_status layout_learn(struct inv_session *s, const char *sku,
     return inv_shard_outcome(s, st);
 }
 
-/* Routes t (its gene, segment and id's gene), learning its SKU's layout
- * first when t has none, and gives the session of its shard. */
-inv_status inv_ticket_shard(struct inv_session *s, struct inv_ticket *t,
-                            struct inv_session **shard)
-{
-    struct sku_layout l;
-    if (inv_layout_get(s->inv, t->sku, &l) != 0) {
-        inv_status st = layout_learn(s, t->sku, &l);
-        if (st != INV_OK)
-            return st;
-    }
-    inv_ticket_route(s->inv, t); /* by the layout as it is now */
-    if (t->gene < 0)
-        return INV_UNAVAILABLE;
-    *shard = inv_shard_session(s, t->gene);
-    return *shard ? INV_OK : inv_shard_outcome(s, INV_UNAVAILABLE);
-}
-
 /* ---- units moved between shards ---------------------------------------------
  *
  * A user's orders are placed in the shard of the user's home segment, so the
@@ -199,7 +184,7 @@ int inv_xfer_record_read(const struct sku_layout *l, const redisReply *text, int
 }
 
 /* Every master answers and says the cluster is whole. */
-int inv_ping_shards(struct inv_session *s)
+static int ping_shards(struct inv_session *s)
 {
     const struct cluster_map *m = rcluster_map(s->cl);
     int ok = m->nmasters > 0;
@@ -213,6 +198,18 @@ int inv_ping_shards(struct inv_session *s)
     }
     if (!ok)
         rcluster_refresh(s->cl);
+    return ok;
+}
+
+int inv_ping(struct inv_session *s)
+{
+    if (s->cl)
+        return ping_shards(s);
+    rconn_check(s->rc);
+    redisReply *r = rconn_command(s->rc, "PING");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r)
+        freeReplyObject(r);
     return ok;
 }
 

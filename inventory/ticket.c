@@ -25,6 +25,8 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     t->next = NULL;
     t->refills = 0;
     t->xfer = 0;
+    t->end = INV_END_NONE;
+    t->end_step = 0;
     inv_status st = inv_soldout_answer(inv, sku, qty, idem_key);
     if (st == INV_OK && inv_order_new_id(inv, &t->order) != 0)
         st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
@@ -56,21 +58,6 @@ void inv_ticket_fail(struct inv *inv, struct inv_ticket *t, inv_status st)
     inv_ticket_finish(inv, t, st);
 }
 
-/* The link of rc, connecting it first: what a call on rc is about to use. */
-uint64_t inv_link_before(struct rconn *rc)
-{
-    rconn_ctx(rc); /* when it cannot, the call fails too */
-    return rconn_link(rc);
-}
-
-/* The link that carried a call on rc that began on `before`: that link when
- * rc is still on it, else 0 (it failed or was made anew meanwhile: what the
- * call wrote may have gone on either). */
-uint64_t inv_link_after(const struct rconn *rc, uint64_t before)
-{
-    return rconn_link(rc) == before ? before : 0;
-}
-
 int inv_durable_argv(const struct inv *inv, const char *argv[3], char buf[2][16])
 {
     if (inv->cfg.min_replicas_acked <= 0)
@@ -91,35 +78,17 @@ void inv_ack_key(int gene, char *buf, size_t len)
         snprintf(buf, len, "sk:ack");
 }
 
-int inv_rc_acked(const struct inv *inv, struct rconn *rc, const char *own_key)
-{
-    const char *argv[3];
-    char buf[2][16];
-    if (inv_durable_argv(inv, argv, buf) == 0)
-        return 1;
-    if (own_key) {
-        const char *set[] = {"SET", own_key, "1"};
-        redisReply *s = rconn_command_argv(rc, 3, set, NULL);
-        int written = s && s->type == REDIS_REPLY_STATUS;
-        if (s)
-            freeReplyObject(s);
-        if (!written)
-            return 0;
-    }
-    redisReply *w = rconn_command_argv(rc, 3, argv, NULL);
-    int ok =
-        w && w->type == REDIS_REPLY_INTEGER && w->integer >= inv->cfg.min_replicas_acked;
-    if (w)
-        freeReplyObject(w);
-    return ok;
-}
-
 void inv_ticket_acked(struct inv *inv, struct inv_ticket *t, const redisReply *r)
 {
-    if ((t->st != INV_PLACED && t->st != INV_REPLAYED) ||
-        (r && r->type == REDIS_REPLY_INTEGER &&
-         r->integer >= inv->cfg.min_replicas_acked))
+    int acking = t->st == INV_PLACED || t->st == INV_REPLAYED || (t->end && t->st == INV_OK);
+    if (!acking ||
+        (r && r->type == REDIS_REPLY_INTEGER && r->integer >= inv->cfg.min_replicas_acked))
         return;
+    if (t->end) { /* a pay or a cancel: counted by what it did, not as an order */
+        count(&inv->counters.unacked);
+        t->st = INV_OUTCOME_UNKNOWN;
+        return;
+    }
     /* counted as placed, or replayed, when decided */
     atomic_fetch_sub(
         t->st == INV_PLACED ? &inv->counters.placed : &inv->counters.replayed, 1);

@@ -1,6 +1,5 @@
 #include "durability.h"
 
-#include <event2/event.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <time.h>
 
 #include "aconn.h"
+#include "duty.h"
 #include "log.h"
 #include "rconn.h"
 #include "xalloc.h"
@@ -33,9 +33,8 @@ struct svc_durability {
     unsigned long seen_reconnects; /* rconn_reconnects() before the last reading */
     uint64_t seen_link;            /* the link that carried the last reading */
     int reading;                   /* a CONFIG GET is on its way */
-    struct aconn *conn;            /* on the attached loop; NULL: detached */
-    struct event *tick;
-    _Atomic int durable; /* the gauge */
+    struct duty duty;              /* on the attached loop: every DURABILITY_TICK_MS */
+    _Atomic int durable;           /* the gauge */
 };
 
 /* What a crash of Redis can take with it under these settings. */
@@ -133,7 +132,7 @@ static void on_read(void *arg, aconn_result res, redisReply *r)
     struct svc_durability *d = arg;
     d->reading = 0;
     if (res == ACONN_REPLY)
-        d->seen_link = aconn_link(d->conn);
+        d->seen_link = aconn_link(d->duty.conn);
     durability_take(d, res == ACONN_REPLY ? r : NULL);
 }
 
@@ -142,16 +141,15 @@ static void on_read(void *arg, aconn_result res, redisReply *r)
  * (rconn_reconnects moved), or when its own connection is no longer the one
  * that carried the last reading (aconn noticed the close of a restarted
  * Redis on the loop, or is down). No Redis command unless something moved. */
-static void on_tick(evutil_socket_t fd, short what, void *arg)
+static void on_tick(void *arg)
 {
-    (void)fd, (void)what;
     struct svc_durability *d = arg;
     if (d->reading || (!d->retry && rconn_reconnects() == d->seen_reconnects &&
-                       aconn_link(d->conn) == d->seen_link))
+                       aconn_link(d->duty.conn) == d->seen_link))
         return;
     /* Taken before the reading: a reconnect during it brings one more. */
     d->seen_reconnects = rconn_reconnects();
-    if (aconn_command(d->conn, on_read, d, 3, config_get, NULL) == RCONN_OK)
+    if (aconn_command(d->duty.conn, on_read, d, 3, config_get, NULL) == RCONN_OK)
         d->reading = 1;
     else
         d->retry = 1;
@@ -179,25 +177,20 @@ struct svc_durability *svc_durability_start(const char *host, int port,
 
 void svc_durability_attach(struct svc_durability *d, struct event_base *base)
 {
-    if (!d || d->conn)
+    if (!d || duty_running(&d->duty))
         return;
-    d->conn = aconn_new(base, d->host, d->port, d->password, DURABILITY_TIMEOUT_MS);
     d->retry = 1; /* its own connection has carried no reading yet */
-    struct timeval every = {.tv_sec = DURABILITY_TICK_MS / 1000,
-                            .tv_usec = DURABILITY_TICK_MS % 1000 * 1000};
-    d->tick = event_new(base, -1, EV_PERSIST, on_tick, d);
-    if (!d->tick || event_add(d->tick, &every) != 0)
-        abort();
+    struct duty_target to = {.host = d->host,
+                             .port = d->port,
+                             .password = d->password,
+                             .timeout_ms = DURABILITY_TIMEOUT_MS};
+    duty_start(&d->duty, base, &to, DURABILITY_TICK_MS, on_tick, d);
 }
 
 void svc_durability_detach(struct svc_durability *d)
 {
-    if (!d || !d->conn)
-        return;
-    event_free(d->tick);
-    d->tick = NULL;
-    aconn_free(d->conn); /* a reading in flight is answered, as failed */
-    d->conn = NULL;
+    if (d)
+        duty_stop(&d->duty); /* a reading in flight is answered, as failed */
 }
 
 void svc_durability_stop(struct svc_durability *d)

@@ -1,7 +1,6 @@
 /* health: the data Redis's answers kept fresh on a loop (health.h). */
 #include "health.h"
 
-#include <event2/event.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include "acluster.h"
 #include "aconn.h"
 #include "clock.h"
+#include "duty.h"
 #include "log.h"
 #include "reach.h"
 #include "xalloc.h"
@@ -47,23 +47,22 @@ struct health_ping {
 struct svc_health {
     const struct svc_config *cfg;
     int cluster;
-    void (*on_ready)(void);   /* once, at the first healthy round */
-    struct aconn *conn;       /* one Redis */
-    struct acluster *masters; /* or a cluster's */
-    struct event_base *base;
-    struct event *tick;
-    int reset;        /* an answer was an error (NOAUTH after a password change,
-                         ...): the connection is made again before the next round */
-    int owed;         /* answers of the round in flight still to come */
-    int failed;       /* the round in flight had an answer that was not one */
-    int detaching;    /* the answers now are ours (connections closed): not news */
+    void (*on_ready)(void); /* once, at the first healthy round */
+    struct duty duty;       /* every HEALTH_EVERY_MS; its connection to the one Redis
+                               (duty.conn) or to a cluster's masters (duty.cluster) */
+    int reset;              /* an answer was an error (NOAUTH after a password change,
+                               ...): the connection is made again before the next round */
+    int owed;               /* answers of the round in flight still to come */
+    int failed;             /* the round in flight had an answer that was not one */
+    int detaching;          /* the answers now are ours (connections closed): not news */
     int ready_told;
-    int64_t sent_us;  /* when the round in flight went out */
+    int64_t sent_us;                /* when the round in flight went out */
     _Atomic int64_t fresh_until_us; /* healthy until then (0: not) */
     struct health_probe probes[CLUSTER_MAX_MASTERS];
     struct svc_reach nodes[HEALTH_MAX_NODES];
     int nnodes;
-    struct health_ping strays[HEALTH_MAX_NODES]; /* nodes[i]'s, while down and no master */
+    struct health_ping
+        strays[HEALTH_MAX_NODES]; /* nodes[i]'s, while down and no master */
     struct svc_reach *lock_reach; /* redlock's nodes, nlocks of them */
     struct health_ping *locks;
     int nlocks;
@@ -101,7 +100,8 @@ static void probe_note(struct health_probe *p, int ok, const char *reason)
 }
 
 /* Why an answer is not one, in a short phrase, into why. */
-static const char *answer_why(aconn_result res, const redisReply *r, char *why, size_t len)
+static const char *answer_why(aconn_result res, const redisReply *r, char *why,
+                              size_t len)
 {
     if (res == ACONN_NOT_SENT)
         return "not connected";
@@ -132,9 +132,9 @@ static void on_answer(void *arg, aconn_result res, redisReply *r)
 {
     struct health_probe *p = arg;
     struct svc_health *h = p->h;
-    int ok = res == ACONN_REPLY &&
-             (h->cluster ? r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok")
-                         : r->type == REDIS_REPLY_STATUS);
+    int ok = res == ACONN_REPLY && (h->cluster ? r->type == REDIS_REPLY_STRING &&
+                                                     strstr(r->str, "cluster_state:ok")
+                                               : r->type == REDIS_REPLY_STATUS);
     if (res == ACONN_REPLY && r->type == REDIS_REPLY_ERROR)
         h->reset = 1; /* not from inside its callback: at the next tick */
     /* For the log the node answered, whatever it said of the cluster's state
@@ -144,7 +144,7 @@ static void on_answer(void *arg, aconn_result res, redisReply *r)
      * the one asked. */
     int answered = res == ACONN_REPLY && r->type != REDIS_REPLY_ERROR;
     char why[160];
-    if (h->cluster && res == ACONN_REPLY && acluster_redirected(h->masters))
+    if (h->cluster && res == ACONN_REPLY && acluster_redirected(h->duty.cluster))
         p->answered = 1;
     else
         probe_note(p, answered, answered ? NULL : answer_why(res, r, why, sizeof(why)));
@@ -191,7 +191,7 @@ static void ping_check(struct health_ping *p)
 {
     const char *ping[] = {"PING"};
     if (!p->conn)
-        p->conn = aconn_new(p->h->base, p->host, p->port, p->h->cfg->redis_password,
+        p->conn = aconn_new(p->h->duty.base, p->host, p->port, p->h->cfg->redis_password,
                             HEALTH_TIMEOUT_MS);
     if (p->owed) {
         if (clock_now_us() - p->sent_us > (int64_t)HEALTH_TIMEOUT_MS * 1000)
@@ -259,10 +259,11 @@ static int round_send(struct svc_health *h)
     if (!h->cluster) {
         const char *ping[] = {"PING"};
         struct health_probe *p = &h->probes[0];
-        *p = (struct health_probe){h, node_index(h, h->cfg->redis.host, h->cfg->redis.port), 0};
-        round_queued(p, aconn_command(h->conn, on_answer, p, 1, ping, NULL));
+        *p = (struct health_probe){
+            h, node_index(h, h->cfg->redis.host, h->cfg->redis.port), 0};
+        round_queued(p, aconn_command(h->duty.conn, on_answer, p, 1, ping, NULL));
     } else {
-        const struct cluster_map *m = acluster_map(h->masters);
+        const struct cluster_map *m = acluster_map(h->duty.cluster);
         const char *info[] = {"CLUSTER", "INFO"};
         int slot[CLUSTER_MAX_MASTERS], node[CLUSTER_MAX_MASTERS];
         int n = master_slots(m, slot);
@@ -275,12 +276,14 @@ static int round_send(struct svc_health *h)
         strays_check(h, is_master);
         if (n == 0 || n < m->nmasters) { /* no map yet, or a master serves nothing */
             h->failed = 1;
-            slot[0] = 0, node[0] = -1, n = 1; /* a command still goes: it learns the map */
+            slot[0] = 0, node[0] = -1,
+            n = 1; /* a command still goes: it learns the map */
         }
         for (int i = 0; i < n; i++) {
             struct health_probe *p = &h->probes[i];
             *p = (struct health_probe){h, node[i], 0};
-            round_queued(p, acluster_command(h->masters, slot[i], on_answer, p, 2, info));
+            round_queued(
+                p, acluster_command(h->duty.cluster, slot[i], on_answer, p, 2, info));
         }
     }
     round_settle(h); /* every command is queued */
@@ -300,24 +303,13 @@ static void round_late(struct svc_health *h)
 /* The connection (or router), made anew. */
 static void connect_new(struct svc_health *h)
 {
-    const struct svc_config *cfg = h->cfg;
-    aconn_free(h->conn);
-    acluster_free(h->masters);
-    h->conn = NULL;
-    h->masters = NULL;
     h->owed = 0;
     memset(h->probes, 0, sizeof(h->probes));
-    if (h->cluster)
-        h->masters = acluster_new(h->base, cfg->redis_seed, cfg->redis_seeds,
-                                  cfg->redis_password, HEALTH_TIMEOUT_MS);
-    else
-        h->conn = aconn_new(h->base, cfg->redis.host, cfg->redis.port,
-                            cfg->redis_password, HEALTH_TIMEOUT_MS);
+    duty_reconnect(&h->duty);
 }
 
-static void on_tick(evutil_socket_t fd, short what, void *arg)
+static void on_tick(void *arg)
 {
-    (void)fd, (void)what;
     struct svc_health *h = arg;
     for (int i = 0; i < h->nlocks; i++)
         ping_check(&h->locks[i]);
@@ -364,30 +356,32 @@ struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
 
 void svc_health_attach(struct svc_health *h, struct event_base *base)
 {
-    if (!h || h->tick)
+    if (!h || duty_running(&h->duty))
         return;
-    h->base = base;
+    const struct svc_config *cfg = h->cfg;
     h->detaching = 0;
-    connect_new(h);
-    h->tick = event_new(base, -1, EV_PERSIST, on_tick, h);
-    struct timeval every = {.tv_usec = HEALTH_EVERY_MS * 1000};
-    if (!h->tick || event_add(h->tick, &every) != 0)
-        abort();
-    on_tick(-1, 0, h); /* the first round now */
+    h->owed = 0;
+    memset(h->probes, 0, sizeof(h->probes));
+    struct duty_target to = {.password = cfg->redis_password,
+                             .timeout_ms = HEALTH_TIMEOUT_MS};
+    if (h->cluster) {
+        to.seeds = cfg->redis_seed;
+        to.nseeds = cfg->redis_seeds;
+    } else {
+        to.host = cfg->redis.host;
+        to.port = cfg->redis.port;
+    }
+    duty_start(&h->duty, base, &to, HEALTH_EVERY_MS, on_tick, h);
+    on_tick(h); /* the first round now */
 }
 
 void svc_health_detach(struct svc_health *h)
 {
-    if (!h || !h->tick)
+    if (!h || !duty_running(&h->duty))
         return;
-    event_free(h->tick);
-    h->tick = NULL;
     /* a round in flight is answered, as failed: our doing, not Redis's */
     h->detaching = 1;
-    aconn_free(h->conn);
-    acluster_free(h->masters);
-    h->conn = NULL;
-    h->masters = NULL;
+    duty_stop(&h->duty);
     h->owed = 0;
     for (int i = 0; i < h->nlocks; i++)
         ping_close(&h->locks[i]);

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "text.h"
 #include "waiters.h"
+#include "worker.h"
 #include "xalloc.h"
 
 #define SERVER_CONN_TIMEOUT_S 15
@@ -21,46 +22,6 @@
  * pool for each request of a kept-alive connection: at 32 KiB that memset
  * was 7 % of an instance's CPU under load (perf), at 16 KiB 4 %. */
 #define SERVER_CONN_MEMORY (16 * 1024)
-
-static pthread_key_t worker_key;
-static pthread_once_t worker_key_once = PTHREAD_ONCE_INIT;
-static _Thread_local struct svc_worker *tls_worker;
-
-static void worker_free(void *p)
-{
-    struct svc_worker *w = p;
-    inv_session_free(w->inv);
-    rconn_free(w->rc);
-    free(w);
-}
-
-static void worker_key_init(void)
-{
-    pthread_key_create(&worker_key, worker_free);
-}
-
-struct svc_worker *http_worker_get(struct svc_app *app)
-{
-    if (tls_worker)
-        return tls_worker;
-    struct svc_worker *w = xcalloc(1, sizeof(*w));
-    const struct svc_config *cfg = app->cfg;
-    w->rc = rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
-    w->inv = inv_session_new(app->inv, w->rc);
-    pthread_once(&worker_key_once, worker_key_init);
-    pthread_setspecific(worker_key, w);
-    tls_worker = w;
-    return w;
-}
-
-void http_worker_release(void)
-{
-    if (!tls_worker)
-        return;
-    pthread_setspecific(worker_key, NULL);
-    worker_free(tls_worker);
-    tls_worker = NULL;
-}
 
 /* res's body, its JSON released; when it cannot be made, res becomes a 503
  * and the body says so. NULL only when not even that can be had. */
@@ -256,7 +217,7 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
 {
     return (struct svc_request){
         .app = app,
-        .worker = http_worker_get(app),
+        .worker = svc_worker_get(app),
         .method = method,
         .params = {st->params[0], st->params[1]},
         .body = st->body,

@@ -2,9 +2,8 @@
  * calls it for each request (on that loop's thread): it finds the route,
  * buffers the body, runs the handler or hands the request over (to the waiter
  * threads, to the loop's order engine) with its connection suspended, and
- * sends the answer once the connection is resumed. Also each thread's Redis
- * connections (http_worker_get). Private to the server: server.c and
- * waiters.c include it. */
+ * sends the answer once the connection is resumed. Private to the server:
+ * server.c includes it. */
 #ifndef SECKILL_HTTP_H
 #define SECKILL_HTTP_H
 
@@ -17,16 +16,6 @@
  * (svc_server_start). */
 struct MHD_Daemon *http_daemon_start(struct svc_app *app, int lsock,
                                      unsigned int conn_limit);
-
-/* This thread's worker, created on its first request: one hiredis context
- * per thread, never shared. Freed when the thread exits (pthread_exit or
- * its start routine's return). Never NULL (aborts
- * when out of memory); its connection is made on first use (rconn_new). */
-struct svc_worker *http_worker_get(struct svc_app *app);
-
-/* Frees this thread's worker now, if it has one: for the main thread, whose
- * exit runs no thread-specific destructor. */
-void http_worker_release(void);
 
 /* st's answer is ready (on another thread): its connection goes on, and
  * on_request is called again to send it, on st's loop, which it wakes. st may

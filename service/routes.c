@@ -308,7 +308,14 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
 
 void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
 {
-    order_answer(t->sku, t->st, &t->order, res);
+    if (!t->end) {
+        order_answer(t->sku, t->st, &t->order, res);
+    } else if (t->st != INV_OK) {
+        inv_error(res, t->st);
+    } else {
+        res->status = 200;
+        res->json = order_json(&t->order);
+    }
 }
 
 /* The order id of the path; false (answered 400) when malformed. */
@@ -337,12 +344,12 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
 }
 
 /* A pay or a cancel of the path's order: its body read by parse (into arg,
- * arg_len bytes), then end, answered with the order. */
+ * arg_len bytes), then handed to the loop's engine as a ticket (inv_end_open),
+ * answered with the order once done (svc_order_finish). */
 static void order_end(const struct svc_request *req, struct svc_response *res,
                       req_status (*parse)(const char *, size_t, char *, size_t, char *,
                                           size_t),
-                      inv_status (*end)(struct inv_session *, uint64_t, const char *,
-                                        struct inv_order *))
+                      inv_end end)
 {
     uint64_t id;
     char arg[INV_IDEM_MAX + 1], detail[200];
@@ -353,24 +360,18 @@ static void order_end(const struct svc_request *req, struct svc_response *res,
         svc_error(res, 400, "bad_request", detail);
         return;
     }
-    struct inv_order order;
-    inv_status st = end(req->worker->inv, id, arg, &order);
-    if (st != INV_OK) {
-        inv_error(res, st);
-        return;
-    }
-    res->status = 200;
-    res->json = order_json(&order);
+    inv_end_open(req->ticket, end, id, arg);
+    res->pending = 1;
 }
 
 static void h_order_pay(const struct svc_request *req, struct svc_response *res)
 {
-    order_end(req, res, req_parse_pay, inv_order_pay);
+    order_end(req, res, req_parse_pay, INV_END_PAY);
 }
 
 static void h_order_cancel(const struct svc_request *req, struct svc_response *res)
 {
-    order_end(req, res, req_parse_cancel, inv_order_cancel);
+    order_end(req, res, req_parse_cancel, INV_END_CANCEL);
 }
 
 /* The audit's store block (--postgres): the SKU's orders and units by state
@@ -465,8 +466,8 @@ static struct svc_route routes[] = {
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
-    {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN | ROUTE_WAITS},
-    {"POST", "/orders/*/cancel", "order_cancel", h_order_cancel, ROUTE_WAITS},
+    {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN},
+    {"POST", "/orders/*/cancel", "order_cancel", h_order_cancel, 0},
     {"GET", "/stats", "stats", h_stats, 0},
     {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},
     {"GET", "/livez", "livez", h_livez, 0},

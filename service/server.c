@@ -221,7 +221,7 @@ struct svc_server *svc_server_start(struct svc_app *app, char *err, size_t errle
     inv_engine_link(srv->engines, srv->nloops);
     if (app->duties_attach)
         app->duties_attach(app, srv->loops[0].base);
-    waiters_init(srv);
+    waiters_init(srv, http_conn_resume);
     for (int i = 0; i < srv->nloops; i++)
         if (pthread_create(&srv->loops[i].tid, NULL, loop_main, &srv->loops[i]) != 0)
             abort();

@@ -50,6 +50,7 @@ struct waiters {
     struct conn_state *head, **tail;
     int stop;
     int efd; /* an eventfd: something was queued */
+    void (*resume)(struct conn_state *st); /* sends st's answer (http.c's) */
     /* The main thread's own: ROUTE_SHARED requests taken from the queue and
      * not answered yet, oldest first. */
     struct conn_state *shared, **shared_tail;

@@ -10,11 +10,12 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "http.h"
+#include "worker.h"
 
-void waiters_init(struct svc_server *srv)
+void waiters_init(struct svc_server *srv, void (*resume)(struct conn_state *st))
 {
     struct waiters *w = &srv->waiters;
+    w->resume = resume;
     pthread_mutex_init(&w->mu, NULL);
     w->tail = &w->head;
     w->shared_tail = &w->shared;
@@ -36,7 +37,7 @@ static struct conn_state *waiters_take_all(struct waiters *w)
 
 static void waiters_run(struct svc_server *srv, struct conn_state *st)
 {
-    st->req.worker = http_worker_get(srv->app);
+    st->req.worker = svc_worker_get(srv->app);
     svc_route_run(st->route, &st->req, &st->res);
 }
 
@@ -69,9 +70,9 @@ static void waiters_answer_shared(struct svc_server *srv)
             st->res.text = strdup(res->text);
         if (!st->res.json && !st->res.text)
             svc_error(&st->res, 503, "unavailable", "out of memory");
-        http_conn_resume(st);
+        srv->waiters.resume(st);
     }
-    http_conn_resume(first); /* last: its loop frees the answer copied above */
+    srv->waiters.resume(first); /* last: its loop frees the answer copied above */
 }
 
 /* Runs what is queued: each request in turn, but the shared ones (the audit)
@@ -90,7 +91,7 @@ static void waiters_run_queued(struct svc_server *srv)
                 w->shared_tail = &st->next;
             } else {
                 waiters_run(srv, st);
-                http_conn_resume(st);
+                srv->waiters.resume(st);
             }
             st = next;
         }
@@ -174,5 +175,5 @@ void waiters_free(struct svc_server *srv)
 {
     close(srv->waiters.efd);
     pthread_mutex_destroy(&srv->waiters.mu);
-    http_worker_release();
+    svc_worker_release();
 }

@@ -15,8 +15,10 @@
 
 #include "server_impl.h"
 
-/* Before the loops start. Aborts when its descriptor cannot be made. */
-void waiters_init(struct svc_server *srv);
+/* Before the loops start: a route's answer is sent by resume(st) (http.c's,
+ * given by server.c: waiters call nothing of http.c by name). Aborts when its
+ * descriptor cannot be made. */
+void waiters_init(struct svc_server *srv, void (*resume)(struct conn_state *st));
 
 /* On a loop thread: hands a route that waits on Redis to the main thread,
  * which resumes the connection with its answer: true, or false once stopped:

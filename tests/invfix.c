@@ -70,7 +70,7 @@ void invfix_open_nodes(struct invfix *f, const char *mode, int work_us, int port
     f->inv = inv_new(&ic);
     f->rc = rconn_new("127.0.0.1", port, NULL, 2000);
     f->s = inv_session_new(f->inv, f->rc);
-    f->p = invfix_placer_new(f->inv, port, INVFIX_BATCH, 1000);
+    f->p = invfix_placer_new(f->inv, port, INVFIX_BATCH, INVFIX_TIMEOUT_MS);
 }
 
 void invfix_close(struct invfix *f)
@@ -168,8 +168,8 @@ void invfix_wait_done(struct invfix_waiter *w, int n)
     pthread_mutex_unlock(&w->mu);
 }
 
-void invfix_ticket(struct inv *inv, struct inv_ticket *t, const char *sku, const char *user,
-                   int qty, struct invfix_waiter *w)
+void invfix_ticket(struct inv *inv, struct inv_ticket *t, const char *sku,
+                   const char *user, int qty, struct invfix_waiter *w)
 {
     assert_int_equal(inv_ticket_open(inv, t, sku, user, qty, NULL), INV_PENDING);
     t->done = invfix_on_done;
@@ -223,7 +223,8 @@ struct invfix_placer *invfix_placer_new(struct inv *inv, int port, int batch,
         .redis_port = port,
         .timeout_ms = timeout_ms,
         .batch = batch,
-        .wait_ms = 20000}; /* a blocking wait's answer: the longest wait_ms of a fixture */
+        .wait_ms =
+            20000}; /* a blocking wait's answer: the longest wait_ms of a fixture */
     p->engine = inv_engine_new(inv, p->base, &ec);
     return p;
 }
@@ -245,8 +246,8 @@ static void placer_run(struct invfix_placer *p, struct invfix_waiter *w, int n)
         event_base_loop(p->base, EVLOOP_ONCE);
 }
 
-inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *user, int qty,
-                        const char *key, struct inv_order *o)
+inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *user,
+                        int qty, const char *key, struct inv_order *o)
 {
     struct invfix_waiter w = INVFIX_WAITER_INIT;
     struct inv_ticket *t = calloc(1, sizeof(*t));
@@ -268,7 +269,8 @@ inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *us
 void invfix_serve(struct inv *inv, struct inv_ticket *t, int n, int batch,
                   struct invfix_waiter *w)
 {
-    struct invfix_placer *p = invfix_placer_new(inv, invfix_redis.port, batch, 1000);
+    struct invfix_placer *p =
+        invfix_placer_new(inv, invfix_redis.port, batch, INVFIX_TIMEOUT_MS);
     for (int i = 0; i < n; i++)
         inv_engine_submit(p->engine, &t[i]);
     placer_run(p, w, n);

@@ -21,6 +21,12 @@ extern const char *invfix_zk_hosts;
 int invfix_setup(void **state);
 int invfix_teardown(void **state);
 
+/* How long a placer waits for a command's answer. Slack: CI under stress with
+ * two more test runs beside it (load average 23) took longer than 1 s, and
+ * orders answered unavailable; a lost connection (a test's proxy) still
+ * answers at once. */
+#define INVFIX_TIMEOUT_MS 5000
+
 /* Places orders one at a time, as a server's event loop does: an engine of
  * its own on a loop of its own, driven on the calling thread. One per thread. */
 struct invfix_placer;
@@ -34,8 +40,8 @@ void invfix_placer_free(struct invfix_placer *p);
 /* Places an order of qty units of sku for user (key: its Idempotency-Key, or
  * NULL) and waits for its answer: its status, and *o (when not NULL) the
  * order as the ticket ends with it. */
-inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *user, int qty,
-                        const char *key, struct inv_order *o);
+inv_status invfix_place(struct invfix_placer *p, const char *sku, const char *user,
+                        int qty, const char *key, struct inv_order *o);
 
 struct invfix {
     struct lock *lock;
@@ -92,8 +98,8 @@ void invfix_on_done(struct inv_ticket *t);
 void invfix_wait_done(struct invfix_waiter *w, int n);
 
 /* Opens t as an order of qty units of sku for user, answered to w. */
-void invfix_ticket(struct inv *inv, struct inv_ticket *t, const char *sku, const char *user,
-                   int qty, struct invfix_waiter *w);
+void invfix_ticket(struct inv *inv, struct inv_ticket *t, const char *sku,
+                   const char *user, int qty, struct invfix_waiter *w);
 /* The same for t[0..n), one unit each, ordered by the users "<prefix>0" to
  * "<prefix><n-1>". */
 void invfix_tickets(struct inv *inv, struct inv_ticket *t, int n, const char *sku,
