@@ -350,6 +350,7 @@ static inv_hold_do lock_send(struct inv_session *s, struct inv_hold *h)
     h->state = HOLD_LOCKING;
     h->stock = -1;
     h->back = 0;
+    h->reread = 0;
     step_queue(s, h, st->last && on_data);
     return hold_next(s, h);
 }
@@ -414,7 +415,8 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
  * READING). */
 static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
 {
-    if (!h->with_read && read_queue(s, h)) {
+    if ((!h->with_read || h->reread) && read_queue(s, h)) {
+        h->reread = 0;
         h->state = HOLD_READING;
         return INV_HOLD_AWAIT;
     }
@@ -551,6 +553,9 @@ inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_r
             break; /* lock_try_done reads it */
         if (!own)
             lock_answer(s, h, res, r);
+        else if ((h->with_read || h->state == HOLD_READING) && res == ACONN_REPLY &&
+                 rconn_is_noscript(r) && h->noscripts++ < 4)
+            h->reread = 1; /* nothing ran: read again, the script sent whole */
         else if (h->with_read || h->state == HOLD_READING)
             h->stock = read_answer(res, r, &h->back);
         /* else the read of a grant that a resend overtook: read again */

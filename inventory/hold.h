@@ -94,6 +94,7 @@ struct inv_hold {
     int with_read; /* the read went behind the lock's step */
     int releasing; /* the release went with the commit */
     int noscripts; /* commands sent again after Redis lost their script */
+    int reread;    /* the read found Redis without its script: read again */
 };
 
 /* ---- on an event loop: the state machine -------------------------------- */

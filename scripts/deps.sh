@@ -20,6 +20,11 @@ packages=(
     # sd_notify (service/notify.c); the stand-in for systemd's notify socket
     # (tests/it_systemd.sh); groff renders the man page (tests/it_man.sh)
     libsystemd-dev python3 groff-base
+    # tests/it_deploy.sh: the deployment's TLS certificate, made by the test; haproxy
+    # checks deploy/haproxy/seckill.cfg
+    openssl haproxy
+    # promtool (tests/it_alerts.sh: deploy/alerts.yml's rules and their unit tests)
+    prometheus
 )
 # slowhttptest: tests/it_edge.sh's slowloris, slow body and slow read attacks.
 # Node.js and npm run the docs tests' pinned tools (tools/openapi: redocly, ajv).

@@ -204,6 +204,29 @@ static config_status opt_token_file(struct svc_config *cfg, const char *value, c
     return file_line(cfg->admin_token, sizeof(cfg->admin_token), value, err, errlen);
 }
 
+/* --postgres-file: the connection string read from a file, checked as
+ * --postgres checks it. A refusal names neither the content nor libpq's
+ * reason, which may quote it (the password is in it). */
+static config_status opt_postgres_file(struct svc_config *cfg, const char *value,
+                                       char *err, size_t errlen)
+{
+    char conninfo[sizeof(cfg->postgres)];
+    if (file_line(conninfo, sizeof(conninfo), value, err, errlen) != CONFIG_OK)
+        return CONFIG_ERROR;
+    char why[160];
+    if (opt_postgres(cfg, conninfo, why, sizeof(why)) != CONFIG_OK) {
+        snprintf(err, errlen, "the file holds no libpq connection string or URI");
+        return CONFIG_ERROR;
+    }
+    return CONFIG_OK;
+}
+
+static config_status opt_pay_token_file(struct svc_config *cfg, const char *value,
+                                        char *err, size_t errlen)
+{
+    return file_line(cfg->pay_token, sizeof(cfg->pay_token), value, err, errlen);
+}
+
 static config_status opt_lock(struct svc_config *cfg, const char *value, char *err,
                               size_t errlen)
 {
@@ -314,6 +337,14 @@ static config_status opt_token(struct svc_config *cfg, const char *value, char *
                          "must be 1..255 characters", err, errlen);
 }
 
+static config_status opt_pay_token(struct svc_config *cfg, const char *value, char *err,
+                                   size_t errlen)
+{
+    return string_option(cfg->pay_token, sizeof(cfg->pay_token), value,
+                         *value && strlen(value) < sizeof(cfg->pay_token),
+                         "must be 1..255 characters", err, errlen);
+}
+
 static config_status opt_log_level(struct svc_config *cfg, const char *value, char *err,
                                    size_t errlen)
 {
@@ -372,8 +403,14 @@ static const struct option_spec options[] = {
      "PostgreSQL (libpq connection string or URI): the orders' system of record (the "
      "sink) and --lock pg's table; without it, no sink, and --lock pg exits 2",
      opt_postgres},
-    {"lock-nodes", "H:P,H:P,...", "the --redis node",
-     "independent Redis masters for redlock (odd, >= 3)", opt_lock_nodes},
+    {"postgres-file", "F", "none",
+     "the --postgres connection string read from file F at start (trailing newline "
+     "stripped): its password not visible in argv or the environment",
+     opt_postgres_file},
+    {"lock-nodes", "H:P,H:P,...", "none",
+     "independent Redis masters for redlock (odd, 3..15); --lock redlock without "
+     "them exits 2",
+     opt_lock_nodes},
     {"zk", "H:P[,H:P...]", "127.0.0.1:2181", "ZooKeeper ensemble for --lock zk", opt_zk},
     {"zk-session-ms", "N", "3000",
      "ZooKeeper session timeout for --lock zk, the lease (100..600000; the server "
@@ -386,29 +423,32 @@ static const struct option_spec options[] = {
      opt_zk_watch},
     {"segments", "K", "16", "segments of a SKU created without a count (1..1024)",
      opt_segments},
-    {"lock-ttl-ms", "N", "3000", "lock lease", opt_ttl},
-    {"wait-ms", "N", "1000", "longest wait for a segment lock before 503 busy", opt_wait},
+    {"lock-ttl-ms", "N", "3000", "lock lease (10..3600000)", opt_ttl},
+    {"wait-ms", "N", "1000",
+     "longest wait for a segment lock before 503 busy (0..600000)", opt_wait},
     {"work-us", "N", "0",
-     "simulated work inside the critical section (a batch's orders work side by side)",
+     "simulated work inside the critical section (a batch's orders work side by side) "
+     "(0..10000000)",
      opt_work},
     {"batch", "N", "32",
      "most queued orders one lock hold serves (atomic: most script calls one write "
-     "carries); 1: one order per hold",
+     "carries); 1: one order per hold (1..1024)",
      opt_batch},
     {"min-replicas-acked", "N", "1 when the data Redis has replicas, else 0",
      "a 201 is answered only after N replicas acknowledged the order (WAIT); "
-     "else 503 outcome_unknown with its order id",
+     "else 503 outcome_unknown with its order id (0..16)",
      opt_min_acked},
     {"fencing", "on|off", "on", "fenced commits", opt_fencing},
-    {"instance-id", "N", "leased from Redis", "order-id worker id, 0..1023",
+    {"instance-id", "N", "leased from Redis", "order-id worker id (0..1023)",
      opt_instance},
     {"threads", "N", "1 per core, >= 2",
      "event loops, each serving HTTP and the orders' Redis work on one connection, "
-     "no thread waiting on Redis for an order",
+     "no thread waiting on Redis for an order (1..1024)",
      opt_threads},
     {"max-conns-per-ip", "N", "256",
      "most open connections from one client address; more are refused at accept "
-     "(0: no limit; a balancer on the same host is one address: give it room)",
+     "(0: no limit; a balancer on the same host is one address: give it room) "
+     "(0..1000000)",
      opt_max_conns_per_ip},
     {"request-timeout-ms", "N", "10000",
      "a request's headers and body must arrive within this, however slowly they "
@@ -421,6 +461,15 @@ static const struct option_spec options[] = {
      "the admin token read from file F at start (trailing newline stripped): not "
      "visible in argv or the environment",
      opt_token_file},
+    {"pay-token", "T", "none",
+     "POST /orders/{id}/pay needs Authorization: Bearer T (the payment service's "
+     "credential), and the admin token no longer pays; without it pays take the "
+     "admin token",
+     opt_pay_token},
+    {"pay-token-file", "F", "none",
+     "the pay token read from file F at start (trailing newline stripped): not "
+     "visible in argv or the environment",
+     opt_pay_token_file},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
     {"log-level-file", "F", "none",
      "the log level read from file F (one word, as --log-level) at start and again "
@@ -668,6 +717,14 @@ static config_status config_check(struct svc_config *cfg, char *err, size_t errl
                  "routes. Set an admin token, or listen on a loopback address "
                  "(127.0.0.1, ::1, localhost)",
                  cfg->listen.host, cfg->listen.port, why);
+        return CONFIG_ERROR;
+    }
+    /* The pay token is the payment service's alone: the same string as the
+     * admin token would let either holder do both (reset SKUs, pay orders). */
+    if (cfg->pay_token[0] && strcmp(cfg->pay_token, cfg->admin_token) == 0) {
+        snprintf(err, errlen,
+                 "--pay-token is the same as --admin-token: give the payment service a "
+                 "token of its own");
         return CONFIG_ERROR;
     }
     if (listen_resolve(cfg, err, errlen) != CONFIG_OK)

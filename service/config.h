@@ -40,6 +40,7 @@ struct svc_config {
     int max_conns_per_ip;   /* open connections from one client address; 0: no limit */
     int request_timeout_ms; /* a request's headers and body must be in within this */
     char admin_token[256];
+    char pay_token[256]; /* --pay-token: pays need it, the admin token no longer pays */
     int log_level;
     char log_level_file[1024]; /* --log-level-file, "" when not given */
 };

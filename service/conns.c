@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "routes.h"
 
 /* Where a connection is, as far as the deadline goes. */
 enum conn_phase {
@@ -185,6 +186,8 @@ static void expire(struct conn_entry *c, int64_t now_us)
     ssize_t sent =
         send(fd, timeout_answer, sizeof(timeout_answer) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(fd, SHUT_RDWR);
+    /* No route took it: counted as the unmatched pseudo-route's 408. */
+    svc_route_count(svc_route_unmatched(), 408, now_us - c->since_us);
     uint64_t suppressed;
     if (log_enabled(LOG_INFO) && log_limit_take(&timeout_log, &suppressed))
         log_event(LOG_INFO, "request_timeout", "ms=%lld answered=%d suppressed=%llu",

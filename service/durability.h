@@ -1,19 +1,22 @@
 /* durability: does an order this instance acknowledges survive a crash of the
- * data Redis? Read from Redis's persistence settings (CONFIG GET append*).
+ * data Redis, and may that Redis evict what it holds? Read from its settings
+ * (CONFIG GET append* maxmemory-policy: Redis 7.0 or later).
  *
- * Durable means, today, AOF with appendfsync always; replica acknowledgement
- * (the other way, --min-replicas-acked) is not implemented yet. Settings that
+ * Durable means AOF with appendfsync always (replica acknowledgement, the
+ * other way, is --min-replicas-acked, which metrics.c adds). Settings that
  * cannot be read (CONFIG renamed, refused by an ACL) count as not durable.
+ * A maxmemory-policy other than noeviction is refused: the instance is not
+ * ready (/readyz 503, no READY=1) while it lasts.
  *
- * Read at start-up, then again whenever a Redis connection of this process is
- * re-established (rconn_reconnects moved): a timer on the event loop it is
- * attached to looks once a second at that counter and at its own idle async
- * connection (whose close the loop notices: a restarted Redis), and talks to
- * Redis only when one of them moved. The order path does no work for it. Every turn to
- * "not durable" logs one level=warn line saying what can be lost; a turn to durable logs
- * an info line. */
+ * Read at start-up, then once a second on the event loop it is attached to
+ * (one CONFIG GET on a connection of its own). The order path does no work
+ * for it. Every turn to "not durable" logs one level=warn line saying what
+ * can be lost, a turn to durable an info line; every turn to an evicting
+ * policy a level=warn event=redis_evicting line, a turn back an info line. */
 #ifndef SECKILL_DURABILITY_H
 #define SECKILL_DURABILITY_H
+
+#include <stddef.h>
 
 struct event_base;
 struct svc_durability;
@@ -35,5 +38,14 @@ void svc_durability_stop(struct svc_durability *d);
 /* 1 when the last reading said durable, else 0 (not durable, unknown, or not
  * read yet; also for NULL). Any thread. */
 int svc_durability_durable(const struct svc_durability *d);
+
+/* 1 when the last reading found a maxmemory-policy that evicts, with a
+ * sentence saying so in why (of len; why may be NULL); 0 for noeviction, for
+ * a policy not read (yet, or CONFIG refused), and for NULL. Any thread. */
+int svc_durability_refused(const struct svc_durability *d, char *why, size_t len);
+
+/* What a crash of the data Redis can lose under the settings last read, as
+ * a sentence; NULL when nothing (durable). Any thread. */
+const char *svc_durability_loss(const struct svc_durability *d);
 
 #endif

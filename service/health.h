@@ -30,14 +30,18 @@
 #include "config.h"
 
 struct event_base;
+struct svc_durability;
 struct svc_health;
 
 /* For the data Redis of cfg (a cluster's masters when cluster). Nothing is
  * connected before attach; unhealthy until the first round is answered.
- * on_ready (NULL: none) is called once, on the loop, when the first round
- * is answered healthy: when /readyz first answers 200. Never returns NULL. */
+ * on_ready (NULL: none) is called once, on the loop, when a round is first
+ * answered healthy while settings (NULL: none) refuse nothing
+ * (svc_durability_refused): when /readyz first answers 200. Never returns
+ * NULL. */
 struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
-                                  void (*on_ready)(void));
+                                  void (*on_ready)(void),
+                                  const struct svc_durability *settings);
 /* Checks on base from now on: before base runs, or on its thread. */
 void svc_health_attach(struct svc_health *h, struct event_base *base);
 /* Stops checking: on base's thread, or once it no longer runs. NULL, or not

@@ -363,7 +363,7 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
-    b->health = svc_health_new(cfg, b->cluster, svc_notify_ready);
+    b->health = svc_health_new(cfg, b->cluster, svc_notify_ready, b->durability);
     if (cfg->postgres[0]) {
         char consumer[32];
         snprintf(consumer, sizeof(consumer), "seckill-%d", orderid_worker(&b->ids));

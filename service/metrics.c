@@ -15,8 +15,8 @@
 #include "metrics.h"
 #include "version.h"
 
-const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 404, 405,
-                                       409, 413, 422, 503, 0};
+const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 403, 404, 405,
+                                       408, 409, 413, 422, 503, 0};
 const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
@@ -358,7 +358,8 @@ static void locks(FILE *f, struct lock *lock)
     lock_waits(f, &ls);
 }
 
-/* seckill_inflight_requests, seckill_draining, seckill_redis_durable. */
+/* seckill_inflight_requests, seckill_draining, seckill_redis_durable,
+ * seckill_ready, seckill_redis_evicting. */
 static void lifecycle(FILE *f, struct svc_app *app)
 {
     gauge(f, "seckill_inflight_requests", "Requests being answered now.",
@@ -370,6 +371,16 @@ static void lifecycle(FILE *f, struct svc_app *app)
           "appendfsync always, or replicas acknowledge each order: "
           "--min-replicas-acked), else 0, also when its settings could not be read.",
           svc_durability_durable(app->durability) || app->replicas_acked > 0);
+    gauge(f, "seckill_ready",
+          "1 when /readyz answers 200: not draining, the order-id lease held, the data "
+          "Redis answering with a policy that does not evict.",
+          !atomic_load(&app->draining) &&
+              (!app->lease || orderid_lease_valid(app->lease)) &&
+              svc_health_ok(app->health) && !svc_durability_refused(app->durability, NULL, 0));
+    gauge(f, "seckill_redis_evicting",
+          "1 when the data Redis's maxmemory-policy is not noeviction: it may evict "
+          "orders and locks, and the instance is not ready.",
+          svc_durability_refused(app->durability, NULL, 0));
 }
 
 /* The sink's families (--postgres): its lag, what it wrote, its failures. */

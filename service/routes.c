@@ -81,14 +81,13 @@ static void inv_error(struct svc_response *res, inv_status st)
     }
 }
 
-/* True when the route may run: no --admin-token, or the Authorization header
- * is "Bearer <token>", the scheme in any case and followed by one or more
- * spaces (RFC 7235). The scheme is no secret; the token is compared in time
- * that depends on the configured token's length only, never on where the
- * header first differs. */
-static int admin_allowed(const struct svc_request *req)
+/* True when the route may run: no token configured, or the Authorization
+ * header is "Bearer <token>", the scheme in any case and followed by one or
+ * more spaces (RFC 7235). The scheme is no secret; the token is compared in
+ * time that depends on the configured token's length only, never on where
+ * the header first differs. */
+static int token_allowed(const struct svc_request *req, const char *token)
 {
-    const char *token = req->app->cfg->admin_token;
     if (!token[0])
         return 1;
     const char *got = req->authorization ? req->authorization : "";
@@ -444,15 +443,31 @@ static void h_livez(const struct svc_request *req, struct svc_response *res)
 static void h_readyz(const struct svc_request *req, struct svc_response *res)
 {
     struct svc_app *app = req->app;
+    char why[200];
     if (atomic_load(&app->draining)) {
         svc_error(res, 503, "unavailable", "draining");
     } else if (app->lease && !orderid_lease_valid(app->lease)) {
         svc_error(res, 503, "unavailable", "order-id worker lease not held");
     } else if (!svc_health_ok(app->health)) {
         svc_error(res, 503, "unavailable", "Redis is unreachable");
+    } else if (svc_durability_refused(app->durability, why, sizeof(why))) {
+        svc_error(res, 503, "unavailable", why);
     } else {
+        /* Ready; a data Redis that can lose acknowledged orders in a crash is
+         * allowed (a site may accept it: a staging shop, a sale that can
+         * be replayed), and the answer says so and why. */
+        const char *loss = svc_durability_loss(app->durability);
+        int durable = !loss || app->replicas_acked > 0;
         res->status = 200;
-        res->json = json_pack("{s:s}", "status", "ready");
+        res->json = json_pack("{s:s, s:b}", "status", "ready", "durable", durable);
+        if (!durable) {
+            char detail[400];
+            snprintf(detail, sizeof(detail),
+                     "%s (no AOF with appendfsync always and --min-replicas-acked 0); "
+                     "allowed: served as asked, seckill_redis_durable is 0",
+                     loss);
+            json_object_set_new(res->json, "detail", json_string(detail));
+        }
     }
 }
 
@@ -466,7 +481,7 @@ static struct svc_route routes[] = {
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
-    {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN},
+    {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN | ROUTE_PAY},
     {"POST", "/orders/*/cancel", "order_cancel", h_order_cancel, 0},
     {"GET", "/stats", "stats", h_stats, 0},
     {"GET", "/metrics", "metrics", h_metrics, ROUTE_WAITS},
@@ -624,7 +639,10 @@ void svc_route_count_undelivered(struct svc_route *r, int status)
 void svc_route_run(struct svc_route *r, const struct svc_request *req,
                    struct svc_response *res)
 {
-    if ((r->flags & ROUTE_ADMIN) && !admin_allowed(req)) {
+    const struct svc_config *cfg = req->app->cfg;
+    const char *token =
+        (r->flags & ROUTE_PAY) && cfg->pay_token[0] ? cfg->pay_token : cfg->admin_token;
+    if ((r->flags & ROUTE_ADMIN) && !token_allowed(req, token)) {
         svc_error(res, 401, "unauthorized", "admin route: Authorization: Bearer <token>");
         return;
     }

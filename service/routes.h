@@ -57,6 +57,8 @@ typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *
  * they wait until the other waiting routes queued meanwhile are served. Not
  * for admin routes (the answer is shared whatever each request's token). */
 #define ROUTE_SHARED 4
+/* With ROUTE_ADMIN: with --pay-token, that token and not the admin token. */
+#define ROUTE_PAY 8
 
 struct svc_route {
     const char *method;

@@ -22,7 +22,8 @@ openapi_tools_ready
 start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
 export REDIS_PORT=$STARTED_PORT ADMIN_TOKEN=s3cret
 start_instance --ready-secs 10 seckill "$dir" --redis "127.0.0.1:$REDIS_PORT" --segments 4 \
-    --admin-token "$ADMIN_TOKEN" --lock redis --wait-ms 300 || { echo "seckill not ready"; exit 1; }
+    --admin-token "$ADMIN_TOKEN" --lock redis --wait-ms 300 --request-timeout-ms 1500 ||
+    { echo "seckill not ready"; exit 1; }
 export BASE=$STARTED_URL
 start_faultproxy proxy "$dir" "$REDIS_PORT" --drop-after-arg order: || { echo "proxy did not start"; exit 1; }
 start_instance --ready-secs 10 lossy "$dir" --redis "127.0.0.1:$STARTED_PORT" --segments 4 \

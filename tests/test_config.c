@@ -318,6 +318,40 @@ static void test_secret_files(void **state)
     unlink(empty);
 }
 
+/* --pay-token(-file) and --postgres-file: the payment service's own token,
+ * which may not be the admin token's; the connection string from a file,
+ * checked as --postgres checks it, a refusal never repeating its content. */
+static void test_pay_token_postgres_file(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512], pay[64], pg[64], badpg[64];
+    secret_file(pay, "p4y\n");
+    secret_file(pg, "host=127.0.0.1 port=5 user=seckill password=hunter2\n");
+    secret_file(badpg, "host=127.0.0.1 password=hunter2 nonsense\n");
+    assert_int_equal(load_flag(&cfg, "--pay-token-file", pay, err, sizeof(err)),
+                     CONFIG_OK);
+    assert_string_equal(cfg.pay_token, "p4y");
+    setenv("SECKILL_PAY_TOKEN", "from-env", 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.pay_token, "from-env");
+    unsetenv("SECKILL_PAY_TOKEN");
+    char *same[] = {"seckill", "--admin-token", "t", "--pay-token", "t", NULL};
+    assert_int_equal(svc_config_load(&cfg, 5, same, err, sizeof(err)), CONFIG_ERROR);
+    assert_non_null(strstr(err, "--pay-token"));
+    assert_int_equal(load_flag(&cfg, "--postgres-file", pg, err, sizeof(err)), CONFIG_OK);
+    assert_string_equal(cfg.postgres,
+                        "host=127.0.0.1 port=5 user=seckill password=hunter2");
+    assert_int_equal(load_flag(&cfg, "--postgres-file", badpg, err, sizeof(err)),
+                     CONFIG_ERROR);
+    assert_non_null(strstr(err, "--postgres-file"));
+    assert_null(strstr(err, "hunter2"));
+    assert_null(strstr(err, "nonsense"));
+    unlink(pay);
+    unlink(pg);
+    unlink(badpg);
+}
+
 /* --version prints and exits 0, like --help. */
 /* The connection limits: defaults, flag, environment, and their ranges. */
 static void test_connection_limits(void **state)
@@ -368,6 +402,7 @@ int main(void)
         cmocka_unit_test_setup(test_zk_flags, setup),
         cmocka_unit_test_setup(test_zk_watch_flag, setup),
         cmocka_unit_test_setup(test_secret_files, setup),
+        cmocka_unit_test_setup(test_pay_token_postgres_file, setup),
         cmocka_unit_test_setup(test_connection_limits, setup),
         cmocka_unit_test_setup(test_version, setup),
     };

@@ -351,7 +351,9 @@ static void check_busy_deadline(const char *mode)
         t0 = clock_now_us();
         assert_int_equal(lock_acquire(p.s[1], key, wait_ms, &gb), LOCK_BUSY);
         int64_t took_ms = (clock_now_us() - t0) / 1000;
-        if (took_ms < wait_ms || took_ms > wait_ms + 60)
+        /* slack: 250 ms for a loaded machine (CI under stress with more beside it took
+         * over 60); a wait that ignored its deadline would take the 5 s lease */
+        if (took_ms < wait_ms || took_ms > wait_ms + 250)
             fail_msg("%s: wait %d ms returned busy after %lld ms", mode, wait_ms,
                      (long long)took_ms);
     }

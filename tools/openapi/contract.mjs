@@ -56,6 +56,7 @@ function templateRegex(t) {
 // The documented answer for method + path + status: [response, its pointer, op key].
 function documented(method, path, status, layer) {
   const comp = (name) => resolve(doc.components.responses[name], `/components/responses/${name}`);
+  if (layer === "timeout") return [...comp("RequestTimeout"), `(request timeout) ${status}`];
   if (layer) return [...comp("HttpLayer"), `(http layer) ${status}`];
   const p = path.split("?")[0];
   const tmpl = Object.keys(doc.paths).find((t) => templateRegex(t).test(p));
@@ -144,7 +145,7 @@ function check(c, a) {
   if (c.error && body.error !== c.error) why.push(`error '${body.error}', expected '${c.error}'`);
   if (c.also) { const m = c.also(body, a); if (m) why.push(m); }
   if (!why.length) {
-    state.seen[c.layer ? `${a.status} html` : a.status] = true;
+    state.seen[c.layer === true ? `${a.status} html` : a.status] = true;
     if (!key.startsWith("(")) state.ops[key] = true;
     if (body && body.error) state.errors[`${a.status} ${body.error}`] = true;
   }
@@ -238,6 +239,8 @@ const phases = {
       { name: "header of 40 KB", method: "GET", path: "/livez", headers: { "X-Big": "a".repeat(40000) }, status: 431, layer: true },
       { name: "invalid chunk size", method: "POST", path: "/skus/tv/orders", raw: 'POST /skus/tv/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{"user_id":"chunky"}\r\n0\r\n\r\n', status: 400, layer: true },
       { name: "HTTP/9.9", method: "GET", path: "/livez", raw: "GET /livez HTTP/9.9\r\nHost: x\r\n\r\n", status: 505, layer: true },
+      // a body that never arrives whole: 408 once --request-timeout-ms (1.5 s here) passed
+      { name: "body cut short", method: "POST", path: "/skus/tv/orders", raw: 'POST /skus/tv/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{"user_id"', status: 408, error: "request_timeout", layer: "timeout" },
     ]);
     // A test that cannot fail is no test: wrong bodies must be refused.
     const wrong = [
