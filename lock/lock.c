@@ -3,6 +3,7 @@
 #include "xalloc.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,11 @@ struct lock_session {
     struct lock *lock;
     struct rconn *data;
     void *impl;
+    /* The blocking calls' own, made on their first use: a base for the steps
+     * done elsewhere (zk, pg), connections to the lock nodes (redlock). */
+    struct event_base *base;
+    struct rconn **node;
+    int nnodes;
 };
 
 static const struct lock_backend *backend_find(const char *mode)
@@ -114,7 +120,12 @@ void lock_session_free(struct lock_session *s)
 {
     if (!s)
         return;
-    s->lock->be->session_free(s->impl);
+    s->lock->be->session_free(s->impl); /* pg: its connections on s->base */
+    if (s->base)
+        event_base_free(s->base);
+    for (int i = 0; i < s->nnodes; i++)
+        rconn_free(s->node[i]);
+    free(s->node);
     free(s);
 }
 
@@ -171,8 +182,8 @@ void lock_count_watch_waiter(struct lock_counters *c, int delta)
                                   memory_order_relaxed);
 }
 
-/* Counts an acquire that ended in st after waited_us (blocking, or in
- * steps); a grant gets its wait and, when the backend set none, its time. */
+/* Counts an acquire that ended in st after waited_us; a grant gets its wait
+ * and, when the backend set none, its time. */
 static void acquire_ended(struct lock *l, lock_status st, int64_t waited_us,
                           struct lock_grant *g)
 {
@@ -196,64 +207,11 @@ static void acquire_ended(struct lock *l, lock_status st, int64_t waited_us,
     }
 }
 
-/* lock/lua/fence_take.lua: a fencing token after a grant (take_fence and
- * fence_step), for modes that hand out none themselves. */
+/* lock/lua/fence_take.lua: a fencing token after a grant (fence_step), for
+ * modes that hand out none themselves. */
 extern const struct rscript_source lua_lock_fence_take;
 static struct rscript fence_take_script =
     RSCRIPT_INIT("lock_fence_take", lua_lock_fence_take);
-
-/* Takes the fencing token for a backend that does not hand one out itself. */
-static int take_fence(struct lock_session *s, const char *key, struct lock_grant *g)
-{
-    char fkey[600];
-    lock_fence_key(key, fkey, sizeof(fkey));
-    lock_token_new(g->fence_owner);
-    const char *argv[] = {fkey, g->fence_owner};
-    redisReply *r = rconn_eval(s->data, &fence_take_script, 1, 1, argv, NULL);
-    int ok = r && r->type == REDIS_REPLY_INTEGER;
-    if (ok)
-        g->fence = (uint64_t)r->integer;
-    if (r)
-        freeReplyObject(r);
-    return ok ? 0 : -1;
-}
-
-lock_status lock_acquire_then(struct lock_session *s, const char *key, int wait_ms,
-                              struct lock_grant *g, const struct rcmd *cmd,
-                              redisReply **reply)
-{
-    struct lock *l = s->lock;
-    memset(g, 0, sizeof(*g));
-    if (reply)
-        *reply = NULL;
-    int64_t start = clock_now_us();
-    int64_t deadline = start + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
-    int ran = 0;
-    lock_status st =
-        cmd && l->be->acquire_then
-            ? l->be->acquire_then(s->impl, key, deadline, g, cmd, reply, &ran)
-            : l->be->acquire(s->impl, key, deadline, g);
-    int64_t waited = clock_now_us() - start;
-    if (st == LOCK_ACQUIRED && lock_fenced(l) && g->fence == 0 &&
-        take_fence(s, key, g) != 0) {
-        l->be->release(s->impl, key, g);
-        st = LOCK_ERROR;
-    }
-    if (st != LOCK_ACQUIRED && ran && *reply) {
-        freeReplyObject(*reply);
-        *reply = NULL;
-    }
-    acquire_ended(l, st, waited, g);
-    if (st == LOCK_ACQUIRED && cmd && !ran)
-        *reply = rconn_run(s->data, cmd);
-    return st;
-}
-
-lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
-                         struct lock_grant *g)
-{
-    return lock_acquire_then(s, key, wait_ms, g, NULL, NULL);
-}
 
 static lock_status count_release(struct lock *l, lock_status st)
 {
@@ -264,22 +222,6 @@ static lock_status count_release(struct lock *l, lock_status st)
     else
         bump(&l->counters.errors);
     return st;
-}
-
-lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g)
-{
-    return count_release(s->lock, s->lock->be->release(s->impl, key, g));
-}
-
-lock_status lock_release_after(struct lock_session *s, const char *key,
-                               struct lock_grant *g, const struct rcmd *cmd,
-                               redisReply **reply)
-{
-    const struct lock_backend *be = s->lock->be;
-    if (be->release_after)
-        return count_release(s->lock, be->release_after(s->impl, key, g, cmd, reply));
-    *reply = rconn_run(s->data, cmd);
-    return lock_release(s, key, g);
 }
 
 int lock_node_timeout_ms(const struct lock_config *cfg)
@@ -316,11 +258,6 @@ void lock_answer_nothing(void *session, const char *key, struct lock_step *st,
                          const redisReply *r)
 {
     (void)session, (void)key, (void)st, (void)r;
-}
-
-int lock_has_steps(const struct lock *l)
-{
-    return l->be->try_cmd != NULL;
 }
 
 void lock_step_start(struct lock_session *s, const char *key, struct lock_step *st,
@@ -376,20 +313,25 @@ static int fence_after(const struct lock *l)
     return lock_fenced(l) && !l->be->fences;
 }
 
-int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
-                  struct lock_step *st)
+/* Fills st with an attempt on key that waits until deadline_us. */
+static void try_step(struct lock_session *s, const char *key, int64_t deadline_us,
+                     struct lock_step *st)
 {
-    const struct lock_backend *be = s->lock->be;
-    if (!be->try_cmd)
-        return 0;
     lock_step_clear(st, 0);
     st->retry_us = 0;
     st->start_us = clock_now_us();
-    st->deadline_us = st->start_us + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
-    snprintf(st->wait, sizeof(st->wait), "%d", wait_ms > 0 ? wait_ms : 0);
-    be->try_cmd(s->impl, key, st);
+    st->deadline_us = deadline_us;
+    int64_t left_ms = (deadline_us - st->start_us) / 1000;
+    snprintf(st->wait, sizeof(st->wait), "%lld", (long long)(left_ms > 0 ? left_ms : 0));
+    s->lock->be->try_cmd(s->impl, key, st);
     if (fence_after(s->lock))
         st->last = 0;
+}
+
+int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
+                  struct lock_step *st)
+{
+    try_step(s, key, clock_now_us() + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000, st);
     return 1;
 }
 
@@ -436,7 +378,7 @@ lock_status lock_try_done(struct lock_session *s, const char *key, struct lock_s
     lock_status res;
     if (st->phase == PHASE_FENCE) {
         /* Without its token the grant is of no use: it is left to its lease
-         * (the blocking form releases it; a loop does not wait for that). */
+         * (no step waits for a release of it). */
         res = st->ok ? LOCK_ACQUIRED : LOCK_ERROR;
         if (st->ok)
             *g = st->grant;
@@ -498,6 +440,161 @@ lock_status lock_release_done(struct lock_session *s, const char *key,
                               struct lock_grant *g, struct lock_step *st)
 {
     return count_release(s->lock, s->lock->be->release_done(s->impl, key, g, st));
+}
+
+/* ---- the blocking calls: the steps, run here ---------------------------------
+ *
+ * lock_acquire and lock_release run the backend's steps as an event loop
+ * does, on the calling thread: the commands on the session's data connection
+ * and on connections of its own to the lock nodes (each connection's in one
+ * pipeline, all sent before any answer is read), a step done elsewhere on a
+ * base of the session's own until its done comes, a hand-off's wait as a
+ * blocking command on the data connection, a poll's pause asleep. So the
+ * counters, the lease, the fencing token and the wait are the steps'. */
+
+/* Slack over a hand-off's BLPOP before the socket gives up on it: Redis times
+ * out blocked clients from its event loop, up to 1/hz late when idle (the
+ * socket's timeout then drops the connection, which the next call makes
+ * again). */
+#define HANDOFF_SLACK_MS 15
+
+/* s's connection to lock node i, made on first use; NULL when there is none. */
+static struct rconn *node_conn(struct lock_session *s, int i)
+{
+    if (!s->node) {
+        const struct rconn_addr *nodes;
+        const char *password;
+        int ms;
+        int n = lock_nodes(s->lock, &nodes, &password, &ms);
+        s->node = xcalloc(n > 0 ? (size_t)n : 1, sizeof(*s->node));
+        for (s->nnodes = 0; s->nnodes < n; s->nnodes++)
+            s->node[s->nnodes] =
+                rconn_new(nodes[s->nnodes].host, nodes[s->nnodes].port, password, ms);
+    }
+    return i >= 0 && i < s->nnodes ? s->node[i] : NULL;
+}
+
+/* Sends st's commands, then hands their answers to lock_step_answer in the
+ * commands' order. A script the connection lost (NOSCRIPT) runs again by
+ * itself, its EVAL fallback loading it. */
+static void step_send(struct lock_session *s, const char *key, struct lock_step *st)
+{
+    struct rconn *conn[LOCK_STEP_CMDS];
+    struct rpipe pipe[LOCK_STEP_CMDS];
+    int pipe_of[LOCK_STEP_CMDS], npipe = 0;
+    for (int i = 0; i < st->ncmd; i++) {
+        struct rconn *rc = st->node[i] < 0 ? s->data : node_conn(s, st->node[i]);
+        pipe_of[i] = -1;
+        if (!rc)
+            continue;
+        int p = 0;
+        while (p < npipe && conn[p] != rc)
+            p++;
+        if (p == npipe)
+            conn[npipe++] = rc;
+        pipe_of[i] = p;
+        rconn_prepare(rc, &st->cmd[i]); /* a load is a round trip of its own */
+    }
+    for (int p = 0; p < npipe; p++)
+        rpipe_begin(&pipe[p], conn[p]);
+    for (int i = 0; i < st->ncmd; i++)
+        if (pipe_of[i] >= 0)
+            rpipe_append(&pipe[pipe_of[i]], &st->cmd[i]);
+    for (int p = 0; p < npipe; p++) /* every node's before waiting on any */
+        rpipe_flush(&pipe[p]);
+    redisReply *r[LOCK_STEP_CMDS];
+    for (int i = 0; i < st->ncmd; i++)
+        r[i] = pipe_of[i] >= 0 ? rpipe_collect(&pipe[pipe_of[i]]) : NULL;
+    for (int p = 0; p < npipe; p++)
+        rpipe_end(&pipe[p]);
+    for (int i = 0; i < st->ncmd; i++) {
+        if (st->cmd[i].script && rconn_is_noscript(r[i])) {
+            freeReplyObject(r[i]);
+            r[i] = rconn_run(conn[pipe_of[i]], &st->cmd[i]);
+        }
+        lock_step_answer(s, key, st, r[i]);
+        if (r[i])
+            freeReplyObject(r[i]);
+    }
+}
+
+static void step_over(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+/* Runs st until its answers are in. */
+static void step_run(struct lock_session *s, const char *key, struct lock_step *st)
+{
+    if (!st->async) {
+        step_send(s, key, st);
+        return;
+    }
+    if (!s->base && !(s->base = event_base_new()))
+        abort(); /* out of memory or descriptors: as xalloc does */
+    int over = 0;
+    lock_step_start(s, key, st, s->base, step_over, &over);
+    while (!over)
+        event_base_loop(s->base, EVLOOP_ONCE | EVLOOP_NO_EXIT_ON_EMPTY);
+}
+
+/* A queued acquire waits for the lock to be handed over, until deadline_us
+ * (at least a millisecond, as a loop waits): LOCK_ACQUIRED or LOCK_BUSY. */
+static lock_status handoff(struct lock_session *s, const char *key, struct lock_step *st,
+                           int64_t deadline_us, struct lock_grant *g)
+{
+    int64_t wait_us = deadline_us - clock_now_us();
+    wait_us = wait_us > 1000 ? wait_us : 1000;
+    lock_handoff_step(s, key, wait_us, st);
+    redisReply *r = NULL;
+    redisContext *c = s->data ? rconn_ctx(s->data) : NULL;
+    if (c) { /* the socket gives up shortly after Redis should have */
+        int64_t ms = (st->block_us + 999) / 1000 + HANDOFF_SLACK_MS;
+        redisSetTimeout(c, (struct timeval){ms / 1000, (ms % 1000) * 1000});
+        r = rconn_run(s->data, &st->cmd[0]);
+        if (r) { /* else the context is gone, and the next call reconnects */
+            int normal = rconn_timeout_ms(s->data);
+            redisSetTimeout(c, (struct timeval){normal / 1000, (normal % 1000) * 1000});
+        }
+    }
+    lock_status res = lock_handoff_done(s, key, st, r, g);
+    if (r)
+        freeReplyObject(r);
+    return res;
+}
+
+lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
+                         struct lock_grant *g)
+{
+    int64_t deadline = clock_now_us() + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
+    struct lock_step st;
+    lock_step_init(&st);
+    for (;;) {
+        try_step(s, key, deadline, &st);
+        lock_status res;
+        do
+            step_run(s, key, &st);
+        while ((res = lock_try_done(s, key, &st, g)) == LOCK_PENDING);
+        if (res != LOCK_BUSY)
+            return res;
+        if (st.entry[0]) {
+            if (handoff(s, key, &st, deadline, g) == LOCK_ACQUIRED)
+                return LOCK_ACQUIRED;
+        } else if (st.retry_us > 0) {
+            clock_sleep_us(st.retry_us);
+        } else {
+            return LOCK_BUSY;
+        }
+    }
+}
+
+lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g)
+{
+    struct lock_step st;
+    lock_step_init(&st);
+    lock_release_step(s, key, g, &st);
+    step_run(s, key, &st);
+    return lock_release_done(s, key, g, &st);
 }
 
 int64_t lock_valid_until_us(struct lock_session *s, const struct lock_grant *g)

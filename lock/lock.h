@@ -161,7 +161,14 @@ int lock_fence_external(const struct lock *l);
 struct lock_session *lock_session_new(struct lock *l, struct rconn *data);
 void lock_session_free(struct lock_session *s); /* NULL is a no-op; releases nothing */
 
-/* Acquires key, waiting at most wait_ms. On LOCK_ACQUIRED, *g describes the
+/* The blocking calls, for tests and tools (the event loops use the steps
+ * below): they run the mode's steps on the calling thread (its commands on
+ * the session's data connection and on connections to the lock nodes of its
+ * own, a step done elsewhere on an event base of its own), with the same
+ * counters, lease, fencing and waiting. A session is used by one thread at a
+ * time, and one whose steps an event loop runs (pg) is not given to these.
+ *
+ * Acquires key, waiting at most wait_ms. On LOCK_ACQUIRED, *g describes the
  * grant. On any other status nothing is held and *g is undefined. */
 lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
                          struct lock_grant *g);
@@ -171,35 +178,12 @@ lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
  * LOCK_ERROR. The grant is finished either way. */
 lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g);
 
-/* lock_acquire, then cmd on the data Redis as the first step under the lock:
- * sent in one pipeline with the acquire when the mode takes its locks on the
- * data Redis (one round trip for both when the lock is free), else right after
- * the grant. On LOCK_ACQUIRED *reply is cmd's answer (caller frees), NULL when
- * the connection failed after the grant: the grant holds either way and must
- * be released. On any other status *reply is NULL and nothing is held. */
-lock_status lock_acquire_then(struct lock_session *s, const char *key, int wait_ms,
-                              struct lock_grant *g, const struct rcmd *cmd,
-                              redisReply **reply);
-
-/* Runs cmd on the data Redis as the last step under the lock, then releases
- * the grant as lock_release does; the two go in one pipeline when the mode
- * releases on the data Redis. *reply is cmd's answer (caller frees), or NULL
- * when the connection failed. cmd runs before the release either way, but
- * after a NOSCRIPT answer to it the lock is already released: the caller
- * reloads the script (rconn_script_reload) and starts over. */
-lock_status lock_release_after(struct lock_session *s, const char *key,
-                               struct lock_grant *g, const struct rcmd *cmd,
-                               redisReply **reply);
-
 /* ---- steps, for an event loop --------------------------------------------
  *
- * A mode with steps hands out its acquire and release as commands, which the
- * caller sends itself on its asynchronous connections, pipelined with its
- * own, and whose answers it hands back: the same counters, lease (watchdog),
- * fencing and waiting as lock_acquire and lock_release, without a thread
- * waiting for Redis. The none, local, setnx, redis and redlock modes have
- * steps (lock_has_steps), and zk (either way it watches) and pg have steps
- * done elsewhere (below).
+ * Every mode hands out its acquire and release as steps: commands, which
+ * the caller sends itself on its asynchronous connections, pipelined with its
+ * own, and whose answers it hands back, without a thread waiting for Redis;
+ * zk (either way it watches) and pg have steps done elsewhere (below).
  *
  * A step is up to LOCK_STEP_CMDS commands, each for the data Redis (node -1)
  * or for lock node i (redlock: the i-th of lock_config's nodes); the caller
@@ -218,7 +202,8 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  *   attempt, with what is left of the wait; one with 0 left leaves the
  *   queue). Else, while st->retry_us > 0, the mode polls: attempt again
  *   (lock_try_step) after that pause. Else the wait is over;
- * - LOCK_ERROR: nothing held (a queue entry is left to its lease).
+ * - LOCK_ERROR: nothing held (a queue entry of the acquire's was taken off
+ *   first, best effort, in a step of its own: LOCK_PENDING before it).
  * A step's commands on the data Redis run in order before what the caller
  * pipelines behind them, so when st->last is set (a grant by this step needs
  * no further step), a command queued right after them runs under the lock.
@@ -235,8 +220,9 @@ lock_status lock_release_after(struct lock_session *s, const char *key,
  * after the answers (never LOCK_PENDING). A caller that will not wait for it
  * (shutdown, a hold given up) calls lock_step_cancel instead, on that
  * thread: done is not called after it, and a grant that comes later is let
- * go by the mode. A release of such a mode has no command (st->after: made
- * after what went before it answered); lock_release_done sends it. */
+ * go by the mode. A release of such a mode is a step done elsewhere too
+ * (st->after: made after what went before it answered), or, when it needs
+ * no request (a re-entered grant, a lost one), decided in lock_release_done. */
 #define LOCK_STEP_CMDS 16
 
 struct event_base;
@@ -256,6 +242,7 @@ struct lock_step {
     char wait[24];
     char entry[80];    /* the queue entry of the acquire, "" while none */
     long long pttl_ms; /* a taken lock's lease left, from the last attempt */
+    int64_t block_us;  /* a hand-off's command: how long it blocks at most */
     int contended;     /* an attempt found the lock taken */
     int64_t first_us;  /* when the acquire began */
     int64_t start_us;  /* when the last attempt began: a lease counts from it */
@@ -276,12 +263,10 @@ struct lock_step {
  * for a mode without. The node of a step's command is an index into them. */
 int lock_nodes(const struct lock *l, const struct rconn_addr **nodes,
                const char **password, int *timeout_ms);
-/* True when l's mode has steps. */
-int lock_has_steps(const struct lock *l);
 /* Begins an acquire in st. */
 void lock_step_init(struct lock_step *st);
 /* Fills st with an attempt on key that waits (in the lock's queue, or by
- * polling) while wait_ms (>= 0) is left. 1, or 0 when the mode has no steps. */
+ * polling) while wait_ms (>= 0) is left. Returns 1. */
 int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
                   struct lock_step *st);
 /* One answer to st's commands (NULL when none came). */
@@ -299,7 +284,7 @@ void lock_step_start(struct lock_session *s, const char *key, struct lock_step *
 void lock_step_cancel(struct lock_session *s, struct lock_step *st);
 /* Fills st with the wait of a queued acquire for the lock to be handed over,
  * at most wait_us (and the holder's lease left): one blocking command on
- * the data Redis (st->cmd[0]). */
+ * the data Redis (st->cmd[0]) that blocks st->block_us at most. */
 void lock_handoff_step(struct lock_session *s, const char *key, int64_t wait_us,
                        struct lock_step *st);
 /* Its answer: LOCK_ACQUIRED (handed over: g filled), else LOCK_BUSY (nothing

@@ -8,9 +8,10 @@
 
 struct lock_counters;
 
-/* If a fenced backend leaves g->fence at 0 on LOCK_ACQUIRED while fencing is on,
- * lock.c takes the token with INCR "<key>:fence" on the data Redis (not atomic
- * with the grant: backends that can, do it inside their acquire script). */
+/* A fenced backend whose grants come without their token (no `fences`) gets
+ * it from lock.c, in a step of its own after the grant: fence_take.lua on
+ * "<key>:fence" on the data Redis (not atomic with the grant: backends that
+ * can, take it inside their acquire script). */
 struct event_base;
 
 struct lock_backend {
@@ -29,26 +30,17 @@ struct lock_backend {
     /* Per-thread state; data is borrowed. */
     void *(*session_new)(void *state, struct rconn *data);
     void (*session_free)(void *session);
-    /* Fills token/fence/valid_until_us/contended/holder of g on LOCK_ACQUIRED. */
-    lock_status (*acquire)(void *session, const char *key, int64_t deadline_us,
-                           struct lock_grant *g);
-    lock_status (*release)(void *session, const char *key, struct lock_grant *g);
-    /* Optional pipelined forms (see lock_acquire_then, lock_release_after) for
-     * backends that lock on the data Redis. acquire_then sets *ran when it ran
-     * cmd (then *reply is its answer); lock.c runs it otherwise. */
-    lock_status (*acquire_then)(void *session, const char *key, int64_t deadline_us,
-                                struct lock_grant *g, const struct rcmd *cmd,
-                                redisReply **reply, int *ran);
-    lock_status (*release_after)(void *session, const char *key, struct lock_grant *g,
-                                 const struct rcmd *cmd, redisReply **reply);
-    /* Optional steps for an event loop (see lock_try_step). try_cmd fills
-     * st with an attempt (st->cmd, st->node, st->ncmd, st->last: a grant by
-     * it is complete but for the fencing token, which lock.c takes in a
-     * step of its own unless `fences`); step_answer takes one answer of the
-     * step in flight (st->answered came before it; NULL: none), attempt's
-     * or release's; try_done says what the attempt's answers mean, as
-     * lock_try_done (a BUSY that polls sets st->retry_us, lock.c bounds it
-     * by the wait); release_done the release's (st NULL: never sent). */
+    /* The steps (see lock_try_step), the only form of an acquire and a
+     * release: lock.c runs them itself for the blocking calls. try_cmd
+     * fills st with an attempt (st->cmd, st->node, st->ncmd, st->last: a
+     * grant by it is complete but for the fencing token, which lock.c takes
+     * in a step of its own unless `fences`; or st->async: done elsewhere,
+     * step_start); step_answer takes one answer of the step in flight
+     * (st->answered came before it; NULL: none), attempt's or release's;
+     * try_done says what the attempt's answers mean, as lock_try_done (a
+     * BUSY that polls sets st->retry_us, lock.c bounds it by the wait);
+     * release_done the release's (st NULL: never sent). handoff_cmd and
+     * handoff_answer only for a mode that queues its waiters (st->entry). */
     void (*try_cmd)(void *session, const char *key, struct lock_step *st);
     void (*step_answer)(void *session, const char *key, struct lock_step *st,
                         const redisReply *r);
@@ -62,7 +54,7 @@ struct lock_backend {
                         struct lock_step *st);
     lock_status (*release_done)(void *session, const char *key, struct lock_grant *g,
                                 struct lock_step *st);
-    /* Optional: steps done elsewhere (st->async; see lock_step_start). */
+    /* A mode whose steps are done elsewhere (st->async; see lock_step_start). */
     void (*step_start)(void *session, const char *key, struct lock_step *st,
                        struct event_base *base, lock_step_cb *done, void *arg);
     void (*step_cancel)(void *session, struct lock_step *st);

@@ -1,16 +1,13 @@
 /* local: a mutex per key inside this process. Exclusive between the threads of
  * one instance, invisible to every other instance: two instances each "hold"
  * the same segment at once, which is how an in-process lock oversells in a
- * cluster. Waiters sleep on a condition variable until release or deadline. */
-#include "clock.h"
+ * cluster. A waiter polls (steps: a loop must not sleep on a mutex). */
 #include "lock_impl.h"
 #include "xalloc.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define LOCAL_STRIPES 64
 
@@ -21,7 +18,6 @@ struct held_key {
 
 struct stripe {
     pthread_mutex_t mu;
-    pthread_cond_t released;
     struct held_key *held;
 };
 
@@ -42,10 +38,8 @@ static void *local_create(const struct lock_config *cfg, struct lock_counters *c
 {
     (void)cfg, (void)counters, (void)err, (void)errlen;
     struct local_state *st = xcalloc(1, sizeof(*st));
-    for (int i = 0; i < LOCAL_STRIPES; i++) {
+    for (int i = 0; i < LOCAL_STRIPES; i++)
         pthread_mutex_init(&st->stripes[i].mu, NULL);
-        clock_cond_init(&st->stripes[i].released);
-    }
     return st;
 }
 
@@ -60,7 +54,6 @@ static void local_destroy(void *state)
             h = next;
         }
         pthread_mutex_destroy(&st->stripes[i].mu);
-        pthread_cond_destroy(&st->stripes[i].released);
     }
     free(st);
 }
@@ -84,26 +77,18 @@ static struct held_key **find_held(struct stripe *s, const char *key)
     return p;
 }
 
-/* Takes key for the caller, waiting until deadline_us when another holds it
- * (polling with steps: deadline_us 0 does not wait). */
-static lock_status take(struct local_state *st, const char *key, int64_t deadline_us,
-                        struct lock_grant *g)
+/* Takes key for the caller when nobody holds it: LOCK_ACQUIRED, or LOCK_BUSY. */
+static lock_status take(struct local_state *st, const char *key, struct lock_grant *g)
 {
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
     size_t keylen = strlen(key);
     struct held_key *mine = xmalloc(sizeof(*mine) + keylen + 1);
     memcpy(mine->key, key, keylen + 1);
-
     pthread_mutex_lock(&s->mu);
-    while (*find_held(s, key)) {
-        g->contended = 1;
-        if ((deadline_us == 0 ||
-             clock_cond_wait_until(&s->released, &s->mu, deadline_us) == ETIMEDOUT) &&
-            *find_held(s, key)) {
-            pthread_mutex_unlock(&s->mu);
-            free(mine);
-            return LOCK_BUSY;
-        }
+    if (*find_held(s, key)) {
+        pthread_mutex_unlock(&s->mu);
+        free(mine);
+        return LOCK_BUSY;
     }
     mine->next = s->held;
     s->held = mine;
@@ -113,15 +98,21 @@ static lock_status take(struct local_state *st, const char *key, int64_t deadlin
     return LOCK_ACQUIRED;
 }
 
-static lock_status local_acquire(void *session, const char *key, int64_t deadline_us,
-                                 struct lock_grant *g)
+/* Steps: nothing to send; an attempt takes the key if it is free, and polls
+ * while another session of this process holds it. */
+static lock_status local_try_done(void *session, const char *key, struct lock_step *st,
+                                  struct lock_grant *g)
 {
-    return take(session, key, deadline_us > 0 ? deadline_us : 1, g);
+    lock_status res = take(session, key, g);
+    if (res == LOCK_BUSY)
+        st->retry_us = lock_step_backoff(st, 100, 5000, NULL);
+    return res;
 }
 
-static lock_status local_release(void *session, const char *key, struct lock_grant *g)
+static lock_status local_release_done(void *session, const char *key,
+                                      struct lock_grant *g, struct lock_step *step)
 {
-    (void)g;
+    (void)g, (void)step;
     struct local_state *st = session;
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
     pthread_mutex_lock(&s->mu);
@@ -129,29 +120,9 @@ static lock_status local_release(void *session, const char *key, struct lock_gra
     struct held_key *h = *p;
     if (h)
         *p = h->next;
-    pthread_cond_broadcast(&s->released);
     pthread_mutex_unlock(&s->mu);
     free(h);
     return h ? LOCK_RELEASED : LOCK_NOT_HELD;
-}
-
-/* Steps: nothing to send; an attempt takes the mutex if it is free, and
- * polls (a loop must not sleep on the condition variable) while a batch
- * thread of this process holds it. */
-static lock_status local_try_done(void *session, const char *key, struct lock_step *st,
-                                  struct lock_grant *g)
-{
-    lock_status res = take(session, key, 0, g);
-    if (res == LOCK_BUSY)
-        st->retry_us = lock_step_backoff(st, 100, 5000, NULL);
-    return res;
-}
-
-static lock_status local_release_done(void *session, const char *key,
-                                      struct lock_grant *g, struct lock_step *st)
-{
-    (void)st;
-    return local_release(session, key, g);
 }
 
 const struct lock_backend lock_backend_local = {
@@ -161,8 +132,6 @@ const struct lock_backend lock_backend_local = {
     .destroy = local_destroy,
     .session_new = local_session_new,
     .session_free = local_session_free,
-    .acquire = local_acquire,
-    .release = local_release,
     .try_cmd = lock_step_nothing,
     .step_answer = lock_answer_nothing,
     .try_done = local_try_done,

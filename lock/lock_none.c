@@ -27,19 +27,6 @@ static void none_session_free(void *session)
     (void)session;
 }
 
-static lock_status none_acquire(void *session, const char *key, int64_t deadline_us,
-                                struct lock_grant *g)
-{
-    (void)session, (void)key, (void)deadline_us, (void)g;
-    return LOCK_ACQUIRED;
-}
-
-static lock_status none_release(void *session, const char *key, struct lock_grant *g)
-{
-    (void)session, (void)key, (void)g;
-    return LOCK_RELEASED;
-}
-
 /* Steps: nothing to send, and every answer is a grant or a release. */
 static lock_status none_try_done(void *session, const char *key, struct lock_step *st,
                                  struct lock_grant *g)
@@ -51,8 +38,8 @@ static lock_status none_try_done(void *session, const char *key, struct lock_ste
 static lock_status none_release_done(void *session, const char *key, struct lock_grant *g,
                                      struct lock_step *st)
 {
-    (void)st;
-    return none_release(session, key, g);
+    (void)session, (void)key, (void)g, (void)st;
+    return LOCK_RELEASED;
 }
 
 const struct lock_backend lock_backend_none = {
@@ -62,8 +49,6 @@ const struct lock_backend lock_backend_none = {
     .destroy = none_destroy,
     .session_new = none_session_new,
     .session_free = none_session_free,
-    .acquire = none_acquire,
-    .release = none_release,
     .try_cmd = lock_step_nothing,
     .step_answer = lock_answer_nothing,
     .try_done = none_try_done,

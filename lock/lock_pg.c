@@ -3,8 +3,8 @@
  *   seckill_locks (key text PRIMARY KEY, owner text, expires_at timestamptz,
  *                  version bigint NOT NULL DEFAULT 0)
  *
- * made if missing (at the start, and again whenever a statement finds it
- * gone); a key's row is made on demand by the first acquire that finds none.
+ * made if missing (by the first attempt, and again whenever a statement finds
+ * it gone); a key's row is made on demand by the first acquire that finds none.
  *
  * Acquire: one conditional UPDATE, which takes the row when it is free or its
  * lease ran out, on the database's clock, and bumps its version:
@@ -44,18 +44,44 @@
  * a key it holds gets the same grant again, and only its last release frees
  * the row.
  *
- * Two forms: blocking (here: a libpq connection per session, LISTENing; an
- * acquire that finds the row taken waits on that socket for the key's
- * notification, within the wait), and steps for an event loop (pg_steps.c:
- * asynchronous connections on the loop's own base, pg/apg.h). Every query is
- * bounded by lock_config.timeout_ms; a database that is down or hung costs an
- * acquire LOCK_ERROR, not a wait. */
-#include "pg_impl.h"
+ * Steps for an event loop (lock.h: st->async), done on the caller's own
+ * loop: a lock_session's first step gives it the two asynchronous connections
+ * of that loop's base (pg/apg.h), shared by every session on the loop, one for
+ * the queries, one that LISTENs on PG_CHANNEL. Holds, leases and the
+ * watchdog are pg_lease.c's. Every query is bounded by
+ * lock_config.timeout_ms; a database that is down or hung costs an acquire
+ * LOCK_ERROR, not a wait. An acquire is a job, a state machine driven by the
+ * answers to its queries, the notifications and a timer, never blocking:
+ *
+ *   phase    in flight                       then
+ *   LISTEN   nothing: the loop's listener,   TRY (it LISTENs; or it did not
+ *            new, is not LISTENing yet         within the query timeout)
+ *   TRY      the conditional UPDATE          DONE (granted; busy at the
+ *            (behind the INSERT of the row     wait's end; failed), TRY again
+ *            when it had none)                 (no row yet; notified meanwhile),
+ *                                              WAIT
+ *   WAIT     nothing: asleep until the key   TRY (notified; the holder's lease
+ *            is notified, or the timer         ran out; the listener LISTENs
+ *                                              again), DONE (busy at the wait's end)
+ *   RELEASE  the owner-checked UPDATE that   DONE (released, not held, failed)
+ *            NOTIFYs
+ *   DONE     an answer may still come: a grant nobody takes is let go
+ *
+ * Once over, an event of the caller's base is made active (never from inside
+ * lock_step_start), and the caller takes the outcome in lock_try_done or
+ * lock_release_done. A notification that comes while the attempt is in
+ * flight is remembered: a "taken" answer then tries again at once, as the
+ * release may have come after the attempt's snapshot. The first attempts on
+ * a loop wait for its listener (LISTEN): one before it could miss a release,
+ * and would be made again once it LISTENs.
+ *
+ * Lifetime: a job is freed by its last reference: the caller's (until
+ * lock_try_done, lock_release_done or lock_step_cancel), one per query in
+ * flight. Everything here runs on the session's loop thread. */
+#include "pg_lease.h"
 
-#include <errno.h>
 #include <event2/event.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,15 +90,17 @@
 #include "clock.h"
 #include "xalloc.h"
 
-const char pg_sql_table[] =
+/* ---- the statements ------------------------------------------------------- */
+
+static const char sql_table[] =
     "CREATE TABLE IF NOT EXISTS seckill_locks (key text PRIMARY KEY, owner text, "
     "expires_at timestamptz, version bigint NOT NULL DEFAULT 0)";
-const char pg_sql_insert[] =
+static const char sql_insert[] =
     "INSERT INTO seckill_locks (key) VALUES ($1) ON CONFLICT DO NOTHING";
 /* The conditional UPDATE, and what the row was in the statement's snapshot:
  * the version granted (NULL: not granted), whether the row exists, the
  * holder's lease left in ms (NULL: none seen). */
-const char pg_sql_acquire[] =
+static const char sql_acquire[] =
     "WITH prev AS (SELECT owner, expires_at FROM seckill_locks WHERE key = $1), "
     "got AS (UPDATE seckill_locks SET owner = $2, "
     "expires_at = now() + $3::int * interval '1 millisecond', version = version + 1 "
@@ -81,19 +109,23 @@ const char pg_sql_acquire[] =
     "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
     "(SELECT ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint FROM prev "
     "WHERE owner IS NOT NULL)";
-const char pg_sql_release[] = "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-                              "WHERE key = $1 AND owner = $2 AND version = $3::bigint "
-                              "RETURNING pg_notify('" PG_CHANNEL "', key)";
-const char pg_sql_let_go[] = "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-                             "WHERE key = $1 AND owner = $2 "
-                             "RETURNING pg_notify('" PG_CHANNEL "', key)";
-const char pg_sql_renew[] =
-    "UPDATE seckill_locks SET expires_at = now() + $4::int * interval '1 millisecond' "
-    "WHERE key = $1 AND owner = $2 AND version = $3::bigint AND expires_at >= now() "
-    "RETURNING version";
+static const char sql_release[] =
+    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
+    "WHERE key = $1 AND owner = $2 AND version = $3::bigint "
+    "RETURNING pg_notify('" PG_CHANNEL "', key)";
+static const char sql_let_go[] =
+    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
+    "WHERE key = $1 AND owner = $2 "
+    "RETURNING pg_notify('" PG_CHANNEL "', key)";
+/* What an acquire's answer says. */
+enum pg_try { PG_TRY_GRANTED, PG_TRY_TAKEN, PG_TRY_NO_ROW, PG_TRY_FAILED };
 
-enum pg_try pg_try_read(struct pg_state *st, const PGresult *r, uint64_t *version,
-                        long long *left_ms)
+/* Reads the answer r of sql_acquire: GRANTED with *version; TAKEN with
+ * *left_ms, the holder's lease left on the database's clock (-1: unknown);
+ * NO_ROW (the key has no row yet); FAILED (an error: a missing table is
+ * remembered, to be made again). */
+static enum pg_try try_read(struct pg_state *st, const PGresult *r, uint64_t *version,
+                            long long *left_ms)
 {
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 3) {
         const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -113,104 +145,314 @@ enum pg_try pg_try_read(struct pg_state *st, const PGresult *r, uint64_t *versio
     return PG_TRY_TAKEN;
 }
 
-/* ---- holds ------------------------------------------------------------- */
+/* ---- steps ------------------------------------------------------------------ */
 
-struct pg_hold *pg_hold_find(struct pg_session *s, const char *key)
+enum pg_phase { PJ_LISTEN, PJ_TRY, PJ_WAIT, PJ_RELEASE, PJ_DONE };
+
+struct pg_job;
+
+/* One event loop's connections, shared by the sessions whose steps run on
+ * it (its thread only, but for refs and next). */
+struct pg_loop {
+    struct pg_state *st;
+    struct pg_loop *next; /* st->loops (under st->mu) */
+    int refs;             /* sessions on it (under st->mu) */
+    struct event_base *base;
+    struct apg *aconn;    /* the queries */
+    struct apg *listener; /* LISTEN PG_CHANNEL */
+    int heard;            /* the listener LISTENed (or lost it, or was waited for) */
+    struct pg_job *jobs;  /* acquires going on, for the notifications */
+    int closing;
+};
+
+struct pg_job {
+    struct pg_loop *loop;
+    struct pg_job *next; /* loop->jobs, while an acquire is not DONE */
+    int refs;
+    int cancelled; /* the caller took it or gave up: nothing is delivered */
+    int finished;
+    lock_status res;
+    enum pg_phase phase;
+    char *key;
+    char token[33];
+    char version[24]; /* a release's */
+    uint64_t granted; /* the version an acquire got */
+    int64_t sent_us;  /* when the last attempt left: the lease counts from it */
+    int64_t deadline_us;
+    int release; /* a release, not an acquire */
+    int contended, inserted;
+    int notified; /* the key was notified while the attempt was in flight */
+    int asleep;   /* counted in watch_waiters */
+    struct event *timer;
+    struct event *deliver;
+    lock_step_cb *done;
+    void *arg;
+};
+
+#define PHASE_REENTER 1
+#define PHASE_RELEASE 2
+#define PHASE_MEMORY 3 /* a release decided in memory */
+
+static void job_put(struct pg_job *j)
 {
-    for (struct pg_hold *h = s->holds; h; h = h->snext)
-        if (!h->detached && strcmp(h->key, key) == 0)
-            return h;
-    return NULL;
+    if (--j->refs > 0)
+        return;
+    if (j->timer)
+        event_free(j->timer);
+    free(j->key);
+    free(j);
 }
 
-struct pg_hold *pg_hold_new(struct pg_session *s, const char *key, const char *token,
-                            uint64_t version, int64_t sent_us)
+static void unlink_job(struct pg_job *j)
 {
-    struct pg_state *st = s->st;
-    struct pg_hold *h = xcalloc(1, sizeof(*h));
-    h->key = xstrdup(key);
-    snprintf(h->token, sizeof(h->token), "%s", token);
-    h->version = version;
-    h->depth = 1;
-    h->owner = s;
-    h->snext = s->holds;
-    s->holds = h;
-    h->acquired_us = h->renewed_us = sent_us;
-    h->valid_until_us = sent_us + (int64_t)st->ttl_ms * 1000;
-    pthread_mutex_lock(&st->mu);
-    h->next = st->holds;
-    st->holds = h;
-    pthread_mutex_unlock(&st->mu);
-    return h;
-}
-
-void pg_hold_free(struct pg_hold *h)
-{
-    struct pg_state *st = h->owner->st;
-    for (struct pg_hold **p = &h->owner->holds; *p; p = &(*p)->snext) {
-        if (*p == h) {
-            *p = h->snext;
+    for (struct pg_job **p = &j->loop->jobs; *p; p = &(*p)->next) {
+        if (*p == j) {
+            *p = j->next;
             break;
         }
     }
-    pthread_mutex_lock(&st->mu);
-    for (struct pg_hold **p = &st->holds; *p; p = &(*p)->next) {
-        if (*p == h) {
-            *p = h->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&st->mu);
-    free(h->key);
-    free(h);
 }
 
-/* With st->mu held: a lease that ran out while held, with no renewal or
- * release on its way to say more, is lost from now on; 1 the first time, to
- * be counted (once, by whoever finds it first: the tick, or a release). */
-static int hold_ran_out(struct pg_hold *h, int64_t now)
+static void ignore(void *arg, apg_outcome res, PGresult *r)
 {
-    if (h->renewing || h->releasing || h->valid_until_us <= 0 || h->valid_until_us > now)
+    (void)arg, (void)res, (void)r;
+}
+
+/* Sends the owner-checked release of key's row held by token, unwaited, on
+ * the loop's connection (nothing when NULL, or closing). 1 when sent. */
+static int let_go(struct pg_loop *loop, const char *key, const char *token)
+{
+    if (!loop || loop->closing)
         return 0;
-    h->valid_until_us = 0;
+    const char *params[] = {key, token};
+    return apg_query(loop->aconn, ignore, NULL, sql_let_go, 2, params) == APG_OK;
+}
+
+static void asleep_end(struct pg_job *j)
+{
+    if (j->asleep) {
+        j->asleep = 0;
+        lock_count_watch_waiter(j->loop->st->counters, -1);
+    }
+}
+
+/* The job is over with res: the caller is told, unless it gave up; then a
+ * grant is let go. */
+static void finish(struct pg_job *j, lock_status res)
+{
+    if (j->phase == PJ_DONE)
+        return;
+    int release = j->release;
+    if (!release)
+        unlink_job(j);
+    asleep_end(j);
+    evtimer_del(j->timer);
+    j->phase = PJ_DONE;
+    j->res = res;
+    j->finished = 1;
+    if (!j->cancelled)
+        event_active(j->deliver, EV_TIMEOUT, 0);
+    else if (!release && res == LOCK_ACQUIRED)
+        let_go(j->loop, j->key, j->token);
+}
+
+static void on_table(void *arg, apg_outcome res, PGresult *r)
+{
+    struct pg_state *st = arg;
+    if (res == APG_RESULT && PQresultStatus(r) == PGRES_COMMAND_OK)
+        atomic_store(&st->table_ready, 1);
+}
+
+static void on_try(void *arg, apg_outcome res, PGresult *r);
+
+/* One attempt: the conditional UPDATE (behind the table's and the row's
+ * making when needed). */
+static void attempt(struct pg_job *j)
+{
+    struct pg_loop *lp = j->loop;
+    struct pg_state *st = lp->st;
+    j->phase = PJ_TRY;
+    j->notified = 0;
+    if (!atomic_load(&st->table_ready))
+        apg_query(lp->aconn, on_table, st, sql_table, 0, NULL);
+    const char *params[] = {j->key, j->token, st->ttl_text};
+    if (j->inserted == 1) {
+        apg_query(lp->aconn, ignore, NULL, sql_insert, 1, params);
+        j->inserted = 2;
+    }
+    j->sent_us = clock_now_us();
+    j->refs++;
+    if (apg_query(lp->aconn, on_try, j, sql_acquire, 3, params) != APG_OK) {
+        j->refs--;
+        finish(j, LOCK_ERROR); /* the database is down */
+    }
+}
+
+/* Asleep until the key is notified, or until the holder's lease (left_ms,
+ * -1: unknown, a ttl) or the wait runs out. */
+static void sleep_job(struct pg_job *j, long long left_ms)
+{
+    struct pg_state *st = j->loop->st;
+    int64_t now = clock_now_us();
+    int64_t until = now + (left_ms >= 0 ? left_ms : st->ttl_ms) * 1000 + 1000;
+    if (until > j->deadline_us)
+        until = j->deadline_us;
+    int64_t in = until - now;
+    struct timeval tv = {.tv_sec = in / 1000000, .tv_usec = in % 1000000};
+    j->phase = PJ_WAIT;
+    j->asleep = 1;
+    lock_count_watch_waiter(st->counters, 1);
+    evtimer_add(j->timer, &tv);
+}
+
+static void on_try(void *arg, apg_outcome res, PGresult *r)
+{
+    struct pg_job *j = arg;
+    uint64_t version = 0;
+    long long left_ms = -1;
+    enum pg_try t =
+        res == APG_RESULT ? try_read(j->loop->st, r, &version, &left_ms) : PG_TRY_FAILED;
+    if (j->phase != PJ_TRY) { /* over meanwhile (given up): nobody takes it */
+        if (t == PG_TRY_GRANTED || res == APG_LOST)
+            let_go(j->loop, j->key, j->token);
+    } else if (t == PG_TRY_GRANTED) {
+        j->granted = version;
+        finish(j, LOCK_ACQUIRED);
+    } else if (res == APG_LOST) { /* it may have taken the row: let go */
+        finish(j, LOCK_ERROR);
+        let_go(j->loop, j->key, j->token);
+    } else if (t == PG_TRY_NO_ROW && !j->inserted) {
+        j->inserted = 1;
+        attempt(j);
+    } else if (t != PG_TRY_TAKEN) {
+        finish(j, LOCK_ERROR);
+    } else {
+        j->contended = 1;
+        if (clock_now_us() >= j->deadline_us) {
+            finish(j, LOCK_BUSY);
+        } else if (j->notified) { /* released after our snapshot, maybe */
+            lock_count_wakeup(j->loop->st->counters);
+            attempt(j);
+        } else {
+            sleep_job(j, left_ms);
+        }
+    }
+    job_put(j);
+}
+
+/* The first attempts on a loop wait for its listener to LISTEN (on_notify
+ * ends the wait), at most the query timeout. */
+static void listen_wait(struct pg_job *j)
+{
+    int64_t in = (int64_t)j->loop->st->timeout_ms * 1000;
+    struct timeval tv = {.tv_sec = in / 1000000, .tv_usec = in % 1000000};
+    j->phase = PJ_LISTEN;
+    evtimer_add(j->timer, &tv);
+}
+
+/* The holder's lease or the wait ran out: the fallback when no notification
+ * came. Or the listener did not LISTEN in time: no later attempt waits for it. */
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct pg_job *j = arg;
+    if (j->phase == PJ_LISTEN) {
+        j->loop->heard = 1;
+        attempt(j);
+        return;
+    }
+    if (j->phase != PJ_WAIT)
+        return;
+    asleep_end(j);
+    if (clock_now_us() >= j->deadline_us)
+        finish(j, LOCK_BUSY);
+    else
+        attempt(j);
+}
+
+/* A notification (key: its payload), or the listener LISTENing again or lost
+ * (key NULL): the key's waiters try again, those in flight once more after
+ * a "taken"; those that waited for the listener make their first attempt. */
+static void on_notify(void *arg, const char *channel, const char *payload)
+{
+    struct pg_loop *lp = arg;
+    const char *key = channel ? payload : NULL;
+    if (!key)
+        lp->heard = 1;
+    int n = 0;
+    for (struct pg_job *j = lp->jobs; j; j = j->next)
+        n++;
+    if (n == 0)
+        return;
+    struct pg_job **woken = xcalloc((size_t)n, sizeof(*woken));
+    n = 0;
+    for (struct pg_job *j = lp->jobs; j; j = j->next) {
+        if (key && strcmp(j->key, key) != 0)
+            continue;
+        j->refs++;
+        woken[n++] = j;
+    }
+    for (int i = 0; i < n; i++) {
+        struct pg_job *j = woken[i];
+        if (j->phase == PJ_TRY) {
+            j->notified = 1;
+        } else if (j->phase == PJ_LISTEN && !key) {
+            evtimer_del(j->timer);
+            attempt(j);
+        } else if (j->phase == PJ_WAIT) {
+            asleep_end(j);
+            evtimer_del(j->timer);
+            if (key)
+                lock_count_wakeup(lp->st->counters);
+            attempt(j);
+        }
+        job_put(j);
+    }
+    free(woken);
+}
+
+/* s on base's loop, whose connections (made by its first session) it
+ * shares from its first step on. 0 when s is on another loop already (a
+ * session belongs to one thread). */
+static int conns_on(struct pg_session *s, struct event_base *base)
+{
+    if (s->loop)
+        return s->loop->base == base && !s->loop->closing;
+    struct pg_state *st = s->st;
+    pthread_mutex_lock(&st->mu);
+    struct pg_loop *lp = st->loops;
+    while (lp && lp->base != base)
+        lp = lp->next;
+    int made = !lp;
+    if (made) {
+        lp = xcalloc(1, sizeof(*lp));
+        lp->st = st;
+        lp->base = base;
+        lp->next = st->loops;
+        st->loops = lp;
+    }
+    lp->refs++;
+    pthread_mutex_unlock(&st->mu);
+    if (made) { /* on base's thread: nobody else finds it before a step of its own */
+        lp->aconn = apg_new(base, st->conninfo, st->timeout_ms);
+        lp->listener = apg_new(base, st->conninfo, st->timeout_ms);
+        apg_listen(lp->listener, PG_CHANNEL, on_notify, lp);
+    }
+    s->loop = lp;
     return 1;
 }
 
-int pg_hold_alive(struct pg_state *st, struct pg_hold *h)
+static void on_deliver(evutil_socket_t fd, short what, void *arg)
 {
-    int64_t now = clock_now_us();
-    pthread_mutex_lock(&st->mu);
-    int lost = hold_ran_out(h, now);
-    int alive = h->valid_until_us > now;
-    pthread_mutex_unlock(&st->mu);
-    if (lost)
-        lock_count_lost(st->counters);
-    return alive;
+    (void)fd, (void)what;
+    struct pg_job *j = arg;
+    j->done(j->arg);
 }
 
-void pg_hold_releasing(struct pg_state *st, struct pg_hold *h)
-{
-    pthread_mutex_lock(&st->mu);
-    h->releasing = 1;
-    pthread_mutex_unlock(&st->mu);
-}
-
-void pg_grant_fill(struct pg_state *st, struct pg_hold *h, int contended,
-                   struct lock_grant *g)
-{
-    memcpy(g->token, h->token, sizeof(g->token));
-    g->fence = h->version;
-    g->fence_owner[0] = '\0'; /* unique by itself: "<n>" */
-    g->acquired_us = clock_now_us();
-    pthread_mutex_lock(&st->mu);
-    g->valid_until_us = h->valid_until_us;
-    pthread_mutex_unlock(&st->mu);
-    g->contended = contended;
-    g->holder = h;
-}
-
-lock_status pg_release_in_memory(struct pg_session *s, const char *key,
-                                 struct lock_grant *g, int let_go)
+/* A release of g that needs no statement, or whose statement is sent
+ * unwaited (with send): a re-entered grant, a lost one, one never sent. */
+static lock_status release_in_memory(struct pg_session *s, const char *key,
+                                     struct lock_grant *g, int send)
 {
     struct pg_hold *h = g->holder;
     if (!h || strcmp(h->key, key) != 0)
@@ -220,271 +462,196 @@ lock_status pg_release_in_memory(struct pg_session *s, const char *key,
     if (--h->depth > 0)
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     lock_status res = LOCK_NOT_HELD;
-    if (alive && let_go && pg_steps_let_go(s->loop, h->key, h->token))
+    if (alive && send && let_go(s->loop, h->key, h->token))
         res = LOCK_RELEASED;
     pg_hold_free(h); /* else its lease runs out, not renewed any more */
     return res;
 }
 
-/* ---- the watchdog -------------------------------------------------------- */
+/* ---- the caller's side --------------------------------------------------- */
 
-/* One renewal on its way: its hold is found again by its token. */
-struct pg_renewal {
-    struct pg_state *st;
-    char token[33];
-    int64_t sent_us;
-};
-
-static struct pg_hold *hold_by_token(struct pg_state *st, const char *token)
+static void pg_try_cmd(void *session, const char *key, struct lock_step *st)
 {
-    for (struct pg_hold *h = st->holds; h; h = h->next)
-        if (strcmp(h->token, token) == 0)
-            return h;
-    return NULL;
+    struct pg_session *s = session;
+    struct pg_hold *h = pg_hold_find(s, key);
+    if (h && pg_hold_alive(s->st, h)) {
+        st->phase = PHASE_REENTER; /* decided at once, in try_done */
+        return;
+    }
+    if (h) /* lost: its grants release as NOT_HELD; this one is new */
+        h->detached = 1;
+    st->async = 1;
 }
 
-static void on_renewed(void *arg, apg_outcome res, PGresult *r)
+static void released(void *arg, apg_outcome res, PGresult *r)
 {
-    struct pg_renewal *rn = arg;
-    struct pg_state *st = rn->st;
-    int renewed = 0, lost = 0;
+    struct pg_job *j = arg;
+    lock_status out = LOCK_ERROR; /* unknown: the lease runs out */
+    if (res == APG_RESULT && PQresultStatus(r) == PGRES_TUPLES_OK)
+        out = PQntuples(r) == 1 ? LOCK_RELEASED : LOCK_NOT_HELD;
+    if (j->phase == PJ_RELEASE)
+        finish(j, out);
+    job_put(j);
+}
+
+static void pg_step_start(void *session, const char *key, struct lock_step *st,
+                          struct event_base *base, lock_step_cb *done, void *arg)
+{
+    struct pg_session *s = session;
+    struct pg_job *j = xcalloc(1, sizeof(*j));
+    j->refs = 1; /* the caller's */
+    j->key = xstrdup(key);
+    j->done = done;
+    j->arg = arg;
+    j->deadline_us = st->deadline_us;
+    j->deliver = event_new(base, -1, 0, on_deliver, j);
+    j->timer = evtimer_new(base, on_timer, j);
+    st->job = j;
+    j->release = st->phase == PHASE_RELEASE;
+    int on = conns_on(s, base);
+    j->loop = s->loop; /* on a failure another loop's: only finish() and take() use it */
+    if (!on) {
+        j->phase = j->release ? PJ_RELEASE : PJ_TRY;
+        finish(j, LOCK_ERROR);
+        return;
+    }
+    if (st->phase == PHASE_RELEASE) {
+        struct pg_hold *h = st->g->holder;
+        j->phase = PJ_RELEASE;
+        snprintf(j->token, sizeof(j->token), "%s", h->token);
+        snprintf(j->version, sizeof(j->version), "%" PRIu64, h->version);
+        pg_hold_releasing(s->st, h);
+        const char *params[] = {j->key, j->token, j->version};
+        j->refs++;
+        if (apg_query(j->loop->aconn, released, j, sql_release, 3, params) != APG_OK) {
+            j->refs--;
+            finish(j, LOCK_ERROR);
+        }
+        return;
+    }
+    lock_token_new(j->token);
+    j->next = j->loop->jobs;
+    j->loop->jobs = j;
+    if (j->loop->heard)
+        attempt(j);
+    else
+        listen_wait(j);
+}
+
+/* The caller's end of j: nothing is delivered any more. Its outcome. */
+static lock_status take(struct pg_job *j)
+{
+    j->cancelled = 1;
+    event_free(j->deliver);
+    j->deliver = NULL;
+    if (!j->finished)
+        finish(j, LOCK_ERROR);
+    return j->res;
+}
+
+static lock_status pg_try_done(void *session, const char *key, struct lock_step *st,
+                               struct lock_grant *g)
+{
+    struct pg_session *s = session;
+    struct pg_job *j = st->job;
+    if (!j) { /* a re-entry (or nothing started) */
+        struct pg_hold *h = pg_hold_find(s, key);
+        if (st->phase != PHASE_REENTER || !h || !pg_hold_alive(s->st, h))
+            return LOCK_ERROR;
+        h->depth++;
+        pg_grant_fill(s->st, h, 0, g);
+        return LOCK_ACQUIRED;
+    }
+    st->job = NULL;
+    int finished = j->finished;
+    lock_status res = take(j);
+    if (finished && res == LOCK_ACQUIRED) {
+        struct pg_hold *h = pg_hold_new(s, key, j->token, j->granted, j->sent_us);
+        pg_grant_fill(s->st, h, j->contended, g);
+    }
+    st->contended |= j->contended;
+    job_put(j);
+    return res;
+}
+
+static void pg_step_cancel(void *session, struct lock_step *st)
+{
+    (void)session;
+    struct pg_job *j = st->job;
+    st->job = NULL;
+    int granted =
+        j->finished && j->res == LOCK_ACQUIRED && j->phase == PJ_DONE && j->granted > 0;
+    take(j); /* an answer still to come is let go when it grants */
+    if (granted)
+        let_go(j->loop, j->key, j->token);
+    job_put(j);
+}
+
+static void pg_release_cmd(void *session, const char *key, struct lock_grant *g,
+                           struct lock_step *st)
+{
+    struct pg_session *s = session;
+    struct pg_hold *h = g->holder;
+    if (!h || strcmp(h->key, key) != 0 || h->depth > 1 || !pg_hold_alive(s->st, h)) {
+        st->phase = PHASE_MEMORY; /* nothing to send: release_done decides */
+        return;
+    }
+    st->async = 1;
+    st->phase = PHASE_RELEASE;
+    st->after = 1; /* the UPDATE goes once the commit answered */
+}
+
+static lock_status pg_release_done(void *session, const char *key, struct lock_grant *g,
+                                   struct lock_step *st)
+{
+    struct pg_session *s = session;
+    struct pg_job *j = st ? st->job : NULL;
+    if (!j || !j->release) { /* never sent, or nothing to send: let go unwaited */
+        if (j)
+            pg_step_cancel(session, st);
+        return release_in_memory(s, key, g, 1);
+    }
+    st->job = NULL;
+    lock_status res = take(j);
+    job_put(j);
+    struct pg_hold *h = g->holder;
+    if (!h || strcmp(h->key, key) != 0)
+        return LOCK_NOT_HELD;
+    g->holder = NULL;
+    pg_hold_free(h);
+    return res;
+}
+
+/* s leaves its loop; the last session on it closes the loop's connections
+ * (on its thread, or once it stopped). */
+static void loop_leave(struct pg_session *s)
+{
+    struct pg_loop *lp = s->loop;
+    if (!lp)
+        return;
+    s->loop = NULL;
+    struct pg_state *st = lp->st;
     pthread_mutex_lock(&st->mu);
-    struct pg_hold *h = hold_by_token(st, rn->token);
-    if (h) {
-        h->renewing = 0;
-        if (res == APG_RESULT && PQresultStatus(r) == PGRES_TUPLES_OK) {
-            if (PQntuples(r) == 1) {
-                int64_t until = rn->sent_us + (int64_t)st->ttl_ms * 1000;
-                if (h->valid_until_us > 0 && until > h->valid_until_us)
-                    h->valid_until_us = until;
-                renewed = 1;
-            } else if (!h->releasing && h->valid_until_us > 0) {
-                h->valid_until_us = 0; /* taken by another, or run out */
-                lost = 1;
+    int last = --lp->refs == 0;
+    if (last) {
+        for (struct pg_loop **p = &st->loops; *p; p = &(*p)->next) {
+            if (*p == lp) {
+                *p = lp->next;
+                break;
             }
         }
     }
     pthread_mutex_unlock(&st->mu);
-    if (renewed)
-        lock_count_renewal(st->counters);
-    if (lost)
-        lock_count_lost(st->counters);
-    free(rn);
-}
-
-#define PG_RENEW_MAX 64 /* renewals sent per tick at most */
-
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd, (void)what;
-    struct pg_state *st = arg;
-    struct {
-        char key[256], token[33], version[24];
-    } due[PG_RENEW_MAX];
-    struct pg_renewal *rns[PG_RENEW_MAX];
-    int n = 0, lost = 0;
-    int64_t now = clock_now_us(), period = (int64_t)st->ttl_ms * 1000 / 3;
-    pthread_mutex_lock(&st->mu);
-    for (struct pg_hold *h = st->holds; h && n < PG_RENEW_MAX; h = h->next) {
-        lost += hold_ran_out(h, now); /* its process paused, or renewals unanswered */
-        if (h->renewing || h->releasing || h->valid_until_us <= now ||
-            now - h->renewed_us < period ||
-            now - h->acquired_us >= (int64_t)st->max_lease_ms * 1000 ||
-            strlen(h->key) >= sizeof(due[n].key))
-            continue;
-        h->renewing = 1;
-        h->renewed_us = now;
-        snprintf(due[n].key, sizeof(due[n].key), "%s", h->key);
-        snprintf(due[n].token, sizeof(due[n].token), "%s", h->token);
-        snprintf(due[n].version, sizeof(due[n].version), "%" PRIu64, h->version);
-        rns[n] = xcalloc(1, sizeof(*rns[n]));
-        rns[n]->st = st;
-        rns[n]->sent_us = now;
-        memcpy(rns[n]->token, h->token, sizeof(h->token));
-        n++;
+    if (!last)
+        return;
+    lp->closing = 1;
+    while (lp->jobs) { /* their callers gave them up: none should be left */
+        lp->jobs->cancelled = 1;
+        finish(lp->jobs, LOCK_ERROR);
     }
-    pthread_mutex_unlock(&st->mu);
-    while (lost-- > 0)
-        lock_count_lost(st->counters);
-    for (int i = 0; i < n; i++) {
-        const char *params[] = {due[i].key, due[i].token, due[i].version, st->ttl_text};
-        if (apg_query(st->wd_conn, on_renewed, rns[i], pg_sql_renew, 4, params) != APG_OK)
-            on_renewed(rns[i], APG_NOT_SENT, NULL); /* again at the next tick */
-    }
-}
-
-static void pg_attach(void *state, struct event_base *base)
-{
-    struct pg_state *st = state;
-    int64_t every_us = (int64_t)st->ttl_ms * 1000 / 6;
-    if (every_us < 5000)
-        every_us = 5000;
-    int timeout = st->ttl_ms / 3 < st->timeout_ms ? st->ttl_ms / 3 : st->timeout_ms;
-    struct apg *conn = apg_new(base, st->conninfo, timeout > 50 ? timeout : 50);
-    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, st);
-    pthread_mutex_lock(&st->mu);
-    st->wd_conn = conn;
-    st->tick = tick;
-    pthread_mutex_unlock(&st->mu);
-    struct timeval tv = {.tv_sec = every_us / 1000000, .tv_usec = every_us % 1000000};
-    evtimer_add(tick, &tv);
-}
-
-static void pg_detach(void *state)
-{
-    struct pg_state *st = state;
-    pthread_mutex_lock(&st->mu);
-    struct event *tick = st->tick;
-    struct apg *conn = st->wd_conn;
-    st->tick = NULL;
-    st->wd_conn = NULL;
-    pthread_mutex_unlock(&st->mu);
-    if (tick)
-        event_free(tick);
-    apg_free(conn); /* its renewals are answered (lost), outside st->mu */
-}
-
-/* ---- blocking connections ------------------------------------------------- */
-
-static void conn_drop(struct pg_session *s)
-{
-    if (s->conn)
-        PQfinish(s->conn);
-    s->conn = NULL;
-}
-
-/* Waits for s->conn's socket to be readable until until_us: 1, or 0 when
- * the time ran out. */
-static int readable(struct pg_session *s, int64_t until_us)
-{
-    for (;;) {
-        int64_t left = until_us - clock_now_us();
-        if (left <= 0)
-            return 0;
-        struct pollfd p = {.fd = PQsocket(s->conn), .events = POLLIN};
-        int rc = poll(&p, 1, (int)((left + 999) / 1000));
-        if (rc > 0)
-            return 1;
-        if (rc == 0 || errno != EINTR)
-            return 0;
-    }
-}
-
-/* Runs sql on s->conn, waiting at most until until_us: its first result
- * (caller clears), or NULL with the connection dropped. */
-static PGresult *bexec_on(struct pg_session *s, const char *sql, int n,
-                          const char *const *params, int64_t until_us)
-{
-    if (!PQsendQueryParams(s->conn, sql, n, NULL, params, NULL, NULL, 0)) {
-        conn_drop(s);
-        return NULL;
-    }
-    PGresult *first = NULL;
-    for (;;) {
-        while (PQisBusy(s->conn)) {
-            if (!readable(s, until_us) || !PQconsumeInput(s->conn)) {
-                if (first)
-                    PQclear(first);
-                conn_drop(s);
-                return NULL;
-            }
-        }
-        PGresult *r = PQgetResult(s->conn);
-        if (!r)
-            break;
-        if (first)
-            PQclear(r);
-        else
-            first = r;
-    }
-    if (!first || PQstatus(s->conn) == CONNECTION_BAD) {
-        if (first)
-            PQclear(first);
-        conn_drop(s);
-        return NULL;
-    }
-    return first;
-}
-
-/* A notice ("already exists, skipping") is no error: not written to stderr,
- * outside the log. */
-static void quiet(void *arg, const char *message)
-{
-    (void)arg, (void)message;
-}
-
-/* s->conn connected and LISTENing (and the table made, once): 1, or 0. */
-static int bconnect(struct pg_session *s, int64_t until_us)
-{
-    if (s->conn && PQstatus(s->conn) == CONNECTION_OK)
-        return 1;
-    conn_drop(s);
-    struct pg_state *st = s->st;
-    char timeout[16];
-    snprintf(timeout, sizeof(timeout), "%d", (st->timeout_ms + 999) / 1000 + 1);
-    const char *keys[] = {"dbname", "connect_timeout", NULL};
-    const char *values[] = {st->conninfo, timeout, NULL};
-    s->conn = PQconnectdbParams(keys, values, 1);
-    if (!s->conn || PQstatus(s->conn) != CONNECTION_OK) {
-        conn_drop(s);
-        return 0;
-    }
-    PQsetNoticeProcessor(s->conn, quiet, NULL);
-    PGresult *r = bexec_on(s, "LISTEN " PG_CHANNEL, 0, NULL, until_us);
-    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (r)
-        PQclear(r);
-    if (ok && !atomic_load(&st->table_ready)) {
-        r = bexec_on(s, pg_sql_table, 0, NULL, until_us);
-        if (r && PQresultStatus(r) == PGRES_COMMAND_OK)
-            atomic_store(&st->table_ready, 1);
-        if (r)
-            PQclear(r);
-    }
-    if (!ok)
-        conn_drop(s);
-    return s->conn != NULL;
-}
-
-/* sql on the session's blocking connection, connected if need be, bounded by
- * the command timeout: its result (caller clears), or NULL. */
-static PGresult *bexec(struct pg_session *s, const char *sql, int n,
-                       const char *const *params)
-{
-    int64_t until = clock_now_us() + (int64_t)s->st->timeout_ms * 1000;
-    if (!bconnect(s, until))
-        return NULL;
-    return bexec_on(s, sql, n, params, until);
-}
-
-/* Takes the notifications that came: 1 when one was of key. */
-static int notified(struct pg_session *s, const char *key)
-{
-    int hit = 0;
-    PGnotify *n;
-    while (s->conn && (n = PQnotifies(s->conn)) != NULL) {
-        hit |= strcmp(n->extra, key) == 0;
-        PQfreemem(n);
-    }
-    return hit;
-}
-
-/* Sleeps until key is notified (1) or until_us (0; -1: the connection
- * failed). */
-static int bwait(struct pg_session *s, const char *key, int64_t until_us)
-{
-    for (;;) {
-        if (!s->conn)
-            return -1;
-        if (notified(s, key))
-            return 1;
-        if (!readable(s, until_us))
-            return 0;
-        if (!PQconsumeInput(s->conn)) {
-            conn_drop(s);
-            return -1;
-        }
-    }
+    apg_free(lp->aconn); /* answers what is in flight (lost): jobs let go */
+    apg_free(lp->listener);
+    free(lp);
 }
 
 /* ---- the backend --------------------------------------------------------- */
@@ -512,10 +679,6 @@ static void *pg_create(const struct lock_config *cfg, struct lock_counters *coun
     snprintf(st->ttl_text, sizeof(st->ttl_text), "%d", cfg->ttl_ms);
     st->counters = counters;
     pthread_mutex_init(&st->mu, NULL);
-    /* The table now if the database is there; else by the first acquire. */
-    struct pg_session probe = {.st = st};
-    bconnect(&probe, clock_now_us() + (int64_t)st->timeout_ms * 1000);
-    conn_drop(&probe);
     return st;
 }
 
@@ -539,98 +702,27 @@ static void *pg_session_new(void *state, struct rconn *data)
 static void pg_session_free(void *session)
 {
     struct pg_session *s = session;
-    pg_steps_close(s);
+    loop_leave(s);
     while (s->holds)
         pg_hold_free(s->holds);
-    conn_drop(s);
     free(s);
-}
-
-static lock_status pg_acquire(void *session, const char *key, int64_t deadline_us,
-                              struct lock_grant *g)
-{
-    struct pg_session *s = session;
-    struct pg_state *st = s->st;
-    struct pg_hold *h = pg_hold_find(s, key);
-    if (h && pg_hold_alive(st, h)) {
-        h->depth++;
-        pg_grant_fill(st, h, 0, g);
-        return LOCK_ACQUIRED;
-    }
-    if (h) /* lost: its grants release as NOT_HELD; this one is new */
-        h->detached = 1;
-    char token[33];
-    lock_token_new(token);
-    int contended = 0, inserted = 0;
-    for (;;) {
-        notified(s, key); /* what came before this attempt is seen by it */
-        int64_t sent = clock_now_us();
-        const char *params[] = {key, token, st->ttl_text};
-        PGresult *r = bexec(s, pg_sql_acquire, 3, params);
-        if (!r)
-            return LOCK_ERROR; /* an answer lost: the lease runs out */
-        uint64_t version = 0;
-        long long left_ms = -1;
-        enum pg_try t = pg_try_read(st, r, &version, &left_ms);
-        PQclear(r);
-        if (t == PG_TRY_GRANTED) {
-            pg_grant_fill(st, pg_hold_new(s, key, token, version, sent), contended, g);
-            return LOCK_ACQUIRED;
-        }
-        if (t == PG_TRY_NO_ROW && !inserted++) {
-            r = bexec(s, pg_sql_insert, 1, params);
-            if (r)
-                PQclear(r);
-            continue;
-        }
-        if (t != PG_TRY_TAKEN)
-            return LOCK_ERROR;
-        contended = 1;
-        int64_t now = clock_now_us();
-        if (now >= deadline_us)
-            return LOCK_BUSY;
-        int64_t until = now + (left_ms >= 0 ? left_ms : st->ttl_ms) * 1000 + 1000;
-        lock_count_watch_waiter(st->counters, 1);
-        int woken = bwait(s, key, until < deadline_us ? until : deadline_us);
-        lock_count_watch_waiter(st->counters, -1);
-        if (woken == 1)
-            lock_count_wakeup(st->counters);
-        else if (woken < 0 && clock_now_us() >= deadline_us)
-            return LOCK_ERROR;
-    }
-}
-
-static lock_status pg_release(void *session, const char *key, struct lock_grant *g)
-{
-    struct pg_session *s = session;
-    struct pg_hold *h = g->holder;
-    if (!h || strcmp(h->key, key) != 0 || h->depth > 1 || !pg_hold_alive(s->st, h))
-        return pg_release_in_memory(s, key, g, 0);
-    char version[24];
-    snprintf(version, sizeof(version), "%" PRIu64, h->version);
-    const char *params[] = {key, h->token, version};
-    pg_hold_releasing(s->st, h);
-    PGresult *r = bexec(s, pg_sql_release, 3, params);
-    lock_status res = LOCK_ERROR; /* unknown: the lease runs out */
-    if (r && PQresultStatus(r) == PGRES_TUPLES_OK)
-        res = PQntuples(r) == 1 ? LOCK_RELEASED : LOCK_NOT_HELD;
-    if (r)
-        PQclear(r);
-    g->holder = NULL;
-    pg_hold_free(h);
-    return res;
 }
 
 static int64_t pg_valid_until(void *session, const struct lock_grant *g)
 {
     struct pg_session *s = session;
     const struct pg_hold *h = g->holder;
-    if (!h)
-        return g->valid_until_us;
-    pthread_mutex_lock(&s->st->mu);
-    int64_t until = h->valid_until_us;
-    pthread_mutex_unlock(&s->st->mu);
-    return until;
+    return h ? pg_hold_valid_until(s->st, h) : g->valid_until_us;
+}
+
+static void pg_attach(void *state, struct event_base *base)
+{
+    pg_watchdog_attach(state, base);
+}
+
+static void pg_detach(void *state)
+{
+    pg_watchdog_detach(state);
 }
 
 const struct lock_backend lock_backend_pg = {
@@ -643,10 +735,8 @@ const struct lock_backend lock_backend_pg = {
     .detach = pg_detach,
     .session_new = pg_session_new,
     .session_free = pg_session_free,
-    .acquire = pg_acquire,
-    .release = pg_release,
     .valid_until = pg_valid_until,
-    /* steps done on the caller's loop (pg_steps.c) */
+    /* steps done on the caller's loop */
     .try_cmd = pg_try_cmd,
     .step_answer = lock_answer_nothing,
     .try_done = pg_try_done,

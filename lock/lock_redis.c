@@ -29,37 +29,31 @@
  *
  * Leaving the queue: a waiter that gives up at its deadline leaves it in its
  * last attempt; one whose attempt fails with an error (timeout, connection
- * reset) takes its entry off, best effort, before it answers LOCK_ERROR. A
- * release never hands the lock to the owner releasing it, whose entries can
- * only be left over from failed attempts, so a session that takes the lock
- * through the free path does not hand it to itself. An entry left behind all
- * the same (the process died, the clean-up failed too) can be handed the lock
- * by another's release until its deadline: the grant waits in the owner's
- * list and runs out after one ttl (nobody renews it), or the session's next
- * acquire of the key picks it up, with a new lease counted from the pick-up.
+ * reset) takes its entry off, best effort, in a step of its own (LREM) before
+ * it answers LOCK_ERROR. A release never hands the lock to the owner
+ * releasing it, whose entries can only be left over from failed attempts, so
+ * a session that takes the lock through the free path does not hand it to
+ * itself. An entry left behind all the same (the process died, the clean-up
+ * failed too) can be handed the lock by another's release until its deadline:
+ * the grant waits in the owner's list and runs out after one ttl (nobody
+ * renews it), or the session's next acquire of the key picks it up, with a new
+ * lease counted from the pick-up.
  *
- * Pipelining (lock_acquire_then, lock_release_after): the caller's first
- * command under the lock goes in one pipeline with the first acquire attempt
- * (its answer is kept only if that attempt was granted), and its last one in
- * one pipeline with the release, so a free lock costs no round trip of its
- * own. */
+ * Steps (lock.h): an attempt is the acquire script (phase TRY), a command
+ * pipelined behind which runs under the lock when it grants; a
+ * queued waiter's wait is the BLPOP of the hand-off, on a connection of the
+ * caller's own; the release is the release script (phase RELEASE), which may
+ * go in one pipeline behind the caller's last command under the lock. A
+ * release whose answer was lost is not sent again: the lease runs out. */
 #include "clock.h"
 #include "lock_impl.h"
 #include "redis_watchdog.h"
 #include "xalloc.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-/* Slack over a BLPOP's own timeout before the socket gives up on it: Redis
- * times out blocked clients from its event loop, up to 1/hz late when idle. */
-#define BLPOP_SLACK_MS 15
-/* Longest a failed acquire spends taking its entry off the queue: best effort,
- * Redis may be what failed. */
-#define LEAVE_TIMEOUT_MS 200
 #define KEY_MAX 600
 
 /* The scripts: KEYS, ARGV and replies are described at the top of each file. */
@@ -174,64 +168,6 @@ static struct lease *lease_find(struct redis_session *s, const char *key)
 
 /* ---- acquire / release ---------------------------------------------------- */
 
-static void ctx_timeout(redisContext *c, int64_t ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    redisSetTimeout(c, tv);
-}
-
-/* Blocks on the session's grant list of key for at most wait_us. Returns 1
- * with *fence set when the lock was handed over, 0 when timed out or the
- * connection failed (the next attempt tells which mattered). */
-static int wait_grant(struct redis_session *s, const char *grant_key, int64_t wait_us,
-                      long long *fence)
-{
-    char timeout[24];
-    int64_t ms = (wait_us + 999) / 1000;
-    if (ms < 1)
-        ms = 1; /* 0 would block forever */
-    snprintf(timeout, sizeof(timeout), "%lld.%03lld", (long long)(ms / 1000),
-             (long long)(ms % 1000));
-    redisContext *c = rconn_ctx(s->data);
-    if (!c)
-        return 0;
-    /* The socket gives up shortly after Redis should have: the BLPOP can be
-     * longer than the connection's own timeout, and Redis may be late. */
-    ctx_timeout(c, ms + BLPOP_SLACK_MS);
-    const char *argv[] = {"BLPOP", grant_key, timeout};
-    redisReply *r = rconn_command_argv(s->data, 3, argv, NULL);
-    if (!r)
-        return 0; /* the context is gone; the next call reconnects */
-    ctx_timeout(c, rconn_timeout_ms(s->data));
-    int handed = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                 r->element[1]->type == REDIS_REPLY_STRING;
-    if (handed)
-        *fence = atoll(r->element[1]->str);
-    freeReplyObject(r);
-    return handed;
-}
-
-/* After an attempt that failed with an error: takes the session's entry off
- * the queue (on a new connection when the old one broke), so that no release
- * hands the lock to a waiter that is gone. Best effort, in a short time: if it
- * fails too, a release of this session's own still skips the entry (see the
- * release script), and another's hands the lock to it at most until the
- * entry's deadline, the grant waiting in the session's list. */
-static void leave_queue(struct redis_session *s, const char *qkey, const char *entry)
-{
-    redisContext *c = rconn_ctx(s->data);
-    if (!c)
-        return;
-    int normal = rconn_timeout_ms(s->data);
-    ctx_timeout(c, normal < LEAVE_TIMEOUT_MS ? normal : LEAVE_TIMEOUT_MS);
-    const char *argv[] = {"LREM", qkey, "1", entry};
-    redisReply *r = rconn_command_argv(s->data, 4, argv, NULL);
-    if (!r)
-        return; /* the context is gone; the next call reconnects */
-    ctx_timeout(c, normal);
-    freeReplyObject(r);
-}
-
 /* Records a grant of key that s got at start (monotonic). */
 static void grant_fill(struct redis_session *s, const char *key, int reentered,
                        long long fence, int64_t start, struct lock_grant *g)
@@ -300,102 +236,6 @@ static int acquire_answer(const redisReply *r, long long *kind, long long *value
     return 1;
 }
 
-/* One attempt of the acquire script; with cmd (first attempt only), cmd goes
- * in the same pipeline and *cmd_reply gets its answer (NULL when it was not
- * sent or the connection failed). */
-static redisReply *attempt(struct redis_session *s, const char **argv,
-                           const struct rcmd *cmd, redisReply **cmd_reply)
-{
-    struct rconn *d = s->data;
-    struct rcmd acquire = {
-        .script = &acquire_script, .nkeys = 4, .argc = 10, .argv = argv};
-    struct rpipe p;
-    if (!cmd || rconn_prepare(d, cmd) != RCONN_OK ||
-        rconn_prepare(d, &acquire) != RCONN_OK || rpipe_begin(&p, d) != RCONN_OK ||
-        rpipe_append(&p, &acquire) != RCONN_OK || rpipe_append(&p, cmd) != RCONN_OK)
-        return rconn_eval(d, &acquire_script, 4, 6, argv, NULL);
-    redisReply *r = rpipe_collect(&p);
-    *cmd_reply = rpipe_collect(&p);
-    rpipe_end(&p);
-    if (rconn_is_noscript(r)) { /* Redis lost its script cache; EVAL reloads it */
-        freeReplyObject(r);
-        if (*cmd_reply)
-            freeReplyObject(*cmd_reply);
-        *cmd_reply = NULL;
-        r = rconn_eval(d, &acquire_script, 4, 6, argv, NULL);
-    }
-    return r;
-}
-
-static lock_status redis_acquire_then(void *session, const char *key, int64_t deadline_us,
-                                      struct lock_grant *g, const struct rcmd *cmd,
-                                      redisReply **reply, int *ran)
-{
-    struct redis_session *s = session;
-    struct redis_state *st = s->st;
-    char bufs[3][KEY_MAX], wait_arg[24] = "", entry[80] = "";
-    const char *argv[10];
-    acquire_argv(s, key, bufs, wait_arg, entry, argv);
-    const char *gkey = bufs[2], *qkey = bufs[1];
-    for (;;) {
-        int64_t start = clock_now_us();
-        int64_t left_ms = (deadline_us - start) / 1000;
-        snprintf(wait_arg, sizeof(wait_arg), "%lld",
-                 (long long)(left_ms > 0 ? left_ms : 0));
-        redisReply *cmd_reply = NULL;
-        redisReply *r = attempt(s, argv, cmd, &cmd_reply);
-        cmd = NULL; /* later attempts follow a wait: cmd then runs after the grant */
-        long long kind, value;
-        if (!acquire_answer(r, &kind, &value, entry, sizeof(entry))) {
-            if (r)
-                freeReplyObject(r);
-            if (cmd_reply)
-                freeReplyObject(cmd_reply);
-            if (entry[0]) /* queued by an earlier attempt of this call */
-                leave_queue(s, qkey, entry);
-            return LOCK_ERROR;
-        }
-        freeReplyObject(r);
-        if (kind != 0) {
-            grant_fill(s, key, kind == 2, value, start, g);
-            if (rconn_is_noscript(cmd_reply)) { /* lock.c runs it again, by EVAL */
-                freeReplyObject(cmd_reply);
-                cmd_reply = NULL;
-            }
-            if (cmd_reply) { /* ran after the grant, in Redis's order */
-                *reply = cmd_reply;
-                *ran = 1;
-            }
-            return LOCK_ACQUIRED;
-        }
-        if (cmd_reply) /* ran while another held the lock: worthless */
-            freeReplyObject(cmd_reply);
-        g->contended = 1;
-        if (left_ms <= 0)
-            return LOCK_BUSY; /* that attempt also left the queue */
-        int64_t wait_us = deadline_us - clock_now_us();
-        int64_t lease_us = (value >= 0 ? value : st->ttl_ms) * 1000 + 1000;
-        if (lease_us < wait_us)
-            wait_us = lease_us;
-        long long fence;
-        /* A grant handed over cannot predate this attempt, or the attempt
-         * would have found it: its lease is counted from start. */
-        if (wait_us > 0 && wait_grant(s, gkey, wait_us, &fence)) {
-            int64_t now = clock_now_us();
-            grant_fill(s, key, 0, fence, start, g);
-            g->acquired_us = now;
-            return LOCK_ACQUIRED;
-        }
-    }
-}
-
-static lock_status redis_acquire(void *session, const char *key, int64_t deadline_us,
-                                 struct lock_grant *g)
-{
-    int ran = 0;
-    return redis_acquire_then(session, key, deadline_us, g, NULL, NULL, &ran);
-}
-
 /* The grant is finished whatever the release answered (r, not freed here):
  * forget it locally. A grant of another key is not ours to touch. */
 static lock_status release_done(struct redis_session *s, const char *key,
@@ -432,65 +272,12 @@ static void release_argv(struct redis_session *s, const char *key,
     argv[6] = bufs[2];
 }
 
-static lock_status redis_release(void *session, const char *key, struct lock_grant *g)
-{
-    struct redis_session *s = session;
-    char bufs[3][KEY_MAX];
-    const char *argv[7];
-    release_argv(s, key, g, bufs, argv);
-    redisReply *r = rconn_eval(s->data, &release_script, 3, 4, argv, NULL);
-    lock_status res = release_done(s, key, g, r);
-    if (r)
-        freeReplyObject(r);
-    return res;
-}
+/* ---- steps ---------------------------------------------------------------- */
 
-static lock_status redis_release_after(void *session, const char *key,
-                                       struct lock_grant *g, const struct rcmd *cmd,
-                                       redisReply **reply)
-{
-    struct redis_session *s = session;
-    struct rconn *d = s->data;
-    char bufs[3][KEY_MAX];
-    const char *argv[7];
-    release_argv(s, key, g, bufs, argv);
-    redisReply *r = NULL;
-    *reply = NULL;
-    struct rcmd release = {
-        .script = &release_script, .nkeys = 3, .argc = 7, .argv = argv};
-    struct rpipe p;
-    if (rconn_prepare(d, cmd) != RCONN_OK || rconn_prepare(d, &release) != RCONN_OK ||
-        rpipe_begin(&p, d) != RCONN_OK || rpipe_append(&p, cmd) != RCONN_OK ||
-        rpipe_append(&p, &release) != RCONN_OK) {
-        /* Redis unreachable: cmd was not sent; the release tries its luck */
-        r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
-    } else {
-        *reply = rpipe_collect(&p);
-        r = rpipe_collect(&p);
-        rpipe_end(&p);
-        struct lease *l = g->holder;
-        if (rconn_is_noscript(r)) { /* the release did not run: run it now */
-            freeReplyObject(r);
-            r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
-        } else if (!r && l && l->depth == 1 && strcmp(l->key, key) == 0) {
-            /* The connection failed before the release answered: whether it
-             * ran is unknown. Again on a new connection, so that a free lock
-             * is not left to its lease: for a single hold that is safe (a
-             * second run finds no hold of ours and touches nothing); for a
-             * re-entered one it could drop a hold still in use. */
-            r = rconn_eval(d, &release_script, 3, 4, argv, NULL);
-        }
-    }
-    lock_status res = release_done(s, key, g, r);
-    if (r)
-        freeReplyObject(r);
-    return res;
-}
+enum { PHASE_TRY, PHASE_RELEASE, PHASE_LEAVE };
 
-/* Steps (lock_try_step): a try is one attempt that does not wait, so it
- * never joins the queue; its lease and the release are the same as above.
- * A release whose answer was lost is not sent again (the sync path's
- * retry): the lease runs out in Redis instead. */
+/* An attempt: the acquire script, waiting in the queue (st->entry) while
+ * st->wait is left. */
 static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
 {
     acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
@@ -501,12 +288,14 @@ static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
     st->last = 1;
 }
 
-/* The attempt's answer (phase 0) or the release's (phase 1), read at once:
- * a grant or the release's outcome, in st. */
+/* The attempt's answer or the release's, read at once: a grant or the
+ * release's outcome, in st. The queue's LREM answers nothing of use. */
 static void redis_step_answer(void *session, const char *key, struct lock_step *st,
                               const redisReply *r)
 {
-    if (st->phase == 1) {
+    if (st->phase == PHASE_LEAVE)
+        return;
+    if (st->phase == PHASE_RELEASE) {
         st->res = release_done(session, key, st->g, r);
         return;
     }
@@ -523,12 +312,33 @@ static void redis_step_answer(void *session, const char *key, struct lock_step *
     }
 }
 
+/* st becomes the LREM of its queue entry (a failed attempt's: no release is
+ * to hand the lock to a waiter that is gone), best effort. */
+static void leave_cmd(const char *key, struct lock_step *st)
+{
+    lock_step_clear(st, PHASE_LEAVE);
+    snprintf(st->buf[0], KEY_MAX, "%s:queue", key);
+    snprintf(st->buf[1], KEY_MAX, "%s", st->entry);
+    st->entry[0] = '\0';
+    const char *argv[] = {"LREM", st->buf[0], "1", st->buf[1]};
+    memcpy(st->argv, argv, sizeof(argv));
+    st->cmd[0] = (struct rcmd){.argc = 4, .argv = st->argv};
+    st->node[0] = -1;
+    st->ncmd = 1;
+}
+
 static lock_status redis_try_done(void *session, const char *key, struct lock_step *st,
                                   struct lock_grant *g)
 {
-    (void)session, (void)key;
-    if (st->answered == 0)
-        return LOCK_ERROR; /* refused */
+    (void)session;
+    if (st->phase == PHASE_LEAVE)
+        return LOCK_ERROR;
+    if (st->answered == 0) /* refused */
+        st->res = LOCK_ERROR;
+    if (st->res == LOCK_ERROR && st->entry[0]) { /* queued by an earlier attempt */
+        leave_cmd(key, st);
+        return LOCK_PENDING;
+    }
     if (st->res == LOCK_ACQUIRED)
         *g = st->grant;
     return st->res;
@@ -547,6 +357,7 @@ static void redis_handoff_cmd(void *session, const char *key, int64_t wait_us,
     snprintf(st->buf[0], KEY_MAX, "%s:grant:%s", key, s->owner);
     snprintf(st->wait, sizeof(st->wait), "%lld.%03lld", (long long)(ms / 1000),
              (long long)(ms % 1000));
+    st->block_us = ms * 1000;
     st->argv[0] = "BLPOP";
     st->argv[1] = st->buf[0];
     st->argv[2] = st->wait;
@@ -576,7 +387,7 @@ static void redis_release_cmd(void *session, const char *key, struct lock_grant 
         (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
-    st->phase = 1;
+    st->phase = PHASE_RELEASE;
     st->res = LOCK_ERROR;
 }
 
@@ -606,10 +417,6 @@ const struct lock_backend lock_backend_redis = {
     .detach = redis_detach,
     .session_new = redis_session_new,
     .session_free = redis_session_free,
-    .acquire = redis_acquire,
-    .release = redis_release,
-    .acquire_then = redis_acquire_then,
-    .release_after = redis_release_after,
     .valid_until = redis_valid_until,
     .try_cmd = redis_try_cmd,
     .step_answer = redis_step_answer,

@@ -1,26 +1,22 @@
 /* redlock: the Redlock algorithm over N independent Redis masters (N >= 3, odd).
  *
- * Acquire: SET key token NX PX ttl on every node at once (pipelined, one short
- * per-node timeout), with the same random token. Held when a majority said OK
- * and the validity ttl - elapsed - drift (drift = 1% of ttl + 2 ms) is still
- * positive; otherwise the partial grant is released on all nodes and the
- * attempt retried after a jittered pause, until the wait deadline.
+ * Acquire: SET key token NX PX ttl on every node at once (one short per-node
+ * timeout, lock_nodes), with the same random token. Held when a majority said
+ * OK and the validity ttl - elapsed - drift (drift = 1% of ttl + 2 ms) is
+ * still positive; otherwise the partial grant is released on all nodes and
+ * the attempt retried after a jittered pause, until the wait deadline.
  * Release: owner-checked delete on every node. Survives the loss of a minority
- * of nodes. Fencing tokens come from the data Redis (lock.c's INCR), since the
+ * of nodes. Fencing tokens come from the data Redis (lock.c's fence step), since the
  * nodes share no counter. */
 #include "clock.h"
 #include "lock_impl.h"
 #include "xalloc.h"
 
-#include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define REDLOCK_MAX_NODES 15
-#define REDLOCK_MAX_ARGS 8 /* of a command sent to all nodes */
 
 /* lock/lua/del_if_owner.lua: the owner-checked delete, 1 when deleted. */
 extern const struct rscript_source lua_lock_del_if_owner;
@@ -31,14 +27,10 @@ struct redlock_state {
     int ttl_ms;
     char ttl_arg[16];
     int nnodes;
-    struct rconn_addr nodes[REDLOCK_MAX_NODES];
-    char *password;
-    int node_timeout_ms;
 };
 
 struct redlock_session {
     struct redlock_state *st;
-    struct rconn *node[REDLOCK_MAX_NODES];
     unsigned int seed;
 };
 
@@ -58,17 +50,12 @@ static void *redlock_create(const struct lock_config *cfg, struct lock_counters 
     st->ttl_ms = cfg->ttl_ms;
     snprintf(st->ttl_arg, sizeof(st->ttl_arg), "%d", cfg->ttl_ms);
     st->nnodes = cfg->nnodes;
-    memcpy(st->nodes, cfg->nodes, sizeof(st->nodes[0]) * (size_t)cfg->nnodes);
-    st->password = cfg->password && *cfg->password ? xstrdup(cfg->password) : NULL;
-    st->node_timeout_ms = lock_node_timeout_ms(cfg);
     return st;
 }
 
 static void redlock_destroy(void *state)
 {
-    struct redlock_state *st = state;
-    free(st->password);
-    free(st);
+    free(state);
 }
 
 static void *redlock_session_new(void *state, struct rconn *data)
@@ -77,9 +64,6 @@ static void *redlock_session_new(void *state, struct rconn *data)
     struct redlock_state *st = state;
     struct redlock_session *s = xcalloc(1, sizeof(*s));
     s->st = st;
-    for (int i = 0; i < st->nnodes; i++)
-        s->node[i] = rconn_new(st->nodes[i].host, st->nodes[i].port, st->password,
-                               st->node_timeout_ms);
     char token[33];
     lock_token_new(token);
     s->seed = (unsigned int)strtoul(token + 24, NULL, 16);
@@ -88,48 +72,7 @@ static void *redlock_session_new(void *state, struct rconn *data)
 
 static void redlock_session_free(void *session)
 {
-    struct redlock_session *s = session;
-    for (int i = 0; i < s->st->nnodes; i++)
-        rconn_free(s->node[i]);
-    free(s);
-}
-
-/* Sends argv to every node at once and collects the answers: ok[i] is 1 when
- * node i's reply satisfied is_ok. argv may be an EVALSHA of script (KEYS and
- * ARGV from argv[3]): a node that lost its script cache runs it again by
- * rconn_eval. Returns how many nodes answered at all. */
-static int all_nodes(struct redlock_session *s, int argc, const char **argv,
-                     struct rscript *script, int (*is_ok)(const redisReply *), int *ok)
-{
-    if (argc > REDLOCK_MAX_ARGS)
-        abort(); /* a programming error: every caller is in this file */
-    int n = s->st->nnodes, answered = 0;
-    struct rcmd cmd = {.argc = argc, .argv = argv};
-    struct rpipe pipes[REDLOCK_MAX_NODES];
-    for (int i = 0; i < n; i++) {
-        ok[i] = 0;
-        if (rpipe_begin(&pipes[i], s->node[i]) == RCONN_OK)
-            rpipe_append(&pipes[i], &cmd);
-    }
-    for (int i = 0; i < n; i++) /* flush all before waiting on any */
-        rpipe_flush(&pipes[i]);
-    for (int i = 0; i < n; i++) {
-        redisReply *r = rpipe_collect(&pipes[i]);
-        rpipe_end(&pipes[i]);
-        if (script && rconn_is_noscript(r)) { /* EVAL caches it on that node */
-            freeReplyObject(r);
-            const char *eval[REDLOCK_MAX_ARGS] = {"EVAL", script->source->text};
-            for (int a = 2; a < argc; a++)
-                eval[a] = argv[a];
-            r = rconn_command_argv(s->node[i], argc, eval, NULL);
-        }
-        if (!r)
-            continue;
-        answered++;
-        ok[i] = is_ok(r);
-        freeReplyObject(r);
-    }
-    return answered;
+    free(session);
 }
 
 static int set_ok(const redisReply *r)
@@ -140,79 +83,6 @@ static int set_ok(const redisReply *r)
 static int deleted_ok(const redisReply *r)
 {
     return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-}
-
-/* Owner-checked delete on every node, by EVALSHA once some node has loaded
- * the script (the SHA is the same everywhere). Returns how many deleted;
- * *answered (may be NULL) says how many nodes answered. */
-static int release_all(struct redlock_session *s, const char *key, const char *token,
-                       int *answered)
-{
-    for (int i = 0; i < s->st->nnodes && !atomic_load(&release_script.loaded); i++)
-        rconn_script_load(s->node[i], &release_script);
-    const char *argv[] = {"EVALSHA", release_script.sha, "1", key, token};
-    if (!atomic_load(&release_script.loaded)) { /* no node reachable: still try */
-        argv[0] = "EVAL";
-        argv[1] = release_script.source->text;
-    }
-    int ok[REDLOCK_MAX_NODES], deleted = 0;
-    int n = all_nodes(s, 5, argv, &release_script, deleted_ok, ok);
-    for (int i = 0; i < s->st->nnodes; i++)
-        deleted += ok[i];
-    if (answered)
-        *answered = n;
-    return deleted;
-}
-
-static lock_status redlock_acquire(void *session, const char *key, int64_t deadline_us,
-                                   struct lock_grant *g)
-{
-    struct redlock_session *s = session;
-    struct redlock_state *st = s->st;
-    int quorum = st->nnodes / 2 + 1;
-    int64_t ttl_us = (int64_t)st->ttl_ms * 1000;
-    int64_t drift_us = ttl_us / 100 + 2000;
-    lock_token_new(g->token);
-    const char *argv[] = {"SET", key, g->token, "NX", "PX", st->ttl_arg};
-    int64_t backoff_us = 1000;
-    for (;;) {
-        int64_t start = clock_now_us();
-        int ok[REDLOCK_MAX_NODES], granted = 0;
-        int answered = all_nodes(s, 6, argv, NULL, set_ok, ok);
-        for (int i = 0; i < st->nnodes; i++)
-            granted += ok[i];
-        int64_t now = clock_now_us();
-        int64_t validity = ttl_us - (now - start) - drift_us;
-        if (granted >= quorum && validity > 0) {
-            g->acquired_us = start;
-            g->valid_until_us = start + validity;
-            return LOCK_ACQUIRED;
-        }
-        if (granted > 0)
-            release_all(s, key, g->token, NULL);
-        if (answered < quorum)
-            return LOCK_ERROR; /* a majority is unreachable: nobody can hold it */
-        g->contended = 1;
-        now = clock_now_us();
-        if (now >= deadline_us)
-            return LOCK_BUSY;
-        int64_t pause = clock_jitter_us(backoff_us, &s->seed);
-        if (now + pause > deadline_us)
-            pause = deadline_us - now;
-        clock_sleep_us(pause);
-        if (backoff_us < 20000)
-            backoff_us *= 2;
-    }
-}
-
-static lock_status redlock_release(void *session, const char *key, struct lock_grant *g)
-{
-    struct redlock_session *s = session;
-    int answered;
-    int deleted = release_all(s, key, g->token, &answered);
-    if (deleted >= s->st->nnodes / 2 + 1)
-        return LOCK_RELEASED;
-    return answered >= s->st->nnodes / 2 + 1 ? LOCK_NOT_HELD : LOCK_ERROR;
 }
 
 /* Steps: the attempt is SET NX PX on every node at once (phase 0); a grant
@@ -327,8 +197,6 @@ const struct lock_backend lock_backend_redlock = {
     .destroy = redlock_destroy,
     .session_new = redlock_session_new,
     .session_free = redlock_session_free,
-    .acquire = redlock_acquire,
-    .release = redlock_release,
     .has_nodes = 1,
     .try_cmd = redlock_try_cmd,
     .step_answer = redlock_step_answer,

@@ -18,8 +18,7 @@
  *   lease silently becomes the loser's timing.
  * - The key never expires in Redis; a crashed holder's key stays until the next
  *   GETSET takeover.
- * Fencing tokens (lock.c's INCR after the grant) make commits safe regardless. */
-#include "clock.h"
+ * Fencing tokens (lock.c's step after the grant) make commits safe regardless. */
 #include "lock_impl.h"
 #include "xalloc.h"
 
@@ -36,7 +35,6 @@ struct setnx_state {
 
 struct setnx_session {
     struct setnx_state *st;
-    struct rconn *data;
     unsigned int seed;
 };
 
@@ -58,8 +56,8 @@ static void setnx_destroy(void *state)
 static void *setnx_session_new(void *state, struct rconn *data)
 {
     struct setnx_session *s = xcalloc(1, sizeof(*s));
+    (void)data;
     s->st = state;
-    s->data = data;
     char token[33];
     lock_token_new(token);
     s->seed = (unsigned int)strtoul(token + 24, NULL, 16);
@@ -92,114 +90,11 @@ static long long reply_expiry(const redisReply *r)
     return errno || *end ? -2 : v;
 }
 
-enum attempt { ATTEMPT_WON, ATTEMPT_TAKEN, ATTEMPT_ERROR };
-
-/* One SETNX (+ GET in the same round trip). On ATTEMPT_TAKEN, *held_until is
- * the stored expiry (or -1 when it just vanished). */
-static enum attempt setnx_try(struct setnx_session *s, const char *key, long long now,
-                              long long expiry, long long *held_until)
-{
-    char val[24];
-    snprintf(val, sizeof(val), "%lld", expiry);
-    struct rpipe p;
-    if (rpipe_begin(&p, s->data) != RCONN_OK ||
-        rpipe_appendf(&p, "SETNX %s %s", key, val) != RCONN_OK ||
-        rpipe_appendf(&p, "GET %s", key) != RCONN_OK)
-        return ATTEMPT_ERROR;
-    redisReply *set = rpipe_collect(&p);
-    redisReply *get = rpipe_collect(&p);
-    rpipe_end(&p);
-    enum attempt res = ATTEMPT_ERROR;
-    if (set && get && set->type == REDIS_REPLY_INTEGER) {
-        if (set->integer == 1) {
-            res = ATTEMPT_WON;
-        } else {
-            *held_until = reply_expiry(get);
-            res = *held_until == -2 ? ATTEMPT_ERROR : ATTEMPT_TAKEN;
-        }
-    }
-    if (set)
-        freeReplyObject(set);
-    if (get)
-        freeReplyObject(get);
-    if (res != ATTEMPT_TAKEN || *held_until < 0 || *held_until >= now)
-        return res;
-    /* Expired: take it over. Every loser of this race also overwrites the value. */
-    redisReply *r = rconn_command(s->data, "GETSET %s %s", key, val);
-    if (!r)
-        return ATTEMPT_ERROR;
-    long long old = reply_expiry(r);
-    freeReplyObject(r);
-    if (old == -2)
-        return ATTEMPT_ERROR;
-    if (old < now)
-        return ATTEMPT_WON; /* nil (deleted meanwhile) or still expired: ours */
-    *held_until = old;
-    return ATTEMPT_TAKEN;
-}
-
-static lock_status setnx_acquire(void *session, const char *key, int64_t deadline_us,
-                                 struct lock_grant *g)
-{
-    struct setnx_session *s = session;
-    int64_t backoff_us = 200;
-    for (;;) {
-        int64_t start = clock_now_us();
-        long long now = wall_ms(s->st);
-        long long expiry = now + s->st->ttl_ms + 1;
-        long long held_until = 0;
-        switch (setnx_try(s, key, now, expiry, &held_until)) {
-        case ATTEMPT_ERROR:
-            return LOCK_ERROR;
-        case ATTEMPT_WON:
-            /* The token is the expiry: this algorithm has no owner identity. */
-            snprintf(g->token, sizeof(g->token), "%lld", expiry);
-            g->acquired_us = start;
-            g->valid_until_us = start + (int64_t)s->st->ttl_ms * 1000;
-            return LOCK_ACQUIRED;
-        case ATTEMPT_TAKEN:
-            break;
-        }
-        g->contended = 1;
-        int64_t now_us = clock_now_us();
-        if (now_us >= deadline_us)
-            return LOCK_BUSY;
-        if (held_until < 0)
-            continue; /* released between SETNX and GET: try again at once */
-        int64_t pause = clock_jitter_us(backoff_us, &s->seed);
-        int64_t until_expiry = (held_until - now) * 1000 + 1000;
-        if (pause > until_expiry)
-            pause = until_expiry;
-        if (now_us + pause > deadline_us)
-            pause = deadline_us - now_us;
-        clock_sleep_us(pause);
-        if (backoff_us < 20000)
-            backoff_us *= 2;
-    }
-}
-
-static lock_status setnx_release(void *session, const char *key, struct lock_grant *g)
-{
-    struct setnx_session *s = session;
-    long long expiry = strtoll(g->token, NULL, 10);
-    if (wall_ms(s->st) >= expiry)
-        return LOCK_NOT_HELD; /* someone may hold it now: leave the key alone */
-    redisReply *r = rconn_command(s->data, "DEL %s", key);
-    if (!r || r->type != REDIS_REPLY_INTEGER) {
-        if (r)
-            freeReplyObject(r);
-        return LOCK_ERROR;
-    }
-    lock_status st = r->integer == 1 ? LOCK_RELEASED : LOCK_NOT_HELD;
-    freeReplyObject(r);
-    return st;
-}
-
 /* Steps. An attempt is SETNX with GET in one round trip (phase 0); a
  * stored expiry that has passed is taken over by GETSET (phase 1); a taken
- * lock is polled with the same jittered backoff as above (st->retry_us). The
- * fencing token's INCR is lock.c's step after the grant. The release (phase
- * 2) is the DEL, or nothing once our own expiry has passed. */
+ * lock is polled with jittered backoff (st->retry_us), not past the stored
+ * expiry. The fencing token is lock.c's step after the grant. The release
+ * (phase 2) is the DEL, or nothing once our own expiry has passed. */
 enum { PHASE_TRY, PHASE_GETSET, PHASE_RELEASE };
 
 /* One command of st, on the data Redis, from argv[at..at+argc-1]. */
@@ -286,7 +181,7 @@ static void setnx_release_cmd(void *session, const char *key, struct lock_grant 
 {
     struct setnx_session *s = session;
     st->phase = PHASE_RELEASE;
-    st->after = 1; /* the expiry is checked once the commit answered, as lock_release */
+    st->after = 1;           /* the expiry is checked once the commit answered */
     st->res = LOCK_NOT_HELD; /* our expiry has passed: leave the key alone */
     if (wall_ms(s->st) >= strtoll(g->token, NULL, 10))
         return;
@@ -311,8 +206,6 @@ const struct lock_backend lock_backend_setnx = {
     .destroy = setnx_destroy,
     .session_new = setnx_session_new,
     .session_free = setnx_session_free,
-    .acquire = setnx_acquire,
-    .release = setnx_release,
     .try_cmd = setnx_try_cmd,
     .step_answer = setnx_step_answer,
     .try_done = setnx_try_done,

@@ -16,8 +16,7 @@
  * leave one behind for good) and sleeps until that watch fires, the session
  * expires or the wait deadline passes; then it lists again, because the
  * predecessor may have given up rather than released. A contender that gives
- * up deletes its own child before it answers LOCK_BUSY (a delete not answered
- * within ZK_TRY_FLOOR_MS finishes in the background).
+ * up has its own child deleted (in the background) as it answers LOCK_BUSY.
  *
  * The herd: with lock_config.zk_watch LOCK_ZK_WATCH_ALL a waiter instead
  * watches the lock node's children, listing and watching in one request
@@ -36,8 +35,12 @@
  * after the next reconnect the node is found by its guid and deleted
  * (Curator's "find and delete protected node in background").
  *
- * One ZooKeeper session (one zhandle) per struct lock, that is per process
- * (zk_conn.c: sessions, requests, watches, orphans and parents live there).
+ * The files: this one has the backend's steps (lock.h: done elsewhere) and
+ * the holds of its sessions; the requests of an acquire or a release are a
+ * job on the zk loop (zk_steps.c, a state machine); under both, the client
+ * (zk_conn.c: the session, watches, orphans, parents known) and its thread
+ * (zk_loop.c).
+ * One ZooKeeper session (one zhandle) per struct lock, that is per process.
  * Threads (struct lock_session) are told apart by their nodes, not by
  * sessions, so two threads of one process contend like two processes.
  * Reentrancy is per lock_session, in memory: a session that re-acquires a key
@@ -57,11 +60,10 @@
  * left, so later grants carry larger czxids; unlike the sequence number, the
  * czxid keeps growing when the parent is deleted and created again.
  *
- * Bounded waits: every request is waited for with a deadline (zk_conn.c), so
- * ZooKeeper being down or hung costs at most the wait deadline (requests get
- * at least ZK_TRY_FLOOR_MS, so that a try-lock with no wait still gets its
- * round trips). No ZooKeeper call is made holding st->mu (the callbacks, on
- * the zk loop's thread, take it). */
+ * Bounded waits: a job ends at its wait's deadline (its requests get at least
+ * a floor, so that a try-lock with no wait still gets its round trips), so
+ * ZooKeeper being down or hung costs at most the wait. No ZooKeeper call is
+ * made holding st->mu (the callbacks, on the zk loop's thread, take it). */
 #include "clock.h"
 #include "lock_impl.h"
 #include "zk_conn.h"
@@ -75,15 +77,29 @@
 
 /* The longest parent path: room for "/_c_<guid>-lock-<10 digits>" after it. */
 #define ZK_PARENT_MAX (ZK_PATH_MAX - 64)
-#define ZK_SEQ_DIGITS 10
-/* Least time the requests of one acquire get, whatever its wait. */
-#define ZK_TRY_FLOOR_MS 200
 #define ZK_DEFAULT_SESSION_MS 3000
 
-/* ---- the recipe -------------------------------------------------------- */
+/* One key held by one lock_session, perhaps re-entered. */
+struct zk_hold {
+    struct zk_session *owner; /* the session that took it, whose list it is on */
+    struct zk_hold *snext;    /* the session's list (session thread only) */
+    struct zk_conn_hold cl;   /* the conn's list, lost: the session expired */
+    struct zk_conn *conn;     /* referenced */
+    int depth;                /* grants not yet released (session thread only) */
+    int detached;             /* found lost by an acquire that made a new hold */
+    uint64_t fence;
+    char guid[33];
+    char *key;
+    char node[ZK_PATH_MAX];
+};
+
+struct zk_session {
+    struct zk_state *st;
+    struct zk_hold *holds;
+};
 
 /* The parent node of key's lock into out; -1 when the key is too long. */
-int zk_key_path(const char *key, char *out, size_t len)
+static int key_path(const char *key, char *out, size_t len)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = (size_t)snprintf(out, len, "%s/", ZK_LOCKS);
@@ -104,251 +120,10 @@ int zk_key_path(const char *key, char *out, size_t len)
     return *key ? 0 : -1;
 }
 
-/* The sequence number of one of our node names; -1 for any other name. */
-static long long node_seq(const char *name)
-{
-    size_t len = strlen(name), slen = strlen(ZK_NODE_SUFFIX);
-    if (strncmp(name, ZK_GUID_PREFIX, strlen(ZK_GUID_PREFIX)) != 0 ||
-        len < ZK_SEQ_DIGITS + slen ||
-        strncmp(name + len - ZK_SEQ_DIGITS - slen, ZK_NODE_SUFFIX, slen) != 0)
-        return -1;
-    long long seq = 0;
-    for (const char *p = name + len - ZK_SEQ_DIGITS; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        seq = seq * 10 + (*p - '0');
-    }
-    return seq;
-}
-
-enum zk_try { TRY_ACQUIRED, TRY_BUSY, TRY_ERROR, TRY_AGAIN /* session expired */ };
-
-/* One contender's state through one acquire. */
-struct zk_attempt {
-    struct zk_conn *conn;
-    const char *parent;
-    char guid[33];
-    char node[ZK_PATH_MAX]; /* our node once created; "" before */
-    int64_t czxid;
-    int64_t deadline_us; /* the caller's wait */
-    int64_t hard_us;     /* for requests: the wait, but at least the floor */
-    int contended;
-};
-
-/* Looks for a node of ours by its guid (a create whose answer was lost).
- * ZOK with a->node and a->czxid; ZNONODE when there is none. */
-static int find_own(struct zk_attempt *a)
-{
-    char **kids;
-    int n;
-    int rc = zk_children(a->conn, a->parent, 0, a->hard_us, &kids, &n);
-    if (rc != ZOK)
-        return rc;
-    rc = ZNONODE;
-    for (int i = 0; i < n && rc == ZNONODE; i++) {
-        if (!zk_has_guid(kids[i], a->guid))
-            continue;
-        snprintf(a->node, sizeof(a->node), "%s/%s", a->parent, kids[i]);
-        rc = zk_czxid(a->conn, a->node, a->hard_us, &a->czxid);
-        if (rc != ZOK)
-            a->node[0] = '\0';
-    }
-    zk_kids_free(kids, n);
-    return rc;
-}
-
-/* Creates our node (and the parents), in protected mode: after a lost answer,
- * the node is looked for by its guid before another is created. ZOK with
- * a->node and a->czxid. On failure a node that may exist is left to the
- * orphan sweep. */
-static int node_create(struct zk_attempt *a)
-{
-    int rc = ZOPERATIONTIMEOUT, uncertain = 0;
-    for (int round = 0; round < 8 && clock_now_us() < a->hard_us; round++) {
-        if (uncertain) {
-            if (!zk_conn_wait_connected(a->conn, a->deadline_us)) {
-                rc = ZCONNECTIONLOSS;
-                break;
-            }
-            rc = find_own(a);
-            if (rc == ZOK)
-                return ZOK;
-            if (rc != ZNONODE)
-                continue; /* still uncertain */
-            uncertain = 0;
-        }
-        rc = zk_parents_ensure(a->conn, a->parent, a->hard_us);
-        if (rc == ZCONNECTIONLOSS && zk_conn_wait_connected(a->conn, a->deadline_us))
-            continue;
-        if (rc != ZOK)
-            return rc;
-        char *node = NULL;
-        rc = zk_create(a->conn, a->parent, a->guid, a->hard_us, &node, &a->czxid);
-        if (rc == ZOK) {
-            snprintf(a->node, sizeof(a->node), "%s", node);
-            free(node);
-            return a->czxid > 0 ? ZOK : ZMARSHALLINGERROR;
-        }
-        if (rc == ZNONODE) { /* the parent was deleted since we made it */
-            zk_parent_remember(a->conn->st, a->parent, 0);
-            continue;
-        }
-        if (rc == ZOPERATIONTIMEOUT) /* still pending: its completion cleans up */
-            return rc;
-        if (rc != ZCONNECTIONLOSS)
-            return rc;
-        uncertain = 1;
-    }
-    if (uncertain && !zk_conn_expired(a->conn))
-        zk_orphan_add(a->conn, a->parent, a->guid);
-    return rc;
-}
-
-/* Which of kids[0..n-1] (children of parent) precedes our node (its path):
- * ZOK with pred its path, "" when ours is the lowest; ZNONODE when ours is
- * not among them. Deletes (on c) any other node carrying our guid. */
-int zk_predecessor(struct zk_conn *c, char **kids, int n, const char *parent,
-                   const char *node, const char *guid, char *pred, size_t len)
-{
-    const char *mine = strrchr(node, '/') + 1;
-    long long my_seq = -1, best_seq = -1;
-    int best = -1;
-    for (int i = 0; i < n; i++) {
-        if (strcmp(kids[i], mine) == 0) {
-            my_seq = node_seq(mine);
-        } else if (zk_has_guid(kids[i], guid)) {
-            /* A second node of this attempt: a create whose answer was lost
-             * and that reached the server after find_own looked. No guid for
-             * the orphan sweep, which would delete ours too: a lost delete is
-             * tried again by the next listing. */
-            char dup[ZK_PATH_MAX];
-            snprintf(dup, sizeof(dup), "%s/%s", parent, kids[i]);
-            zk_delete_unwaited(c, dup, "", parent);
-            kids[i][0] = '\0'; /* not a predecessor */
-        }
-    }
-    for (int i = 0; i < n && my_seq >= 0; i++) {
-        long long seq = node_seq(kids[i]);
-        if (seq >= 0 && seq < my_seq && seq > best_seq) {
-            best_seq = seq;
-            best = i;
-        }
-    }
-    pred[0] = '\0';
-    if (best >= 0)
-        snprintf(pred, len, "%s/%s", parent, kids[best]);
-    return my_seq >= 0 ? ZOK : ZNONODE;
-}
-
-/* Lists the children (with watch, also watching them: see zk_children): as
- * zk_predecessor. */
-static int find_predecessor(struct zk_attempt *a, int watch, char *pred, size_t len)
-{
-    char **kids;
-    int n;
-    int rc = zk_children(a->conn, a->parent, watch, a->hard_us, &kids, &n);
-    if (rc != ZOK)
-        return rc;
-    rc = zk_predecessor(a->conn, kids, n, a->parent, a->node, a->guid, pred, len);
-    zk_kids_free(kids, n);
-    return rc;
-}
-
-/* One round of the recipe: lists the children; ZOK with *held set when ours
- * is the lowest. Otherwise watches only the immediate predecessor and sleeps
- * until that watch fires: ZOK (list again), or as zk_waiter_sleep. ZOK at once
- * when the predecessor is already gone. */
-static int round_watch_predecessor(struct zk_attempt *a, int *held)
-{
-    char pred[ZK_PATH_MAX];
-    int rc = find_predecessor(a, 0, pred, sizeof(pred));
-    *held = rc == ZOK && !pred[0];
-    if (rc != ZOK || *held)
-        return rc;
-    a->contended = 1;
-    if (clock_now_us() >= a->deadline_us)
-        return ZK_DEADLINE;
-    struct zk_conn *c = a->conn;
-    struct zk_waiter w;
-    zk_waiter_add(c, &w, pred);
-    rc = zk_watch(c, pred, a->hard_us);
-    if (rc == ZOK)
-        rc = zk_waiter_sleep(c, &w, a->deadline_us);
-    else if (rc == ZNONODE)
-        rc = ZOK; /* gone before we could watch it: list again */
-    zk_waiter_remove(c, &w);
-    return rc;
-}
-
-/* One round of the naive recipe (the herd): lists the children and watches
- * them in one request; ZOK with *held set when ours is the lowest, else sleeps
- * until any child of the lock node comes or goes: ZOK (list again), or as
- * zk_waiter_sleep. */
-static int round_watch_all(struct zk_attempt *a, int *held)
-{
-    struct zk_conn *c = a->conn;
-    struct zk_waiter w;
-    char pred[ZK_PATH_MAX];
-    zk_waiter_add(c, &w, a->parent);
-    int rc = find_predecessor(a, 1, pred, sizeof(pred));
-    *held = rc == ZOK && !pred[0];
-    if (rc == ZOK && !*held) {
-        a->contended = 1;
-        rc = clock_now_us() >= a->deadline_us ? ZK_DEADLINE
-                                              : zk_waiter_sleep(c, &w, a->deadline_us);
-    }
-    zk_waiter_remove(c, &w);
-    return rc;
-}
-
-/* Gives up after rc: deletes our node, if any, waiting for that at most
- * ZK_TRY_FLOOR_MS (a delete still pending then, or whose answer is lost, is
- * finished in the background: see call_done in zk_conn.c). LOCK_BUSY only for a wait that
- * ran out while ZooKeeper was there to ask. */
-static enum zk_try give_up(struct zk_attempt *a, int rc)
-{
-    struct zk_conn *c = a->conn;
-    if (zk_conn_expired(c))
-        return TRY_AGAIN; /* our node went with the session */
-    if (a->node[0])
-        zk_delete(c, a->node, clock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000);
-    pthread_mutex_lock(&c->st->mu);
-    int connected = c->connected;
-    pthread_mutex_unlock(&c->st->mu);
-    return rc == ZK_DEADLINE && connected ? TRY_BUSY : TRY_ERROR;
-}
-
-static enum zk_try contend(struct zk_attempt *a)
-{
-    if (!zk_conn_wait_connected(a->conn, a->deadline_us))
-        return zk_conn_expired(a->conn) ? TRY_AGAIN : TRY_ERROR;
-    zk_orphans_sweep(a->conn);
-    int rc = node_create(a);
-    if (rc != ZOK)
-        return give_up(a, rc);
-    for (;;) {
-        int held = 0;
-        rc = a->conn->st->watch == LOCK_ZK_WATCH_ALL ? round_watch_all(a, &held)
-                                                     : round_watch_predecessor(a, &held);
-        if (rc == ZOK && held)
-            return TRY_ACQUIRED;
-        if (rc == ZOK)
-            continue;
-        if (rc == ZNONODE) { /* our node was deleted under us */
-            a->node[0] = '\0';
-            return zk_conn_expired(a->conn) || clock_now_us() < a->deadline_us
-                       ? TRY_AGAIN
-                       : TRY_ERROR;
-        }
-        if (rc == ZCONNECTIONLOSS && zk_conn_wait_connected(a->conn, a->deadline_us))
-            continue;
-        return give_up(a, rc);
-    }
-}
-
 /* ---- holds ------------------------------------------------------------- */
 
-struct zk_hold *zk_hold_find(struct zk_session *s, const char *key)
+/* s's hold of key, NULL when none (session thread only). */
+static struct zk_hold *hold_find(struct zk_session *s, const char *key)
 {
     for (struct zk_hold *h = s->holds; h; h = h->snext)
         if (!h->detached && strcmp(h->key, key) == 0)
@@ -356,9 +131,10 @@ struct zk_hold *zk_hold_find(struct zk_session *s, const char *key)
     return NULL;
 }
 
-/* A hold of key from a's grant; takes over a's reference to the conn. */
-struct zk_hold *zk_hold_new(struct zk_session *s, const char *key, struct zk_conn *c,
-                            int64_t czxid, const char *guid, const char *node)
+/* A hold of key by s of node (guid's, czxid its token); takes over the
+ * caller's reference to c. */
+static struct zk_hold *hold_new(struct zk_session *s, const char *key, struct zk_conn *c,
+                                int64_t czxid, const char *guid, const char *node)
 {
     struct zk_hold *h = xcalloc(1, sizeof(*h));
     h->key = xstrdup(key);
@@ -375,11 +151,10 @@ struct zk_hold *zk_hold_new(struct zk_session *s, const char *key, struct zk_con
 }
 
 /* Off its lists and freed. The caller's session may be another session of the
- * thread that took it (on a Redis Cluster a blocking caller has one per master,
- * and a hold taken on one is released on another when the map changed
- * meanwhile): the hold leaves its owner's list, not the caller's, or the owner
- * would keep a freed hold. */
-void zk_hold_free(struct zk_hold *h)
+ * thread that took it (a hold taken on one is released through another): the
+ * hold leaves its owner's list, not the caller's, or the owner would keep a
+ * freed hold. */
+static void hold_free(struct zk_hold *h)
 {
     for (struct zk_hold **p = &h->owner->holds; *p; p = &(*p)->snext) {
         if (*p == h) {
@@ -395,7 +170,7 @@ void zk_hold_free(struct zk_hold *h)
 }
 
 /* 1 while h's session lives (it may be disconnected). */
-int zk_hold_alive(struct zk_state *st, const struct zk_hold *h)
+static int hold_alive(struct zk_state *st, const struct zk_hold *h)
 {
     pthread_mutex_lock(&st->mu);
     int alive = !h->cl.lost && !h->conn->expired;
@@ -403,8 +178,9 @@ int zk_hold_alive(struct zk_state *st, const struct zk_hold *h)
     return alive;
 }
 
-void zk_grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
-                   struct lock_grant *g)
+/* g as a grant of h. */
+static void grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
+                       struct lock_grant *g)
 {
     pthread_mutex_lock(&st->mu);
     int64_t session_us = h->conn->session_us;
@@ -415,6 +191,132 @@ void zk_grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
     g->valid_until_us = g->acquired_us + session_us;
     g->contended = contended;
     g->holder = h;
+}
+
+/* Releases g (key's) without a job: a re-entered grant, a lost one, or one
+ * whose release was never sent; the last grant of a live hold has its node
+ * deleted in the background (a lost answer leaves it to the orphan sweep),
+ * as a node has no lease that would run out. */
+static lock_status hold_let_go(struct zk_session *s, const char *key,
+                               struct lock_grant *g)
+{
+    struct zk_hold *h = g->holder;
+    if (!h || strcmp(h->key, key) != 0)
+        return LOCK_NOT_HELD;
+    g->holder = NULL;
+    int alive = hold_alive(s->st, h);
+    if (--h->depth > 0)
+        return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
+    if (alive) {
+        char parent[ZK_PATH_MAX];
+        zk_parent_of(h->node, parent, sizeof(parent));
+        zk_delete_unwaited(h->conn, h->node, h->guid, parent);
+    }
+    hold_free(h);
+    return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
+}
+
+/* ---- steps (lock.h: done elsewhere, by a job of zk_steps.c) --------------- */
+
+#define PHASE_REENTER 1
+#define PHASE_RELEASE 2
+
+static void zk_try_cmd(void *session, const char *key, struct lock_step *st)
+{
+    struct zk_session *s = session;
+    struct zk_hold *h = hold_find(s, key);
+    if (h && hold_alive(s->st, h)) {
+        st->phase = PHASE_REENTER; /* decided at once, in try_done */
+        return;
+    }
+    if (h) /* lost: its grants release as NOT_HELD; this one is new */
+        h->detached = 1;
+    st->async = 1;
+}
+
+static void zk_step_start(void *session, const char *key, struct lock_step *st,
+                          struct event_base *base, lock_step_cb *done, void *arg)
+{
+    struct zk_session *s = session;
+    struct zk_job *j = zk_job_new(s->st, base, done, arg);
+    st->job = j;
+    if (st->phase == PHASE_RELEASE) {
+        /* the delete of the node of the last grant of a hold whose session
+         * lives; else nothing to delete, and release_done decides */
+        struct zk_hold *h = st->g->holder;
+        if (!h || strcmp(h->key, key) != 0 || h->depth > 1 || !hold_alive(s->st, h))
+            zk_job_end(j, LOCK_RELEASED);
+        else
+            zk_job_release(j, h->conn, h->node, h->guid);
+        return;
+    }
+    char parent[ZK_PATH_MAX];
+    if (key_path(key, parent, sizeof(parent)) != 0)
+        zk_job_end(j, LOCK_ERROR);
+    else
+        zk_job_acquire(j, parent, st->deadline_us);
+}
+
+static lock_status zk_try_done(void *session, const char *key, struct lock_step *st,
+                               struct lock_grant *g)
+{
+    struct zk_session *s = session;
+    struct zk_job *j = st->job;
+    if (!j) { /* a re-entry (or nothing started) */
+        struct zk_hold *h = hold_find(s, key);
+        if (st->phase != PHASE_REENTER || !h || !hold_alive(s->st, h))
+            return LOCK_ERROR;
+        h->depth++;
+        grant_fill(s->st, h, 0, g);
+        return LOCK_ACQUIRED;
+    }
+    st->job = NULL;
+    lock_status res = zk_job_take(j);
+    if (res == LOCK_ACQUIRED) {
+        struct zk_hold *h = hold_new(s, key, j->conn, j->czxid, j->guid, j->node);
+        j->conn = NULL; /* the hold's now */
+        grant_fill(s->st, h, j->contended, g);
+    }
+    st->contended |= j->contended;
+    zk_job_put(j);
+    return res;
+}
+
+static void zk_step_cancel(void *session, struct lock_step *st)
+{
+    (void)session;
+    struct zk_job *j = st->job;
+    st->job = NULL;
+    zk_job_cancel(j);
+}
+
+static void zk_release_cmd(void *session, const char *key, struct lock_grant *g,
+                           struct lock_step *st)
+{
+    (void)session, (void)key, (void)g;
+    st->async = 1;
+    st->phase = PHASE_RELEASE;
+    st->after = 1; /* the delete goes once the commit answered */
+}
+
+static lock_status zk_release_done(void *session, const char *key, struct lock_grant *g,
+                                   struct lock_step *st)
+{
+    struct zk_job *j = st ? st->job : NULL;
+    if (!j || !j->release) { /* never sent, or nothing to delete */
+        if (j)
+            zk_step_cancel(session, st);
+        return hold_let_go(session, key, g);
+    }
+    st->job = NULL;
+    lock_status res = zk_job_take(j);
+    zk_job_put(j);
+    struct zk_hold *h = g->holder;
+    if (!h || strcmp(h->key, key) != 0)
+        return LOCK_NOT_HELD;
+    g->holder = NULL;
+    hold_free(h); /* its last grant (the job's) */
+    return res;
 }
 
 /* ---- the backend ------------------------------------------------------- */
@@ -495,88 +397,14 @@ static void zk_session_free(void *session)
     struct zk_session *s = session;
     while (s->holds) {
         struct zk_hold *h = s->holds;
-        if (zk_hold_alive(s->st, h)) {
+        if (hold_alive(s->st, h)) {
             char parent[ZK_PATH_MAX];
             zk_parent_of(h->node, parent, sizeof(parent));
             zk_delete_unwaited(h->conn, h->node, h->guid, parent);
         }
-        zk_hold_free(h);
+        hold_free(h);
     }
     free(s);
-}
-
-static lock_status zk_acquire(void *session, const char *key, int64_t deadline_us,
-                              struct lock_grant *g)
-{
-    struct zk_session *s = session;
-    struct zk_state *st = s->st;
-    struct zk_hold *h = zk_hold_find(s, key);
-    if (h && zk_hold_alive(st, h)) {
-        h->depth++;
-        zk_grant_fill(st, h, 0, g);
-        return LOCK_ACQUIRED;
-    }
-    if (h) /* lost: its grants release as NOT_HELD; this one is new */
-        h->detached = 1;
-    char parent[ZK_PATH_MAX];
-    if (zk_key_path(key, parent, sizeof(parent)) != 0)
-        return LOCK_ERROR;
-    int64_t floor_us = clock_now_us() + (int64_t)ZK_TRY_FLOOR_MS * 1000;
-    struct zk_attempt a = {.parent = parent,
-                           .deadline_us = deadline_us,
-                           .hard_us = deadline_us > floor_us ? deadline_us : floor_us};
-    for (;;) {
-        a.conn = zk_conn_get(st);
-        if (!a.conn)
-            return LOCK_ERROR;
-        lock_token_new(a.guid);
-        a.node[0] = '\0';
-        enum zk_try t = contend(&a);
-        if (t == TRY_ACQUIRED) {
-            zk_grant_fill(st, zk_hold_new(s, key, a.conn, a.czxid, a.guid, a.node),
-                          a.contended, g);
-            return LOCK_ACQUIRED;
-        }
-        zk_conn_put(a.conn);
-        if (t == TRY_AGAIN && clock_now_us() < deadline_us)
-            continue;
-        return t == TRY_BUSY ? LOCK_BUSY : LOCK_ERROR;
-    }
-}
-
-lock_status zk_hold_release(struct zk_session *s, const char *key, struct lock_grant *g,
-                            int wait)
-{
-    struct zk_hold *h = g->holder;
-    if (!h || strcmp(h->key, key) != 0)
-        return LOCK_NOT_HELD;
-    g->holder = NULL;
-    int alive = zk_hold_alive(s->st, h);
-    if (--h->depth > 0)
-        return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
-    lock_status res = LOCK_NOT_HELD;
-    if (alive && !wait) {
-        char parent[ZK_PATH_MAX];
-        zk_parent_of(h->node, parent, sizeof(parent));
-        zk_delete_unwaited(h->conn, h->node, h->guid, parent);
-        res = LOCK_RELEASED;
-    } else if (alive) {
-        int64_t until = clock_now_us() + (int64_t)s->st->timeout_ms * 1000;
-        int rc = zk_delete(h->conn, h->node, until);
-        if (rc == ZOK)
-            res = LOCK_RELEASED;
-        else if (rc == ZNONODE || rc == ZSESSIONEXPIRED || rc == ZINVALIDSTATE)
-            res = LOCK_NOT_HELD; /* deleted under us, or the session went meanwhile */
-        else
-            res = LOCK_ERROR; /* unknown: a lost delete is retried after reconnect */
-    }
-    zk_hold_free(h);
-    return res;
-}
-
-static lock_status zk_release(void *session, const char *key, struct lock_grant *g)
-{
-    return zk_hold_release(session, key, g, 1);
 }
 
 /* Valid while the session lives: until the session timeout after a
@@ -604,10 +432,8 @@ const struct lock_backend lock_backend_zk = {
     .destroy = zk_destroy,
     .session_new = zk_session_new,
     .session_free = zk_session_free,
-    .acquire = zk_acquire,
-    .release = zk_release,
     .valid_until = zk_valid_until,
-    /* steps done elsewhere (zk_steps.c) */
+    /* steps done elsewhere (a job of zk_steps.c) */
     .try_cmd = zk_try_cmd,
     .step_answer = lock_answer_nothing,
     .try_done = zk_try_done,

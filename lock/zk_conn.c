@@ -2,31 +2,35 @@
  *
  * One ZooKeeper session (one zhandle) per struct lock, that is per process,
  * driven by one thread (st->loop, zk_loop.h) on the single-threaded client:
- * every thread's requests go out on one connection, one heartbeat keeps every hold of the
- * process alive, and when the process dies or is cut off past the session timeout, all
- * its nodes go at once.
+ * every thread's requests go out on one connection, one heartbeat keeps every
+ * hold of the process alive, and when the process dies or is cut off past the
+ * session timeout, all its nodes go at once.
  *
- * Bounded waits: every request is asynchronous and waited for on a condition
- * variable with a deadline, so ZooKeeper being down or hung costs at most the
- * wait deadline. A request given up on is not forgotten: its completion still
- * runs, and deletes a node that was created for a contender that has left
- * (see call_done). Nothing here blocks in a ZooKeeper callback, and no
- * ZooKeeper call is made holding st->mu (the client's threads take it in the
- * callbacks). */
+ * Besides the session: the watches that wake the recipe's waiters, deletes
+ * that nobody waits for, and the orphan sweep, which deletes a node of ours
+ * whose create or delete lost its answer, found by the guid in its name once
+ * the session is connected again. Nothing here blocks, and no ZooKeeper call
+ * is made holding st->mu (the callbacks, on st->loop's thread, take it). */
 #include "zk_conn.h"
 
 #include "clock.h"
 #include "lock_impl.h"
 #include "xalloc.h"
-#include "zk_call.h"
 #include "zk_loop.h"
 
-#include <errno.h>
 #include <event2/event.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A node of ours that may exist but is no longer wanted: found by its guid
+ * under parent once connected, and deleted. */
+struct zk_orphan {
+    struct zk_orphan *next;
+    char guid[33];
+    char parent[];
+};
 
 /* ---- the library's log ------------------------------------------------- */
 
@@ -123,9 +127,7 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
             }
         }
         for (struct zk_waiter *w = c->waiters; w; w = w->next) {
-            if (w->wake)
-                w->wake(w);
-            pthread_cond_signal(&w->cond);
+            w->wake(w);
         }
     } else if (c->connected) { /* connecting, associating: the connection dropped */
         down = "connection lost";
@@ -133,7 +135,6 @@ static void conn_watcher(zhandle_t *zh, int type, int state, const char *path, v
         c->disconnected_us = clock_now_us();
     }
     int closing = c->closing;
-    pthread_cond_broadcast(&c->changed);
     pthread_mutex_unlock(&st->mu);
     if (st->on_link && !closing) {
         if (state == ZOO_CONNECTED_STATE && !was_connected)
@@ -169,10 +170,8 @@ struct zk_conn *zk_conn_open(struct zk_state *st)
     c->st = st;
     c->refs = 1;
     c->session_us = (int64_t)st->session_ms * 1000;
-    clock_cond_init(&c->changed);
     zk_loop_call(st->loop, conn_open_here, c);
     if (!c->zh) {
-        pthread_cond_destroy(&c->changed);
         free(c);
         return NULL;
     }
@@ -192,7 +191,6 @@ static void conn_close_here(void *arg)
         c->orphans = o->next;
         free(o);
     }
-    pthread_cond_destroy(&c->changed);
     free(c);
 }
 
@@ -237,20 +235,6 @@ struct zk_conn *zk_conn_get(struct zk_state *st)
     pthread_mutex_unlock(&st->reconnect_mu);
     zk_conn_put(old); /* st's reference to the expired one */
     return fresh;
-}
-
-/* Waits until c is connected, at most until deadline_us. 1 when connected;
- * 0 when the deadline passed or the session expired. */
-int zk_conn_wait_connected(struct zk_conn *c, int64_t deadline_us)
-{
-    struct zk_state *st = c->st;
-    pthread_mutex_lock(&st->mu);
-    while (!c->connected && !c->expired &&
-           clock_cond_wait_until(&c->changed, &st->mu, deadline_us) != ETIMEDOUT)
-        ;
-    int ok = c->connected;
-    pthread_mutex_unlock(&st->mu);
-    return ok;
 }
 
 int zk_conn_expired(struct zk_conn *c)
@@ -310,20 +294,20 @@ static void pred_watcher(zhandle_t *zh, int type, int state, const char *path, v
             lock_count_watch_waiter(counters, -1);
             lock_count_wakeup(counters);
         }
-        if (w->wake)
-            w->wake(w);
-        pthread_cond_signal(&w->cond);
+        w->wake(w);
     }
     pthread_mutex_unlock(&c->st->mu);
 }
 
 /* Puts w on c's list of waiters for watches on path. Before the request that
  * sets the watch: a fire cannot be missed. */
-void zk_waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path)
+void zk_waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path,
+                   void (*wake)(struct zk_waiter *w), void *ctx)
 {
     memset(w, 0, sizeof(*w));
     w->path = path;
-    clock_cond_init(&w->cond);
+    w->wake = wake;
+    w->ctx = ctx;
     pthread_mutex_lock(&c->st->mu);
     w->next = c->waiters;
     c->waiters = w;
@@ -340,290 +324,83 @@ void zk_waiter_remove(struct zk_conn *c, struct zk_waiter *w)
         }
     }
     pthread_mutex_unlock(&c->st->mu);
-    pthread_cond_destroy(&w->cond);
-}
-
-/* Sleeps until w's watch fires (ZOK, counted in watch_wakeups), the session
- * expires (ZSESSIONEXPIRED) or deadline_us passes (ZK_DEADLINE). While
- * it sleeps, w counts in watch_waiters. */
-int zk_waiter_sleep(struct zk_conn *c, struct zk_waiter *w, int64_t deadline_us)
-{
-    struct zk_state *st = c->st;
-    pthread_mutex_lock(&st->mu);
-    if (w->woken) { /* already, by another contender's watch on the same path */
-        lock_count_wakeup(st->counters);
-    } else {
-        w->asleep = 1;
-        lock_count_watch_waiter(st->counters, 1);
-    }
-    while (!w->woken && !c->expired &&
-           clock_cond_wait_until(&w->cond, &st->mu, deadline_us) != ETIMEDOUT)
-        ;
-    if (w->asleep) { /* not woken: pred_watcher did not take it off */
-        w->asleep = 0;
-        lock_count_watch_waiter(st->counters, -1);
-    }
-    int rc = w->woken ? ZOK : c->expired ? ZSESSIONEXPIRED : ZK_DEADLINE;
-    pthread_mutex_unlock(&st->mu);
-    return rc;
 }
 
 /* ---- requests ---------------------------------------------------------- */
 
-struct zk_call *zk_call_new(struct zk_conn *c, enum zk_op op, int waited)
+/* A request that nobody waits for: a delete (OP_DELETE), or an orphan
+ * looked for by its guid (OP_SWEEP). Freed by its completion. */
+enum zk_op { OP_DELETE, OP_SWEEP };
+
+struct zk_call {
+    struct zk_conn *conn;
+    enum zk_op op;
+    struct zk_orphan *orphan; /* OP_SWEEP */
+    /* OP_DELETE: the node's guid and parent, to find it later */
+    char guid[33];
+    char parent[ZK_PATH_MAX];
+    char path[ZK_PATH_MAX]; /* the node the request is about */
+};
+
+static struct zk_call *call_new(struct zk_conn *c, enum zk_op op)
 {
     struct zk_call *call = xcalloc(1, sizeof(*call));
     call->conn = c;
     call->op = op;
-    call->refs = waited ? 2 : 1;
-    clock_cond_init(&call->cond);
     return call;
 }
 
-void zk_call_free(struct zk_call *call)
+static void call_free(struct zk_call *call)
 {
-    for (int i = 0; i < call->nkids; i++)
-        free(call->kids[i]);
-    free(call->kids);
-    free(call->created);
     free(call->orphan);
-    pthread_cond_destroy(&call->cond);
     free(call);
 }
 
-/* Whether a request that failed with rc may have been carried out all the
- * same (its answer lost with the connection). */
 int zk_rc_uncertain(int rc)
 {
     return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
 }
 
-/* Ends a call from its completion (results already stored): wakes the caller,
- * and when the caller has left, undoes what it no longer wants. */
-static void call_done(struct zk_call *call, int rc)
-{
-    struct zk_conn *c = call->conn;
-    /* A delete whose answer was lost: the node may still be there. (Before
-     * done is set: until then the caller cannot free the call.) */
-    if (call->op == OP_DELETE && zk_rc_uncertain(rc))
-        zk_orphan_add(c, call->parent, call->guid);
-    pthread_mutex_lock(&c->st->mu);
-    call->rc = rc;
-    call->done = 1;
-    pthread_cond_signal(&call->cond);
-    int abandoned = --call->refs == 0;
-    pthread_mutex_unlock(&c->st->mu);
-    if (!abandoned)
-        return;
-    /* The contender gave up waiting for its create: nobody will use the
-     * node, which would block everyone behind it for the session's life. */
-    if (call->op == OP_CREATE && rc == ZOK)
-        zk_delete_unwaited(c, call->created, call->guid, call->parent);
-    else if (call->op == OP_CREATE && zk_rc_uncertain(rc))
-        zk_orphan_add(c, call->parent, call->guid);
-    zk_call_free(call);
-}
-
-/* Waits for the call until deadline_us and drops the caller's reference.
- * Returns its result code, or ZOPERATIONTIMEOUT when the deadline came first.
- * On ZOK, results the caller wants are moved out through the out arguments
- * first (any may be NULL). */
-int zk_call_finish(struct zk_call *call, int64_t deadline_us, char **created,
-                   int64_t *czxid, char ***kids, int *nkids)
-{
-    struct zk_state *st = call->conn->st;
-    pthread_mutex_lock(&st->mu);
-    while (!call->done &&
-           clock_cond_wait_until(&call->cond, &st->mu, deadline_us) != ETIMEDOUT)
-        ;
-    int rc = call->done ? call->rc : ZOPERATIONTIMEOUT;
-    if (call->done && rc == ZOK) {
-        if (created) {
-            *created = call->created;
-            call->created = NULL;
-        }
-        if (czxid)
-            *czxid = call->czxid;
-        if (kids) {
-            *kids = call->kids;
-            *nkids = call->nkids;
-            call->kids = NULL;
-            call->nkids = 0;
-        }
-    }
-    int last = --call->refs == 0;
-    pthread_mutex_unlock(&st->mu);
-    if (last)
-        zk_call_free(call);
-    return rc;
-}
-
-void zk_kids_free(char **kids, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(kids[i]);
-    free(kids);
-}
-
-static void create_done(int rc, const char *path, const struct Stat *stat,
-                        const void *data)
+/* A delete answered: one whose answer was lost leaves the node (it may
+ * still be there) to the orphan sweep. */
+static void deleted(int rc, const void *data)
 {
     struct zk_call *call = (struct zk_call *)data;
-    if (rc == ZOK && path) {
-        call->created = xstrdup(path);
-        call->czxid = stat ? stat->czxid : 0;
-    }
-    call_done(call, rc == ZOK && (!path || !stat) ? ZMARSHALLINGERROR : rc);
+    if (zk_rc_uncertain(rc))
+        zk_orphan_add(call->conn, call->parent, call->guid);
+    call_free(call);
 }
 
-static void string_done(int rc, const char *path, const void *data)
+/* Sends the delete on st->loop's thread: at once from there (a completion, a
+ * watcher, a job: the loop asks the interest again after them), else as a
+ * job, which the caller's reference to the conn keeps before its close. */
+static void delete_here(void *arg)
 {
-    (void)path;
-    call_done((struct zk_call *)data, rc);
+    struct zk_call *call = arg;
+    int rc = zoo_adelete(call->conn->zh, call->path, -1, deleted, call);
+    if (rc != ZOK) /* refused: as its completion would */
+        deleted(rc, call);
 }
 
-static void children_done(int rc, const struct String_vector *strings, const void *data)
-{
-    struct zk_call *call = (struct zk_call *)data;
-    if (rc == ZOK && strings && strings->count > 0) {
-        call->kids = xcalloc((size_t)strings->count, sizeof(char *));
-        for (int i = 0; i < strings->count; i++) {
-            call->kids[i] = xstrdup(strings->data[i]);
-        }
-        call->nkids = strings->count;
-    }
-    call_done(call, rc);
-}
-
-static void stat_done(int rc, const struct Stat *stat, const void *data)
-{
-    struct zk_call *call = (struct zk_call *)data;
-    if (rc == ZOK && stat)
-        call->czxid = stat->czxid;
-    call_done(call, rc);
-}
-
-static void data_done(int rc, const char *value, int len, const struct Stat *stat,
-                      const void *data)
-{
-    (void)value, (void)len, (void)stat;
-    call_done((struct zk_call *)data, rc);
-}
-
-static void void_done(int rc, const void *data)
-{
-    call_done((struct zk_call *)data, rc);
-}
-
-/* The request of call, on st->loop's thread. */
-static int call_issue(struct zk_call *call)
-{
-    zhandle_t *zh = call->conn->zh;
-    const char *path = call->path;
-    switch (call->op) {
-    case OP_CREATE:
-        return zoo_acreate2(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
-                            ZOO_EPHEMERAL_SEQUENTIAL, create_done, call);
-    case OP_PARENT:
-        return zoo_acreate(zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, string_done,
-                           call);
-    case OP_CHILDREN:
-        return call->watch ? zoo_awget_children(zh, path, pred_watcher, call->conn,
-                                                children_done, call)
-                           : zoo_aget_children(zh, path, 0, children_done, call);
-    case OP_EXISTS:
-        return zoo_aexists(zh, path, 0, stat_done, call);
-    case OP_WATCH:
-        return zoo_awget(zh, path, pred_watcher, call->conn, data_done, call);
-    case OP_DELETE:
-        return zoo_adelete(zh, path, -1, void_done, call);
-    case OP_SWEEP:
-        break;
-    }
-    return ZBADARGUMENTS;
-}
-
-/* Sends call's request; a refusal ends it at once, as its completion would. */
-static void call_send_here(struct zk_call *call)
-{
-    int rc = call_issue(call);
-    if (rc != ZOK)
-        call_done(call, rc);
-}
-
-static void call_send_job(void *arg)
+static void delete_job(void *arg)
 {
     struct zk_call *call = arg;
     struct zk_conn *c = call->conn; /* call may be gone after the send */
-    call_send_here(call);
+    delete_here(call);
     zk_conn_arm(c);
 }
 
-/* Sends call on c's loop: at once from its thread (a completion, a watcher:
- * the loop asks the interest again after them), else as a job. */
-void zk_call_send(struct zk_call *call)
+void zk_delete_unwaited(struct zk_conn *c, const char *node, const char *guid,
+                        const char *parent)
 {
-    struct zk_loop *loop = call->conn->st->loop;
-    if (zk_loop_here(loop))
-        call_send_here(call);
-    else
-        zk_loop_post(loop, call_send_job, call);
-}
-
-/* Creates our contender node "<parent>/_c_<guid>-lock-<seq>". ZOK with *node
- * (caller frees) and *czxid; otherwise the error. */
-int zk_create(struct zk_conn *c, const char *parent, const char *guid,
-              int64_t deadline_us, char **node, int64_t *czxid)
-{
-    struct zk_call *call = zk_call_new(c, OP_CREATE, 1);
-    snprintf(call->path, sizeof(call->path), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX,
-             parent, guid);
+    struct zk_call *call = call_new(c, OP_DELETE);
     snprintf(call->guid, sizeof(call->guid), "%s", guid);
     snprintf(call->parent, sizeof(call->parent), "%s", parent);
-    zk_call_send(call);
-    return zk_call_finish(call, deadline_us, node, czxid, NULL, NULL);
-}
-
-/* Creates the persistent node path; ZOK also when it was there. */
-int zk_create_parent(struct zk_conn *c, const char *path, int64_t deadline_us)
-{
-    struct zk_call *call = zk_call_new(c, OP_PARENT, 1);
-    snprintf(call->path, sizeof(call->path), "%s", path);
-    zk_call_send(call);
-    int rc = zk_call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
-    return rc == ZNODEEXISTS ? ZOK : rc;
-}
-
-/* The children of parent (*kids: caller frees); with watch, also sets a child
- * watch on parent (pred_watcher) in the same request, when parent exists. */
-int zk_children(struct zk_conn *c, const char *parent, int watch, int64_t deadline_us,
-                char ***kids, int *nkids)
-{
-    *kids = NULL;
-    *nkids = 0;
-    struct zk_call *call = zk_call_new(c, OP_CHILDREN, 1);
-    snprintf(call->path, sizeof(call->path), "%s", parent);
-    call->watch = watch;
-    zk_call_send(call);
-    return zk_call_finish(call, deadline_us, NULL, NULL, kids, nkids);
-}
-
-int zk_czxid(struct zk_conn *c, const char *node, int64_t deadline_us, int64_t *czxid)
-{
-    struct zk_call *call = zk_call_new(c, OP_EXISTS, 1);
     snprintf(call->path, sizeof(call->path), "%s", node);
-    zk_call_send(call);
-    return zk_call_finish(call, deadline_us, NULL, czxid, NULL, NULL);
-}
-
-/* Sets the data watch on node (pred_watcher). ZNONODE when it is gone: then no
- * watch was left behind. */
-int zk_watch(struct zk_conn *c, const char *node, int64_t deadline_us)
-{
-    struct zk_call *call = zk_call_new(c, OP_WATCH, 1);
-    snprintf(call->path, sizeof(call->path), "%s", node);
-    zk_call_send(call);
-    return zk_call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+    if (zk_loop_here(c->st->loop))
+        delete_here(call);
+    else
+        zk_loop_post(c->st->loop, delete_job, call);
 }
 
 int zk_awatch(struct zk_conn *c, const char *node, data_completion_t done,
@@ -638,44 +415,183 @@ int zk_alist_watch(struct zk_conn *c, const char *parent, strings_completion_t d
     return zoo_awget_children(c->zh, parent, pred_watcher, c, done, data);
 }
 
-/* The guid of one of our node names "_c_<guid>-lock-<seq>" into guid (33
- * bytes); "" when name is not one. */
-static void node_guid(const char *node, char *guid)
-{
-    const char *name = strrchr(node, '/');
-    name = name ? name + 1 : node;
-    guid[0] = '\0';
-    size_t plen = strlen(ZK_GUID_PREFIX);
-    if (strncmp(name, ZK_GUID_PREFIX, plen) == 0 && strlen(name) > plen + 32)
-        snprintf(guid, 33, "%.32s", name + plen);
-}
-
 void zk_parent_of(const char *node, char *parent, size_t len)
 {
     const char *slash = strrchr(node, '/');
     snprintf(parent, len, "%.*s", slash ? (int)(slash - node) : 0, node);
 }
 
-/* Deletes node; a delete whose answer was lost leaves the node to the orphan
- * sweep (call_done). */
-int zk_delete(struct zk_conn *c, const char *node, int64_t deadline_us)
+/* ---- orphans ----------------------------------------------------------- */
+
+int zk_has_guid(const char *name, const char *guid)
 {
-    struct zk_call *call = zk_call_new(c, OP_DELETE, 1);
-    node_guid(node, call->guid);
-    zk_parent_of(node, call->parent, sizeof(call->parent));
-    snprintf(call->path, sizeof(call->path), "%s", node);
-    zk_call_send(call);
-    return zk_call_finish(call, deadline_us, NULL, NULL, NULL, NULL);
+    size_t plen = strlen(ZK_GUID_PREFIX);
+    return strncmp(name, ZK_GUID_PREFIX, plen) == 0 &&
+           strncmp(name + plen, guid, 32) == 0 && name[plen + 32] == '-';
 }
 
-/* The same, without waiting: from callbacks and from session_free. A lost
- * answer leaves the node to the orphan sweep by guid ("": to nobody). */
-void zk_delete_unwaited(struct zk_conn *c, const char *node, const char *guid,
-                        const char *parent)
+/* Puts o back on c's list, or frees it when the session is gone (and its
+ * ephemeral nodes with it). */
+static void orphan_requeue(struct zk_conn *c, struct zk_orphan *o)
 {
-    struct zk_call *call = zk_call_new(c, OP_DELETE, 0);
-    snprintf(call->guid, sizeof(call->guid), "%s", guid);
-    snprintf(call->parent, sizeof(call->parent), "%s", parent);
-    snprintf(call->path, sizeof(call->path), "%s", node);
-    zk_call_send(call); /* a refusal: call_done leaves an uncertain one to the sweep */
+    pthread_mutex_lock(&c->st->mu);
+    if (!c->closing && !c->expired) {
+        o->next = c->orphans;
+        c->orphans = o;
+        o = NULL;
+    }
+    pthread_mutex_unlock(&c->st->mu);
+    free(o);
+}
+
+static void sweep_deleted(int rc, const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    if (zk_rc_uncertain(rc)) {
+        orphan_requeue(call->conn, call->orphan);
+        call->orphan = NULL;
+    }
+    call_free(call);
+}
+
+static void sweep_listed(int rc, const struct String_vector *strings, const void *data)
+{
+    struct zk_call *call = (struct zk_call *)data;
+    struct zk_conn *c = call->conn;
+    if (rc == ZOK && strings) {
+        for (int i = 0; i < strings->count; i++) {
+            if (!zk_has_guid(strings->data[i], call->orphan->guid))
+                continue;
+            char node[ZK_PATH_MAX];
+            snprintf(node, sizeof(node), "%s/%s", call->orphan->parent, strings->data[i]);
+            rc = zoo_adelete(c->zh, node, -1, sweep_deleted, call);
+            if (rc == ZOK)
+                return; /* sweep_deleted carries on */
+            break;
+        }
+    }
+    if (zk_rc_uncertain(rc)) {
+        orphan_requeue(c, call->orphan);
+        call->orphan = NULL;
+    }
+    call_free(call);
+}
+
+/* The sweep, on c's loop. */
+static void sweep_here(struct zk_conn *c)
+{
+    pthread_mutex_lock(&c->st->mu);
+    struct zk_orphan *list = NULL;
+    if (c->connected && !c->closing && !c->expired && c->zh) {
+        list = c->orphans;
+        c->orphans = NULL;
+    }
+    pthread_mutex_unlock(&c->st->mu);
+    while (list) {
+        struct zk_orphan *o = list;
+        list = o->next;
+        struct zk_call *call = call_new(c, OP_SWEEP);
+        call->orphan = o;
+        if (zoo_aget_children(c->zh, o->parent, 0, sweep_listed, call) != ZOK) {
+            orphan_requeue(c, o);
+            call->orphan = NULL;
+            call_free(call);
+        }
+    }
+}
+
+/* A sweep asked from another thread: holds a reference to c. */
+static void sweep_job(void *arg)
+{
+    struct zk_conn *c = arg;
+    sweep_here(c);
+    zk_conn_arm(c);
+    zk_conn_put(c);
+}
+
+/* Looks for every orphan of c by its guid and deletes it, in the background:
+ * at once on c's loop, else as a job (not once c is closing). */
+void zk_orphans_sweep(struct zk_conn *c)
+{
+    struct zk_state *st = c->st;
+    if (zk_loop_here(st->loop)) {
+        sweep_here(c);
+        return;
+    }
+    pthread_mutex_lock(&st->mu);
+    int go = !c->closing && !c->expired && c->orphans;
+    if (go)
+        c->refs++;
+    pthread_mutex_unlock(&st->mu);
+    if (go)
+        zk_loop_post(st->loop, sweep_job, c);
+}
+
+void zk_orphan_add(struct zk_conn *c, const char *parent, const char *guid)
+{
+    if (!guid[0])
+        return;
+    size_t len = strlen(parent);
+    struct zk_orphan *o = xcalloc(1, sizeof(*o) + len + 1);
+    snprintf(o->guid, sizeof(o->guid), "%s", guid);
+    memcpy(o->parent, parent, len + 1);
+    orphan_requeue(c, o);
+    zk_orphans_sweep(c);
+}
+
+/* ---- parents ----------------------------------------------------------- */
+
+/* A parent known to exist (st->parents). */
+struct zk_parent {
+    struct zk_parent *next;
+    char path[];
+};
+
+static unsigned parent_bucket(const char *path)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % ZK_PARENT_BUCKETS;
+}
+
+int zk_parent_known(struct zk_state *st, const char *path)
+{
+    pthread_mutex_lock(&st->mu);
+    struct zk_parent *p = st->parents[parent_bucket(path)];
+    while (p && strcmp(p->path, path) != 0)
+        p = p->next;
+    pthread_mutex_unlock(&st->mu);
+    return p != NULL;
+}
+
+void zk_parent_remember(struct zk_state *st, const char *path, int known)
+{
+    unsigned b = parent_bucket(path);
+    pthread_mutex_lock(&st->mu);
+    struct zk_parent **pp = &st->parents[b];
+    while (*pp && strcmp((*pp)->path, path) != 0)
+        pp = &(*pp)->next;
+    if (known && !*pp) {
+        size_t len = strlen(path);
+        struct zk_parent *p = xcalloc(1, sizeof(*p) + len + 1);
+        memcpy(p->path, path, len + 1);
+        *pp = p;
+    } else if (!known && *pp) {
+        struct zk_parent *p = *pp;
+        *pp = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void zk_parents_free(struct zk_state *st)
+{
+    for (int i = 0; i < ZK_PARENT_BUCKETS; i++) {
+        while (st->parents[i]) {
+            struct zk_parent *p = st->parents[i];
+            st->parents[i] = p->next;
+            free(p);
+        }
+    }
 }

@@ -1,19 +1,17 @@
-/* zk_conn: the ZooKeeper client under the zk lock (lock_zk.c, its only
- * caller): one session per struct lock and its replacement when it expires,
- * requests waited for with a deadline, watches that wake waiters, the orphan
- * sweep that deletes a node whose create or delete lost its answer, and the
- * cache of lock parents known to exist. Which contender holds a lock is
- * decided in lock_zk.c: here a node is a path, a guid and a parent.
+/* zk_conn: the ZooKeeper client under the zk lock's recipe (lock_zk.c,
+ * zk_steps.c): one session per struct lock and its replacement when it
+ * expires, the watches that wake waiters, deletes nobody waits for, the
+ * orphan sweep that deletes a node whose create or delete lost its answer,
+ * the cache of lock parents known to exist, and the state the recipe keeps
+ * beside it (struct zk_state). Which contender
+ * holds a lock is decided above: here a node is a path, a guid and a parent.
+ * Nothing here calls the recipe; it reaches a waiter only through the wake
+ * callback it was given.
  *
- * Threads: any thread with a lock_session calls it (the acquirers block on
- * condition variables here, never longer than their deadline). The client is
- * the single-threaded one (libzookeeper_st): st->loop's thread (zk_loop.h)
- * makes every ZooKeeper call and runs the watchers and completions, which
- * take st->mu and never block; other threads hand it their requests. No
- * ZooKeeper call is made holding st->mu.
- *
- * Calls that answer an int answer a ZooKeeper code (ZOK, ZNONODE, ...), or
- * ZOPERATIONTIMEOUT when the deadline came before the answer. */
+ * Threads: the client is the single-threaded one (libzookeeper_st):
+ * st->loop's thread (zk_loop.h) makes every ZooKeeper call and runs the
+ * watchers and completions, which take st->mu and never block; other threads
+ * hand it their requests. No ZooKeeper call is made holding st->mu. */
 #ifndef SECKILL_ZK_CONN_H
 #define SECKILL_ZK_CONN_H
 
@@ -35,25 +33,19 @@ struct zk_loop;
 #define ZK_GUID_PREFIX "_c_"
 #define ZK_NODE_SUFFIX "-lock-"
 #define ZK_PARENT_BUCKETS 256
-/* Not a ZooKeeper code (those are <= 0): the wait deadline passed while the
- * contender was waiting for its predecessor. */
-#define ZK_DEADLINE 1
 
 struct zk_state;
 struct zk_orphan;
 struct zk_parent;
 
-/* A contender sleeping until the watch on its predecessor (or, watching all,
- * on the lock node's children) fires. */
+/* A contender asleep until the watch on its predecessor (or, watching all,
+ * on the lock node's children) fires: wake is called, under st->mu on
+ * st->loop's thread, when it fires or the session expires. */
 struct zk_waiter {
     struct zk_waiter *next;
     const char *path; /* the watched path */
     int woken;        /* a watch on path fired */
     int asleep;       /* counted in watch_waiters */
-    pthread_cond_t cond;
-    /* A waiter of a step (zk_steps.c) sleeps on no thread: called, under
-     * st->mu on st->loop's thread, when the watch fires or the session
-     * expires (set after zk_waiter_add, on that thread). */
     void (*wake)(struct zk_waiter *w);
     void *ctx;
 };
@@ -79,7 +71,6 @@ struct zk_conn {
     int closing;             /* the last reference went: issue nothing more */
     int64_t disconnected_us; /* when the connection was lost; 0 when connected */
     int64_t session_us;      /* the session timeout the server granted */
-    pthread_cond_t changed;  /* connected or expired changed */
     struct zk_waiter *waiters;
     struct zk_conn_hold *holds;
     struct zk_orphan *orphans;
@@ -122,10 +113,6 @@ void zk_conn_put(struct zk_conn *c);
  * the expired one). */
 struct zk_conn *zk_conn_get(struct zk_state *st);
 
-/* Waits until c is connected, at most until deadline_us. 1 when connected;
- * 0 when the deadline passed or the session expired. */
-int zk_conn_wait_connected(struct zk_conn *c, int64_t deadline_us);
-
 /* 1 once c's session expired (its ephemeral nodes are gone). */
 int zk_conn_expired(struct zk_conn *c);
 
@@ -137,41 +124,17 @@ void zk_conn_hold_remove(struct zk_conn *c, struct zk_conn_hold *h);
 
 /* ---- requests ---------------------------------------------------------- */
 
-/* Creates our contender node "<parent>/_c_<guid>-lock-<seq>"
- * (EPHEMERAL_SEQUENTIAL). ZOK with *node (caller frees) and *czxid; otherwise
- * the error. A create still pending at the deadline is finished by its
- * completion: the node is deleted (or left to the orphan sweep). */
-int zk_create(struct zk_conn *c, const char *parent, const char *guid,
-              int64_t deadline_us, char **node, int64_t *czxid);
-
-/* The children of parent (*kids, *nkids: caller frees with zk_kids_free; NULL
- * and 0 on an error); with watch, also sets a child watch on parent (it wakes
- * the waiters on parent) in the same request, when parent exists. */
-int zk_children(struct zk_conn *c, const char *parent, int watch, int64_t deadline_us,
-                char ***kids, int *nkids);
-
-/* Frees what zk_children gave. */
-void zk_kids_free(char **kids, int n);
-
-/* The czxid of node into *czxid; ZNONODE when it is gone. */
-int zk_czxid(struct zk_conn *c, const char *node, int64_t deadline_us, int64_t *czxid);
-
-/* Sets the data watch on node (it wakes the waiters on node). ZNONODE when it
- * is gone: then no watch was left behind. */
-int zk_watch(struct zk_conn *c, const char *node, int64_t deadline_us);
-
-/* Deletes node; a delete whose answer was lost leaves the node to the orphan
- * sweep (found by the guid in its name). */
-int zk_delete(struct zk_conn *c, const char *node, int64_t deadline_us);
-
-/* The same, without waiting: from callbacks and from session_free. A lost
- * answer leaves the node to the orphan sweep by guid under parent ("": to
- * nobody). */
+/* Deletes node, from any thread, without waiting: a lost answer leaves the
+ * node to the orphan sweep by guid under parent ("": to nobody). */
 void zk_delete_unwaited(struct zk_conn *c, const char *node, const char *guid,
                         const char *parent);
 
 /* 1 when name is one of our node names and carries guid. */
 int zk_has_guid(const char *name, const char *guid);
+
+/* Whether a request that failed with rc may have been carried out all the
+ * same (its answer lost with the connection). */
+int zk_rc_uncertain(int rc);
 
 /* The parent path of node into parent (len bytes); "" for a name without '/'. */
 void zk_parent_of(const char *node, char *parent, size_t len);
@@ -193,17 +156,13 @@ int zk_alist_watch(struct zk_conn *c, const char *parent, strings_completion_t d
 /* ---- watches ----------------------------------------------------------- */
 
 /* Puts w on c's list of waiters for watches on path (borrowed until
- * zk_waiter_remove). Before the request that sets the watch: a fire cannot be
- * missed. */
-void zk_waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path);
+ * zk_waiter_remove), to be woken by wake(w) (ctx is the caller's). Before the
+ * request that sets the watch: a fire cannot be missed. */
+void zk_waiter_add(struct zk_conn *c, struct zk_waiter *w, const char *path,
+                   void (*wake)(struct zk_waiter *w), void *ctx);
 
-/* Takes w off c's list and destroys it. */
+/* Takes w off c's list. */
 void zk_waiter_remove(struct zk_conn *c, struct zk_waiter *w);
-
-/* Sleeps until w's watch fires (ZOK, counted in watch_wakeups), the session
- * expires (ZSESSIONEXPIRED) or deadline_us passes (ZK_DEADLINE). While it
- * sleeps, w counts in watch_waiters. */
-int zk_waiter_sleep(struct zk_conn *c, struct zk_waiter *w, int64_t deadline_us);
 
 /* ---- orphans ----------------------------------------------------------- */
 
@@ -219,16 +178,13 @@ void zk_orphans_sweep(struct zk_conn *c);
 
 /* ---- parents ----------------------------------------------------------- */
 
-/* Creates /seckill, /seckill/locks and parent unless parent is known to exist;
- * remembers it on success. ZOK, or the first error. */
-int zk_parents_ensure(struct zk_conn *c, const char *parent, int64_t deadline_us);
+/* The lock parents known to exist (st->parents), so that a contender creates
+ * them once. Any thread. */
 
-/* 1 when parent is known to exist. */
+/* 1 when path is known to exist. */
 int zk_parent_known(struct zk_state *st, const char *path);
-
-/* Remembers parent as known to exist (known 1) or forgets it (known 0). */
+/* Remembers path as known to exist (known 1) or forgets it (known 0). */
 void zk_parent_remember(struct zk_state *st, const char *path, int known);
-
 /* Forgets every parent (when st goes). */
 void zk_parents_free(struct zk_state *st);
 

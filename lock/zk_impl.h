@@ -1,71 +1,81 @@
-/* zk_impl: the zk lock's recipe pieces that its blocking form (lock_zk.c)
- * and its steps for an event loop (zk_steps.c) share. Private to lock/. */
+/* zk_impl: the zk lock's requests as jobs on the zk loop (zk_steps.c), for
+ * the recipe above them (lock_zk.c, their only caller: the steps of the
+ * backend, the holds of its sessions). zk_steps.c calls zk_conn.c and
+ * zk_loop.c, never lock_zk.c: it reaches its caller only through the done
+ * callback it was given. Private to lock/. */
 #ifndef SECKILL_ZK_IMPL_H
 #define SECKILL_ZK_IMPL_H
 
 #include "lock_impl.h"
 #include "zk_conn.h"
 
-/* One key held by one lock_session, perhaps re-entered. */
-struct zk_hold {
-    struct zk_session *owner; /* the session that took it, whose list it is on */
-    struct zk_hold *snext;    /* the session's list (session thread only) */
-    struct zk_conn_hold cl;   /* the conn's list, lost: the session expired */
-    struct zk_conn *conn;     /* referenced */
-    int depth;                /* grants not yet released (session thread only) */
-    int detached;             /* found lost by an acquire that made a new hold */
-    uint64_t fence;
-    char guid[33];
-    char *key;
-    char node[ZK_PATH_MAX];
+struct event;
+struct event_base;
+
+enum zk_phase {
+    ZS_CONNECT,
+    ZS_PARENTS,
+    ZS_CREATE,
+    ZS_FIND,
+    ZS_STAT,
+    ZS_LIST,
+    ZS_WATCH,
+    ZS_WAIT,
+    ZS_DELETE,
+    ZS_DONE
 };
 
-struct zk_session {
+/* One acquire or release, shared by its caller and the zk loop (zk_steps.c
+ * says how). Once zk_job_take answered, the caller reads the outcome: res,
+ * and for a grant node, guid, czxid and conn (its reference, which the
+ * caller may take over, leaving NULL), and contended. */
+struct zk_job {
     struct zk_state *st;
-    struct zk_hold *holds;
+    struct zk_conn *conn; /* referenced, until a grant's hold takes it over */
+    int refs;             /* under st->mu */
+    int finished;         /* under st->mu: res is the outcome */
+    int cancelled;        /* under st->mu: the caller gave up or took it */
+    lock_status res;
+    enum zk_phase phase; /* the zk loop's thread only, as all below */
+    int level;           /* PARENTS: the next of root, locks, parent */
+    int parent_again;    /* the parent vanished under a create once */
+    int lost_create;     /* a create's answer was lost: our node may exist */
+    int contended;
+    int release;  /* a release: the delete of node (DELETE), not an acquire */
+    int watching; /* w is on the conn's list */
+    struct zk_waiter w;
+    char parent[ZK_PATH_MAX], guid[33], node[ZK_PATH_MAX], pred[ZK_PATH_MAX];
+    int64_t czxid, deadline_us, hard_us;
+    struct event *timer, *retry; /* on the zk loop: the bound, the reconnect */
+    struct event *deliver;       /* on the caller's base */
+    lock_step_cb *done;
+    void *arg;
 };
 
-/* The parent node of key's lock into out; -1 when the key is too long. */
-int zk_key_path(const char *key, char *out, size_t len);
-/* Which of kids[0..n-1] (children of parent) precedes our node (its path):
- * ZOK with pred its path, "" when ours is the lowest; ZNONODE when ours is
- * not among them. Deletes (on c) any other node carrying our guid. */
-int zk_predecessor(struct zk_conn *c, char **kids, int n, const char *parent,
-                   const char *node, const char *guid, char *pred, size_t len);
-
-/* s's hold of key, NULL when none (session thread only). */
-struct zk_hold *zk_hold_find(struct zk_session *s, const char *key);
-/* A hold of key by s of node (guid's, czxid its token); takes over the
- * caller's reference to c. */
-struct zk_hold *zk_hold_new(struct zk_session *s, const char *key, struct zk_conn *c,
-                            int64_t czxid, const char *guid, const char *node);
-/* Off its lists and freed. */
-void zk_hold_free(struct zk_hold *h);
-/* 1 while h's session lives (it may be disconnected). */
-int zk_hold_alive(struct zk_state *st, const struct zk_hold *h);
-/* g as a grant of h. */
-void zk_grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
-                   struct lock_grant *g);
-/* Releases g (key's): its node deleted by the last release, waited for
- * (as lock_release answers) or, without wait, sent and left to finish in
- * the background (LOCK_RELEASED once sent; a lost answer leaves the node to
- * the orphan sweep). */
-lock_status zk_hold_release(struct zk_session *s, const char *key, struct lock_grant *g,
-                            int wait);
-
-/* The steps (zk_steps.c), plugged into lock_backend_zk. */
-void zk_try_cmd(void *session, const char *key, struct lock_step *st);
-lock_status zk_try_done(void *session, const char *key, struct lock_step *st,
-                        struct lock_grant *g);
-void zk_step_start(void *session, const char *key, struct lock_step *st,
-                   struct event_base *base, lock_step_cb *done, void *arg);
-void zk_step_cancel(void *session, struct lock_step *st);
-void zk_release_cmd(void *session, const char *key, struct lock_grant *g,
-                    struct lock_step *st);
-lock_status zk_release_done(void *session, const char *key, struct lock_grant *g,
-                            struct lock_step *st);
-/* Waits (at most the request timeout) until every job of a step is gone: a
- * cancelled one may still wait for a request's answer. Before st goes. */
+/* A job of st for a caller on base, with the caller's reference: done(arg) is
+ * called on base's thread once it is over (never from inside these calls),
+ * unless the caller took or cancelled it first. */
+struct zk_job *zk_job_new(struct zk_state *st, struct event_base *base,
+                          lock_step_cb *done, void *arg);
+/* Ends j before it started, with res: done is called as after a run. */
+void zk_job_end(struct zk_job *j, lock_status res);
+/* Starts j as an acquire under parent (a fresh guid), on st's current
+ * session, waiting until deadline_us (its requests get at least a floor). */
+void zk_job_acquire(struct zk_job *j, const char *parent, int64_t deadline_us);
+/* Starts j as the release of node (guid's, on session c: a reference of the
+ * job's own is taken). */
+void zk_job_release(struct zk_job *j, struct zk_conn *c, const char *node,
+                    const char *guid);
+/* The caller's end of j: nothing is delivered any more. Its outcome
+ * (LOCK_ERROR when it was not over). */
+lock_status zk_job_take(struct zk_job *j);
+/* The caller gives j up (taken or not) and drops its reference: a job not
+ * over ends now, a grant nobody took is let go. j is not to be used after. */
+void zk_job_cancel(struct zk_job *j);
+/* Drops the caller's reference once taken. */
+void zk_job_put(struct zk_job *j);
+/* Waits (at most the request timeout) until every job is gone: a cancelled
+ * one may still wait for a request's answer. Before st goes. */
 void zk_steps_drain(struct zk_state *st);
 
 #endif

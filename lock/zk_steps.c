@@ -1,35 +1,45 @@
-/* zk_steps: the zk lock's steps for an event loop, done elsewhere (lock.h:
- * st->async). The acquire is a job of the zk loop's thread (zk_loop.h), a
+/* zk_steps: the zk lock's requests as jobs on the zk loop (zk_impl.h): the
+ * ZooKeeper recipe, for the steps of lock_zk.c, done elsewhere (lock.h:
+ * st->async). An acquire is a job of the zk loop's thread (zk_loop.h), a
  * state machine driven by the completions of asynchronous requests and by
- * the watch on the predecessor, never blocking: the recipe of lock_zk.c
- * (create our EPHEMERAL_SEQUENTIAL node, list the children, lowest holds,
- * else watch the immediate predecessor and list again once it goes; the
- * node's czxid is the fencing token). Watching all (--zk-watch all, the
- * herd), the list itself sets a watch on the children and the waiter sleeps
- * on it: LIST goes to WAIT, and any child that comes or goes lists again. Once it is over (granted, busy at the
- * wait's end, failed) an event of the caller's base is made active, and the
- * caller (its event loop) takes the outcome in lock_try_done.
+ * the watch on the predecessor, never blocking: create our
+ * EPHEMERAL_SEQUENTIAL node, list the children, lowest holds, else watch the
+ * immediate predecessor and list again once it goes; the node's czxid is the
+ * fencing token. Watching all (--zk-watch all, the herd), the list itself
+ * sets a watch on the children and the waiter sleeps on it: LIST goes to
+ * WAIT, and any child that comes or goes lists again. Once it is over
+ * (granted, busy at the wait's end, failed) an event of the caller's base is
+ * made active, and the caller takes the outcome (zk_job_take).
  *
  *   phase     in flight                       then
- *   CONNECT   nothing: a timer (not connected) PARENTS/CREATE, or LIST
+ *   CONNECT   nothing: a timer (not connected) PARENTS/CREATE, FIND, or LIST
  *   PARENTS   a create of a parent level      the next level, then CREATE
- *   CREATE    the create of our node          LIST (or PARENTS: parent gone)
+ *   CREATE    the create of our node          LIST (or PARENTS: parent gone;
+ *                                             CONNECT: its answer lost)
+ *   FIND      the children, for our guid      STAT (found), CREATE (none)
+ *   STAT      our node's czxid                LIST
  *   LIST      the children                    DONE (held), WATCH (or WAIT,
  *                                             watching all), DONE (busy)
  *   WATCH     the watch on the predecessor    WAIT, or LIST (it went)
  *   WAIT      nothing: the watch (a wake job) LIST
+ *   DELETE    a release's delete of our node  DONE
  *   DONE      requests may still answer: each is undone (node deleted)
+ *
+ * Protected mode (Curator's): a create whose answer was lost with the
+ * connection may have made our node. Once reconnected (the same session) the
+ * job looks for a child carrying its guid (FIND) and uses it, rather than
+ * create a second one that would wait behind the first forever; a job that
+ * ends before it knows leaves the guid to the orphan sweep.
  *
  * Bounds: a timer at the wait's end (at least ZK_STEP_FLOOR_MS after the
  * start, so that a try gets its round trips) ends any phase: busy while
  * ZooKeeper is connected and we were waiting our turn (a predecessor seen),
  * else an error. A lost connection waits for the reconnect (same session:
- * our node stays); an expired session ends it (the node went with it); a
- * create whose answer was lost leaves its guid to the orphan sweep.
+ * our node stays); an expired session ends it (the node went with it).
  *
  * Lifetime: a job is shared by the caller and the zk loop, and freed by the
- * last reference (refs under st->mu): the caller's (until lock_try_done or
- * lock_step_cancel), the loop's (until DONE), one per request or posted job
+ * last reference (refs under st->mu): the caller's (until zk_job_take or
+ * zk_job_cancel), the loop's (until DONE), one per request or posted job
  * in flight. The caller's event is made active only under st->mu and only
  * while not cancelled, and freed by the caller on its own thread, so no
  * completion reaches a caller that gave up (a hold that is gone). A grant
@@ -47,39 +57,64 @@
 
 #define ZK_STEP_FLOOR_MS 200
 #define ZK_STEP_RECONNECT_US 20000 /* a look at the connection while it is down */
+#define ZK_SEQ_DIGITS 10
 
-enum zk_phase {
-    ZS_CONNECT,
-    ZS_PARENTS,
-    ZS_CREATE,
-    ZS_LIST,
-    ZS_WATCH,
-    ZS_WAIT,
-    ZS_DELETE,
-    ZS_DONE
-};
+/* ---- the recipe's pieces ------------------------------------------------ */
 
-struct zk_job {
-    struct zk_state *st;
-    struct zk_conn *conn; /* referenced, until a grant's hold takes it over */
-    int refs;             /* under st->mu */
-    int finished;         /* under st->mu: res is the outcome */
-    int cancelled;        /* under st->mu: the caller gave up or took it */
-    lock_status res;
-    enum zk_phase phase; /* the zk loop's thread only, as all below */
-    int level;           /* PARENTS: the next of root, locks, parent */
-    int parent_again;    /* the parent vanished under a create once */
-    int contended;
-    int release;  /* a release: the delete of node (DELETE), not an acquire */
-    int watching; /* w is on the conn's list */
-    struct zk_waiter w;
-    char parent[ZK_PATH_MAX], guid[33], node[ZK_PATH_MAX], pred[ZK_PATH_MAX];
-    int64_t czxid, deadline_us, hard_us;
-    struct event *timer, *retry; /* on the zk loop: the bound, the reconnect */
-    struct event *deliver;       /* on the caller's base */
-    lock_step_cb *done;
-    void *arg;
-};
+/* The sequence number of one of our node names; -1 for any other name. */
+static long long node_seq(const char *name)
+{
+    size_t len = strlen(name), slen = strlen(ZK_NODE_SUFFIX);
+    if (strncmp(name, ZK_GUID_PREFIX, strlen(ZK_GUID_PREFIX)) != 0 ||
+        len < ZK_SEQ_DIGITS + slen ||
+        strncmp(name + len - ZK_SEQ_DIGITS - slen, ZK_NODE_SUFFIX, slen) != 0)
+        return -1;
+    long long seq = 0;
+    for (const char *p = name + len - ZK_SEQ_DIGITS; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        seq = seq * 10 + (*p - '0');
+    }
+    return seq;
+}
+
+/* Which of kids[0..n-1] (children of parent) precedes our node (its path):
+ * ZOK with pred its path, "" when ours is the lowest; ZNONODE when ours is
+ * not among them. Deletes (on c) any other node carrying our guid. */
+static int predecessor(struct zk_conn *c, char **kids, int n, const char *parent,
+                       const char *node, const char *guid, char *pred, size_t len)
+{
+    const char *mine = strrchr(node, '/') + 1;
+    long long my_seq = -1, best_seq = -1;
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(kids[i], mine) == 0) {
+            my_seq = node_seq(mine);
+        } else if (zk_has_guid(kids[i], guid)) {
+            /* A second node of this attempt: a create whose answer was lost
+             * and that reached the server after FIND looked. No guid for the
+             * orphan sweep, which would delete ours too: a lost delete is
+             * tried again by the next listing. */
+            char dup[ZK_PATH_MAX];
+            snprintf(dup, sizeof(dup), "%s/%s", parent, kids[i]);
+            zk_delete_unwaited(c, dup, "", parent);
+            kids[i][0] = '\0'; /* not a predecessor */
+        }
+    }
+    for (int i = 0; i < n && my_seq >= 0; i++) {
+        long long seq = node_seq(kids[i]);
+        if (seq >= 0 && seq < my_seq && seq > best_seq) {
+            best_seq = seq;
+            best = i;
+        }
+    }
+    pred[0] = '\0';
+    if (best >= 0)
+        snprintf(pred, len, "%s/%s", parent, kids[best]);
+    return my_seq >= 0 ? ZOK : ZNONODE;
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
 
 static void job_ref(struct zk_job *j)
 {
@@ -153,6 +188,8 @@ static void finish(struct zk_job *j, lock_status res)
     int unwanted = j->release ? res == LOCK_ERROR : res != LOCK_ACQUIRED || cancelled;
     if (unwanted && j->node[0])
         zk_delete_unwaited(j->conn, j->node, j->guid, j->parent);
+    else if (unwanted && j->lost_create) /* not found yet: maybe there */
+        zk_orphan_add(j->conn, j->parent, j->guid);
     job_put(j); /* the loop's */
 }
 
@@ -177,11 +214,6 @@ static void refused(struct zk_job *j, int rc)
     finish(j, LOCK_ERROR);
 }
 
-static int uncertain(int rc)
-{
-    return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT;
-}
-
 static void list(struct zk_job *j);
 static void parents_next(struct zk_job *j);
 
@@ -192,7 +224,7 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
     if (j->phase != ZS_CREATE) { /* over meanwhile: nobody wants the node */
         if (rc == ZOK && path)
             zk_delete_unwaited(j->conn, path, j->guid, j->parent);
-        else if (uncertain(rc))
+        else if (zk_rc_uncertain(rc))
             zk_orphan_add(j->conn, j->parent, j->guid);
     } else if (rc == ZOK && path && stat && stat->czxid > 0) {
         snprintf(j->node, sizeof(j->node), "%s", path);
@@ -203,10 +235,13 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
         zk_parent_remember(j->st, j->parent, 0);
         j->level = 0;
         parents_next(j);
+    } else if (rc == ZCONNECTIONLOSS) { /* made or not: looked for once back */
+        j->lost_create = 1;
+        later(j);
     } else {
         if (rc == ZOK && path) /* no Stat: no token */
             zk_delete_unwaited(j->conn, path, j->guid, j->parent);
-        else if (uncertain(rc))
+        else if (zk_rc_uncertain(rc))
             zk_orphan_add(j->conn, j->parent, j->guid);
         finish(j, LOCK_ERROR);
     }
@@ -222,6 +257,63 @@ static void create(struct zk_job *j)
     job_ref(j);
     refused(j, zoo_acreate2(j->conn->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
                             ZOO_EPHEMERAL_SEQUENTIAL, create_done, j));
+}
+
+static void stat_done(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    if (j->phase == ZS_STAT) {
+        if (rc == ZOK && stat && stat->czxid > 0) {
+            j->czxid = stat->czxid;
+            j->lost_create = 0;
+            list(j);
+        } else if (rc == ZNONODE) { /* gone meanwhile: a new one */
+            j->node[0] = '\0';
+            j->lost_create = 0;
+            create(j);
+        } else if (rc == ZCONNECTIONLOSS) {
+            later(j); /* FIND again */
+        } else {
+            finish(j, LOCK_ERROR);
+        }
+    }
+    job_put(j);
+}
+
+static void found(int rc, const struct String_vector *kids, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    if (j->phase != ZS_FIND) {
+        job_put(j);
+        return;
+    }
+    for (int i = 0; rc == ZOK && kids && i < kids->count && !j->node[0]; i++)
+        if (zk_has_guid(kids->data[i], j->guid))
+            snprintf(j->node, sizeof(j->node), "%s/%s", j->parent, kids->data[i]);
+    if (rc == ZOK && j->node[0]) { /* ours: its czxid is the token */
+        j->phase = ZS_STAT;
+        job_ref(j);
+        refused(j, zoo_aexists(j->conn->zh, j->node, 0, stat_done, j));
+    } else if (rc == ZOK || rc == ZNONODE) { /* never made */
+        j->lost_create = 0;
+        j->level = 0;
+        parents_next(j);
+    } else if (rc == ZCONNECTIONLOSS) {
+        later(j);
+    } else {
+        finish(j, LOCK_ERROR);
+    }
+    job_put(j);
+}
+
+/* After a create whose answer was lost: our node, if the create made it, is
+ * the child carrying our guid. */
+static void find(struct zk_job *j)
+{
+    j->phase = ZS_FIND;
+    j->node[0] = '\0';
+    job_ref(j);
+    refused(j, zoo_aget_children(j->conn->zh, j->parent, 0, found, j));
 }
 
 static void parent_done(int rc, const char *path, const void *data)
@@ -267,10 +359,16 @@ static void woken(struct zk_waiter *w)
     zk_loop_post(j->st->loop, wake_job, j);
 }
 
+/* A wake that finds the job listing (watching all: the list's own watch
+ * fired before its answer came) is taken up by asleep() once it answers; one
+ * for a watch since given up (woken not set on the waiter now) is stale. */
 static void wake_job(void *arg)
 {
     struct zk_job *j = arg;
-    if (j->watching && (j->phase == ZS_WAIT || j->phase == ZS_WATCH)) {
+    pthread_mutex_lock(&j->st->mu);
+    int woken = j->w.woken;
+    pthread_mutex_unlock(&j->st->mu);
+    if (j->watching && woken && (j->phase == ZS_WAIT || j->phase == ZS_WATCH)) {
         unwatch(j);
         resume(j); /* lists again, or ends on an expired session */
         zk_conn_arm(j->conn);
@@ -305,23 +403,27 @@ static void watch_done(int rc, const char *value, int len, const struct Stat *st
  * request that sets the watch: a fire cannot be missed. */
 static void watch_on(struct zk_job *j, const char *path)
 {
-    zk_waiter_add(j->conn, &j->w, path);
-    j->w.wake = woken; /* on this thread, as the watcher: not missed */
-    j->w.ctx = j;
+    zk_waiter_add(j->conn, &j->w, path, woken, j);
     j->watching = 1;
 }
 
-/* Asleep on the watch just set, unless it already fired (then its wake job
- * is on its way and lists again). */
+/* Asleep on the watch just set, unless it already fired: then it lists
+ * again now (a wake job that came while it listed did nothing). */
 static void asleep(struct zk_job *j)
 {
     j->phase = ZS_WAIT;
     pthread_mutex_lock(&j->st->mu);
-    if (!j->w.woken) {
+    int woken = j->w.woken;
+    if (!woken) {
         j->w.asleep = 1;
         lock_count_watch_waiter(j->st->counters, 1);
     }
     pthread_mutex_unlock(&j->st->mu);
+    if (woken) { /* fired already, perhaps while the list was on its way */
+        lock_count_wakeup(j->st->counters);
+        unwatch(j);
+        list(j);
+    }
 }
 
 static void watch(struct zk_job *j)
@@ -343,8 +445,8 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
     if (rc == ZOK) {
         char *none[1];
         int n = kids ? kids->count : 0;
-        rc = zk_predecessor(j->conn, n ? kids->data : none, n, j->parent, j->node,
-                            j->guid, j->pred, sizeof(j->pred));
+        rc = predecessor(j->conn, n ? kids->data : none, n, j->parent, j->node, j->guid,
+                         j->pred, sizeof(j->pred));
         if (rc == ZNONODE) { /* ours was deleted under us: a new one */
             unwatch(j);
             j->node[0] = '\0';
@@ -401,6 +503,8 @@ static void resume(struct zk_job *j)
         later(j);
     } else if (j->release) {
         delete_send(j);
+    } else if (j->lost_create) {
+        find(j);
     } else if (!j->node[0]) {
         j->level = 0;
         parents_next(j);
@@ -427,6 +531,12 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     struct zk_job *j = arg;
+    int64_t left = j->hard_us - clock_now_us();
+    if (left > 0) { /* early: libevent counts from its cached time */
+        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+        evtimer_add(j->timer, &tv);
+        return;
+    }
     pthread_mutex_lock(&j->st->mu);
     int connected = j->conn->connected;
     pthread_mutex_unlock(&j->st->mu);
@@ -448,7 +558,7 @@ static void delete_done(int rc, const void *data)
         job_put(j);
         return;
     }
-    if (uncertain(rc)) /* the node may still be there */
+    if (zk_rc_uncertain(rc)) /* the node may still be there */
         zk_orphan_add(j->conn, j->parent, j->guid);
     if (rc == ZOK)
         finish(j, LOCK_RELEASED);
@@ -504,166 +614,94 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the caller's side (its event loop's thread) ----------------------- */
 
-#define PHASE_REENTER 1
-#define PHASE_RELEASE 2
-
-void zk_try_cmd(void *session, const char *key, struct lock_step *st)
+struct zk_job *zk_job_new(struct zk_state *st, struct event_base *base,
+                          lock_step_cb *done, void *arg)
 {
-    struct zk_session *s = session;
-    struct zk_hold *h = zk_hold_find(s, key);
-    if (h && zk_hold_alive(s->st, h)) {
-        st->phase = PHASE_REENTER; /* decided at once, in try_done */
-        return;
-    }
-    if (h) /* lost: its grants release as NOT_HELD; this one is new */
-        h->detached = 1;
-    st->async = 1;
-}
-
-/* A release's job: the delete of the node of the last grant of a hold
- * whose session lives (1); else nothing to delete (0): the job ends at once
- * and release_done decides as zk_hold_release does. */
-static int release_job(struct zk_session *s, struct zk_job *j, const char *key,
-                       const struct lock_grant *g)
-{
-    struct zk_hold *h = g->holder;
-    if (!h || strcmp(h->key, key) != 0 || h->depth > 1 || !zk_hold_alive(s->st, h))
-        return 0;
-    j->release = 1;
-    j->conn = h->conn;
-    pthread_mutex_lock(&s->st->mu);
-    h->conn->refs++; /* the job's own: the hold may go first (a cancel) */
-    pthread_mutex_unlock(&s->st->mu);
-    snprintf(j->node, sizeof(j->node), "%s", h->node);
-    snprintf(j->guid, sizeof(j->guid), "%s", h->guid);
-    zk_parent_of(h->node, j->parent, sizeof(j->parent));
-    j->hard_us = clock_now_us() + (int64_t)s->st->timeout_ms * 1000;
-    return 1;
-}
-
-void zk_step_start(void *session, const char *key, struct lock_step *st,
-                   struct event_base *base, lock_step_cb *done, void *arg)
-{
-    struct zk_session *s = session;
     struct zk_job *j = xcalloc(1, sizeof(*j));
-    j->st = s->st;
+    j->st = st;
     j->done = done;
     j->arg = arg;
     j->deliver = event_new(base, -1, 0, on_deliver, j);
     j->refs = 1; /* the caller's */
-    st->job = j;
-    pthread_mutex_lock(&s->st->mu);
-    s->st->steps++;
-    pthread_mutex_unlock(&s->st->mu);
-    if (st->phase == PHASE_RELEASE) {
-        if (!release_job(s, j, key, st->g)) {
-            j->res = LOCK_RELEASED; /* not used: release_done decides */
-            j->finished = 1;
-            event_active(j->deliver, EV_TIMEOUT, 0);
-            return;
-        }
-        j->refs++; /* the loop's */
-        zk_loop_post(s->st->loop, start_job, j);
-        return;
-    }
-    int64_t floor_us = clock_now_us() + (int64_t)ZK_STEP_FLOOR_MS * 1000;
-    j->deadline_us = st->deadline_us;
-    j->hard_us = st->deadline_us > floor_us ? st->deadline_us : floor_us;
-    lock_token_new(j->guid);
-    if (zk_key_path(key, j->parent, sizeof(j->parent)) != 0 ||
-        !(j->conn = zk_conn_get(s->st))) {
-        j->res = LOCK_ERROR;
-        j->finished = 1;
-        event_active(j->deliver, EV_TIMEOUT, 0);
-        return;
-    }
-    j->refs++; /* the loop's */
-    zk_loop_post(s->st->loop, start_job, j);
+    pthread_mutex_lock(&st->mu);
+    st->steps++;
+    pthread_mutex_unlock(&st->mu);
+    return j;
 }
 
-lock_status zk_try_done(void *session, const char *key, struct lock_step *st,
-                        struct lock_grant *g)
+void zk_job_end(struct zk_job *j, lock_status res)
 {
-    struct zk_session *s = session;
-    struct zk_job *j = st->job;
-    if (!j) { /* a re-entry (or nothing started) */
-        struct zk_hold *h = zk_hold_find(s, key);
-        if (st->phase != PHASE_REENTER || !h || !zk_hold_alive(s->st, h))
-            return LOCK_ERROR;
-        h->depth++;
-        zk_grant_fill(s->st, h, 0, g);
-        return LOCK_ACQUIRED;
-    }
-    st->job = NULL;
-    pthread_mutex_lock(&s->st->mu);
+    j->res = res;
+    j->finished = 1;
+    event_active(j->deliver, EV_TIMEOUT, 0);
+}
+
+/* Hands j to the zk loop, with the loop's reference. */
+static void run(struct zk_job *j)
+{
+    job_ref(j);
+    zk_loop_post(j->st->loop, start_job, j);
+}
+
+void zk_job_acquire(struct zk_job *j, const char *parent, int64_t deadline_us)
+{
+    int64_t floor_us = clock_now_us() + (int64_t)ZK_STEP_FLOOR_MS * 1000;
+    j->deadline_us = deadline_us;
+    j->hard_us = deadline_us > floor_us ? deadline_us : floor_us;
+    snprintf(j->parent, sizeof(j->parent), "%s", parent);
+    lock_token_new(j->guid);
+    if (!(j->conn = zk_conn_get(j->st)))
+        zk_job_end(j, LOCK_ERROR);
+    else
+        run(j);
+}
+
+void zk_job_release(struct zk_job *j, struct zk_conn *c, const char *node,
+                    const char *guid)
+{
+    j->release = 1;
+    j->conn = c;
+    pthread_mutex_lock(&j->st->mu);
+    c->refs++; /* the job's own: the hold may go first (a cancel) */
+    pthread_mutex_unlock(&j->st->mu);
+    snprintf(j->node, sizeof(j->node), "%s", node);
+    snprintf(j->guid, sizeof(j->guid), "%s", guid);
+    zk_parent_of(node, j->parent, sizeof(j->parent));
+    j->hard_us = clock_now_us() + (int64_t)j->st->timeout_ms * 1000;
+    run(j);
+}
+
+lock_status zk_job_take(struct zk_job *j)
+{
+    pthread_mutex_lock(&j->st->mu);
     j->cancelled = 1; /* taken: nothing more is delivered */
     lock_status res = j->finished ? j->res : LOCK_ERROR;
-    pthread_mutex_unlock(&s->st->mu);
-    event_free(j->deliver);
-    if (res == LOCK_ACQUIRED) {
-        struct zk_hold *h =
-            zk_hold_new(s, key, j->conn, j->czxid, j->guid, j->node); /* its conn */
-        j->conn = NULL;
-        zk_grant_fill(s->st, h, j->contended, g);
-    }
-    st->contended |= j->contended;
-    job_put(j);
+    pthread_mutex_unlock(&j->st->mu);
+    if (j->deliver)
+        event_free(j->deliver);
+    j->deliver = NULL;
     return res;
 }
 
-void zk_step_cancel(void *session, struct lock_step *st)
+void zk_job_put(struct zk_job *j)
 {
-    struct zk_session *s = session;
-    struct zk_job *j = st->job;
-    st->job = NULL;
-    pthread_mutex_lock(&s->st->mu);
+    job_put(j);
+}
+
+void zk_job_cancel(struct zk_job *j)
+{
+    pthread_mutex_lock(&j->st->mu);
     j->cancelled = 1;
     int finished = j->finished;
-    pthread_mutex_unlock(&s->st->mu);
-    event_free(j->deliver);
-    if (finished && j->res == LOCK_ACQUIRED) /* granted, never taken */
+    pthread_mutex_unlock(&j->st->mu);
+    if (j->deliver)
+        event_free(j->deliver);
+    j->deliver = NULL;
+    if (finished && j->res == LOCK_ACQUIRED && j->conn) /* granted, never taken */
         zk_delete_unwaited(j->conn, j->node, j->guid, j->parent);
     else if (!finished && j->conn) { /* ends it now rather than at its bound */
         job_ref(j);
-        zk_loop_post(s->st->loop, cancel_job, j);
+        zk_loop_post(j->st->loop, cancel_job, j);
     }
     job_put(j);
 }
-
-void zk_release_cmd(void *session, const char *key, struct lock_grant *g,
-                    struct lock_step *st)
-{
-    (void)session, (void)key, (void)g;
-    st->async = 1;
-    st->phase = PHASE_RELEASE;
-    st->after = 1; /* the delete goes once the commit answered */
-}
-
-lock_status zk_release_done(void *session, const char *key, struct lock_grant *g,
-                            struct lock_step *st)
-{
-    struct zk_session *s = session;
-    struct zk_job *j = st ? st->job : NULL;
-    if (!j || !j->release) {
-        if (j)
-            zk_step_cancel(session, st);
-        /* never sent, or nothing to delete: a node has no lease that would
-         * run out, so it goes now (unwaited) */
-        return zk_hold_release(session, key, g, 0);
-    }
-    st->job = NULL;
-    pthread_mutex_lock(&s->st->mu);
-    j->cancelled = 1;
-    lock_status res = j->finished ? j->res : LOCK_ERROR;
-    pthread_mutex_unlock(&s->st->mu);
-    event_free(j->deliver);
-    job_put(j);
-    struct zk_hold *h = g->holder;
-    if (!h || strcmp(h->key, key) != 0)
-        return LOCK_NOT_HELD;
-    g->holder = NULL;
-    zk_hold_free(h); /* its last grant (release_job) */
-    return res;
-}
-
-

@@ -477,75 +477,137 @@ static void test_release_wakes_one(void **state)
     test_sessions_close(&p);
 }
 
-/* The pipelined forms keep their commands inside the lock: a waiter's read
- * (sent with its first, failed attempt) is not what it gets back; it gets a
- * read made after its grant, which sees the holder's last write, sent in one
- * pipeline with the holder's release. */
+/* The steps keep the caller's commands inside the lock: a command pipelined
+ * right behind a step that grants (st->last) runs under the lock, and the
+ * release's step may go in one pipeline behind the holder's last command (a
+ * free lock costs no round trip of its own). A waiter's read pipelined with
+ * its first, taken attempt ran outside the lock (the step says busy: the
+ * caller drops it); once the lock is handed over it reads again and sees the
+ * holder's last write. */
+
+/* Sends st's commands (all on the data Redis) and then extra in one pipeline
+ * on rc; hands the step's answers over and returns extra's (caller frees). */
+static redisReply *step_pipe(struct rconn *rc, struct lock_session *s, const char *key,
+                             struct lock_step *st, const struct rcmd *extra,
+                             int extra_first)
+{
+    struct rpipe p;
+    for (int i = 0; i < st->ncmd; i++) {
+        assert_int_equal(st->node[i], -1);
+        assert_int_equal(rconn_prepare(rc, &st->cmd[i]), RCONN_OK);
+    }
+    assert_int_equal(rpipe_begin(&p, rc), RCONN_OK);
+    if (extra_first)
+        assert_int_equal(rpipe_append(&p, extra), RCONN_OK);
+    for (int i = 0; i < st->ncmd; i++)
+        assert_int_equal(rpipe_append(&p, &st->cmd[i]), RCONN_OK);
+    if (!extra_first)
+        assert_int_equal(rpipe_append(&p, extra), RCONN_OK);
+    redisReply *r = extra_first ? rpipe_collect(&p) : NULL;
+    for (int i = 0; i < st->ncmd; i++) {
+        redisReply *a = rpipe_collect(&p);
+        lock_step_answer(s, key, st, a);
+        if (a)
+            freeReplyObject(a);
+    }
+    if (!extra_first)
+        r = rpipe_collect(&p);
+    rpipe_end(&p);
+    return r;
+}
+
 struct reader {
     struct lock *lock;
     const char *key, *data_key;
     lock_status status;
-    char seen[32];
+    char first[32], seen[32];
     pthread_t thread;
 };
 
 static void *reader_main(void *arg)
 {
     struct reader *w = arg;
-    struct rconn *rc = conn_new();
+    struct rconn *rc = rconn_new("127.0.0.1", srv.port, NULL, 10000);
     struct lock_session *s = lock_session_new(w->lock, rc);
     const char *argv[] = {"GET", w->data_key};
     struct rcmd read = {.argc = 2, .argv = argv};
-    redisReply *r;
+    struct lock_step st;
     struct lock_grant g;
-    w->status = lock_acquire_then(s, w->key, 5000, &g, &read, &r);
+    lock_step_init(&st);
+    lock_try_step(s, w->key, 5000, &st);
+    redisReply *r = step_pipe(rc, s, w->key, &st, &read, 0);
+    snprintf(w->first, sizeof(w->first), "%s", r && r->str ? r->str : "?");
+    freeReplyObject(r);
+    w->status = lock_try_done(s, w->key, &st, &g); /* taken: queued */
+    if (w->status == LOCK_BUSY && st.entry[0]) {
+        lock_handoff_step(s, w->key, 5000000, &st);
+        r = rconn_run(rc, &st.cmd[0]);
+        w->status = lock_handoff_done(s, w->key, &st, r, &g);
+        if (r)
+            freeReplyObject(r);
+    }
     if (w->status == LOCK_ACQUIRED) {
-        snprintf(w->seen, sizeof(w->seen), "%s",
-                 r && r->type == REDIS_REPLY_STRING ? r->str : "?");
+        r = rconn_run(rc, &read);
+        snprintf(w->seen, sizeof(w->seen), "%s", r && r->str ? r->str : "?");
+        if (r)
+            freeReplyObject(r);
         lock_release(s, w->key, &g);
     }
-    if (r)
-        freeReplyObject(r);
     lock_session_free(s);
     rconn_free(rc);
     return NULL;
 }
 
-static void test_pipelined_commands_stay_inside_the_lock(void **state)
+static void test_steps_keep_commands_inside_the_lock(void **state)
 {
     (void)state;
     const char *key = "t:pipe", *data_key = "t:pipe:x";
     admin_cmd("SET %s before", data_key);
     struct test_sessions p;
-    struct lock *l = sessions_open(&p, key, 10000, 0, 1);
+    struct lock *l = sessions_open(&p, key, 10000, 0, 2);
     struct lock_session *a = p.s[0];
     const char *get_argv[] = {"GET", data_key};
     struct rcmd read = {.argc = 2, .argv = get_argv};
+    struct lock_step st;
     struct lock_grant ga;
-    redisReply *r;
-    assert_int_equal(lock_acquire_then(a, key, 0, &ga, &read, &r), LOCK_ACQUIRED);
+    lock_step_init(&st);
+    lock_try_step(a, key, 0, &st);
+    assert_true(st.last); /* what follows it runs under a grant by it */
+    redisReply *r = step_pipe(p.rc[0], a, key, &st, &read, 0);
+    assert_int_equal(lock_try_done(a, key, &st, &ga), LOCK_ACQUIRED);
     assert_non_null(r);
     assert_string_equal(r->str, "before");
     freeReplyObject(r);
+
     struct reader w = {.lock = l, .key = key, .data_key = data_key};
     assert_int_equal(pthread_create(&w.thread, NULL, reader_main, &w), 0);
-    assert_true(test_wait_for(one_blocked, NULL, 2000));
+    assert_true(test_wait_for(one_blocked, NULL, 2000)); /* queued, in BLPOP */
     const char *set_argv[] = {"SET", data_key, "written under the lock"};
     struct rcmd write = {.argc = 3, .argv = set_argv};
-    assert_int_equal(lock_release_after(a, key, &ga, &write, &r), LOCK_RELEASED);
+    lock_release_step(a, key, &ga, &st);
+    assert_false(st.after); /* it may go behind the write, in one pipeline */
+    r = step_pipe(p.rc[0], a, key, &st, &write, 1);
+    assert_int_equal(lock_release_done(a, key, &ga, &st), LOCK_RELEASED);
     assert_non_null(r);
     assert_string_equal(r->str, "OK");
     freeReplyObject(r);
     pthread_join(w.thread, NULL);
+    assert_string_equal(w.first, "before"); /* read outside the lock: dropped */
     assert_int_equal(w.status, LOCK_ACQUIRED);
     assert_string_equal(w.seen, "written under the lock");
-    /* A busy lock hands back no reply: the read ran outside it. */
+
+    /* A busy lock grants nothing: the read pipelined with the try ran outside
+     * it, and a try with no wait does not queue. */
     assert_int_equal(lock_acquire(a, key, 0, &ga), LOCK_ACQUIRED);
-    struct lock_session *b = lock_session_new(l, p.rc[0]);
+    struct lock_session *b = p.s[1];
     struct lock_grant gb;
-    assert_int_equal(lock_acquire_then(b, key, 0, &gb, &read, &r), LOCK_BUSY);
-    assert_null(r);
-    lock_session_free(b);
+    lock_step_init(&st);
+    lock_try_step(b, key, 0, &st);
+    r = step_pipe(p.rc[1], b, key, &st, &read, 0);
+    freeReplyObject(r);
+    assert_int_equal(lock_try_done(b, key, &st, &gb), LOCK_BUSY);
+    assert_string_equal(st.entry, "");
+    assert_int_equal(key_integer("LLEN %s:queue", key), 0);
     assert_int_equal(lock_release(a, key, &ga), LOCK_RELEASED);
     test_sessions_close(&p);
 }
@@ -798,7 +860,7 @@ int main(void)
         cmocka_unit_test(test_watchdog_notices_lost_lease),
         cmocka_unit_test(test_release_wakes_waiter),
         cmocka_unit_test(test_release_wakes_one),
-        cmocka_unit_test(test_pipelined_commands_stay_inside_the_lock),
+        cmocka_unit_test(test_steps_keep_commands_inside_the_lock),
         cmocka_unit_test(test_crashed_holder),
         cmocka_unit_test(test_failed_retry_leaves_the_queue),
         cmocka_unit_test(test_release_skips_own_entry),
