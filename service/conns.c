@@ -14,7 +14,6 @@
 
 #include "clock.h"
 #include "log.h"
-#include "routes.h"
 
 /* Where a connection is, as far as the deadline goes. */
 enum conn_phase {
@@ -37,6 +36,7 @@ struct conn_entry {
 struct conns_sweep {
     struct event *timer;
     int64_t timeout_us;
+    void (*timed_out)(int64_t waited_us); /* counts a 408 (server.c's) */
     struct conn_entry *head;
 };
 
@@ -175,7 +175,7 @@ static void refuse(struct conn_entry *c)
 }
 
 /* c's request is past its deadline: a 408, and the socket shut down. */
-static void expire(struct conn_entry *c, int64_t now_us)
+static void expire(struct conns_sweep *s, struct conn_entry *c, int64_t now_us)
 {
     int fd = conn_fd(c->conn);
     c->phase = CONN_CLOSING;
@@ -186,8 +186,7 @@ static void expire(struct conn_entry *c, int64_t now_us)
     ssize_t sent =
         send(fd, timeout_answer, sizeof(timeout_answer) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(fd, SHUT_RDWR);
-    /* No route took it: counted as the unmatched pseudo-route's 408. */
-    svc_route_count(svc_route_unmatched(), 408, now_us - c->since_us);
+    s->timed_out(now_us - c->since_us);
     uint64_t suppressed;
     if (log_enabled(LOG_INFO) && log_limit_take(&timeout_log, &suppressed))
         log_event(LOG_INFO, "request_timeout", "ms=%lld answered=%d suppressed=%llu",
@@ -226,16 +225,18 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         if (c->phase == CONN_IDLE)
             idle_check(c, now);
         if (c->phase == CONN_READING && now - c->since_us >= s->timeout_us)
-            expire(c, now);
+            expire(s, c, now);
     }
 }
 
-struct conns_sweep *conns_sweep_new(struct event_base *base, int timeout_ms)
+struct conns_sweep *conns_sweep_new(struct event_base *base, int timeout_ms,
+                                    void (*timed_out)(int64_t waited_us))
 {
     struct conns_sweep *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
     s->timeout_us = (int64_t)timeout_ms * 1000;
+    s->timed_out = timed_out;
     s->timer = event_new(base, -1, EV_PERSIST, on_sweep, s);
     int period_ms = timeout_ms / 4;
     period_ms = period_ms < 50 ? 50 : period_ms > 1000 ? 1000 : period_ms;

@@ -41,8 +41,10 @@ struct conns_sweep;
 void conns_limit_per_addr(int max_per_addr);
 
 /* A sweep of one loop's connections on base, every timeout_ms / 4 (at least
- * 50 ms, at most 1 s). NULL when out of memory. */
-struct conns_sweep *conns_sweep_new(struct event_base *base, int timeout_ms);
+ * 50 ms, at most 1 s); each request it times out (408) is told to timed_out
+ * with how long it waited. NULL when out of memory. */
+struct conns_sweep *conns_sweep_new(struct event_base *base, int timeout_ms,
+                                    void (*timed_out)(int64_t waited_us));
 
 /* Stops the sweep and frees it; its connections must all be closed
  * (after MHD_stop_daemon). conns_sweep_free(NULL) is a no-op. */

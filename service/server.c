@@ -111,6 +111,13 @@ static int listen_socket(const struct sockaddr *addr, socklen_t addrlen)
 }
 
 /* Sets loop l up; its thread starts later (svc_server_start). */
+/* A request the sweep timed out (408): no route took it, so it is counted as
+ * the unmatched pseudo-route's. */
+static void count_timeout(int64_t waited_us)
+{
+    svc_route_count(svc_route_unmatched(), 408, waited_us);
+}
+
 static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int conn_limit)
 {
     struct svc_app *app = srv->app;
@@ -119,7 +126,7 @@ static int loop_new(struct svc_server *srv, struct svc_loop *l, unsigned int con
     l->base = event_base_new();
     if (!l->base)
         return -1;
-    l->sweep = conns_sweep_new(l->base, cfg->request_timeout_ms);
+    l->sweep = conns_sweep_new(l->base, cfg->request_timeout_ms, count_timeout);
     if (!l->sweep)
         return -1;
     l->daemon = http_daemon_start(app, srv->lsock, conn_limit);
