@@ -2,8 +2,8 @@
  * group commit (hold.h) cannot serve goes here: an order no single segment holds (peek.lua's plan: a part
  * on each of several segments), an idempotent replay (its first order is
  * loaded), a ticket that hopped too often between segments, the first
- * orders of a SKU whose layout this process has not learnt. The steps are
- * those of the blocking path (order.c), each a command sent and answered:
+ * orders of a SKU whose layout this process has not learnt. Its calls are
+ * order.c's (peek.lua, commit.lua), each a command sent and answered:
  *
  *   state        in flight                      when nothing more is owed
  *   -----------  -----------------------------  ------------------------------
