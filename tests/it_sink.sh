@@ -141,9 +141,10 @@ start_redis redis "$dir/k" always || exit 1
 kport=$STARTED_PORT
 start_pg "$dir/k" || exit 1
 kurl=$(pg_url "$STARTED_PORT")
-consumer() { # NAME ID [CRASH]
-    SECKILL_TEST_CRASH=${3:-} start_instance --ready-secs 20 "$1" "$dir/k" --redis "127.0.0.1:$kport" \
-        --postgres "$kurl" --threads 1 --log-level warn --instance-id "$2"
+consumer() { # NAME ID [CRASH [--no-wait]]
+    SECKILL_TEST_CRASH=${3:-} start_instance ${4:-} --ready-secs 20 "$1" "$dir/k" \
+        --redis "127.0.0.1:$kport" --postgres "$kurl" --threads 1 --log-level warn \
+        --instance-id "$2"
 }
 pending() { redis-cli -p "$kport" xpending 'sk:{k}:events' seckill-sink | head -1; }
 dead() { ! proc_alive "$1" "$dir/k"; }
@@ -157,7 +158,10 @@ expect "nothing of its batch reached the database" 0 \
     "$(sql "$kurl" "select count(*) from seckill_events")"
 check "its events stay pending" test "$(pending)" -gt 0
 
-consumer after 22 sink-after-commit || exit 1
+# Not waited for: it claims the pending events as it starts and dies after their
+# commit, which on a busy machine came before its /readyz was asked (CI under stress:
+# "after did not come up"). What it did is judged below.
+consumer after 22 sink-after-commit --no-wait || exit 1
 check "a consumer that claims them and is killed after the commit dies" wait_until 20 dead after
 expect "its commit reached the database: every order" "$n" \
     "$(sql "$kurl" "select count(*) from seckill_events")"
