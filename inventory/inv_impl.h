@@ -215,6 +215,10 @@ inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order);
 /* Counts an order's answer. */
 void inv_count_outcome(struct inv *inv, inv_status st);
 /* Gives t, or t[0..n-1], the final status st, counted as an answer. */
+/* Makes t a fresh ticket, undecided: its order empty, nothing routed, sent or
+ * acknowledged yet, not a pay or a cancel; its wait counts from now. The
+ * caller fills what it is (inv_ticket_open, inv_end_open). */
+void inv_ticket_clear(struct inv_ticket *t);
 void inv_ticket_finish(struct inv *inv, struct inv_ticket *t, inv_status st);
 void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_status st);
 /* Notes segment seg of sku as found empty in epoch (ignored if the layout

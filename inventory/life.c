@@ -10,7 +10,6 @@
 
 #include "acluster.h"
 #include "aconn.h"
-#include "clock.h"
 #include "cluster.h"
 #include "duty.h"
 #include "inv_impl.h"
@@ -75,21 +74,14 @@ static void life_count(struct inv *inv, long long code, long long units,
 
 void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg)
 {
-    inv_order_clear(&t->order);
+    inv_ticket_clear(t);
     t->order.id = id;
     t->end = end;
-    t->end_step = 0;
     t->sku[0] = '\0';
     text_copy(end == INV_END_CANCEL ? t->user_id : t->idem_key,
               end == INV_END_CANCEL ? sizeof(t->user_id) : sizeof(t->idem_key), arg);
     t->qty = 0;
     t->home = t->seg = -1;
-    t->gene = -1;
-    t->start_us = clock_now_us();
-    t->st = INV_PENDING;
-    t->next = NULL;
-    t->refills = t->hops = t->xfer = 0;
-    t->link = 0;
 }
 
 rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t,

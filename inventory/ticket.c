@@ -11,22 +11,27 @@
 
 /* ---- opening a ticket --------------------------------------------------- */
 
-inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
-                           const char *user_id, int qty, const char *idem_key)
+void inv_ticket_clear(struct inv_ticket *t)
 {
     inv_order_clear(&t->order);
-    text_copy(t->sku, sizeof(t->sku), sku);
-    text_copy(t->user_id, sizeof(t->user_id), user_id);
-    text_copy(t->idem_key, sizeof(t->idem_key), idem_key ? idem_key : "");
-    t->qty = qty;
     t->gene = -1;
     t->start_us = clock_now_us();
     t->st = INV_PENDING;
     t->next = NULL;
-    t->refills = 0;
-    t->xfer = 0;
+    t->refills = t->hops = t->xfer = 0;
+    t->link = 0;
     t->end = INV_END_NONE;
     t->end_step = 0;
+}
+
+inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
+                           const char *user_id, int qty, const char *idem_key)
+{
+    inv_ticket_clear(t);
+    text_copy(t->sku, sizeof(t->sku), sku);
+    text_copy(t->user_id, sizeof(t->user_id), user_id);
+    text_copy(t->idem_key, sizeof(t->idem_key), idem_key ? idem_key : "");
+    t->qty = qty;
     inv_status st = inv_soldout_answer(inv, sku, qty, idem_key);
     if (st == INV_OK && inv_order_new_id(inv, &t->order) != 0)
         st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
@@ -37,8 +42,6 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     text_copy(t->order.sku, sizeof(t->order.sku), sku);
     text_copy(t->order.user_id, sizeof(t->order.user_id), user_id);
     t->order.qty = qty;
-    t->hops = 0;
-    t->link = 0;
     if (inv->cfg.lock || inv->cfg.cluster) /* atomic on a cluster: for the shard */
         inv_ticket_route(inv, t);
     else
