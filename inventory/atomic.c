@@ -1,7 +1,6 @@
 /* atomic.c: the atomic mode, no lock: one script (inventory/lua/atomic.lua)
- * checks, decrements and records an order. By itself on a thread's
- * connection (inv_place_atomic), or as a step of an event loop (inv_atomic_send,
- * inv_atomic_answer). */
+ * checks, decrements and records an order: a machine of one ticket on an
+ * event loop (path.h: inv_atomic_start, inv_atomic_on_reply). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,8 +36,9 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     memcpy(c->argv, argv, sizeof(argv));
 }
 
-/* The outcome of the atomic script's answer r for an order of sku; INV_OK when the
- * order's id was found taken and it drew a fresh one (nothing was written: again). seen:
+/* The outcome of the atomic script's answer r for an order of sku; INV_PENDING
+ * when the order's id was found taken and it drew a fresh one (nothing was
+ * written: again). seen:
  * the sold-out memory's generation when the call was sent. */
 static inv_status atomic_outcome(struct inv_session *s, const char *sku,
                                  const redisReply *r, struct inv_order *order,
@@ -78,31 +78,47 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
     }
 }
 
-rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
-                             const struct inv_conns *cs, aconn_cb *cb, void *arg,
-                             uint64_t *seen)
+/* Sends t's script (a try counted). */
+static inv_do atomic_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                          aconn_cb *cb, void *arg)
 {
+    if (++t->tries > INV_TRIES) {
+        inv_ticket_finish(inv, t, INV_UNAVAILABLE);
+        return INV_DO_OVER;
+    }
     struct sku_keys k;
     inv_keys_init(&k, t->sku, t->gene);
     struct atomic_call call;
     atomic_call_init(&call, &k, t->sku, t->user_id, t->qty, t->idem_key, t->order.id);
-    *seen = soldout_generation(inv->cfg.soldout);
-    if (cs->cluster)
-        return acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
-                             &atomic_script, 11, 17, call.argv);
-    return aconn_eval(cs->data, cb, arg, &atomic_script, 11, 17, call.argv);
+    t->seen = soldout_generation(inv->cfg.soldout);
+    rconn_status rc =
+        cs->cluster ? acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
+                                    &atomic_script, 11, 17, call.argv)
+                    : aconn_eval(cs->data, cb, arg, &atomic_script, 11, 17, call.argv);
+    if (rc != RCONN_OK) {
+        inv_ticket_finish(inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
+        return INV_DO_OVER;
+    }
+    return INV_DO_AWAIT;
 }
 
-inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
-                           const redisReply *r, uint64_t seen)
+inv_do inv_atomic_start(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                        aconn_cb *cb, void *arg)
+{
+    return atomic_send(inv, t, cs, cb, arg);
+}
+
+inv_do inv_atomic_on_reply(struct inv *inv, struct inv_ticket *t,
+                           const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                           aconn_result res, const redisReply *r)
 {
     if (res != ACONN_REPLY) {
         inv_ticket_finish(inv, t,
                           res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE);
-        return INV_STEP_DONE;
+        return INV_DO_OVER;
     }
-    if (rconn_is_noscript(r))
-        return INV_STEP_AGAIN; /* the connection loads it again first */
+    if (rconn_is_noscript(r)) /* the connection loads it again first */
+        return atomic_send(inv, t, cs, cb, arg);
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
         inv_reply_ll(r->element[0], 0) == -3) { /* a replay: its first order */
         const redisReply *first = r->elements >= 2 ? r->element[1] : NULL;
@@ -111,18 +127,21 @@ inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result r
                           : 0;
         if (id == 0) {
             inv_ticket_finish(inv, t, INV_UNAVAILABLE);
-            return INV_STEP_DONE;
+        } else {
+            t->order.id = id;
+            t->way = INV_WAY_LOAD;
         }
-        t->order.id = id;
-        return INV_STEP_LOAD;
+        return INV_DO_OVER;
     }
     /* Every other answer is read without a round trip: no connection needed. */
     struct inv_session view = {.inv = inv};
-    inv_status st = atomic_outcome(&view, t->sku, r, &t->order, seen);
-    if (st == INV_OK)
-        return INV_STEP_AGAIN; /* the id was taken: it has a fresh one */
-    if (st == INV_SOLD_OUT && inv->cfg.cluster)
-        return INV_STEP_ALONE; /* short in its shard: units from the others */
+    inv_status st = atomic_outcome(&view, t->sku, r, &t->order, t->seen);
+    if (st == INV_PENDING) /* the id was taken: it has a fresh one */
+        return atomic_send(inv, t, cs, cb, arg);
+    if (st == INV_SOLD_OUT && inv->cfg.cluster) {
+        t->way = INV_WAY_SHORT; /* short in its shard: units from the others */
+        return INV_DO_OVER;
+    }
     inv_ticket_finish(inv, t, st);
-    return INV_STEP_DONE;
+    return INV_DO_OVER;
 }

@@ -1,14 +1,17 @@
-/* engine.c: the event loop's driver. Tickets come in (inv_engine_submit,
- * the inbox from other loops) and go on their way (dispatch): the atomic
- * mode sends its script (atomic.c); the other modes queue at their segment
- * (squeue.h) and a hold (hold.h) serves each queue's group commit; an order
- * by itself runs as the order machine (single.h); on a cluster, a SKU's
- * shards are learnt, and units are brought to a short shard (engine_refill.h).
- * Each machine sends its commands and answers this driver what to do next;
- * the driver keeps the scheduling: queues, timers, connections for the
- * hand-off waits, the replicas' acknowledgements (ack.h). It is the top of
- * inventory/'s order path: the files it calls reach it only through the
- * callbacks it gives them. */
+/* engine.c: the event loop's driver, the one that runs every machine of
+ * the order path (path.h). Tickets come in (inv_engine_submit, the inbox
+ * from other loops) and go on their way (dispatch): the atomic mode's
+ * machine of one ticket (atomic.c) and a pay's or cancel's (life.c); the
+ * other modes queue at their segment (squeue.h) and a hold (hold.h) serves
+ * each queue's group commit; an order by itself runs as the order machine
+ * (single.h); on a cluster, a SKU's shards are learnt, and units are
+ * brought to a short shard (engine_refill.h). Each machine sends its
+ * commands and answers this driver what to do next (inv_do, drive); a
+ * ticket still pending when its machine is over goes its way on (t->way,
+ * ticket_on). The driver keeps the scheduling: queues, timers, connections
+ * for the hand-off waits (blocking.h), the replicas' acknowledgements
+ * (ack.h). It is the top of inventory/'s order path: the files it calls
+ * reach it only through the callbacks it gives them. */
 #include "engine.h"
 
 #include <event2/event.h>
@@ -20,6 +23,7 @@
 
 #include "acluster.h"
 #include "ack.h"
+#include "blocking.h"
 #include "clock.h"
 #include "engine_refill.h"
 #include "hold.h"
@@ -28,22 +32,16 @@
 #include "squeue.h"
 #include "xalloc.h"
 
-/* Most sends of one ticket on the loop (a fresh id, a script loaded again). */
-#define ENGINE_TRIES 4
 /* Most times a batch sends a ticket on to another segment's queue. */
 #define ENGINE_HOPS 4
 /* Most holds of a loop with a round trip in flight (see on_kick). */
 #define ENGINE_HOLDS_IN_FLIGHT 2
 
-struct ehold;
-struct esingle;
+/* The machines the driver keeps (a machine of one ticket keeps nothing but
+ * its ticket). */
+enum machine_kind { M_HOLD = 0, M_SINGLE, M_REFILL, M_KINDS };
 
-/* A connection for blocking commands, to one node. */
-struct blocking_conn {
-    struct aconn *c;
-    char host[64];
-    int port;
-};
+struct machine;
 
 struct inv_engine {
     struct inv *inv;
@@ -78,51 +76,41 @@ struct inv_engine {
      * per segment. */
     int open_holds;
     struct squeue *backed_off;
-    struct ehold *holds, *free_holds;
-    struct esingle *singles, *free_singles;
+    /* The machines in flight, and those kept for the next, of each kind. */
+    struct machine *live[M_KINDS], *spare[M_KINDS];
     /* Placed orders wait for their replicas (--min-replicas-acked): acks,
      * given the connection whose reply is being handled (answering). */
     int acked;
     struct inv_acks *acks;
     struct aconn *answering;
-    /* Connections for the waits for a hand-off (BLPOP), one per wait in
-     * flight, kept for the next: all of them, and the idle ones. */
-    struct blocking_conn *blocking, *idle_blocking;
-    int nblocking, nidle;
+    struct blocking_pool *blocking; /* for the waits for a hand-off (BLPOP) */
     struct inv_engine_config cfg;
 };
 
-/* A group commit in flight: its queue, its tickets, its hold. */
-struct ehold {
+/* A machine in flight on the loop and the driver's part of it. */
+struct machine {
     struct inv_engine *e;
-    struct squeue *q;
-    struct inv_ticket **t;  /* [batch] */
-    int open;               /* it held its lock (counted in open_holds) */
-    struct aconn *blocking; /* the connection of its wait for a hand-off */
-    struct inv_hold h;
-    struct event *timer;       /* h.due_us: its work is done, or its pause over */
-    struct ehold *prev, *next; /* in use, or (next) free */
-};
-
-/* One order by itself in flight (single.h): its machine, its ticket. */
-struct esingle {
-    struct inv_engine *e;
-    struct inv_session *s; /* its locks' owner: of its own, or the redis mode's
-                              re-entry would let it and a hold of this loop (or
-                              another machine) both hold one segment */
-    struct inv_single m;
-    struct inv_ticket *t;
-    int answered;                /* t was answered, or handed on */
-    struct aconn *blocking;      /* the connection of its wait for a hand-off */
-    struct event *timer;         /* m.due_us: its work is done, or its pause over */
-    struct esingle *prev, *next; /* in use, or (next) free */
-};
-
-/* Units brought to a short shard (engine_refill.h): its machine; allocated
- * when it starts, freed when it is over. */
-struct erefill {
-    struct inv_engine *e;
-    struct inv_refill r;
+    enum machine_kind kind;
+    struct event *timer;          /* its due_us came */
+    struct aconn *blocking;       /* the connection of its wait for a hand-off */
+    struct machine *prev, *next;  /* in use, or (next) kept: its kind's lists */
+    union {
+        struct {                    /* M_HOLD, a group commit: */
+            struct squeue *q;       /* its queue */
+            struct inv_ticket **t;  /* its tickets, [batch] */
+            int open;               /* it held its lock (counted in open_holds) */
+            struct inv_hold h;
+        };
+        struct {                   /* M_SINGLE, an order by itself: */
+            struct inv_session *s; /* its locks' owner: of its own, or the redis
+                                      mode's re-entry would let it and a hold of
+                                      this loop (or another machine) both hold
+                                      one segment */
+            struct inv_single m;
+            int answered; /* its ticket was answered, or sent its way on */
+        };
+        struct inv_refill r; /* M_REFILL, units brought to a short shard */
+    };
 };
 
 static void dispatch(struct inv_engine *e, struct inv_ticket *t);
@@ -200,7 +188,7 @@ static void learn(struct inv_engine *e, struct inv_ticket *t)
     char key[96];
     const char *argv[6];
     inv_dir_learn_cmd(t->sku, key, sizeof(key), argv);
-    if (++t->tries > ENGINE_TRIES || !e->cluster ||
+    if (++t->tries > INV_TRIES || !e->cluster ||
         acluster_command(e->cluster, cluster_keyslot(key, strlen(key)), on_learnt, t, 6,
                          argv) != RCONN_OK) {
         inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
@@ -208,70 +196,75 @@ static void learn(struct inv_engine *e, struct inv_ticket *t)
     }
 }
 
-/* ---- the atomic mode: one script per order ------------------------------ */
+/* ---- a ticket's way on ----------------------------------------------------- */
 
-static void atomic_send(struct inv_engine *e, struct inv_ticket *t);
-
-static void on_atomic(void *arg, aconn_result res, redisReply *r)
+/* t's machine is over: t is answered when final (a transfer's step goes back
+ * to its refill); else it goes its way on (t->way). */
+static void ticket_on(struct inv_engine *e, struct inv_ticket *t)
 {
-    struct inv_ticket *t = arg;
-    struct inv_engine *e = t->engine;
-    switch (inv_atomic_answer(e->inv, t, res, r, t->seen)) {
-    case INV_STEP_DONE:
-        e->answering = answered_by(e, res);
+    inv_way way = (inv_way)t->way;
+    t->way = INV_WAY_NONE;
+    if (t->st != INV_PENDING || t->xfer) {
         ticket_done(e, t);
-        e->answering = NULL;
-        break;
-    case INV_STEP_AGAIN:
-        atomic_send(e, t);
-        break;
-    case INV_STEP_LOAD:
-        single_load(e, t);
-        break;
-    case INV_STEP_ALONE:
-        refill_start(e, t); /* short in its shard */
-        break;
-    }
-}
-
-static void atomic_send(struct inv_engine *e, struct inv_ticket *t)
-{
-    if (e->cluster && t->gene < 0) {
-        learn(e, t); /* its SKU's shards are not known yet (a try counted there) */
-    } else if (++t->tries > ENGINE_TRIES) {
-        inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
-        ticket_done(e, t);
-    } else if (inv_atomic_send(e->inv, t, &e->conns, on_atomic, t, &t->seen) !=
-               RCONN_OK) {
-        inv_ticket_fail(e->inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
-        ticket_done(e, t);
-    }
-}
-
-/* ---- a pay or a cancel: two steps on the order's shard ------------------- */
-
-static void end_send(struct inv_engine *e, struct inv_ticket *t);
-
-static void on_end(void *arg, aconn_result res, redisReply *r)
-{
-    struct inv_ticket *t = arg;
-    struct inv_engine *e = t->engine;
-    if (inv_end_answer(e->inv, t, res, r) == INV_STEP_AGAIN) {
-        end_send(e, t);
         return;
     }
+    switch (way) {
+    case INV_WAY_SEND:
+        t->tries = 0;
+        dispatch(e, t);
+        return;
+    case INV_WAY_QUEUE:
+        if (++t->hops <= ENGINE_HOPS) {
+            enqueue(e, t);
+            return;
+        }
+        single_start(e, t, 0); /* hopped too often */
+        return;
+    case INV_WAY_ALONE:
+        single_start(e, t, t->hops < ENGINE_HOPS);
+        return;
+    case INV_WAY_LOAD:
+        single_load(e, t);
+        return;
+    case INV_WAY_SHORT: {
+        struct sku_layout l;
+        if (inv_layout_get(e->inv, t->sku, &l) != 0)
+            learn(e, t); /* its shards are not known (any more) */
+        else
+            refill_start(e, t); /* its shard is short */
+        return;
+    }
+    default: /* not expected: never left unanswered */
+        inv_ticket_fail(e->inv, t, INV_UNAVAILABLE);
+        ticket_done(e, t);
+        return;
+    }
+}
+
+/* ---- machines of one ticket: the atomic mode, a pay or a cancel ------------ */
+
+/* Every answer of a command of ticket t's own machine: nothing for the driver
+ * to do while it waits; over, t goes on (the reply's connection is the
+ * commit's, for the acknowledgement). */
+static void on_ticket(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *t = arg;
+    struct inv_engine *e = t->engine;
+    inv_do next = t->end ? inv_end_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r)
+                         : inv_atomic_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r);
+    if (next != INV_DO_OVER)
+        return;
     e->answering = answered_by(e, res);
-    ticket_done(e, t);
+    ticket_on(e, t);
     e->answering = NULL;
 }
 
-static void end_send(struct inv_engine *e, struct inv_ticket *t)
+static void ticket_start(struct inv_engine *e, struct inv_ticket *t)
 {
-    if (++t->tries > ENGINE_TRIES ||
-        inv_end_send(e->inv, t, &e->conns, on_end, t) != RCONN_OK) {
-        t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
-        ticket_done(e, t);
-    }
+    inv_do next = t->end ? inv_end_start(e->inv, t, &e->conns, on_ticket, t)
+                         : inv_atomic_start(e->inv, t, &e->conns, on_ticket, t);
+    if (next == INV_DO_OVER)
+        ticket_on(e, t);
 }
 
 /* ---- group commits: queues per segment ---------------------------------- */
@@ -300,8 +293,6 @@ static void enqueue_here(struct inv_engine *e, struct inv_ticket *t)
     squeue_push(q, t);
     queue_wake(e, q);
 }
-
-static void on_timer(evutil_socket_t fd, short what, void *arg);
 
 /* Queues t at its segment, on the loop that owns the segment. */
 static void enqueue(struct inv_engine *e, struct inv_ticket *t)
@@ -349,99 +340,267 @@ static void on_inbox(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static struct ehold *hold_new(struct inv_engine *e, struct squeue *q)
+/* ---- machines: kept, driven ----------------------------------------------- */
+
+static void on_timer(evutil_socket_t fd, short what, void *arg);
+
+/* A machine of kind k, kept from before or made (its timer, a hold's batch,
+ * an order machine's session), put in flight. */
+static struct machine *machine_new(struct inv_engine *e, enum machine_kind k)
 {
-    struct ehold *x = e->free_holds;
+    struct machine *x = e->spare[k];
     if (x) {
-        e->free_holds = x->next;
+        e->spare[k] = x->next;
     } else {
         x = xcalloc(1, sizeof(*x));
-        x->t = xcalloc((size_t)e->batch, sizeof(*x->t));
         x->e = e;
+        x->kind = k;
         if (!(x->timer = evtimer_new(e->base, on_timer, x)))
             abort();
+        if (k == M_HOLD)
+            x->t = xcalloc((size_t)e->batch, sizeof(*x->t));
+        if (k == M_SINGLE) /* the atomic mode takes no lock: its machines only load */
+            x->s = e->path == INV_PATH_HOLDS ? inv_session_new(e->inv, e->idle) : e->s;
     }
-    x->q = q;
+    x->blocking = NULL;
     x->prev = NULL;
-    x->next = e->holds;
-    if (e->holds)
-        e->holds->prev = x;
-    e->holds = x;
+    x->next = e->live[k];
+    if (e->live[k])
+        e->live[k]->prev = x;
+    e->live[k] = x;
     return x;
 }
 
-/* Moves tickets from queue o's head into t[*n..] while there is room: fewer
- * than `most`, and their units within limit (< 0: none; one ticket always). */
-static void take_from(struct squeue *o, struct inv_ticket **t, int *n, int most,
-                      long long *units, long long limit)
-{
-    while (o->head && *n < most &&
-           (*n == 0 || limit < 0 || *units + o->head->qty <= limit)) {
-        struct inv_ticket *x = squeue_pop(o);
-        *units += x->qty;
-        t[(*n)++] = x;
-    }
-}
-
-/* Fills hold x's batch from q: its own tickets first, then, with room left,
- * those waiting in the queues of the SKU's other segments on this loop (ready
- * ones, and those that backed off from a taken lock), so that a crowd spread
- * over K segments still fills holds (on a cluster,
- * those of the same shard: one commit writes one shard); the commit
- * places them here while the segment has stock (counted as spilled) and
- * sends the rest on. No more units than limit (the segment's stock, or an
- * upper bound of it; an empty segment takes a full batch of its own only:
- * the commit sends them all on). */
-static void batch_fill(struct ehold *x, long long limit)
+/* x is over: kept for the next of its kind. */
+static void machine_keep(struct machine *x)
 {
     struct inv_engine *e = x->e;
-    struct squeue *q = x->q;
-    int most = e->batch;
-    long long units = 0;
-    for (int i = 0; i < x->h.n; i++)
-        units += x->t[i]->qty;
-    take_from(q, x->t, &x->h.n, most, &units, limit == 0 ? -1 : limit);
-    if (limit == 0 || x->h.n == 0)
-        return;
-    for (int pass = 0; pass < 2; pass++)
-        for (struct squeue *o = pass ? e->backed_off : e->queues.ready_head;
-             o && x->h.n < most; o = pass ? o->bnext : o->rnext)
-            if (o != q && !o->busy && strcmp(o->sku, q->sku) == 0 &&
-                (!o->head || o->head->gene == x->t[0]->gene)) /* one shard */
-                take_from(o, x->t, &x->h.n, most, &units, limit);
-}
-
-/* Each ticket of x after its batch: answered when final, else sent on to
- * the segment its commit named (a few hops), else by itself on this loop
- * (single.h; on a cluster, a shard short has units brought: refill_start). */
-static void hold_settle(struct ehold *x)
-{
-    struct inv_engine *e = x->e;
-    for (int i = 0; i < x->h.n; i++) {
-        struct inv_ticket *t = x->t[i];
-        if (t->st != INV_PENDING)
-            ticket_done(e, t);
-        else if (t->seg >= 0 && t->seg != x->h.seg && ++t->hops <= ENGINE_HOPS)
-            enqueue(e, t);
-        else /* several segments, a replay, a reset, too many hops, a shard short */
-            single_start(e, t, t->hops < ENGINE_HOPS);
-    }
-    x->h.n = 0;
-}
-
-/* The hold is over: its queue is free for the next batch. */
-static void hold_free(struct ehold *x)
-{
-    struct inv_engine *e = x->e;
-    struct squeue *q = x->q;
     if (x->prev)
         x->prev->next = x->next;
     else
-        e->holds = x->next;
+        e->live[x->kind] = x->next;
     if (x->next)
         x->next->prev = x->prev;
-    x->next = e->free_holds;
-    e->free_holds = x;
+    x->next = e->spare[x->kind];
+    e->spare[x->kind] = x;
+}
+
+static void machine_free(struct inv_engine *e, struct machine *x)
+{
+    event_free(x->timer);
+    if (x->kind == M_HOLD)
+        free(x->t);
+    if (x->kind == M_SINGLE) {
+        if (x->s != e->s)
+            inv_session_free(x->s);
+        inv_single_clear(&x->m);
+    }
+    free(x);
+}
+
+/* The entries of x's machine (path.h: each answers what to do next). */
+static inv_do on_reply_of(struct machine *x, aconn_result res, const redisReply *r)
+{
+    switch (x->kind) {
+    case M_HOLD:
+        return inv_hold_on_reply(x->e->s, &x->h, res, r);
+    case M_SINGLE:
+        return inv_single_on_reply(&x->m, res, r);
+    default:
+        return inv_refill_on_reply(&x->r, res, r);
+    }
+}
+
+static inv_do on_timer_of(struct machine *x)
+{
+    return x->kind == M_HOLD ? inv_hold_on_timer(x->e->s, &x->h)
+                             : inv_single_on_timer(&x->m);
+}
+
+static inv_do on_handoff_of(struct machine *x, aconn_result res, const redisReply *r)
+{
+    return x->kind == M_HOLD ? inv_hold_on_handoff(x->e->s, &x->h, res, r)
+                             : inv_single_on_handoff(&x->m, res, r);
+}
+
+static inv_do attempt_of(struct machine *x)
+{
+    return x->kind == M_HOLD ? inv_hold_attempt(x->e->s, &x->h) : inv_single_attempt(&x->m);
+}
+
+static void drive(struct machine *x, inv_do next);
+
+/* Every answer of a command of x's machine. */
+static void on_reply(void *arg, aconn_result res, redisReply *r)
+{
+    struct machine *x = arg;
+    struct inv_engine *e = x->e;
+    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
+    drive(x, on_reply_of(x, res, r));
+    e->answering = NULL;
+}
+
+/* x's due_us came. */
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    struct machine *x = arg;
+    drive(x, on_timer_of(x));
+}
+
+static void on_handoff(void *arg, aconn_result res, redisReply *r)
+{
+    struct machine *x = arg;
+    blocking_put(x->e->blocking, x->blocking);
+    x->blocking = NULL;
+    drive(x, on_handoff_of(x, res, r));
+}
+
+static void hold_top_up(struct machine *x);
+
+/* DUE: x's timer is armed for its due_us. A hold that holds its lock now
+ * counts as open and takes in what queued meanwhile; its work done already
+ * (none asked for), its commit goes at once. */
+static void machine_due(struct machine *x)
+{
+    struct inv_engine *e = x->e;
+    int64_t due = x->kind == M_HOLD ? x->h.due_us : x->m.due_us;
+    int working = x->kind == M_HOLD && x->h.state == HOLD_WORKING;
+    if (working && !x->open) {
+        x->open = 1;
+        e->open_holds++;
+        hold_top_up(x);
+    }
+    int64_t left = due - clock_now_us();
+    if (left <= 0 && working) {
+        drive(x, on_timer_of(x));
+        return;
+    }
+    if (left < 0)
+        left = 0;
+    struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
+    evtimer_add(x->timer, &tv);
+    engine_kick(e); /* it waits: room for another hold */
+}
+
+/* The connection of a blocking command for hold h's lock: its data Redis
+ * (on a cluster, the master of its shard). NULL when that master is not
+ * known. */
+static struct aconn *blocking_for(struct inv_engine *e, const struct inv_hold *h)
+{
+    if (!e->cluster)
+        return blocking_get(e->blocking, e->cfg.redis_host, e->cfg.redis_port);
+    const struct cluster_map *m = acluster_map(e->cluster);
+    int i = m->owner[cluster_gene_slot(h->gene)];
+    if (m->nmasters == 0 || i == CLUSTER_NO_MASTER)
+        return NULL;
+    return blocking_get(e->blocking, m->masters[i].host, m->masters[i].port);
+}
+
+/* HANDOFF: x waits, on a connection of its own, for a release to hand the
+ * lock it wants over; when the wait cannot be sent, the next attempt tells
+ * what is wrong. */
+static void machine_wait(struct machine *x)
+{
+    struct inv_engine *e = x->e;
+    engine_kick(e); /* it waits: room for another hold */
+    int hold = x->kind == M_HOLD;
+    x->blocking = blocking_for(e, hold ? &x->h : inv_single_waiting(&x->m));
+    if (x->blocking &&
+        (hold ? inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x)
+              : inv_single_wait_send(&x->m, x->blocking, on_handoff, x)))
+        return;
+    if (x->blocking)
+        blocking_put(e->blocking, x->blocking);
+    x->blocking = NULL;
+    drive(x, attempt_of(x));
+}
+
+static void refill_step(struct machine *x);
+static void hold_decided(struct machine *x);
+static void machine_over(struct machine *x);
+
+/* Does what x's machine asks next (path.h's inv_do): the machine is the
+ * state machine, the driver its scheduler. An order machine's ticket is
+ * answered as soon as it is final (the commit's answer in hand). */
+static void drive(struct machine *x, inv_do next)
+{
+    if (x->kind == M_SINGLE && !x->answered && x->m.t->st != INV_PENDING) {
+        x->answered = 1;
+        ticket_on(x->e, x->m.t);
+    }
+    switch (next) {
+    case INV_DO_AWAIT:
+        return;
+    case INV_DO_DUE:
+        machine_due(x);
+        return;
+    case INV_DO_HANDOFF:
+        machine_wait(x);
+        return;
+    case INV_DO_STEP:
+        refill_step(x);
+        return;
+    case INV_DO_DECIDED:
+        hold_decided(x);
+        if (x->h.owed == 0)
+            machine_over(x);
+        return;
+    case INV_DO_OVER:
+        machine_over(x);
+        return;
+    }
+}
+
+/* ---- group commits: a hold per queue -------------------------------------- */
+
+/* Fills hold x's batch from its queue, then, with room left, from the
+ * SKU's other queues on this loop (ready ones, and those that backed off
+ * from a taken lock), so that a crowd spread over K segments still fills
+ * holds; the commit places them here while the segment has stock (counted
+ * as spilled) and sends the rest on. No more units than limit (the
+ * segment's stock, or an upper bound of it; an empty segment takes a full
+ * batch of its own only: the commit sends them all on). */
+static void batch_fill(struct machine *x, long long limit)
+{
+    struct inv_engine *e = x->e;
+    squeue_fill(&e->queues, x->q, e->backed_off, x->t, &x->h.n, e->batch, limit);
+}
+
+/* The lock is held and the stock read: the orders that queued meanwhile (a
+ * hold that waited for the lock waited for them too) join the batch, as
+ * many as the segment holds, so that a contended segment serves everything
+ * that piled up in one hold instead of one hold each. */
+static void hold_top_up(struct machine *x)
+{
+    batch_fill(x, x->h.stock + x->h.back);
+}
+
+/* Each ticket of x after its batch: answered when final, else on its way
+ * (ticket_on: another segment's queue, or by itself). */
+static void hold_settle(struct machine *x)
+{
+    for (int i = 0; i < x->h.n; i++)
+        ticket_on(x->e, x->t[i]);
+    x->h.n = 0;
+}
+
+/* The commit answered: the tickets go on; the segment's bound is what the
+ * commit left. */
+static void hold_decided(struct machine *x)
+{
+    inv_count_batch(x->e->inv, x->h.n);
+    if (x->h.left >= 0)
+        x->q->bound = x->h.left;
+    hold_settle(x);
+}
+
+/* The hold is over: its queue is free for the next batch. */
+static void hold_free(struct machine *x)
+{
+    struct inv_engine *e = x->e;
+    struct squeue *q = x->q;
+    machine_keep(x);
     q->busy = 0;
     engine_kick(e);
     if (x->open) { /* progress: the queues that backed off try again */
@@ -457,29 +616,10 @@ static void hold_free(struct ehold *x)
     queue_wake(e, q);
 }
 
-static void hold_do(struct ehold *x, inv_hold_do next);
-
-/* The timer of x: h.due_us came. */
-static void on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd, (void)what;
-    struct ehold *x = arg;
-    hold_do(x, inv_hold_on_timer(x->e->s, &x->h));
-}
-
-/* The lock is held and the stock read: the orders that queued meanwhile (a
- * hold that waited for the lock waited for them too) join the batch, as
- * many as the segment holds, so that a contended segment serves everything
- * that piled up in one hold instead of one hold each. */
-static void hold_top_up(struct ehold *x)
-{
-    batch_fill(x, x->h.stock + x->h.back);
-}
-
-/* x's try found its lock taken: its tickets go back to the head of their
- * queue, which waits for a hold of this loop to end (or, when none is open,
- * is served at once by a hold that waits for the lock). */
-static void hold_back_off(struct ehold *x)
+/* x's try found its lock taken (TAKEN): its tickets go back to the head of
+ * their queue, which waits for a hold of this loop to end (or, when none is
+ * open, is served at once by a hold that waits for the lock). */
+static void hold_back_off(struct machine *x)
 {
     struct inv_engine *e = x->e;
     struct squeue *q = x->q;
@@ -493,150 +633,44 @@ static void hold_back_off(struct ehold *x)
     hold_free(x);
 }
 
-static void hold_wait(struct ehold *x);
-
-/* The commit answered: the tickets go on (hold_settle); the segment's bound
- * is what the commit left. */
-static void hold_decided(struct ehold *x)
-{
-    struct inv_engine *e = x->e;
-    inv_count_batch(e->inv, x->h.n);
-    if (x->h.left >= 0)
-        x->q->bound = x->h.left;
-    hold_settle(x);
-}
-
-/* Does what x's hold asks next (hold.h: the hold is the state machine, the
- * engine its scheduler). */
-static void hold_do(struct ehold *x, inv_hold_do next)
-{
-    struct inv_engine *e = x->e;
-    switch (next) {
-    case INV_HOLD_AWAIT:
-        return;
-    case INV_HOLD_DUE: {
-        if (x->h.state == HOLD_WORKING && !x->open) { /* it holds its lock now */
-            x->open = 1;
-            e->open_holds++;
-            hold_top_up(x);
-        }
-        int64_t left = x->h.due_us - clock_now_us();
-        if (left <= 0 && x->h.state == HOLD_WORKING) {
-            hold_do(x, inv_hold_on_timer(e->s, &x->h));
-            return;
-        }
-        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
-        if (left < 0)
-            tv = (struct timeval){0, 0};
-        evtimer_add(x->timer, &tv);
-        engine_kick(e); /* it waits: room for another hold */
-        return;
-    }
-    case INV_HOLD_HANDOFF:
-        hold_wait(x);
-        return;
-    case INV_HOLD_DECIDED:
-        hold_decided(x);
-        if (x->h.owed == 0)
-            hold_free(x);
-        return;
-    case INV_HOLD_TAKEN: /* and this loop holds other locks: back off */
-        hold_back_off(x);
-        return;
-    case INV_HOLD_OVER:
-        hold_settle(x);
-        hold_free(x);
-        return;
-    }
-}
-
-/* Every answer of a command of x's hold. */
-static void on_reply(void *arg, aconn_result res, redisReply *r)
-{
-    struct ehold *x = arg;
-    struct inv_engine *e = x->e;
-    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
-    hold_do(x, inv_hold_on_reply(e->s, &x->h, res, r));
-    e->answering = NULL;
-}
-
-/* An idle connection for a blocking command on the data Redis of hold h
- * (on a cluster, the master of its shard), made on first need. NULL when
- * that master is not known. */
-static struct aconn *blocking_get(struct inv_engine *e, const struct inv_hold *h)
-{
-    const char *host = e->cfg.redis_host;
-    int port = e->cfg.redis_port;
-    if (e->cluster) {
-        const struct cluster_map *m = acluster_map(e->cluster);
-        int i = m->owner[cluster_gene_slot(h->gene)];
-        if (m->nmasters == 0 || i == CLUSTER_NO_MASTER)
-            return NULL;
-        host = m->masters[i].host;
-        port = m->masters[i].port;
-    }
-    for (int i = 0; i < e->nidle; i++)
-        if (e->idle_blocking[i].port == port &&
-            strcmp(e->idle_blocking[i].host, host) == 0) {
-            struct aconn *c = e->idle_blocking[i].c;
-            e->idle_blocking[i] = e->idle_blocking[--e->nidle];
-            return c;
-        }
-    struct blocking_conn *all =
-        xrealloc(e->blocking, sizeof(*all) * (size_t)(e->nblocking + 1));
-    struct blocking_conn *idle =
-        xrealloc(e->idle_blocking, sizeof(*idle) * (size_t)(e->nblocking + 1));
-    e->blocking = all;
-    e->idle_blocking = idle;
-    /* A wait lasts at most --wait-ms: its answer may take that long. */
-    struct blocking_conn *b = &all[e->nblocking++];
-    b->c = aconn_new(e->base, host, port, e->cfg.redis_password,
-                     e->cfg.wait_ms + e->cfg.timeout_ms);
-    snprintf(b->host, sizeof(b->host), "%s", host);
-    b->port = port;
-    return b->c;
-}
-
-static void blocking_put(struct inv_engine *e, struct aconn *c)
-{
-    if (e->conns.closing)
-        return;
-    for (int i = 0; i < e->nblocking; i++)
-        if (e->blocking[i].c == c)
-            e->idle_blocking[e->nidle++] = e->blocking[i];
-}
-
-static void on_handoff(void *arg, aconn_result res, redisReply *r)
-{
-    struct ehold *x = arg;
-    blocking_put(x->e, x->blocking);
-    x->blocking = NULL;
-    hold_do(x, inv_hold_on_handoff(x->e->s, &x->h, res, r));
-}
-
-/* Waits, on a connection of its own, for a release to hand the lock over. */
-static void hold_wait(struct ehold *x)
-{
-    struct inv_engine *e = x->e;
-    engine_kick(e); /* it waits: room for another hold */
-    x->blocking = blocking_get(e, &x->h);
-    if (x->blocking && inv_hold_wait_send(e->s, &x->h, x->blocking, on_handoff, x))
-        return;
-    if (x->blocking)
-        blocking_put(e, x->blocking);
-    x->blocking = NULL;
-    hold_do(x, inv_hold_attempt(e->s, &x->h)); /* the next attempt tells what is wrong */
-}
-
 static void hold_start(struct inv_engine *e, struct squeue *q)
 {
-    struct ehold *x = hold_new(e, q);
+    struct machine *x = machine_new(e, M_HOLD);
+    x->q = q;
     q->busy = 1;
     x->h.n = 0;
     x->h.seg = q->seg;
     batch_fill(x, q->bound);
-    hold_do(x, inv_hold_start(e->s, &x->h, x->t, x->h.n, q->seg, e->open_holds > 0,
-                              &e->conns, on_reply, x));
+    drive(x, inv_hold_start(e->s, &x->h, x->t, x->h.n, q->seg, e->open_holds > 0,
+                            &e->conns, on_reply, x));
+}
+
+/* OVER: what the machine leaves goes on, and the machine is kept. */
+static void machine_over(struct machine *x)
+{
+    struct inv_engine *e = x->e;
+    struct inv_ticket *t = NULL;
+    switch (x->kind) {
+    case M_HOLD:
+        if (x->h.state == HOLD_TAKEN) { /* and this loop holds other locks */
+            hold_back_off(x);
+            return;
+        }
+        hold_settle(x);
+        hold_free(x);
+        return;
+    case M_SINGLE:
+        t = x->answered ? NULL : x->m.t;
+        break;
+    case M_REFILL:
+        t = x->r.t;
+        break;
+    default:
+        break;
+    }
+    machine_keep(x);
+    if (t)
+        ticket_on(e, t);
 }
 
 /* Holds of this loop with a round trip in flight (not those waiting for
@@ -644,7 +678,7 @@ static void hold_start(struct inv_engine *e, struct squeue *q)
 static int holds_in_flight(const struct inv_engine *e)
 {
     int n = 0;
-    for (const struct ehold *x = e->holds; x; x = x->next)
+    for (const struct machine *x = e->live[M_HOLD]; x; x = x->next)
         n += !x->blocking && !evtimer_pending(x->timer, NULL);
     return n;
 }
@@ -665,196 +699,42 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+
 /* ---- one order by itself: the order machine (single.h) -------------------- */
 
-static void on_single_timer(evutil_socket_t fd, short what, void *arg);
-
-static struct esingle *single_new(struct inv_engine *e, struct inv_ticket *t)
+static struct machine *single_new(struct inv_engine *e)
 {
-    struct esingle *x = e->free_singles;
-    if (x) {
-        e->free_singles = x->next;
-    } else {
-        x = xcalloc(1, sizeof(*x));
-        x->e = e;
-        if (!(x->timer = evtimer_new(e->base, on_single_timer, x)))
-            abort();
-        /* the atomic mode takes no lock: its machines only load */
-        x->s = e->path == INV_PATH_HOLDS ? inv_session_new(e->inv, e->idle) : e->s;
-    }
-    x->t = t;
+    struct machine *x = machine_new(e, M_SINGLE);
     x->answered = 0;
-    x->blocking = NULL;
-    x->prev = NULL;
-    x->next = e->singles;
-    if (e->singles)
-        e->singles->prev = x;
-    e->singles = x;
     return x;
-}
-
-/* The machine is over: kept for the next (its session, its timer). */
-static void single_free(struct esingle *x)
-{
-    struct inv_engine *e = x->e;
-    if (x->prev)
-        x->prev->next = x->next;
-    else
-        e->singles = x->next;
-    if (x->next)
-        x->next->prev = x->prev;
-    x->next = e->free_singles;
-    e->free_singles = x;
-}
-
-static void single_wait(struct esingle *x);
-
-/* Does what x's machine asks next; its ticket is answered once final. */
-static void single_do(struct esingle *x, inv_single_do next)
-{
-    struct inv_engine *e = x->e;
-    if (!x->answered && (x->t->st != INV_PENDING || next == INV_SINGLE_OVER)) {
-        x->answered = 1;
-        if (x->t->st == INV_PENDING) /* not expected: never left unanswered */
-            inv_ticket_fail(e->inv, x->t, INV_UNAVAILABLE);
-        ticket_done(e, x->t);
-    }
-    switch (next) {
-    case INV_SINGLE_AWAIT:
-        return;
-    case INV_SINGLE_DUE: {
-        int64_t left = x->m.due_us - clock_now_us();
-        if (left < 0)
-            left = 0;
-        struct timeval tv = {.tv_sec = left / 1000000, .tv_usec = left % 1000000};
-        evtimer_add(x->timer, &tv);
-        return;
-    }
-    case INV_SINGLE_HANDOFF:
-        single_wait(x);
-        return;
-    case INV_SINGLE_QUEUE: {
-        struct inv_ticket *t = x->t;
-        x->answered = 1;
-        single_free(x);
-        t->hops++; /* a group commit that sends it back counts too */
-        enqueue(e, t);
-        return;
-    }
-    case INV_SINGLE_ALONE: {
-        struct inv_ticket *t = x->t;
-        x->answered = 1;
-        single_free(x);
-        struct sku_layout l;
-        if (inv_layout_get(e->inv, t->sku, &l) != 0)
-            learn(e, t); /* its shards are not known (any more) */
-        else
-            refill_start(e, t); /* its shard is short */
-        return;
-    }
-    case INV_SINGLE_OVER:
-        single_free(x);
-        return;
-    }
-}
-
-static void on_single_reply(void *arg, aconn_result res, redisReply *r)
-{
-    struct esingle *x = arg;
-    struct inv_engine *e = x->e;
-    e->answering = answered_by(e, res); /* the commit's, for the acknowledgement */
-    single_do(x, inv_single_on_reply(&x->m, res, r));
-    e->answering = NULL;
-}
-
-static void on_single_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd, (void)what;
-    struct esingle *x = arg;
-    single_do(x, inv_single_on_timer(&x->m));
-}
-
-static void on_single_handoff(void *arg, aconn_result res, redisReply *r)
-{
-    struct esingle *x = arg;
-    blocking_put(x->e, x->blocking);
-    x->blocking = NULL;
-    single_do(x, inv_single_on_handoff(&x->m, res, r));
-}
-
-/* Waits, on a connection of its own, for a release to hand the lock of the
- * part that x's machine locks over. */
-static void single_wait(struct esingle *x)
-{
-    struct inv_engine *e = x->e;
-    x->blocking = blocking_get(e, inv_single_waiting(&x->m));
-    if (x->blocking && inv_single_wait_send(&x->m, x->blocking, on_single_handoff, x))
-        return;
-    if (x->blocking)
-        blocking_put(e, x->blocking);
-    x->blocking = NULL;
-    single_do(x, inv_single_attempt(&x->m));
 }
 
 static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok)
 {
-    struct esingle *x = single_new(e, t);
-    single_do(x,
-              inv_single_start(&x->m, x->s, t, queue_ok, &e->conns, on_single_reply, x));
+    struct machine *x = single_new(e);
+    drive(x, inv_single_start(&x->m, x->s, t, queue_ok, &e->conns, on_reply, x));
 }
 
 static void single_xfer(struct inv_engine *e, struct inv_ticket *t,
-                        const struct inv_xfer *x)
+                        const struct inv_xfer *xf)
 {
-    struct esingle *s = single_new(e, t);
-    single_do(s, inv_single_xfer(&s->m, s->s, t, x, &e->conns, on_single_reply, s));
+    struct machine *x = single_new(e);
+    drive(x, inv_single_xfer(&x->m, x->s, t, xf, &e->conns, on_reply, x));
 }
 
 static void single_load(struct inv_engine *e, struct inv_ticket *t)
 {
-    struct esingle *x = single_new(e, t);
-    single_do(x, inv_single_load(&x->m, x->s, t, &e->conns, on_single_reply, x));
-}
-
-static void singles_stop(struct inv_engine *e)
-{
-    /* Orders by themselves waiting for a timer (nothing was committed) */
-    while (e->singles) {
-        struct esingle *x = e->singles;
-        evtimer_del(x->timer);
-        inv_single_abandon(&x->m);
-        single_do(x, INV_SINGLE_OVER); /* answered unavailable if not yet */
-    }
-}
-
-static void singles_free(struct inv_engine *e)
-{
-    for (struct esingle *x = e->free_singles, *next; x; x = next) {
-        next = x->next;
-        event_free(x->timer);
-        if (x->s != e->s)
-            inv_session_free(x->s);
-        inv_single_clear(&x->m);
-        free(x);
-    }
+    struct machine *x = single_new(e);
+    drive(x, inv_single_load(&x->m, x->s, t, &e->conns, on_reply, x));
 }
 
 /* ---- a Redis Cluster: units brought to a short shard (engine_refill.h) ---- */
 
-static void refill_do(struct erefill *x, inv_refill_do next);
-
-/* Every answer of a read of x's refill. */
-static void on_refill_reply(void *arg, aconn_result res, redisReply *r)
-{
-    struct erefill *x = arg;
-    refill_do(x, inv_refill_on_reply(&x->r, res, r));
-}
-
 /* The refill's step is final (placed: its replicas heard, ticket_done). */
 static void on_refill_step(struct inv_ticket *step)
 {
-    struct erefill *x = step->owner;
-    refill_do(x, inv_refill_on_step(&x->r));
+    struct machine *x = step->owner;
+    drive(x, inv_refill_on_step(&x->r));
 }
 
 /* The answer of a step run by its script alone (the atomic mode). */
@@ -864,7 +744,7 @@ static void on_step_reply(void *arg, aconn_result res, redisReply *r)
     struct inv_engine *e = s->engine;
     long long got = 0;
     inv_status st = res == ACONN_REPLY && rconn_is_noscript(r)
-                        ? INV_OK /* nothing ran: again (inv_refill_on_step) */
+                        ? INV_PENDING /* nothing ran: again (inv_refill_on_step) */
                         : inv_xfer_outcome(res, r, &got);
     s->order.qty = (int)got;
     inv_ticket_finish(e->inv, s, st);
@@ -873,9 +753,9 @@ static void on_step_reply(void *arg, aconn_result res, redisReply *r)
     e->answering = NULL;
 }
 
-/* Runs x's transfer step (inflight counted): under its segment's lock by
- * the order machine, or (atomic mode) the script alone. */
-static void refill_step(struct erefill *x)
+/* STEP: runs x's transfer step (inflight counted): under its segment's lock
+ * by the order machine, or (atomic mode) the script alone. */
+static void refill_step(struct machine *x)
 {
     struct inv_engine *e = x->e;
     struct inv_ticket *s = &x->r.step;
@@ -899,31 +779,6 @@ static void refill_step(struct erefill *x)
     }
 }
 
-/* Does what x's refill asks next; over, its order is sent on again (its
- * shard holds its qty now) or answered. */
-static void refill_do(struct erefill *x, inv_refill_do next)
-{
-    struct inv_engine *e = x->e;
-    switch (next) {
-    case INV_REFILL_AWAIT:
-        return;
-    case INV_REFILL_STEP:
-        refill_step(x);
-        return;
-    case INV_REFILL_OVER: {
-        struct inv_ticket *t = x->r.t;
-        free(x);
-        if (t->st == INV_PENDING) {
-            t->tries = 0;
-            dispatch(e, t);
-        } else {
-            ticket_done(e, t);
-        }
-        return;
-    }
-    }
-}
-
 /* On a cluster: t is short in its shard; units are brought there from the
  * others, then t is sent on again, or answered sold out. */
 static void refill_start(struct inv_engine *e, struct inv_ticket *t)
@@ -933,9 +788,9 @@ static void refill_start(struct inv_engine *e, struct inv_ticket *t)
         ticket_done(e, t);
         return;
     }
-    struct erefill *x = xcalloc(1, sizeof(*x));
-    x->e = e;
-    refill_do(x, inv_refill_start(&x->r, e->inv, t, &l, &e->conns, on_refill_reply, x));
+    struct machine *x = machine_new(e, M_REFILL);
+    memset(&x->r, 0, sizeof(x->r));
+    drive(x, inv_refill_start(&x->r, e->inv, t, &l, &e->conns, on_reply, x));
 }
 
 /* ---- the engine ---------------------------------------------------------- */
@@ -975,6 +830,9 @@ struct inv_engine *inv_engine_new(struct inv *inv, struct event_base *base,
     for (int i = 0; i < e->nnodes; i++)
         e->conns.node[i] =
             aconn_new(base, nodes[i].host, nodes[i].port, password, node_ms);
+    /* A wait lasts at most --wait-ms: its answer may take that long. */
+    e->blocking =
+        blocking_pool_new(base, cfg->redis_password, cfg->wait_ms + cfg->timeout_ms);
     e->idle =
         rconn_new(cfg->redis_host, cfg->redis_port, cfg->redis_password, cfg->timeout_ms);
     e->s = inv_session_new(inv, e->idle);
@@ -1001,15 +859,15 @@ void inv_engine_link(struct inv_engine **all, int n)
 static void dispatch(struct inv_engine *e, struct inv_ticket *t)
 {
     if (t->end)
-        end_send(e, t);
-    else if (e->path == INV_PATH_ATOMIC)
-        atomic_send(e, t);
+        ticket_start(e, t);
+    else if (e->path == INV_PATH_ATOMIC && !(e->cluster && t->gene < 0))
+        ticket_start(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
         enqueue(e, t);
     else if (!e->cluster)
         single_start(e, t, 1);
     else
-        learn(e, t);
+        learn(e, t); /* its SKU's shards are not known yet */
 }
 
 void inv_engine_submit(struct inv_engine *e, struct inv_ticket *t)
@@ -1039,10 +897,8 @@ void inv_engine_free(struct inv_engine *e)
     e->acks = NULL;
     /* The waits: each goes on to an attempt, which the main connection
      * answers as it closes. */
-    for (int i = 0; i < e->nblocking; i++)
-        aconn_free(e->blocking[i].c);
-    free(e->blocking);
-    free(e->idle_blocking);
+    blocking_pool_free(e->blocking);
+    e->blocking = NULL;
     /* The lock's nodes, then the data Redis: each answers what is in flight,
      * and nothing is sent to one once it is gone. */
     for (int i = 0; i < e->nnodes; i++) {
@@ -1055,28 +911,24 @@ void inv_engine_free(struct inv_engine *e)
     acluster_free(e->cluster);
     e->cluster = e->conns.cluster = NULL;
     on_inbox(-1, 0, e);
-    /* Holds waiting for their work's end (nothing was committed) or for
-     * their next attempt */
-    while (e->holds) {
-        struct ehold *x = e->holds;
-        evtimer_del(x->timer);
-        if (x->h.state == HOLD_PAUSED) /* holds nothing */
-            for (int i = 0; i < x->h.n; i++)
-                inv_ticket_fail(e->inv, x->t[i], INV_UNAVAILABLE);
-        else
-            inv_hold_abandon(e->s, &x->h);
-        hold_settle(x);
-        hold_free(x);
-    }
-    singles_stop(e);
+    /* Machines waiting for a timer (nothing was committed): holds for their
+     * work's end or their next attempt, orders by themselves likewise */
+    for (int k = M_HOLD; k <= M_SINGLE; k++)
+        while (e->live[k]) {
+            struct machine *x = e->live[k];
+            evtimer_del(x->timer);
+            if (k == M_HOLD)
+                inv_hold_abandon(e->s, &x->h);
+            else
+                inv_single_abandon(&x->m);
+            machine_over(x); /* its tickets answered unavailable */
+        }
     squeues_free(&e->queues, ticket_unserved, e);
-    singles_free(e);
-    for (struct ehold *x = e->free_holds, *next; x; x = next) {
-        next = x->next;
-        event_free(x->timer);
-        free(x->t);
-        free(x);
-    }
+    for (int k = 0; k < M_KINDS; k++)
+        for (struct machine *x = e->spare[k], *next; x; x = next) {
+            next = x->next;
+            machine_free(e, x);
+        }
     event_free(e->kick);
     event_free(e->inbox_ev);
     pthread_mutex_destroy(&e->inbox_mu);

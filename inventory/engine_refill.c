@@ -12,19 +12,21 @@
 #include "clock.h"
 #include "orderid.h"
 
-static inv_refill_do settle(struct inv_refill *r, int pass);
-static inv_refill_do plan(struct inv_refill *r);
-static inv_refill_do apply_next(struct inv_refill *r);
-static inv_refill_do give_next(struct inv_refill *r);
+static inv_do settle(struct inv_refill *r, int pass);
+static inv_do plan(struct inv_refill *r);
+static inv_do apply_next(struct inv_refill *r);
+static inv_do give_next(struct inv_refill *r);
 
 /* The refill is over with st for its order: INV_PENDING, sent on again. */
-static inv_refill_do refill_end(struct inv_refill *r, inv_status st)
+static inv_do refill_end(struct inv_refill *r, inv_status st)
 {
-    if (st == INV_PENDING) /* its shard holds its qty now: again */
+    if (st == INV_PENDING) { /* its shard holds its qty now: again */
         r->t->refills++;
-    else
+        r->t->way = INV_WAY_SEND;
+    } else {
         inv_ticket_fail(r->inv, r->t, st);
-    return INV_REFILL_OVER;
+    }
+    return INV_DO_OVER;
 }
 
 static int slot_of(const struct inv_refill *r, int shard)
@@ -62,7 +64,7 @@ static void record_delete(struct inv_refill *r, int from, const char *id)
 
 /* A transfer's step on segment seg of the shard of gene `gene`, for the
  * driver to run. */
-static inv_refill_do step_run(struct inv_refill *r, int gene, int seg, int xin, int nargs)
+static inv_do step_run(struct inv_refill *r, int gene, int seg, int xin, int nargs)
 {
     struct inv_ticket *s = &r->step;
     memset(s, 0, sizeof(*s));
@@ -76,7 +78,7 @@ static inv_refill_do step_run(struct inv_refill *r, int gene, int seg, int xin, 
     r->x.nargs = nargs;
     for (int i = 0; i < nargs; i++)
         r->x.args[i] = r->text[i];
-    return INV_REFILL_STEP;
+    return INV_DO_STEP;
 }
 
 /* The step failed with st: the order's answer. */
@@ -85,17 +87,17 @@ static inv_status step_failure(inv_status st)
     return st == INV_BUSY ? INV_BUSY : INV_UNAVAILABLE;
 }
 
-inv_refill_do inv_refill_on_step(struct inv_refill *r)
+inv_do inv_refill_on_step(struct inv_refill *r)
 {
     struct inv_ticket *step = &r->step;
     inv_status st = step->st;
     long long got = step->order.qty;
     if (r->cs->closing)
         return refill_end(r, INV_UNAVAILABLE);
-    /* INV_OK: the master had not seen the script (its connection loaded the
-     * ones this process knew then): nothing ran, and the connection loads it
-     * before what follows, so the step runs again (its lock taken anew). */
-    if (st == INV_OK && r->noscripts++ < 4)
+    /* INV_PENDING: the master had not seen the script (its connection loaded
+     * the ones this process knew then): nothing ran, and the connection loads
+     * it before what follows, so the step runs again (its lock taken anew). */
+    if (st == INV_PENDING && r->noscripts++ < 4)
         return step_run(r, step->gene, step->seg, r->x.xin, r->x.nargs);
     if (st == INV_NOT_FOUND) { /* the SKU was reset since */
         inv_layout_forget(r->inv, r->t->sku);
@@ -133,7 +135,7 @@ inv_refill_do inv_refill_on_step(struct inv_refill *r)
 
 /* ---- settling: what each shard holds ---------------------------------------- */
 
-static inv_refill_do settled(struct inv_refill *r)
+static inv_do settled(struct inv_refill *r)
 {
     if (r->cs->closing || r->failed)
         return refill_end(r, INV_UNAVAILABLE);
@@ -146,7 +148,7 @@ static inv_refill_do settled(struct inv_refill *r)
 }
 
 /* SETTLE: a shard's remaining units, or its records. */
-static inv_refill_do read_answer(struct inv_refill *r, const struct inv_refill_slot *sl,
+static inv_do read_answer(struct inv_refill *r, const struct inv_refill_slot *sl,
                                  aconn_result res, const redisReply *reply)
 {
     int i = sl->shard;
@@ -171,11 +173,11 @@ static inv_refill_do read_answer(struct inv_refill *r, const struct inv_refill_s
             r->nrec++;
         }
     }
-    return --r->owed == 0 ? settled(r) : INV_REFILL_AWAIT;
+    return --r->owed == 0 ? settled(r) : INV_DO_AWAIT;
 }
 
 /* SETTLE: every shard's remaining units, and with pass 0 its records. */
-static inv_refill_do settle(struct inv_refill *r, int pass)
+static inv_do settle(struct inv_refill *r, int pass)
 {
     r->state = REFILL_SETTLE;
     r->pass = pass;
@@ -199,12 +201,12 @@ static inv_refill_do settle(struct inv_refill *r, int pass)
             }
         }
     }
-    return --r->owed == 0 ? settled(r) : INV_REFILL_AWAIT;
+    return --r->owed == 0 ? settled(r) : INV_DO_AWAIT;
 }
 
 /* APPLY: the next record's units to where it sends them; after the last,
  * what each shard holds is read again. */
-static inv_refill_do apply_next(struct inv_refill *r)
+static inv_do apply_next(struct inv_refill *r)
 {
     if (r->cur == r->nrec)
         return settle(r, 1);
@@ -218,7 +220,7 @@ static inv_refill_do apply_next(struct inv_refill *r)
 
 /* ---- moving units ---------------------------------------------------------- */
 
-static inv_refill_do plan(struct inv_refill *r)
+static inv_do plan(struct inv_refill *r)
 {
     struct inv_ticket *t = r->t;
     r->state = REFILL_PLAN;
@@ -241,7 +243,7 @@ static inv_refill_do plan(struct inv_refill *r)
 }
 
 /* FULLEST: the giving shard's fullest segment, or none. */
-static inv_refill_do fullest_answer(struct inv_refill *r, aconn_result res,
+static inv_do fullest_answer(struct inv_refill *r, aconn_result res,
                                     const redisReply *reply)
 {
     if (r->cs->closing || res != ACONN_REPLY || reply->type != REDIS_REPLY_ARRAY)
@@ -267,7 +269,7 @@ static inv_refill_do fullest_answer(struct inv_refill *r, aconn_result res,
 
 /* Units from the fullest other shard, half of what it holds at least, until
  * the order's shard holds its qty: then the order again. */
-static inv_refill_do give_next(struct inv_refill *r)
+static inv_do give_next(struct inv_refill *r)
 {
     if (r->need <= 0)
         return refill_end(r, INV_PENDING);
@@ -287,7 +289,7 @@ static inv_refill_do give_next(struct inv_refill *r)
     if (acluster_command(r->cs->cluster, slot_of(r, d), on_slot, &r->fullest, 4, argv) !=
         RCONN_OK)
         return refill_end(r, INV_UNAVAILABLE);
-    return INV_REFILL_AWAIT;
+    return INV_DO_AWAIT;
 }
 
 /* ---- the entries ----------------------------------------------------------- */
@@ -307,7 +309,7 @@ int inv_refill_check(struct inv *inv, struct inv_ticket *t, const struct inv_con
     return 0;
 }
 
-inv_refill_do inv_refill_start(struct inv_refill *r, struct inv *inv,
+inv_do inv_refill_start(struct inv_refill *r, struct inv *inv,
                                struct inv_ticket *t, const struct sku_layout *l,
                                const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
@@ -320,7 +322,7 @@ inv_refill_do inv_refill_start(struct inv_refill *r, struct inv *inv,
     return settle(r, 0);
 }
 
-inv_refill_do inv_refill_on_reply(struct inv_refill *r, aconn_result res,
+inv_do inv_refill_on_reply(struct inv_refill *r, aconn_result res,
                                   const redisReply *reply)
 {
     if (r->answer == &r->fullest)

@@ -50,14 +50,11 @@ typedef enum {
     REFILL_IN,
 } inv_refill_state;
 
-/* What the driver does next. */
-typedef enum {
-    INV_REFILL_AWAIT, /* reads are owed: their answers to inv_refill_on_reply */
-    INV_REFILL_STEP,  /* run the transfer's step r->step (r->x); once it is
-                         final (its replicas heard), inv_refill_on_step */
-    INV_REFILL_OVER,  /* nothing owed: r->t is final, or INV_PENDING when its
-                         shard holds its qty now (the driver sends it on) */
-} inv_refill_do;
+/* The refill answers its driver with path.h's inv_do: AWAIT (reads are
+ * owed: their answers to inv_refill_on_reply), STEP (run the transfer's step
+ * r->step, r->x; once it is final, its replicas heard, inv_refill_on_step),
+ * OVER (nothing owed: r->t is final, or pending with its way on, SEND: its
+ * shard holds its qty now). */
 
 struct inv_refill {
     inv_refill_state state;
@@ -102,15 +99,15 @@ int inv_refill_check(struct inv *inv, struct inv_ticket *t, const struct inv_con
 /* Starts refill r (zeroed) for order t, checked, of layout l: SETTLE on
  * cs's cluster. Every answer of a read r sends goes to cb(arg, ...), which
  * hands it to inv_refill_on_reply. */
-inv_refill_do inv_refill_start(struct inv_refill *r, struct inv *inv,
+inv_do inv_refill_start(struct inv_refill *r, struct inv *inv,
                                struct inv_ticket *t, const struct sku_layout *l,
                                const struct inv_conns *cs, aconn_cb *cb, void *arg);
 /* An answer (res, reply: aconn_cb's) to one of r's reads. */
-inv_refill_do inv_refill_on_reply(struct inv_refill *r, aconn_result res,
+inv_do inv_refill_on_reply(struct inv_refill *r, aconn_result res,
                                   const redisReply *reply);
 /* r->step is final: INV_PLACED (r->step.order.qty units moved now, or 1:
- * applied now), INV_SOLD_OUT (none), INV_OK (Redis had lost the script:
+ * applied now), INV_SOLD_OUT (none), INV_PENDING (Redis had lost the script:
  * nothing ran, run again), or a failure (single.h, inv_single_xfer). */
-inv_refill_do inv_refill_on_step(struct inv_refill *r);
+inv_do inv_refill_on_step(struct inv_refill *r);
 
 #endif

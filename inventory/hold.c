@@ -48,11 +48,13 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
             break;
         case 0: /* short here: on to the segment named, or by itself (-1) */
             t[i]->seg = (int)inv_reply_ll(first, -1);
+            t[i]->way = t[i]->seg >= 0 && t[i]->seg != seg ? INV_WAY_QUEUE : INV_WAY_ALONE;
             continue;
         case -5:
             if (inv->cfg.cluster) { /* short in its shard: by itself, which
                                        brings units from the others */
                 t[i]->seg = -1;
+                t[i]->way = INV_WAY_ALONE;
                 continue;
             }
             if (t[i]->qty == 1) /* not a unit left */
@@ -61,6 +63,7 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
             break;
         case -3:
             t[i]->seg = -1;
+            t[i]->way = INV_WAY_ALONE;
             continue;
         case -4:
             st = INV_LIMIT;
@@ -72,8 +75,10 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
             st = INV_IDEM_MISMATCH;
             break;
         case -9:
-            if (inv_order_id_taken(inv, o) == INV_OK)
-                continue; /* a fresh id: again by itself */
+            if (inv_order_id_taken(inv, o) == INV_PENDING) {
+                t[i]->way = INV_WAY_ALONE; /* a fresh id: again by itself */
+                continue;
+            }
             break;
         case -10:
         case -11:
@@ -178,6 +183,13 @@ static void batch_call_free(struct batch_call *c)
     free(c->slot);
 }
 
+/* h's tickets go by themselves (nothing was written for them). */
+static void hold_alone(struct inv_hold *h)
+{
+    for (int i = 0; i < h->n; i++)
+        h->t[i]->way = INV_WAY_ALONE;
+}
+
 /* What the batch script's answer r means for h's tickets; r is an answer,
  * not NULL. Returns 1 when Redis had lost the script (nothing written: each
  * by itself, once it is loaded again). */
@@ -186,14 +198,17 @@ static int batch_answer(struct inv *inv, struct inv_hold *h, const redisReply *r
 {
     struct inv_ticket **t = h->t;
     int n = h->n;
-    if (rconn_is_noscript(r))
+    if (rconn_is_noscript(r)) {
+        hold_alone(h);
         return 1;
+    }
     if (r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
         batch_outcomes(inv, h, r, released);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                inv_reply_ll(r->element[0], 0) == -1) {
         count(&inv->counters.epoch_changed); /* a reset: each by itself, anew */
         inv_layout_forget(inv, t[0]->sku);
+        hold_alone(h);
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
                inv_reply_ll(r->element[0], 0) == -2) {
         count(&inv->counters.fenced_off);
@@ -254,11 +269,11 @@ static int hold_queue(struct inv_hold *h, int node, int i, const struct rcmd *cm
 }
 
 /* Ends the hold's tickets with st: nothing more is sent for them. */
-static inv_hold_do hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
+static inv_do hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
 {
     inv_tickets_finish(inv, h->t, h->n, st);
     h->state = HOLD_ENDED;
-    return INV_HOLD_OVER;
+    return INV_DO_OVER;
 }
 
 /* The stock fence_read.lua's {-2} stands for: a later holder's token is
@@ -331,17 +346,17 @@ static void step_queue(struct inv_session *s, struct inv_hold *h, int read)
         h->with_read = read_queue(s, h);
 }
 
-static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h);
+static inv_do hold_settled(struct inv_session *s, struct inv_hold *h);
 
 /* What h does once its answers are in: nothing more while some are owed. */
-static inv_hold_do hold_next(struct inv_session *s, struct inv_hold *h)
+static inv_do hold_next(struct inv_session *s, struct inv_hold *h)
 {
-    return h->owed > 0 ? INV_HOLD_AWAIT : hold_settled(s, h);
+    return h->owed > 0 ? INV_DO_AWAIT : hold_settled(s, h);
 }
 
 /* LOCKING: the lock's step in h->step goes out, with the read behind it when
  * a grant by it is complete and it runs on the data Redis. */
-static inv_hold_do lock_send(struct inv_session *s, struct inv_hold *h)
+static inv_do lock_send(struct inv_session *s, struct inv_hold *h)
 {
     const struct lock_step *st = &h->step;
     int on_data = 0;
@@ -355,7 +370,7 @@ static inv_hold_do lock_send(struct inv_session *s, struct inv_hold *h)
     return hold_next(s, h);
 }
 
-inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h)
+inv_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h)
 {
     /* waiting (in the lock's queue, or by polling) for what is left of the wait */
     int64_t left_ms = h->try_only ? 0 : (h->deadline_us - clock_now_us()) / 1000;
@@ -363,7 +378,7 @@ inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h)
     return lock_send(s, h);
 }
 
-inv_hold_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
+inv_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
                            struct inv_ticket **t, int n, int seg, int try_only,
                            const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
@@ -375,8 +390,10 @@ inv_hold_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
     h->t = t;
     h->n = n;
     h->state = HOLD_ENDED;
-    if (!hold_prepare(inv, h, t, n, seg))
-        return INV_HOLD_OVER; /* each by itself */
+    if (!hold_prepare(inv, h, t, n, seg)) {
+        hold_alone(h); /* each by itself, which learns the layout */
+        return INV_DO_OVER;
+    }
     /* The oldest ticket's wait decides: none waits much past --wait-ms. */
     int64_t oldest = t[0]->start_us;
     for (int i = 1; i < n; i++)
@@ -413,12 +430,12 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
 
 /* h holds its lock: WORKING once its stock is read (with the grant, or now,
  * READING). */
-static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
+static inv_do hold_granted(struct inv_session *s, struct inv_hold *h)
 {
     if ((!h->with_read || h->reread) && read_queue(s, h)) {
         h->reread = 0;
         h->state = HOLD_READING;
-        return INV_HOLD_AWAIT;
+        return INV_DO_AWAIT;
     }
     if (h->stock == STOCK_FENCED) { /* a later holder's: ours is gone */
         count(&s->inv->counters.fenced_off);
@@ -427,7 +444,7 @@ static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
     }
     if (h->stock >= 0) {
         hold_opened(s->inv, h, h->stock + h->back);
-        return INV_HOLD_DUE;
+        return INV_DO_DUE;
     }
     lock_release_done(s->lock, h->lkey, &h->g, NULL); /* unread: the lease runs out */
     return hold_end(s->inv, h, INV_UNAVAILABLE);
@@ -435,17 +452,17 @@ static inv_hold_do hold_granted(struct inv_session *s, struct inv_hold *h)
 
 /* RELEASING, its answers in: the hold is over. A commit placed after the
  * lease was gone is counted. */
-static inv_hold_do hold_released(struct inv_session *s, struct inv_hold *h)
+static inv_do hold_released(struct inv_session *s, struct inv_hold *h)
 {
     if (lock_release_done(s->lock, h->lkey, &h->g, &h->step) == LOCK_NOT_HELD)
         for (int i = 0; i < h->placed; i++)
             count(&s->inv->counters.commits_after_lease);
     h->state = HOLD_ENDED;
-    return INV_HOLD_OVER;
+    return INV_DO_OVER;
 }
 
 /* Every answer owed came: the step h is in is complete. */
-static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h)
+static inv_do hold_settled(struct inv_session *s, struct inv_hold *h)
 {
     switch (h->state) {
     case HOLD_LOCKING:
@@ -457,9 +474,9 @@ static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h)
         return hold_released(s, h);
     case HOLD_ENDED:
     case HOLD_TAKEN:
-        return INV_HOLD_OVER;
+        return INV_DO_OVER;
     default: /* WAITING, PAUSED, WORKING, COMMITTING: an answer decides them */
-        return INV_HOLD_AWAIT;
+        return INV_DO_AWAIT;
     }
     switch (lock_try_done(s->lock, h->lkey, &h->step, &h->g)) {
     case LOCK_PENDING:
@@ -469,16 +486,16 @@ static inv_hold_do hold_settled(struct inv_session *s, struct inv_hold *h)
     case LOCK_BUSY:
         if (h->try_only) {
             h->state = HOLD_TAKEN;
-            return INV_HOLD_TAKEN;
+            return INV_DO_OVER;
         }
         if (h->step.entry[0]) {
             h->state = HOLD_WAITING;
-            return INV_HOLD_HANDOFF;
+            return INV_DO_HANDOFF;
         }
         if (h->step.retry_us > 0) {
             h->state = HOLD_PAUSED;
             h->due_us = clock_now_us() + h->step.retry_us;
-            return INV_HOLD_DUE;
+            return INV_DO_DUE;
         }
         return hold_end(s->inv, h, INV_BUSY);
     default:
@@ -497,7 +514,7 @@ static int release_on_data(const struct lock_step *st)
 
 /* WORKING -> COMMITTING: the commit, and the release behind it where it may
  * go in the same pipeline. */
-static inv_hold_do commit_send(struct inv_session *s, struct inv_hold *h)
+static inv_do commit_send(struct inv_session *s, struct inv_hold *h)
 {
     struct inv *inv = s->inv;
     struct batch_call call;
@@ -520,11 +537,11 @@ static inv_hold_do commit_send(struct inv_session *s, struct inv_hold *h)
     h->releasing = release_on_data(&h->step) && !h->step.after && !h->cs->cluster;
     if (h->releasing)
         step_queue(s, h, 0);
-    return INV_HOLD_AWAIT;
+    return INV_DO_AWAIT;
 }
 
 /* COMMITTING: the commit's answer decides the tickets -> RELEASING. */
-static inv_hold_do committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
+static inv_do committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
                              const redisReply *r)
 {
     struct inv *inv = s->inv;
@@ -539,10 +556,10 @@ static inv_hold_do committed(struct inv_session *s, struct inv_hold *h, aconn_re
     }
     if (h->owed == 0)
         hold_released(s, h);
-    return INV_HOLD_DECIDED;
+    return INV_DO_DECIDED;
 }
 
-inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result res,
+inv_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result res,
                               const redisReply *r)
 {
     int own = h->index == HOLD_OWN;
@@ -575,7 +592,7 @@ inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_r
     return hold_next(s, h);
 }
 
-inv_hold_do inv_hold_on_timer(struct inv_session *s, struct inv_hold *h)
+inv_do inv_hold_on_timer(struct inv_session *s, struct inv_hold *h)
 {
     switch (h->state) {
     case HOLD_WORKING:
@@ -596,7 +613,7 @@ int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *
     return aconn_command(blocking, cb, arg, w->argc, w->argv, NULL) == RCONN_OK;
 }
 
-inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
+inv_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
                                 aconn_result res, const redisReply *r)
 {
     if (lock_handoff_done(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL,
@@ -623,7 +640,7 @@ int inv_hold_release_behind(struct inv_session *s, struct inv_hold *h)
     return h->releasing;
 }
 
-inv_hold_do inv_hold_release(struct inv_session *s, struct inv_hold *h)
+inv_do inv_hold_release(struct inv_session *s, struct inv_hold *h)
 {
     if (h->state != HOLD_COMMITTING || !h->releasing) { /* made now */
         h->owed = 0;
@@ -635,9 +652,28 @@ inv_hold_do inv_hold_release(struct inv_session *s, struct inv_hold *h)
     return hold_next(s, h);
 }
 
+void inv_hold_init(struct inv_hold *h, int seg)
+{
+    h->state = HOLD_ENDED;
+    h->placed = 0;
+    h->n = 0;
+    h->seg = seg;
+}
+
+void inv_hold_drop(struct inv_session *s, struct inv_hold *h)
+{
+    if (h->state == HOLD_ENDED || h->state == HOLD_TAKEN)
+        return; /* over: nothing held */
+    lock_step_cancel(s->lock, &h->step); /* a step done elsewhere: dropped */
+    if (h->state != HOLD_PAUSED && h->state != HOLD_WAITING) /* else nothing held */
+        lock_release_done(s->lock, h->lkey, &h->g, NULL);
+    h->state = HOLD_ENDED;
+}
+
 void inv_hold_abandon(struct inv_session *s, struct inv_hold *h)
 {
-    lock_step_cancel(s->lock, &h->step); /* a step done elsewhere: dropped */
-    lock_release_done(s->lock, h->lkey, &h->g, NULL);
+    if (h->state == HOLD_ENDED || h->state == HOLD_TAKEN)
+        return; /* its tickets untouched, or final */
+    inv_hold_drop(s, h);
     hold_end(s->inv, h, INV_UNAVAILABLE);
 }

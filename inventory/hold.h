@@ -2,15 +2,15 @@
  * tickets of one SKU: the lock, the read of the stock under it, the orders'
  * work (--work-us, side by side), one commit (inventory/lua/batch.lua) with
  * the release. A ticket whose home is another segment counts as spilled when
- * placed. After the commit every ticket is final, or still INV_PENDING: one
- * the segment could not serve has t->seg set to the segment to queue at next
- * (chosen by the commit among those holding enough), else it goes by itself
- * to the order machine (single.h: no single segment holds its qty, the SKU
- * was reset, its id was taken; t->seg -1 when it must not be sent on).
+ * placed. After the commit every ticket is final, or still INV_PENDING with
+ * its way on (t->way, path.h): one the segment could not serve queues at
+ * t->seg (QUEUE: chosen by the commit among those holding enough), else it
+ * goes by itself to the order machine (ALONE, single.h: no single segment
+ * holds its qty, the SKU was reset, its id was taken, a replay).
  *
  * An event loop (engine.c) drives it: it sends and is answered, the hold is
  * the state machine below, and each entry tells the driver what to do next
- * (inv_hold_do); the driver keeps only scheduling (queues, timers,
+ * (inv_do); the driver keeps only scheduling (queues, timers,
  * connections). The order machine (single.h) takes its parts' locks with
  * holds too.
  *
@@ -48,19 +48,6 @@ typedef enum {
     HOLD_TAKEN,
     HOLD_ENDED,
 } inv_hold_state;
-
-/* What the driver does next. */
-typedef enum {
-    INV_HOLD_AWAIT,   /* answers are owed: wait for them (inv_hold_on_reply) */
-    INV_HOLD_DUE,     /* nothing in flight until h->due_us: then inv_hold_on_timer
-                         (WORKING: the work is done; PAUSED: the next attempt) */
-    INV_HOLD_HANDOFF, /* WAITING: inv_hold_wait_send on a connection for blocking
-                         commands, its answer to inv_hold_on_handoff */
-    INV_HOLD_DECIDED, /* the commit answered: every ticket final or pending; the
-                         hold is over once nothing more is owed (h->owed) */
-    INV_HOLD_TAKEN,   /* try only: the lock is taken; nothing held, no ticket touched */
-    INV_HOLD_OVER,    /* nothing held or owed: every ticket final or pending */
-} inv_hold_do;
 
 struct inv_hold {
     inv_hold_state state;
@@ -102,25 +89,25 @@ struct inv_hold {
 /* Starts a hold of tickets t[0..n-1] on segment seg: its lock's first step
  * on cs (the data Redis, the lock's nodes). Every answer of a command the
  * hold sends goes to cb(arg, ...), which hands it to inv_hold_on_reply. */
-inv_hold_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
+inv_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
                            struct inv_ticket **t, int n, int seg, int try_only,
                            const struct inv_conns *cs, aconn_cb *cb, void *arg);
 /* An answer (res, r: aconn_cb's) to one of h's commands. */
-inv_hold_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result res,
+inv_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result res,
                               const redisReply *r);
-/* h->due_us came (INV_HOLD_DUE): the commit (WORKING), or the next attempt
+/* h->due_us came (INV_DO_DUE): the commit (WORKING), or the next attempt
  * (PAUSED). */
-inv_hold_do inv_hold_on_timer(struct inv_session *s, struct inv_hold *h);
+inv_do inv_hold_on_timer(struct inv_session *s, struct inv_hold *h);
 /* WAITING: sends the wait for a hand-off on blocking, answered to cb(arg).
  * False when it could not be sent: then inv_hold_attempt. */
 int inv_hold_wait_send(struct inv_session *s, struct inv_hold *h, struct aconn *blocking,
                        aconn_cb *cb, void *arg);
 /* The wait's answer: the lock handed over (the read goes out), or another
  * attempt. */
-inv_hold_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
+inv_do inv_hold_on_handoff(struct inv_session *s, struct inv_hold *h,
                                 aconn_result res, const redisReply *r);
 /* Another attempt at the lock now (a hand-off wait could not be sent). */
-inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h);
+inv_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h);
 /* An open hold (WORKING: h->stock read under its lock) whose commit is not
  * its own: an order of several segments (single.h) commits over it with
  * commit.lua, which the caller queued just before. Its release goes behind
@@ -128,12 +115,17 @@ inv_hold_do inv_hold_attempt(struct inv_session *s, struct inv_hold *h);
  * it went. Then, once the commit answered, inv_hold_release. */
 int inv_hold_release_behind(struct inv_session *s, struct inv_hold *h);
 /* Releases open hold h (or, after inv_hold_release_behind, goes on with its
- * release): RELEASING, INV_HOLD_AWAIT while its answers are owed (to
- * inv_hold_on_reply), then INV_HOLD_OVER. Touches none of its tickets. */
-inv_hold_do inv_hold_release(struct inv_session *s, struct inv_hold *h);
-/* Gives up h while nothing is owed (the loop is stopping): the tickets are
+ * release): RELEASING, INV_DO_AWAIT while its answers are owed (to
+ * inv_hold_on_reply), then INV_DO_OVER. Touches none of its tickets. */
+inv_do inv_hold_release(struct inv_session *s, struct inv_hold *h);
+/* A hold of segment seg that holds nothing (ENDED), not started. */
+void inv_hold_init(struct inv_hold *h, int seg);
+/* Lets go of what h holds while nothing is owed (the loop is stopping): a
+ * lease held runs out in Redis; ENDED, its tickets untouched. */
+void inv_hold_drop(struct inv_session *s, struct inv_hold *h);
+/* Gives up h while nothing is owed (the loop is stopping): its tickets are
  * final (unavailable), nothing was written, and a lease held runs out in
- * Redis. */
+ * Redis. A hold that is over (ENDED, TAKEN) is left as it is. */
 void inv_hold_abandon(struct inv_session *s, struct inv_hold *h);
 
 #endif

@@ -198,14 +198,16 @@ inv_status inv_soldout_answer(struct inv *inv, const char *sku, int qty,
  * lease is not held, or its high-water mark does not cover another id). */
 int inv_order_new_id(struct inv *inv, struct inv_order *order);
 /* The id the commit found taken was issued twice: the order takes a fresh
- * one (INV_OK), else INV_UNAVAILABLE. Nothing was written. */
+ * one and is still on its way (INV_PENDING), else INV_UNAVAILABLE. Nothing
+ * was written. */
 inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order);
 /* Sets o's state from a placing script's answer pay_by ('' or NULL: none,
  * placed; else pending until then). */
 void inv_order_placed(struct inv_order *o, const redisReply *pay_by);
 /* The sale window's refusal in a script's answer (inventory/lua/window.lua):
  * code -10, detail "<starts_ms> <wait_ms>", is INV_NOT_STARTED with *w set;
- * -11 is INV_SALE_ENDED; any other code INV_OK (not the window's). */
+ * -11 is INV_SALE_ENDED; any other code INV_PENDING (not the window's: the
+ * answer is read on). */
 inv_status inv_window_refusal(long long code, const redisReply *detail,
                               struct inv_window *w);
 /* The refusals the commit scripts share ({-4} the limit, {-8} the key's

@@ -201,15 +201,15 @@ void inv_note_sold_out(struct inv *inv, const char *sku, int limit, uint64_t see
 }
 
 /* Answers from memory an order for a SKU this instance saw sold out in its
- * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or INV_OK
- * when Redis must be asked. A keyed order always asks: its key may name an
+ * current epoch: INV_SOLD_OUT (or INV_BAD_QTY above a known limit), or
+ * INV_PENDING when Redis must be asked (the order goes on). A keyed order always asks: its key may name an
  * order placed before the sell-out, whose replay is the answer. */
 inv_status inv_soldout_answer(struct inv *inv, const char *sku, int qty,
                               const char *idem_key)
 {
     int limit;
     if (idem_key || !soldout_known(inv->cfg.soldout, sku, &limit))
-        return INV_OK;
+        return INV_PENDING;
     count(&inv->counters.sold_out_local);
     return limit > 0 && qty > limit ? INV_BAD_QTY : INV_SOLD_OUT;
 }
@@ -230,11 +230,12 @@ int inv_order_new_id(struct inv *inv, struct inv_order *order)
 }
 
 /* The id the commit found taken was issued twice (a worker id shared after a
- * lease was lost early): the order takes a fresh one. Nothing was written. */
+ * lease was lost early): the order takes a fresh one and is still on its way
+ * (INV_PENDING), else INV_UNAVAILABLE. Nothing was written. */
 inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order)
 {
     count(&inv->counters.id_collisions);
-    return inv_order_new_id(inv, order) == 0 ? INV_OK : INV_UNAVAILABLE;
+    return inv_order_new_id(inv, order) == 0 ? INV_PENDING : INV_UNAVAILABLE;
 }
 
 static const char *const state_names[] = {"placed", "pending", "paid", "cancelled",
@@ -267,7 +268,7 @@ inv_status inv_window_refusal(long long code, const redisReply *detail,
     if (code == -11)
         return INV_SALE_ENDED;
     if (code != -10)
-        return INV_OK;
+        return INV_PENDING;
     w->starts_ms = w->wait_ms = 0;
     if (detail && detail->type == REDIS_REPLY_STRING)
         sscanf(detail->str, "%lld %lld", &w->starts_ms, &w->wait_ms);
@@ -283,7 +284,7 @@ inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order)
     long long code = inv_reply_ll(r->element[0], 0);
     inv_status window =
         inv_window_refusal(code, r->elements > 1 ? r->element[1] : NULL, &order->window);
-    if (window != INV_OK)
+    if (window != INV_PENDING)
         return window;
     switch (code) {
     case -4:

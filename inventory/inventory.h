@@ -309,8 +309,9 @@ struct inv_ticket {
     /* the event-driven path's (engine.c) */
     void *engine;
     uint64_t link; /* the link (rconn.h) that carried its commit; 0: none known */
-    uint64_t seen; /* inv_atomic_send's */
+    uint64_t seen; /* the sold-out memory's generation when its script was sent */
     int tries;     /* sends so far */
+    int way;       /* pending when its machine is over: where it goes (path.h inv_way) */
     int refills;   /* on a cluster: times units were brought to its shard */
     int xfer;      /* not an order: a step of a transfer of units between
                       shards (engine_refill.c), never counted as an answer */

@@ -63,14 +63,21 @@ static void life_count(struct inv *inv, long long code, long long units,
 
 /* ---- a pay or a cancel on an event loop ------------------------------------
  *
- * A ticket of its own (inv_end_open), driven by the loop's engine like the
- * atomic mode's: two sends (inv_end_send), each answer read by inv_end_answer.
+ * A machine of one ticket (inv_end_open), driven by the loop's engine like
+ * the atomic mode's (path.h): t->end_step says where it is.
  *
- *   READ    HMGET of the order's record (for its SKU, whose keys the script
+ *   state   in flight                          when it answered
+ *   ------  ---------------------------------  --------------------------------
+ *   READ    HMGET of the order's record (for   SCRIPT; or over (t final: no
+ *           its SKU, whose keys the script     such order, no answer)
  *           takes), on the shard its id names
- *   SCRIPT  pay.lua or cancel.lua: checks the state and changes it in one
- *           step; its 1 (changed now) or 2 (so before) is final once the
- *           engine has the replicas' acknowledgement (ack.h) */
+ *   SCRIPT  pay.lua or cancel.lua: checks the  over: t final (its INV_OK once
+ *           state and changes it in one step   the engine has the replicas'
+ *                                              acknowledgement, ack.h); the
+ *                                              script lost: SCRIPT again */
+
+/* The two states (t->end_step). */
+enum { END_READ = 0, END_SCRIPT };
 
 void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg)
 {
@@ -84,10 +91,14 @@ void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *ar
     t->home = t->seg = -1;
 }
 
-rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t,
-                          const struct inv_conns *cs, aconn_cb *cb, void *arg)
+/* Sends t's step (t->end_step; a try counted). */
+static inv_do end_send(struct inv_ticket *t, const struct inv_conns *cs, aconn_cb *cb,
+                       void *arg)
 {
-    (void)inv;
+    if (++t->tries > INV_TRIES) {
+        t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
+        return INV_DO_OVER;
+    }
     uint64_t id = t->order.id;
     t->gene = cs->cluster ? orderid_gene_of(id) : -1;
     struct sku_keys k;
@@ -96,46 +107,52 @@ rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t,
     snprintf(idt, sizeof(idt), "%" PRIu64, id);
     snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
     int slot = cs->cluster ? cluster_gene_slot(t->gene) : -1;
-    if (t->end_step == 0) {
+    rconn_status rc;
+    if (t->end_step == END_READ) {
         const char *argv[] = {"HMGET",   okey,       "sku",   "user_id", "qty",
                               "segment", "segments", "state", "pay_by"};
-        return cs->cluster ? acluster_command(cs->cluster, slot, cb, arg, 9, argv)
-                           : aconn_command(cs->data, cb, arg, 9, argv, NULL);
+        rc = cs->cluster ? acluster_command(cs->cluster, slot, cb, arg, 9, argv)
+                         : aconn_command(cs->data, cb, arg, 9, argv, NULL);
+    } else {
+        struct rscript *script = t->end == INV_END_PAY ? &pay_script : &cancel_script;
+        const char *argv[] = {okey,
+                              k.meta,
+                              k.stock,
+                              k.sold,
+                              k.buyers,
+                              k.back,
+                              k.due,
+                              k.life,
+                              k.avail,
+                              k.events,
+                              idt,
+                              t->end == INV_END_PAY ? t->idem_key : t->user_id,
+                              SOLDOUT_CHANNEL,
+                              t->order.sku};
+        int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+        rc = cs->cluster
+                 ? acluster_eval(cs->cluster, slot, cb, arg, script, 10, argc, argv)
+                 : aconn_eval(cs->data, cb, arg, script, 10, argc, argv);
     }
-    struct rscript *script = t->end == INV_END_PAY ? &pay_script : &cancel_script;
-    const char *argv[] = {okey,
-                          k.meta,
-                          k.stock,
-                          k.sold,
-                          k.buyers,
-                          k.back,
-                          k.due,
-                          k.life,
-                          k.avail,
-                          k.events,
-                          idt,
-                          t->end == INV_END_PAY ? t->idem_key : t->user_id,
-                          SOLDOUT_CHANNEL,
-                          t->order.sku};
-    int argc = (int)(sizeof(argv) / sizeof(argv[0]));
-    return cs->cluster ? acluster_eval(cs->cluster, slot, cb, arg, script, 10, argc, argv)
-                       : aconn_eval(cs->data, cb, arg, script, 10, argc, argv);
+    if (rc != RCONN_OK) {
+        t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
+        return INV_DO_OVER;
+    }
+    return INV_DO_AWAIT;
 }
 
-/* What the script's answer r says for t: counted, and t->st when final. */
-static inv_step end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply *r)
+/* SCRIPT answered r: counted, and t->st final. */
+static void end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply *r)
 {
-    if (rconn_is_noscript(r))
-        return INV_STEP_AGAIN; /* the connection loads it again first */
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         t->st = INV_UNAVAILABLE;
-        return INV_STEP_DONE;
+        return;
     }
     long long code = inv_reply_ll(r->element[0], 0);
     long long units = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
     if (code == -1) { /* gone with a reset meanwhile */
         t->st = INV_NOT_FOUND;
-        return INV_STEP_DONE;
+        return;
     }
     if (units > 0) /* this instance at once; the others by the message */
         soldout_forget(inv->cfg.soldout);
@@ -143,29 +160,41 @@ static inv_step end_scripted(struct inv *inv, struct inv_ticket *t, const redisR
                t->end == INV_END_PAY ? &inv->counters.paid : &inv->counters.cancelled);
     if (code != 1 && code != 2) {
         t->st = life_refusal(code);
-        return INV_STEP_DONE;
+        return;
     }
     t->order.state = t->end == INV_END_PAY ? INV_STATE_PAID : INV_STATE_CANCELLED;
     t->st = INV_OK; /* once acknowledged (the engine's acks) */
-    return INV_STEP_DONE;
 }
 
-inv_step inv_end_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
-                        const redisReply *r)
+inv_do inv_end_start(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                     aconn_cb *cb, void *arg)
+{
+    (void)inv;
+    t->end_step = END_READ;
+    return end_send(t, cs, cb, arg);
+}
+
+inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                        aconn_cb *cb, void *arg, aconn_result res, const redisReply *r)
 {
     if (res != ACONN_REPLY) { /* the script may have run when it was lost */
-        t->st = t->end_step && res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
-        return INV_STEP_DONE;
+        t->st = t->end_step == END_SCRIPT && res == ACONN_LOST ? INV_OUTCOME_UNKNOWN
+                                                               : INV_UNAVAILABLE;
+        return INV_DO_OVER;
     }
-    if (t->end_step)
-        return end_scripted(inv, t, r);
+    if (t->end_step == END_SCRIPT) {
+        if (rconn_is_noscript(r)) /* the connection loads it again first */
+            return end_send(t, cs, cb, arg);
+        end_scripted(inv, t, r);
+        return INV_DO_OVER;
+    }
     inv_status st = inv_order_read(r, t->order.id, &t->order);
     if (st != INV_OK) {
         t->st = st;
-        return INV_STEP_DONE;
+        return INV_DO_OVER;
     }
-    t->end_step = 1;
-    return INV_STEP_AGAIN;
+    t->end_step = END_SCRIPT;
+    return end_send(t, cs, cb, arg);
 }
 
 /* ---- the sweep ----------------------------------------------------------- */

@@ -47,7 +47,7 @@ inv_status order_view_read(struct order_view *v, const redisReply *r)
         long long code = inv_reply_ll(r->element[0], 0);
         inv_status window =
             inv_window_refusal(code, r->elements > 1 ? r->element[1] : NULL, &v->window);
-        if (window != INV_OK)
+        if (window != INV_PENDING)
             return window;
         return code == -8 ? INV_IDEM_MISMATCH : INV_NOT_FOUND;
     }
@@ -171,7 +171,7 @@ inv_status commit_read(struct order_ctx *c, const struct part_hold *p, int n,
         count(&inv->counters.fenced_off);
         return INV_BUSY;
     case -9:
-        *again = inv_order_id_taken(s->inv, o) == INV_OK;
+        *again = inv_order_id_taken(s->inv, o) == INV_PENDING;
         return INV_UNAVAILABLE;
     default:
         return inv_commit_refusal(r, o);

@@ -67,18 +67,44 @@ struct inv_conns {
     int closing; /* the loop is going (inv_engine_free): nothing more is sent */
 };
 
-/* What the event-driven path does next with a ticket after an answer. */
+/* ---- the machines and their driver --------------------------------------
+ *
+ * The order path's work on a loop is done by machines, each a state table
+ * beside its enum: the group commit (hold.h), the order by itself
+ * (single.h), units brought to a short shard (engine_refill.h), and the
+ * machines of one ticket: the atomic mode's script (atomic.c), a pay or a
+ * cancel (life.c). A machine sends its own commands; each of its entries
+ * answers the one driver (engine.c) what to do next: */
 typedef enum {
-    INV_STEP_DONE = 0, /* t->st is final */
-    INV_STEP_AGAIN,    /* nothing was written: send it again (a fresh id, or a
-                          script Redis had to load again) */
-    INV_STEP_LOAD,     /* an idempotent replay, nothing written: t->order.id is
-                          its first order's, whose record is the answer
-                          (single.h, LOADING) */
-    INV_STEP_ALONE,    /* nothing was written, and the rest needs what this
-                          path does not do: on a cluster, units brought from
-                          other shards (engine_refill.c) */
-} inv_step;
+    INV_DO_AWAIT = 0, /* commands are in flight: each answer to its on_reply */
+    INV_DO_DUE,       /* nothing in flight until its due_us: then its on_timer */
+    INV_DO_HANDOFF,   /* a lock's hand-off to wait for: its wait sent on a
+                         connection for blocking commands (the driver's), the
+                         answer to its on_handoff */
+    INV_DO_STEP,      /* a ticket of its own to run (a transfer's step): once
+                         final, its on_step */
+    INV_DO_DECIDED,   /* its tickets are final, or pending with their way on
+                         (t->way); the answers of its release are still owed */
+    INV_DO_OVER,      /* nothing held or owed: its tickets are final, or
+                         pending with their way on */
+} inv_do;
+
+/* Where a ticket still pending goes when its machine is over (t->way). */
+typedef enum {
+    INV_WAY_NONE = 0, /* nowhere: not expected, answered unavailable */
+    INV_WAY_SEND,     /* its mode's way again, as when submitted */
+    INV_WAY_QUEUE,    /* the group commit of segment t->seg (a hop) */
+    INV_WAY_ALONE,    /* by itself: the order machine (single.h) */
+    INV_WAY_LOAD,     /* an idempotent replay: its first order t->order.id is
+                         loaded (single.h, LOADING) */
+    INV_WAY_SHORT,    /* on a Redis Cluster, its shard is short or its SKU's
+                         shards are not known: units brought from the others
+                         (engine_refill.h), or its shards learnt first */
+} inv_way;
+
+/* Most sends of one ticket's command on the loop (a fresh id, a script
+ * loaded again). */
+#define INV_TRIES 4
 
 /* Where an order's Redis work runs (engine.c). */
 typedef enum {
@@ -90,24 +116,23 @@ inv_path inv_loop_path(const struct inv *inv);
 void inv_count_batch(struct inv *inv, int n);
 /* inv's lock (inv_config's), NULL for the atomic mode. */
 struct lock *inv_lock(const struct inv *inv);
-/* Queues the atomic script's call for ticket t on c (as aconn_eval:
- * RCONN_ERR refused, when nothing was queued). *seen is set to what inv_atomic_answer
- * needs back. */
-rconn_status inv_atomic_send(struct inv *inv, struct inv_ticket *t,
-                             const struct inv_conns *cs, aconn_cb *cb, void *arg,
-                             uint64_t *seen);
-/* What the atomic script's answer (res, r: aconn_cb's) means for t. */
-inv_step inv_atomic_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
-                           const redisReply *r, uint64_t seen);
+/* The atomic mode's machine of one ticket t: the script that checks,
+ * decrements and records its order, sent again (a fresh id, a script
+ * loaded again) up to INV_TRIES times. Its answers go to cb(arg, ...), which
+ * hands them to inv_atomic_on_reply. AWAIT or OVER. */
+inv_do inv_atomic_start(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                        aconn_cb *cb, void *arg);
+inv_do inv_atomic_on_reply(struct inv *inv, struct inv_ticket *t,
+                           const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                           aconn_result res, const redisReply *r);
 
-/* Queues the step of pay or cancel ticket t (inv_end_open) that is next on cs
- * (as aconn_eval: RCONN_ERR refused, when nothing was queued). */
-rconn_status inv_end_send(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
-                          aconn_cb *cb, void *arg);
-/* What its answer (res, r: aconn_cb's) means for t: INV_STEP_AGAIN, send the
- * next step (or the same again: a script Redis had to load); INV_STEP_DONE,
- * t->st is final (INV_OK still waits for the replicas: ack.h). */
-inv_step inv_end_answer(struct inv *inv, struct inv_ticket *t, aconn_result res,
-                        const redisReply *r);
+/* The machine of a pay or cancel ticket t (inv_end_open), on the loop: the
+ * order's record read, then the script; each answer (res, r: aconn_cb's) to
+ * inv_end_on_reply, which sends the next step (AWAIT) or ends t (OVER: t->st
+ * final; INV_OK still waits for the replicas: ack.h). */
+inv_do inv_end_start(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                     aconn_cb *cb, void *arg);
+inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                        aconn_cb *cb, void *arg, aconn_result res, const redisReply *r);
 
 #endif

@@ -19,8 +19,8 @@
 /* What follows RELEASING once every part is released. */
 enum { AFTER_OVER = 0, AFTER_PEEK, AFTER_NEXT, AFTER_ALONE };
 
-static inv_single_do peek_send(struct inv_single *m);
-static inv_single_do release_next(struct inv_single *m);
+static inv_do peek_send(struct inv_single *m);
+static inv_do release_next(struct inv_single *m);
 
 /* Ends t with st (counted once). */
 static void finish(struct inv_single *m, inv_status st)
@@ -82,6 +82,7 @@ static void machine_init(struct inv_single *m, struct inv_session *s,
     m->rounds = m->own = m->noscripts = 0;
     m->after = AFTER_OVER;
     m->xfer = NULL;
+    t->way = INV_WAY_NONE;
     struct order_ctx *c = &m->c;
     c->s = s;
     inv_keys_init(&c->k, t->sku, t->gene);
@@ -95,7 +96,7 @@ static void machine_init(struct inv_single *m, struct inv_session *s,
 /* ---- a replay: its first order ------------------------------------------ */
 
 /* LOADING: the record of t->order.id, the first order of t's key. */
-static inv_single_do load_send(struct inv_single *m)
+static inv_do load_send(struct inv_single *m)
 {
     uint64_t id = m->t->order.id;
     struct sku_keys k;
@@ -112,7 +113,7 @@ static inv_single_do load_send(struct inv_single *m)
         m->after = AFTER_OVER;
         return release_next(m);
     }
-    return INV_SINGLE_AWAIT;
+    return INV_DO_AWAIT;
 }
 
 /* A first order's id as the scripts answer it, into t->order.id: 0, or -1. */
@@ -135,21 +136,21 @@ static int part_busy(const struct inv_single_part *p)
 }
 
 /* What RELEASING does once its answers are in. */
-static inv_single_do released(struct inv_single *m);
+static inv_do released(struct inv_single *m);
 
 /* Nothing more while the machine's own command or a part's are owed. */
-static inv_single_do release_next(struct inv_single *m)
+static inv_do release_next(struct inv_single *m)
 {
     if (m->own)
-        return INV_SINGLE_AWAIT;
+        return INV_DO_AWAIT;
     for (int i = 0; i < m->nparts; i++)
         if (part_busy(&m->part[i]))
-            return INV_SINGLE_AWAIT;
+            return INV_DO_AWAIT;
     return released(m);
 }
 
 /* RELEASING: the parts held let go; then `after`. */
-static inv_single_do release_held(struct inv_single *m, int after)
+static inv_do release_held(struct inv_single *m, int after)
 {
     m->state = SINGLE_RELEASING;
     m->after = after;
@@ -159,11 +160,11 @@ static inv_single_do release_held(struct inv_single *m, int after)
     return release_next(m);
 }
 
-static inv_single_do part_do(struct inv_single *m, struct inv_single_part *p,
-                             inv_hold_do d);
+static inv_do part_do(struct inv_single *m, struct inv_single_part *p,
+                             inv_do d);
 
 /* LOCKING part i: its hold's first step. */
-static inv_single_do part_lock(struct inv_single *m, int i)
+static inv_do part_lock(struct inv_single *m, int i)
 {
     struct inv_single_part *p = &m->part[i];
     m->state = SINGLE_LOCKING;
@@ -183,9 +184,7 @@ static void parts_make(struct inv_single *m, const int *segs, int n)
     }
     for (int i = 0; i < n; i++) {
         m->part[i].m = m;
-        m->part[i].h.state = HOLD_ENDED;
-        m->part[i].h.placed = 0;
-        m->part[i].h.seg = segs[i];
+        inv_hold_init(&m->part[i].h, segs[i]);
         m->part[i].take = 0;
     }
     m->nparts = n;
@@ -206,23 +205,23 @@ static struct inv_single_part *part_on(struct inv_single *m, int seg)
     return NULL;
 }
 
-static inv_single_do commit_send(struct inv_single *m);
+static inv_do commit_send(struct inv_single *m);
 
 /* WORKING: the orders' work as a timer (none: the commit at once). */
-static inv_single_do work(struct inv_single *m)
+static inv_do work(struct inv_single *m)
 {
     m->state = SINGLE_WORKING;
     int work_us = m->s->inv->cfg.work_us;
     if (work_us <= 0)
         return commit_send(m);
     m->due_us = clock_now_us() + work_us;
-    return INV_SINGLE_DUE;
+    return INV_DO_DUE;
 }
 
-static inv_single_do xfer_send(struct inv_single *m);
+static inv_do xfer_send(struct inv_single *m);
 
 /* Part m->cur holds its lock with its stock read. */
-static inv_single_do part_held(struct inv_single *m)
+static inv_do part_held(struct inv_single *m)
 {
     struct inv_single_part *p = &m->part[m->cur];
     if (m->xfer)
@@ -250,23 +249,23 @@ static inv_single_do part_held(struct inv_single *m)
 }
 
 /* What part p's hold asks (d) while the machine is in its state. */
-static inv_single_do part_do(struct inv_single *m, struct inv_single_part *p,
-                             inv_hold_do d)
+static inv_do part_do(struct inv_single *m, struct inv_single_part *p,
+                             inv_do d)
 {
     if (m->state != SINGLE_LOCKING || p != &m->part[m->cur])
-        return m->state == SINGLE_RELEASING ? release_next(m) : INV_SINGLE_AWAIT;
+        return m->state == SINGLE_RELEASING ? release_next(m) : INV_DO_AWAIT;
     switch (d) {
-    case INV_HOLD_AWAIT:
-        return INV_SINGLE_AWAIT;
-    case INV_HOLD_DUE:
+    case INV_DO_AWAIT:
+        return INV_DO_AWAIT;
+    case INV_DO_DUE:
         if (p->h.state == HOLD_WORKING)
             return part_held(m);
         m->due_us = p->h.due_us; /* PAUSED: the next attempt then */
-        return INV_SINGLE_DUE;
-    case INV_HOLD_HANDOFF:
-        return INV_SINGLE_HANDOFF;
-    default: /* not held: busy, unavailable (t final), or the layout was forgotten */
-        p->h.state = HOLD_ENDED;
+        return INV_DO_DUE;
+    case INV_DO_HANDOFF:
+        return INV_DO_HANDOFF;
+    default: /* OVER, not held: busy, unavailable (t final), or the layout was
+                forgotten */
         if (m->t->st == INV_PENDING && m->xfer) /* its SKU's layout forgotten */
             finish(m, INV_UNAVAILABLE);
         if (m->t->st != INV_PENDING)
@@ -299,7 +298,7 @@ static int parts_taking(const struct inv_single *m, struct part_hold *p)
 
 /* WORKING -> COMMITTING: commit.lua over the parts that take units, fenced
  * on each, every part's release behind it where it may share its pipeline. */
-static inv_single_do commit_send(struct inv_single *m)
+static inv_do commit_send(struct inv_single *m)
 {
     struct part_hold inline_p[PARTS_INLINE], *p = inline_p;
     if (m->nparts > PARTS_INLINE)
@@ -319,14 +318,14 @@ static inv_single_do commit_send(struct inv_single *m)
     for (int i = 0; i < m->nparts; i++)
         if (m->part[i].h.state == HOLD_WORKING)
             inv_hold_release_behind(m->s, &m->part[i].h);
-    return INV_SINGLE_AWAIT;
+    return INV_DO_AWAIT;
 }
 
 /* ---- a transfer's step ---------------------------------------------------- */
 
 /* WORKING -> COMMITTING: the transfer's script, fenced by the part's grant,
  * its release behind it. */
-static inv_single_do xfer_send(struct inv_single *m)
+static inv_do xfer_send(struct inv_single *m)
 {
     struct inv_single_part *p = &m->part[0];
     struct inv_xfer_call xc;
@@ -339,15 +338,15 @@ static inv_single_do xfer_send(struct inv_single *m)
     m->state = SINGLE_COMMITTING;
     if (p->h.state == HOLD_WORKING)
         inv_hold_release_behind(m->s, &p->h);
-    return INV_SINGLE_AWAIT;
+    return INV_DO_AWAIT;
 }
 
-static inv_single_do xfer_answered(struct inv_single *m, aconn_result res,
+static inv_do xfer_answered(struct inv_single *m, aconn_result res,
                                    const redisReply *r)
 {
     long long got = 0;
     inv_status st = res == ACONN_REPLY && rconn_is_noscript(r)
-                        ? INV_OK /* nothing ran: the driver runs the step again */
+                        ? INV_PENDING /* nothing ran: the step runs again */
                         : inv_xfer_outcome(res, r, &got);
     m->t->order.qty = (int)got;
     finish(m, st);
@@ -355,7 +354,7 @@ static inv_single_do xfer_answered(struct inv_single *m, aconn_result res,
 }
 
 /* The commit's answer decides t (or, nothing written, another round). */
-static inv_single_do committed(struct inv_single *m, aconn_result res,
+static inv_do committed(struct inv_single *m, aconn_result res,
                                const redisReply *r)
 {
     if (m->xfer)
@@ -393,7 +392,7 @@ static inv_single_do committed(struct inv_single *m, aconn_result res,
                     break;
                 }
     }
-    inv_single_do next = release_held(m, after < 0 ? AFTER_OVER : after);
+    inv_do next = release_held(m, after < 0 ? AFTER_OVER : after);
     if (after < 0)
         return load_send(m); /* RELEASING goes on behind it */
     return next;
@@ -401,12 +400,12 @@ static inv_single_do committed(struct inv_single *m, aconn_result res,
 
 /* ---- the peek ------------------------------------------------------------ */
 
-static inv_single_do peek_send(struct inv_single *m)
+static inv_do peek_send(struct inv_single *m)
 {
     if (++m->rounds > SINGLE_ROUNDS) {
         finish(m, INV_BUSY);
         m->state = SINGLE_DONE;
-        return INV_SINGLE_OVER;
+        return INV_DO_OVER;
     }
     struct peek_call pc;
     order_peek_call(&m->c, &pc);
@@ -417,29 +416,30 @@ static inv_single_do peek_send(struct inv_single *m)
     if (!own_send(m, m->t->gene, &pc.cmd)) {
         finish(m, INV_UNAVAILABLE);
         m->state = SINGLE_DONE;
-        return INV_SINGLE_OVER;
+        return INV_DO_OVER;
     }
-    return INV_SINGLE_AWAIT;
+    return INV_DO_AWAIT;
 }
 
 /* Ends t with st before any lock. */
-static inv_single_do refused(struct inv_single *m, inv_status st)
+static inv_do refused(struct inv_single *m, inv_status st)
 {
     finish(m, st);
     m->state = SINGLE_DONE;
-    return INV_SINGLE_OVER;
+    return INV_DO_OVER;
 }
 
 /* t goes back to the driver, nothing written (a cluster's: its shards are
  * learnt, or units brought to its shard). */
-static inv_single_do alone(struct inv_single *m)
+static inv_do alone(struct inv_single *m)
 {
+    m->t->way = INV_WAY_SHORT;
     m->state = SINGLE_DONE;
-    return INV_SINGLE_ALONE;
+    return INV_DO_OVER;
 }
 
 /* Tries the peek's candidate m->cand + 1, or peeks again. */
-static inv_single_do next_candidate(struct inv_single *m)
+static inv_do next_candidate(struct inv_single *m)
 {
     if (++m->cand >= m->c.v.ncand)
         return peek_send(m);
@@ -448,7 +448,7 @@ static inv_single_do next_candidate(struct inv_single *m)
 }
 
 /* PEEKING: what the SKU looks like before any lock decides the way. */
-static inv_single_do peeked(struct inv_single *m, aconn_result res, const redisReply *r)
+static inv_do peeked(struct inv_single *m, aconn_result res, const redisReply *r)
 {
     struct inv *inv = m->s->inv;
     struct order_view *v = &m->c.v;
@@ -493,15 +493,16 @@ static inv_single_do peeked(struct inv_single *m, aconn_result res, const redisR
     if (m->queue_ok) { /* a group commit of that segment serves it */
         m->t->home = v->home;
         m->t->seg = v->cand[0];
+        m->t->way = INV_WAY_QUEUE;
         m->state = SINGLE_DONE;
-        return INV_SINGLE_QUEUE;
+        return INV_DO_OVER;
     }
     m->cand = -1;
     return next_candidate(m);
 }
 
 /* The first order's record answered: t is its replay. */
-static inv_single_do loaded(struct inv_single *m, aconn_result res, const redisReply *r)
+static inv_do loaded(struct inv_single *m, aconn_result res, const redisReply *r)
 {
     struct inv_ticket *t = m->t;
     uint64_t id = t->order.id;
@@ -512,7 +513,7 @@ static inv_single_do loaded(struct inv_single *m, aconn_result res, const redisR
     return release_next(m);
 }
 
-static inv_single_do released(struct inv_single *m)
+static inv_do released(struct inv_single *m)
 {
     switch (m->after) {
     case AFTER_PEEK:
@@ -520,17 +521,16 @@ static inv_single_do released(struct inv_single *m)
     case AFTER_NEXT:
         return next_candidate(m);
     case AFTER_ALONE:
-        m->state = SINGLE_DONE;
-        return INV_SINGLE_ALONE;
+        return alone(m);
     default:
         m->state = SINGLE_DONE;
-        return INV_SINGLE_OVER;
+        return INV_DO_OVER;
     }
 }
 
 /* ---- entries ------------------------------------------------------------- */
 
-inv_single_do inv_single_start(struct inv_single *m, struct inv_session *s,
+inv_do inv_single_start(struct inv_single *m, struct inv_session *s,
                                struct inv_ticket *t, int queue_ok,
                                const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
@@ -539,7 +539,7 @@ inv_single_do inv_single_start(struct inv_single *m, struct inv_session *s,
     return peek_send(m);
 }
 
-inv_single_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
+inv_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
                               struct inv_ticket *t, const struct inv_xfer *x,
                               const struct inv_conns *cs, aconn_cb *cb, void *arg)
 {
@@ -550,7 +550,7 @@ inv_single_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
     return part_lock(m, 0);
 }
 
-inv_single_do inv_single_load(struct inv_single *m, struct inv_session *s,
+inv_do inv_single_load(struct inv_single *m, struct inv_session *s,
                               struct inv_ticket *t, const struct inv_conns *cs,
                               aconn_cb *cb, void *arg)
 {
@@ -559,7 +559,7 @@ inv_single_do inv_single_load(struct inv_single *m, struct inv_session *s,
     return load_send(m);
 }
 
-inv_single_do inv_single_on_reply(struct inv_single *m, aconn_result res,
+inv_do inv_single_on_reply(struct inv_single *m, aconn_result res,
                                   const redisReply *r)
 {
     if (m->index >= 0) {
@@ -578,7 +578,7 @@ inv_single_do inv_single_on_reply(struct inv_single *m, aconn_result res,
     }
 }
 
-inv_single_do inv_single_on_timer(struct inv_single *m)
+inv_do inv_single_on_timer(struct inv_single *m)
 {
     if (m->state == SINGLE_WORKING)
         return commit_send(m);
@@ -597,14 +597,14 @@ int inv_single_wait_send(struct inv_single *m, struct aconn *blocking, aconn_cb 
     return inv_hold_wait_send(m->s, &m->part[m->cur].h, blocking, cb, arg);
 }
 
-inv_single_do inv_single_on_handoff(struct inv_single *m, aconn_result res,
+inv_do inv_single_on_handoff(struct inv_single *m, aconn_result res,
                                     const redisReply *r)
 {
     struct inv_single_part *p = &m->part[m->cur];
     return part_do(m, p, inv_hold_on_handoff(m->s, &p->h, res, r));
 }
 
-inv_single_do inv_single_attempt(struct inv_single *m)
+inv_do inv_single_attempt(struct inv_single *m)
 {
     struct inv_single_part *p = &m->part[m->cur];
     return part_do(m, p, inv_hold_attempt(m->s, &p->h));
@@ -612,14 +612,10 @@ inv_single_do inv_single_attempt(struct inv_single *m)
 
 void inv_single_abandon(struct inv_single *m)
 {
-    for (int i = 0; i < m->nparts; i++) {
-        struct inv_hold *h = &m->part[i].h;
-        if (h->state != HOLD_ENDED) /* a step done elsewhere (zk): dropped */
-            lock_step_cancel(m->s->lock, &h->step);
-        if (h->state != HOLD_ENDED && h->state != HOLD_PAUSED && h->state != HOLD_WAITING)
-            lock_release_done(m->s->lock, h->lkey, &h->g, NULL);
-        h->state = HOLD_ENDED;
-    }
+    for (int i = 0; i < m->nparts; i++)
+        inv_hold_drop(m->s, &m->part[i].h);
+    if (m->t->st == INV_PENDING)
+        finish(m, INV_UNAVAILABLE);
     m->state = SINGLE_DONE;
 }
 

@@ -9,11 +9,12 @@
  *   -----------  -----------------------------  ------------------------------
  *   PEEKING      peek.lua                       a replay: LOADING; a plan: a
  *                                               part's LOCKING; a segment that
- *                                               holds qty: QUEUE (the ticket
- *                                               may queue there) or its part's
- *                                               LOCKING; else DONE (refused),
- *                                               or on a cluster ALONE (the
- *                                               shard is short)
+ *                                               holds qty: DONE, the ticket
+ *                                               queued there (way QUEUE), or
+ *                                               its part's LOCKING; else DONE
+ *                                               (refused), or on a cluster
+ *                                               DONE, way SHORT (the shard is
+ *                                               short)
  *   LOADING      the first order's record       RELEASING (t final)
  *   LOCKING      part i's hold (hold.h: its     held with its stock read: part
  *                LOCKING, READING, WAITING,     i + 1's LOCKING, or WORKING;
@@ -28,7 +29,7 @@
  *   RELEASING    the parts' releases            DONE, or PEEKING again (the
  *                                               plan fell short, nothing was
  *                                               written), or the next candidate
- *   DONE         nothing: t final, or queued
+ *   DONE         nothing: t final, or pending with its way on
  *
  * Parts lock in ascending segment order, each waiting for its lock at most
  * until the ticket's --wait-ms (as the blocking path): two orders that need
@@ -54,23 +55,15 @@ typedef enum {
     SINGLE_DONE,
 } inv_single_state;
 
-/* What the driver does next. After any of them, a ticket whose t->st is
- * final is answered (once; its commit's answer is the one in hand). */
-typedef enum {
-    INV_SINGLE_AWAIT,   /* answers are owed: inv_single_on_reply */
-    INV_SINGLE_DUE,     /* nothing in flight until m->due_us: inv_single_on_timer */
-    INV_SINGLE_HANDOFF, /* the part locking waits for a hand-off:
-                           inv_single_wait_send on a connection for blocking
-                           commands, its answer to inv_single_on_handoff */
-    INV_SINGLE_QUEUE,   /* t->seg holds its qty: a group commit serves it (t
-                           pending); the machine is over */
-    INV_SINGLE_ALONE,   /* on a Redis Cluster, t's shard is short (units must
-                           come from other shards) or its SKU's shards are no
-                           longer known: the driver learns its shards again
-                           or brings units (engine_refill.c; t pending,
-                           nothing written); the machine is over */
-    INV_SINGLE_OVER,    /* nothing held or owed; t final */
-} inv_single_do;
+/* The machine answers its driver with path.h's inv_do: AWAIT, DUE (its
+ * work, or a part's pause, until m->due_us), HANDOFF (a part waits for a
+ * hand-off: inv_single_wait_send on a connection for blocking commands, its
+ * answer to inv_single_on_handoff), OVER (nothing held or owed). After any of
+ * them, a ticket whose t->st is final is answered (once; its commit's answer
+ * is the one in hand); one still pending at OVER has its way on (t->way):
+ * QUEUE, t->seg holds its qty and a group commit serves it; SHORT, on a Redis
+ * Cluster its shard is short or its SKU's shards are no longer known
+ * (nothing written). */
 
 /* A step of a transfer of units between the shards of a Redis Cluster
  * (engine_refill.c): xfer_out.lua or xfer_in.lua (xin) with args (see
@@ -113,29 +106,30 @@ struct inv_single {
 
 /* Starts machine m for ticket t (its SKU's layout known or not) with peek.lua
  * on cs; its locks are taken on session s (a lock owner of its own). queue_ok:
- * when one segment holds qty, t may go to that segment's queue (QUEUE), else
- * the machine places it there itself. Every answer of a command of m goes to
- * cb(arg, ...), which hands it to inv_single_on_reply. */
-inv_single_do inv_single_start(struct inv_single *m, struct inv_session *s,
+ * when one segment holds qty, t may go to that segment's queue (OVER, way
+ * QUEUE), else the machine places it there itself. Every answer of a
+ * command of m goes to cb(arg, ...), which hands it to inv_single_on_reply. */
+inv_do inv_single_start(struct inv_single *m, struct inv_session *s,
                                struct inv_ticket *t, int queue_ok,
                                const struct inv_conns *cs, aconn_cb *cb, void *arg);
 /* Starts m for an idempotent replay whose first order's id is t->order.id:
  * LOADING. */
-inv_single_do inv_single_load(struct inv_single *m, struct inv_session *s,
+inv_do inv_single_load(struct inv_single *m, struct inv_session *s,
                               struct inv_ticket *t, const struct inv_conns *cs,
                               aconn_cb *cb, void *arg);
-inv_single_do inv_single_on_reply(struct inv_single *m, aconn_result res,
+inv_do inv_single_on_reply(struct inv_single *m, aconn_result res,
                                   const redisReply *r);
-inv_single_do inv_single_on_timer(struct inv_single *m);
+inv_do inv_single_on_timer(struct inv_single *m);
 /* Starts m for a transfer's step x (borrowed until over) on ticket t (t->xfer
  * set; its sku, gene, seg and start_us): LOCKING its one part, then the
  * script instead of the commit, the release behind it. t ends INV_PLACED
  * (units moved now: t->order.qty of them, or 1 applied), INV_SOLD_OUT
  * (none: the segment holds none, or applied before), INV_NOT_FOUND (the SKU
- * was reset since), INV_BUSY (its lock not had, or fenced off: nothing
+ * was reset since), INV_PENDING (Redis had lost the script: nothing ran, the
+ * step runs again), INV_BUSY (its lock not had, or fenced off: nothing
  * written), INV_UNAVAILABLE, or INV_OUTCOME_UNKNOWN (no answer: it may have
  * run). */
-inv_single_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
+inv_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
                               struct inv_ticket *t, const struct inv_xfer *x,
                               const struct inv_conns *cs, aconn_cb *cb, void *arg);
 /* HANDOFF: the hold that waits (for the driver's connection), and its wait
@@ -143,12 +137,11 @@ inv_single_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
 const struct inv_hold *inv_single_waiting(const struct inv_single *m);
 int inv_single_wait_send(struct inv_single *m, struct aconn *blocking, aconn_cb *cb,
                          void *arg);
-inv_single_do inv_single_on_handoff(struct inv_single *m, aconn_result res,
+inv_do inv_single_on_handoff(struct inv_single *m, aconn_result res,
                                     const redisReply *r);
-inv_single_do inv_single_attempt(struct inv_single *m);
+inv_do inv_single_attempt(struct inv_single *m);
 /* Gives m up while nothing is owed (the loop is stopping): t, when still
- * pending, is answered unavailable by the caller; the locks held run out in
- * Redis. */
+ * pending, is final (unavailable); the locks held run out in Redis. */
 void inv_single_abandon(struct inv_single *m);
 /* Frees what m allocated (not m). */
 void inv_single_clear(struct inv_single *m);

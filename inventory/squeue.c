@@ -124,3 +124,34 @@ void squeue_ready_remove(struct squeues *qs, struct squeue *q, struct squeue *pr
         qs->ready_tail = prev;
     q->ready = 0;
 }
+
+/* Moves tickets from queue o's head into t[*n..] while there is room: fewer
+ * than `most`, and their units within limit (< 0: none; one ticket always). */
+static void take_from(struct squeue *o, struct inv_ticket **t, int *n, int most,
+                      long long *units, long long limit)
+{
+    while (o->head && *n < most &&
+           (*n == 0 || limit < 0 || *units + o->head->qty <= limit)) {
+        struct inv_ticket *x = squeue_pop(o);
+        *units += x->qty;
+        t[(*n)++] = x;
+    }
+}
+
+void squeue_fill(struct squeues *qs, struct squeue *q, struct squeue *backed_off,
+                 struct inv_ticket **t, int *n, int most, long long limit)
+{
+    long long units = 0;
+    for (int i = 0; i < *n; i++)
+        units += t[i]->qty;
+    take_from(q, t, n, most, &units, limit == 0 ? -1 : limit);
+    if (limit == 0 || *n == 0)
+        return;
+    int gene = t[0]->gene;
+    for (int pass = 0; pass < 2; pass++)
+        for (struct squeue *o = pass ? backed_off : qs->ready_head; o && *n < most;
+             o = pass ? o->bnext : o->rnext)
+            if (o != q && !o->busy && strcmp(o->sku, q->sku) == 0 &&
+                (!o->head || o->head->gene == gene)) /* one shard */
+                take_from(o, t, n, most, &units, limit);
+}

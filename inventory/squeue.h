@@ -56,6 +56,15 @@ void squeue_push_front(struct squeue *q, struct inv_ticket **t, int n);
 /* The oldest ticket of q, which has one, taken off it. */
 struct inv_ticket *squeue_pop(struct squeue *q);
 
+/* Fills a batch t[*n..most-1] from q: its own tickets first, then, with room
+ * left and limit not 0, those of the same SKU's other queues that wait (the
+ * ready list, then the backed-off list from `backed_off` through bnext) and
+ * whose head is of shard gene (on a cluster, one commit writes one shard).
+ * No more units than limit (< 0: no bound; 0: q's own only, a full batch).
+ * Every batch takes one ticket at least. */
+void squeue_fill(struct squeues *qs, struct squeue *q, struct squeue *backed_off,
+                 struct inv_ticket **t, int *n, int most, long long limit);
+
 /* Appends q to the ready list (q->ready set). */
 void squeue_ready_add(struct squeues *qs, struct squeue *q);
 /* Takes q off the ready list (q->ready cleared); prev is the queue before it

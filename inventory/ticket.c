@@ -22,6 +22,7 @@ void inv_ticket_clear(struct inv_ticket *t)
     t->link = 0;
     t->end = INV_END_NONE;
     t->end_step = 0;
+    t->way = INV_WAY_NONE;
 }
 
 inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sku,
@@ -33,9 +34,9 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     text_copy(t->idem_key, sizeof(t->idem_key), idem_key ? idem_key : "");
     t->qty = qty;
     inv_status st = inv_soldout_answer(inv, sku, qty, idem_key);
-    if (st == INV_OK && inv_order_new_id(inv, &t->order) != 0)
+    if (st == INV_PENDING && inv_order_new_id(inv, &t->order) != 0)
         st = INV_UNAVAILABLE; /* no id is unique without the worker lease */
-    if (st != INV_OK) {
+    if (st != INV_PENDING) {
         inv_count_outcome(inv, st);
         return st;
     }
