@@ -2,6 +2,11 @@
 """call_rings.py [ROOT]: the .c files of one folder (service, inventory, lock, redis)
 that call each other, directly or round a ring; one line per ring, nothing when none.
 
+call_rings.py --doc MD [ROOT]: for inventory/ and lock/, each file's "calls:" list in
+MD's table of folders (`name.c` (... calls: `a`, `b`), or among those that "call no
+other") against what the file calls; one line per file where they differ, or that MD
+does not list; nothing when they agree.
+
 A file calls another when it names, followed by "(", a function the other defines
 and does not declare static (definitions from Universal Ctags; calls found by name,
 comments left out). A lower file reaches a higher one only through a pointer it was
@@ -83,14 +88,53 @@ def rings(graph):
     return found
 
 
+DOC_FOLDERS = ("inventory", "lock")
+
+
+def documented(md, folder):
+    """{file name without .c: set of callees} from folder's row of md's table."""
+    row = next((line for line in open(md) if line.startswith(f"| `{folder}/` |")), "")
+    said, none_from = {}, row.find("call no other")
+    for m in re.finditer(r"`(\w+)\.c`(?: / `\w+\.h`)? \(", row):
+        depth, i = 1, m.end()
+        while i < len(row) and depth:
+            depth += {"(": 1, ")": -1}.get(row[i], 0)
+            i += 1
+        body = row[m.end():i - 1]
+        listed = re.search(r"calls: ((?:`\w+`(?:, )?)+)$", body)
+        if listed:
+            said[m.group(1)] = set(re.findall(r"`(\w+)`", listed.group(1)))
+        elif none_from >= 0 and m.start() > none_from:
+            said[m.group(1)] = set()
+    return said
+
+
 def main():
-    os.chdir(sys.argv[1] if len(sys.argv) > 1 else ".")
+    args = sys.argv[1:]
+    md = None
+    if args[:1] == ["--doc"]:
+        md, args = os.path.abspath(args[1]), args[2:]
+    os.chdir(args[0] if args else ".")
     paths = [os.path.join(d, f) for d in FOLDERS if os.path.isdir(d)
              for f in sorted(os.listdir(d)) if f.endswith(".c")]
     exported, private = definitions(paths)
     graph = {p: calls(p, exported, private) for p in paths}
-    for ring in sorted(rings(graph)):
-        print(" <-> ".join(ring))
+    if md is None:
+        for ring in sorted(rings(graph)):
+            print(" <-> ".join(ring))
+        return
+    for folder in DOC_FOLDERS:
+        said = documented(md, folder)
+        for p in sorted(x for x in paths if os.path.dirname(x) == folder):
+            name = os.path.basename(p)[:-2]
+            real = {os.path.basename(c)[:-2] for c in graph[p]}
+            if name not in said:
+                print(f"{p}: not in the table (it calls {', '.join(sorted(real)) or 'none'})")
+            elif said[name] != real:
+                print(f"{p}: the table says it calls {', '.join(sorted(said[name])) or 'none'}; "
+                      f"it calls {', '.join(sorted(real)) or 'none'}")
+        for name in sorted(set(said) - {os.path.basename(x)[:-2] for x in paths}):
+            print(f"{folder}/{name}.c: in the table, not in the tree")
 
 
 if __name__ == "__main__":

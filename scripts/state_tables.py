@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""state_tables.py [ROOT]: each state machine's table (its header's opening
-comment, a "state" column) against its enum: a state named in one and not in the
-other is printed, one line each; nothing when they agree. The machines are the
-headers of inventory/ and lock/ whose opening comment has a table with a "state"
-column; the enum is the file's that shares the most names with the table, its
-members' common prefix (HOLD_, RF_) left out."""
+"""state_tables.py [ROOT]: each state machine's table (a comment with a "state"
+column) against its enum: a state named in one and not in the other is printed, one
+line each; nothing when they agree. The machines are the files of inventory/ and lock/
+with such a comment (a header's opening one, or one inside a .c file, as life.c's pay
+and cancel); the enum is the file's that shares the most names with the table, its
+members' common prefix (HOLD_, END_) left out."""
 import os
 import re
 import sys
@@ -54,21 +54,22 @@ def main():
             if not name.endswith((".h", ".c")):
                 continue
             text = open(os.path.join(root, folder, name)).read()
-            opening = re.match(r"\s*/\*.*?\*/", text, flags=re.S)
-            table = table_states(opening.group(0)) if opening else set()
-            if not table:
-                continue
-            found += 1
-            best = max(enums(text), key=lambda e: len(e[1] & table), default=("", set()))
-            prefix, enum = best
-            where = f"{folder}/{name}"
-            if not enum & table:
-                print(f"{where}: a state table and no enum of its states")
-                continue
-            for st in sorted(table - enum):
-                print(f"{where}: {st} is in the table, not in the enum ({prefix}*)")
-            for st in sorted(enum - table):
-                print(f"{where}: {prefix}{st} is in the enum, not in the table")
+            for comment in re.findall(r"/\*.*?\*/", text, flags=re.S):
+                table = table_states(comment)
+                if not table:
+                    continue
+                found += 1
+                best = max(enums(text), key=lambda e: len(e[1] & table),
+                           default=("", set()))
+                prefix, enum = best
+                where = f"{folder}/{name}"
+                if not enum & table:
+                    print(f"{where}: a state table and no enum of its states")
+                    continue
+                for st in sorted(table - enum):
+                    print(f"{where}: {st} is in the table, not in the enum ({prefix}*)")
+                for st in sorted(enum - table):
+                    print(f"{where}: {prefix}{st} is in the enum, not in the table")
     if not found:
         print("no state table found")
 

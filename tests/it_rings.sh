@@ -5,7 +5,8 @@
 # function table or a callback it was given. On the tree before issue 45 it listed
 # six rings (inventory's atomic, inventory, order, shards, sku, ticket; engine,
 # engine_refill, engine_single; lock_pg and pg_steps; lock_zk and zk_steps; zk_conn and
-# zk_nodes; http and waiters). Seconds.
+# zk_nodes; http and waiters). And docs/ARCHITECTURE.md's "calls:" list of each file of
+# inventory/ and lock/ is what the file calls (call_rings.py --doc). Seconds.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -24,5 +25,16 @@ printf 'void ring_a(void);\nvoid ring_b(void) { ring_a(); }\n' >"$dir/tree/redis
 printf 'void ring_b(void);\nvoid ring_a(void) { ring_b(); }\n' >"$dir/tree/redis/a.c"
 check "... and it lists one made on purpose" \
     eq "$(python3 "$ROOT/scripts/call_rings.py" "$dir/tree")" "redis/a.c <-> redis/b.c"
+
+# The map says what each file calls, and a file the map does not list, or a callee it
+# leaves out, is seen (a copy of the map with life.c's `ticket` taken out).
+doc=$(python3 "$ROOT/scripts/call_rings.py" --doc "$ROOT/docs/ARCHITECTURE.md" "$ROOT" 2>&1)
+[[ -z $doc ]] || sed 's/^/  map: /' <<<"$doc"
+check "ARCHITECTURE.md's calls: lists match inventory/ and lock/" eq "$(grep -c . <<<"$doc")" 0
+sed 's/`sku`, `ticket`, `inventory`, `orderid`, `soldout`)/`sku`, `inventory`, `orderid`, `soldout`)/' \
+    "$ROOT/docs/ARCHITECTURE.md" >"$dir/map.md"
+check "... and a callee left out of the map is seen" \
+    has_prefix "$(python3 "$ROOT/scripts/call_rings.py" --doc "$dir/map.md" "$ROOT")" \
+    "inventory/life.c: the table says it calls inventory, orderid, shards, sku, soldout"
 
 checks_finish

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Structure: every state machine's table (the opening comment of its file in
-# inventory/ or lock/, a "state" column) names the states of its enum, no more, no
+# Structure: every state machine's table (a comment of its file in inventory/ or
+# lock/ with a "state" column: a header's opening one, or life.c's pay and cancel) names
+# the states of its enum, no more, no
 # fewer (scripts/state_tables.py). On the tree before issue 45 it found engine_refill.c's
 # table naming a PLAN its enum lacked. Seconds.
 set -uo pipefail
