@@ -19,7 +19,7 @@ static struct rscript atomic_script = RSCRIPT_INIT("inv_atomic", lua_inventory_a
 /* The atomic script's arguments for one order. */
 struct atomic_call {
     char home[12], qtys[12], idtext[24], okey[40];
-    const char *argv[17];
+    const char *argv[18];
 };
 
 static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
@@ -30,9 +30,9 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
     snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
     snprintf(c->okey, sizeof(c->okey), "%s%s", k->order, c->idtext);
-    const char *argv[] = {k->meta, k->stock,  k->sold, k->buyers, k->orders, c->okey,
-                          k->idem, k->avail,  k->back, k->due,    k->events, c->home,
-                          c->qtys, user_id,   c->idtext, sku,     idem_key};
+    const char *argv[] = {k->meta,  k->stock,  k->sold, k->buyers, k->orders, c->okey,
+                          k->idem,  k->avail,  k->back, k->due,    k->dues,   k->events,
+                          c->home,  c->qtys,   user_id, c->idtext, sku,       idem_key};
     memcpy(c->argv, argv, sizeof(argv));
 }
 
@@ -93,8 +93,8 @@ static inv_do atomic_send(struct inv *inv, struct inv_ticket *t, const struct in
     t->seen = soldout_generation(inv->cfg.soldout);
     rconn_status rc =
         cs->cluster ? acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
-                                    &atomic_script, 11, 17, call.argv)
-                    : aconn_eval(cs->data, cb, arg, &atomic_script, 11, 17, call.argv);
+                                    &atomic_script, 12, 18, call.argv)
+                    : aconn_eval(cs->data, cb, arg, &atomic_script, 12, 18, call.argv);
     if (rc != RCONN_OK) {
         inv_ticket_finish(inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
         return INV_DO_OVER;

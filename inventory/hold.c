@@ -144,7 +144,7 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
     snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
     inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
-    int nkeys = 11 + n, argc = nkeys + 5 + 5 * n;
+    int nkeys = 12 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)argc);
     c->slot = xmalloc(sizeof(*c->slot) * (size_t)n);
     const struct sku_keys *k = &c->k;
@@ -172,7 +172,8 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     }
     argv[8 + n] = k->back;
     argv[9 + n] = k->due;
-    argv[10 + n] = k->events;
+    argv[10 + n] = k->dues;
+    argv[11 + n] = k->events;
     c->cmd = (struct rcmd){
         .script = &batch_script, .nkeys = nkeys, .argc = argc, .argv = argv};
 }

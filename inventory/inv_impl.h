@@ -76,11 +76,13 @@ struct inv_session {
 
 /* The Redis keys of one SKU, or on a cluster of one shard of it: the
  * SKU's own keys, where its order records go (the prefix of order:<id>) and
- * its segments' locks (the prefix of ...:lock:<segment>). */
+ * its segments' locks (the prefix of ...:lock:<segment>); and the deadline
+ * index its shard shares with every SKU there (dues: INV_DUE_INDEX, on a
+ * cluster one per gene, in the gene's slot). */
 struct sku_keys {
     char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96],
         avail[96], xout[96], xin[96], order[24], lock[96], back[96], due[96], life[96],
-        events[96];
+        events[96], dues[40];
 };
 
 /* On a cluster, a read that found the map stale (a failover, a slot moved)

@@ -40,9 +40,11 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
         size_t n = text_copy(tag + 1, sizeof(tag) - 2, sku);
         memcpy(tag + 1 + n, "}", 2);
         memcpy(k->order, "order:", sizeof("order:"));
+        memcpy(k->dues, INV_DUE_INDEX, sizeof(INV_DUE_INDEX));
     } else {
         snprintf(tag, sizeof(tag), "{%s}:%s", cluster_gene_tag(gene), sku);
         snprintf(k->order, sizeof(k->order), "o:{%s}:", cluster_gene_tag(gene));
+        snprintf(k->dues, sizeof(k->dues), INV_DUE_INDEX ":{%s}", cluster_gene_tag(gene));
     }
     size_t t = strlen(tag);
     sku_key(k->meta, sizeof(k->meta), tag, t, "meta");

@@ -53,10 +53,13 @@
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
 #define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
-/* The set of SKUs with a payment window, which every instance sweeps (on a
- * Redis Cluster in its own slot, kept by the PUT: each SKU's shards are named
- * by its directory). */
-#define INV_PAYING_KEY "seckill:paying"
+/* The deadline index: a sorted set of the SKUs with pending reservations,
+ * each scored by (at most) its earliest pay_by, which the placing scripts
+ * lower (ZADD LT) and the sweep's due.lua sets anew; every instance sweeps
+ * the SKUs it says are due, so a round costs what is due, not what exists.
+ * On a Redis Cluster one per gene, INV_DUE_INDEX ":{<gene tag>}", in the
+ * slot of the SKU shards of that gene. */
+#define INV_DUE_INDEX "seckill:due"
 /* The set of outbox streams (one per SKU on one Redis, per SKU and shard on a
  * cluster: inventory/lua/outbox.lua) that the sink reads; in its own slot. */
 #define INV_STREAMS_KEY "seckill:streams"
@@ -232,6 +235,12 @@ struct inv_audit {
       "cancel).")                                                                        \
     X(units_returned, "units_returned", "seckill_units_returned_total",                  \
       "Units given back by the cancelled and expired orders this instance ended.")       \
+    X(sweep_malformed, "sweep_malformed", "seckill_sweep_malformed_total",               \
+      "Due reservations whose record the sweep found malformed and left as they are "   \
+      "(counted each round it finds them).")                                             \
+    X(sweep_deferred, "sweep_deferred", "seckill_sweep_deferred_total",                  \
+      "SKUs with a reservation due that a sweep round left for the next (a round "      \
+      "serves 256 at most, the earliest due first).")                                   \
     X(unacked, "unacknowledged_by_replicas", "seckill_orders_unacknowledged_total",      \
       "Orders placed, paid or cancelled that the replicas did not acknowledge in "       \
       "time: answered outcome_unknown (--min-replicas-acked).")

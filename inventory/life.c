@@ -20,13 +20,15 @@
 #include "xalloc.h"
 
 extern const struct rscript_source lua_inventory_pay, lua_inventory_cancel,
-    lua_inventory_due;
+    lua_inventory_due, lua_inventory_due_skus;
 /* inventory/lua/pay.lua: a pending order becomes paid, or expires. */
 static struct rscript pay_script = RSCRIPT_INIT("inv_pay", lua_inventory_pay);
 /* inventory/lua/cancel.lua: a pending order is cancelled, or expires. */
 static struct rscript cancel_script = RSCRIPT_INIT("inv_cancel", lua_inventory_cancel);
 /* inventory/lua/due.lua: a SKU's pending orders past pay_by expire. */
 static struct rscript due_script = RSCRIPT_INIT("inv_due", lua_inventory_due);
+/* inventory/lua/due_skus.lua: the SKUs a deadline index says are due. */
+static struct rscript due_skus_script = RSCRIPT_INIT("inv_due_skus", lua_inventory_due_skus);
 
 /* The status of a pay or cancel script's refusal code. */
 static inv_status life_refusal(long long code)
@@ -199,14 +201,18 @@ inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_
 
 /* ---- the sweep ----------------------------------------------------------- */
 
-/* Every INV_SWEEP_MS, on one event loop: the registry of SKUs with a payment
- * window (INV_PAYING_KEY), then due.lua for each of them, sent together; the
- * next round only once every answer is in. A SKU with more due orders than
- * one call expires is swept again at once. On a Redis Cluster a SKU's orders
- * live and expire on its shards: its directory names them (their genes), and
- * due.lua runs on each, its units going back there. */
-#define SWEEP_MOST 500  /* orders one call expires at most */
-#define SWEEP_CALLS 512 /* calls one round makes at most (directories, sweeps) */
+/* Every INV_SWEEP_MS, on one event loop, in three sends: each deadline index
+ * (INV_DUE_INDEX; on a Redis Cluster one per gene) names the SKUs with a
+ * reservation due by Redis's clock, earliest first (due_skus.lua); for each,
+ * the due orders' ids are read from its due set up to that clock; then
+ * due.lua expires them, every record declared, and sets the SKU's score in
+ * the index anew. The next round only once every answer is in. A round
+ * costs what is due, not what exists: an idle shop costs one read an index.
+ * It serves SWEEP_SKUS SKUs at most; the rest (the earliest first next
+ * round) are counted (sweep_deferred), and a SKU with more due orders than
+ * one call expires makes the next round start at once. */
+#define SWEEP_MOST 500 /* orders one call expires at most */
+#define SWEEP_SKUS 256 /* SKUs one round serves at most, over every index */
 
 struct inv_sweep {
     struct inv *inv;
@@ -219,12 +225,17 @@ struct inv_sweep {
     int owed;         /* answers still to come this round */
     int again;        /* a SKU had more due than one call expired */
     int ncalls;       /* calls[] used this round */
+    struct sweep_index {
+        struct inv_sweep *sw;
+        int gene; /* its gene's (-1 on one Redis) */
+        char key[40];
+    } index[CLUSTER_GENES];
     struct sweep_call {
         struct inv_sweep *sw;
         char sku[INV_ID_MAX + 1];
         int gene; /* its shard's (-1 on one Redis) */
-        char dir[96];
-    } calls[SWEEP_CALLS];
+        struct sku_keys k;
+    } calls[SWEEP_SKUS];
 };
 
 static void sweep_round(struct inv_sweep *sw);
@@ -242,34 +253,23 @@ static void sweep_answered(struct inv_sweep *sw)
 }
 
 /* Sends argv (a call of script when not NULL) to the Redis, or the master of
- * slot on a cluster; counted as owed when sent. */
-static void sweep_send(struct inv_sweep *sw, int slot, aconn_cb *cb, void *arg,
+ * gene's slot on a cluster; counted as owed when sent. */
+static void sweep_send(struct inv_sweep *sw, int gene, aconn_cb *cb, void *arg,
                        struct rscript *script, int nkeys, int argc, const char **argv)
 {
     rconn_status st;
     sw->owed++; /* first: an answer may come before the call returns */
     struct acluster *cl = sw->duty.cluster;
-    if (cl)
+    if (cl) {
+        int slot = cluster_gene_slot(gene);
         st = script ? acluster_eval(cl, slot, cb, arg, script, nkeys, argc, argv)
                     : acluster_command(cl, slot, cb, arg, argc, argv);
-    else
+    } else {
         st = script ? aconn_eval(sw->duty.conn, cb, arg, script, nkeys, argc, argv)
                     : aconn_command(sw->duty.conn, cb, arg, argc, argv, NULL);
+    }
     if (st != RCONN_OK)
         sw->owed--;
-}
-
-/* A call slot of this round for sku on gene's shard, or NULL when the round
- * has none left (the rest waits for the next round). */
-static struct sweep_call *sweep_call(struct inv_sweep *sw, const char *sku, int gene)
-{
-    if (sw->ncalls == SWEEP_CALLS)
-        return NULL;
-    struct sweep_call *x = &sw->calls[sw->ncalls++];
-    x->sw = sw;
-    snprintf(x->sku, sizeof(x->sku), "%s", sku);
-    x->gene = gene;
-    return x;
 }
 
 static void on_swept(void *arg, aconn_result res, redisReply *r)
@@ -278,86 +278,114 @@ static void on_swept(void *arg, aconn_result res, redisReply *r)
     struct inv_sweep *sw = x->sw;
     if (!sweep_attached(sw)) /* detached: answered as failed */
         return;
-    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
+        struct inv_counters *c = &sw->inv->counters;
         long long orders = inv_reply_ll(r->element[0], 0);
         long long units = inv_reply_ll(r->element[1], 0);
-        atomic_fetch_add_explicit(&sw->inv->counters.expired, (uint64_t)orders,
+        long long bad = inv_reply_ll(r->element[2], 0);
+        atomic_fetch_add_explicit(&c->expired, (uint64_t)orders, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->units_returned, (uint64_t)units,
                                   memory_order_relaxed);
-        atomic_fetch_add_explicit(&sw->inv->counters.units_returned, (uint64_t)units,
+        atomic_fetch_add_explicit(&c->sweep_malformed, (uint64_t)bad,
                                   memory_order_relaxed);
         if (orders > 0)
             soldout_forget(sw->inv->cfg.soldout);
-        sw->again |= inv_reply_ll(r->element[2], 0) > 0;
+        sw->again |= inv_reply_ll(r->element[3], 0) > 0;
     }
     sweep_answered(sw);
 }
 
-/* due.lua for sku on gene's shard (-1: the one Redis). */
-static void sweep_due(struct inv_sweep *sw, const char *sku, int gene)
-{
-    struct sweep_call *x = sweep_call(sw, sku, gene);
-    if (!x)
-        return;
-    char most[12];
-    snprintf(most, sizeof(most), "%d", SWEEP_MOST);
-    struct sku_keys k;
-    inv_keys_init(&k, x->sku, gene);
-    const char *argv[] = {k.meta, k.stock,         k.sold,  k.buyers, k.back,
-                          k.due,  k.life,          k.avail, k.events, k.order,
-                          most,   SOLDOUT_CHANNEL, x->sku};
-    sweep_send(sw, gene < 0 ? 0 : cluster_gene_slot(gene), on_swept, x, &due_script, 9,
-               13, argv);
-}
-
-/* A cluster SKU's directory: its shards' genes, each swept. */
-static void on_dir(void *arg, aconn_result res, redisReply *r)
+/* The due orders' ids of x's SKU: due.lua over them, each record declared
+ * (none: due.lua only sets the SKU's score in the index anew). */
+static void on_ids(void *arg, aconn_result res, redisReply *r)
 {
     struct sweep_call *x = arg;
     struct inv_sweep *sw = x->sw;
     if (!sweep_attached(sw))
         return;
-    int genes[CLUSTER_MAX_MASTERS], n = 0;
-    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        r->element[0]->type == REDIS_REPLY_STRING)
-        n = inv_genes_parse(r->element[0]->str, genes);
-    for (int i = 0; i < n; i++)
-        sweep_due(sw, x->sku, genes[i]);
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY) {
+        size_t n = r->elements;
+        const char **argv = xmalloc(sizeof(*argv) * (2 * n + 12));
+        char(*okeys)[64] = xmalloc(sizeof(*okeys) * (n ? n : 1));
+        const struct sku_keys *k = &x->k;
+        const char *head[] = {k->meta, k->stock, k->sold,  k->buyers, k->back,
+                              k->due,  k->life,  k->avail, k->events, k->dues};
+        memcpy(argv, head, sizeof(head));
+        size_t nkeys = 10, m = 0;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_STRING || e->len > 24)
+                continue;
+            snprintf(okeys[m], sizeof(okeys[m]), "%s%s", k->order, e->str);
+            argv[nkeys + m] = okeys[m];
+            m++;
+        }
+        nkeys += m;
+        argv[nkeys] = SOLDOUT_CHANNEL;
+        argv[nkeys + 1] = x->sku;
+        for (size_t i = 0, j = 0; i < n; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type == REDIS_REPLY_STRING && e->len <= 24)
+                argv[nkeys + 2 + j++] = e->str;
+        }
+        sweep_send(sw, x->gene, on_swept, x, &due_script, (int)nkeys, (int)(nkeys + 2 + m),
+                   argv);
+        free(okeys);
+        free(argv);
+    }
     sweep_answered(sw);
 }
 
-static void on_listed(void *arg, aconn_result res, redisReply *r)
+/* An index's answer: {now, SKUs due in all, sku...}; each SKU's due ids are
+ * read, as many SKUs as the round has room for. */
+static void on_due_skus(void *arg, aconn_result res, redisReply *r)
 {
-    struct inv_sweep *sw = arg;
+    struct sweep_index *ix = arg;
+    struct inv_sweep *sw = ix->sw;
     if (!sweep_attached(sw))
         return;
-    for (size_t i = 0;
-         res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_STRING || !inv_id_valid(e->str))
-            continue;
-        if (!sw->duty.cluster) {
-            sweep_due(sw, e->str, -1);
-            continue;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+        long long now = inv_reply_ll(r->element[0], 0);
+        long long due = inv_reply_ll(r->element[1], 0), served = 0;
+        char until[24], most[12];
+        snprintf(until, sizeof(until), "%lld", now);
+        snprintf(most, sizeof(most), "%d", SWEEP_MOST);
+        for (size_t i = 2; i < r->elements && sw->ncalls < SWEEP_SKUS; i++) {
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_STRING || !inv_id_valid(e->str))
+                continue;
+            struct sweep_call *x = &sw->calls[sw->ncalls++];
+            x->sw = sw;
+            text_copy(x->sku, sizeof(x->sku), e->str);
+            x->gene = ix->gene;
+            inv_keys_init(&x->k, x->sku, ix->gene);
+            const char *argv[] = {"ZRANGEBYSCORE", x->k.due, "-inf", until,
+                                  "LIMIT",         "0",      most};
+            sweep_send(sw, ix->gene, on_ids, x, NULL, 0, 7, argv);
+            served++;
         }
-        struct sweep_call *x = sweep_call(sw, e->str, -1);
-        if (!x)
-            break;
-        const char *argv[6];
-        inv_dir_learn_cmd(x->sku, x->dir, sizeof(x->dir), argv);
-        sweep_send(sw, cluster_keyslot(x->dir, strlen(x->dir)), on_dir, x, NULL, 0, 6,
-                   argv);
+        if (due > served) {
+            atomic_fetch_add_explicit(&sw->inv->counters.sweep_deferred,
+                                      (uint64_t)(due - served), memory_order_relaxed);
+            sw->again = 1;
+        }
     }
     sweep_answered(sw);
 }
 
 static void sweep_round(struct inv_sweep *sw)
 {
-    const char *argv[] = {"SMEMBERS", INV_PAYING_KEY};
+    char most[12];
+    snprintf(most, sizeof(most), "%d", SWEEP_SKUS);
     sw->again = 0;
     sw->owed = 0;
     sw->ncalls = 0;
-    sweep_send(sw, cluster_keyslot(INV_PAYING_KEY, strlen(INV_PAYING_KEY)), on_listed, sw,
-               NULL, 0, 2, argv);
+    int n = sw->duty.cluster ? CLUSTER_GENES : 1;
+    for (int i = 0; i < n; i++) {
+        struct sweep_index *ix = &sw->index[i];
+        const char *argv[] = {ix->key, most};
+        sweep_send(sw, ix->gene, on_due_skus, ix, &due_skus_script, 1, 2, argv);
+    }
 }
 
 static void on_sweep_tick(void *arg)
@@ -375,6 +403,8 @@ struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
     snprintf(sw->host, sizeof(sw->host), "%s", host);
     sw->port = port;
     sw->password = password && *password ? xstrdup(password) : NULL;
+    sw->index[0] = (struct sweep_index){.sw = sw, .gene = -1};
+    snprintf(sw->index[0].key, sizeof(sw->index[0].key), "%s", INV_DUE_INDEX);
     return sw;
 }
 
@@ -385,6 +415,11 @@ struct inv_sweep *inv_sweep_new_cluster(struct inv *inv, const struct rconn_addr
     sw->seeds = xmalloc(sizeof(*seeds) * (size_t)nseeds);
     memcpy(sw->seeds, seeds, sizeof(*seeds) * (size_t)nseeds);
     sw->nseeds = nseeds;
+    for (int g = 0; g < CLUSTER_GENES; g++) {
+        struct sweep_index *ix = &sw->index[g];
+        *ix = (struct sweep_index){.sw = sw, .gene = g};
+        snprintf(ix->key, sizeof(ix->key), INV_DUE_INDEX ":{%s}", cluster_gene_tag(g));
+    }
     return sw;
 }
 

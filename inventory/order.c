@@ -91,10 +91,10 @@ void commit_call_init(struct commit_call *cc, struct order_ctx *c,
     cc->argv = cc->inline_argv;
     if (n > PARTS_INLINE) {
         cc->text = xmalloc(sizeof(*cc->text) * (size_t)n);
-        cc->argv = xmalloc(sizeof(*cc->argv) * (size_t)(18 + 5 * n));
+        cc->argv = xmalloc(sizeof(*cc->argv) * (size_t)(19 + 5 * n));
     }
     const char **argv = cc->argv;
-    int nkeys = 11 + n;
+    int nkeys = 12 + n;
     snprintf(cc->qty, sizeof(cc->qty), "%d", c->qty);
     snprintf(cc->id, sizeof(cc->id), "%" PRIu64, c->order->id);
     snprintf(cc->okey, sizeof(cc->okey), "%s%s", c->k.order, cc->id);
@@ -104,7 +104,8 @@ void commit_call_init(struct commit_call *cc, struct order_ctx *c,
     memcpy(argv, head, sizeof(head));
     argv[8 + n] = c->k.back;
     argv[9 + n] = c->k.due;
-    argv[10 + n] = c->k.events;
+    argv[10 + n] = c->k.dues;
+    argv[11 + n] = c->k.events;
     const char **a = argv + nkeys;
     const char *args[] = {c->v.epoch, cc->qty,     c->user_id, cc->id,
                           c->sku,     c->idem_key, cc->nparts};

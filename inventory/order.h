@@ -68,7 +68,7 @@ struct part_text {
 struct commit_call {
     char qty[12], id[24], okey[40], nparts[12];
     struct part_text inline_text[PARTS_INLINE], *text;
-    const char *inline_argv[18 + 5 * PARTS_INLINE], **argv;
+    const char *inline_argv[19 + 5 * PARTS_INLINE], **argv;
     struct rcmd cmd;
 };
 void commit_call_init(struct commit_call *cc, struct order_ctx *c,

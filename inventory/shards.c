@@ -242,19 +242,6 @@ static int put_genes(struct inv_session *s, const char *sku, int segments, int *
     return n;
 }
 
-/* The cluster's registry of SKUs with a payment window (INV_PAYING_KEY, in
- * its own slot: each shard's reset cannot reach it) with sku added (SADD) or
- * taken out (SREM). 1, or 0 when Redis did not answer. */
-static int paying_list(struct inv_session *s, const char *verb, const char *sku)
-{
-    struct rconn *rc = dir_conn(s, INV_PAYING_KEY);
-    redisReply *r = rc ? rconn_command(rc, "%s %s %s", verb, INV_PAYING_KEY, sku) : NULL;
-    int ok = r && r->type == REDIS_REPLY_INTEGER;
-    if (r)
-        freeReplyObject(r);
-    return ok;
-}
-
 /* With the outbox on, the sink's registry (INV_STREAMS_KEY, in its own slot)
  * lists the events stream of sku's shard of gene. 1, or 0 when Redis did not
  * answer. */
@@ -297,10 +284,6 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
     snprintf(epoch, sizeof(epoch), "%lld", r->integer);
     freeReplyObject(r);
     inv_status st = nold > 0 ? INV_OK : INV_CREATED;
-    /* with a payment window, listed for the sweep before any shard takes
-     * reservations (a listed SKU without one costs a sweep nothing) */
-    if (spec->pay_ms > 0 && !paying_list(s, "SADD", sku))
-        st = INV_UNAVAILABLE;
     for (int i = 0; i < nold && st != INV_UNAVAILABLE; i++) {
         int kept = 0;
         for (int j = 0; j < n; j++)
@@ -328,8 +311,6 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
         if (r)
             freeReplyObject(r);
     }
-    if (st != INV_UNAVAILABLE && spec->pay_ms == 0 && !paying_list(s, "SREM", sku))
-        st = INV_UNAVAILABLE;
     inv_layout_forget(s->inv, sku);
     return inv_shard_outcome(s, st);
 }

@@ -62,12 +62,8 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     int n = 27 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
-    char starts[24] = "", ends[24] = "", pay[24], paying[128], streams[128];
+    char starts[24] = "", ends[24] = "", pay[24], streams[128];
     snprintf(pay, sizeof(pay), "%lld", spec->pay_ms);
-    if (s->gene < 0)
-        snprintf(paying, sizeof(paying), "%s", INV_PAYING_KEY);
-    else /* no payment window on a cluster: a key of the shard's, left alone */
-        snprintf(paying, sizeof(paying), "%spaying", k.lock);
     if (s->gene < 0) /* on a cluster, inv_sku_set lists the shards' streams */
         snprintf(streams, sizeof(streams), "%s", INV_STREAMS_KEY);
     else
@@ -77,7 +73,7 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     if (spec->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", spec->ends_ms);
     const char *keys[] = {k.meta,  k.stock, k.init, k.sold, k.buyers, k.orders, k.idem,
-                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   paying,
+                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   k.dues,
                           streams, k.events};
     memcpy(argv, keys, sizeof(keys));
     long long mine = 0;

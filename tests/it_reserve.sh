@@ -178,10 +178,13 @@ for mode in $MODES; do
         o=$(order "$A" "$S-sw" "${u%:*}" "${u#*:}")
         sw+=("$(field .order_id "$o")")
     done
-    rcli EVAL "for _, id in ipairs(ARGV) do
-                 redis.call('HSET', 'order:' .. id, 'pay_by', 1)
-                 redis.call('ZADD', KEYS[1], 1, id)
-               end" 1 "sk:{$S-sw}:due" "${sw[@]}" >/dev/null
+    # (the SKU's score in the deadline index too, which the sweep reads first)
+    rcli EVAL "for i = 2, #ARGV do
+                 redis.call('HSET', 'order:' .. ARGV[i], 'pay_by', 1)
+                 redis.call('ZADD', KEYS[1], 1, ARGV[i])
+               end
+               redis.call('ZADD', KEYS[2], 1, ARGV[1])" 2 "sk:{$S-sw}:due" seckill:due \
+        "$S-sw" "${sw[@]}" >/dev/null
     all_expired() {
         local id
         for id in "${sw[@]}"; do [[ $(state "$A" "$id") == expired ]] || return 1; done

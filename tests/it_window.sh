@@ -169,13 +169,13 @@ script_codes() { # -> "peek batch commit atomic": the first entry each answers
     p=$(rcli --eval "$gen/peek.lua" "sk:$T:meta" "sk:$T:stock" "sk:$T:buyers" \
         "sk:$T:idem" "sk:$T:avail" "sk:$T:back" , 7 1 hand '' 4 | head -1)
     b=$(rcli --eval "$gen/batch.lua" $keys8 "sk:$T:lock:0:fence" "sk:$T:idem" \
-        "sk:$T:avail" order:991 "sk:$T:back" "sk:$T:due" "sk:$T:events" , "$epoch" 0 25000 0 w \
+        "sk:$T:avail" order:991 "sk:$T:back" "sk:$T:due" seckill:due "sk:$T:events" , "$epoch" 0 25000 0 w \
         1 hand 991 '' 7 | head -1)
     c=$(rcli --eval "$gen/commit.lua" $keys8 order:992 "sk:$T:idem" "sk:$T:avail" \
-        "sk:$T:lock:0:fence" "sk:$T:back" "sk:$T:due" "sk:$T:events" , "$epoch" 1 hand 992 w '' 1 0 \
+        "sk:$T:lock:0:fence" "sk:$T:back" "sk:$T:due" seckill:due "sk:$T:events" , "$epoch" 1 hand 992 w '' 1 0 \
         1 25000 0 | head -1)
     a=$(rcli --eval "$gen/atomic.lua" $keys8 order:993 "sk:$T:idem" "sk:$T:avail" \
-        "sk:$T:back" "sk:$T:due" "sk:$T:events" , 7 1 hand 993 w '' | head -1)
+        "sk:$T:back" "sk:$T:due" seckill:due "sk:$T:events" , 7 1 hand 993 w '' | head -1)
     echo "$p $b $c $a"
 }
 t0=$(($(redis_ms) + 60000))

@@ -4,7 +4,8 @@
 -- copy, build/gen/inventory/lua/atomic.lua.
 -- KEYS as commit.lua's first eight: [1] meta, [2] stock, [3] sold, [4]
 -- buyers, [5] orders, [6] order:<id>, [7] idem, [8] avail, then [9] back
--- (back.lua), [10] due (record.lua), [11] events (outbox.lua).
+-- (back.lua), [10] due and [11] the deadline index (record.lua), [12] events
+-- (outbox.lua).
 -- ARGV[1] the user's routing number (seg_route; the home segment is it modulo
 -- the segment count), [2] qty, [3] user id, [4] order id, [5] sku, [6]
 -- Idempotency-Key or ''.
@@ -76,6 +77,6 @@ for _, p in ipairs(parts) do
   out[#out + 1] = p[2]
 end
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
-             {KEYS[11], meta[7]})
-tally_write(t, KEYS[10])
+             {KEYS[12], meta[7]})
+tally_write(t, KEYS[10], KEYS[11], ARGV[5])
 return out

@@ -5,8 +5,8 @@
 -- copy, build/gen/inventory/lua/batch.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] the segment
 -- lock's fence counter, [7] idem, [8] avail, [9..8+n] order:<id> of each
--- order in turn, then back (back.lua), due (record.lua) and events
--- (outbox.lua).
+-- order in turn, then back (back.lua), due and the deadline index
+-- (record.lua), and events (outbox.lua).
 -- ARGV[1] SKU epoch the batch was routed in, [2] segment, [3] the segment's
 -- stock as read under the lock, [4] fencing token or '0' (unfenced), [5] sku,
 -- then five per order: qty, user id, order id, Idempotency-Key or '', the
@@ -39,7 +39,7 @@ local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_m
 if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and redis.call('GET', KEYS[6]) ~= ARGV[4] then return {-2} end
 local seg, sku = ARGV[2], ARGV[5]
-local back, due = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local box = {KEYS[#KEYS], meta[6]}
 local stock = tonumber(ARGV[3]) + fold(KEYS[2], back, seg)
 local limit = tonumber(meta[2])
@@ -93,7 +93,7 @@ for i = 0, n - 1 do
 end
 if t.orders > 0 then
   set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock)
-  tally_write(t, due)
+  tally_write(t, due, dues, sku)
 end
 -- (a fold without an order placed left the stock hash right as it is)
 if #short == 0 then return out end

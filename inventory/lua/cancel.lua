@@ -8,7 +8,8 @@
 -- Returns {1, units} cancelled now (units given back), {2, 0} cancelled
 -- before, {-1} no such order, {-15} another user's order (nothing said of
 -- it), {-12} not pending (placed: final), {-16} paid, {-14, units} expired
--- (units: given back just now, else 0).
+-- (units: given back just now, else 0), {-17} its record is malformed (as
+-- pay.lua's): nothing written. Every check comes before the first write.
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
@@ -22,7 +23,9 @@ if state == 'placed' then return {-12} end
 if state == 'paid' then return {-16} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
-local late = now_ms() >= tonumber(o[2])
+local by = tonumber(o[2])
+if not by or not give_read(KEYS[1]) then return {-17} end
+local late = now_ms() >= by
 local units = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled')
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {late and -14 or 1, units}

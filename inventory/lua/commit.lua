@@ -4,7 +4,8 @@
 -- copy, build/gen/inventory/lua/commit.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] order:<id>,
 -- [7] idem, [8] avail, [9..8+n] the fence counter of each part's segment lock,
--- then back (back.lua), due (record.lua) and events (outbox.lua).
+-- then back (back.lua), due and the deadline index (record.lua), and events
+-- (outbox.lua).
 -- ARGV[1] SKU epoch seen at the start, [2] qty, [3] user id, [4] order id,
 -- [5] sku, [6] Idempotency-Key or '', [7] n, the number of parts, then four
 -- per part, the first the segment the order is answered with: segment,
@@ -48,7 +49,7 @@ t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
 if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local parts = {}
-local back, due = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 for i = 0, n - 1 do
   local seg, take = ARGV[8 + 4 * i], tonumber(ARGV[9 + 4 * i])
   local read = tonumber(ARGV[10 + 4 * i]) + fold(KEYS[2], back, seg)
@@ -58,5 +59,5 @@ end
 local by = now and string.format('%d', now + pay)
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
              {KEYS[#KEYS], meta[6]})
-tally_write(t, due)
+tally_write(t, due, dues, ARGV[5])
 return {1, by or ''}

@@ -1,33 +1,55 @@
 -- The sweep of a SKU's reservations (inventory/life.c): every pending order
--- whose pay_by has come by this Redis's clock expires, and its units go back.
--- Any instance may run it at any time: an order is expired once only (its
--- state is checked here, in the same step), never after it was paid or
--- cancelled.
+-- named here whose pay_by has come by this Redis's clock expires, and its
+-- units go back. Any instance may run it at any time: an order is expired
+-- once only (its state is checked here, in the same step), never after it
+-- was paid or cancelled.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/due.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] back, [6] due, [7] life,
--- [8] avail, [9] events.
--- ARGV[1] the prefix of the order records' keys ('order:'), [2] the most
--- orders to expire in one call, [3] the reset channel, [4] the SKU.
--- Returns {orders expired, units given back, orders still due now}.
+-- [8] avail, [9] events, [10] the deadline index of the SKU's shard,
+-- [11..10+n] the record of each order named (every key it touches is
+-- declared: on a cluster, one a slot move carried away is asked for again
+-- before anything runs).
+-- ARGV[1] the reset channel, [2] the SKU, [3..2+n] the orders' ids (the
+-- sweep read them from the due set, up to its pay_by now).
+-- All or nothing: every record is read and checked before the first write.
+-- A malformed one (give_read: no user, no whole qty, segments that do not add
+-- up) is left as it is, still due, and counted; the others expire.
+-- Then the SKU's score in the deadline index is its earliest due order's
+-- pay_by, or it leaves the index when none is due any more.
+-- Returns {orders expired, units given back, malformed records seen, orders
+-- still due now besides those}.
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
 --#include "give.lua"
 local now = now_ms()
-local ids = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local k = life_keys(1, ARGV[4])
-local orders, units = 0, 0
-local g = give_tally()
-for _, id in ipairs(ids) do
-  local okey = ARGV[1] .. id
-  if redis.call('HGET', okey, 'state') == 'pending' then
-    units = units + give_order(g, k, okey, id, 'expired')
-    orders = orders + 1
-  else
-    redis.call('ZREM', KEYS[6], id) -- not pending (a record gone with a reset)
+local k = life_keys(1, ARGV[2])
+local take, gone, bad = {}, {}, 0
+for i = 3, #ARGV do
+  local id, okey = ARGV[i], KEYS[8 + i]
+  local o = redis.call('HMGET', okey, 'state', 'pay_by')
+  if o[1] ~= 'pending' then
+    gone[#gone + 1] = id -- paid, cancelled or expired meanwhile, or gone with a reset
+  elseif tonumber(o[2] or '') and tonumber(o[2]) <= now then
+    local rec = give_read(okey)
+    if rec then take[#take + 1] = {okey, id, rec} else bad = bad + 1 end
+  elseif not tonumber(o[2] or '') then
+    bad = bad + 1
   end
 end
+local g = give_tally()
+local units = 0
+for _, x in ipairs(take) do
+  units = units + give_order(g, k, x[1], x[2], 'expired', x[3])
+end
 give_write(g, k)
-if orders > 0 then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
-return {orders, units, redis.call('ZCOUNT', KEYS[6], '-inf', now)}
+if #gone > 0 then redis.call('ZREM', KEYS[6], unpack(gone)) end
+local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+if first[2] then
+  redis.call('ZADD', KEYS[10], first[2], ARGV[2])
+else
+  redis.call('ZREM', KEYS[10], ARGV[2])
+end
+if #take > 0 then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
+return {#take, units, bad, redis.call('ZCOUNT', KEYS[6], '-inf', now) - bad}

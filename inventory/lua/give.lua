@@ -1,21 +1,26 @@
 -- Piece, not a script: `--#include "give.lua"` (after back.lua, window.lua
 -- and outbox.lua) in pay.lua, cancel.lua and due.lua. No KEYS or ARGV of its own.
--- give_back(k, okey, id, state): a pending order's end without payment: its
--- record okey says `state` ('cancelled' or 'expired'), its units go back to
--- the segments they came from (the back hash, see back.lua; meta's
--- remaining, the avail index), they no longer count as sold, pending or to
--- the buyer's per-user limit; the order leaves the due set and the life list
--- records "<id> <state>", the outbox (outbox.lua) its event. k names the
--- SKU's keys: meta, stock, sold, buyers, back, due, life, avail, events, and
--- its sku. The caller checked that the order is pending; it
--- publishes on the reset channel once (so that no instance answers sold_out
--- from memory). Returns the units given back.
+-- A pending order's end without payment: its record says `state`
+-- ('cancelled' or 'expired'), its units go back to the segments they came
+-- from (the back hash, see back.lua; meta's remaining, the avail index), they
+-- no longer count as sold, pending or to the buyer's per-user limit; the
+-- order leaves the due set and the life list records "<id> <state>", the
+-- outbox (outbox.lua) its event. k names the SKU's keys: meta, stock, sold,
+-- buyers, back, due, life, avail, events, and its sku. The caller checked
+-- that the order is pending; it publishes on the reset channel once (so that
+-- no instance answers sold_out from memory).
+-- All or nothing: a record is read and checked before anything is written
+-- (give_read: nil when it is malformed, and then nothing is written for it).
+-- give_read(okey) -> o: {user, qty, qtext, parts = {{seg, units}...}}, or
+-- nil when the record lacks its user, its qty is not a whole number above
+-- 0, or its segments do not add up to its qty.
 -- For many orders in one script (the sweep), in two steps, so that what adds
 -- up is written once: give_tally() is empty sums; give_order(g, k, okey, id,
--- state) writes what is the order's own (its state, its event) and adds the
--- rest up in g, returning its units; give_write(g, k) writes the sums (each
--- segment's back, avail and sold, meta's counters, the buyers, the due set,
--- the life list). give_back is the three for one order.
+-- state, o) writes what is the order's own (its state, its event) and adds
+-- the rest up in g, returning its units; give_write(g, k) writes the sums
+-- (each segment's back, avail and sold, meta's counters, the buyers, the due
+-- set, the life list). give_back(k, okey, id, state) is the three for one
+-- order: its units, or nil (nothing written) when its record is malformed.
 -- life_keys(first, sku): such a k from KEYS[first .. first + 8], named in
 -- that order (each script that gives back passes them so).
 local function life_keys(first, sku)
@@ -26,32 +31,38 @@ local function life_keys(first, sku)
   end
   return k
 end
-local function give_tally()
-  return {units = {}, qty = 0, states = {}, user_qty = {}, ids = {}, life = {}}
-end
-local function give_order(g, k, okey, id, state)
+local function give_read(okey)
   local o = redis.call('HMGET', okey, 'user_id', 'qty', 'segment', 'segments')
   local qty = tonumber(o[2])
-  local parts = {}
+  if not o[1] or not qty or qty < 1 or qty ~= math.floor(qty) then return nil end
+  local parts, sum = {}, 0
   if o[4] then
     for seg, units in string.gmatch(o[4], '(%d+):(%d+)') do
       parts[#parts + 1] = {seg, tonumber(units)}
+      sum = sum + tonumber(units)
     end
-  else
-    parts[1] = {o[3], qty}
+  elseif o[3] and string.match(o[3], '^%d+$') then
+    parts[1], sum = {o[3], qty}, qty
   end
-  for _, p in ipairs(parts) do
+  if sum ~= qty then return nil end
+  return {user = o[1], qty = qty, qtext = o[2], parts = parts}
+end
+local function give_tally()
+  return {units = {}, qty = 0, states = {}, user_qty = {}, ids = {}, life = {}}
+end
+local function give_order(g, k, okey, id, state, o)
+  for _, p in ipairs(o.parts) do
     g.units[p[1]] = (g.units[p[1]] or 0) + p[2]
   end
-  g.qty = g.qty + qty
+  g.qty = g.qty + o.qty
   g.states[state] = (g.states[state] or 0) + 1
-  g.user_qty[o[1]] = (g.user_qty[o[1]] or 0) + qty
+  g.user_qty[o.user] = (g.user_qty[o.user] or 0) + o.qty
   g.ids[#g.ids + 1] = id
   g.life[#g.life + 1] = id .. ' ' .. state
   redis.call('HSET', okey, 'state', state)
   if k.gen == nil then k.gen = redis.call('HGET', k.meta, 'outbox') end
-  outbox_add(k.events, k.gen, id, state, k.sku, o[1], o[2])
-  return qty
+  outbox_add(k.events, k.gen, id, state, k.sku, o.user, o.qtext)
+  return o.qty
 end
 local function give_write(g, k)
   if #g.ids == 0 then return end
@@ -88,8 +99,10 @@ local function give_write(g, k)
   redis.call('RPUSH', k.life, unpack(g.life))
 end
 local function give_back(k, okey, id, state)
+  local o = give_read(okey)
+  if not o then return nil end
   local g = give_tally()
-  local qty = give_order(g, k, okey, id, state)
+  local qty = give_order(g, k, okey, id, state, o)
   give_write(g, k)
   return qty
 end

@@ -9,7 +9,9 @@
 -- (SOLDOUT_CHANNEL), [4] the SKU.
 -- Returns {1, 0} paid now, {2, 0} paid before, {-1} no such order, {-12}
 -- not pending (an order of a SKU without a payment window), {-13} cancelled,
--- {-14, units} expired (units: given back just now, else 0).
+-- {-14, units} expired (units: given back just now, else 0), {-17} its
+-- record is malformed (no pay_by, user or whole qty, or segments that do not
+-- add up to it): nothing written. Every check comes before the first write.
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
@@ -22,12 +24,13 @@ if state == 'placed' then return {-12} end
 if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
-if now_ms() >= tonumber(o[2]) then
+local by, qty = tonumber(o[2]), tonumber(o[3])
+if not by or not give_read(KEYS[1]) then return {-17} end
+if now_ms() >= by then
   local units = give_back(k, KEYS[1], ARGV[1], 'expired')
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return {-14, units}
 end
-local qty = tonumber(o[3])
 redis.call('HSET', KEYS[1], 'state', 'paid')
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'payment_id', ARGV[2]) end
 redis.call('ZREM', KEYS[7], ARGV[1])

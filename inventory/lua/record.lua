@@ -23,11 +23,13 @@
 -- before (the script read them to check the limit); t.keys maps the
 -- Idempotency-Keys recorded so far to their records (idem_seen's fresh; nil
 -- until one is).
--- tally_write(t, due): the sums: the units sold of each segment, meta's sold,
--- orders and pending, each buyer's units, the audit records "<id> <user>
--- <qty> <segment>" (an order of several segments adds " <seg>:<units>,...")
--- appended to the orders list in order, the Idempotency-Keys' records "<id>
--- <qty> <user>", the due zset's entries. Nothing when t holds no order.
+-- tally_write(t, due, dues, sku): the sums: the units sold of each segment,
+-- meta's sold, orders and pending, each buyer's units, the audit records "<id>
+-- <user> <qty> <segment>" (an order of several segments adds "
+-- <seg>:<units>,...") appended to the orders list in order, the
+-- Idempotency-Keys' records "<id> <qty> <user>", the due zset's entries, and
+-- sku's score in the deadline index dues lowered to the earliest of them
+-- (ZADD LT: the sweep finds the SKU due then). Nothing when t holds no order.
 local function tally()
   return {orders = 0, units = 0, pending = 0, sold = {}, buyers = {}, bought = {},
           recs = {}}
@@ -68,7 +70,7 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
     t.idem[n + 1], t.idem[n + 2], t.keys[idem_key] = idem_key, irec, irec
   end
 end
-local function tally_write(t, due)
+local function tally_write(t, due, dues, sku)
   if t.orders == 0 then return end
   for s, units in pairs(t.sold) do
     redis.call('HINCRBY', KEYS[3], s, units)
@@ -78,6 +80,11 @@ local function tally_write(t, due)
   if t.pending > 0 then
     redis.call('HINCRBY', KEYS[1], 'pending', t.pending)
     redis.call('ZADD', due, unpack(t.due))
+    local first = t.due[1]
+    for i = 3, #t.due, 2 do
+      if tonumber(t.due[i]) < tonumber(first) then first = t.due[i] end
+    end
+    redis.call('ZADD', dues, 'LT', first, sku)
   end
   local b = {}
   for u in pairs(t.buyers) do

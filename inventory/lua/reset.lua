@@ -1,9 +1,8 @@
 -- Create or reset a SKU (inventory/inventory.c).
 -- KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers, [6] orders, [7]
 -- idem, [8] avail, [9] xout, [10] xin (a cluster's transfers, xfer_out.lua),
--- [11] back, [12] due, [13] life (reservations: life.c), [14] the registry of
--- SKUs with a payment window (the sweep's list; on a cluster, where there is
--- none, a key of the shard's own that is left alone).
+-- [11] back, [12] due, [13] life (reservations: life.c), [14] the deadline
+-- index of the SKU's shard (record.lua: the SKU leaves it with its due set).
 -- ARGV[1] initial stock, [2] segments k, [3] per-user limit, [4 .. 3+k] stock
 -- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU,
 -- [6+k] the prefix of its order records' keys ('order:', or on a cluster
@@ -39,11 +38,7 @@ end
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],
            'sold', 0, 'orders', 0, 'remaining', ARGV[1], 'pay_ms', ARGV[10 + k],
            'pending', 0, 'paid', 0, 'returned', 0, 'cancelled', 0, 'expired', 0)
-if tonumber(ARGV[10 + k]) > 0 then
-  redis.call('SADD', KEYS[14], ARGV[5 + k])
-else
-  redis.call('SREM', KEYS[14], ARGV[5 + k])
-end
+redis.call('ZREM', KEYS[14], ARGV[5 + k])
 for i, field in ipairs({'starts_ms', 'ends_ms'}) do
   if ARGV[7 + k + i] == '' then
     redis.call('HDEL', KEYS[1], field)

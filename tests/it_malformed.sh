@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A reservation's end is all or nothing (issue 46, point 1): the sweep (due.lua), a pay
+# (pay.lua) and a cancel (cancel.lua) read and check every record before their first
+# write. A record with state pending and no qty (or a qty that is not a number) beside
+# valid orders: the valid ones end and their units come back; the malformed one is
+# left exactly as it was (still due, counted in seckill_sweep_malformed_total), and a
+# pay or cancel of one answers 503 with nothing written.
+# Before the fix the sweep wrote the first order's state and event, then failed on
+# the malformed record: that order stayed "expired" with its unit never back (Redis
+# does not roll back a script that fails part-way). About 10 s.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin malformed redis-server redis-cli curl jq
+
+start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+rcli() { redis-cli -p "$rport" "$@"; }
+start_instance one "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 2
+U=$STARTED_URL
+
+expect "PUT bad (a payment window of a minute)" "201" \
+    "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+        -d '{"stock":10,"segments":2,"per_user_limit":2,"pay_within_ms":60000}' "$U/skus/bad")"
+ids=()
+for u in ann bob cid dan; do
+    read -r c id _ <<<"$(it_order "$U" bad "$u" 1)"
+    expect "$u's reservation placed" "201" "$c"
+    ids+=("$id")
+done
+ann=${ids[0]} bob=${ids[1]} cid=${ids[2]} dan=${ids[3]}
+remaining() { curl -s "$U/skus/bad" | jq -r .remaining; }
+expect "6 left after 4 reservations" "6" "$(remaining)"
+
+# bob's record loses its qty, cid's and dan's get a qty that is no number
+rcli HDEL "order:$bob" qty >/dev/null
+rcli HSET "order:$cid" qty x >/dev/null
+rcli HSET "order:$dan" qty x >/dev/null
+snap() { rcli HGETALL "order:$1" | paste -sd' '; }
+meta() { rcli HGETALL "sk:{bad}:meta" | paste -sd' '; }
+bob0=$(snap "$bob") cid0=$(snap "$cid") dan0=$(snap "$dan") meta0=$(meta)
+
+# --- a pay and a cancel of a malformed record: refused, nothing written
+expect "a pay of cid's malformed record: 503" "503" \
+    "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' "$U/orders/$cid/pay")"
+expect "... cid's record as it was" "$cid0" "$(snap "$cid")"
+expect "a cancel of dan's: 503" "503" "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+    -d '{"user_id":"dan"}' "$U/orders/$dan/cancel")"
+expect "... dan's record as it was" "$dan0" "$(snap "$dan")"
+expect "... and the SKU's counters as they were" "$meta0" "$(meta)"
+
+# --- the sweep: ann's and bob's made due at once (records, due set, deadline index)
+rcli EVAL "for i = 2, #ARGV do
+             redis.call('HSET', 'order:' .. ARGV[i], 'pay_by', 1)
+             redis.call('ZADD', KEYS[1], 1, ARGV[i])
+           end
+           redis.call('ZADD', KEYS[2], 1, ARGV[1])" 2 "sk:{bad}:due" seckill:due \
+    bad "$ann" "$bob" >/dev/null
+bob0=$(snap "$bob")
+state() { curl -s "$U/orders/$1" | jq -r .state; }
+ann_expired() { [[ $(state "$ann") == expired ]]; }
+check "the sweep expires ann's valid reservation" wait_until 10 ann_expired
+malformed() { # the counter of malformed records the sweep met
+    curl -s "$U/metrics" | awk '$1 == "seckill_sweep_malformed_total" { print $2 }'
+}
+seen() { [[ $(malformed) -ge 1 ]]; }
+check "... counts bob's malformed record (seckill_sweep_malformed_total)" wait_until 10 seen
+expect "... and gives ann's unit back: 7 left" "7" "$(remaining)"
+expect "bob's record is as it was" "$bob0" "$(snap "$bob")"
+expect "... still due" "1" "$(rcli ZSCORE "sk:{bad}:due" "$bob")"
+expect "... and the SKU with it, in the deadline index" "1" "$(rcli ZSCORE seckill:due bad)"
+
+checks_finish
