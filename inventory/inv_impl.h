@@ -176,6 +176,14 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
 
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
 inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out);
+/* Retires sku's shard on s (inv_sku_retire; on one Redis the whole SKU),
+ * leaving its summary in sk:{sku}:retired when `summary` (one Redis without
+ * the outbox). INV_OK with sums[7] (initial, sold, orders, paid, returned,
+ * cancelled, expired), INV_NOT_FOUND (none, or retired before),
+ * INV_NOT_SETTLED (nothing written), INV_UNAVAILABLE. */
+#define INV_RETIRE_SUMS 7
+inv_status inv_sku_retire_shard(struct inv_session *s, const char *sku, int summary,
+                                long long sums[INV_RETIRE_SUMS]);
 
 /* ---- the order path's shared steps ------------------------------------------ */
 

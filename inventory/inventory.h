@@ -87,6 +87,8 @@ typedef enum {
     INV_EXPIRED,       /* pay or cancel at or after the order's pay_by */
     INV_PAID,          /* cancel of a paid order */
     INV_FORBIDDEN,     /* cancel of another user's order */
+    INV_NOT_SETTLED,   /* a retirement while units are pending, on their way
+                          between shards, or events have not reached the database */
     INV_OUTCOME_UNKNOWN, /* the commit was sent but its answer never came: order->id
                             may exist (inv_order_get tells) */
     INV_PENDING,         /* a ticket still on its way: not decided yet */
@@ -396,6 +398,15 @@ inv_status inv_sku_get(struct inv_session *s, const char *sku,
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out);
 /* Recomputes the SKU's figures from its order records, not from the counters. */
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out);
+/* Retires sku (DELETE /skus/{sku}): every key of it leaves Redis (its order
+ * records, segments' lock keys and fence marks, outbox streams, its entries in
+ * the deadline index and the sink's registry; on a cluster on every shard,
+ * then its directory), and each instance forgets it. Without the outbox (no
+ * --postgres) a one-key summary is left, sk:{sku}:retired (initial, sold,
+ * orders, paid, returned, cancelled, expired). INV_OK, INV_NOT_FOUND,
+ * INV_NOT_SETTLED (nothing written on one Redis; on a cluster the shards
+ * that were settled are retired: a repeat finishes), INV_UNAVAILABLE. */
+inv_status inv_sku_retire(struct inv_session *s, const char *sku);
 
 /* True when Redis answers PING. */
 int inv_ping(struct inv_session *s);

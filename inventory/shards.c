@@ -323,6 +323,78 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
     return inv_sku_put_shard(s, sku, spec, 0, 1, "");
 }
 
+/* DELETE on a cluster: each shard the directory names retired (every check
+ * of a shard before its first write; a shard found unsettled leaves the
+ * others retired, and a repeat finishes), then, with none unsettled, the
+ * registry's streams, the summary (without the outbox) and the directory. */
+static inv_status sku_retire_shards(struct inv_session *s, const char *sku)
+{
+    char key[96];
+    dir_key(key, sizeof(key), sku);
+    struct rconn *rc = dir_conn(s, key);
+    redisReply *r = rc ? rconn_command(rc, "HGET %s genes", key) : NULL;
+    int genes[CLUSTER_MAX_MASTERS], n = -1;
+    if (r && r->type == REDIS_REPLY_STRING)
+        n = inv_genes_parse(r->str, genes);
+    else if (r && r->type == REDIS_REPLY_NIL)
+        n = 0;
+    if (r)
+        freeReplyObject(r);
+    if (n < 0)
+        return inv_shard_outcome(s, INV_UNAVAILABLE);
+    if (n == 0)
+        return INV_NOT_FOUND;
+    long long total[INV_RETIRE_SUMS] = {0}, sums[INV_RETIRE_SUMS];
+    inv_status st = INV_OK;
+    for (int i = 0; i < n; i++) {
+        struct inv_session *sh = inv_shard_session(s, genes[i]);
+        inv_status one = sh ? inv_sku_retire_shard(sh, sku, 0, sums) : INV_UNAVAILABLE;
+        if (one == INV_OK)
+            for (int j = 0; j < INV_RETIRE_SUMS; j++)
+                total[j] += sums[j];
+        else if (one != INV_NOT_FOUND && st != INV_UNAVAILABLE)
+            st = one;
+    }
+    if (st != INV_OK)
+        return inv_shard_outcome(s, st);
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        struct sku_keys k;
+        inv_keys_init(&k, sku, genes[i]);
+        struct rconn *sc = dir_conn(s, INV_STREAMS_KEY);
+        redisReply *x = sc ? rconn_command(sc, "SREM %s %s", INV_STREAMS_KEY, k.events) : NULL;
+        ok = x && x->type == REDIS_REPLY_INTEGER;
+        if (x)
+            freeReplyObject(x);
+    }
+    if (ok && !s->inv->cfg.outbox) {
+        r = rconn_command(rc,
+                          "HSET sk:{%s}:retired initial %lld sold %lld orders %lld paid %lld "
+                          "returned %lld cancelled %lld expired %lld",
+                          sku, total[0], total[1], total[2], total[3], total[4], total[5],
+                          total[6]);
+        ok = r && r->type == REDIS_REPLY_INTEGER;
+        if (r)
+            freeReplyObject(r);
+    }
+    if (ok) {
+        r = rconn_command(rc, "DEL %s", key);
+        ok = r && r->type == REDIS_REPLY_INTEGER;
+        if (r)
+            freeReplyObject(r);
+    }
+    inv_layout_forget(s->inv, sku);
+    return inv_shard_outcome(s, ok ? INV_OK : INV_UNAVAILABLE);
+}
+
+inv_status inv_sku_retire(struct inv_session *s, const char *sku)
+{
+    if (s->cl)
+        return sku_retire_shards(s, sku);
+    long long sums[INV_RETIRE_SUMS];
+    return inv_sku_retire_shard(s, sku, !s->inv->cfg.outbox, sums);
+}
+
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit)
 {

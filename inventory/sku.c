@@ -12,9 +12,11 @@
 #include "inv_impl.h"
 #include "xalloc.h"
 
-extern const struct rscript_source lua_inventory_reset;
+extern const struct rscript_source lua_inventory_reset, lua_inventory_retire;
 /* inventory/lua/reset.lua: create or reset a SKU. */
 static struct rscript reset_script = RSCRIPT_INIT("inv_reset", lua_inventory_reset);
+/* inventory/lua/retire.lua: a SKU (a shard of it) retired. */
+static struct rscript retire_script = RSCRIPT_INIT("inv_retire", lua_inventory_retire);
 
 /* Collects the answers of a transaction appended to p: MULTI, n commands,
  * EXEC, and ends p. Returns the EXEC answer (an array of n replies, caller
@@ -105,6 +107,51 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     inv_layout_forget(s->inv, sku);
     if (r)
         freeReplyObject(r);
+    return st;
+}
+
+inv_status inv_sku_retire_shard(struct inv_session *s, const char *sku, int summary,
+                                long long sums[INV_RETIRE_SUMS])
+{
+    rconn_check(s->rc);
+    struct sku_keys k;
+    inv_keys_init(&k, sku, s->gene);
+    char retired[128], streams[128];
+    if (s->gene < 0) {
+        snprintf(retired, sizeof(retired), "sk:{%s}:retired", sku);
+        snprintf(streams, sizeof(streams), "%s", INV_STREAMS_KEY);
+    } else { /* the caller leaves the cluster's summary and registry: shard keys, unused */
+        snprintf(retired, sizeof(retired), "%sretired", k.lock);
+        snprintf(streams, sizeof(streams), "%sstreams", k.lock);
+    }
+    const char *argv[] = {k.meta,    k.stock, k.init,   k.sold,  k.buyers,
+                          k.orders,  k.idem,  k.avail,  k.xout,  k.xin,
+                          k.back,    k.due,   k.life,   k.dues,  k.events,
+                          retired,   streams, sku,      k.order, k.lock,
+                          INV_SINK_GROUP,     SOLDOUT_CHANNEL,  summary ? "1" : "0"};
+    redisReply *r = rconn_eval(s->rc, &retire_script, 17, 6, argv, NULL);
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
+        switch (inv_reply_ll(r->element[0], -9)) {
+        case 1:
+            st = INV_OK;
+            for (size_t i = 0; i < INV_RETIRE_SUMS; i++)
+                sums[i] = i + 1 < r->elements ? inv_reply_ll(r->element[i + 1], 0) : 0;
+            break;
+        case 0:
+            st = INV_NOT_FOUND;
+            break;
+        case -1:
+        case -2:
+        case -3:
+            st = INV_NOT_SETTLED;
+            break;
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
+    inv_layout_forget(s->inv, sku);
     return st;
 }
 

@@ -15,8 +15,8 @@
 #include "metrics.h"
 #include "version.h"
 
-const int route_codes[ROUTE_NCODES] = {200, 201, 400, 401, 403, 404, 405,
-                                       408, 409, 413, 422, 503, 0};
+const int route_codes[ROUTE_NCODES] = {200, 201, 204, 400, 401, 403, 404,
+                                       405, 408, 409, 413, 422, 503, 0};
 const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 

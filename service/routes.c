@@ -67,6 +67,11 @@ static void inv_error(struct svc_response *res, inv_status st)
     case INV_FORBIDDEN:
         svc_error(res, 403, "forbidden", "not this user's order");
         break;
+    case INV_NOT_SETTLED:
+        svc_error(res, 409, "not_settled",
+                  "units are pending or on their way between shards, or events have not "
+                  "reached PostgreSQL yet; retry once they are settled");
+        break;
     case INV_OUTCOME_UNKNOWN: /* a pay or a cancel (an order's is order_answer's) */
         svc_error(res, 503, "outcome_unknown",
                   "the change was sent to Redis but its answer, or the replicas' "
@@ -211,6 +216,21 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                   body.limit, "pay_within_ms", (json_int_t)body.pay_ms);
     time_set(res->json, "starts_at", body.starts_ms);
     time_set(res->json, "ends_at", body.ends_ms);
+}
+
+/* DELETE /skus/{sku}: the SKU retired (inv_sku_retire), 204 with no body. */
+static void h_sku_delete(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    inv_status st = inv_sku_retire(req->worker->inv, req->params[0]);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    log_event(LOG_INFO, "sku_retired", "sku=%s", req->params[0]);
+    res->status = 204;
+    res->text = strdup("");
 }
 
 static void h_sku_get(const struct svc_request *req, struct svc_response *res)
@@ -478,6 +498,7 @@ static void h_metrics(const struct svc_request *req, struct svc_response *res);
 static struct svc_route routes[] = {
     {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
+    {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
