@@ -35,6 +35,6 @@ sed 's/`sku`, `ticket`, `inventory`, `orderid`, `soldout`)/`sku`, `inventory`, `
     "$ROOT/docs/ARCHITECTURE.md" >"$dir/map.md"
 check "... and a callee left out of the map is seen" \
     has_prefix "$(python3 "$ROOT/scripts/call_rings.py" --doc "$dir/map.md" "$ROOT")" \
-    "inventory/life.c: the table says it calls inventory, orderid, shards, sku, soldout"
+    "inventory/life.c: the table says it calls inventory, orderid, sku, soldout"
 
 checks_finish
