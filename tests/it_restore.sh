@@ -194,6 +194,18 @@ expect "the buyer loop's orders answered before the backup: all there" "$early" 
 expect "... and none placed after the copy ended is in Redis" "0" "$later_kept"
 echo "buyer loop: $early orders before the Redis backup, $later after it"
 
+# --- the runbook's queries: the schema's version, and the audit's store block by hand
+expect "the schema's version (runbook, schema migration)" "1" \
+    "$(psql -X -At -d "$(cat "$dir/postgres")" -c 'SELECT version, applied_at FROM seckill_schema ORDER BY version' | cut -d'|' -f1 | paste -sd' ')"
+gen=$(redis-cli -p "$rport" hget 'sk:{tv}:meta' outbox)
+by_hand=$(sql "SELECT state, count(*), sum(qty) FROM seckill_orders
+    WHERE sku = 'tv' AND generation = '$gen' GROUP BY state ORDER BY state" | tr '|' ' ' | paste -sd' ')
+by_audit=$(audit | jq -r '.store.by_state | to_entries | map(select(.value.orders > 0)) | sort_by(.key)
+    | map("\(.key) \(.value.orders) \(.value.units)") | join(" ")')
+echo "by state in PostgreSQL: $by_hand"
+check "the runbook's comparison query finds the SKU's orders" test -n "$by_hand"
+expect "... and says what the audit's store.by_state says" "$by_audit" "$by_hand"
+
 # --- the sale goes on
 out=$(it_order "$U" tv after-1 1 kafter-1)
 expect "a new order is placed" "201" "${out%% *}"
