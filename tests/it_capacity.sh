@@ -37,6 +37,6 @@ placed=$(figure orders_placed)
 expect "PostgreSQL down: one event waiting per order" "$placed" "$(figure events_waiting)"
 check "... and the stream trimmed once written" grep -q 'redis_stream_bytes_after .*XLEN [01])' "$dir/out"
 check "the date and the commit are printed" grep -qE '^capacity: measured [0-9]{4}-[0-9]{2}-[0-9]{2} at commit [0-9a-f]+' "$dir/out"
-check "nothing left in its dir but its logs (its processes stopped)" \
-    eval '! compgen -G "$dir/cap/*.pid" >/dev/null'
+no_pids() { ! compgen -G "$dir/cap/*.pid" >/dev/null; }
+check "nothing left in its dir but its logs (its processes stopped)" no_pids
 checks_summary

@@ -92,8 +92,9 @@ check "before: the audit consistent, PostgreSQL matching" wait_until 20 settled
 # --- buyers all along, from here to the disaster
 it_order_loop "$U/skus/tv/orders" L >"$dir/loop" &
 loop_pid=$!
-loop_placed() { grep -c ' 201 ' "$dir/loop"; }
-wait_until 20 eval '(( $(loop_placed) >= 5 ))' # the sale is running when the backup starts
+loop_running() { (($(grep -c ' 201 ' "$dir/loop") >= 5)); }
+# the sale is running when the backup starts (Slack: 20 s for 5 orders on a busy machine)
+wait_until 20 loop_running
 
 # --- backup 1: Redis (runbook: first)
 r_start=${EPOCHREALTIME/./}
@@ -136,7 +137,8 @@ check "Redis killed by its pid" proc_stop data "$dir" 10 KILL 2>/dev/null
 check "PostgreSQL stopped by its pid" proc_stop pg "$dir" 10 QUIT
 rm -rf "$dir/data"
 pg_data_gone "$dir"
-check "both data dirs are gone" eval '[[ ! -e $dir/data && ! -e $dir/pg.data ]]'
+gone() { [[ ! -e $dir/data && ! -e $dir/pg.data ]]; }
+check "both data dirs are gone" gone
 
 # --- the restore, as the runbook says
 mkdir -p "$dir/data"
