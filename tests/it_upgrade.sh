@@ -6,7 +6,8 @@
 # the whole time, and two buyer loops (curl) that note every order id they are given.
 # Each instance in turn is drained (SIGTERM, its exit code 0) and started again on its
 # port from a "new binary" (this build copied elsewhere), and the next one only once
-# nginx sends it orders again.
+# nginx sends it orders again and its fail_timeout has passed (each nginx worker takes
+# an instance back on its own).
 #
 # What a buyer and the shop notice: no 5xx but 503 busy (every other 5xx, nginx's 502
 # included, is counted and printed, and must be 0); no order lost: every 201 of the loops
