@@ -65,7 +65,10 @@ rcli() { redis-cli -h 127.0.0.1 -p "$rport" "$@"; }
 sql() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$(pg_url "$pg_port")" -c "$1"; }
 used() { rcli info memory | tr -d '\r' | sed -n 's/^used_memory://p'; }
 mem_usage() { rcli memory usage "$1" samples 0; } # KEY: its bytes, exact
-say_() { printf 'capacity: %-34s %10s %s\n' "$1" "$2" "$3"; }
+say_() { # NAME VALUE WHAT: one figure; a figure that is no number stops the script
+    [[ $2 =~ ^[0-9]+$ ]] || die "capacity: $1 was not measured ('$2')"
+    printf 'capacity: %-34s %10s %s\n' "$1" "$2" "$3"
+}
 per() { echo $((($1 + $2 / 2) / $2)); } # A / B rounded
 put() { # SKU BODY
     [[ $(curl -s -o /dev/null -w '%{http_code}' -X PUT "$U/skus/$1" -d "$2") == 201 ]] ||
