@@ -498,8 +498,10 @@ write_nginx_conf() {
         for p in "$@"; do echo "        server 127.0.0.1:$p;"; done
         echo "        keepalive 128;"
         # Below the instances' idle timeout (15 s, service/http.c): a connection
-        # they close while nginx sends on it comes back reset, a 502 for a POST.
-        echo "        keepalive_timeout 10s;"
+        # they close while nginx sends on it comes back reset, a 502 for a POST. And
+        # below their drain's wait (5 s): a draining instance waits for nginx to
+        # close its idle connections (docs/operations.md, Signals).
+        echo "        keepalive_timeout 4s;"
         echo "    }"
         echo "    server {"
         echo "        listen 127.0.0.1:$port;"

@@ -35,8 +35,17 @@ struct svc_app {
     void (*duties_attach)(struct svc_app *app, struct event_base *base);
     void (*duties_detach)(struct svc_app *app);
     void *duties; /* theirs */
-    _Atomic int draining;
+    _Atomic int draining; /* 0 serving, else where the drain is (SVC_DRAIN_*) */
     _Atomic int inflight;
 };
+
+/* The drain's steps (svc_server_stop), in app->draining: GRACE, /readyz 503
+ * and connections still accepted, so that a balancer that asks /readyz leaves
+ * first; CLOSED, none accepted any more and each answer closes its connection
+ * (Connection: close), so that a balancer stops sending on its kept-alive
+ * ones before they are closed. Not earlier: while the instance still
+ * accepts, closing every connection would only bring new ones, each of which
+ * can be caught in the listen queue when it closes. */
+enum { SVC_DRAIN_GRACE = 1, SVC_DRAIN_CLOSED = 2 };
 
 #endif

@@ -41,6 +41,7 @@ struct conns_sweep {
 };
 
 static _Atomic uint64_t timeouts_total, refused_total;
+static _Atomic int64_t open_total; /* connections open now, every loop */
 
 /* The open connections of each client address, across the loops. */
 #define ADDR_BUCKETS 1024
@@ -266,6 +267,7 @@ void conns_opened(struct conns_sweep *s, struct MHD_Connection *conn,
     *socket_context = c;
     if (!c) /* out of memory: neither counted nor timed */
         return;
+    atomic_fetch_add_explicit(&open_total, 1, memory_order_relaxed);
     c->conn = conn;
     c->phase = CONN_READING;
     c->since_us = clock_now_us();
@@ -291,6 +293,7 @@ void conns_closed(void **socket_context)
     struct conn_entry *c = *socket_context;
     if (!c)
         return;
+    atomic_fetch_sub_explicit(&open_total, 1, memory_order_relaxed);
     if (c->counted)
         addr_release(c->addr);
     if (c->sweep) {
@@ -338,4 +341,9 @@ uint64_t conns_timeouts_total(void)
 uint64_t conns_refused_total(void)
 {
     return atomic_load_explicit(&refused_total, memory_order_relaxed);
+}
+
+int64_t conns_open(void)
+{
+    return atomic_load_explicit(&open_total, memory_order_relaxed);
 }

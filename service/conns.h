@@ -77,4 +77,7 @@ void conns_answer_sent(struct MHD_Connection *conn);
 uint64_t conns_timeouts_total(void);
 uint64_t conns_refused_total(void);
 
+/* Connections open now, across every loop (any thread). */
+int64_t conns_open(void);
+
 #endif

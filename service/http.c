@@ -84,6 +84,11 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_st
     int nh = extra_headers(st, res, h);
     for (int i = 0; i < nh; i++)
         MHD_add_response_header(r, h[i].name, h[i].value);
+    /* Draining, no longer accepting: the connection closes after this answer,
+     * so that a balancer does not keep it to send a request the instance will
+     * not read (svc_server_stop waits for the connections to close). */
+    if (tls_loop && atomic_load(&tls_loop->srv->app->draining) == SVC_DRAIN_CLOSED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned int)res->status, r);
     MHD_destroy_response(r);
     return ret;

@@ -367,7 +367,7 @@ static void lifecycle(FILE *f, struct svc_app *app)
     gauge(f, "seckill_inflight_requests", "Requests being answered now.",
           atomic_load(&app->inflight));
     gauge(f, "seckill_draining", "1 while the instance drains for shutdown.",
-          atomic_load(&app->draining));
+          atomic_load(&app->draining) != 0);
     gauge(f, "seckill_redis_durable",
           "1 when an acknowledged order survives a crash of the data Redis (AOF with "
           "appendfsync always, or replicas acknowledge each order: "

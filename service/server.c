@@ -245,7 +245,7 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
     if (!srv)
         return;
     struct svc_app *app = srv->app;
-    atomic_store(&app->draining, 1);
+    atomic_store(&app->draining, SVC_DRAIN_GRACE);
     log_event(LOG_INFO, "draining", "grace_ms=%d inflight=%d", grace_ms,
               atomic_load(&app->inflight));
     /* Let the balancer see /readyz fail before refusing connections. Nothing
@@ -255,14 +255,21 @@ void svc_server_stop(struct svc_server *srv, int grace_ms, int wait_ms)
         waiters_serve(srv, -1, clock_now_us() + (int64_t)grace_ms * 1000);
     loops_quiesce(srv);
     close(srv->lsock);
+    atomic_store(&app->draining, SVC_DRAIN_CLOSED);
+    /* The requests in flight answered, and the connections closed: each
+     * answer now closes its connection (http.c), and a balancer closes its
+     * idle kept-alive ones after its keepalive_timeout (deploy/nginx: 4 s),
+     * so none is cut while a request it carries is on its way. */
     int64_t until = clock_now_us() + (int64_t)wait_ms * 1000;
-    while (atomic_load(&app->inflight) > 0 && clock_now_us() < until)
+    while ((atomic_load(&app->inflight) > 0 || conns_open() > 0) && clock_now_us() < until)
         waiters_serve(srv, -1, clock_now_us() + 10000);
     waiters_stop(srv);
     int left = atomic_load(&app->inflight);
+    long long conns_left = (long long)conns_open();
     loops_free(srv, srv->nloops, 1);
     waiters_free(srv);
-    log_event(LOG_INFO, "stopped", "inflight_left=%d", left);
+    log_event(LOG_INFO, "stopped", "inflight_left=%d connections_left=%lld", left,
+              conns_left);
     pthread_mutex_destroy(&srv->mu);
     pthread_cond_destroy(&srv->cv);
     free(srv->engines);
