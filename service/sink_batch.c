@@ -11,7 +11,10 @@
 
 /* The events new to the database are recorded, and each order takes the
  * furthest state among them, only forward (rank: placed and pending 1, the
- * ends 2). */
+ * ends 2). Only a pending event carries pay_by (b): the row takes it from
+ * whichever of the batch's new events has it, and a row that has none yet
+ * takes it later too, though its state is further already (the end came
+ * first, or in the same batch). */
 const char SINK_APPLY_SQL[] =
     "WITH ev AS (SELECT * FROM json_to_recordset($1::json) AS e(x text, i text, "
     "  o bigint, s text, k text, u text, q int, g text, b bigint, p text)), "
@@ -19,17 +22,23 @@ const char SINK_APPLY_SQL[] =
     "  SELECT x, i, o, s, to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev "
     "  ON CONFLICT DO NOTHING RETURNING stream, event_id), "
     "latest AS (SELECT DISTINCT ON (ev.o) ev.*, "
+    "  max(ev.b) OVER (PARTITION BY ev.o) AS pb, "
     "  CASE WHEN ev.s IN ('placed', 'pending') THEN 1 ELSE 2 END AS r "
     "  FROM ev JOIN fresh ON fresh.stream = ev.x AND fresh.event_id = ev.i "
     "  ORDER BY ev.o, r DESC) "
     "INSERT INTO seckill_orders AS t (order_id, sku, user_id, qty, generation, state, "
     "  rank, pay_by, payment_id, changed_at) "
-    "SELECT o, k, u, q, g, s, r, to_timestamp(b / 1000.0), p, "
+    "SELECT o, k, u, q, g, s, r, to_timestamp(pb / 1000.0), p, "
     "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM latest "
-    "ON CONFLICT (order_id) DO UPDATE SET state = EXCLUDED.state, rank = EXCLUDED.rank, "
-    "  payment_id = COALESCE(EXCLUDED.payment_id, t.payment_id), "
-    "  changed_at = EXCLUDED.changed_at "
-    "WHERE t.rank < EXCLUDED.rank";
+    "ON CONFLICT (order_id) DO UPDATE SET "
+    "  state = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.state ELSE t.state END, "
+    "  rank = greatest(t.rank, EXCLUDED.rank), "
+    "  pay_by = coalesce(t.pay_by, EXCLUDED.pay_by), "
+    "  payment_id = CASE WHEN t.rank < EXCLUDED.rank "
+    "    THEN coalesce(EXCLUDED.payment_id, t.payment_id) ELSE t.payment_id END, "
+    "  changed_at = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.changed_at "
+    "    ELSE t.changed_at END "
+    "WHERE t.rank < EXCLUDED.rank OR (t.pay_by IS NULL AND EXCLUDED.pay_by IS NOT NULL)";
 
 void sink_batch_clear(struct sink_batch *b)
 {

@@ -147,10 +147,137 @@ static void test_commit_error_is_the_answer(void **state)
     sql("DROP TABLE apg_deferred");
 }
 
+
+/* ---- the batch's statement -------------------------------------------------- */
+
+/* A stream entry's [field, value, ...] array, from "o=42 s=paid ...". */
+struct entry {
+    char text[512];
+    redisReply arr, items[32], *ptrs[32];
+};
+
+static const redisReply *entry_of(struct entry *e, const char *fields)
+{
+    snprintf(e->text, sizeof(e->text), "%s", fields);
+    size_t n = 0;
+    char *save = NULL;
+    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 32;
+         f = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(f, '=');
+        assert_non_null(eq);
+        *eq = '\0';
+        const char *parts[2] = {f, eq + 1};
+        for (int i = 0; i < 2; i++, n++) {
+            e->items[n] = (redisReply){.type = REDIS_REPLY_STRING,
+                                       .str = (char *)parts[i],
+                                       .len = strlen(parts[i])};
+            e->ptrs[n] = &e->items[n];
+        }
+    }
+    e->arr = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = n, .element = e->ptrs};
+    return &e->arr;
+}
+
+/* Applies one batch of events (ids[i], fields[i]) of stream "sk:{t}:events"
+ * as the sink does (SINK_APPLY_SQL); the statement's status, and its SQLSTATE
+ * in sqlstate (6 bytes) when it failed. */
+static ExecStatusType apply(int n, const char *const *ids, const char *const *fields,
+                            char *sqlstate)
+{
+    struct sink_batch b = {0};
+    for (int i = 0; i < n; i++) {
+        struct entry e;
+        sink_batch_add(&b, 0, "sk:{t}:events", ids[i], entry_of(&e, fields[i]));
+    }
+    assert_int_equal(b.valid, n);
+    const char *params[] = {sink_batch_close(&b)};
+    PGconn *c = PQconnectdb(pg.url);
+    PGresult *r = PQexecParams(c, SINK_APPLY_SQL, 1, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    if (sqlstate)
+        snprintf(sqlstate, 6, "%s", code ? code : "");
+    if (st != PGRES_COMMAND_OK && !sqlstate)
+        fail_msg("the batch failed: %s", PQresultErrorMessage(r));
+    PQclear(r);
+    PQfinish(c);
+    sink_batch_free(&b);
+    return st;
+}
+
+/* The order's row: "state pay_by-in-ms payment_id" (pay_by "-" when NULL). */
+static const char *order_row(long long id)
+{
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT state || ' ' || coalesce((extract(epoch FROM pay_by) * 1000)::bigint::text, "
+             "'-') || ' ' || coalesce(payment_id, '-') FROM seckill_orders WHERE order_id = %lld",
+             id);
+    return sql(q);
+}
+
+#define EV(o, s, extra) "o=" #o " s=" s " k=t u=alice q=1 g=1" extra
+#define PAY_BY " b=1700000004000"
+
+/* A reservation's pending event and its end, in one batch (a backlog after
+ * an outage, a claim): the row is the end's, with the pending event's
+ * pay_by. */
+static void test_pay_by_pending_and_end_in_one_batch(void **state)
+{
+    (void)state;
+    const char *ids[] = {"1700000000000-0", "1700000001000-0"};
+    const char *f1[] = {EV(101, "pending", PAY_BY), EV(101, "expired", "")};
+    apply(2, ids, f1, NULL);
+    assert_string_equal(order_row(101), "expired 1700000004000 -");
+    const char *f2[] = {EV(102, "pending", PAY_BY), EV(102, "paid", " p=pay-102")};
+    const char *ids2[] = {"1700000000000-1", "1700000001000-1"};
+    apply(2, ids2, f2, NULL);
+    assert_string_equal(order_row(102), "paid 1700000004000 pay-102");
+}
+
+/* The end first (its pending event claimed later from a consumer that died
+ * with it), then the pending event: the row keeps the end's state and
+ * payment, and takes the pay_by. Then both again (a replay): nothing
+ * changes. */
+static void test_pay_by_end_before_pending(void **state)
+{
+    (void)state;
+    const char *end_id[] = {"1700000001000-2"}, *end[] = {EV(103, "paid", " p=pay-103")};
+    const char *pend_id[] = {"1700000000000-2"}, *pend[] = {EV(103, "pending", PAY_BY)};
+    apply(1, end_id, end, NULL);
+    assert_string_equal(order_row(103), "paid - pay-103");
+    apply(1, pend_id, pend, NULL);
+    assert_string_equal(order_row(103), "paid 1700000004000 pay-103");
+    const char *both_id[] = {"1700000000000-2", "1700000001000-2"};
+    const char *both[] = {pend[0], end[0]};
+    apply(2, both_id, both, NULL);
+    assert_string_equal(order_row(103), "paid 1700000004000 pay-103");
+    assert_string_equal(sql("SELECT count(*) FROM seckill_events WHERE order_id = 103"), "2");
+}
+
+/* In order, in two batches: pending, then cancelled. And a placed order (no
+ * payment window) has no pay_by. */
+static void test_pay_by_in_order(void **state)
+{
+    (void)state;
+    const char *id1[] = {"1700000000000-3"}, *f1[] = {EV(104, "pending", PAY_BY)};
+    const char *id2[] = {"1700000001000-3"}, *f2[] = {EV(104, "cancelled", "")};
+    apply(1, id1, f1, NULL);
+    assert_string_equal(order_row(104), "pending 1700000004000 -");
+    apply(1, id2, f2, NULL);
+    assert_string_equal(order_row(104), "cancelled 1700000004000 -");
+    const char *id3[] = {"1700000000000-4"}, *f3[] = {EV(105, "placed", "")};
+    apply(1, id3, f3, NULL);
+    assert_string_equal(order_row(105), "placed - -");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_error_is_the_answer),
+        cmocka_unit_test(test_pay_by_pending_and_end_in_one_batch),
+        cmocka_unit_test(test_pay_by_end_before_pending),
+        cmocka_unit_test(test_pay_by_in_order),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
