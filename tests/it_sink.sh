@@ -18,6 +18,8 @@
 #     rows, no event twice);
 #   - a stream entry that is no event of the scripts is skipped (counted), and what
 #     comes after it still arrives;
+#   - a transaction refused at its commit (a deferred trigger) is not acknowledged:
+#     its events stay pending, and arrive once commits pass;
 #   - the store block is no rubber stamp: an order put in another state in the
 #     database makes it say so;
 #   - a Redis Cluster of 3 masters: one stream per shard, and the same agreement;
@@ -175,6 +177,25 @@ check "it claimed events already written ($(metric "$last" seckill_sink_claimed_
     test "$(metric "$last" seckill_sink_claimed_total)" -gt 0
 expect "written twice, applied once: one event and one order each" "$n $n" \
     "$(sql "$kurl" "select (select count(*) from seckill_events), (select count(*) from seckill_orders)" | tr '|' ' ')"
+
+# ---- an error at the commit itself: nothing acknowledged -------------------------------
+# A deferred constraint trigger refuses every transaction that records an event, at its
+# commit, after the statement's own result came (a serialization failure: not the
+# data's, so the batch is tried again, not dead-lettered). The events must stay pending.
+sql "$kurl" "create function refuse_at_commit() returns trigger language plpgsql as
+    \$\$ begin raise exception 'refused at commit' using errcode = '40001'; end \$\$;
+    create constraint trigger refuse_at_commit after insert on seckill_events
+    deferrable initially deferred for each row execute function refuse_at_commit()" >/dev/null
+errors_before=$(metric "$last" seckill_sink_errors_total)
+stored_before=$(sql "$kurl" "select count(*) from seckill_events")
+for i in $(seq 1 5); do post "$last" k "c$i" >/dev/null; done
+refused() { (($(metric "$last" seckill_sink_errors_total) >= errors_before + 2)); }
+check "a transaction refused at its commit counts as failed (tried again)" wait_until 10 refused
+expect "nothing of it in the database" "$stored_before" "$(sql "$kurl" "select count(*) from seckill_events")"
+check "its events stay pending: not acknowledged" test "$(pending)" -gt 0
+sql "$kurl" "drop trigger refuse_at_commit on seckill_events" >/dev/null
+check "once the commit passes, they reach the database and the store matches" \
+    wait_until 20 drained
 
 # ---- a Redis Cluster: one stream per shard -------------------------------------------
 "$ROOT/scripts/cluster.sh" up --dir "$dir/rc" --quiet --redis-cluster 3 --instances 2 \
