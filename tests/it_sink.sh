@@ -18,6 +18,9 @@
 #     rows, no event twice);
 #   - a stream entry that is no event of the scripts is skipped (counted), and what
 #     comes after it still arrives;
+#   - events that PostgreSQL refuses for their data (19 digits beyond bigint or int, a
+#     pay_by beyond to_timestamp) go to seckill_dead_letters with its error, counted,
+#     and what comes after them still arrives;
 #   - a transaction refused at its commit (a deferred trigger) is not acknowledged:
 #     its events stay pending, and arrive once commits pass;
 #   - the store block is no rubber stamp: an order put in another state in the
@@ -100,6 +103,26 @@ expect "... and none of them is in the database" 0 \
     "$(sql "$PG_URL" "select count(*) from seckill_orders where order_id in (91, 92)")"
 [[ -n $(post "$url" life late-buyer) ]]
 check "and the changes after it still reach the database" wait_until 10 matches "$url" life
+
+# events that pass the sink's checks (19 digits) and that PostgreSQL refuses for their
+# data (an order id beyond bigint, units beyond int, a pay_by beyond to_timestamp's
+# range): dead letters with PostgreSQL's error, and they hold up nothing after them
+redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 9223372036854775808 s placed k life u p1 q 1 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 93 s placed k life u p2 q 2147483648 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 94 s pending k life u p3 q 1 g 1 b 9223372036854775807 >/dev/null
+[[ -n $(post "$url" life after-poison) ]]
+dead_counted() { # the 3 skipped entries above and these 3
+    local u v n=0
+    for u in $INSTANCE_URLS; do
+        v=$(metric "$u" seckill_sink_dead_letters_total)
+        n=$((n + ${v:-0}))
+    done
+    ((n == 6))
+}
+check "events PostgreSQL refuses are dead letters, counted once each" wait_until 10 dead_counted
+expect "... in seckill_dead_letters with PostgreSQL's error (and the 3 skipped)" "6 3" \
+    "$(sql "$PG_URL" "select count(*), count(*) filter (where error like '%out of range%') from seckill_dead_letters")"
+check "and the order placed after them reaches the database" wait_until 10 matches "$url" life
 
 # ---- PostgreSQL down in the middle of a sale ----------------------------
 curl -s -o /dev/null -X PUT "$url/skus/outage" -d '{"stock": 100000}'

@@ -9,9 +9,10 @@
  *     in: a reservation's pending event and its end in one batch, the end in
  *     one batch and the pending event in a later one, or in order;
  *   - an event PostgreSQL cannot store (an order id beyond bigint, units
- *     beyond int, a pay_by beyond to_timestamp's range) fails its statement
- *     with a data error that names it, so that the sink can tell it from a
- *     database that is away. */
+ *     beyond int, a pay_by beyond to_timestamp's range) fails its statement,
+ *     and any batch with it, with a data error (SQLSTATE class 22), which the
+ *     sink tells from a database that is away; the dead letters' statement
+ *     stores what cannot be stored, with its error, once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -271,6 +272,74 @@ static void test_pay_by_in_order(void **state)
     assert_string_equal(order_row(105), "placed - -");
 }
 
+/* ---- what cannot be stored ------------------------------------------------- */
+
+/* Each of these passes the sink's own checks (19 digits at most) and is
+ * refused by PostgreSQL for its data (SQLSTATE class 22), alone and with a
+ * good event beside it: the batch's statement fails whole, every time. */
+static void test_poison_events_are_data_errors(void **state)
+{
+    (void)state;
+    static const char *const poison[] = {
+        "o=9223372036854775808 s=placed k=t u=alice q=1 g=1",   /* 2^63: beyond bigint */
+        "o=201 s=placed k=t u=alice q=2147483648 g=1",          /* 2^31: beyond int */
+        "o=202 s=pending k=t u=alice q=1 g=1 b=9223372036854775807", /* no timestamp */
+    };
+    char code[6];
+    for (size_t i = 0; i < sizeof(poison) / sizeof(poison[0]); i++) {
+        const char *ids[] = {"1700000000000-9", "1700000000001-9"};
+        const char *one[] = {poison[i]};
+        assert_int_equal(apply(1, ids, one, code), PGRES_FATAL_ERROR);
+        assert_memory_equal(code, "22", 2);
+        const char *two[] = {EV(203, "placed", ""), poison[i]};
+        assert_int_equal(apply(2, ids, two, code), PGRES_FATAL_ERROR);
+        assert_memory_equal(code, "22", 2);
+    }
+    assert_string_equal(sql("SELECT count(*) FROM seckill_orders WHERE order_id IN (201, 202, 203)"),
+                        "0");
+}
+
+/* The dead letters' statement stores each once, with its error: one event
+ * the sink skipped (bytes JSON would escape, not UTF-8) and one the database
+ * refused (its row as sent). */
+static void test_dead_letters_stored_once(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    struct entry e;
+    sink_batch_add(&b, 0, "sk:{t}:events", "1700000000000-7",
+                   entry_of(&e, "o=204 s=placed k=t u=a\"\xff\\ q=1 g=1"));
+    sink_batch_add(&b, 0, "sk:{t}:events", "1700000000001-7",
+                   entry_of(&e, "o=9223372036854775808 s=placed k=t u=alice q=1 g=1"));
+    assert_int_equal(b.skipped, 1);
+    assert_int_equal(b.valid, 1);
+    sink_batch_kill(&b, 0, "sk:{t}:events", "value \"9223372036854775808\" is out of range");
+    char *rows = sink_batch_dead_rows(&b);
+    const char *params[] = {rows};
+    for (int i = 0; i < 2; i++) {
+        PGconn *c = PQconnectdb(pg.url);
+        PGresult *r = PQexecParams(c, SINK_DEAD_SQL, 1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_COMMAND_OK)
+            fail_msg("dead letters: %s", PQresultErrorMessage(r));
+        PQclear(r);
+        PQfinish(c);
+    }
+    free(rows);
+    sink_batch_free(&b);
+    assert_string_equal(sql("SELECT count(*) FROM seckill_dead_letters"), "2");
+    assert_string_equal(
+        sql("SELECT fields || ' | ' || error FROM seckill_dead_letters WHERE event_id = "
+            "'1700000000000-7'"),
+        "o=204 s=placed k=t u=a\"\\xff\\x5c q=1 g=1 | not an event of the outbox scripts");
+    assert_string_equal(
+        sql("SELECT error FROM seckill_dead_letters WHERE event_id = '1700000000001-7'"),
+        "value \"9223372036854775808\" is out of range");
+    assert_string_equal(sql("SELECT fields LIKE '%\"o\":\"9223372036854775808\"%' FROM "
+                            "seckill_dead_letters WHERE event_id = '1700000000001-7'"),
+                        "t");
+    sql("DELETE FROM seckill_dead_letters");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +347,8 @@ int main(void)
         cmocka_unit_test(test_pay_by_pending_and_end_in_one_batch),
         cmocka_unit_test(test_pay_by_end_before_pending),
         cmocka_unit_test(test_pay_by_in_order),
+        cmocka_unit_test(test_poison_events_are_data_errors),
+        cmocka_unit_test(test_dead_letters_stored_once),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
