@@ -15,6 +15,11 @@
 -- the sink's registry, or on a cluster a key of the shard's own left alone),
 -- else ''.
 -- KEYS[16] the SKU's events stream (kept: events of the old epoch still go).
+-- KEYS[17..] the fencing marks of its segment locks (of the segments it had
+-- and has: "<lock key>:fence", lock/lock.h), deleted: a mark belongs to the
+-- SKU's epoch. No write can pass the fence by it: every commit and transfer
+-- also checks the epoch it was routed in, before its lock was granted, and
+-- the epoch moves on here, in the same step (docs/design.md, "Fencing").
 -- Returns 1 when the SKU was new, 0 when it was reset.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
@@ -30,6 +35,7 @@ for i = 0, n - 1, 1000 do
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
            KEYS[10], KEYS[11], KEYS[12], KEYS[13])
+for i = 17, #KEYS do redis.call('DEL', KEYS[i]) end
 local k = tonumber(ARGV[2])
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
