@@ -77,6 +77,10 @@ expect "the database by state" \
     '{"placed":[0,0],"pending":[0,0],"paid":[15,15],"cancelled":[10,10],"expired":[15,15]}' "$store"
 expect "one event per change: 40 pending + 40 ends, none twice" "80 80" \
     "$(sql "$PG_URL" "select count(*), count(distinct (e.order_id, e.state)) from seckill_events e join seckill_orders o using (order_id) where o.sku = 'life'")"
+# a pay or cancel right after its order: its pending event and its end often go in one
+# batch, and only the pending event carries pay_by
+expect "every order of the sale has its pay_by, whatever the batches its events went in" \
+    "40 0" "$(sql "$PG_URL" "select count(*), count(*) filter (where pay_by is null) from seckill_orders where sku = 'life'")"
 expect "every paid, cancelled and expired order came from pending" 40 \
     "$(sql "$PG_URL" "select count(*) from seckill_events where state = 'pending' and order_id in (select order_id from seckill_orders where sku = 'life')")"
 one=$(sql "$PG_URL" "select order_id from seckill_orders where sku = 'life' and state = 'paid' limit 1")
