@@ -61,8 +61,9 @@ void sink_batch_free(struct sink_batch *b);
  * ("[{...}]"); the caller frees it. */
 char *sink_batch_row(const struct sink_batch *b, int v);
 /* The valid event v, of stream key, cannot be stored: the database refused
- * it by itself with error. It becomes a dead letter (its row is still sent
- * with the others: see sink.c). */
+ * it by itself with error. It becomes a dead letter (its row stays in rows:
+ * a batch tried again from the start, after sink_batch_unkill, sends it
+ * again). */
 void sink_batch_kill(struct sink_batch *b, int v, const char *key, const char *error);
 /* Forgets the events killed (the skipped ones stay): before the batch is
  * tried again from the start. */
