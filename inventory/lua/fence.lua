@@ -51,8 +51,11 @@ local function fenced(key, token)
   redis.call('SET', key, table.concat(kept, '|'))
   return false
 end
--- fence_first(key): the token of the holder that took the mark last (the
--- only one whose commit may pass), '' for none.
-local function fence_first(key)
-  return string.match(redis.call('GET', key) or '', '^[^|]*')
+-- fence_holds(key, token): true when token is the mark's first, the token of
+-- the holder that took it last (the only one whose commit may pass).
+local function fence_holds(key, token)
+  local mark = redis.call('GET', key)
+  if mark == token then return true end -- no other namespace's in it: most times
+  return mark ~= false and #mark > #token and string.byte(mark, #token + 1) == 124 -- '|'
+    and string.sub(mark, 1, #token) == token
 end
