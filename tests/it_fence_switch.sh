@@ -89,6 +89,7 @@ slow=$!
 holds() { # its grant came and it has read: the mark is its version (a pg one, first)
     grep -qE '^[0-9]+@pg' <<<"$(mark)"
 }
+# (a grant and a read: milliseconds here; 10 s for a loaded machine's first pg statements)
 check "the slow pg holder holds and has read" wait_until 10 holds
 # The zk order takes tens of ms here; the holder works 3 s after its read: a loaded
 # machine has about 100 times what the zk order needs.

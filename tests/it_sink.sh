@@ -123,6 +123,8 @@ dead_counted() { # the 3 skipped entries above and these 3
     done
     ((n == 6))
 }
+# (a failed batch, its events alone, the dead letters: three round trips, well under a
+# second here; 10 s for a loaded machine)
 check "events PostgreSQL refuses are dead letters, counted once each" wait_until 10 dead_counted
 expect "... in seckill_dead_letters with PostgreSQL's error (and the 3 skipped)" "6 3" \
     "$(sql "$PG_URL" "select count(*), count(*) filter (where error like '%out of range%') from seckill_dead_letters")"
@@ -216,6 +218,7 @@ sql "$kurl" "create function refuse_at_commit() returns trigger language plpgsql
 errors_before=$(metric "$last" seckill_sink_errors_total)
 stored_before=$(sql "$kurl" "select count(*) from seckill_events")
 for i in $(seq 1 5); do post "$last" k "c$i" >/dev/null; done
+# two failed commits: the batch and its first retry 250 ms later (10 s: a loaded machine)
 refused() { (($(metric "$last" seckill_sink_errors_total) >= errors_before + 2)); }
 check "a transaction refused at its commit counts as failed (tried again)" wait_until 10 refused
 expect "nothing of it in the database" "$stored_before" "$(sql "$kurl" "select count(*) from seckill_events")"
