@@ -18,8 +18,8 @@
 #   - the audit: every 201 is an order, nothing oversold, consistent;
 #   - a reset (PUT ?reset=true) deletes the marks of the SKU's segments, and the next
 #     orders make new ones.
-set -uo pipefail
 # shellcheck disable=SC2317 # functions run from wait_until look unreachable
+set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin fence_switch redis-server redis-cli curl jq psql pg_isready initdb
@@ -32,13 +32,12 @@ start_zk "$dir" 1 || exit 1
 zk=$STARTED_NODES
 
 mark() { redis-cli -p "$rport" get 'sk:{sw}:lock:0:fence'; }
-instance() { # NAME MODE [FLAGS...]: an instance in lock mode MODE; sets its URL in NAME_url
+instance() { # NAME MODE [FLAGS...]: an instance in lock mode MODE (its URL: STARTED_URL)
     local name=$1 mode=$2
     shift 2
     start_instance "$name" "$dir" --redis "127.0.0.1:$rport" --postgres "$pgurl" \
         --zk "$zk" --lock "$mode" --threads 1 --batch 1 --wait-ms 1000 \
         --log-level warn "$@" || exit 1
-    printf -v "${name}_url" '%s' "$STARTED_URL"
 }
 placed=0
 users=0
@@ -56,6 +55,7 @@ sell() { # URL N WHAT: N orders of fresh users, one after the other; all must be
 fenced_off() { curl -s "$1/stats" | jq -r '.fenced_off_commits'; }
 
 instance p pg
+p_url=$STARTED_URL
 curl -s -o /dev/null -X PUT "$p_url/skus/sw" -d '{"stock": 1000, "segments": 1}'
 sell "$p_url" 5 "pg"
 check "the mark is a pg version ($(mark))" grep -qE '^[0-9]+@pg$' <<<"$(mark)"
@@ -68,20 +68,24 @@ psql -X -q "$pgurl" -c 'drop table seckill_locks' -c 'create table seckill_locks
 sell "$p_url" 3 "pg, its lock table made anew"
 
 instance r redis
+r_url=$STARTED_URL
 sell "$r_url" 5 "redis after pg"
 check "the mark is a data Redis token, with pg's high water ($(mark))" \
     grep -qE '^[0-9]+:[0-9a-f]{32}\|[0-9]+@pg$' <<<"$(mark)"
 sell "$p_url" 5 "pg after redis"
 
 instance z zk
+z_url=$STARTED_URL
 sell "$z_url" 5 "zk after pg"
 check "the mark is a czxid, with pg's high water ($(mark))" grep -qE '^[0-9]+\|[0-9]+@pg$' <<<"$(mark)"
 sell "$p_url" 5 "pg after zk"
 instance s setnx
+s_url=$STARTED_URL
 sell "$s_url" 3 "setnx after pg"
 
 # A pg holder at work when a zk holder takes the mark: its commit is refused.
 instance slow pg --work-us 3000000
+slow_url=$STARTED_URL
 before=$(fenced_off "$slow_url")
 curl -s -o "$dir/slow.body" -w '%{http_code}' --max-time 20 -X POST \
     "$slow_url/skus/sw/orders" -d '{"user_id":"slow-1"}' >"$dir/slow.code" &
