@@ -31,6 +31,10 @@ struct rscript inv_xfer_in_script = RSCRIPT_INIT("inv_xfer_in", lua_inventory_xf
  * and an order id carries its shard's gene (orderid.h), which is how
  * GET /orders/{id} finds it. */
 
+extern const struct rscript_source lua_inventory_dir_epoch;
+/* inventory/lua/dir_epoch.lua: a cluster SKU's next epoch. */
+static struct rscript dir_epoch_script = RSCRIPT_INIT("inv_dir_epoch", lua_inventory_dir_epoch);
+
 static void dir_key(char *buf, size_t len, const char *sku)
 {
     snprintf(buf, len, "sk:{%s}:dir", sku);
@@ -275,7 +279,8 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
     char key[96], epoch[24], list[CLUSTER_MAX_MASTERS * 4] = "";
     dir_key(key, sizeof(key), sku);
     struct rconn *rc = dir_conn(s, key);
-    redisReply *r = rc ? rconn_command(rc, "HINCRBY %s epoch 1", key) : NULL;
+    const char *argv[] = {key};
+    redisReply *r = rc ? rconn_eval(rc, &dir_epoch_script, 1, 0, argv, NULL) : NULL;
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         if (r)
             freeReplyObject(r);

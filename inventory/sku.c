@@ -51,7 +51,9 @@ static redisReply *multi_exec_reply(struct rpipe *p, int n)
 /* Creates or resets sku's shard `shard` of nshards (on one Redis the only
  * one, 0 of 1): the stock of its segments (those i with i % nshards ==
  * shard; the others 0 here), its order records cleared, its epoch `epoch`
- * ("" for one more), its sale window spec's. */
+ * ("" for one more), its sale window spec's, and its segment locks' fencing
+ * marks gone (those of the segments it had and has: a mark belongs to the
+ * SKU's epoch, see reset.lua). */
 inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
                              const struct inv_sku_spec *spec, int shard, int nshards,
                              const char *epoch)
@@ -61,9 +63,18 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     inv_keys_init(&k, sku, s->gene);
     long long stock = spec->stock;
     int segments = spec->segments, limit = spec->limit;
-    int n = 27 + segments;
+    /* the marks of every segment it had, too (a reset may have fewer) */
+    int marks = segments;
+    redisReply *had = rconn_command(s->rc, "HGET %s segments", k.meta);
+    if (had && had->type == REDIS_REPLY_STRING && atoi(had->str) > marks &&
+        atoi(had->str) <= INV_MAX_SEGMENTS)
+        marks = atoi(had->str);
+    if (had)
+        freeReplyObject(had);
+    int nkeys = 16 + marks, n = nkeys + 11 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
+    char(*fences)[160] = xmalloc(sizeof(*fences) * (size_t)marks);
     char starts[24] = "", ends[24] = "", pay[24], streams[128];
     snprintf(pay, sizeof(pay), "%lld", spec->pay_ms);
     if (s->gene < 0) /* on a cluster, inv_sku_set lists the shards' streams */
@@ -78,6 +89,12 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
                           k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   k.dues,
                           streams, k.events};
     memcpy(argv, keys, sizeof(keys));
+    for (int i = 0; i < marks; i++) {
+        char lkey[128];
+        snprintf(lkey, sizeof(lkey), "%s%d", k.lock, i);
+        lock_fence_key(lkey, fences[i], sizeof(fences[i]));
+        argv[16 + i] = fences[i];
+    }
     long long mine = 0;
     for (int i = 0; i < segments; i++) {
         long long units = i % nshards == shard ? seg_initial(stock, segments, i) : 0;
@@ -87,19 +104,21 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     snprintf(vals[0], 24, "%lld", mine);
     snprintf(vals[1], 24, "%d", segments);
     snprintf(vals[2], 24, "%d", limit);
+    const char **args = argv + nkeys;
     for (int i = 0; i < segments + 3; i++)
-        argv[16 + i] = vals[i];
-    argv[19 + segments] = SOLDOUT_CHANNEL;
-    argv[20 + segments] = sku;
-    argv[21 + segments] = k.order;
-    argv[22 + segments] = epoch;
-    argv[23 + segments] = starts;
-    argv[24 + segments] = ends;
-    argv[25 + segments] = pay;
-    argv[26 + segments] = s->inv->cfg.outbox ? "1" : "";
-    redisReply *r = rconn_eval(s->rc, &reset_script, 16, 11 + segments, argv, NULL);
+        args[i] = vals[i];
+    args[3 + segments] = SOLDOUT_CHANNEL;
+    args[4 + segments] = sku;
+    args[5 + segments] = k.order;
+    args[6 + segments] = epoch;
+    args[7 + segments] = starts;
+    args[8 + segments] = ends;
+    args[9 + segments] = pay;
+    args[10 + segments] = s->inv->cfg.outbox ? "1" : "";
+    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 11 + segments, argv, NULL);
     free(argv);
     free(vals);
+    free(fences);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_INTEGER)
         st = r->integer == 1 ? INV_CREATED : INV_OK;

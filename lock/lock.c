@@ -133,6 +133,8 @@ void lock_fence_text(const struct lock_grant *g, char *buf, size_t len)
 {
     if (g->fence_owner[0])
         snprintf(buf, len, "%" PRIu64 ":%s", g->fence, g->fence_owner);
+    else if (g->fence_ns[0])
+        snprintf(buf, len, "%" PRIu64 "@%s", g->fence, g->fence_ns);
     else
         snprintf(buf, len, "%" PRIu64, g->fence);
 }

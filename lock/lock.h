@@ -11,7 +11,10 @@
  * lives on the data Redis at "<key>:fence" (see lock_fence_key), so a commit
  * script can refuse a write whose grant is no longer the newest; the zk mode's
  * token comes from ZooKeeper instead (the lock node's czxid), the pg mode's
- * from PostgreSQL (the lock row's version), and no counter is kept for them. */
+ * from PostgreSQL (the lock row's version), and no counter is kept for them.
+ * The key's value is "<token>[|<token>...]": the last token taken, then the
+ * high water of each other namespace whose tokens took it before (tokens of
+ * two namespaces are never compared: inventory/lua/fence.lua). */
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
@@ -36,6 +39,8 @@ struct lock_grant {
     char token[33];         /* owner token: 128 random bits in hex */
     uint64_t fence;         /* fencing token's number; 0 when the mode has none */
     char fence_owner[33];   /* whose it is (lock_fence_text): "" for zk's czxid */
+    char fence_ns[8];       /* a token from outside the data Redis: the lock
+                               namespace it belongs to ("pg"), "" for zk's czxid */
     int64_t acquired_us;    /* monotonic time of the grant */
     int64_t valid_until_us; /* monotonic time after which the lease may be lost */
     int64_t waited_us;      /* time spent waiting for it */
@@ -314,8 +319,10 @@ void lock_fence_key(const char *key, char *buf, size_t len);
 /* The token of grant g as a commit checks it against "<key>:fence": "<n>:<owner>"
  * for a token the data Redis hands out (its number and the grant's owner, so
  * that a number handed out twice, after a failover lost the first, is not the
- * same token), "<n>" for one from outside (zk's czxid, unique by itself), "0"
- * for none. */
+ * same token), "<n>@<namespace>" for one from outside that names its lock
+ * namespace (pg's version: "<n>@pg"), "<n>" for zk's czxid (unique by
+ * itself), "0" for none. Numbers of two namespaces are never compared
+ * (inventory/lua/fence.lua). */
 void lock_fence_text(const struct lock_grant *g, char *buf, size_t len);
 #define LOCK_FENCE_TEXT 64 /* room for any of them */
 

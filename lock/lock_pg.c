@@ -7,14 +7,20 @@
  * it gone); a key's row is made on demand by the first acquire that finds none.
  *
  * Acquire: one conditional UPDATE, which takes the row when it is free or its
- * lease ran out, on the database's clock, and bumps its version:
- *   UPDATE ... SET owner = $me, expires_at = now() + ttl, version = version + 1
+ * lease ran out, on the database's clock, and moves its version on:
+ *   UPDATE ... SET owner = $me, expires_at = now() + ttl,
+ *     version = greatest(version + 1, <the database's clock in microseconds>)
  *   WHERE key = $k AND (owner IS NULL OR expires_at < now() OR owner = $me)
  *   RETURNING version
  * The version is the fencing token: strictly increasing per key, unique by
- * itself ("<n>", lock_fence_text), from outside the data Redis (as zk's czxid:
- * fence_external, the holder's first step raises the segment's fence to it,
- * fence_read.lua). The owner ($me) is a fresh random token per acquire, so
+ * itself in its namespace ("<n>@pg", lock_fence_text), from outside the data
+ * Redis (as zk's czxid: fence_external, the holder's first step raises the
+ * segment's fence to it, fence_read.lua). The clock is its floor so that a
+ * lock table made anew (dropped, restored from a backup) hands out versions
+ * above every one handed out before, which the segments' marks in the data
+ * Redis still hold: not 1 again, refused until it passed them. (Should the
+ * database's clock go back, such versions are refused until it passed them
+ * again: never let through.) The owner ($me) is a fresh random token per acquire, so
  * "owner = $me" only lets an attempt take again what its own earlier try of
  * the same acquire may have taken with its answer lost. The same statement
  * reads, from its snapshot, whether the row exists and the lease its holder
@@ -103,7 +109,8 @@ static const char sql_insert[] =
 static const char sql_acquire[] =
     "WITH prev AS (SELECT owner, expires_at FROM seckill_locks WHERE key = $1), "
     "got AS (UPDATE seckill_locks SET owner = $2, "
-    "expires_at = now() + $3::int * interval '1 millisecond', version = version + 1 "
+    "expires_at = now() + $3::int * interval '1 millisecond', "
+    "version = greatest(version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) "
     "WHERE key = $1 AND (owner IS NULL OR expires_at < now() OR owner = $2) "
     "RETURNING version) "
     "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "

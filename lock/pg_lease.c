@@ -98,7 +98,8 @@ void pg_grant_fill(struct pg_state *st, struct pg_hold *h, int contended,
 {
     memcpy(g->token, h->token, sizeof(g->token));
     g->fence = h->version;
-    g->fence_owner[0] = '\0'; /* unique by itself: "<n>" */
+    g->fence_owner[0] = '\0'; /* unique by itself in its namespace: "<n>@pg" */
+    snprintf(g->fence_ns, sizeof(g->fence_ns), "pg");
     g->acquired_us = clock_now_us();
     pthread_mutex_lock(&st->mu);
     g->valid_until_us = h->valid_until_us;

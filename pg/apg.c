@@ -16,7 +16,7 @@ struct apg_query {
     struct apg_query *next;
     apg_cb *cb;
     void *arg;
-    PGresult *res; /* its first result, kept until its sync point */
+    PGresult *res; /* its first result (or first failure), kept until its sync point */
     int sent;
     char *sql; /* unsent only: copies, freed once sent */
     int nparams;
@@ -305,8 +305,17 @@ static void notifications(struct apg *c)
     }
 }
 
-/* Reads what came: each query's first result is kept until its sync point,
- * where it is answered. */
+/* True when r says the query failed. */
+static int result_failed(const PGresult *r)
+{
+    ExecStatusType st = PQresultStatus(r);
+    return st == PGRES_FATAL_ERROR || st == PGRES_PIPELINE_ABORTED ||
+           st == PGRES_BAD_RESPONSE;
+}
+
+/* Reads what came: every result up to a query's sync point is read, and the
+ * query is answered there with its first result, or with its first failure
+ * when one came after it (an error reported at the commit). */
 static void read_results(struct apg *c)
 {
     if (!PQconsumeInput(c->conn)) {
@@ -328,7 +337,12 @@ static void read_results(struct apg *c)
         if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
             PQclear(r);
             query_done(c, APG_RESULT);
-        } else if (!c->head->res) {
+        } else if (!c->head->res || (!result_failed(c->head->res) && result_failed(r))) {
+            /* the first result, or the first failure after it: an error at
+             * the commit (a deferred constraint, a serialization failure)
+             * comes after the statement's own result, and is the answer */
+            if (c->head->res)
+                PQclear(c->head->res);
             c->head->res = r;
         } else {
             PQclear(r); /* a statement's further results: not asked for */

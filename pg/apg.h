@@ -32,7 +32,9 @@ typedef enum { APG_OK = 0, APG_ERR = -1 } apg_status;
 
 /* What became of a query. */
 typedef enum {
-    APG_RESULT = 0, /* r is the query's result (maybe an error: PQresultStatus) */
+    APG_RESULT = 0, /* r is the query's result (maybe an error: PQresultStatus);
+                       an error reported at the commit, after the statement's
+                       own result, is the result (never the success before it) */
     APG_NOT_SENT,   /* the connection was never up: the query did not run */
     APG_LOST,       /* the connection failed after the query could have left: it
                        may have run (and committed) */

@@ -181,11 +181,12 @@ json_t *svc_stats_json(struct svc_app *app, const struct svc_route_view *routes,
         svc_sink_stats(app->sink, &st);
         json_object_set_new(
             stats, "sink",
-            json_pack("{s:I, s:f, s:b, s:I, s:I, s:I, s:I, s:I}", "lag_events",
+            json_pack("{s:I, s:f, s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "lag_events",
                       (json_int_t)st.lag_events, "lag_seconds", st.lag_seconds, "up",
                       st.up, "events", (json_int_t)st.events, "batches",
                       (json_int_t)st.batches, "claimed", (json_int_t)st.claimed, "errors",
-                      (json_int_t)st.errors, "skipped", (json_int_t)st.skipped));
+                      (json_int_t)st.errors, "skipped", (json_int_t)st.skipped,
+                      "dead_letters", (json_int_t)st.dead_letters));
     }
     return stats;
 }
@@ -413,8 +414,13 @@ static void sink_figures(FILE *f, struct svc_app *app)
             "Transactions of this sink that failed (tried again).", st.errors);
     counter(f, "seckill_sink_skipped_total",
             "Stream entries that were no event of the outbox scripts: acknowledged, not "
-            "written (logged).",
+            "written (logged, kept as dead letters).",
             st.skipped);
+    counter(f, "seckill_sink_dead_letters_total",
+            "Events this sink could not store, put in seckill_dead_letters with their "
+            "error and acknowledged: the skipped entries and the events PostgreSQL "
+            "refused for their data.",
+            st.dead_letters);
 }
 
 /* seckill_build_info: what --version says, as a constant 1 with labels. */

@@ -43,6 +43,11 @@ const char SINK_SCHEMA_SQL[] =
     "  event_id text NOT NULL, order_id bigint NOT NULL, state text NOT NULL, "
     "  at timestamptz NOT NULL, PRIMARY KEY (stream, event_id)); "
     "INSERT INTO seckill_schema (version) VALUES (1) ON CONFLICT DO NOTHING; "
+    /* 2: the events that cannot be stored */
+    "CREATE TABLE IF NOT EXISTS seckill_dead_letters (stream text NOT NULL, "
+    "  event_id text NOT NULL, fields text NOT NULL, error text NOT NULL, "
+    "  at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (stream, event_id)); "
+    "INSERT INTO seckill_schema (version) VALUES (2) ON CONFLICT DO NOTHING; "
     "END $$";
 
 /* Where a round is. */
@@ -50,7 +55,15 @@ enum sink_phase {
     SINK_IDLE = 0, /* between rounds: a timer */
     SINK_READING,  /* XREADGROUP or XAUTOCLAIM on its way */
     SINK_WRITING,  /* the transaction on its way */
-    SINK_ACKING,   /* the acknowledgements on their way */
+    SINK_SPLITTING, /* the database refused the batch's data: each event alone */
+    SINK_BURYING,   /* the dead letters on their way */
+    SINK_ACKING,    /* the acknowledgements on their way */
+};
+
+/* One event of a batch the database refused, sent alone. */
+struct sink_single {
+    struct svc_sink *k;
+    int v; /* its index among the batch's valid events */
 };
 
 /* A stream the registry lists. */
@@ -86,9 +99,12 @@ struct svc_sink {
     int schema_sent; /* the schema went ahead on this connection */
     int acks_owed;
     struct sink_batch b;
+    struct sink_single *singles; /* a split's, one per valid event */
+    int singles_cap, singles_owed, split_failed;
+    char split_why[256]; /* why a split's event failed, otherwise than for its data */
     int lag_owed;
     int64_t lag_events_sum, lag_oldest_ms;
-    _Atomic uint64_t events, batches, claimed, errors, skipped;
+    _Atomic uint64_t events, batches, claimed, errors, skipped, dead_letters;
     _Atomic int64_t lag_events;
     _Atomic int64_t lag_age_ms; /* the oldest's age when measured, 0: none */
     _Atomic int up;
@@ -214,7 +230,7 @@ static void db_state(struct svc_sink *k, int up, const char *why)
 static void write_batch(struct svc_sink *k);
 
 /* The batch's events that were not valid, counted and logged (they are
- * acknowledged with the rest). */
+ * dead letters, acknowledged with the rest). */
 static void skipped_count(struct svc_sink *k)
 {
     if (k->b.skipped == 0)
@@ -222,8 +238,154 @@ static void skipped_count(struct svc_sink *k)
     atomic_fetch_add(&k->skipped, (uint64_t)k->b.skipped);
     log_event(LOG_WARN, "sink_event_skipped",
               "consumer=%s events=%d detail=\"not an event of the outbox scripts: "
-              "acknowledged, not written\"",
+              "kept as a dead letter, acknowledged, not written\"",
               k->consumer, k->b.skipped);
+}
+
+/* True when r failed because of the data it was given (SQLSTATE class 22,
+ * data exception: a number beyond its column's range, a time beyond
+ * to_timestamp's; 23, integrity constraint violation): the same events
+ * would fail the same way every time. Anything else (the connection, a
+ * serialization failure, a missing table) passes. */
+static int data_refused(apg_outcome res, const PGresult *r)
+{
+    const char *st = res == APG_RESULT ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return st && (strncmp(st, "22", 2) == 0 || strncmp(st, "23", 2) == 0);
+}
+
+/* Why a statement failed: the database's error, or the connection's. */
+static const char *failure(const struct svc_sink *k, apg_outcome res, const PGresult *r,
+                           char *buf, size_t len)
+{
+    if (res == APG_RESULT)
+        return apg_result_error(r, buf, len);
+    snprintf(buf, len, "%s", apg_errstr(k->db));
+    return buf;
+}
+
+/* A statement of the round failed (why) and will pass again, maybe: the
+ * same batch again after SINK_RETRY_MS (write_batch). */
+static void round_failed(struct svc_sink *k, const char *why)
+{
+    atomic_fetch_add(&k->errors, 1);
+    k->schema_sent = 0;
+    db_state(k, 0, why);
+    k->phase = SINK_WRITING;
+    struct timeval tv = {0, SINK_RETRY_MS * 1000};
+    evtimer_add(k->wake, &tv); /* the same batch again */
+}
+
+static void on_buried(void *arg, apg_outcome res, PGresult *r)
+{
+    struct svc_sink *k = arg;
+    if (!attached(k))
+        return;
+    if (res != APG_RESULT || PQresultStatus(r) != PGRES_COMMAND_OK) {
+        char why[256];
+        round_failed(k, failure(k, res, r, why, sizeof(why)));
+        return;
+    }
+    db_state(k, 1, NULL);
+    skipped_count(k);
+    atomic_fetch_add(&k->dead_letters, (uint64_t)k->b.ndead);
+    if (k->b.ndead > k->b.skipped) {
+        char q[300];
+        log_event(LOG_WARN, "sink_dead_letters",
+                  "consumer=%s events=%d error=\"%s\" detail=\"refused by the database: "
+                  "kept in seckill_dead_letters, acknowledged\"",
+                  k->consumer, k->b.ndead - k->b.skipped,
+                  log_quote(q, sizeof(q), k->b.dead[k->b.skipped].error));
+    }
+    crash_point(k, "sink-after-commit");
+    ack_all(k);
+}
+
+/* The batch is in the database, but for its dead letters: they go to
+ * seckill_dead_letters, then every event is acknowledged. */
+static void bury(struct svc_sink *k)
+{
+    if (k->b.ndead == 0) {
+        crash_point(k, "sink-after-commit");
+        ack_all(k);
+        return;
+    }
+    k->phase = SINK_BURYING;
+    char *rows = sink_batch_dead_rows(&k->b);
+    const char *params[] = {rows};
+    apg_status st = apg_query(k->db, on_buried, k, SINK_DEAD_SQL, 1, params);
+    free(rows);
+    if (st != APG_OK)
+        on_buried(k, APG_NOT_SENT, NULL);
+}
+
+/* Every event of a split answered (or was not sent): on to the dead
+ * letters, or the whole batch again when one failed otherwise than for its
+ * data. */
+static void split_over(struct svc_sink *k)
+{
+    if (k->split_failed) {
+        round_failed(k, k->split_why);
+        return;
+    }
+    db_state(k, 1, NULL);
+    bury(k);
+}
+
+/* One event of a split answered: written, or refused for its data (a dead
+ * letter), or failed otherwise (the whole batch again, later). */
+static void on_single(void *arg, apg_outcome res, PGresult *r)
+{
+    struct sink_single *one = arg;
+    struct svc_sink *k = one->k;
+    if (!attached(k))
+        return;
+    char why[256];
+    if (res == APG_RESULT && PQresultStatus(r) == PGRES_COMMAND_OK) {
+        atomic_fetch_add(&k->batches, 1);
+        atomic_fetch_add(&k->events, 1);
+    } else if (data_refused(res, r)) {
+        const struct sink_batch *b = &k->b;
+        sink_batch_kill(&k->b, one->v, k->streams[b->stream[b->row_event[one->v]]]->key,
+                        failure(k, res, r, why, sizeof(why)));
+    } else if (!k->split_failed) {
+        k->split_failed = 1;
+        failure(k, res, r, k->split_why, sizeof(k->split_why));
+    }
+    if (--k->singles_owed == 0)
+        split_over(k);
+}
+
+/* The database refused the batch for its data: each event is sent alone,
+ * all at once (one pipeline, each its own transaction), so that those it
+ * refuses become dead letters and hold up none of the others. */
+static void split(struct svc_sink *k)
+{
+    struct sink_batch *b = &k->b;
+    k->phase = SINK_SPLITTING;
+    if (b->valid > k->singles_cap) {
+        k->singles_cap = b->valid;
+        k->singles = xrealloc(k->singles, sizeof(*k->singles) * (size_t)k->singles_cap);
+    }
+    k->split_failed = 0;
+    k->singles_owed = b->valid; /* all of them: none answers the split before the last */
+    for (int v = 0; v < b->valid; v++) {
+        k->singles[v] = (struct sink_single){.k = k, .v = v};
+        char *row = sink_batch_row(b, v);
+        const char *params[] = {row};
+        apg_status st =
+            apg_query(k->db, on_single, &k->singles[v], SINK_APPLY_SQL, 1, params);
+        free(row);
+        if (st != APG_OK) { /* those sent still answer; this one and the rest do not */
+            if (!k->split_failed) {
+                k->split_failed = 1;
+                snprintf(k->split_why, sizeof(k->split_why), "%s", apg_errstr(k->db));
+            }
+            k->singles_owed -= b->valid - v;
+            if (k->singles_owed == 0)
+                split_over(k);
+            return;
+        }
+    }
 }
 
 static void on_schema(void *arg, apg_outcome res, PGresult *r)
@@ -242,36 +404,31 @@ static void on_written(void *arg, apg_outcome res, PGresult *r)
         db_state(k, 1, NULL);
         atomic_fetch_add(&k->batches, 1);
         atomic_fetch_add(&k->events, (uint64_t)k->b.valid);
-        skipped_count(k);
-        crash_point(k, "sink-after-commit");
-        ack_all(k);
+        bury(k);
         return;
     }
-    char why[256] = "";
-    if (res == APG_RESULT)
-        apg_result_error(r, why, sizeof(why));
-    else
-        snprintf(why, sizeof(why), "%s", apg_errstr(k->db));
-    atomic_fetch_add(&k->errors, 1);
-    k->schema_sent = 0;
-    db_state(k, 0, why);
-    k->phase = SINK_WRITING;
-    struct timeval tv = {0, SINK_RETRY_MS * 1000};
-    evtimer_add(k->wake, &tv); /* the same batch again */
+    if (data_refused(res, r)) {
+        split(k);
+        return;
+    }
+    char why[256];
+    round_failed(k, failure(k, res, r, why, sizeof(why)));
 }
 
-/* The batch in one transaction (the schema ahead of it on a new connection). */
+/* The batch in one transaction (the schema ahead of it on a new connection);
+ * then its dead letters; then the acknowledgements. Also the same batch
+ * again after a failure, from the start. */
 static void write_batch(struct svc_sink *k)
 {
     k->phase = SINK_WRITING;
-    if (k->b.valid == 0) { /* nothing valid: nothing to write */
-        skipped_count(k);
-        ack_all(k);
-        return;
-    }
+    sink_batch_unkill(&k->b);
     if (!k->schema_sent &&
         apg_query(k->db, on_schema, k, SINK_SCHEMA_SQL, 0, NULL) == APG_OK)
         k->schema_sent = 1;
+    if (k->b.valid == 0) { /* nothing valid: only dead letters, if any */
+        bury(k);
+        return;
+    }
     const char *params[] = {sink_batch_close(&k->b)};
     crash_point(k, "sink-before-commit");
     apg_status st = apg_query(k->db, on_written, k, SINK_APPLY_SQL, 1, params);
@@ -609,6 +766,7 @@ void svc_sink_free(struct svc_sink *k)
     }
     free(k->streams);
     sink_batch_free(&k->b);
+    free(k->singles);
     free(k->seeds);
     free(k->password);
     free(k->conninfo);
@@ -628,6 +786,7 @@ void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out)
     out->claimed = atomic_load(&k->claimed);
     out->errors = atomic_load(&k->errors);
     out->skipped = atomic_load(&k->skipped);
+    out->dead_letters = atomic_load(&k->dead_letters);
     out->lag_events = atomic_load(&k->lag_events);
     out->lag_seconds = (double)atomic_load(&k->lag_age_ms) / 1000.0;
     out->up = atomic_load(&k->up);

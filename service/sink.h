@@ -11,8 +11,11 @@
  * claimed (XAUTOCLAIM) by whichever sink looks next. Applying an event twice
  * changes nothing: events are keyed by (stream, id), orders by their id, and
  * an order's state only moves forward (placed or pending, then paid,
- * cancelled or expired). The schema is created when missing, versioned
- * (seckill_schema). See docs/design.md, "The system of record". */
+ * cancelled or expired). An event that cannot be stored (malformed, or
+ * refused by the database for its data) goes to seckill_dead_letters with its
+ * error and is acknowledged: it holds up nothing. The schema is created when
+ * missing, versioned (seckill_schema). See docs/design.md, "The system of
+ * record". */
 #ifndef SECKILL_SINK_H
 #define SECKILL_SINK_H
 
@@ -34,6 +37,8 @@ struct svc_sink_stats {
     uint64_t claimed;   /* events claimed from other consumers */
     uint64_t errors;    /* transactions failed (retried) */
     uint64_t skipped;   /* events that were not the outbox scripts' (not written) */
+    uint64_t dead_letters; /* events put in seckill_dead_letters (the skipped, and
+                              those the database refused for their data) */
     int64_t lag_events; /* events not yet in the database, every stream, last seen */
     double lag_seconds; /* age of the oldest of them */
     int up;             /* the database answered the last transaction */

@@ -1,6 +1,7 @@
 #include "sink_batch.h"
 
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,10 @@
 
 /* The events new to the database are recorded, and each order takes the
  * furthest state among them, only forward (rank: placed and pending 1, the
- * ends 2). */
+ * ends 2). Only a pending event carries pay_by (b): the row takes it from
+ * whichever of the batch's new events has it, and a row that has none yet
+ * takes it later too, though its state is further already (the end came
+ * first, or in the same batch). */
 const char SINK_APPLY_SQL[] =
     "WITH ev AS (SELECT * FROM json_to_recordset($1::json) AS e(x text, i text, "
     "  o bigint, s text, k text, u text, q int, g text, b bigint, p text)), "
@@ -19,17 +23,38 @@ const char SINK_APPLY_SQL[] =
     "  SELECT x, i, o, s, to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev "
     "  ON CONFLICT DO NOTHING RETURNING stream, event_id), "
     "latest AS (SELECT DISTINCT ON (ev.o) ev.*, "
+    "  max(ev.b) OVER (PARTITION BY ev.o) AS pb, "
     "  CASE WHEN ev.s IN ('placed', 'pending') THEN 1 ELSE 2 END AS r "
     "  FROM ev JOIN fresh ON fresh.stream = ev.x AND fresh.event_id = ev.i "
     "  ORDER BY ev.o, r DESC) "
     "INSERT INTO seckill_orders AS t (order_id, sku, user_id, qty, generation, state, "
     "  rank, pay_by, payment_id, changed_at) "
-    "SELECT o, k, u, q, g, s, r, to_timestamp(b / 1000.0), p, "
+    "SELECT o, k, u, q, g, s, r, to_timestamp(pb / 1000.0), p, "
     "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM latest "
-    "ON CONFLICT (order_id) DO UPDATE SET state = EXCLUDED.state, rank = EXCLUDED.rank, "
-    "  payment_id = COALESCE(EXCLUDED.payment_id, t.payment_id), "
-    "  changed_at = EXCLUDED.changed_at "
-    "WHERE t.rank < EXCLUDED.rank";
+    "ON CONFLICT (order_id) DO UPDATE SET "
+    "  state = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.state ELSE t.state END, "
+    "  rank = greatest(t.rank, EXCLUDED.rank), "
+    "  pay_by = coalesce(t.pay_by, EXCLUDED.pay_by), "
+    "  payment_id = CASE WHEN t.rank < EXCLUDED.rank "
+    "    THEN coalesce(EXCLUDED.payment_id, t.payment_id) ELSE t.payment_id END, "
+    "  changed_at = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.changed_at "
+    "    ELSE t.changed_at END "
+    "WHERE t.rank < EXCLUDED.rank OR (t.pay_by IS NULL AND EXCLUDED.pay_by IS NOT NULL)";
+
+const char SINK_DEAD_SQL[] =
+    "INSERT INTO seckill_dead_letters (stream, event_id, fields, error) "
+    "SELECT x, i, f, e FROM json_to_recordset($1::json) AS d(x text, i text, f text, e text) "
+    "ON CONFLICT DO NOTHING";
+
+/* Most of an entry's fields a dead letter keeps (bytes of its text). */
+#define DEAD_FIELDS_MAX 4096
+
+static void dead_free(struct sink_dead *d)
+{
+    free(d->stream);
+    free(d->fields);
+    free(d->error);
+}
 
 void sink_batch_clear(struct sink_batch *b)
 {
@@ -37,6 +62,9 @@ void sink_batch_clear(struct sink_batch *b)
     b->valid = 0;
     b->n = 0;
     b->skipped = 0;
+    for (int i = 0; i < b->ndead; i++)
+        dead_free(&b->dead[i]);
+    b->ndead = 0;
 }
 
 /* True when text is a decimal number (what the scripts write). */
@@ -79,6 +107,82 @@ static int event_valid(const char *const v[EVENT_NFIELDS])
     return known && digits(v[0]) && digits(v[4]) && (!v[6] || digits(v[6]));
 }
 
+/* Appends n bytes of text to *out (length *len, room *room), NUL-ended. */
+static void text_put(char **out, size_t *len, size_t *room, const char *text, size_t n)
+{
+    if (*len + n + 1 > *room) {
+        *room = *room ? 2 * *room : 256;
+        while (*len + n + 1 > *room)
+            *room *= 2;
+        *out = xrealloc(*out, *room);
+    }
+    memcpy(*out + *len, text, n);
+    *len += n;
+    (*out)[*len] = '\0';
+}
+
+/* Appends n bytes of text as ASCII: a byte outside printable ASCII, and a
+ * backslash, as \xHH. */
+static void text_escaped(char **out, size_t *len, size_t *room, const char *text, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        char hex[5];
+        if (c >= 0x20 && c <= 0x7e && c != '\\') {
+            text_put(out, len, room, (const char *)&c, 1);
+        } else {
+            snprintf(hex, sizeof(hex), "\\x%02x", c);
+            text_put(out, len, room, hex, 4);
+        }
+    }
+}
+
+static char *escaped(const char *text)
+{
+    char *out = NULL;
+    size_t len = 0, room = 0;
+    text_put(&out, &len, &room, "", 0);
+    text_escaped(&out, &len, &room, text, strlen(text));
+    return out;
+}
+
+/* Event e of stream key becomes a dead letter: fields and error are kept
+ * (escaped). */
+static void dead_add(struct sink_batch *b, int e, const char *key, char *fields,
+                     const char *error)
+{
+    if (b->ndead == b->dead_cap) {
+        b->dead_cap = b->dead_cap ? 2 * b->dead_cap : 16;
+        b->dead = xrealloc(b->dead, sizeof(*b->dead) * (size_t)b->dead_cap);
+    }
+    b->dead[b->ndead++] = (struct sink_dead){
+        .event = e, .stream = escaped(key), .fields = fields, .error = escaped(error)};
+}
+
+/* An entry's fields as text, "name=value ..." (escaped, at most about
+ * DEAD_FIELDS_MAX bytes); "" for a deleted entry's. */
+static char *fields_text(const struct redisReply *f)
+{
+    char *out = NULL;
+    size_t len = 0, room = 0;
+    text_put(&out, &len, &room, "", 0);
+    for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j < f->elements; j++) {
+        const redisReply *e = f->element[j];
+        if (len > DEAD_FIELDS_MAX) {
+            text_put(&out, &len, &room, " ...", 4);
+            break;
+        }
+        if (j > 0)
+            text_put(&out, &len, &room, j % 2 ? "=" : " ", 1);
+        if (e->type == REDIS_REPLY_STRING)
+            text_escaped(&out, &len, &room, e->str,
+                         e->len > DEAD_FIELDS_MAX ? DEAD_FIELDS_MAX : e->len);
+        else
+            text_put(&out, &len, &room, "?", 1);
+    }
+    return out;
+}
+
 /* Appends n bytes of text to the batch's rows. */
 static void rows_put(struct sink_batch *b, const char *text, size_t n)
 {
@@ -112,6 +216,8 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
         b->cap = b->cap ? 2 * b->cap : SINK_BATCH;
         b->stream = xrealloc(b->stream, sizeof(*b->stream) * (size_t)b->cap);
         b->id = xrealloc(b->id, sizeof(*b->id) * (size_t)b->cap);
+        b->row = xrealloc(b->row, sizeof(*b->row) * (size_t)b->cap);
+        b->row_event = xrealloc(b->row_event, sizeof(*b->row_event) * (size_t)b->cap);
     }
     b->stream[b->n] = si;
     snprintf(b->id[b->n], sizeof(b->id[0]), "%s", id);
@@ -127,16 +233,21 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
             v[at - EVENT_FIELDS] = val->str;
     }
     if (!event_valid(v) || !json_plain(key) || !json_plain(id)) {
+        /* the skipped come first among the dead letters (sink_batch_unkill) */
+        dead_add(b, b->n - 1, key, fields_text(f), "not an event of the outbox scripts");
         b->skipped++;
         return;
     }
     rows_put(b, b->valid ? ",{" : "[{", 2);
+    b->row[b->valid][0] = b->len - 1;
+    b->row_event[b->valid] = b->n - 1;
     rows_field(b, 'x', key, 1);
     rows_field(b, 'i', id, 0);
     for (size_t i = 0; i < EVENT_NFIELDS; i++)
         if (v[i])
             rows_field(b, EVENT_FIELDS[i], v[i], 0);
     rows_put(b, "}", 1);
+    b->row[b->valid][1] = b->len;
     b->valid++;
 }
 
@@ -153,8 +264,52 @@ void sink_batch_reopen(struct sink_batch *b)
 
 void sink_batch_free(struct sink_batch *b)
 {
+    sink_batch_clear(b);
     free(b->rows);
     free(b->stream);
     free(b->id);
+    free(b->row);
+    free(b->row_event);
+    free(b->dead);
     *b = (struct sink_batch){0};
+}
+
+char *sink_batch_row(const struct sink_batch *b, int v)
+{
+    size_t n = b->row[v][1] - b->row[v][0];
+    char *out = xmalloc(n + 3);
+    out[0] = '[';
+    memcpy(out + 1, b->rows + b->row[v][0], n);
+    memcpy(out + 1 + n, "]", 2);
+    return out;
+}
+
+void sink_batch_kill(struct sink_batch *b, int v, const char *key, const char *error)
+{
+    size_t n = b->row[v][1] - b->row[v][0];
+    char *row = xmalloc(n + 1);
+    memcpy(row, b->rows + b->row[v][0], n); /* plain ASCII (json_plain) */
+    row[n] = '\0';
+    dead_add(b, b->row_event[v], key, row, error);
+}
+
+void sink_batch_unkill(struct sink_batch *b)
+{
+    while (b->ndead > b->skipped)
+        dead_free(&b->dead[--b->ndead]);
+}
+
+char *sink_batch_dead_rows(const struct sink_batch *b)
+{
+    json_t *rows = json_array();
+    for (int i = 0; i < b->ndead; i++) {
+        const struct sink_dead *d = &b->dead[i];
+        char *id = escaped(b->id[d->event]); /* Redis's "ms-seq": escaped all the same */
+        json_array_append_new(rows, json_pack("{s:s, s:s, s:s, s:s}", "x", d->stream, "i",
+                                              id, "f", d->fields, "e", d->error));
+        free(id);
+    }
+    char *text = json_dumps(rows, JSON_COMPACT);
+    json_decref(rows);
+    return text;
 }

@@ -7,7 +7,10 @@
  * (o order, s state, k SKU, u user, q units, g generation, b pay_by, p payment
  * id). One that is not (a field missing, a number that is not one, a state no
  * script writes, text JSON would have to escape) would fail the transaction
- * every time: it is skipped and counted, and acknowledged like the rest.
+ * every time: it is not written, but counted (skipped) and kept as a dead
+ * letter, and acknowledged like the rest. So is an event the database refuses
+ * by itself (a number beyond its column's range: sink_batch_kill), with the
+ * database's error.
  * Not thread-safe: one batch per sink, on its loop. */
 #ifndef SECKILL_SINK_BATCH_H
 #define SECKILL_SINK_BATCH_H
@@ -16,15 +19,29 @@
 
 struct redisReply;
 
+/* An event that cannot be stored, as the dead-letter table takes it
+ * (SINK_DEAD_SQL). Its texts are ASCII: a byte outside printable ASCII, and
+ * a backslash, written \xHH. */
+struct sink_dead {
+    int event;    /* its index among the batch's events */
+    char *stream; /* the stream's key */
+    char *fields; /* the entry's fields ("name=value ..."), or its row */
+    char *error;  /* why it cannot be stored */
+};
+
 struct sink_batch {
     char *rows; /* "[{...},{...}": the valid events, the array still open */
     size_t len, room;
     int valid;      /* events in rows */
     int n;          /* events, valid or not (all acknowledged) */
-    int skipped;    /* events not valid */
+    int skipped;    /* events not valid (the first dead letters) */
     int *stream;    /* per event: its stream's index */
     char (*id)[32]; /* per event: its id */
+    size_t (*row)[2]; /* per valid event: where its object starts and ends in rows */
+    int *row_event;   /* per valid event: its index among the events */
     int cap;
+    struct sink_dead *dead; /* the skipped events, then those killed */
+    int ndead, dead_cap;
 };
 
 /* Empty again (its memory kept for the next round). */
@@ -39,6 +56,25 @@ const char *sink_batch_close(struct sink_batch *b);
 /* Open for more rows again, after a failed statement. */
 void sink_batch_reopen(struct sink_batch *b);
 void sink_batch_free(struct sink_batch *b);
+
+/* The valid event v (0 .. valid-1) alone, as the statement's parameter
+ * ("[{...}]"); the caller frees it. */
+char *sink_batch_row(const struct sink_batch *b, int v);
+/* The valid event v, of stream key, cannot be stored: the database refused
+ * it by itself with error. It becomes a dead letter (its row stays in rows:
+ * a batch tried again from the start, after sink_batch_unkill, sends it
+ * again). */
+void sink_batch_kill(struct sink_batch *b, int v, const char *key, const char *error);
+/* Forgets the events killed (the skipped ones stay): before the batch is
+ * tried again from the start. */
+void sink_batch_unkill(struct sink_batch *b);
+/* The dead letters as SINK_DEAD_SQL's parameter (a JSON array); the caller
+ * frees it. */
+char *sink_batch_dead_rows(const struct sink_batch *b);
+
+/* The dead letters ($1: sink_batch_dead_rows) into seckill_dead_letters,
+ * each once (keyed by stream and id). */
+extern const char SINK_DEAD_SQL[];
 
 /* One statement, one transaction: the batch's events new to the database are
  * recorded, and each order takes the furthest state among them ($1: the

@@ -40,6 +40,7 @@ code -X POST -d '{}' "$U/orders/$a/pay" >/dev/null
 code -X POST -d '{}' "$U/orders/$b/pay" >/dev/null
 code -X POST -d '{"user_id":"cid"}' "$U/orders/$c/cancel" >/dev/null
 code -X POST -d '{"user_id":"dan"}' "$U/orders/$dan/cancel" >/dev/null
+epoch1=$(rcli HGET 'sk:{r1}:meta' epoch)
 expect "settled: DELETE 204" "204" "$(code -X DELETE "$U/skus/r1")"
 expect "... every key of r1 gone but its summary: the key count as before the SKU, + 1" \
     "$((base + 1))" "$(rcli DBSIZE)"
@@ -53,6 +54,10 @@ expect "an order of it: 404" "404" "$(code -X POST -d '{"user_id":"eve"}' "$U/sk
 expect "GET of one of its orders: 404" "404" "$(code "$U/orders/$a")"
 expect "DELETE again: 404" "404" "$(code -X DELETE "$U/skus/r1")"
 expect "DELETE of a SKU never made: 404" "404" "$(code -X DELETE "$U/skus/never")"
+expect "r1 made again: 201" "201" "$(code -X PUT -d '{"stock":2}' "$U/skus/r1")"
+check "... with an epoch its retired life never had ($epoch1 before)" \
+    test "$(rcli HGET 'sk:{r1}:meta' epoch)" != "$epoch1"
+expect "... and it sells" "201" "$(code -X POST -d '{"user_id":"fay"}' "$U/skus/r1/orders")"
 
 # ---- with --postgres, one Redis ----------------------------------------------------
 mkdir -p "$dir/pg"

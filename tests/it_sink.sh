@@ -18,6 +18,11 @@
 #     rows, no event twice);
 #   - a stream entry that is no event of the scripts is skipped (counted), and what
 #     comes after it still arrives;
+#   - events that PostgreSQL refuses for their data (19 digits beyond bigint or int, a
+#     pay_by beyond to_timestamp) go to seckill_dead_letters with its error, counted,
+#     and what comes after them still arrives;
+#   - a transaction refused at its commit (a deferred trigger) is not acknowledged:
+#     its events stay pending, and arrive once commits pass;
 #   - the store block is no rubber stamp: an order put in another state in the
 #     database makes it say so;
 #   - a Redis Cluster of 3 masters: one stream per shard, and the same agreement;
@@ -72,6 +77,10 @@ expect "the database by state" \
     '{"placed":[0,0],"pending":[0,0],"paid":[15,15],"cancelled":[10,10],"expired":[15,15]}' "$store"
 expect "one event per change: 40 pending + 40 ends, none twice" "80 80" \
     "$(sql "$PG_URL" "select count(*), count(distinct (e.order_id, e.state)) from seckill_events e join seckill_orders o using (order_id) where o.sku = 'life'")"
+# a pay or cancel right after its order: its pending event and its end often go in one
+# batch, and only the pending event carries pay_by
+expect "every order of the sale has its pay_by, whatever the batches its events went in" \
+    "40 0" "$(sql "$PG_URL" "select count(*), count(*) filter (where pay_by is null) from seckill_orders where sku = 'life'")"
 expect "every paid, cancelled and expired order came from pending" 40 \
     "$(sql "$PG_URL" "select count(*) from seckill_events where state = 'pending' and order_id in (select order_id from seckill_orders where sku = 'life')")"
 one=$(sql "$PG_URL" "select order_id from seckill_orders where sku = 'life' and state = 'paid' limit 1")
@@ -98,6 +107,28 @@ expect "... and none of them is in the database" 0 \
     "$(sql "$PG_URL" "select count(*) from seckill_orders where order_id in (91, 92)")"
 [[ -n $(post "$url" life late-buyer) ]]
 check "and the changes after it still reach the database" wait_until 10 matches "$url" life
+
+# events that pass the sink's checks (19 digits) and that PostgreSQL refuses for their
+# data (an order id beyond bigint, units beyond int, a pay_by beyond to_timestamp's
+# range): dead letters with PostgreSQL's error, and they hold up nothing after them
+redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 9223372036854775808 s placed k life u p1 q 1 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 93 s placed k life u p2 q 2147483648 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 94 s pending k life u p3 q 1 g 1 b 9223372036854775807 >/dev/null
+[[ -n $(post "$url" life after-poison) ]]
+dead_counted() { # the 3 skipped entries above and these 3
+    local u v n=0
+    for u in $INSTANCE_URLS; do
+        v=$(metric "$u" seckill_sink_dead_letters_total)
+        n=$((n + ${v:-0}))
+    done
+    ((n == 6))
+}
+# (a failed batch, its events alone, the dead letters: three round trips, well under a
+# second here; 10 s for a loaded machine)
+check "events PostgreSQL refuses are dead letters, counted once each" wait_until 10 dead_counted
+expect "... in seckill_dead_letters with PostgreSQL's error (and the 3 skipped)" "6 3" \
+    "$(sql "$PG_URL" "select count(*), count(*) filter (where error like '%out of range%') from seckill_dead_letters")"
+check "and the order placed after them reaches the database" wait_until 10 matches "$url" life
 
 # ---- PostgreSQL down in the middle of a sale ----------------------------
 curl -s -o /dev/null -X PUT "$url/skus/outage" -d '{"stock": 100000}'
@@ -175,6 +206,26 @@ check "it claimed events already written ($(metric "$last" seckill_sink_claimed_
     test "$(metric "$last" seckill_sink_claimed_total)" -gt 0
 expect "written twice, applied once: one event and one order each" "$n $n" \
     "$(sql "$kurl" "select (select count(*) from seckill_events), (select count(*) from seckill_orders)" | tr '|' ' ')"
+
+# ---- an error at the commit itself: nothing acknowledged -------------------------------
+# A deferred constraint trigger refuses every transaction that records an event, at its
+# commit, after the statement's own result came (a serialization failure: not the
+# data's, so the batch is tried again, not dead-lettered). The events must stay pending.
+sql "$kurl" "create function refuse_at_commit() returns trigger language plpgsql as
+    \$\$ begin raise exception 'refused at commit' using errcode = '40001'; end \$\$;
+    create constraint trigger refuse_at_commit after insert on seckill_events
+    deferrable initially deferred for each row execute function refuse_at_commit()" >/dev/null
+errors_before=$(metric "$last" seckill_sink_errors_total)
+stored_before=$(sql "$kurl" "select count(*) from seckill_events")
+for i in $(seq 1 5); do post "$last" k "c$i" >/dev/null; done
+# two failed commits: the batch and its first retry 250 ms later (10 s: a loaded machine)
+refused() { (($(metric "$last" seckill_sink_errors_total) >= errors_before + 2)); }
+check "a transaction refused at its commit counts as failed (tried again)" wait_until 10 refused
+expect "nothing of it in the database" "$stored_before" "$(sql "$kurl" "select count(*) from seckill_events")"
+check "its events stay pending: not acknowledged" test "$(pending)" -gt 0
+sql "$kurl" "drop trigger refuse_at_commit on seckill_events" >/dev/null
+check "once the commit passes, they reach the database and the store matches" \
+    wait_until 20 drained
 
 # ---- a Redis Cluster: one stream per shard -------------------------------------------
 "$ROOT/scripts/cluster.sh" up --dir "$dir/rc" --quiet --redis-cluster 3 --instances 2 \

@@ -1,6 +1,7 @@
 /* Unit tests of the sink's batch (service/sink_batch.h): the outbox's events
  * as the JSON rows of the statement that applies them, and the events that
- * are not the scripts' skipped, counted and still acknowledged. The rows are
+ * are not the scripts' skipped, counted, kept as dead letters and still
+ * acknowledged. The rows are
  * read back with jansson, as PostgreSQL's json_to_recordset would. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -155,12 +156,60 @@ static void test_reopen_grow_clear(void **state)
     sink_batch_free(&b);
 }
 
+/* What cannot be stored is kept as a dead letter: the skipped entries at
+ * once (their fields escaped to ASCII), an event the database refused when
+ * killed (its row, and the error), forgotten again by sink_batch_unkill
+ * (the skipped stay); an event alone is its row in an array of one. */
+static void test_dead_letters(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    add(&b, 0, "1-0", "o=42 s=shipped k=phone u=a\\b q=1 g=7");
+    add(&b, 0, "2-0", PENDING);
+    add(&b, 0, "3-0", "o=43 s=paid k=phone u=bob q=1 g=7");
+    assert_int_equal(b.skipped, 1);
+    assert_int_equal(b.ndead, 1);
+    assert_int_equal(b.dead[0].event, 0);
+    assert_string_equal(b.dead[0].fields, "o=42 s=shipped k=phone u=a\\x5cb q=1 g=7");
+    assert_string_equal(b.dead[0].error, "not an event of the outbox scripts");
+
+    char *one = sink_batch_row(&b, 1);
+    json_t *rows = json_loads(one, 0, NULL);
+    assert_int_equal(json_array_size(rows), 1);
+    assert_string_equal(field(rows, 0, "i"), "3-0");
+    assert_string_equal(field(rows, 0, "o"), "43");
+    json_decref(rows);
+    free(one);
+
+    sink_batch_kill(&b, 1, "sk:{p}:out", "value \"43\" is \x01 out of range");
+    assert_int_equal(b.ndead, 2);
+    assert_int_equal(b.dead[1].event, 2);
+    assert_string_equal(b.dead[1].error, "value \"43\" is \\x01 out of range");
+    char *dead = sink_batch_dead_rows(&b);
+    rows = json_loads(dead, 0, NULL);
+    assert_non_null(rows);
+    assert_int_equal(json_array_size(rows), 2);
+    assert_string_equal(field(rows, 0, "i"), "1-0");
+    assert_string_equal(field(rows, 1, "i"), "3-0");
+    assert_string_equal(field(rows, 1, "x"), "sk:{p}:out");
+    assert_non_null(strstr(field(rows, 1, "f"), "\"o\":\"43\""));
+    json_decref(rows);
+    free(dead);
+
+    sink_batch_unkill(&b);
+    assert_int_equal(b.ndead, 1);
+    sink_batch_clear(&b);
+    assert_int_equal(b.ndead, 0);
+    sink_batch_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_are_the_events),
         cmocka_unit_test(test_what_is_not_an_event_is_skipped),
         cmocka_unit_test(test_reopen_grow_clear),
+        cmocka_unit_test(test_dead_letters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

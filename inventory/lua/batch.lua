@@ -34,10 +34,11 @@
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
+--#include "fence.lua"
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
                         'pay_ms', 'outbox')
 if meta[1] ~= ARGV[1] then return {-1} end
-if ARGV[4] ~= '0' and redis.call('GET', KEYS[6]) ~= ARGV[4] then return {-2} end
+if ARGV[4] ~= '0' and not fence_holds(KEYS[6], ARGV[4]) then return {-2} end
 local seg, sku = ARGV[2], ARGV[5]
 local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local box = {KEYS[#KEYS], meta[6]}

@@ -28,13 +28,14 @@
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
+--#include "fence.lua"
 local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
                         'pay_ms', 'outbox')
 if meta[1] ~= ARGV[1] then return {-1} end
 local n = tonumber(ARGV[7])
 for i = 0, n - 1 do
   local fence = ARGV[11 + 4 * i]
-  if fence ~= '0' and redis.call('GET', KEYS[9 + i]) ~= fence then return {-2} end
+  if fence ~= '0' and not fence_holds(KEYS[9 + i], fence) then return {-2} end
 end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end

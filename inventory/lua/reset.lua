@@ -6,7 +6,9 @@
 -- ARGV[1] initial stock, [2] segments k, [3] per-user limit, [4 .. 3+k] stock
 -- of each segment, [4+k] the reset channel (SOLDOUT_CHANNEL), [5+k] the SKU,
 -- [6+k] the prefix of its order records' keys ('order:', or on a cluster
--- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more,
+-- the shard's 'o:{<gene tag>}:'), [7+k] the new epoch, or '' for one more
+-- (a new SKU's first: the clock's microseconds, so that a SKU made again
+-- after its retirement never repeats an epoch of its retired life),
 -- [8+k] and [9+k] the sale window's starts_ms and ends_ms (window.lua), ''
 -- for an open end, [10+k] the payment window pay_ms (0: orders final at once),
 -- [11+k] '1' when the orders' changes go to the outbox (outbox.lua: meta's
@@ -14,6 +16,11 @@
 -- the sink's registry, or on a cluster a key of the shard's own left alone),
 -- else ''.
 -- KEYS[16] the SKU's events stream (kept: events of the old epoch still go).
+-- KEYS[17..] the fencing marks of its segment locks (of the segments it had
+-- and has: "<lock key>:fence", lock/lock.h), deleted: a mark belongs to the
+-- SKU's epoch. No write can pass the fence by it: every commit and transfer
+-- also checks the epoch it was routed in, before its lock was granted, and
+-- the epoch moves on here, in the same step (docs/design.md, "Fencing").
 -- Returns 1 when the SKU was new, 0 when it was reset.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
@@ -29,6 +36,7 @@ for i = 0, n - 1, 1000 do
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
            KEYS[10], KEYS[11], KEYS[12], KEYS[13])
+for i = 17, #KEYS do redis.call('DEL', KEYS[i]) end
 local k = tonumber(ARGV[2])
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
@@ -46,8 +54,13 @@ for i, field in ipairs({'starts_ms', 'ends_ms'}) do
     redis.call('HSET', KEYS[1], field, ARGV[7 + k + i])
   end
 end
-if ARGV[7 + k] == '' then
+if ARGV[7 + k] == '' and existed == 1 then
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+elseif ARGV[7 + k] == '' then
+  -- a new SKU (or one made again after DELETE): its first epoch is this Redis's
+  -- clock in microseconds, never one a retired life of the same name had
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'epoch', string.format('%d', t[1] * 1000000 + t[2]))
 else
   redis.call('HSET', KEYS[1], 'epoch', ARGV[7 + k])
 end
