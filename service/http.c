@@ -78,8 +78,9 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, struct conn_st
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            res->content_type ? res->content_type : "application/json");
+    if (res->status != 204) /* no content, no type */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                res->content_type ? res->content_type : "application/json");
     struct extra_header h[EXTRA_HEADERS_MAX];
     int nh = extra_headers(st, res, h);
     for (int i = 0; i < nh; i++)

@@ -273,7 +273,12 @@ static void test_routes(void **state)
     assert_string_equal(r->name, "sku_get");
 
     strcpy(path, "/skus/phone");
-    assert_null(svc_route_find("DELETE", path, params, &known));
+    r = svc_route_find("DELETE", path, params, &known);
+    assert_non_null(r);
+    assert_string_equal(r->name, "sku_delete");
+
+    strcpy(path, "/skus/phone");
+    assert_null(svc_route_find("POST", path, params, &known));
     assert_true(known); /* 405, not 404 */
 
     strcpy(path, "/skus/phone/orders/extra");
@@ -291,7 +296,7 @@ static void test_routes(void **state)
 
     char allow[64];
     svc_route_allowed("/skus/x", allow, sizeof(allow));
-    assert_string_equal(allow, "PUT, GET, HEAD");
+    assert_string_equal(allow, "PUT, GET, HEAD, DELETE");
 }
 
 int main(void)
