@@ -82,7 +82,7 @@ struct inv_session {
 struct sku_keys {
     char meta[96], stock[96], init[96], sold[96], buyers[96], orders[96], idem[96],
         avail[96], xout[96], xin[96], order[24], lock[96], back[96], due[96], life[96],
-        events[96], dues[40];
+        events[40], dues[40];
 };
 
 /* On a cluster, a read that found the map stale (a failover, a slot moved)

@@ -41,10 +41,12 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
         memcpy(tag + 1 + n, "}", 2);
         memcpy(k->order, "order:", sizeof("order:"));
         memcpy(k->dues, INV_DUE_INDEX, sizeof(INV_DUE_INDEX));
+        memcpy(k->events, INV_EVENTS_KEY, sizeof(INV_EVENTS_KEY));
     } else {
         snprintf(tag, sizeof(tag), "{%s}:%s", cluster_gene_tag(gene), sku);
         snprintf(k->order, sizeof(k->order), "o:{%s}:", cluster_gene_tag(gene));
         snprintf(k->dues, sizeof(k->dues), INV_DUE_INDEX ":{%s}", cluster_gene_tag(gene));
+        snprintf(k->events, sizeof(k->events), INV_EVENTS_KEY ":{%s}", cluster_gene_tag(gene));
     }
     size_t t = strlen(tag);
     sku_key(k->meta, sizeof(k->meta), tag, t, "meta");
@@ -61,7 +63,6 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
     sku_key(k->back, sizeof(k->back), tag, t, "back");
     sku_key(k->due, sizeof(k->due), tag, t, "due");
     sku_key(k->life, sizeof(k->life), tag, t, "life");
-    sku_key(k->events, sizeof(k->events), tag, t, "events");
 }
 
 int inv_id_valid(const char *id)

@@ -60,8 +60,14 @@
  * On a Redis Cluster one per gene, INV_DUE_INDEX ":{<gene tag>}", in the
  * slot of the SKU shards of that gene. */
 #define INV_DUE_INDEX "seckill:due"
-/* The set of outbox streams (one per SKU on one Redis, per SKU and shard on a
- * cluster: inventory/lua/outbox.lua) that the sink reads; in its own slot. */
+/* The outbox: the stream every SKU's events go to, one per shard
+ * (inventory/lua/outbox.lua): INV_EVENTS_KEY on one Redis; on a Redis Cluster
+ * one per gene, INV_EVENTS_KEY ":{<gene tag>}", in the slot of that gene's SKU
+ * shards. So the sink reads at most one stream per gene, however many SKUs
+ * there are. */
+#define INV_EVENTS_KEY "seckill:events"
+/* The set of outbox streams that the sink reads (at most one per gene); in its
+ * own slot. */
 #define INV_STREAMS_KEY "seckill:streams"
 /* The sink's consumer group on each stream. */
 #define INV_SINK_GROUP "seckill-sink"
@@ -399,9 +405,10 @@ inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *o
 /* Recomputes the SKU's figures from its order records, not from the counters. */
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out);
 /* Retires sku (DELETE /skus/{sku}): every key of it leaves Redis (its order
- * records, segments' lock keys and fence marks, outbox streams, its entries in
- * the deadline index and the sink's registry; on a cluster on every shard,
- * then its directory), and each instance forgets it. Without the outbox (no
+ * records, segments' lock keys and fence marks, its entry in the deadline
+ * index; on a cluster on every shard, then its directory; its events leave
+ * the shard's shared outbox stream as the sink carries them), and each
+ * instance forgets it. Without the outbox (no
  * --postgres) a one-key summary is left, sk:{sku}:retired (initial, sold,
  * orders, paid, returned, cancelled, expired). INV_OK, INV_NOT_FOUND,
  * INV_NOT_SETTLED (nothing written on one Redis; on a cluster the shards

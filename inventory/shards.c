@@ -331,7 +331,7 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
 /* DELETE on a cluster: each shard the directory names retired (every check
  * of a shard before its first write; a shard found unsettled leaves the
  * others retired, and a repeat finishes), then, with none unsettled, the
- * registry's streams, the summary (without the outbox) and the directory. */
+ * summary (without the outbox) and the directory. */
 static inv_status sku_retire_shards(struct inv_session *s, const char *sku)
 {
     char key[96];
@@ -363,15 +363,6 @@ static inv_status sku_retire_shards(struct inv_session *s, const char *sku)
     if (st != INV_OK)
         return inv_shard_outcome(s, st);
     int ok = 1;
-    for (int i = 0; i < n && ok; i++) {
-        struct sku_keys k;
-        inv_keys_init(&k, sku, genes[i]);
-        struct rconn *sc = dir_conn(s, INV_STREAMS_KEY);
-        redisReply *x = sc ? rconn_command(sc, "SREM %s %s", INV_STREAMS_KEY, k.events) : NULL;
-        ok = x && x->type == REDIS_REPLY_INTEGER;
-        if (x)
-            freeReplyObject(x);
-    }
     if (ok && !s->inv->cfg.outbox) {
         r = rconn_command(rc,
                           "HSET sk:{%s}:retired initial %lld sold %lld orders %lld paid %lld "

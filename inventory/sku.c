@@ -135,20 +135,18 @@ inv_status inv_sku_retire_shard(struct inv_session *s, const char *sku, int summ
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, sku, s->gene);
-    char retired[128], streams[128];
-    if (s->gene < 0) {
+    char retired[128];
+    if (s->gene < 0)
         snprintf(retired, sizeof(retired), "sk:{%s}:retired", sku);
-        snprintf(streams, sizeof(streams), "%s", INV_STREAMS_KEY);
-    } else { /* the caller leaves the cluster's summary and registry: shard keys, unused */
+    else /* the caller leaves the cluster's summary: a key of the shard's, unused */
         snprintf(retired, sizeof(retired), "%sretired", k.lock);
-        snprintf(streams, sizeof(streams), "%sstreams", k.lock);
-    }
-    const char *argv[] = {k.meta,    k.stock, k.init,   k.sold,  k.buyers,
-                          k.orders,  k.idem,  k.avail,  k.xout,  k.xin,
-                          k.back,    k.due,   k.life,   k.dues,  k.events,
-                          retired,   streams, sku,      k.order, k.lock,
-                          INV_SINK_GROUP,     SOLDOUT_CHANNEL,  summary ? "1" : "0"};
-    redisReply *r = rconn_eval(s->rc, &retire_script, 17, 6, argv, NULL);
+    const char *argv[] = {k.meta,   k.stock,        k.init,          k.sold,
+                          k.buyers, k.orders,       k.idem,          k.avail,
+                          k.xout,   k.xin,          k.back,          k.due,
+                          k.life,   k.dues,         k.events,        retired,
+                          sku,      k.order,        k.lock,          INV_SINK_GROUP,
+                          SOLDOUT_CHANNEL,          summary ? "1" : "0"};
+    redisReply *r = rconn_eval(s->rc, &retire_script, 16, 6, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
         switch (inv_reply_ll(r->element[0], -9)) {
@@ -519,13 +517,17 @@ static int audit_segments_agree(const struct audit_snap *a, const long long *seg
 }
 
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
-extern const struct rscript_source lua_inventory_sink_lag;
+extern const struct rscript_source lua_inventory_sink_lag, lua_inventory_sku_events_lag;
 struct rscript inv_sink_lag_script = RSCRIPT_INIT("sink_lag", lua_inventory_sink_lag);
+/* inventory/lua/sku_events_lag.lua: one SKU's events not in the database yet. */
+static struct rscript sku_lag_script =
+    RSCRIPT_INIT("sku_events_lag", lua_inventory_sku_events_lag);
 
 /* The outbox's part of the audit: the SKU's generation (meta's outbox field)
- * and its stream's events not yet in the database (sink_lag.lua). */
-static inv_status audit_outbox(struct inv_session *s, const struct sku_keys *k,
-                               struct inv_audit *out)
+ * and its events in the shard's stream not yet in the database
+ * (sku_events_lag.lua). */
+static inv_status audit_outbox(struct inv_session *s, const char *sku,
+                               const struct sku_keys *k, struct inv_audit *out)
 {
     redisReply *r = rconn_command(s->rc, "HGET %s outbox", k->meta);
     if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
@@ -536,11 +538,11 @@ static inv_status audit_outbox(struct inv_session *s, const struct sku_keys *k,
     if (r->type == REDIS_REPLY_STRING)
         snprintf(out->generation, sizeof(out->generation), "%s", r->str);
     freeReplyObject(r);
-    const char *argv[] = {k->events, INV_SINK_GROUP};
-    r = rconn_eval(s->rc, &inv_sink_lag_script, 1, 1, argv, NULL);
+    const char *argv[] = {k->events, INV_SINK_GROUP, sku};
+    r = rconn_eval(s->rc, &sku_lag_script, 1, 2, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
-        out->outbox_lag = inv_reply_ll(r->element[0], 0);
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        out->outbox_lag = r->integer;
         st = INV_OK;
     }
     if (r)
@@ -608,7 +610,7 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
                           out->returned == a.returned;
     }
     if (st == INV_OK)
-        st = audit_outbox(s, &k, out);
+        st = audit_outbox(s, sku, &k, out);
     free(ids);
     free(seg_units);
     json_decref(bought);

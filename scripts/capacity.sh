@@ -90,7 +90,7 @@ settle() { # SKU: the sink has written all its events (the audit's lag, read fro
     local sku=$1
     written() {
         [[ $(curl -s "$U/skus/$sku/audit" | jq -r '.store.lag_events == 0 and .store.matches') == true &&
-            $(rcli xlen "sk:{$sku}:events") -le 1 ]]
+            $(rcli xlen seckill:events) -le 1 ]]
     }
     wait_until 120 written || die "capacity: the sink did not catch up on $sku"
 }
@@ -153,24 +153,25 @@ say_ pg_bytes_per_event "$(per "$size_e" "$rows_e")" "bytes (seckill_events: $ro
 
 # ---- PostgreSQL down: the outbox grows in Redis
 put down "{\"stock\":$N,\"segments\":16}"
-grouped() { rcli xinfo groups "sk:{down}:events" 2>/dev/null | grep -qx seckill-sink; }
+grouped() { rcli xinfo groups seckill:events 2>/dev/null | grep -qx seckill-sink; }
 wait_until 30 grouped || die "capacity: the sink made no group on the new SKU's stream"
 proc_stop pg "$dir" 10 INT
+x0=$(rcli xlen seckill:events) # the shard's stream, shared: what it held before
 m0=$(used)
 sell down "$N"
 m1=$(used)
 n=$(orders_of down)
-xlen=$(rcli xlen "sk:{down}:events")
-pel=$(rcli xpending "sk:{down}:events" seckill-sink | head -1)
+xlen=$(($(rcli xlen seckill:events) - x0))
+pel=$(rcli xpending seckill:events seckill-sink | head -1)
 say_ events_waiting "$xlen" "events in the stream, $n orders, PostgreSQL down ($pel of them delivered to the sink, its batch tried again)"
-say_ redis_bytes_per_event "$(per "$(mem_usage "sk:{down}:events")" "$xlen")" "bytes (MEMORY USAGE of the stream)"
+say_ redis_bytes_per_event "$(per "$(mem_usage seckill:events)" "$xlen")" "bytes (MEMORY USAGE of the stream)"
 say_ redis_bytes_per_order_pg_down "$(per $((m1 - m0)) "$n")" "bytes (used_memory: the order and its event)"
 t0=${EPOCHREALTIME/./}
 pg_server_start "$dir" "$pg_port" 60 >/dev/null || die "capacity: PostgreSQL did not start again"
 settle down
 t1=${EPOCHREALTIME/./}
 say_ sink_catch_up_ms $(((t1 - t0) / 1000)) "ms (PostgreSQL started again until lag 0, $xlen events)"
-say_ redis_stream_bytes_after "$(mem_usage "sk:{down}:events")" "bytes (the stream once written: XLEN $(rcli xlen "sk:{down}:events"))"
+say_ redis_stream_bytes_after "$(mem_usage seckill:events)" "bytes (the stream once written: XLEN $(rcli xlen seckill:events))"
 
 echo "capacity: measured $(date -u +%Y-%m-%d) at commit $(git -C "$SECKILL_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)," \
     "$(redis-server --version | awk '{ print $1, $3 }'), $(psql --version | awk '{ print $1, $3 }'),$( ((quick)) && echo " quick")"

@@ -50,8 +50,9 @@ start_instance plain "$dir" --redis "$REDIS_ADDR" --threads 1 --log-level warn -
 plain=$STARTED_URL
 curl -s -o /dev/null -X PUT "$plain/skus/plain" -d '{"stock": 5}'
 [[ -n $(post "$plain" plain u1) ]]
-expect "without --postgres: no outbox for its SKU" "0 0" \
-    "$(redis-cli -p "$REDIS_PORT" exists 'sk:{plain}:events') $(redis-cli -p "$REDIS_PORT" sismember seckill:streams 'sk:{plain}:events')"
+# (every SKU's events go to the shard's one stream, seckill:events: none names plain)
+expect "without --postgres: no outbox for its SKU" "0 " \
+    "$(redis-cli -p "$REDIS_PORT" xrange seckill:events - + | grep -cx plain) $(redis-cli -p "$REDIS_PORT" hget 'sk:{plain}:meta' outbox)"
 
 # ---- a sale's whole life reaches the database, each change once --------------------
 curl -s -o /dev/null -X PUT "$url/skus/life" -d '{"stock": 100, "pay_within_ms": 4000}'
@@ -88,15 +89,15 @@ sql "$PG_URL" "update seckill_orders set state = 'expired', rank = 2 where order
 expect "an order in another state in the database: the store does not match" "false" \
     "$(audit "$url" life | jq -r .store.matches)"
 sql "$PG_URL" "update seckill_orders set state = 'paid' where order_id = $one"
-trimmed() { (($(redis-cli -p "$REDIS_PORT" xlen 'sk:{life}:events') <= 1)); }
+trimmed() { (($(redis-cli -p "$REDIS_PORT" xlen seckill:events) <= 1)); }
 check "the stream is trimmed below what reached the database" wait_until 10 trimmed
 
 # an entry that is no event of the scripts is skipped, not retried forever
 # (also whole ones with what JSON would escape, or what is not UTF-8: the sink writes
 # the events' JSON itself, and no script writes such a value)
-redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o not-a-number s paid >/dev/null
-redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 91 s placed k life u 'q"uo\te' q 1 g 1 >/dev/null
-redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 92 s placed k life u "$(printf 'u\xff\xfe')" q 1 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd seckill:events '*' o not-a-number s paid >/dev/null
+redis-cli -p "$REDIS_PORT" xadd seckill:events '*' o 91 s placed k life u 'q"uo\te' q 1 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd seckill:events '*' o 92 s placed k life u "$(printf 'u\xff\xfe')" q 1 g 1 >/dev/null
 skipped() {
     local u n=0
     for u in $INSTANCE_URLS; do n=$((n + $(metric "$u" seckill_sink_skipped_total))); done
@@ -111,9 +112,9 @@ check "and the changes after it still reach the database" wait_until 10 matches 
 # events that pass the sink's checks (19 digits) and that PostgreSQL refuses for their
 # data (an order id beyond bigint, units beyond int, a pay_by beyond to_timestamp's
 # range): dead letters with PostgreSQL's error, and they hold up nothing after them
-redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 9223372036854775808 s placed k life u p1 q 1 g 1 >/dev/null
-redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 93 s placed k life u p2 q 2147483648 g 1 >/dev/null
-redis-cli -p "$REDIS_PORT" xadd 'sk:{life}:events' '*' o 94 s pending k life u p3 q 1 g 1 b 9223372036854775807 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd seckill:events '*' o 9223372036854775808 s placed k life u p1 q 1 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd seckill:events '*' o 93 s placed k life u p2 q 2147483648 g 1 >/dev/null
+redis-cli -p "$REDIS_PORT" xadd seckill:events '*' o 94 s pending k life u p3 q 1 g 1 b 9223372036854775807 >/dev/null
 [[ -n $(post "$url" life after-poison) ]]
 dead_counted() { # the 3 skipped entries above and these 3
     local u v n=0
@@ -177,7 +178,7 @@ consumer() { # NAME ID [CRASH [--no-wait]]
         --redis "127.0.0.1:$kport" --postgres "$kurl" --threads 1 --log-level warn \
         --instance-id "$2"
 }
-pending() { redis-cli -p "$kport" xpending 'sk:{k}:events' seckill-sink | head -1; }
+pending() { redis-cli -p "$kport" xpending seckill:events seckill-sink | head -1; }
 dead() { ! proc_alive "$1" "$dir/k"; }
 consumer before 21 sink-before-commit || exit 1
 curl -s -o /dev/null -X PUT "$STARTED_URL/skus/k" -d '{"stock": 1000}'
@@ -250,7 +251,7 @@ for i in $(seq 1 30); do
         paid=$((paid + 1))
 done
 expect "one stream per shard in the registry" 3 \
-    "$(redis-cli -c -p "$rport" smembers seckill:streams | grep -c ':rs:events')"
+    "$(redis-cli -c -p "$rport" smembers seckill:streams | grep -c '^seckill:events:{')"
 ended() { # every order paid or expired, and the store matches Redis
     [[ $(sql "$rpg" "select count(*) from seckill_orders where sku = 'rs' and state = 'pending'") == 0 ]] &&
         matches "$rurl" rs

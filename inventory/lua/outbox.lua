@@ -1,9 +1,11 @@
 -- Piece, not a script: `--#include "outbox.lua"` in every script that changes
 -- an order's state (the build resolves it). No KEYS or ARGV of its own.
--- The transactional outbox: a change of an order's state is appended to its
--- SKU's events stream (a key under the same hash tag: one stream per SKU on
--- one Redis, per SKU and shard on a cluster) by the script that makes the
--- change, so that the change and its event exist together or not at all.
+-- The transactional outbox: a change of an order's state is appended to the
+-- events stream of its SKU's shard (seckill:events on one Redis; on a cluster
+-- one per gene, in the slot of that gene's SKU shards, so the same script
+-- writes it; every SKU of the shard shares it, the event names its SKU) by
+-- the script that makes the change, so that the change and its event exist
+-- together or not at all.
 -- The sink (inventory/sink.c) carries them to PostgreSQL.
 -- Only for a SKU whose meta field outbox is set (PUT by an instance with
 -- --postgres: the value is the SKU's epoch then, the orders' generation in

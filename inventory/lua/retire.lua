@@ -1,20 +1,18 @@
 -- A SKU retired (DELETE /skus/{sku}, inventory/sku.c): on one Redis the whole
 -- SKU, on a cluster one shard of it. Refused while anything is unsettled;
 -- else every key of the SKU (of the shard) goes, its order records, its
--- segments' lock keys and fence marks, its outbox stream, and its entry in the
--- deadline index, in one step, with the SKU published on the reset channel
+-- segments' lock keys and fence marks, and its entry in the deadline index,
+-- in one step (its events stay in the shard's stream, which every SKU of the
+-- shard shares, until the sink has carried them and trimmed it), with the SKU published on the reset channel
 -- (no instance answers from memory for it any more).
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/retire.lua.
 -- KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers, [6] orders, [7]
 -- idem, [8] avail, [9] xout, [10] xin, [11] back, [12] due, [13] life, [14]
--- the deadline index, [15] events, [16] the summary it leaves (a hash:
+-- the deadline index, [15] the shard's events stream, [16] the summary it leaves (a hash:
 -- initial, sold, orders, paid, returned, cancelled, expired) when ARGV[6] is
 -- '1' (one Redis without --postgres; on a cluster the caller sums the shards'
--- answers into one, and with --postgres the database keeps the orders), [17]
--- the sink's registry of streams (seckill:streams; on a cluster, where it
--- has a slot of its own, a key of the shard's that is left alone: the caller
--- takes the stream out).
+-- answers into one, and with --postgres the database keeps the orders).
 -- ARGV[1] the SKU, [2] the prefix of its order records' keys, [3] the prefix
 -- of its segments' lock keys ('...:lock:'), [4] the sink's group, [5] the
 -- reset channel, [6] '1' to leave the summary in KEYS[16].
@@ -24,23 +22,14 @@
 -- between shards (a transfer recorded), {-3} events the sink has not carried
 -- to PostgreSQL yet. Every check comes before the first write.
 --#include "group.lua"
+--#include "sku_lag.lua"
 local meta = redis.call('HMGET', KEYS[1], 'segments', 'pending', 'initial', 'sold',
                         'orders', 'paid', 'returned', 'cancelled', 'expired')
 if not meta[1] then return {0} end
 local pending = tonumber(meta[2] or '0')
 if pending > 0 then return {-1, pending} end
 if redis.call('EXISTS', KEYS[9], KEYS[10]) > 0 then return {-2} end
-if redis.call('EXISTS', KEYS[15]) == 1 then
-  local g = group_info(KEYS[15], ARGV[4])
-  local last = redis.call('XINFO', 'STREAM', KEYS[15])
-  local info = {}
-  for i = 1, #last, 2 do info[last[i]] = last[i + 1] end
-  local unread = redis.call('XLEN', KEYS[15]) > 0 and info['last-generated-id'] ~= '0-0'
-  if g then
-    unread = tonumber(g.pending) > 0 or g['last-delivered-id'] ~= info['last-generated-id']
-  end
-  if unread then return {-3} end
-end
+if sku_lag(KEYS[15], ARGV[4], ARGV[1], true) > 0 then return {-3} end
 local n = redis.call('LLEN', KEYS[6])
 for i = 0, n - 1, 1000 do
   local ids = {}
@@ -65,8 +54,7 @@ for i, f in ipairs({'initial', 'sold', 'orders', 'paid', 'returned', 'cancelled'
 end
 if ARGV[6] == '1' then redis.call('HSET', KEYS[16], unpack(sums)) end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
-           KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[15])
+           KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13])
 redis.call('ZREM', KEYS[14], ARGV[1])
-redis.call('SREM', KEYS[17], KEYS[15])
 redis.call('PUBLISH', ARGV[5], ARGV[1])
 return out
