@@ -79,7 +79,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTUTIL_OBJ := $(BUILD)/obj/tests/testutil.o $(BUILD)/obj/tests/invfix.o
 
-.PHONY: all deps test check test-stress coverage demo bench chaos jepsen fuzz valgrind clean install uninstall format
+.PHONY: all deps test check test-stress coverage demo bench chaos jepsen soak fuzz valgrind clean install uninstall format
 all: $(BUILD)/seckill $(LUA_COPY)
 
 # `make V=1` shows the full commands.
@@ -244,6 +244,13 @@ jepsen: deps
 	@SECKILL_BUILD=$(BUILD) loadtest/jepsen.sh --time $(JEPSEN_TIME) --runs $(JEPSEN_RUNS) \
 		$(if $(JEPSEN_SEED),--seed $(JEPSEN_SEED)) $(if $(JEPSEN_ROWS),--rows $(JEPSEN_ROWS)) \
 		$(if $(JEPSEN_QUICK),--quick) $(JEPSEN_ARGS)
+
+# A shop, not a sale (loadtest/soak.sh): SOAK_SKUS SKUs (10000) in waves on a Redis
+# Cluster of 3 masters with --postgres, sold, paid, cancelled, expired, then retired;
+# the sweep's lateness, the sink's lag, Redis's keys, memory and idle CPU; minutes.
+soak: deps
+	@$(SUBMAKE) all
+	@SECKILL_BUILD=$(BUILD) loadtest/soak.sh $(SOAK_ARGS)
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60

@@ -136,5 +136,16 @@ summary=$(redis-cli -c -p "${seeds[0]##*:}" HMGET 'sk:{rc}:retired' initial sold
     paste -sd' ')
 expect "... the summary over the shards: initial sold orders paid returned" "6 2 4 2 2" "$summary"
 expect "GET /skus/rc: 404" "404" "$(code "$C/skus/rc")"
+# units moved between shards: 2 units over 2 shards, one buyer of 2 (a transfer into
+# the buyer's home shard, whose record of transfers applied, xin, stays): settled all
+# the same once the transfer is done (the soak found xin taken for one on its way)
+code -X PUT -d '{"stock":2,"segments":2,"per_user_limit":2}' "$C/skus/rx" >/dev/null
+expect "an order of 2 over 2 shards of 1" "201" \
+    "$(code -X POST -d '{"user_id":"x1","qty":2}' "$C/skus/rx/orders")"
+xin() { local s; for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*:rx:xin'; done | grep -c .; }
+check "... a transfer was applied (a shard's xin)" test "$(xin)" -ge 1
+expect "DELETE after a transfer: 204" "204" "$(code -X DELETE "$C/skus/rx")"
+expect "... no key named after it but its summary" "sk:{rx}:retired" \
+    "$(for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*rx*'; done | paste -sd' ')"
 
 checks_finish

@@ -19,8 +19,9 @@
 -- Returns {1, initial, sold, orders, paid, returned, cancelled, expired}
 -- retired (the sums it had), {0} no such SKU (or this shard retired before),
 -- {-1, n} n units still pending (reservations), {-2} units on their way
--- between shards (a transfer recorded), {-3} events the sink has not carried
--- to PostgreSQL yet. Every check comes before the first write.
+-- between shards (a transfer out recorded here, xout, not yet applied where
+-- it goes; xin only lists the transfers applied), {-3} events the sink has
+-- not carried to PostgreSQL yet. Every check comes before the first write.
 --#include "group.lua"
 --#include "sku_lag.lua"
 local meta = redis.call('HMGET', KEYS[1], 'segments', 'pending', 'initial', 'sold',
@@ -28,7 +29,7 @@ local meta = redis.call('HMGET', KEYS[1], 'segments', 'pending', 'initial', 'sol
 if not meta[1] then return {0} end
 local pending = tonumber(meta[2] or '0')
 if pending > 0 then return {-1, pending} end
-if redis.call('EXISTS', KEYS[9], KEYS[10]) > 0 then return {-2} end
+if redis.call('EXISTS', KEYS[9]) == 1 then return {-2} end -- xout: taken out, not yet in
 if sku_lag(KEYS[15], ARGV[4], ARGV[1], true) > 0 then return {-3} end
 local n = redis.call('LLEN', KEYS[6])
 for i = 0, n - 1, 1000 do
@@ -44,6 +45,7 @@ for i = 0, tonumber(meta[1]) - 1 do
   locks[#locks + 1] = ARGV[3] .. i .. ':queue'
   locks[#locks + 1] = ARGV[3] .. i .. ':fence'
 end
+locks[#locks + 1] = ARGV[3] .. 'streams' -- a cluster shard's stand-in for the registry
 redis.call('DEL', unpack(locks))
 local sums, out = {}, {1}
 for i, f in ipairs({'initial', 'sold', 'orders', 'paid', 'returned', 'cancelled',
