@@ -126,7 +126,10 @@ run_mode() {
     expect "$mode: bad order" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"a b"}')"
     expect "$mode: bad JSON" "400 bad_request" "$(req POST "$base/skus/$sku/orders" -d '{"user_id":')"
     expect "$mode: unknown SKU" "404 not_found" "$(req POST "$base/skus/none/orders" -d '{"user_id":"a"}')"
-    expect "$mode: 405" "405 method_not_allowed" "$(req DELETE "$base/skus/$sku")"
+    expect "$mode: 405" "405 method_not_allowed" "$(req POST "$base/skus/$sku")"
+    expect "$mode: DELETE without token" "401 unauthorized" "$(req DELETE "$base/skus/$sku")"
+    expect "$mode: a SKU made and retired" "201 204 404" \
+        "$(req PUT "$base/skus/$sku-r" "${auth[@]}" -d '{"stock":2}' | cut -d' ' -f1) $(req DELETE "$base/skus/$sku-r" "${auth[@]}" | cut -d' ' -f1) $(req GET "$base/skus/$sku-r" | cut -d' ' -f1)"
     expect "$mode: 404 route" "404 not_found" "$(req GET "$base/no/such/route")"
     expect "$mode: 413 declared" "413 too_large" "$(req POST "$base/skus/$sku/orders" \
         --data-binary "$(printf '%05000d' 0)")"
