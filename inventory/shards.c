@@ -328,7 +328,77 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
     return inv_sku_put_shard(s, sku, spec, 0, 1, "");
 }
 
-/* DELETE on a cluster: each shard the directory names retired (every check
+/* The transfers a shard of sku recorded (xout) and the receiving shard has
+ * not applied: a process that died, or a step that failed, between the two
+ * (the next order's refill would apply them, engine_refill.c; a SKU whose
+ * sale is over has none). Each is applied now under its receiving segment's
+ * lock, fenced (the atomic mode: the script alone), and its record deleted.
+ * 0, or -1 when one could not be (the retirement is then unsettled). */
+static int apply_transfers(struct inv_session *s, const char *sku, const char *epoch,
+                           const int *genes, int n)
+{
+    struct sku_layout l = {.nshards = n};
+    for (int i = 0; i < n; i++)
+        l.genes[i] = (uint8_t)genes[i];
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        struct inv_session *from = inv_shard_session(s, genes[i]);
+        struct sku_keys k;
+        inv_keys_init(&k, sku, genes[i]);
+        redisReply *r = from ? rconn_command(from->rc, "HGETALL %s", k.xout) : NULL;
+        if (!r || r->type != REDIS_REPLY_ARRAY) {
+            if (r)
+                freeReplyObject(r);
+            return -1;
+        }
+        for (size_t j = 0; j + 1 < r->elements; j += 2) {
+            const redisReply *id = r->element[j];
+            int to, seg;
+            long long units;
+            struct inv_session *dst = NULL;
+            if (id->type != REDIS_REPLY_STRING ||
+                inv_xfer_record_read(&l, r->element[j + 1], &to, &seg, &units) != 0 ||
+                !(dst = inv_shard_session(s, to))) {
+                ok = 0;
+                continue;
+            }
+            struct sku_keys dk;
+            inv_keys_init(&dk, sku, to);
+            char lkey[128], units_t[24], seg_t[12];
+            snprintf(lkey, sizeof(lkey), "%s%d", dk.lock, seg);
+            snprintf(units_t, sizeof(units_t), "%lld", units);
+            snprintf(seg_t, sizeof(seg_t), "%d", seg);
+            struct lock_grant g;
+            if (dst->lock &&
+                lock_acquire(dst->lock, lkey, s->inv->cfg.wait_ms, &g) != LOCK_ACQUIRED) {
+                ok = 0;
+                continue;
+            }
+            const char *args[] = {epoch, id->str, units_t, seg_t};
+            struct inv_xfer_call xc;
+            inv_xfer_call_init(&xc, s->inv, sku, to, seg, 1, 4, args, dst->lock ? &g : NULL);
+            redisReply *x = rconn_eval(dst->rc, xc.cmd.script, xc.cmd.nkeys,
+                                       xc.cmd.argc - xc.cmd.nkeys, xc.cmd.argv, NULL);
+            long long got;
+            inv_status st = inv_xfer_answer(x, &got);
+            if (x)
+                freeReplyObject(x);
+            if (dst->lock)
+                lock_release(dst->lock, lkey, &g);
+            redisReply *d = st == INV_OK && got >= 0
+                                ? rconn_command(from->rc, "HDEL %s %s", k.xout, id->str)
+                                : NULL;
+            ok &= d && d->type == REDIS_REPLY_INTEGER;
+            if (d)
+                freeReplyObject(d);
+        }
+        freeReplyObject(r);
+    }
+    return ok ? 0 : -1;
+}
+
+/* DELETE on a cluster: the transfers left half-way applied first
+ * (apply_transfers), then each shard the directory names retired (every check
  * of a shard before its first write; a shard found unsettled leaves the
  * others retired, and a repeat finishes), then, with none unsettled, the
  * summary (without the outbox) and the directory. */
@@ -337,18 +407,26 @@ static inv_status sku_retire_shards(struct inv_session *s, const char *sku)
     char key[96];
     dir_key(key, sizeof(key), sku);
     struct rconn *rc = dir_conn(s, key);
-    redisReply *r = rc ? rconn_command(rc, "HGET %s genes", key) : NULL;
+    redisReply *r = rc ? rconn_command(rc, "HMGET %s genes epoch", key) : NULL;
     int genes[CLUSTER_MAX_MASTERS], n = -1;
-    if (r && r->type == REDIS_REPLY_STRING)
-        n = inv_genes_parse(r->str, genes);
-    else if (r && r->type == REDIS_REPLY_NIL)
-        n = 0;
+    char epoch[24] = "";
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        const redisReply *g = r->element[0], *e = r->element[1];
+        if (g->type == REDIS_REPLY_STRING)
+            n = inv_genes_parse(g->str, genes);
+        else if (g->type == REDIS_REPLY_NIL)
+            n = 0;
+        if (e->type == REDIS_REPLY_STRING)
+            snprintf(epoch, sizeof(epoch), "%s", e->str);
+    }
     if (r)
         freeReplyObject(r);
     if (n < 0)
         return inv_shard_outcome(s, INV_UNAVAILABLE);
     if (n == 0)
         return INV_NOT_FOUND;
+    if (apply_transfers(s, sku, epoch, genes, n) != 0)
+        return inv_shard_outcome(s, INV_NOT_SETTLED);
     long long total[INV_RETIRE_SUMS] = {0}, sums[INV_RETIRE_SUMS];
     inv_status st = INV_OK;
     for (int i = 0; i < n; i++) {

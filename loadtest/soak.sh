@@ -67,41 +67,46 @@ lag() { # the sink's lag, the largest any instance reports
 client() { python3 loadtest/soak_client.py "$LB_URL" "$@"; }
 
 keys0=$(keys) mem0=$(mem)
+idle_cpu() { # the 3 masters' CPU over 10 s, in % of one core
+    local c0 c1 t1 t2
+    c0=$(cpu) t1=$(date +%s.%N)
+    sleep 10
+    c1=$(cpu) t2=$(date +%s.%N)
+    echo "($c1 - $c0) / ($t2 - $t1) * 100" | bc -l | cut -c1-5
+}
+cpu0=$(idle_cpu)
 say "soak: $(date -u +%Y-%m-%dT%H:%M:%SZ) at $(git rev-parse --short HEAD 2>/dev/null), $N SKUs in $WAVES waves, $ORDERS orders each, pay window ${PAY_MS} ms, 3 masters, 3 instances"
 say "baseline: $keys0 keys, $mem0 bytes used"
 per=$(((N + WAVES - 1) / WAVES))
-peak_keys=$keys0 peak_mem=$mem0
+peak_keys=$keys0 peak_mem=$mem0 placed=0
 for ((w = 0; w < WAVES; w++)); do
     first=$((w * per + 1)) last=$(((w + 1) * per))
     ((last > N)) && last=$N
     ((first > last)) && break
     p=$(client put "$first" "$last" "$ORDERS" "$PAY_MS")
     s=$(client sell "$first" "$last" "$ORDERS")
+    placed=$((placed + $(jq -r '.order_201 // 0' <<<"$s")))
     k=$(keys) m=$(mem)
     ((k > peak_keys)) && peak_keys=$k
     (($(echo "$m > $peak_mem" | bc) == 1)) && peak_mem=$m
     say "wave $((w + 1)): SKUs $first..$last put $p sold $s; $k keys, $m bytes, sink lag $(lag)"
 done
-total=$((N * ORDERS))
-settled() {
+settled() { # every order answered 201 in PostgreSQL, none pending there, no lag
     [[ $(sql "select count(*) from seckill_orders where state = 'pending'") == 0 &&
-        $(sql "select count(*) from seckill_orders") -ge $total && $(lag) == 0 ]]
+        $(sql "select count(*) from seckill_orders") -ge $placed && $(lag) == 0 ]]
 }
 t0=$SECONDS
 until settled; do
     ((SECONDS - t0 > 300)) && { say "not settled after 300 s"; break; }
     sleep 1
 done
-say "settled $((SECONDS - t0)) s after the last wave: $(sql "select state || '=' || count(*) from seckill_orders group by state order by state" | paste -sd' ')"
+say "$placed orders placed (201); settled $((SECONDS - t0)) s after the last wave: $(sql "select state || '=' || count(*) from seckill_orders group by state order by state" | paste -sd' ')"
 say "sweep lateness (the expiry's event time minus pay_by, ms): $(sql "select 'p50=' || round(percentile_cont(0.5) within group (order by d)) || ' p99=' || round(percentile_cont(0.99) within group (order by d)) || ' max=' || round(max(d)) || ' n=' || count(*) from (select extract(epoch from (e.at - o.pay_by)) * 1000 as d from seckill_orders o join seckill_events e using (order_id) where e.state = 'expired') x")"
 say "events stored once: $(sql "select count(*) || ' events, ' || (count(*) - count(distinct (order_id, state))) || ' twice' from seckill_events")"
 say "dead letters: $(sql "select count(*) from seckill_dead_letters")"
 say "peak: $peak_keys keys, $peak_mem bytes"
 sleep 2
-c0=$(cpu) t1=$(date +%s.%N)
-sleep 10
-c1=$(cpu) t2=$(date +%s.%N)
-say "idle, $N SKUs (sale over, not retired): the 3 masters' CPU $(echo "($c1 - $c0) / ($t2 - $t1) * 100" | bc -l | cut -c1-5) % of one core"
+say "idle: the 3 masters' CPU $(idle_cpu) % of one core with $N SKUs (sale over, not retired), $cpu0 % before the first"
 bad=0 checked=0
 for ((i = 1; i <= N; i += (N + 49) / 50)); do
     a=$(curl -s "$LB_URL/skus/s$i/audit")

@@ -148,4 +148,22 @@ expect "DELETE after a transfer: 204" "204" "$(code -X DELETE "$C/skus/rx")"
 expect "... no key named after it but its summary" "sk:{rx}:retired" \
     "$(for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*rx*'; done | paste -sd' ')"
 
+# a transfer left half-way (its instance killed right after the units left the giving
+# shard, SECKILL_TEST_CRASH=transfer-out): the retirement applies it first, then
+# retires; the books say 2 units, none sold
+SECKILL_TEST_CRASH=transfer-out start_instance --ready-secs 20 crash "$dir" \
+    --redis "$REDIS_CLUSTER_SEEDS" --threads 1 --log-level warn || exit 1
+X=$STARTED_URL
+code -X PUT -d '{"stock":2,"segments":2,"per_user_limit":2}' "$C/skus/ry" >/dev/null
+code --max-time 10 -X POST -d '{"user_id":"y1","qty":2}' "$X/skus/ry/orders" >/dev/null
+xout() { local s; for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*:ry:xout'; done | grep -c .; }
+crashed() { ! kill -0 "$(cat "$dir/crash.pid")" 2>/dev/null; }
+check "the instance died right after taking units out (a transfer recorded, xout)" \
+    wait_until 10 eval 'crashed && (($(xout) == 1))'
+expect "DELETE applies the transfer, then retires: 204" "204" "$(code -X DELETE "$C/skus/ry")"
+expect "... the summary: initial sold orders" "2 0 0" \
+    "$(redis-cli -c -p "${seeds[0]##*:}" HMGET 'sk:{ry}:retired' initial sold orders | paste -sd' ')"
+expect "... no key named after it but its summary" "sk:{ry}:retired" \
+    "$(for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*ry*'; done | paste -sd' ')"
+
 checks_finish
