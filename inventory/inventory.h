@@ -247,8 +247,8 @@ struct inv_audit {
       "Due reservations whose record the sweep found malformed and left as they are "   \
       "(counted each round it finds them).")                                             \
     X(sweep_deferred, "sweep_deferred", "seckill_sweep_deferred_total",                  \
-      "SKUs with a reservation due that a sweep round left for the next (a round "      \
-      "serves 256 at most, the earliest due first).")                                   \
+      "SKUs with a reservation due that a sweep round left for the next, at least "     \
+      "(a round serves 256 at most, the earliest due first).")                          \
     X(unacked, "unacknowledged_by_replicas", "seckill_orders_unacknowledged_total",      \
       "Orders placed, paid or cancelled that the replicas did not acknowledge in "       \
       "time: answered outcome_unknown (--min-replicas-acked).")
@@ -383,11 +383,13 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
 void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg);
 
 /* The sweep that expires reservations past their pay_by (inventory/life.c):
- * every INV_SWEEP_MS on the event loop it is attached to, over every SKU
- * with a payment window, on a connection of its own to the data Redis (or
+ * every INV_SWEEP_MS on the event loop it is attached to (on a Redis Cluster
+ * every INV_SWEEP_CLUSTER_MS: a round reads its 64 deadline indexes), over the
+ * SKUs with a reservation due, on a connection of its own to the data Redis (or
  * its own router over a Redis Cluster: inv_sweep_new_cluster, seeds copied).
  * Every instance sweeps; an order expires once whoever finds it. */
 #define INV_SWEEP_MS 100
+#define INV_SWEEP_CLUSTER_MS 250
 struct inv_sweep;
 struct event_base;
 struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
