@@ -29,9 +29,14 @@ report=$out/report.txt
 say() { echo "$*" | tee -a "$report"; }
 
 dir=$(mktemp -d /tmp/seckill-soak.XXXXXX)
-cleanup() {
+cleanup() { # SOAK_KEEP=1: the cluster's logs kept in its dir (said on stderr)
     local rc=$?
-    scripts/cluster.sh down --dir "$dir" --rm >/dev/null 2>&1 || rc=1
+    if [[ ${SOAK_KEEP:-0} == 1 ]]; then
+        scripts/cluster.sh down --dir "$dir" >/dev/null 2>&1 || rc=1
+        echo "soak: logs kept in $dir" >&2
+    else
+        scripts/cluster.sh down --dir "$dir" --rm >/dev/null 2>&1 || rc=1
+    fi
     exit "$rc"
 }
 trap cleanup EXIT

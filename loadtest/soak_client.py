@@ -83,9 +83,13 @@ def sell(pool, i, orders):
     for n in range(orders):
         s, b = pool.request("POST", f"/skus/s{i}/orders",
                             json.dumps({"user_id": f"b{i}-{n}", "qty": 1}))
-        got.append(f"order_{s}")
         if s != 201:
+            try:
+                got.append(f"order_{s}_{json.loads(b).get('error', '')}")
+            except ValueError:
+                got.append(f"order_{s}")
             continue
+        got.append(f"order_{s}")
         oid = json.loads(b)["order_id"]
         if n == 0:
             s2, _ = pool.request("POST", f"/orders/{oid}/pay",
