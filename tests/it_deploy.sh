@@ -110,31 +110,7 @@ for i in 1 2 3; do
 done
 
 # --- nginx: the deployment's file included as it stands, site values replaced
-pub=$(free_port) && adm=$(free_port) || exit 1
-mkdir -p "$dir/nginx/tmp"
-sed -e "s|^\(    server \)127.0.0.1:8081|\1127.0.0.1:${ports[0]}|" \
-    -e "s|^\(    server \)127.0.0.1:8082|\1127.0.0.1:${ports[1]}|" \
-    -e "s|^\(    server \)127.0.0.1:8083|\1127.0.0.1:${ports[2]}|" \
-    -e "s|listen 443 ssl;|listen 127.0.0.1:$pub ssl;|" \
-    -e "s|listen 127.0.0.1:9443 ssl;|listen 127.0.0.1:$adm ssl;|" \
-    -e "s|/etc/seckill/tls/|$dir/tls/|" "$deploy/nginx/seckill.conf" >"$dir/nginx/seckill.conf"
-cat >"$dir/nginx/nginx.conf" <<EOF
-# the host's nginx.conf, reduced to what a throwaway one needs
-daemon off;
-worker_processes 2;
-pid $dir/nginx/nginx.pid;
-error_log $dir/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $dir/nginx/tmp/body;
-    proxy_temp_path $dir/nginx/tmp/proxy;
-    fastcgi_temp_path $dir/nginx/tmp/fastcgi;
-    uwsgi_temp_path $dir/nginx/tmp/uwsgi;
-    scgi_temp_path $dir/nginx/tmp/scgi;
-    include $dir/nginx/seckill.conf;
-}
-EOF
+it_deploy_nginx "${ports[0]}" "${ports[1]}" "${ports[2]}" || exit 1
 check "nginx -t accepts deploy/nginx/seckill.conf" \
     nginx -t -q -e "$dir/nginx/error.log" -p "$dir/nginx" -c "$dir/nginx/nginx.conf"
 proc_start lb "$dir" nginx -e "$dir/nginx/error.log" -p "$dir/nginx" -c "$dir/nginx/nginx.conf" || exit 1

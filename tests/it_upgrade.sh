@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A rolling upgrade under load (docs/runbook.md, "Rolling upgrade"), as the runbook says:
 # three instances behind nginx with deploy/nginx/seckill.conf (TLS, a self-signed
-# certificate made here; the site values replaced as tests/it_deploy.sh does), one data
+# certificate made here; the site values replaced by lib.sh's it_deploy_nginx), one data
 # Redis (AOF always) and PostgreSQL; wrk (loadtest/orders.lua) over HTTPS through nginx
 # the whole time, and two buyer loops (curl) that note every order id they are given.
 # Each instance in turn is drained (SIGTERM, its exit code 0) and started again on its
@@ -21,7 +21,6 @@ set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin upgrade redis-server redis-cli nginx openssl psql wrk curl jq
-deploy=$ROOT/deploy
 loops=() wrk_pid=""
 on_exit() {
     touch "$dir/stop"
@@ -64,33 +63,11 @@ for i in 1 2 3; do
 done
 
 # --- nginx: deploy/nginx/seckill.conf, site values replaced
-mkdir -p "$dir/tls" "$dir/nginx/tmp"
+mkdir -p "$dir/tls"
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
     -addext subjectAltName=DNS:localhost -keyout "$dir/tls/seckill.key" \
     -out "$dir/tls/seckill.crt" >"$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log"; exit 1; }
-pub=$(free_port) && adm=$(free_port) || exit 1
-sed -e "s|^\(    server \)127.0.0.1:8081|\1127.0.0.1:${ports[0]}|" \
-    -e "s|^\(    server \)127.0.0.1:8082|\1127.0.0.1:${ports[1]}|" \
-    -e "s|^\(    server \)127.0.0.1:8083|\1127.0.0.1:${ports[2]}|" \
-    -e "s|listen 443 ssl;|listen 127.0.0.1:$pub ssl;|" \
-    -e "s|listen 127.0.0.1:9443 ssl;|listen 127.0.0.1:$adm ssl;|" \
-    -e "s|/etc/seckill/tls/|$dir/tls/|" "$deploy/nginx/seckill.conf" >"$dir/nginx/seckill.conf"
-cat >"$dir/nginx/nginx.conf" <<EOF
-daemon off;
-worker_processes 2;
-pid $dir/nginx/nginx.pid;
-error_log $dir/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $dir/nginx/tmp/body;
-    proxy_temp_path $dir/nginx/tmp/proxy;
-    fastcgi_temp_path $dir/nginx/tmp/fastcgi;
-    uwsgi_temp_path $dir/nginx/tmp/uwsgi;
-    scgi_temp_path $dir/nginx/tmp/scgi;
-    include $dir/nginx/seckill.conf;
-}
-EOF
+it_deploy_nginx "${ports[0]}" "${ports[1]}" "${ports[2]}" || exit 1
 proc_start lb "$dir" nginx -e "$dir/nginx/error.log" -p "$dir/nginx" -c "$dir/nginx/nginx.conf" || exit 1
 export CURL_CA_BUNDLE=$dir/tls/seckill.crt # the loops' curl checks nginx's certificate
 P=https://localhost:$pub

@@ -110,6 +110,39 @@ it_order() {
           echo "$code $(jq -r '.order_id // "-"' <<<"$body") $(jq -r '.error // "-"' <<<"$body") $secs"; }
 }
 
+# it_deploy_nginx P1 P2 P3: deploy/nginx/seckill.conf as it stands in $dir/nginx/, its
+# site values replaced (the upstreams 127.0.0.1:P1..P3, the public and admin listeners on
+# free loopback ports, set in pub and adm, the certificate from $dir/tls/), included by a
+# throwaway nginx.conf; start it with nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf".
+it_deploy_nginx() {
+    pub=$(free_port) && adm=$(free_port) || return 1
+    mkdir -p "$dir/nginx/tmp"
+    sed -e "s|^\(    server \)127.0.0.1:8081|\1127.0.0.1:$1|" \
+        -e "s|^\(    server \)127.0.0.1:8082|\1127.0.0.1:$2|" \
+        -e "s|^\(    server \)127.0.0.1:8083|\1127.0.0.1:$3|" \
+        -e "s|listen 443 ssl;|listen 127.0.0.1:$pub ssl;|" \
+        -e "s|listen 127.0.0.1:9443 ssl;|listen 127.0.0.1:$adm ssl;|" \
+        -e "s|/etc/seckill/tls/|$dir/tls/|" "$ROOT/deploy/nginx/seckill.conf" \
+        >"$dir/nginx/seckill.conf"
+    cat >"$dir/nginx/nginx.conf" <<EOF
+# the host's nginx.conf, reduced to what a throwaway one needs
+daemon off;
+worker_processes 2;
+pid $dir/nginx/nginx.pid;
+error_log $dir/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $dir/nginx/tmp/body;
+    proxy_temp_path $dir/nginx/tmp/proxy;
+    fastcgi_temp_path $dir/nginx/tmp/fastcgi;
+    uwsgi_temp_path $dir/nginx/tmp/uwsgi;
+    scgi_temp_path $dir/nginx/tmp/scgi;
+    include $dir/nginx/seckill.conf;
+}
+EOF
+}
+
 it_replica_synced() {
     redis-cli -p "$rport" info replication | tr -d '\r' | grep -q '^master_link_status:up'
 }
