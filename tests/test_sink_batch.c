@@ -15,40 +15,13 @@
 #include <string.h>
 
 #include "sink_batch.h"
-
-/* A stream entry's [field, value, ...] array, from "o=42 s=paid ...". */
-struct entry {
-    char text[256];
-    redisReply arr, items[32], *ptrs[32];
-};
-
-static const redisReply *entry_of(struct entry *e, const char *fields)
-{
-    snprintf(e->text, sizeof(e->text), "%s", fields);
-    size_t n = 0;
-    char *save = NULL;
-    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 32;
-         f = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(f, '=');
-        assert_non_null(eq);
-        *eq = '\0';
-        const char *parts[2] = {f, eq + 1};
-        for (int i = 0; i < 2; i++, n++) {
-            e->items[n] = (redisReply){.type = REDIS_REPLY_STRING,
-                                       .str = (char *)parts[i],
-                                       .len = strlen(parts[i])};
-            e->ptrs[n] = &e->items[n];
-        }
-    }
-    e->arr = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = n, .element = e->ptrs};
-    return &e->arr;
-}
+#include "testutil.h"
 
 /* Adds an event of stream si (fields NULL: a deleted entry's). */
 static void add(struct sink_batch *b, int si, const char *id, const char *fields)
 {
-    struct entry e;
-    sink_batch_add(b, si, "sk:{p}:out", id, fields ? entry_of(&e, fields) : NULL);
+    struct test_entry e;
+    sink_batch_add(b, si, "sk:{p}:out", id, fields ? test_entry_of(&e, fields) : NULL);
 }
 
 #define PENDING "o=42 s=pending k=phone u=alice q=1 g=7 b=1700000000000"
@@ -113,9 +86,9 @@ static void test_what_is_not_an_event_is_skipped(void **state)
     assert_int_equal(b.n, 9);
     assert_string_equal(b.id[8], "2-0");
     /* a stream key, or an id, that JSON would have to escape */
-    struct entry e;
-    sink_batch_add(&b, 0, "sk:\"x", "3-0", entry_of(&e, PENDING));
-    sink_batch_add(&b, 0, "sk:x", "3-\\0", entry_of(&e, PENDING));
+    struct test_entry e;
+    sink_batch_add(&b, 0, "sk:\"x", "3-0", test_entry_of(&e, PENDING));
+    sink_batch_add(&b, 0, "sk:x", "3-\\0", test_entry_of(&e, PENDING));
     assert_int_equal(b.skipped, 11);
     /* one event among them is written, alone */
     add(&b, 0, "4-0", PENDING);

@@ -151,34 +151,6 @@ static void test_commit_error_is_the_answer(void **state)
 
 /* ---- the batch's statement -------------------------------------------------- */
 
-/* A stream entry's [field, value, ...] array, from "o=42 s=paid ...". */
-struct entry {
-    char text[512];
-    redisReply arr, items[32], *ptrs[32];
-};
-
-static const redisReply *entry_of(struct entry *e, const char *fields)
-{
-    snprintf(e->text, sizeof(e->text), "%s", fields);
-    size_t n = 0;
-    char *save = NULL;
-    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 32;
-         f = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(f, '=');
-        assert_non_null(eq);
-        *eq = '\0';
-        const char *parts[2] = {f, eq + 1};
-        for (int i = 0; i < 2; i++, n++) {
-            e->items[n] = (redisReply){.type = REDIS_REPLY_STRING,
-                                       .str = (char *)parts[i],
-                                       .len = strlen(parts[i])};
-            e->ptrs[n] = &e->items[n];
-        }
-    }
-    e->arr = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = n, .element = e->ptrs};
-    return &e->arr;
-}
-
 /* Applies one batch of events (ids[i], fields[i]) of stream "sk:{t}:events"
  * as the sink does (SINK_APPLY_SQL); the statement's status, and its SQLSTATE
  * in sqlstate (6 bytes) when it failed. */
@@ -187,8 +159,8 @@ static ExecStatusType apply(int n, const char *const *ids, const char *const *fi
 {
     struct sink_batch b = {0};
     for (int i = 0; i < n; i++) {
-        struct entry e;
-        sink_batch_add(&b, 0, "sk:{t}:events", ids[i], entry_of(&e, fields[i]));
+        struct test_entry e;
+        sink_batch_add(&b, 0, "sk:{t}:events", ids[i], test_entry_of(&e, fields[i]));
     }
     assert_int_equal(b.valid, n);
     const char *params[] = {sink_batch_close(&b)};
@@ -306,11 +278,11 @@ static void test_dead_letters_stored_once(void **state)
 {
     (void)state;
     struct sink_batch b = {0};
-    struct entry e;
+    struct test_entry e;
     sink_batch_add(&b, 0, "sk:{t}:events", "1700000000000-7",
-                   entry_of(&e, "o=204 s=placed k=t u=a\"\xff\\ q=1 g=1"));
+                   test_entry_of(&e, "o=204 s=placed k=t u=a\"\xff\\ q=1 g=1"));
     sink_batch_add(&b, 0, "sk:{t}:events", "1700000000001-7",
-                   entry_of(&e, "o=9223372036854775808 s=placed k=t u=alice q=1 g=1"));
+                   test_entry_of(&e, "o=9223372036854775808 s=placed k=t u=alice q=1 g=1"));
     assert_int_equal(b.skipped, 1);
     assert_int_equal(b.valid, 1);
     sink_batch_kill(&b, 0, "sk:{t}:events", "value \"9223372036854775808\" is out of range");

@@ -813,3 +813,25 @@ void test_excl_join(struct test_excl *run)
     for (int i = 0; i < run->nthreads; i++)
         pthread_join(run->thread[i], NULL);
 }
+
+const struct redisReply *test_entry_of(struct test_entry *e, const char *fields)
+{
+    snprintf(e->text, sizeof(e->text), "%s", fields);
+    size_t n = 0;
+    char *save = NULL;
+    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 32;
+         f = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(f, '=');
+        assert_non_null(eq);
+        *eq = '\0';
+        const char *parts[2] = {f, eq + 1};
+        for (int i = 0; i < 2; i++, n++) {
+            e->items[n] = (redisReply){.type = REDIS_REPLY_STRING,
+                                       .str = (char *)parts[i],
+                                       .len = strlen(parts[i])};
+            e->ptrs[n] = &e->items[n];
+        }
+    }
+    e->arr = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = n, .element = e->ptrs};
+    return &e->arr;
+}

@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include <hiredis/hiredis.h>
+
 #include "lock.h"
 
 struct test_redis {
@@ -180,5 +182,14 @@ struct test_excl {
 void test_excl_start(struct test_excl *run, int nthreads);
 /* Waits until every worker is done. */
 void test_excl_join(struct test_excl *run);
+
+/* A stream entry's [field, value, ...] array, as XREADGROUP answers one, made
+ * from "o=42 s=paid ..." (split at spaces, each at its first '='; 16 fields at
+ * most). It points into *e, which must outlive it. */
+struct test_entry {
+    char text[512];
+    struct redisReply arr, items[32], *ptrs[32];
+};
+const struct redisReply *test_entry_of(struct test_entry *e, const char *fields);
 
 #endif
