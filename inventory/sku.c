@@ -114,7 +114,7 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     args[7 + segments] = starts;
     args[8 + segments] = ends;
     args[9 + segments] = pay;
-    args[10 + segments] = s->inv->cfg.outbox ? "1" : "";
+    args[10 + segments] = !s->inv->cfg.outbox ? "" : s->gene < 0 ? "1" : "c";
     redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 11 + segments, argv, NULL);
     free(argv);
     free(vals);

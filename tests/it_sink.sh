@@ -252,6 +252,14 @@ for i in $(seq 1 30); do
 done
 expect "one stream per shard in the registry" 3 \
     "$(redis-cli -c -p "$rport" smembers seckill:streams | grep -c '^seckill:events:{')"
+stand_ins() { # keys a shard wrote in the registry's stead (none: the PUT lists the streams)
+    local m n=0
+    for m in $(redis-cli -c -p "$rport" cluster nodes | awk '/master/ { split($2, a, "@"); print a[1] }'); do
+        n=$((n + $(redis-cli -p "${m##*:}" --scan --pattern '*:lock:streams' | grep -c .)))
+    done
+    echo "$n"
+}
+expect "... and no shard keeps a stand-in for the registry" 0 "$(stand_ins)"
 ended() { # every order paid or expired, and the store matches Redis
     [[ $(sql "$rpg" "select count(*) from seckill_orders where sku = 'rs' and state = 'pending'") == 0 ]] &&
         matches "$rurl" rs

@@ -12,9 +12,10 @@
 -- [8+k] and [9+k] the sale window's starts_ms and ends_ms (window.lua), ''
 -- for an open end, [10+k] the payment window pay_ms (0: orders final at once),
 -- [11+k] '1' when the orders' changes go to the outbox (outbox.lua: meta's
--- outbox field is the new epoch then, and the stream is listed in KEYS[15],
--- the sink's registry, or on a cluster a key of the shard's own left alone),
--- else ''.
+-- outbox field is the new epoch then) and the stream is listed in KEYS[15],
+-- the sink's registry; 'c' the outbox on a cluster, where the registry has a
+-- slot of its own and the caller lists the stream (KEYS[15] a key of the
+-- shard's, untouched); else ''.
 -- KEYS[16] the SKU's events stream (kept: events of the old epoch still go).
 -- KEYS[17..] the fencing marks of its segment locks (of the segments it had
 -- and has: "<lock key>:fence", lock/lock.h), deleted: a mark belongs to the
@@ -64,9 +65,9 @@ elseif ARGV[7 + k] == '' then
 else
   redis.call('HSET', KEYS[1], 'epoch', ARGV[7 + k])
 end
-if ARGV[11 + k] == '1' then
+if ARGV[11 + k] ~= '' then
   redis.call('HSET', KEYS[1], 'outbox', redis.call('HGET', KEYS[1], 'epoch'))
-  redis.call('SADD', KEYS[15], KEYS[16])
+  if ARGV[11 + k] == '1' then redis.call('SADD', KEYS[15], KEYS[16]) end
 else
   redis.call('HDEL', KEYS[1], 'outbox')
 end

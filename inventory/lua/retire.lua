@@ -45,7 +45,8 @@ for i = 0, tonumber(meta[1]) - 1 do
   locks[#locks + 1] = ARGV[3] .. i .. ':queue'
   locks[#locks + 1] = ARGV[3] .. i .. ':fence'
 end
-locks[#locks + 1] = ARGV[3] .. 'streams' -- a cluster shard's stand-in for the registry
+locks[#locks + 1] = ARGV[3] .. 'streams' -- a stand-in for the registry that builds
+                                          -- before 2026-11-29 wrote on a cluster
 redis.call('DEL', unpack(locks))
 local sums, out = {}, {1}
 for i, f in ipairs({'initial', 'sold', 'orders', 'paid', 'returned', 'cancelled',
