@@ -14,18 +14,17 @@
 --#include "back.lua"
 --#include "outbox.lua"
 --#include "give.lua"
-local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty', 'user_id')
-if not o[3] then return {-1} end
-if o[4] ~= ARGV[2] then return {-15} end
-local state = o[1] or 'placed'
+local o = give_read(KEYS[1])
+if not o.qtext then return {-1} end
+if o.user ~= ARGV[2] then return {-15} end
+local state = o.state or 'placed'
 if state == 'cancelled' then return {2, 0} end
 if state == 'placed' then return {-12} end
 if state == 'paid' then return {-16} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
-local by = tonumber(o[2])
-if not by or not give_read(KEYS[1]) then return {-17} end
-local late = now_ms() >= by
-local units = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled')
+if not o.by or not o.ok then return {-17} end
+local late = now_ms() >= o.by
+local units = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled', o)
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {late and -14 or 1, units}

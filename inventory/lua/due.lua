@@ -28,14 +28,13 @@ local k = life_keys(1, ARGV[2])
 local take, gone, bad = {}, {}, 0
 for i = 3, #ARGV do
   local id, okey = ARGV[i], KEYS[8 + i]
-  local o = redis.call('HMGET', okey, 'state', 'pay_by')
-  if o[1] ~= 'pending' then
+  local o = give_read(okey)
+  if o.state ~= 'pending' then
     gone[#gone + 1] = id -- paid, cancelled or expired meanwhile, or gone with a reset
-  elseif tonumber(o[2] or '') and tonumber(o[2]) <= now then
-    local rec = give_read(okey)
-    if rec then take[#take + 1] = {okey, id, rec} else bad = bad + 1 end
-  elseif not tonumber(o[2] or '') then
+  elseif not o.by then
     bad = bad + 1
+  elseif o.by <= now then
+    if o.ok then take[#take + 1] = {okey, id, o} else bad = bad + 1 end
   end
 end
 local g = give_tally()

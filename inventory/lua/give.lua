@@ -11,16 +11,18 @@
 -- no instance answers sold_out from memory).
 -- All or nothing: a record is read and checked before anything is written
 -- (give_read: nil when it is malformed, and then nothing is written for it).
--- give_read(okey) -> o: {user, qty, qtext, parts = {{seg, units}...}}, or
--- nil when the record lacks its user, its qty is not a whole number above
--- 0, or its segments do not add up to its qty.
+-- give_read(okey) -> o: the record, read once for the whole script: {state,
+-- by (its pay_by, a number, or nil), user, qtext (its qty as stored, nil: no
+-- such order), qty, parts = {{seg, units}...}, ok}; ok is false when the
+-- record lacks its user, its qty is not a whole number above 0, or its
+-- segments do not add up to its qty (malformed: nothing may be written).
 -- For many orders in one script (the sweep), in two steps, so that what adds
 -- up is written once: give_tally() is empty sums; give_order(g, k, okey, id,
 -- state, o) writes what is the order's own (its state, its event) and adds
 -- the rest up in g, returning its units; give_write(g, k) writes the sums
 -- (each segment's back, avail and sold, meta's counters, the buyers, the due
--- set, the life list). give_back(k, okey, id, state) is the three for one
--- order: its units, or nil (nothing written) when its record is malformed.
+-- set, the life list). give_back(k, okey, id, state, o) is the three for one
+-- order, o its give_read (ok): its units.
 -- life_keys(first, sku): such a k from KEYS[first .. first + 8], named in
 -- that order (each script that gives back passes them so).
 local function life_keys(first, sku)
@@ -32,20 +34,23 @@ local function life_keys(first, sku)
   return k
 end
 local function give_read(okey)
-  local o = redis.call('HMGET', okey, 'user_id', 'qty', 'segment', 'segments')
-  local qty = tonumber(o[2])
-  if not o[1] or not qty or qty < 1 or qty ~= math.floor(qty) then return nil end
-  local parts, sum = {}, 0
-  if o[4] then
-    for seg, units in string.gmatch(o[4], '(%d+):(%d+)') do
-      parts[#parts + 1] = {seg, tonumber(units)}
+  local o = redis.call('HMGET', okey, 'state', 'pay_by', 'user_id', 'qty', 'segment',
+                       'segments')
+  local r = {state = o[1], by = tonumber(o[2] or ''), user = o[3], qtext = o[4],
+             qty = tonumber(o[4] or ''), parts = {}, ok = false}
+  local qty = r.qty
+  if not r.user or not qty or qty < 1 or qty ~= math.floor(qty) then return r end
+  local sum = 0
+  if o[6] then
+    for seg, units in string.gmatch(o[6], '(%d+):(%d+)') do
+      r.parts[#r.parts + 1] = {seg, tonumber(units)}
       sum = sum + tonumber(units)
     end
-  elseif o[3] and string.match(o[3], '^%d+$') then
-    parts[1], sum = {o[3], qty}, qty
+  elseif o[5] and string.match(o[5], '^%d+$') then
+    r.parts[1], sum = {o[5], qty}, qty
   end
-  if sum ~= qty then return nil end
-  return {user = o[1], qty = qty, qtext = o[2], parts = parts}
+  r.ok = sum == qty
+  return r
 end
 local function give_tally()
   return {units = {}, qty = 0, states = {}, user_qty = {}, ids = {}, life = {}}
@@ -98,9 +103,7 @@ local function give_write(g, k)
   redis.call('ZREM', k.due, unpack(g.ids))
   redis.call('RPUSH', k.life, unpack(g.life))
 end
-local function give_back(k, okey, id, state)
-  local o = give_read(okey)
-  if not o then return nil end
+local function give_back(k, okey, id, state, o)
   local g = give_tally()
   local qty = give_order(g, k, okey, id, state, o)
   give_write(g, k)

@@ -16,18 +16,18 @@
 --#include "back.lua"
 --#include "outbox.lua"
 --#include "give.lua"
-local o = redis.call('HMGET', KEYS[1], 'state', 'pay_by', 'qty', 'user_id')
-if not o[3] then return {-1} end
-local state = o[1] or 'placed'
+local o = give_read(KEYS[1])
+if not o.qtext then return {-1} end
+local state = o.state or 'placed'
 if state == 'paid' then return {2, 0} end
 if state == 'placed' then return {-12} end
 if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
-local by, qty = tonumber(o[2]), tonumber(o[3])
-if not by or not give_read(KEYS[1]) then return {-17} end
-if now_ms() >= by then
-  local units = give_back(k, KEYS[1], ARGV[1], 'expired')
+local qty = o.qty
+if not o.by or not o.ok then return {-17} end
+if now_ms() >= o.by then
+  local units = give_back(k, KEYS[1], ARGV[1], 'expired', o)
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return {-14, units}
 end
@@ -37,6 +37,6 @@ redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'pending', -qty)
 redis.call('HINCRBY', KEYS[2], 'paid', qty)
 redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
-outbox_add(KEYS[10], redis.call('HGET', KEYS[2], 'outbox'), ARGV[1], 'paid', ARGV[4], o[4],
-           o[3], ARGV[2] ~= '' and 'p' or nil, ARGV[2])
+outbox_add(KEYS[10], redis.call('HGET', KEYS[2], 'outbox'), ARGV[1], 'paid', ARGV[4], o.user,
+           o.qtext, ARGV[2] ~= '' and 'p' or nil, ARGV[2])
 return {1, 0}
