@@ -51,7 +51,7 @@ static inv_status atomic_outcome(struct inv_session *s, const char *sku,
     switch (inv_reply_ll(r->element[0], 0)) {
     case 1:
         order->segment = (int)inv_reply_ll(e1, 0);
-        inv_order_placed(order, r->elements > 3 ? r->element[3] : NULL);
+        inv_order_placed(s->inv, s->gene, order, r->elements > 3 ? r->element[3] : NULL);
         order->nparts = 0;
         for (size_t i = 4; i + 1 < r->elements && order->nparts < INV_MAX_SEGMENTS;
              i += 2)
@@ -134,7 +134,7 @@ inv_do inv_atomic_on_reply(struct inv *inv, struct inv_ticket *t,
         return INV_DO_OVER;
     }
     /* Every other answer is read without a round trip: no connection needed. */
-    struct inv_session view = {.inv = inv};
+    struct inv_session view = {.inv = inv, .gene = t->gene};
     inv_status st = atomic_outcome(&view, t->sku, r, &t->order, t->seen);
     if (st == INV_PENDING) /* the id was taken: it has a fresh one */
         return atomic_send(inv, t, cs, cb, arg);

@@ -37,7 +37,7 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
         switch (inv_reply_ll(r->element[2 * i], 99)) {
         case 1:
             inv_order_one_part(o, seg);
-            inv_order_placed(o, first);
+            inv_order_placed(inv, h->gene, o, first);
             h->left -= t[i]->qty;
             h->placed++;
             st = INV_PLACED;

@@ -52,6 +52,10 @@ struct inv {
     /* the group commits' (inv_batch_stats) */
     _Atomic uint64_t batch_holds, batch_orders;
     _Atomic int64_t queued, queues;
+    /* The sweep's hints (life.c), one per deadline index (0: one Redis's; on a
+     * cluster 1 + gene): the earliest pay_by (ms, Redis's clock) of a
+     * reservation placed here since the sweep last read that index; 0: none. */
+    _Atomic int64_t due_hint[1 + CLUSTER_GENES];
     pthread_mutex_t layout_mu;
     struct sku_layout layouts[LAYOUT_SLOTS];
 };
@@ -212,8 +216,10 @@ int inv_order_new_id(struct inv *inv, struct inv_order *order);
  * was written. */
 inv_status inv_order_id_taken(struct inv *inv, struct inv_order *order);
 /* Sets o's state from a placing script's answer pay_by ('' or NULL: none,
- * placed; else pending until then). */
-void inv_order_placed(struct inv_order *o, const redisReply *pay_by);
+ * placed; else pending until then, and the sweep is told when gene's deadline
+ * index (-1: one Redis's) has it due). */
+void inv_order_placed(struct inv *inv, int gene, struct inv_order *o,
+                      const redisReply *pay_by);
 /* The sale window's refusal in a script's answer (inventory/lua/window.lua):
  * code -10, detail "<starts_ms> <wait_ms>", is INV_NOT_STARTED with *w set;
  * -11 is INV_SALE_ENDED; any other code INV_PENDING (not the window's: the

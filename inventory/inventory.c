@@ -258,11 +258,21 @@ inv_state inv_state_parse(const char *text)
 }
 
 /* Sets o's state from a placing script's pay_by (a string; '' or none: no
- * payment window, placed). */
-void inv_order_placed(struct inv_order *o, const redisReply *pay_by)
+ * payment window, placed); a reservation lowers its index's hint to its
+ * pay_by (a compare-and-swap, once per order). */
+void inv_order_placed(struct inv *inv, int gene, struct inv_order *o,
+                      const redisReply *pay_by)
 {
     o->pay_by_ms = inv_reply_ll(pay_by, 0);
     o->state = o->pay_by_ms > 0 ? INV_STATE_PENDING : INV_STATE_PLACED;
+    if (o->pay_by_ms <= 0)
+        return;
+    _Atomic int64_t *hint = &inv->due_hint[gene + 1];
+    int64_t was = atomic_load_explicit(hint, memory_order_relaxed);
+    while ((was == 0 || o->pay_by_ms < was) &&
+           !atomic_compare_exchange_weak_explicit(
+               hint, &was, o->pay_by_ms, memory_order_relaxed, memory_order_relaxed))
+        ;
 }
 
 inv_status inv_window_refusal(long long code, const redisReply *detail,

@@ -200,20 +200,30 @@ inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_
 /* ---- the sweep ----------------------------------------------------------- */
 
 /* Every INV_SWEEP_MS (a cluster: INV_SWEEP_CLUSTER_MS), on one event loop, in
- * four sends: Redis's clock (TIME);
- * each deadline index (INV_DUE_INDEX; on a Redis Cluster one per gene) names
- * the SKUs with a reservation due by it, earliest first (ZRANGEBYSCORE); for
- * each, the due orders' ids are read from its due set up to that clock; then
- * due.lua expires them, every record declared, and sets the SKU's score in
- * the index anew. The next round only once every answer is in. A round
- * costs what is due, not what exists: an idle shop costs one plain read an
- * index (a script there cost 7 us of Redis's time a call: 3 % of a core for
- * 3 instances on a cluster's 64 genes). It serves SWEEP_SKUS SKUs at most;
- * the rest (the earliest first next round) are counted (sweep_deferred, at
- * least those seen), and they, or a SKU with more due orders than one call
- * expires, make the next round start at once. */
-#define SWEEP_MOST 500 /* orders one call expires at most */
-#define SWEEP_SKUS 256 /* SKUs one round serves at most, over every index */
+ * five sends: Redis's clock (TIME);
+ * each deadline index (INV_DUE_INDEX; on a Redis Cluster one per gene) that
+ * may hold something due, its earliest entry (ZRANGE 0 0); one that has
+ * something due names the SKUs with a reservation due by that clock,
+ * earliest first (ZRANGEBYSCORE), and its earliest deadline after it;
+ * for each SKU, the due orders' ids are read from its due set up to that
+ * clock; then due.lua expires them, every record declared, and sets the
+ * SKU's score in the index anew (and says it). The next round only once every
+ * answer is in.
+ * An index is read when its earliest deadline has come: the one learned at
+ * its last read (the next one, and the SKUs' new scores), or a reservation
+ * this instance placed since (inv->due_hint, set as the commit answers); and
+ * at least every SWEEP_RECHECK_MS, for those another instance placed and
+ * died before it swept them (that instance, alive, sweeps its own on time).
+ * So an idle shop costs TIME a round and one read per index a second (64
+ * genes' indexes read at every round were 770 reads a second for 3
+ * instances).
+ * A round serves SWEEP_SKUS SKUs at most; the rest (the earliest first next
+ * round) are counted (sweep_deferred, at least those seen), and they, or a
+ * SKU with more due orders than one call expires, make the next round start
+ * at once, reading their index again. */
+#define SWEEP_MOST 500        /* orders one call expires at most */
+#define SWEEP_SKUS 256        /* SKUs one round serves at most, over every index */
+#define SWEEP_RECHECK_MS 1000 /* every index read at least this often */
 
 struct inv_sweep {
     struct inv *inv;
@@ -231,9 +241,15 @@ struct inv_sweep {
         struct inv_sweep *sw;
         int gene; /* its gene's (-1 on one Redis) */
         char key[40];
+        _Atomic int64_t *hint; /* inv->due_hint's for it */
+        long long next_ms;     /* its earliest deadline learned since its last
+                                  read (Redis's clock); 0: none */
+        long long read_ms;     /* Redis's clock at its last read; 0: never */
+        int again;             /* read it next round whatever the clock */
     } index[CLUSTER_GENES];
     struct sweep_call {
         struct inv_sweep *sw;
+        struct sweep_index *ix; /* its SKU's shard's index */
         char sku[INV_ID_MAX + 1];
         int gene; /* its shard's (-1 on one Redis) */
         struct sku_keys k;
@@ -245,6 +261,13 @@ static void sweep_round(struct inv_sweep *sw);
 static int sweep_attached(const struct inv_sweep *sw)
 {
     return duty_connected(&sw->duty);
+}
+
+/* t (ms, Redis's clock) is a deadline of ix: learned as its earliest so far. */
+static void sweep_learn(struct sweep_index *ix, long long t)
+{
+    if (t > 0 && (ix->next_ms == 0 || t < ix->next_ms))
+        ix->next_ms = t;
 }
 
 /* One answer of the round in: the round ends with the last. */
@@ -280,7 +303,7 @@ static void on_swept(void *arg, aconn_result res, redisReply *r)
     struct inv_sweep *sw = x->sw;
     if (!sweep_attached(sw)) /* detached: answered as failed */
         return;
-    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 5) {
         struct inv_counters *c = &sw->inv->counters;
         long long orders = inv_reply_ll(r->element[0], 0);
         long long units = inv_reply_ll(r->element[1], 0);
@@ -292,7 +315,11 @@ static void on_swept(void *arg, aconn_result res, redisReply *r)
                                   memory_order_relaxed);
         if (orders > 0)
             soldout_forget(sw->inv->cfg.soldout);
-        sw->again |= inv_reply_ll(r->element[3], 0) > 0;
+        if (inv_reply_ll(r->element[3], 0) > 0)
+            x->ix->again = sw->again = 1;
+        sweep_learn(x->ix, inv_reply_ll(r->element[4], 0));
+    } else {
+        x->ix->again = 1; /* read again next round */
     }
     sweep_answered(sw);
 }
@@ -357,6 +384,7 @@ static void on_due_skus(void *arg, aconn_result res, redisReply *r)
                 continue;
             struct sweep_call *x = &sw->calls[sw->ncalls++];
             x->sw = sw;
+            x->ix = ix;
             text_copy(x->sku, sizeof(x->sku), e->str);
             x->gene = ix->gene;
             inv_keys_init(&x->k, x->sku, ix->gene);
@@ -367,10 +395,67 @@ static void on_due_skus(void *arg, aconn_result res, redisReply *r)
         if (i < r->elements) { /* left for the next round, which starts at once */
             atomic_fetch_add_explicit(&sw->inv->counters.sweep_deferred,
                                       (uint64_t)(r->elements - i), memory_order_relaxed);
-            sw->again = 1;
+            ix->again = sw->again = 1;
+        }
+    } else {
+        ix->again = 1;
+    }
+    sweep_answered(sw);
+}
+
+/* An index's earliest deadline after the round's clock: [sku, score], or none. */
+static void on_next(void *arg, aconn_result res, redisReply *r)
+{
+    struct sweep_index *ix = arg;
+    struct inv_sweep *sw = ix->sw;
+    if (!sweep_attached(sw))
+        return;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        sweep_learn(ix, inv_reply_ll(r->element[1], 0));
+    else if (res != ACONN_REPLY || r->type != REDIS_REPLY_ARRAY)
+        ix->again = 1;
+    sweep_answered(sw);
+}
+
+/* An index's earliest entry, [sku, score] or none: nothing more when that is
+ * not due yet (its deadline learned); else the SKUs due and the earliest
+ * deadline after them. */
+static void on_first(void *arg, aconn_result res, redisReply *r)
+{
+    struct sweep_index *ix = arg;
+    struct inv_sweep *sw = ix->sw;
+    if (!sweep_attached(sw))
+        return;
+    if (res != ACONN_REPLY || r->type != REDIS_REPLY_ARRAY) {
+        ix->again = 1;
+    } else if (r->elements == 2) {
+        long long first = inv_reply_ll(r->element[1], 0);
+        if (first > strtoll(sw->until, NULL, 10)) {
+            sweep_learn(ix, first);
+        } else {
+            char most[12], after[26];
+            snprintf(most, sizeof(most), "%d", SWEEP_SKUS + 1);
+            snprintf(after, sizeof(after), "(%s", sw->until);
+            const char *argv[] = {"ZRANGEBYSCORE", ix->key, "-inf", sw->until,
+                                  "LIMIT",         "0",     most};
+            sweep_send(sw, ix->gene, on_due_skus, ix, NULL, 0, 7, argv);
+            const char *next[] = {"ZRANGEBYSCORE", ix->key, after, "+inf",
+                                  "WITHSCORES",    "LIMIT", "0",   "1"};
+            sweep_send(sw, ix->gene, on_next, ix, NULL, 0, 8, next);
         }
     }
     sweep_answered(sw);
+}
+
+/* True when ix may hold something due by now (ms, Redis's clock): a deadline
+ * learned or hinted has come, it is to be read again, or it was not read for
+ * SWEEP_RECHECK_MS. */
+static int sweep_index_due(const struct sweep_index *ix, long long now)
+{
+    long long hint = atomic_load_explicit(ix->hint, memory_order_relaxed);
+    return ix->again || (hint > 0 && hint <= now) ||
+           (ix->next_ms > 0 && ix->next_ms <= now) ||
+           now - ix->read_ms >= SWEEP_RECHECK_MS || now < ix->read_ms;
 }
 
 /* Redis's clock: every index read up to it. */
@@ -383,14 +468,19 @@ static void on_time(void *arg, aconn_result res, redisReply *r)
         long long ms = inv_reply_ll(r->element[0], 0) * 1000 +
                        inv_reply_ll(r->element[1], 0) / 1000;
         snprintf(sw->until, sizeof(sw->until), "%lld", ms);
-        char most[12];
-        snprintf(most, sizeof(most), "%d", SWEEP_SKUS + 1);
         int n = sw->duty.cluster ? CLUSTER_GENES : 1;
         for (int i = 0; i < n; i++) {
             struct sweep_index *ix = &sw->index[i];
-            const char *argv[] = {"ZRANGEBYSCORE", ix->key, "-inf", sw->until,
-                                  "LIMIT",         "0",     most};
-            sweep_send(sw, ix->gene, on_due_skus, ix, NULL, 0, 7, argv);
+            if (!sweep_index_due(ix, ms))
+                continue;
+            /* what is learned from here on replaces what was: a hint of a
+             * reservation placed later stays (it is also in the index) */
+            atomic_store_explicit(ix->hint, 0, memory_order_relaxed);
+            ix->next_ms = 0;
+            ix->read_ms = ms;
+            ix->again = 0;
+            const char *argv[] = {"ZRANGE", ix->key, "0", "0", "WITHSCORES"};
+            sweep_send(sw, ix->gene, on_first, ix, NULL, 0, 5, argv);
         }
     }
     sweep_answered(sw);
@@ -420,7 +510,7 @@ struct inv_sweep *inv_sweep_new(struct inv *inv, const char *host, int port,
     snprintf(sw->host, sizeof(sw->host), "%s", host);
     sw->port = port;
     sw->password = password && *password ? xstrdup(password) : NULL;
-    sw->index[0] = (struct sweep_index){.sw = sw, .gene = -1};
+    sw->index[0] = (struct sweep_index){.sw = sw, .gene = -1, .hint = &inv->due_hint[0]};
     snprintf(sw->index[0].key, sizeof(sw->index[0].key), "%s", INV_DUE_INDEX);
     return sw;
 }
@@ -434,7 +524,7 @@ struct inv_sweep *inv_sweep_new_cluster(struct inv *inv, const struct rconn_addr
     sw->nseeds = nseeds;
     for (int g = 0; g < CLUSTER_GENES; g++) {
         struct sweep_index *ix = &sw->index[g];
-        *ix = (struct sweep_index){.sw = sw, .gene = g};
+        *ix = (struct sweep_index){.sw = sw, .gene = g, .hint = &inv->due_hint[1 + g]};
         snprintf(ix->key, sizeof(ix->key), INV_DUE_INDEX ":{%s}", cluster_gene_tag(g));
     }
     return sw;

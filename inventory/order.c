@@ -155,7 +155,7 @@ inv_status commit_read(struct order_ctx *c, const struct part_hold *p, int n,
     struct inv_order *o = c->order;
     switch (inv_reply_ll(r->element[0], 0)) {
     case 1:
-        inv_order_placed(o, r->elements > 1 ? r->element[1] : NULL);
+        inv_order_placed(inv, c->gene, o, r->elements > 1 ? r->element[1] : NULL);
         o->segment = p[0].seg;
         o->nparts = n;
         for (int i = 0; i < n; i++)

@@ -26,6 +26,7 @@ struct order_view {
 struct order_ctx {
     struct inv_session *s;
     struct sku_keys k;
+    int gene;                             /* the SKU's shard (a cluster's), or -1 */
     const char *sku, *user_id, *idem_key; /* idem_key "" for none */
     int qty;
     struct inv_order *order;

@@ -86,6 +86,7 @@ static void machine_init(struct inv_single *m, struct inv_session *s,
     struct order_ctx *c = &m->c;
     c->s = s;
     inv_keys_init(&c->k, t->sku, t->gene);
+    c->gene = t->gene;
     c->sku = t->sku;
     c->user_id = t->user_id;
     c->idem_key = t->idem_key;

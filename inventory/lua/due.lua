@@ -18,7 +18,7 @@
 -- Then the SKU's score in the deadline index is its earliest due order's
 -- pay_by, or it leaves the index when none is due any more.
 -- Returns {orders expired, units given back, malformed records seen, orders
--- still due now besides those}.
+-- still due now besides those, the SKU's score in the index now (0: none)}.
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
@@ -51,4 +51,5 @@ else
   redis.call('ZREM', KEYS[10], ARGV[2])
 end
 if #take > 0 then redis.call('PUBLISH', ARGV[1], ARGV[2]) end
-return {#take, units, bad, redis.call('ZCOUNT', KEYS[6], '-inf', now) - bad}
+return {#take, units, bad, redis.call('ZCOUNT', KEYS[6], '-inf', now) - bad,
+        first[2] or 0}
