@@ -13,6 +13,8 @@ if not g then
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
   return {redis.call('XLEN', KEYS[1]), first[1] and id_ms(first[1][1]) or 0, 0}
 end
+-- an idle stream (every event delivered and acknowledged): two calls
+if g.lag == 0 and g.pending == 0 then return {0, 0, 0} end
 local last = g['last-delivered-id']
 local lag = g.lag
 if not lag then lag = #redis.call('XRANGE', KEYS[1], '(' .. last, '+') end
