@@ -2,7 +2,8 @@
 -- PostgreSQL (committed) leave the group's pending list, and the stream is
 -- trimmed below the oldest event not yet in the database: the oldest one
 -- still pending (delivered, not acknowledged), or, with none pending, the
--- last one delivered (every event before it was delivered, so acknowledged).
+-- one after the last delivered (every event up to it was delivered, so
+-- acknowledged: an idle stream keeps no entry, only its last id and group).
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/sink_ack.lua.
 -- KEYS[1] the events stream. ARGV[1] the group, [2..] the ids applied.
@@ -13,7 +14,9 @@ local p = redis.call('XPENDING', KEYS[1], ARGV[1])
 local floor = p[2]
 if tonumber(p[1]) == 0 then
   local g = group_info(KEYS[1], ARGV[1])
-  floor = g and g['last-delivered-id']
+  local ms, seq = string.match(g and g['last-delivered-id'] or '', '^(%d+)-(%d+)$')
+  -- (a sequence too long to add 1 to exactly keeps the last entry)
+  floor = ms and (#seq < 15 and ms .. '-' .. (tonumber(seq) + 1) or ms .. '-' .. seq)
 end
 if floor then redis.call('XTRIM', KEYS[1], 'MINID', floor) end
 return acked
