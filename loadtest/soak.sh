@@ -60,6 +60,9 @@ masters() { # CMD FIELD: the sum over the masters of an INFO field (CMD: memory,
 }
 keys() { local s n=0; for s in "${seeds[@]}"; do n=$((n + $(redis-cli -p "${s##*:}" dbsize))); done; echo "$n"; }
 mem() { masters memory used_memory; }
+# the data's share of it: used_memory less Redis's own (the replication backlog, which a
+# master fills to its 1 MB with any writes, clients' buffers, the scripts' cache...)
+dataset() { masters memory used_memory_dataset; }
 cpu() { echo "$(masters cpu used_cpu_sys) + $(masters cpu used_cpu_user)" | bc -l; }
 lag() { # the sink's lag, the largest any instance reports
     local u m=0 v
@@ -71,7 +74,15 @@ lag() { # the sink's lag, the largest any instance reports
 }
 client() { python3 loadtest/soak_client.py "$LB_URL" "$@"; }
 
-keys0=$(keys) mem0=$(mem)
+keys0=$(keys) mem0=$(mem) ds0=$(dataset)
+memstats() { # DIR/memory-WHEN.txt: each master's MEMORY STATS, where the bytes are
+    local s
+    for s in "${seeds[@]}"; do
+        echo "# ${s##*:}"
+        redis-cli -p "${s##*:}" memory stats | paste -sd' ' | sed 's/ \([a-z][a-z.0-9-]*\) / \n\1 /g'
+    done >"$out/memory-$1.txt"
+}
+memstats baseline
 idle_cpu() { # the 3 masters' CPU over 10 s, in % of one core
     local c0 c1 t1 t2
     c0=$(cpu) t1=$(date +%s.%N)
@@ -81,7 +92,7 @@ idle_cpu() { # the 3 masters' CPU over 10 s, in % of one core
 }
 cpu0=$(idle_cpu)
 say "soak: $(date -u +%Y-%m-%dT%H:%M:%SZ) at $(git rev-parse --short HEAD 2>/dev/null), $N SKUs in $WAVES waves, $ORDERS orders each, pay window ${PAY_MS} ms, 3 masters, 3 instances"
-say "baseline: $keys0 keys, $mem0 bytes used"
+say "baseline: $keys0 keys, $mem0 bytes used, $ds0 of them the dataset"
 per=$(((N + WAVES - 1) / WAVES))
 peak_keys=$keys0 peak_mem=$mem0 placed=0
 for ((w = 0; w < WAVES; w++)); do
@@ -109,6 +120,7 @@ say "$placed orders placed (201); settled $((SECONDS - t0)) s after the last wav
 say "sweep lateness (the expiry's event time minus pay_by, ms): $(sql "select 'p50=' || round(percentile_cont(0.5) within group (order by d)) || ' p99=' || round(percentile_cont(0.99) within group (order by d)) || ' max=' || round(max(d)) || ' n=' || count(*) from (select extract(epoch from (e.at - o.pay_by)) * 1000 as d from seckill_orders o join seckill_events e using (order_id) where e.state = 'expired') x")"
 say "events stored once: $(sql "select count(*) || ' events, ' || (count(*) - count(distinct (order_id, state))) || ' twice' from seckill_events")"
 say "dead letters: $(sql "select count(*) from seckill_dead_letters")"
+memstats peak
 say "peak: $peak_keys keys, $peak_mem bytes"
 sleep 2
 say "idle: the 3 masters' CPU $(idle_cpu) % of one core with $N SKUs (sale over, not retired), $cpu0 % before the first"
@@ -124,7 +136,8 @@ say "retirement: $r"
 trimmed() { [[ $(lag) == 0 ]]; }
 until trimmed; do sleep 1; done
 sleep 2
-k=$(keys) m=$(mem)
-say "after retirement: $k keys ($((k - keys0)) from the baseline), $m bytes ($(echo "($m - $mem0) * 100 / $mem0" | bc -l | cut -c1-5) % from it)"
+k=$(keys) m=$(mem) ds=$(dataset)
+memstats retired
+say "after retirement: $k keys ($((k - keys0)) from the baseline), $m bytes ($(echo "($m - $mem0) * 100 / $mem0" | bc -l | cut -c1-5) % from it), dataset $ds bytes ($(echo "($ds - $ds0) * 100 / $ds0" | bc -l | cut -c1-5) % from it)"
 for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan | sed 's/^/  left: /'; done >>"$report"
 echo "soak: report in $report" >&2
