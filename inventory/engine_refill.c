@@ -76,6 +76,7 @@ static inv_do step_run(struct inv_refill *r, int gene, int seg, int xin, int nar
     s->xfer = 1;
     r->x.xin = xin;
     r->x.nargs = nargs;
+    r->x.layout = &r->l;
     for (int i = 0; i < nargs; i++)
         r->x.args[i] = r->text[i];
     return INV_DO_STEP;

@@ -96,8 +96,11 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
 static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket **t, int n,
                         int seg)
 {
-    struct sku_layout layout;
-    if (inv_layout_get(inv, t[0]->sku, &layout) != 0 || seg < 0 || seg >= layout.segments)
+    struct sku_layout known;
+    const struct sku_layout *layout = h->layout;
+    if (!layout && inv_layout_get(inv, t[0]->sku, &known) == 0)
+        layout = &known;
+    if (!layout || seg < 0 || seg >= layout->segments)
         return 0;
     struct sku_keys k;
     inv_keys_init(&k, t[0]->sku, t[0]->gene);
@@ -106,7 +109,7 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
     h->seg = seg;
     h->gene = t[0]->gene;
     snprintf(h->lkey, sizeof(h->lkey), "%s%d", k.lock, seg);
-    text_copy(h->epoch, sizeof(h->epoch), layout.epoch);
+    text_copy(h->epoch, sizeof(h->epoch), layout->epoch);
     h->seen = soldout_generation(inv->cfg.soldout);
     return 1;
 }
@@ -659,6 +662,7 @@ void inv_hold_init(struct inv_hold *h, int seg)
     h->placed = 0;
     h->n = 0;
     h->seg = seg;
+    h->layout = NULL;
 }
 
 void inv_hold_drop(struct inv_session *s, struct inv_hold *h)

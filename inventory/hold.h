@@ -59,6 +59,10 @@ struct inv_hold {
     long long stock; /* the segment's stock hash, read under the lock */
     long long back;  /* its units given back meanwhile, not folded yet (back.lua) */
     char epoch[24];
+    /* a transfer's step: its refill's copy of the SKU's layout, which the
+     * shared cache (a slot per name hash) may have given to another SKU since;
+     * NULL: the cache's */
+    const struct sku_layout *layout;
     uint64_t seen;  /* the sold-out memory's generation before the read */
     long long left; /* once open: an upper bound of the segment's stock, after
                        the commit what it left */

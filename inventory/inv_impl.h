@@ -26,13 +26,16 @@ struct inv_counters {
 };
 
 /* What a peek taught about a SKU, so that a ticket finds its home segment and
- * a batch its epoch without asking Redis: a direct-mapped cache, an entry
- * overwritten by another SKU of the same slot. A reset forgets the entry here
- * at once; a reset by another instance shows as a batch refused for its epoch,
- * which forgets it too. Segments a hold found empty stay empty in the epoch
- * (stock only goes down), so tickets whose home is one of them are routed
- * elsewhere without asking. */
-#define LAYOUT_SLOTS 256
+ * a batch its epoch without asking Redis: a cache of LAYOUT_SLOTS entries in
+ * sets of LAYOUT_WAYS by a hash of the name, the least recently used of a set
+ * given to a SKU it lacks (a shop of 10,000 SKUs sells many side by side: in a
+ * direct-mapped cache of 256, SKUs of one slot took it from each other at
+ * every step). A reset forgets the entry here at once; a reset by another
+ * instance shows as a batch refused for its epoch, which forgets it too.
+ * Segments a hold found empty stay empty in the epoch (stock only goes down),
+ * so tickets whose home is one of them are routed elsewhere without asking. */
+#define LAYOUT_SLOTS 4096
+#define LAYOUT_WAYS 4
 
 struct sku_layout {
     char sku[INV_ID_MAX + 1]; /* "" for an empty slot */
@@ -43,6 +46,7 @@ struct sku_layout {
     uint64_t empty[INV_MAX_SEGMENTS / 64]; /* bit i: segment i seen empty */
     int nshards; /* on a cluster: segment i lives in shard i % nshards, */
     uint8_t genes[CLUSTER_MAX_MASTERS]; /* whose gene is genes[i % nshards] */
+    uint64_t used;                      /* inv->layout_clock when last read or learnt */
 };
 
 struct inv {
@@ -56,7 +60,8 @@ struct inv {
      * cluster 1 + gene): the earliest pay_by (ms, Redis's clock) of a
      * reservation placed here since the sweep last read that index; 0: none. */
     _Atomic int64_t due_hint[1 + CLUSTER_GENES];
-    pthread_mutex_t layout_mu;
+    pthread_mutex_t layout_mu; /* guards the two below */
+    uint64_t layout_clock;
     struct sku_layout layouts[LAYOUT_SLOTS];
 };
 

@@ -6,24 +6,51 @@
 
 #include "inv_impl.h"
 
-static struct sku_layout *layout_slot(struct inv *inv, const char *sku)
+/* The set of sku's entry: LAYOUT_WAYS entries. */
+static struct sku_layout *layout_set(struct inv *inv, const char *sku)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (const char *p = sku; *p; p++)
         h = (h ^ (uint8_t)*p) * 16777619u;
-    return &inv->layouts[h % LAYOUT_SLOTS];
+    return &inv->layouts[h % (LAYOUT_SLOTS / LAYOUT_WAYS) * LAYOUT_WAYS];
+}
+
+/* The entry of sku, or NULL; with layout_mu held. */
+static struct sku_layout *layout_find(struct inv *inv, const char *sku)
+{
+    struct sku_layout *set = layout_set(inv, sku);
+    for (int i = 0; i < LAYOUT_WAYS; i++)
+        if (strcmp(set[i].sku, sku) == 0)
+            return &set[i];
+    return NULL;
+}
+
+/* The entry sku is to take: its own, an empty one of its set, else the set's
+ * least recently used; with layout_mu held. */
+static struct sku_layout *layout_take(struct inv *inv, const char *sku)
+{
+    struct sku_layout *l = layout_find(inv, sku);
+    if (l)
+        return l;
+    struct sku_layout *set = layout_set(inv, sku);
+    l = &set[0];
+    for (int i = 0; i < LAYOUT_WAYS && l->sku[0]; i++)
+        if (!set[i].sku[0] || set[i].used < l->used)
+            l = &set[i];
+    return l;
 }
 
 /* Copies sku's layout to *out; 0, or -1 when not known. */
 int inv_layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
 {
-    struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
-    int found = strcmp(l->sku, sku) == 0;
-    if (found)
+    struct sku_layout *l = layout_find(inv, sku);
+    if (l) {
+        l->used = ++inv->layout_clock;
         *out = *l;
+    }
     pthread_mutex_unlock(&inv->layout_mu);
-    return found ? 0 : -1;
+    return l ? 0 : -1;
 }
 
 /* Learns sku's layout; what was known of its empty segments stays while the
@@ -31,8 +58,8 @@ int inv_layout_get(struct inv *inv, const char *sku, struct sku_layout *out)
 void inv_layout_put(struct inv *inv, const char *sku, int segments, long long initial,
                     const char *epoch, const int *genes, int nshards)
 {
-    struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
+    struct sku_layout *l = layout_take(inv, sku);
     if (strcmp(l->sku, sku) != 0 || strcmp(l->epoch, epoch) != 0 ||
         l->segments != segments || l->nshards != nshards) {
         snprintf(l->sku, sizeof(l->sku), "%s", sku);
@@ -45,6 +72,7 @@ void inv_layout_put(struct inv *inv, const char *sku, int segments, long long in
         for (int i = 0; i < nshards; i++)
             l->genes[i] = (uint8_t)genes[i];
     }
+    l->used = ++inv->layout_clock;
     pthread_mutex_unlock(&inv->layout_mu);
 }
 
@@ -52,10 +80,10 @@ void inv_layout_put(struct inv *inv, const char *sku, int segments, long long in
  * moved on). */
 void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, int seg)
 {
-    struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
+    struct sku_layout *l = layout_find(inv, sku);
     uint64_t bit = UINT64_C(1) << (seg % 64);
-    if (strcmp(l->sku, sku) == 0 && strcmp(l->epoch, epoch) == 0 && seg < l->segments &&
+    if (l && strcmp(l->epoch, epoch) == 0 && seg < l->segments &&
         !(l->empty[seg / 64] & bit)) {
         l->empty[seg / 64] |= bit;
         l->nempty++;
@@ -82,9 +110,9 @@ static int layout_nth_stocked(const struct sku_layout *l, int n)
 
 void inv_layout_forget(struct inv *inv, const char *sku)
 {
-    struct sku_layout *l = layout_slot(inv, sku);
     pthread_mutex_lock(&inv->layout_mu);
-    if (strcmp(l->sku, sku) == 0)
+    struct sku_layout *l = layout_find(inv, sku);
+    if (l)
         l->sku[0] = '\0';
     pthread_mutex_unlock(&inv->layout_mu);
 }

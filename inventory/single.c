@@ -267,7 +267,7 @@ static inv_do part_do(struct inv_single *m, struct inv_single_part *p,
         return INV_DO_HANDOFF;
     default: /* OVER, not held: busy, unavailable (t final), or the layout was
                 forgotten */
-        if (m->t->st == INV_PENDING && m->xfer) /* its SKU's layout forgotten */
+        if (m->t->st == INV_PENDING && m->xfer) /* its segment not in the layout */
             finish(m, INV_UNAVAILABLE);
         if (m->t->st != INV_PENDING)
             return release_held(m, AFTER_OVER);
@@ -548,6 +548,7 @@ inv_do inv_single_xfer(struct inv_single *m, struct inv_session *s,
     m->queue_ok = 0;
     m->xfer = x;
     parts_make(m, &t->seg, 1);
+    m->part[0].h.layout = x->layout;
     return part_lock(m, 0);
 }
 

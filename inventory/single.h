@@ -73,6 +73,7 @@ struct inv_xfer {
     int xin;
     int nargs;
     const char *args[6];
+    const struct sku_layout *layout; /* its refill's (inv_hold's layout) */
 };
 
 struct inv_single_part {
