@@ -92,8 +92,8 @@ static void round_send(struct ack_group *g)
     inv_ack_key(t->st == INV_REPLAYED && t->gene >= 0 ? orderid_gene_of(t->order.id)
                                                       : t->gene,
                 key, sizeof(key));
-    /* it goes a minute after the last round: an idle shop keeps no key of it */
-    const char *set[] = {"SET", key, "1", "PX", "60000"};
+    /* it goes 10 s after the last round: an idle shop keeps no key of it */
+    const char *set[] = {"SET", key, "1", "PX", "10000"};
     if (aconn_command(g->conn, on_written, g, 5, set, NULL) != RCONN_OK) {
         on_waited(g, ACONN_NOT_SENT, NULL);
         return;

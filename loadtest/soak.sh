@@ -63,6 +63,14 @@ mem() { masters memory used_memory; }
 # the data's share of it: used_memory less Redis's own (the replication backlog, which a
 # master fills to its 1 MB with any writes, clients' buffers, the scripts' cache...)
 dataset() { masters memory used_memory_dataset; }
+keymem() { # the keys' own bytes (MEMORY USAGE of each), over the masters
+    local s
+    for s in "${seeds[@]}"; do
+        redis-cli -p "${s##*:}" --scan | while read -r key; do
+            echo "MEMORY USAGE $key"
+        done | redis-cli -p "${s##*:}"
+    done | awk '{ n += $1 } END { print n + 0 }'
+}
 cpu() { echo "$(masters cpu used_cpu_sys) + $(masters cpu used_cpu_user)" | bc -l; }
 lag() { # the sink's lag, the largest any instance reports
     local u m=0 v
@@ -74,7 +82,7 @@ lag() { # the sink's lag, the largest any instance reports
 }
 client() { python3 loadtest/soak_client.py "$LB_URL" "$@"; }
 
-keys0=$(keys) mem0=$(mem) ds0=$(dataset)
+keys0=$(keys) mem0=$(mem) ds0=$(dataset) km0=$(keymem)
 memstats() { # DIR/memory-WHEN.txt: each master's MEMORY STATS, where the bytes are
     local s
     for s in "${seeds[@]}"; do
@@ -92,7 +100,7 @@ idle_cpu() { # the 3 masters' CPU over 10 s, in % of one core
 }
 cpu0=$(idle_cpu)
 say "soak: $(date -u +%Y-%m-%dT%H:%M:%SZ) at $(git rev-parse --short HEAD 2>/dev/null), $N SKUs in $WAVES waves, $ORDERS orders each, pay window ${PAY_MS} ms, 3 masters, 3 instances"
-say "baseline: $keys0 keys, $mem0 bytes used, $ds0 of them the dataset"
+say "baseline: $keys0 keys ($km0 bytes), $mem0 bytes used, $ds0 of them the dataset"
 per=$(((N + WAVES - 1) / WAVES))
 peak_keys=$keys0 peak_mem=$mem0 placed=0
 for ((w = 0; w < WAVES; w++)); do
@@ -135,9 +143,14 @@ r=$(client retire 1 "$N")
 say "retirement: $r"
 trimmed() { [[ $(lag) == 0 ]]; }
 until trimmed; do sleep 1; done
-sleep 2
-k=$(keys) m=$(mem) ds=$(dataset)
+acks() { # the replicas' acknowledgement keys, which go 10 s after their last write
+    local s
+    for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern 'sk:*:ack'; done
+}
+t0=$SECONDS
+while [[ -n $(acks) ]] && ((SECONDS - t0 < 30)); do sleep 1; done
+k=$(keys) m=$(mem) ds=$(dataset) km=$(keymem)
 memstats retired
-say "after retirement: $k keys ($((k - keys0)) from the baseline), $m bytes ($(echo "($m - $mem0) * 100 / $mem0" | bc -l | cut -c1-5) % from it), dataset $ds bytes ($(echo "($ds - $ds0) * 100 / $ds0" | bc -l | cut -c1-5) % from it)"
+say "after retirement: $k keys ($((k - keys0)) from the baseline, $km bytes), $m bytes ($(echo "($m - $mem0) * 100 / $mem0" | bc -l | cut -c1-5) % from it), dataset $ds bytes ($(echo "($ds - $ds0) * 100 / $ds0" | bc -l | cut -c1-5) % from it)"
 for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan | sed 's/^/  left: /'; done >>"$report"
 echo "soak: report in $report" >&2
