@@ -51,6 +51,14 @@ const char SINK_SCHEMA_SQL[] =
     "  event_id text NOT NULL, fields text NOT NULL, error text NOT NULL, "
     "  at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (stream, event_id)); "
     "INSERT INTO seckill_schema (version) VALUES (2) ON CONFLICT DO NOTHING; "
+    /* 3: an order's segments, so that GET /orders/{id} answers from here once
+     * its record left Redis (--order-retention); NULL for a row whose every
+     * event came before (an ALTER locks the table: only once) */
+    "IF NOT EXISTS (SELECT 1 FROM seckill_schema WHERE version = 3) THEN "
+    "  ALTER TABLE seckill_orders ADD COLUMN IF NOT EXISTS segment int, "
+    "    ADD COLUMN IF NOT EXISTS segments text; "
+    "  INSERT INTO seckill_schema (version) VALUES (3) ON CONFLICT DO NOTHING; "
+    "END IF; "
     "END $$";
 
 /* Where a round is. */

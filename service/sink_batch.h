@@ -5,12 +5,12 @@
  *
  * An event is what inventory/lua/outbox.lua appends: fields of one letter
  * (o order, s state, k SKU, u user, q units, g generation, b pay_by, p payment
- * id). One that is not (a field missing, a number that is not one, a state no
- * script writes, text JSON would have to escape) would fail the transaction
- * every time: it is not written, but counted (skipped) and kept as a dead
- * letter, and acknowledged like the rest. So is an event the database refuses
- * by itself (a number beyond its column's range: sink_batch_kill), with the
- * database's error.
+ * id, e segment, m segments). One that is not (a field missing, a number
+ * that is not one, a state no script writes, text JSON would have to escape)
+ * would fail the transaction every time: it is not written, but counted
+ * (skipped) and kept as a dead letter, and acknowledged like the rest. So is
+ * an event the database refuses by itself (a number beyond its column's
+ * range: sink_batch_kill), with the database's error.
  * Not thread-safe: one batch per sink, on its loop. */
 #ifndef SECKILL_SINK_BATCH_H
 #define SECKILL_SINK_BATCH_H
