@@ -40,6 +40,7 @@
 #ifndef SECKILL_INVENTORY_H
 #define SECKILL_INVENTORY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "clock.h"
@@ -71,6 +72,11 @@
 #define INV_STREAMS_KEY "seckill:streams"
 /* The sink's consumer group on each stream. */
 #define INV_SINK_GROUP "seckill-sink"
+/* The key of the record of order id (decimal text) whose events go to stream
+ * (INV_EVENTS_KEY, or INV_EVENTS_KEY ":{<gene tag>}" on a Redis Cluster):
+ * "order:<id>", or "o:{<gene tag>}:<id>", in the stream's slot. 0, or -1 when
+ * stream is no outbox stream or out (len bytes) is too short. Pure. */
+int inv_order_key_of(const char *stream, const char *id, char *out, size_t len);
 /* inventory/lua/sink_lag.lua: a stream's events not yet in the database. */
 extern struct rscript inv_sink_lag_script;
 

@@ -370,7 +370,7 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
         b->sink = svc_sink_new(cfg->postgres, cfg->redis.host, cfg->redis.port,
                                b->cluster ? cfg->redis_seed : NULL,
                                b->cluster ? cfg->redis_seeds : 0, cfg->redis_password,
-                               consumer);
+                               consumer, cfg->order_retention_ms);
     }
     return 0;
 }

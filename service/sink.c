@@ -87,6 +87,8 @@ struct sink_stream {
 
 struct svc_sink {
     char *conninfo;
+    long long retention_ms; /* a settled order's record expires this long after
+                               its final event committed; 0: kept */
     char host[256];
     int port;
     struct rconn_addr *seeds;
@@ -199,24 +201,41 @@ static void on_acked(void *arg, aconn_result res, redisReply *r)
 
 /* sink_ack.lua on each stream of the batch, with its events' ids: one call per
  * run of events of one stream (a read adds a stream's events together, so a
- * stream is one run). An acknowledgement lost on the way leaves its events
- * pending: claimed and written again later, which changes nothing. */
+ * stream is one run), and with a retention the records of the orders those
+ * events settled, to expire (each in its stream's slot). An acknowledgement
+ * lost on the way leaves its events pending: claimed and written again later,
+ * which changes nothing (and expires their records then). */
 static void ack_all(struct svc_sink *k)
 {
     struct sink_batch *b = &k->b;
-    const char **argv = xmalloc(sizeof(*argv) * (size_t)(b->n + 2));
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)(2 * b->n + 3));
+    char(*rec)[96] = k->retention_ms > 0 ? xmalloc(sizeof(*rec) * (size_t)b->n) : NULL;
+    char retention[24];
+    snprintf(retention, sizeof(retention), "%lld", k->retention_ms);
     k->phase = SINK_ACKING;
     k->acks_owed = 1; /* this loop's own, released below */
     for (int i = 0, j; i < b->n; i = j) {
+        const char *stream = k->streams[b->stream[i]]->key;
+        int nrec = 0;
+        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++) {
+            const char *id = rec ? sink_batch_settled(b, j) : NULL;
+            if (id && inv_order_key_of(stream, id, rec[nrec], sizeof(rec[0])) == 0)
+                nrec++;
+        }
         int argc = 0;
-        argv[argc++] = k->streams[b->stream[i]]->key;
+        argv[argc++] = stream;
+        for (int r = 0; r < nrec; r++)
+            argv[argc++] = rec[r];
         argv[argc++] = INV_SINK_GROUP;
-        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++)
-            argv[argc++] = b->id[j];
+        argv[argc++] = retention;
+        for (int e = i; e < j; e++)
+            argv[argc++] = b->id[e];
         k->acks_owed++;
-        if (send_cmd(k, argv[0], on_acked, k, &ack_script, 1, argc, argv) != RCONN_OK)
+        if (send_cmd(k, stream, on_acked, k, &ack_script, 1 + nrec, argc, argv) !=
+            RCONN_OK)
             k->acks_owed--;
     }
+    free(rec);
     free(argv);
     on_acked(k, ACONN_REPLY, NULL);
 }
@@ -701,10 +720,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
                               const struct rconn_addr *seeds, int nseeds,
-                              const char *password, const char *consumer)
+                              const char *password, const char *consumer,
+                              long long retention_ms)
 {
     struct svc_sink *k = xcalloc(1, sizeof(*k));
     k->conninfo = xstrdup(conninfo);
+    k->retention_ms = retention_ms > 0 ? retention_ms : 0;
     snprintf(k->host, sizeof(k->host), "%s", host ? host : "");
     k->port = port;
     if (nseeds > 0) {

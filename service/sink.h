@@ -45,11 +45,15 @@ struct svc_sink_stats {
 };
 
 /* A sink for the database conninfo names, reading one Redis (host:port) or
- * a Redis Cluster (nseeds seeds, copied) as consumer `consumer`. Starts on
+ * a Redis Cluster (nseeds seeds, copied) as consumer `consumer`. With
+ * retention_ms > 0 (--order-retention), the record of an order whose final
+ * event (placed, paid, cancelled, expired) it committed expires that long
+ * after, at the acknowledgement (sink_ack.lua); 0: records stay. Starts on
  * svc_sink_attach. */
 struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
                               const struct rconn_addr *seeds, int nseeds,
-                              const char *password, const char *consumer);
+                              const char *password, const char *consumer,
+                              long long retention_ms);
 void svc_sink_attach(struct svc_sink *k, struct event_base *base);
 /* On its loop, or once it stopped; what is on its way is dropped (its events
  * stay pending, claimed later). */

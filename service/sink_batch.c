@@ -235,9 +235,11 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
         b->id = xrealloc(b->id, sizeof(*b->id) * (size_t)b->cap);
         b->row = xrealloc(b->row, sizeof(*b->row) * (size_t)b->cap);
         b->row_event = xrealloc(b->row_event, sizeof(*b->row_event) * (size_t)b->cap);
+        b->settles = xrealloc(b->settles, sizeof(*b->settles) * (size_t)b->cap);
     }
     b->stream[b->n] = si;
     snprintf(b->id[b->n], sizeof(b->id[0]), "%s", id);
+    b->settles[b->n][0] = '\0';
     b->n++;
     const char *v[EVENT_NFIELDS] = {0};
     for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
@@ -255,6 +257,8 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
         b->skipped++;
         return;
     }
+    if (inv_state_parse(v[1]) != INV_STATE_PENDING) /* placed, paid, cancelled, expired */
+        snprintf(b->settles[b->n - 1], sizeof(b->settles[0]), "%s", v[0]);
     rows_put(b, b->valid ? ",{" : "[{", 2);
     b->row[b->valid][0] = b->len - 1;
     b->row_event[b->valid] = b->n - 1;
@@ -287,6 +291,7 @@ void sink_batch_free(struct sink_batch *b)
     free(b->id);
     free(b->row);
     free(b->row_event);
+    free(b->settles);
     free(b->dead);
     *b = (struct sink_batch){0};
 }
@@ -314,6 +319,16 @@ void sink_batch_unkill(struct sink_batch *b)
 {
     while (b->ndead > b->skipped)
         dead_free(&b->dead[--b->ndead]);
+}
+
+const char *sink_batch_settled(const struct sink_batch *b, int e)
+{
+    if (!b->settles[e][0])
+        return NULL;
+    for (int i = 0; i < b->ndead; i++)
+        if (b->dead[i].event == e)
+            return NULL; /* not in the database */
+    return b->settles[e];
 }
 
 char *sink_batch_dead_rows(const struct sink_batch *b)
