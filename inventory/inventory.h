@@ -410,6 +410,13 @@ void inv_sweep_free(struct inv_sweep *sw);   /* NULL is a no-op */
 inv_status inv_sku_get(struct inv_session *s, const char *sku,
                        struct inv_sku_report *out);
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out);
+/* Fills out with order id as its fields say (a record's, or its row in the
+ * database): segment the one it is answered with (-1: not known), segments
+ * the record's "<seg>:<units>,..." (NULL for one), state NULL for placed,
+ * pay_by_ms 0 for none. */
+void inv_order_fill(struct inv_order *out, uint64_t id, const char *sku,
+                    const char *user_id, int qty, int segment, const char *segments,
+                    const char *state, long long pay_by_ms);
 /* Recomputes the SKU's figures from its order records, not from the counters. */
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out);
 /* Retires sku (DELETE /skus/{sku}): every key of it leaves Redis (its order

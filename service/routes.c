@@ -127,9 +127,11 @@ static json_t *order_json(const struct inv_order *o)
 {
     char id[24];
     snprintf(id, sizeof(id), "%" PRIu64, o->id);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:s}", "order_id", id, "sku", o->sku,
-                          "user_id", o->user_id, "qty", o->qty, "segment", o->segment,
-                          "state", inv_state_name(o->state));
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i}", "order_id", id, "sku", o->sku,
+                          "user_id", o->user_id, "qty", o->qty);
+    if (o->segment >= 0) /* else a row stored before schema 3: not known */
+        json_object_set_new(j, "segment", json_integer(o->segment));
+    json_object_set_new(j, "state", json_string(inv_state_name(o->state)));
     time_set(j, "pay_by", o->pay_by_ms);
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
@@ -337,6 +339,24 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
     }
 }
 
+/* Order id from the system of record into *o; STORE_UNAVAILABLE answered
+ * (503) and logged. */
+static store_status stored_order(const struct svc_request *req, uint64_t id,
+                                 struct inv_order *o, struct svc_response *res)
+{
+    char err[256];
+    store_status got = svc_store_order(req->app->store, id, o, err, sizeof(err));
+    if (got == STORE_UNAVAILABLE) {
+        char q[300];
+        log_event(LOG_WARN, "order_store_unavailable", "order_id=%" PRIu64 " error=\"%s\"",
+                  id, log_quote(q, sizeof(q), err));
+        svc_error(res, 503, "unavailable",
+                  "the order is not in Redis and PostgreSQL is unreachable: retry");
+        res->retry_after = 1;
+    }
+    return got;
+}
+
 /* The order id of the path; false (answered 400) when malformed. */
 static int order_param(const struct svc_request *req, struct svc_response *res,
                        uint64_t *id)
@@ -354,6 +374,13 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
         return;
     struct inv_order order;
     inv_status st = inv_order_get(req->worker->inv, id, &order);
+    if (st == INV_NOT_FOUND && req->app->store) {
+        /* its record gone (--order-retention, its SKU retired): the database */
+        store_status got = stored_order(req, id, &order, res);
+        if (got == STORE_UNAVAILABLE)
+            return;
+        st = got == STORE_FOUND ? INV_OK : INV_NOT_FOUND;
+    }
     if (st != INV_OK) {
         inv_error(res, st);
         return;
@@ -397,12 +424,12 @@ static void h_order_cancel(const struct svc_request *req, struct svc_response *r
  * in PostgreSQL against the records in Redis (a), the events not yet there,
  * and whether the two agree. The database unreadable: its orders and
  * by_state null, matches false, and why. */
-static json_t *audit_store(struct svc_sink *sink, const struct inv_audit *a)
+static json_t *audit_store(struct svc_store *db, const struct inv_audit *a)
 {
     long long orders[INV_NSTATES], units[INV_NSTATES];
     char err[256] = "";
-    int ok = svc_sink_store(sink, a->sku, a->generation, orders, units, err,
-                            sizeof(err)) == 0;
+    int ok =
+        svc_store_counts(db, a->sku, a->generation, orders, units, err, sizeof(err)) == 0;
     json_t *store = json_pack("{s:I}", "lag_events", (json_int_t)a->outbox_lag);
     if (!ok) {
         json_object_set_new(store, "orders", json_null());
@@ -449,8 +476,8 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         (json_int_t)a.cancelled, "expired", (json_int_t)a.expired, "returned",
         (json_int_t)a.returned, "state_conflicts", (json_int_t)a.state_conflicts,
         "returned_twice", (json_int_t)a.returned_twice, "consistent", a.consistent);
-    if (req->app->sink)
-        json_object_set_new(res->json, "store", audit_store(req->app->sink, &a));
+    if (req->app->store)
+        json_object_set_new(res->json, "store", audit_store(req->app->store, &a));
 }
 
 static void h_livez(const struct svc_request *req, struct svc_response *res)

@@ -122,8 +122,6 @@ struct svc_sink {
     _Atomic int64_t lag_age_ms; /* the oldest's age when measured, 0: none */
     _Atomic int up;
     int was_up;               /* for the log: said once per change */
-    pthread_mutex_t store_mu; /* the audit's blocking connection */
-    PGconn *store;
 };
 
 static void round_start(struct svc_sink *k);
@@ -739,7 +737,6 @@ struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
     snprintf(k->crash_at, sizeof(k->crash_at), "%s", crash ? crash : "");
     k->claim_next = -1;
     k->was_up = -1;
-    pthread_mutex_init(&k->store_mu, NULL);
     return k;
 }
 
@@ -802,9 +799,6 @@ void svc_sink_free(struct svc_sink *k)
     free(k->seeds);
     free(k->password);
     free(k->conninfo);
-    if (k->store)
-        PQfinish(k->store);
-    pthread_mutex_destroy(&k->store_mu);
     free(k);
 }
 
@@ -822,56 +816,4 @@ void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out)
     out->lag_events = atomic_load(&k->lag_events);
     out->lag_seconds = (double)atomic_load(&k->lag_age_ms) / 1000.0;
     out->up = atomic_load(&k->up);
-}
-
-/* The audit's connection, made (again) when it is not up. */
-static PGconn *store_conn(struct svc_sink *k, char *err, size_t errlen)
-{
-    if (k->store && PQstatus(k->store) == CONNECTION_OK)
-        return k->store;
-    if (k->store)
-        PQfinish(k->store);
-    const char *keys[] = {"dbname", "connect_timeout", NULL};
-    const char *vals[] = {k->conninfo, "2", NULL};
-    k->store = PQconnectdbParams(keys, vals, 1); /* dbname expands conninfo */
-    if (PQstatus(k->store) == CONNECTION_OK)
-        return k->store;
-    snprintf(err, errlen, "%.*s", (int)strcspn(PQerrorMessage(k->store), "\n"),
-             PQerrorMessage(k->store));
-    PQfinish(k->store);
-    k->store = NULL;
-    return NULL;
-}
-
-int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
-                   long long orders[INV_NSTATES], long long units[INV_NSTATES], char *err,
-                   size_t errlen)
-{
-    memset(orders, 0, sizeof(long long) * INV_NSTATES);
-    memset(units, 0, sizeof(long long) * INV_NSTATES);
-    pthread_mutex_lock(&k->store_mu);
-    int rc = -1;
-    PGconn *c = store_conn(k, err, errlen);
-    PGresult *r = NULL;
-    if (c) {
-        const char *params[] = {sku, generation};
-        r = PQexecParams(
-            c,
-            "SELECT state, count(*), coalesce(sum(qty), 0) FROM seckill_orders "
-            "WHERE sku = $1 AND generation = $2 GROUP BY state",
-            2, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-            for (int i = 0; i < PQntuples(r); i++) {
-                inv_state st = inv_state_parse(PQgetvalue(r, i, 0));
-                orders[st] += strtoll(PQgetvalue(r, i, 1), NULL, 10);
-                units[st] += strtoll(PQgetvalue(r, i, 2), NULL, 10);
-            }
-            rc = 0;
-        } else {
-            apg_result_error(r, err, errlen);
-        }
-        PQclear(r);
-    }
-    pthread_mutex_unlock(&k->store_mu);
-    return rc;
 }

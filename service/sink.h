@@ -62,14 +62,6 @@ void svc_sink_free(struct svc_sink *k); /* NULL is a no-op */
 /* Any thread. */
 void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out);
 
-/* The orders of sku's generation in PostgreSQL by state (inv_state): what
- * the audit's store block compares with the records in Redis. Blocking, on
- * a connection of its own (made on demand, kept). 0, or -1 with why in err
- * when the database could not be read. Any thread (one at a time). */
-int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
-                   long long orders[INV_NSTATES], long long units[INV_NSTATES], char *err,
-                   size_t errlen);
-
 /* The schema (idempotent, under an advisory lock): what the sink sends
  * before its first transaction on each connection; the audit's check too. */
 extern const char SINK_SCHEMA_SQL[];
