@@ -103,6 +103,9 @@ typedef enum {
                           between shards, or events have not reached the database */
     INV_OUTCOME_UNKNOWN, /* the commit was sent but its answer never came: order->id
                             may exist (inv_order_get tells) */
+    INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
+                 in Redis: never placed, or settled and gone (--order-retention, its
+                 SKU retired): the system of record may have it (order->id) */
     INV_PENDING,         /* a ticket still on its way: not decided yet */
 } inv_status;
 
@@ -344,8 +347,9 @@ struct inv_ticket {
 
 /* Fills t for an order of qty units of sku for user_id; idem_key (may be
  * NULL) makes a retry by the same user for the same qty answer the first
- * order (INV_REPLAYED), and the key used before by another user or for
- * another qty INV_IDEM_MISMATCH. Returns INV_PENDING when the
+ * order (INV_REPLAYED; INV_GONE when the first order's record has left
+ * Redis, t->order.id naming it), and the key used before by another user or
+ * for another qty INV_IDEM_MISMATCH. Returns INV_PENDING when the
  * ticket must go to Redis (t->home set, -1 when unknown), else the final
  * status (sold out from memory, no order id without the worker lease), which
  * is counted as an answer already. */
@@ -383,7 +387,8 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
  *   (an order final at once);
  *   cancel: INV_FORBIDDEN for another user (nothing changed or told),
  *   INV_PAID, INV_EXPIRED, INV_NOT_PENDING;
- *   either: INV_NOT_FOUND, INV_UNAVAILABLE (nothing ran), INV_OUTCOME_UNKNOWN
+ *   either: INV_GONE (no record in Redis: the caller may ask the system of
+ *   record, else it is not found), INV_UNAVAILABLE (nothing ran), INV_OUTCOME_UNKNOWN
  *   (the script was sent and no answer came, or its replicas did not
  *   acknowledge it in time). */
 void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg);

@@ -24,6 +24,7 @@ static void inv_error(struct svc_response *res, inv_status st)
 {
     switch (st) {
     case INV_NOT_FOUND:
+    case INV_GONE: /* without --postgres: the records are all there is */
         svc_error(res, 404, "not_found", "no such SKU or order");
         break;
     case INV_SOLD_OUT:
@@ -355,6 +356,50 @@ static store_status stored_order(const struct svc_request *req, uint64_t id,
         res->retry_after = 1;
     }
     return got;
+}
+
+/* What pay.lua or cancel.lua (end) answers for an order of state st that is
+ * not pending, by user (a cancel's): INV_OK (paid before, cancelled
+ * before), else its refusal. A pending order has a record while it is
+ * pending: one found only in the database was cleared by a reset. */
+static inv_status settled_end(inv_end end, const struct inv_order *o, const char *user)
+{
+    if (end == INV_END_CANCEL && strcmp(o->user_id, user) != 0)
+        return INV_FORBIDDEN;
+    switch (o->state) {
+    case INV_STATE_PLACED:
+        return INV_NOT_PENDING;
+    case INV_STATE_PAID:
+        return end == INV_END_PAY ? INV_OK : INV_PAID;
+    case INV_STATE_CANCELLED:
+        return end == INV_END_CANCEL ? INV_OK : INV_CANCELLED;
+    case INV_STATE_EXPIRED:
+        return INV_EXPIRED;
+    default:
+        return INV_NOT_FOUND;
+    }
+}
+
+void svc_order_stored(const struct svc_request *req, struct svc_response *res)
+{
+    const struct inv_ticket *t = req->ticket;
+    struct inv_order o;
+    store_status got = stored_order(req, t->order.id, &o, res);
+    if (got == STORE_UNAVAILABLE)
+        return;
+    if (!t->end) { /* a replay: the first order, as it is now */
+        int same = got == STORE_FOUND && strcmp(o.sku, t->sku) == 0;
+        order_answer(t->sku, same ? INV_REPLAYED : INV_NOT_FOUND, &o, res);
+        return;
+    }
+    inv_status st =
+        got == STORE_FOUND ? settled_end(t->end, &o, t->user_id) : INV_NOT_FOUND;
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = order_json(&o);
 }
 
 /* The order id of the path; false (answered 400) when malformed. */
