@@ -76,25 +76,30 @@ static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
     return NULL;
 }
 
-/* The rows of sql with params, or NULL with why in err. A connection found
- * broken by the query (the database restarted) is made again and the query
- * sent once more. Under st->mu. */
+/* The rows of sql with params (the caller clears them), or NULL with why in
+ * err. A connection found broken by the query (the database restarted) is made
+ * again and the query sent once more. Takes st->mu. */
 static PGresult *store_query(struct svc_store *st, const char *sql, int nparams,
                              const char *const *params, char *err, size_t errlen)
 {
-    for (int tries = 0; tries < 2; tries++) {
+    PGresult *rows = NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int tries = 0; tries < 2 && !rows; tries++) {
         PGconn *c = store_conn(st, err, errlen);
         if (!c)
-            return NULL;
+            break;
         PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK)
-            return r;
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+            rows = r;
+            break;
+        }
         apg_result_error(r, err, errlen);
         PQclear(r);
         if (PQstatus(c) == CONNECTION_OK)
-            return NULL;
+            break;
     }
-    return NULL;
+    pthread_mutex_unlock(&st->mu);
+    return rows;
 }
 
 int svc_store_counts(struct svc_store *st, const char *sku, const char *generation,
@@ -104,7 +109,6 @@ int svc_store_counts(struct svc_store *st, const char *sku, const char *generati
     memset(orders, 0, sizeof(long long) * INV_NSTATES);
     memset(units, 0, sizeof(long long) * INV_NSTATES);
     const char *params[] = {sku, generation};
-    pthread_mutex_lock(&st->mu);
     PGresult *r = store_query(st,
                               "SELECT state, count(*), coalesce(sum(qty), 0) FROM "
                               "seckill_orders WHERE sku = $1 AND generation = $2 "
@@ -115,7 +119,6 @@ int svc_store_counts(struct svc_store *st, const char *sku, const char *generati
         orders[s] += strtoll(PQgetvalue(r, i, 1), NULL, 10);
         units[s] += strtoll(PQgetvalue(r, i, 2), NULL, 10);
     }
-    pthread_mutex_unlock(&st->mu);
     int rc = r ? 0 : -1;
     PQclear(r);
     return rc;
@@ -135,14 +138,12 @@ store_status svc_store_order(struct svc_store *st, uint64_t id, struct inv_order
     char text[24];
     snprintf(text, sizeof(text), "%" PRIu64, id);
     const char *params[] = {text};
-    pthread_mutex_lock(&st->mu);
     /* pay_by went in as milliseconds / 1000.0 (SINK_APPLY_SQL): back exact */
     PGresult *r = store_query(st,
                               "SELECT sku, user_id, qty, segment, segments, state, "
                               "round(extract(epoch FROM pay_by) * 1000)::bigint "
                               "FROM seckill_orders WHERE order_id = $1",
                               1, params, err, errlen);
-    pthread_mutex_unlock(&st->mu);
     store_status rc = !r                  ? STORE_UNAVAILABLE
                       : PQntuples(r) == 0 ? STORE_NOT_FOUND
                                           : STORE_FOUND;

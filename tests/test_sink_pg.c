@@ -184,15 +184,20 @@ static ExecStatusType apply(int n, const char *const *ids, const char *const *fi
     return st;
 }
 
+/* What expression what says of order id's row (static buffer, as sql's). */
+static const char *order_says(const char *what, long long id)
+{
+    char q[512];
+    snprintf(q, sizeof(q), "SELECT %s FROM seckill_orders WHERE order_id = %lld", what, id);
+    return sql(q);
+}
+
 /* The order's row: "state pay_by-in-ms payment_id" (pay_by "-" when NULL). */
 static const char *order_row(long long id)
 {
-    char q[256];
-    snprintf(q, sizeof(q),
-             "SELECT state || ' ' || coalesce((extract(epoch FROM pay_by) * 1000)::bigint::text, "
-             "'-') || ' ' || coalesce(payment_id, '-') FROM seckill_orders WHERE order_id = %lld",
-             id);
-    return sql(q);
+    return order_says("state || ' ' || coalesce((extract(epoch FROM pay_by) * "
+                      "1000)::bigint::text, '-') || ' ' || coalesce(payment_id, '-')",
+                      id);
 }
 
 #define EV(o, s, extra) "o=" #o " s=" s " k=t u=alice q=1 g=1" extra
@@ -325,12 +330,7 @@ static void test_dead_letters_stored_once(void **state)
 /* The row's "segment segments" ("-" for NULL). */
 static const char *segments_of(long long id)
 {
-    char q[200];
-    snprintf(q, sizeof(q),
-             "SELECT coalesce(segment::text, '-') || ' ' || coalesce(segments, '-') FROM "
-             "seckill_orders WHERE order_id = %lld",
-             id);
-    return sql(q);
+    return order_says("coalesce(segment::text, '-') || ' ' || coalesce(segments, '-')", id);
 }
 
 /* Every event carries them: in one batch, the end first, or a row whose
