@@ -20,8 +20,8 @@
 # About 30 s; timing slack: every wait is for a condition, at most 20 s (the sink
 # commits within ~0.5 s of an event, the retention is 1 s, the sweep expires within
 # ~1 s of pay_by).
-set -uo pipefail
 # shellcheck disable=SC2317 # functions run from wait_until look unreachable
+set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
 it_begin retention redis-server redis-cli curl jq psql pg_isready initdb
