@@ -6,7 +6,10 @@
  * (INV_STREAMS_KEY) lists. A round reads events (XREADGROUP), writes them in one
  * PostgreSQL statement (one transaction, libpq's asynchronous API: pg/apg.h), and only
  * once that committed acknowledges them (XACK) and trims the stream below
- * the oldest event not yet in the database (inventory/lua/sink_ack.lua).
+ * the oldest event not yet in the database (inventory/lua/sink_ack.lua); with
+ * --order-retention, the same call gives the records of the orders the round
+ * settled their expiry (the database has their final state: store.h reads
+ * it back once they are gone).
  * Events a dead or stuck consumer left pending for SINK_CLAIM_IDLE_MS are
  * claimed (XAUTOCLAIM) by whichever sink looks next. Applying an event twice
  * changes nothing: events are keyed by (stream, id), orders by their id, and
