@@ -65,6 +65,20 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
     sku_key(k->life, sizeof(k->life), tag, t, "life");
 }
 
+int inv_order_key_of(const char *stream, const char *id, char *out, size_t len)
+{
+    size_t n = strlen(INV_EVENTS_KEY);
+    const char *tag = stream + n;
+    int w = -1;
+    if (strncmp(stream, INV_EVENTS_KEY, n) != 0)
+        return -1;
+    if (*tag == '\0')
+        w = snprintf(out, len, "order:%s", id);
+    else if (strncmp(tag, ":{", 2) == 0 && tag[strlen(tag) - 1] == '}')
+        w = snprintf(out, len, "o:%s:%s", tag + 1, id); /* tag + 1: "{<gene tag>}" */
+    return w > 0 && (size_t)w < len ? 0 : -1;
+}
+
 int inv_id_valid(const char *id)
 {
     size_t n = 0;

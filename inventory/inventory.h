@@ -40,6 +40,7 @@
 #ifndef SECKILL_INVENTORY_H
 #define SECKILL_INVENTORY_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "clock.h"
@@ -71,6 +72,11 @@
 #define INV_STREAMS_KEY "seckill:streams"
 /* The sink's consumer group on each stream. */
 #define INV_SINK_GROUP "seckill-sink"
+/* The key of the record of order id (decimal text) whose events go to stream
+ * (INV_EVENTS_KEY, or INV_EVENTS_KEY ":{<gene tag>}" on a Redis Cluster):
+ * "order:<id>", or "o:{<gene tag>}:<id>", in the stream's slot. 0, or -1 when
+ * stream is no outbox stream or out (len bytes) is too short. Pure. */
+int inv_order_key_of(const char *stream, const char *id, char *out, size_t len);
 /* inventory/lua/sink_lag.lua: a stream's events not yet in the database. */
 extern struct rscript inv_sink_lag_script;
 
@@ -97,6 +103,9 @@ typedef enum {
                           between shards, or events have not reached the database */
     INV_OUTCOME_UNKNOWN, /* the commit was sent but its answer never came: order->id
                             may exist (inv_order_get tells) */
+    INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
+                 in Redis: never placed, or settled and gone (--order-retention, its
+                 SKU retired): the system of record may have it (order->id) */
     INV_PENDING,         /* a ticket still on its way: not decided yet */
 } inv_status;
 
@@ -338,8 +347,9 @@ struct inv_ticket {
 
 /* Fills t for an order of qty units of sku for user_id; idem_key (may be
  * NULL) makes a retry by the same user for the same qty answer the first
- * order (INV_REPLAYED), and the key used before by another user or for
- * another qty INV_IDEM_MISMATCH. Returns INV_PENDING when the
+ * order (INV_REPLAYED; INV_GONE when the first order's record has left
+ * Redis, t->order.id naming it), and the key used before by another user or
+ * for another qty INV_IDEM_MISMATCH. Returns INV_PENDING when the
  * ticket must go to Redis (t->home set, -1 when unknown), else the final
  * status (sold out from memory, no order id without the worker lease), which
  * is counted as an answer already. */
@@ -377,7 +387,8 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
  *   (an order final at once);
  *   cancel: INV_FORBIDDEN for another user (nothing changed or told),
  *   INV_PAID, INV_EXPIRED, INV_NOT_PENDING;
- *   either: INV_NOT_FOUND, INV_UNAVAILABLE (nothing ran), INV_OUTCOME_UNKNOWN
+ *   either: INV_GONE (no record in Redis: the caller may ask the system of
+ *   record, else it is not found), INV_UNAVAILABLE (nothing ran), INV_OUTCOME_UNKNOWN
  *   (the script was sent and no answer came, or its replicas did not
  *   acknowledge it in time). */
 void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg);
@@ -404,6 +415,13 @@ void inv_sweep_free(struct inv_sweep *sw);   /* NULL is a no-op */
 inv_status inv_sku_get(struct inv_session *s, const char *sku,
                        struct inv_sku_report *out);
 inv_status inv_order_get(struct inv_session *s, uint64_t id, struct inv_order *out);
+/* Fills out with order id as its fields say (a record's, or its row in the
+ * database): segment the one it is answered with (-1: not known), segments
+ * the record's "<seg>:<units>,..." (NULL for one), state NULL for placed,
+ * pay_by_ms 0 for none. */
+void inv_order_fill(struct inv_order *out, uint64_t id, const char *sku,
+                    const char *user_id, int qty, int segment, const char *segments,
+                    const char *state, long long pay_by_ms);
 /* Recomputes the SKU's figures from its order records, not from the counters. */
 inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *out);
 /* Retires sku (DELETE /skus/{sku}): every key of it leaves Redis (its order

@@ -150,8 +150,8 @@ static void end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply
     }
     long long code = inv_reply_ll(r->element[0], 0);
     long long units = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
-    if (code == -1) { /* gone with a reset meanwhile */
-        t->st = INV_NOT_FOUND;
+    if (code == -1) { /* gone meanwhile: a reset, or its retention */
+        t->st = INV_GONE;
         return;
     }
     if (units > 0) /* this instance at once; the others by the message */
@@ -190,7 +190,7 @@ inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_
     }
     inv_status st = inv_order_read(r, t->order.id, &t->order);
     if (st != INV_OK) {
-        t->st = st;
+        t->st = st == INV_NOT_FOUND ? INV_GONE : st;
         return INV_DO_OVER;
     }
     t->end_step = END_SCRIPT;

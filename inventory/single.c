@@ -508,7 +508,8 @@ static inv_do loaded(struct inv_single *m, aconn_result res, const redisReply *r
     struct inv_ticket *t = m->t;
     uint64_t id = t->order.id;
     inv_status st = inv_order_read(res == ACONN_REPLY ? r : NULL, id, &t->order);
-    finish(m, st == INV_OK ? INV_REPLAYED : st);
+    t->order.id = id;
+    finish(m, st == INV_OK ? INV_REPLAYED : st == INV_NOT_FOUND ? INV_GONE : st);
     m->state = SINGLE_RELEASING;
     m->after = AFTER_OVER;
     return release_next(m);

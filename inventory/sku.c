@@ -272,28 +272,36 @@ static long long parse_parts(const char *text, struct inv_part *parts, int *n)
     return units;
 }
 
+void inv_order_fill(struct inv_order *out, uint64_t id, const char *sku,
+                    const char *user_id, int qty, int segment, const char *segments,
+                    const char *state, long long pay_by_ms)
+{
+    inv_order_clear(out);
+    out->id = id;
+    snprintf(out->sku, sizeof(out->sku), "%s", sku);
+    snprintf(out->user_id, sizeof(out->user_id), "%s", user_id);
+    out->qty = qty;
+    inv_order_one_part(out, segment);
+    int n = 0;
+    if (segments)
+        parse_parts(segments, out->parts, &n);
+    if (n > 0)
+        out->nparts = n;
+    out->state = state ? inv_state_parse(state) : INV_STATE_PLACED;
+    out->pay_by_ms = pay_by_ms;
+}
+
 inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out)
 {
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 7)
         return INV_UNAVAILABLE;
-    if (r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_STRING)
+    redisReply *const *e = r->element;
+    if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING)
         return INV_NOT_FOUND;
-    inv_order_clear(out);
-    out->id = id;
-    snprintf(out->sku, sizeof(out->sku), "%s", r->element[0]->str);
-    snprintf(out->user_id, sizeof(out->user_id), "%s", r->element[1]->str);
-    out->qty = (int)inv_reply_ll(r->element[2], 0);
-    inv_order_one_part(out, (int)inv_reply_ll(r->element[3], 0));
-    int n = 0;
-    if (r->element[4]->type == REDIS_REPLY_STRING)
-        parse_parts(r->element[4]->str, out->parts, &n);
-    if (n > 0)
-        out->nparts = n;
-    out->state = r->element[5]->type == REDIS_REPLY_STRING
-                     ? inv_state_parse(r->element[5]->str)
-                     : INV_STATE_PLACED;
-    out->pay_by_ms = inv_reply_ll(r->element[6], 0);
+    const char *segments = e[4]->type == REDIS_REPLY_STRING ? e[4]->str : NULL;
+    const char *state = e[5]->type == REDIS_REPLY_STRING ? e[5]->str : NULL;
+    inv_order_fill(out, id, e[0]->str, e[1]->str, (int)inv_reply_ll(e[2], 0),
+                   (int)inv_reply_ll(e[3], 0), segments, state, inv_reply_ll(e[6], 0));
     return INV_OK;
 }
 

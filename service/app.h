@@ -12,6 +12,7 @@
 #include "inventory.h"
 #include "lock.h"
 #include "sink.h"
+#include "store.h"
 
 struct event_base;
 
@@ -25,6 +26,7 @@ struct svc_app {
     struct svc_durability *durability; /* NULL: not watched (gauge 0) */
     struct svc_health *health;         /* the data Redis answers (/readyz) */
     struct svc_sink *sink;             /* --postgres; NULL without */
+    struct svc_store *store;           /* --postgres; NULL without */
     int replicas_acked;                /* --min-replicas-acked, resolved */
     int cluster;                       /* the data Redis is a Redis Cluster */
     /* The process's background duties (lock watchdog, sold-out listener,

@@ -337,6 +337,39 @@ static config_status opt_token(struct svc_config *cfg, const char *value, char *
                          "must be 1..255 characters", err, errlen);
 }
 
+#define RETENTION_MAX_MS (3650LL * 86400000) /* ten years */
+
+/* --order-retention: 0 (records kept), or a whole number with its unit, ms, s,
+ * m, h or d ("7d", "90s", "500ms"), up to ten years. */
+static config_status opt_order_retention(struct svc_config *cfg, const char *value,
+                                         char *err, size_t errlen)
+{
+    static const struct {
+        const char *unit;
+        long long ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    char *end;
+    errno = 0;
+    long long n = strtoll(value, &end, 10);
+    int ok = !errno && end != value && isdigit((unsigned char)value[0]) &&
+             n <= RETENTION_MAX_MS;
+    long long ms = -1;
+    if (ok && n == 0 && *end == '\0')
+        ms = 0;
+    for (size_t i = 0; ok && ms < 0 && i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(end, units[i].unit) == 0 && n <= RETENTION_MAX_MS / units[i].ms)
+            ms = n * units[i].ms;
+    if (ms < 0) {
+        snprintf(err, errlen,
+                 "must be 0 (kept) or a whole number with a unit, ms, s, m, h or d "
+                 "(e.g. 7d), up to 3650d");
+        return CONFIG_ERROR;
+    }
+    cfg->order_retention_ms = ms;
+    cfg->order_retention_given = 1;
+    return CONFIG_OK;
+}
+
 static config_status opt_pay_token(struct svc_config *cfg, const char *value, char *err,
                                    size_t errlen)
 {
@@ -403,6 +436,12 @@ static const struct option_spec options[] = {
      "PostgreSQL (libpq connection string or URI): the orders' system of record (the "
      "sink) and --lock pg's table; without it, no sink, and --lock pg exits 2",
      opt_postgres},
+    {"order-retention", "DUR", "7d",
+     "with --postgres: a settled order's record (paid, cancelled, expired, or placed "
+     "without a payment window) leaves Redis DUR after PostgreSQL has its final state, "
+     "and GET /orders/{id} then answers from PostgreSQL; 0: records stay until their "
+     "SKU is retired; units ms, s, m, h, d (up to 3650d); without --postgres exits 2",
+     opt_order_retention},
     {"postgres-file", "F", "none",
      "the --postgres connection string read from file F at start (trailing newline "
      "stripped): its password not visible in argv or the environment",
@@ -644,6 +683,7 @@ static void config_defaults(struct svc_config *cfg)
     cfg->redis_seeds = 1;
     cfg->redis_seed[0] = cfg->redis;
     cfg->log_level = LOG_INFO;
+    cfg->order_retention_ms = 7 * 86400000LL;
 }
 
 /* Applies the SECKILL_<NAME> variables that are set. 0, or -1 with err set. */
@@ -735,6 +775,14 @@ static config_status config_check(struct svc_config *cfg, char *err, size_t errl
     }
     if (strcmp(cfg->lock_mode, "pg") == 0 && !cfg->postgres[0]) {
         snprintf(err, errlen, "--lock pg needs --postgres URL");
+        return CONFIG_ERROR;
+    }
+    /* Without a database the records are the only copy of the orders: nothing
+     * may expire them. */
+    if (cfg->order_retention_given && !cfg->postgres[0]) {
+        snprintf(err, errlen,
+                 "--order-retention needs --postgres URL: without PostgreSQL the order "
+                 "records in Redis are the only copy and never expire");
         return CONFIG_ERROR;
     }
     if (strcmp(cfg->lock_mode, "redlock") == 0 && cfg->nlock_nodes < 3) {

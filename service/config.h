@@ -26,6 +26,10 @@ struct svc_config {
     int zk_session_ms;
     int zk_watch; /* lock_zk_watch: what a waiting zk contender watches */
     char postgres[1024]; /* --postgres: libpq conninfo or URI, "" when not given */
+    /* --order-retention: with --postgres, a settled order's record leaves Redis this
+     * long after PostgreSQL has it; 0: never */
+    long long order_retention_ms;
+    int order_retention_given; /* set by the flag or its variable, not the default */
     int segments;
     int lock_ttl_ms;
     int wait_ms;

@@ -189,15 +189,25 @@ static void body_append(struct conn_state *st, const char *data, size_t *size)
     *size = 0;
 }
 
+static struct svc_request request_of(struct svc_app *app, struct MHD_Connection *conn,
+                                     struct conn_state *st, const char *method);
+
 /* st's connection was resumed: a waiter's answer is ready, or the order's
- * ticket is done. */
-static enum MHD_Result answer_resumed(struct MHD_Connection *conn, struct conn_state *st,
-                                      const char *method)
+ * ticket is done. A pay's, a cancel's or a replay's order whose record has
+ * left Redis goes on to the main thread, which asks the system of record
+ * (svc_order_stored). */
+static enum MHD_Result answer_resumed(struct svc_app *app, struct MHD_Connection *conn,
+                                      struct conn_state *st, const char *method)
 {
     int pending = st->pending;
     st->pending = PENDING_NONE;
     if (pending == PENDING_WAITER)
         return answer(conn, st, method, &st->res);
+    if (st->ticket.st == INV_GONE && app->store) {
+        struct svc_request req = request_of(app, conn, st, method);
+        if (waiters_hand_over(st, &req, svc_order_stored))
+            return MHD_YES;
+    }
     struct svc_response res = {0};
     svc_order_finish(&st->ticket, &res);
     return answer(conn, st, method, &res);
@@ -258,7 +268,7 @@ static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection 
     conns_request_in(conn);
     if (!refused(st, &res)) {
         struct svc_request req = request_of(app, conn, st, method);
-        if ((st->route->flags & ROUTE_WAITS) && waiters_hand_over(st, &req))
+        if ((st->route->flags & ROUTE_WAITS) && waiters_hand_over(st, &req, NULL))
             return MHD_YES;
         svc_route_run(st->route, &req, &res);
         if (res.pending) {
@@ -290,7 +300,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!st->too_large)
             return MHD_YES;
     } else if (st->pending != PENDING_NONE) {
-        return answer_resumed(conn, st, method);
+        return answer_resumed(app, conn, st, method);
     } else if (*upload_data_size) {
         body_append(st, upload_data, upload_data_size);
         return MHD_YES;

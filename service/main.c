@@ -22,6 +22,7 @@
 #include "reach.h"
 #include "server.h"
 #include "sink.h"
+#include "store.h"
 
 #define STARTUP_REDIS_WAIT_MS 10000
 #define DRAIN_GRACE_MS 300
@@ -181,12 +182,14 @@ struct backend {
     struct inv_sweep *sweep; /* reservations past pay_by */
     struct svc_durability *durability;
     struct svc_health *health;
-    struct svc_sink *sink; /* --postgres: the outbox into PostgreSQL */
+    struct svc_sink *sink;   /* --postgres: the outbox into PostgreSQL */
+    struct svc_store *store; /* --postgres: what it holds, read back */
 };
 
 /* Frees what b holds (any part may be missing). */
 static void backend_free(struct backend *b)
 {
+    svc_store_free(b->store);
     svc_sink_free(b->sink);
     svc_health_free(b->health);
     svc_durability_stop(b->durability);
@@ -370,7 +373,8 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
         b->sink = svc_sink_new(cfg->postgres, cfg->redis.host, cfg->redis.port,
                                b->cluster ? cfg->redis_seed : NULL,
                                b->cluster ? cfg->redis_seeds : 0, cfg->redis_password,
-                               consumer);
+                               consumer, cfg->order_retention_ms);
+        b->store = svc_store_new(cfg->postgres);
     }
     return 0;
 }
@@ -417,6 +421,7 @@ int main(int argc, char **argv)
                           .durability = b.durability,
                           .health = b.health,
                           .sink = b.sink,
+                          .store = b.store,
                           .replicas_acked = b.replicas_acked,
                           .cluster = b.cluster,
                           .ids = &b.ids,

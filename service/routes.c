@@ -24,6 +24,7 @@ static void inv_error(struct svc_response *res, inv_status st)
 {
     switch (st) {
     case INV_NOT_FOUND:
+    case INV_GONE: /* without --postgres: the records are all there is */
         svc_error(res, 404, "not_found", "no such SKU or order");
         break;
     case INV_SOLD_OUT:
@@ -127,9 +128,11 @@ static json_t *order_json(const struct inv_order *o)
 {
     char id[24];
     snprintf(id, sizeof(id), "%" PRIu64, o->id);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:s}", "order_id", id, "sku", o->sku,
-                          "user_id", o->user_id, "qty", o->qty, "segment", o->segment,
-                          "state", inv_state_name(o->state));
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i}", "order_id", id, "sku", o->sku,
+                          "user_id", o->user_id, "qty", o->qty);
+    if (o->segment >= 0) /* else a row stored before schema 3: not known */
+        json_object_set_new(j, "segment", json_integer(o->segment));
+    json_object_set_new(j, "state", json_string(inv_state_name(o->state)));
     time_set(j, "pay_by", o->pay_by_ms);
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
@@ -337,6 +340,68 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
     }
 }
 
+/* Order id from the system of record into *o; STORE_UNAVAILABLE answered
+ * (503) and logged. */
+static store_status stored_order(const struct svc_request *req, uint64_t id,
+                                 struct inv_order *o, struct svc_response *res)
+{
+    char err[256];
+    store_status got = svc_store_order(req->app->store, id, o, err, sizeof(err));
+    if (got == STORE_UNAVAILABLE) {
+        char q[300];
+        log_event(LOG_WARN, "order_store_unavailable", "order_id=%" PRIu64 " error=\"%s\"",
+                  id, log_quote(q, sizeof(q), err));
+        svc_error(res, 503, "unavailable",
+                  "the order is not in Redis and PostgreSQL is unreachable: retry");
+        res->retry_after = 1;
+    }
+    return got;
+}
+
+/* What pay.lua or cancel.lua (end) answers for an order of state st that is
+ * not pending, by user (a cancel's): INV_OK (paid before, cancelled
+ * before), else its refusal. A pending order has a record while it is
+ * pending: one found only in the database was cleared by a reset. */
+static inv_status settled_end(inv_end end, const struct inv_order *o, const char *user)
+{
+    if (end == INV_END_CANCEL && strcmp(o->user_id, user) != 0)
+        return INV_FORBIDDEN;
+    switch (o->state) {
+    case INV_STATE_PLACED:
+        return INV_NOT_PENDING;
+    case INV_STATE_PAID:
+        return end == INV_END_PAY ? INV_OK : INV_PAID;
+    case INV_STATE_CANCELLED:
+        return end == INV_END_CANCEL ? INV_OK : INV_CANCELLED;
+    case INV_STATE_EXPIRED:
+        return INV_EXPIRED;
+    default:
+        return INV_NOT_FOUND;
+    }
+}
+
+void svc_order_stored(const struct svc_request *req, struct svc_response *res)
+{
+    const struct inv_ticket *t = req->ticket;
+    struct inv_order o;
+    store_status got = stored_order(req, t->order.id, &o, res);
+    if (got == STORE_UNAVAILABLE)
+        return;
+    if (!t->end) { /* a replay: the first order, as it is now */
+        int same = got == STORE_FOUND && strcmp(o.sku, t->sku) == 0;
+        order_answer(t->sku, same ? INV_REPLAYED : INV_NOT_FOUND, &o, res);
+        return;
+    }
+    inv_status st =
+        got == STORE_FOUND ? settled_end(t->end, &o, t->user_id) : INV_NOT_FOUND;
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = order_json(&o);
+}
+
 /* The order id of the path; false (answered 400) when malformed. */
 static int order_param(const struct svc_request *req, struct svc_response *res,
                        uint64_t *id)
@@ -354,6 +419,13 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
         return;
     struct inv_order order;
     inv_status st = inv_order_get(req->worker->inv, id, &order);
+    if (st == INV_NOT_FOUND && req->app->store) {
+        /* its record gone (--order-retention, its SKU retired): the database */
+        store_status got = stored_order(req, id, &order, res);
+        if (got == STORE_UNAVAILABLE)
+            return;
+        st = got == STORE_FOUND ? INV_OK : INV_NOT_FOUND;
+    }
     if (st != INV_OK) {
         inv_error(res, st);
         return;
@@ -397,12 +469,12 @@ static void h_order_cancel(const struct svc_request *req, struct svc_response *r
  * in PostgreSQL against the records in Redis (a), the events not yet there,
  * and whether the two agree. The database unreadable: its orders and
  * by_state null, matches false, and why. */
-static json_t *audit_store(struct svc_sink *sink, const struct inv_audit *a)
+static json_t *audit_store(struct svc_store *db, const struct inv_audit *a)
 {
     long long orders[INV_NSTATES], units[INV_NSTATES];
     char err[256] = "";
-    int ok = svc_sink_store(sink, a->sku, a->generation, orders, units, err,
-                            sizeof(err)) == 0;
+    int ok =
+        svc_store_counts(db, a->sku, a->generation, orders, units, err, sizeof(err)) == 0;
     json_t *store = json_pack("{s:I}", "lag_events", (json_int_t)a->outbox_lag);
     if (!ok) {
         json_object_set_new(store, "orders", json_null());
@@ -449,8 +521,8 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         (json_int_t)a.cancelled, "expired", (json_int_t)a.expired, "returned",
         (json_int_t)a.returned, "state_conflicts", (json_int_t)a.state_conflicts,
         "returned_twice", (json_int_t)a.returned_twice, "consistent", a.consistent);
-    if (req->app->sink)
-        json_object_set_new(res->json, "store", audit_store(req->app->sink, &a));
+    if (req->app->store)
+        json_object_set_new(res->json, "store", audit_store(req->app->store, &a));
 }
 
 static void h_livez(const struct svc_request *req, struct svc_response *res)

@@ -88,6 +88,11 @@ void svc_route_run(struct svc_route *r, const struct svc_request *req,
 
 /* Fills res with the answer of an order whose ticket is done. */
 void svc_order_finish(const struct inv_ticket *t, struct svc_response *res);
+/* The same for a ticket done INV_GONE (req->ticket: a pay's, a cancel's, a
+ * replay's order without a record in Redis), from the order's row in the
+ * system of record (req->app->store), as pay.lua, cancel.lua and a replay
+ * answer a settled order: blocking, on the main thread (ROUTE_WAITS). */
+void svc_order_stored(const struct svc_request *req, struct svc_response *res);
 
 /* Counts an answer of route r. */
 void svc_route_count(struct svc_route *r, int status, int64_t duration_us);

@@ -89,6 +89,7 @@ struct conn_state {
     struct inv_ticket ticket; /* an order waiting for its batch */
     struct svc_request req;   /* a route that waits on Redis: its request, */
     struct svc_response res;  /* and its answer from the main thread */
+    svc_handler run;          /* what the main thread runs: the route's, or another */
     struct conn_state *next;  /* in the waiters' queue */
     char body[REQ_BODY_MAX];
 };

@@ -52,6 +52,14 @@ const char SINK_SCHEMA_SQL[] =
     "  event_id text NOT NULL, fields text NOT NULL, error text NOT NULL, "
     "  at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (stream, event_id)); "
     "INSERT INTO seckill_schema (version) VALUES (2) ON CONFLICT DO NOTHING; "
+    /* 3: an order's segments, so that GET /orders/{id} answers from here once
+     * its record left Redis (--order-retention); NULL for a row whose every
+     * event came before (an ALTER locks the table: only once) */
+    "IF NOT EXISTS (SELECT 1 FROM seckill_schema WHERE version = 3) THEN "
+    "  ALTER TABLE seckill_orders ADD COLUMN IF NOT EXISTS segment int, "
+    "    ADD COLUMN IF NOT EXISTS segments text; "
+    "  INSERT INTO seckill_schema (version) VALUES (3) ON CONFLICT DO NOTHING; "
+    "END IF; "
     "END $$";
 
 /* Where a round is. */
@@ -82,6 +90,8 @@ struct sink_stream {
 
 struct svc_sink {
     char *conninfo;
+    long long retention_ms; /* a settled order's record expires this long after
+                               its final event committed; 0: kept */
     char host[256];
     int port;
     struct rconn_addr *seeds;
@@ -114,8 +124,6 @@ struct svc_sink {
     _Atomic int64_t lag_age_ms; /* the oldest's age when measured, 0: none */
     _Atomic int up;
     int was_up;               /* for the log: said once per change */
-    pthread_mutex_t store_mu; /* the audit's blocking connection */
-    PGconn *store;
 };
 
 static void round_start(struct svc_sink *k);
@@ -193,24 +201,41 @@ static void on_acked(void *arg, aconn_result res, redisReply *r)
 
 /* sink_ack.lua on each stream of the batch, with its events' ids: one call per
  * run of events of one stream (a read adds a stream's events together, so a
- * stream is one run). An acknowledgement lost on the way leaves its events
- * pending: claimed and written again later, which changes nothing. */
+ * stream is one run), and with a retention the records of the orders those
+ * events settled, to expire (each in its stream's slot). An acknowledgement
+ * lost on the way leaves its events pending: claimed and written again later,
+ * which changes nothing (and expires their records then). */
 static void ack_all(struct svc_sink *k)
 {
     struct sink_batch *b = &k->b;
-    const char **argv = xmalloc(sizeof(*argv) * (size_t)(b->n + 2));
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)(2 * b->n + 3));
+    char(*rec)[96] = k->retention_ms > 0 ? xmalloc(sizeof(*rec) * (size_t)b->n) : NULL;
+    char retention[24];
+    snprintf(retention, sizeof(retention), "%lld", k->retention_ms);
     k->phase = SINK_ACKING;
     k->acks_owed = 1; /* this loop's own, released below */
     for (int i = 0, j; i < b->n; i = j) {
+        const char *stream = k->streams[b->stream[i]]->key;
+        int nrec = 0;
+        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++) {
+            const char *id = rec ? sink_batch_settled(b, j) : NULL;
+            if (id && inv_order_key_of(stream, id, rec[nrec], sizeof(rec[0])) == 0)
+                nrec++;
+        }
         int argc = 0;
-        argv[argc++] = k->streams[b->stream[i]]->key;
+        argv[argc++] = stream;
+        for (int r = 0; r < nrec; r++)
+            argv[argc++] = rec[r];
         argv[argc++] = INV_SINK_GROUP;
-        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++)
-            argv[argc++] = b->id[j];
+        argv[argc++] = retention;
+        for (int e = i; e < j; e++)
+            argv[argc++] = b->id[e];
         k->acks_owed++;
-        if (send_cmd(k, argv[0], on_acked, k, &ack_script, 1, argc, argv) != RCONN_OK)
+        if (send_cmd(k, stream, on_acked, k, &ack_script, 1 + nrec, argc, argv) !=
+            RCONN_OK)
             k->acks_owed--;
     }
+    free(rec);
     free(argv);
     on_acked(k, ACONN_REPLY, NULL);
 }
@@ -742,10 +767,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
                               const struct rconn_addr *seeds, int nseeds,
-                              const char *password, const char *consumer)
+                              const char *password, const char *consumer,
+                              long long retention_ms)
 {
     struct svc_sink *k = xcalloc(1, sizeof(*k));
     k->conninfo = xstrdup(conninfo);
+    k->retention_ms = retention_ms > 0 ? retention_ms : 0;
     snprintf(k->host, sizeof(k->host), "%s", host ? host : "");
     k->port = port;
     if (nseeds > 0) {
@@ -759,7 +786,6 @@ struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
     snprintf(k->crash_at, sizeof(k->crash_at), "%s", crash ? crash : "");
     k->claim_next = -1;
     k->was_up = -1;
-    pthread_mutex_init(&k->store_mu, NULL);
     return k;
 }
 
@@ -822,9 +848,6 @@ void svc_sink_free(struct svc_sink *k)
     free(k->seeds);
     free(k->password);
     free(k->conninfo);
-    if (k->store)
-        PQfinish(k->store);
-    pthread_mutex_destroy(&k->store_mu);
     free(k);
 }
 
@@ -842,56 +865,4 @@ void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out)
     out->lag_events = atomic_load(&k->lag_events);
     out->lag_seconds = (double)atomic_load(&k->lag_age_ms) / 1000.0;
     out->up = atomic_load(&k->up);
-}
-
-/* The audit's connection, made (again) when it is not up. */
-static PGconn *store_conn(struct svc_sink *k, char *err, size_t errlen)
-{
-    if (k->store && PQstatus(k->store) == CONNECTION_OK)
-        return k->store;
-    if (k->store)
-        PQfinish(k->store);
-    const char *keys[] = {"dbname", "connect_timeout", NULL};
-    const char *vals[] = {k->conninfo, "2", NULL};
-    k->store = PQconnectdbParams(keys, vals, 1); /* dbname expands conninfo */
-    if (PQstatus(k->store) == CONNECTION_OK)
-        return k->store;
-    snprintf(err, errlen, "%.*s", (int)strcspn(PQerrorMessage(k->store), "\n"),
-             PQerrorMessage(k->store));
-    PQfinish(k->store);
-    k->store = NULL;
-    return NULL;
-}
-
-int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
-                   long long orders[INV_NSTATES], long long units[INV_NSTATES], char *err,
-                   size_t errlen)
-{
-    memset(orders, 0, sizeof(long long) * INV_NSTATES);
-    memset(units, 0, sizeof(long long) * INV_NSTATES);
-    pthread_mutex_lock(&k->store_mu);
-    int rc = -1;
-    PGconn *c = store_conn(k, err, errlen);
-    PGresult *r = NULL;
-    if (c) {
-        const char *params[] = {sku, generation};
-        r = PQexecParams(
-            c,
-            "SELECT state, count(*), coalesce(sum(qty), 0) FROM seckill_orders "
-            "WHERE sku = $1 AND generation = $2 GROUP BY state",
-            2, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-            for (int i = 0; i < PQntuples(r); i++) {
-                inv_state st = inv_state_parse(PQgetvalue(r, i, 0));
-                orders[st] += strtoll(PQgetvalue(r, i, 1), NULL, 10);
-                units[st] += strtoll(PQgetvalue(r, i, 2), NULL, 10);
-            }
-            rc = 0;
-        } else {
-            apg_result_error(r, err, errlen);
-        }
-        PQclear(r);
-    }
-    pthread_mutex_unlock(&k->store_mu);
-    return rc;
 }

@@ -6,7 +6,10 @@
  * (INV_STREAMS_KEY) lists. A round reads events (XREADGROUP), writes them in one
  * PostgreSQL statement (one transaction, libpq's asynchronous API: pg/apg.h), and only
  * once that committed acknowledges them (XACK) and trims the stream below
- * the oldest event not yet in the database (inventory/lua/sink_ack.lua).
+ * the oldest event not yet in the database (inventory/lua/sink_ack.lua); with
+ * --order-retention, the same call gives the records of the orders the round
+ * settled their expiry (the database has their final state: store.h reads
+ * it back once they are gone).
  * Events a dead or stuck consumer left pending for SINK_CLAIM_IDLE_MS are
  * claimed (XAUTOCLAIM) by whichever sink looks next. Applying an event twice
  * changes nothing: events are keyed by (stream, id), orders by their id, and
@@ -45,11 +48,15 @@ struct svc_sink_stats {
 };
 
 /* A sink for the database conninfo names, reading one Redis (host:port) or
- * a Redis Cluster (nseeds seeds, copied) as consumer `consumer`. Starts on
+ * a Redis Cluster (nseeds seeds, copied) as consumer `consumer`. With
+ * retention_ms > 0 (--order-retention), the record of an order whose final
+ * event (placed, paid, cancelled, expired) it committed expires that long
+ * after, at the acknowledgement (sink_ack.lua); 0: records stay. Starts on
  * svc_sink_attach. */
 struct svc_sink *svc_sink_new(const char *conninfo, const char *host, int port,
                               const struct rconn_addr *seeds, int nseeds,
-                              const char *password, const char *consumer);
+                              const char *password, const char *consumer,
+                              long long retention_ms);
 void svc_sink_attach(struct svc_sink *k, struct event_base *base);
 /* On its loop, or once it stopped; what is on its way is dropped (its events
  * stay pending, claimed later). */
@@ -57,14 +64,6 @@ void svc_sink_detach(struct svc_sink *k);
 void svc_sink_free(struct svc_sink *k); /* NULL is a no-op */
 /* Any thread. */
 void svc_sink_stats(const struct svc_sink *k, struct svc_sink_stats *out);
-
-/* The orders of sku's generation in PostgreSQL by state (inv_state): what
- * the audit's store block compares with the records in Redis. Blocking, on
- * a connection of its own (made on demand, kept). 0, or -1 with why in err
- * when the database could not be read. Any thread (one at a time). */
-int svc_sink_store(struct svc_sink *k, const char *sku, const char *generation,
-                   long long orders[INV_NSTATES], long long units[INV_NSTATES], char *err,
-                   size_t errlen);
 
 /* The schema (idempotent, under an advisory lock): what the sink sends
  * before its first transaction on each connection; the audit's check too. */

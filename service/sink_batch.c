@@ -15,22 +15,27 @@
  * ends 2). Only a pending event carries pay_by (b): the row takes it from
  * whichever of the batch's new events has it, and a row that has none yet
  * takes it later too, though its state is further already (the end came
- * first, or in the same batch). */
+ * first, or in the same batch). The segments (e, m: every event of schema 3's
+ * scripts has them) are taken the same way, so that a row whose events came
+ * before schema 3 gets them from its first one after. */
 const char SINK_APPLY_SQL[] =
     "WITH ev AS (SELECT * FROM json_to_recordset($1::json) AS e(x text, i text, "
-    "  o bigint, s text, k text, u text, q int, g text, b bigint, p text)), "
+    "  o bigint, s text, k text, u text, q int, g text, b bigint, p text, e int, "
+    "  m text)), "
     "fresh AS (INSERT INTO seckill_events (stream, event_id, order_id, state, at) "
     "  SELECT x, i, o, s, to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev "
     "  ON CONFLICT DO NOTHING RETURNING stream, event_id), "
     "latest AS (SELECT DISTINCT ON (ev.o) ev.*, "
     "  max(ev.b) OVER (PARTITION BY ev.o) AS pb, "
+    "  max(ev.e) OVER (PARTITION BY ev.o) AS pe, "
+    "  max(ev.m) OVER (PARTITION BY ev.o) AS pm, "
     "  CASE WHEN ev.s IN ('placed', 'pending') THEN 1 ELSE 2 END AS r "
     "  FROM ev JOIN fresh ON fresh.stream = ev.x AND fresh.event_id = ev.i "
     "  ORDER BY ev.o, r DESC) "
     "INSERT INTO seckill_orders AS t (order_id, sku, user_id, qty, generation, state, "
-    "  rank, pay_by, payment_id, changed_at) "
+    "  rank, pay_by, payment_id, changed_at, segment, segments) "
     "SELECT o, k, u, q, g, s, r, to_timestamp(pb / 1000.0), p, "
-    "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM latest "
+    "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0), pe, pm FROM latest "
     "ON CONFLICT (order_id) DO UPDATE SET "
     "  state = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.state ELSE t.state END, "
     "  rank = greatest(t.rank, EXCLUDED.rank), "
@@ -38,8 +43,11 @@ const char SINK_APPLY_SQL[] =
     "  payment_id = CASE WHEN t.rank < EXCLUDED.rank "
     "    THEN coalesce(EXCLUDED.payment_id, t.payment_id) ELSE t.payment_id END, "
     "  changed_at = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.changed_at "
-    "    ELSE t.changed_at END "
-    "WHERE t.rank < EXCLUDED.rank OR (t.pay_by IS NULL AND EXCLUDED.pay_by IS NOT NULL)";
+    "    ELSE t.changed_at END, "
+    "  segment = coalesce(t.segment, EXCLUDED.segment), "
+    "  segments = coalesce(t.segments, EXCLUDED.segments) "
+    "WHERE t.rank < EXCLUDED.rank OR (t.pay_by IS NULL AND EXCLUDED.pay_by IS NOT NULL) "
+    "  OR (t.segment IS NULL AND EXCLUDED.segment IS NOT NULL)";
 
 const char SINK_DEAD_SQL[] =
     "INSERT INTO seckill_dead_letters (stream, event_id, fields, error) "
@@ -87,15 +95,23 @@ static int json_plain(const char *text)
 }
 
 /* An event's fields, by their one-letter names (outbox.lua): order, state,
- * SKU, user, units, generation, pay_by, payment id. */
-static const char EVENT_FIELDS[] = "oskuqgbp";
+ * SKU, user, units, generation, pay_by, payment id, segment, segments. */
+static const char EVENT_FIELDS[] = "oskuqgbpem";
 #define EVENT_NFIELDS (sizeof(EVENT_FIELDS) - 1)
+
+/* True when text is a record's segments, "<seg>:<units>,..." (digits,
+ * colons and commas: what record.lua writes). */
+static int spread_valid(const char *text)
+{
+    return *text && strlen(text) <= 8192 && text[strspn(text, "0123456789:,")] == '\0';
+}
 
 /* True when v (by EVENT_FIELDS) is what an event of the outbox scripts has:
  * an order id, a state, a SKU, a user, units and a generation, numbers where
- * numbers go, nothing that JSON would have to escape. Anything else (written
- * by hand, or by another version) would fail the batch's transaction every
- * time: it is skipped, counted and acknowledged. */
+ * numbers go, nothing that JSON would have to escape (the segments, absent
+ * from the events of builds before schema 3, are optional). Anything else
+ * (written by hand, or by another version) would fail the batch's
+ * transaction every time: it is skipped, counted and acknowledged. */
 static int event_valid(const char *const v[EVENT_NFIELDS])
 {
     for (size_t i = 0; i < EVENT_NFIELDS; i++)
@@ -104,7 +120,8 @@ static int event_valid(const char *const v[EVENT_NFIELDS])
     int known = 0;
     for (int st = 0; st < INV_NSTATES; st++)
         known |= strcmp(v[1], inv_state_name((inv_state)st)) == 0;
-    return known && digits(v[0]) && digits(v[4]) && (!v[6] || digits(v[6]));
+    return known && digits(v[0]) && digits(v[4]) && (!v[6] || digits(v[6])) &&
+           (!v[8] || digits(v[8])) && (!v[9] || spread_valid(v[9]));
 }
 
 /* Appends n bytes of text to *out (length *len, room *room), NUL-ended. */
@@ -218,9 +235,11 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
         b->id = xrealloc(b->id, sizeof(*b->id) * (size_t)b->cap);
         b->row = xrealloc(b->row, sizeof(*b->row) * (size_t)b->cap);
         b->row_event = xrealloc(b->row_event, sizeof(*b->row_event) * (size_t)b->cap);
+        b->settles = xrealloc(b->settles, sizeof(*b->settles) * (size_t)b->cap);
     }
     b->stream[b->n] = si;
     snprintf(b->id[b->n], sizeof(b->id[0]), "%s", id);
+    b->settles[b->n][0] = '\0';
     b->n++;
     const char *v[EVENT_NFIELDS] = {0};
     for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
@@ -238,6 +257,8 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
         b->skipped++;
         return;
     }
+    if (inv_state_parse(v[1]) != INV_STATE_PENDING) /* placed, paid, cancelled, expired */
+        snprintf(b->settles[b->n - 1], sizeof(b->settles[0]), "%s", v[0]);
     rows_put(b, b->valid ? ",{" : "[{", 2);
     b->row[b->valid][0] = b->len - 1;
     b->row_event[b->valid] = b->n - 1;
@@ -270,6 +291,7 @@ void sink_batch_free(struct sink_batch *b)
     free(b->id);
     free(b->row);
     free(b->row_event);
+    free(b->settles);
     free(b->dead);
     *b = (struct sink_batch){0};
 }
@@ -297,6 +319,16 @@ void sink_batch_unkill(struct sink_batch *b)
 {
     while (b->ndead > b->skipped)
         dead_free(&b->dead[--b->ndead]);
+}
+
+const char *sink_batch_settled(const struct sink_batch *b, int e)
+{
+    if (!b->settles[e][0])
+        return NULL;
+    for (int i = 0; i < b->ndead; i++)
+        if (b->dead[i].event == e)
+            return NULL; /* not in the database */
+    return b->settles[e];
 }
 
 char *sink_batch_dead_rows(const struct sink_batch *b)

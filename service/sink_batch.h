@@ -5,12 +5,12 @@
  *
  * An event is what inventory/lua/outbox.lua appends: fields of one letter
  * (o order, s state, k SKU, u user, q units, g generation, b pay_by, p payment
- * id). One that is not (a field missing, a number that is not one, a state no
- * script writes, text JSON would have to escape) would fail the transaction
- * every time: it is not written, but counted (skipped) and kept as a dead
- * letter, and acknowledged like the rest. So is an event the database refuses
- * by itself (a number beyond its column's range: sink_batch_kill), with the
- * database's error.
+ * id, e segment, m segments). One that is not (a field missing, a number
+ * that is not one, a state no script writes, text JSON would have to escape)
+ * would fail the transaction every time: it is not written, but counted
+ * (skipped) and kept as a dead letter, and acknowledged like the rest. So is
+ * an event the database refuses by itself (a number beyond its column's
+ * range: sink_batch_kill), with the database's error.
  * Not thread-safe: one batch per sink, on its loop. */
 #ifndef SECKILL_SINK_BATCH_H
 #define SECKILL_SINK_BATCH_H
@@ -32,13 +32,15 @@ struct sink_dead {
 struct sink_batch {
     char *rows; /* "[{...},{...}": the valid events, the array still open */
     size_t len, room;
-    int valid;      /* events in rows */
-    int n;          /* events, valid or not (all acknowledged) */
-    int skipped;    /* events not valid (the first dead letters) */
-    int *stream;    /* per event: its stream's index */
-    char (*id)[32]; /* per event: its id */
-    size_t (*row)[2]; /* per valid event: where its object starts and ends in rows */
-    int *row_event;   /* per valid event: its index among the events */
+    int valid;           /* events in rows */
+    int n;               /* events, valid or not (all acknowledged) */
+    int skipped;         /* events not valid (the first dead letters) */
+    int *stream;         /* per event: its stream's index */
+    char (*id)[32];      /* per event: its id */
+    size_t (*row)[2];    /* per valid event: where its object starts and ends in rows */
+    int *row_event;      /* per valid event: its index among the events */
+    char (*settles)[21]; /* per event: its order's id when the event is its final
+                          * state (placed, paid, cancelled, expired), else "" */
     int cap;
     struct sink_dead *dead; /* the skipped events, then those killed */
     int ndead, dead_cap;
@@ -68,6 +70,11 @@ void sink_batch_kill(struct sink_batch *b, int v, const char *key, const char *e
 /* Forgets the events killed (the skipped ones stay): before the batch is
  * tried again from the start. */
 void sink_batch_unkill(struct sink_batch *b);
+/* The id (decimal) of the order that event e (0 .. n-1) settles: a valid
+ * event of a final state (placed, paid, cancelled, expired), not a dead
+ * letter; else NULL. Once the batch committed, that order's final state is in
+ * the database. Points into the batch. */
+const char *sink_batch_settled(const struct sink_batch *b, int e);
 /* The dead letters as SINK_DEAD_SQL's parameter (a JSON array); the caller
  * frees it. */
 char *sink_batch_dead_rows(const struct sink_batch *b);

@@ -38,7 +38,10 @@ static struct conn_state *waiters_take_all(struct waiters *w)
 static void waiters_run(struct svc_server *srv, struct conn_state *st)
 {
     st->req.worker = svc_worker_get(srv->app);
-    svc_route_run(st->route, &st->req, &st->res);
+    if (st->run)
+        st->run(&st->req, &st->res);
+    else
+        svc_route_run(st->route, &st->req, &st->res);
 }
 
 /* Answers the oldest shared request, and every other one for the same path
@@ -151,9 +154,11 @@ static int waiters_submit(struct waiters *w, struct conn_state *st)
     return !stopped;
 }
 
-int waiters_hand_over(struct conn_state *st, const struct svc_request *req)
+int waiters_hand_over(struct conn_state *st, const struct svc_request *req,
+                      svc_handler run)
 {
     st->req = *req;
+    st->run = run;
     st->res = (struct svc_response){0};
     st->pending = PENDING_WAITER;
     st->loop = tls_loop;

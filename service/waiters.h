@@ -21,9 +21,11 @@
 void waiters_init(struct svc_server *srv, void (*resume)(struct conn_state *st));
 
 /* On a loop thread: hands a route that waits on Redis to the main thread,
- * which resumes the connection with its answer: true, or false once stopped:
- * nothing done, the caller runs the route itself. */
-int waiters_hand_over(struct conn_state *st, const struct svc_request *req);
+ * which runs run (NULL: the route's handler, its token checked) and resumes
+ * the connection with its answer: true, or false once stopped: nothing done,
+ * the caller answers it itself. */
+int waiters_hand_over(struct conn_state *st, const struct svc_request *req,
+                      svc_handler run);
 
 /* On the main thread: runs what is handed over until fd (when >= 0) is
  * readable, or until the monotonic clock reaches until_us (when > 0).

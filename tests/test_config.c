@@ -1,6 +1,6 @@
 /* Unit tests: flag validation of service/config.c: the rule that a
- * non-loopback --listen needs an admin token, the ZooKeeper flags, and the
- * connection limits.
+ * non-loopback --listen needs an admin token, the ZooKeeper flags, the
+ * connection limits, and --order-retention.
  * Nothing is bound or started: svc_config_load only parses and validates. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,6 +41,8 @@ static int setup(void **state)
     unsetenv("SECKILL_REDIS");
     unsetenv("SECKILL_MAX_CONNS_PER_IP");
     unsetenv("SECKILL_REQUEST_TIMEOUT_MS");
+    unsetenv("SECKILL_POSTGRES");
+    unsetenv("SECKILL_ORDER_RETENTION");
     return 0;
 }
 
@@ -383,6 +385,49 @@ static void test_connection_limits(void **state)
     }
 }
 
+/* --order-retention: 7 days by default, a number and its unit, 0 for none;
+ * refused without --postgres (the records would be the only copy), also
+ * from the environment, and for a value that is not one. */
+static void test_order_retention(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512];
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.order_retention_ms, 7LL * 86400000);
+    setenv("SECKILL_POSTGRES", "postgresql://x@127.0.0.1/x", 1);
+    const struct {
+        const char *value;
+        long long ms;
+    } good[] = {{"0", 0},
+                {"500ms", 500},
+                {"90s", 90000},
+                {"15m", 900000},
+                {"2h", 7200000},
+                {"7d", 604800000LL},
+                {"3650d", 3650LL * 86400000}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        assert_int_equal(
+            load_flag(&cfg, "--order-retention", good[i].value, err, sizeof(err)),
+            CONFIG_OK);
+        assert_true(cfg.order_retention_ms == good[i].ms);
+    }
+    const char *bad[] = {"7", "1w", "-1s", "s", "1.5h", "3651d", "99999999999999999999d",
+                         ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(load_flag(&cfg, "--order-retention", bad[i], err, sizeof(err)),
+                         CONFIG_ERROR);
+        assert_non_null(strstr(err, "--order-retention"));
+    }
+    unsetenv("SECKILL_POSTGRES");
+    assert_int_equal(load_flag(&cfg, "--order-retention", "1s", err, sizeof(err)),
+                     CONFIG_ERROR);
+    assert_non_null(strstr(err, "needs --postgres"));
+    setenv("SECKILL_ORDER_RETENTION", "1d", 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_ERROR);
+    unsetenv("SECKILL_ORDER_RETENTION");
+}
+
 static void test_version(void **state)
 {
     (void)state;
@@ -405,6 +450,7 @@ int main(void)
         cmocka_unit_test_setup(test_pay_token_postgres_file, setup),
         cmocka_unit_test_setup(test_connection_limits, setup),
         cmocka_unit_test_setup(test_version, setup),
+        cmocka_unit_test_setup(test_order_retention, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,6 +176,47 @@ static void test_dead_letters(void **state)
     sink_batch_free(&b);
 }
 
+/* The segments ride along (e, m: an order of several segments); a segment or
+ * segments that are not what record.lua writes are no event. An event of a
+ * final state settles its order (sink_batch_settled: the records whose
+ * retention starts once the batch committed), a pending one does not, nor
+ * one that is a dead letter. */
+static void test_segments_and_settled(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    add(&b, 0, "1-0", "o=42 s=pending k=phone u=a q=3 g=7 b=1700000000000 e=2 m=2:2,5:1");
+    add(&b, 0, "2-0", "o=42 s=paid k=phone u=a q=3 g=7 e=2 m=2:2,5:1");
+    add(&b, 0, "3-0", "o=43 s=placed k=phone u=b q=1 g=7 e=4");
+    add(&b, 0, "4-0", "o=44 s=cancelled k=phone u=c q=1 g=7"); /* before schema 3 */
+    add(&b, 0, "5-0", "o=45 s=expired k=phone u=d q=1 g=7 e=x1");     /* no event */
+    add(&b, 0, "6-0", "o=46 s=expired k=phone u=d q=1 g=7 e=1 m=1;1"); /* no event */
+    add(&b, 0, "7-0", "o=47 s=expired k=phone u=e q=1 g=7 e=0");
+    assert_int_equal(b.valid, 5);
+    assert_int_equal(b.skipped, 2);
+    json_t *rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_string_equal(field(rows, 0, "e"), "2");
+    assert_string_equal(field(rows, 0, "m"), "2:2,5:1");
+    assert_string_equal(field(rows, 2, "e"), "4");
+    assert_null(field(rows, 2, "m"));
+    assert_null(field(rows, 3, "e"));
+    json_decref(rows);
+    sink_batch_reopen(&b);
+
+    assert_null(sink_batch_settled(&b, 0)); /* pending */
+    assert_string_equal(sink_batch_settled(&b, 1), "42");
+    assert_string_equal(sink_batch_settled(&b, 2), "43");
+    assert_string_equal(sink_batch_settled(&b, 3), "44");
+    assert_null(sink_batch_settled(&b, 4)); /* skipped */
+    assert_null(sink_batch_settled(&b, 5));
+    assert_string_equal(sink_batch_settled(&b, 6), "47");
+    sink_batch_kill(&b, 4, "sk:{p}:out", "refused"); /* valid event 4: 7-0 */
+    assert_null(sink_batch_settled(&b, 6));
+    sink_batch_unkill(&b);
+    assert_string_equal(sink_batch_settled(&b, 6), "47");
+    sink_batch_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_what_is_not_an_event_is_skipped),
         cmocka_unit_test(test_reopen_grow_clear),
         cmocka_unit_test(test_dead_letters),
+        cmocka_unit_test(test_segments_and_settled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,12 @@
  *     beyond int, a pay_by beyond to_timestamp's range) fails its statement,
  *     and any batch with it, with a data error (SQLSTATE class 22), which the
  *     sink tells from a database that is away; the dead letters' statement
- *     stores what cannot be stored, with its error, once. */
+ *     stores what cannot be stored, with its error, once;
+ *   - an order's segments (schema 3) reach its row whatever the order its
+ *     events arrive in, also for a row made before schema 3; the migration
+ *     from schema 2 keeps the rows; and the row reads back (store.h) as the
+ *     order GET /orders/{id} answers: pay_by to the millisecond, a row
+ *     without segments as not known, an order never stored, a database away. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +35,7 @@
 #include "clock.h"
 #include "sink.h"
 #include "sink_batch.h"
+#include "store.h"
 #include "testutil.h"
 
 static struct test_pg pg;
@@ -178,15 +184,20 @@ static ExecStatusType apply(int n, const char *const *ids, const char *const *fi
     return st;
 }
 
+/* What expression what says of order id's row (static buffer, as sql's). */
+static const char *order_says(const char *what, long long id)
+{
+    char q[512];
+    snprintf(q, sizeof(q), "SELECT %s FROM seckill_orders WHERE order_id = %lld", what, id);
+    return sql(q);
+}
+
 /* The order's row: "state pay_by-in-ms payment_id" (pay_by "-" when NULL). */
 static const char *order_row(long long id)
 {
-    char q[256];
-    snprintf(q, sizeof(q),
-             "SELECT state || ' ' || coalesce((extract(epoch FROM pay_by) * 1000)::bigint::text, "
-             "'-') || ' ' || coalesce(payment_id, '-') FROM seckill_orders WHERE order_id = %lld",
-             id);
-    return sql(q);
+    return order_says("state || ' ' || coalesce((extract(epoch FROM pay_by) * "
+                      "1000)::bigint::text, '-') || ' ' || coalesce(payment_id, '-')",
+                      id);
 }
 
 #define EV(o, s, extra) "o=" #o " s=" s " k=t u=alice q=1 g=1" extra
@@ -312,6 +323,108 @@ static void test_dead_letters_stored_once(void **state)
     sql("DELETE FROM seckill_dead_letters");
 }
 
+/* ---- the segments (schema 3) and the order read back ------------------------- */
+
+#define SEG " e=3 m=3:2,7:1"
+
+/* The row's "segment segments" ("-" for NULL). */
+static const char *segments_of(long long id)
+{
+    return order_says("coalesce(segment::text, '-') || ' ' || coalesce(segments, '-')", id);
+}
+
+/* Every event carries them: in one batch, the end first, or a row whose
+ * first events came from a build before schema 3 (none) and whose end
+ * brings them. */
+static void test_segments_whatever_the_order(void **state)
+{
+    (void)state;
+    const char *ids[] = {"1700000000000-20", "1700000001000-20"};
+    const char *both[] = {EV(301, "pending", PAY_BY SEG), EV(301, "paid", SEG)};
+    apply(2, ids, both, NULL);
+    assert_string_equal(segments_of(301), "3 3:2,7:1");
+    const char *end_id[] = {"1700000001000-21"}, *end[] = {EV(302, "cancelled", " e=5")};
+    const char *pend_id[] = {"1700000000000-21"}, *pend[] = {EV(302, "pending", PAY_BY " e=5")};
+    apply(1, end_id, end, NULL);
+    apply(1, pend_id, pend, NULL);
+    assert_string_equal(segments_of(302), "5 -");
+    assert_string_equal(order_row(302), "cancelled 1700000004000 -");
+    const char *old_id[] = {"1700000000000-22"}, *old[] = {EV(303, "pending", PAY_BY)};
+    apply(1, old_id, old, NULL);
+    assert_string_equal(segments_of(303), "- -");
+    const char *new_id[] = {"1700000001000-22"}, *now[] = {EV(303, "expired", " e=1")};
+    apply(1, new_id, now, NULL);
+    assert_string_equal(segments_of(303), "1 -");
+    assert_string_equal(order_row(303), "expired 1700000004000 -");
+}
+
+/* A database of schema 2 (no segments) takes schema 3 with its rows kept;
+ * the schema sent again changes nothing. */
+static void test_schema_2_to_3(void **state)
+{
+    (void)state;
+    sql("ALTER TABLE seckill_orders DROP COLUMN segment, DROP COLUMN segments");
+    sql("DELETE FROM seckill_schema WHERE version = 3");
+    sql("INSERT INTO seckill_orders (order_id, sku, user_id, qty, generation, state, rank, "
+        "changed_at) VALUES (304, 't', 'alice', 1, '1', 'placed', 1, now())");
+    char *quiet; /* without its "already exists" notices */
+    assert_true(asprintf(&quiet, "SET client_min_messages = warning; %s", SINK_SCHEMA_SQL) > 0);
+    sql(quiet);
+    sql(quiet);
+    free(quiet);
+    assert_string_equal(sql("SELECT string_agg(version::text, ',' ORDER BY version) FROM "
+                            "seckill_schema"),
+                        "1,2,3");
+    assert_string_equal(segments_of(304), "- -");
+    assert_string_equal(order_row(304), "placed - -");
+}
+
+/* A row as GET /orders/{id} answers it (store.h): the order's fields, its
+ * pay_by to the millisecond, its parts; a row stored before schema 3 with
+ * its segment not known (-1); an id never stored; a database away: said at
+ * once, and not tried again within STORE_BACKOFF_MS. */
+static void test_store_reads_an_order(void **state)
+{
+    (void)state;
+    const char *ids[] = {"1700000000000-23", "1700000001000-23"};
+    const char *f[] = {"o=305 s=pending k=phone u=bob q=3 g=1 b=1700000004321 e=3 m=3:2,7:1",
+                       "o=305 s=paid k=phone u=bob q=3 g=1 e=3 m=3:2,7:1 p=pay-305"};
+    apply(2, ids, f, NULL);
+    struct svc_store *st = svc_store_new(pg.url);
+    struct inv_order o;
+    char err[256];
+    assert_int_equal(svc_store_order(st, 305, &o, err, sizeof(err)), STORE_FOUND);
+    assert_int_equal(o.id, 305);
+    assert_string_equal(o.sku, "phone");
+    assert_string_equal(o.user_id, "bob");
+    assert_int_equal(o.qty, 3);
+    assert_int_equal(o.segment, 3);
+    assert_int_equal(o.state, INV_STATE_PAID);
+    assert_int_equal(o.pay_by_ms, 1700000004321LL);
+    assert_int_equal(o.nparts, 2);
+    assert_int_equal(o.parts[1].segment, 7);
+    assert_int_equal(o.parts[1].qty, 1);
+    assert_int_equal(svc_store_order(st, 304, &o, err, sizeof(err)), STORE_FOUND);
+    assert_int_equal(o.segment, -1);
+    assert_int_equal(o.state, INV_STATE_PLACED);
+    assert_int_equal(o.pay_by_ms, 0);
+    assert_int_equal(svc_store_order(st, 999, &o, err, sizeof(err)), STORE_NOT_FOUND);
+    assert_int_equal(svc_store_order(st, UINT64_MAX, &o, err, sizeof(err)),
+                     STORE_NOT_FOUND);
+    svc_store_free(st);
+
+    st = svc_store_new("postgresql://postgres@127.0.0.1:1/postgres");
+    err[0] = '\0';
+    assert_int_equal(svc_store_order(st, 305, &o, err, sizeof(err)), STORE_UNAVAILABLE);
+    assert_true(err[0] != '\0');
+    int64_t t0 = clock_now_us();
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(svc_store_order(st, 305, &o, err, sizeof(err)),
+                         STORE_UNAVAILABLE);
+    assert_true(clock_now_us() - t0 < STORE_BACKOFF_MS * 1000LL / 2); /* no connect */
+    svc_store_free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +434,9 @@ int main(void)
         cmocka_unit_test(test_pay_by_in_order),
         cmocka_unit_test(test_poison_events_are_data_errors),
         cmocka_unit_test(test_dead_letters_stored_once),
+        cmocka_unit_test(test_segments_whatever_the_order),
+        cmocka_unit_test(test_schema_2_to_3),
+        cmocka_unit_test(test_store_reads_an_order),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

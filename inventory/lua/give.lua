@@ -13,9 +13,11 @@
 -- (give_read: nil when it is malformed, and then nothing is written for it).
 -- give_read(okey) -> o: the record, read once for the whole script: {state,
 -- by (its pay_by, a number, or nil), user, qtext (its qty as stored, nil: no
--- such order), qty, parts = {{seg, units}...}, ok}; ok is false when the
--- record lacks its user, its qty is not a whole number above 0, or its
--- segments do not add up to its qty (malformed: nothing may be written).
+-- such order), qty, parts = {{seg, units}...}, seg (the first part's segment, as
+-- its segment field) and spread (its segments field; nil: one), for its events,
+-- ok}; ok is false when the record lacks its user, its qty is not a whole number
+-- above 0, or its segments do not add up to its qty (malformed: nothing may be
+-- written).
 -- For many orders in one script (the sweep), in two steps, so that what adds
 -- up is written once: give_tally() is empty sums; give_order(g, k, okey, id,
 -- state, o) writes what is the order's own (its state, its event) and adds
@@ -37,7 +39,7 @@ local function give_read(okey)
   local o = redis.call('HMGET', okey, 'state', 'pay_by', 'user_id', 'qty', 'segment',
                        'segments')
   local r = {state = o[1], by = tonumber(o[2] or ''), user = o[3], qtext = o[4],
-             qty = tonumber(o[4] or ''), parts = {}, ok = false}
+             qty = tonumber(o[4] or ''), parts = {}, spread = o[6] or nil, ok = false}
   local qty = r.qty
   if not r.user or not qty or qty < 1 or qty ~= math.floor(qty) then return r end
   local sum = 0
@@ -49,6 +51,7 @@ local function give_read(okey)
   elseif o[5] and string.match(o[5], '^%d+$') then
     r.parts[1], sum = {o[5], qty}, qty
   end
+  r.seg = r.parts[1] and r.parts[1][1]
   r.ok = sum == qty
   return r
 end
@@ -66,7 +69,7 @@ local function give_order(g, k, okey, id, state, o)
   g.life[#g.life + 1] = id .. ' ' .. state
   redis.call('HSET', okey, 'state', state)
   if k.gen == nil then k.gen = redis.call('HGET', k.meta, 'outbox') end
-  outbox_add(k.events, k.gen, id, state, k.sku, o.user, o.qtext)
+  outbox_add(k.events, k.gen, id, state, k.sku, o.user, o.qtext, o.seg, o.spread)
   return o.qty
 end
 local function give_write(g, k)

@@ -38,5 +38,5 @@ redis.call('HINCRBY', KEYS[2], 'pending', -qty)
 redis.call('HINCRBY', KEYS[2], 'paid', qty)
 redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
 outbox_add(KEYS[10], redis.call('HGET', KEYS[2], 'outbox'), ARGV[1], 'paid', ARGV[4], o.user,
-           o.qtext, ARGV[2] ~= '' and 'p' or nil, ARGV[2])
+           o.qtext, o.seg, o.spread, ARGV[2] ~= '' and 'p' or nil, ARGV[2])
 return {1, 0}

@@ -39,11 +39,11 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
   t.orders, t.units = t.orders + 1, t.units + qty
   t.buyers[user] = true
   t.bought[user] = t.bought[user] + qty
-  local seg = parts[1][1]
+  local seg, spread = parts[1][1], nil
   local rec = id .. ' ' .. user .. ' ' .. qtext .. ' ' .. seg
   local h = {'sku', sku, 'user_id', user, 'qty', qtext, 'segment', seg}
   if #parts > 1 then
-    local spread = {}
+    spread = {}
     for _, p in ipairs(parts) do spread[#spread + 1] = p[1] .. ':' .. p[2] end
     spread = table.concat(spread, ',')
     rec = rec .. ' ' .. spread
@@ -60,9 +60,9 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
   end
   redis.call('HSET', okey, unpack(h))
   if by then
-    outbox_add(box[1], box[2], id, 'pending', sku, user, qtext, 'b', by)
+    outbox_add(box[1], box[2], id, 'pending', sku, user, qtext, seg, spread, 'b', by)
   else
-    outbox_add(box[1], box[2], id, 'placed', sku, user, qtext)
+    outbox_add(box[1], box[2], id, 'placed', sku, user, qtext, seg, spread)
   end
   if idem_key ~= '' then
     t.idem, t.keys = t.idem or {}, t.keys or {}

@@ -1,0 +1,158 @@
+#include "store.h"
+
+#include <inttypes.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apg.h"
+#include "clock.h"
+#include "xalloc.h"
+
+/* A query that takes longer is cancelled by the database: a route that waits
+ * on it holds the main thread. */
+#define STORE_STATEMENT_TIMEOUT "5s"
+
+struct svc_store {
+    char *conninfo;
+    pthread_mutex_t mu;
+    PGconn *conn;
+    int64_t retry_us; /* no connection tried before this (clock_now_us); 0: any time */
+    char why[256];    /* why the last connection failed */
+};
+
+struct svc_store *svc_store_new(const char *conninfo)
+{
+    struct svc_store *st = xcalloc(1, sizeof(*st));
+    st->conninfo = xstrdup(conninfo);
+    pthread_mutex_init(&st->mu, NULL);
+    return st;
+}
+
+void svc_store_free(struct svc_store *st)
+{
+    if (!st)
+        return;
+    if (st->conn)
+        PQfinish(st->conn);
+    pthread_mutex_destroy(&st->mu);
+    free(st->conninfo);
+    free(st);
+}
+
+/* The connection, made (again) when it is not up; NULL with why in err when
+ * it cannot be, or was not within STORE_BACKOFF_MS. Under st->mu. */
+static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
+{
+    if (st->conn && PQstatus(st->conn) == CONNECTION_OK)
+        return st->conn;
+    if (st->conn)
+        PQfinish(st->conn);
+    st->conn = NULL;
+    if (st->retry_us && clock_now_us() < st->retry_us) {
+        snprintf(err, errlen, "%s", st->why);
+        return NULL;
+    }
+    const char *keys[] = {"dbname", "connect_timeout", NULL};
+    const char *vals[] = {st->conninfo, "2", NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1); /* dbname expands conninfo */
+    PGresult *r = NULL;
+    if (PQstatus(c) == CONNECTION_OK)
+        r = PQexec(c, "SET statement_timeout = '" STORE_STATEMENT_TIMEOUT "'");
+    if (r && PQresultStatus(r) == PGRES_COMMAND_OK) {
+        PQclear(r);
+        st->conn = c;
+        st->retry_us = 0;
+        return c;
+    }
+    PQclear(r);
+    snprintf(st->why, sizeof(st->why), "%.*s", (int)strcspn(PQerrorMessage(c), "\n"),
+             PQerrorMessage(c));
+    PQfinish(c);
+    st->retry_us = clock_now_us() + (int64_t)STORE_BACKOFF_MS * 1000;
+    snprintf(err, errlen, "%s", st->why);
+    return NULL;
+}
+
+/* The rows of sql with params (the caller clears them), or NULL with why in
+ * err. A connection found broken by the query (the database restarted) is made
+ * again and the query sent once more. Takes st->mu. */
+static PGresult *store_query(struct svc_store *st, const char *sql, int nparams,
+                             const char *const *params, char *err, size_t errlen)
+{
+    PGresult *rows = NULL;
+    pthread_mutex_lock(&st->mu);
+    for (int tries = 0; tries < 2 && !rows; tries++) {
+        PGconn *c = store_conn(st, err, errlen);
+        if (!c)
+            break;
+        PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+            rows = r;
+            break;
+        }
+        apg_result_error(r, err, errlen);
+        PQclear(r);
+        if (PQstatus(c) == CONNECTION_OK)
+            break;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rows;
+}
+
+int svc_store_counts(struct svc_store *st, const char *sku, const char *generation,
+                     long long orders[INV_NSTATES], long long units[INV_NSTATES],
+                     char *err, size_t errlen)
+{
+    memset(orders, 0, sizeof(long long) * INV_NSTATES);
+    memset(units, 0, sizeof(long long) * INV_NSTATES);
+    const char *params[] = {sku, generation};
+    PGresult *r = store_query(st,
+                              "SELECT state, count(*), coalesce(sum(qty), 0) FROM "
+                              "seckill_orders WHERE sku = $1 AND generation = $2 "
+                              "GROUP BY state",
+                              2, params, err, errlen);
+    for (int i = 0; r && i < PQntuples(r); i++) {
+        inv_state s = inv_state_parse(PQgetvalue(r, i, 0));
+        orders[s] += strtoll(PQgetvalue(r, i, 1), NULL, 10);
+        units[s] += strtoll(PQgetvalue(r, i, 2), NULL, 10);
+    }
+    int rc = r ? 0 : -1;
+    PQclear(r);
+    return rc;
+}
+
+/* The row's column i as text; NULL when it is NULL. */
+static const char *column(const PGresult *r, int i)
+{
+    return PQgetisnull(r, 0, i) ? NULL : PQgetvalue(r, 0, i);
+}
+
+store_status svc_store_order(struct svc_store *st, uint64_t id, struct inv_order *out,
+                             char *err, size_t errlen)
+{
+    if (id > INT64_MAX)
+        return STORE_NOT_FOUND; /* beyond bigint: never stored */
+    char text[24];
+    snprintf(text, sizeof(text), "%" PRIu64, id);
+    const char *params[] = {text};
+    /* pay_by went in as milliseconds / 1000.0 (SINK_APPLY_SQL): back exact */
+    PGresult *r = store_query(st,
+                              "SELECT sku, user_id, qty, segment, segments, state, "
+                              "round(extract(epoch FROM pay_by) * 1000)::bigint "
+                              "FROM seckill_orders WHERE order_id = $1",
+                              1, params, err, errlen);
+    store_status rc = !r                  ? STORE_UNAVAILABLE
+                      : PQntuples(r) == 0 ? STORE_NOT_FOUND
+                                          : STORE_FOUND;
+    if (rc == STORE_FOUND) {
+        const char *seg = column(r, 3), *by = column(r, 6);
+        inv_order_fill(out, id, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
+                       atoi(PQgetvalue(r, 0, 2)), seg ? atoi(seg) : -1, column(r, 4),
+                       PQgetvalue(r, 0, 5), by ? strtoll(by, NULL, 10) : 0);
+    }
+    PQclear(r);
+    return rc;
+}
