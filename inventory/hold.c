@@ -85,6 +85,9 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
             st =
                 inv_window_refusal(inv_reply_ll(r->element[2 * i], 0), first, &o->window);
             break;
+        case -17: /* its user's count or its key's record: nothing of it written */
+            st = inv_malformed(o, first);
+            break;
         }
         inv_ticket_finish(inv, t[i], st);
     }
@@ -214,6 +217,12 @@ static int batch_answer(struct inv *inv, struct inv_hold *h, const redisReply *r
                inv_reply_ll(r->element[0], 0) == -2) {
         count(&inv->counters.fenced_off);
         inv_tickets_finish(inv, t, n, INV_BUSY);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               inv_reply_ll(r->element[0], 0) == -17) {
+        /* a value of the SKU or the segment: nothing written (for one
+         * ticket the same answer is its own, read above) */
+        for (int i = 0; i < n; i++)
+            inv_ticket_finish(inv, t[i], inv_malformed(&t[i]->order, r->element[1]));
     } else {
         inv_tickets_finish(inv, t, n, INV_UNAVAILABLE);
     }

@@ -20,7 +20,12 @@
 -- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
 -- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
 -- another user or qty, {-9} order:<id> exists already, the sale window's
--- {-10, ...} or {-11, ''} (window.lua).
+-- {-10, ...} or {-11, ''} (window.lua), {-17, '<key> <field>'} a value it
+-- computes with is malformed (malformed.lua: meta's numbers, the user's
+-- count in buyers, the Idempotency-Key's record, a segment's stock, units
+-- given back or sold). Writes nothing unless {1}: every check comes before
+-- the first write.
+--#include "malformed.lua"
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
@@ -28,29 +33,36 @@
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
-local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
-                        'ends_ms', 'pay_ms', 'outbox')
-if not meta[1] then return {-6} end
-local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
-local left = tonumber(meta[3] or '0')
+local meta = meta_read(KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms', 'ends_ms',
+                       'pay_ms', 'outbox', 'sold', 'orders', 'pending')
+if not meta.segments then return {-6} end
+local bad = meta_bad(meta, KEYS[1])
+if bad then return bad end
+local k, limit, qty = tonumber(meta.segments), tonumber(meta.limit), tonumber(ARGV[2])
+local left = tonumber(meta.remaining or '0')
 if qty > limit then return {-7} end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
-local pay = tonumber(meta[6] or '0')
+local pay = tonumber(meta.pay_ms or '0')
 local now = pay > 0 and now_ms() or nil
-local shut = window_shut(meta[4], meta[5], now)
+local shut = window_shut(meta.starts_ms, meta.ends_ms, now)
 if shut then return shut end
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
+if not t.bought[ARGV[3]] then return malformed(KEYS[4], ARGV[3]) end
 if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
 local home = route % k
 local parts, h = nil, tostring(home)
-fold(KEYS[2], KEYS[9], h)
-local have = {[h] = tonumber(redis.call('HGET', KEYS[2], h) or '0')} -- read once
-if have[h] >= qty then
+-- Each segment drawn from is read once (held): its stock with the units
+-- given back to it, as = its stock hash's and back's.
+local as
+as, bad = held(KEYS[2], KEYS[9], {h})
+if not as then return bad end
+local was = {[h] = as[1]}
+if as[1][1] + as[1][2] >= qty then
   parts = {{h, qty}}
 else
   local c = candidates(KEYS[8], qty, route, 1)[1]
@@ -65,18 +77,29 @@ else
     end
   end
 end
+local others = {}
+for _, p in ipairs(parts) do
+  if p[1] ~= h then others[#others + 1] = p[1] end
+end
+if #others > 0 then
+  as, bad = held(KEYS[2], KEYS[9], others)
+  if not as then return bad end
+  for i, seg in ipairs(others) do was[seg] = as[i] end
+end
+-- Every value is checked: the writes, the sold counts first (sold_first).
+bad = sold_first(KEYS[3], parts)
+if bad then return bad end
 local by = now and string.format('%d', now + pay)
 local out = {1, tonumber(parts[1][1]), home, by or ''}
 for _, p in ipairs(parts) do
-  if p[1] ~= h then -- home's was folded and read above
-    fold(KEYS[2], KEYS[9], p[1])
-    have[p[1]] = tonumber(redis.call('HGET', KEYS[2], p[1]))
-  end
-  set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], have[p[1]] - p[2], have[p[1]])
-  out[#out + 1] = tonumber(p[1])
+  local seg = p[1]
+  local have = was[seg][1] + was[seg][2]
+  fold(KEYS[9], seg, was[seg][2])
+  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, have - p[2], have)
+  out[#out + 1] = tonumber(seg)
   out[#out + 1] = p[2]
 end
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
-             {KEYS[12], meta[7]})
+             {KEYS[12], meta.outbox})
 tally_write(t, KEYS[10], KEYS[11], ARGV[5])
 return out

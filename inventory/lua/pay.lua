@@ -9,8 +9,8 @@
 -- (SOLDOUT_CHANNEL), [4] the SKU.
 -- Returns {1, 0} paid now, {2, 0} paid before, {-1} no such order, {-12}
 -- not pending (an order of a SKU without a payment window), {-13} cancelled,
--- {-14, units} expired (units: given back just now, else 0), {-17} its
--- record is malformed (no pay_by, user or whole qty, or segments that do not
+-- {-14, units} expired (units: given back just now, else 0), {-17, the
+-- order's key} its record is malformed (no pay_by, user or whole qty, or segments that do not
 -- add up to it): nothing written. Every check comes before the first write.
 --#include "window.lua"
 --#include "back.lua"
@@ -25,7 +25,7 @@ if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
 local qty = o.qty
-if not o.by or not o.ok then return {-17} end
+if not o.by or not o.ok then return {-17, KEYS[1]} end
 if now_ms() >= o.by then
   local units = give_back(k, KEYS[1], ARGV[1], 'expired', o)
   redis.call('PUBLISH', ARGV[3], ARGV[4])
