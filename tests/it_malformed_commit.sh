@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The commit scripts are all or nothing (issue 46, point 1): the group commit
 # (batch.lua), one order over several segments (commit.lua) and the atomic mode
-# (atomic.lua) read and check every value they compute with before their first write.
+# (atomic.lua) read and check every value they compute with before their first write;
+# so does the read under a segment's lock (read.lua).
 # Each case corrupts one value of a SKU in Redis, places an order that reads it and
 # shows: the answer is 503 unavailable, every key of the SKU (and every order record)
 # is byte for byte as it was (DUMP), the instance logs the SKU and the key at warn
@@ -10,7 +11,9 @@
 # value (Redis does not roll back a script that fails part-way): an order record
 # without its counts, a stock written and its index not, units given back dropped;
 # and a malformed Idempotency-Key record was answered 422, as a key used for another
-# request. The transfers between a cluster's shards (xfer_out.lua, xfer_in.lua):
+# request; the read under the lock answered a malformed stock unavailable while it kept
+# the lock to its lease's end, and malformed units given back busy, counted as a
+# fenced-off commit. The transfers between a cluster's shards (xfer_out.lua, xfer_in.lua):
 # it_malformed_xfer.sh. About 10 s.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -88,6 +91,34 @@ read -r c _ <<<"$(it_order "$L" bt bob 1)"
 expect "bt repaired: bob's order is placed" "201" "$c"
 expect "... with ann's unit folded in: 9 left" "9" "$(curl -s "$L/skus/bt" | jq -r .remaining)"
 
+# --- the read under the lock (read.lua), before the commit: a segment's stock or its
+# units given back malformed is answered at once, unavailable (not busy, not counted
+# as a fenced-off commit), and the lock let go (the next order is answered at once too)
+expect "PUT rd" "201" "$(put "$L" rd '{"stock":10,"segments":1,"per_user_limit":2}')"
+read -r c _ <<<"$(it_order "$L" rd ann 1)"
+expect "rd: ann's order placed (the instance learns its layout)" "201" "$c"
+fenced() { curl -s "$L/metrics" | awk '$1 == "seckill_fenced_commits_refused_total" { print $2 }'; }
+fenced0=$(fenced)
+rcli HSET "sk:{rd}:stock" 0 x >/dev/null
+before=$(snap rd)
+read -r c _ e1 _ <<<"$(it_order "$L" rd bob 1)"
+read -r _ _ e2 secs <<<"$(it_order "$L" rd cid 1)"
+expect "read, segment 0's stock x: 503 unavailable, twice" "503 unavailable unavailable" \
+    "$c $e1 $e2"
+check "... the second at once: the lock was let go (${secs}s < 0.5)" \
+    awk -v s="$secs" 'BEGIN { exit !(s < 0.5) }'
+expect "... every key of rd as it was" "$before" "$(snap rd)"
+check "... the log names it" logged lk rd "sk:{rd}:stock 0"
+rcli HSET "sk:{rd}:stock" 0 9 >/dev/null
+rcli HSET "sk:{rd}:back" 0 x >/dev/null
+read -r c _ e1 _ <<<"$(it_order "$L" rd bob 1)"
+expect "read, segment 0's units given back x: 503 unavailable" "503 unavailable" "$c $e1"
+check "... the log names it" logged lk rd "sk:{rd}:back 0"
+expect "... no commit counted as fenced off" "$fenced0" "$(fenced)"
+rcli HDEL "sk:{rd}:back" 0 >/dev/null
+read -r c _ <<<"$(it_order "$L" rd bob 1)"
+expect "rd repaired: bob's order is placed" "201" "$c"
+
 # --- commit.lua: 2 units in each of 2 segments; an order of 3 takes from both
 expect "PUT ms" "201" "$(put "$L" ms '{"stock":4,"segments":2,"per_user_limit":4}')"
 rcli HSET "sk:{ms}:sold" 1 x >/dev/null
@@ -118,14 +149,14 @@ read -r c _ <<<"$(it_order "$A" at2 fay 1)"
 expect "at2 repaired: fay's order is placed" "201" "$c"
 
 # --- counted, and the other SKUs sell on
-expect "lock mode: 6 counted in seckill_orders_malformed_total" "6" "$(malformed "$L")"
+expect "lock mode: 9 counted in seckill_orders_malformed_total" "9" "$(malformed "$L")"
 expect "atomic mode: 2 counted" "2" "$(malformed "$A")"
 expect "PUT ok" "201" "$(put "$L" ok '{"stock":5,"segments":2}')"
 read -r c _ <<<"$(it_order "$L" ok gus 1)"
 expect "another SKU sells (lock mode)" "201" "$c"
 read -r c _ <<<"$(it_order "$A" ok hal 1)"
 expect "... and in the atomic mode" "201" "$c"
-for s in bt ms at2 ok; do
+for s in bt rd ms at2 ok; do
     expect "$s: the audit is consistent" "true" \
         "$(curl -s "$L/skus/$s/audit" | jq -r .consistent)"
 done
