@@ -33,19 +33,20 @@
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
-local meta = meta_read(KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms', 'ends_ms',
-                       'pay_ms', 'outbox', 'sold', 'orders', 'pending')
-if not meta.segments then return {-6} end
-local bad = meta_bad(meta, KEYS[1])
-if bad then return bad end
-local k, limit, qty = tonumber(meta.segments), tonumber(meta.limit), tonumber(ARGV[2])
-local left = tonumber(meta.remaining or '0')
+local meta, bad = meta_get(KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
+                           'ends_ms', 'pay_ms', 'outbox', 'sold', 'orders', 'pending')
+if not meta then return bad end
+if not meta[1] then return {-6} end
+if tonumber(meta[1]) < 1 then return malformed(KEYS[1], 'segments') end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
+local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
+local left = tonumber(meta[3] or '0')
 if qty > limit then return {-7} end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
-local pay = tonumber(meta.pay_ms or '0')
+local pay = tonumber(meta[6] or '0')
 local now = pay > 0 and now_ms() or nil
-local shut = window_shut(meta.starts_ms, meta.ends_ms, now)
+local shut = window_shut(meta[4], meta[5], now)
 if shut then return shut end
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
@@ -56,13 +57,12 @@ if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
 local home = route % k
 local parts, h = nil, tostring(home)
--- Each segment drawn from is read once (held): its stock with the units
--- given back to it, as = its stock hash's and back's.
-local as
-as, bad = held(KEYS[2], KEYS[9], {h})
-if not as then return bad end
-local was = {[h] = as[1]}
-if as[1][1] + as[1][2] >= qty then
+-- Each segment drawn from is read once (held): the stock hash's and the
+-- units given back to it, s[seg] and b[seg].
+local hs, hb = held(KEYS[2], KEYS[9], h)
+if not hs then return hb end
+local s, b = {[h] = hs}, {[h] = hb}
+if hs + hb >= qty then
   parts = {{h, qty}}
 else
   local c = candidates(KEYS[8], qty, route, 1)[1]
@@ -76,15 +76,13 @@ else
       need = need - parts[#parts][2]
     end
   end
-end
-local others = {}
-for _, p in ipairs(parts) do
-  if p[1] ~= h then others[#others + 1] = p[1] end
-end
-if #others > 0 then
-  as, bad = held(KEYS[2], KEYS[9], others)
-  if not as then return bad end
-  for i, seg in ipairs(others) do was[seg] = as[i] end
+  for _, p in ipairs(parts) do
+    if p[1] ~= h then
+      s[p[1]], bad = held(KEYS[2], KEYS[9], p[1])
+      if not s[p[1]] then return bad end
+      b[p[1]] = bad
+    end
+  end
 end
 -- Every value is checked: the writes, the sold counts first (sold_first).
 bad = sold_first(KEYS[3], parts)
@@ -93,13 +91,13 @@ local by = now and string.format('%d', now + pay)
 local out = {1, tonumber(parts[1][1]), home, by or ''}
 for _, p in ipairs(parts) do
   local seg = p[1]
-  local have = was[seg][1] + was[seg][2]
-  fold(KEYS[9], seg, was[seg][2])
+  local have = s[seg] + b[seg]
+  fold(KEYS[9], seg, b[seg])
   set_stock(KEYS[1], KEYS[2], KEYS[8], seg, have - p[2], have)
   out[#out + 1] = tonumber(seg)
   out[#out + 1] = p[2]
 end
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
-             {KEYS[12], meta.outbox})
+             {KEYS[12], meta[7]})
 tally_write(t, KEYS[10], KEYS[11], ARGV[5])
 return out

@@ -41,25 +41,23 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "fence.lua"
-local meta = meta_read(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
-                       'outbox', 'remaining', 'sold', 'orders', 'pending')
-if meta.epoch ~= ARGV[1] then return {-1} end
+local meta, bad = meta_get(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
+                           'outbox', 'remaining', 'sold', 'orders', 'pending')
+if not meta then return bad end
+if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and not fence_holds(KEYS[6], ARGV[4]) then return {-2} end
-local bad = meta_bad(meta, KEYS[1])
-if bad then return bad end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
 local seg, sku = ARGV[2], ARGV[5]
 local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
-local box = {KEYS[#KEYS], meta.outbox}
-local h
-h, bad = held(KEYS[2], back, {seg})
-if not h then return bad end
-local folded = h[1][2]
+local box = {KEYS[#KEYS], meta[6]}
+local was, folded = held(KEYS[2], back, seg)
+if not was then return folded end
 local stock = tonumber(ARGV[3]) + folded
-local limit = tonumber(meta.limit)
-local pay = tonumber(meta.pay_ms or '0')
+local limit = tonumber(meta[2])
+local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
 local by = now and string.format('%d', now + pay)
-local shut = window_shut(meta.starts_ms, meta.ends_ms, now)
+local shut = window_shut(meta[3], meta[4], now)
 local n = (#ARGV - 5) / 5
 local t = tally()
 local users, have = {}, t.bought
@@ -115,7 +113,7 @@ if #placed > 0 then
   bad = sold_first(KEYS[3], {{seg, units}})
   if bad then return bad end
   fold(back, seg, folded)
-  change = set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock, h[1][1] + folded)
+  change = set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock, was + folded)
   for _, i in ipairs(placed) do
     local qtext = ARGV[6 + 5 * i]
     record_order(t, KEYS[9 + i], {{seg, tonumber(qtext)}}, tonumber(qtext), qtext,
@@ -126,7 +124,7 @@ end
 -- (units given back without an order placed stay in the back hash, for the
 -- next writer)
 if #short == 0 then return out end
-local left = tonumber(meta.remaining or '0') + change
+local left = tonumber(meta[7] or '0') + change
 for _, i in ipairs(short) do
   local qty, route = tonumber(ARGV[6 + 5 * i]), tonumber(ARGV[10 + 5 * i])
   if left < qty then

@@ -33,24 +33,24 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "fence.lua"
-local meta = meta_read(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
-                       'outbox', 'remaining', 'sold', 'orders', 'pending')
-if meta.epoch ~= ARGV[1] then return {-1} end
+local meta, bad = meta_get(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
+                           'outbox', 'remaining', 'sold', 'orders', 'pending')
+if not meta then return bad end
+if meta[1] ~= ARGV[1] then return {-1} end
 local n = tonumber(ARGV[7])
 for i = 0, n - 1 do
   local fence = ARGV[11 + 4 * i]
   if fence ~= '0' and not fence_holds(KEYS[9 + i], fence) then return {-2} end
 end
-local bad = meta_bad(meta, KEYS[1])
-if bad then return bad end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
-local pay = tonumber(meta.pay_ms or '0')
+local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
-local shut = window_shut(meta.starts_ms, meta.ends_ms, now)
+local shut = window_shut(meta[3], meta[4], now)
 if shut then return shut end
 local qty = tonumber(ARGV[2])
-local limit = tonumber(meta.limit)
+local limit = tonumber(meta[2])
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
 if not t.bought[ARGV[3]] then return malformed(KEYS[4], ARGV[3]) end
@@ -63,7 +63,7 @@ for i = 0, n - 1 do
 end
 local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local h
-h, bad = held(KEYS[2], back, segs)
+h, bad = held_all(KEYS[2], back, segs)
 if not h then return bad end
 -- Every value is checked: the writes, the sold counts first (sold_first).
 bad = sold_first(KEYS[3], parts)
@@ -76,6 +76,6 @@ for i = 0, n - 1 do
 end
 local by = now and string.format('%d', now + pay)
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
-             {KEYS[#KEYS], meta.outbox})
+             {KEYS[#KEYS], meta[6]})
 tally_write(t, due, dues, ARGV[5])
 return {1, by or ''}

@@ -16,7 +16,7 @@
 --#include "malformed.lua"
 --#include "stock.lua"
 --#include "fence.lua"
-local as, bad = held(KEYS[2], KEYS[3], {ARGV[2]})
-if not as then return bad end
+local stock, back = held(KEYS[2], KEYS[3], ARGV[2])
+if not stock then return back end
 if fenced(KEYS[1], ARGV[1]) then return {-2} end
-return as[1]
+return {stock, back}

@@ -22,29 +22,29 @@
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "window.lua"
-local meta = meta_read(KEYS[1], 'segments', 'limit', 'epoch', 'remaining', 'initial',
-                       'starts_ms', 'ends_ms')
-if not meta.segments then return {-1} end
-local bad = meta_bad(meta, KEYS[1])
-if bad then return bad end
+local meta, bad = meta_get(KEYS[1], 'segments', 'limit', 'epoch', 'remaining', 'initial',
+                           'starts_ms', 'ends_ms')
+if not meta then return bad end
+if not meta[1] then return {-1} end
+if tonumber(meta[1]) < 1 then return malformed(KEYS[1], 'segments') end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
 local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])
 if seen and seen[1] ~= -3 then return seen end
 if not seen then
-  local shut = window_shut(meta.starts_ms, meta.ends_ms)
+  local shut = window_shut(meta[6], meta[7])
   if shut then return shut end
 end
-local k, qty, most = tonumber(meta.segments), tonumber(ARGV[2]), tonumber(ARGV[5])
+local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])
 local route = tonumber(ARGV[1])
-local home, left = route % k, tonumber(meta.remaining or '0')
+local home, left = route % k, tonumber(meta[4] or '0')
 local had = bought(KEYS[3], ARGV[3])
 if not had then return malformed(KEYS[3], ARGV[3]) end
-local out = {k, tonumber(meta.limit), meta.epoch, had, seen and seen[2] or '', home, left,
-             tonumber(meta.initial), 0}
+local out = {k, tonumber(meta[2]), meta[3], had, seen and seen[2] or '', home, left,
+             tonumber(meta[5]), 0}
 if left < qty then return out end
-local as
-as, bad = held(KEYS[2], KEYS[6], {tostring(home)})
-if not as then return bad end
-if as[1][1] + as[1][2] >= qty then
+local s, b = held(KEYS[2], KEYS[6], tostring(home))
+if not s then return b end
+if s + b >= qty then
   out[#out + 1] = home
 end
 for _, seg in ipairs(candidates(KEYS[5], qty, route, most)) do

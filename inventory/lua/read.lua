@@ -10,6 +10,6 @@
 -- copy, build/gen/inventory/lua/read.lua.
 --#include "malformed.lua"
 --#include "stock.lua"
-local as, bad = held(KEYS[1], KEYS[2], {ARGV[1]})
-if not as then return bad end
-return as[1]
+local stock, back = held(KEYS[1], KEYS[2], ARGV[1])
+if not stock then return back end
+return {stock, back}

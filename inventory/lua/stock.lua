@@ -5,11 +5,13 @@
 -- every write maintains, so that no order path scans the K segments:
 --   meta's `remaining`  the sum of the stock hash
 --   the avail zset      segment -> stock, for the segments holding any
--- held(stock, back, segs): each segment's stock (the stock hash's, 0 for
--- none) and units given back to it, not folded yet (back.lua), read with one
--- HMGET of each hash, before the script's first write: {{stock, back}, ...}
--- in the order of segs (strings); or nil and malformed's answer for the
--- first that is not a number (malformed.lua: nothing may be written).
+-- held(stock, back, seg): segment seg's stock (the stock hash's, 0 for
+-- none) and its units given back, not folded yet (back.lua), read before the
+-- script's first write: two numbers; or nil and malformed's answer when one
+-- is not a number (malformed.lua: nothing may be written).
+-- held_all(stock, back, segs): the same for each of the list segs (strings),
+-- with one HMGET of each hash: {{stock, back}, ...} in their order, or nil
+-- and malformed's answer.
 -- set_stock(meta, stock, avail, seg, new, old): writes segment seg's stock
 -- (seg a string) and keeps the index with it; old is what the stock hash
 -- holds, read in this same script (held's, plus the units it folds in).
@@ -21,7 +23,14 @@
 -- segments to draw from as {segment, stock} pairs: home first when it holds
 -- any (its units are the user's own share), then the fullest, until they
 -- hold qty between them. An empty table when the SKU holds fewer.
-local function held(stock, back, segs)
+local function held(stock, back, seg)
+  local n = int_of(redis.call('HGET', stock, seg) or '0')
+  if not n then return nil, malformed(stock, seg) end
+  local u = int_of(redis.call('HGET', back, seg) or '0')
+  if not u then return nil, malformed(back, seg) end
+  return n, u
+end
+local function held_all(stock, back, segs)
   local s = redis.call('HMGET', stock, unpack(segs))
   local b = redis.call('HMGET', back, unpack(segs))
   local out = {}

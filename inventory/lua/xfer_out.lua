@@ -21,20 +21,18 @@
 --#include "stock.lua"
 --#include "fence.lua"
 --#include "back.lua"
-local meta = meta_read(KEYS[1], 'epoch', 'initial', 'remaining')
-if meta.epoch ~= ARGV[1] then return -1 end
+local meta, bad = meta_get(KEYS[1], 'epoch', 'initial', 'remaining')
+if not meta then return bad end
+if meta[1] ~= ARGV[1] then return -1 end
 local seg = ARGV[6]
-local bad = meta_bad(meta, KEYS[1])
-if bad then return bad end
-local as
-as, bad = held(KEYS[2], KEYS[7], {seg})
-if not as then return bad end
+local was, folded = held(KEYS[2], KEYS[7], seg)
+if not was then return folded end
 if not int_of(redis.call('HGET', KEYS[3], seg) or '0') then return malformed(KEYS[3], seg) end
 if fenced(KEYS[6], ARGV[7]) then return -2 end
-local have = as[1][1] + as[1][2]
+local have = was + folded
 local got = math.min(have, tonumber(ARGV[3]))
 if got > 0 then
-  fold(KEYS[7], seg, as[1][2])
+  fold(KEYS[7], seg, folded)
   set_stock(KEYS[1], KEYS[2], KEYS[4], seg, have - got, have)
   redis.call('HINCRBY', KEYS[3], seg, -got)
   redis.call('HINCRBY', KEYS[1], 'initial', -got)
