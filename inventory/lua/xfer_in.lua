@@ -18,14 +18,10 @@
 --#include "stock.lua"
 --#include "fence.lua"
 --#include "back.lua"
-local meta, bad = meta_get(KEYS[1], 'epoch', 'initial', 'remaining')
-if not meta then return bad end
-if meta[1] ~= ARGV[1] then return -1 end
+--#include "xfer.lua"
 local seg = ARGV[4]
-local was, folded = held(KEYS[2], KEYS[7], seg)
+local was, folded = xfer_check(ARGV[1], seg, ARGV[5])
 if not was then return folded end
-if not int_of(redis.call('HGET', KEYS[3], seg) or '0') then return malformed(KEYS[3], seg) end
-if fenced(KEYS[6], ARGV[5]) then return -2 end
 if redis.call('SADD', KEYS[5], ARGV[2]) == 0 then return 0 end
 local units = tonumber(ARGV[3])
 local have = was + folded

@@ -21,14 +21,10 @@
 --#include "stock.lua"
 --#include "fence.lua"
 --#include "back.lua"
-local meta, bad = meta_get(KEYS[1], 'epoch', 'initial', 'remaining')
-if not meta then return bad end
-if meta[1] ~= ARGV[1] then return -1 end
+--#include "xfer.lua"
 local seg = ARGV[6]
-local was, folded = held(KEYS[2], KEYS[7], seg)
+local was, folded = xfer_check(ARGV[1], seg, ARGV[7])
 if not was then return folded end
-if not int_of(redis.call('HGET', KEYS[3], seg) or '0') then return malformed(KEYS[3], seg) end
-if fenced(KEYS[6], ARGV[7]) then return -2 end
 local have = was + folded
 local got = math.min(have, tonumber(ARGV[3]))
 if got > 0 then
