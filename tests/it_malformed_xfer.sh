@@ -21,19 +21,9 @@ it_begin malformed_xfer redis-server redis-cli curl jq
 it_cluster_up --redis-cluster 3 --instances 1 --lock redis -- --log-level warn || exit 1
 U=$LB_URL
 
-# seg_route USER: the routing number seckill gives a user (inventory/segment.c:
-# FNV-1a 64, high half folded in, 31 bits)
-seg_route() {
-    local u=$1 h=-3750763034362895579 i c
-    for ((i = 0; i < ${#u}; i++)); do
-        printf -v c '%d' "'${u:i:1}"
-        h=$(((h ^ c) * 1099511628211))
-    done
-    echo $(((h ^ ((h >> 32) & 0xffffffff)) & 0x7fffffff))
-}
 users=()
 for ((n = 0; ${#users[@]} < 3; n++)); do
-    (($(seg_route "u$n") % 3 == 0)) && users+=("u$n")
+    (($(it_seg_route "u$n") % 3 == 0)) && users+=("u$n")
 done
 order() { # USER -> the status code
     curl -s -o /dev/null -w '%{http_code}' -X POST -d "{\"user_id\": \"$1\"}" "$U/skus/xf/orders"

@@ -101,6 +101,17 @@ it_expect_clean_exit() {
     done
 }
 
+# it_seg_route USER: the routing number seckill gives a user (inventory/segment.c:
+# FNV-1a 64, high half folded in, 31 bits); its home segment is it modulo the count
+it_seg_route() {
+    local u=$1 h=-3750763034362895579 i c
+    for ((i = 0; i < ${#u}; i++)); do
+        printf -v c '%d' "'${u:i:1}"
+        h=$(((h ^ c) * 1099511628211))
+    done
+    echo $(((h ^ ((h >> 32) & 0xffffffff)) & 0x7fffffff))
+}
+
 it_order() {
     local hdr=()
     [[ -n ${5:-} ]] && hdr=(-H "Idempotency-Key: $5")
