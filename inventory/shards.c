@@ -159,10 +159,8 @@ inv_status inv_xfer_answer(const redisReply *r, long long *got, struct inv_order
 {
     *got = 0;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        inv_reply_ll(r->element[0], 0) == -17) { /* nothing written */
-        struct inv_order none;
-        return inv_malformed(o ? o : &none, r->element[1]);
-    }
+        inv_reply_ll(r->element[0], 0) == -17) /* nothing written */
+        return o ? inv_malformed(o, r->element[1]) : INV_MALFORMED;
     if (!r || r->type != REDIS_REPLY_INTEGER)
         return INV_UNAVAILABLE;
     if (r->integer == -2)
