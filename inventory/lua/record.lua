@@ -2,16 +2,10 @@
 -- and batch.lua (the build resolves it, after malformed.lua and outbox.lua).
 -- KEYS as theirs: [1] meta, [3] sold, [4] buyers, [5] orders, [7] idem. No
 -- ARGV of its own.
--- sold_first(sold, parts): the first write of a script that places orders,
--- once every value it reads is checked: the units sold of each segment of
--- parts ({segment, units} pairs) added to the sold hash. That hash is not
--- read (a read would cost a call per order): a malformed count there is met
--- by its HINCRBY, which Redis refuses without writing anything, so the first
--- HINCRBY's refusal is malformed's answer (returned: nothing was written).
--- With more than one segment their counts are read first (one HMGET), since a
--- refusal of the second would come after the first's write. Nil when written.
--- A script then records its orders in two steps, so that what adds up over
--- a batch is written once per batch, not once per order:
+-- A script records its orders in two steps, once every value it reads is
+-- checked and the units sold written first (sold_first, malformed.lua), so
+-- that what adds up over a batch is written once per batch, not once per
+-- order:
 -- tally(): the sums of one script's orders, empty.
 -- record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
 -- writes what is the order's own and adds the rest up in t. parts lists the
@@ -38,25 +32,6 @@
 -- entries, and sku's score in the deadline index dues lowered to the
 -- earliest of them (ZADD LT: the sweep finds the SKU due then). Nothing when
 -- t holds no order.
-local function sold_first(sold, parts)
-  if #parts > 1 then
-    local segs = {}
-    for i, p in ipairs(parts) do segs[i] = p[1] end
-    for i, v in ipairs(redis.call('HMGET', sold, unpack(segs))) do
-      if v and not int_of(v) then return malformed(sold, segs[i]) end
-    end
-  end
-  for i, p in ipairs(parts) do
-    local r = redis.pcall('HINCRBY', sold, p[1], p[2])
-    if type(r) == 'table' and r.err then
-      if i == 1 and string.find(r.err, 'not an integer', 1, true) then
-        return malformed(sold, p[1])
-      end
-      error(r)
-    end
-  end
-  return nil
-end
 local function tally()
   return {orders = 0, units = 0, pending = 0, buyers = {}, bought = {}, recs = {}}
 end
