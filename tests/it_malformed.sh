@@ -87,13 +87,7 @@ for u in eve fay gus; do
     bv+=("$id")
 done
 eve=${bv[0]} fay=${bv[1]} gus=${bv[2]}
-keys() { # each key of SKU bv and every order record, with its DUMP's digest
-    local k
-    { rcli --scan --pattern '*{bv}*'; rcli --scan --pattern 'order:*'; } | sort |
-        while read -r k; do
-            printf '%s %s\n' "$k" "$(rcli --no-raw DUMP "$k" | sha1sum | cut -c1-16)"
-        done
-}
+keys() { it_key_digests "$rport" '*{bv}*' 'order:*'; } # SKU bv's and every record
 logged() { grep -q "level=warn event=malformed_record sku=bv key=\"$1\"" "$dir/one.log"; }
 rcli HSET "sk:{bv}:back" 0 x >/dev/null
 keys0=$(keys)

@@ -31,15 +31,7 @@ A=$STARTED_URL
 put() { # URL SKU BODY -> status
     curl -s -o /dev/null -w '%{http_code}' -X PUT -d "$3" "$1/skus/$2"
 }
-# snap SKU: each key of the SKU and every order record, with its DUMP's digest (the
-# segments' lock keys aside: each order takes its locks, and their fencing tokens)
-snap() {
-    local k
-    { rcli --scan --pattern "*{$1}*"; rcli --scan --pattern 'order:*'; } | grep -v ":lock:" | sort |
-        while read -r k; do
-            printf '%s %s\n' "$k" "$(rcli --no-raw DUMP "$k" | sha1sum | cut -c1-16)"
-        done
-}
+snap() { it_key_digests "$rport" "*{$1}*" 'order:*'; } # SKU: its keys, every record
 malformed() { # URL: the instance's count of orders refused for a malformed value
     curl -s "$1/metrics" | awk '$1 == "seckill_orders_malformed_total" { print $2 }'
 }

@@ -30,15 +30,11 @@ order() { # USER -> the status code
 }
 mcli() { local m=$1; shift; redis-cli -p "${m##*:}" "$@"; }
 # snap [MASTER...]: the SKU's keys and order records on those masters (all: none
-# named), each with its DUMP's digest (the segments' lock keys aside)
+# named), each with its DUMP's digest
 snap() {
-    local m k
+    local m
     for m in "${@:-${seeds[@]}}"; do
-        { mcli "$m" --scan --pattern 'sk:*:xf:*'; mcli "$m" --scan --pattern 'o:*'; } |
-            grep -v ':lock:' | sort | while read -r k; do
-                printf '%s %s %s\n' "${m##*:}" "$k" "$(mcli "$m" --no-raw DUMP "$k" | sha1sum |
-                    cut -c1-16)"
-            done
+        it_key_digests "${m##*:}" 'sk:*:xf:*' 'o:*' | sed "s/^/${m##*:} /"
     done
 }
 records() { # transfers recorded and not applied, over the masters

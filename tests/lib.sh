@@ -112,6 +112,18 @@ it_seg_route() {
     echo $(((h ^ ((h >> 32) & 0xffffffff)) & 0x7fffffff))
 }
 
+# it_key_digests PORT PATTERN...: each key matching a pattern on the Redis at PORT
+# (the segments' lock keys aside: an order takes its locks), sorted, with a digest of
+# its DUMP: two equal listings mean not a byte of those keys changed
+it_key_digests() {
+    local port=$1 p k
+    shift
+    for p in "$@"; do redis-cli -p "$port" --scan --pattern "$p"; done | grep -v ':lock:' |
+        sort | while read -r k; do
+            printf '%s %s\n' "$k" "$(redis-cli -p "$port" --no-raw DUMP "$k" | sha1sum | cut -c1-16)"
+        done
+}
+
 it_order() {
     local hdr=()
     [[ -n ${5:-} ]] && hdr=(-H "Idempotency-Key: $5")
