@@ -745,7 +745,7 @@ static void on_step_reply(void *arg, aconn_result res, redisReply *r)
     long long got = 0;
     inv_status st = res == ACONN_REPLY && rconn_is_noscript(r)
                         ? INV_PENDING /* nothing ran: again (inv_refill_on_step) */
-                        : inv_xfer_outcome(res, r, &got);
+                        : inv_xfer_outcome(res, r, &got, &s->order);
     s->order.qty = (int)got;
     inv_ticket_finish(e->inv, s, st);
     e->answering = answered_by(e, res);

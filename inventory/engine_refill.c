@@ -82,9 +82,15 @@ static inv_do step_run(struct inv_refill *r, int gene, int seg, int xin, int nar
     return INV_DO_STEP;
 }
 
-/* The step failed with st: the order's answer. */
-static inv_status step_failure(inv_status st)
+/* The step failed with st: the order's answer (a malformed value named
+ * in it too). */
+static inv_status step_failure(struct inv_refill *r, inv_status st)
 {
+    if (st == INV_MALFORMED) {
+        snprintf(r->t->order.malformed, sizeof(r->t->order.malformed), "%s",
+                 r->step.order.malformed);
+        return INV_MALFORMED;
+    }
     return st == INV_BUSY ? INV_BUSY : INV_UNAVAILABLE;
 }
 
@@ -105,7 +111,7 @@ inv_do inv_refill_on_step(struct inv_refill *r)
         return refill_end(r, INV_UNAVAILABLE);
     }
     if (st != INV_PLACED && st != INV_SOLD_OUT)
-        return refill_end(r, step_failure(st));
+        return refill_end(r, step_failure(r, st));
     switch (r->state) {
     case REFILL_APPLY: /* applied now, or before */
         record_delete(r, r->rec[r->cur].from, r->rec[r->cur].id);

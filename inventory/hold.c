@@ -85,6 +85,9 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
             st =
                 inv_window_refusal(inv_reply_ll(r->element[2 * i], 0), first, &o->window);
             break;
+        case -17: /* its user's count or its key's record: nothing of it written */
+            st = inv_malformed(o, first);
+            break;
         }
         inv_ticket_finish(inv, t[i], st);
     }
@@ -217,6 +220,12 @@ static int batch_answer(struct inv *inv, struct inv_hold *h, const redisReply *r
                inv_reply_ll(r->element[0], 0) == -2) {
         count(&inv->counters.fenced_off);
         inv_tickets_finish(inv, t, n, INV_BUSY);
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               inv_reply_ll(r->element[0], 0) == -17) {
+        /* a value of the SKU or the segment: nothing written (for one
+         * ticket the same answer is its own, read above) */
+        for (int i = 0; i < n; i++)
+            inv_ticket_finish(inv, t[i], inv_malformed(&t[i]->order, r->element[1]));
     } else {
         inv_tickets_finish(inv, t, n, INV_UNAVAILABLE);
     }
@@ -283,6 +292,10 @@ static inv_do hold_end(struct inv *inv, struct inv_hold *h, inv_status st)
 /* The stock fence_read.lua's {-2} stands for: a later holder's token is
  * there (the grant was succeeded already). */
 #define STOCK_FENCED (-2)
+/* The stock read.lua's or fence_read.lua's {-17, '<key> <segment>'} stands
+ * for: the segment's stock or its units given back are malformed (its
+ * tickets' order->malformed say which); the commit would refuse them. */
+#define STOCK_MALFORMED (-3)
 
 /* Queues the read of h's stock: with tokens from outside the data Redis
  * (zk), one that raises the segment's fence to the grant's first
@@ -306,13 +319,20 @@ static int read_queue(struct inv_session *s, struct inv_hold *h)
     return hold_queue(h, -1, HOLD_OWN, &cmd);
 }
 
-/* The stock answered by read_queue's command (*back: the units given back
- * to the segment, not folded yet). */
-static long long read_answer(aconn_result res, const redisReply *r, long long *back)
+/* The stock answered to h by read_queue's command (*back: the units given
+ * back to the segment, not folded yet). */
+static long long read_answer(struct inv_hold *h, aconn_result res, const redisReply *r,
+                             long long *back)
 {
     *back = 0;
     if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 1)
         return STOCK_FENCED;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        for (int i = 0; i < h->n; i++)
+            inv_malformed(&h->t[i]->order, r->element[1]);
+        return STOCK_MALFORMED;
+    }
     return res == ACONN_REPLY ? inv_stock_of(r, back) : -1;
 }
 
@@ -432,6 +452,8 @@ static void lock_answer(struct inv_session *s, struct inv_hold *h, aconn_result 
     lock_step_answer(s->lock, h->lkey, &h->step, res == ACONN_REPLY ? r : NULL);
 }
 
+static inv_do hold_released(struct inv_session *s, struct inv_hold *h);
+
 /* h holds its lock: WORKING once its stock is read (with the grant, or now,
  * READING). */
 static inv_do hold_granted(struct inv_session *s, struct inv_hold *h)
@@ -445,6 +467,13 @@ static inv_do hold_granted(struct inv_session *s, struct inv_hold *h)
         count(&s->inv->counters.fenced_off);
         lock_release_done(s->lock, h->lkey, &h->g, NULL);
         return hold_end(s->inv, h, INV_BUSY);
+    }
+    if (h->stock == STOCK_MALFORMED) { /* nothing to commit: let the lock go now */
+        h->state = HOLD_RELEASING;
+        lock_release_step(s->lock, h->lkey, &h->g, &h->step);
+        step_queue(s, h, 0);
+        inv_tickets_finish(s->inv, h->t, h->n, INV_MALFORMED);
+        return h->owed == 0 ? hold_released(s, h) : INV_DO_DECIDED;
     }
     if (h->stock >= 0) {
         hold_opened(s->inv, h, h->stock + h->back);
@@ -578,7 +607,7 @@ inv_do inv_hold_on_reply(struct inv_session *s, struct inv_hold *h, aconn_result
                  rconn_is_noscript(r) && h->noscripts++ < 4)
             h->reread = 1; /* nothing ran: read again, the script sent whole */
         else if (h->with_read || h->state == HOLD_READING)
-            h->stock = read_answer(res, r, &h->back);
+            h->stock = read_answer(h, res, r, &h->back);
         /* else the read of a grant that a resend overtook: read again */
         break;
     case HOLD_COMMITTING:

@@ -143,14 +143,16 @@ void inv_xfer_call_init(struct inv_xfer_call *c, const struct inv *inv, const ch
                         const struct lock_grant *g);
 /* A transfer script's answer r (NULL: none): INV_OK with *got (units taken,
  * 1 or 0 applied now or before, -1 the SKU was reset since), INV_BUSY
- * (fenced off: nothing written), INV_UNAVAILABLE. */
-inv_status inv_xfer_answer(const redisReply *r, long long *got);
+ * (fenced off: nothing written), INV_MALFORMED (nothing written; o, unless
+ * NULL, says what), INV_UNAVAILABLE. */
+inv_status inv_xfer_answer(const redisReply *r, long long *got, struct inv_order *o);
 /* A transfer's step as its script's answer (res, r: aconn_cb's) ends it:
  * INV_PLACED (*got units moved now, or 1: applied now), INV_SOLD_OUT (none:
  * the segment held none, or applied before), INV_NOT_FOUND (the SKU was
- * reset since), INV_BUSY (fenced off), INV_UNAVAILABLE, INV_OUTCOME_UNKNOWN
- * (no answer: it may have run). */
-inv_status inv_xfer_outcome(aconn_result res, const redisReply *r, long long *got);
+ * reset since), INV_BUSY (fenced off), INV_MALFORMED (o->malformed says
+ * what), INV_UNAVAILABLE, INV_OUTCOME_UNKNOWN (no answer: it may have run). */
+inv_status inv_xfer_outcome(aconn_result res, const redisReply *r, long long *got,
+                            struct inv_order *o);
 /* Reads a transfer record's text ("<gene> <segment> <units>", xfer_out.lua)
  * of a SKU laid out as l; 0, or -1 when it does not parse or names no shard
  * of l. */
@@ -232,9 +234,14 @@ void inv_order_placed(struct inv *inv, int gene, struct inv_order *o,
 inv_status inv_window_refusal(long long code, const redisReply *detail,
                               struct inv_window *w);
 /* The refusals the commit scripts share ({-4} the limit, {-8} the key's
- * mismatch, the sale window's -10 and -11) as a status; anything else
- * INV_UNAVAILABLE (a replay's {-3, id} is read before, by the caller). */
+ * mismatch, the sale window's -10 and -11, -17 a malformed value) as a
+ * status; anything else INV_UNAVAILABLE (a replay's {-3, id} is read before,
+ * by the caller). */
 inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order);
+/* A script's {-17, '<key> <field>'} (inventory/lua/malformed.lua): nothing
+ * was written. Copies detail (NULL or not text: "?") into o->malformed;
+ * returns INV_MALFORMED. */
+inv_status inv_malformed(struct inv_order *o, const redisReply *detail);
 /* Counts an order's answer. */
 void inv_count_outcome(struct inv *inv, inv_status st);
 /* Gives t, or t[0..n-1], the final status st, counted as an answer. */

@@ -302,8 +302,16 @@ inv_status inv_window_refusal(long long code, const redisReply *detail,
     return INV_NOT_STARTED;
 }
 
+inv_status inv_malformed(struct inv_order *o, const redisReply *detail)
+{
+    text_copy(o->malformed, sizeof(o->malformed),
+              detail && detail->type == REDIS_REPLY_STRING ? detail->str : "?");
+    return INV_MALFORMED;
+}
+
 /* The refusals the commit scripts share: {-4} the per-user limit, {-8} the
- * key was used for another user or qty, the sale window's. Anything else is
+ * key was used for another user or qty, the sale window's, {-17, '<key>
+ * <field>'} a value malformed (nothing written). Anything else is
  * a failure: an idempotent replay's {-3, first id} is read by the callers
  * before (its first order is loaded on the loop, single.h LOADING). */
 inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order)
@@ -318,6 +326,8 @@ inv_status inv_commit_refusal(const redisReply *r, struct inv_order *order)
         return INV_LIMIT;
     case -8:
         return INV_IDEM_MISMATCH;
+    case -17:
+        return inv_malformed(order, r->elements > 1 ? r->element[1] : NULL);
     default:
         return INV_UNAVAILABLE;
     }
@@ -360,6 +370,10 @@ void inv_count_outcome(struct inv *inv, inv_status st)
         break;
     case INV_UNAVAILABLE:
         count(&c->unavailable);
+        break;
+    case INV_MALFORMED: /* answered unavailable, and counted for what it is */
+        count(&c->unavailable);
+        count(&c->malformed);
         break;
     case INV_OUTCOME_UNKNOWN:
         count(&c->outcome_unknown);

@@ -54,6 +54,7 @@
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
 #define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
+#define INV_MALFORMED_MAX 240 /* "<key> <field>": a SKU's key and an Idempotency-Key */
 /* The deadline index: a sorted set of the SKUs with pending reservations,
  * each scored by (at most) its earliest pay_by, which the placing scripts
  * lower (ZADD LT) and the sweep's due.lua sets anew; every instance sweeps
@@ -106,6 +107,9 @@ typedef enum {
     INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
                  in Redis: never placed, or settled and gone (--order-retention, its
                  SKU retired): the system of record may have it (order->id) */
+    INV_MALFORMED,       /* a value the script reads in Redis is malformed (order->
+                            malformed names it): nothing was written; answered as
+                            unavailable */
     INV_PENDING,         /* a ticket still on its way: not decided yet */
 } inv_status;
 
@@ -173,6 +177,9 @@ struct inv_order {
     struct inv_window window; /* INV_NOT_STARTED only */
     inv_state state;
     long long pay_by_ms; /* pending (and after): its deadline by Redis's clock */
+    /* INV_MALFORMED only: "<key> <field>" (or the order record's key) that a
+     * script found malformed, for the log. */
+    char malformed[INV_MALFORMED_MAX];
     struct inv_part parts[INV_MAX_SEGMENTS];
 };
 
@@ -252,6 +259,9 @@ struct inv_audit {
       "cancel).")                                                                        \
     X(units_returned, "units_returned", "seckill_units_returned_total",                  \
       "Units given back by the cancelled and expired orders this instance ended.")       \
+    X(malformed, "malformed", "seckill_orders_malformed_total",                          \
+      "Orders, pays and cancels refused (503 unavailable, nothing written) because a "  \
+      "value their script reads in Redis was malformed; the log names the key.")       \
     X(sweep_malformed, "sweep_malformed", "seckill_sweep_malformed_total",               \
       "Due reservations whose record the sweep found malformed and left as they are "   \
       "(counted each round it finds them).")                                             \

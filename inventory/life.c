@@ -154,6 +154,11 @@ static void end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply
         t->st = INV_GONE;
         return;
     }
+    if (code == -17) { /* its record: nothing written */
+        count(&inv->counters.malformed);
+        t->st = inv_malformed(&t->order, r->elements > 1 ? r->element[1] : NULL);
+        return;
+    }
     if (units > 0) /* this instance at once; the others by the message */
         soldout_forget(inv->cfg.soldout);
     life_count(inv, code, units,

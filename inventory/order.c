@@ -41,10 +41,12 @@ void order_peek_call(const struct order_ctx *c, struct peek_call *p)
         (struct rcmd){.script = &peek_script, .nkeys = 6, .argc = 11, .argv = p->argv};
 }
 
-inv_status order_view_read(struct order_view *v, const redisReply *r)
+inv_status order_view_read(struct order_view *v, const redisReply *r, struct inv_order *o)
 {
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->elements <= 2) {
         long long code = inv_reply_ll(r->element[0], 0);
+        if (code == -17)
+            return inv_malformed(o, r->elements > 1 ? r->element[1] : NULL);
         inv_status window =
             inv_window_refusal(code, r->elements > 1 ? r->element[1] : NULL, &v->window);
         if (window != INV_PENDING)

@@ -53,8 +53,9 @@ struct peek_call {
 };
 void order_peek_call(const struct order_ctx *c, struct peek_call *p);
 /* Reads peek.lua's answer r (NULL: none) into *v: INV_OK, INV_NOT_FOUND,
- * INV_IDEM_MISMATCH or INV_UNAVAILABLE. */
-inv_status order_view_read(struct order_view *v, const redisReply *r);
+ * INV_IDEM_MISMATCH, INV_MALFORMED (o->malformed says what) or
+ * INV_UNAVAILABLE. */
+inv_status order_view_read(struct order_view *v, const redisReply *r, struct inv_order *o);
 
 /* Most parts whose commit arguments live in struct commit_call itself. */
 #define PARTS_INLINE 4

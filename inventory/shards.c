@@ -155,9 +155,12 @@ void inv_xfer_call_init(struct inv_xfer_call *c, const struct inv *inv, const ch
                            .argv = c->argv};
 }
 
-inv_status inv_xfer_answer(const redisReply *r, long long *got)
+inv_status inv_xfer_answer(const redisReply *r, long long *got, struct inv_order *o)
 {
     *got = 0;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        inv_reply_ll(r->element[0], 0) == -17) /* nothing written */
+        return o ? inv_malformed(o, r->element[1]) : INV_MALFORMED;
     if (!r || r->type != REDIS_REPLY_INTEGER)
         return INV_UNAVAILABLE;
     if (r->integer == -2)
@@ -166,12 +169,13 @@ inv_status inv_xfer_answer(const redisReply *r, long long *got)
     return INV_OK;
 }
 
-inv_status inv_xfer_outcome(aconn_result res, const redisReply *r, long long *got)
+inv_status inv_xfer_outcome(aconn_result res, const redisReply *r, long long *got,
+                            struct inv_order *o)
 {
     *got = 0;
     if (res != ACONN_REPLY)
         return res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
-    inv_status st = inv_xfer_answer(r, got);
+    inv_status st = inv_xfer_answer(r, got, o);
     if (st != INV_OK)
         return st;
     return *got < 0 ? INV_NOT_FOUND : *got > 0 ? INV_PLACED : INV_SOLD_OUT;
@@ -380,7 +384,7 @@ static int apply_transfers(struct inv_session *s, const char *sku, const char *e
             redisReply *x = rconn_eval(dst->rc, xc.cmd.script, xc.cmd.nkeys,
                                        xc.cmd.argc - xc.cmd.nkeys, xc.cmd.argv, NULL);
             long long got;
-            inv_status st = inv_xfer_answer(x, &got);
+            inv_status st = inv_xfer_answer(x, &got, NULL);
             if (x)
                 freeReplyObject(x);
             if (dst->lock)

@@ -348,7 +348,7 @@ static inv_do xfer_answered(struct inv_single *m, aconn_result res,
     long long got = 0;
     inv_status st = res == ACONN_REPLY && rconn_is_noscript(r)
                         ? INV_PENDING /* nothing ran: the step runs again */
-                        : inv_xfer_outcome(res, r, &got);
+                        : inv_xfer_outcome(res, r, &got, &m->t->order);
     m->t->order.qty = (int)got;
     finish(m, st);
     return release_held(m, AFTER_OVER);
@@ -457,7 +457,7 @@ static inv_do peeked(struct inv_single *m, aconn_result res, const redisReply *r
         m->rounds--;
         return peek_send(m);
     }
-    inv_status st = order_view_read(v, res == ACONN_REPLY ? r : NULL);
+    inv_status st = order_view_read(v, res == ACONN_REPLY ? r : NULL, m->c.order);
     if (st == INV_NOT_STARTED)
         m->t->order.window = v->window;
     if (st != INV_OK)

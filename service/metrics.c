@@ -316,6 +316,7 @@ static void order_counters(FILE *f, const struct svc_app *app, const struct inv_
     STATS_COUNTER(f, is, unacked);
     STATS_COUNTER(f, is, id_collisions);
     STATS_COUNTER(f, is, fenced_off);
+    STATS_COUNTER(f, is, malformed);
     STATS_COUNTER(f, is, sweep_malformed);
     STATS_COUNTER(f, is, sweep_deferred);
 }

@@ -73,6 +73,12 @@ static void inv_error(struct svc_response *res, inv_status st)
                   "units are pending or on their way between shards, or events have not "
                   "reached PostgreSQL yet; retry once they are settled");
         break;
+    case INV_MALFORMED:
+        svc_error(res, 503, "unavailable",
+                  "a record this needs in Redis is malformed (the log names it); nothing "
+                  "was written");
+        res->retry_after = 1;
+        break;
     case INV_OUTCOME_UNKNOWN: /* a pay or a cancel (an order's is order_answer's) */
         svc_error(res, 503, "outcome_unknown",
                   "the change was sent to Redis but its answer, or the replicas' "
@@ -328,8 +334,28 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
         order_answer(req->params[0], st, &t->order, res);
 }
 
+/* A script refused t for a malformed value in Redis: one warning (a few a
+ * second at most) names the SKU and the key, for an operator to repair. */
+static void malformed_log(const struct inv_ticket *t)
+{
+    static struct log_limit limit = LOG_LIMIT_INIT(10);
+    uint64_t suppressed;
+    if (!log_enabled(LOG_WARN) || !log_limit_take(&limit, &suppressed))
+        return;
+    char key[2 * INV_MALFORMED_MAX];
+    log_event(LOG_WARN, "malformed_record", "sku=%s key=\"%s\" op=%s suppressed=%llu",
+              t->order.sku[0] ? t->order.sku : t->sku,
+              log_quote(key, sizeof(key), t->order.malformed),
+              t->end == INV_END_PAY      ? "pay"
+              : t->end == INV_END_CANCEL ? "cancel"
+                                         : "order",
+              (unsigned long long)suppressed);
+}
+
 void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
 {
+    if (t->st == INV_MALFORMED)
+        malformed_log(t);
     if (!t->end) {
         order_answer(t->sku, t->st, &t->order, res);
     } else if (t->st != INV_OK) {

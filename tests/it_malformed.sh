@@ -4,10 +4,14 @@
 # write. A record with state pending and no qty (or a qty that is not a number) beside
 # valid orders: the valid ones end and their units come back; the malformed one is
 # left exactly as it was (still due, counted in seckill_sweep_malformed_total), and a
-# pay or cancel of one answers 503 with nothing written.
+# pay or cancel of one answers 503 with nothing written. So does a malformed value of
+# the SKU that the end computes with (units given back, the pending count): a cancel,
+# a pay and the sweep write nothing, log the key (a cancel, a pay) and count it.
 # Before the fix the sweep wrote the first order's state and event, then failed on
 # the malformed record: that order stayed "expired" with its unit never back (Redis
-# does not roll back a script that fails part-way). About 10 s.
+# does not roll back a script that fails part-way); a cancel with the SKU's units given
+# back malformed wrote the order cancelled, then failed: its unit never came back, and
+# a repeat answered 200. About 10 s.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -69,5 +73,57 @@ expect "... and gives ann's unit back: 7 left" "7" "$(remaining)"
 expect "bob's record is as it was" "$bob0" "$(snap "$bob")"
 expect "... still due" "1" "$(rcli ZSCORE "sk:{bad}:due" "$bob")"
 expect "... and the SKU with it, in the deadline index" "1" "$(rcli ZSCORE seckill:due bad)"
+
+# --- a value of the SKU the end computes with (give_write), not the record: units
+# given back or the pending count malformed; a cancel, a pay and the sweep write
+# nothing (every key of the SKU and its records as they were, by DUMP)
+expect "PUT bv (one segment, a payment window)" "201" \
+    "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+        -d '{"stock":10,"segments":1,"per_user_limit":2,"pay_within_ms":60000}' "$U/skus/bv")"
+bv=()
+for u in eve fay gus; do
+    read -r c id _ <<<"$(it_order "$U" bv "$u" 1)"
+    expect "bv: $u's reservation placed" "201" "$c"
+    bv+=("$id")
+done
+eve=${bv[0]} fay=${bv[1]} gus=${bv[2]}
+keys() { it_key_digests "$rport" '*{bv}*' 'order:*'; } # SKU bv's and every record
+logged() { grep -q "level=warn event=malformed_record sku=bv key=\"$1\"" "$dir/one.log"; }
+rcli HSET "sk:{bv}:back" 0 x >/dev/null
+keys0=$(keys)
+expect "bv's back x: eve's cancel is answered 503" "503" "$(curl -s -o /dev/null \
+    -w '%{http_code}' -X POST -d '{"user_id":"eve"}' "$U/orders/$eve/cancel")"
+expect "... every key of bv as it was" "$keys0" "$(keys)"
+check "... the log names it" logged "sk:{bv}:back 0"
+# fay's made due: the sweep meets the malformed back and leaves her order as it is
+rcli EVAL "redis.call('HSET', KEYS[1], 'pay_by', 1)
+           redis.call('ZADD', KEYS[2], 1, ARGV[1])
+           redis.call('ZADD', KEYS[3], 1, ARGV[2])" 3 "order:$fay" "sk:{bv}:due" seckill:due \
+    "$fay" bv >/dev/null
+keys0=$(keys) m0=$(malformed)
+# two rounds at least: each counts fay's and bob's (still malformed, above) once; the
+# first round after fay was made due may have run before, so the second did sweep bv
+swept() { [[ $(malformed) -ge $((m0 + 4)) ]]; }
+check "... the sweep meets it (seckill_sweep_malformed_total, each round)" wait_until 10 swept
+expect "... and writes nothing" "$keys0" "$(keys)"
+rcli HSET "sk:{bv}:back" 0 0 >/dev/null
+rcli HSET "sk:{bv}:meta" pending x >/dev/null
+m0=$(malformed)
+check "bv's pending x: the sweep meets it" wait_until 10 swept
+expect "... fay's order still pending" "pending" "$(rcli HGET "order:$fay" state)"
+fay_expired() { [[ $(rcli HGET "order:$fay" state) == expired ]]; }
+keys0=$(keys)
+expect "... gus's pay is answered 503" "503" \
+    "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' "$U/orders/$gus/pay")"
+expect "... every key of bv as it was" "$keys0" "$(keys)"
+check "... the log names it" logged "sk:{bv}:meta pending"
+rcli HSET "sk:{bv}:meta" pending 3 >/dev/null
+check "repaired: the sweep expires fay's" wait_until 10 fay_expired
+expect "... eve cancels" "200" "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+    -d '{"user_id":"eve"}' "$U/orders/$eve/cancel")"
+expect "... gus pays" "200" \
+    "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' "$U/orders/$gus/pay")"
+expect "... 9 left, the audit consistent" "9 true" \
+    "$(curl -s "$U/skus/bv/audit" | jq -r '"\(.initial - .sold) \(.consistent)"')"
 
 checks_finish

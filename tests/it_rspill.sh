@@ -39,19 +39,9 @@ crash_instance() {
 crash_instance crash-out transfer-out && out_url=$STARTED_URL || exit 1
 crash_instance crash-in transfer-in && in_url=$STARTED_URL || exit 1
 
-# seg_route USER: the routing number seckill gives a user (inventory/segment.c:
-# FNV-1a 64, high half folded in, 31 bits)
-seg_route() {
-    local u=$1 h=-3750763034362895579 i c
-    for ((i = 0; i < ${#u}; i++)); do
-        printf -v c '%d' "'${u:i:1}"
-        h=$(((h ^ c) * 1099511628211))
-    done
-    echo $(((h ^ ((h >> 32) & 0xffffffff)) & 0x7fffffff))
-}
 users=()
 for ((n = 0; ${#users[@]} < 40; n++)); do
-    (($(seg_route "u$n") % 3 == 0)) && users+=("u$n")
+    (($(it_seg_route "u$n") % 3 == 0)) && users+=("u$n")
 done
 
 order() { # URL USER -> the status code (000: no answer); the 201's id in $dir/ids

@@ -101,6 +101,29 @@ it_expect_clean_exit() {
     done
 }
 
+# it_seg_route USER: the routing number seckill gives a user (inventory/segment.c:
+# FNV-1a 64, high half folded in, 31 bits); its home segment is it modulo the count
+it_seg_route() {
+    local u=$1 h=-3750763034362895579 i c
+    for ((i = 0; i < ${#u}; i++)); do
+        printf -v c '%d' "'${u:i:1}"
+        h=$(((h ^ c) * 1099511628211))
+    done
+    echo $(((h ^ ((h >> 32) & 0xffffffff)) & 0x7fffffff))
+}
+
+# it_key_digests PORT PATTERN...: each key matching a pattern on the Redis at PORT
+# (the segments' lock keys aside: an order takes its locks), sorted, with a digest of
+# its DUMP: two equal listings mean not a byte of those keys changed
+it_key_digests() {
+    local port=$1 p k
+    shift
+    for p in "$@"; do redis-cli -p "$port" --scan --pattern "$p"; done | grep -v ':lock:' |
+        sort | while read -r k; do
+            printf '%s %s\n' "$k" "$(redis-cli -p "$port" --no-raw DUMP "$k" | sha1sum | cut -c1-16)"
+        done
+}
+
 it_order() {
     local hdr=()
     [[ -n ${5:-} ]] && hdr=(-H "Idempotency-Key: $5")

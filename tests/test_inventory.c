@@ -249,6 +249,51 @@ static void test_idempotent_retry(void **state)
     }
 }
 
+/* A value an order's script computes with that is malformed in Redis (meta's
+ * remaining, an Idempotency-Key's record) refuses the order whole: the status
+ * INV_MALFORMED names the key and field, nothing is written, and it is
+ * counted (as unavailable, which is its answer, and as malformed); repaired,
+ * orders place again. The group commit (redis: the second order goes to a
+ * hold) and the atomic script. */
+static void test_malformed_value_refuses_the_order(void **state)
+{
+    (void)state;
+    const char *modes[] = {"redis", "atomic"};
+    for (int m = 0; m < 2; m++) {
+        struct fixture f;
+        fixture_open(&f, modes[m], 0, 1, 3000);
+        inv_sku_put(f.s, "mal", 10, 1, 3); /* made, or reset in the second mode */
+        struct inv_order o;
+        assert_int_equal(invfix_place(f.p, "mal", "amy", 1, NULL, &o), INV_PLACED);
+        struct inv_stats before, after;
+        inv_stats(f.inv, &before);
+
+        redisReply *r = rconn_command(f.rc, "HSET sk:{mal}:meta remaining x");
+        freeReplyObject(r);
+        assert_int_equal(invfix_place(f.p, "mal", "bob", 1, NULL, &o), INV_MALFORMED);
+        assert_string_equal(o.malformed, "sk:{mal}:meta remaining");
+        r = rconn_command(f.rc, "HGET sk:{mal}:stock 0");
+        assert_string_equal(r->str, "9"); /* amy's unit only */
+        freeReplyObject(r);
+        r = rconn_command(f.rc, "HSET sk:{mal}:meta remaining 9");
+        freeReplyObject(r);
+
+        r = rconn_command(f.rc, "HSET sk:{mal}:idem k1 garbage");
+        freeReplyObject(r);
+        assert_int_equal(invfix_place(f.p, "mal", "cid", 1, "k1", &o), INV_MALFORMED);
+        assert_string_equal(o.malformed, "sk:{mal}:idem k1");
+        r = rconn_command(f.rc, "HDEL sk:{mal}:idem k1");
+        freeReplyObject(r);
+
+        inv_stats(f.inv, &after);
+        assert_int_equal(after.malformed - before.malformed, 2);
+        assert_int_equal(after.unavailable - before.unavailable, 2);
+        assert_int_equal(invfix_place(f.p, "mal", "bob", 1, NULL, &o), INV_PLACED);
+        assert_audit_agrees(f.s, "mal", 2);
+        fixture_close(&f);
+    }
+}
+
 /* An Idempotency-Key answers only the request it was first used for: another
  * user, or the same user with another qty, is refused and learns nothing of
  * the first order; an exact replay still gets the first answer. */
@@ -875,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_redis_down_is_unavailable_and_recovers),
         cmocka_unit_test(test_order_survives_a_script_flush),
         cmocka_unit_test(test_idempotency_key_is_private_to_its_request),
+        cmocka_unit_test(test_malformed_value_refuses_the_order),
         cmocka_unit_test(test_idempotency_key_race),
         cmocka_unit_test(test_lost_commit_answer_is_outcome_unknown),
         cmocka_unit_test(test_taken_order_id_is_never_overwritten),

@@ -20,7 +20,12 @@
 -- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
 -- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
 -- another user or qty, {-9} order:<id> exists already, the sale window's
--- {-10, ...} or {-11, ''} (window.lua).
+-- {-10, ...} or {-11, ''} (window.lua), {-17, '<key> <field>'} a value it
+-- computes with is malformed (malformed.lua: meta's numbers, the user's
+-- count in buyers, the Idempotency-Key's record, a segment's stock, units
+-- given back or sold). Writes nothing unless {1}: every check comes before
+-- the first write.
+--#include "malformed.lua"
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
@@ -28,9 +33,12 @@
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
-local meta = redis.call('HMGET', KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
-                        'ends_ms', 'pay_ms', 'outbox')
+local meta, bad = meta_get(KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
+                           'ends_ms', 'pay_ms', 'outbox', 'sold', 'orders', 'pending')
+if not meta then return bad end
 if not meta[1] then return {-6} end
+if tonumber(meta[1]) < 1 then return malformed(KEYS[1], 'segments') end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
 local k, limit, qty = tonumber(meta[1]), tonumber(meta[2]), tonumber(ARGV[2])
 local left = tonumber(meta[3] or '0')
 if qty > limit then return {-7} end
@@ -42,15 +50,19 @@ local shut = window_shut(meta[4], meta[5], now)
 if shut then return shut end
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
+if not t.bought[ARGV[3]] then return malformed(KEYS[4], ARGV[3]) end
 if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if left < qty then return {-5, limit, left} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
 local home = route % k
 local parts, h = nil, tostring(home)
-fold(KEYS[2], KEYS[9], h)
-local have = {[h] = tonumber(redis.call('HGET', KEYS[2], h) or '0')} -- read once
-if have[h] >= qty then
+-- Each segment drawn from is read once (held): the stock hash's and the
+-- units given back to it, s[seg] and b[seg].
+local hs, hb = held(KEYS[2], KEYS[9], h)
+if not hs then return hb end
+local s, b = {[h] = hs}, {[h] = hb}
+if hs + hb >= qty then
   parts = {{h, qty}}
 else
   local c = candidates(KEYS[8], qty, route, 1)[1]
@@ -64,16 +76,25 @@ else
       need = need - parts[#parts][2]
     end
   end
+  for _, p in ipairs(parts) do
+    if p[1] ~= h then
+      s[p[1]], bad = held(KEYS[2], KEYS[9], p[1])
+      if not s[p[1]] then return bad end
+      b[p[1]] = bad
+    end
+  end
 end
+-- Every value is checked: the writes, the sold counts first (sold_first).
+bad = sold_first(KEYS[3], parts)
+if bad then return bad end
 local by = now and string.format('%d', now + pay)
 local out = {1, tonumber(parts[1][1]), home, by or ''}
 for _, p in ipairs(parts) do
-  if p[1] ~= h then -- home's was folded and read above
-    fold(KEYS[2], KEYS[9], p[1])
-    have[p[1]] = tonumber(redis.call('HGET', KEYS[2], p[1]))
-  end
-  set_stock(KEYS[1], KEYS[2], KEYS[8], p[1], have[p[1]] - p[2], have[p[1]])
-  out[#out + 1] = tonumber(p[1])
+  local seg = p[1]
+  local have = s[seg] + b[seg]
+  fold(KEYS[9], seg, b[seg])
+  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, have - p[2], have)
+  out[#out + 1] = tonumber(seg)
   out[#out + 1] = p[2]
 end
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,

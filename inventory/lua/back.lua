@@ -7,13 +7,13 @@
 -- a lock holder writes its segment's stock as what it read under the lock
 -- minus what it took, so a return written into the stock meanwhile would be
 -- overwritten. The next script that writes the segment's stock (a commit,
--- under the lock and its fence, or the atomic script) first folds them in.
--- fold(stock, back, seg): moves back's units of seg (a string) into the stock
--- hash; returns them (0 for none).
-local function fold(stock, back, seg)
-  local b = redis.call('HGET', back, seg)
-  if not b then return 0 end
-  redis.call('HDEL', back, seg)
-  redis.call('HINCRBY', stock, seg, b)
-  return tonumber(b)
+-- under the lock and its fence, a transfer, or the atomic script) first
+-- folds them in: it reads them with the stock before its first write (held,
+-- stock.lua), then drops them from the back hash (fold) as it writes the
+-- stock with them included (set_stock: its old value is the stock hash's
+-- plus them).
+-- fold(back, seg, units): drops back's entry of seg (a string), which held
+-- units.
+local function fold(back, seg, units)
+  if units ~= 0 then redis.call('HDEL', back, seg) end
 end

@@ -25,8 +25,14 @@
 -- replay, detail the first id; -4 per-user limit reached; -7 qty above the
 -- limit; -8 Idempotency-Key used for another user or qty; -9 order:<id>
 -- exists already (the id was issued twice: draw another); -10 and -11 the
--- sale window (window.lua) refused every order but replays. Only placed
--- orders write.
+-- sale window (window.lua) refused every order but replays; -17 the user's
+-- count in buyers or the Idempotency-Key's record is malformed, detail
+-- '<key> <field>' (malformed.lua). Only placed orders write. {-17, '<key>
+-- <field>'} for the whole batch: a value of the SKU or the segment that it
+-- computes with is malformed (meta's numbers, the segment's stock, units
+-- given back or sold), and nothing was written: every check comes before the
+-- first write.
+--#include "malformed.lua"
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
@@ -35,14 +41,18 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "fence.lua"
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
-                        'pay_ms', 'outbox')
+local meta, bad = meta_get(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
+                           'outbox', 'remaining', 'sold', 'orders', 'pending')
+if not meta then return bad end
 if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and not fence_holds(KEYS[6], ARGV[4]) then return {-2} end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
 local seg, sku = ARGV[2], ARGV[5]
 local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local box = {KEYS[#KEYS], meta[6]}
-local stock = tonumber(ARGV[3]) + fold(KEYS[2], back, seg)
+local was, folded = held(KEYS[2], back, seg)
+if not was then return folded end
+local stock = tonumber(ARGV[3]) + folded
 local limit = tonumber(meta[2])
 local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
@@ -63,12 +73,14 @@ bought_by(KEYS[4], users, have)
 -- over the batch's keys says whether any does, and each is looked at only
 -- then (or when the batch itself placed it).
 local taken = n > 0 and redis.call('EXISTS', unpack(KEYS, 9, 8 + n)) > 0
-local out, short, mine = {}, {}, {}
+-- Each order is decided first, nothing written: placed lists those placed,
+-- more the units each user takes in this batch, fresh the keys it records.
+local out, short, mine, placed, more, fresh, units = {}, {}, {}, {}, {}, {}, 0
 for i = 0, n - 1 do
   local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
       ARGV[8 + 5 * i], ARGV[9 + 5 * i]
   local qty, okey = tonumber(qtext), KEYS[9 + i]
-  local seen = idem_seen(KEYS[7], key, user, qtext, t.keys)
+  local seen = idem_seen(KEYS[7], key, user, qtext, fresh)
   local code, detail = 1, ''
   if seen then
     code, detail = seen[1], seen[2] or ''
@@ -76,7 +88,9 @@ for i = 0, n - 1 do
     code, detail = shut[1], shut[2]
   elseif qty > limit then
     code = -7
-  elseif over_limit(have[user], qty, limit) then
+  elseif have[user] == false then
+    code, detail = -17, KEYS[4] .. ' ' .. user
+  elseif over_limit(have[user] + (more[user] or 0), qty, limit) then
     code = -4
   elseif qty > stock then
     code = 0
@@ -84,21 +98,33 @@ for i = 0, n - 1 do
   elseif mine[okey] or (taken and redis.call('EXISTS', okey) == 1) then
     code = -9
   else
-    stock = stock - qty
-    mine[okey] = true
-    record_order(t, okey, {{seg, qty}}, qty, qtext, user, id, sku, key, by, box)
+    stock, units = stock - qty, units + qty
+    mine[okey], more[user] = true, (more[user] or 0) + qty
+    placed[#placed + 1] = i
+    if key ~= '' then fresh[key] = id .. ' ' .. qtext .. ' ' .. user end
     detail = by or ''
   end
   out[#out + 1] = code
   out[#out + 1] = detail
 end
-if t.orders > 0 then
-  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock)
+-- Then written, the sold count first (sold_first: its refusal writes nothing).
+local change = 0
+if #placed > 0 then
+  bad = sold_first(KEYS[3], {{seg, units}})
+  if bad then return bad end
+  fold(back, seg, folded)
+  change = set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock, was + folded)
+  for _, i in ipairs(placed) do
+    local qtext = ARGV[6 + 5 * i]
+    record_order(t, KEYS[9 + i], {{seg, tonumber(qtext)}}, tonumber(qtext), qtext,
+                 ARGV[7 + 5 * i], ARGV[8 + 5 * i], sku, ARGV[9 + 5 * i], by, box)
+  end
   tally_write(t, due, dues, sku)
 end
--- (a fold without an order placed left the stock hash right as it is)
+-- (units given back without an order placed stay in the back hash, for the
+-- next writer)
 if #short == 0 then return out end
-local left = tonumber(redis.call('HGET', KEYS[1], 'remaining') or '0')
+local left = tonumber(meta[7] or '0') + change
 for _, i in ipairs(short) do
   local qty, route = tonumber(ARGV[6 + 5 * i]), tonumber(ARGV[10 + 5 * i])
   if left < qty then

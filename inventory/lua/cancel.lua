@@ -8,8 +8,11 @@
 -- Returns {1, units} cancelled now (units given back), {2, 0} cancelled
 -- before, {-1} no such order, {-15} another user's order (nothing said of
 -- it), {-12} not pending (placed: final), {-16} paid, {-14, units} expired
--- (units: given back just now, else 0), {-17} its record is malformed (as
--- pay.lua's): nothing written. Every check comes before the first write.
+-- (units: given back just now, else 0), {-17, the order's key} its record is
+-- malformed, or {-17, '<key> <field>'} a value of the SKU (as pay.lua's):
+-- nothing written. Every check comes before the
+-- first write.
+--#include "malformed.lua"
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
@@ -23,8 +26,9 @@ if state == 'placed' then return {-12} end
 if state == 'paid' then return {-16} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
-if not o.by or not o.ok then return {-17} end
+if not o.by or not o.ok then return {-17, KEYS[1]} end
 local late = now_ms() >= o.by
-local units = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled', o)
+local units, bad = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled', o)
+if not units then return bad end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {late and -14 or 1, units}

@@ -19,8 +19,12 @@
 -- was granted to someone else since), {-3, first order id} idempotent replay,
 -- {-4} per-user limit reached, {-8} Idempotency-Key used for another user or
 -- qty, {-9} order:<id> exists already (the id was issued twice: draw
--- another), the sale window's {-10, ...} or {-11, ''} (window.lua). Writes
--- nothing unless {1}.
+-- another), the sale window's {-10, ...} or {-11, ''} (window.lua), {-17,
+-- '<key> <field>'} a value it computes with is malformed (malformed.lua:
+-- meta's numbers, the user's count in buyers, the Idempotency-Key's record,
+-- a part's stock, units given back or sold). Writes nothing unless {1}:
+-- every check comes before the first write.
+--#include "malformed.lua"
 --#include "idem.lua"
 --#include "limit.lua"
 --#include "stock.lua"
@@ -29,14 +33,16 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "fence.lua"
-local meta = redis.call('HMGET', KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms',
-                        'pay_ms', 'outbox')
+local meta, bad = meta_get(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
+                           'outbox', 'remaining', 'sold', 'orders', 'pending')
+if not meta then return bad end
 if meta[1] ~= ARGV[1] then return {-1} end
 local n = tonumber(ARGV[7])
 for i = 0, n - 1 do
   local fence = ARGV[11 + 4 * i]
   if fence ~= '0' and not fence_holds(KEYS[9 + i], fence) then return {-2} end
 end
+if not meta[2] then return malformed(KEYS[1], 'limit') end
 local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
 local pay = tonumber(meta[5] or '0')
@@ -47,15 +53,26 @@ local qty = tonumber(ARGV[2])
 local limit = tonumber(meta[2])
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
+if not t.bought[ARGV[3]] then return malformed(KEYS[4], ARGV[3]) end
 if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
-local parts = {}
-local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local parts, segs = {}, {}
 for i = 0, n - 1 do
-  local seg, take = ARGV[8 + 4 * i], tonumber(ARGV[9 + 4 * i])
-  local read = tonumber(ARGV[10 + 4 * i]) + fold(KEYS[2], back, seg)
-  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, read - take)
-  parts[#parts + 1] = {seg, take}
+  parts[i + 1] = {ARGV[8 + 4 * i], tonumber(ARGV[9 + 4 * i])}
+  segs[i + 1] = ARGV[8 + 4 * i]
+end
+local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local h
+h, bad = held_all(KEYS[2], back, segs)
+if not h then return bad end
+-- Every value is checked: the writes, the sold counts first (sold_first).
+bad = sold_first(KEYS[3], parts)
+if bad then return bad end
+for i = 0, n - 1 do
+  local seg, folded = segs[i + 1], h[i + 1][2]
+  local read = tonumber(ARGV[10 + 4 * i]) + folded
+  fold(back, seg, folded)
+  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, read - parts[i + 1][2], h[i + 1][1] + folded)
 end
 local by = now and string.format('%d', now + pay)
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,

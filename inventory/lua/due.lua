@@ -14,11 +14,14 @@
 -- sweep read them from the due set, up to its pay_by now).
 -- All or nothing: every record is read and checked before the first write.
 -- A malformed one (give_read: no user, no whole qty, segments that do not add
--- up) is left as it is, still due, and counted; the others expire.
+-- up) is left as it is, still due, and counted; the others expire. A
+-- malformed value of the SKU they compute with (give_write) leaves every one
+-- as it is, each counted.
 -- Then the SKU's score in the deadline index is its earliest due order's
 -- pay_by, or it leaves the index when none is due any more.
 -- Returns {orders expired, units given back, malformed records seen, orders
 -- still due now besides those, the SKU's score in the index now (0: none)}.
+--#include "malformed.lua"
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
@@ -42,7 +45,9 @@ local units = 0
 for _, x in ipairs(take) do
   units = units + give_order(g, k, x[1], x[2], 'expired', x[3])
 end
-give_write(g, k)
+if give_write(g, k) then -- a value of the SKU malformed: nothing written,
+  return {0, 0, bad + #take, 0, 0} -- the SKU still due (counted again each second)
+end
 if #gone > 0 then redis.call('ZREM', KEYS[6], unpack(gone)) end
 local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 if first[2] then

@@ -8,11 +8,15 @@
 -- KEYS[1] the segment lock's fence key, [2] stock, [3] back (units given
 -- back, not yet folded: back.lua).
 -- ARGV[1] the holder's token (a decimal integer, no leading zero), [2] segment.
--- Returns {stock, back} as read.lua does, or {-2} when fenced off (fence.lua
--- compares the tokens).
+-- Returns {stock, back} as read.lua does (or its {-17, '<key> <segment>'}:
+-- malformed, nothing written), or {-2} when fenced off (fence.lua compares
+-- the tokens).
 -- Includes a piece, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/fence_read.lua.
+--#include "malformed.lua"
+--#include "stock.lua"
 --#include "fence.lua"
+local stock, back = held(KEYS[2], KEYS[3], ARGV[2])
+if not stock then return back end
 if fenced(KEYS[1], ARGV[1]) then return {-2} end
-return {tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0'),
-        tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')}
+return {stock, back}

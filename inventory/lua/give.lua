@@ -1,5 +1,6 @@
--- Piece, not a script: `--#include "give.lua"` (after back.lua, window.lua
--- and outbox.lua) in pay.lua, cancel.lua and due.lua. No KEYS or ARGV of its own.
+-- Piece, not a script: `--#include "give.lua"` (after malformed.lua, back.lua,
+-- window.lua and outbox.lua) in pay.lua, cancel.lua and due.lua. No KEYS or
+-- ARGV of its own.
 -- A pending order's end without payment: its record says `state`
 -- ('cancelled' or 'expired'), its units go back to the segments they came
 -- from (the back hash, see back.lua; meta's remaining, the avail index), they
@@ -10,7 +11,8 @@
 -- that the order is pending; it publishes on the reset channel once (so that
 -- no instance answers sold_out from memory).
 -- All or nothing: a record is read and checked before anything is written
--- (give_read: nil when it is malformed, and then nothing is written for it).
+-- (give_read: nil when it is malformed, and then nothing is written for it),
+-- and so is every value of the SKU the end computes with (give_write).
 -- give_read(okey) -> o: the record, read once for the whole script: {state,
 -- by (its pay_by, a number, or nil), user, qtext (its qty as stored, nil: no
 -- such order), qty, parts = {{seg, units}...}, seg (the first part's segment, as
@@ -20,11 +22,17 @@
 -- written).
 -- For many orders in one script (the sweep), in two steps, so that what adds
 -- up is written once: give_tally() is empty sums; give_order(g, k, okey, id,
--- state, o) writes what is the order's own (its state, its event) and adds
--- the rest up in g, returning its units; give_write(g, k) writes the sums
--- (each segment's back, avail and sold, meta's counters, the buyers, the due
--- set, the life list). give_back(k, okey, id, state, o) is the three for one
--- order, o its give_read (ok): its units.
+-- state, o) adds the order up in g, writing nothing, and returns its units;
+-- give_write(g, k) reads and checks every value the ends compute with
+-- (meta's counters and outbox, each segment's stock and units given back, the
+-- buyers' counts; the units sold as sold_first does: malformed.lua) and
+-- answers malformed's {-17,
+-- '<key> <field>'} for one that is not a number, nothing written; else it
+-- writes each order's own (its state, its event), then the sums (each
+-- segment's back, avail and sold, meta's counters, the buyers, the due set,
+-- the life list), and answers nil. give_back(k, okey, id, state, o) is the
+-- three for one order, o its give_read (ok): its units, or nil and
+-- malformed's answer (nothing written).
 -- life_keys(first, sku): such a k from KEYS[first .. first + 8], named in
 -- that order (each script that gives back passes them so).
 local function life_keys(first, sku)
@@ -56,29 +64,59 @@ local function give_read(okey)
   return r
 end
 local function give_tally()
-  return {units = {}, qty = 0, states = {}, user_qty = {}, ids = {}, life = {}}
+  return {units = {}, segs = {}, qty = 0, states = {}, user_qty = {}, users = {}, ids = {},
+          life = {}, own = {}}
 end
 local function give_order(g, k, okey, id, state, o)
   for _, p in ipairs(o.parts) do
+    if not g.units[p[1]] then g.segs[#g.segs + 1] = p[1] end
     g.units[p[1]] = (g.units[p[1]] or 0) + p[2]
   end
   g.qty = g.qty + o.qty
   g.states[state] = (g.states[state] or 0) + 1
+  if not g.user_qty[o.user] then g.users[#g.users + 1] = o.user end
   g.user_qty[o.user] = (g.user_qty[o.user] or 0) + o.qty
   g.ids[#g.ids + 1] = id
   g.life[#g.life + 1] = id .. ' ' .. state
-  redis.call('HSET', okey, 'state', state)
-  if k.gen == nil then k.gen = redis.call('HGET', k.meta, 'outbox') end
-  outbox_add(k.events, k.gen, id, state, k.sku, o.user, o.qtext, o.seg, o.spread)
+  g.own[#g.own + 1] = {okey, id, state, o}
   return o.qty
 end
+local give_fields = {'remaining', 'sold', 'pending', 'returned', 'cancelled', 'expired',
+                     'outbox'}
 local function give_write(g, k)
-  if #g.ids == 0 then return end
-  for seg, u in pairs(g.units) do
-    local b = redis.call('HINCRBY', k.back, seg, u)
-    local s = tonumber(redis.call('HGET', k.stock, seg) or '0')
-    redis.call('ZADD', k.avail, s + b, seg)
-    redis.call('HINCRBY', k.sold, seg, -u)
+  if #g.ids == 0 then return nil end
+  -- every value first: nothing is written before all are checked
+  local meta, bad = meta_get(k.meta, unpack(give_fields))
+  if not meta then return bad end
+  local segs = g.segs
+  local stock = redis.call('HMGET', k.stock, unpack(segs))
+  local back = redis.call('HMGET', k.back, unpack(segs))
+  local parts = {}
+  for i, seg in ipairs(segs) do
+    stock[i] = int_of(stock[i] or '0')
+    if not stock[i] then return malformed(k.stock, seg) end
+    back[i] = int_of(back[i] or '0')
+    if not back[i] then return malformed(k.back, seg) end
+    parts[i] = {seg, -g.units[seg]}
+  end
+  local had = redis.call('HMGET', k.buyers, unpack(g.users))
+  for i, u in ipairs(g.users) do
+    had[i] = int_of(had[i] or '0')
+    if not had[i] then return malformed(k.buyers, u) end
+  end
+  -- then the writes: the units sold first (sold_first: its refusal writes
+  -- nothing), each order's own, then the sums
+  bad = sold_first(k.sold, parts)
+  if bad then return bad end
+  for _, x in ipairs(g.own) do
+    local o = x[4]
+    redis.call('HSET', x[1], 'state', x[3])
+    outbox_add(k.events, meta[7], x[2], x[3], k.sku, o.user, o.qtext, o.seg, o.spread)
+  end
+  for i, seg in ipairs(segs) do
+    local u = g.units[seg]
+    redis.call('HSET', k.back, seg, back[i] + u)
+    redis.call('ZADD', k.avail, stock[i] + back[i] + u, seg)
   end
   local q = g.qty
   redis.call('HINCRBY', k.meta, 'remaining', q)
@@ -88,12 +126,9 @@ local function give_write(g, k)
   for state, n in pairs(g.states) do
     redis.call('HINCRBY', k.meta, state, n)
   end
-  local users = {}
-  for u in pairs(g.user_qty) do users[#users + 1] = u end
-  local had = redis.call('HMGET', k.buyers, unpack(users))
   local keep, gone = {}, {}
-  for i, u in ipairs(users) do
-    local left = tonumber(had[i] or '0') - g.user_qty[u]
+  for i, u in ipairs(g.users) do
+    local left = had[i] - g.user_qty[u]
     if left > 0 then
       keep[#keep + 1] = u
       keep[#keep + 1] = left
@@ -105,10 +140,12 @@ local function give_write(g, k)
   if #gone > 0 then redis.call('HDEL', k.buyers, unpack(gone)) end
   redis.call('ZREM', k.due, unpack(g.ids))
   redis.call('RPUSH', k.life, unpack(g.life))
+  return nil
 end
 local function give_back(k, okey, id, state, o)
   local g = give_tally()
   local qty = give_order(g, k, okey, id, state, o)
-  give_write(g, k)
+  local bad = give_write(g, k)
+  if bad then return nil, bad end
   return qty
 end

@@ -1,5 +1,6 @@
 -- Piece, not a script: `--#include "idem.lua"` in commit.lua, atomic.lua,
--- batch.lua and peek.lua (the build resolves it). No KEYS or ARGV of its own.
+-- batch.lua and peek.lua (the build resolves it, after malformed.lua). No
+-- KEYS or ARGV of its own.
 -- idem_seen(hash, key, user, qty, fresh): looks up the Idempotency-Key `key`
 -- in the SKU's idem hash `hash`, whose record is "<order id> <qty> <user id>",
 -- or first in fresh (nil, or key -> record: those this script recorded and
@@ -7,12 +8,14 @@
 -- Returns nil when key is '' or unused; {-3, first order id} when the same
 -- user used it for the same qty (a replay: the first answer again); {-8} when
 -- it was used for another user or qty (refused, and the reply says nothing of
--- that order).
+-- that order); malformed's {-17, '<hash> <key>'} when its record does not
+-- read so (nothing may be written).
 local function idem_seen(hash, key, user, qty, fresh)
   if key == '' then return nil end
   local rec = fresh and fresh[key] or redis.call('HGET', hash, key)
   if not rec then return nil end
   local id, q, u = string.match(rec, '^(%d+) (%d+) (.+)$')
+  if not id then return malformed(hash, key) end
   if u == user and tonumber(q) == tonumber(qty) then return {-3, id} end
   return {-8}
 end

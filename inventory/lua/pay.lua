@@ -9,9 +9,11 @@
 -- (SOLDOUT_CHANNEL), [4] the SKU.
 -- Returns {1, 0} paid now, {2, 0} paid before, {-1} no such order, {-12}
 -- not pending (an order of a SKU without a payment window), {-13} cancelled,
--- {-14, units} expired (units: given back just now, else 0), {-17} its
--- record is malformed (no pay_by, user or whole qty, or segments that do not
+-- {-14, units} expired (units: given back just now, else 0), {-17, the
+-- order's key} its record is malformed, or {-17, '<key> <field>'} a value of
+-- the SKU it computes with (malformed.lua, give.lua's give_write) (no pay_by, user or whole qty, or segments that do not
 -- add up to it): nothing written. Every check comes before the first write.
+--#include "malformed.lua"
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
@@ -25,18 +27,21 @@ if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
 local k = life_keys(2, ARGV[4])
 local qty = o.qty
-if not o.by or not o.ok then return {-17} end
+if not o.by or not o.ok then return {-17, KEYS[1]} end
 if now_ms() >= o.by then
-  local units = give_back(k, KEYS[1], ARGV[1], 'expired', o)
+  local units, bad = give_back(k, KEYS[1], ARGV[1], 'expired', o)
+  if not units then return bad end
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return {-14, units}
 end
+local meta, bad = meta_get(KEYS[2], 'pending', 'paid', 'outbox')
+if not meta then return bad end
 redis.call('HSET', KEYS[1], 'state', 'paid')
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'payment_id', ARGV[2]) end
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'pending', -qty)
 redis.call('HINCRBY', KEYS[2], 'paid', qty)
 redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
-outbox_add(KEYS[10], redis.call('HGET', KEYS[2], 'outbox'), ARGV[1], 'paid', ARGV[4], o.user,
-           o.qtext, o.seg, o.spread, ARGV[2] ~= '' and 'p' or nil, ARGV[2])
+outbox_add(KEYS[10], meta[3], ARGV[1], 'paid', ARGV[4], o.user, o.qtext, o.seg, o.spread,
+           ARGV[2] ~= '' and 'p' or nil, ARGV[2])
 return {1, 0}

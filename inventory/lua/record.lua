@@ -1,10 +1,11 @@
 -- Piece, not a script: `--#include "record.lua"` in commit.lua, atomic.lua
--- and batch.lua (the build resolves it, after outbox.lua), run after the
--- stock was written.
+-- and batch.lua (the build resolves it, after malformed.lua and outbox.lua).
 -- KEYS as theirs: [1] meta, [3] sold, [4] buyers, [5] orders, [7] idem. No
 -- ARGV of its own.
--- A script records its orders in two steps, so that what adds up over a
--- batch is written once per batch, not once per order:
+-- A script records its orders in two steps, once every value it reads is
+-- checked and the units sold written first (sold_first, malformed.lua), so
+-- that what adds up over a batch is written once per batch, not once per
+-- order:
 -- tally(): the sums of one script's orders, empty.
 -- record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
 -- writes what is the order's own and adds the rest up in t. parts lists the
@@ -23,19 +24,18 @@
 -- before (the script read them to check the limit); t.keys maps the
 -- Idempotency-Keys recorded so far to their records (idem_seen's fresh; nil
 -- until one is).
--- tally_write(t, due, dues, sku): the sums: the units sold of each segment,
--- meta's sold, orders and pending, each buyer's units, the audit records "<id>
--- <user> <qty> <segment>" (an order of several segments adds "
--- <seg>:<units>,...") appended to the orders list in order, the
--- Idempotency-Keys' records "<id> <qty> <user>", the due zset's entries, and
--- sku's score in the deadline index dues lowered to the earliest of them
--- (ZADD LT: the sweep finds the SKU due then). Nothing when t holds no order.
+-- tally_write(t, due, dues, sku): the sums (the units sold of each segment
+-- went first, sold_first): meta's sold, orders and pending, each buyer's
+-- units, the audit records "<id> <user> <qty> <segment>" (an order of
+-- several segments adds " <seg>:<units>,...") appended to the orders list in
+-- order, the Idempotency-Keys' records "<id> <qty> <user>", the due zset's
+-- entries, and sku's score in the deadline index dues lowered to the
+-- earliest of them (ZADD LT: the sweep finds the SKU due then). Nothing when
+-- t holds no order.
 local function tally()
-  return {orders = 0, units = 0, pending = 0, sold = {}, buyers = {}, bought = {},
-          recs = {}}
+  return {orders = 0, units = 0, pending = 0, buyers = {}, bought = {}, recs = {}}
 end
 local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
-  for _, p in ipairs(parts) do t.sold[p[1]] = (t.sold[p[1]] or 0) + p[2] end
   t.orders, t.units = t.orders + 1, t.units + qty
   t.buyers[user] = true
   t.bought[user] = t.bought[user] + qty
@@ -72,9 +72,6 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
 end
 local function tally_write(t, due, dues, sku)
   if t.orders == 0 then return end
-  for s, units in pairs(t.sold) do
-    redis.call('HINCRBY', KEYS[3], s, units)
-  end
   redis.call('HINCRBY', KEYS[1], 'sold', t.units)
   redis.call('HINCRBY', KEYS[1], 'orders', t.orders)
   if t.pending > 0 then

@@ -1,14 +1,21 @@
 -- Piece, not a script: `--#include "stock.lua"` in the scripts that read or
--- write a SKU's stock (the build resolves it). No KEYS or ARGV of its own.
+-- write a SKU's stock (the build resolves it, after malformed.lua). No KEYS
+-- or ARGV of its own.
 -- Besides the stock hash (segment -> remaining), a SKU keeps an index that
 -- every write maintains, so that no order path scans the K segments:
 --   meta's `remaining`  the sum of the stock hash
 --   the avail zset      segment -> stock, for the segments holding any
+-- held(stock, back, seg): segment seg's stock (the stock hash's, 0 for
+-- none) and its units given back, not folded yet (back.lua), read before the
+-- script's first write: two numbers; or nil and malformed's answer when one
+-- is not a number (malformed.lua: nothing may be written).
+-- held_all(stock, back, segs): the same for each of the list segs (strings),
+-- with one HMGET of each hash: {{stock, back}, ...} in their order, or nil
+-- and malformed's answer.
 -- set_stock(meta, stock, avail, seg, new, old): writes segment seg's stock
--- (seg a string) and keeps the index with it. The old value is read, not
--- assumed (under a lock that excludes nobody, modes none and local, a stale
--- write may even raise it), unless the caller read it in this same script
--- and passes it as old.
+-- (seg a string) and keeps the index with it; old is what the stock hash
+-- holds, read in this same script (held's, plus the units it folds in).
+-- Returns new - old, the change of meta's remaining.
 -- candidates(avail, qty, route, most): up to `most` segments holding at
 -- least qty, chosen by the user's routing number among all that do, so that
 -- orders that leave their home spread over what is left (O(log K)).
@@ -16,8 +23,26 @@
 -- segments to draw from as {segment, stock} pairs: home first when it holds
 -- any (its units are the user's own share), then the fullest, until they
 -- hold qty between them. An empty table when the SKU holds fewer.
+local function held(stock, back, seg)
+  local n = int_of(redis.call('HGET', stock, seg) or '0')
+  if not n then return nil, malformed(stock, seg) end
+  local u = int_of(redis.call('HGET', back, seg) or '0')
+  if not u then return nil, malformed(back, seg) end
+  return n, u
+end
+local function held_all(stock, back, segs)
+  local s = redis.call('HMGET', stock, unpack(segs))
+  local b = redis.call('HMGET', back, unpack(segs))
+  local out = {}
+  for i, seg in ipairs(segs) do
+    local n, u = int_of(s[i] or '0'), int_of(b[i] or '0')
+    if not n then return nil, malformed(stock, seg) end
+    if not u then return nil, malformed(back, seg) end
+    out[i] = {n, u}
+  end
+  return out
+end
 local function set_stock(meta, stock, avail, seg, new, old)
-  old = old or tonumber(redis.call('HGET', stock, seg) or '0')
   redis.call('HSET', stock, seg, new)
   if new ~= old then redis.call('HINCRBY', meta, 'remaining', new - old) end
   if new > 0 then
@@ -25,6 +50,7 @@ local function set_stock(meta, stock, avail, seg, new, old)
   else
     redis.call('ZREM', avail, seg)
   end
+  return new - old
 end
 local function candidates(avail, qty, route, most)
   local n = redis.call('ZCOUNT', avail, qty, '+inf')

@@ -11,17 +11,22 @@
 -- ARGV[1] the SKU epoch, [2] transfer id, [3] units, [4] segment, [5] the
 -- lock holder's fencing token, or '0' (unfenced).
 -- Returns 1 applied, 0 applied before, -1 the SKU was reset since, -2
--- fenced off.
+-- fenced off, {-17, '<key> <field>'} a value it computes with is malformed
+-- (malformed.lua, as xfer_out.lua's): nothing written, the transfer not
+-- marked applied; every check comes before the first write.
+--#include "malformed.lua"
 --#include "stock.lua"
 --#include "fence.lua"
 --#include "back.lua"
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
-if fenced(KEYS[6], ARGV[5]) then return -2 end
+--#include "xfer.lua"
+local seg = ARGV[4]
+local was, folded = xfer_check(ARGV[1], seg, ARGV[5])
+if not was then return folded end
 if redis.call('SADD', KEYS[5], ARGV[2]) == 0 then return 0 end
 local units = tonumber(ARGV[3])
-fold(KEYS[2], KEYS[7], ARGV[4])
-local have = tonumber(redis.call('HGET', KEYS[2], ARGV[4]) or '0')
-set_stock(KEYS[1], KEYS[2], KEYS[4], ARGV[4], have + units)
-redis.call('HINCRBY', KEYS[3], ARGV[4], units)
+local have = was + folded
+fold(KEYS[7], seg, folded)
+set_stock(KEYS[1], KEYS[2], KEYS[4], seg, have + units, have)
+redis.call('HINCRBY', KEYS[3], seg, units)
 redis.call('HINCRBY', KEYS[1], 'initial', units)
 return 1

@@ -13,18 +13,23 @@
 -- shard's gene, [5] receiving segment, [6] the segment giving them, [7] the
 -- lock holder's fencing token, or '0' (unfenced).
 -- Returns the units taken (0: the segment holds none), -1 when the SKU was
--- reset since, -2 when fenced off (nothing written for either).
+-- reset since, -2 when fenced off (nothing written for either), {-17, '<key>
+-- <field>'} when a value it computes with is malformed (malformed.lua: meta's
+-- initial or remaining, the segment's stock, initial share or units given
+-- back): nothing written, every check comes before the first write.
+--#include "malformed.lua"
 --#include "stock.lua"
 --#include "fence.lua"
 --#include "back.lua"
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return -1 end
-if fenced(KEYS[6], ARGV[7]) then return -2 end
+--#include "xfer.lua"
 local seg = ARGV[6]
-fold(KEYS[2], KEYS[7], seg)
-local have = tonumber(redis.call('HGET', KEYS[2], seg) or '0')
+local was, folded = xfer_check(ARGV[1], seg, ARGV[7])
+if not was then return folded end
+local have = was + folded
 local got = math.min(have, tonumber(ARGV[3]))
 if got > 0 then
-  set_stock(KEYS[1], KEYS[2], KEYS[4], seg, have - got)
+  fold(KEYS[7], seg, folded)
+  set_stock(KEYS[1], KEYS[2], KEYS[4], seg, have - got, have)
   redis.call('HINCRBY', KEYS[3], seg, -got)
   redis.call('HINCRBY', KEYS[1], 'initial', -got)
   redis.call('HSET', KEYS[5], ARGV[2], ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. got)
