@@ -81,8 +81,9 @@ CREATE TABLE IF NOT EXISTS seckill_orders_after_restore
   (LIKE seckill_orders, set_aside_at timestamptz NOT NULL);
 CREATE TABLE seckill_restore_gone AS
   SELECT e.* FROM seckill_events e JOIN seckill_restore_cut c ON c.stream = e.stream
-  WHERE (split_part(e.event_id, '-', 1)::bigint, split_part(e.event_id, '-', 2)::bigint)
-        > (c.ms, c.seq);
+  -- an event's id is its entry's "ms-seq", "/k" after it for the k-th of an entry of several
+  WHERE (split_part(e.event_id, '-', 1)::bigint,
+         split_part(split_part(e.event_id, '/', 1), '-', 2)::bigint) > (c.ms, c.seq);
 DELETE FROM seckill_events e USING seckill_restore_gone g
   WHERE e.stream = g.stream AND e.event_id = g.event_id;
 INSERT INTO seckill_events_after_restore SELECT g.*, now() FROM seckill_restore_gone g;

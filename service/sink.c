@@ -228,8 +228,9 @@ static void ack_all(struct svc_sink *k)
             argv[argc++] = rec[r];
         argv[argc++] = INV_SINK_GROUP;
         argv[argc++] = retention;
-        for (int e = i; e < j; e++)
-            argv[argc++] = b->id[e];
+        for (int e = i; e < j; e++) /* an entry's events: its id once */
+            if (e == i || strcmp(b->id[e], b->id[e - 1]) != 0)
+                argv[argc++] = b->id[e];
         k->acks_owed++;
         if (send_cmd(k, stream, on_acked, k, &ack_script, 1 + nrec, argc, argv) !=
             RCONN_OK)

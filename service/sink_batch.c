@@ -223,34 +223,35 @@ static void rows_field(struct sink_batch *b, char name, const char *value, int f
     rows_put(b, "\"", 1);
 }
 
-/* To be written when valid, acknowledged in any case. The row is written as
- * text straight away (jansson's objects were most of the sink's CPU in the
- * instance). */
-void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *id,
-                    const struct redisReply *f)
+/* Room for one more event. */
+static void batch_room(struct sink_batch *b)
 {
-    if (b->n == b->cap) {
-        b->cap = b->cap ? 2 * b->cap : SINK_BATCH;
-        b->stream = xrealloc(b->stream, sizeof(*b->stream) * (size_t)b->cap);
-        b->id = xrealloc(b->id, sizeof(*b->id) * (size_t)b->cap);
-        b->row = xrealloc(b->row, sizeof(*b->row) * (size_t)b->cap);
-        b->row_event = xrealloc(b->row_event, sizeof(*b->row_event) * (size_t)b->cap);
-        b->settles = xrealloc(b->settles, sizeof(*b->settles) * (size_t)b->cap);
-    }
+    if (b->n < b->cap)
+        return;
+    b->cap = b->cap ? 2 * b->cap : SINK_BATCH;
+    b->stream = xrealloc(b->stream, sizeof(*b->stream) * (size_t)b->cap);
+    b->id = xrealloc(b->id, sizeof(*b->id) * (size_t)b->cap);
+    b->eid = xrealloc(b->eid, sizeof(*b->eid) * (size_t)b->cap);
+    b->row = xrealloc(b->row, sizeof(*b->row) * (size_t)b->cap);
+    b->row_event = xrealloc(b->row_event, sizeof(*b->row_event) * (size_t)b->cap);
+    b->settles = xrealloc(b->settles, sizeof(*b->settles) * (size_t)b->cap);
+}
+
+/* The k-th event of entry id (k from 0), its fields v (by EVENT_FIELDS), f
+ * the entry's (for a dead letter). */
+static void event_add(struct sink_batch *b, int si, const char *key, const char *id,
+                      int k, const char *const v[EVENT_NFIELDS],
+                      const struct redisReply *f)
+{
+    batch_room(b);
     b->stream[b->n] = si;
     snprintf(b->id[b->n], sizeof(b->id[0]), "%s", id);
+    if (k == 0)
+        snprintf(b->eid[b->n], sizeof(b->eid[0]), "%s", id);
+    else
+        snprintf(b->eid[b->n], sizeof(b->eid[0]), "%s/%d", id, k);
     b->settles[b->n][0] = '\0';
     b->n++;
-    const char *v[EVENT_NFIELDS] = {0};
-    for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
-        const redisReply *name = f->element[j], *val = f->element[j + 1];
-        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING ||
-            name->len != 1 || strlen(val->str) != val->len)
-            continue;
-        const char *at = strchr(EVENT_FIELDS, name->str[0]);
-        if (at && *at)
-            v[at - EVENT_FIELDS] = val->str;
-    }
     if (!event_valid(v) || !json_plain(key) || !json_plain(id)) {
         /* the skipped come first among the dead letters (sink_batch_unkill) */
         dead_add(b, b->n - 1, key, fields_text(f), "not an event of the outbox scripts");
@@ -263,13 +264,40 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
     b->row[b->valid][0] = b->len - 1;
     b->row_event[b->valid] = b->n - 1;
     rows_field(b, 'x', key, 1);
-    rows_field(b, 'i', id, 0);
+    rows_field(b, 'i', b->eid[b->n - 1], 0);
     for (size_t i = 0; i < EVENT_NFIELDS; i++)
         if (v[i])
             rows_field(b, EVENT_FIELDS[i], v[i], 0);
     rows_put(b, "}", 1);
     b->row[b->valid][1] = b->len;
     b->valid++;
+}
+
+/* To be written when valid, acknowledged in any case: an entry carries one
+ * event, or several (one script's: a new one at each field named o, the
+ * first field of each). The row is written as text straight away (jansson's
+ * objects were most of the sink's CPU in the instance). */
+void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *id,
+                    const struct redisReply *f)
+{
+    const char *v[EVENT_NFIELDS] = {0};
+    int k = 0, any = 0;
+    for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
+        const redisReply *name = f->element[j], *val = f->element[j + 1];
+        if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING ||
+            name->len != 1 || strlen(val->str) != val->len)
+            continue;
+        if (name->str[0] == 'o' && any) { /* the next event of the entry */
+            event_add(b, si, key, id, k++, v, f);
+            memset(v, 0, sizeof(v));
+        }
+        const char *at = strchr(EVENT_FIELDS, name->str[0]);
+        if (at && *at) {
+            v[at - EVENT_FIELDS] = val->str;
+            any = 1;
+        }
+    }
+    event_add(b, si, key, id, k, v, f); /* the last, or a deleted entry's (NULL) */
 }
 
 const char *sink_batch_close(struct sink_batch *b)
@@ -289,6 +317,7 @@ void sink_batch_free(struct sink_batch *b)
     free(b->rows);
     free(b->stream);
     free(b->id);
+    free(b->eid);
     free(b->row);
     free(b->row_event);
     free(b->settles);
@@ -336,7 +365,7 @@ char *sink_batch_dead_rows(const struct sink_batch *b)
     json_t *rows = json_array();
     for (int i = 0; i < b->ndead; i++) {
         const struct sink_dead *d = &b->dead[i];
-        char *id = escaped(b->id[d->event]); /* Redis's "ms-seq": escaped all the same */
+        char *id = escaped(b->eid[d->event]); /* "ms-seq[/k]": escaped all the same */
         json_array_append_new(rows, json_pack("{s:s, s:s, s:s, s:s}", "x", d->stream, "i",
                                               id, "f", d->fields, "e", d->error));
         free(id);

@@ -36,7 +36,9 @@ struct sink_batch {
     int n;               /* events, valid or not (all acknowledged) */
     int skipped;         /* events not valid (the first dead letters) */
     int *stream;         /* per event: its stream's index */
-    char (*id)[32];      /* per event: its id */
+    char (*id)[32];      /* per event: its entry's id (what XACK takes) */
+    char (*eid)[40];     /* per event: its own id, the entry's, and for the k-th
+                            (k > 0) of an entry of several "<entry id>/<k>" */
     size_t (*row)[2];    /* per valid event: where its object starts and ends in rows */
     int *row_event;      /* per valid event: its index among the events */
     char (*settles)[21]; /* per event: its order's id when the event is its final

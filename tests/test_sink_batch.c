@@ -31,6 +31,55 @@ static const char *field(json_t *rows, size_t i, const char *name)
     return json_string_value(json_object_get(json_array_get(rows, i), name));
 }
 
+/* One script's events go as one entry (outbox.lua): an event at each field
+ * named o. Each is a row of its own, the entry's id for the first and
+ * "<id>/<k>" for the k-th after it (PostgreSQL keeps each by stream and id),
+ * each acknowledged by the entry's id; one that is not valid is a dead letter
+ * alone, its neighbours go on. */
+static void test_an_entry_of_several_events(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    add(&b, 1, "1700000000000-3",
+        "o=41 s=placed k=tv u=ann q=1 g=7 e=0 "
+        "o=42 s=pending k=tv u=bob q=2 g=7 e=1 b=1700000002000 "
+        "o=43 s=placed k=tv q=1 g=7 e=0 " /* no user: not an event */
+        "o=44 s=placed k=tv u=dan q=3 g=7 e=2 m=2:2,0:1");
+    add(&b, 1, "1700000000001-0", "o=41 s=paid k=tv u=ann q=1 g=7 e=0");
+    assert_int_equal(b.n, 5);
+    assert_int_equal(b.valid, 4);
+    assert_int_equal(b.skipped, 1);
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(b.id[i], "1700000000000-3");
+    assert_string_equal(b.id[4], "1700000000001-0");
+    json_t *rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_non_null(rows);
+    assert_int_equal(json_array_size(rows), 4);
+    assert_string_equal(field(rows, 0, "i"), "1700000000000-3");
+    assert_string_equal(field(rows, 0, "o"), "41");
+    assert_null(field(rows, 0, "b"));
+    assert_string_equal(field(rows, 1, "i"), "1700000000000-3/1");
+    assert_string_equal(field(rows, 1, "u"), "bob");
+    assert_string_equal(field(rows, 1, "b"), "1700000002000");
+    assert_string_equal(field(rows, 2, "i"), "1700000000000-3/3");
+    assert_string_equal(field(rows, 2, "o"), "44");
+    assert_string_equal(field(rows, 2, "m"), "2:2,0:1");
+    assert_string_equal(field(rows, 3, "i"), "1700000000001-0");
+    assert_null(field(rows, 1, "m"));
+    json_decref(rows);
+    assert_string_equal(sink_batch_settled(&b, 0), "41");
+    assert_null(sink_batch_settled(&b, 1)); /* pending */
+    assert_null(sink_batch_settled(&b, 2)); /* not stored */
+    assert_string_equal(sink_batch_settled(&b, 3), "44");
+    char *dead = sink_batch_dead_rows(&b);
+    json_t *d = json_loads(dead, 0, NULL);
+    assert_int_equal(json_array_size(d), 1);
+    assert_string_equal(field(d, 0, "i"), "1700000000000-3/2");
+    json_decref(d);
+    free(dead);
+    sink_batch_free(&b);
+}
+
 static void test_rows_are_the_events(void **state)
 {
     (void)state;
@@ -221,6 +270,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_are_the_events),
+        cmocka_unit_test(test_an_entry_of_several_events),
         cmocka_unit_test(test_what_is_not_an_event_is_skipped),
         cmocka_unit_test(test_reopen_grow_clear),
         cmocka_unit_test(test_dead_letters),

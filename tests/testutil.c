@@ -819,7 +819,7 @@ const struct redisReply *test_entry_of(struct test_entry *e, const char *fields)
     snprintf(e->text, sizeof(e->text), "%s", fields);
     size_t n = 0;
     char *save = NULL;
-    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 32;
+    for (char *f = strtok_r(e->text, " ", &save); f && n + 2 <= 64;
          f = strtok_r(NULL, " ", &save)) {
         char *eq = strchr(f, '=');
         assert_non_null(eq);

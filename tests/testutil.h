@@ -187,8 +187,8 @@ void test_excl_join(struct test_excl *run);
  * from "o=42 s=paid ..." (split at spaces, each at its first '='; 16 fields at
  * most). It points into *e, which must outlive it. */
 struct test_entry {
-    char text[512];
-    struct redisReply arr, items[32], *ptrs[32];
+    char text[1024];
+    struct redisReply arr, items[64], *ptrs[64];
 };
 const struct redisReply *test_entry_of(struct test_entry *e, const char *fields);
 

@@ -108,11 +108,13 @@ local function give_write(g, k)
   -- nothing), each order's own, then the sums
   bad = sold_first(k.sold, parts)
   if bad then return bad end
+  local events = {}
   for _, x in ipairs(g.own) do
     local o = x[4]
     redis.call('HSET', x[1], 'state', x[3])
-    outbox_add(k.events, meta[7], x[2], x[3], k.sku, o.user, o.qtext, o.seg, o.spread)
+    outbox_event(events, meta[7], x[2], x[3], k.sku, o.user, o.qtext, o.seg, o.spread)
   end
+  outbox_write(k.events, events)
   for i, seg in ipairs(segs) do
     local u = g.units[seg]
     redis.call('HSET', k.back, seg, back[i] + u)

@@ -10,27 +10,53 @@
 -- Only for a SKU whose meta field outbox is set (PUT by an instance with
 -- --postgres: the value is the SKU's epoch then, the orders' generation in
 -- the database); else nothing is appended.
--- outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value):
--- appends the event o=id s=state k=sku u=user q=qty g=gen e=seg (the segment the
--- order is answered with), m=spread for an order of several segments
--- ("<seg>:<units>,...", as its record's segments; nil: one segment), then
--- name=value when name is given (pay_by b, payment id p), when gen is set. Every
--- event carries the order's segments, so that PostgreSQL can answer GET
--- /orders/{id} once the record has left Redis (--order-retention), whichever of
--- its events it got first. (The call is written out, not built in a table: it runs
--- once per order; only an order of several segments, rare, builds one.)
-local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value)
+-- An event is the fields o=id s=state k=sku u=user q=qty g=gen e=seg (the
+-- segment the order is answered with), m=spread for an order of several
+-- segments ("<seg>:<units>,...", as its record's segments; absent: one
+-- segment), then name=value when name is given (pay_by b, payment id p).
+-- Every event carries the order's segments, so that PostgreSQL can answer GET
+-- /orders/{id} once the record has left Redis (--order-retention), whichever
+-- of its events it got first. A stream entry carries one event or several:
+-- the events of one script go as one entry (one XADD per commit, not one per
+-- order), and the sink reads a new event at each field named o.
+-- outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value):
+-- adds the event to f (a table, {} at first), when gen is set; nothing is
+-- written yet.
+-- outbox_write(stream, f): appends f's events to stream, as one entry of at
+-- most OUTBOX_FIELDS fields each (a sweep expires up to 500 orders in a call:
+-- Lua's unpack has a stack of 8,000).
+-- outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name,
+-- value): one event, written at once.
+local OUTBOX_FIELDS = 1024
+local function outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value)
   if not gen then return end
+  local n = #f
+  f.starts = f.starts or {}
+  f.starts[#f.starts + 1] = n + 1
+  f[n + 1], f[n + 2], f[n + 3], f[n + 4], f[n + 5], f[n + 6] = 'o', id, 's', state, 'k', sku
+  f[n + 7], f[n + 8], f[n + 9], f[n + 10], f[n + 11], f[n + 12] = 'u', user, 'q', qty, 'g', gen
+  f[n + 13], f[n + 14] = 'e', seg
+  n = n + 14
   if spread then
-    local f = {'o', id, 's', state, 'k', sku, 'u', user, 'q', qty, 'g', gen, 'e', seg,
-               'm', spread}
-    if name then f[17], f[18] = name, value end
-    redis.call('XADD', stream, '*', unpack(f))
-  elseif name then
-    redis.call('XADD', stream, '*', 'o', id, 's', state, 'k', sku, 'u', user, 'q', qty,
-               'g', gen, 'e', seg, name, value)
-  else
-    redis.call('XADD', stream, '*', 'o', id, 's', state, 'k', sku, 'u', user, 'q', qty,
-               'g', gen, 'e', seg)
+    f[n + 1], f[n + 2] = 'm', spread
+    n = n + 2
   end
+  if name then f[n + 1], f[n + 2] = name, value end
+end
+local function outbox_write(stream, f)
+  local starts, n = f.starts, #f
+  if not starts then return end
+  local from = 1
+  for i = 2, #starts do
+    if starts[i] - from > OUTBOX_FIELDS then
+      redis.call('XADD', stream, '*', unpack(f, from, starts[i] - 1))
+      from = starts[i]
+    end
+  end
+  redis.call('XADD', stream, '*', unpack(f, from, n))
+end
+local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value)
+  local f = {}
+  outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value)
+  outbox_write(stream, f)
 end

@@ -20,7 +20,7 @@
 -- state pending and pay_by, and the due zset holds it by pay_by for the sweep
 -- (due.lua); nil for an order final at once (no state field: placed). box:
 -- the outbox, {stream, gen} (outbox.lua; gen nil: none): the order's event,
--- placed or pending. t.bought[user] must hold the units the user bought
+-- placed or pending, which tally_write appends with the others (one entry). t.bought[user] must hold the units the user bought
 -- before (the script read them to check the limit); t.keys maps the
 -- Idempotency-Keys recorded so far to their records (idem_seen's fresh; nil
 -- until one is).
@@ -30,10 +30,11 @@
 -- several segments adds " <seg>:<units>,...") appended to the orders list in
 -- order, the Idempotency-Keys' records "<id> <qty> <user>", the due zset's
 -- entries, and sku's score in the deadline index dues lowered to the
--- earliest of them (ZADD LT: the sweep finds the SKU due then). Nothing when
--- t holds no order.
+-- earliest of them (ZADD LT: the sweep finds the SKU due then), and the
+-- orders' events, one stream entry. Nothing when t holds no order.
 local function tally()
-  return {orders = 0, units = 0, pending = 0, buyers = {}, bought = {}, recs = {}}
+  return {orders = 0, units = 0, pending = 0, buyers = {}, bought = {}, recs = {},
+          events = {}}
 end
 local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
   t.orders, t.units = t.orders + 1, t.units + qty
@@ -59,10 +60,11 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
     t.pending = t.pending + qty
   end
   redis.call('HSET', okey, unpack(h))
+  t.box = box
   if by then
-    outbox_add(box[1], box[2], id, 'pending', sku, user, qtext, seg, spread, 'b', by)
+    outbox_event(t.events, box[2], id, 'pending', sku, user, qtext, seg, spread, 'b', by)
   else
-    outbox_add(box[1], box[2], id, 'placed', sku, user, qtext, seg, spread)
+    outbox_event(t.events, box[2], id, 'placed', sku, user, qtext, seg, spread)
   end
   if idem_key ~= '' then
     t.idem, t.keys = t.idem or {}, t.keys or {}
@@ -91,4 +93,5 @@ local function tally_write(t, due, dues, sku)
   redis.call('HSET', KEYS[4], unpack(b))
   redis.call('RPUSH', KEYS[5], unpack(t.recs))
   if t.idem then redis.call('HSET', KEYS[7], unpack(t.idem)) end
+  outbox_write(t.box[1], t.events)
 end
