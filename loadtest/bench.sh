@@ -46,7 +46,8 @@
 # and at --batch 1; without it every mode runs once, labelled "1 (no --batch)".
 #
 # Columns, per step: req/s, p50/p99 (ms, wrk); x_atomic, x_canned: req/s over atomic's
-# and canned's in the same scenario; redis_us/ord: Redis CPU (INFO used_cpu_sys +
+# and canned's in the same scenario; ord/s/core: 10^6 / redis_us/ord, the orders a
+# second one core of that Redis would take; redis_us/ord: Redis CPU (INFO used_cpu_sys +
 # used_cpu_user, data Redis + lock nodes) per placed order; rt/ord: Redis round trips
 # (INFO total_reads_processed, data Redis + lock nodes) per placed order; cmd/ord: the
 # data Redis's commands (INFO commandstats, calls summed: the scripts' own calls
@@ -402,6 +403,8 @@ def per($x; $n): if $canned == 1 or $n == null or $n <= 0 then null else ($x / $
 | .redis_calls_per_order = per(.redis_calls; $placed)
 | .redis_calls_per_request = per(.redis_calls; $req)
 | .redis_cpu_us_per_order = per(.redis_cpu_us; $placed)
+| .redis_orders_per_core_s = (if (.redis_cpu_us_per_order // 0) > 0
+                              then (1000000 / .redis_cpu_us_per_order | floor) else null end)
 | .redis_rt_per_request = per(.redis_reads; $req)
 | .redis_cpu_us_per_request = per(.redis_cpu_us; $req)
 | .machine_cpu_us_per_request = (if $req > 0 then (.machine_cpu_us / $req * 10 | round) / 10
@@ -560,7 +563,7 @@ table() {
     | "", "\($sc | title), wrk \(if $sc == "s2" then $d.s2 elif $sc == "cont" then $d.cont else $d.s1 end) per step"
         + (if $quick == 1 then " [QUICK]" else "" end),
       (["system", "batch", "req/s", "p50_ms", "p99_ms", "x_atomic", "x_canned",
-        (if $sc == "s2" then "redis_us/ans" else "redis_us/ord" end),
+        (if $sc == "s2" then "redis_us/ans" else "redis_us/ord" end), "ord/s/core",
         (if $sc == "s2" then "rt/ans" else "rt/ord" end),
         (if $sc == "s2" then "cmd/ans" else "cmd/ord" end),
         "seckill_us/req", "cs/req", "mach_us/req", "placed", "oversold", "errors"] | @tsv),
@@ -568,24 +571,25 @@ table() {
         if .req_per_s == null then [.system, .batch, "ERROR: \(.error)"] | @tsv else
         [.system, .batch, .req_per_s, .p50_ms, .p99_ms, .ratio_atomic, .ratio_canned,
          (if $sc == "s2" then .redis_cpu_us_per_request else .redis_cpu_us_per_order end),
+         (if $sc == "s2" then null else .redis_orders_per_core_s end),
          (if $sc == "s2" then .redis_rt_per_request else .redis_rt_per_order end),
          (if $sc == "s2" then .redis_calls_per_request else .redis_calls_per_order end),
          .seckill_cpu_us_per_request, .ctx_switches_per_request, .machine_cpu_us_per_request,
          .placed, .oversold, .errors,
          (if .error then "ERROR: \(.error)" else "" end)] | map(v) | @tsv end)
     ' "$out/bench.json" | awk -F'\t' '
-        BEGIN { split("0 2 2 2 2 1 2 2 1 2 1 0 0 0", dec, " ")
-                split("8 7 8 8 8 12 7 7 14 7 11 8 8 6", wid, " ") }
+        BEGIN { split("0 2 2 2 2 1 0 2 2 1 2 1 0 0 0", dec, " ")
+                split("8 7 8 8 8 12 10 7 7 14 7 11 8 8 6", wid, " ") }
         NF <= 1 { print; next }
         NF == 3 { printf "%-9s %-15s %s\n", $1, $2, $3; next }
         {
             line = sprintf("%-9s %-15s", $1, $2)
-            for (i = 3; i <= 16; i++) {
+            for (i = 3; i <= 17; i++) {
                 x = $i
                 if ($1 != "system" && x ~ /^-?[0-9.e+]+$/) x = sprintf("%." dec[i - 2] "f", x)
                 line = line sprintf(" %" wid[i - 2] "s", x)
             }
-            print line (NF >= 17 && $17 != "" ? "  " $17 : "")
+            print line (NF >= 18 && $18 != "" ? "  " $18 : "")
         }'
 }
 targets() {

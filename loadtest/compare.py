@@ -21,6 +21,7 @@ SYSTEMS = ["none", "local", "setnx", "redis", "redlock", "zk", "pg", "atomic",
 # Redis's commands per order (commandstats) hardly move between rounds: a change in
 # what the scripts do shows there first.
 METRICS = [("redis_cpu_us_per_order", "redis_cpu_us_per_order", "redis_us/order", 1),
+           ("redis_orders_per_core_s", "redis_orders_per_core_s", "ord/s/core", 0),
            ("redis_calls_per_order", "redis_calls_per_order", "redis_cmds/order", 2),
            ("seckill_cpu_us_per_request", "seckill_cpu_us_per_request", "seckill_us/req", 1),
            ("machine_cpu_us_per_request", "machine_cpu_us_per_request", "machine_us/req", 1),
@@ -135,6 +136,7 @@ def main():
     print("less CPU or fewer req/s for HEAD; * where HEAD's range and BASE's do not overlap")
     print("(3 rounds or more; two equal builds show it one figure in ten by chance).")
     print("redis_us: Redis CPU per placed order (S2: per answer), data Redis + lock nodes;")
+    print("ord/s/core: the orders a second one core of that Redis would take, 10^6 / redis_us;")
     print("redis_cmds: the data Redis's commands per placed order (commandstats, scripts'")
     print("own calls included; S2: per answer);")
     print("seckill_us/req: CPU of the instances per answer. CPU per order varies far less")

@@ -63,9 +63,9 @@ check "compare.json: one row, s1-c64 atomic" eq "$(q '[.results[] | "\(.scenario
     "s1-c64 atomic"
 check "compare.json: CPU first, then req/s" \
     eq "$(q '.results[0].metrics | keys_unsorted | join(" ")')" \
-    "redis_cpu_us_per_order redis_calls_per_order seckill_cpu_us_per_request machine_cpu_us_per_request req_per_s"
+    "redis_cpu_us_per_order redis_orders_per_core_s redis_calls_per_order seckill_cpu_us_per_request machine_cpu_us_per_request req_per_s"
 check "compare.json: no error" eq "$(q '.errors | length')" 0
-for m in redis_cpu_us_per_order redis_calls_per_order seckill_cpu_us_per_request machine_cpu_us_per_request req_per_s; do
+for m in redis_cpu_us_per_order redis_orders_per_core_s redis_calls_per_order seckill_cpu_us_per_request machine_cpu_us_per_request req_per_s; do
     for side in base head; do
         vals=$(jq -c --arg m "$m" '[.results[0][$m]]' "$OUT"/round-{1,2}/"$side"/bench.json | jq -sc add)
         got=$(q ".results[0].metrics.$m.$side | [.values, .n, .min, .max] | tostring")
@@ -80,12 +80,12 @@ done
 line() { # LABEL: the report's line of that figure, as "BASE HEAD ratio" patterns matched
     grep -qE "^s1-c64 +atomic +$1 +[0-9.]+ \([0-9.]+-[0-9.]+\) +[0-9.]+ \([0-9.]+-[0-9.]+\) +[0-9]+\.[0-9]{2}" "$dir/stdout"
 }
-for l in redis_us/order redis_cmds/order seckill_us/req machine_us/req req/s; do
+for l in redis_us/order ord/s/core redis_cmds/order seckill_us/req machine_us/req req/s; do
     check "stdout: $l, BASE and HEAD median (min-max), ratio" line "$l"
 done
 check "stdout: the CPU lines before req/s" \
     eq "$(grep -oE '^s1-c64 +atomic +[a-z_/]+' "$dir/stdout" | awk '{ print $3 }' | paste -sd' ')" \
-    "redis_us/order redis_cmds/order seckill_us/req machine_us/req req/s"
+    "redis_us/order ord/s/core redis_cmds/order seckill_us/req machine_us/req req/s"
 check "stdout: the header" grep -qE '^scenario +system +figure +BASE median \(min-max\) +HEAD median \(min-max\) +HEAD/BASE' "$dir/stdout"
 
 wt=$(q .base.worktree)
