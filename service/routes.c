@@ -73,6 +73,11 @@ static void inv_error(struct svc_response *res, inv_status st)
                   "units are pending or on their way between shards, or events have not "
                   "reached PostgreSQL yet; retry once they are settled");
         break;
+    case INV_EXISTS:
+        svc_error(res, 409, "exists",
+                  "the SKU has orders; PUT /skus/{sku}?reset=true clears them and "
+                  "starts it anew, PATCH changes a live sale; nothing was changed");
+        break;
     case INV_MALFORMED:
         svc_error(res, 503, "unavailable",
                   "a record this needs in Redis is malformed (the log names it); nothing "
@@ -140,6 +145,11 @@ static json_t *order_json(const struct inv_order *o)
         json_object_set_new(j, "segment", json_integer(o->segment));
     json_object_set_new(j, "state", json_string(inv_state_name(o->state)));
     time_set(j, "pay_by", o->pay_by_ms);
+    if (o->state == INV_STATE_PAID) { /* null: paid by a pay that named none */
+        json_object_set_new(j, "payment_id",
+                            o->payment_id[0] ? json_string(o->payment_id) : json_null());
+        time_set(j, "paid_at", o->paid_at_ms);
+    }
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
         for (int i = 0; i < o->nparts; i++)
@@ -164,11 +174,11 @@ static char *put(char *p, const char *s)
  * (an instance's jansson and printf were 8 % of its CPU under S1). Its
  * strings are ids of [A-Za-z0-9_.:-] (inv_id_valid): nothing to escape.
  * NULL for what it does not cover (several segments, an id that would need
- * escaping, no memory): order_json then. */
+ * escaping, a paid order's payment, no memory): order_json then. */
 static char *order_text(const struct inv_order *o)
 {
     if (o->nparts > 1 || o->qty < 0 || o->segment < 0 || !inv_id_valid(o->sku) ||
-        !inv_id_valid(o->user_id))
+        !inv_id_valid(o->user_id) || o->state == INV_STATE_PAID)
         return NULL;
     char pay_by[RFC3339_MAX] = "";
     if (o->pay_by_ms > 0 && rfc3339_format(o->pay_by_ms, pay_by, sizeof(pay_by)) <= 0)
@@ -194,6 +204,14 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
 {
     if (!sku_param_ok(req, res))
         return;
+    int reset = 0;
+    if (req->reset && strcmp(req->reset, "true") != 0 &&
+        strcmp(req->reset, "false") != 0) {
+        svc_error(res, 400, "bad_request", "reset must be true or false");
+        return;
+    }
+    if (req->reset)
+        reset = strcmp(req->reset, "true") == 0;
     struct req_sku body;
     char detail[200];
     if (req_parse_sku(req->body, req->body_len, req->app->cfg->segments, &body, detail,
@@ -206,7 +224,8 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                                 .limit = body.limit,
                                 .starts_ms = body.starts_ms,
                                 .ends_ms = body.ends_ms,
-                                .pay_ms = body.pay_ms};
+                                .pay_ms = body.pay_ms,
+                                .reset = reset};
     inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
@@ -352,6 +371,17 @@ static void malformed_log(const struct inv_ticket *t)
               (unsigned long long)suppressed);
 }
 
+/* inv_error, and a pay refused because another payment paid the order
+ * names that payment (the payment service refunds this one). */
+static void paid_error(struct svc_response *res, inv_status st, inv_end end,
+                       const struct inv_order *o)
+{
+    inv_error(res, st);
+    if (st == INV_PAID && end == INV_END_PAY)
+        json_object_set_new(res->json, "payment_id",
+                            o->payment_id[0] ? json_string(o->payment_id) : json_null());
+}
+
 void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
 {
     if (t->st == INV_MALFORMED)
@@ -359,7 +389,7 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
     if (!t->end) {
         order_answer(t->sku, t->st, &t->order, res);
     } else if (t->st != INV_OK) {
-        inv_error(res, t->st);
+        paid_error(res, t->st, t->end, &t->order);
     } else {
         res->status = 200;
         res->json = order_json(&t->order);
@@ -385,10 +415,12 @@ static store_status stored_order(const struct svc_request *req, uint64_t id,
 }
 
 /* What pay.lua or cancel.lua (end) answers for an order of state st that is
- * not pending, by user (a cancel's): INV_OK (paid before, cancelled
+ * not pending, by user (a cancel's) or payment (a pay's, "" for none):
+ * INV_OK (paid before by this payment or a pay naming none, cancelled
  * before), else its refusal. A pending order has a record while it is
  * pending: one found only in the database was cleared by a reset. */
-static inv_status settled_end(inv_end end, const struct inv_order *o, const char *user)
+static inv_status settled_end(inv_end end, const struct inv_order *o, const char *user,
+                              const char *payment)
 {
     if (end == INV_END_CANCEL && strcmp(o->user_id, user) != 0)
         return INV_FORBIDDEN;
@@ -396,7 +428,9 @@ static inv_status settled_end(inv_end end, const struct inv_order *o, const char
     case INV_STATE_PLACED:
         return INV_NOT_PENDING;
     case INV_STATE_PAID:
-        return end == INV_END_PAY ? INV_OK : INV_PAID;
+        if (end == INV_END_PAY)
+            return !payment[0] || strcmp(payment, o->payment_id) == 0 ? INV_OK : INV_PAID;
+        return INV_PAID;
     case INV_STATE_CANCELLED:
         return end == INV_END_CANCEL ? INV_OK : INV_CANCELLED;
     case INV_STATE_EXPIRED:
@@ -418,10 +452,10 @@ void svc_order_stored(const struct svc_request *req, struct svc_response *res)
         order_answer(t->sku, same ? INV_REPLAYED : INV_NOT_FOUND, &o, res);
         return;
     }
-    inv_status st =
-        got == STORE_FOUND ? settled_end(t->end, &o, t->user_id) : INV_NOT_FOUND;
+    inv_status st = got == STORE_FOUND ? settled_end(t->end, &o, t->user_id, t->idem_key)
+                                       : INV_NOT_FOUND;
     if (st != INV_OK) {
-        inv_error(res, st);
+        paid_error(res, st, t->end, &o);
         return;
     }
     res->status = 200;

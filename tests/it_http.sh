@@ -368,7 +368,7 @@ cmd_start "$dir" redis
 wait_until 10 http_ok "$base/readyz"
 expect "ready again after Redis returns" "200" "$(http_code "$base/readyz")"
 expect "acknowledged orders survived the restart (AOF)" "3" "$(sold tv)"
-req PUT /skus/tv '{"stock":5}' "${auth[@]}"
+req PUT "/skus/tv?reset=true" '{"stock":5}' "${auth[@]}"
 req POST /skus/tv/orders '{"user_id":"dan"}'
 expect "orders work again" "201" "$status"
 

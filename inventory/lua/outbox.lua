@@ -10,21 +10,25 @@
 -- Only for a SKU whose meta field outbox is set (PUT by an instance with
 -- --postgres: the value is the SKU's epoch then, the orders' generation in
 -- the database); else nothing is appended.
--- outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value):
+-- outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value,
+-- name2, value2):
 -- appends the event o=id s=state k=sku u=user q=qty g=gen e=seg (the segment the
 -- order is answered with), m=spread for an order of several segments
 -- ("<seg>:<units>,...", as its record's segments; nil: one segment), then
--- name=value when name is given (pay_by b, payment id p), when gen is set. Every
+-- name=value when name is given (pay_by b, payment id p, paid_at t), and
+-- name2=value2 likewise, when gen is set. Every
 -- event carries the order's segments, so that PostgreSQL can answer GET
 -- /orders/{id} once the record has left Redis (--order-retention), whichever of
 -- its events it got first. (The call is written out, not built in a table: it runs
 -- once per order; only an order of several segments, rare, builds one.)
-local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value)
+local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value,
+                          name2, value2)
   if not gen then return end
-  if spread then
-    local f = {'o', id, 's', state, 'k', sku, 'u', user, 'q', qty, 'g', gen, 'e', seg,
-               'm', spread}
-    if name then f[17], f[18] = name, value end
+  if spread or name2 then
+    local f = {'o', id, 's', state, 'k', sku, 'u', user, 'q', qty, 'g', gen, 'e', seg}
+    if spread then f[#f + 1], f[#f + 2] = 'm', spread end
+    if name then f[#f + 1], f[#f + 2] = name, value end
+    if name2 then f[#f + 1], f[#f + 2] = name2, value2 end
     redis.call('XADD', stream, '*', unpack(f))
   elseif name then
     redis.call('XADD', stream, '*', 'o', id, 's', state, 'k', sku, 'u', user, 'q', qty,
