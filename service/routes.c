@@ -34,8 +34,9 @@ static void inv_error(struct svc_response *res, inv_status st)
         svc_error(res, 409, "limit_reached",
                   "the user already bought the per-user limit");
         break;
-    case INV_BAD_QTY:
-        svc_error(res, 400, "bad_request", "qty must be an integer in 1..per_user_limit");
+    case INV_BAD_QTY: /* svc_order_bad_qty says the SKU's number */
+        svc_error(res, 400, "bad_request",
+                  "qty must be an integer from 1 to the SKU's per_user_limit");
         break;
     case INV_BUSY:
         svc_error(res, 503, "busy", "the segment is busy; nothing was placed, retry");
@@ -337,6 +338,8 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
     if (req_parse_order(req->body, req->body_len, &body, detail, sizeof(detail)) !=
         REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
+        if (body.qty_range) /* the SKU's range, not INV_MAX_LIMIT's */
+            res->again = svc_order_bad_qty;
         return;
     }
     if (req->idem_key && !req_idem_key_valid(req->idem_key)) {
@@ -351,6 +354,22 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
         res->pending = 1; /* the batch answers: svc_order_finish */
     else
         order_answer(req->params[0], st, &t->order, res);
+    if (st == INV_BAD_QTY)
+        res->again = svc_order_bad_qty;
+}
+
+void svc_order_bad_qty(const struct svc_request *req, struct svc_response *res)
+{
+    static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
+    inv_status st = inv_sku_get(req->worker->inv, req->params[0], &report);
+    if (st != INV_OK) {
+        inv_error(res, st == INV_NOT_FOUND ? st : INV_BAD_QTY);
+        return;
+    }
+    char detail[120];
+    snprintf(detail, sizeof(detail),
+             "qty must be an integer in 1..%d (the SKU's per_user_limit)", report.limit);
+    svc_error(res, 400, "bad_request", detail);
 }
 
 /* A script refused t for a malformed value in Redis: one warning (a few a

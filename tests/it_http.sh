@@ -72,6 +72,14 @@ answer "user_id charset" "400 bad_request/string" POST /skus/tv/orders '{"user_i
 answer "qty 0" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":0}'
 answer "qty over the limit" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":3}'
 answer "qty as a string" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":"1"}'
+# the range a detail gives is the SKU's own (tv's per_user_limit is 2)
+for q in -1 0 3 5000000; do
+    req POST /skus/tv/orders "{\"user_id\":\"ann\",\"qty\":$q}"
+    expect "qty $q: 400 saying the SKU's range" \
+        "400 bad_request qty must be an integer in 1..2 (the SKU's per_user_limit)" \
+        "$status $(field .error) $(field .detail)"
+done
+answer "qty -1 of an unknown SKU: 404" "404 not_found/string" POST /skus/nosuch/orders '{"user_id":"ann","qty":-1}'
 big=$(printf '{"user_id":"ann","pad":"%05000d"}' 0)
 answer "body over 4 KiB" "413 too_large/string" POST /skus/tv/orders "$big"
 answer "bad Idempotency-Key" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann"}' -H 'Idempotency-Key: bad key!'
@@ -206,7 +214,9 @@ hostile_answer "Bearer token of 10 KB on an admin route" "401 unauthorized/strin
 # paths
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/skus/$(repeat a 40000)")
 hostile "a 40 KB URL" "414" "$code"
-hostile_answer "a 600-byte path" "404 not_found/string" GET "/skus/$(repeat a 600)"
+hostile_answer "a 600-byte path (a SKU over its 64 characters)" "400 bad_request/string" GET "/skus/$(repeat a 600)"
+hostile_answer "a SKU of 506 characters" "400 bad_request/string" POST "/skus/$(repeat a 506)/orders" '{"user_id":"ann"}'
+hostile_answer "a SKU of 505 characters" "400 bad_request/string" GET "/skus/$(repeat a 505)"
 req POST /skus/hx%2Forders '{"user_id":"slash"}'
 hostile "POST /skus/hx%2Forders (an encoded slash is not a separator)" \
     "405 method_not_allowed/string" "$status $(err)"
