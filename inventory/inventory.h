@@ -107,11 +107,12 @@ typedef enum {
     INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
                  in Redis: never placed, or settled and gone (--order-retention, its
                  SKU retired): the system of record may have it (order->id) */
-    INV_MALFORMED, /* a value the script reads in Redis is malformed (order->
-                      malformed names it): nothing was written; answered as
-                      unavailable */
-    INV_PENDING,   /* a ticket still on its way: not decided yet */
-    INV_EXISTS,    /* PUT, no reset, of a SKU with orders: nothing written */
+    INV_MALFORMED,  /* a value the script reads in Redis is malformed (order->
+                       malformed names it): nothing was written; answered as
+                       unavailable */
+    INV_PENDING,    /* a ticket still on its way: not decided yet */
+    INV_EXISTS,     /* PUT, no reset, of a SKU with orders: nothing written */
+    INV_BAD_CURSOR, /* a listing's cursor that no page gave */
 } inv_status;
 
 struct inv_config {
@@ -394,6 +395,17 @@ struct inv_sku_spec {
      * (reset.lua); either refusal writes nothing. */
     int reset;
 };
+/* A page of the SKUs there are (GET /skus), walked with SCAN (catalog.c):
+ * their names into *names (*n of them; malloc'd, the caller frees; NULL when
+ * none), and the cursor of the next page into next ("" when this page was the
+ * last). cursor "" or NULL: the first page; else a next an earlier page gave
+ * (INV_BAD_CURSOR when it cannot be one). limit: about how many a page holds
+ * (SCAN decides: a few more, or fewer, and a page may be empty while next is
+ * not). INV_OK, INV_BAD_CURSOR, INV_UNAVAILABLE (nothing in *names). */
+inv_status inv_sku_list(struct inv_session *s, const char *cursor, int limit,
+                        char (**names)[INV_ID_MAX + 1], int *n, char *next,
+                        size_t nextlen);
+
 /* inv_sku_put with a sale window: INV_CREATED, INV_OK, INV_EXISTS,
  * INV_NOT_SETTLED, INV_UNAVAILABLE (on a cluster, see shards.c). */
 inv_status inv_sku_set(struct inv_session *s, const char *sku,

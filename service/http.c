@@ -252,6 +252,8 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),
         .reset = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "reset"),
+        .cursor = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
+        .limit = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"),
         .ticket = &st->ticket,
     };
 }

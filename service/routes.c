@@ -247,6 +247,71 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
     time_set(res->json, "ends_at", body.ends_ms);
 }
 
+/* The RFC 3339 form of ms, or null when ms is no time (0). */
+static json_t *time_or_null(long long ms)
+{
+    char text[RFC3339_MAX];
+    if (ms > 0 && rfc3339_format(ms, text, sizeof(text)) > 0)
+        return json_string(text);
+    return json_null();
+}
+
+/* GET /skus (admin): a page of the SKUs (inv_sku_list), each with its state
+ * as GET /skus/{sku} reads it; one retired meanwhile is left out. */
+static void h_sku_list(const struct svc_request *req, struct svc_response *res)
+{
+    long limit = 100;
+    if (req->limit) {
+        char *end;
+        limit = strtol(req->limit, &end, 10);
+        if (!req->limit[0] || *end || limit < 1 || limit > 1000) {
+            svc_error(res, 400, "bad_request", "limit must be an integer in 1..1000");
+            return;
+        }
+    }
+    char(*names)[INV_ID_MAX + 1];
+    char next[48];
+    int n;
+    inv_status st = inv_sku_list(req->worker->inv, req->cursor, (int)limit, &names, &n,
+                                 next, sizeof(next));
+    if (st == INV_BAD_CURSOR) {
+        svc_error(res, 400, "bad_request", "cursor must be the next of an earlier page");
+        return;
+    }
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
+    json_t *skus = json_array();
+    for (int i = 0; i < n && st == INV_OK; i++) {
+        inv_status one = inv_sku_get(req->worker->inv, names[i], &report);
+        if (one == INV_NOT_FOUND) /* retired since the walk saw it */
+            continue;
+        if (one != INV_OK) {
+            st = one;
+            break;
+        }
+        /* paused: no PATCH in this build, nothing pauses a sale */
+        json_t *sku =
+            json_pack("{s:s, s:I, s:I, s:I, s:b}", "sku", names[i], "remaining",
+                      (json_int_t)report.remaining, "sold", (json_int_t)report.sold,
+                      "pending", (json_int_t)report.pending, "paused", 0);
+        json_object_set_new(sku, "starts_at", time_or_null(report.starts_ms));
+        json_object_set_new(sku, "ends_at", time_or_null(report.ends_ms));
+        json_array_append_new(skus, sku);
+    }
+    free(names);
+    if (st != INV_OK) {
+        json_decref(skus);
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = json_pack("{s:o, s:o}", "skus", skus, "next",
+                          next[0] ? json_string(next) : json_null());
+}
+
 /* DELETE /skus/{sku}: the SKU retired (inv_sku_retire), 204 with no body. */
 static void h_sku_delete(const struct svc_request *req, struct svc_response *res)
 {
@@ -647,6 +712,7 @@ static void h_stats(const struct svc_request *req, struct svc_response *res);
 static void h_metrics(const struct svc_request *req, struct svc_response *res);
 
 static struct svc_route routes[] = {
+    {"GET", "/skus", "sku_list", h_sku_list, ROUTE_ADMIN | ROUTE_WAITS},
     {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
     {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},

@@ -111,6 +111,29 @@ expect "SKU report" "200 3 0 3 0 2" "$status $(field .initial) $(field .remainin
 req GET /skus/tv/audit
 expect "audit" "200 2 3 0 0 0 true" "$status $(field .orders) $(field .sold) $(field .oversold) $(field .limit_breaches) $(field .duplicate_order_ids) $(field .consistent)"
 
+# --- the SKUs, a page at a time (GET /skus, admin)
+for i in 0 1 2 3 4; do req PUT "/skus/list-$i" "{\"stock\":$((i + 1)),\"ends_at\":\"2099-01-01T00:00:00Z\"}" "${auth[@]}"; done
+answer "GET /skus without the token" "401 unauthorized/string" GET /skus
+answer "GET /skus?limit=0" "400 bad_request/string" GET '/skus?limit=0' '' "${auth[@]}"
+answer "GET /skus?limit=x" "400 bad_request/string" GET '/skus?limit=x' '' "${auth[@]}"
+answer "GET /skus?cursor=-1" "400 bad_request/string" GET '/skus?cursor=-1' '' "${auth[@]}"
+listed="" cursor="" pages=0
+while ((pages < 100)); do # every page, limit 2, until next is null
+    req GET "/skus?limit=2${cursor:+&cursor=$cursor}" '' "${auth[@]}"
+    [[ $status == 200 ]] || break
+    listed+=" $(field '.skus[] | "\(.sku):\(.remaining):\(.sold):\(.pending):\(.paused):\(.starts_at):\(.ends_at)"' | paste -sd' ')"
+    cursor=$(field '.next // empty')
+    pages=$((pages + 1))
+    [[ -n $cursor ]] || break
+done
+expect "the pages end (next null), each a 200" "200 0" "$status $(( pages >= 100 ))"
+expect "every SKU listed once, with its state" \
+    "list-0:1:0:0:false:null:2099-01-01T00:00:00Z list-1:2:0:0:false:null:2099-01-01T00:00:00Z list-2:3:0:0:false:null:2099-01-01T00:00:00Z list-3:4:0:0:false:null:2099-01-01T00:00:00Z list-4:5:0:0:false:null:2099-01-01T00:00:00Z tv:0:3:0:false:null:null" \
+    "$(tr ' ' '\n' <<<"$listed" | grep -E '^(list-|tv:)' | sort | paste -sd' ')"
+expect "... and every SKU there is: one page of 1000 lists the same" \
+    "$(tr ' ' '\n' <<<"$listed" | grep . | cut -d: -f1 | sort | paste -sd' ')" \
+    "$(curl -s "${auth[@]}" "$base/skus?limit=1000" | jq -r '.skus[].sku' | sort | paste -sd' ')"
+
 # --- routing
 answer "wrong method" "405 method_not_allowed/string" POST /skus/tv
 allow=$(curl -s -o /dev/null -D - -X POST "$base/skus/tv" | tr -d '\r' | awk -F': ' 'tolower($1)=="allow"{print $2}')

@@ -114,6 +114,21 @@ ids=()
 for u in w1 w2 w3 w4; do ids+=("$(post "$C" rc "$u")"); done
 check "4 reservations on the cluster" test "$(printf '%s\n' "${ids[@]}" | grep -c .)" -eq 4
 expect "DELETE with units pending: 409" "409" "$(code -X DELETE "$C/skus/rc")"
+keys=$(keys_all)
+expect "PUT without reset of the cluster's SKU with orders: 409 exists" "409 exists" \
+    "$(curl -s -X PUT -d '{"stock":9,"segments":3}' "$C/skus/rc" | jq -r '"409 \(.error)"')"
+expect "... nothing written in any shard, its orders there" "$keys pending" \
+    "$(keys_all) $(curl -s "$C/orders/${ids[0]}" | jq -r .state)"
+listing() { # every page of GET /skus?limit=1: "sku:pending" sorted
+    local cursor="" page pages=0
+    while ((pages++ < 100)); do
+        page=$(curl -s "$C/skus?limit=1${cursor:+&cursor=$cursor}")
+        jq -r '.skus[] | "\(.sku):\(.pending)"' <<<"$page"
+        cursor=$(jq -r '.next // empty' <<<"$page")
+        [[ -n $cursor ]] || break
+    done | sort | paste -sd' '
+}
+expect "GET /skus over the masters' directories, a page at a time" "rc:4" "$(listing)"
 for i in 0 1 2 3; do
     if ((i % 2)); then
         code -X POST -d '{}' "$C/orders/${ids[$i]}/pay" >/dev/null
@@ -144,6 +159,7 @@ expect "an order of 2 over 2 shards of 1" "201" \
     "$(code -X POST -d '{"user_id":"x1","qty":2}' "$C/skus/rx/orders")"
 xin() { local s; for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*:rx:xin'; done | grep -c .; }
 check "... a transfer was applied (a shard's xin)" test "$(xin)" -ge 1
+expect "GET /skus: the retired SKU left, the new one listed" "rx:0" "$(listing)"
 expect "DELETE after a transfer: 204" "204" "$(code -X DELETE "$C/skus/rx")"
 expect "... no key named after it but its summary" "sk:{rx}:retired" \
     "$(for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*rx*'; done | paste -sd' ')"
