@@ -204,6 +204,15 @@ static config_status opt_token_file(struct svc_config *cfg, const char *value, c
     return file_line(cfg->admin_token, sizeof(cfg->admin_token), value, err, errlen);
 }
 
+/* --buyer-key-file: the key (buyer_key_read). */
+static config_status opt_buyer_key_file(struct svc_config *cfg, const char *value,
+                                        char *err, size_t errlen)
+{
+    return buyer_key_read(value, cfg->buyer_key, &cfg->buyer_key_len, err, errlen) == 0
+               ? CONFIG_OK
+               : CONFIG_ERROR;
+}
+
 /* --postgres-file: the connection string read from a file, checked as
  * --postgres checks it. A refusal names neither the content nor libpq's
  * reason, which may quote it (the password is in it). */
@@ -509,6 +518,12 @@ static const struct option_spec options[] = {
      "the pay token read from file F at start (trailing newline stripped): not "
      "visible in argv or the environment",
      opt_pay_token_file},
+    {"buyer-key-file", "F", "none",
+     "the shop's key for buyer tokens (16..1024 bytes, a final newline dropped): "
+     "placing, cancelling and reading an order then need Seckill-Buyer: "
+     "<user_id>.<expiry>.<HMAC-SHA256 hex>; without it user_id is trusted (the "
+     "gateway must authenticate buyers)",
+     opt_buyer_key_file},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
     {"log-level-file", "F", "none",
      "the log level read from file F (one word, as --log-level) at start and again "

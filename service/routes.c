@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include "buyer.h"
 #include "log.h"
 #include "metrics.h"
 #include "request.h"
@@ -118,6 +120,44 @@ static int token_allowed(const struct svc_request *req, const char *token)
     for (size_t i = 0; i < wn; i++)
         diff |= (unsigned char)token[i] ^ (unsigned char)(i < gn ? cred[i] : 0);
     return diff == 0;
+}
+
+/* With --buyer-key-file, the buyer the request's Seckill-Buyer token names,
+ * into user; false (answered 401) when it carries none valid. Without the
+ * flag: true, user "" (user ids are trusted: the gateway authenticates). */
+static int buyer_of(const struct svc_request *req, struct svc_response *res,
+                    char user[INV_ID_MAX + 1])
+{
+    const struct svc_config *cfg = req->app->cfg;
+    user[0] = '\0';
+    if (!cfg->buyer_key_len)
+        return 1;
+    switch (buyer_check(cfg->buyer_key, cfg->buyer_key_len, req->buyer,
+                        (long long)time(NULL), user)) {
+    case BUYER_OK:
+        return 1;
+    case BUYER_MISSING:
+        svc_error(
+            res, 401, "unauthorized",
+            "a buyer's request needs Seckill-Buyer: <user_id>.<expiry>.<signature>");
+        return 0;
+    case BUYER_EXPIRED:
+        svc_error(res, 401, "unauthorized", "the Seckill-Buyer token has expired");
+        return 0;
+    default:
+        svc_error(res, 401, "unauthorized", "the Seckill-Buyer token is not valid");
+        return 0;
+    }
+}
+
+/* A body's user_id against the token's buyer (buyer_of; "": none, any):
+ * false, answered 403, when they differ. */
+static int buyer_is(const char *buyer, const char *user_id, struct svc_response *res)
+{
+    if (!buyer[0] || strcmp(buyer, user_id) == 0)
+        return 1;
+    svc_error(res, 403, "forbidden", "user_id is not the Seckill-Buyer token's user");
+    return 0;
 }
 
 static int sku_param_ok(const struct svc_request *req, struct svc_response *res)
@@ -396,7 +436,8 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
 
 static void h_order_post(const struct svc_request *req, struct svc_response *res)
 {
-    if (!sku_param_ok(req, res))
+    char buyer[INV_ID_MAX + 1];
+    if (!sku_param_ok(req, res) || !buyer_of(req, res, buyer))
         return;
     struct req_order body;
     char detail[200];
@@ -407,6 +448,8 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
             res->again = svc_order_bad_qty;
         return;
     }
+    if (!buyer_is(buyer, body.user_id, res))
+        return;
     if (req->idem_key && !req_idem_key_valid(req->idem_key)) {
         svc_error(res, 400, "bad_request",
                   "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
@@ -559,7 +602,12 @@ static int order_param(const struct svc_request *req, struct svc_response *res,
 static void h_order_get(const struct svc_request *req, struct svc_response *res)
 {
     uint64_t id;
-    if (!order_param(req, res, &id))
+    char buyer[INV_ID_MAX + 1] = "";
+    const struct svc_config *cfg = req->app->cfg;
+    /* with buyer tokens: the buyer's own orders only, or any with the admin token */
+    int admin =
+        cfg->admin_token[0] && req->authorization && token_allowed(req, cfg->admin_token);
+    if (!order_param(req, res, &id) || (!admin && !buyer_of(req, res, buyer)))
         return;
     struct inv_order order;
     inv_status st = inv_order_get(req->worker->inv, id, &order);
@@ -570,6 +618,8 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
             return;
         st = got == STORE_FOUND ? INV_OK : INV_NOT_FOUND;
     }
+    if (st == INV_OK && buyer[0] && strcmp(order.user_id, buyer) != 0)
+        st = INV_NOT_FOUND; /* another buyer's: nothing of it told */
     if (st != INV_OK) {
         inv_error(res, st);
         return;
@@ -587,14 +637,17 @@ static void order_end(const struct svc_request *req, struct svc_response *res,
                       inv_end end)
 {
     uint64_t id;
-    char arg[INV_IDEM_MAX + 1], detail[200];
-    if (!order_param(req, res, &id))
+    char arg[INV_IDEM_MAX + 1], detail[200], buyer[INV_ID_MAX + 1] = "";
+    if (!order_param(req, res, &id) ||
+        (end == INV_END_CANCEL && !buyer_of(req, res, buyer)))
         return;
     if (parse(req->body, req->body_len, arg, sizeof(arg), detail, sizeof(detail)) !=
         REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
         return;
     }
+    if (end == INV_END_CANCEL && !buyer_is(buyer, arg, res))
+        return;
     inv_end_open(req->ticket, end, id, arg);
     res->pending = 1;
 }

@@ -33,6 +33,7 @@ struct svc_request {
     const char *authorization; /* Authorization header or NULL */
     const char *reset;         /* the query's reset (PUT /skus/{sku}) or NULL */
     const char *cursor, *limit; /* the query's (GET /skus) or NULL */
+    const char *buyer;          /* Seckill-Buyer header or NULL */
     struct inv_ticket *ticket; /* where an order that waits for its batch lives */
 };
 
