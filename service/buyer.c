@@ -1,6 +1,5 @@
 #include "buyer.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,23 +8,15 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "config.h"
+
 int buyer_key_read(const char *path, unsigned char key[BUYER_KEY_MAX], size_t *len,
                    char *err, size_t errlen)
 {
     unsigned char buf[BUYER_KEY_MAX + 2];
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+    size_t n;
+    if (svc_file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
         return -1;
-    }
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    int failed = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (failed) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
-        return -1;
-    }
     if (n > 0 && buf[n - 1] == '\n')
         n--;
     if (n < BUYER_KEY_MIN || n > BUYER_KEY_MAX) {

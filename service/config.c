@@ -160,23 +160,32 @@ static config_status opt_postgres(struct svc_config *cfg, const char *value, cha
  * (they stay out of /proc/PID/cmdline and /proc/PID/environ), and for the log
  * level. Refused, field untouched, when unreadable, empty or of several lines;
  * err never repeats the content. */
-static config_status file_line(char *field, size_t len, const char *path, char *err,
-                               size_t errlen)
+int svc_file_read(const char *path, void *buf, size_t cap, size_t *n, char *err,
+                  size_t errlen)
 {
-    char buf[1024];
     FILE *f = fopen(path, "re");
     if (!f) {
         snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
-        return CONFIG_ERROR;
+        return -1;
     }
-    size_t n = fread(buf, 1, sizeof(buf), f);
+    *n = fread(buf, 1, cap, f);
     int failed = ferror(f);
     int saved = errno;
     fclose(f);
     if (failed) {
         snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
-        return CONFIG_ERROR;
+        return -1;
     }
+    return 0;
+}
+
+static config_status file_line(char *field, size_t len, const char *path, char *err,
+                               size_t errlen)
+{
+    char buf[1024];
+    size_t n;
+    if (svc_file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
+        return CONFIG_ERROR;
     if (n > 0 && buf[n - 1] == '\n')
         n--;
     if (n > 0 && buf[n - 1] == '\r')
