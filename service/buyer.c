@@ -8,14 +8,14 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "config.h"
+#include "file.h"
 
 int buyer_key_read(const char *path, unsigned char key[BUYER_KEY_MAX], size_t *len,
                    char *err, size_t errlen)
 {
     unsigned char buf[BUYER_KEY_MAX + 2];
     size_t n;
-    if (svc_file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
+    if (file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
         return -1;
     if (n > 0 && buf[n - 1] == '\n')
         n--;

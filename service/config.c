@@ -13,6 +13,7 @@
 
 #include <libpq-fe.h>
 
+#include "file.h"
 #include "lock.h"
 #include "log.h"
 #include "version.h"
@@ -160,31 +161,12 @@ static config_status opt_postgres(struct svc_config *cfg, const char *value, cha
  * (they stay out of /proc/PID/cmdline and /proc/PID/environ), and for the log
  * level. Refused, field untouched, when unreadable, empty or of several lines;
  * err never repeats the content. */
-int svc_file_read(const char *path, void *buf, size_t cap, size_t *n, char *err,
-                  size_t errlen)
-{
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
-        return -1;
-    }
-    *n = fread(buf, 1, cap, f);
-    int failed = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (failed) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
-        return -1;
-    }
-    return 0;
-}
-
 static config_status file_line(char *field, size_t len, const char *path, char *err,
                                size_t errlen)
 {
     char buf[1024];
     size_t n;
-    if (svc_file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
+    if (file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
         return CONFIG_ERROR;
     if (n > 0 && buf[n - 1] == '\n')
         n--;

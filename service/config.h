@@ -56,11 +56,6 @@ struct svc_config {
 
 typedef enum { CONFIG_OK = 0, CONFIG_HELP, CONFIG_ERROR } config_status;
 
-/* Reads up to cap bytes of file path into buf (*n of them). 0, or -1 with why
- * in err (errno's words, never the content). */
-int svc_file_read(const char *path, void *buf, size_t cap, size_t *n, char *err,
-                  size_t errlen);
-
 /* Fills cfg from defaults, then the environment, then argv. CONFIG_HELP when
  * --help or --version was asked (the text is printed to stdout: exit 0);
  * CONFIG_ERROR with a message in err for a bad flag or value. The
