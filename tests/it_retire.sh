@@ -124,7 +124,8 @@ check "4 reservations on the cluster" test "$(printf '%s\n' "${ids[@]}" | grep -
 expect "DELETE with units pending: 409" "409" "$(code -X DELETE "$C/skus/rc")"
 keys=$(keys_all)
 expect "PUT without reset of the cluster's SKU with orders: 409 exists" "409 exists" \
-    "$(curl -s -X PUT -d '{"stock":9,"segments":3}' "$C/skus/rc" | jq -r '"409 \(.error)"')"
+    "$(curl -s -w ' %{http_code}' -X PUT -d '{"stock":9,"segments":3}' "$C/skus/rc" |
+        jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | .error)"')"
 expect "... nothing written in any shard, its orders there" "$keys pending" \
     "$(keys_all) $(curl -s "$C/orders/${ids[0]}" | jq -r .state)"
 listing() { # every page of GET /skus?limit=1: "sku:pending" sorted
