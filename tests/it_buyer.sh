@@ -40,6 +40,7 @@ check "... expiring about an hour from now" test $((exp - $(date +%s))) -ge 3500
 expect "buyer-token of a bad user id: exit 2" 2 $?
 out=$("$SECKILL_BIN_PATH" --buyer-key-file "$dir/k5" --listen 127.0.0.1:1 2>&1)
 expect "--buyer-key-file of a 5-byte key: exit 2" 2 $?
+# shellcheck disable=SC2016 # eval expands it
 check "... saying why, not the key ($out)" eval '[[ $out == *16..1024* && $out != *abcde* ]]'
 "$SECKILL_BIN_PATH" --buyer-key-file "$dir/none" --listen 127.0.0.1:1 >/dev/null 2>&1
 expect "--buyer-key-file of no file: exit 2" 2 $?

@@ -44,6 +44,7 @@ expect "the sale's counters" "1 1 1 2" \
 # ---- the table ---------------------------------------------------------------------
 # "family labels" per line (labels comma-separated, "-" for none), from the table's
 # first column: the rows under "## Metrics" whose first cell names metrics in backquotes
+# shellcheck disable=SC2016 # backquotes of Markdown, not of the shell
 documented() {
     awk '/^## Metrics/ { on = 1; next } on && /^## / { on = 0 } on && /^\| `/' \
         "$ROOT/docs/operations.md" | cut -d'|' -f2 | grep -o '`[^`]*`' | tr -d '`' |
