@@ -180,10 +180,14 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
 /* Creates or resets sku's shard `shard` of nshards (on one Redis the only
  * one, 0 of 1): the stock of its segments (those i with i % nshards ==
  * shard; the others 0 here), its order records cleared, its epoch `epoch`
- * ("" for one more), its sale window spec's. */
+ * ("" for one more), its sale window spec's. The check before its first
+ * write (reset.lua): INV_PUT_CHECKED spec->reset's (INV_EXISTS or
+ * INV_NOT_SETTLED, nothing written), INV_PUT_CHECK_ONLY that check and no
+ * write (INV_OK when it passed), INV_PUT_UNCHECKED none. */
+enum inv_put_check { INV_PUT_CHECKED, INV_PUT_CHECK_ONLY, INV_PUT_UNCHECKED };
 inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
                              const struct inv_sku_spec *spec, int shard, int nshards,
-                             const char *epoch);
+                             const char *epoch, enum inv_put_check check);
 
 /* The audit of sku's shard on s (on one Redis: of the SKU). */
 inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_audit *out);
@@ -202,7 +206,8 @@ inv_status inv_sku_retire_shard(struct inv_session *s, const char *sku, int summ
 #define INV_ID_TRIES 4
 
 /* Reads an order's record, the answer r (NULL: none) of
- * "HMGET order:<id> sku user_id qty segment segments state pay_by", into *out: INV_OK,
+ * "HMGET order:<id> sku user_id qty segment segments state pay_by [payment_id
+ * paid_at]", into *out: INV_OK,
  * INV_NOT_FOUND, or INV_UNAVAILABLE. */
 inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out);
 /* Remembers sku as sold out (soldout.h) when Redis said so after `seen` was

@@ -107,10 +107,12 @@ typedef enum {
     INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
                  in Redis: never placed, or settled and gone (--order-retention, its
                  SKU retired): the system of record may have it (order->id) */
-    INV_MALFORMED,       /* a value the script reads in Redis is malformed (order->
-                            malformed names it): nothing was written; answered as
-                            unavailable */
-    INV_PENDING,         /* a ticket still on its way: not decided yet */
+    INV_MALFORMED,  /* a value the script reads in Redis is malformed (order->
+                       malformed names it): nothing was written; answered as
+                       unavailable */
+    INV_PENDING,    /* a ticket still on its way: not decided yet */
+    INV_EXISTS,     /* PUT, no reset, of a SKU with orders: nothing written */
+    INV_BAD_CURSOR, /* a listing's cursor that no page gave */
 } inv_status;
 
 struct inv_config {
@@ -177,6 +179,11 @@ struct inv_order {
     struct inv_window window; /* INV_NOT_STARTED only */
     inv_state state;
     long long pay_by_ms; /* pending (and after): its deadline by Redis's clock */
+    /* paid: the pay's payment id ("" when it named none) and Redis's clock
+     * then (0: not known, an order paid before builds kept it); a pay
+     * refused INV_PAID: the payment id that paid the order */
+    char payment_id[INV_IDEM_MAX + 1];
+    long long paid_at_ms;
     /* INV_MALFORMED only: "<key> <field>" (or the order record's key) that a
      * script found malformed, for the log. */
     char malformed[INV_MALFORMED_MAX];
@@ -367,7 +374,9 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
                            const char *user_id, int qty, const char *idem_key);
 /* Creates (INV_CREATED) or resets (INV_OK) sku: stock split over segments,
  * orders, buyers and idempotency keys cleared, in one atomic step. In-flight
- * orders of the previous epoch are refused at commit. */
+ * orders of the previous epoch are refused at commit. A reset, as
+ * inv_sku_set with .reset = 1 (INV_NOT_SETTLED, nothing written, while the
+ * SKU's events have not reached PostgreSQL). */
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit);
 
@@ -380,8 +389,25 @@ struct inv_sku_spec {
     int segments, limit;
     long long starts_ms, ends_ms;
     long long pay_ms; /* the payment window: > 0, orders pending until paid */
+    /* 0: a SKU that has orders is refused (INV_EXISTS); 1: it is reset, its
+     * orders cleared, refused (INV_NOT_SETTLED) while its events have not all
+     * reached PostgreSQL. The check and the writes are one script's step
+     * (reset.lua); either refusal writes nothing. */
+    int reset;
 };
-/* inv_sku_put with a sale window. */
+/* A page of the SKUs there are (GET /skus), walked with SCAN (catalog.c):
+ * their names into *names (*n of them; malloc'd, the caller frees; NULL when
+ * none), and the cursor of the next page into next ("" when this page was the
+ * last). cursor "" or NULL: the first page; else a next an earlier page gave
+ * (INV_BAD_CURSOR when it cannot be one). limit: about how many a page holds
+ * (SCAN decides: a few more, or fewer, and a page may be empty while next is
+ * not). INV_OK, INV_BAD_CURSOR, INV_UNAVAILABLE (nothing in *names). */
+inv_status inv_sku_list(struct inv_session *s, const char *cursor, int limit,
+                        char (**names)[INV_ID_MAX + 1], int *n, char *next,
+                        size_t nextlen);
+
+/* inv_sku_put with a sale window: INV_CREATED, INV_OK, INV_EXISTS,
+ * INV_NOT_SETTLED, INV_UNAVAILABLE (on a cluster, see shards.c). */
 inv_status inv_sku_set(struct inv_session *s, const char *sku,
                        const struct inv_sku_spec *spec);
 

@@ -163,6 +163,13 @@ static void end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply
         soldout_forget(inv->cfg.soldout);
     life_count(inv, code, units,
                t->end == INV_END_PAY ? &inv->counters.paid : &inv->counters.cancelled);
+    /* a pay's: the payment that paid the order, and when (pay.lua) */
+    if (t->end == INV_END_PAY && r->elements > 2 &&
+        r->element[2]->type == REDIS_REPLY_STRING)
+        snprintf(t->order.payment_id, sizeof(t->order.payment_id), "%s",
+                 r->element[2]->str);
+    if (t->end == INV_END_PAY && r->elements > 3)
+        t->order.paid_at_ms = inv_reply_ll(r->element[3], 0);
     if (code != 1 && code != 2) {
         t->st = life_refusal(code);
         return;

@@ -265,10 +265,15 @@ static int streams_list(struct inv_session *s, const char *sku, int gene)
     return ok;
 }
 
-/* PUT on a cluster: the epoch bumped in the directory first, then every
- * shard reset to it, then the directory names the shards. A shard that
- * failed leaves the PUT unavailable (to be repeated): its old epoch refuses
- * the commits of orders routed by the new directory, and the reverse. */
+/* PUT on a cluster: every shard the directory names asked first whether
+ * the PUT may go on (INV_EXISTS, INV_NOT_SETTLED: nothing written anywhere),
+ * then the epoch bumped in the directory, then every shard reset to it (each
+ * checking again in its own step), then the directory names the shards. A
+ * shard that failed leaves the PUT unavailable (to be repeated): its old
+ * epoch refuses the commits of orders routed by the new directory, and the
+ * reverse. The shards are not one step: an order placed between the first
+ * asking and a shard's reset makes that shard refuse after others were
+ * reset (answered as its refusal; a PUT with ?reset=true finishes it). */
 static inv_status sku_put_shards(struct inv_session *s, const char *sku,
                                  const struct inv_sku_spec *spec)
 {
@@ -280,6 +285,14 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
     int n = put_genes(s, sku, segments, genes, old, &nold);
     if (n < 1)
         return inv_shard_outcome(s, INV_UNAVAILABLE);
+    for (int i = 0; i < nold; i++) {
+        struct inv_session *sh = inv_shard_session(s, old[i]);
+        inv_status asked =
+            sh ? inv_sku_put_shard(sh, sku, spec, 0, 1, "", INV_PUT_CHECK_ONLY)
+               : INV_UNAVAILABLE;
+        if (asked != INV_OK)
+            return inv_shard_outcome(s, asked);
+    }
     char key[96], epoch[24], list[CLUSTER_MAX_MASTERS * 4] = "";
     dir_key(key, sizeof(key), sku);
     struct rconn *rc = dir_conn(s, key);
@@ -292,27 +305,35 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
     }
     snprintf(epoch, sizeof(epoch), "%lld", r->integer);
     freeReplyObject(r);
-    inv_status st = nold > 0 ? INV_OK : INV_CREATED;
-    for (int i = 0; i < nold && st != INV_UNAVAILABLE; i++) {
+    inv_status st = nold > 0 ? INV_OK : INV_CREATED, one;
+    for (int i = 0; i < nold && (st == INV_OK || st == INV_CREATED); i++) {
         int kept = 0;
         for (int j = 0; j < n; j++)
             kept |= genes[j] == old[i];
         struct inv_session *sh = kept ? s : inv_shard_session(s, old[i]);
-        if (!sh ||
-            (!kept && inv_sku_put_shard(sh, sku, &none, 0, 1, epoch) == INV_UNAVAILABLE))
+        if (!sh)
             st = INV_UNAVAILABLE;
+        else if (!kept &&
+                 (one = inv_sku_put_shard(sh, sku, &none, 0, 1, epoch,
+                                          INV_PUT_CHECKED)) != INV_OK &&
+                 one != INV_CREATED)
+            st = one;
     }
-    for (int i = 0; i < n && st != INV_UNAVAILABLE; i++) {
+    for (int i = 0; i < n && (st == INV_OK || st == INV_CREATED); i++) {
         struct inv_session *sh = inv_shard_session(s, genes[i]);
         /* listed before the shard takes orders: none of its events unread */
         if (s->inv->cfg.outbox && !streams_list(s, sku, genes[i]))
             st = INV_UNAVAILABLE;
-        else if (!sh || inv_sku_put_shard(sh, sku, spec, i, n, epoch) == INV_UNAVAILABLE)
+        else if (!sh)
             st = INV_UNAVAILABLE;
+        else if ((one = inv_sku_put_shard(sh, sku, spec, i, n, epoch, INV_PUT_CHECKED)) !=
+                     INV_OK &&
+                 one != INV_CREATED)
+            st = one;
         size_t len = strlen(list);
         snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
     }
-    if (st != INV_UNAVAILABLE) {
+    if (st == INV_OK || st == INV_CREATED) {
         r = rconn_command(rc, "HSET %s genes %s segments %d initial %lld limit %d", key,
                           list, segments, stock, limit);
         if (!r || r->type != REDIS_REPLY_INTEGER)
@@ -329,7 +350,7 @@ inv_status inv_sku_set(struct inv_session *s, const char *sku,
 {
     if (s->cl)
         return sku_put_shards(s, sku, spec);
-    return inv_sku_put_shard(s, sku, spec, 0, 1, "");
+    return inv_sku_put_shard(s, sku, spec, 0, 1, "", INV_PUT_CHECKED);
 }
 
 /* The transfers a shard of sku recorded (xout) and the receiving shard has
@@ -476,7 +497,8 @@ inv_status inv_sku_retire(struct inv_session *s, const char *sku)
 inv_status inv_sku_put(struct inv_session *s, const char *sku, long long stock,
                        int segments, int limit)
 {
-    struct inv_sku_spec spec = {.stock = stock, .segments = segments, .limit = limit};
+    struct inv_sku_spec spec = {
+        .stock = stock, .segments = segments, .limit = limit, .reset = 1};
     return inv_sku_set(s, sku, &spec);
 }
 

@@ -56,7 +56,7 @@ static redisReply *multi_exec_reply(struct rpipe *p, int n)
  * SKU's epoch, see reset.lua). */
 inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
                              const struct inv_sku_spec *spec, int shard, int nshards,
-                             const char *epoch)
+                             const char *epoch, enum inv_put_check check)
 {
     rconn_check(s->rc);
     struct sku_keys k;
@@ -71,7 +71,7 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
         marks = atoi(had->str);
     if (had)
         freeReplyObject(had);
-    int nkeys = 16 + marks, n = nkeys + 11 + segments;
+    int nkeys = 16 + marks, n = nkeys + 14 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
     char(*fences)[160] = xmalloc(sizeof(*fences) * (size_t)marks);
@@ -115,17 +115,38 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     args[8 + segments] = ends;
     args[9 + segments] = pay;
     args[10 + segments] = !s->inv->cfg.outbox ? "" : s->gene < 0 ? "1" : "c";
-    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 11 + segments, argv, NULL);
+    args[11 + segments] = check == INV_PUT_UNCHECKED ? "" : spec->reset ? "reset" : "new";
+    args[12 + segments] = INV_SINK_GROUP;
+    args[13 + segments] = check == INV_PUT_CHECK_ONLY ? "1" : "";
+    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 14 + segments, argv, NULL);
     free(argv);
     free(vals);
     free(fences);
     inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_INTEGER)
-        st = r->integer == 1 ? INV_CREATED : INV_OK;
-    soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
-    inv_layout_forget(s->inv, sku);
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        switch (r->integer) {
+        case 1:
+            st = INV_CREATED;
+            break;
+        case 0:
+        case 2: /* the check alone */
+            st = INV_OK;
+            break;
+        case -1:
+            st = INV_EXISTS;
+            break;
+        case -3:
+            st = INV_NOT_SETTLED;
+            break;
+        }
+    }
     if (r)
         freeReplyObject(r);
+    /* unavailable too: the script may have run, its answer lost */
+    if (st != INV_EXISTS && st != INV_NOT_SETTLED && check != INV_PUT_CHECK_ONLY) {
+        soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
+        inv_layout_forget(s->inv, sku);
+    }
     return st;
 }
 
@@ -293,7 +314,7 @@ void inv_order_fill(struct inv_order *out, uint64_t id, const char *sku,
 
 inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *out)
 {
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 7)
+    if (!r || r->type != REDIS_REPLY_ARRAY || (r->elements != 7 && r->elements != 9))
         return INV_UNAVAILABLE;
     redisReply *const *e = r->element;
     if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING)
@@ -302,6 +323,11 @@ inv_status inv_order_read(const redisReply *r, uint64_t id, struct inv_order *ou
     const char *state = e[5]->type == REDIS_REPLY_STRING ? e[5]->str : NULL;
     inv_order_fill(out, id, e[0]->str, e[1]->str, (int)inv_reply_ll(e[2], 0),
                    (int)inv_reply_ll(e[3], 0), segments, state, inv_reply_ll(e[6], 0));
+    if (r->elements == 9) {
+        if (e[7]->type == REDIS_REPLY_STRING)
+            snprintf(out->payment_id, sizeof(out->payment_id), "%s", e[7]->str);
+        out->paid_at_ms = inv_reply_ll(e[8], 0);
+    }
     return INV_OK;
 }
 
@@ -325,9 +351,11 @@ static inv_status order_get_once(struct inv_session *s, uint64_t id,
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, "", s->gene);
-    redisReply *r = rconn_command(
-        s->rc, "HMGET %s%" PRIu64 " sku user_id qty segment segments state pay_by",
-        k.order, id);
+    redisReply *r =
+        rconn_command(s->rc,
+                      "HMGET %s%" PRIu64
+                      " sku user_id qty segment segments state pay_by payment_id paid_at",
+                      k.order, id);
     inv_status st = inv_order_read(r, id, out);
     if (r)
         freeReplyObject(r);

@@ -155,7 +155,7 @@ run_mode() {
     local -a auth=()
     [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
     curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' "${auth[@]}" \
-        -d "{\"stock\":$stock,\"segments\":1,\"per_user_limit\":1}" "$LB_URL/skus/$sku" ||
+        -d "{\"stock\":$stock,\"segments\":1,\"per_user_limit\":1}" "$LB_URL/skus/$sku?reset=true" ||
         die "PUT /skus/$sku failed"
     local -a lock_ports=()
     local n

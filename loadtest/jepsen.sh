@@ -294,7 +294,7 @@ put_sku() { # SKU STOCK
     net_exec cl curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' \
         -H "Authorization: Bearer $TOKEN" \
         -d "{\"stock\":$2,\"segments\":$SEGMENTS,\"per_user_limit\":$LIMIT$extra}" \
-        "$(instance_url 1)/skus/$1"
+        "$(instance_url 1)/skus/$1?reset=true"
 }
 
 client_start() { # DIR C SKU

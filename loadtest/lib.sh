@@ -20,7 +20,9 @@
 #                               start: UP_ERROR says why (its last word), nothing of it
 #                               runs, status 1
 #   lt_cluster_down             the running cluster down; 1 when that failed
-#   put_sku SKU STOCK SEGMENTS [EXTRA]  creates or resets SKU through $LB_URL (limit 1,
+#   put_sku SKU STOCK SEGMENTS [EXTRA]  creates or resets (?reset=true; a 409, events
+#                               still on their way to PostgreSQL, asked again for
+#                               20 s at most) SKU through $LB_URL (limit 1,
 #                               EXTRA more JSON fields: ,"pay_within_ms":1500;
 #                               $SECKILL_ADMIN_TOKEN when set); 1 when refused
 
@@ -98,7 +100,18 @@ lt_cluster_down() {
 
 put_sku() { # SKU STOCK SEGMENTS [EXTRA: more fields, ',"pay_within_ms":1500']
     local -a auth=()
+    local code deadline=$((SECONDS + 20))
     [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
-    curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' "${auth[@]}" \
-        -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1${4:-}}" "$LB_URL/skus/$1"
+    while :; do
+        code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
+            -H 'Content-Type: application/json' "${auth[@]}" \
+            -d "{\"stock\":$2,\"segments\":$3,\"per_user_limit\":1${4:-}}" \
+            "$LB_URL/skus/$1?reset=true")
+        [[ $code == 200 || $code == 201 ]] && return 0
+        # 409 not_settled: with --postgres, the last round's events are still on their
+        # way (the sink carries them within a second or two); 20 s is ample on a
+        # busy box
+        [[ $code == 409 ]] && ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
 }

@@ -197,7 +197,7 @@ mode_sale() {
         "${pay_ratio:+,\"pay_within_ms\":$pay_within}")
     [[ -n ${SECKILL_ADMIN_TOKEN:-} ]] && auth=(-H "Authorization: Bearer $SECKILL_ADMIN_TOKEN")
     put_code=$(curl -s -o "$mdir/$mode.put.json" -w '%{http_code}' --max-time 10 -X PUT \
-        -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$LB_URL/skus/$sku") || true
+        -H 'Content-Type: application/json' "${auth[@]}" -d "$body" "$LB_URL/skus/$sku?reset=true") || true
     if [[ $put_code != 200 && $put_code != 201 ]]; then
         error="PUT /skus/$sku answered $put_code: $(cat "$mdir/$mode.put.json" 2>/dev/null)"
         return

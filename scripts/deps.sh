@@ -11,6 +11,8 @@ packages=(
     # the orders' system of record and the pg lock (--postgres): the server for the
     # tests' throwaway databases, libpq's headers and .pc for the build
     postgresql libpq-dev
+    # HMAC-SHA256 of buyer tokens (service/buyer.c, --buyer-key-file): libcrypto
+    libssl-dev
     slowhttptest
     # make test-stress: busy loops on every core while the suite runs (tests/run.sh)
     stress-ng

@@ -13,6 +13,7 @@
 
 #include <libpq-fe.h>
 
+#include "file.h"
 #include "lock.h"
 #include "log.h"
 #include "version.h"
@@ -164,19 +165,9 @@ static config_status file_line(char *field, size_t len, const char *path, char *
                                size_t errlen)
 {
     char buf[1024];
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+    size_t n;
+    if (file_read(path, buf, sizeof(buf), &n, err, errlen) != 0)
         return CONFIG_ERROR;
-    }
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    int failed = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (failed) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
-        return CONFIG_ERROR;
-    }
     if (n > 0 && buf[n - 1] == '\n')
         n--;
     if (n > 0 && buf[n - 1] == '\r')
@@ -202,6 +193,15 @@ static config_status opt_token_file(struct svc_config *cfg, const char *value, c
                                     size_t errlen)
 {
     return file_line(cfg->admin_token, sizeof(cfg->admin_token), value, err, errlen);
+}
+
+/* --buyer-key-file: the key (buyer_key_read). */
+static config_status opt_buyer_key_file(struct svc_config *cfg, const char *value,
+                                        char *err, size_t errlen)
+{
+    return buyer_key_read(value, cfg->buyer_key, &cfg->buyer_key_len, err, errlen) == 0
+               ? CONFIG_OK
+               : CONFIG_ERROR;
 }
 
 /* --postgres-file: the connection string read from a file, checked as
@@ -509,6 +509,12 @@ static const struct option_spec options[] = {
      "the pay token read from file F at start (trailing newline stripped): not "
      "visible in argv or the environment",
      opt_pay_token_file},
+    {"buyer-key-file", "F", "none",
+     "the shop's key for buyer tokens (16..1024 bytes, a final newline dropped): "
+     "placing, cancelling and reading an order then need Seckill-Buyer: "
+     "<user_id>.<expiry>.<HMAC-SHA256 hex>; without it user_id is trusted (the "
+     "gateway must authenticate buyers)",
+     opt_buyer_key_file},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
     {"log-level-file", "F", "none",
      "the log level read from file F (one word, as --log-level) at start and again "

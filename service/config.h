@@ -3,6 +3,7 @@
 #ifndef SECKILL_CONFIG_H
 #define SECKILL_CONFIG_H
 
+#include "buyer.h"
 #include <stddef.h>
 #include <sys/socket.h>
 
@@ -45,6 +46,10 @@ struct svc_config {
     int request_timeout_ms; /* a request's headers and body must be in within this */
     char admin_token[256];
     char pay_token[256]; /* --pay-token: pays need it, the admin token no longer pays */
+    /* --buyer-key-file: the key of buyer tokens (buyer.h), the file's bytes but a
+     * final newline; buyer_key_len 0: none, user ids are trusted */
+    unsigned char buyer_key[BUYER_KEY_MAX];
+    size_t buyer_key_len;
     int log_level;
     char log_level_file[1024]; /* --log-level-file, "" when not given */
 };

@@ -112,9 +112,9 @@ static struct conn_state *conn_state_new(struct MHD_Connection *conn, const char
     st->answered = 0;
     st->order_id[0] = '\0';
     size_t len = strlen(url);
-    if (len >= SERVER_PATH_MAX) {
+    if (len >= SERVER_PATH_MAX) { /* no route's path is so long: a SKU over 64 */
         memcpy(st->path, "/", 2);
-        st->status_hint = 404;
+        st->status_hint = 400;
         return st;
     }
     memcpy(st->path, url, len + 1);
@@ -208,6 +208,11 @@ static enum MHD_Result answer_resumed(struct svc_app *app, struct MHD_Connection
         if (waiters_hand_over(st, &req, svc_order_stored))
             return MHD_YES;
     }
+    if (st->ticket.st == INV_BAD_QTY && !st->ticket.end) { /* the SKU's range told */
+        struct svc_request req = request_of(app, conn, st, method);
+        if (waiters_hand_over(st, &req, svc_order_bad_qty))
+            return MHD_YES;
+    }
     struct svc_response res = {0};
     svc_order_finish(&st->ticket, &res);
     return answer(conn, st, method, &res);
@@ -217,7 +222,12 @@ static enum MHD_Result answer_resumed(struct svc_app *app, struct MHD_Connection
  * Returns 1 when it is, 0 when its route is to run. */
 static int refused(const struct conn_state *st, struct svc_response *res)
 {
-    if (st->status_hint == 404)
+    if (st->status_hint == 400)
+        svc_error(
+            res, 400, "bad_request",
+            "the path is too long (a SKU is 1..64 characters of [A-Za-z0-9_.:-], an "
+            "order id a decimal number)");
+    else if (st->status_hint == 404)
         svc_error(res, 404, "not_found", "no such route");
     else if (st->status_hint == 405)
         svc_error(res, 405, "method_not_allowed", "this path does not take that method");
@@ -241,6 +251,10 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
         .idem_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),
+        .reset = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "reset"),
+        .cursor = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
+        .buyer = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Seckill-Buyer"),
+        .limit = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"),
         .ticket = &st->ticket,
     };
 }
@@ -273,6 +287,11 @@ static enum MHD_Result request_serve(struct svc_app *app, struct MHD_Connection 
         svc_route_run(st->route, &req, &res);
         if (res.pending) {
             order_hand_over(conn, st);
+            return MHD_YES;
+        }
+        if (res.again && waiters_hand_over(st, &req, res.again)) {
+            json_decref(res.json);
+            free(res.text);
             return MHD_YES;
         }
     }

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "buyer.h"
 #include "clock.h"
 #include "config.h"
 #include "durability.h"
@@ -390,10 +392,65 @@ static void log_listening(const struct svc_config *cfg, struct backend *b)
               cfg->work_us, cfg->batch, b->replicas_acked);
 }
 
+/* `seckill buyer-token USER [--key-file F] [--ttl S]`: prints USER's buyer
+ * token (buyer.h), valid S seconds (default 3600) from now, signed with the
+ * key of F (default $SECKILL_BUYER_KEY_FILE), for tests, demos and a shop's
+ * login to copy. 0, or 2 with a message on stderr. */
+static int buyer_token_main(int argc, char **argv)
+{
+    const char *user = NULL, *file = getenv("SECKILL_BUYER_KEY_FILE");
+    long long ttl = 3600;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (strcmp(argv[i], "--key-file") == 0 && i + 1 < argc) {
+            file = argv[++i];
+        } else if (strcmp(argv[i], "--ttl") == 0 && i + 1 < argc) {
+            ttl = strtoll(argv[++i], &end, 10);
+            if (*end || end == argv[i] || ttl < 1 || ttl > 31536000) {
+                fprintf(stderr,
+                        "seckill buyer-token: --ttl must be 1..31536000 seconds\n");
+                return 2;
+            }
+        } else if (!user && argv[i][0] != '-') {
+            user = argv[i];
+        } else {
+            fprintf(stderr,
+                    "usage: seckill buyer-token USER [--key-file F] [--ttl SECONDS]\n");
+            return 2;
+        }
+    }
+    if (!user || !inv_id_valid(user)) {
+        fprintf(stderr, "seckill buyer-token: USER must be 1..64 characters of "
+                        "[A-Za-z0-9_.:-]\n");
+        return 2;
+    }
+    if (!file || !*file) {
+        fprintf(stderr, "seckill buyer-token: no key: --key-file F or "
+                        "SECKILL_BUYER_KEY_FILE\n");
+        return 2;
+    }
+    unsigned char key[BUYER_KEY_MAX];
+    size_t keylen;
+    char err[256], token[BUYER_TOKEN_MAX + 1];
+    if (buyer_key_read(file, key, &keylen, err, sizeof(err)) != 0) {
+        fprintf(stderr, "seckill buyer-token: %s: %s\n", file, err);
+        return 2;
+    }
+    if (buyer_token(key, keylen, user, (long long)time(NULL) + ttl, token,
+                    sizeof(token)) != 0) {
+        fprintf(stderr, "seckill buyer-token: could not sign\n");
+        return 2;
+    }
+    printf("%s\n", token);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct svc_config cfg;
     char err[512];
+    if (argc >= 2 && strcmp(argv[1], "buyer-token") == 0)
+        return buyer_token_main(argc - 1, argv + 1);
     switch (svc_config_load(&cfg, argc, argv, err, sizeof(err))) {
     case CONFIG_HELP:
         return 0;

@@ -314,6 +314,10 @@ static void order_counters(FILE *f, const struct svc_app *app, const struct inv_
     batches(f, app->inv);
     STATS_COUNTER(f, is, sold_out_local);
     STATS_COUNTER(f, is, unacked);
+    STATS_COUNTER(f, is, paid);
+    STATS_COUNTER(f, is, cancelled);
+    STATS_COUNTER(f, is, expired);
+    STATS_COUNTER(f, is, units_returned);
     STATS_COUNTER(f, is, id_collisions);
     STATS_COUNTER(f, is, fenced_off);
     STATS_COUNTER(f, is, malformed);
@@ -556,7 +560,9 @@ static int sku_figures_read(struct inv_session *inv,
 }
 
 /* seckill_sku_*: the stock gauges, one read per SKU seen;
- * seckill_sku_stock_read_ok says 0 when a read failed. */
+ * seckill_sku_stock_read_ok (one series, no sku label: it is there also before
+ * any SKU was seen, and the reads stop at the first that fails, leaving the
+ * others unknown) says 0 when a read failed. */
 static void sku_gauges(FILE *f, struct inv_session *inv)
 {
     char names[METRICS_SKUS][INV_ID_MAX + 1];

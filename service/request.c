@@ -96,6 +96,7 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
     req_status rc = REQ_INVALID;
     json_t *user = json_object_get(root, "user_id");
     long long qty = 1;
+    out->qty_range = 0;
     if (fields_known(root, known, detail, detail_len) != REQ_OK) {
         /* detail names it */
     } else if (!user) {
@@ -108,6 +109,8 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
         snprintf(out->user_id, sizeof(out->user_id), "%s", json_string_value(user));
         out->qty = (int)qty;
         rc = REQ_OK;
+    } else {
+        out->qty_range = json_is_integer(json_object_get(root, "qty"));
     }
     json_decref(root);
     return rc;

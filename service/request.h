@@ -13,6 +13,9 @@
 struct req_order {
     char user_id[INV_ID_MAX + 1];
     int qty;
+    /* REQ_INVALID because qty is an integer outside 1..INV_MAX_LIMIT: the
+     * SKU's per_user_limit says the range it may take (the caller reads it) */
+    int qty_range;
 };
 
 struct req_sku {

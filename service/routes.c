@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include "buyer.h"
 #include "log.h"
 #include "metrics.h"
 #include "request.h"
@@ -34,8 +36,9 @@ static void inv_error(struct svc_response *res, inv_status st)
         svc_error(res, 409, "limit_reached",
                   "the user already bought the per-user limit");
         break;
-    case INV_BAD_QTY:
-        svc_error(res, 400, "bad_request", "qty must be an integer in 1..per_user_limit");
+    case INV_BAD_QTY: /* svc_order_bad_qty says the SKU's number */
+        svc_error(res, 400, "bad_request",
+                  "qty must be an integer from 1 to the SKU's per_user_limit");
         break;
     case INV_BUSY:
         svc_error(res, 503, "busy", "the segment is busy; nothing was placed, retry");
@@ -72,6 +75,11 @@ static void inv_error(struct svc_response *res, inv_status st)
         svc_error(res, 409, "not_settled",
                   "units are pending or on their way between shards, or events have not "
                   "reached PostgreSQL yet; retry once they are settled");
+        break;
+    case INV_EXISTS:
+        svc_error(res, 409, "exists",
+                  "the SKU has orders; PUT /skus/{sku}?reset=true clears them and "
+                  "starts it anew, PATCH changes a live sale; nothing was changed");
         break;
     case INV_MALFORMED:
         svc_error(res, 503, "unavailable",
@@ -114,6 +122,44 @@ static int token_allowed(const struct svc_request *req, const char *token)
     return diff == 0;
 }
 
+/* With --buyer-key-file, the buyer the request's Seckill-Buyer token names,
+ * into user; false (answered 401) when it carries none valid. Without the
+ * flag: true, user "" (user ids are trusted: the gateway authenticates). */
+static int buyer_of(const struct svc_request *req, struct svc_response *res,
+                    char user[INV_ID_MAX + 1])
+{
+    const struct svc_config *cfg = req->app->cfg;
+    user[0] = '\0';
+    if (!cfg->buyer_key_len)
+        return 1;
+    switch (buyer_check(cfg->buyer_key, cfg->buyer_key_len, req->buyer,
+                        (long long)time(NULL), user)) {
+    case BUYER_OK:
+        return 1;
+    case BUYER_MISSING:
+        svc_error(
+            res, 401, "unauthorized",
+            "a buyer's request needs Seckill-Buyer: <user_id>.<expiry>.<signature>");
+        return 0;
+    case BUYER_EXPIRED:
+        svc_error(res, 401, "unauthorized", "the Seckill-Buyer token has expired");
+        return 0;
+    default:
+        svc_error(res, 401, "unauthorized", "the Seckill-Buyer token is not valid");
+        return 0;
+    }
+}
+
+/* A body's user_id against the token's buyer (buyer_of; "": none, any):
+ * false, answered 403, when they differ. */
+static int buyer_is(const char *buyer, const char *user_id, struct svc_response *res)
+{
+    if (!buyer[0] || strcmp(buyer, user_id) == 0)
+        return 1;
+    svc_error(res, 403, "forbidden", "user_id is not the Seckill-Buyer token's user");
+    return 0;
+}
+
 static int sku_param_ok(const struct svc_request *req, struct svc_response *res)
 {
     if (inv_id_valid(req->params[0]))
@@ -140,6 +186,11 @@ static json_t *order_json(const struct inv_order *o)
         json_object_set_new(j, "segment", json_integer(o->segment));
     json_object_set_new(j, "state", json_string(inv_state_name(o->state)));
     time_set(j, "pay_by", o->pay_by_ms);
+    if (o->state == INV_STATE_PAID) { /* null: paid by a pay that named none */
+        json_object_set_new(j, "payment_id",
+                            o->payment_id[0] ? json_string(o->payment_id) : json_null());
+        time_set(j, "paid_at", o->paid_at_ms);
+    }
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
         for (int i = 0; i < o->nparts; i++)
@@ -164,11 +215,11 @@ static char *put(char *p, const char *s)
  * (an instance's jansson and printf were 8 % of its CPU under S1). Its
  * strings are ids of [A-Za-z0-9_.:-] (inv_id_valid): nothing to escape.
  * NULL for what it does not cover (several segments, an id that would need
- * escaping, no memory): order_json then. */
+ * escaping, a paid order's payment, no memory): order_json then. */
 static char *order_text(const struct inv_order *o)
 {
     if (o->nparts > 1 || o->qty < 0 || o->segment < 0 || !inv_id_valid(o->sku) ||
-        !inv_id_valid(o->user_id))
+        !inv_id_valid(o->user_id) || o->state == INV_STATE_PAID)
         return NULL;
     char pay_by[RFC3339_MAX] = "";
     if (o->pay_by_ms > 0 && rfc3339_format(o->pay_by_ms, pay_by, sizeof(pay_by)) <= 0)
@@ -194,6 +245,14 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
 {
     if (!sku_param_ok(req, res))
         return;
+    int reset = 0;
+    if (req->reset && strcmp(req->reset, "true") != 0 &&
+        strcmp(req->reset, "false") != 0) {
+        svc_error(res, 400, "bad_request", "reset must be true or false");
+        return;
+    }
+    if (req->reset)
+        reset = strcmp(req->reset, "true") == 0;
     struct req_sku body;
     char detail[200];
     if (req_parse_sku(req->body, req->body_len, req->app->cfg->segments, &body, detail,
@@ -206,7 +265,8 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                                 .limit = body.limit,
                                 .starts_ms = body.starts_ms,
                                 .ends_ms = body.ends_ms,
-                                .pay_ms = body.pay_ms};
+                                .pay_ms = body.pay_ms,
+                                .reset = reset};
     inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
@@ -225,6 +285,71 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                   body.limit, "pay_within_ms", (json_int_t)body.pay_ms);
     time_set(res->json, "starts_at", body.starts_ms);
     time_set(res->json, "ends_at", body.ends_ms);
+}
+
+/* The RFC 3339 form of ms, or null when ms is no time (0). */
+static json_t *time_or_null(long long ms)
+{
+    char text[RFC3339_MAX];
+    if (ms > 0 && rfc3339_format(ms, text, sizeof(text)) > 0)
+        return json_string(text);
+    return json_null();
+}
+
+/* GET /skus (admin): a page of the SKUs (inv_sku_list), each with its state
+ * as GET /skus/{sku} reads it; one retired meanwhile is left out. */
+static void h_sku_list(const struct svc_request *req, struct svc_response *res)
+{
+    long limit = 100;
+    if (req->limit) {
+        char *end;
+        limit = strtol(req->limit, &end, 10);
+        if (!req->limit[0] || *end || limit < 1 || limit > 1000) {
+            svc_error(res, 400, "bad_request", "limit must be an integer in 1..1000");
+            return;
+        }
+    }
+    char(*names)[INV_ID_MAX + 1];
+    char next[48];
+    int n;
+    inv_status st = inv_sku_list(req->worker->inv, req->cursor, (int)limit, &names, &n,
+                                 next, sizeof(next));
+    if (st == INV_BAD_CURSOR) {
+        svc_error(res, 400, "bad_request", "cursor must be the next of an earlier page");
+        return;
+    }
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
+    json_t *skus = json_array();
+    for (int i = 0; i < n && st == INV_OK; i++) {
+        inv_status one = inv_sku_get(req->worker->inv, names[i], &report);
+        if (one == INV_NOT_FOUND) /* retired since the walk saw it */
+            continue;
+        if (one != INV_OK) {
+            st = one;
+            break;
+        }
+        /* paused: no PATCH in this build, nothing pauses a sale */
+        json_t *sku =
+            json_pack("{s:s, s:I, s:I, s:I, s:b}", "sku", names[i], "remaining",
+                      (json_int_t)report.remaining, "sold", (json_int_t)report.sold,
+                      "pending", (json_int_t)report.pending, "paused", 0);
+        json_object_set_new(sku, "starts_at", time_or_null(report.starts_ms));
+        json_object_set_new(sku, "ends_at", time_or_null(report.ends_ms));
+        json_array_append_new(skus, sku);
+    }
+    free(names);
+    if (st != INV_OK) {
+        json_decref(skus);
+        inv_error(res, st);
+        return;
+    }
+    res->status = 200;
+    res->json = json_pack("{s:o, s:o}", "skus", skus, "next",
+                          next[0] ? json_string(next) : json_null());
 }
 
 /* DELETE /skus/{sku}: the SKU retired (inv_sku_retire), 204 with no body. */
@@ -311,15 +436,20 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
 
 static void h_order_post(const struct svc_request *req, struct svc_response *res)
 {
-    if (!sku_param_ok(req, res))
+    char buyer[INV_ID_MAX + 1];
+    if (!sku_param_ok(req, res) || !buyer_of(req, res, buyer))
         return;
     struct req_order body;
     char detail[200];
     if (req_parse_order(req->body, req->body_len, &body, detail, sizeof(detail)) !=
         REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
+        if (body.qty_range) /* the SKU's range, not INV_MAX_LIMIT's */
+            res->again = svc_order_bad_qty;
         return;
     }
+    if (!buyer_is(buyer, body.user_id, res))
+        return;
     if (req->idem_key && !req_idem_key_valid(req->idem_key)) {
         svc_error(res, 400, "bad_request",
                   "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
@@ -332,6 +462,22 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
         res->pending = 1; /* the batch answers: svc_order_finish */
     else
         order_answer(req->params[0], st, &t->order, res);
+    if (st == INV_BAD_QTY)
+        res->again = svc_order_bad_qty;
+}
+
+void svc_order_bad_qty(const struct svc_request *req, struct svc_response *res)
+{
+    static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
+    inv_status st = inv_sku_get(req->worker->inv, req->params[0], &report);
+    if (st != INV_OK) {
+        inv_error(res, st == INV_NOT_FOUND ? st : INV_BAD_QTY);
+        return;
+    }
+    char detail[120];
+    snprintf(detail, sizeof(detail),
+             "qty must be an integer in 1..%d (the SKU's per_user_limit)", report.limit);
+    svc_error(res, 400, "bad_request", detail);
 }
 
 /* A script refused t for a malformed value in Redis: one warning (a few a
@@ -352,6 +498,17 @@ static void malformed_log(const struct inv_ticket *t)
               (unsigned long long)suppressed);
 }
 
+/* inv_error, and a pay refused because another payment paid the order
+ * names that payment (the payment service refunds this one). */
+static void paid_error(struct svc_response *res, inv_status st, inv_end end,
+                       const struct inv_order *o)
+{
+    inv_error(res, st);
+    if (st == INV_PAID && end == INV_END_PAY)
+        json_object_set_new(res->json, "payment_id",
+                            o->payment_id[0] ? json_string(o->payment_id) : json_null());
+}
+
 void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
 {
     if (t->st == INV_MALFORMED)
@@ -359,7 +516,7 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
     if (!t->end) {
         order_answer(t->sku, t->st, &t->order, res);
     } else if (t->st != INV_OK) {
-        inv_error(res, t->st);
+        paid_error(res, t->st, t->end, &t->order);
     } else {
         res->status = 200;
         res->json = order_json(&t->order);
@@ -385,10 +542,12 @@ static store_status stored_order(const struct svc_request *req, uint64_t id,
 }
 
 /* What pay.lua or cancel.lua (end) answers for an order of state st that is
- * not pending, by user (a cancel's): INV_OK (paid before, cancelled
+ * not pending, by user (a cancel's) or payment (a pay's, "" for none):
+ * INV_OK (paid before by this payment or a pay naming none, cancelled
  * before), else its refusal. A pending order has a record while it is
  * pending: one found only in the database was cleared by a reset. */
-static inv_status settled_end(inv_end end, const struct inv_order *o, const char *user)
+static inv_status settled_end(inv_end end, const struct inv_order *o, const char *user,
+                              const char *payment)
 {
     if (end == INV_END_CANCEL && strcmp(o->user_id, user) != 0)
         return INV_FORBIDDEN;
@@ -396,7 +555,9 @@ static inv_status settled_end(inv_end end, const struct inv_order *o, const char
     case INV_STATE_PLACED:
         return INV_NOT_PENDING;
     case INV_STATE_PAID:
-        return end == INV_END_PAY ? INV_OK : INV_PAID;
+        if (end == INV_END_PAY)
+            return !payment[0] || strcmp(payment, o->payment_id) == 0 ? INV_OK : INV_PAID;
+        return INV_PAID;
     case INV_STATE_CANCELLED:
         return end == INV_END_CANCEL ? INV_OK : INV_CANCELLED;
     case INV_STATE_EXPIRED:
@@ -418,10 +579,10 @@ void svc_order_stored(const struct svc_request *req, struct svc_response *res)
         order_answer(t->sku, same ? INV_REPLAYED : INV_NOT_FOUND, &o, res);
         return;
     }
-    inv_status st =
-        got == STORE_FOUND ? settled_end(t->end, &o, t->user_id) : INV_NOT_FOUND;
+    inv_status st = got == STORE_FOUND ? settled_end(t->end, &o, t->user_id, t->idem_key)
+                                       : INV_NOT_FOUND;
     if (st != INV_OK) {
-        inv_error(res, st);
+        paid_error(res, st, t->end, &o);
         return;
     }
     res->status = 200;
@@ -441,7 +602,12 @@ static int order_param(const struct svc_request *req, struct svc_response *res,
 static void h_order_get(const struct svc_request *req, struct svc_response *res)
 {
     uint64_t id;
-    if (!order_param(req, res, &id))
+    char buyer[INV_ID_MAX + 1] = "";
+    const struct svc_config *cfg = req->app->cfg;
+    /* with buyer tokens: the buyer's own orders only, or any with the admin token */
+    int admin =
+        cfg->admin_token[0] && req->authorization && token_allowed(req, cfg->admin_token);
+    if (!order_param(req, res, &id) || (!admin && !buyer_of(req, res, buyer)))
         return;
     struct inv_order order;
     inv_status st = inv_order_get(req->worker->inv, id, &order);
@@ -452,6 +618,8 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
             return;
         st = got == STORE_FOUND ? INV_OK : INV_NOT_FOUND;
     }
+    if (st == INV_OK && buyer[0] && strcmp(order.user_id, buyer) != 0)
+        st = INV_NOT_FOUND; /* another buyer's: nothing of it told */
     if (st != INV_OK) {
         inv_error(res, st);
         return;
@@ -469,14 +637,17 @@ static void order_end(const struct svc_request *req, struct svc_response *res,
                       inv_end end)
 {
     uint64_t id;
-    char arg[INV_IDEM_MAX + 1], detail[200];
-    if (!order_param(req, res, &id))
+    char arg[INV_IDEM_MAX + 1], detail[200], buyer[INV_ID_MAX + 1] = "";
+    if (!order_param(req, res, &id) ||
+        (end == INV_END_CANCEL && !buyer_of(req, res, buyer)))
         return;
     if (parse(req->body, req->body_len, arg, sizeof(arg), detail, sizeof(detail)) !=
         REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
         return;
     }
+    if (end == INV_END_CANCEL && !buyer_is(buyer, arg, res))
+        return;
     inv_end_open(req->ticket, end, id, arg);
     res->pending = 1;
 }
@@ -594,6 +765,7 @@ static void h_stats(const struct svc_request *req, struct svc_response *res);
 static void h_metrics(const struct svc_request *req, struct svc_response *res);
 
 static struct svc_route routes[] = {
+    {"GET", "/skus", "sku_list", h_sku_list, ROUTE_ADMIN | ROUTE_WAITS},
     {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
     {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},

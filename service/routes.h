@@ -31,6 +31,9 @@ struct svc_request {
     size_t body_len;
     const char *idem_key;      /* Idempotency-Key header or NULL */
     const char *authorization; /* Authorization header or NULL */
+    const char *reset;         /* the query's reset (PUT /skus/{sku}) or NULL */
+    const char *cursor, *limit; /* the query's (GET /skus) or NULL */
+    const char *buyer;          /* Seckill-Buyer header or NULL */
     struct inv_ticket *ticket; /* where an order that waits for its batch lives */
 };
 
@@ -44,6 +47,10 @@ struct svc_response {
     int retry_after;          /* seconds; 0 for none */
     int pending;              /* no answer yet: req->ticket goes to app->batcher, and
                                  svc_order_finish answers once it is done */
+    /* Set: the request runs this on the main thread (waiters.c), which may
+     * wait on Redis, and it answers; the answer here is for when it cannot
+     * (the server going down). */
+    void (*again)(const struct svc_request *req, struct svc_response *res);
 };
 
 typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *res);
@@ -93,6 +100,10 @@ void svc_order_finish(const struct inv_ticket *t, struct svc_response *res);
  * system of record (req->app->store), as pay.lua, cancel.lua and a replay
  * answer a settled order: blocking, on the main thread (ROUTE_WAITS). */
 void svc_order_stored(const struct svc_request *req, struct svc_response *res);
+/* On the main thread, an order refused for its qty (INV_BAD_QTY, or an
+ * integer the parse refused): 400 whose detail says the SKU's own range,
+ * 1..its per_user_limit, read from Redis (404 for an unknown SKU). */
+void svc_order_bad_qty(const struct svc_request *req, struct svc_response *res);
 
 /* Counts an answer of route r. */
 void svc_route_count(struct svc_route *r, int status, int64_t duration_us);

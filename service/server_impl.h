@@ -74,7 +74,8 @@ extern _Thread_local struct svc_loop *tls_loop;
 /* One request's state across the access handler's calls. */
 struct conn_state {
     struct svc_route *route;
-    int status_hint; /* 404/405/413 decided before the body arrived, or 0 */
+    int status_hint; /* 400 (a path too long)/404/405 decided before the body arrived, or
+                        0 */
     int too_large;
     size_t body_len;
     int64_t start_us;

@@ -21,7 +21,7 @@
 const char SINK_APPLY_SQL[] =
     "WITH ev AS (SELECT * FROM json_to_recordset($1::json) AS e(x text, i text, "
     "  o bigint, s text, k text, u text, q int, g text, b bigint, p text, e int, "
-    "  m text)), "
+    "  m text, t bigint)), "
     "fresh AS (INSERT INTO seckill_events (stream, event_id, order_id, state, at) "
     "  SELECT x, i, o, s, to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev "
     "  ON CONFLICT DO NOTHING RETURNING stream, event_id), "
@@ -35,7 +35,8 @@ const char SINK_APPLY_SQL[] =
     "INSERT INTO seckill_orders AS t (order_id, sku, user_id, qty, generation, state, "
     "  rank, pay_by, payment_id, changed_at, segment, segments) "
     "SELECT o, k, u, q, g, s, r, to_timestamp(pb / 1000.0), p, "
-    "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0), pe, pm FROM latest "
+    "  to_timestamp(coalesce(t, split_part(i, '-', 1)::bigint) / 1000.0), pe, pm "
+    "FROM latest "
     "ON CONFLICT (order_id) DO UPDATE SET "
     "  state = CASE WHEN t.rank < EXCLUDED.rank THEN EXCLUDED.state ELSE t.state END, "
     "  rank = greatest(t.rank, EXCLUDED.rank), "
@@ -95,8 +96,9 @@ static int json_plain(const char *text)
 }
 
 /* An event's fields, by their one-letter names (outbox.lua): order, state,
- * SKU, user, units, generation, pay_by, payment id, segment, segments. */
-static const char EVENT_FIELDS[] = "oskuqgbpem";
+ * SKU, user, units, generation, pay_by, payment id, segment, segments, the
+ * time of the change (paid_at; else the event id's). */
+static const char EVENT_FIELDS[] = "oskuqgbpemt";
 #define EVENT_NFIELDS (sizeof(EVENT_FIELDS) - 1)
 
 /* True when text is a record's segments, "<seg>:<units>,..." (digits,
@@ -121,7 +123,8 @@ static int event_valid(const char *const v[EVENT_NFIELDS])
     for (int st = 0; st < INV_NSTATES; st++)
         known |= strcmp(v[1], inv_state_name((inv_state)st)) == 0;
     return known && digits(v[0]) && digits(v[4]) && (!v[6] || digits(v[6])) &&
-           (!v[8] || digits(v[8])) && (!v[9] || spread_valid(v[9]));
+           (!v[8] || digits(v[8])) && (!v[9] || spread_valid(v[9])) &&
+           (!v[10] || digits(v[10]));
 }
 
 /* Appends n bytes of text to *out (length *len, room *room), NUL-ended. */

@@ -141,7 +141,9 @@ store_status svc_store_order(struct svc_store *st, uint64_t id, struct inv_order
     /* pay_by went in as milliseconds / 1000.0 (SINK_APPLY_SQL): back exact */
     PGresult *r = store_query(st,
                               "SELECT sku, user_id, qty, segment, segments, state, "
-                              "round(extract(epoch FROM pay_by) * 1000)::bigint "
+                              "round(extract(epoch FROM pay_by) * 1000)::bigint, "
+                              "payment_id, "
+                              "round(extract(epoch FROM changed_at) * 1000)::bigint "
                               "FROM seckill_orders WHERE order_id = $1",
                               1, params, err, errlen);
     store_status rc = !r                  ? STORE_UNAVAILABLE
@@ -152,6 +154,13 @@ store_status svc_store_order(struct svc_store *st, uint64_t id, struct inv_order
         inv_order_fill(out, id, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1),
                        atoi(PQgetvalue(r, 0, 2)), seg ? atoi(seg) : -1, column(r, 4),
                        PQgetvalue(r, 0, 5), by ? strtoll(by, NULL, 10) : 0);
+        /* a paid row changed last when it was paid: changed_at is paid_at (the
+         * event's t, SINK_APPLY_SQL) */
+        const char *payment = column(r, 7), *changed = column(r, 8);
+        if (payment)
+            snprintf(out->payment_id, sizeof(out->payment_id), "%s", payment);
+        if (out->state == INV_STATE_PAID && changed)
+            out->paid_at_ms = strtoll(changed, NULL, 10);
     }
     PQclear(r);
     return rc;

@@ -201,7 +201,7 @@ run_scenario() {
         R_SKU="frozen-$fencing-$attempt"
         body=$(printf '{"stock":%d,"segments":1,"per_user_limit":1}' "$STOCK")
         code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
-            -H 'Content-Type: application/json' -d "$body" "$I1/skus/$R_SKU")
+            -H 'Content-Type: application/json' -d "$body" "$I1/skus/$R_SKU?reset=true")
         [[ $code == 201 || $code == 200 ]] || {
             echo "  PUT /skus/$R_SKU answered $code"
             return 1

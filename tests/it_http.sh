@@ -72,6 +72,14 @@ answer "user_id charset" "400 bad_request/string" POST /skus/tv/orders '{"user_i
 answer "qty 0" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":0}'
 answer "qty over the limit" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":3}'
 answer "qty as a string" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann","qty":"1"}'
+# the range a detail gives is the SKU's own (tv's per_user_limit is 2)
+for q in -1 0 3 5000000; do
+    req POST /skus/tv/orders "{\"user_id\":\"ann\",\"qty\":$q}"
+    expect "qty $q: 400 saying the SKU's range" \
+        "400 bad_request qty must be an integer in 1..2 (the SKU's per_user_limit)" \
+        "$status $(field .error) $(field .detail)"
+done
+answer "qty -1 of an unknown SKU: 404" "404 not_found/string" POST /skus/nosuch/orders '{"user_id":"ann","qty":-1}'
 big=$(printf '{"user_id":"ann","pad":"%05000d"}' 0)
 answer "body over 4 KiB" "413 too_large/string" POST /skus/tv/orders "$big"
 answer "bad Idempotency-Key" "400 bad_request/string" POST /skus/tv/orders '{"user_id":"ann"}' -H 'Idempotency-Key: bad key!'
@@ -102,6 +110,29 @@ req GET /skus/tv
 expect "SKU report" "200 3 0 3 0 2" "$status $(field .initial) $(field .remaining) $(field .sold) $(field .oversold) $(field .orders)"
 req GET /skus/tv/audit
 expect "audit" "200 2 3 0 0 0 true" "$status $(field .orders) $(field .sold) $(field .oversold) $(field .limit_breaches) $(field .duplicate_order_ids) $(field .consistent)"
+
+# --- the SKUs, a page at a time (GET /skus, admin)
+for i in 0 1 2 3 4; do req PUT "/skus/list-$i" "{\"stock\":$((i + 1)),\"ends_at\":\"2099-01-01T00:00:00Z\"}" "${auth[@]}"; done
+answer "GET /skus without the token" "401 unauthorized/string" GET /skus
+answer "GET /skus?limit=0" "400 bad_request/string" GET '/skus?limit=0' '' "${auth[@]}"
+answer "GET /skus?limit=x" "400 bad_request/string" GET '/skus?limit=x' '' "${auth[@]}"
+answer "GET /skus?cursor=-1" "400 bad_request/string" GET '/skus?cursor=-1' '' "${auth[@]}"
+listed="" cursor="" pages=0
+while ((pages < 100)); do # every page, limit 2, until next is null
+    req GET "/skus?limit=2${cursor:+&cursor=$cursor}" '' "${auth[@]}"
+    [[ $status == 200 ]] || break
+    listed+=" $(field '.skus[] | "\(.sku):\(.remaining):\(.sold):\(.pending):\(.paused):\(.starts_at):\(.ends_at)"' | paste -sd' ')"
+    cursor=$(field '.next // empty')
+    pages=$((pages + 1))
+    [[ -n $cursor ]] || break
+done
+expect "the pages end (next null), each a 200" "200 0" "$status $(( pages >= 100 ))"
+expect "every SKU listed once, with its state" \
+    "list-0:1:0:0:false:null:2099-01-01T00:00:00Z list-1:2:0:0:false:null:2099-01-01T00:00:00Z list-2:3:0:0:false:null:2099-01-01T00:00:00Z list-3:4:0:0:false:null:2099-01-01T00:00:00Z list-4:5:0:0:false:null:2099-01-01T00:00:00Z tv:0:3:0:false:null:null" \
+    "$(tr ' ' '\n' <<<"$listed" | grep -E '^(list-|tv:)' | sort | paste -sd' ')"
+expect "... and every SKU there is: one page of 1000 lists the same" \
+    "$(tr ' ' '\n' <<<"$listed" | grep . | cut -d: -f1 | sort | paste -sd' ')" \
+    "$(curl -s "${auth[@]}" "$base/skus?limit=1000" | jq -r '.skus[].sku' | sort | paste -sd' ')"
 
 # --- routing
 answer "wrong method" "405 method_not_allowed/string" POST /skus/tv
@@ -206,7 +237,9 @@ hostile_answer "Bearer token of 10 KB on an admin route" "401 unauthorized/strin
 # paths
 code=$(curl -s -o /dev/null -w '%{http_code}' "$base/skus/$(repeat a 40000)")
 hostile "a 40 KB URL" "414" "$code"
-hostile_answer "a 600-byte path" "404 not_found/string" GET "/skus/$(repeat a 600)"
+hostile_answer "a 600-byte path (a SKU over its 64 characters)" "400 bad_request/string" GET "/skus/$(repeat a 600)"
+hostile_answer "a SKU of 506 characters" "400 bad_request/string" POST "/skus/$(repeat a 506)/orders" '{"user_id":"ann"}'
+hostile_answer "a SKU of 505 characters" "400 bad_request/string" GET "/skus/$(repeat a 505)"
 req POST /skus/hx%2Forders '{"user_id":"slash"}'
 hostile "POST /skus/hx%2Forders (an encoded slash is not a separator)" \
     "405 method_not_allowed/string" "$status $(err)"
@@ -368,7 +401,7 @@ cmd_start "$dir" redis
 wait_until 10 http_ok "$base/readyz"
 expect "ready again after Redis returns" "200" "$(http_code "$base/readyz")"
 expect "acknowledged orders survived the restart (AOF)" "3" "$(sold tv)"
-req PUT /skus/tv '{"stock":5}' "${auth[@]}"
+req PUT "/skus/tv?reset=true" '{"stock":5}' "${auth[@]}"
 req POST /skus/tv/orders '{"user_id":"dan"}'
 expect "orders work again" "201" "$status"
 

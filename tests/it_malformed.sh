@@ -106,8 +106,10 @@ keys0=$(keys) m0=$(malformed)
 swept() { [[ $(malformed) -ge $((m0 + 4)) ]]; }
 check "... the sweep meets it (seckill_sweep_malformed_total, each round)" wait_until 10 swept
 expect "... and writes nothing" "$keys0" "$(keys)"
-rcli HSET "sk:{bv}:back" 0 0 >/dev/null
-rcli HSET "sk:{bv}:meta" pending x >/dev/null
+# in one step: a sweep between a repaired back and a malformed pending would expire
+# fay's order (a sweep round every 100 ms)
+rcli EVAL "redis.call('HSET', KEYS[1], 0, 0) redis.call('HSET', KEYS[2], 'pending', 'x')" \
+    2 "sk:{bv}:back" "sk:{bv}:meta" >/dev/null
 m0=$(malformed)
 check "bv's pending x: the sweep meets it" wait_until 10 swept
 expect "... fay's order still pending" "pending" "$(rcli HGET "order:$fay" state)"

@@ -60,7 +60,7 @@ SKU=chaos
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
     -H 'Content-Type: application/json' \
     -d "$(printf '{"stock":%d,"segments":%d,"per_user_limit":1}' "$STOCK" "$SEGMENTS")" \
-    "$LB_URL/skus/$SKU")
+    "$LB_URL/skus/$SKU?reset=true")
 if [[ $code != 201 && $code != 200 ]]; then
     check "PUT /skus/$SKU (answered $code)" false
     checks_finish

@@ -7,7 +7,10 @@
 # instances A and B on one Redis:
 #
 # - an order is pending with a pay_by about pay_within_ms after Redis's now; pay (200,
-#   again 200), then cancel is 409 paid; cancel by another user is 403 and changes
+#   again 200 with the same payment_id or none, the order then has its payment_id and
+#   paid_at; with another payment_id 409 paid naming the first, which is kept), then
+#   cancel is 409 paid; a PUT of the SKU without ?reset=true is 409 exists and the
+#   paid order stays (with it, once the audit is read, 200 and the orders go); cancel by another user is 403 and changes
 #   nothing; cancel (200, again 200) gives the units back (GET /skus), a pay then is
 #   409 cancelled; the buyer's per-user limit is freed by the cancel;
 # - an order of several segments, cancelled, gives each segment its units back;
@@ -92,8 +95,17 @@ for mode in $MODES; do
     expect "$mode: GET /orders says pending" pending "$(state "$B" "$ann")"
     expect "$mode: pay: 200 paid" "200 paid" \
         "$(p=$(post "$B" "/orders/$ann/pay" '{"payment_id":"pay-1"}'); echo "$(status "$p") $(field .state "$p")")"
-    expect "$mode: pay again: 200 paid" "200 paid" \
-        "$(p=$(post "$A" "/orders/$ann/pay" ''); echo "$(status "$p") $(field .state "$p")")"
+    expect "$mode: pay again, the same payment_id: 200 paid, the id and paid_at told" \
+        "200 paid pay-1 true" \
+        "$(p=$(post "$A" "/orders/$ann/pay" '{"payment_id":"pay-1"}'); echo "$(status "$p") $(field .state "$p") $(field .payment_id "$p") $(field '.paid_at | test("^20[0-9-]+T[0-9:.]+Z$")' "$p")")"
+    # a pay that names no payment claims none of its own: answered as the repeat it is
+    expect "$mode: pay again without a payment_id: 200 paid pay-1" "200 paid pay-1" \
+        "$(p=$(post "$A" "/orders/$ann/pay" ''); echo "$(status "$p") $(field .state "$p") $(field .payment_id "$p")")"
+    expect "$mode: a pay with another payment_id: 409 paid, the order's payment_id told" \
+        "409 paid pay-1" \
+        "$(p=$(post "$B" "/orders/$ann/pay" '{"payment_id":"pay-2"}'); echo "$(status "$p") $(field .error "$p") $(field .payment_id "$p")")"
+    expect "$mode: ... the first payment kept" "paid pay-1" \
+        "$(curl -s "$A/orders/$ann" | jq -r '"\(.state) \(.payment_id)"')"
     expect "$mode: cancel of a paid order: 409 paid" "409 paid" \
         "$(p=$(post "$A" "/orders/$ann/cancel" '{"user_id":"ann"}'); echo "$(status "$p") $(field .error "$p")")"
     o=$(order "$A" "$S" bob 2)
@@ -112,6 +124,16 @@ for mode in $MODES; do
     o=$(order "$B" "$S" bob 2)
     bob2=$(field .order_id "$o")
     expect "$mode: the cancel freed bob's limit: 2 units again" 201 "$(status "$o")"
+
+    # ---- a PUT never wipes a sale by itself -------------------------------------
+    expect "$mode: PUT without reset of a SKU with a paid order: 409 exists" "409 exists" \
+        "$(p=$(curl -s -w '\n%{http_code}' -X PUT "$B/skus/$S" -d '{"stock":9,"per_user_limit":3}'); echo "${p##*$'\n'} $(jq -r .error <<<"${p%$'\n'*}")")"
+    expect "$mode: ... the paid order is still there, the SKU unchanged" "200 paid 4 2" \
+        "$(curl -s -o /dev/null -w '%{http_code}' "$A/orders/$ann") $(state "$A" "$ann") $(sku_get "$A" "$S" .initial) $(sku_get "$A" "$S" .per_user_limit)"
+    expect "$mode: PUT ?reset=maybe: 400, nothing changed" "400 4" \
+        "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$B/skus/$S?reset=maybe" -d '{"stock":9}') $(sku_get "$A" "$S" .initial)"
+    expect "$mode: PUT ?reset=false is the PUT without it: 409" 409 \
+        "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$B/skus/$S?reset=false" -d '{"stock":9}')"
 
     # ---- sold out, expiry, resold -----------------------------------------------
     # One unit with a 1.5 s window: carl takes it, B says sold out before it expires
@@ -248,6 +270,10 @@ for mode in $MODES; do
     echo "  $mode audit: $(jq -c 'del(.sku)' <<<"$audit")"
     audit=$(curl -s "$B/skus/$S-m/audit")
     expect "$mode: the audit of $S-m is consistent" true "$(jq -r .consistent <<<"$audit")"
+    expect "$mode: PUT ?reset=true of $S resets it: 200, its orders gone" "200 404 9" \
+        "$(put "$A" "$S?reset=true" '{"stock":9}') $(curl -s -o /dev/null -w '%{http_code}' "$B/orders/$ann") $(sku_get "$B" "$S" .remaining)"
+    expect "$mode: PUT without reset of a SKU without orders: 200 as before" 200 \
+        "$(put "$A" "$S" '{"stock":9}')"
 
     # ---- races: pay and cancel of the same orders, around the deadline ------------
     # a window about as long as placing them takes, so that the pays and cancels

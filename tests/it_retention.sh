@@ -13,7 +13,8 @@
 #     record still in Redis 200;
 #   - after DELETE /skus/{sku}, the same JSON again; an id never placed: 404;
 #   - pay, cancel and an Idempotency-Key's replay of an order whose record is gone:
-#     what docs/api.md says;
+#     what docs/api.md says (a paid one's payment_id and paid_at kept; a pay with
+#     another payment_id 409 paid);
 #   - the flag: refused (exit 2) without --postgres and for a bad value;
 #   - a Redis Cluster of 3 masters: records in each shard expire, GET answers the same.
 # Fails without the retention: the records never leave Redis (and, retired, GET is 404).
@@ -101,6 +102,12 @@ expect "the pending order: from Redis" "pending" "$(body "$U/orders/$k1" | jq -r
 expect "pay of a paid order gone from Redis: 200, the order" "200 paid" \
     "$(curl -s -w ' %{http_code}' -X POST -d '{"payment_id":"pay-1"}' "$U/orders/$p1/pay" |
         jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | .state)"')"
+expect "... from PostgreSQL too, its payment_id and paid_at (changed_at: the pay's time)" \
+    "pay-1 true" "$(jq -r '"\(.payment_id) \(.paid_at | test("^20[0-9-]+T[0-9:.]+Z$"))"' <<<"${was[$p1]}")"
+expect "pay of a paid order gone from Redis, another payment_id: 409 paid, the first told" \
+    "409 paid pay-1" \
+    "$(curl -s -w ' %{http_code}' -X POST -d '{"payment_id":"pay-9"}' "$U/orders/$p1/pay" |
+        jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | "\(.error) \(.payment_id)")"')"
 expect "pay of a cancelled one: 409 cancelled" "409 cancelled" \
     "$(curl -s -w ' %{http_code}' -X POST -d '{}' "$U/orders/$c1/pay" |
         jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | .error)"')"

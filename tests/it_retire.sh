@@ -7,6 +7,9 @@
 # carries them). Without --postgres one
 # summary key stays (sk:{sku}:retired). Then the SKU is gone for every route (404),
 # and a repeat is 404. Also on a Redis Cluster of 3 masters. About 30 s.
+# Issue 51: a PUT with ?reset=true while events have not reached the database is 409
+# not_settled and writes nothing; on the cluster a PUT without it of a SKU with orders
+# is 409 exists and writes in no shard; GET /skus lists the cluster's SKUs page by page.
 set -uo pipefail
 # shellcheck disable=SC2317 # functions run from wait_until look unreachable
 # shellcheck source=tests/lib.sh
@@ -96,6 +99,11 @@ post "$S" r3 v2 >/dev/null
 keys=$(rcli DBSIZE)
 expect "an event not in PostgreSQL: DELETE 409" "409" "$(code -X DELETE "$S/skus/r3")"
 expect "... nothing written" "$keys" "$(rcli DBSIZE)"
+dump=$(rcli HGETALL 'sk:{r3}:meta' | paste -sd' ')
+expect "... and PUT ?reset=true: 409 not_settled" "not_settled" \
+    "$(curl -s -X PUT -d '{"stock":9}' "$S/skus/r3?reset=true" | jq -r .error)"
+expect "... nothing written, its orders there" "$keys $dump" \
+    "$(rcli DBSIZE) $(rcli HGETALL 'sk:{r3}:meta' | paste -sd' ')"
 
 # ---- a Redis Cluster of 3 masters --------------------------------------------------
 it_cluster_up --redis-cluster 3 --instances 0 || exit 1
@@ -114,6 +122,22 @@ ids=()
 for u in w1 w2 w3 w4; do ids+=("$(post "$C" rc "$u")"); done
 check "4 reservations on the cluster" test "$(printf '%s\n' "${ids[@]}" | grep -c .)" -eq 4
 expect "DELETE with units pending: 409" "409" "$(code -X DELETE "$C/skus/rc")"
+keys=$(keys_all)
+expect "PUT without reset of the cluster's SKU with orders: 409 exists" "409 exists" \
+    "$(curl -s -w ' %{http_code}' -X PUT -d '{"stock":9,"segments":3}' "$C/skus/rc" |
+        jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | .error)"')"
+expect "... nothing written in any shard, its orders there" "$keys pending" \
+    "$(keys_all) $(curl -s "$C/orders/${ids[0]}" | jq -r .state)"
+listing() { # every page of GET /skus?limit=1: "sku:pending" sorted
+    local cursor="" page pages=0
+    while ((pages++ < 100)); do
+        page=$(curl -s "$C/skus?limit=1${cursor:+&cursor=$cursor}")
+        jq -r '.skus[] | "\(.sku):\(.pending)"' <<<"$page"
+        cursor=$(jq -r '.next // empty' <<<"$page")
+        [[ -n $cursor ]] || break
+    done | sort | paste -sd' '
+}
+expect "GET /skus over the masters' directories, a page at a time" "rc:4" "$(listing)"
 for i in 0 1 2 3; do
     if ((i % 2)); then
         code -X POST -d '{}' "$C/orders/${ids[$i]}/pay" >/dev/null
@@ -144,6 +168,7 @@ expect "an order of 2 over 2 shards of 1" "201" \
     "$(code -X POST -d '{"user_id":"x1","qty":2}' "$C/skus/rx/orders")"
 xin() { local s; for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*:rx:xin'; done | grep -c .; }
 check "... a transfer was applied (a shard's xin)" test "$(xin)" -ge 1
+expect "GET /skus: the retired SKU left, the new one listed" "rx:0" "$(listing)"
 expect "DELETE after a transfer: 204" "204" "$(code -X DELETE "$C/skus/rx")"
 expect "... no key named after it but its summary" "sk:{rx}:retired" \
     "$(for s in "${seeds[@]}"; do redis-cli -p "${s##*:}" --scan --pattern '*rx*'; done | paste -sd' ')"

@@ -193,7 +193,7 @@ expect "with no window, by hand: the same calls place (batch, commit, atomic)" \
     "1 1 1" "$(script_codes | cut -d' ' -f2-)"
 
 # ---- bad windows change nothing ------------------------------------------------
-curl -s -o /dev/null -X PUT "$N/skus/w" \
+curl -s -o /dev/null -X PUT "$N/skus/w?reset=true" \
     -d "{\"stock\":5,\"segments\":2,\"ends_at\":\"$(rfc $(($(redis_ms) + 600000)))\"}"
 snap=$(curl -s "$N/skus/w")
 bad() { # DETAIL-PART BODY

@@ -108,7 +108,7 @@ put_sku() { # SKU STOCK SEGMENTS
     code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT \
         -H 'Content-Type: application/json' \
         -d "$(printf '{"stock":%d,"segments":%d,"per_user_limit":1}' "$2" "$3")" \
-        "$LB_URL/skus/$1")
+        "$LB_URL/skus/$1?reset=true")
     [[ $code == 201 || $code == 200 ]] && return 0
     check "PUT /skus/$1 (answered $code)" false
     return 1

@@ -119,8 +119,8 @@ static void test_runtime_error_names_file_and_line(void **state)
 {
     (void)state;
     char at[300];
-    where("inventory/lua/reset.lua", "for i = 0, k - 1 do", at, sizeof(at));
-    /* segments "x": tonumber gives nil, and the loop's k - 1 fails */
+    where("inventory/lua/reset.lua", "local check = ARGV[12 + k]", at, sizeof(at));
+    /* segments "x": tonumber gives nil, and the first ARGV[12 + k] fails */
     const char *argv[] = {"t:meta",   "t:stock", "t:init",  "t:sold",   "t:buyers",
                           "t:orders", "t:idem",  "t:avail", "t:xout",   "t:xin",
                           "t:back",   "t:due",   "t:life",  "t:paying", "10",

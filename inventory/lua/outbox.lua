@@ -13,22 +13,25 @@
 -- An event is the fields o=id s=state k=sku u=user q=qty g=gen e=seg (the
 -- segment the order is answered with), m=spread for an order of several
 -- segments ("<seg>:<units>,...", as its record's segments; absent: one
--- segment), then name=value when name is given (pay_by b, payment id p).
+-- segment), then name=value when name is given (pay_by b, payment id p, paid_at
+-- t), and name2=value2 likewise.
 -- Every event carries the order's segments, so that PostgreSQL can answer GET
 -- /orders/{id} once the record has left Redis (--order-retention), whichever
 -- of its events it got first. A stream entry carries one event or several:
 -- the events of one script go as one entry (one XADD per commit, not one per
 -- order), and the sink reads a new event at each field named o.
--- outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value):
+-- outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value,
+-- name2, value2):
 -- adds the event to f (a table, {} at first), when gen is set; nothing is
 -- written yet.
 -- outbox_write(stream, f): appends f's events to stream, as one entry of at
 -- most OUTBOX_FIELDS fields each (a sweep expires up to 500 orders in a call:
 -- Lua's unpack has a stack of 8,000).
 -- outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name,
--- value): one event, written at once.
+-- value, name2, value2): one event, written at once.
 local OUTBOX_FIELDS = 1024
-local function outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value)
+local function outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value,
+                            name2, value2)
   if not gen then return end
   local n = #f
   f.starts = f.starts or {}
@@ -41,7 +44,11 @@ local function outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name
     f[n + 1], f[n + 2] = 'm', spread
     n = n + 2
   end
-  if name then f[n + 1], f[n + 2] = name, value end
+  if name then
+    f[n + 1], f[n + 2] = name, value
+    n = n + 2
+  end
+  if name2 then f[n + 1], f[n + 2] = name2, value2 end
 end
 local function outbox_write(stream, f)
   local starts, n = f.starts, #f
@@ -55,8 +62,9 @@ local function outbox_write(stream, f)
   end
   redis.call('XADD', stream, '*', unpack(f, from, n))
 end
-local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value)
+local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name, value,
+                          name2, value2)
   local f = {}
-  outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value)
+  outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value, name2, value2)
   outbox_write(stream, f)
 end

@@ -7,7 +7,11 @@
 -- [7] due, [8] life, [9] avail, [10] events (the order's SKU's).
 -- ARGV[1] order id, [2] payment id or '', [3] the reset channel
 -- (SOLDOUT_CHANNEL), [4] the SKU.
--- Returns {1, 0} paid now, {2, 0} paid before, {-1} no such order, {-12}
+-- Returns {1, 0, payment id, paid_at} paid now, {2, 0, payment id, paid_at}
+-- paid before, by this payment id or by a pay that names none (a pay names
+-- the order's payment, or none: a repeat), {-16, 0, payment id} paid before
+-- by another payment id ('' when the pay that paid it named none; paid_at:
+-- ms by this Redis's clock, '' for an order paid before it was kept), {-1} no such order, {-12}
 -- not pending (an order of a SKU without a payment window), {-13} cancelled,
 -- {-14, units} expired (units: given back just now, else 0), {-17, the
 -- order's key} its record is malformed, or {-17, '<key> <field>'} a value of
@@ -21,7 +25,12 @@
 local o = give_read(KEYS[1])
 if not o.qtext then return {-1} end
 local state = o.state or 'placed'
-if state == 'paid' then return {2, 0} end
+if state == 'paid' then
+  local paid = redis.call('HMGET', KEYS[1], 'payment_id', 'paid_at')
+  local id = paid[1] or ''
+  if ARGV[2] ~= '' and ARGV[2] ~= id then return {-16, 0, id} end
+  return {2, 0, id, paid[2] or ''}
+end
 if state == 'placed' then return {-12} end
 if state == 'cancelled' then return {-13} end
 if state == 'expired' then return {-14, 0} end
@@ -36,12 +45,13 @@ if now_ms() >= o.by then
 end
 local meta, bad = meta_get(KEYS[2], 'pending', 'paid', 'outbox')
 if not meta then return bad end
-redis.call('HSET', KEYS[1], 'state', 'paid')
+local at = string.format('%d', now_ms())
+redis.call('HSET', KEYS[1], 'state', 'paid', 'paid_at', at)
 if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'payment_id', ARGV[2]) end
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'pending', -qty)
 redis.call('HINCRBY', KEYS[2], 'paid', qty)
 redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
 outbox_add(KEYS[10], meta[3], ARGV[1], 'paid', ARGV[4], o.user, o.qtext, o.seg, o.spread,
-           ARGV[2] ~= '' and 'p' or nil, ARGV[2])
-return {1, 0}
+           't', at, ARGV[2] ~= '' and 'p' or nil, ARGV[2])
+return {1, 0, ARGV[2], at}

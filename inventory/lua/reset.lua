@@ -1,4 +1,5 @@
--- Create or reset a SKU (inventory/inventory.c).
+-- Create or reset a SKU (inventory/sku.c). Includes pieces, so it needs the
+-- build: `redis-cli --eval` the assembled copy, build/gen/inventory/lua/reset.lua.
 -- KEYS[1] meta, [2] stock, [3] init, [4] sold, [5] buyers, [6] orders, [7]
 -- idem, [8] avail, [9] xout, [10] xin (a cluster's transfers, xfer_out.lua),
 -- [11] back, [12] due, [13] life (reservations: life.c), [14] the deadline
@@ -22,23 +23,43 @@
 -- SKU's epoch. No write can pass the fence by it: every commit and transfer
 -- also checks the epoch it was routed in, before its lock was granted, and
 -- the epoch moves on here, in the same step (docs/design.md, "Fencing").
--- Returns 1 when the SKU was new, 0 when it was reset.
+-- ARGV[12+k] the check before the first write: 'new' refuses a SKU that
+-- has orders (PUT without ?reset=true), 'reset' one whose events have not all
+-- reached PostgreSQL (sku_lag.lua: the sink's group is ARGV[13+k]), '' none
+-- (a shard a cluster's SKU no longer uses, emptied: its directory's check
+-- came first). [14+k] '1': the check only, nothing written (a cluster asks
+-- every shard before it writes to any).
+-- Returns 1 when the SKU was new, 0 when it was reset, 2 when the check
+-- alone passed, -1 refused: the SKU has orders, -3 refused: its events have
+-- not reached PostgreSQL. A refusal writes nothing.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
 -- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
 -- old epoch are refused) and publishes the SKU on the channel in the same
 -- step, so that no instance keeps answering sold out from memory
 -- (inventory/soldout.h).
+--#include "group.lua"
+--#include "sku_lag.lua"
 local existed = redis.call('EXISTS', KEYS[1])
+local k = tonumber(ARGV[2])
+local check = ARGV[12 + k]
+if check ~= '' and existed == 1 then
+  -- an unreadable count counts as orders: refused rather than wiped
+  local had = tonumber(redis.call('HGET', KEYS[1], 'orders') or '0') or 1
+  if had > 0 or redis.call('LLEN', KEYS[6]) > 0 then
+    if check == 'new' then return -1 end
+    if sku_lag(KEYS[16], ARGV[13 + k], ARGV[5 + k], true) > 0 then return -3 end
+  end
+end
+if ARGV[14 + k] == '1' then return 2 end
 local n = redis.call('LLEN', KEYS[6])
 for i = 0, n - 1, 1000 do
   for _, rec in ipairs(redis.call('LRANGE', KEYS[6], i, i + 999)) do
-    redis.call('DEL', ARGV[6 + tonumber(ARGV[2])] .. string.match(rec, '^(%d+)'))
+    redis.call('DEL', ARGV[6 + k] .. string.match(rec, '^(%d+)'))
   end
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
            KEYS[10], KEYS[11], KEYS[12], KEYS[13])
 for i = 17, #KEYS do redis.call('DEL', KEYS[i]) end
-local k = tonumber(ARGV[2])
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
   redis.call('HSET', KEYS[3], i, ARGV[4 + i])
