@@ -5,13 +5,37 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/sha.h>
 
 #include "file.h"
 
-int buyer_key_read(const char *path, unsigned char key[BUYER_KEY_MAX], size_t *len,
-                   char *err, size_t errlen)
+/* SHA256_Init and its kin are deprecated in OpenSSL 3 in favour of EVP, whose
+ * contexts live on the heap: a copy of a plain SHA256_CTX is what keeps a
+ * token's check at 0.16 us (buyer.h). They stay in OpenSSL 3. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+void buyer_key_set(struct buyer_key *k, const unsigned char *key, size_t len)
+{
+    unsigned char block[SHA256_CBLOCK] = {0}, pad[SHA256_CBLOCK];
+    if (len > SHA256_CBLOCK) /* a key longer than a block is its digest (RFC 2104) */
+        SHA256(key, len, block);
+    else
+        memcpy(block, key, len);
+    for (int i = 0; i < SHA256_CBLOCK; i++)
+        pad[i] = block[i] ^ 0x36;
+    SHA256_Init(&k->in);
+    SHA256_Update(&k->in, pad, sizeof(pad));
+    for (int i = 0; i < SHA256_CBLOCK; i++)
+        pad[i] = block[i] ^ 0x5c;
+    SHA256_Init(&k->out);
+    SHA256_Update(&k->out, pad, sizeof(pad));
+    OPENSSL_cleanse(block, sizeof(block));
+    OPENSSL_cleanse(pad, sizeof(pad));
+    k->len = len;
+}
+
+int buyer_key_read(const char *path, struct buyer_key *k, char *err, size_t errlen)
 {
     unsigned char buf[BUYER_KEY_MAX + 2];
     size_t n;
@@ -22,35 +46,37 @@ int buyer_key_read(const char *path, unsigned char key[BUYER_KEY_MAX], size_t *l
     if (n < BUYER_KEY_MIN || n > BUYER_KEY_MAX) {
         snprintf(err, errlen, "the key must be %d..%d bytes (a final newline aside)",
                  BUYER_KEY_MIN, BUYER_KEY_MAX);
+        OPENSSL_cleanse(buf, sizeof(buf));
         return -1;
     }
-    memcpy(key, buf, n);
-    *len = n;
+    buyer_key_set(k, buf, n);
+    OPENSSL_cleanse(buf, sizeof(buf));
     return 0;
 }
 
 /* The hex signature of "<user>.<expiry>" (n bytes at text) into sig (64
- * digits and a NUL). 0, or -1 when OpenSSL failed. */
-static int sign(const unsigned char *key, size_t keylen, const char *text, size_t n,
-                char sig[65])
+ * digits and a NUL). */
+static void sign(const struct buyer_key *k, const char *text, size_t n, char sig[65])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    if (!HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)text, n, md,
-              &mdlen) ||
-        mdlen != 32)
-        return -1;
+    unsigned char inner[SHA256_DIGEST_LENGTH], md[SHA256_DIGEST_LENGTH];
+    SHA256_CTX c = k->in;
+    SHA256_Update(&c, text, n);
+    SHA256_Final(inner, &c);
+    c = k->out;
+    SHA256_Update(&c, inner, sizeof(inner));
+    SHA256_Final(md, &c);
     static const char hex[] = "0123456789abcdef";
-    for (unsigned int i = 0; i < 32; i++) {
+    for (unsigned int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
         sig[2 * i] = hex[md[i] >> 4];
         sig[2 * i + 1] = hex[md[i] & 15];
     }
     sig[64] = '\0';
-    return 0;
 }
 
-buyer_status buyer_check(const unsigned char *key, size_t keylen, const char *token,
-                         long long now_s, char user[INV_ID_MAX + 1])
+#pragma GCC diagnostic pop
+
+buyer_status buyer_check(const struct buyer_key *k, const char *token, long long now_s,
+                         char user[INV_ID_MAX + 1])
 {
     user[0] = '\0';
     if (!token || !*token)
@@ -70,8 +96,7 @@ buyer_status buyer_check(const unsigned char *key, size_t keylen, const char *to
         strspn(exp, "0123456789") != elen)
         return BUYER_INVALID;
     char expected[65];
-    if (sign(key, keylen, token, (size_t)(sig - token), expected) != 0)
-        return BUYER_INVALID;
+    sign(k, token, (size_t)(sig - token), expected);
     /* the whole signature compared, whatever its first difference */
     if (CRYPTO_memcmp(expected, sig + 1, 64) != 0)
         return BUYER_INVALID;
@@ -89,8 +114,8 @@ buyer_status buyer_check(const unsigned char *key, size_t keylen, const char *to
     return BUYER_OK;
 }
 
-int buyer_token(const unsigned char *key, size_t keylen, const char *user,
-                long long expiry, char *out, size_t len)
+int buyer_token(const struct buyer_key *k, const char *user, long long expiry, char *out,
+                size_t len)
 {
     if (len)
         out[0] = '\0';
@@ -98,9 +123,9 @@ int buyer_token(const unsigned char *key, size_t keylen, const char *user,
         return -1;
     char text[INV_ID_MAX + 24], sig[65];
     int n = snprintf(text, sizeof(text), "%s.%lld", user, expiry);
-    if (n < 0 || (size_t)n >= sizeof(text) ||
-        sign(key, keylen, text, (size_t)n, sig) != 0)
+    if (n < 0 || (size_t)n >= sizeof(text))
         return -1;
+    sign(k, text, (size_t)n, sig);
     int m = snprintf(out, len, "%s.%s", text, sig);
     if (m < 0 || (size_t)m >= len) {
         if (len)

@@ -199,9 +199,8 @@ static config_status opt_token_file(struct svc_config *cfg, const char *value, c
 static config_status opt_buyer_key_file(struct svc_config *cfg, const char *value,
                                         char *err, size_t errlen)
 {
-    return buyer_key_read(value, cfg->buyer_key, &cfg->buyer_key_len, err, errlen) == 0
-               ? CONFIG_OK
-               : CONFIG_ERROR;
+    return buyer_key_read(value, &cfg->buyer_key, err, errlen) == 0 ? CONFIG_OK
+                                                                    : CONFIG_ERROR;
 }
 
 /* --postgres-file: the connection string read from a file, checked as

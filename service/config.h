@@ -47,9 +47,8 @@ struct svc_config {
     char admin_token[256];
     char pay_token[256]; /* --pay-token: pays need it, the admin token no longer pays */
     /* --buyer-key-file: the key of buyer tokens (buyer.h), the file's bytes but a
-     * final newline; buyer_key_len 0: none, user ids are trusted */
-    unsigned char buyer_key[BUYER_KEY_MAX];
-    size_t buyer_key_len;
+     * final newline, made ready to sign; its len 0: none, user ids are trusted */
+    struct buyer_key buyer_key;
     int log_level;
     char log_level_file[1024]; /* --log-level-file, "" when not given */
 };

@@ -429,15 +429,13 @@ static int buyer_token_main(int argc, char **argv)
                         "SECKILL_BUYER_KEY_FILE\n");
         return 2;
     }
-    unsigned char key[BUYER_KEY_MAX];
-    size_t keylen;
+    struct buyer_key key;
     char err[256], token[BUYER_TOKEN_MAX + 1];
-    if (buyer_key_read(file, key, &keylen, err, sizeof(err)) != 0) {
+    if (buyer_key_read(file, &key, err, sizeof(err)) != 0) {
         fprintf(stderr, "seckill buyer-token: %s: %s\n", file, err);
         return 2;
     }
-    if (buyer_token(key, keylen, user, (long long)time(NULL) + ttl, token,
-                    sizeof(token)) != 0) {
+    if (buyer_token(&key, user, (long long)time(NULL) + ttl, token, sizeof(token)) != 0) {
         fprintf(stderr, "seckill buyer-token: could not sign\n");
         return 2;
     }

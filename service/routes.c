@@ -130,10 +130,9 @@ static int buyer_of(const struct svc_request *req, struct svc_response *res,
 {
     const struct svc_config *cfg = req->app->cfg;
     user[0] = '\0';
-    if (!cfg->buyer_key_len)
+    if (!cfg->buyer_key.len)
         return 1;
-    switch (buyer_check(cfg->buyer_key, cfg->buyer_key_len, req->buyer,
-                        (long long)time(NULL), user)) {
+    switch (buyer_check(&cfg->buyer_key, req->buyer, (long long)time(NULL), user)) {
     case BUYER_OK:
         return 1;
     case BUYER_MISSING:
