@@ -9,7 +9,7 @@
 #                      BENCH_QUICK=1); its figures are not worth quoting
 #   --systems LIST     lock modes, system ids (redis-b1) or canned, comma-separated
 #                      (none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,
-#                      redis-full,canned)
+#                      redis-full,redis-buyer,canned)
 #   --scenarios LIST   s1-c256,s1-c64,s2,cont (all)
 #   --s1 D, --s2 D, --cont D, --warmup D
 #                      wrk duration per step, wrk syntax (5s, 4s, 4s, 1s; quick: 1s, 0)
@@ -39,7 +39,9 @@
 # it to a throwaway PostgreSQL: its CPU per placed order, and the sink's lag over the
 # run, peak and last, and the time it took to drain to 0 after it, are the step's
 # "sink" and a line below the table); redis-full, both at once (the whole life of an
-# order with its outbox: the per-order cost with the lifecycle and the outbox on); and
+# order with its outbox: the per-order cost with the lifecycle and the outbox on);
+# redis-buyer, the redis mode with --buyer-key-file, wrk's buyers signing a Seckill-Buyer
+# token each (its seckill_us/req less redis's is what checking a token costs); and
 # canned (scripts/cluster.sh up --canned: the same nginx balancer in front of upstreams
 # that answer a fixed 201; the ceiling). When the
 # server takes --batch, each mode of BATCHED_MODES runs twice, at its default batch
@@ -81,7 +83,7 @@ BATCHED_MODES="local setnx redis redlock zk pg"
 INSTANCES=3 SEGMENTS=16 S1_STOCK=1000000000 CONT_STOCK=100000000 CONT_WORK_US=2000
 WRK_THREADS=2
 
-systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,redis-full,canned"
+systems="none,local,setnx,redis,redlock,zk,pg,atomic,redis-pay,redis-sink,redis-full,redis-buyer,canned"
 # redis-pay's reservations: the SKUs' payment window, the share of buyers who pay, and
 # when they pay or cancel
 PAY_WITHIN_MS=2000 PAY_RATIO=0.5 PAY_DELAY_MS=200
@@ -148,6 +150,8 @@ done
 [[ ",$systems," != *,redis-pay,* ]] || SYSTEMS+=("redis-pay|redis|default|")
 [[ ",$systems," != *,redis-sink,* ]] || SYSTEMS+=("redis-sink|redis|default|")
 [[ ",$systems," != *,redis-full,* ]] || SYSTEMS+=("redis-full|redis|default|")
+# (BUYER_KEY: the key file made below, once the output dir is there)
+[[ ",$systems," != *,redis-buyer,* ]] || SYSTEMS+=("redis-buyer|redis|default|--buyer-key-file BUYER_KEY")
 add_system canned canned -
 IFS=', ' read -r -a names <<<"$systems"
 for n in "${names[@]}"; do
@@ -184,6 +188,10 @@ lt_out "bench-$(date +%Y%m%d-%H%M%S)" bench-latest steps clusters
 # the clusters' logs go unless --keep, or the run failed
 if ((keep)); then lt_traps always; else lt_traps failed; fi
 CANNED=0 # cluster.env says, once a cluster is up
+# redis-buyer's --buyer-key-file: 32 random bytes as hex, in the output dir
+BUYER_KEY=$out/buyer.key
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$BUYER_KEY"
+WRK_BUYER_KEY="" # the key wrk's buyers sign with (orders.lua), for redis-buyer
 
 # ---- measuring ---------------------------------------------------------------------------
 
@@ -316,7 +324,7 @@ sink_drain() {
 }
 PAYING=() # the buyers' orders.lua arguments when the system sells with a payment window
 wrk_run() { # SKU CONNECTIONS DURATION FILE
-    wrk -t "$WRK_THREADS" -c "$2" -d "$3" -s "$LUA" "$LB_URL" -- "$1" 0 1 "b$$x$RANDOM" \
+    SECKILL_BUYER_KEY_FILE=$WRK_BUYER_KEY wrk -t "$WRK_THREADS" -c "$2" -d "$3" -s "$LUA" "$LB_URL" -- "$1" 0 1 "b$$x$RANDOM" \
         "${PAYING[@]}" >"$4" 2>&1 || true
 }
 
@@ -428,8 +436,10 @@ cluster_up() {
         up+=(--canned)
     else
         sys_sinks "$id" && up+=(--postgres)
-        # shellcheck disable=SC2207 # the flags are words
-        up+=(--lock "$lock" -- --segments "$SEGMENTS" --log-level warn $(sys_field "$id" 4) "$@")
+        local flags
+        flags=$(sys_field "$id" 4)
+        # shellcheck disable=SC2206 # the flags are words
+        up+=(--lock "$lock" -- --segments "$SEGMENTS" --log-level warn ${flags//BUYER_KEY/$BUYER_KEY} "$@")
     fi
     if ! lt_cluster_up "$dir" "$dir.up.err" "${up[@]}"; then
         progress "$id ($kind): cluster did not start: $UP_ERROR"
@@ -457,6 +467,8 @@ run_system() {
     local id=$1 sc pay=""
     local -a main=()
     PAYING=()
+    WRK_BUYER_KEY=""
+    [[ $id != redis-buyer ]] || WRK_BUYER_KEY=$BUYER_KEY
     if sys_pays "$id"; then
         pay=",\"pay_within_ms\":$PAY_WITHIN_MS"
         PAYING=(- "$PAY_RATIO" "$PAY_DELAY_MS" "${SECKILL_ADMIN_TOKEN:-}")

@@ -14,7 +14,7 @@ import sys
 
 SCENARIOS = ["s1-c256", "s1-c64", "s2", "cont"]
 SYSTEMS = ["none", "local", "setnx", "redis", "redlock", "zk", "pg", "atomic",
-           "redis-pay", "redis-sink", "redis-full", "canned"]
+           "redis-pay", "redis-sink", "redis-full", "redis-buyer", "canned"]
 # (key in compare.json, field of a bench.json row, label, decimals); CPU first: it
 # varies far less from round to round than req/s on a shared machine. In S2 nothing
 # is placed, and Redis's CPU and commands are per answer there, as in bench.sh's table.

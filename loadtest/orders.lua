@@ -20,6 +20,12 @@
 --          the same delay) or walk away and let the order expire. The thread's next
 --          request after the delay is that pay or cancel instead of an order.
 --
+-- SECKILL_BUYER_KEY_FILE (environment): the instances' --buyer-key-file. Each order
+-- and cancel then carries Seckill-Buyer, a token for its user made here as the
+-- instances check it (HMAC-SHA256 keyed with the file's bytes, a final newline
+-- dropped, over "<user>.<expiry>", hex; libcrypto through LuaJIT's FFI), valid for an
+-- hour.
+--
 -- Answers are counted per outcome in each thread; done() prints one JSON line starting
 -- with {"tool":"wrk-orders" holding the counts, units_201 (the units the 201 answers
 -- placed, from their "qty"), req/s, latency percentiles (ms) and selling_s, the
@@ -47,6 +53,44 @@ do
             return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) / 1e9
         end
     end
+end
+
+-- buyer_token(user): the Seckill-Buyer token of user; nil without a key file.
+local buyer_token
+do
+    local file = os.getenv("SECKILL_BUYER_KEY_FILE")
+    if file and file ~= "" then
+        local f = assert(io.open(file, "rb"))
+        local key = string.gsub(f:read("*a"), "\n$", "")
+        f:close()
+        local ffi = require("ffi")
+        ffi.cdef([[
+            typedef struct evp_md_st EVP_MD;
+            const EVP_MD *EVP_sha256(void);
+            unsigned char *HMAC(const EVP_MD *md, const void *key, int key_len,
+                                const unsigned char *d, size_t n, unsigned char *out,
+                                unsigned int *out_len);
+        ]])
+        local ok, crypto = pcall(ffi.load, "crypto")
+        if not ok then crypto = ffi.load("libcrypto.so.3") end
+        local out, len = ffi.new("unsigned char[32]"), ffi.new("unsigned int[1]")
+        local hex = {}
+        for i = 0, 255 do hex[i] = string.format("%02x", i) end
+        local sig = {}
+        buyer_token = function(user)
+            local msg = user .. "." .. (os.time() + 3600)
+            crypto.HMAC(crypto.EVP_sha256(), key, #key, msg, #msg, out, len)
+            for i = 0, 31 do sig[i + 1] = hex[out[i]] end
+            return msg .. "." .. table.concat(sig)
+        end
+    end
+end
+
+-- The headers of a buyer's request: its token when there is a key.
+local function buyer_headers(user)
+    local h = { ["Content-Type"] = "application/json" }
+    if buyer_token then h["Seckill-Buyer"] = buyer_token(user) end
+    return h
 end
 
 -- Runs in the main Lua state once per thread, before the threads start.
@@ -94,7 +138,7 @@ function request()
     if due and now and now() >= due[1] then -- a buyer's pay or cancel
         owed[owed_head] = nil
         owed_head = owed_head + 1
-        return wrk.format("POST", due[2], pay_headers, due[3])
+        return wrk.format("POST", due[2], due[4] or pay_headers, due[3])
     end
     counter = counter + 1
     if counter == 1 and now then t_first = now() end
@@ -106,7 +150,7 @@ function request()
     end
     local qty = qty_lo == qty_hi and qty_lo or math.random(qty_lo, qty_hi)
     local body = '{"user_id":"' .. user .. '","qty":' .. qty .. '}'
-    return wrk.format("POST", path, headers, body)
+    return wrk.format("POST", path, buyer_token and buyer_headers(user) or headers, body)
 end
 
 local function has(body, word)
@@ -118,17 +162,18 @@ local function buyer_decides(body)
     local id = string.match(body or "", '"order_id":%s*"(%d+)"')
     local user = string.match(body or "", '"user_id":%s*"([^"]+)"')
     if not id or not user or not now then return end
-    local step, body
+    local step, body, hdrs
     if math.random() < pay_ratio then
         step, body = "/pay", ""
     elseif math.random() < 0.5 then
         step, body = "/cancel", '{"user_id":"' .. user .. '"}'
+        hdrs = buyer_token and buyer_headers(user)
     else
         n_walked = n_walked + 1
         return
     end
     owed_tail = owed_tail + 1
-    owed[owed_tail] = { now() + pay_delay, "/orders/" .. id .. step, body }
+    owed[owed_tail] = { now() + pay_delay, "/orders/" .. id .. step, body, hdrs }
 end
 
 function response(status, hdrs, body)

@@ -4,6 +4,8 @@
 # balancer, then the client's counts against the server's counters and audit.
 #
 #   loadtest/run.sh [options] [-- extra seckill flags]
+#       (with --buyer-key-file F among them, wrk's buyers carry Seckill-Buyer tokens
+#       made with F)
 #
 #   --modes LIST        comma-separated lock modes (none,local,setnx,redis,redlock,zk,pg,atomic);
 #                       zk starts a throwaway ZooKeeper beside Redis, pg a throwaway
@@ -87,6 +89,14 @@ while (($#)); do
     esac
 done
 [[ $qty =~ ^([0-9]+)(-([0-9]+))?$ ]] || die "--qty must be N or A-B (got '$qty')"
+# With --buyer-key-file among the extra flags, wrk's buyers send tokens made with it
+# (loadtest/orders.lua, SECKILL_BUYER_KEY_FILE).
+for ((i = 0; i < ${#extra[@]}; i++)); do
+    case ${extra[$i]} in
+    --buyer-key-file) export SECKILL_BUYER_KEY_FILE=${extra[$((i + 1))]:-} ;;
+    --buyer-key-file=*) export SECKILL_BUYER_KEY_FILE=${extra[$i]#*=} ;;
+    esac
+done
 qty_lo=$((10#${BASH_REMATCH[1]})) qty_hi=$((10#${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}))
 ((qty_lo > 0 && qty_hi >= qty_lo)) || die "--qty: need 0 < A <= B (got '$qty')"
 for v in instances:instances segments:segments stock:stock connections:connections \
