@@ -89,6 +89,7 @@ static const char *valid_string(const json_t *v, int (*valid)(const char *))
 req_status req_parse_order(const char *body, size_t len, struct req_order *out,
                            char *detail, size_t detail_len)
 {
+    out->qty_range = 0; /* read by the caller whatever the answer */
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
         return REQ_INVALID;
@@ -96,7 +97,6 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
     req_status rc = REQ_INVALID;
     json_t *user = json_object_get(root, "user_id");
     long long qty = 1;
-    out->qty_range = 0;
     if (fields_known(root, known, detail, detail_len) != REQ_OK) {
         /* detail names it */
     } else if (!user) {

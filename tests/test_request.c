@@ -51,10 +51,15 @@ static void test_order_body(void **state)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char detail[200] = "";
+        memset(&o, 0xff, sizeof(o)); /* what the caller's stack held */
         assert_int_equal(
             req_parse_order(bad[i], strlen(bad[i]), &o, detail, sizeof(detail)),
             REQ_INVALID);
         assert_true(detail[0] != '\0'); /* every refusal says why */
+        /* only an integer qty out of range asks for the SKU's own range (the
+         * handler reads it whatever the refusal: not JSON at all included) */
+        int range = strstr(bad[i], "\"qty\":0") || strstr(bad[i], "\"qty\":-1");
+        assert_int_equal(o.qty_range, range);
     }
     /* 64 characters is the most a user id may have */
     assert_int_equal(

@@ -184,7 +184,7 @@ run_mode() {
     wait_until 30 http_ok "$base/readyz"
     expect "$mode: ready again" "200 " "$(req GET "$base/readyz")"
     expect "$mode: sold survived the crash" "$sold" "$(curl -s "$base/skus/$sku" | jq -r .sold)"
-    expect "$mode: PUT resets" "200 " "$(req PUT "$base/skus/$sku" "${auth[@]}" -d '{"stock":5}')"
+    expect "$mode: PUT resets" "200 " "$(req PUT "$base/skus/$sku?reset=true" "${auth[@]}" -d '{"stock":5}')"
     expect "$mode: order after recovery" "201 " "$(req POST "$base/skus/$sku/orders" -d '{"user_id":"back"}')"
 
     # zk: ZooKeeper crash and restart (same port, same data): 503 unavailable meanwhile,
