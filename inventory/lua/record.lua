@@ -20,7 +20,8 @@
 -- state pending and pay_by, and the due zset holds it by pay_by for the sweep
 -- (due.lua); nil for an order final at once (no state field: placed). box:
 -- the outbox, {stream, gen} (outbox.lua; gen nil: none): the order's event,
--- placed or pending, which tally_write appends with the others (one entry). t.bought[user] must hold the units the user bought
+-- placed or pending, which tally_write appends with the others (one entry).
+-- t.bought[user] must hold the units the user bought
 -- before (the script read them to check the limit); t.keys maps the
 -- Idempotency-Keys recorded so far to their records (idem_seen's fresh; nil
 -- until one is).

@@ -1,4 +1,5 @@
--- The sink's lag on one events stream (inventory/sink.c, the audit): the
+-- The sink's lag on one events stream (inventory/sink.c, the audit; the sink
+-- calls it only for a stream its XINFO GROUPS did not find idle): the
 -- events not yet in PostgreSQL (not delivered to the group, or delivered
 -- and not acknowledged) and the time of the oldest of them.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
@@ -13,8 +14,6 @@ if not g then
   local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
   return {redis.call('XLEN', KEYS[1]), first[1] and id_ms(first[1][1]) or 0, 0}
 end
--- an idle stream (every event delivered and acknowledged): two calls
-if g.lag == 0 and g.pending == 0 then return {0, 0, 0} end
 local last = g['last-delivered-id']
 local lag = g.lag
 if not lag then lag = #redis.call('XRANGE', KEYS[1], '(' .. last, '+') end
