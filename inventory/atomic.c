@@ -29,7 +29,7 @@ static void atomic_call_init(struct atomic_call *c, const struct sku_keys *k,
     snprintf(c->home, sizeof(c->home), "%u", seg_route(user_id));
     snprintf(c->qtys, sizeof(c->qtys), "%d", qty);
     snprintf(c->idtext, sizeof(c->idtext), "%" PRIu64, id);
-    snprintf(c->okey, sizeof(c->okey), "%s%s", k->order, c->idtext);
+    inv_record_key(c->okey, sizeof(c->okey), k->order, c->idtext);
     const char *argv[] = {k->meta,  k->stock,  k->sold, k->buyers, k->orders, c->okey,
                           k->idem,  k->avail,  k->back, k->due,    k->dues,   k->events,
                           c->home,  c->qtys,   user_id, c->idtext, sku,       idem_key};

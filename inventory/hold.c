@@ -166,7 +166,7 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     for (int i = 0; i < n; i++) {
         struct batch_slot *x = &c->slot[i];
         snprintf(x->id, sizeof(x->id), "%" PRIu64, t[i]->order.id);
-        snprintf(x->okey, sizeof(x->okey), "%s%s", k->order, x->id);
+        inv_record_key(x->okey, sizeof(x->okey), k->order, x->id);
         snprintf(x->qty, sizeof(x->qty), "%d", t[i]->qty);
         snprintf(x->route, sizeof(x->route), "%u", seg_route(t[i]->user_id));
         argv[8 + i] = x->okey;

@@ -264,6 +264,8 @@ void inv_layout_mark_empty(struct inv *inv, const char *sku, const char *epoch, 
 long long inv_stock_of(const redisReply *r, long long *back);
 /* inventory/lua/read.lua: the read under a lock of the other modes. */
 extern struct rscript inv_read_script;
+/* inventory/lua/rec_read.lua: an order's record's fields, as an HMGET. */
+extern struct rscript inv_rec_read_script;
 /* inventory/lua/fence_read.lua: the read under a lock whose tokens come from
  * outside the data Redis (zk), which raises the segment's high-water token. */
 extern struct rscript inv_fence_read_script;

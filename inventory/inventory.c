@@ -15,6 +15,9 @@
 #include "text.h"
 #include "xalloc.h"
 
+extern const struct rscript_source lua_inventory_rec_read;
+struct rscript inv_rec_read_script = RSCRIPT_INIT("rec_read", lua_inventory_rec_read);
+
 /* dst (cap bytes) = "sk:" tag ":" name, cut as snprintf would cut it. */
 static void sku_key(char *dst, size_t cap, const char *tag, size_t tlen, const char *name)
 {
@@ -65,18 +68,32 @@ void inv_keys_init(struct sku_keys *k, const char *sku, int gene)
     sku_key(k->life, sizeof(k->life), tag, t, "life");
 }
 
+void inv_record_key(char *out, size_t len, const char *prefix, const char *id)
+{
+    size_t n = strlen(id);
+    int digits = n > INV_REC_DIGITS ? (int)(n - INV_REC_DIGITS) : 0;
+    if (digits > 0)
+        snprintf(out, len, "%s%.*s", prefix, digits, id);
+    else
+        snprintf(out, len, "%s0", prefix);
+}
+
 int inv_order_key_of(const char *stream, const char *id, char *out, size_t len)
 {
     size_t n = strlen(INV_EVENTS_KEY);
     const char *tag = stream + n;
+    char prefix[64];
     int w = -1;
     if (strncmp(stream, INV_EVENTS_KEY, n) != 0)
         return -1;
     if (*tag == '\0')
-        w = snprintf(out, len, "order:%s", id);
+        w = snprintf(prefix, sizeof(prefix), "order:");
     else if (strncmp(tag, ":{", 2) == 0 && tag[strlen(tag) - 1] == '}')
-        w = snprintf(out, len, "o:%s:%s", tag + 1, id); /* tag + 1: "{<gene tag>}" */
-    return w > 0 && (size_t)w < len ? 0 : -1;
+        w = snprintf(prefix, sizeof(prefix), "o:%s:", tag + 1); /* "{<gene tag>}" */
+    if (w <= 0 || (size_t)w >= sizeof(prefix) || (size_t)w + strlen(id) >= len)
+        return -1;
+    inv_record_key(out, len, prefix, id);
+    return 0;
 }
 
 int inv_id_valid(const char *id)

@@ -73,10 +73,20 @@
 #define INV_STREAMS_KEY "seckill:streams"
 /* The sink's consumer group on each stream. */
 #define INV_SINK_GROUP "seckill-sink"
-/* The key of the record of order id (decimal text) whose events go to stream
- * (INV_EVENTS_KEY, or INV_EVENTS_KEY ":{<gene tag>}" on a Redis Cluster):
- * "order:<id>", or "o:{<gene tag>}:<id>", in the stream's slot. 0, or -1 when
- * stream is no outbox stream or out (len bytes) is too short. Pure. */
+/* Order records, many to a hash (inventory/lua/rec.lua): an order's record
+ * is the field <id> of the hash named by the records' prefix ("order:", or
+ * "o:{<gene tag>}:" on a cluster) and the id's digits but the last
+ * INV_REC_DIGITS ("0" for a shorter id). */
+#define INV_REC_DIGITS 9
+/* The key of id's (decimal text) hash of records under prefix, into out (len
+ * bytes; an id of INV_ID_MAX or fewer digits and a prefix of up to 24 fit in
+ * 64). Pure. */
+void inv_record_key(char *out, size_t len, const char *prefix, const char *id);
+/* The key of the hash of the record of order id (decimal text) whose events
+ * go to stream (INV_EVENTS_KEY, or INV_EVENTS_KEY ":{<gene tag>}" on a Redis
+ * Cluster): "order:<digits>", or "o:{<gene tag>}:<digits>", in the stream's
+ * slot. 0, or -1 when stream is no outbox stream or out (len bytes) is too
+ * short. Pure. */
 int inv_order_key_of(const char *stream, const char *id, char *out, size_t len);
 /* inventory/lua/sink_lag.lua: a stream's events not yet in the database. */
 extern struct rscript inv_sink_lag_script;

@@ -105,14 +105,16 @@ static inv_do end_send(struct inv_ticket *t, const struct inv_conns *cs, aconn_c
     inv_keys_init(&k, t->order.sku, t->gene);
     char idt[24], okey[64];
     snprintf(idt, sizeof(idt), "%" PRIu64, id);
-    snprintf(okey, sizeof(okey), "%s%s", k.order, idt);
+    inv_record_key(okey, sizeof(okey), k.order, idt);
     int slot = cs->cluster ? cluster_gene_slot(t->gene) : -1;
     rconn_status rc;
     if (t->end_step == END_READ) {
-        const char *argv[] = {"HMGET",   okey,       "sku",   "user_id", "qty",
+        const char *argv[] = {okey,      idt,        "sku",   "user_id", "qty",
                               "segment", "segments", "state", "pay_by"};
-        rc = cs->cluster ? acluster_command(cs->cluster, slot, cb, arg, 9, argv)
-                         : aconn_command(cs->data, cb, arg, 9, argv, NULL);
+        rc = cs->cluster
+                 ? acluster_eval(cs->cluster, slot, cb, arg, &inv_rec_read_script, 1, 9,
+                                 argv)
+                 : aconn_eval(cs->data, cb, arg, &inv_rec_read_script, 1, 9, argv);
     } else {
         struct rscript *script = t->end == INV_END_PAY ? &pay_script : &cancel_script;
         const char *argv[] = {okey,
@@ -194,9 +196,9 @@ inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_
                                                                : INV_UNAVAILABLE;
         return INV_DO_OVER;
     }
+    if (rconn_is_noscript(r)) /* the connection loads it again first */
+        return end_send(t, cs, cb, arg);
     if (t->end_step == END_SCRIPT) {
-        if (rconn_is_noscript(r)) /* the connection loads it again first */
-            return end_send(t, cs, cb, arg);
         end_scripted(inv, t, r);
         return INV_DO_OVER;
     }
@@ -357,7 +359,7 @@ static void on_ids(void *arg, aconn_result res, redisReply *r)
             const redisReply *e = r->element[i];
             if (e->type != REDIS_REPLY_STRING || e->len > 24)
                 continue;
-            snprintf(okeys[m], sizeof(okeys[m]), "%s%s", k->order, e->str);
+            inv_record_key(okeys[m], sizeof(okeys[m]), k->order, e->str);
             argv[nkeys + m] = okeys[m];
             m++;
         }

@@ -99,7 +99,7 @@ void commit_call_init(struct commit_call *cc, struct order_ctx *c,
     int nkeys = 12 + n;
     snprintf(cc->qty, sizeof(cc->qty), "%d", c->qty);
     snprintf(cc->id, sizeof(cc->id), "%" PRIu64, c->order->id);
-    snprintf(cc->okey, sizeof(cc->okey), "%s%s", c->k.order, cc->id);
+    inv_record_key(cc->okey, sizeof(cc->okey), c->k.order, cc->id);
     snprintf(cc->nparts, sizeof(cc->nparts), "%d", n);
     const char *head[] = {c->k.meta,   c->k.stock, c->k.sold, c->k.buyers,
                           c->k.orders, cc->okey,   c->k.idem, c->k.avail};

@@ -102,11 +102,13 @@ static inv_do load_send(struct inv_single *m)
     uint64_t id = m->t->order.id;
     struct sku_keys k;
     inv_keys_init(&k, "", m->cs->cluster ? orderid_gene_of(id) : -1);
-    char okey[64];
-    snprintf(okey, sizeof(okey), "%s%" PRIu64, k.order, id);
-    const char *argv[] = {"HMGET",   okey,       "sku",   "user_id", "qty",
+    char idt[24], okey[64];
+    snprintf(idt, sizeof(idt), "%" PRIu64, id);
+    inv_record_key(okey, sizeof(okey), k.order, idt);
+    const char *argv[] = {okey,      idt,        "sku",   "user_id", "qty",
                           "segment", "segments", "state", "pay_by"};
-    struct rcmd cmd = {.argc = 9, .argv = argv};
+    struct rcmd cmd = {
+        .script = &inv_rec_read_script, .nkeys = 1, .argc = 9, .argv = argv};
     m->state = SINGLE_LOADING;
     if (!own_send(m, orderid_gene_of(id), &cmd)) {
         finish(m, INV_UNAVAILABLE);
@@ -507,6 +509,8 @@ static inv_do loaded(struct inv_single *m, aconn_result res, const redisReply *r
 {
     struct inv_ticket *t = m->t;
     uint64_t id = t->order.id;
+    if (res == ACONN_REPLY && rconn_is_noscript(r) && ++m->noscripts <= 4)
+        return load_send(m); /* nothing ran: sent whole next time */
     inv_status st = inv_order_read(res == ACONN_REPLY ? r : NULL, id, &t->order);
     t->order.id = id;
     finish(m, st == INV_OK ? INV_REPLAYED : st == INV_NOT_FOUND ? INV_GONE : st);

@@ -351,11 +351,13 @@ static inv_status order_get_once(struct inv_session *s, uint64_t id,
     rconn_check(s->rc);
     struct sku_keys k;
     inv_keys_init(&k, "", s->gene);
-    redisReply *r =
-        rconn_command(s->rc,
-                      "HMGET %s%" PRIu64
-                      " sku user_id qty segment segments state pay_by payment_id paid_at",
-                      k.order, id);
+    char idt[24], rkey[64];
+    snprintf(idt, sizeof(idt), "%" PRIu64, id);
+    inv_record_key(rkey, sizeof(rkey), k.order, idt);
+    const char *argv[] = {rkey,     idt,          "sku",      "user_id",
+                          "qty",    "segment",    "segments", "state",
+                          "pay_by", "payment_id", "paid_at"};
+    redisReply *r = rconn_eval(s->rc, &inv_rec_read_script, 1, 10, argv, NULL);
     inv_status st = inv_order_read(r, id, out);
     if (r)
         freeReplyObject(r);

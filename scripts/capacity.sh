@@ -94,7 +94,8 @@ settle() { # SKU: the sink has written all its events (the audit's lag, read fro
     }
     wait_until 120 written || die "capacity: the sink did not catch up on $sku"
 }
-# A SKU's keys on one Redis share its hash tag {SKU}; its orders' records are order:<id>.
+# A SKU's keys on one Redis share its hash tag {SKU}; its orders' records are fields of
+# hashes shared with other orders of the same ~238 ms (inventory/lua/rec.lua).
 sku_keys_bytes() { # SKU: bytes of every key tagged {SKU}
     local k sum=0
     while read -r k; do
@@ -102,11 +103,15 @@ sku_keys_bytes() { # SKU: bytes of every key tagged {SKU}
     done < <(rcli --scan --pattern "*{$1}*")
     echo "$sum"
 }
-order_records_bytes() { # SKU: average bytes of 200 of its order records (order:<id>)
-    local ids id sum=0 n=0
-    ids=$(rcli lrange "sk:{$1}:orders" 0 199 | awk '{ print $1 }')
-    for id in $ids; do
-        sum=$((sum + $(mem_usage "order:$id"))) n=$((n + 1))
+# SKU: average bytes of a record, over the hashes that hold 200 of its orders' records
+# (each hash's MEMORY USAGE over the records in it, its '#open' count aside)
+order_records_bytes() {
+    local keys key sum=0 n=0
+    keys=$(rcli lrange "sk:{$1}:orders" 0 199 | awk '{ id = $1; n = length(id) - 9
+        print "order:" (n > 0 ? substr(id, 1, n) : "0") }' | sort -u)
+    for key in $keys; do
+        sum=$((sum + $(mem_usage "$key")))
+        n=$((n + $(rcli hlen "$key") - $(rcli hexists "$key" '#open')))
     done
     ((n > 0)) || die "capacity: no order record of $1 found"
     per "$sum" "$n"
@@ -129,7 +134,7 @@ m1=$(used)
 n=$(orders_of plain)
 say_ orders_placed "$n" "orders"
 say_ redis_bytes_per_order "$(per $((m1 - m0)) "$n")" "bytes (used_memory, sink caught up)"
-say_ redis_order_record_bytes "$(order_records_bytes plain)" "bytes (MEMORY USAGE of order:<id>)"
+say_ redis_order_record_bytes "$(order_records_bytes plain)" "bytes (a hash of records' MEMORY USAGE over its records)"
 say_ redis_order_share_of_sku_keys "$(per "$(sku_keys_bytes plain)" "$n")" "bytes (the SKU's keys over its orders)"
 
 # ---- reservations (a payment window: pending, due)
@@ -140,7 +145,7 @@ settle res
 m1=$(used)
 n=$(orders_of res)
 say_ redis_bytes_per_reservation "$(per $((m1 - m0)) "$n")" "bytes (used_memory, pending orders)"
-say_ redis_reservation_record_bytes "$(order_records_bytes res)" "bytes (MEMORY USAGE of order:<id>)"
+say_ redis_reservation_record_bytes "$(order_records_bytes res)" "bytes (a hash of records' MEMORY USAGE over its records)"
 say_ redis_reservation_share_of_sku_keys "$(per "$(sku_keys_bytes res)" "$n")" "bytes (the SKU's keys over its orders)"
 
 # ---- PostgreSQL

@@ -199,43 +199,80 @@ static void on_acked(void *arg, aconn_result res, redisReply *r)
     }
 }
 
-/* sink_ack.lua on each stream of the batch, with its events' ids: one call per
+/* sink_ack.lua on each stream of the batch, with its entries' ids: one call per
  * run of events of one stream (a read adds a stream's events together, so a
- * stream is one run), and with a retention the records of the orders those
- * events settled, to expire (each in its stream's slot). An acknowledgement
- * lost on the way leaves its events pending: claimed and written again later,
- * which changes nothing (and expires their records then). */
+ * stream is one run), and with a retention, per entry, the hashes of the
+ * records of the orders its events settled and how many in each (each hash in
+ * its stream's slot: inventory/lua/rec.lua). An acknowledgement lost on the
+ * way leaves its events pending: claimed and written again later, which
+ * changes nothing (and counts their records then). */
 static void ack_all(struct svc_sink *k)
 {
     struct sink_batch *b = &k->b;
-    const char **argv = xmalloc(sizeof(*argv) * (size_t)(2 * b->n + 3));
-    char(*rec)[96] = k->retention_ms > 0 ? xmalloc(sizeof(*rec) * (size_t)b->n) : NULL;
+    int keep = k->retention_ms > 0;
+    const char **argv = xmalloc(sizeof(*argv) * (size_t)(3 * b->n + 3));
+    char(*rec)[96] = keep ? xmalloc(sizeof(*rec) * (size_t)b->n) : NULL;
+    int *count = keep ? xmalloc(sizeof(*count) * (size_t)b->n) : NULL;
+    char *spec = keep ? xmalloc((size_t)b->n * 24 + 1) : NULL;
     char retention[24];
     snprintf(retention, sizeof(retention), "%lld", k->retention_ms);
     k->phase = SINK_ACKING;
     k->acks_owed = 1; /* this loop's own, released below */
     for (int i = 0, j; i < b->n; i = j) {
         const char *stream = k->streams[b->stream[i]]->key;
-        int nrec = 0;
-        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++) {
-            const char *id = rec ? sink_batch_settled(b, j) : NULL;
-            if (id && inv_order_key_of(stream, id, rec[nrec], sizeof(rec[0])) == 0)
-                nrec++;
-        }
-        int argc = 0;
+        for (j = i; j < b->n && b->stream[j] == b->stream[i]; j++)
+            ;
+        int nrec = 0, argc = 0, keys = 1;
         argv[argc++] = stream;
-        for (int r = 0; r < nrec; r++)
-            argv[argc++] = rec[r];
+        argc += j - i; /* room for the hashes, the most there can be */
         argv[argc++] = INV_SINK_GROUP;
         argv[argc++] = retention;
-        for (int e = i; e < j; e++) /* an entry's events: its id once */
-            if (e == i || strcmp(b->id[e], b->id[e - 1]) != 0)
-                argv[argc++] = b->id[e];
+        size_t at = 0;
+        for (int e = i; e < j; e++) {
+            if (e > i && strcmp(b->id[e], b->id[e - 1]) == 0)
+                continue; /* an entry's events: its id once */
+            argv[argc++] = b->id[e];
+            char *mine = spec ? spec + at : NULL;
+            if (mine)
+                *mine = '\0';
+            for (int f = e; keep && f < j && strcmp(b->id[f], b->id[e]) == 0; f++) {
+                const char *id = sink_batch_settled(b, f);
+                char key[96];
+                if (!id || inv_order_key_of(stream, id, key, sizeof(key)) != 0)
+                    continue;
+                int r = 0;
+                while (r < nrec && strcmp(rec[r], key) != 0)
+                    r++;
+                if (r == nrec) {
+                    memcpy(rec[nrec], key, sizeof(key));
+                    argv[keys + nrec] = rec[nrec];
+                    count[nrec++] = 0;
+                }
+                count[r]++;
+            }
+            for (int r = 0; keep && r < nrec; r++) {
+                if (count[r] == 0)
+                    continue;
+                at += (size_t)sprintf(spec + at, "%s%d:%d", *mine ? "," : "",
+                                      keys + 1 + r, count[r]);
+                count[r] = 0;
+            }
+            argv[argc++] = mine ? mine : "";
+            if (mine)
+                at++;
+        }
+        /* the hashes sit behind the stream: close the gap left for them */
+        int gap = (j - i) - nrec;
+        memmove(argv + 1 + nrec, argv + 1 + (j - i),
+                sizeof(*argv) * (size_t)(argc - 1 - (j - i)));
+        argc -= gap;
         k->acks_owed++;
         if (send_cmd(k, stream, on_acked, k, &ack_script, 1 + nrec, argc, argv) !=
             RCONN_OK)
             k->acks_owed--;
     }
+    free(spec);
+    free(count);
     free(rec);
     free(argv);
     on_acked(k, ACONN_REPLY, NULL);

@@ -37,10 +37,10 @@ remaining() { curl -s "$U/skus/bad" | jq -r .remaining; }
 expect "6 left after 4 reservations" "6" "$(remaining)"
 
 # bob's record loses its qty, cid's and dan's get a qty that is no number
-rcli HDEL "order:$bob" qty >/dev/null
-rcli HSET "order:$cid" qty x >/dev/null
-rcli HSET "order:$dan" qty x >/dev/null
-snap() { rcli HGETALL "order:$1" | paste -sd' '; }
+it_rec_set "$rport" "$bob" qty '' >/dev/null
+it_rec_set "$rport" "$cid" qty x >/dev/null
+it_rec_set "$rport" "$dan" qty x >/dev/null
+snap() { rcli HGET "$(it_rec_key "$1")" "$1"; }
 meta() { rcli HGETALL "sk:{bad}:meta" | paste -sd' '; }
 bob0=$(snap "$bob") cid0=$(snap "$cid") dan0=$(snap "$dan") meta0=$(meta)
 
@@ -54,12 +54,7 @@ expect "... dan's record as it was" "$dan0" "$(snap "$dan")"
 expect "... and the SKU's counters as they were" "$meta0" "$(meta)"
 
 # --- the sweep: ann's and bob's made due at once (records, due set, deadline index)
-rcli EVAL "for i = 2, #ARGV do
-             redis.call('HSET', 'order:' .. ARGV[i], 'pay_by', 1)
-             redis.call('ZADD', KEYS[1], 1, ARGV[i])
-           end
-           redis.call('ZADD', KEYS[2], 1, ARGV[1])" 2 "sk:{bad}:due" seckill:due \
-    bad "$ann" "$bob" >/dev/null
+it_due_now "$rport" bad "$ann" "$bob" >/dev/null
 bob0=$(snap "$bob")
 state() { curl -s "$U/orders/$1" | jq -r .state; }
 ann_expired() { [[ $(state "$ann") == expired ]]; }
@@ -96,9 +91,12 @@ expect "bv's back x: eve's cancel is answered 503" "503" "$(curl -s -o /dev/null
 expect "... every key of bv as it was" "$keys0" "$(keys)"
 check "... the log names it" logged "sk:{bv}:back 0"
 # fay's made due: the sweep meets the malformed back and leaves her order as it is
-rcli EVAL "redis.call('HSET', KEYS[1], 'pay_by', 1)
+rcli EVAL "$(it_rec_lua)
+           local r = rec_get(KEYS[1], ARGV[1])
+           r.pay_by = '1'
+           redis.call('HSET', KEYS[1], ARGV[1], rec_text(r))
            redis.call('ZADD', KEYS[2], 1, ARGV[1])
-           redis.call('ZADD', KEYS[3], 1, ARGV[2])" 3 "order:$fay" "sk:{bv}:due" seckill:due \
+           redis.call('ZADD', KEYS[3], 1, ARGV[2])" 3 "$(it_rec_key "$fay")" "sk:{bv}:due" seckill:due \
     "$fay" bv >/dev/null
 keys0=$(keys) m0=$(malformed)
 # two rounds at least: each counts fay's and bob's (still malformed, above) once; the
@@ -112,8 +110,8 @@ rcli EVAL "redis.call('HSET', KEYS[1], 0, 0) redis.call('HSET', KEYS[2], 'pendin
     2 "sk:{bv}:back" "sk:{bv}:meta" >/dev/null
 m0=$(malformed)
 check "bv's pending x: the sweep meets it" wait_until 10 swept
-expect "... fay's order still pending" "pending" "$(rcli HGET "order:$fay" state)"
-fay_expired() { [[ $(rcli HGET "order:$fay" state) == expired ]]; }
+expect "... fay's order still pending" "pending" "$(it_rec "$rport" "$fay" state)"
+fay_expired() { [[ $(it_rec "$rport" "$fay" state) == expired ]]; }
 keys0=$(keys)
 expect "... gus's pay is answered 503" "503" \
     "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{}' "$U/orders/$gus/pay")"

@@ -182,7 +182,12 @@ expect "a cancel: 200" "200" "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
 back_on=""
 for s in "${seeds[@]}"; do
     p=${s##*:}
-    [[ -n $(redis-cli -p "$p" --scan --pattern "o:{*}:${ids[0]}") ]] || continue
+    # (its hash of records: inventory/lua/rec.lua)
+    held=0
+    for h in $(redis-cli -p "$p" --scan --pattern "$(it_rec_key "${ids[0]}" 'o:{*}:')"); do
+        (($(redis-cli -p "$p" HEXISTS "$h" "${ids[0]}"))) && held=1
+    done
+    ((held)) || continue
     k=$(redis-cli -p "$p" --scan --pattern 'sk:{*}:life:meta')
     back_on+="$(redis-cli -p "$p" hget "$k" returned)"
 done

@@ -43,11 +43,12 @@ start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
 rport=$STARTED_PORT
 rcli() { redis-cli -p "$rport" "$@"; }
 redis_ms() { rcli TIME | { read -r s; read -r us; echo $((s * 1000 + us / 1000)); }; }
-# redis_seen KEY FIELD VALUE: Redis's time (ms) when HGET KEY FIELD was first VALUE,
+# redis_seen ID FIELD VALUE: Redis's time (ms) when ID's record's FIELD was first VALUE,
 # read with TIME in one script every 10 ms by one redis-cli, for 10 s at most; "" if never.
 # (awk ends it: redis-cli's next write finds the pipe closed.)
 redis_seen() {
-    stdbuf -oL redis-cli -p "$rport" -r 1000 -i 0.01 EVAL "local t = redis.call('TIME') return {t[1], t[2], redis.call('HGET', KEYS[1], ARGV[1]) or ''}" 1 "$1" "$2" 2>/dev/null |
+    stdbuf -oL redis-cli -p "$rport" -r 1000 -i 0.01 EVAL "$(it_rec_lua)
+local t = redis.call('TIME') return {t[1], t[2], (rec_get(KEYS[1], ARGV[1]) or {})[ARGV[2]] or ''}" 1 "$(it_rec_key "$1")" "$1" "$2" 2>/dev/null |
         awk -v v="$3" 'NR % 3 == 1 { s = $0 } NR % 3 == 2 { us = $0 }
             NR % 3 == 0 && $0 == v { printf "%.0f\n", s * 1000 + int(us / 1000); exit }'
 }
@@ -150,7 +151,7 @@ for mode in $MODES; do
         "$(o=$(order "$B" "$X" dan); echo "$(status "$o") $(field .error "$o")")"
     # When the order turned expired, by Redis's clock: one redis-cli reads TIME and the
     # state together every 10 ms (no curl, no jq between the change and its reading).
-    swept=$(redis_seen "order:$carl" state expired)
+    swept=$(redis_seen "$carl" state expired)
     check "$mode: carl's unpaid order expires" test -n "$swept"
     # The contract's 1 s (invariant 8), on Redis's clock at both ends. Slack: every
     # instance sweeps each 100 ms, so the return comes 100-200 ms after pay_by; the
@@ -196,7 +197,7 @@ for mode in $MODES; do
     post "$A" "/orders/$bob2/cancel" '{"user_id":"bob"}' >/dev/null
     o=$(order "$A" "$S" fay)
     fay=$(field .order_id "$o")
-    rcli HSET "order:$fay" pay_by $(($(redis_ms) - 1)) >/dev/null
+    it_rec_set "$rport" "$fay" pay_by $(($(redis_ms) - 1)) >/dev/null
     left=$(sku_get "$A" "$S" .remaining)
     expect "$mode: pay after pay_by, before any sweep: 409 expired, its unit back" \
         "409 expired expired $((left + 1))" \
@@ -213,12 +214,7 @@ for mode in $MODES; do
         sw+=("$(field .order_id "$o")")
     done
     # (the SKU's score in the deadline index too, which the sweep reads first)
-    rcli EVAL "for i = 2, #ARGV do
-                 redis.call('HSET', 'order:' .. ARGV[i], 'pay_by', 1)
-                 redis.call('ZADD', KEYS[1], 1, ARGV[i])
-               end
-               redis.call('ZADD', KEYS[2], 1, ARGV[1])" 2 "sk:{$S-sw}:due" seckill:due \
-        "$S-sw" "${sw[@]}" >/dev/null
+    it_due_now "$rport" "$S-sw" "${sw[@]}" >/dev/null
     all_expired() {
         local id
         for id in "${sw[@]}"; do [[ $(state "$A" "$id") == expired ]] || return 1; done

@@ -32,11 +32,15 @@ total() { # FIELD: the sum of the SKUs' meta FIELD
 }
 expect "$N SKUs, one reservation each (pending units over all)" "$N" "$(total pending)"
 # every reservation due now, at once: its record, its SKU's due set, the deadline index
-rcli EVAL "for i = 1, tonumber(ARGV[1]) do
+rcli EVAL "$(it_rec_lua)
+           for i = 1, tonumber(ARGV[1]) do
              local sku = 'w' .. i
              local due = 'sk:{' .. sku .. '}:due'
              for _, id in ipairs(redis.call('ZRANGE', due, 0, -1)) do
-               redis.call('HSET', 'order:' .. id, 'pay_by', 1)
+               local key = rec_key('order:', id)
+               local r = rec_get(key, id)
+               r.pay_by = '1'
+               redis.call('HSET', key, id, rec_text(r))
                redis.call('ZADD', due, 1, id)
              end
              redis.call('ZADD', 'seckill:due', 1, sku)

@@ -112,6 +112,52 @@ it_seg_route() {
     echo $(((h ^ ((h >> 32) & 0xffffffff)) & 0x7fffffff))
 }
 
+# Order records, many to a hash (inventory/lua/rec.lua): a test reads and changes
+# one with the service's own pieces, never with a layout of its own.
+# it_rec_key ID [PREFIX]: the key of the hash of ID's record ("order:" by default; on
+# a cluster "o:{<gene tag>}:")
+it_rec_key() {
+    local id=$1 prefix=${2:-order:}
+    ((${#id} > 9)) && echo "$prefix${id:0:${#id}-9}" || echo "${prefix}0"
+}
+# it_rec_lua: rec.lua's functions, for a test's own EVAL to call (rec_key, rec_get,
+# rec_text...), then the test's Lua
+it_rec_lua() { cat "$ROOT/inventory/lua/rec.lua"; }
+# it_rec PORT ID FIELD: a field of ID's record on the Redis at PORT ('' when absent)
+it_rec() {
+    redis-cli -p "$1" EVAL "$(it_rec_lua)
+local r = rec_get(KEYS[1], ARGV[1]) or {}
+return r[ARGV[2]] or ''" 1 "$(it_rec_key "$2")" "$2" "$3"
+}
+# it_rec_set PORT ID FIELD VALUE: sets a field of ID's record ('' removes it); 1, or 0
+# when there is no such record
+it_rec_set() {
+    redis-cli -p "$1" EVAL "$(it_rec_lua)
+local r = rec_get(KEYS[1], ARGV[1])
+if not r then return 0 end
+r[ARGV[2]] = ARGV[3] ~= '' and ARGV[3] or nil
+redis.call('HSET', KEYS[1], ARGV[1], rec_text(r))
+return 1" 1 "$(it_rec_key "$2")" "$2" "$3" "$4"
+}
+# it_due_now PORT SKU ID...: the reservations ID... of SKU (one Redis) due at once, in
+# one step: each record's pay_by and its entry in the SKU's due set 1 (ms), and the SKU
+# in the deadline index at 1, which the sweep reads first
+it_due_now() {
+    local port=$1 sku=$2
+    shift 2
+    redis-cli -p "$port" EVAL "$(it_rec_lua)
+for i = 2, #ARGV do
+  local key = rec_key('order:', ARGV[i])
+  local r = rec_get(key, ARGV[i])
+  r.pay_by = '1'
+  redis.call('HSET', key, ARGV[i], rec_text(r))
+  redis.call('ZADD', KEYS[1], 1, ARGV[i])
+end
+redis.call('ZADD', KEYS[2], 1, ARGV[1])" 2 "sk:{$sku}:due" seckill:due "$sku" "$@"
+}
+# it_rec_exists PORT ID: 1 when ID's record is in Redis, else 0
+it_rec_exists() { redis-cli -p "$1" HEXISTS "$(it_rec_key "$2")" "$2"; }
+
 # it_key_digests PORT PATTERN...: each key matching a pattern on the Redis at PORT
 # (the segments' lock keys aside: an order takes its locks), sorted, with a digest of
 # its DUMP: two equal listings mean not a byte of those keys changed

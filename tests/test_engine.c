@@ -361,9 +361,10 @@ static void test_hold_finds_an_id_issued_twice(void **state)
     struct inv_ticket *t = &l->t[l->n++];
     assert_int_equal(inv_ticket_open(f.inv, t, "dup", "ida", 1, NULL), INV_PENDING);
     uint64_t issued = t->order.id;
-    char okey[64];
-    snprintf(okey, sizeof(okey), "order:%" PRIu64, issued);
-    freeReplyObject(rconn_command(f.rc, "HSET %s sku other user_id someone", okey));
+    char idt[24], okey[64];
+    snprintf(idt, sizeof(idt), "%" PRIu64, issued);
+    inv_record_key(okey, sizeof(okey), "order:", idt);
+    freeReplyObject(rconn_command(f.rc, "HSET %s %s %s", okey, idt, "other someone 1 0"));
     t->done = on_answer;
     t->owner = l;
     inv_engine_submit(l->engine, t);
@@ -375,9 +376,9 @@ static void test_hold_finds_an_id_issued_twice(void **state)
     struct inv_stats st;
     inv_stats(f.inv, &st);
     assert_int_equal(st.id_collisions, 1);
-    redisReply *r = rconn_command(f.rc, "HGET %s user_id", okey);
+    redisReply *r = rconn_command(f.rc, "HGET %s %s", okey, idt);
     assert_non_null(r);
-    assert_string_equal(r->str, "someone");
+    assert_string_equal(r->str, "other someone 1 0"); /* as it was */
     freeReplyObject(r);
     loop_free(l);
     invfix_assert_sold(&f, "dup", 2, 8);

@@ -3,7 +3,8 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/atomic.lua.
 -- KEYS as commit.lua's first eight: [1] meta, [2] stock, [3] sold, [4]
--- buyers, [5] orders, [6] order:<id>, [7] idem, [8] avail, then [9] back
+-- buyers, [5] orders, [6] the hash of the
+-- order's record (rec.lua), [7] idem, [8] avail, then [9] back
 -- (back.lua), [10] due and [11] the deadline index (record.lua), [12] events
 -- (outbox.lua).
 -- ARGV[1] the user's routing number (seg_route; the home segment is it modulo
@@ -19,7 +20,7 @@
 -- window), {-3, first id} replay, {-4} limit,
 -- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
 -- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
--- another user or qty, {-9} order:<id> exists already, the sale window's
+-- another user or qty, {-9} the order's record exists already, the sale window's
 -- {-10, ...} or {-11, ''} (window.lua), {-17, '<key> <field>'} a value it
 -- computes with is malformed (malformed.lua: meta's numbers, the user's
 -- count in buyers, the Idempotency-Key's record, a segment's stock, units
@@ -30,6 +31,7 @@
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "outbox.lua"
+--#include "rec.lua"
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
@@ -53,7 +55,7 @@ t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
 if not t.bought[ARGV[3]] then return malformed(KEYS[4], ARGV[3]) end
 if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
 if left < qty then return {-5, limit, left} end
-if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
+if redis.call('HEXISTS', KEYS[6], ARGV[4]) == 1 then return {-9} end
 local route = tonumber(ARGV[1])
 local home = route % k
 local parts, h = nil, tostring(home)
@@ -93,11 +95,11 @@ for _, p in ipairs(parts) do
   local seg = p[1]
   local have = s[seg] + b[seg]
   fold(KEYS[9], seg, b[seg])
-  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, have - p[2], have)
+  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, have - p[2], have, t)
   out[#out + 1] = tonumber(seg)
   out[#out + 1] = p[2]
 end
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
              {KEYS[12], meta[7]})
-tally_write(t, KEYS[10], KEYS[11], ARGV[5])
+tally_write(t, KEYS[10], KEYS[11], ARGV[5], {meta[3], meta[8], meta[9], meta[10]})
 return out

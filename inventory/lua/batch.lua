@@ -4,8 +4,8 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/batch.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] the segment
--- lock's fence counter, [7] idem, [8] avail, [9..8+n] order:<id> of each
--- order in turn, then back (back.lua), due and the deadline index
+-- lock's fence counter, [7] idem, [8] avail, [9..8+n] the hash of each
+-- order's record in turn (rec.lua: a key may come several times), then back (back.lua), due and the deadline index
 -- (record.lua), and events (outbox.lua).
 -- ARGV[1] SKU epoch the batch was routed in, [2] segment, [3] the segment's
 -- stock as read under the lock, [4] fencing token or '0' (unfenced), [5] sku,
@@ -23,8 +23,8 @@
 -- holds qty but the SKU does (an order of several segments); -5 sold out,
 -- fewer than qty remain in the SKU, detail the per-user limit; -3 idempotent
 -- replay, detail the first id; -4 per-user limit reached; -7 qty above the
--- limit; -8 Idempotency-Key used for another user or qty; -9 order:<id>
--- exists already (the id was issued twice: draw another); -10 and -11 the
+-- limit; -8 Idempotency-Key used for another user or qty; -9 the order's
+-- record exists already (the id was issued twice: draw another); -10 and -11 the
 -- sale window (window.lua) refused every order but replays; -17 the user's
 -- count in buyers or the Idempotency-Key's record is malformed, detail
 -- '<key> <field>' (malformed.lua). Only placed orders write. {-17, '<key>
@@ -37,6 +37,7 @@
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "outbox.lua"
+--#include "rec.lua"
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
@@ -69,18 +70,27 @@ for i = 0, n - 1 do
   end
 end
 bought_by(KEYS[4], users, have)
--- An order's key exists already only when its id was issued twice: one EXISTS
--- over the batch's keys says whether any does, and each is looked at only
--- then (or when the batch itself placed it).
-local taken = n > 0 and redis.call('EXISTS', unpack(KEYS, 9, 8 + n)) > 0
+-- An order's record exists already only when its id was issued twice (one
+-- HMGET per hash of the batch's records says which), or the batch itself
+-- placed it.
+-- The batch's Idempotency-Keys are read at once too.
+local taken, known
+do
+  local keys, ids, idem = {}, {}, {}
+  for i = 0, n - 1 do
+    keys[i + 1], ids[i + 1] = KEYS[9 + i], ARGV[8 + 5 * i]
+    if ARGV[9 + 5 * i] ~= '' then idem[#idem + 1] = ARGV[9 + 5 * i] end
+  end
+  taken, known = rec_exist(keys, ids), idem_known(KEYS[7], idem)
+end
 -- Each order is decided first, nothing written: placed lists those placed,
 -- more the units each user takes in this batch, fresh the keys it records.
 local out, short, mine, placed, more, fresh, units = {}, {}, {}, {}, {}, {}, 0
 for i = 0, n - 1 do
   local qtext, user, id, key = ARGV[6 + 5 * i], ARGV[7 + 5 * i],
       ARGV[8 + 5 * i], ARGV[9 + 5 * i]
-  local qty, okey = tonumber(qtext), KEYS[9 + i]
-  local seen = idem_seen(KEYS[7], key, user, qtext, fresh)
+  local qty = tonumber(qtext)
+  local seen = idem_seen(KEYS[7], key, user, qtext, fresh, known)
   local code, detail = 1, ''
   if seen then
     code, detail = seen[1], seen[2] or ''
@@ -95,11 +105,11 @@ for i = 0, n - 1 do
   elseif qty > stock then
     code = 0
     short[#short + 1] = i
-  elseif mine[okey] or (taken and redis.call('EXISTS', okey) == 1) then
+  elseif mine[id] or taken[id] then
     code = -9
   else
     stock, units = stock - qty, units + qty
-    mine[okey], more[user] = true, (more[user] or 0) + qty
+    mine[id], more[user] = true, (more[user] or 0) + qty
     placed[#placed + 1] = i
     if key ~= '' then fresh[key] = id .. ' ' .. qtext .. ' ' .. user end
     detail = by or ''
@@ -113,13 +123,13 @@ if #placed > 0 then
   bad = sold_first(KEYS[3], {{seg, units}})
   if bad then return bad end
   fold(back, seg, folded)
-  change = set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock, was + folded)
+  change = set_stock(KEYS[1], KEYS[2], KEYS[8], seg, stock, was + folded, t)
   for _, i in ipairs(placed) do
     local qtext = ARGV[6 + 5 * i]
     record_order(t, KEYS[9 + i], {{seg, tonumber(qtext)}}, tonumber(qtext), qtext,
                  ARGV[7 + 5 * i], ARGV[8 + 5 * i], sku, ARGV[9 + 5 * i], by, box)
   end
-  tally_write(t, due, dues, sku)
+  tally_write(t, due, dues, sku, {meta[7], meta[8], meta[9], meta[10]})
 end
 -- (units given back without an order placed stay in the back hash, for the
 -- next writer)

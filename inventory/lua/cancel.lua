@@ -16,8 +16,9 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
+--#include "rec.lua"
 --#include "give.lua"
-local o = give_read(KEYS[1])
+local o = give_read(KEYS[1], ARGV[1])
 if not o.qtext then return {-1} end
 if o.user ~= ARGV[2] then return {-15} end
 local state = o.state or 'placed'

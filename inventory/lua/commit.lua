@@ -2,7 +2,8 @@
 -- from one segment or from several, all or nothing.
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/commit.lua.
--- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] order:<id>,
+-- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] orders, [6] the hash of the
+-- order's record (rec.lua),
 -- [7] idem, [8] avail, [9..8+n] the fence counter of each part's segment lock,
 -- then back (back.lua), due and the deadline index (record.lua), and events
 -- (outbox.lua).
@@ -18,7 +19,7 @@
 -- Returns {1, pay_by or ''} placed (pay_by with a payment window), {-1} SKU reset since, {-2} fenced off (any part's lock
 -- was granted to someone else since), {-3, first order id} idempotent replay,
 -- {-4} per-user limit reached, {-8} Idempotency-Key used for another user or
--- qty, {-9} order:<id> exists already (the id was issued twice: draw
+-- qty, {-9} the order's record exists already (the id was issued twice: draw
 -- another), the sale window's {-10, ...} or {-11, ''} (window.lua), {-17,
 -- '<key> <field>'} a value it computes with is malformed (malformed.lua:
 -- meta's numbers, the user's count in buyers, the Idempotency-Key's record,
@@ -29,6 +30,7 @@
 --#include "limit.lua"
 --#include "stock.lua"
 --#include "outbox.lua"
+--#include "rec.lua"
 --#include "record.lua"
 --#include "window.lua"
 --#include "back.lua"
@@ -55,7 +57,7 @@ local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])
 if not t.bought[ARGV[3]] then return malformed(KEYS[4], ARGV[3]) end
 if over_limit(t.bought[ARGV[3]], qty, limit) then return {-4} end
-if redis.call('EXISTS', KEYS[6]) == 1 then return {-9} end
+if redis.call('HEXISTS', KEYS[6], ARGV[4]) == 1 then return {-9} end
 local parts, segs = {}, {}
 for i = 0, n - 1 do
   parts[i + 1] = {ARGV[8 + 4 * i], tonumber(ARGV[9 + 4 * i])}
@@ -72,10 +74,11 @@ for i = 0, n - 1 do
   local seg, folded = segs[i + 1], h[i + 1][2]
   local read = tonumber(ARGV[10 + 4 * i]) + folded
   fold(back, seg, folded)
-  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, read - parts[i + 1][2], h[i + 1][1] + folded)
+  set_stock(KEYS[1], KEYS[2], KEYS[8], seg, read - parts[i + 1][2], h[i + 1][1] + folded,
+            t)
 end
 local by = now and string.format('%d', now + pay)
 record_order(t, KEYS[6], parts, qty, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], by,
              {KEYS[#KEYS], meta[6]})
-tally_write(t, due, dues, ARGV[5])
+tally_write(t, due, dues, ARGV[5], {meta[7], meta[8], meta[9], meta[10]})
 return {1, by or ''}

@@ -25,13 +25,14 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
+--#include "rec.lua"
 --#include "give.lua"
 local now = now_ms()
 local k = life_keys(1, ARGV[2])
 local take, gone, bad = {}, {}, 0
 for i = 3, #ARGV do
   local id, okey = ARGV[i], KEYS[8 + i]
-  local o = give_read(okey)
+  local o = give_read(okey, id)
   if o.state ~= 'pending' then
     gone[#gone + 1] = id -- paid, cancelled or expired meanwhile, or gone with a reset
   elseif not o.by then

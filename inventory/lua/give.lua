@@ -1,5 +1,5 @@
 -- Piece, not a script: `--#include "give.lua"` (after malformed.lua, back.lua,
--- window.lua and outbox.lua) in pay.lua, cancel.lua and due.lua. No KEYS or
+-- window.lua, outbox.lua and rec.lua) in pay.lua, cancel.lua and due.lua. No KEYS or
 -- ARGV of its own.
 -- A pending order's end without payment: its record says `state`
 -- ('cancelled' or 'expired'), its units go back to the segments they came
@@ -13,13 +13,14 @@
 -- All or nothing: a record is read and checked before anything is written
 -- (give_read: nil when it is malformed, and then nothing is written for it),
 -- and so is every value of the SKU the end computes with (give_write).
--- give_read(okey) -> o: the record, read once for the whole script: {state,
+-- give_read(okey, id) -> o: the record of id in its hash okey (rec.lua),
+-- read once for the whole script: {state,
 -- by (its pay_by, a number, or nil), user, qtext (its qty as stored, nil: no
 -- such order), qty, parts = {{seg, units}...}, seg (the first part's segment, as
 -- its segment field) and spread (its segments field; nil: one), for its events,
 -- ok}; ok is false when the record lacks its user, its qty is not a whole number
 -- above 0, or its segments do not add up to its qty (malformed: nothing may be
--- written).
+-- written); rec, the record itself (rec_get), whose state an end rewrites.
 -- For many orders in one script (the sweep), in two steps, so that what adds
 -- up is written once: give_tally() is empty sums; give_order(g, k, okey, id,
 -- state, o) adds the order up in g, writing nothing, and returns its units;
@@ -28,7 +29,7 @@
 -- buyers' counts; the units sold as sold_first does: malformed.lua) and
 -- answers malformed's {-17,
 -- '<key> <field>'} for one that is not a number, nothing written; else it
--- writes each order's own (its state, its event), then the sums (each
+-- writes each order's own (its state, one HSET per hash; its event), then the sums (each
 -- segment's back, avail and sold, meta's counters, the buyers, the due set,
 -- the life list), and answers nil. give_back(k, okey, id, state, o) is the
 -- three for one order, o its give_read (ok): its units, or nil and
@@ -43,21 +44,21 @@ local function life_keys(first, sku)
   end
   return k
 end
-local function give_read(okey)
-  local o = redis.call('HMGET', okey, 'state', 'pay_by', 'user_id', 'qty', 'segment',
-                       'segments')
-  local r = {state = o[1], by = tonumber(o[2] or ''), user = o[3], qtext = o[4],
-             qty = tonumber(o[4] or ''), parts = {}, spread = o[6] or nil, ok = false}
+local function give_read(okey, id)
+  local o = rec_get(okey, id) or {}
+  local r = {state = o.state, by = tonumber(o.pay_by or ''), user = o.user_id, qtext = o.qty,
+             qty = tonumber(o.qty or ''), parts = {}, spread = o.segments, ok = false,
+             rec = o}
   local qty = r.qty
   if not r.user or not qty or qty < 1 or qty ~= math.floor(qty) then return r end
   local sum = 0
-  if o[6] then
-    for seg, units in string.gmatch(o[6], '(%d+):(%d+)') do
+  if o.segments then
+    for seg, units in string.gmatch(o.segments, '(%d+):(%d+)') do
       r.parts[#r.parts + 1] = {seg, tonumber(units)}
       sum = sum + tonumber(units)
     end
-  elseif o[5] and string.match(o[5], '^%d+$') then
-    r.parts[1], sum = {o[5], qty}, qty
+  elseif o.segment and string.match(o.segment, '^%d+$') then
+    r.parts[1], sum = {o.segment, qty}, qty
   end
   r.seg = r.parts[1] and r.parts[1][1]
   r.ok = sum == qty
@@ -108,12 +109,14 @@ local function give_write(g, k)
   -- nothing), each order's own, then the sums
   bad = sold_first(k.sold, parts)
   if bad then return bad end
-  local events = {}
+  local events, w = {}, {}
   for _, x in ipairs(g.own) do
     local o = x[4]
-    redis.call('HSET', x[1], 'state', x[3])
+    o.rec.state = x[3]
+    rec_put(w, x[1], x[2], rec_text(o.rec), o.rec.old and meta[7] and true, o.rec.old)
     outbox_event(events, meta[7], x[2], x[3], k.sku, o.user, o.qtext, o.seg, o.spread)
   end
+  rec_write(w)
   outbox_write(k.events, events)
   for i, seg in ipairs(segs) do
     local u = g.units[seg]

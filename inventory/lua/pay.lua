@@ -3,7 +3,7 @@
 -- decides, not the sweep: then it expires here, its units go back).
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/pay.lua.
--- KEYS[1] order:<id>, [2] meta, [3] stock, [4] sold, [5] buyers, [6] back,
+-- KEYS[1] the hash of the order's record (rec.lua), [2] meta, [3] stock, [4] sold, [5] buyers, [6] back,
 -- [7] due, [8] life, [9] avail, [10] events (the order's SKU's).
 -- ARGV[1] order id, [2] payment id or '', [3] the reset channel
 -- (SOLDOUT_CHANNEL), [4] the SKU.
@@ -21,15 +21,15 @@
 --#include "window.lua"
 --#include "back.lua"
 --#include "outbox.lua"
+--#include "rec.lua"
 --#include "give.lua"
-local o = give_read(KEYS[1])
+local o = give_read(KEYS[1], ARGV[1])
 if not o.qtext then return {-1} end
 local state = o.state or 'placed'
 if state == 'paid' then
-  local paid = redis.call('HMGET', KEYS[1], 'payment_id', 'paid_at')
-  local id = paid[1] or ''
+  local id = o.rec.payment_id or ''
   if ARGV[2] ~= '' and ARGV[2] ~= id then return {-16, 0, id} end
-  return {2, 0, id, paid[2] or ''}
+  return {2, 0, id, o.rec.paid_at or ''}
 end
 if state == 'placed' then return {-12} end
 if state == 'cancelled' then return {-13} end
@@ -46,8 +46,10 @@ end
 local meta, bad = meta_get(KEYS[2], 'pending', 'paid', 'outbox')
 if not meta then return bad end
 local at = string.format('%d', now_ms())
-redis.call('HSET', KEYS[1], 'state', 'paid', 'paid_at', at)
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'payment_id', ARGV[2]) end
+o.rec.state, o.rec.paid_at, o.rec.payment_id = 'paid', at, ARGV[2] ~= '' and ARGV[2] or nil
+local w = {}
+rec_put(w, KEYS[1], ARGV[1], rec_text(o.rec), o.rec.old and meta[3] and true, o.rec.old)
+rec_write(w)
 redis.call('ZREM', KEYS[7], ARGV[1])
 redis.call('HINCRBY', KEYS[2], 'pending', -qty)
 redis.call('HINCRBY', KEYS[2], 'paid', qty)

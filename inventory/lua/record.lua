@@ -1,5 +1,6 @@
 -- Piece, not a script: `--#include "record.lua"` in commit.lua, atomic.lua
--- and batch.lua (the build resolves it, after malformed.lua and outbox.lua).
+-- and batch.lua (the build resolves it, after malformed.lua, outbox.lua and
+-- rec.lua).
 -- KEYS as theirs: [1] meta, [3] sold, [4] buyers, [5] orders, [7] idem. No
 -- ARGV of its own.
 -- A script records its orders in two steps, once every value it reads is
@@ -13,9 +14,10 @@
 -- the one it is answered with; qtext is qty as its request said it, passed
 -- on as it is (a number Lua turns into text itself, by a concatenation or
 -- string.format, costs more than redis.call's own conversion: sums go to
--- Redis as numbers). Writes the order's hash okey (order:<id>: sku,
--- user_id, qty, segment; `segments` for an order of several,
--- "<seg>:<units>,..."). With a payment window, by (pay_by as text,
+-- Redis as numbers). Adds the order's record (rec.lua: okey is the key of
+-- its hash) to those tally_write writes: sku, user_id, qty, segment;
+-- `segments` for an order of several, "<seg>:<units>,...". With a payment
+-- window, by (pay_by as text,
 -- milliseconds by the SKU's clock) makes the order pending: its record says
 -- state pending and pay_by, and the due zset holds it by pay_by for the sweep
 -- (due.lua); nil for an order final at once (no state field: placed). box:
@@ -25,8 +27,12 @@
 -- before (the script read them to check the limit); t.keys maps the
 -- Idempotency-Keys recorded so far to their records (idem_seen's fresh; nil
 -- until one is).
--- tally_write(t, due, dues, sku): the sums (the units sold of each segment
--- went first, sold_first): meta's sold, orders and pending, each buyer's
+-- tally_write(t, due, dues, sku, was): the records, one HSET per hash
+-- (counted open when the SKU has an outbox: rec.lua), then the sums (the
+-- units sold of each segment went first, sold_first): meta's remaining (its
+-- change set_stock added up in t), sold, orders and pending in one HSET, from
+-- was, the four as the script read them ({remaining, sold, orders, pending},
+-- checked numbers: meta_get), then each buyer's
 -- units, the audit records "<id> <user> <qty> <segment>" (an order of
 -- several segments adds " <seg>:<units>,...") appended to the orders list in
 -- order, the Idempotency-Keys' records "<id> <qty> <user>", the due zset's
@@ -34,8 +40,8 @@
 -- earliest of them (ZADD LT: the sweep finds the SKU due then), and the
 -- orders' events, one stream entry. Nothing when t holds no order.
 local function tally()
-  return {orders = 0, units = 0, pending = 0, buyers = {}, bought = {}, recs = {},
-          events = {}}
+  return {orders = 0, units = 0, pending = 0, remaining = 0, buyers = {}, bought = {},
+          recs = {}, events = {}, w = {}}
 end
 local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key, by, box)
   t.orders, t.units = t.orders + 1, t.units + qty
@@ -43,24 +49,25 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
   t.bought[user] = t.bought[user] + qty
   local seg, spread = parts[1][1], nil
   local rec = id .. ' ' .. user .. ' ' .. qtext .. ' ' .. seg
-  local h = {'sku', sku, 'user_id', user, 'qty', qtext, 'segment', seg}
   if #parts > 1 then
     spread = {}
     for _, p in ipairs(parts) do spread[#spread + 1] = p[1] .. ':' .. p[2] end
     spread = table.concat(spread, ',')
     rec = rec .. ' ' .. spread
-    h[9], h[10] = 'segments', spread
   end
   t.recs[#t.recs + 1] = rec
+  -- the record: rec.lua's fields in order
+  local text = sku .. ' ' .. user .. ' ' .. qtext .. ' ' .. seg
   if by then
-    local n = #h
-    h[n + 1], h[n + 2], h[n + 3], h[n + 4] = 'state', 'pending', 'pay_by', by
+    text = text .. ' ' .. (spread or '') .. ' pending ' .. by
     t.due = t.due or {}
-    n = #t.due
+    local n = #t.due
     t.due[n + 1], t.due[n + 2] = by, id
     t.pending = t.pending + qty
+  elseif spread then
+    text = text .. ' ' .. spread
   end
-  redis.call('HSET', okey, unpack(h))
+  rec_put(t.w, okey, id, text, box[2] and true)
   t.box = box
   if by then
     outbox_event(t.events, box[2], id, 'pending', sku, user, qtext, seg, spread, 'b', by)
@@ -73,12 +80,14 @@ local function record_order(t, okey, parts, qty, qtext, user, id, sku, idem_key,
     t.idem[n + 1], t.idem[n + 2], t.keys[idem_key] = idem_key, irec, irec
   end
 end
-local function tally_write(t, due, dues, sku)
+local function tally_write(t, due, dues, sku, was)
   if t.orders == 0 then return end
-  redis.call('HINCRBY', KEYS[1], 'sold', t.units)
-  redis.call('HINCRBY', KEYS[1], 'orders', t.orders)
+  rec_write(t.w)
+  local function plus(v, d) return (tonumber(v or '0') or 0) + d end
+  redis.call('HSET', KEYS[1], 'remaining', plus(was[1], t.remaining), 'sold',
+             plus(was[2], t.units), 'orders', plus(was[3], t.orders), 'pending',
+             plus(was[4], t.pending))
   if t.pending > 0 then
-    redis.call('HINCRBY', KEYS[1], 'pending', t.pending)
     redis.call('ZADD', due, unpack(t.due))
     local first = t.due[1]
     for i = 3, #t.due, 2 do

@@ -33,12 +33,13 @@
 -- alone passed, -1 refused: the SKU has orders, -3 refused: its events have
 -- not reached PostgreSQL. A refusal writes nothing.
 -- Sets the stock index (inventory/lua/stock.lua) with the stock.
--- Deletes the SKU's order records, bumps the epoch (in-flight commits of the
+-- Deletes the SKU's order records (rec.lua's rec_drop), bumps the epoch (in-flight commits of the
 -- old epoch are refused) and publishes the SKU on the channel in the same
 -- step, so that no instance keeps answering sold out from memory
 -- (inventory/soldout.h).
 --#include "group.lua"
 --#include "sku_lag.lua"
+--#include "rec.lua"
 local existed = redis.call('EXISTS', KEYS[1])
 local k = tonumber(ARGV[2])
 local check = ARGV[12 + k]
@@ -52,10 +53,14 @@ if check ~= '' and existed == 1 then
 end
 if ARGV[14 + k] == '1' then return 2 end
 local n = redis.call('LLEN', KEYS[6])
+local open = existed == 1 and redis.call('HGET', KEYS[1], 'outbox')
 for i = 0, n - 1, 1000 do
+  local keys, ids = {}, {}
   for _, rec in ipairs(redis.call('LRANGE', KEYS[6], i, i + 999)) do
-    redis.call('DEL', ARGV[6 + k] .. string.match(rec, '^(%d+)'))
+    local id = string.match(rec, '^(%d+)')
+    keys[#keys + 1], ids[#ids + 1] = rec_key(ARGV[6 + k], id), id
   end
+  rec_drop(keys, ids, open and true)
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
            KEYS[10], KEYS[11], KEYS[12], KEYS[13])

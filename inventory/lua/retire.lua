@@ -24,6 +24,7 @@
 -- not carried to PostgreSQL yet. Every check comes before the first write.
 --#include "group.lua"
 --#include "sku_lag.lua"
+--#include "rec.lua"
 local meta = redis.call('HMGET', KEYS[1], 'segments', 'pending', 'initial', 'sold',
                         'orders', 'paid', 'returned', 'cancelled', 'expired')
 if not meta[1] then return {0} end
@@ -33,11 +34,12 @@ if redis.call('EXISTS', KEYS[9]) == 1 then return {-2} end -- xout: taken out, n
 if sku_lag(KEYS[15], ARGV[4], ARGV[1], true) > 0 then return {-3} end
 local n = redis.call('LLEN', KEYS[6])
 for i = 0, n - 1, 1000 do
-  local ids = {}
+  local keys, ids = {}, {} -- none pending (above): none counts open
   for _, rec in ipairs(redis.call('LRANGE', KEYS[6], i, i + 999)) do
-    ids[#ids + 1] = ARGV[2] .. string.match(rec, '^(%d+)')
+    local id = string.match(rec, '^(%d+)')
+    keys[#keys + 1], ids[#ids + 1] = rec_key(ARGV[2], id), id
   end
-  if #ids > 0 then redis.call('DEL', unpack(ids)) end
+  rec_drop(keys, ids, false)
 end
 local locks = {}
 for i = 0, tonumber(meta[1]) - 1 do

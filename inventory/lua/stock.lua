@@ -12,10 +12,12 @@
 -- held_all(stock, back, segs): the same for each of the list segs (strings),
 -- with one HMGET of each hash: {{stock, back}, ...} in their order, or nil
 -- and malformed's answer.
--- set_stock(meta, stock, avail, seg, new, old): writes segment seg's stock
+-- set_stock(meta, stock, avail, seg, new, old, t): writes segment seg's stock
 -- (seg a string) and keeps the index with it; old is what the stock hash
 -- holds, read in this same script (held's, plus the units it folds in).
--- Returns new - old, the change of meta's remaining.
+-- Returns new - old, the change of meta's remaining, which it adds to meta's
+-- remaining, or to t.remaining when t is given (a tally, record.lua, whose
+-- tally_write writes meta's sums at once).
 -- candidates(avail, qty, route, most): up to `most` segments holding at
 -- least qty, chosen by the user's routing number among all that do, so that
 -- orders that leave their home spread over what is left (O(log K)).
@@ -42,9 +44,13 @@ local function held_all(stock, back, segs)
   end
   return out
 end
-local function set_stock(meta, stock, avail, seg, new, old)
+local function set_stock(meta, stock, avail, seg, new, old, t)
   redis.call('HSET', stock, seg, new)
-  if new ~= old then redis.call('HINCRBY', meta, 'remaining', new - old) end
+  if t then
+    t.remaining = t.remaining + new - old
+  elseif new ~= old then
+    redis.call('HINCRBY', meta, 'remaining', new - old)
+  end
   if new > 0 then
     redis.call('ZADD', avail, new, seg)
   else

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Order records, many to a hash (inventory/lua/rec.lua, issue 47).
+#
+# A group commit's Redis calls do not grow with its batch (point 3): batch.lua run by
+# hand on a SKU an instance made, once for 1 order and once for 32, every order with an
+# Idempotency-Key, a payment window (each one pending: the due set, the deadline index)
+# and the outbox on (its events, the records counted open). The calls each made,
+# command by command (INFO commandstats, reset before each), are the same. On 9e3478e
+# (a key and an HSET per record, an HGET per Idempotency-Key) the 32 made 31 more HSETs
+# and 31 more HGETs. The 32 records are one hash's fields, each readable as the service
+# reads it (rec_read.lua), and the batch's events are one stream entry.
+#
+# Records of the layout before (a hash of its own, order:<id>, fields by name) are still
+# read and changed: three reservations turned back into it by hand; GET answers each
+# as before, a pay and a cancel answer as for any record and move it into its hash (its
+# old key gone), and a PUT ?reset=true deletes the third's old key. Fails on a build that
+# reads only the hashes (GET 404, pay 404).
+# A few seconds; no timing in it.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin records redis-server redis-cli curl jq
+gen=${SECKILL_BUILD:-build}/gen/inventory/lua
+[[ $gen == /* ]] || gen=$ROOT/$gen
+
+start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+rcli() { redis-cli -p "$rport" "$@"; }
+start_instance one "$dir" --redis "127.0.0.1:$rport" --lock redis || exit 1
+U=$STARTED_URL
+expect "PUT b: one segment, a payment window" "201" "$(curl -s -o /dev/null -w '%{http_code}' \
+    -X PUT -d '{"stock":1000,"segments":1,"per_user_limit":5,"pay_within_ms":600000}' \
+    "$U/skus/b")"
+
+# ---- records of the layout before ---------------------------------------------------
+expect "PUT old: a payment window" "201" "$(curl -s -o /dev/null -w '%{http_code}' \
+    -X PUT -d '{"stock":10,"segments":2,"per_user_limit":1,"pay_within_ms":600000}' \
+    "$U/skus/old")"
+olds=()
+for u in ann bob cid; do
+    olds+=("$(curl -s -X POST -d "{\"user_id\":\"$u\"}" "$U/skus/old/orders" | jq -r .order_id)")
+done
+# as_old ID: its record moved to order:<id>, field by field, out of its hash
+as_old() {
+    rcli EVAL "$(it_rec_lua)
+local r = rec_get(KEYS[1], ARGV[1])
+local f = {}
+for _, name in ipairs(REC_FIELDS) do
+  if r[name] then f[#f + 1] = name; f[#f + 1] = r[name] end
+end
+redis.call('HSET', KEYS[2], unpack(f))
+return redis.call('HDEL', KEYS[1], ARGV[1])" 2 "$(it_rec_key "$1")" "order:$1" "$1"
+}
+for id in "${olds[@]}"; do as_old "$id" >/dev/null; done
+get() { curl -s "$U/orders/$1" | jq -r '"\(.user_id) \(.state)"'; }
+expect "three reservations, their records in the layout before" "1 1 1 0" \
+    "$(rcli EXISTS "order:${olds[0]}") $(rcli EXISTS "order:${olds[1]}") $(rcli EXISTS "order:${olds[2]}") $(it_rec_exists "$rport" "${olds[0]}")"
+expect "GET of each: as before" "ann pending bob pending cid pending" \
+    "$(get "${olds[0]}") $(get "${olds[1]}") $(get "${olds[2]}")"
+expect "a pay of ann's: 200 paid" "200 paid" "$(curl -s -w ' %{http_code}' -X POST \
+    -d '{"payment_id":"p-1"}' "$U/orders/${olds[0]}/pay" | jq -rR 'split(" ") | "\(.[-1]) \(.[0:-1] | join(" ") | fromjson | .state)"')"
+expect "... its record moved into its hash, the old key gone" "paid p-1 0" \
+    "$(it_rec "$rport" "${olds[0]}" state) $(it_rec "$rport" "${olds[0]}" payment_id) $(rcli EXISTS "order:${olds[0]}")"
+expect "a cancel of bob's: 200" "200" "$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+    -d '{"user_id":"bob"}' "$U/orders/${olds[1]}/cancel")"
+expect "... moved too, its unit back (8 of 10 left)" "cancelled 0 8" \
+    "$(it_rec "$rport" "${olds[1]}" state) $(rcli EXISTS "order:${olds[1]}") $(curl -s "$U/skus/old" | jq .remaining)"
+expect "PUT ?reset=true of old: 200" "200" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+    -d '{"stock":10,"segments":2}' "$U/skus/old?reset=true")"
+expect "... cid's old record gone with the others" "0 0 0" \
+    "$(rcli EXISTS "order:${olds[2]}") $(it_rec_exists "$rport" "${olds[2]}") $(it_rec_exists "$rport" "${olds[0]}")"
+
+# ---- a batch's calls -------------------------------------------------------------
+T='{b}'
+epoch=$(rcli HGET "sk:$T:meta" epoch)
+rcli HSET "sk:$T:meta" outbox "$epoch" >/dev/null # the outbox on, as --postgres sets it
+# the instance made the SKU; stopped, its own rounds (the sweep, its worker lease) call
+# nothing while the test counts
+pid=$(cat "$dir/one.pid")
+kill -TERM "$pid"
+stopped() { ! kill -0 "$pid" 2>/dev/null; }
+check "the instance stopped (SIGTERM)" wait_until 10 stopped
+
+# batch N FIRST_ID: batch.lua for N orders of one unit (ids FIRST_ID + i, users u<i>,
+# Idempotency-Keys k<id>), segment 0 as read now; its answer's first code
+batch() {
+    local n=$1 first=$2 i id keys=() args=()
+    for ((i = 0; i < n; i++)); do
+        id=$((first + i))
+        keys+=("$(it_rec_key "$id")")
+        args+=(1 "u$id" "$id" "k$id" 0)
+    done
+    rcli --eval "$gen/batch.lua" "sk:$T:meta" "sk:$T:stock" "sk:$T:sold" "sk:$T:buyers" \
+        "sk:$T:orders" "sk:$T:lock:0:fence" "sk:$T:idem" "sk:$T:avail" "${keys[@]}" \
+        "sk:$T:back" "sk:$T:due" seckill:due seckill:events , "$epoch" 0 \
+        "$(rcli HGET "sk:$T:stock" 0)" 0 b "${args[@]}" | head -1
+}
+# calls: the commands the last batch called, "name=calls" sorted (EVAL, the call of
+# the script itself, and CONFIG and INFO, the test's own, aside)
+calls() {
+    rcli INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ {
+        c = substr($1, 9); if (c != "eval" && c !~ /^config/ && c != "info") print c "=" $3 }' |
+        sort | paste -sd' '
+}
+rcli CONFIG RESETSTAT >/dev/null
+expect "a batch of 1: placed" "1" "$(batch 1 7000000001000000000)"
+one=$(calls)
+rcli CONFIG RESETSTAT >/dev/null
+expect "a batch of 32: placed" "1" "$(batch 32 7000000002000000000)"
+many=$(calls)
+check "... both made calls ($one)" test -n "$one"
+expect "the batch of 32 made the calls the batch of 1 made" "$one" "$many"
+
+h=$(it_rec_key 7000000002000000000)
+expect "its 32 records are fields of one hash, counted open" "33 32" \
+    "$(rcli HLEN "$h") $(rcli HGET "$h" '#open')"
+read_rec() { rcli --eval "$gen/rec_read.lua" "$(it_rec_key "$1")" , "$1" "${@:2}" | paste -sd' '; }
+expect "... each read as the service reads it (rec_read.lua)" \
+    "b u7000000002000000031 1 0 pending" \
+    "$(read_rec 7000000002000000031 sku user_id qty segment state)"
+expect "... with its pay_by" "1" \
+    "$(read_rec 7000000002000000031 pay_by | awk '{ print ($1 > 1700000000000) }')"
+expect "the batch's events: one stream entry (two, with the batch of 1)" "2" \
+    "$(rcli XLEN seckill:events)"
+expect "a replay of the batch: every order answered by its key (-3)" "-3" \
+    "$(batch 32 7000000002000000000)"
+
+checks_finish
