@@ -54,6 +54,11 @@
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
 #define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
+/* A waiting room's bounds (docs/api.md, PUT's "room"). */
+#define INV_ROOM_MAX_RATE 100000           /* rate_per_s: passes a second */
+#define INV_ROOM_MAX_ACTIVE 10000000       /* max_active: unused passes at once */
+#define INV_ROOM_MIN_PASS_TTL_MS 1000LL    /* pass_ttl_ms: a second .. */
+#define INV_ROOM_MAX_PASS_TTL_MS 3600000LL /* .. an hour */
 #define INV_MALFORMED_MAX 240 /* "<key> <field>": a SKU's key and an Idempotency-Key */
 /* The deadline index: a sorted set of the SKUs with pending reservations,
  * each scored by (at most) its earliest pay_by, which the placing scripts
@@ -187,12 +192,22 @@ struct inv_segment_report {
     long long initial, remaining, sold;
 };
 
+/* A SKU's waiting room (docs/api.md): rate_per_s 0 for none, then the others
+ * are 0 too. Kept in the SKU's meta hash (every shard's, on a cluster, as the
+ * sale window is), written by reset.lua with the SKU. */
+struct inv_room_spec {
+    long long rate_per_s;  /* passes handed out a second, 1..INV_ROOM_MAX_RATE */
+    long long max_active;  /* unexpired unused passes at once, 1..INV_ROOM_MAX_ACTIVE */
+    long long pass_ttl_ms; /* a pass's life */
+};
+
 struct inv_sku_report {
     char sku[INV_ID_MAX + 1];
     long long initial, remaining, sold, oversold, orders;
     long long starts_ms, ends_ms;      /* the sale window; 0: none */
     long long pay_ms;                  /* the payment window; 0: none */
     long long pending, paid, returned; /* units */
+    struct inv_room_spec room;         /* the waiting room; rate_per_s 0: none */
     int limit;
     int nsegments;
     struct inv_segment_report segments[INV_MAX_SEGMENTS];
@@ -380,6 +395,7 @@ struct inv_sku_spec {
     int segments, limit;
     long long starts_ms, ends_ms;
     long long pay_ms; /* the payment window: > 0, orders pending until paid */
+    struct inv_room_spec room; /* the waiting room; rate_per_s 0: none */
 };
 /* inv_sku_put with a sale window. */
 inv_status inv_sku_set(struct inv_session *s, const char *sku,

@@ -512,6 +512,7 @@ static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *r
             out->starts_ms = one->starts_ms; /* every shard holds the window */
             out->ends_ms = one->ends_ms;
             out->pay_ms = one->pay_ms;
+            out->room = one->room; /* and the room */
         }
         out->initial += one->initial;
         out->sold += one->sold;

@@ -71,11 +71,17 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
         marks = atoi(had->str);
     if (had)
         freeReplyObject(had);
-    int nkeys = 16 + marks, n = nkeys + 11 + segments;
+    int nkeys = 16 + marks, n = nkeys + 14 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
     char(*fences)[160] = xmalloc(sizeof(*fences) * (size_t)marks);
     char starts[24] = "", ends[24] = "", pay[24], streams[128];
+    char room[3][24] = {"", "", ""}; /* rate_per_s, max_active, pass_ttl_ms */
+    if (spec->room.rate_per_s > 0) {
+        snprintf(room[0], sizeof(room[0]), "%lld", spec->room.rate_per_s);
+        snprintf(room[1], sizeof(room[1]), "%lld", spec->room.max_active);
+        snprintf(room[2], sizeof(room[2]), "%lld", spec->room.pass_ttl_ms);
+    }
     snprintf(pay, sizeof(pay), "%lld", spec->pay_ms);
     if (s->gene < 0) /* on a cluster, inv_sku_set lists the shards' streams */
         snprintf(streams, sizeof(streams), "%s", INV_STREAMS_KEY);
@@ -115,7 +121,9 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     args[8 + segments] = ends;
     args[9 + segments] = pay;
     args[10 + segments] = !s->inv->cfg.outbox ? "" : s->gene < 0 ? "1" : "c";
-    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 11 + segments, argv, NULL);
+    for (int i = 0; i < 3; i++)
+        args[11 + segments + i] = room[i];
+    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 14 + segments, argv, NULL);
     free(argv);
     free(vals);
     free(fences);
@@ -205,7 +213,7 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     rpipe_appendf(&p, "MULTI");
     rpipe_appendf(&p,
                   "HMGET %s initial segments limit sold orders starts_ms ends_ms pay_ms "
-                  "pending paid returned",
+                  "pending paid returned room_rate room_max room_ttl",
                   k.meta);
     rpipe_appendf(&p, "HGETALL %s", k.stock);
     rpipe_appendf(&p, "HGETALL %s", k.init);
@@ -218,7 +226,7 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     redisReply **e = snap->element;
     redisReply *m = e[0];
     inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 11 ||
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 14 ||
         m->element[0]->type != REDIS_REPLY_STRING) {
         st = INV_NOT_FOUND;
     } else {
@@ -237,6 +245,9 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
         out->pending = inv_reply_ll(m->element[8], 0);
         out->paid = inv_reply_ll(m->element[9], 0);
         out->returned = inv_reply_ll(m->element[10], 0);
+        out->room.rate_per_s = inv_reply_ll(m->element[11], 0);
+        out->room.max_active = inv_reply_ll(m->element[12], 0);
+        out->room.pass_ttl_ms = inv_reply_ll(m->element[13], 0);
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         report_values(e[1], out, offsetof(struct inv_segment_report, remaining));

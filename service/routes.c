@@ -130,6 +130,17 @@ static void time_set(json_t *j, const char *name, long long ms)
         json_object_set_new(j, name, json_string(text));
 }
 
+/* Sets j's "room" to a SKU's waiting room, when it has one. */
+static void room_set(json_t *j, const struct inv_room_spec *room)
+{
+    if (room->rate_per_s > 0)
+        json_object_set_new(j, "room",
+                            json_pack("{s:I, s:I, s:I}", "rate_per_s",
+                                      (json_int_t)room->rate_per_s, "max_active",
+                                      (json_int_t)room->max_active, "pass_ttl_ms",
+                                      (json_int_t)room->pass_ttl_ms));
+}
+
 static json_t *order_json(const struct inv_order *o)
 {
     char id[24];
@@ -206,7 +217,8 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                                 .limit = body.limit,
                                 .starts_ms = body.starts_ms,
                                 .ends_ms = body.ends_ms,
-                                .pay_ms = body.pay_ms};
+                                .pay_ms = body.pay_ms,
+                                .room = body.room};
     inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
@@ -215,9 +227,10 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
     svc_metrics_sku_seen(req->params[0]);
     log_event(LOG_INFO, "sku_reset",
               "sku=%s stock=%lld segments=%d limit=%d starts_ms=%lld ends_ms=%lld "
-              "pay_ms=%lld created=%d",
+              "pay_ms=%lld room_rate=%lld room_max=%lld room_ttl_ms=%lld created=%d",
               req->params[0], body.stock, body.segments, body.limit, body.starts_ms,
-              body.ends_ms, body.pay_ms, st == INV_CREATED);
+              body.ends_ms, body.pay_ms, body.room.rate_per_s, body.room.max_active,
+              body.room.pass_ttl_ms, st == INV_CREATED);
     res->status = st == INV_CREATED ? 201 : 200;
     res->json =
         json_pack("{s:s, s:I, s:i, s:i, s:i}", "sku", req->params[0], "stock",
@@ -225,6 +238,7 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                   body.limit, "pay_within_ms", (json_int_t)body.pay_ms);
     time_set(res->json, "starts_at", body.starts_ms);
     time_set(res->json, "ends_at", body.ends_ms);
+    room_set(res->json, &body.room);
 }
 
 /* DELETE /skus/{sku}: the SKU retired (inv_sku_retire), 204 with no body. */
@@ -272,6 +286,7 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
         "segments", segs);
     time_set(res->json, "starts_at", report.starts_ms);
     time_set(res->json, "ends_at", report.ends_ms);
+    room_set(res->json, &report.room);
 }
 
 /* The answer to an order of sku that ended in st. */

@@ -16,6 +16,8 @@
 -- the sink's registry; 'c' the outbox on a cluster, where the registry has a
 -- slot of its own and the caller lists the stream (KEYS[15] a key of the
 -- shard's, untouched); else ''.
+-- [12+k], [13+k], [14+k] the waiting room's rate_per_s, max_active and
+-- pass_ttl_ms (meta's room_rate, room_max, room_ttl), '' for no room.
 -- KEYS[16] the SKU's events stream (kept: events of the old epoch still go).
 -- KEYS[17..] the fencing marks of its segment locks (of the segments it had
 -- and has: "<lock key>:fence", lock/lock.h), deleted: a mark belongs to the
@@ -54,6 +56,12 @@ for i, field in ipairs({'starts_ms', 'ends_ms'}) do
   else
     redis.call('HSET', KEYS[1], field, ARGV[7 + k + i])
   end
+end
+if ARGV[12 + k] == '' then
+  redis.call('HDEL', KEYS[1], 'room_rate', 'room_max', 'room_ttl')
+else
+  redis.call('HSET', KEYS[1], 'room_rate', ARGV[12 + k], 'room_max', ARGV[13 + k],
+             'room_ttl', ARGV[14 + k])
 end
 if ARGV[7 + k] == '' and existed == 1 then
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
