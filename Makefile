@@ -47,7 +47,8 @@ else
 $(error SANITIZER must be address, undefined, thread or coverage)
 endif
 
-PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads libsystemd libpq
+# libcrypto: HMAC-SHA256 of the waiting room's tickets and passes (inventory/roomtoken.c)
+PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads libsystemd libpq libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
