@@ -76,6 +76,11 @@
 /* The set of outbox streams that the sink reads (at most one per gene); in its
  * own slot. */
 #define INV_STREAMS_KEY "seckill:streams"
+/* The rooms' registry: a hash, SKU -> "<rate_per_s> <max_active> <pass_ttl_ms>",
+ * of every SKU with a waiting room (written with the SKU by reset.lua; on a
+ * cluster by shards.c after the directory). Every instance reads it each
+ * tick (roompace.h): an order of a SKU listed there needs a pass. */
+#define INV_ROOMS_KEY "seckill:{rooms}"
 /* The sink's consumer group on each stream. */
 #define INV_SINK_GROUP "seckill-sink"
 /* The key of the record of order id (decimal text) whose events go to stream
@@ -112,10 +117,11 @@ typedef enum {
     INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
                  in Redis: never placed, or settled and gone (--order-retention, its
                  SKU retired): the system of record may have it (order->id) */
-    INV_MALFORMED,       /* a value the script reads in Redis is malformed (order->
-                            malformed names it): nothing was written; answered as
-                            unavailable */
-    INV_PENDING,         /* a ticket still on its way: not decided yet */
+    INV_MALFORMED, /* a value the script reads in Redis is malformed (order->
+                      malformed names it): nothing was written; answered as
+                      unavailable */
+    INV_NO_ROOM,   /* a waiting room's call on a SKU without one (room.h) */
+    INV_PENDING,   /* a ticket still on its way: not decided yet */
 } inv_status;
 
 struct inv_config {

@@ -71,7 +71,7 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
         marks = atoi(had->str);
     if (had)
         freeReplyObject(had);
-    int nkeys = 16 + marks, n = nkeys + 14 + segments;
+    int nkeys = 17 + marks, n = nkeys + 14 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
     char(*fences)[160] = xmalloc(sizeof(*fences) * (size_t)marks);
@@ -91,15 +91,18 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
         snprintf(starts, sizeof(starts), "%lld", spec->starts_ms);
     if (spec->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", spec->ends_ms);
-    const char *keys[] = {k.meta,  k.stock, k.init, k.sold, k.buyers, k.orders, k.idem,
-                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   k.dues,
-                          streams, k.events};
+    /* the rooms' registry: on a cluster sku_put_shards lists the SKU, and the
+     * script is given the shard's streams key, a sign to leave it */
+    const char *rooms = s->gene < 0 ? INV_ROOMS_KEY : streams;
+    const char *keys[] = {k.meta, k.stock, k.init,  k.sold,   k.buyers, k.orders,
+                          k.idem, k.avail, k.xout,  k.xin,    k.back,   k.due,
+                          k.life, k.dues,  streams, k.events, rooms};
     memcpy(argv, keys, sizeof(keys));
     for (int i = 0; i < marks; i++) {
         char lkey[128];
         snprintf(lkey, sizeof(lkey), "%s%d", k.lock, i);
         lock_fence_key(lkey, fences[i], sizeof(fences[i]));
-        argv[16 + i] = fences[i];
+        argv[17 + i] = fences[i];
     }
     long long mine = 0;
     for (int i = 0; i < segments; i++) {

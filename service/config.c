@@ -227,6 +227,37 @@ static config_status opt_pay_token_file(struct svc_config *cfg, const char *valu
     return file_line(cfg->pay_token, sizeof(cfg->pay_token), value, err, errlen);
 }
 
+/* --room-key-file: the file's bytes (a final newline dropped), 32..1024 of
+ * them, any bytes (random ones, not a line of text). */
+static config_status opt_room_key_file(struct svc_config *cfg, const char *value,
+                                       char *err, size_t errlen)
+{
+    unsigned char buf[sizeof(cfg->room_key) + 2];
+    FILE *f = fopen(value, "re");
+    if (!f) {
+        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+        return CONFIG_ERROR;
+    }
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    int failed = ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (failed) {
+        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
+        return CONFIG_ERROR;
+    }
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n < 32 || n > sizeof(cfg->room_key)) {
+        snprintf(err, errlen, "the file must hold 32..%zu bytes (random ones)",
+                 sizeof(cfg->room_key));
+        return CONFIG_ERROR;
+    }
+    memcpy(cfg->room_key, buf, n);
+    cfg->room_key_len = n;
+    return CONFIG_OK;
+}
+
 static config_status opt_lock(struct svc_config *cfg, const char *value, char *err,
                               size_t errlen)
 {
@@ -509,6 +540,11 @@ static const struct option_spec options[] = {
      "the pay token read from file F at start (trailing newline stripped): not "
      "visible in argv or the environment",
      opt_pay_token_file},
+    {"room-key-file", "F", "none",
+     "the key (32..1024 random bytes, a final newline dropped) that signs waiting-room "
+     "tickets and passes, read from file F at start; every instance must read the same. "
+     "Without it the instances share a random key kept in Redis (seckill:room:key)",
+     opt_room_key_file},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
     {"log-level-file", "F", "none",
      "the log level read from file F (one word, as --log-level) at start and again "

@@ -45,6 +45,10 @@ struct svc_config {
     int request_timeout_ms; /* a request's headers and body must be in within this */
     char admin_token[256];
     char pay_token[256]; /* --pay-token: pays need it, the admin token no longer pays */
+    /* --room-key-file: the waiting rooms' key, read at start (a final newline
+     * dropped); room_key_len 0: none given, the key is shared through Redis */
+    unsigned char room_key[1024];
+    size_t room_key_len;
     int log_level;
     char log_level_file[1024]; /* --log-level-file, "" when not given */
 };

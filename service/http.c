@@ -241,6 +241,7 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
         .idem_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Idempotency-Key"),
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),
+        .pass = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Seckill-Pass"),
         .ticket = &st->ticket,
     };
 }

@@ -237,6 +237,12 @@ req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t 
     return rc;
 }
 
+req_status req_parse_join(const char *body, size_t len, char *user_id, size_t user_len,
+                          char *detail, size_t detail_len)
+{
+    return req_parse_cancel(body, len, user_id, user_len, detail, detail_len);
+}
+
 req_status req_parse_pay(const char *body, size_t len, char *payment_id, size_t id_len,
                          char *detail, size_t detail_len)
 {

@@ -51,6 +51,11 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
 req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t user_len,
                             char *detail, size_t detail_len);
 
+/* Parses a waiting room's join body {"user_id": "..."} (required), as a
+ * cancel body. REQ_INVALID with detail. */
+req_status req_parse_join(const char *body, size_t len, char *user_id, size_t user_len,
+                          char *detail, size_t detail_len);
+
 /* Parses a pay body, optional: empty, or {"payment_id": "..."} (optional,
  * 1..128 characters of [A-Za-z0-9_.:-]) into payment_id ("" for none;
  * id_len >= INV_IDEM_MAX + 1). REQ_INVALID with detail. */

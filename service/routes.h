@@ -31,6 +31,7 @@ struct svc_request {
     size_t body_len;
     const char *idem_key;      /* Idempotency-Key header or NULL */
     const char *authorization; /* Authorization header or NULL */
+    const char *pass;          /* Seckill-Pass header (a waiting room's) or NULL */
     struct inv_ticket *ticket; /* where an order that waits for its batch lives */
 };
 
