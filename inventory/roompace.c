@@ -127,17 +127,9 @@ static int attached(const struct inv_rooms *r)
 static void send(struct inv_rooms *r, const char *key, aconn_cb *cb, void *arg,
                  struct rscript *script, int nkeys, int argc, const char **argv)
 {
-    rconn_status st;
     r->owed++; /* first: an answer may come before the call returns */
-    struct acluster *cl = r->duty.cluster;
-    if (cl) {
-        int slot = cluster_keyslot(key, strlen(key));
-        st = script ? acluster_eval(cl, slot, cb, arg, script, nkeys, argc, argv)
-                    : acluster_command(cl, slot, cb, arg, argc, argv);
-    } else {
-        st = script ? aconn_eval(r->duty.conn, cb, arg, script, nkeys, argc, argv)
-                    : aconn_command(r->duty.conn, cb, arg, argc, argv, NULL);
-    }
+    rconn_status st = duty_send(&r->duty, cluster_keyslot(key, strlen(key)), cb, arg,
+                                script, nkeys, argc, argv);
     if (st != RCONN_OK) {
         r->owed--;
         free(arg);

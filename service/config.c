@@ -155,6 +155,29 @@ static config_status opt_postgres(struct svc_config *cfg, const char *value, cha
                          "must be a connection string of at most 1023 bytes", err, errlen);
 }
 
+/* Reads up to cap bytes of the file at path into buf, *n of them; its final
+ * newline ("\n") dropped. CONFIG_ERROR with err when it cannot be read. */
+static config_status file_read(const char *path, void *buf, size_t cap, size_t *n,
+                               char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+        return CONFIG_ERROR;
+    }
+    *n = fread(buf, 1, cap, f);
+    int failed = ferror(f);
+    int saved = errno;
+    fclose(f);
+    if (failed) {
+        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
+        return CONFIG_ERROR;
+    }
+    if (*n > 0 && ((char *)buf)[*n - 1] == '\n')
+        (*n)--;
+    return CONFIG_OK;
+}
+
 /* Reads the one line of the file at path into field (of size len), its
  * trailing newline ("\n" or "\r\n") stripped. For secrets, read once at start
  * (they stay out of /proc/PID/cmdline and /proc/PID/environ), and for the log
@@ -164,21 +187,9 @@ static config_status file_line(char *field, size_t len, const char *path, char *
                                size_t errlen)
 {
     char buf[1024];
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+    size_t n;
+    if (file_read(path, buf, sizeof(buf), &n, err, errlen) != CONFIG_OK)
         return CONFIG_ERROR;
-    }
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    int failed = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (failed) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
-        return CONFIG_ERROR;
-    }
-    if (n > 0 && buf[n - 1] == '\n')
-        n--;
     if (n > 0 && buf[n - 1] == '\r')
         n--;
     if (n == 0 || n >= len || memchr(buf, '\n', n) || memchr(buf, '\0', n)) {
@@ -233,21 +244,9 @@ static config_status opt_room_key_file(struct svc_config *cfg, const char *value
                                        char *err, size_t errlen)
 {
     unsigned char buf[sizeof(cfg->room_key) + 2];
-    FILE *f = fopen(value, "re");
-    if (!f) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(errno));
+    size_t n;
+    if (file_read(value, buf, sizeof(buf), &n, err, errlen) != CONFIG_OK)
         return CONFIG_ERROR;
-    }
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    int failed = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (failed) {
-        snprintf(err, errlen, "cannot read it (%s)", strerror(saved));
-        return CONFIG_ERROR;
-    }
-    if (n > 0 && buf[n - 1] == '\n')
-        n--;
     if (n < 32 || n > sizeof(cfg->room_key)) {
         snprintf(err, errlen, "the file must hold 32..%zu bytes (random ones)",
                  sizeof(cfg->room_key));

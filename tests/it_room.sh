@@ -6,7 +6,8 @@
 #   (defaults for the last two), GET /skus/{sku} reports it, a PUT without it
 #   removes it; a bad room is a 400 that writes nothing (the SKU as it was).
 # - Join: 202 with a ticket; joining again (on the other instance too) gives the same
-#   ticket; 404 no_room for a SKU without a room; a forged ticket's poll is 400.
+#   ticket; 404 no_room for a SKU without a room; a forged ticket's poll is 400, and
+#   so is one polled on an instance with another key (--room-key-file).
 # - Pass: an admitted buyer's poll (on either instance) carries a pass; its order is
 #   201; 403 not_admitted for each reason (missing, forged, expired, another user's,
 #   another SKU's), counted by reason in /metrics; a second order with the pass is
@@ -107,6 +108,15 @@ expect "a forged ticket's poll: 400" 400 \
     "$(curl -s -o /dev/null -w '%{http_code}' "$A/skus/tv/queue/$forged")"
 expect "ann's ticket polled as radio's: 400" 400 \
     "$(curl -s -o /dev/null -w '%{http_code}' "$A/skus/radio/queue/$(ticket tv ann)")"
+# an instance with a key of its own (--room-key-file): the others' tickets are not its
+head -c 32 /dev/urandom >"$dir/room.key"
+start_instance keyed "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4 \
+    --room-key-file "$dir/room.key"
+K=$STARTED_URL
+check "... which logs its key's source and id" grep -q 'event=room_key source=file kid=' "$dir/keyed.log"
+expect "ann's ticket polled on an instance of another key: 400" 400 \
+    "$(curl -s -o /dev/null -w '%{http_code}' "$K/skus/tv/queue/$(ticket tv ann)")"
+proc_stop keyed "$dir" 5
 check "ann is admitted within 5 s (50 a second, a tick each 100 ms)" \
     wait_until 5 state_is "$B" tv ann admitted
 check "... bob too, on tv and radio" wait_until 5 state_is "$A" tv bob admitted
