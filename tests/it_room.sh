@@ -16,6 +16,8 @@
 #   measured on Redis's clock (TIME); at least a third of rate x elapsed (generous for
 #   a busy machine: a tick late by up to a second loses nothing, the tokens accrue on
 #   Redis's clock). max_active bounds the unused passes. One instance paces.
+# - The pacer stopped: the other instance takes the lease within its 2 s and the room
+#   goes on; the first, started again, does not pace beside it.
 # - Order: the pre-queue (joined before starts_at) is admitted in an order that is not
 #   the join order; those who joined after are admitted in join order, after it.
 # - Polls cost no Redis command: INFO commandstats' total before and after 4000 polls,
@@ -202,6 +204,25 @@ six() { [[ $(rcli HGET 'sk:{cap}:room' admitted) == 6 ]]; }
 check "... which frees one place: a sixth admitted" wait_until 5 six
 sleep_ms_redis 500
 expect "... and only one" 6 "$(rcli HGET 'sk:{cap}:room' admitted)"
+
+# ---- the pacer dies: another takes its lease -----------------------------------------
+pacer=one other=two other_url=$B
+[[ $(metric "$A" seckill_room_pacer) == 1 ]] || { pacer=two other=one other_url=$A; }
+expect "SKU relay: 20 a second" 201 \
+    "$(put relay '{"stock": 1000, "room": {"rate_per_s": 20, "max_active": 1000}}')"
+joins_cfg relay r 200 >"$dir/relay.cfg"
+curl -s -K "$dir/relay.cfg"
+proc_stop "$pacer" "$dir" 5 # SIGTERM: it drains; its lease is left to expire
+relay_n() { rcli HGET 'sk:{relay}:room' admitted; }
+took() { [[ $(metric "$other_url" seckill_room_pacer) == 1 ]]; }
+check "the pacer $pacer stopped: $other holds the lease within 2 s (+1 s slack)" wait_until 3 took
+before=$(relay_n)
+moved() { (($(relay_n) > before + 10)); }
+check "... and the room goes on being admitted" wait_until 5 moved
+start_instance "$pacer" "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4
+[[ $pacer == one ]] && A=$STARTED_URL || B=$STARTED_URL
+expect "... once back, it does not pace beside $other" 0 \
+    "$(metric "$([[ $pacer == one ]] && echo "$A" || echo "$B")" seckill_room_pacer)"
 
 # ---- order: pre-queue drawn, FIFO after ---------------------------------------------
 start_ms=$(($(redis_ms) / 1000 * 1000 + 3000)) # whole seconds: starts_at's precision
