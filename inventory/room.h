@@ -8,8 +8,11 @@
  * whatever the SKU's shards; its settings, the sale's start and the epoch
  * are read there (the SKU's meta on one Redis, the directory on a cluster):
  *   sk:{sku}:room:q   the queue: user ids scored by their place
- *   sk:{sku}:room     epoch (the SKU's, whose queue this is), joined
- * Both expire two days after the last join. */
+ *   sk:{sku}:room     epoch (the SKU's, whose queue this is), joined, and the
+ *                     pacer's (roompace.h)
+ *   sk:{sku}:room:rank  user -> its rank when it joined
+ * They expire two days after the last join (the pacer's keys, after its last
+ * news). */
 #ifndef SECKILL_ROOM_H
 #define SECKILL_ROOM_H
 
@@ -28,7 +31,7 @@
 struct inv_room_place {
     long long epoch; /* the SKU's: a reset starts another queue */
     long long place; /* the score: a draw before the start, Redis's us after */
-    long long rank;  /* 0: first, when it was read */
+    long long rank;  /* 0: first, when it first joined */
     int joined;      /* 1: joined now; 0: had joined before */
 };
 

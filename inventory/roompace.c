@@ -281,13 +281,15 @@ static void on_paced(void *arg, aconn_result res, redisReply *reply)
 static void room_round(struct inv_rooms *r, const char *sku, const char *last_id,
                        int pace)
 {
-    char queue[96], hash[96], live[96], news[96], meta[96], buyers[96], from[64];
+    char queue[96], hash[96], live[96], news[96], meta[96], buyers[96], ranks[96],
+        from[64];
     snprintf(meta, sizeof(meta), "sk:{%s}:meta", sku);
     snprintf(queue, sizeof(queue), "sk:{%s}:room:q", sku);
     snprintf(hash, sizeof(hash), "sk:{%s}:room", sku);
     snprintf(live, sizeof(live), "sk:{%s}:room:live", sku);
     snprintf(news, sizeof(news), "sk:{%s}:room:news", sku);
     snprintf(buyers, sizeof(buyers), "sk:{%s}:buyers", sku);
+    snprintf(ranks, sizeof(ranks), "sk:{%s}:room:rank", sku);
     if (pace) {
         struct room_call *c = xmalloc(sizeof(*c));
         c->r = r;

@@ -419,7 +419,7 @@ static void room_answer(const struct svc_request *req, const struct room_ticket 
     } else {
         /* a pre-queue place's rank is drawn: its share of those drawn */
         long long rank =
-            t->place < INV_ROOM_DRAWS
+            t->place < INV_ROOM_DRAWS && v.pre > 0
                 ? (long long)((double)t->place / (double)INV_ROOM_DRAWS * (double)v.pre)
                 : t->rank;
         position = rank - v.admitted + 1 > 1 ? rank - v.admitted + 1 : 1;

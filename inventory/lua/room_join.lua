@@ -2,7 +2,8 @@
 -- KEYS[1] the hash that holds the SKU's room, sale start and epoch (its meta
 -- on one Redis; on a Redis Cluster its directory, sk:{sku}:dir, which the PUT
 -- writes last), [2] the room's queue (a sorted set of user ids), [3] the
--- room's hash (epoch: the SKU's epoch the queue belongs to; joined).
+-- room's hash (epoch: the SKU's epoch the queue belongs to; joined), [4] the
+-- ranks (user -> its rank when it joined, so that a join again answers the same).
 -- Every key in the slot of {sku}.
 -- ARGV[1] the user id, [2] a random draw, an integer in [0, 10^15), the
 -- place of a user who joins before the sale starts (the pre-queue).
@@ -13,14 +14,15 @@
 -- Joining again changes nothing.
 -- A SKU reset (a new epoch) starts an empty queue.
 -- Returns {-2} for no SKU, {-1} for a SKU without a room, else
--- {1, place, rank (0: first), epoch, 1 when new (0: joined before)}; place
+-- {1, place, rank when it joined (0: first), epoch, 1 when new (0: joined
+-- before)}; place
 -- and epoch as decimal strings.
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'room_rate', 'starts_ms')
 if not m[1] then return {-2} end
 if not m[2] or m[2] == '0' then return {-1} end
 local epoch = m[1]
 if redis.call('HGET', KEYS[3], 'epoch') ~= epoch then
-  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
   redis.call('HSET', KEYS[3], 'epoch', epoch, 'joined', 0)
 end
 local place = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -40,10 +42,10 @@ if not place then
   end
   redis.call('ZADD', KEYS[2], 'NX', place, ARGV[1])
   redis.call('HINCRBY', KEYS[3], 'joined', 1)
+  redis.call('HSET', KEYS[4], ARGV[1], redis.call('ZRANK', KEYS[2], ARGV[1]))
   new = 1
 end
 -- a room nobody joins for two days goes (a SKU retired leaves nothing for long)
-redis.call('PEXPIRE', KEYS[2], 172800000)
-redis.call('PEXPIRE', KEYS[3], 172800000)
-return {1, string.format('%d', tonumber(place)), redis.call('ZRANK', KEYS[2], ARGV[1]),
-        epoch, new}
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], 172800000) end
+return {1, string.format('%d', tonumber(place)),
+        tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0'), epoch, new}

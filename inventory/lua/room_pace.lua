@@ -7,7 +7,7 @@
 -- sorted set: user -> the pass's expiry, Redis ms), [6] the SKU's buyers
 -- (user -> units bought), [7] the room's news (a stream: one entry per
 -- change and a heartbeat a second, which every instance reads), [8] the
--- rooms' registry.
+-- rooms' registry, [9] the room's ranks (room_join.lua).
 -- ARGV[1] this instance's owner token, [2] the SKU.
 -- The room's hash: epoch (the SKU's; a reset empties the room), joined,
 -- admitted (places admitted so far), cursor (the last place admitted, '' for
@@ -37,7 +37,7 @@ local remaining, pending = tonumber(m[5]) or 0, tonumber(m[6]) or 0
 local g = redis.call('HMGET', KEYS[4], 'epoch', 'admitted', 'cursor', 'tokens', 'last_ms',
                      'orders_seen', 'state', 'news_ms')
 if g[1] ~= epoch then -- a reset: an empty room (room_join.lua does the same)
-  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[7])
+  redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[7], KEYS[9])
   redis.call('HSET', KEYS[4], 'epoch', epoch, 'joined', 0)
   g = {epoch, false, false, false, false, false, false, false}
 end
