@@ -12,6 +12,7 @@
 #include "request.h"
 #include "rfc3339.h"
 #include "room.h"
+#include "room_page.h"
 #include "text.h"
 
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
@@ -490,6 +491,22 @@ static void h_queue_post(const struct svc_request *req, struct svc_response *res
         json_object_set_new(res->json, "ticket", json_string(ticket));
 }
 
+/* GET /skus/{sku}/room: the buyer's page (room_page.h), for a SKU whose room
+ * this instance knows. */
+static void h_room_page(const struct svc_request *req, struct svc_response *res)
+{
+    struct inv_room_spec room;
+    if (!sku_param_ok(req, res))
+        return;
+    if (!inv_rooms_spec(req->app->rooms, req->params[0], &room)) {
+        inv_error(res, INV_NO_ROOM);
+        return;
+    }
+    res->status = 200;
+    res->text = strdup(svc_room_page);
+    res->content_type = "text/html; charset=utf-8";
+}
+
 /* GET /skus/{sku}/queue/{ticket}: where the ticket stands, from memory. */
 static void h_queue_get(const struct svc_request *req, struct svc_response *res)
 {
@@ -802,6 +819,7 @@ static struct svc_route routes[] = {
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
     {"POST", "/skus/*/queue", "queue_post", h_queue_post, ROUTE_WAITS},
     {"GET", "/skus/*/queue/*", "queue_get", h_queue_get, 0},
+    {"GET", "/skus/*/room", "room_page", h_room_page, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
     {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN | ROUTE_PAY},

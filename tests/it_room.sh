@@ -110,6 +110,12 @@ expect "a forged ticket's poll: 400" 400 \
     "$(curl -s -o /dev/null -w '%{http_code}' "$A/skus/tv/queue/$forged")"
 expect "ann's ticket polled as radio's: 400" 400 \
     "$(curl -s -o /dev/null -w '%{http_code}' "$A/skus/radio/queue/$(ticket tv ann)")"
+page=$(curl -s -w '\n%{http_code} %{content_type}' "$B/skus/tv/room")
+expect "the room's page: 200 text/html" "200 text/html; charset=utf-8" "$(tail -1 <<<"$page")"
+check "... which joins, polls and orders with the pass" \
+    grep -q "Seckill-Pass" <<<"$page"
+expect "... and a SKU without a room has none: 404" 404 \
+    "$(curl -s -o /dev/null -w '%{http_code}' "$A/skus/plain/room")"
 # an instance with a key of its own (--room-key-file): the others' tickets are not its
 head -c 32 /dev/urandom >"$dir/room.key"
 start_instance keyed "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4 \

@@ -278,6 +278,8 @@ const phases = {
       { name: "join a SKU without a room", method: "POST", path: "/skus/tv/queue", body: '{"user_id":"ann"}', status: 404, error: "no_room" },
       { name: "join an unknown SKU", method: "POST", path: "/skus/nosuch/queue", body: '{"user_id":"ann"}', status: 404, error: "not_found" },
       { name: "poll a ticket that is none", method: "GET", path: "/skus/room/queue/abc.def.ghi", status: 400, error: "bad_request" },
+      { name: "the room's page", method: "GET", path: "/skus/room/room", status: 200, also: (b) => b.includes("Seckill-Pass") ? null : "no Seckill-Pass in the page" },
+      { name: "the page of a SKU without a room", method: "GET", path: "/skus/tv/room", status: 404, error: "no_room" },
       { name: "order without a pass", method: "POST", path: "/skus/room/orders", body: '{"user_id":"ann"}', status: 403, error: "not_admitted", also: (b) => b.detail.startsWith("missing") ? null : b.detail },
     ]);
     // admitted within a few ticks (50 a second, a tick every 100 ms): 5 s for a busy box
