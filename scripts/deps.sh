@@ -25,6 +25,9 @@ packages=(
     # tests/it_deploy.sh: the deployment's TLS certificate, made by the test; haproxy
     # checks deploy/haproxy/seckill.cfg
     openssl haproxy
+    # libcrypto's headers and .pc: HMAC-SHA256 of the waiting room's tickets and passes
+    # (inventory/roomtoken.c)
+    libssl-dev
     # promtool (tests/it_alerts.sh: deploy/alerts.yml's rules and their unit tests)
     prometheus
     # function definitions for the call-ring check (scripts/call_rings.py, tests/it_rings.sh)
