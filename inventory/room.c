@@ -39,20 +39,21 @@ static long long reply_number(const redisReply *r)
 inv_status inv_room_join(struct inv_session *s, const char *sku, const char *user,
                          long long draw, struct inv_room_place *out)
 {
-    char source[96], queue[96], room[96], ranks[96], drawn[24];
+    char source[96], queue[96], room[96], ranks[96], seen[96], drawn[24];
     /* on one Redis the SKU's meta, on a cluster its directory: both in {sku} */
     snprintf(source, sizeof(source), "sk:{%s}:%s", sku, s->cl ? "dir" : "meta");
     snprintf(queue, sizeof(queue), "sk:{%s}:room:q", sku);
     snprintf(room, sizeof(room), "sk:{%s}:room", sku);
     snprintf(ranks, sizeof(ranks), "sk:{%s}:room:rank", sku);
+    snprintf(seen, sizeof(seen), "sk:{%s}:room:seen", sku);
     snprintf(drawn, sizeof(drawn), "%lld", draw);
     struct rconn *rc = slot_conn(s, source);
     if (!rc)
         return inv_shard_outcome(s, INV_UNAVAILABLE);
     if (!s->cl)
         rconn_check(rc);
-    const char *argv[] = {source, queue, room, ranks, user, drawn};
-    redisReply *r = rconn_eval(rc, &join_script, 4, 2, argv, NULL);
+    const char *argv[] = {source, queue, room, ranks, seen, user, drawn};
+    redisReply *r = rconn_eval(rc, &join_script, 5, 2, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
         r->element[0]->type == REDIS_REPLY_INTEGER) {

@@ -11,6 +11,8 @@
  *   sk:{sku}:room     epoch (the SKU's, whose queue this is), joined, and the
  *                     pacer's (roompace.h)
  *   sk:{sku}:room:rank  user -> its rank when it joined
+ *   sk:{sku}:room:seen  place -> when its owner last joined or polled (Redis
+ *                     ms), for the pacer to skip abandoned places (roompace.h)
  * They expire two days after the last join (the pacer's keys, after its last
  * news). */
 #ifndef SECKILL_ROOM_H

@@ -42,6 +42,10 @@ struct room {
     struct room_batch *batch; /* by cursor, ascending; those of the last ttl */
     size_t nbatch, cap;
     char last_id[48]; /* the last news entry read; "" for none */
+    long long *skipped; /* places skipped as abandoned, ascending (news 'k') */
+    size_t nskipped, skipcap;
+    long long *polled;      /* places polled since the last tick (INV_ROOM_POLLS_MAX) */
+    _Atomic size_t npolled; /* taken under the read lock; reset under the write */
 };
 
 struct inv_rooms {
@@ -86,6 +90,7 @@ static struct room *room_get(struct inv_rooms *r, const char *sku)
     memset(rm, 0, sizeof(*rm));
     snprintf(rm->sku, sizeof(rm->sku), "%s", sku);
     rm->v.cursor = -1;
+    rm->polled = xmalloc(INV_ROOM_POLLS_MAX * sizeof(*rm->polled));
     return rm;
 }
 
@@ -93,6 +98,8 @@ static struct room *room_get(struct inv_rooms *r, const char *sku)
 static void room_drop(struct inv_rooms *r, int i)
 {
     free(r->rooms[i].batch);
+    free(r->rooms[i].skipped);
+    free(r->rooms[i].polled);
     r->rooms[i] = r->rooms[--r->nrooms];
 }
 
@@ -157,11 +164,52 @@ static double measured_rate(const struct room *rm, long long now)
     return (double)(last->admitted - base->admitted) * 1000.0 / (double)span;
 }
 
+static int place_cmp(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The places of a news entry's k (space-separated) added to rm's skipped,
+ * kept ascending; write lock held. */
+static void skipped_add(struct room *rm, const char *k)
+{
+    for (const char *p = k; *p;) {
+        char *end;
+        long long place = strtoll(p, &end, 10);
+        if (end == p)
+            break;
+        if (rm->nskipped == rm->skipcap) {
+            rm->skipcap = rm->skipcap ? 2 * rm->skipcap : 256;
+            rm->skipped = xrealloc(rm->skipped, rm->skipcap * sizeof(*rm->skipped));
+        }
+        rm->skipped[rm->nskipped++] = place;
+        p = end;
+        while (*p == ' ')
+            p++;
+    }
+    qsort(rm->skipped, rm->nskipped, sizeof(*rm->skipped), place_cmp);
+}
+
+/* How many of rm's skipped places are below place; read lock held. */
+static size_t skipped_below(const struct room *rm, long long place)
+{
+    size_t lo = 0, hi = rm->nskipped;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (rm->skipped[mid] < place)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* One news entry's fields (f v f v ...) applied to rm; write lock held. */
 static void news_apply(struct room *rm, const redisReply *fields)
 {
-    long long e = -1, n = -1, b = -1, c = -1, at = -1, w = -1, p = -1, l = -1;
-    const char *s = "";
+    long long e = -1, n = -1, b = -1, c = -1, at = -1, w = -1, p = -1, l = -1, x = -1;
+    const char *s = "", *k = NULL;
     for (size_t i = 0; i + 1 < fields->elements; i += 2) {
         const redisReply *f = fields->element[i], *v = fields->element[i + 1];
         if (f->type != REDIS_REPLY_STRING || f->len < 1 || v->type != REDIS_REPLY_STRING)
@@ -194,6 +242,12 @@ static void news_apply(struct room *rm, const redisReply *fields)
         case 'l':
             l = number(v);
             break;
+        case 'x':
+            x = number(v);
+            break;
+        case 'k':
+            k = v->str;
+            break;
         default:
             break;
         }
@@ -205,7 +259,11 @@ static void news_apply(struct room *rm, const redisReply *fields)
         rm->v.admitted = 0;
         rm->v.cursor = -1;
         rm->v.epoch = e;
+        rm->nskipped = 0;
     }
+    if (k)
+        skipped_add(rm, k);
+    rm->v.skipped = x >= 0 ? x : rm->v.skipped;
     if (n > rm->v.admitted && c >= 0) {
         if (rm->nbatch == rm->cap) {
             rm->cap = rm->cap ? 2 * rm->cap : 64;
@@ -279,10 +337,29 @@ static void on_paced(void *arg, aconn_result res, redisReply *reply)
 /* Sends what the round does for room sku: its tick when this instance
  * paces, then the read of its news. */
 static void room_round(struct inv_rooms *r, const char *sku, const char *last_id,
-                       int pace)
+                       int pace, const long long *polled, size_t npolled)
 {
     char queue[96], hash[96], live[96], news[96], meta[96], buyers[96], ranks[96],
-        from[64];
+        seen[96], from[64];
+    snprintf(seen, sizeof(seen), "sk:{%s}:room:seen", sku);
+    if (npolled > 0) { /* the places polled: seen now (XX: not one taken out) */
+        const char **argv = xmalloc((4 + 2 * npolled) * sizeof(*argv));
+        char(*places)[24] = xmalloc(npolled * sizeof(*places));
+        char now[24];
+        snprintf(now, sizeof(now), "%lld", inv_rooms_now_ms(r));
+        argv[0] = "ZADD", argv[1] = seen, argv[2] = "XX", argv[3] = "GT";
+        for (size_t i = 0; i < npolled; i++) {
+            snprintf(places[i], sizeof(places[i]), "%lld", polled[i]);
+            argv[4 + 2 * i] = now;
+            argv[5 + 2 * i] = places[i];
+        }
+        struct room_call *c = xmalloc(sizeof(*c));
+        c->r = r;
+        snprintf(c->sku, sizeof(c->sku), "%s", sku);
+        send(r, seen, on_paced, c, NULL, 0, (int)(4 + 2 * npolled), argv);
+        free(places);
+        free(argv);
+    }
     snprintf(meta, sizeof(meta), "sk:{%s}:meta", sku);
     snprintf(queue, sizeof(queue), "sk:{%s}:room:q", sku);
     snprintf(hash, sizeof(hash), "sk:{%s}:room", sku);
@@ -294,10 +371,12 @@ static void room_round(struct inv_rooms *r, const char *sku, const char *last_id
         struct room_call *c = xmalloc(sizeof(*c));
         c->r = r;
         snprintf(c->sku, sizeof(c->sku), "%s", sku);
+        char abandon[16];
+        snprintf(abandon, sizeof(abandon), "%d", INV_ROOM_ABANDON_MS);
         const char *argv[] = {
-            INV_ROOM_LEASE_KEY, meta,     queue, hash, live, buyers, news,
-            INV_ROOMS_KEY,      r->owner, sku};
-        send(r, news, on_paced, c, &pace_script, 8, 10, argv);
+            INV_ROOM_LEASE_KEY, meta,  queue, hash,     live, buyers, news,
+            INV_ROOMS_KEY,      ranks, seen,  r->owner, sku,  abandon};
+        send(r, news, on_paced, c, &pace_script, 10, 13, argv);
     }
     struct room_call *c = xmalloc(sizeof(*c));
     c->r = r;
@@ -329,6 +408,8 @@ static void on_lease(void *arg, aconn_result res, redisReply *reply)
     struct {
         char sku[INV_ID_MAX + 1];
         char last_id[48];
+        long long *polled;
+        size_t npolled;
     } *round = xmalloc(sizeof(*round) * INV_ROOMS_MAX);
     int n = 0;
     pthread_rwlock_wrlock(&r->mu);
@@ -352,12 +433,22 @@ static void on_lease(void *arg, aconn_result res, redisReply *reply)
     for (int i = 0; i < r->nrooms; i++) {
         snprintf(round[n].sku, sizeof(round[n].sku), "%s", r->rooms[i].sku);
         snprintf(round[n].last_id, sizeof(round[n].last_id), "%s", r->rooms[i].last_id);
+        size_t np = atomic_load(&r->rooms[i].npolled);
+        np = np < INV_ROOM_POLLS_MAX ? np : INV_ROOM_POLLS_MAX;
+        round[n].polled = np ? xmalloc(np * sizeof(long long)) : NULL;
+        if (np)
+            memcpy(round[n].polled, r->rooms[i].polled, np * sizeof(long long));
+        round[n].npolled = np;
+        atomic_store(&r->rooms[i].npolled, 0);
         n++;
     }
     pthread_rwlock_unlock(&r->mu);
     atomic_store(&r->ready, 1);
-    for (int i = 0; i < n; i++)
-        room_round(r, round[i].sku, round[i].last_id, mine && !r->duty.cluster);
+    for (int i = 0; i < n; i++) {
+        room_round(r, round[i].sku, round[i].last_id, mine && !r->duty.cluster,
+                   round[i].polled, round[i].npolled);
+        free(round[i].polled);
+    }
     free(round);
     answered(r);
 }
@@ -483,6 +574,9 @@ int inv_rooms_view(struct inv_rooms *r, const char *sku, long long place,
     if (rm) {
         *out = rm->v;
         out->admitted_at_ms = 0;
+        size_t below = place >= 0 ? skipped_below(rm, place) : 0;
+        out->skipped_before = (long long)below;
+        out->abandoned = below < rm->nskipped && rm->skipped[below] == place;
         if (place >= 0 && place <= rm->v.cursor) { /* the first batch that took it */
             size_t lo = 0, hi = rm->nbatch;
             while (lo < hi) {
@@ -499,6 +593,18 @@ int inv_rooms_view(struct inv_rooms *r, const char *sku, long long place,
     }
     pthread_rwlock_unlock(&r->mu);
     return rm != NULL;
+}
+
+void inv_rooms_polled(struct inv_rooms *r, const char *sku, long long place)
+{
+    pthread_rwlock_rdlock(&r->mu);
+    struct room *rm = room_find(r, sku);
+    if (rm) {
+        size_t i = atomic_fetch_add_explicit(&rm->npolled, 1, memory_order_relaxed);
+        if (i < INV_ROOM_POLLS_MAX)
+            rm->polled[i] = place;
+    }
+    pthread_rwlock_unlock(&r->mu);
 }
 
 void inv_rooms_each(struct inv_rooms *r,

@@ -16,6 +16,13 @@
  * each {sku}: the directory's master) but does not pace: room_pace.lua reads
  * the SKU's meta and buyers, which live in its shards there (not built yet).
  *
+ * Abandoned places: a poll of a waiting place is noted here (inv_rooms_polled,
+ * no Redis command) and every tick one ZADD per room tells Redis the places
+ * polled (the room's seen set); the pacer takes out of the queue a place not
+ * admitted whose owner has not joined or polled for INV_ROOM_ABANDON_MS, and
+ * its news names the places skipped, which each instance keeps (a poll of one
+ * answers expired: join again, at the back).
+ *
  * Thread safety: the duty runs on loop 0; the readers (polls, orders,
  * /metrics) on any thread, under the table's read lock. */
 #ifndef SECKILL_ROOMPACE_H
@@ -30,6 +37,13 @@
             paces within this */
 #define INV_ROOM_LEASE_KEY "seckill:{rooms}:pacer" /* in INV_ROOMS_KEY's slot */
 #define INV_ROOMS_MAX 256 /* rooms known at once; more are not served */
+/* A place not polled for this long is abandoned (5 times the longest
+ * poll_after_ms the service gives, 2 s: a page that polls as told is never
+ * skipped, one that stopped is within 10 s and a tick). */
+#define INV_ROOM_ABANDON_MS 10000
+/* Polls of a room one instance notes a tick at most (more are not noted:
+ * their places are noted at their next poll). */
+#define INV_ROOM_POLLS_MAX 8192
 
 struct event_base;
 struct inv_rooms;
@@ -55,9 +69,12 @@ struct inv_room_view {
     long long live;     /* unexpired unused passes */
     long long news_ms;  /* Redis's clock at the last news read */
     double rate;        /* places admitted a second, measured over the last 10 s */
+    long long skipped;  /* places skipped as abandoned so far */
     /* for the place asked: the Redis time it was admitted at (its pass
      * expires spec.pass_ttl_ms later); 0 when not admitted or not known */
     long long admitted_at_ms;
+    int abandoned;            /* for the place asked: skipped as abandoned */
+    long long skipped_before; /* for the place asked: places before it skipped */
 };
 
 /* A room table and its duty, to one Redis (host, port) or a Redis Cluster
@@ -85,6 +102,9 @@ void inv_rooms_note(struct inv_rooms *r, const char *sku,
  * has no room known here. */
 int inv_rooms_view(struct inv_rooms *r, const char *sku, long long place,
                    struct inv_room_view *out);
+/* Notes that the owner of place polled sku's room (told to Redis at the next
+ * tick: the place is not abandoned). No Redis command, no allocation. */
+void inv_rooms_polled(struct inv_rooms *r, const char *sku, long long place);
 /* Calls fn for each room known (under the read lock: fn must not call back). */
 void inv_rooms_each(struct inv_rooms *r,
                     void (*fn)(void *arg, const char *sku, const struct inv_room_view *v),

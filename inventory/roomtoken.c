@@ -207,7 +207,8 @@ int room_pass_check(const struct room_key *k, const char *text, struct room_pass
 }
 
 room_pass_status room_pass_admits(const struct room_key *k, const char *text,
-                                  const char *sku, const char *user, long long now_ms)
+                                  const char *sku, const char *user, long long now_ms,
+                                  long long epoch)
 {
     struct room_pass p;
     if (!text || !*text)
@@ -220,12 +221,14 @@ room_pass_status room_pass_admits(const struct room_key *k, const char *text,
         return ROOM_PASS_OTHER_USER;
     if (strcmp(p.sku, sku) != 0)
         return ROOM_PASS_OTHER_SKU;
+    if (epoch > 0 && p.epoch != epoch)
+        return ROOM_PASS_RESET;
     return ROOM_PASS_OK;
 }
 
 const char *room_pass_status_name(room_pass_status st)
 {
     static const char *const names[ROOM_PASS_NSTATUS] = {
-        "ok", "missing", "forged", "expired", "another_user", "another_sku"};
+        "ok", "missing", "forged", "expired", "another_user", "another_sku", "reset"};
     return (unsigned)st < ROOM_PASS_NSTATUS ? names[st] : "forged";
 }

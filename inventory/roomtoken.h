@@ -45,7 +45,8 @@ struct room_pass {
 
 /* What a check of a pass found, in the order it looks: none given, not one
  * of ours (malformed, another key, a bad mac, a ticket), expired, for
- * another user, for another SKU. */
+ * another user, for another SKU, of an epoch of the SKU before its last reset
+ * (PUT ?reset=true: another queue). */
 typedef enum {
     ROOM_PASS_OK = 0,
     ROOM_PASS_MISSING,
@@ -53,8 +54,9 @@ typedef enum {
     ROOM_PASS_EXPIRED,
     ROOM_PASS_OTHER_USER,
     ROOM_PASS_OTHER_SKU,
+    ROOM_PASS_RESET,
 } room_pass_status;
-#define ROOM_PASS_NSTATUS 6
+#define ROOM_PASS_NSTATUS 7
 
 /* Makes k from len bytes (ROOM_KEY_MIN..ROOM_KEY_MAX), its kid computed.
  * 0, or -1 (k untouched) for a length out of range. */
@@ -76,12 +78,15 @@ int room_ticket_check(const struct room_key *k, const char *text,
 int room_pass_check(const struct room_key *k, const char *text, struct room_pass *out);
 
 /* Whether text (NULL: the header was absent) is a pass that lets user order
- * sku at now_ms (Unix ms, on Redis's clock as the instance knows it): the
- * first reason it does not, in room_pass_status's order. */
+ * sku at now_ms (Unix ms, on Redis's clock as the instance knows it) in the
+ * SKU's epoch (0: not known yet, any): the first reason it does not, in
+ * room_pass_status's order. */
 room_pass_status room_pass_admits(const struct room_key *k, const char *text,
-                                  const char *sku, const char *user, long long now_ms);
+                                  const char *sku, const char *user, long long now_ms,
+                                  long long epoch);
 
-/* "missing", "forged", "expired", "another_user", "another_sku" ("ok"). */
+/* "missing", "forged", "expired", "another_user", "another_sku", "reset"
+ * ("ok"). */
 const char *room_pass_status_name(room_pass_status st);
 
 #endif

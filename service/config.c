@@ -531,7 +531,8 @@ static const struct option_spec options[] = {
      opt_pay_token_file},
     {"buyer-key-file", "F", "none",
      "the shop's key for buyer tokens (16..1024 bytes, a final newline dropped): "
-     "placing, cancelling and reading an order then need Seckill-Buyer: "
+     "placing, cancelling and reading an order, and joining a waiting room, then "
+     "need Seckill-Buyer: "
      "<user_id>.<expiry>.<HMAC-SHA256 hex>; without it user_id is trusted (the "
      "gateway must authenticate buyers)",
      opt_buyer_key_file},

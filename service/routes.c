@@ -479,7 +479,7 @@ static int pass_admits(const struct svc_request *req, const char *user,
                        struct svc_response *res)
 {
     struct svc_app *app = req->app;
-    struct inv_room_spec room;
+    struct inv_room_view room;
     if (!app->rooms)
         return 1;
     if (!inv_rooms_ready(app->rooms)) {
@@ -488,10 +488,10 @@ static int pass_admits(const struct svc_request *req, const char *user,
         res->retry_after = 1;
         return 0;
     }
-    if (!inv_rooms_spec(app->rooms, req->params[0], &room))
+    if (!inv_rooms_view(app->rooms, req->params[0], -1, &room))
         return 1;
     room_pass_status st = room_pass_admits(app->room_key, req->pass, req->params[0], user,
-                                           inv_rooms_now_ms(app->rooms));
+                                           inv_rooms_now_ms(app->rooms), room.epoch);
     if (st == ROOM_PASS_OK)
         return 1;
     atomic_fetch_add_explicit(&app->passes_refused[st], 1, memory_order_relaxed);
@@ -503,6 +503,7 @@ static int pass_admits(const struct svc_request *req, const char *user,
         "expired: the pass has expired",
         "another user's: the pass was given to another user",
         "another SKU's: the pass was given for another SKU",
+        "reset: the SKU was reset since the pass was given (another queue); join again",
     };
     svc_error(res, 403, "not_admitted", why[st]);
     return 0;
@@ -536,6 +537,8 @@ static void room_answer(const struct svc_request *req, const struct room_ticket 
     long long position = 0, eta = 0, poll = 1000, expires = 0;
     if (v.epoch != 0 && v.epoch != t->epoch) {
         state = "expired"; /* the SKU was reset: another queue */
+    } else if (v.abandoned) {
+        state = "expired"; /* skipped: its owner had stopped polling */
     } else if (v.state == INV_ROOM_SOLD_OUT) {
         state = "sold_out";
     } else if (v.cursor >= 0 && t->place <= v.cursor) {
@@ -546,8 +549,9 @@ static void room_answer(const struct svc_request *req, const struct room_ticket 
         long long rank =
             t->place < INV_ROOM_DRAWS && v.pre > 0
                 ? (long long)((double)t->place / (double)INV_ROOM_DRAWS * (double)v.pre)
-                : t->rank;
+                : t->rank - v.skipped_before; /* those before it who left */
         position = rank - v.admitted + 1 > 1 ? rank - v.admitted + 1 : 1;
+        inv_rooms_polled(app->rooms, t->sku, t->place); /* not abandoned */
         double rate = v.rate > 0 ? v.rate : (double)v.spec.rate_per_s;
         eta = (long long)((double)position * 1000.0 / rate);
         poll = eta / 2 < POLL_MIN_MS   ? POLL_MIN_MS
@@ -588,12 +592,16 @@ static void h_queue_post(const struct svc_request *req, struct svc_response *res
 {
     if (!sku_param_ok(req, res))
         return;
-    char user[INV_ID_MAX + 1], detail[200];
+    char user[INV_ID_MAX + 1], detail[200], buyer[INV_ID_MAX + 1];
+    if (!buyer_of(req, res, buyer))
+        return;
     if (req_parse_join(req->body, req->body_len, user, sizeof(user), detail,
                        sizeof(detail)) != REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
         return;
     }
+    if (!buyer_is(buyer, user, res)) /* with buyer tokens: the buyer's own place */
+        return;
     struct inv_room_place place;
     inv_status st =
         inv_room_join(req->worker->inv, req->params[0], user, room_draw(), &place);

@@ -64,7 +64,7 @@ static void test_ticket_round_trip(void **state)
     assert_int_equal(room_ticket_check(&other, text, &back), -1);
     struct room_pass p;
     assert_int_equal(room_pass_check(&key, text, &p), -1);
-    assert_int_equal(room_pass_admits(&key, text, t.sku, t.user, 0), ROOM_PASS_FORGED);
+    assert_int_equal(room_pass_admits(&key, text, t.sku, t.user, 0, 3), ROOM_PASS_FORGED);
     /* a buffer too small, an id that is not one */
     assert_int_equal(room_ticket_sign(&key, &t, text, 40), 0);
     snprintf(t.user, sizeof(t.user), "a|b");
@@ -106,15 +106,20 @@ static void test_pass(void **state)
     assert_true(room_pass_sign(&key, &p, text, sizeof(text)) > 0);
     assert_int_equal(room_pass_check(&key, text, &back), 0);
     assert_int_equal(back.expires_ms, 1000000);
-    assert_int_equal(room_pass_admits(&key, text, "tv", "bob", 999999), ROOM_PASS_OK);
-    assert_int_equal(room_pass_admits(&key, text, "tv", "bob", 1000000),
+    assert_int_equal(room_pass_admits(&key, text, "tv", "bob", 999999, 3), ROOM_PASS_OK);
+    assert_int_equal(room_pass_admits(&key, text, "tv", "bob", 1000000, 3),
                      ROOM_PASS_EXPIRED);
-    assert_int_equal(room_pass_admits(&key, text, "tv", "eve", 0), ROOM_PASS_OTHER_USER);
-    assert_int_equal(room_pass_admits(&key, text, "radio", "bob", 0),
+    assert_int_equal(room_pass_admits(&key, text, "tv", "eve", 0, 3),
+                     ROOM_PASS_OTHER_USER);
+    assert_int_equal(room_pass_admits(&key, text, "radio", "bob", 0, 3),
                      ROOM_PASS_OTHER_SKU);
-    assert_int_equal(room_pass_admits(&key, NULL, "tv", "bob", 0), ROOM_PASS_MISSING);
-    assert_int_equal(room_pass_admits(&key, "", "tv", "bob", 0), ROOM_PASS_MISSING);
-    assert_int_equal(room_pass_admits(&other, text, "tv", "bob", 0), ROOM_PASS_FORGED);
+    assert_int_equal(room_pass_admits(&key, NULL, "tv", "bob", 0, 3), ROOM_PASS_MISSING);
+    assert_int_equal(room_pass_admits(&key, "", "tv", "bob", 0, 3), ROOM_PASS_MISSING);
+    assert_int_equal(room_pass_admits(&other, text, "tv", "bob", 0, 3), ROOM_PASS_FORGED);
+    /* the SKU was reset since (epoch 4): refused; an epoch not known yet (0): any */
+    assert_int_equal(room_pass_admits(&key, text, "tv", "bob", 0, 4), ROOM_PASS_RESET);
+    assert_int_equal(room_pass_admits(&key, text, "tv", "bob", 0, 0), ROOM_PASS_OK);
+    assert_string_equal(room_pass_status_name(ROOM_PASS_RESET), "reset");
     /* a pass read as a ticket */
     struct room_ticket t;
     assert_int_equal(room_ticket_check(&key, text, &t), -1);
