@@ -2,7 +2,10 @@
  * plain HTML and a little JavaScript, no external asset, no build step. It
  * joins (POST /skus/{sku}/queue), shows the place and the wait, polls as the
  * answers say (poll_after_ms), shows a buy button once admitted, places the
- * order with the pass (header Seckill-Pass) and shows its answer. */
+ * order with the pass (header Seckill-Pass) and shows its answer. With
+ * --buyer-key-file the shop's login hands the page the buyer's token in the
+ * URL's fragment, #buyer=<token> (never sent to a server, nor logged): the
+ * page sends it as Seckill-Buyer and takes the user id from it. */
 #include "room_page.h"
 
 const char svc_room_page[] =
@@ -25,11 +28,15 @@ const char svc_room_page[] =
     "const base = '/skus/' + encodeURIComponent(sku);\n"
     "const $ = (id) => document.getElementById(id);\n"
     "let user = '', ticket = '', pass = '', timer = 0;\n"
+    "const buyer = new URLSearchParams(location.hash.slice(1)).get('buyer') || '';\n"
+    "if (buyer) { $('user').value = buyer.split('.').slice(0, -2).join('.'); "
+    "$('user').readOnly = true; }\n"
     "$('sku').textContent = sku;\n"
     "const show = (text) => { $('status').textContent = text; };\n"
     "async function call(method, path, body, headers) {\n"
     "  const r = await fetch(base + path, {method, body: body && JSON.stringify(body),\n"
-    "    headers: Object.assign({'Content-Type': 'application/json'}, headers)});\n"
+    "    headers: Object.assign({'Content-Type': 'application/json'},\n"
+    "      buyer ? {'Seckill-Buyer': buyer} : {}, headers)});\n"
     "  return {ok: r.ok, body: await r.json()};\n"
     "}\n"
     "async function poll() {\n"
@@ -52,7 +59,8 @@ const char svc_room_page[] =
     "  } else if (b.state === 'sold_out') {\n"
     "    $('buy').hidden = true; show('Sold out'); return;\n"
     "  } else {\n"
-    "    $('buy').hidden = true; show('Your turn has passed'); return;\n"
+    "    $('buy').hidden = true; $('join').hidden = false;\n"
+    "    show('Your turn has passed: join again'); return;\n"
     "  }\n"
     "  timer = setTimeout(poll, b.poll_after_ms);\n"
     "}\n"
