@@ -47,6 +47,8 @@ else
 $(error SANITIZER must be address, undefined, thread or coverage)
 endif
 
+# libcrypto: HMAC-SHA256 of buyer tokens and of the waiting room's tickets and
+# passes (util/hmac.c)
 PKGS = libmicrohttpd hiredis jansson libevent libevent_pthreads libsystemd libpq libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)

@@ -54,6 +54,11 @@
 #define INV_MAX_STOCK 1000000000LL
 #define INV_MAX_LIMIT 1000000
 #define INV_MAX_PAY_WITHIN_MS 86400000LL /* a day */
+/* A waiting room's bounds (docs/api.md, PUT's "room"). */
+#define INV_ROOM_MAX_RATE 100000           /* rate_per_s: passes a second */
+#define INV_ROOM_MAX_ACTIVE 10000000       /* max_active: unused passes at once */
+#define INV_ROOM_MIN_PASS_TTL_MS 1000LL    /* pass_ttl_ms: a second .. */
+#define INV_ROOM_MAX_PASS_TTL_MS 3600000LL /* .. an hour */
 #define INV_MALFORMED_MAX 240 /* "<key> <field>": a SKU's key and an Idempotency-Key */
 /* The deadline index: a sorted set of the SKUs with pending reservations,
  * each scored by (at most) its earliest pay_by, which the placing scripts
@@ -71,6 +76,11 @@
 /* The set of outbox streams that the sink reads (at most one per gene); in its
  * own slot. */
 #define INV_STREAMS_KEY "seckill:streams"
+/* The rooms' registry: a hash, SKU -> "<rate_per_s> <max_active> <pass_ttl_ms>",
+ * of every SKU with a waiting room (written with the SKU by reset.lua; on a
+ * cluster by shards.c after the directory). Every instance reads it each
+ * tick (roompace.h): an order of a SKU listed there needs a pass. */
+#define INV_ROOMS_KEY "seckill:{rooms}"
 /* The sink's consumer group on each stream. */
 #define INV_SINK_GROUP "seckill-sink"
 /* Order records, many to a hash (inventory/lua/rec.lua): an order's record
@@ -120,6 +130,7 @@ typedef enum {
     INV_MALFORMED,  /* a value the script reads in Redis is malformed (order->
                        malformed names it): nothing was written; answered as
                        unavailable */
+    INV_NO_ROOM,    /* a waiting room's call on a SKU without one (room.h) */
     INV_PENDING,    /* a ticket still on its way: not decided yet */
     INV_EXISTS,     /* PUT, no reset, of a SKU with orders: nothing written */
     INV_BAD_CURSOR, /* a listing's cursor that no page gave */
@@ -204,12 +215,22 @@ struct inv_segment_report {
     long long initial, remaining, sold;
 };
 
+/* A SKU's waiting room (docs/api.md): rate_per_s 0 for none, then the others
+ * are 0 too. Kept in the SKU's meta hash (every shard's, on a cluster, as the
+ * sale window is), written by reset.lua with the SKU. */
+struct inv_room_spec {
+    long long rate_per_s;  /* passes handed out a second, 1..INV_ROOM_MAX_RATE */
+    long long max_active;  /* unexpired unused passes at once, 1..INV_ROOM_MAX_ACTIVE */
+    long long pass_ttl_ms; /* a pass's life */
+};
+
 struct inv_sku_report {
     char sku[INV_ID_MAX + 1];
     long long initial, remaining, sold, oversold, orders;
     long long starts_ms, ends_ms;      /* the sale window; 0: none */
     long long pay_ms;                  /* the payment window; 0: none */
     long long pending, paid, returned; /* units */
+    struct inv_room_spec room;         /* the waiting room; rate_per_s 0: none */
     int limit;
     int nsegments;
     struct inv_segment_report segments[INV_MAX_SEGMENTS];
@@ -404,6 +425,7 @@ struct inv_sku_spec {
      * reached PostgreSQL. The check and the writes are one script's step
      * (reset.lua); either refusal writes nothing. */
     int reset;
+    struct inv_room_spec room; /* the waiting room; rate_per_s 0: none */
 };
 /* A page of the SKUs there are (GET /skus), walked with SCAN (catalog.c):
  * their names into *names (*n of them; malloc'd, the caller frees; NULL when

@@ -296,17 +296,9 @@ static void sweep_answered(struct inv_sweep *sw)
 static void sweep_send(struct inv_sweep *sw, int gene, aconn_cb *cb, void *arg,
                        struct rscript *script, int nkeys, int argc, const char **argv)
 {
-    rconn_status st;
     sw->owed++; /* first: an answer may come before the call returns */
-    struct acluster *cl = sw->duty.cluster;
-    if (cl) {
-        int slot = cluster_gene_slot(gene);
-        st = script ? acluster_eval(cl, slot, cb, arg, script, nkeys, argc, argv)
-                    : acluster_command(cl, slot, cb, arg, argc, argv);
-    } else {
-        st = script ? aconn_eval(sw->duty.conn, cb, arg, script, nkeys, argc, argv)
-                    : aconn_command(sw->duty.conn, cb, arg, argc, argv, NULL);
-    }
+    rconn_status st = duty_send(&sw->duty, sw->duty.cluster ? cluster_gene_slot(gene) : 0,
+                                cb, arg, script, nkeys, argc, argv);
     if (st != RCONN_OK)
         sw->owed--;
 }

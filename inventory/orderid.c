@@ -399,16 +399,8 @@ static void on_lease_answer(void *arg, aconn_result res, redisReply *r);
 static int lease_send(struct orderid_lease *l, const char *key, struct rscript *s,
                       int nkeys, int argc, const char **argv)
 {
-    rconn_status rc;
-    struct acluster *acl = l->duty.cluster;
-    if (acl) {
-        int slot = cluster_keyslot(key, strlen(key));
-        rc = s ? acluster_eval(acl, slot, on_lease_answer, l, s, nkeys, argc, argv)
-               : acluster_command(acl, slot, on_lease_answer, l, argc, argv);
-    } else {
-        rc = s ? aconn_eval(l->duty.conn, on_lease_answer, l, s, nkeys, argc, argv)
-               : aconn_command(l->duty.conn, on_lease_answer, l, argc, argv, NULL);
-    }
+    rconn_status rc = duty_send(&l->duty, cluster_keyslot(key, strlen(key)),
+                                on_lease_answer, l, s, nkeys, argc, argv);
     return rc == RCONN_OK ? 0 : -1;
 }
 

@@ -265,6 +265,25 @@ static int streams_list(struct inv_session *s, const char *sku, int gene)
     return ok;
 }
 
+/* Lists sku in the rooms' registry (INV_ROOMS_KEY, in a slot of its own)
+ * with its room, or takes it out when it has none: true when done. */
+static int rooms_list(struct inv_session *s, const char *sku,
+                      const struct inv_room_spec *room)
+{
+    struct rconn *rc = dir_conn(s, INV_ROOMS_KEY);
+    char value[72]; /* one argument: %s, never split */
+    snprintf(value, sizeof(value), "%lld %lld %lld", room->rate_per_s, room->max_active,
+             room->pass_ttl_ms);
+    redisReply *r = !rc ? NULL
+                    : room->rate_per_s > 0
+                        ? rconn_command(rc, "HSET %s %s %s", INV_ROOMS_KEY, sku, value)
+                        : rconn_command(rc, "HDEL %s %s", INV_ROOMS_KEY, sku);
+    int ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r)
+        freeReplyObject(r);
+    return ok;
+}
+
 /* PUT on a cluster: every shard the directory names asked first whether
  * the PUT may go on (INV_EXISTS, INV_NOT_SETTLED: nothing written anywhere),
  * then the epoch bumped in the directory, then every shard reset to it (each
@@ -334,13 +353,21 @@ static inv_status sku_put_shards(struct inv_session *s, const char *sku,
         snprintf(list + len, sizeof(list) - len, "%s%d", i ? "," : "", genes[i]);
     }
     if (st == INV_OK || st == INV_CREATED) {
-        r = rconn_command(rc, "HSET %s genes %s segments %d initial %lld limit %d", key,
-                          list, segments, stock, limit);
+        /* and what a join reads in the SKU's own slot (room_join.lua): the
+         * sale's start and the room, 0 for none */
+        r = rconn_command(
+            rc,
+            "HSET %s genes %s segments %d initial %lld limit %d starts_ms %lld "
+            "room_rate %lld room_max %lld room_ttl %lld",
+            key, list, segments, stock, limit, spec->starts_ms, spec->room.rate_per_s,
+            spec->room.max_active, spec->room.pass_ttl_ms);
         if (!r || r->type != REDIS_REPLY_INTEGER)
             st = INV_UNAVAILABLE;
         if (r)
             freeReplyObject(r);
     }
+    if ((st == INV_OK || st == INV_CREATED) && !rooms_list(s, sku, &spec->room))
+        st = INV_UNAVAILABLE;
     inv_layout_forget(s->inv, sku);
     return inv_shard_outcome(s, st);
 }
@@ -534,6 +561,7 @@ static inv_status sku_get_shards(struct inv_session *s, const char *sku, void *r
             out->starts_ms = one->starts_ms; /* every shard holds the window */
             out->ends_ms = one->ends_ms;
             out->pay_ms = one->pay_ms;
+            out->room = one->room; /* and the room */
         }
         out->initial += one->initial;
         out->sold += one->sold;

@@ -71,11 +71,17 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
         marks = atoi(had->str);
     if (had)
         freeReplyObject(had);
-    int nkeys = 16 + marks, n = nkeys + 14 + segments;
+    int nkeys = 17 + marks, n = nkeys + 17 + segments;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)n);
     char(*vals)[24] = xmalloc(sizeof(*vals) * (size_t)(segments + 3));
     char(*fences)[160] = xmalloc(sizeof(*fences) * (size_t)marks);
     char starts[24] = "", ends[24] = "", pay[24], streams[128];
+    char room[3][24] = {"", "", ""}; /* rate_per_s, max_active, pass_ttl_ms */
+    if (spec->room.rate_per_s > 0) {
+        snprintf(room[0], sizeof(room[0]), "%lld", spec->room.rate_per_s);
+        snprintf(room[1], sizeof(room[1]), "%lld", spec->room.max_active);
+        snprintf(room[2], sizeof(room[2]), "%lld", spec->room.pass_ttl_ms);
+    }
     snprintf(pay, sizeof(pay), "%lld", spec->pay_ms);
     if (s->gene < 0) /* on a cluster, inv_sku_set lists the shards' streams */
         snprintf(streams, sizeof(streams), "%s", INV_STREAMS_KEY);
@@ -85,15 +91,18 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
         snprintf(starts, sizeof(starts), "%lld", spec->starts_ms);
     if (spec->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", spec->ends_ms);
-    const char *keys[] = {k.meta,  k.stock, k.init, k.sold, k.buyers, k.orders, k.idem,
-                          k.avail, k.xout,  k.xin,  k.back, k.due,    k.life,   k.dues,
-                          streams, k.events};
+    /* the rooms' registry: on a cluster sku_put_shards lists the SKU, and the
+     * script is given the shard's streams key, a sign to leave it */
+    const char *rooms = s->gene < 0 ? INV_ROOMS_KEY : streams;
+    const char *keys[] = {k.meta, k.stock, k.init,  k.sold,   k.buyers, k.orders,
+                          k.idem, k.avail, k.xout,  k.xin,    k.back,   k.due,
+                          k.life, k.dues,  streams, k.events, rooms};
     memcpy(argv, keys, sizeof(keys));
     for (int i = 0; i < marks; i++) {
         char lkey[128];
         snprintf(lkey, sizeof(lkey), "%s%d", k.lock, i);
         lock_fence_key(lkey, fences[i], sizeof(fences[i]));
-        argv[16 + i] = fences[i];
+        argv[17 + i] = fences[i];
     }
     long long mine = 0;
     for (int i = 0; i < segments; i++) {
@@ -118,7 +127,9 @@ inv_status inv_sku_put_shard(struct inv_session *s, const char *sku,
     args[11 + segments] = check == INV_PUT_UNCHECKED ? "" : spec->reset ? "reset" : "new";
     args[12 + segments] = INV_SINK_GROUP;
     args[13 + segments] = check == INV_PUT_CHECK_ONLY ? "1" : "";
-    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 14 + segments, argv, NULL);
+    for (int i = 0; i < 3; i++)
+        args[14 + segments + i] = room[i];
+    redisReply *r = rconn_eval(s->rc, &reset_script, nkeys, 17 + segments, argv, NULL);
     free(argv);
     free(vals);
     free(fences);
@@ -226,7 +237,7 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     rpipe_appendf(&p, "MULTI");
     rpipe_appendf(&p,
                   "HMGET %s initial segments limit sold orders starts_ms ends_ms pay_ms "
-                  "pending paid returned",
+                  "pending paid returned room_rate room_max room_ttl",
                   k.meta);
     rpipe_appendf(&p, "HGETALL %s", k.stock);
     rpipe_appendf(&p, "HGETALL %s", k.init);
@@ -239,7 +250,7 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     redisReply **e = snap->element;
     redisReply *m = e[0];
     inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 11 ||
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 14 ||
         m->element[0]->type != REDIS_REPLY_STRING) {
         st = INV_NOT_FOUND;
     } else {
@@ -258,6 +269,9 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
         out->pending = inv_reply_ll(m->element[8], 0);
         out->paid = inv_reply_ll(m->element[9], 0);
         out->returned = inv_reply_ll(m->element[10], 0);
+        out->room.rate_per_s = inv_reply_ll(m->element[11], 0);
+        out->room.max_active = inv_reply_ll(m->element[12], 0);
+        out->room.pass_ttl_ms = inv_reply_ll(m->element[13], 0);
         out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         report_values(e[1], out, offsetof(struct inv_segment_report, remaining));

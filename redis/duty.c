@@ -75,3 +75,16 @@ int duty_connected(const struct duty *d)
 {
     return d->conn || d->cluster;
 }
+
+rconn_status duty_send(struct duty *d, int slot, aconn_cb *cb, void *arg,
+                       struct rscript *script, int nkeys, int argc, const char **argv)
+{
+    if (d->cluster)
+        return script
+                   ? acluster_eval(d->cluster, slot, cb, arg, script, nkeys, argc, argv)
+                   : acluster_command(d->cluster, slot, cb, arg, argc, argv);
+    if (!d->conn)
+        return RCONN_ERR;
+    return script ? aconn_eval(d->conn, cb, arg, script, nkeys, argc, argv)
+                  : aconn_command(d->conn, cb, arg, argc, argv, NULL);
+}

@@ -13,6 +13,7 @@
 #ifndef SECKILL_DUTY_H
 #define SECKILL_DUTY_H
 
+#include "aconn.h"
 #include "rconn.h"
 
 struct event;
@@ -56,6 +57,13 @@ void duty_stop(struct duty *d);
 /* Closes the connection (as duty_stop does) and makes a new one to the same
  * target. On a started duty. */
 void duty_reconnect(struct duty *d);
+
+/* Queues argv (a call of script when not NULL: nkeys KEYS, then ARGV, argc
+ * strings in all) on d's connection: on a Redis Cluster to the master of
+ * slot, on one Redis the one connection (slot ignored). As aconn_command:
+ * RCONN_OK, cb called once; RCONN_ERR, refused, cb never called. */
+rconn_status duty_send(struct duty *d, int slot, aconn_cb *cb, void *arg,
+                       struct rscript *script, int nkeys, int argc, const char **argv);
 
 /* True while started. */
 int duty_running(const struct duty *d);

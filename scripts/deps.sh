@@ -11,7 +11,8 @@ packages=(
     # the orders' system of record and the pg lock (--postgres): the server for the
     # tests' throwaway databases, libpq's headers and .pc for the build
     postgresql libpq-dev
-    # HMAC-SHA256 of buyer tokens (service/buyer.c, --buyer-key-file): libcrypto
+    # HMAC-SHA256 of buyer tokens and of the waiting room's tickets and passes
+    # (util/hmac.c): libcrypto
     libssl-dev
     slowhttptest
     # make test-stress: busy loops on every core while the suite runs (tests/run.sh)
@@ -25,6 +26,9 @@ packages=(
     # tests/it_deploy.sh: the deployment's TLS certificate, made by the test; haproxy
     # checks deploy/haproxy/seckill.cfg
     openssl haproxy
+    # the waiting room's page in a real browser (tests/it_room_browser.sh): headless
+    # chromium driven through chromedriver by Selenium
+    chromium chromium-driver python3-selenium
     # promtool (tests/it_alerts.sh: deploy/alerts.yml's rules and their unit tests)
     prometheus
     # function definitions for the call-ring check (scripts/call_rings.py, tests/it_rings.sh)

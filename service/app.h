@@ -11,6 +11,8 @@
 #include "health.h"
 #include "inventory.h"
 #include "lock.h"
+#include "roompace.h"
+#include "roomtoken.h"
 #include "sink.h"
 #include "store.h"
 
@@ -37,6 +39,13 @@ struct svc_app {
     void (*duties_attach)(struct svc_app *app, struct event_base *base);
     void (*duties_detach)(struct svc_app *app);
     void *duties; /* theirs */
+    /* The waiting rooms (issue 48): the key that signs tickets and passes
+     * (--room-key-file, or shared through Redis), the rooms known here and
+     * their pacer (a duty on loop 0), and the passes an order was refused
+     * for, by reason (room_pass_status). */
+    const struct room_key *room_key;
+    struct inv_rooms *rooms;
+    _Atomic uint64_t passes_refused[ROOM_PASS_NSTATUS];
     _Atomic int draining; /* 0 serving, else where the drain is (SVC_DRAIN_*) */
     _Atomic int inflight;
 };

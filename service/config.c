@@ -226,6 +226,27 @@ static config_status opt_pay_token_file(struct svc_config *cfg, const char *valu
     return file_line(cfg->pay_token, sizeof(cfg->pay_token), value, err, errlen);
 }
 
+/* --room-key-file: the file's bytes (a final newline dropped), 32..1024 of
+ * them, any bytes (random ones, not a line of text). */
+static config_status opt_room_key_file(struct svc_config *cfg, const char *value,
+                                       char *err, size_t errlen)
+{
+    unsigned char buf[sizeof(cfg->room_key) + 2];
+    size_t n;
+    if (file_read(value, buf, sizeof(buf), &n, err, errlen) != 0)
+        return CONFIG_ERROR;
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n < 32 || n > sizeof(cfg->room_key)) {
+        snprintf(err, errlen, "the file must hold 32..%zu bytes (random ones)",
+                 sizeof(cfg->room_key));
+        return CONFIG_ERROR;
+    }
+    memcpy(cfg->room_key, buf, n);
+    cfg->room_key_len = n;
+    return CONFIG_OK;
+}
+
 static config_status opt_lock(struct svc_config *cfg, const char *value, char *err,
                               size_t errlen)
 {
@@ -510,10 +531,16 @@ static const struct option_spec options[] = {
      opt_pay_token_file},
     {"buyer-key-file", "F", "none",
      "the shop's key for buyer tokens (16..1024 bytes, a final newline dropped): "
-     "placing, cancelling and reading an order then need Seckill-Buyer: "
+     "placing, cancelling and reading an order, and joining a waiting room, then "
+     "need Seckill-Buyer: "
      "<user_id>.<expiry>.<HMAC-SHA256 hex>; without it user_id is trusted (the "
      "gateway must authenticate buyers)",
      opt_buyer_key_file},
+    {"room-key-file", "F", "none",
+     "the key (32..1024 random bytes, a final newline dropped) that signs waiting-room "
+     "tickets and passes, read from file F at start; every instance must read the same. "
+     "Without it the instances share a random key kept in Redis (seckill:room:key)",
+     opt_room_key_file},
     {"log-level", "L", "info", "debug, info, warn or error", opt_log_level},
     {"log-level-file", "F", "none",
      "the log level read from file F (one word, as --log-level) at start and again "

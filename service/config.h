@@ -49,6 +49,10 @@ struct svc_config {
     /* --buyer-key-file: the key of buyer tokens (buyer.h), the file's bytes but a
      * final newline, made ready to sign; its len 0: none, user ids are trusted */
     struct buyer_key buyer_key;
+    /* --room-key-file: the waiting rooms' key, read at start (a final newline
+     * dropped); room_key_len 0: none given, the key is shared through Redis */
+    unsigned char room_key[1024];
+    size_t room_key_len;
     int log_level;
     char log_level_file[1024]; /* --log-level-file, "" when not given */
 };

@@ -12,6 +12,7 @@
 #include "duty.h"
 #include "durability.h"
 #include "log.h"
+#include "roompace.h"
 #include "reach.h"
 #include "xalloc.h"
 
@@ -50,6 +51,7 @@ struct svc_health {
     int cluster;
     void (*on_ready)(void); /* once, at the first healthy round */
     const struct svc_durability *settings; /* refused settings hold on_ready back */
+    struct inv_rooms *rooms; /* not read yet: on_ready held back (as /readyz is) */
     struct duty duty;       /* every HEALTH_EVERY_MS; its connection to the one Redis
                                (duty.conn) or to a cluster's masters (duty.cluster) */
     int reset;              /* an answer was an error (NOAUTH after a password change,
@@ -123,7 +125,8 @@ static void round_settle(struct svc_health *h)
     if (--h->owed == 0 && !h->failed) {
         atomic_store(&h->fresh_until_us, h->sent_us + (int64_t)HEALTH_FRESH_MS * 1000);
         if (!h->ready_told && !h->detaching &&
-            !svc_durability_refused(h->settings, NULL, 0)) {
+            !svc_durability_refused(h->settings, NULL, 0) &&
+            (!h->rooms || inv_rooms_ready(h->rooms))) {
             h->ready_told = 1;
             if (h->on_ready)
                 h->on_ready();
@@ -333,13 +336,15 @@ static void on_tick(void *arg)
 
 struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
                                   void (*on_ready)(void),
-                                  const struct svc_durability *settings)
+                                  const struct svc_durability *settings,
+                                  struct inv_rooms *rooms)
 {
     struct svc_health *h = xcalloc(1, sizeof(*h));
     h->cfg = cfg;
     h->cluster = cluster;
     h->on_ready = on_ready;
     h->settings = settings;
+    h->rooms = rooms;
     if (strcmp(cfg->lock_mode, "redlock") == 0) {
         h->nlocks = cfg->nlock_nodes;
         h->locks = xcalloc((size_t)h->nlocks, sizeof(*h->locks));

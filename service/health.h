@@ -30,6 +30,7 @@
 #include "config.h"
 
 struct event_base;
+struct inv_rooms;
 struct svc_durability;
 struct svc_health;
 
@@ -37,11 +38,13 @@ struct svc_health;
  * connected before attach; unhealthy until the first round is answered.
  * on_ready (NULL: none) is called once, on the loop, when a round is first
  * answered healthy while settings (NULL: none) refuse nothing
- * (svc_durability_refused): when /readyz first answers 200. Never returns
+ * (svc_durability_refused) and rooms (NULL: none) were read
+ * (inv_rooms_ready): when /readyz first answers 200. Never returns
  * NULL. */
 struct svc_health *svc_health_new(const struct svc_config *cfg, int cluster,
                                   void (*on_ready)(void),
-                                  const struct svc_durability *settings);
+                                  const struct svc_durability *settings,
+                                  struct inv_rooms *rooms);
 /* Checks on base from now on: before base runs, or on its thread. */
 void svc_health_attach(struct svc_health *h, struct event_base *base);
 /* Stops checking: on base's thread, or once it no longer runs. NULL, or not

@@ -255,6 +255,7 @@ static struct svc_request request_of(struct svc_app *app, struct MHD_Connection 
         .cursor = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "cursor"),
         .buyer = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Seckill-Buyer"),
         .limit = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit"),
+        .pass = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Seckill-Pass"),
         .ticket = &st->ticket,
     };
 }

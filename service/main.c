@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,9 @@
 #include "rcluster.h"
 #include "orderid.h"
 #include "reach.h"
+#include "room.h"
+#include "roompace.h"
+#include "roomtoken.h"
 #include "server.h"
 #include "sink.h"
 #include "store.h"
@@ -186,6 +190,8 @@ struct backend {
     struct svc_health *health;
     struct svc_sink *sink;   /* --postgres: the outbox into PostgreSQL */
     struct svc_store *store; /* --postgres: what it holds, read back */
+    struct room_key room_key;
+    struct inv_rooms *rooms; /* the waiting rooms known here, their pacer */
 };
 
 /* Frees what b holds (any part may be missing). */
@@ -194,6 +200,7 @@ static void backend_free(struct backend *b)
     svc_store_free(b->store);
     svc_sink_free(b->sink);
     svc_health_free(b->health);
+    inv_rooms_free(b->rooms);
     svc_durability_stop(b->durability);
     orderid_lease_stop(b->lease);
     inv_sweep_free(b->sweep);
@@ -318,6 +325,7 @@ static void duties_attach(struct svc_app *app, struct event_base *base)
         lock_attach(b->lock, base);
     soldout_attach(b->soldout, base);
     inv_sweep_attach(b->sweep, base);
+    inv_rooms_attach(b->rooms, base);
     svc_durability_attach(b->durability, base);
     svc_health_attach(b->health, base);
     svc_sink_attach(b->sink, base);
@@ -330,9 +338,51 @@ static void duties_detach(struct svc_app *app)
     svc_health_detach(b->health);
     svc_durability_detach(b->durability);
     inv_sweep_detach(b->sweep);
+    inv_rooms_detach(b->rooms);
     soldout_detach(b->soldout);
     lock_detach(b->lock);
     orderid_lease_detach(b->lease);
+}
+
+/* The waiting rooms' key: --room-key-file's, or the one the instances share
+ * in Redis (room.h), made by the first. Then the rooms' table and pacer,
+ * whose lease token is random. 0, or -1 (logged) when Redis gave no key. */
+static int rooms_start(const struct svc_config *cfg, struct backend *b)
+{
+    unsigned char shared[64];
+    int len = -1;
+    if (cfg->room_key_len > 0) {
+        len = room_key_init(&b->room_key, cfg->room_key, cfg->room_key_len);
+    } else {
+        struct rconn *rc =
+            rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
+        struct inv_session *s = inv_session_new(b->inv, rc);
+        for (int waited = 0; len < 0 && waited <= STARTUP_REDIS_WAIT_MS; waited += 200) {
+            len = inv_room_key_shared(s, shared, sizeof(shared));
+            if (len < 0)
+                clock_sleep_us(200 * 1000);
+        }
+        inv_session_free(s);
+        rconn_free(rc);
+        if (len > 0)
+            len = room_key_init(&b->room_key, shared, (size_t)len);
+    }
+    if (len < 0) {
+        log_event(LOG_ERROR, "startup_failed", "reason=\"no room key: Redis gave none\"");
+        return -1;
+    }
+    unsigned char raw[16];
+    char owner[2 * sizeof(raw) + 1];
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+        abort(); /* only on a broken kernel */
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(owner + 2 * i, 3, "%02x", raw[i]);
+    b->rooms = inv_rooms_new(
+        cfg->redis.host, cfg->redis.port, b->cluster ? cfg->redis_seed : NULL,
+        b->cluster ? cfg->redis_seeds : 0, cfg->redis_password, owner);
+    log_event(LOG_INFO, "room_key", "source=%s kid=%s",
+              cfg->room_key_len > 0 ? "file" : "redis", b->room_key.kid);
+    return 0;
 }
 
 /* Starts b's parts in order. 0, or the exit status (message given) with
@@ -365,10 +415,15 @@ static int backend_start(const struct svc_config *cfg, struct backend *b)
     else
         b->sweep = inv_sweep_new(b->inv, cfg->redis.host, cfg->redis.port,
                                  cfg->redis_password);
+    if (rooms_start(cfg, b) != 0) {
+        backend_free(b);
+        return 1;
+    }
     /* Redis answered the lease: its persistence settings can be read now. */
     b->durability =
         svc_durability_start(cfg->redis.host, cfg->redis.port, cfg->redis_password);
-    b->health = svc_health_new(cfg, b->cluster, svc_notify_ready, b->durability);
+    b->health =
+        svc_health_new(cfg, b->cluster, svc_notify_ready, b->durability, b->rooms);
     if (cfg->postgres[0]) {
         char consumer[32];
         snprintf(consumer, sizeof(consumer), "seckill-%d", orderid_worker(&b->ids));
@@ -477,6 +532,8 @@ int main(int argc, char **argv)
                           .health = b.health,
                           .sink = b.sink,
                           .store = b.store,
+                          .room_key = &b.room_key,
+                          .rooms = b.rooms,
                           .replicas_acked = b.replicas_acked,
                           .cluster = b.cluster,
                           .ids = &b.ids,

@@ -15,7 +15,7 @@
 #include "metrics.h"
 #include "version.h"
 
-const int route_codes[ROUTE_NCODES] = {200, 201, 204, 400, 401, 403, 404,
+const int route_codes[ROUTE_NCODES] = {200, 201, 202, 204, 400, 401, 403, 404,
                                        405, 408, 409, 413, 422, 503, 0};
 const double route_bucket_s[ROUTE_NBUCKETS - 1] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -392,6 +392,73 @@ static void lifecycle(FILE *f, struct svc_app *app)
 }
 
 /* The sink's families (--postgres): its lag, what it wrote, its failures. */
+/* The waiting rooms' figures, one series a room (roompace.h): buffered
+ * first, since a family's lines come together. */
+struct room_lines {
+    FILE *waiting, *admitted, *live, *lag;
+    char *text[4];
+    size_t len[4];
+    long long now;
+};
+
+static void room_line(void *arg, const char *sku, const struct inv_room_view *v)
+{
+    struct room_lines *l = arg;
+    fprintf(l->waiting, "seckill_room_waiting{sku=\"%s\"} %lld\n", sku, v->waiting);
+    fprintf(l->admitted, "seckill_room_admitted_total{sku=\"%s\"} %lld\n", sku,
+            v->admitted);
+    fprintf(l->live, "seckill_room_passes_live{sku=\"%s\"} %lld\n", sku, v->live);
+    double lag = v->news_ms > 0 && l->now > v->news_ms ? (l->now - v->news_ms) / 1e3 : 0;
+    fprintf(l->lag, "seckill_room_pacer_lag_seconds{sku=\"%s\"} %.3f\n", sku, lag);
+}
+
+static void room_figures(FILE *f, struct svc_app *app)
+{
+    if (!app->rooms)
+        return;
+    struct room_lines l = {.now = inv_rooms_now_ms(app->rooms)};
+    FILE **files[4] = {&l.waiting, &l.admitted, &l.live, &l.lag};
+    for (int i = 0; i < 4; i++)
+        *files[i] = open_memstream(&l.text[i], &l.len[i]);
+    if (l.waiting && l.admitted && l.live && l.lag)
+        inv_rooms_each(app->rooms, room_line, &l);
+    static const char *const fam[4][3] = {
+        {"seckill_room_waiting",
+         "Places in a waiting room's queue not admitted yet, as "
+         "its pacer last published (by SKU).",
+         "gauge"},
+        {"seckill_room_admitted_total", "Places a waiting room admitted (by SKU).",
+         "counter"},
+        {"seckill_room_passes_live",
+         "A waiting room's passes unexpired and unused, as its "
+         "pacer last counted (by SKU).",
+         "gauge"},
+        {"seckill_room_pacer_lag_seconds",
+         "Age of the last news of a room's pacer this instance read (a heartbeat a "
+         "second: "
+         "above about 1 s the pacer or this instance's reads are late).",
+         "gauge"},
+    };
+    for (int i = 0; i < 4; i++) {
+        if (*files[i])
+            fclose(*files[i]);
+        family(f, fam[i][0], fam[i][1], fam[i][2]);
+        if (l.text[i])
+            fputs(l.text[i], f);
+        free(l.text[i]);
+    }
+    family(f, "seckill_room_passes_refused_total",
+           "Orders of a waiting room's SKU refused 403 not_admitted, by reason.",
+           "counter");
+    for (int st = 1; st < ROOM_PASS_NSTATUS; st++)
+        fprintf(f, "seckill_room_passes_refused_total{reason=\"%s\"} %llu\n",
+                room_pass_status_name((room_pass_status)st),
+                (unsigned long long)atomic_load(&app->passes_refused[st]));
+    gauge(f, "seckill_room_pacer",
+          "1 while this instance holds the waiting rooms' pacer lease.",
+          inv_rooms_pacing(app->rooms));
+}
+
 static void sink_figures(FILE *f, struct svc_app *app)
 {
     if (!app->sink)
@@ -635,6 +702,7 @@ char *svc_metrics_text(struct svc_app *app, struct inv_session *inv,
     locks(f, app->lock);
     lifecycle(f, app);
     sink_figures(f, app);
+    room_figures(f, app);
     build_info(f);
     counter(f, "seckill_log_lines_suppressed_total",
             "Log lines dropped by a rate limit (libmicrohttpd's warnings, e.g. one per "

@@ -135,16 +135,55 @@ static req_status time_field(json_t *root, const char *name, long long *ms, char
     return REQ_OK;
 }
 
+/* The optional "room" object of a SKU body into *room (rate_per_s 0 when
+ * absent or null). REQ_INVALID with detail. */
+static req_status room_field(json_t *root, struct inv_room_spec *room, char *detail,
+                             size_t detail_len)
+{
+    json_t *v = json_object_get(root, "room");
+    memset(room, 0, sizeof(*room));
+    if (!v || json_is_null(v))
+        return REQ_OK;
+    static const char *const known[] = {"rate_per_s", "max_active", "pass_ttl_ms", NULL};
+    long long rate = 0, active = 0, ttl = 60000;
+    char why[160];
+    if (!json_is_object(v)) {
+        snprintf(detail, detail_len,
+                 "room must be an object {\"rate_per_s\", \"max_active\", "
+                 "\"pass_ttl_ms\"} or null");
+        return REQ_INVALID;
+    }
+    if (fields_known(v, known, why, sizeof(why)) != REQ_OK ||
+        int_field(v, "rate_per_s", 1, INV_ROOM_MAX_RATE, &rate, why, sizeof(why)) !=
+            REQ_OK ||
+        int_field(v, "max_active", 1, INV_ROOM_MAX_ACTIVE, &active, why, sizeof(why)) !=
+            REQ_OK ||
+        int_field(v, "pass_ttl_ms", INV_ROOM_MIN_PASS_TTL_MS, INV_ROOM_MAX_PASS_TTL_MS,
+                  &ttl, why, sizeof(why)) != REQ_OK) {
+        snprintf(detail, detail_len, "room: %s", why);
+        return REQ_INVALID;
+    }
+    if (rate == 0) {
+        snprintf(detail, detail_len, "room: rate_per_s is required");
+        return REQ_INVALID;
+    }
+    room->rate_per_s = rate;
+    room->max_active = active ? active : rate;
+    room->pass_ttl_ms = ttl;
+    return REQ_OK;
+}
+
 req_status req_parse_sku(const char *body, size_t len, int default_segments,
                          struct req_sku *out, char *detail, size_t detail_len)
 {
     json_t *root = load_object(body, len, detail, detail_len);
     if (!root)
         return REQ_INVALID;
-    static const char *const known[] = {
-        "stock",   "segments", "per_user_limit", "pay_within_ms", "starts_at",
-        "ends_at", NULL};
+    static const char *const known[] = {"stock",         "segments",  "per_user_limit",
+                                        "pay_within_ms", "starts_at", "ends_at",
+                                        "room",          NULL};
     long long stock = -1, segments = default_segments, limit = 1, pay = 0, starts, ends;
+    struct inv_room_spec room;
     req_status rc = REQ_INVALID;
     if (fields_known(root, known, detail, detail_len) != REQ_OK)
         ; /* detail names it */
@@ -159,7 +198,8 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
              int_field(root, "pay_within_ms", 0, INV_MAX_PAY_WITHIN_MS, &pay, detail,
                        detail_len) != REQ_OK ||
              time_field(root, "starts_at", &starts, detail, detail_len) != REQ_OK ||
-             time_field(root, "ends_at", &ends, detail, detail_len) != REQ_OK)
+             time_field(root, "ends_at", &ends, detail, detail_len) != REQ_OK ||
+             room_field(root, &room, detail, detail_len) != REQ_OK)
         ; /* detail names it */
     else if (starts && ends && starts >= ends)
         snprintf(detail, detail_len, "starts_at must be before ends_at");
@@ -170,6 +210,7 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
         out->starts_ms = starts;
         out->ends_ms = ends;
         out->pay_ms = pay;
+        out->room = room;
         rc = REQ_OK;
     }
     json_decref(root);
@@ -197,6 +238,12 @@ req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t 
     }
     json_decref(root);
     return rc;
+}
+
+req_status req_parse_join(const char *body, size_t len, char *user_id, size_t user_len,
+                          char *detail, size_t detail_len)
+{
+    return req_parse_cancel(body, len, user_id, user_len, detail, detail_len);
 }
 
 req_status req_parse_pay(const char *body, size_t len, char *payment_id, size_t id_len,

@@ -24,6 +24,7 @@ struct req_sku {
     int limit;
     long long starts_ms, ends_ms; /* the sale window (RFC 3339 in the body); 0: none */
     long long pay_ms;             /* pay_within_ms: 0, orders final at 201 */
+    struct inv_room_spec room;    /* "room"; rate_per_s 0: none */
 };
 
 /* A request part parsed (REQ_OK), or not (REQ_INVALID: the caller's detail
@@ -40,7 +41,10 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
  * "pay_within_ms": P, "starts_at": T0, "ends_at": T1}: stock 0..INV_MAX_STOCK,
  * segments 1..1024 (default default_segments), limit 1..INV_MAX_LIMIT
  * (default 1), P 0..INV_MAX_PAY_WITHIN_MS (0, the default: orders final at
- * 201), T0 and T1 RFC 3339 date-times or null (none), T0 before T1.
+ * 201), T0 and T1 RFC 3339 date-times or null (none), T0 before T1, and
+ * "room": {"rate_per_s": R, "max_active": A, "pass_ttl_ms": T} or null (none):
+ * R 1..INV_ROOM_MAX_RATE (required), A 1..INV_ROOM_MAX_ACTIVE (default R),
+ * T INV_ROOM_MIN_PASS_TTL_MS..INV_ROOM_MAX_PASS_TTL_MS (default 60000).
  * REQ_INVALID with detail. */
 req_status req_parse_sku(const char *body, size_t len, int default_segments,
                          struct req_sku *out, char *detail, size_t detail_len);
@@ -49,6 +53,11 @@ req_status req_parse_sku(const char *body, size_t len, int default_segments,
  * user_id (user_len >= INV_ID_MAX + 1). REQ_INVALID with detail. */
 req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t user_len,
                             char *detail, size_t detail_len);
+
+/* Parses a waiting room's join body {"user_id": "..."} (required), as a
+ * cancel body. REQ_INVALID with detail. */
+req_status req_parse_join(const char *body, size_t len, char *user_id, size_t user_len,
+                          char *detail, size_t detail_len);
 
 /* Parses a pay body, optional: empty, or {"payment_id": "..."} (optional,
  * 1..128 characters of [A-Za-z0-9_.:-]) into payment_id ("" for none;

@@ -6,12 +6,15 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/random.h>
 
 #include "buyer.h"
 #include "log.h"
 #include "metrics.h"
 #include "request.h"
 #include "rfc3339.h"
+#include "room.h"
+#include "room_page.h"
 #include "text.h"
 
 void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
@@ -87,6 +90,9 @@ static void inv_error(struct svc_response *res, inv_status st)
                   "was written");
         res->retry_after = 1;
         break;
+    case INV_NO_ROOM:
+        svc_error(res, 404, "no_room", "this SKU has no waiting room: order it directly");
+        break;
     case INV_OUTCOME_UNKNOWN: /* a pay or a cancel (an order's is order_answer's) */
         svc_error(res, 503, "outcome_unknown",
                   "the change was sent to Redis but its answer, or the replicas' "
@@ -130,7 +136,7 @@ static int buyer_of(const struct svc_request *req, struct svc_response *res,
 {
     const struct svc_config *cfg = req->app->cfg;
     user[0] = '\0';
-    if (!cfg->buyer_key.len)
+    if (!cfg->buyer_key.mac.len)
         return 1;
     switch (buyer_check(&cfg->buyer_key, req->buyer, (long long)time(NULL), user)) {
     case BUYER_OK:
@@ -173,6 +179,17 @@ static void time_set(json_t *j, const char *name, long long ms)
     char text[RFC3339_MAX];
     if (ms > 0 && rfc3339_format(ms, text, sizeof(text)) > 0)
         json_object_set_new(j, name, json_string(text));
+}
+
+/* Sets j's "room" to a SKU's waiting room, when it has one. */
+static void room_set(json_t *j, const struct inv_room_spec *room)
+{
+    if (room->rate_per_s > 0)
+        json_object_set_new(j, "room",
+                            json_pack("{s:I, s:I, s:I}", "rate_per_s",
+                                      (json_int_t)room->rate_per_s, "max_active",
+                                      (json_int_t)room->max_active, "pass_ttl_ms",
+                                      (json_int_t)room->pass_ttl_ms));
 }
 
 static json_t *order_json(const struct inv_order *o)
@@ -259,24 +276,34 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 400, "bad_request", detail);
         return;
     }
+    if (body.room.rate_per_s > 0 && req->app->cluster) {
+        svc_error(
+            res, 400, "bad_request",
+            "room: a waiting room needs one Redis; on a Redis Cluster nothing paces "
+            "it yet (docs/operations.md, Waiting rooms)");
+        return;
+    }
     struct inv_sku_spec spec = {.stock = body.stock,
                                 .segments = body.segments,
                                 .limit = body.limit,
                                 .starts_ms = body.starts_ms,
                                 .ends_ms = body.ends_ms,
                                 .pay_ms = body.pay_ms,
-                                .reset = reset};
+                                .reset = reset,
+                                .room = body.room};
     inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
         inv_error(res, st);
         return;
     }
     svc_metrics_sku_seen(req->params[0]);
+    inv_rooms_note(req->app->rooms, req->params[0], &body.room); /* known here at once */
     log_event(LOG_INFO, "sku_reset",
               "sku=%s stock=%lld segments=%d limit=%d starts_ms=%lld ends_ms=%lld "
-              "pay_ms=%lld created=%d",
+              "pay_ms=%lld room_rate=%lld room_max=%lld room_ttl_ms=%lld created=%d",
               req->params[0], body.stock, body.segments, body.limit, body.starts_ms,
-              body.ends_ms, body.pay_ms, st == INV_CREATED);
+              body.ends_ms, body.pay_ms, body.room.rate_per_s, body.room.max_active,
+              body.room.pass_ttl_ms, st == INV_CREATED);
     res->status = st == INV_CREATED ? 201 : 200;
     res->json =
         json_pack("{s:s, s:I, s:i, s:i, s:i}", "sku", req->params[0], "stock",
@@ -284,6 +311,7 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                   body.limit, "pay_within_ms", (json_int_t)body.pay_ms);
     time_set(res->json, "starts_at", body.starts_ms);
     time_set(res->json, "ends_at", body.ends_ms);
+    room_set(res->json, &body.room);
 }
 
 /* The RFC 3339 form of ms, or null when ms is no time (0). */
@@ -396,6 +424,7 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
         "segments", segs);
     time_set(res->json, "starts_at", report.starts_ms);
     time_set(res->json, "ends_at", report.ends_ms);
+    room_set(res->json, &report.room);
 }
 
 /* The answer to an order of sku that ended in st. */
@@ -433,6 +462,199 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
         res->json = order_json(order);
 }
 
+/* ---- waiting rooms (issue 48) --------------------------------------------
+ *
+ * A join costs one Redis command (room_join.lua, on the main thread); a poll
+ * and an order's pass check none: they read what this instance knows of the
+ * room (roompace.h) and check signatures locally (roomtoken.h). */
+
+#define POLL_MIN_MS 500
+#define POLL_MAX_MS 2000
+
+/* True when user may order the SKU of req: it has no waiting room, or the
+ * Seckill-Pass header holds a valid pass for this user and SKU. Else res is
+ * the refusal (403 not_admitted, counted by reason; 503 while the rooms
+ * were never read). No Redis command. */
+static int pass_admits(const struct svc_request *req, const char *user,
+                       struct svc_response *res)
+{
+    struct svc_app *app = req->app;
+    struct inv_room_view room;
+    if (!app->rooms)
+        return 1;
+    if (!inv_rooms_ready(app->rooms)) {
+        svc_error(res, 503, "unavailable",
+                  "the waiting rooms were not read from Redis yet; retry");
+        res->retry_after = 1;
+        return 0;
+    }
+    if (!inv_rooms_view(app->rooms, req->params[0], -1, &room))
+        return 1;
+    room_pass_status st = room_pass_admits(app->room_key, req->pass, req->params[0], user,
+                                           inv_rooms_now_ms(app->rooms), room.epoch);
+    if (st == ROOM_PASS_OK)
+        return 1;
+    atomic_fetch_add_explicit(&app->passes_refused[st], 1, memory_order_relaxed);
+    static const char *const why[ROOM_PASS_NSTATUS] = {
+        "",
+        "missing: this SKU has a waiting room; join it (POST /skus/{sku}/queue) and send "
+        "the pass it gives in header Seckill-Pass",
+        "forged: the Seckill-Pass header is not a pass of this service",
+        "expired: the pass has expired",
+        "another user's: the pass was given to another user",
+        "another SKU's: the pass was given for another SKU",
+        "reset: the SKU was reset since the pass was given (another queue); join again",
+    };
+    svc_error(res, 403, "not_admitted", why[st]);
+    return 0;
+}
+
+/* The answer to a join or a poll of ticket t: {"state", "position", "eta_ms",
+ * "poll_after_ms"}, and once admitted "pass" and "pass_expires_at"; from what
+ * this instance knows of the room only. */
+static void room_answer(const struct svc_request *req, const struct room_ticket *t,
+                        int status, struct svc_response *res)
+{
+    struct svc_app *app = req->app;
+    struct inv_room_view v;
+    if (!inv_rooms_view(app->rooms, t->sku, t->place, &v)) {
+        if (status == 202) { /* Redis has the room; this instance learns it next tick */
+            res->status = status;
+            res->json = json_pack("{s:s, s:I, s:i, s:i}", "state", "waiting", "position",
+                                  (json_int_t)(t->rank + 1), "eta_ms", 0, "poll_after_ms",
+                                  POLL_MIN_MS);
+        } else if (!inv_rooms_ready(app->rooms)) {
+            svc_error(res, 503, "unavailable",
+                      "the waiting rooms were not read from Redis yet; retry");
+            res->retry_after = 1;
+        } else {
+            inv_error(res, INV_NO_ROOM);
+        }
+        return;
+    }
+    long long now = inv_rooms_now_ms(app->rooms);
+    const char *state = inv_room_state_name(v.state);
+    long long position = 0, eta = 0, poll = 1000, expires = 0;
+    if (v.epoch != 0 && v.epoch != t->epoch) {
+        state = "expired"; /* the SKU was reset: another queue */
+    } else if (v.abandoned) {
+        state = "expired"; /* skipped: its owner had stopped polling */
+    } else if (v.state == INV_ROOM_SOLD_OUT) {
+        state = "sold_out";
+    } else if (v.cursor >= 0 && t->place <= v.cursor) {
+        expires = v.admitted_at_ms > 0 ? v.admitted_at_ms + v.spec.pass_ttl_ms : 0;
+        state = expires > now ? "admitted" : "expired";
+    } else {
+        /* a pre-queue place's rank is drawn: its share of those drawn */
+        long long rank =
+            t->place < INV_ROOM_DRAWS && v.pre > 0
+                ? (long long)((double)t->place / (double)INV_ROOM_DRAWS * (double)v.pre)
+                : t->rank - v.skipped_before; /* those before it who left */
+        position = rank - v.admitted + 1 > 1 ? rank - v.admitted + 1 : 1;
+        inv_rooms_polled(app->rooms, t->sku, t->place); /* not abandoned */
+        double rate = v.rate > 0 ? v.rate : (double)v.spec.rate_per_s;
+        eta = (long long)((double)position * 1000.0 / rate);
+        poll = eta / 2 < POLL_MIN_MS   ? POLL_MIN_MS
+               : eta / 2 > POLL_MAX_MS ? POLL_MAX_MS
+                                       : eta / 2;
+    }
+    res->status = status;
+    res->json = json_pack("{s:s, s:I, s:I, s:I}", "state", state, "position",
+                          (json_int_t)position, "eta_ms", (json_int_t)eta,
+                          "poll_after_ms", (json_int_t)poll);
+    if (strcmp(state, "admitted") == 0) {
+        struct room_pass p = {.epoch = t->epoch, .expires_ms = expires};
+        char pass[ROOM_TOKEN_MAX + 1];
+        snprintf(p.sku, sizeof(p.sku), "%s", t->sku);
+        snprintf(p.user, sizeof(p.user), "%s", t->user);
+        if (room_pass_sign(app->room_key, &p, pass, sizeof(pass)) > 0)
+            json_object_set_new(res->json, "pass", json_string(pass));
+        time_set(res->json, "pass_expires_at", expires);
+    }
+}
+
+/* A pre-queue draw: uniform in [0, INV_ROOM_DRAWS) (rejection sampling:
+ * no value likelier than another). */
+static long long room_draw(void)
+{
+    const uint64_t top = UINT64_MAX - UINT64_MAX % (uint64_t)INV_ROOM_DRAWS;
+    uint64_t v;
+    do {
+        if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+            abort(); /* only on a broken kernel */
+    } while (v >= top);
+    return (long long)(v % (uint64_t)INV_ROOM_DRAWS);
+}
+
+/* POST /skus/{sku}/queue: the user joins the room (one Redis command), or
+ * finds its place again; 202 with its signed ticket. */
+static void h_queue_post(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    char user[INV_ID_MAX + 1], detail[200], buyer[INV_ID_MAX + 1];
+    if (!buyer_of(req, res, buyer))
+        return;
+    if (req_parse_join(req->body, req->body_len, user, sizeof(user), detail,
+                       sizeof(detail)) != REQ_OK) {
+        svc_error(res, 400, "bad_request", detail);
+        return;
+    }
+    if (!buyer_is(buyer, user, res)) /* with buyer tokens: the buyer's own place */
+        return;
+    struct inv_room_place place;
+    inv_status st =
+        inv_room_join(req->worker->inv, req->params[0], user, room_draw(), &place);
+    if (st != INV_OK) {
+        inv_error(res, st);
+        return;
+    }
+    struct room_ticket t = {
+        .epoch = place.epoch, .place = place.place, .rank = place.rank};
+    snprintf(t.sku, sizeof(t.sku), "%s", req->params[0]);
+    snprintf(t.user, sizeof(t.user), "%s", user);
+    char ticket[ROOM_TOKEN_MAX + 1];
+    if (room_ticket_sign(req->app->room_key, &t, ticket, sizeof(ticket)) == 0) {
+        svc_error(res, 503, "unavailable", "the ticket could not be signed");
+        return;
+    }
+    room_answer(req, &t, 202, res);
+    if (res->json && res->status == 202)
+        json_object_set_new(res->json, "ticket", json_string(ticket));
+}
+
+/* GET /skus/{sku}/room: the buyer's page (room_page.h), for a SKU whose room
+ * this instance knows. */
+static void h_room_page(const struct svc_request *req, struct svc_response *res)
+{
+    struct inv_room_spec room;
+    if (!sku_param_ok(req, res))
+        return;
+    if (!inv_rooms_spec(req->app->rooms, req->params[0], &room)) {
+        inv_error(res, INV_NO_ROOM);
+        return;
+    }
+    res->status = 200;
+    res->text = strdup(svc_room_page);
+    res->content_type = "text/html; charset=utf-8";
+}
+
+/* GET /skus/{sku}/queue/{ticket}: where the ticket stands, from memory. */
+static void h_queue_get(const struct svc_request *req, struct svc_response *res)
+{
+    if (!sku_param_ok(req, res))
+        return;
+    struct room_ticket t;
+    if (room_ticket_check(req->app->room_key, req->params[1], &t) != 0 ||
+        strcmp(t.sku, req->params[0]) != 0) {
+        svc_error(res, 400, "bad_request",
+                  "not a ticket of this SKU's waiting room (malformed, forged, signed "
+                  "with another key, or another SKU's)");
+        return;
+    }
+    room_answer(req, &t, 200, res);
+}
+
 static void h_order_post(const struct svc_request *req, struct svc_response *res)
 {
     char buyer[INV_ID_MAX + 1];
@@ -454,6 +676,8 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
                   "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
         return;
     }
+    if (!pass_admits(req, body.user_id, res))
+        return;
     struct inv_ticket *t = req->ticket;
     inv_status st = inv_ticket_open(req->app->inv, t, req->params[0], body.user_id,
                                     body.qty, req->idem_key);
@@ -738,6 +962,9 @@ static void h_readyz(const struct svc_request *req, struct svc_response *res)
         svc_error(res, 503, "unavailable", "order-id worker lease not held");
     } else if (!svc_health_ok(app->health)) {
         svc_error(res, 503, "unavailable", "Redis is unreachable");
+    } else if (app->rooms && !inv_rooms_ready(app->rooms)) {
+        svc_error(res, 503, "unavailable",
+                  "the waiting rooms were not read from Redis yet");
     } else if (svc_durability_refused(app->durability, why, sizeof(why))) {
         svc_error(res, 503, "unavailable", why);
     } else {
@@ -769,6 +996,9 @@ static struct svc_route routes[] = {
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
     {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
+    {"POST", "/skus/*/queue", "queue_post", h_queue_post, ROUTE_WAITS},
+    {"GET", "/skus/*/queue/*", "queue_get", h_queue_get, 0},
+    {"GET", "/skus/*/room", "room_page", h_room_page, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
     {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN | ROUTE_PAY},

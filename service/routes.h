@@ -34,6 +34,7 @@ struct svc_request {
     const char *reset;         /* the query's reset (PUT /skus/{sku}) or NULL */
     const char *cursor, *limit; /* the query's (GET /skus) or NULL */
     const char *buyer;          /* Seckill-Buyer header or NULL */
+    const char *pass;           /* Seckill-Pass header (a waiting room's) or NULL */
     struct inv_ticket *ticket; /* where an order that waits for its batch lives */
 };
 

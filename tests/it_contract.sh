@@ -41,6 +41,7 @@ phase() { # PHASE: contract.mjs's checks, counted here
     check "phase $1 ran to its end" eq "$(grep -vc -e '^ok   - ' -e '^FAIL - ' <<<"$out")" 0
 }
 phase main
+phase room
 phase lost
 phase life
 proc_stop redis "$dir" 5

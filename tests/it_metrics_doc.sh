@@ -35,6 +35,10 @@ expect "one paid, one cancelled" "200 200" \
     "$(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{"payment_id":"p-1"}' "$U/orders/$p/pay") $(curl -s -o /dev/null -w '%{http_code}' -X POST -d '{"user_id":"ca"}' "$U/orders/$c/cancel")"
 expired() { [[ $(curl -s "$U/orders/$e" | jq -r .state) == expired ]]; }
 check "the third expires" wait_until 20 expired
+# a waiting room too (its families have a series a room)
+expect "a SKU with a waiting room" "201" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$U/skus/r" -d '{"stock":5,"room":{"rate_per_s":10,"max_active":5,"pass_ttl_ms":60000}}')"
+roomed() { curl -s "$U/metrics" | grep -q '^seckill_room_waiting{sku="r"}'; }
+check "... its figures in /metrics" wait_until 10 roomed
 
 curl -s "$U/metrics" >"$dir/metrics"
 metric() { awk -v m="$1" '$1 == m { print $2 }' "$dir/metrics"; }

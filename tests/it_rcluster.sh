@@ -8,7 +8,8 @@
 #   - cluster.env names the masters as seeds, and they are the nodes serving slots;
 #   - a write to one master reaches its replica (WAIT 1 says 1);
 #   - seckill given one node of it (not the seeds) finds the cluster and serves it:
-#     ready, and a SKU of 3 segments has a shard on each master;
+#     ready, and a SKU of 3 segments has a shard on each master; a PUT with a waiting
+#     room is refused (400: rooms are not paced on a cluster yet);
 #   - an instance that never saw the SKU (redis and atomic mode) learns its shards on
 #     its event loop: its first orders are 201, and an unknown SKU answers 404;
 #   - the sale window holds on every shard: each master keeps the SKU's window, and
@@ -97,6 +98,14 @@ for s in "${seeds[@]}"; do
     [[ -n $k && $(redis-cli -p "${s##*:}" hget "$k" initial) == 10 ]] && held=$((held + 1))
 done
 expect "masters holding a shard of 10 units" "3" "$held"
+# a waiting room is not paced on a cluster (docs/operations.md, Waiting rooms): refused
+# with a 400 that says so, and nothing made
+expect "PUT with a room on the cluster: 400 naming the room and the cluster" \
+    "400 bad_request true" \
+    "$(curl -s -o "$dir/room.json" -w '%{http_code}' -X PUT \
+        -d '{"stock": 5, "room": {"rate_per_s": 5}}' "http://127.0.0.1:$port/skus/rm" &&
+        jq -r '" \(.error) \(.detail | startswith("room:") and contains("Redis Cluster"))"' "$dir/room.json")"
+expect "... no SKU made" 404 "$(http_code "http://127.0.0.1:$port/skus/rm")"
 
 # an instance that never saw the SKU learns its shards on its event loop: its first
 # orders are placed there (redis and atomic mode)

@@ -354,6 +354,36 @@ static void test_pay_token_postgres_file(void **state)
     unlink(badpg);
 }
 
+/* --room-key-file: the file's bytes, any of them (NUL and newlines inside),
+ * a final newline dropped; fewer than 32 refused without repeating them. */
+static void test_room_key_file(void **state)
+{
+    (void)state;
+    struct svc_config cfg;
+    char err[512], key[64] = "/tmp/seckill-test-config.XXXXXX", small[64];
+    unsigned char raw[41];
+    for (size_t i = 0; i < sizeof(raw); i++)
+        raw[i] = (unsigned char)(i * 37); /* a NUL, a newline among them */
+    raw[sizeof(raw) - 1] = '\n';
+    int fd = mkstemp(key);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, raw, sizeof(raw)), (ssize_t)sizeof(raw));
+    close(fd);
+    assert_int_equal(load_flag(&cfg, "--room-key-file", key, err, sizeof(err)),
+                     CONFIG_OK);
+    assert_int_equal(cfg.room_key_len, sizeof(raw) - 1);
+    assert_memory_equal(cfg.room_key, raw, sizeof(raw) - 1);
+    assert_int_equal(load_flag(&cfg, NULL, NULL, err, sizeof(err)), CONFIG_OK);
+    assert_int_equal(cfg.room_key_len, 0); /* none: shared through Redis */
+    secret_file(small, "0123456789abcdef0123456789abcde\n"); /* 31 bytes */
+    assert_int_equal(load_flag(&cfg, "--room-key-file", small, err, sizeof(err)),
+                     CONFIG_ERROR);
+    assert_non_null(strstr(err, "--room-key-file"));
+    assert_null(strstr(err, "0123456789"));
+    unlink(key);
+    unlink(small);
+}
+
 /* --version prints and exits 0, like --help. */
 /* The connection limits: defaults, flag, environment, and their ranges. */
 static void test_connection_limits(void **state)
@@ -448,6 +478,7 @@ int main(void)
         cmocka_unit_test_setup(test_zk_watch_flag, setup),
         cmocka_unit_test_setup(test_secret_files, setup),
         cmocka_unit_test_setup(test_pay_token_postgres_file, setup),
+        cmocka_unit_test_setup(test_room_key_file, setup),
         cmocka_unit_test_setup(test_connection_limits, setup),
         cmocka_unit_test_setup(test_version, setup),
         cmocka_unit_test_setup(test_order_retention, setup),

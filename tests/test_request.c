@@ -139,6 +139,48 @@ static void test_sku_window(void **state)
     assert_int_equal(s.pay_ms, 2000);
 }
 
+/* The waiting room: its three numbers, defaults for two, bounds, unknown
+ * fields and a room that is not an object refused; null or absent is none. */
+static void test_sku_room(void **state)
+{
+    (void)state;
+    struct req_sku s;
+    assert_int_equal(sku("{\"stock\":1}", &s), REQ_OK);
+    assert_int_equal(s.room.rate_per_s, 0);
+    assert_int_equal(sku("{\"stock\":1,\"room\":null}", &s), REQ_OK);
+    assert_int_equal(s.room.rate_per_s, 0);
+    assert_int_equal(sku("{\"stock\":1,\"room\":{\"rate_per_s\":50,\"max_active\":200,"
+                         "\"pass_ttl_ms\":30000}}",
+                         &s),
+                     REQ_OK);
+    assert_int_equal(s.room.rate_per_s, 50);
+    assert_int_equal(s.room.max_active, 200);
+    assert_int_equal(s.room.pass_ttl_ms, 30000);
+    assert_int_equal(sku("{\"stock\":1,\"room\":{\"rate_per_s\":7}}", &s), REQ_OK);
+    assert_int_equal(s.room.max_active, 7);      /* one second's worth */
+    assert_int_equal(s.room.pass_ttl_ms, 60000); /* a minute */
+    const char *bad[] = {
+        "{\"stock\":1,\"room\":{}}", /* rate_per_s is required */
+        "{\"stock\":1,\"room\":true}",
+        "{\"stock\":1,\"room\":[1,2,3]}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":0}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":100001}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":1.5}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":\"5\"}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":5,\"max_active\":0}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":5,\"pass_ttl_ms\":999}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":5,\"pass_ttl_ms\":3600001}}",
+        "{\"stock\":1,\"room\":{\"rate_per_s\":5,\"rate\":5}}", /* unknown */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char detail[200] = "";
+        assert_int_equal(
+            req_parse_sku(bad[i], strlen(bad[i]), 16, &s, detail, sizeof(detail)),
+            REQ_INVALID);
+        assert_non_null(strstr(detail, "room"));
+    }
+}
+
 /* The pay and cancel bodies: what they take, what they refuse. */
 static void test_life_bodies(void **state)
 {
@@ -307,10 +349,11 @@ static void test_routes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_body),   cmocka_unit_test(test_sku_body),
-        cmocka_unit_test(test_sku_window),   cmocka_unit_test(test_rfc3339),
-        cmocka_unit_test(test_life_bodies),  cmocka_unit_test(test_unknown_fields),
-        cmocka_unit_test(test_ids_and_keys), cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_order_body),     cmocka_unit_test(test_sku_body),
+        cmocka_unit_test(test_sku_window),     cmocka_unit_test(test_sku_room),
+        cmocka_unit_test(test_rfc3339),        cmocka_unit_test(test_life_bodies),
+        cmocka_unit_test(test_unknown_fields), cmocka_unit_test(test_ids_and_keys),
+        cmocka_unit_test(test_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,10 @@
 -- slot of its own and the caller lists the stream (KEYS[15] a key of the
 -- shard's, untouched); else ''.
 -- KEYS[16] the SKU's events stream (kept: events of the old epoch still go).
--- KEYS[17..] the fencing marks of its segment locks (of the segments it had
+-- KEYS[17] the rooms' registry (INV_ROOMS_KEY, inventory/roompace.h: SKU ->
+-- "<rate_per_s> <max_active> <pass_ttl_ms>"), where the SKU is listed while it
+-- has a room; on a cluster a key of the shard's, untouched (shards.c lists it).
+-- KEYS[18..] the fencing marks of its segment locks (of the segments it had
 -- and has: "<lock key>:fence", lock/lock.h), deleted: a mark belongs to the
 -- SKU's epoch. No write can pass the fence by it: every commit and transfer
 -- also checks the epoch it was routed in, before its lock was granted, and
@@ -29,6 +32,8 @@
 -- (a shard a cluster's SKU no longer uses, emptied: its directory's check
 -- came first). [14+k] '1': the check only, nothing written (a cluster asks
 -- every shard before it writes to any).
+-- [15+k], [16+k], [17+k] the waiting room's rate_per_s, max_active and
+-- pass_ttl_ms (meta's room_rate, room_max, room_ttl), '' for no room.
 -- Returns 1 when the SKU was new, 0 when it was reset, 2 when the check
 -- alone passed, -1 refused: the SKU has orders, -3 refused: its events have
 -- not reached PostgreSQL. A refusal writes nothing.
@@ -64,7 +69,7 @@ for i = 0, n - 1, 1000 do
 end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
            KEYS[10], KEYS[11], KEYS[12], KEYS[13])
-for i = 17, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 18, #KEYS do redis.call('DEL', KEYS[i]) end
 for i = 0, k - 1 do
   redis.call('HSET', KEYS[2], i, ARGV[4 + i])
   redis.call('HSET', KEYS[3], i, ARGV[4 + i])
@@ -79,6 +84,18 @@ for i, field in ipairs({'starts_ms', 'ends_ms'}) do
     redis.call('HDEL', KEYS[1], field)
   else
     redis.call('HSET', KEYS[1], field, ARGV[7 + k + i])
+  end
+end
+local listed = KEYS[17] ~= KEYS[15] -- on a cluster the caller lists it
+if ARGV[15 + k] == '' then
+  redis.call('HDEL', KEYS[1], 'room_rate', 'room_max', 'room_ttl')
+  if listed then redis.call('HDEL', KEYS[17], ARGV[5 + k]) end
+else
+  redis.call('HSET', KEYS[1], 'room_rate', ARGV[15 + k], 'room_max', ARGV[16 + k],
+             'room_ttl', ARGV[17 + k])
+  if listed then
+    redis.call('HSET', KEYS[17], ARGV[5 + k],
+               ARGV[15 + k] .. ' ' .. ARGV[16 + k] .. ' ' .. ARGV[17 + k])
   end
 end
 if ARGV[7 + k] == '' and existed == 1 then

@@ -3,7 +3,7 @@
 // with ajv (JSON Schema 2020-12, what OpenAPI 3.1 schemas are). tests/it_contract.sh
 // starts the pieces and runs it once per phase:
 //
-//   node contract.mjs PHASE     PHASE: main | lost | down | coverage
+//   node contract.mjs PHASE     PHASE: main | room | lost | down | coverage
 //
 // Environment: CONTRACT_DOC (docs/openapi.yaml), CONTRACT_API_MD (docs/api.md),
 // CONTRACT_STATE (a JSON file the phases share: answers seen, the first order id),
@@ -287,6 +287,37 @@ const phases = {
       await redisCommand(env("REDIS_PORT"), "PEXPIRE sk:{busy}:lock:0 20000")].join(" ");
     if (r !== ":1 :1") fail("segment lock taken by hand", r);
     await run(base, [{ name: "segment lock held elsewhere", method: "POST", path: "/skus/busy/orders", body: '{"user_id":"eve"}', status: 503, error: "busy" }]);
+  },
+  // Waiting rooms (docs/api.md, "Waiting room"): config, join, poll, pass.
+  async room() {
+    const base = env("BASE");
+    await run(base, [
+      { name: "PUT with a waiting room", method: "PUT", path: "/skus/room", headers: admin(), body: '{"stock":3,"room":{"rate_per_s":50,"max_active":10,"pass_ttl_ms":60000}}', status: 201, also: (b) => b.room && b.room.rate_per_s === 50 && b.room.max_active === 10 ? null : `room ${JSON.stringify(b.room)}` },
+      { name: "PUT with a bad room", method: "PUT", path: "/skus/room", headers: admin(), body: '{"stock":3,"room":{"rate_per_s":0}}', status: 400, error: "bad_request" },
+      { name: "stock report with a room", method: "GET", path: "/skus/room", status: 200, also: (b) => b.room && b.room.pass_ttl_ms === 60000 ? null : `room ${JSON.stringify(b.room)}` },
+      { name: "join", method: "POST", path: "/skus/room/queue", body: '{"user_id":"ann"}', status: 202, after: (b) => { v.ticket = b.ticket; } },
+      { name: "join again: the same ticket", method: "POST", path: "/skus/room/queue", body: '{"user_id":"ann"}', status: 202, also: (b) => b.ticket === v.ticket ? null : "another ticket" },
+      { name: "join without user_id", method: "POST", path: "/skus/room/queue", body: "{}", status: 400, error: "bad_request" },
+      { name: "join a SKU without a room", method: "POST", path: "/skus/tv/queue", body: '{"user_id":"ann"}', status: 404, error: "no_room" },
+      { name: "join an unknown SKU", method: "POST", path: "/skus/nosuch/queue", body: '{"user_id":"ann"}', status: 404, error: "not_found" },
+      { name: "poll a ticket that is none", method: "GET", path: "/skus/room/queue/abc.def.ghi", status: 400, error: "bad_request" },
+      { name: "the room's page", method: "GET", path: "/skus/room/room", status: 200, also: (b) => b.includes("Seckill-Pass") ? null : "no Seckill-Pass in the page" },
+      { name: "the page of a SKU without a room", method: "GET", path: "/skus/tv/room", status: 404, error: "no_room" },
+      { name: "order without a pass", method: "POST", path: "/skus/room/orders", body: '{"user_id":"ann"}', status: 403, error: "not_admitted", also: (b) => b.detail.startsWith("missing") ? null : b.detail },
+    ]);
+    // admitted within a few ticks (50 a second, a tick every 100 ms): 5 s for a busy box
+    for (const until = Date.now() + 5000; Date.now() < until; ) {
+      const a = await send(base, { method: "GET", path: `/skus/room/queue/${v.ticket}` });
+      if (a.status === 200 && JSON.parse(a.body).state === "admitted") break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    await run(base, [
+      { name: "poll: admitted, with a pass", method: "GET", path: () => `/skus/room/queue/${v.ticket}`, status: 200, also: (b) => b.state === "admitted" && b.pass && b.pass_expires_at ? null : JSON.stringify(b), after: (b) => { v.pass = b.pass; } },
+    ]);
+    await run(base, [
+      { name: "order of another user with the pass", method: "POST", path: "/skus/room/orders", headers: { "Seckill-Pass": v.pass }, body: '{"user_id":"bob"}', status: 403, error: "not_admitted" },
+      { name: "order with the pass", method: "POST", path: "/skus/room/orders", headers: { "Seckill-Pass": v.pass }, body: '{"user_id":"ann"}', status: 201 },
+    ]);
   },
   async lost() {
     // The SKU is made through the other instance: the proxy loses the answer of
