@@ -282,6 +282,7 @@ void lock_step_init(struct lock_step *st)
     st->contended = 0;
     st->backoff_us = 0;
     st->first_us = clock_now_us();
+    st->side = LOCK_EXCLUSIVE;
 }
 
 void lock_step_clear(struct lock_step *st, int phase)
@@ -353,6 +354,8 @@ static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
                        struct lock_grant *g)
 {
     g->contended = st->contended;
+    if (res == LOCK_ACQUIRED)
+        g->side = st->side;
     acquire_ended(l, res, clock_now_us() - st->first_us, g);
 }
 
@@ -565,12 +568,14 @@ static lock_status handoff(struct lock_session *s, const char *key, struct lock_
     return res;
 }
 
-lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
-                         struct lock_grant *g)
+/* An acquire of side of key, waiting at most wait_ms. */
+static lock_status acquire(struct lock_session *s, const char *key, lock_side side,
+                           int wait_ms, struct lock_grant *g)
 {
     int64_t deadline = clock_now_us() + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
     struct lock_step st;
     lock_step_init(&st);
+    st.side = side;
     for (;;) {
         try_step(s, key, deadline, &st);
         lock_status res;
@@ -588,6 +593,60 @@ lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
             return LOCK_BUSY;
         }
     }
+}
+
+lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
+                         struct lock_grant *g)
+{
+    return acquire(s, key, LOCK_EXCLUSIVE, wait_ms, g);
+}
+
+/* ---- the read-write lock: the same steps, with a side ------------------------ */
+
+int lock_rw_supported(const struct lock *l)
+{
+    return l->be->rw;
+}
+
+lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side side,
+                            int wait_ms, struct lock_grant *g)
+{
+    if (!lock_rw_supported(s->lock) || side == LOCK_EXCLUSIVE) {
+        bump(&s->lock->counters.errors);
+        return LOCK_ERROR;
+    }
+    return acquire(s, key, side, wait_ms, g);
+}
+
+int lock_rw_try_step(struct lock_session *s, const char *key, lock_side side, int wait_ms,
+                     struct lock_step *st)
+{
+    if (!lock_rw_supported(s->lock) || side == LOCK_EXCLUSIVE)
+        return 0;
+    st->side = side;
+    return lock_try_step(s, key, wait_ms, st);
+}
+
+int lock_rw_read_args(struct lock_session *s, const char *key, struct lock_rw_args *a)
+{
+    const struct lock_backend *be = s->lock->be;
+    return be->read_args ? be->read_args(s->impl, key, a) : 0;
+}
+
+lock_status lock_rw_read_taken(struct lock_session *s, const char *key, long long taken,
+                               int64_t sent_us, struct lock_grant *g)
+{
+    memset(g, 0, sizeof(*g));
+    lock_status res = s->lock->be->read_taken(s->impl, key, taken, sent_us, g);
+    g->side = LOCK_READ;
+    acquire_ended(s->lock, res, 0, g);
+    return res;
+}
+
+lock_status lock_rw_read_dropped(struct lock_session *s, const char *key,
+                                 const long long *left, struct lock_grant *g)
+{
+    return count_release(s->lock, s->lock->be->read_dropped(s->impl, key, left, g));
 }
 
 lock_status lock_release(struct lock_session *s, const char *key, struct lock_grant *g)

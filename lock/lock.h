@@ -33,6 +33,15 @@ typedef enum {
     LOCK_PENDING,      /* steps only: the attempt goes on (lock_try_done) */
 } lock_status;
 
+/* Which side of a key an acquire takes. A key is either a plain lock
+ * (lock_acquire: LOCK_EXCLUSIVE) or a read-write lock (lock_rw_acquire), never
+ * both. */
+typedef enum {
+    LOCK_EXCLUSIVE = 0, /* the plain lock */
+    LOCK_READ,          /* shared: readers hold together, never with a writer */
+    LOCK_WRITE,         /* exclusive: no reader, no other writer */
+} lock_side;
+
 /* What a successful acquire hands back. Plain value; the caller keeps it until
  * release. */
 struct lock_grant {
@@ -46,6 +55,7 @@ struct lock_grant {
     int64_t waited_us;      /* time spent waiting for it */
     int contended;          /* 1 when the first attempt found it taken */
     void *holder;           /* backend-private (watchdog entry, redlock nodes, ...) */
+    lock_side side;         /* what it holds; its release lets go of that */
 };
 
 /* zk: what a waiting contender watches. */
@@ -261,6 +271,7 @@ struct lock_step {
     struct lock_grant *g; /* the release's grant */
     int async;            /* done elsewhere: lock_step_start (see above) */
     void *job;            /* the mode's, while one is started */
+    lock_side side;       /* what the acquire takes (lock_rw_try_step) */
 };
 
 /* The lock nodes of l's mode (redlock; lock_config's, borrowed), their
@@ -325,6 +336,81 @@ void lock_fence_key(const char *key, char *buf, size_t len);
  * (inventory/lua/fence.lua). */
 void lock_fence_text(const struct lock_grant *g, char *buf, size_t len);
 #define LOCK_FENCE_TEXT 64 /* room for any of them */
+
+/* ---- the read-write lock ------------------------------------------------
+ *
+ * A key taken by side: readers share it, a writer excludes readers and other
+ * writers (seed 6.1, Redisson's RReadWriteLock). Holds are per lock_session,
+ * as for the plain lock: reentrant (a session counts its holds of a side and
+ * releases as many), and a session that holds the write may also read (the
+ * write released first, its reads keep the key as a read). A reader may not
+ * upgrade: its write waits like any other (two readers that both tried would
+ * wait for each other until their deadlines). Writer preference: a writer
+ * that waits keeps new readers out, those that hold finish, and it gets in
+ * (a stream of readers cannot starve it); a reader's re-entry is let through.
+ * A write grant carries a fencing token as the plain lock's does (fence,
+ * fence_owner, "<key>:fence", lock_fence_text); a read grant none (fence 0):
+ * a reader writes nothing the lock guards. Leases as for the plain lock: the
+ * watchdog renews them, and a holder that dies frees its side when its lease
+ * runs out. Released by lock_release (or its steps): the grant says which
+ * side. docs/design.md "The read-write lock" has the modes' recipes.
+ *
+ * Modes: redis (one hash, lock/rwlock_redis.c); local (a process-local
+ * rwlock); none (nothing is locked: every acquire is granted). Others answer
+ * LOCK_ERROR: lock_rw_supported says which. */
+
+/* True when l's mode has a read-write lock. */
+int lock_rw_supported(const struct lock *l);
+
+/* As lock_acquire, for side LOCK_READ or LOCK_WRITE of key. LOCK_ERROR at
+ * once for a mode without a read-write lock or side LOCK_EXCLUSIVE. */
+lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side side,
+                            int wait_ms, struct lock_grant *g);
+
+/* As lock_try_step, for side of key: the attempt of a read-write lock, then
+ * lock_step_answer and lock_try_done as for the plain lock (it polls: a
+ * LOCK_BUSY sets st->retry_us, never st->entry). Returns 0, st untouched,
+ * for a mode without a read-write lock. */
+int lock_rw_try_step(struct lock_session *s, const char *key, lock_side side, int wait_ms,
+                     struct lock_step *st);
+
+/* The read side inside a caller's own script (redis): so that an order takes
+ * the read side of its SKU in the same round trip as its segment lock, the
+ * caller's script includes lock/lua/rw_read.lua (`--#include "rw_read.lua"`,
+ * resolved at build time) and calls
+ *
+ *   rw_read_take(hash, writer, owner, ttl, reenter)   -> 1 | 2 taken, 0 refused
+ *   rw_read_drop(hash, owner)                         -> holds left, -1 none
+ *
+ * with hash and writer among its KEYS (the same slot as its own keys: key
+ * with their hash tag) and owner, ttl and reenter ("0" for a new hold) among
+ * its ARGV, as lock_rw_read_args fills them in. Refused (0), the script
+ * takes nothing else either and answers busy: a writer holds or waits, and
+ * the caller tries again after a pause (the writer's lease left is
+ * PTTL(hash), or PTTL(writer) while it waits). Taken, the caller hands the
+ * answer to lock_rw_read_taken, which makes it a grant like
+ * lock_rw_acquire's (the watchdog renews its lease; lock_release lets it
+ * go), or, dropped in its own script with rw_read_drop, tells
+ * lock_rw_read_dropped, which finishes the grant here. */
+struct lock_rw_args {
+    char hash[600];   /* KEYS: the lock, "<key>" */
+    char writer[608]; /* KEYS: a waiting writer's intent, "<key>:writer" */
+    char owner[33];   /* ARGV: the session */
+    char ttl[16];     /* ARGV: the lease, ms */
+};
+/* Fills a for key on s. Returns 0 for a mode without such a script (the
+ * caller then takes the read side with lock_rw_acquire or its steps). */
+int lock_rw_read_args(struct lock_session *s, const char *key, struct lock_rw_args *a);
+/* taken is rw_read_take's answer, from a script sent at sent_us (monotonic;
+ * the lease counts from it). 1 or 2: LOCK_ACQUIRED, g a read grant of key;
+ * else LOCK_BUSY, nothing held. */
+lock_status lock_rw_read_taken(struct lock_session *s, const char *key, long long taken,
+                               int64_t sent_us, struct lock_grant *g);
+/* left is rw_read_drop's answer for g: as lock_release_done (>= 0
+ * LOCK_RELEASED, -1 LOCK_NOT_HELD, anything else LOCK_ERROR, left NULL for
+ * no answer); the grant is finished either way. */
+lock_status lock_rw_read_dropped(struct lock_session *s, const char *key,
+                                 const long long *left, struct lock_grant *g);
 
 void lock_stats(const struct lock *l, struct lock_stats *out);
 

@@ -60,6 +60,16 @@ struct lock_backend {
     void (*step_cancel)(void *session, struct lock_step *st);
     int has_nodes; /* it locks on lock_config's nodes (see lock_nodes) */
     int fences;    /* its grants carry their fencing token (steps: no INCR after) */
+    /* The read-write lock (lock.h): try_cmd reads st->side, release_cmd
+     * g->side. A mode without leaves rw 0. read_taken and read_dropped
+     * (redis only) make a grant of the read side taken in a caller's
+     * script (lock_rw_read_args); read_args fills the arguments. */
+    int rw;
+    int (*read_args)(void *session, const char *key, struct lock_rw_args *a);
+    lock_status (*read_taken)(void *session, const char *key, long long taken,
+                              int64_t sent_us, struct lock_grant *g);
+    lock_status (*read_dropped)(void *session, const char *key, const long long *left,
+                                struct lock_grant *g);
     /* Optional: the grant's current validity (see lock_valid_until_us). */
     int64_t (*valid_until)(void *session, const struct lock_grant *g);
 };

@@ -1,7 +1,13 @@
 /* local: a mutex per key inside this process. Exclusive between the threads of
  * one instance, invisible to every other instance: two instances each "hold"
  * the same segment at once, which is how an in-process lock oversells in a
- * cluster. A waiter polls (steps: a loop must not sleep on a mutex). */
+ * cluster. A waiter polls (steps: a loop must not sleep on a mutex).
+ *
+ * The read-write lock (lock.h) is the same, a key's entry counting its
+ * readers (or marked written): readers share it, a writer has it alone. As
+ * the plain lock, not reentrant (the sessions of a process are one holder
+ * here, and a second read simply shares) and without writer preference:
+ * within one process it is here to be measured, not relied on. */
 #include "lock_impl.h"
 #include "xalloc.h"
 
@@ -13,6 +19,7 @@
 
 struct held_key {
     struct held_key *next;
+    int readers; /* > 0: held by that many readers; 0: by one writer */
     char key[];
 };
 
@@ -77,15 +84,27 @@ static struct held_key **find_held(struct stripe *s, const char *key)
     return p;
 }
 
-/* Takes key for the caller when nobody holds it: LOCK_ACQUIRED, or LOCK_BUSY. */
-static lock_status take(struct local_state *st, const char *key, struct lock_grant *g)
+/* Takes side of key for the caller when nobody holds it (a read: when no
+ * writer does): LOCK_ACQUIRED, or LOCK_BUSY. */
+static lock_status take(struct local_state *st, const char *key, lock_side side,
+                        struct lock_grant *g)
 {
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
     size_t keylen = strlen(key);
     struct held_key *mine = xmalloc(sizeof(*mine) + keylen + 1);
     memcpy(mine->key, key, keylen + 1);
+    mine->readers = side == LOCK_READ;
     pthread_mutex_lock(&s->mu);
-    if (*find_held(s, key)) {
+    struct held_key *h = *find_held(s, key);
+    if (h && side == LOCK_READ && h->readers > 0) {
+        h->readers++;
+        pthread_mutex_unlock(&s->mu);
+        free(mine);
+        lock_token_new(g->token);
+        g->valid_until_us = INT64_MAX;
+        return LOCK_ACQUIRED;
+    }
+    if (h) {
         pthread_mutex_unlock(&s->mu);
         free(mine);
         return LOCK_BUSY;
@@ -103,7 +122,7 @@ static lock_status take(struct local_state *st, const char *key, struct lock_gra
 static lock_status local_try_done(void *session, const char *key, struct lock_step *st,
                                   struct lock_grant *g)
 {
-    lock_status res = take(session, key, g);
+    lock_status res = take(session, key, st->side, g);
     if (res == LOCK_BUSY)
         st->retry_us = lock_step_backoff(st, 100, 5000, NULL);
     return res;
@@ -112,17 +131,25 @@ static lock_status local_try_done(void *session, const char *key, struct lock_st
 static lock_status local_release_done(void *session, const char *key,
                                       struct lock_grant *g, struct lock_step *step)
 {
-    (void)g, (void)step;
+    (void)step;
     struct local_state *st = session;
     struct stripe *s = &st->stripes[key_hash(key) % LOCAL_STRIPES];
     pthread_mutex_lock(&s->mu);
     struct held_key **p = find_held(s, key);
     struct held_key *h = *p;
-    if (h)
+    lock_status res =
+        h && (g->side == LOCK_READ) == (h->readers > 0) ? LOCK_RELEASED : LOCK_NOT_HELD;
+    if (res == LOCK_RELEASED && h->readers > 1) {
+        h->readers--;
+        h = NULL; /* other readers keep it */
+    } else if (res == LOCK_RELEASED) {
         *p = h->next;
+    } else {
+        h = NULL;
+    }
     pthread_mutex_unlock(&s->mu);
     free(h);
-    return h ? LOCK_RELEASED : LOCK_NOT_HELD;
+    return res;
 }
 
 const struct lock_backend lock_backend_local = {
@@ -137,4 +164,5 @@ const struct lock_backend lock_backend_local = {
     .try_done = local_try_done,
     .release_cmd = lock_release_nothing,
     .release_done = local_release_done,
+    .rw = 1,
 };

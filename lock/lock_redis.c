@@ -47,6 +47,7 @@
  * release whose answer was lost is not sent again: the lease runs out. */
 #include "clock.h"
 #include "lock_impl.h"
+#include "redis_impl.h"
 #include "redis_watchdog.h"
 #include "xalloc.h"
 
@@ -54,28 +55,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_MAX 600
-
 /* The scripts: KEYS, ARGV and replies are described at the top of each file. */
 extern const struct rscript_source lua_lock_redis_acquire, lua_lock_redis_release;
 static struct rscript acquire_script = /* lock/lua/redis_acquire.lua */
     RSCRIPT_INIT("redis_acquire", lua_lock_redis_acquire);
 static struct rscript release_script = /* lock/lua/redis_release.lua */
     RSCRIPT_INIT("redis_release", lua_lock_redis_release);
-
-struct redis_state {
-    int ttl_ms;
-    int fencing;
-    char ttl_arg[16];
-    struct redis_watchdog *watchdog; /* renews the sessions' leases */
-};
-
-struct redis_session {
-    struct redis_state *st;
-    struct rconn *data;
-    struct lease *mine;
-    char owner[33];
-};
 
 static void *redis_create(const struct lock_config *cfg, struct lock_counters *counters,
                           char *err, size_t errlen)
@@ -157,8 +142,7 @@ static void lease_end(struct redis_session *s, struct lease *l)
     redis_watchdog_drop(s->st->watchdog, l);
 }
 
-/* The session's live lease on key, or NULL. */
-static struct lease *lease_find(struct redis_session *s, const char *key)
+struct lease *redis_lease_find(struct redis_session *s, const char *key)
 {
     for (struct lease *l = s->mine; l; l = l->snext)
         if (strcmp(l->key, key) == 0)
@@ -168,12 +152,11 @@ static struct lease *lease_find(struct redis_session *s, const char *key)
 
 /* ---- acquire / release ---------------------------------------------------- */
 
-/* Records a grant of key that s got at start (monotonic). */
-static void grant_fill(struct redis_session *s, const char *key, int reentered,
-                       long long fence, int64_t start, struct lock_grant *g)
+void redis_grant_fill(struct redis_session *s, const char *key, int reentered,
+                      long long fence, int64_t start, struct lock_grant *g)
 {
     struct redis_state *st = s->st;
-    struct lease *l = lease_find(s, key);
+    struct lease *l = redis_lease_find(s, key);
     if (reentered && l) {
         l->depth++;
         redis_watchdog_extend(st->watchdog, l, start + (int64_t)st->ttl_ms * 1000);
@@ -215,7 +198,7 @@ static void acquire_argv(struct redis_session *s, const char *key, char bufs[3][
                        s->st->fencing ? "1" : "0",
                        wait_arg,
                        entry,
-                       lease_find(s, key) ? "1" : "0"};
+                       redis_lease_find(s, key) ? "1" : "0"};
     memcpy(argv, v, sizeof(v));
 }
 
@@ -236,10 +219,8 @@ static int acquire_answer(const redisReply *r, long long *kind, long long *value
     return 1;
 }
 
-/* The grant is finished whatever the release answered (r, not freed here):
- * forget it locally. A grant of another key is not ours to touch. */
-static lock_status release_done(struct redis_session *s, const char *key,
-                                struct lock_grant *g, const redisReply *r)
+lock_status redis_release_finish(struct redis_session *s, const char *key,
+                                 struct lock_grant *g, const redisReply *r)
 {
     lock_status res = LOCK_ERROR;
     if (r && r->type == REDIS_REPLY_INTEGER)
@@ -274,12 +255,14 @@ static void release_argv(struct redis_session *s, const char *key,
 
 /* ---- steps ---------------------------------------------------------------- */
 
-enum { PHASE_TRY, PHASE_RELEASE, PHASE_LEAVE };
-
 /* An attempt: the acquire script, waiting in the queue (st->entry) while
  * st->wait is left. */
 static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
 {
+    if (st->side != LOCK_EXCLUSIVE) {
+        rwlock_redis_try_cmd(session, key, st);
+        return;
+    }
     acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
     st->cmd[0] = (struct rcmd){
         .script = &acquire_script, .nkeys = 4, .argc = 10, .argv = st->argv};
@@ -293,10 +276,14 @@ static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
 static void redis_step_answer(void *session, const char *key, struct lock_step *st,
                               const redisReply *r)
 {
-    if (st->phase == PHASE_LEAVE)
+    if (st->phase == REDIS_PHASE_LEAVE)
         return;
-    if (st->phase == PHASE_RELEASE) {
-        st->res = release_done(session, key, st->g, r);
+    if (st->phase == REDIS_PHASE_RELEASE) {
+        st->res = redis_release_finish(session, key, st->g, r);
+        return;
+    }
+    if (st->side != LOCK_EXCLUSIVE) {
+        rwlock_redis_answer(session, key, st, r);
         return;
     }
     long long kind, value;
@@ -307,7 +294,7 @@ static void redis_step_answer(void *session, const char *key, struct lock_step *
         st->pttl_ms = value;
         st->res = LOCK_BUSY;
     } else {
-        grant_fill(session, key, kind == 2, value, st->start_us, &st->grant);
+        redis_grant_fill(session, key, kind == 2, value, st->start_us, &st->grant);
         st->res = LOCK_ACQUIRED;
     }
 }
@@ -316,7 +303,7 @@ static void redis_step_answer(void *session, const char *key, struct lock_step *
  * to hand the lock to a waiter that is gone), best effort. */
 static void leave_cmd(const char *key, struct lock_step *st)
 {
-    lock_step_clear(st, PHASE_LEAVE);
+    lock_step_clear(st, REDIS_PHASE_LEAVE);
     snprintf(st->buf[0], KEY_MAX, "%s:queue", key);
     snprintf(st->buf[1], KEY_MAX, "%s", st->entry);
     st->entry[0] = '\0';
@@ -331,7 +318,7 @@ static lock_status redis_try_done(void *session, const char *key, struct lock_st
                                   struct lock_grant *g)
 {
     (void)session;
-    if (st->phase == PHASE_LEAVE)
+    if (st->phase == REDIS_PHASE_LEAVE)
         return LOCK_ERROR;
     if (st->answered == 0) /* refused */
         st->res = LOCK_ERROR;
@@ -339,6 +326,8 @@ static lock_status redis_try_done(void *session, const char *key, struct lock_st
         leave_cmd(key, st);
         return LOCK_PENDING;
     }
+    if (st->side != LOCK_EXCLUSIVE)
+        return rwlock_redis_try_done(session, st, g);
     if (st->res == LOCK_ACQUIRED)
         *g = st->grant;
     return st->res;
@@ -373,7 +362,7 @@ static lock_status redis_handoff_answer(void *session, const char *key,
         return LOCK_BUSY;
     /* A grant handed over cannot predate the attempt that queued: its lease
      * counts from that attempt's start. */
-    grant_fill(session, key, 0, atoll(r->element[1]->str), st->start_us, g);
+    redis_grant_fill(session, key, 0, atoll(r->element[1]->str), st->start_us, g);
     g->acquired_us = clock_now_us();
     st->entry[0] = '\0'; /* the release took it off the queue */
     return LOCK_ACQUIRED;
@@ -382,12 +371,16 @@ static lock_status redis_handoff_answer(void *session, const char *key,
 static void redis_release_cmd(void *session, const char *key, struct lock_grant *g,
                               struct lock_step *st)
 {
+    if (g->side != LOCK_EXCLUSIVE) {
+        rwlock_redis_release_cmd(session, key, g, st);
+        return;
+    }
     release_argv(session, key, g, st->buf, st->argv);
     st->cmd[0] =
         (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
-    st->phase = PHASE_RELEASE;
+    st->phase = REDIS_PHASE_RELEASE;
     st->res = LOCK_ERROR;
 }
 
@@ -395,7 +388,7 @@ static lock_status redis_release_done(void *session, const char *key,
                                       struct lock_grant *g, struct lock_step *st)
 {
     if (!st || st->answered == 0)
-        return release_done(session, key, g, NULL);
+        return redis_release_finish(session, key, g, NULL);
     return st->res;
 }
 
@@ -426,4 +419,8 @@ const struct lock_backend lock_backend_redis = {
     .release_cmd = redis_release_cmd,
     .release_done = redis_release_done,
     .fences = 1,
+    .rw = 1,
+    .read_args = rwlock_redis_read_args,
+    .read_taken = rwlock_redis_read_taken,
+    .read_dropped = rwlock_redis_read_dropped,
 };
