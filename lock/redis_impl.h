@@ -1,6 +1,6 @@
 /* redis_impl: what the redis lock's two halves share, the plain lock
- * (lock_redis.c) and the read-write lock (rwlock_redis.c): the session, its
- * leases and its grants. Private to those two files. */
+ * (lock_redis.c) and the read-write lock (rwlock_redis.c): the session, and
+ * its leases and grants (redis_lease.c). Private to those files. */
 #ifndef SECKILL_REDIS_IMPL_H
 #define SECKILL_REDIS_IMPL_H
 
@@ -26,6 +26,8 @@ struct redis_session {
 /* The phases of the steps (lock_step.phase). */
 enum { REDIS_PHASE_TRY, REDIS_PHASE_RELEASE, REDIS_PHASE_LEAVE };
 
+/* Stops tracking l (its last grant is released); l is freed. */
+void redis_lease_end(struct redis_session *s, struct lease *l);
 /* The session's live lease on key (the plain lock's key, or the read-write
  * lock's hash), or NULL. */
 struct lease *redis_lease_find(struct redis_session *s, const char *key);
