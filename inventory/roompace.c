@@ -388,30 +388,20 @@ static void room_round(struct inv_rooms *r, const char *sku, const char *last_id
     send(r, news, on_news, c, NULL, 0, 6, argv);
 }
 
-static void on_lease(void *arg, aconn_result res, redisReply *reply)
+/* room_lease.lua's answer: is it one (an array of its shape)? */
+static int lease_reply(const redisReply *reply)
 {
-    struct room_call *call = arg;
-    struct inv_rooms *r = call->r;
-    free(call);
-    if (!attached(r) || res != ACONN_REPLY || reply->type != REDIS_REPLY_ARRAY ||
-        reply->elements < 2 || reply->elements % 2) {
-        atomic_store(&r->pacing, 0); /* unknown: not pacing, as far as we know */
-        answered(r);
-        return;
-    }
-    int mine = number(reply->element[0]) == 1;
-    long long now = number(reply->element[1]);
-    atomic_store(&r->redis_ms, now);
+    return reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 &&
+           reply->elements % 2 == 0;
+}
+
+/* The registry in room_lease.lua's answer reply (one, lease_reply), with
+ * Redis's clock: rooms listed are kept or made, the others go. With r->mu
+ * held for writing; the caller unlocks. */
+static void registry_read(struct inv_rooms *r, const redisReply *reply)
+{
+    atomic_store(&r->redis_ms, number(reply->element[1]));
     atomic_store(&r->local_us, (long long)clock_now_us());
-    atomic_store(&r->pacing, mine);
-    /* the registry: rooms listed are kept or made, the others go */
-    struct {
-        char sku[INV_ID_MAX + 1];
-        char last_id[48];
-        long long *polled;
-        size_t npolled;
-    } *round = xmalloc(sizeof(*round) * INV_ROOMS_MAX);
-    int n = 0;
     pthread_rwlock_wrlock(&r->mu);
     for (int i = 0; i < r->nrooms; i++)
         r->rooms[i].listed = 0;
@@ -430,6 +420,43 @@ static void on_lease(void *arg, aconn_result res, redisReply *reply)
     for (int i = r->nrooms - 1; i >= 0; i--)
         if (!r->rooms[i].listed)
             room_drop(r, i);
+}
+
+int inv_rooms_prime(struct inv_rooms *r, struct rconn *rc)
+{
+    const char *argv[] = {INV_ROOM_LEASE_KEY, INV_ROOMS_KEY, r->owner, ""};
+    redisReply *reply = rconn_eval(rc, &lease_script, 2, 2, argv, NULL);
+    int ok = reply && lease_reply(reply);
+    if (ok) {
+        registry_read(r, reply);
+        pthread_rwlock_unlock(&r->mu);
+        atomic_store(&r->ready, 1);
+    }
+    if (reply)
+        freeReplyObject(reply);
+    return ok ? 0 : -1;
+}
+
+static void on_lease(void *arg, aconn_result res, redisReply *reply)
+{
+    struct room_call *call = arg;
+    struct inv_rooms *r = call->r;
+    free(call);
+    if (!attached(r) || res != ACONN_REPLY || !lease_reply(reply)) {
+        atomic_store(&r->pacing, 0); /* unknown: not pacing, as far as we know */
+        answered(r);
+        return;
+    }
+    int mine = number(reply->element[0]) == 1;
+    atomic_store(&r->pacing, mine);
+    struct {
+        char sku[INV_ID_MAX + 1];
+        char last_id[48];
+        long long *polled;
+        size_t npolled;
+    } *round = xmalloc(sizeof(*round) * INV_ROOMS_MAX);
+    int n = 0;
+    registry_read(r, reply); /* r->mu held */
     for (int i = 0; i < r->nrooms; i++) {
         snprintf(round[n].sku, sizeof(round[n].sku), "%s", r->rooms[i].sku);
         snprintf(round[n].last_id, sizeof(round[n].last_id), "%s", r->rooms[i].last_id);

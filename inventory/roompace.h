@@ -87,6 +87,12 @@ void inv_rooms_attach(struct inv_rooms *r, struct event_base *base);
 void inv_rooms_detach(struct inv_rooms *r); /* on its loop, or once it stopped */
 void inv_rooms_free(struct inv_rooms *r);   /* NULL is a no-op */
 
+/* Reads the registry once, now, on rc (blocking; one Redis, not a cluster's:
+ * there is no room there), so that an instance knows its rooms before it takes
+ * its first request (an order of a SKU whose room is unknown answers 503):
+ * before inv_rooms_attach. 0, or -1 when Redis did not answer (the first tick
+ * reads it then). */
+int inv_rooms_prime(struct inv_rooms *r, struct rconn *rc);
 /* True once the registry was read (a room SKU is then known as one). */
 int inv_rooms_ready(struct inv_rooms *r);
 /* Redis's clock as this instance knows it (ms): the last tick's reading

@@ -380,6 +380,12 @@ static int rooms_start(const struct svc_config *cfg, struct backend *b)
     b->rooms = inv_rooms_new(
         cfg->redis.host, cfg->redis.port, b->cluster ? cfg->redis_seed : NULL,
         b->cluster ? cfg->redis_seeds : 0, cfg->redis_password, owner);
+    if (!b->cluster) { /* known before the first request (no room on a cluster) */
+        struct rconn *rc =
+            rconn_new(cfg->redis.host, cfg->redis.port, cfg->redis_password, 1000);
+        inv_rooms_prime(b->rooms, rc);
+        rconn_free(rc);
+    }
     log_event(LOG_INFO, "room_key", "source=%s kid=%s",
               cfg->room_key_len > 0 ? "file" : "redis", b->room_key.kid);
     return 0;
