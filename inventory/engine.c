@@ -114,6 +114,7 @@ struct machine {
 };
 
 static void dispatch(struct inv_engine *e, struct inv_ticket *t);
+static void ticket_start(struct inv_engine *e, struct inv_ticket *t);
 static void enqueue(struct inv_engine *e, struct inv_ticket *t);
 static void single_start(struct inv_engine *e, struct inv_ticket *t, int queue_ok);
 static void single_load(struct inv_engine *e, struct inv_ticket *t);
@@ -179,6 +180,36 @@ static void on_learnt(void *arg, aconn_result res, redisReply *r)
     ticket_done(e, t);
 }
 
+/* The atomic mode on one Redis: t's SKU's layout is read from its meta
+ * (segments, initial, epoch), so that its orders queue at their segments for
+ * the group commit; t then goes on: queued, or by itself (atomic.lua, which
+ * answers for a SKU that does not exist). */
+static void on_meta_learnt(void *arg, aconn_result res, redisReply *r)
+{
+    struct inv_ticket *t = arg;
+    struct inv_engine *e = t->engine;
+    if (res == ACONN_REPLY && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+        r->element[2]->type == REDIS_REPLY_STRING) {
+        long long segments = inv_reply_ll(r->element[0], 0);
+        if (segments > 0 && segments <= INV_MAX_SEGMENTS)
+            inv_layout_put(e->inv, t->sku, (int)segments, inv_reply_ll(r->element[1], 0),
+                           r->element[2]->str, NULL, 0);
+    }
+    if (!e->conns.closing && inv_ticket_route(e->inv, t) >= 0)
+        enqueue(e, t);
+    else
+        ticket_start(e, t);
+}
+
+static void learn_meta(struct inv_engine *e, struct inv_ticket *t)
+{
+    struct sku_keys k;
+    inv_keys_init(&k, t->sku, -1);
+    const char *argv[] = {"HMGET", k.meta, "segments", "initial", "epoch"};
+    if (aconn_command(e->conn, on_meta_learnt, t, 5, argv, NULL) != RCONN_OK)
+        ticket_start(e, t);
+}
+
 /* t's SKU has no layout this process knows (its first orders here, or since
  * a reset): its directory is read from the master of its own slot, then t
  * goes on as any ticket (dispatch). Each ticket asks for itself: the answer
@@ -218,10 +249,16 @@ static void ticket_on(struct inv_engine *e, struct inv_ticket *t)
             enqueue(e, t);
             return;
         }
-        single_start(e, t, 0); /* hopped too often */
+        if (e->path == INV_PATH_ATOMIC)
+            ticket_start(e, t); /* hopped too often: atomic.lua picks for it */
+        else
+            single_start(e, t, 0); /* hopped too often */
         return;
     case INV_WAY_ALONE:
-        single_start(e, t, t->hops < ENGINE_HOPS);
+        if (e->path == INV_PATH_ATOMIC)
+            ticket_start(e, t); /* by itself: atomic.lua, which takes no lock */
+        else
+            single_start(e, t, t->hops < ENGINE_HOPS);
         return;
     case INV_WAY_LOAD:
         single_load(e, t);
@@ -860,10 +897,14 @@ static void dispatch(struct inv_engine *e, struct inv_ticket *t)
 {
     if (t->end)
         ticket_start(e, t);
-    else if (e->path == INV_PATH_ATOMIC && !(e->cluster && t->gene < 0))
-        ticket_start(e, t);
     else if (e->path == INV_PATH_HOLDS && t->seg >= 0)
         enqueue(e, t);
+    else if (e->path == INV_PATH_ATOMIC && t->seg >= 0 && !e->cluster)
+        enqueue(e, t); /* the atomic mode's group commit: no lock, one script */
+    else if (e->path == INV_PATH_ATOMIC && !e->cluster && t->hops == 0)
+        learn_meta(e, t); /* its segments first, then queued */
+    else if (e->path == INV_PATH_ATOMIC && !(e->cluster && t->gene < 0))
+        ticket_start(e, t);
     else if (!e->cluster)
         single_start(e, t, 1);
     else

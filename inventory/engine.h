@@ -8,7 +8,9 @@
  * loop leave in one write.
  *
  * Every order of every mode runs on the loops (inv_loop_path): the atomic
- * mode, one script per order; and the group commits of the lock modes (none,
+ * mode, a group commit per segment without a lock (the batch script reads
+ * the stock itself; on a cluster, and for an order no single segment serves,
+ * one script per order); and the group commits of the lock modes (none,
  * local, setnx, redis, redlock, zk): per SKU segment, tickets queue on the
  * loop, and one lock hold (hold.h) serves up to --batch of them: the lock's
  * steps (on the data Redis, and for redlock on one

@@ -148,8 +148,13 @@ static void batch_call_init(struct batch_call *c, struct inv *inv,
     inv_keys_init(&c->k, t[0]->sku, h->gene);
     snprintf(c->seg, sizeof(c->seg), "%d", h->seg);
     lock_fence_key(h->lkey, c->fkey, sizeof(c->fkey));
-    snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
-    inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
+    if (inv->cfg.lock) {
+        snprintf(c->stock, sizeof(c->stock), "%lld", h->stock);
+        inv_fence_text(inv, &h->g, c->fence, sizeof(c->fence));
+    } else { /* the atomic mode: the script reads the stock itself, no lock */
+        c->stock[0] = '\0';
+        snprintf(c->fence, sizeof(c->fence), "0");
+    }
     int nkeys = 12 + n, argc = nkeys + 5 + 5 * n;
     const char **argv = xmalloc(sizeof(*argv) * (size_t)argc);
     c->slot = xmalloc(sizeof(*c->slot) * (size_t)n);
@@ -336,6 +341,8 @@ static long long read_answer(struct inv_hold *h, aconn_result res, const redisRe
     return res == ACONN_REPLY ? inv_stock_of(r, back) : -1;
 }
 
+static inv_do commit_unlocked(struct inv_session *s, struct inv_hold *h);
+
 /* The index of a lock step done elsewhere, once it is over. */
 #define HOLD_ELSEWHERE (-1)
 
@@ -426,6 +433,8 @@ inv_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
     h->noscripts = 0;
     h->try_only = try_only;
     memset(&h->g, 0, sizeof(h->g)); /* nothing held yet */
+    if (!s->lock)
+        return commit_unlocked(s, h);
     lock_step_init(&h->step);
     return inv_hold_attempt(s, h);
 }
@@ -573,6 +582,26 @@ static inv_do commit_send(struct inv_session *s, struct inv_hold *h)
     return INV_DO_AWAIT;
 }
 
+/* The atomic mode's group commit (no lock: s->lock is NULL): the batch
+ * script at once, reading the segment's stock itself -> COMMITTING. */
+static inv_do commit_unlocked(struct inv_session *s, struct inv_hold *h)
+{
+    struct inv *inv = s->inv;
+    struct batch_call call;
+    h->owed = 0;
+    h->noscripts = 0;
+    h->placed = 0;
+    h->left = -1; /* not read: the script knows */
+    h->releasing = 0;
+    batch_call_init(&call, inv, h);
+    int sent = hold_queue(h, -1, HOLD_OWN, &call.cmd);
+    batch_call_free(&call);
+    if (!sent)
+        return hold_end(inv, h, INV_UNAVAILABLE);
+    h->state = HOLD_COMMITTING;
+    return INV_DO_AWAIT;
+}
+
 /* COMMITTING: the commit's answer decides the tickets -> RELEASING. */
 static inv_do committed(struct inv_session *s, struct inv_hold *h, aconn_result res,
                              const redisReply *r)
@@ -582,6 +611,10 @@ static inv_do committed(struct inv_session *s, struct inv_hold *h, aconn_result 
         inv_tickets_finish(inv, h->t, h->n, lost_answer(res));
     else
         batch_answer(inv, h, r, LOCK_RELEASED);
+    if (!s->lock) { /* nothing held */
+        h->state = HOLD_ENDED;
+        return INV_DO_DECIDED;
+    }
     h->state = HOLD_RELEASING;
     if (!h->releasing) { /* made now: it may decide on the time */
         lock_release_step(s->lock, h->lkey, &h->g, &h->step);

@@ -43,10 +43,7 @@ inv_status inv_ticket_open(struct inv *inv, struct inv_ticket *t, const char *sk
     text_copy(t->order.sku, sizeof(t->order.sku), sku);
     text_copy(t->order.user_id, sizeof(t->order.user_id), user_id);
     t->order.qty = qty;
-    if (inv->cfg.lock || inv->cfg.cluster) /* atomic on a cluster: for the shard */
-        inv_ticket_route(inv, t);
-    else
-        t->home = t->seg = 0; /* atomic: one queue */
+    inv_ticket_route(inv, t); /* -1 while its SKU's layout is not known here */
     return INV_PENDING;
 }
 

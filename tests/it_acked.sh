@@ -7,8 +7,9 @@
 #     (tests/faultproxy --cut-after-arg), with the replica frozen (SIGSTOP): WAIT on a
 #     link made anew counts nothing of the commit and answers at once, so a 201 here
 #     would be an order no replica has. Each path must answer 503 outcome_unknown
-#     with an order that exists: the loop's group commit (redis), the loop's atomic
-#     script, and an order of two segments (the loop's order machine: the commit
+#     with an order that exists: the loop's group commit (redis), the atomic mode's
+#     group commit, its script for an order of two segments, and an order of two
+#     segments of the redis mode (the loop's order machine: the commit
 #     answers, the releases behind it find the link cut, the WAIT would go on a new
 #     one);
 #   - P1: with the replica frozen, orders that place wait for a WAIT that times out
@@ -68,8 +69,10 @@ d1_case() { # NAME LOCK SCRIPT SKU WARMUPS QTY WHAT
     proc_stop "proxy-$name" "$dir" 5
 }
 d1_case loop redis batch cut1 1 1 "group commit on the loop" || check "D1 loop case ran" false
-d1_case atomic atomic atomic cut2 1 1 "atomic script on the loop" ||
+d1_case atomic atomic batch cut2 1 1 "the atomic mode's group commit on the loop" ||
     check "D1 atomic case ran" false
+d1_case atomic2 atomic atomic cut4 1 2 "the atomic mode's order of two segments (its script)" ||
+    check "D1 atomic two-segment case ran" false
 d1_case multi redis commit cut3 1 2 "an order of two segments on the loop" ||
     check "D1 multi-segment case ran" false
 

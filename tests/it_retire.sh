@@ -29,6 +29,10 @@ rcli() { redis-cli -p "$rport" "$@"; }
 start_instance one "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4 --log-level warn ||
     exit 1
 U=$STARTED_URL
+# the key count before the SKU: with the instance's own keys there (its worker lease,
+# the rooms' pacer lease, which its first tick takes once it is ready)
+pacing() { (($(rcli EXISTS 'seckill:{rooms}:pacer') == 1)); }
+check "the rooms' pacer lease taken (within 5 s)" wait_until 5 pacing
 base=$(rcli DBSIZE)
 expect "PUT r1 (a payment window)" "201" \
     "$(code -X PUT -d '{"stock":6,"segments":3,"per_user_limit":2,"pay_within_ms":60000}' "$U/skus/r1")"

@@ -13,7 +13,9 @@
 -- user's routing number (seg_route).
 -- The stock decision starts from ARGV[3], what the holder read, not from what
 -- Redis holds now: under a lock that excludes nobody (modes none, local) a
--- stale read oversells, as the single-order commit does.
+-- stale read oversells, as the single-order commit does. ARGV[3] '': what
+-- Redis holds now (the atomic mode's group commit, which takes no lock: the
+-- script is the critical section), with ARGV[4] '0'.
 -- The segment's returned units (back.lua) are folded into its stock first.
 -- Returns {-1} SKU reset since, {-2} fenced off (nothing written for either),
 -- else two entries per order: {code, detail} with code 1 placed, detail its
@@ -53,7 +55,7 @@ local back, due, dues = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local box = {KEYS[#KEYS], meta[6]}
 local was, folded = held(KEYS[2], back, seg)
 if not was then return folded end
-local stock = tonumber(ARGV[3]) + folded
+local stock = (ARGV[3] == '' and was or tonumber(ARGV[3])) + folded
 local limit = tonumber(meta[2])
 local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
