@@ -256,7 +256,7 @@ soak: deps
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c \
+FUZZ_SRC = service/request.c service/routes.c service/answers.c service/room_routes.c service/room_page.c service/buyer.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c \
 	service/log.c service/version.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
