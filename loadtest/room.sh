@@ -13,7 +13,7 @@
 #   --instances N     instances behind nginx (3)
 #   --conns C         the client's kept-alive connections to nginx (64)
 #   --lock MODE       the instances' lock mode (atomic)
-#   --out DIR         where buyers.tsv, queue.json, news.json, report.json go
+#   --out DIR         where buyers.tsv, news.json, report.json go
 #                     (results/room-<time>/, results/room-latest links to it)
 #   --check KNOW_MS   exit 1 unless: nothing oversold, every unit sold, every buyer
 #                     finished, the rate never exceeded (any window of the pacer's news,
@@ -133,14 +133,14 @@ cat "$out/client.err" >&2
 
 STEP=4
 progress "report"
-rcli --json ZRANGE "sk:{$sku}:room:q" 0 -1 WITHSCORES >"$out/queue.json"
 rcli --json XRANGE "sk:{$sku}:room:news" - + >"$out/news.json"
 curl -s "$LB_URL/skus/$sku" >"$out/sku.json"
 curl -s "$LB_URL/skus/$sku/audit" >"$out/audit.json"
-report=(--buyers "$out/buyers.tsv" --queue "$out/queue.json" --news "$out/news.json"
+report=(--buyers "$out/buyers.tsv" --news "$out/news.json"
     --sku "$out/sku.json" --audit "$out/audit.json" --stats "$out"
     --monitor "$out/monitor.txt" --windows "$q0,$q1,$s0,$s1" --starts "$starts" --rate "$rate"
     --stock "$stock" --instances "$instances" --spread-ms "$spread" --out "$out/report.json")
 [[ -z $check ]] || report+=(--check "$check")
+printf '%q ' python3 "$ROOT/loadtest/room_report.py" "${report[@]}" >"$out/report.sh" # again by hand
 python3 "$ROOT/loadtest/room_report.py" "${report[@]}" || rc=1
 exit "$rc"

@@ -5,13 +5,15 @@ SKU and its audit, and INFO commandstats before and after a quiet window and the
 Prints the report, writes --out (JSON). With --check KNOW_MS: exit 1 when a check
 fails (loadtest/room.sh says which); else 0."""
 import argparse
+import base64
 import bisect
 import json
 import os
 import sys
 
 COLS = ("i join_sent join_answered position admitted order_sent order_answered "
-        "order_status end soldout_answered soldout_sent last_wait_sent polls errors").split()
+        "order_status end soldout_answered soldout_sent last_wait_sent polls errors "
+        "queued_max ticket").split()
 PRE_MAX = 10**15  # room_join.lua: a pre-queue place is a draw below 10^15
 
 
@@ -22,7 +24,7 @@ def buyers_of(path):
             v = line.rstrip("\n").split("\t")
             r = dict(zip(COLS, v))
             for k in COLS:
-                if k != "end":
+                if k not in ("end", "ticket"):
                     r[k] = int(r[k])
             rows.append(r)
     return rows
@@ -115,7 +117,7 @@ def pct(values, p):
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("buyers", "queue", "news", "sku", "audit", "stats", "out"):
+    for a in ("buyers", "news", "sku", "audit", "stats", "out"):
         ap.add_argument("--" + a, required=True)
     ap.add_argument("--monitor", required=True)
     ap.add_argument("--windows", required=True, help="q0,q1,s0,s1: Redis ms")
@@ -186,11 +188,13 @@ def main():
         windows = [w.get(s, 0) for s in range(max(w) + 1)]
     live_max = max((e["l"] for e in news), default=0)
 
-    # fairness: the queue's places (the order the pacer admits in) against arrival
-    place = {u: float(s) for u, s in pairs(json.load(open(o.queue)))}
-    rows = [r for r in b if ("b%d" % r["i"]) in place]
+    # fairness: the places (the order the pacer admits in; each ticket's, which the
+    # queue in Redis no longer holds for the buyers it skipped once they stopped
+    # polling, after sold_out) against arrival
+    rows = [r for r in b if r["ticket"] != "-"]
     for r in rows:
-        r["place"] = place["b%d" % r["i"]]
+        text = base64.urlsafe_b64decode(r["ticket"] + "=" * (-len(r["ticket"]) % 4))
+        r["place"] = int(text.decode().split("|")[2])
     pre = [r for r in rows if r["place"] < PRE_MAX]
     post = [r for r in rows if r["place"] >= PRE_MAX]
     rho = spearman([(r["join_sent"], r["i"]) for r in pre], [r["place"] for r in pre])
@@ -225,6 +229,8 @@ def main():
         "audit_consistent": audit.get("consistent"),
         "joins_per_s": round(len(joined) * 1000 / join_span) if join_span else None,
         "join_ms_p50": pct(join_lat, 50), "join_ms_p99": pct(join_lat, 99),
+        "client_queue_ms_p99": pct([r["queued_max"] for r in b], 99),
+        "client_queue_ms_max": max(r["queued_max"] for r in b),
         "polls": polls, "polls_per_buyer": round(polls / n, 2), "errors": errors,
         "sale_ms": s1 - s0,
         "redis": {"sent_per_buyer": round(sent_total / n, 3),
@@ -254,6 +260,9 @@ def main():
         " ".join("%s %d" % kv for kv in sorted(ends.items())), errors))
     print("  joins          %s a second (the first sent to the last answered), p50 %s ms, "
           "p99 %s ms each" % (rep["joins_per_s"], rep["join_ms_p50"], rep["join_ms_p99"]))
+    print("  client         a poll or order waited for one of the client's connections %s ms "
+          "at most (p99 of the buyers' longest %s ms): this much of the times below is "
+          "the client's" % (rep["client_queue_ms_max"], rep["client_queue_ms_p99"]))
     print("  oversold       %d (bought %d, SKU sold %s remaining %s, audit consistent %s)" % (
         oversold, bought, rep["sku_sold"], rep["sku_remaining"], rep["audit_consistent"]))
     print("  redis          %.3f commands sent per buyer, of them %.3f joins (room_join.lua), "

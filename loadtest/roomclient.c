@@ -20,10 +20,13 @@
  * one machine), 0 for never:
  *
  *   i join_sent join_answered position admitted order_sent order_answered order_status
- *   end soldout_answered soldout_sent last_wait_sent polls errors
+ *   end soldout_answered soldout_sent last_wait_sent polls errors queued_max ticket
  *
  * end: bought (201), refused (another order answer), sold_out, expired, unfinished;
- * last_wait_sent: when the last poll answered waiting or paused was sent. A summary
+ * last_wait_sent: when the last poll answered waiting or paused was sent; queued_max:
+ * the longest a poll or an order of the buyer waited here for a connection (what the
+ * client, not the service, added to its times); ticket: the ticket's payload (base64url
+ * of "t|epoch|place|rank|sku|user", inventory/roomtoken.c), "-" for none. A summary
  * line goes to stderr. Exit 0; 1 when a buyer was unfinished; 2 on a usage error. */
 #include <event2/event.h>
 #include <event2/http.h>
@@ -43,7 +46,7 @@ struct buyer {
     char *ticket, *pass;
     struct event *timer;
     long long join_sent, join_answered, position, admitted, order_sent, order_answered;
-    long long soldout_answered, soldout_sent, last_wait_sent, sent;
+    long long soldout_answered, soldout_sent, last_wait_sent, sent, queued, queued_max;
     int order_status, polls, errors, conn;
     const char *end;
     struct buyer *next; /* in its pool's queue */
@@ -107,6 +110,7 @@ static void pump(struct pool *p)
 static void send_next(struct buyer *b)
 {
     struct pool *p = pool_of(b);
+    b->queued = now_ms();
     b->next = NULL;
     if (p->tail)
         p->tail->next = b;
@@ -124,6 +128,8 @@ static void send_now(struct buyer *b, int conn)
     evhttp_add_header(h, "Host", host);
     enum evhttp_cmd_type method = EVHTTP_REQ_GET;
     b->sent = now_ms();
+    if (b->step != JOINING && b->sent - b->queued > b->queued_max)
+        b->queued_max = b->sent - b->queued;
     if (b->step == JOINING || b->step == ORDERING) {
         method = EVHTTP_REQ_POST;
         snprintf(uri, sizeof(uri), "/skus/%s/%s", sku,
@@ -285,12 +291,14 @@ int main(int argc, char **argv)
         unfinished += b->step != DONE;
         polls += b->polls;
         errors += b->errors;
-        fprintf(
-            out,
-            "%d\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%d\t%s\t%lld\t%lld\t%lld\t%d\t%d\n",
-            b->i, b->join_sent, b->join_answered, b->position, b->admitted, b->order_sent,
-            b->order_answered, b->order_status, b->end, b->soldout_answered,
-            b->soldout_sent, b->last_wait_sent, b->polls, b->errors);
+        fprintf(out,
+                "%d\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%d\t%s\t%lld\t%lld\t%lld\t%d\t%"
+                "d\t%lld\t%.*s\n",
+                b->i, b->join_sent, b->join_answered, b->position, b->admitted,
+                b->order_sent, b->order_answered, b->order_status, b->end,
+                b->soldout_answered, b->soldout_sent, b->last_wait_sent, b->polls,
+                b->errors, b->queued_max, b->ticket ? (int)strcspn(b->ticket, ".") : 1,
+                b->ticket ? b->ticket : "-");
     }
     fclose(out);
     fprintf(stderr, "roomclient: %d buyers, %d polls, %d errors, %d unfinished\n",
