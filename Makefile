@@ -160,6 +160,13 @@ $(BUILD)/loadtest/chaosclient: loadtest/chaosclient.c util/rfc3339.c util/rfc333
 	$(say) CC $@
 	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) -Iutil -o $@ $< util/rfc3339.c $(ALL_LDFLAGS)
 
+# The waiting room's buyers, all on one event loop (loadtest/roomclient.c, loadtest/room.sh).
+$(BUILD)/loadtest/roomclient: loadtest/roomclient.c
+	@mkdir -p $(dir $@)
+	$(say) CC $@
+	$(Q)$(CC) $(STD) $(WARNINGS) $(CFLAGS) $(SAN_FLAGS) $(PKG_CFLAGS) -o $@ $< $(ALL_LDFLAGS) \
+		$(shell pkg-config --libs libevent jansson)
+
 deps:
 	@scripts/deps.sh
 
@@ -177,7 +184,8 @@ test: deps
 # TEST_FILTER: only the tests whose name contains it.
 TEST_JOBS ?=
 TEST_FILTER ?=
-check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy $(BUILD)/tests/edgeclient
+check: $(BUILD)/seckill $(LUA_COPY) $(TEST_BIN) $(BUILD)/tests/faultproxy $(BUILD)/tests/edgeclient \
+	$(BUILD)/loadtest/roomclient
 	@SECKILL_BUILD=$(BUILD) tests/run.sh $(if $(TEST_JOBS),-j $(TEST_JOBS)) $(TEST_FILTER)
 
 # The suite while busy loops take every core (stress-ng, started and stopped by
@@ -201,13 +209,17 @@ valgrind: deps
 	@SECKILL_BUILD=build tests/valgrind.sh $(VALGRIND_MODES)
 
 # The README's first command: the oversell report, then one sale with reservations
-# (redis mode, a 2 s payment window, 60% of buyers pay): its stock resold until paid.
+# (redis mode, a 2 s payment window, 60% of buyers pay): its stock resold until paid;
+# then the waiting room (loadtest/room.sh): 20,000 buyers in one burst, part before the
+# sale's start, for 300 units at 30 a second (DEMO_ROOM_ARGS: its options).
+DEMO_ROOM_ARGS ?=
 DEMO_LIFE_ARGS ?= --modes redis --stock 300 --duration 12s --pay-ratio 0.6 \
 	--pay-within-ms 2000 --pay-delay-ms 500 --no-chart
 demo: deps
-	@$(SUBMAKE) all
+	@$(SUBMAKE) all $(BUILD)/loadtest/roomclient
 	@loadtest/run.sh $(DEMO_ARGS)
 	@loadtest/run.sh --quiet $(DEMO_LIFE_ARGS)
+	@SECKILL_BUILD=$(BUILD) loadtest/room.sh $(DEMO_ROOM_ARGS)
 
 # Every system side by side through the same balancer: table, results/bench-latest/;
 # then one hot SKU at K=16, 1024 and 1 (loadtest/segments.sh): results/segments-latest/;
@@ -256,7 +268,7 @@ soak: deps
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = service/request.c service/routes.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c \
+FUZZ_SRC = service/request.c service/routes.c service/answers.c service/room_routes.c service/room_page.c service/buyer.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c \
 	service/log.c service/version.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "answers.h"
 #include "clock.h"
 #include "conns.h"
 #include "log.h"

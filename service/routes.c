@@ -5,107 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
-#include <sys/random.h>
 
-#include "buyer.h"
+#include "answers.h"
 #include "log.h"
 #include "metrics.h"
 #include "request.h"
 #include "rfc3339.h"
-#include "room.h"
-#include "room_page.h"
+#include "room_routes.h"
 #include "text.h"
-
-void svc_error(struct svc_response *res, int status, const char *code, const char *detail)
-{
-    res->status = status;
-    json_decref(res->json);
-    res->json = json_pack("{s:s, s:s}", "error", code, "detail", detail);
-}
-
-/* Answers an inventory status that is not a success. */
-static void inv_error(struct svc_response *res, inv_status st)
-{
-    switch (st) {
-    case INV_NOT_FOUND:
-    case INV_GONE: /* without --postgres: the records are all there is */
-        svc_error(res, 404, "not_found", "no such SKU or order");
-        break;
-    case INV_SOLD_OUT:
-        svc_error(res, 409, "sold_out", "no segment has enough stock left");
-        break;
-    case INV_LIMIT:
-        svc_error(res, 409, "limit_reached",
-                  "the user already bought the per-user limit");
-        break;
-    case INV_BAD_QTY: /* svc_order_bad_qty says the SKU's number */
-        svc_error(res, 400, "bad_request",
-                  "qty must be an integer from 1 to the SKU's per_user_limit");
-        break;
-    case INV_BUSY:
-        svc_error(res, 503, "busy", "the segment is busy; nothing was placed, retry");
-        res->retry_after = 1;
-        break;
-    case INV_IDEM_MISMATCH:
-        svc_error(
-            res, 422, "idempotency_mismatch",
-            "this Idempotency-Key was used for another request; nothing was placed");
-        break;
-    case INV_NOT_STARTED: /* the caller adds starts_at and Retry-After */
-        svc_error(res, 409, "not_started", "the sale has not started yet");
-        break;
-    case INV_SALE_ENDED:
-        svc_error(res, 409, "sale_ended", "the sale has ended");
-        break;
-    case INV_NOT_PENDING:
-        svc_error(res, 409, "not_pending",
-                  "the order is final: its SKU has no payment window");
-        break;
-    case INV_CANCELLED:
-        svc_error(res, 409, "cancelled", "the order was cancelled");
-        break;
-    case INV_EXPIRED:
-        svc_error(res, 409, "expired", "the order was not paid by its pay_by");
-        break;
-    case INV_PAID:
-        svc_error(res, 409, "paid", "the order is paid");
-        break;
-    case INV_FORBIDDEN:
-        svc_error(res, 403, "forbidden", "not this user's order");
-        break;
-    case INV_NOT_SETTLED:
-        svc_error(res, 409, "not_settled",
-                  "units are pending or on their way between shards, or events have not "
-                  "reached PostgreSQL yet; retry once they are settled");
-        break;
-    case INV_EXISTS:
-        svc_error(res, 409, "exists",
-                  "the SKU has orders; PUT /skus/{sku}?reset=true clears them and "
-                  "starts it anew, PATCH changes a live sale; nothing was changed");
-        break;
-    case INV_MALFORMED:
-        svc_error(res, 503, "unavailable",
-                  "a record this needs in Redis is malformed (the log names it); nothing "
-                  "was written");
-        res->retry_after = 1;
-        break;
-    case INV_NO_ROOM:
-        svc_error(res, 404, "no_room", "this SKU has no waiting room: order it directly");
-        break;
-    case INV_OUTCOME_UNKNOWN: /* a pay or a cancel (an order's is order_answer's) */
-        svc_error(res, 503, "outcome_unknown",
-                  "the change was sent to Redis but its answer, or the replicas' "
-                  "acknowledgement, never came: it may have been made; a retry is safe");
-        res->retry_after = 1;
-        break;
-    default:
-        svc_error(res, 503, "unavailable",
-                  "Redis or the lock service is unreachable; nothing was placed");
-        res->retry_after = 1;
-        break;
-    }
-}
 
 /* True when the route may run: no token configured, or the Authorization
  * header is "Bearer <token>", the scheme in any case and followed by one or
@@ -128,59 +35,6 @@ static int token_allowed(const struct svc_request *req, const char *token)
     return diff == 0;
 }
 
-/* With --buyer-key-file, the buyer the request's Seckill-Buyer token names,
- * into user; false (answered 401) when it carries none valid. Without the
- * flag: true, user "" (user ids are trusted: the gateway authenticates). */
-static int buyer_of(const struct svc_request *req, struct svc_response *res,
-                    char user[INV_ID_MAX + 1])
-{
-    const struct svc_config *cfg = req->app->cfg;
-    user[0] = '\0';
-    if (!cfg->buyer_key.mac.len)
-        return 1;
-    switch (buyer_check(&cfg->buyer_key, req->buyer, (long long)time(NULL), user)) {
-    case BUYER_OK:
-        return 1;
-    case BUYER_MISSING:
-        svc_error(
-            res, 401, "unauthorized",
-            "a buyer's request needs Seckill-Buyer: <user_id>.<expiry>.<signature>");
-        return 0;
-    case BUYER_EXPIRED:
-        svc_error(res, 401, "unauthorized", "the Seckill-Buyer token has expired");
-        return 0;
-    default:
-        svc_error(res, 401, "unauthorized", "the Seckill-Buyer token is not valid");
-        return 0;
-    }
-}
-
-/* A body's user_id against the token's buyer (buyer_of; "": none, any):
- * false, answered 403, when they differ. */
-static int buyer_is(const char *buyer, const char *user_id, struct svc_response *res)
-{
-    if (!buyer[0] || strcmp(buyer, user_id) == 0)
-        return 1;
-    svc_error(res, 403, "forbidden", "user_id is not the Seckill-Buyer token's user");
-    return 0;
-}
-
-static int sku_param_ok(const struct svc_request *req, struct svc_response *res)
-{
-    if (inv_id_valid(req->params[0]))
-        return 1;
-    svc_error(res, 400, "bad_request", "sku must be 1..64 characters of [A-Za-z0-9_.:-]");
-    return 0;
-}
-
-/* Sets j's field name to the RFC 3339 form of ms, when ms is a time (> 0). */
-static void time_set(json_t *j, const char *name, long long ms)
-{
-    char text[RFC3339_MAX];
-    if (ms > 0 && rfc3339_format(ms, text, sizeof(text)) > 0)
-        json_object_set_new(j, name, json_string(text));
-}
-
 /* Sets j's "room" to a SKU's waiting room, when it has one. */
 static void room_set(json_t *j, const struct inv_room_spec *room)
 {
@@ -201,11 +55,11 @@ static json_t *order_json(const struct inv_order *o)
     if (o->segment >= 0) /* else a row stored before schema 3: not known */
         json_object_set_new(j, "segment", json_integer(o->segment));
     json_object_set_new(j, "state", json_string(inv_state_name(o->state)));
-    time_set(j, "pay_by", o->pay_by_ms);
+    svc_time_set(j, "pay_by", o->pay_by_ms);
     if (o->state == INV_STATE_PAID) { /* null: paid by a pay that named none */
         json_object_set_new(j, "payment_id",
                             o->payment_id[0] ? json_string(o->payment_id) : json_null());
-        time_set(j, "paid_at", o->paid_at_ms);
+        svc_time_set(j, "paid_at", o->paid_at_ms);
     }
     if (o->nparts > 1) { /* served from several segments */
         json_t *parts = json_array();
@@ -259,7 +113,7 @@ static char *order_text(const struct inv_order *o)
 
 static void h_sku_put(const struct svc_request *req, struct svc_response *res)
 {
-    if (!sku_param_ok(req, res))
+    if (!svc_sku_param_ok(req, res))
         return;
     int reset = 0;
     if (req->reset && strcmp(req->reset, "true") != 0 &&
@@ -293,7 +147,7 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
                                 .room = body.room};
     inv_status st = inv_sku_set(req->worker->inv, req->params[0], &spec);
     if (st != INV_OK && st != INV_CREATED) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     svc_metrics_sku_seen(req->params[0]);
@@ -309,8 +163,8 @@ static void h_sku_put(const struct svc_request *req, struct svc_response *res)
         json_pack("{s:s, s:I, s:i, s:i, s:i}", "sku", req->params[0], "stock",
                   (json_int_t)body.stock, "segments", body.segments, "per_user_limit",
                   body.limit, "pay_within_ms", (json_int_t)body.pay_ms);
-    time_set(res->json, "starts_at", body.starts_ms);
-    time_set(res->json, "ends_at", body.ends_ms);
+    svc_time_set(res->json, "starts_at", body.starts_ms);
+    svc_time_set(res->json, "ends_at", body.ends_ms);
     room_set(res->json, &body.room);
 }
 
@@ -346,7 +200,7 @@ static void h_sku_list(const struct svc_request *req, struct svc_response *res)
         return;
     }
     if (st != INV_OK) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
@@ -371,7 +225,7 @@ static void h_sku_list(const struct svc_request *req, struct svc_response *res)
     free(names);
     if (st != INV_OK) {
         json_decref(skus);
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     res->status = 200;
@@ -382,11 +236,11 @@ static void h_sku_list(const struct svc_request *req, struct svc_response *res)
 /* DELETE /skus/{sku}: the SKU retired (inv_sku_retire), 204 with no body. */
 static void h_sku_delete(const struct svc_request *req, struct svc_response *res)
 {
-    if (!sku_param_ok(req, res))
+    if (!svc_sku_param_ok(req, res))
         return;
     inv_status st = inv_sku_retire(req->worker->inv, req->params[0]);
     if (st != INV_OK) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     log_event(LOG_INFO, "sku_retired", "sku=%s", req->params[0]);
@@ -396,12 +250,12 @@ static void h_sku_delete(const struct svc_request *req, struct svc_response *res
 
 static void h_sku_get(const struct svc_request *req, struct svc_response *res)
 {
-    if (!sku_param_ok(req, res))
+    if (!svc_sku_param_ok(req, res))
         return;
     static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
     inv_status st = inv_sku_get(req->worker->inv, req->params[0], &report);
     if (st != INV_OK) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     svc_metrics_sku_seen(req->params[0]);
@@ -422,8 +276,8 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
         "paid", (json_int_t)report.paid, "returned", (json_int_t)report.returned,
         "per_user_limit", report.limit, "pay_within_ms", (json_int_t)report.pay_ms,
         "segments", segs);
-    time_set(res->json, "starts_at", report.starts_ms);
-    time_set(res->json, "ends_at", report.ends_ms);
+    svc_time_set(res->json, "starts_at", report.starts_ms);
+    svc_time_set(res->json, "ends_at", report.ends_ms);
     room_set(res->json, &report.room);
 }
 
@@ -445,9 +299,9 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
         return;
     }
     if (st != INV_PLACED && st != INV_REPLAYED) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         if (st == INV_NOT_STARTED) {
-            time_set(res->json, "starts_at", order->window.starts_ms);
+            svc_time_set(res->json, "starts_at", order->window.starts_ms);
             long long wait = order->window.wait_ms, day = 86400000;
             /* a day at most: a client comes back to learn more */
             res->retry_after =
@@ -462,203 +316,10 @@ static void order_answer(const char *sku, inv_status st, const struct inv_order 
         res->json = order_json(order);
 }
 
-/* ---- waiting rooms (issue 48) --------------------------------------------
- *
- * A join costs one Redis command (room_join.lua, on the main thread); a poll
- * and an order's pass check none: they read what this instance knows of the
- * room (roompace.h) and check signatures locally (roomtoken.h). */
-
-#define POLL_MIN_MS 500
-#define POLL_MAX_MS 2000
-
-/* True when user may order the SKU of req: it has no waiting room, or the
- * Seckill-Pass header holds a valid pass for this user and SKU. Else res is
- * the refusal (403 not_admitted, counted by reason; 503 while the rooms
- * were never read). No Redis command. */
-static int pass_admits(const struct svc_request *req, const char *user,
-                       struct svc_response *res)
-{
-    struct svc_app *app = req->app;
-    struct inv_room_view room;
-    if (!app->rooms)
-        return 1;
-    if (!inv_rooms_ready(app->rooms)) {
-        svc_error(res, 503, "unavailable",
-                  "the waiting rooms were not read from Redis yet; retry");
-        res->retry_after = 1;
-        return 0;
-    }
-    if (!inv_rooms_view(app->rooms, req->params[0], -1, &room))
-        return 1;
-    room_pass_status st = room_pass_admits(app->room_key, req->pass, req->params[0], user,
-                                           inv_rooms_now_ms(app->rooms), room.epoch);
-    if (st == ROOM_PASS_OK)
-        return 1;
-    atomic_fetch_add_explicit(&app->passes_refused[st], 1, memory_order_relaxed);
-    static const char *const why[ROOM_PASS_NSTATUS] = {
-        "",
-        "missing: this SKU has a waiting room; join it (POST /skus/{sku}/queue) and send "
-        "the pass it gives in header Seckill-Pass",
-        "forged: the Seckill-Pass header is not a pass of this service",
-        "expired: the pass has expired",
-        "another user's: the pass was given to another user",
-        "another SKU's: the pass was given for another SKU",
-        "reset: the SKU was reset since the pass was given (another queue); join again",
-    };
-    svc_error(res, 403, "not_admitted", why[st]);
-    return 0;
-}
-
-/* The answer to a join or a poll of ticket t: {"state", "position", "eta_ms",
- * "poll_after_ms"}, and once admitted "pass" and "pass_expires_at"; from what
- * this instance knows of the room only. */
-static void room_answer(const struct svc_request *req, const struct room_ticket *t,
-                        int status, struct svc_response *res)
-{
-    struct svc_app *app = req->app;
-    struct inv_room_view v;
-    if (!inv_rooms_view(app->rooms, t->sku, t->place, &v)) {
-        if (status == 202) { /* Redis has the room; this instance learns it next tick */
-            res->status = status;
-            res->json = json_pack("{s:s, s:I, s:i, s:i}", "state", "waiting", "position",
-                                  (json_int_t)(t->rank + 1), "eta_ms", 0, "poll_after_ms",
-                                  POLL_MIN_MS);
-        } else if (!inv_rooms_ready(app->rooms)) {
-            svc_error(res, 503, "unavailable",
-                      "the waiting rooms were not read from Redis yet; retry");
-            res->retry_after = 1;
-        } else {
-            inv_error(res, INV_NO_ROOM);
-        }
-        return;
-    }
-    long long now = inv_rooms_now_ms(app->rooms);
-    const char *state = inv_room_state_name(v.state);
-    long long position = 0, eta = 0, poll = 1000, expires = 0;
-    if (v.epoch != 0 && v.epoch != t->epoch) {
-        state = "expired"; /* the SKU was reset: another queue */
-    } else if (v.abandoned) {
-        state = "expired"; /* skipped: its owner had stopped polling */
-    } else if (v.state == INV_ROOM_SOLD_OUT) {
-        state = "sold_out";
-    } else if (v.cursor >= 0 && t->place <= v.cursor) {
-        expires = v.admitted_at_ms > 0 ? v.admitted_at_ms + v.spec.pass_ttl_ms : 0;
-        state = expires > now ? "admitted" : "expired";
-    } else {
-        /* a pre-queue place's rank is drawn: its share of those drawn */
-        long long rank =
-            t->place < INV_ROOM_DRAWS && v.pre > 0
-                ? (long long)((double)t->place / (double)INV_ROOM_DRAWS * (double)v.pre)
-                : t->rank - v.skipped_before; /* those before it who left */
-        position = rank - v.admitted + 1 > 1 ? rank - v.admitted + 1 : 1;
-        inv_rooms_polled(app->rooms, t->sku, t->place); /* not abandoned */
-        double rate = v.rate > 0 ? v.rate : (double)v.spec.rate_per_s;
-        eta = (long long)((double)position * 1000.0 / rate);
-        poll = eta / 2 < POLL_MIN_MS   ? POLL_MIN_MS
-               : eta / 2 > POLL_MAX_MS ? POLL_MAX_MS
-                                       : eta / 2;
-    }
-    res->status = status;
-    res->json = json_pack("{s:s, s:I, s:I, s:I}", "state", state, "position",
-                          (json_int_t)position, "eta_ms", (json_int_t)eta,
-                          "poll_after_ms", (json_int_t)poll);
-    if (strcmp(state, "admitted") == 0) {
-        struct room_pass p = {.epoch = t->epoch, .expires_ms = expires};
-        char pass[ROOM_TOKEN_MAX + 1];
-        snprintf(p.sku, sizeof(p.sku), "%s", t->sku);
-        snprintf(p.user, sizeof(p.user), "%s", t->user);
-        if (room_pass_sign(app->room_key, &p, pass, sizeof(pass)) > 0)
-            json_object_set_new(res->json, "pass", json_string(pass));
-        time_set(res->json, "pass_expires_at", expires);
-    }
-}
-
-/* A pre-queue draw: uniform in [0, INV_ROOM_DRAWS) (rejection sampling:
- * no value likelier than another). */
-static long long room_draw(void)
-{
-    const uint64_t top = UINT64_MAX - UINT64_MAX % (uint64_t)INV_ROOM_DRAWS;
-    uint64_t v;
-    do {
-        if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
-            abort(); /* only on a broken kernel */
-    } while (v >= top);
-    return (long long)(v % (uint64_t)INV_ROOM_DRAWS);
-}
-
-/* POST /skus/{sku}/queue: the user joins the room (one Redis command), or
- * finds its place again; 202 with its signed ticket. */
-static void h_queue_post(const struct svc_request *req, struct svc_response *res)
-{
-    if (!sku_param_ok(req, res))
-        return;
-    char user[INV_ID_MAX + 1], detail[200], buyer[INV_ID_MAX + 1];
-    if (!buyer_of(req, res, buyer))
-        return;
-    if (req_parse_join(req->body, req->body_len, user, sizeof(user), detail,
-                       sizeof(detail)) != REQ_OK) {
-        svc_error(res, 400, "bad_request", detail);
-        return;
-    }
-    if (!buyer_is(buyer, user, res)) /* with buyer tokens: the buyer's own place */
-        return;
-    struct inv_room_place place;
-    inv_status st =
-        inv_room_join(req->worker->inv, req->params[0], user, room_draw(), &place);
-    if (st != INV_OK) {
-        inv_error(res, st);
-        return;
-    }
-    struct room_ticket t = {
-        .epoch = place.epoch, .place = place.place, .rank = place.rank};
-    snprintf(t.sku, sizeof(t.sku), "%s", req->params[0]);
-    snprintf(t.user, sizeof(t.user), "%s", user);
-    char ticket[ROOM_TOKEN_MAX + 1];
-    if (room_ticket_sign(req->app->room_key, &t, ticket, sizeof(ticket)) == 0) {
-        svc_error(res, 503, "unavailable", "the ticket could not be signed");
-        return;
-    }
-    room_answer(req, &t, 202, res);
-    if (res->json && res->status == 202)
-        json_object_set_new(res->json, "ticket", json_string(ticket));
-}
-
-/* GET /skus/{sku}/room: the buyer's page (room_page.h), for a SKU whose room
- * this instance knows. */
-static void h_room_page(const struct svc_request *req, struct svc_response *res)
-{
-    struct inv_room_spec room;
-    if (!sku_param_ok(req, res))
-        return;
-    if (!inv_rooms_spec(req->app->rooms, req->params[0], &room)) {
-        inv_error(res, INV_NO_ROOM);
-        return;
-    }
-    res->status = 200;
-    res->text = strdup(svc_room_page);
-    res->content_type = "text/html; charset=utf-8";
-}
-
-/* GET /skus/{sku}/queue/{ticket}: where the ticket stands, from memory. */
-static void h_queue_get(const struct svc_request *req, struct svc_response *res)
-{
-    if (!sku_param_ok(req, res))
-        return;
-    struct room_ticket t;
-    if (room_ticket_check(req->app->room_key, req->params[1], &t) != 0 ||
-        strcmp(t.sku, req->params[0]) != 0) {
-        svc_error(res, 400, "bad_request",
-                  "not a ticket of this SKU's waiting room (malformed, forged, signed "
-                  "with another key, or another SKU's)");
-        return;
-    }
-    room_answer(req, &t, 200, res);
-}
-
 static void h_order_post(const struct svc_request *req, struct svc_response *res)
 {
     char buyer[INV_ID_MAX + 1];
-    if (!sku_param_ok(req, res) || !buyer_of(req, res, buyer))
+    if (!svc_sku_param_ok(req, res) || !svc_buyer_of(req, res, buyer))
         return;
     struct req_order body;
     char detail[200];
@@ -669,14 +330,14 @@ static void h_order_post(const struct svc_request *req, struct svc_response *res
             res->again = svc_order_bad_qty;
         return;
     }
-    if (!buyer_is(buyer, body.user_id, res))
+    if (!svc_buyer_is(buyer, body.user_id, res))
         return;
     if (req->idem_key && !req_idem_key_valid(req->idem_key)) {
         svc_error(res, 400, "bad_request",
                   "Idempotency-Key must be 1..128 characters of [A-Za-z0-9_.:-]");
         return;
     }
-    if (!pass_admits(req, body.user_id, res))
+    if (!svc_pass_admits(req, body.user_id, res))
         return;
     struct inv_ticket *t = req->ticket;
     inv_status st = inv_ticket_open(req->app->inv, t, req->params[0], body.user_id,
@@ -694,7 +355,7 @@ void svc_order_bad_qty(const struct svc_request *req, struct svc_response *res)
     static _Thread_local struct inv_sku_report report; /* 24 KiB: not on the stack */
     inv_status st = inv_sku_get(req->worker->inv, req->params[0], &report);
     if (st != INV_OK) {
-        inv_error(res, st == INV_NOT_FOUND ? st : INV_BAD_QTY);
+        svc_inv_error(res, st == INV_NOT_FOUND ? st : INV_BAD_QTY);
         return;
     }
     char detail[120];
@@ -721,12 +382,12 @@ static void malformed_log(const struct inv_ticket *t)
               (unsigned long long)suppressed);
 }
 
-/* inv_error, and a pay refused because another payment paid the order
+/* svc_inv_error, and a pay refused because another payment paid the order
  * names that payment (the payment service refunds this one). */
 static void paid_error(struct svc_response *res, inv_status st, inv_end end,
                        const struct inv_order *o)
 {
-    inv_error(res, st);
+    svc_inv_error(res, st);
     if (st == INV_PAID && end == INV_END_PAY)
         json_object_set_new(res->json, "payment_id",
                             o->payment_id[0] ? json_string(o->payment_id) : json_null());
@@ -830,7 +491,7 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
     /* with buyer tokens: the buyer's own orders only, or any with the admin token */
     int admin =
         cfg->admin_token[0] && req->authorization && token_allowed(req, cfg->admin_token);
-    if (!order_param(req, res, &id) || (!admin && !buyer_of(req, res, buyer)))
+    if (!order_param(req, res, &id) || (!admin && !svc_buyer_of(req, res, buyer)))
         return;
     struct inv_order order;
     inv_status st = inv_order_get(req->worker->inv, id, &order);
@@ -844,7 +505,7 @@ static void h_order_get(const struct svc_request *req, struct svc_response *res)
     if (st == INV_OK && buyer[0] && strcmp(order.user_id, buyer) != 0)
         st = INV_NOT_FOUND; /* another buyer's: nothing of it told */
     if (st != INV_OK) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     res->status = 200;
@@ -862,14 +523,14 @@ static void order_end(const struct svc_request *req, struct svc_response *res,
     uint64_t id;
     char arg[INV_IDEM_MAX + 1], detail[200], buyer[INV_ID_MAX + 1] = "";
     if (!order_param(req, res, &id) ||
-        (end == INV_END_CANCEL && !buyer_of(req, res, buyer)))
+        (end == INV_END_CANCEL && !svc_buyer_of(req, res, buyer)))
         return;
     if (parse(req->body, req->body_len, arg, sizeof(arg), detail, sizeof(detail)) !=
         REQ_OK) {
         svc_error(res, 400, "bad_request", detail);
         return;
     }
-    if (end == INV_END_CANCEL && !buyer_is(buyer, arg, res))
+    if (end == INV_END_CANCEL && !svc_buyer_is(buyer, arg, res))
         return;
     inv_end_open(req->ticket, end, id, arg);
     res->pending = 1;
@@ -921,12 +582,12 @@ static json_t *audit_store(struct svc_store *db, const struct inv_audit *a)
 
 static void h_audit(const struct svc_request *req, struct svc_response *res)
 {
-    if (!sku_param_ok(req, res))
+    if (!svc_sku_param_ok(req, res))
         return;
     struct inv_audit a;
     inv_status st = inv_audit(req->worker->inv, req->params[0], &a);
     if (st != INV_OK) {
-        inv_error(res, st);
+        svc_inv_error(res, st);
         return;
     }
     res->status = 200;
@@ -996,9 +657,9 @@ static struct svc_route routes[] = {
     {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
     {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
-    {"POST", "/skus/*/queue", "queue_post", h_queue_post, ROUTE_WAITS},
-    {"GET", "/skus/*/queue/*", "queue_get", h_queue_get, 0},
-    {"GET", "/skus/*/room", "room_page", h_room_page, 0},
+    {"POST", "/skus/*/queue", "queue_post", svc_queue_post, ROUTE_WAITS},
+    {"GET", "/skus/*/queue/*", "queue_get", svc_queue_get, 0},
+    {"GET", "/skus/*/room", "room_page", svc_room_get, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},
     {"GET", "/orders/*", "order_get", h_order_get, ROUTE_WAITS},
     {"POST", "/orders/*/pay", "order_pay", h_order_pay, ROUTE_ADMIN | ROUTE_PAY},

@@ -113,8 +113,4 @@ void svc_route_count(struct svc_route *r, int status, int64_t duration_us);
  * connection closed before it was written whole. */
 void svc_route_count_undelivered(struct svc_route *r, int status);
 
-/* Fills res as an error answer {"error": code, "detail": detail}. */
-void svc_error(struct svc_response *res, int status, const char *code,
-               const char *detail);
-
 #endif

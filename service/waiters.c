@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "answers.h"
 #include "clock.h"
 #include "worker.h"
 
