@@ -29,6 +29,12 @@
 #include "testutil.h"
 
 #define SESSION_MS 3000
+/* The wait of an acquire expected at once (granted, or busy): a free key is
+ * granted at once whatever the wait; a taken one is busy once its list found
+ * it taken. A wait of 0 still gets 200 ms for its round trips (zk_steps.c's
+ * floor), which a JVM on a busy 2-core machine can eat (an error, not busy):
+ * 500 ms is the slack. */
+#define TRY_MS 500
 
 static struct test_zk zk;
 static struct test_redis srv;
@@ -64,6 +70,15 @@ static struct lock *zk_lock(const char *ensemble, int session_ms)
     struct lock *l = lock_new("zk", &cfg, err, sizeof(err));
     if (!l)
         fail_msg("lock_new(zk, %s): %s", ensemble, err);
+    /* Its session connects in the background: a first acquire of a key
+     * nobody takes, waiting up to 20 s (a busy machine's JVM), returns once
+     * it is there, so that the test's own acquires find it connected. */
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    if (lock_rw_acquire(s, "rw:connected", LOCK_READ, 20000, &g) != LOCK_ACQUIRED)
+        fail_msg("zk (%s): no session within 20 s", ensemble);
+    lock_release(s, "rw:connected", &g);
+    lock_session_free(s);
     return l;
 }
 
@@ -176,17 +191,18 @@ static void test_readers_share(void **state)
                         *w = lock_session_new(lb, NULL);
     assert_true(lock_rw_supported(la));
     struct lock_grant ra, rb, g;
-    expect(lock_rw_acquire(a, key, LOCK_READ, 0, &ra), LOCK_ACQUIRED, "first reader");
-    expect(lock_rw_acquire(b, key, LOCK_READ, 0, &rb), LOCK_ACQUIRED,
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &ra), LOCK_ACQUIRED,
+           "first reader");
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &rb), LOCK_ACQUIRED,
            "second reader while the first reads");
     assert_int_equal(ra.fence, 0); /* a reader writes nothing: no token */
-    expect(lock_rw_acquire(w, key, LOCK_WRITE, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(w, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
            "a writer while two read");
     expect(lock_release(a, key, &ra), LOCK_RELEASED, "first reader's release");
-    expect(lock_rw_acquire(w, key, LOCK_WRITE, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(w, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
            "a writer while one reads");
     expect(lock_release(b, key, &rb), LOCK_RELEASED, "second reader's release");
-    expect(lock_rw_acquire(w, key, LOCK_WRITE, 0, &g), LOCK_ACQUIRED,
+    expect(lock_rw_acquire(w, key, LOCK_WRITE, TRY_MS, &g), LOCK_ACQUIRED,
            "a writer once both are gone");
     assert_true(g.fence > 0);
     expect(lock_release(w, key, &g), LOCK_RELEASED, "its release");
@@ -204,19 +220,19 @@ static void test_writer_excludes_both(void **state)
     struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS);
     struct lock_session *a = lock_session_new(la, NULL), *b = lock_session_new(lb, NULL);
     struct lock_grant w, g;
-    expect(lock_rw_acquire(a, key, LOCK_WRITE, 0, &w), LOCK_ACQUIRED, "writer");
-    expect(lock_rw_acquire(b, key, LOCK_READ, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(a, key, LOCK_WRITE, TRY_MS, &w), LOCK_ACQUIRED, "writer");
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
            "a reader while another writes");
-    expect(lock_rw_acquire(b, key, LOCK_WRITE, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
            "a writer while another writes");
-    expect(acquire_by_steps(b, key, LOCK_READ, 0, &g), LOCK_BUSY,
+    expect(acquire_by_steps(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
            "a reader by steps while another writes");
     expect(lock_release(a, key, &w), LOCK_RELEASED, "writer's release");
-    expect(lock_rw_acquire(a, key, LOCK_READ, 0, &g), LOCK_ACQUIRED, "reader");
-    expect(lock_rw_acquire(b, key, LOCK_WRITE, 0, &w), LOCK_BUSY,
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &g), LOCK_ACQUIRED, "reader");
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &w), LOCK_BUSY,
            "a writer while another reads");
     expect(lock_release(a, key, &g), LOCK_RELEASED, "reader's release");
-    expect(acquire_by_steps(b, key, LOCK_WRITE, 0, &w), LOCK_ACQUIRED,
+    expect(acquire_by_steps(b, key, LOCK_WRITE, TRY_MS, &w), LOCK_ACQUIRED,
            "a writer by steps once the reader is gone");
     expect(lock_release(b, key, &w), LOCK_RELEASED, "its release");
     lock_session_free(a);
@@ -300,11 +316,11 @@ static void test_waiting_writer_keeps_new_readers_out(void **state)
     struct lock_session *r = lock_session_new(lr, NULL), *w = lock_session_new(lw, NULL),
                         *n = lock_session_new(ln, NULL), *n2 = lock_session_new(ln, NULL);
     struct lock_grant r1, g;
-    expect(lock_rw_acquire(r, key, LOCK_READ, 0, &r1), LOCK_ACQUIRED, "reader");
+    expect(lock_rw_acquire(r, key, LOCK_READ, TRY_MS, &r1), LOCK_ACQUIRED, "reader");
     struct contender cw, cn;
     contender_start(&cw, w, key, LOCK_WRITE, 20000, 0);
     wait_asleep(lw, 1); /* the writer's node made, the reader's watched */
-    expect(lock_rw_acquire(n2, key, LOCK_READ, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(n2, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
            "a new reader that will not wait, while a writer waits");
     contender_start(&cn, n, key, LOCK_READ, 20000, 1);
     wait_asleep(ln, 1); /* asleep on the writer's node */
@@ -340,29 +356,31 @@ static void test_reentrant(void **state)
     struct lock_session *a = lock_session_new(la, NULL), *b = lock_session_new(lb, NULL);
     struct lock_grant r1, r2, w1, w2, wr, g;
     /* a reader twice */
-    expect(lock_rw_acquire(a, key, LOCK_READ, 0, &r1), LOCK_ACQUIRED, "read");
-    expect(lock_rw_acquire(a, key, LOCK_READ, 0, &r2), LOCK_ACQUIRED, "read again");
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &r1), LOCK_ACQUIRED, "read");
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &r2), LOCK_ACQUIRED, "read again");
     expect(lock_release(a, key, &r2), LOCK_RELEASED, "one read released");
-    expect(lock_rw_acquire(b, key, LOCK_WRITE, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
            "a writer while one read is left");
     expect(lock_release(a, key, &r1), LOCK_RELEASED, "the last read");
     /* a writer twice (a second node would wait for the first), and reading
      * too (a read node after its write node would wait for it) */
-    expect(lock_rw_acquire(a, key, LOCK_WRITE, 0, &w1), LOCK_ACQUIRED, "write");
-    expect(lock_rw_acquire(a, key, LOCK_WRITE, 0, &w2), LOCK_ACQUIRED, "write again");
+    expect(lock_rw_acquire(a, key, LOCK_WRITE, TRY_MS, &w1), LOCK_ACQUIRED, "write");
+    expect(lock_rw_acquire(a, key, LOCK_WRITE, TRY_MS, &w2), LOCK_ACQUIRED,
+           "write again");
     assert_int_equal(w2.fence, w1.fence); /* the same node, the same token */
-    expect(lock_rw_acquire(a, key, LOCK_READ, 0, &wr), LOCK_ACQUIRED, "the writer reads");
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &wr), LOCK_ACQUIRED,
+           "the writer reads");
     assert_int_equal(wr.fence, 0);
     expect(lock_release(a, key, &w2), LOCK_RELEASED, "one write released");
-    expect(lock_rw_acquire(b, key, LOCK_READ, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
            "a reader while one write is left");
     expect(lock_release(a, key, &w1), LOCK_RELEASED, "the last write");
     /* no downgrade: the writer's read keeps its write node */
-    expect(lock_rw_acquire(b, key, LOCK_READ, 0, &g), LOCK_BUSY,
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
            "a reader while the former writer reads");
     expect(lock_release(a, key, &wr), LOCK_RELEASED, "the former writer's read");
     expect(lock_release(a, key, &wr), LOCK_NOT_HELD, "a release too many");
-    expect(lock_rw_acquire(b, key, LOCK_WRITE, 0, &g), LOCK_ACQUIRED,
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &g), LOCK_ACQUIRED,
            "a writer once all is released");
     assert_true(g.fence > w1.fence);
     expect(lock_release(b, key, &g), LOCK_RELEASED, "its release");
