@@ -343,21 +343,29 @@ void lock_fence_text(const struct lock_grant *g, char *buf, size_t len);
  * writers (seed 6.1, Redisson's RReadWriteLock). Holds are per lock_session,
  * as for the plain lock: reentrant (a session counts its holds of a side and
  * releases as many), and a session that holds the write may also read (the
- * write released first, its reads keep the key as a read). A reader may not
- * upgrade: its write waits like any other (two readers that both tried would
- * wait for each other until their deadlines). Writer preference: a writer
+ * write released first, its reads keep the key as a read in redis; in zk and
+ * pg they keep it written until they are released too: no downgrade). A
+ * reader may not upgrade: its write waits like any other, for the session's
+ * own reads too (two readers that both tried would wait for each other
+ * until their deadlines). Writer preference: a writer
  * that waits keeps new readers out, those that hold finish, and it gets in
- * (a stream of readers cannot starve it); a reader's re-entry is let through.
+ * (a stream of readers cannot starve it); a reader's re-entry is let through
+ * (so a session that always holds a read of a key keeps a writer out: in zk
+ * and pg every read of a session that holds one is a re-entry).
  * A write grant carries a fencing token as the plain lock's does (fence,
  * fence_owner, "<key>:fence", lock_fence_text); a read grant none (fence 0):
  * a reader writes nothing the lock guards. Leases as for the plain lock: the
  * watchdog renews them, and a holder that dies frees its side when its lease
- * runs out. Released by lock_release (or its steps): the grant says which
- * side. docs/design.md "The read-write lock" has the modes' recipes.
+ * (zk: its session) runs out. Released by lock_release (or its steps): the
+ * grant says which side. docs/design.md "The read-write lock" has the modes'
+ * recipes and how sound each is.
  *
- * Modes: redis (one hash, lock/rwlock_redis.c); local (a process-local
- * rwlock); none (nothing is locked: every acquire is granted). Others answer
- * LOCK_ERROR: lock_rw_supported says which. */
+ * Modes: redis (one hash, lock/rwlock_redis.c); zk (Curator's recipe:
+ * "-read-" and "-write-" sequential nodes, the writer's token its node's
+ * czxid, lock/zk_steps.c); pg (a row per key in seckill_rwlocks, the
+ * writer's token its version, lock/pg_sql.c); local (a process-local
+ * rwlock); none (nothing is locked: every acquire is granted). Others
+ * (setnx, redlock) answer LOCK_ERROR: lock_rw_supported says which. */
 
 /* True when l's mode has a read-write lock. */
 int lock_rw_supported(const struct lock *l);

@@ -5,6 +5,8 @@
  *
  * made if missing (by the first attempt, and again whenever a statement finds
  * it gone); a key's row is made on demand by the first acquire that finds none.
+ * The statements are pg_sql.c's; the read-write lock's rows are in a table of
+ * their own, seckill_rwlocks, taken the same way (below).
  *
  * Acquire: one conditional UPDATE, which takes the row when it is free or its
  * lease ran out, on the database's clock, and moves its version on:
@@ -50,6 +52,19 @@
  * a key it holds gets the same grant again, and only its last release frees
  * the row.
  *
+ * The read-write lock (lock.h): the same jobs with a side, each side's
+ * attempt one conditional UPDATE of the key's row in seckill_rwlocks
+ * (pg_sql.c: readers each a member with a lease of its own, the writer's
+ * lease and version, a waiting writer's intent that keeps new readers out).
+ * A writer that ends without the grant (busy, failed, given up) lets its
+ * intent go at once, NOTIFYing the readers it kept out; asleep, it wakes to
+ * renew the intent at half its lease. Holds are per side (pg_lease.c): a
+ * session re-enters its read, or its write, in memory; a read while it
+ * writes is counted on the write hold, whose row stays written until those
+ * reads are released too (no downgrade); a write while it only reads waits
+ * for its own read like any other (no upgrade). The writer's token is the
+ * version; a read grant has none.
+ *
  * Steps for an event loop (lock.h: st->async), done on the caller's own
  * loop: a lock_session's first step gives it the two asynchronous connections
  * of that loop's base (pg/apg.h), shared by every session on the loop, one for
@@ -94,50 +109,25 @@
 
 #include "apg.h"
 #include "clock.h"
+#include "pg_sql.h"
 #include "xalloc.h"
 
-/* ---- the statements ------------------------------------------------------- */
+/* ---- answers ---------------------------------------------------------------- */
 
-static const char sql_table[] =
-    "CREATE TABLE IF NOT EXISTS seckill_locks (key text PRIMARY KEY, owner text, "
-    "expires_at timestamptz, version bigint NOT NULL DEFAULT 0)";
-static const char sql_insert[] =
-    "INSERT INTO seckill_locks (key) VALUES ($1) ON CONFLICT DO NOTHING";
-/* The conditional UPDATE, and what the row was in the statement's snapshot:
- * the version granted (NULL: not granted), whether the row exists, the
- * holder's lease left in ms (NULL: none seen). */
-static const char sql_acquire[] =
-    "WITH prev AS (SELECT owner, expires_at FROM seckill_locks WHERE key = $1), "
-    "got AS (UPDATE seckill_locks SET owner = $2, "
-    "expires_at = now() + $3::int * interval '1 millisecond', "
-    "version = greatest(version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) "
-    "WHERE key = $1 AND (owner IS NULL OR expires_at < now() OR owner = $2) "
-    "RETURNING version) "
-    "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
-    "(SELECT ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint FROM prev "
-    "WHERE owner IS NOT NULL)";
-static const char sql_release[] =
-    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-    "WHERE key = $1 AND owner = $2 AND version = $3::bigint "
-    "RETURNING pg_notify('" PG_CHANNEL "', key)";
-static const char sql_let_go[] =
-    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-    "WHERE key = $1 AND owner = $2 "
-    "RETURNING pg_notify('" PG_CHANNEL "', key)";
 /* What an acquire's answer says. */
 enum pg_try { PG_TRY_GRANTED, PG_TRY_TAKEN, PG_TRY_NO_ROW, PG_TRY_FAILED };
 
-/* Reads the answer r of sql_acquire: GRANTED with *version; TAKEN with
- * *left_ms, the holder's lease left on the database's clock (-1: unknown);
- * NO_ROW (the key has no row yet); FAILED (an error: a missing table is
- * remembered, to be made again). */
-static enum pg_try try_read(struct pg_state *st, const PGresult *r, uint64_t *version,
+/* Reads the answer r of an attempt (pg_sql.h, acquire): GRANTED with
+ * *version; TAKEN with *left_ms, the holder's lease left on the database's
+ * clock (-1: unknown); NO_ROW (the key has no row yet); FAILED (an error: a
+ * missing table is remembered in *ready, to be made again). */
+static enum pg_try try_read(_Atomic int *ready, const PGresult *r, uint64_t *version,
                             long long *left_ms)
 {
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 3) {
         const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
         if (code && strcmp(code, "42P01") == 0) /* undefined_table */
-            atomic_store(&st->table_ready, 0);
+            atomic_store(ready, 0);
         return PG_TRY_FAILED;
     }
     if (!PQgetisnull(r, 0, 0)) {
@@ -183,6 +173,8 @@ struct pg_job {
     char *key;
     char token[33];
     char version[24]; /* a release's */
+    lock_side side;   /* an acquire's, or the released hold's: its statements */
+    char intent[16];  /* a write attempt's intent lease, ms (pg_sql.h) */
     uint64_t granted; /* the version an acquire got */
     int64_t sent_us;  /* when the last attempt left: the lease counts from it */
     int64_t deadline_us;
@@ -225,14 +217,23 @@ static void ignore(void *arg, apg_outcome res, PGresult *r)
     (void)arg, (void)res, (void)r;
 }
 
-/* Sends the owner-checked release of key's row held by token, unwaited, on
- * the loop's connection (nothing when NULL, or closing). 1 when sent. */
-static int let_go(struct pg_loop *loop, const char *key, const char *token)
+/* Sends the owner-checked release of side of key's row held by token (and a
+ * writer's intent), unwaited, on the loop's connection (nothing when NULL, or
+ * closing). 1 when sent. */
+static int let_go(struct pg_loop *loop, const char *key, const char *token,
+                  lock_side side)
 {
     if (!loop || loop->closing)
         return 0;
     const char *params[] = {key, token};
-    return apg_query(loop->aconn, ignore, NULL, sql_let_go, 2, params) == APG_OK;
+    return apg_query(loop->aconn, ignore, NULL, pg_sql_of(side)->let_go, 2, params) ==
+           APG_OK;
+}
+
+/* The table flag of side's table. */
+static _Atomic int *table_ready(struct pg_state *st, lock_side side)
+{
+    return side == LOCK_EXCLUSIVE ? &st->table_ready : &st->rw_table_ready;
 }
 
 static void asleep_end(struct pg_job *j)
@@ -259,37 +260,55 @@ static void finish(struct pg_job *j, lock_status res)
     j->finished = 1;
     if (!j->cancelled)
         event_active(j->deliver, EV_TIMEOUT, 0);
-    else if (!release && res == LOCK_ACQUIRED)
-        let_go(j->loop, j->key, j->token);
+    /* a grant nobody takes, and a writer's intent once it stops waiting */
+    if (!release && j->token[0] &&
+        ((j->cancelled && res == LOCK_ACQUIRED) ||
+         (j->side == LOCK_WRITE && res != LOCK_ACQUIRED)))
+        let_go(j->loop, j->key, j->token, j->side);
 }
 
 static void on_table(void *arg, apg_outcome res, PGresult *r)
 {
-    struct pg_state *st = arg;
+    _Atomic int *ready = arg;
     if (res == APG_RESULT && PQresultStatus(r) == PGRES_COMMAND_OK)
-        atomic_store(&st->table_ready, 1);
+        atomic_store(ready, 1);
 }
 
 static void on_try(void *arg, apg_outcome res, PGresult *r);
 
-/* One attempt: the conditional UPDATE (behind the table's and the row's
- * making when needed). */
+/* How long a waiting writer's intent lives (pg_sql.h): a lease, or its wait
+ * left and 100 ms when that is shorter; each attempt renews it, and a
+ * writer asleep wakes for the next one at half of it (sleep_job). */
+static int64_t intent_ms(const struct pg_job *j, int64_t now)
+{
+    int64_t left_ms = (j->deadline_us - now) / 1000;
+    if (left_ms <= 0)
+        return 0;
+    int64_t ttl = j->loop->st->ttl_ms;
+    return left_ms + 100 < ttl ? left_ms + 100 : ttl;
+}
+
+/* One attempt: the conditional UPDATE of the side's table (behind the
+ * table's and the row's making when needed). */
 static void attempt(struct pg_job *j)
 {
     struct pg_loop *lp = j->loop;
     struct pg_state *st = lp->st;
+    const struct pg_sql *sql = pg_sql_of(j->side);
     j->phase = PJ_TRY;
     j->notified = 0;
-    if (!atomic_load(&st->table_ready))
-        apg_query(lp->aconn, on_table, st, sql_table, 0, NULL);
-    const char *params[] = {j->key, j->token, st->ttl_text};
+    _Atomic int *ready = table_ready(st, j->side);
+    if (!atomic_load(ready))
+        apg_query(lp->aconn, on_table, ready, sql->table, 0, NULL);
+    j->sent_us = clock_now_us();
+    snprintf(j->intent, sizeof(j->intent), "%lld", (long long)intent_ms(j, j->sent_us));
+    const char *params[] = {j->key, j->token, st->ttl_text, j->intent};
     if (j->inserted == 1) {
-        apg_query(lp->aconn, ignore, NULL, sql_insert, 1, params);
+        apg_query(lp->aconn, ignore, NULL, sql->row, 1, params);
         j->inserted = 2;
     }
-    j->sent_us = clock_now_us();
     j->refs++;
-    if (apg_query(lp->aconn, on_try, j, sql_acquire, 3, params) != APG_OK) {
+    if (apg_query(lp->aconn, on_try, j, sql->acquire, sql->nparams, params) != APG_OK) {
         j->refs--;
         finish(j, LOCK_ERROR); /* the database is down */
     }
@@ -302,6 +321,9 @@ static void sleep_job(struct pg_job *j, long long left_ms)
     struct pg_state *st = j->loop->st;
     int64_t now = clock_now_us();
     int64_t until = now + (left_ms >= 0 ? left_ms : st->ttl_ms) * 1000 + 1000;
+    int64_t intent_us = intent_ms(j, now) * 1000;
+    if (j->side == LOCK_WRITE && until > now + intent_us / 2) /* renews its intent */
+        until = now + intent_us / 2;
     if (until > j->deadline_us)
         until = j->deadline_us;
     int64_t in = until - now;
@@ -317,17 +339,18 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
     struct pg_job *j = arg;
     uint64_t version = 0;
     long long left_ms = -1;
+    _Atomic int *ready = table_ready(j->loop->st, j->side);
     enum pg_try t =
-        res == APG_RESULT ? try_read(j->loop->st, r, &version, &left_ms) : PG_TRY_FAILED;
+        res == APG_RESULT ? try_read(ready, r, &version, &left_ms) : PG_TRY_FAILED;
     if (j->phase != PJ_TRY) { /* over meanwhile (given up): nobody takes it */
-        if (t == PG_TRY_GRANTED || res == APG_LOST)
-            let_go(j->loop, j->key, j->token);
+        if (t == PG_TRY_GRANTED || res == APG_LOST || j->side == LOCK_WRITE)
+            let_go(j->loop, j->key, j->token, j->side);
     } else if (t == PG_TRY_GRANTED) {
         j->granted = version;
         finish(j, LOCK_ACQUIRED);
     } else if (res == APG_LOST) { /* it may have taken the row: let go */
         finish(j, LOCK_ERROR);
-        let_go(j->loop, j->key, j->token);
+        let_go(j->loop, j->key, j->token, j->side);
     } else if (t == PG_TRY_NO_ROW && !j->inserted) {
         j->inserted = 1;
         attempt(j);
@@ -466,10 +489,10 @@ static lock_status release_in_memory(struct pg_session *s, const char *key,
         return LOCK_NOT_HELD;
     g->holder = NULL;
     int alive = pg_hold_alive(s->st, h);
-    if (--h->depth > 0)
+    if (pg_hold_leave(h, g->side) > 0)
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     lock_status res = LOCK_NOT_HELD;
-    if (alive && send && let_go(s->loop, h->key, h->token))
+    if (alive && send && let_go(s->loop, h->key, h->token, h->side))
         res = LOCK_RELEASED;
     pg_hold_free(h); /* else its lease runs out, not renewed any more */
     return res;
@@ -479,15 +502,10 @@ static lock_status release_in_memory(struct pg_session *s, const char *key,
 
 static void pg_try_cmd(void *session, const char *key, struct lock_step *st)
 {
-    struct pg_session *s = session;
-    struct pg_hold *h = pg_hold_find(s, key);
-    if (h && pg_hold_alive(s->st, h)) {
+    if (pg_hold_reentered(session, key, st->side))
         st->phase = PHASE_REENTER; /* decided at once, in try_done */
-        return;
-    }
-    if (h) /* lost: its grants release as NOT_HELD; this one is new */
-        h->detached = 1;
-    st->async = 1;
+    else
+        st->async = 1;
 }
 
 static void released(void *arg, apg_outcome res, PGresult *r)
@@ -515,6 +533,7 @@ static void pg_step_start(void *session, const char *key, struct lock_step *st,
     j->timer = evtimer_new(base, on_timer, j);
     st->job = j;
     j->release = st->phase == PHASE_RELEASE;
+    j->side = j->release ? ((struct pg_hold *)st->g->holder)->side : st->side;
     int on = conns_on(s, base);
     j->loop = s->loop; /* on a failure another loop's: only finish() and take() use it */
     if (!on) {
@@ -530,7 +549,8 @@ static void pg_step_start(void *session, const char *key, struct lock_step *st,
         pg_hold_releasing(s->st, h);
         const char *params[] = {j->key, j->token, j->version};
         j->refs++;
-        if (apg_query(j->loop->aconn, released, j, sql_release, 3, params) != APG_OK) {
+        const char *sql = pg_sql_of(h->side)->release;
+        if (apg_query(j->loop->aconn, released, j, sql, 3, params) != APG_OK) {
             j->refs--;
             finish(j, LOCK_ERROR);
         }
@@ -562,19 +582,21 @@ static lock_status pg_try_done(void *session, const char *key, struct lock_step 
     struct pg_session *s = session;
     struct pg_job *j = st->job;
     if (!j) { /* a re-entry (or nothing started) */
-        struct pg_hold *h = pg_hold_find(s, key);
-        if (st->phase != PHASE_REENTER || !h || !pg_hold_alive(s->st, h))
+        struct pg_hold *h =
+            st->phase == PHASE_REENTER ? pg_hold_reentered(s, key, st->side) : NULL;
+        if (!h)
             return LOCK_ERROR;
-        h->depth++;
-        pg_grant_fill(s->st, h, 0, g);
+        pg_hold_enter(h, st->side);
+        pg_grant_fill(s->st, h, st->side, 0, g);
         return LOCK_ACQUIRED;
     }
     st->job = NULL;
     int finished = j->finished;
     lock_status res = take(j);
     if (finished && res == LOCK_ACQUIRED) {
-        struct pg_hold *h = pg_hold_new(s, key, j->token, j->granted, j->sent_us);
-        pg_grant_fill(s->st, h, j->contended, g);
+        struct pg_hold *h =
+            pg_hold_new(s, key, st->side, j->token, j->granted, j->sent_us);
+        pg_grant_fill(s->st, h, st->side, j->contended, g);
     }
     st->contended |= j->contended;
     job_put(j);
@@ -590,7 +612,7 @@ static void pg_step_cancel(void *session, struct lock_step *st)
         j->finished && j->res == LOCK_ACQUIRED && j->phase == PJ_DONE && j->granted > 0;
     take(j); /* an answer still to come is let go when it grants */
     if (granted)
-        let_go(j->loop, j->key, j->token);
+        let_go(j->loop, j->key, j->token, j->side);
     job_put(j);
 }
 
@@ -599,7 +621,8 @@ static void pg_release_cmd(void *session, const char *key, struct lock_grant *g,
 {
     struct pg_session *s = session;
     struct pg_hold *h = g->holder;
-    if (!h || strcmp(h->key, key) != 0 || h->depth > 1 || !pg_hold_alive(s->st, h)) {
+    if (!h || strcmp(h->key, key) != 0 || pg_hold_grants(h) > 1 ||
+        !pg_hold_alive(s->st, h)) {
         st->phase = PHASE_MEMORY; /* nothing to send: release_done decides */
         return;
     }
@@ -752,4 +775,5 @@ const struct lock_backend lock_backend_pg = {
     .step_start = pg_step_start,
     .step_cancel = pg_step_cancel,
     .fences = 1, /* the version */
+    .rw = 1,     /* rows of seckill_rwlocks (pg_sql.c) */
 };

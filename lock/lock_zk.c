@@ -46,6 +46,16 @@
  * Reentrancy is per lock_session, in memory: a session that re-acquires a key
  * it holds increments a count, and only its last release deletes the node.
  *
+ * The read-write lock (lock.h): the same steps with a side, whose node is a
+ * "-read-" or "-write-" one (zk_steps.c says whom each waits for). Holds are
+ * per side: a session re-enters its read, or its write, with no request; a
+ * read while it writes is counted on the write hold (no node of its own: one
+ * made after another writer's node would wait for it), and the write's node
+ * stays until those reads are released too (no downgrade). A write while
+ * it only reads makes a write node, which waits for its own read node like
+ * any other (no upgrade). The writer's token is its node's czxid; a read
+ * grant has none.
+ *
  * Session expiry: every hold of that session is lost (counted once each, in
  * leases_lost): lock_valid_until_us answers 0 and release LOCK_NOT_HELD. The
  * next acquire opens a new session (zookeeper_init again). While disconnected,
@@ -79,13 +89,16 @@
 #define ZK_PARENT_MAX (ZK_PATH_MAX - 64)
 #define ZK_DEFAULT_SESSION_MS 3000
 
-/* One key held by one lock_session, perhaps re-entered. */
+/* One key held by one lock_session on one side (its node's kind), perhaps
+ * re-entered. */
 struct zk_hold {
     struct zk_session *owner; /* the session that took it, whose list it is on */
     struct zk_hold *snext;    /* the session's list (session thread only) */
     struct zk_conn_hold cl;   /* the conn's list, lost: the session expired */
     struct zk_conn *conn;     /* referenced */
     int depth;                /* grants not yet released (session thread only) */
+    int reads;                /* a write hold's read grants (session thread only) */
+    lock_side side;
     int detached;             /* found lost by an acquire that made a new hold */
     uint64_t fence;
     char guid[33];
@@ -122,22 +135,24 @@ static int key_path(const char *key, char *out, size_t len)
 
 /* ---- holds ------------------------------------------------------------- */
 
-/* s's hold of key, NULL when none (session thread only). */
-static struct zk_hold *hold_find(struct zk_session *s, const char *key)
+/* s's hold of side of key, NULL when none (session thread only). */
+static struct zk_hold *hold_find(struct zk_session *s, const char *key, lock_side side)
 {
     for (struct zk_hold *h = s->holds; h; h = h->snext)
-        if (!h->detached && strcmp(h->key, key) == 0)
+        if (!h->detached && h->side == side && strcmp(h->key, key) == 0)
             return h;
     return NULL;
 }
 
-/* A hold of key by s of node (guid's, czxid its token); takes over the
- * caller's reference to c. */
-static struct zk_hold *hold_new(struct zk_session *s, const char *key, struct zk_conn *c,
-                                int64_t czxid, const char *guid, const char *node)
+/* A hold of side of key by s of node (guid's, czxid its token); takes over
+ * the caller's reference to c. */
+static struct zk_hold *hold_new(struct zk_session *s, const char *key, lock_side side,
+                                struct zk_conn *c, int64_t czxid, const char *guid,
+                                const char *node)
 {
     struct zk_hold *h = xcalloc(1, sizeof(*h));
     h->key = xstrdup(key);
+    h->side = side;
     h->conn = c;
     h->depth = 1;
     h->fence = (uint64_t)czxid;
@@ -178,25 +193,60 @@ static int hold_alive(struct zk_state *st, const struct zk_hold *h)
     return alive;
 }
 
-/* g as a grant of h. */
-static void grant_fill(struct zk_state *st, struct zk_hold *h, int contended,
-                       struct lock_grant *g)
+/* g as a grant of side of h (a read of a write hold: the writer reads). A
+ * read carries no token. */
+static void grant_fill(struct zk_state *st, struct zk_hold *h, lock_side side,
+                       int contended, struct lock_grant *g)
 {
     pthread_mutex_lock(&st->mu);
     int64_t session_us = h->conn->session_us;
     pthread_mutex_unlock(&st->mu);
     memcpy(g->token, h->guid, sizeof(g->token));
-    g->fence = h->fence;
+    g->fence = side == LOCK_READ ? 0 : h->fence;
     g->acquired_us = clock_now_us();
     g->valid_until_us = g->acquired_us + session_us;
     g->contended = contended;
     g->holder = h;
 }
 
+/* The live hold that a grant of side of key re-enters (no request): the
+ * session's hold of that side, or for a read its write (the writer reads);
+ * NULL when none. A hold of that side found lost is left to its grants
+ * (they release as NOT_HELD): the grant is a new one. */
+static struct zk_hold *hold_reentered(struct zk_session *s, const char *key,
+                                      lock_side side)
+{
+    struct zk_hold *w = side == LOCK_READ ? hold_find(s, key, LOCK_WRITE) : NULL;
+    if (w && hold_alive(s->st, w))
+        return w;
+    struct zk_hold *h = hold_find(s, key, side);
+    if (h && hold_alive(s->st, h))
+        return h;
+    if (h)
+        h->detached = 1;
+    return NULL;
+}
+
+/* The grants of h not yet released. */
+static int hold_grants(const struct zk_hold *h)
+{
+    return h->depth + h->reads;
+}
+
+/* Counts one more grant of side on h (re-entered). */
+static void hold_enter(struct zk_hold *h, lock_side side)
+{
+    if (side == LOCK_READ && h->side == LOCK_WRITE)
+        h->reads++;
+    else
+        h->depth++;
+}
+
 /* Releases g (key's) without a job: a re-entered grant, a lost one, or one
  * whose release was never sent; the last grant of a live hold has its node
  * deleted in the background (a lost answer leaves it to the orphan sweep),
- * as a node has no lease that would run out. */
+ * as a node has no lease that would run out. A write hold's node stays
+ * while the writer still reads: no downgrade (see design.md). */
 static lock_status hold_let_go(struct zk_session *s, const char *key,
                                struct lock_grant *g)
 {
@@ -205,7 +255,11 @@ static lock_status hold_let_go(struct zk_session *s, const char *key,
         return LOCK_NOT_HELD;
     g->holder = NULL;
     int alive = hold_alive(s->st, h);
-    if (--h->depth > 0)
+    if (g->side == LOCK_READ && h->side == LOCK_WRITE)
+        h->reads--;
+    else
+        h->depth--;
+    if (hold_grants(h) > 0)
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     if (alive) {
         char parent[ZK_PATH_MAX];
@@ -223,15 +277,10 @@ static lock_status hold_let_go(struct zk_session *s, const char *key,
 
 static void zk_try_cmd(void *session, const char *key, struct lock_step *st)
 {
-    struct zk_session *s = session;
-    struct zk_hold *h = hold_find(s, key);
-    if (h && hold_alive(s->st, h)) {
+    if (hold_reentered(session, key, st->side))
         st->phase = PHASE_REENTER; /* decided at once, in try_done */
-        return;
-    }
-    if (h) /* lost: its grants release as NOT_HELD; this one is new */
-        h->detached = 1;
-    st->async = 1;
+    else
+        st->async = 1;
 }
 
 static void zk_step_start(void *session, const char *key, struct lock_step *st,
@@ -244,7 +293,7 @@ static void zk_step_start(void *session, const char *key, struct lock_step *st,
         /* the delete of the node of the last grant of a hold whose session
          * lives; else nothing to delete, and release_done decides */
         struct zk_hold *h = st->g->holder;
-        if (!h || strcmp(h->key, key) != 0 || h->depth > 1 || !hold_alive(s->st, h))
+        if (!h || strcmp(h->key, key) != 0 || hold_grants(h) > 1 || !hold_alive(s->st, h))
             zk_job_end(j, LOCK_RELEASED);
         else
             zk_job_release(j, h->conn, h->node, h->guid);
@@ -254,7 +303,7 @@ static void zk_step_start(void *session, const char *key, struct lock_step *st,
     if (key_path(key, parent, sizeof(parent)) != 0)
         zk_job_end(j, LOCK_ERROR);
     else
-        zk_job_acquire(j, parent, st->deadline_us);
+        zk_job_acquire(j, parent, st->side, st->deadline_us);
 }
 
 static lock_status zk_try_done(void *session, const char *key, struct lock_step *st,
@@ -263,19 +312,21 @@ static lock_status zk_try_done(void *session, const char *key, struct lock_step 
     struct zk_session *s = session;
     struct zk_job *j = st->job;
     if (!j) { /* a re-entry (or nothing started) */
-        struct zk_hold *h = hold_find(s, key);
-        if (st->phase != PHASE_REENTER || !h || !hold_alive(s->st, h))
+        struct zk_hold *h =
+            st->phase == PHASE_REENTER ? hold_reentered(s, key, st->side) : NULL;
+        if (!h)
             return LOCK_ERROR;
-        h->depth++;
-        grant_fill(s->st, h, 0, g);
+        hold_enter(h, st->side);
+        grant_fill(s->st, h, st->side, 0, g);
         return LOCK_ACQUIRED;
     }
     st->job = NULL;
     lock_status res = zk_job_take(j);
     if (res == LOCK_ACQUIRED) {
-        struct zk_hold *h = hold_new(s, key, j->conn, j->czxid, j->guid, j->node);
+        struct zk_hold *h =
+            hold_new(s, key, st->side, j->conn, j->czxid, j->guid, j->node);
         j->conn = NULL; /* the hold's now */
-        grant_fill(s->st, h, j->contended, g);
+        grant_fill(s->st, h, st->side, j->contended, g);
     }
     st->contended |= j->contended;
     zk_job_put(j);
@@ -442,4 +493,5 @@ const struct lock_backend lock_backend_zk = {
     .step_start = zk_step_start,
     .step_cancel = zk_step_cancel,
     .fences = 1, /* the czxid */
+    .rw = 1,     /* "-read-" and "-write-" nodes (zk_steps.c) */
 };

@@ -9,24 +9,61 @@
 
 #include "apg.h"
 #include "clock.h"
+#include "pg_sql.h"
 #include "xalloc.h"
 
 /* ---- holds ------------------------------------------------------------- */
 
-struct pg_hold *pg_hold_find(struct pg_session *s, const char *key)
+struct pg_hold *pg_hold_find(struct pg_session *s, const char *key, lock_side side)
 {
     for (struct pg_hold *h = s->holds; h; h = h->snext)
-        if (!h->detached && strcmp(h->key, key) == 0)
+        if (!h->detached && h->side == side && strcmp(h->key, key) == 0)
             return h;
     return NULL;
 }
 
-struct pg_hold *pg_hold_new(struct pg_session *s, const char *key, const char *token,
-                            uint64_t version, int64_t sent_us)
+struct pg_hold *pg_hold_reentered(struct pg_session *s, const char *key, lock_side side)
+{
+    struct pg_hold *w = side == LOCK_READ ? pg_hold_find(s, key, LOCK_WRITE) : NULL;
+    if (w && pg_hold_alive(s->st, w))
+        return w;
+    struct pg_hold *h = pg_hold_find(s, key, side);
+    if (h && pg_hold_alive(s->st, h))
+        return h;
+    if (h)
+        h->detached = 1;
+    return NULL;
+}
+
+void pg_hold_enter(struct pg_hold *h, lock_side side)
+{
+    if (side == LOCK_READ && h->side == LOCK_WRITE)
+        h->reads++;
+    else
+        h->depth++;
+}
+
+int pg_hold_leave(struct pg_hold *h, lock_side side)
+{
+    if (side == LOCK_READ && h->side == LOCK_WRITE)
+        h->reads--;
+    else
+        h->depth--;
+    return pg_hold_grants(h);
+}
+
+int pg_hold_grants(const struct pg_hold *h)
+{
+    return h->depth + h->reads;
+}
+
+struct pg_hold *pg_hold_new(struct pg_session *s, const char *key, lock_side side,
+                            const char *token, uint64_t version, int64_t sent_us)
 {
     struct pg_state *st = s->st;
     struct pg_hold *h = xcalloc(1, sizeof(*h));
     h->key = xstrdup(key);
+    h->side = side;
     snprintf(h->token, sizeof(h->token), "%s", token);
     h->version = version;
     h->depth = 1;
@@ -93,13 +130,18 @@ void pg_hold_releasing(struct pg_state *st, struct pg_hold *h)
     pthread_mutex_unlock(&st->mu);
 }
 
-void pg_grant_fill(struct pg_state *st, struct pg_hold *h, int contended,
+void pg_grant_fill(struct pg_state *st, struct pg_hold *h, lock_side side, int contended,
                    struct lock_grant *g)
 {
     memcpy(g->token, h->token, sizeof(g->token));
-    g->fence = h->version;
     g->fence_owner[0] = '\0'; /* unique by itself in its namespace: "<n>@pg" */
-    snprintf(g->fence_ns, sizeof(g->fence_ns), "pg");
+    if (side == LOCK_READ) {  /* a reader writes nothing: no token */
+        g->fence = 0;
+        g->fence_ns[0] = '\0';
+    } else {
+        g->fence = h->version;
+        snprintf(g->fence_ns, sizeof(g->fence_ns), "pg");
+    }
     g->acquired_us = clock_now_us();
     pthread_mutex_lock(&st->mu);
     g->valid_until_us = h->valid_until_us;
@@ -115,13 +157,6 @@ int64_t pg_hold_valid_until(struct pg_state *st, const struct pg_hold *h)
     pthread_mutex_unlock(&st->mu);
     return until;
 }
-
-/* Extends a held lease ($1 key, $2 owner, $3 version, $4 ttl ms) while it
- * has not run out: a row answered, renewed; none, lost. */
-static const char sql_renew[] =
-    "UPDATE seckill_locks SET expires_at = now() + $4::int * interval '1 millisecond' "
-    "WHERE key = $1 AND owner = $2 AND version = $3::bigint AND expires_at >= now() "
-    "RETURNING version";
 
 /* ---- the watchdog -------------------------------------------------------- */
 
@@ -177,6 +212,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     struct pg_state *st = arg;
     struct {
         char key[256], token[33], version[24];
+        lock_side side;
     } due[PG_RENEW_MAX];
     struct pg_renewal *rns[PG_RENEW_MAX];
     int n = 0, lost = 0;
@@ -194,6 +230,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         snprintf(due[n].key, sizeof(due[n].key), "%s", h->key);
         snprintf(due[n].token, sizeof(due[n].token), "%s", h->token);
         snprintf(due[n].version, sizeof(due[n].version), "%" PRIu64, h->version);
+        due[n].side = h->side;
         rns[n] = xcalloc(1, sizeof(*rns[n]));
         rns[n]->st = st;
         rns[n]->sent_us = now;
@@ -205,7 +242,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         lock_count_lost(st->counters);
     for (int i = 0; i < n; i++) {
         const char *params[] = {due[i].key, due[i].token, due[i].version, st->ttl_text};
-        if (apg_query(st->wd_conn, on_renewed, rns[i], sql_renew, 4, params) != APG_OK)
+        /* an owner- and version-checked extension of a lease not run out:
+         * a row answered, renewed; none, lost */
+        const char *sql = pg_sql_of(due[i].side)->renew;
+        if (apg_query(st->wd_conn, on_renewed, rns[i], sql, 4, params) != APG_OK)
             on_renewed(rns[i], APG_NOT_SENT, NULL); /* again at the next tick */
     }
 }

@@ -29,9 +29,12 @@ struct zk_loop;
 #define ZK_ROOT "/seckill"
 #define ZK_LOCKS ZK_ROOT "/locks"
 #define ZK_PATH_MAX 1024
-/* Our node names are "_c_<guid>-lock-<seq>" (guid: 32 characters). */
+/* Our node names are "_c_<guid>-lock-<seq>" (guid: 32 characters); those of
+ * the read-write lock "_c_<guid>-read-<seq>" and "_c_<guid>-write-<seq>". */
 #define ZK_GUID_PREFIX "_c_"
 #define ZK_NODE_SUFFIX "-lock-"
+#define ZK_READ_SUFFIX "-read-"
+#define ZK_WRITE_SUFFIX "-write-"
 #define ZK_PARENT_BUCKETS 256
 
 struct zk_state;

@@ -42,6 +42,7 @@ struct zk_job {
     int lost_create;     /* a create's answer was lost: our node may exist */
     int contended;
     int release;  /* a release: the delete of node (DELETE), not an acquire */
+    lock_side side; /* an acquire's: which node it makes, which it waits for */
     int watching; /* w is on the conn's list */
     struct zk_waiter w;
     char parent[ZK_PATH_MAX], guid[33], node[ZK_PATH_MAX], pred[ZK_PATH_MAX];
@@ -59,9 +60,11 @@ struct zk_job *zk_job_new(struct zk_state *st, struct event_base *base,
                           lock_step_cb *done, void *arg);
 /* Ends j before it started, with res: done is called as after a run. */
 void zk_job_end(struct zk_job *j, lock_status res);
-/* Starts j as an acquire under parent (a fresh guid), on st's current
- * session, waiting until deadline_us (its requests get at least a floor). */
-void zk_job_acquire(struct zk_job *j, const char *parent, int64_t deadline_us);
+/* Starts j as an acquire of side under parent (a fresh guid), on st's
+ * current session, waiting until deadline_us (its requests get at least a
+ * floor). */
+void zk_job_acquire(struct zk_job *j, const char *parent, lock_side side,
+                    int64_t deadline_us);
 /* Starts j as the release of node (guid's, on session c: a reference of the
  * job's own is taken). */
 void zk_job_release(struct zk_job *j, struct zk_conn *c, const char *node,

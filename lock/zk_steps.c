@@ -25,6 +25,14 @@
  *   DELETE    a release's delete of our node  DONE
  *   DONE      requests may still answer: each is undone (node deleted)
  *
+ * The read-write lock (Curator's InterProcessReadWriteLock): the node of a
+ * side is "-read-" or "-write-" where the plain lock's is "-lock-", under the
+ * same parent and in one sequence; a writer waits for the nearest node
+ * before it of either side, a reader only for the nearest write node (the
+ * readers between share), so a waiting writer's node keeps out every reader
+ * that comes after it (writer preference). Plain and read-write nodes never
+ * wait for each other: a key is one or the other (lock.h).
+ *
  * Protected mode (Curator's): a create whose answer was lost with the
  * connection may have made our node. Once reconnected (the same session) the
  * job looks for a child carrying its guid (FIND) and uses it, rather than
@@ -61,35 +69,79 @@
 
 /* ---- the recipe's pieces ------------------------------------------------ */
 
-/* The sequence number of one of our node names; -1 for any other name. */
-static long long node_seq(const char *name)
+/* The node kinds and the suffix each one's name carries. */
+static const struct {
+    const char *suffix;
+    lock_side side;
+} node_kinds[] = {
+    {ZK_NODE_SUFFIX, LOCK_EXCLUSIVE},
+    {ZK_READ_SUFFIX, LOCK_READ},
+    {ZK_WRITE_SUFFIX, LOCK_WRITE},
+};
+
+static const char *node_suffix(lock_side side)
 {
-    size_t len = strlen(name), slen = strlen(ZK_NODE_SUFFIX);
-    if (strncmp(name, ZK_GUID_PREFIX, strlen(ZK_GUID_PREFIX)) != 0 ||
-        len < ZK_SEQ_DIGITS + slen ||
-        strncmp(name + len - ZK_SEQ_DIGITS - slen, ZK_NODE_SUFFIX, slen) != 0)
+    for (size_t i = 0; i < sizeof(node_kinds) / sizeof(node_kinds[0]); i++)
+        if (node_kinds[i].side == side)
+            return node_kinds[i].suffix;
+    return ZK_NODE_SUFFIX;
+}
+
+/* The sequence number of one of our node names, and its kind in *side; -1
+ * for any other name. */
+static long long node_seq(const char *name, lock_side *side)
+{
+    size_t len = strlen(name);
+    if (strncmp(name, ZK_GUID_PREFIX, strlen(ZK_GUID_PREFIX)) != 0 || len < ZK_SEQ_DIGITS)
+        return -1;
+    const char *digits = name + len - ZK_SEQ_DIGITS;
+    int kind = -1;
+    for (size_t i = 0; i < sizeof(node_kinds) / sizeof(node_kinds[0]) && kind < 0; i++) {
+        size_t slen = strlen(node_kinds[i].suffix);
+        if (len >= ZK_SEQ_DIGITS + slen &&
+            strncmp(digits - slen, node_kinds[i].suffix, slen) == 0)
+            kind = (int)i;
+    }
+    if (kind < 0)
         return -1;
     long long seq = 0;
-    for (const char *p = name + len - ZK_SEQ_DIGITS; *p; p++) {
+    for (const char *p = digits; *p; p++) {
         if (*p < '0' || *p > '9')
             return -1;
         seq = seq * 10 + (*p - '0');
     }
+    *side = node_kinds[kind].side;
     return seq;
 }
 
-/* Which of kids[0..n-1] (children of parent) precedes our node (its path):
- * ZOK with pred its path, "" when ours is the lowest; ZNONODE when ours is
- * not among them. Deletes (on c) any other node carrying our guid. */
+/* Whether a node of side theirs before ours (of side mine) keeps us waiting
+ * (Curator's InterProcessReadWriteLock for the two sides): the plain lock
+ * waits for any plain node, a writer for any read or write node, a reader
+ * only for a write node. */
+static int waits_for(lock_side mine, lock_side theirs)
+{
+    if (mine == LOCK_EXCLUSIVE)
+        return theirs == LOCK_EXCLUSIVE;
+    if (mine == LOCK_WRITE)
+        return theirs != LOCK_EXCLUSIVE;
+    return theirs == LOCK_WRITE;
+}
+
+/* Which of kids[0..n-1] (children of parent) our node (its path, of side)
+ * waits for: the nearest before it of a kind it waits for (waits_for). ZOK
+ * with pred its path, "" when there is none (ours holds); ZNONODE when ours
+ * is not among them. Deletes (on c) any other node carrying our guid. */
 static int predecessor(struct zk_conn *c, char **kids, int n, const char *parent,
-                       const char *node, const char *guid, char *pred, size_t len)
+                       const char *node, lock_side side, const char *guid, char *pred,
+                       size_t len)
 {
     const char *mine = strrchr(node, '/') + 1;
     long long my_seq = -1, best_seq = -1;
     int best = -1;
+    lock_side kind;
     for (int i = 0; i < n; i++) {
         if (strcmp(kids[i], mine) == 0) {
-            my_seq = node_seq(mine);
+            my_seq = node_seq(mine, &kind);
         } else if (zk_has_guid(kids[i], guid)) {
             /* A second node of this attempt: a create whose answer was lost
              * and that reached the server after FIND looked. No guid for the
@@ -102,8 +154,8 @@ static int predecessor(struct zk_conn *c, char **kids, int n, const char *parent
         }
     }
     for (int i = 0; i < n && my_seq >= 0; i++) {
-        long long seq = node_seq(kids[i]);
-        if (seq >= 0 && seq < my_seq && seq > best_seq) {
+        long long seq = node_seq(kids[i], &kind);
+        if (seq >= 0 && seq < my_seq && seq > best_seq && waits_for(side, kind)) {
             best_seq = seq;
             best = i;
         }
@@ -251,8 +303,8 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
 static void create(struct zk_job *j)
 {
     char path[ZK_PATH_MAX];
-    snprintf(path, sizeof(path), "%s/" ZK_GUID_PREFIX "%s" ZK_NODE_SUFFIX, j->parent,
-             j->guid);
+    snprintf(path, sizeof(path), "%s/" ZK_GUID_PREFIX "%s%s", j->parent, j->guid,
+             node_suffix(j->side));
     j->phase = ZS_CREATE;
     job_ref(j);
     refused(j, zoo_acreate2(j->conn->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
@@ -445,8 +497,8 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
     if (rc == ZOK) {
         char *none[1];
         int n = kids ? kids->count : 0;
-        rc = predecessor(j->conn, n ? kids->data : none, n, j->parent, j->node, j->guid,
-                         j->pred, sizeof(j->pred));
+        rc = predecessor(j->conn, n ? kids->data : none, n, j->parent, j->node, j->side,
+                         j->guid, j->pred, sizeof(j->pred));
         if (rc == ZNONODE) { /* ours was deleted under us: a new one */
             unwatch(j);
             j->node[0] = '\0';
@@ -643,8 +695,10 @@ static void run(struct zk_job *j)
     zk_loop_post(j->st->loop, start_job, j);
 }
 
-void zk_job_acquire(struct zk_job *j, const char *parent, int64_t deadline_us)
+void zk_job_acquire(struct zk_job *j, const char *parent, lock_side side,
+                    int64_t deadline_us)
 {
+    j->side = side;
     int64_t floor_us = clock_now_us() + (int64_t)ZK_STEP_FLOOR_MS * 1000;
     j->deadline_us = deadline_us;
     j->hard_us = deadline_us > floor_us ? deadline_us : floor_us;

@@ -1,0 +1,513 @@
+/* test_rwlock_zk: the read-write lock of the zk mode (lock.h "the read-write
+ * lock", Curator's InterProcessReadWriteLock in lock/zk_steps.c) against a
+ * real ZooKeeper server (one per binary) and, for the fencing token's check,
+ * a real redis-server running the commit's own fence piece
+ * (inventory/lua/fence.lua): readers share, a writer excludes both sides, a
+ * waiting writer keeps new readers out (and they get in after it),
+ * reentrancy, a holder whose session expires frees its side, and a stale
+ * writer is fenced off by the next writer's czxid.
+ *
+ * Each struct lock is its own ZooKeeper session, as a process is; sessions
+ * of one lock contend as separate threads of that process do. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "lock.h"
+#include "testutil.h"
+
+#define SESSION_MS 3000
+/* The wait of an acquire expected at once (granted, or busy): a free key is
+ * granted at once whatever the wait; a taken one is busy once its list found
+ * it taken. A wait of 0 still gets 200 ms for its round trips (zk_steps.c's
+ * floor), which a JVM on a busy 2-core machine can eat (an error, not busy):
+ * 500 ms is the slack. */
+#define TRY_MS 500
+
+static struct test_zk zk;
+static struct test_redis srv;
+static struct rconn *data; /* the data Redis, where commits check the fence */
+static char hosts[64];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    evthread_use_pthreads(); /* the steps' bases are woken from the zk loop */
+    test_zk_start(&zk);
+    snprintf(hosts, sizeof(hosts), "127.0.0.1:%d", zk.port);
+    test_redis_start(&srv, NULL);
+    data = rconn_new("127.0.0.1", srv.port, NULL, 2000);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    rconn_free(data);
+    test_redis_stop(&srv, 1, 0);
+    test_zk_stop(&zk, 1, 0);
+    return 0;
+}
+
+/* A zk lock (one ZooKeeper session) on ensemble. */
+static struct lock *zk_lock(const char *ensemble, int session_ms)
+{
+    struct lock_config cfg = {
+        .ttl_ms = 3000, .fencing = 1, .zk_hosts = ensemble, .zk_session_ms = session_ms};
+    char err[256] = "";
+    struct lock *l = lock_new("zk", &cfg, err, sizeof(err));
+    if (!l)
+        fail_msg("lock_new(zk, %s): %s", ensemble, err);
+    /* Its session connects in the background: a first acquire of a key
+     * nobody takes, waiting up to 20 s (a busy machine's JVM), returns once
+     * it is there, so that the test's own acquires find it connected. */
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    if (lock_rw_acquire(s, "rw:connected", LOCK_READ, 20000, &g) != LOCK_ACQUIRED)
+        fail_msg("zk (%s): no session within 20 s", ensemble);
+    lock_release(s, "rw:connected", &g);
+    lock_session_free(s);
+    return l;
+}
+
+static void expect(lock_status got, lock_status want, const char *what)
+{
+    if (got != want)
+        fail_msg("%s: status %d, expected %d", what, got, want);
+}
+
+static uint64_t asleep(struct lock *l)
+{
+    struct lock_stats st;
+    lock_stats(l, &st);
+    return st.watch_waiters;
+}
+
+struct asleep_arg {
+    struct lock *l;
+    uint64_t want;
+};
+
+static int asleep_is(void *arg)
+{
+    struct asleep_arg *a = arg;
+    return asleep(a->l) == a->want;
+}
+
+/* Waits until want waiters of l sleep on a watch (their nodes made, their
+ * predecessors watched). */
+static void wait_asleep(struct lock *l, uint64_t want)
+{
+    struct asleep_arg a = {l, want};
+    if (!test_wait_for(asleep_is, &a, 20000))
+        fail_msg("%llu waiters asleep, expected %llu", (unsigned long long)asleep(l),
+                 (unsigned long long)want);
+}
+
+/* ---- an acquire on its own thread, blocking or by steps ---------------------- */
+
+struct contender {
+    struct lock_session *s;
+    const char *key;
+    lock_side side;
+    int wait_ms, steps;
+    pthread_t thread;
+    atomic_int done;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+};
+
+static void on_step_over(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+/* As an event loop acquires: lock_rw_try_step, the step done on the zk loop,
+ * its base driven until it is over. */
+static lock_status acquire_by_steps(struct lock_session *s, const char *key,
+                                    lock_side side, int wait_ms, struct lock_grant *g)
+{
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct lock_step st;
+    lock_step_init(&st);
+    assert_int_equal(lock_rw_try_step(s, key, side, wait_ms, &st), 1);
+    if (st.async) {
+        int over = 0;
+        lock_step_start(s, key, &st, base, on_step_over, &over);
+        while (!over)
+            event_base_loop(base, EVLOOP_ONCE);
+    }
+    lock_status res = lock_try_done(s, key, &st, g);
+    event_base_free(base);
+    return res;
+}
+
+static void *contender_main(void *arg)
+{
+    struct contender *c = arg;
+    c->res = c->steps ? acquire_by_steps(c->s, c->key, c->side, c->wait_ms, &c->g)
+                      : lock_rw_acquire(c->s, c->key, c->side, c->wait_ms, &c->g);
+    c->acquired_us = clock_now_us();
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static void contender_start(struct contender *c, struct lock_session *s, const char *key,
+                            lock_side side, int wait_ms, int steps)
+{
+    memset(c, 0, sizeof(*c));
+    c->s = s;
+    c->key = key;
+    c->side = side;
+    c->wait_ms = wait_ms;
+    c->steps = steps;
+    assert_int_equal(pthread_create(&c->thread, NULL, contender_main, c), 0);
+}
+
+/* ---- sharing and exclusion ----------------------------------------------- */
+
+/* Readers of two processes (two ZooKeeper sessions) hold at once; a writer
+ * gets in once both are gone. */
+static void test_readers_share(void **state)
+{
+    (void)state;
+    const char *key = "rw:share";
+    struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS);
+    struct lock_session *a = lock_session_new(la, NULL), *b = lock_session_new(lb, NULL),
+                        *w = lock_session_new(lb, NULL);
+    assert_true(lock_rw_supported(la));
+    struct lock_grant ra, rb, g;
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &ra), LOCK_ACQUIRED,
+           "first reader");
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &rb), LOCK_ACQUIRED,
+           "second reader while the first reads");
+    assert_int_equal(ra.fence, 0); /* a reader writes nothing: no token */
+    expect(lock_rw_acquire(w, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
+           "a writer while two read");
+    expect(lock_release(a, key, &ra), LOCK_RELEASED, "first reader's release");
+    expect(lock_rw_acquire(w, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
+           "a writer while one reads");
+    expect(lock_release(b, key, &rb), LOCK_RELEASED, "second reader's release");
+    expect(lock_rw_acquire(w, key, LOCK_WRITE, TRY_MS, &g), LOCK_ACQUIRED,
+           "a writer once both are gone");
+    assert_true(g.fence > 0);
+    expect(lock_release(w, key, &g), LOCK_RELEASED, "its release");
+    lock_session_free(a);
+    lock_session_free(b);
+    lock_session_free(w);
+    lock_free(la);
+    lock_free(lb);
+}
+
+static void test_writer_excludes_both(void **state)
+{
+    (void)state;
+    const char *key = "rw:excl";
+    struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS);
+    struct lock_session *a = lock_session_new(la, NULL), *b = lock_session_new(lb, NULL);
+    struct lock_grant w, g;
+    expect(lock_rw_acquire(a, key, LOCK_WRITE, TRY_MS, &w), LOCK_ACQUIRED, "writer");
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
+           "a reader while another writes");
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
+           "a writer while another writes");
+    expect(acquire_by_steps(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
+           "a reader by steps while another writes");
+    expect(lock_release(a, key, &w), LOCK_RELEASED, "writer's release");
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &g), LOCK_ACQUIRED, "reader");
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &w), LOCK_BUSY,
+           "a writer while another reads");
+    expect(lock_release(a, key, &g), LOCK_RELEASED, "reader's release");
+    expect(acquire_by_steps(b, key, LOCK_WRITE, TRY_MS, &w), LOCK_ACQUIRED,
+           "a writer by steps once the reader is gone");
+    expect(lock_release(b, key, &w), LOCK_RELEASED, "its release");
+    lock_session_free(a);
+    lock_session_free(b);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* Threads of two processes at once, readers and writers: a writer is never
+ * inside with anyone else. */
+struct mixed {
+    struct lock *lock[2];
+    const char *key;
+    atomic_int next, readers, writers, overlaps, failures, shared;
+};
+
+static void *mixed_worker(void *arg)
+{
+    struct mixed *m = arg;
+    int me = atomic_fetch_add(&m->next, 1);
+    struct lock_session *s = lock_session_new(m->lock[me % 2], NULL);
+    unsigned int seed = (unsigned int)me * 7919u + 1u;
+    for (int i = 0; i < 25; i++) {
+        lock_side side = rand_r(&seed) % 4 == 0 ? LOCK_WRITE : LOCK_READ;
+        struct lock_grant g;
+        if (lock_rw_acquire(s, m->key, side, 20000, &g) != LOCK_ACQUIRED) {
+            m->failures++;
+            continue;
+        }
+        if (side == LOCK_WRITE) {
+            if (++m->writers != 1 || m->readers != 0)
+                m->overlaps++;
+            clock_sleep_us(300); /* the critical section's work */
+            m->writers--;
+        } else {
+            if (++m->readers > 1)
+                m->shared++;
+            if (m->writers != 0)
+                m->overlaps++;
+            clock_sleep_us(300);
+            m->readers--;
+        }
+        if (lock_release(s, m->key, &g) != LOCK_RELEASED)
+            m->failures++;
+    }
+    lock_session_free(s);
+    return NULL;
+}
+
+static void test_mixed_load_never_overlaps(void **state)
+{
+    (void)state;
+    struct mixed m = {.key = "rw:mixed"};
+    m.lock[0] = zk_lock(hosts, SESSION_MS);
+    m.lock[1] = zk_lock(hosts, SESSION_MS);
+    pthread_t t[6];
+    for (int i = 0; i < 6; i++)
+        pthread_create(&t[i], NULL, mixed_worker, &m);
+    for (int i = 0; i < 6; i++)
+        pthread_join(t[i], NULL);
+    printf("mixed: %d overlaps, %d failures, %d reads shared\n", m.overlaps, m.failures,
+           m.shared);
+    assert_int_equal(m.overlaps, 0);
+    assert_int_equal(m.failures, 0);
+    lock_free(m.lock[0]);
+    lock_free(m.lock[1]);
+}
+
+/* ---- writer preference ----------------------------------------------------- */
+
+/* A writer waiting for a reader keeps new readers out: one that will not wait
+ * is busy, one that waits (by steps, as a loop does) sleeps on the writer's
+ * node and gets in only after the writer's release, though the reader it
+ * would have shared with was still there when it came. */
+static void test_waiting_writer_keeps_new_readers_out(void **state)
+{
+    (void)state;
+    const char *key = "rw:pref";
+    struct lock *lr = zk_lock(hosts, SESSION_MS), *lw = zk_lock(hosts, SESSION_MS),
+                *ln = zk_lock(hosts, SESSION_MS);
+    struct lock_session *r = lock_session_new(lr, NULL), *w = lock_session_new(lw, NULL),
+                        *n = lock_session_new(ln, NULL), *n2 = lock_session_new(ln, NULL);
+    struct lock_grant r1, g;
+    expect(lock_rw_acquire(r, key, LOCK_READ, TRY_MS, &r1), LOCK_ACQUIRED, "reader");
+    struct contender cw, cn;
+    contender_start(&cw, w, key, LOCK_WRITE, 20000, 0);
+    wait_asleep(lw, 1); /* the writer's node made, the reader's watched */
+    expect(lock_rw_acquire(n2, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
+           "a new reader that will not wait, while a writer waits");
+    contender_start(&cn, n, key, LOCK_READ, 20000, 1);
+    wait_asleep(ln, 1); /* asleep on the writer's node */
+    int64_t released_us = clock_now_us();
+    expect(lock_release(r, key, &r1), LOCK_RELEASED, "the first reader's release");
+    pthread_join(cw.thread, NULL);
+    expect(cw.res, LOCK_ACQUIRED, "the waiting writer");
+    /* Slack: one watch and one list away; 2 s for a busy machine. */
+    assert_true(cw.acquired_us - released_us < 2000000);
+    assert_false(atomic_load(&cn.done)); /* the new reader still waits: for the writer */
+    int64_t write_released_us = clock_now_us();
+    expect(lock_release(w, key, &cw.g), LOCK_RELEASED, "the writer's release");
+    pthread_join(cn.thread, NULL);
+    expect(cn.res, LOCK_ACQUIRED, "the new reader, after the writer");
+    assert_true(cn.acquired_us >= write_released_us);
+    expect(lock_release(n, key, &cn.g), LOCK_RELEASED, "its release");
+    lock_session_free(r);
+    lock_session_free(w);
+    lock_session_free(n);
+    lock_session_free(n2);
+    lock_free(lr);
+    lock_free(lw);
+    lock_free(ln);
+}
+
+/* ---- reentrancy ------------------------------------------------------------ */
+
+static void test_reentrant(void **state)
+{
+    (void)state;
+    const char *key = "rw:reenter";
+    struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS);
+    struct lock_session *a = lock_session_new(la, NULL), *b = lock_session_new(lb, NULL);
+    struct lock_grant r1, r2, w1, w2, wr, g;
+    /* a reader twice */
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &r1), LOCK_ACQUIRED, "read");
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &r2), LOCK_ACQUIRED, "read again");
+    expect(lock_release(a, key, &r2), LOCK_RELEASED, "one read released");
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &g), LOCK_BUSY,
+           "a writer while one read is left");
+    expect(lock_release(a, key, &r1), LOCK_RELEASED, "the last read");
+    /* a writer twice (a second node would wait for the first), and reading
+     * too (a read node after its write node would wait for it) */
+    expect(lock_rw_acquire(a, key, LOCK_WRITE, TRY_MS, &w1), LOCK_ACQUIRED, "write");
+    expect(lock_rw_acquire(a, key, LOCK_WRITE, TRY_MS, &w2), LOCK_ACQUIRED,
+           "write again");
+    assert_int_equal(w2.fence, w1.fence); /* the same node, the same token */
+    expect(lock_rw_acquire(a, key, LOCK_READ, TRY_MS, &wr), LOCK_ACQUIRED,
+           "the writer reads");
+    assert_int_equal(wr.fence, 0);
+    expect(lock_release(a, key, &w2), LOCK_RELEASED, "one write released");
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
+           "a reader while one write is left");
+    expect(lock_release(a, key, &w1), LOCK_RELEASED, "the last write");
+    /* no downgrade: the writer's read keeps its write node */
+    expect(lock_rw_acquire(b, key, LOCK_READ, TRY_MS, &g), LOCK_BUSY,
+           "a reader while the former writer reads");
+    expect(lock_release(a, key, &wr), LOCK_RELEASED, "the former writer's read");
+    expect(lock_release(a, key, &wr), LOCK_NOT_HELD, "a release too many");
+    expect(lock_rw_acquire(b, key, LOCK_WRITE, TRY_MS, &g), LOCK_ACQUIRED,
+           "a writer once all is released");
+    assert_true(g.fence > w1.fence);
+    expect(lock_release(b, key, &g), LOCK_RELEASED, "its release");
+    lock_session_free(a);
+    lock_session_free(b);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* ---- sessions that expire, and the writer's token ------------------------------ */
+
+/* The commit of a writer holding g, checked as the order path's commit does
+ * (inventory/lua/fence.lua's fenced(): the holder's token takes the mark
+ * unless a later one of its namespace took it): 1 let through, 0 refused. */
+extern const struct rscript_source lua_inventory_fence;
+
+static long long fenced_commit(const char *key, const struct lock_grant *g)
+{
+    char fence[LOCK_FENCE_TEXT], fkey[600], script[16384];
+    lock_fence_text(g, fence, sizeof(fence));
+    lock_fence_key(key, fkey, sizeof(fkey));
+    snprintf(script, sizeof(script),
+             "%s\nif fenced(KEYS[1], ARGV[1]) then return 0 end\n"
+             "redis.call('INCR', KEYS[2])\nreturn 1\n",
+             lua_inventory_fence.text);
+    redisReply *r =
+        rconn_command(data, "EVAL %s 2 %s %s:data %s", script, fkey, key, fence);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fail_msg("script: %s", r->str);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+struct valid_arg {
+    struct lock_session *s;
+    const struct lock_grant *g;
+};
+
+static int validity_zero(void *arg)
+{
+    struct valid_arg *a = arg;
+    return lock_valid_until_us(a->s, a->g) == 0;
+}
+
+/* A holder of dead_side whose process is cut off from ZooKeeper (its proxy
+ * frozen) past its 1 s session: the server expires the session, its node
+ * goes, and a holder of next_side of another process gets in (not before
+ * the session could have expired). Once the first hears of the expiry its
+ * grant is worth 0 and its release is NOT_HELD. With dead_side the write,
+ * the dead writer's commit after the next writer's is refused by the next
+ * one's token. */
+static void session_expires(const char *key, lock_side dead_side, lock_side next_side)
+{
+    const int session_ms = 1000;
+    struct test_proxy proxy;
+    test_proxy_start_bytes(&proxy, zk.port, NULL);
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
+    struct lock *ld = zk_lock(via, session_ms), *ln = zk_lock(hosts, SESSION_MS);
+    struct lock_session *d = lock_session_new(ld, NULL), *n = lock_session_new(ln, NULL);
+    redisReply *del = rconn_command(data, "DEL %s:fence %s:data", key, key);
+    assert_non_null(del);
+    freeReplyObject(del);
+    struct lock_grant gd, gn;
+    expect(lock_rw_acquire(d, key, dead_side, 5000, &gd), LOCK_ACQUIRED,
+           "the one to die");
+    if (dead_side == LOCK_WRITE)
+        assert_int_equal(fenced_commit(key, &gd), 1);
+    int64_t cut_us = clock_now_us();
+    kill(proxy.pid, SIGSTOP);
+    expect(lock_rw_acquire(n, key, next_side, 20000, &gn), LOCK_ACQUIRED,
+           "the next once the session expired");
+    /* The server expires a session no sooner than its timeout after the last
+     * it heard (at the cut or before it; 100 ms of slack for a tick). */
+    assert_true(clock_now_us() - cut_us > (session_ms - 100) * 1000);
+    int fencing = dead_side == LOCK_WRITE && next_side == LOCK_WRITE;
+    if (fencing) {
+        assert_true(gn.fence > gd.fence);
+        assert_int_equal(fenced_commit(key, &gn), 1);
+        assert_int_equal(fenced_commit(key, &gd), 0); /* the stale writer: refused */
+    }
+    kill(proxy.pid, SIGCONT);
+    struct valid_arg va = {d, &gd};
+    assert_true(test_wait_for(validity_zero, &va, 20000));
+    expect(lock_release(d, key, &gd), LOCK_NOT_HELD, "the expired holder's release");
+    expect(lock_release(n, key, &gn), LOCK_RELEASED, "the next one's release");
+    if (fencing)
+        assert_int_equal(fenced_commit(key, &gd), 0); /* still refused */
+    lock_session_free(d);
+    lock_session_free(n);
+    lock_free(ld);
+    lock_free(ln);
+    test_proxy_stop(&proxy);
+}
+
+static void test_expired_reader_frees_the_writer(void **state)
+{
+    (void)state;
+    session_expires("rw:dead-reader", LOCK_READ, LOCK_WRITE);
+}
+
+static void test_expired_writer_is_fenced(void **state)
+{
+    (void)state;
+    session_expires("rw:dead-writer", LOCK_WRITE, LOCK_WRITE);
+}
+
+static void test_expired_writer_frees_the_reader(void **state)
+{
+    (void)state;
+    session_expires("rw:dead-writer2", LOCK_WRITE, LOCK_READ);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_readers_share),
+        cmocka_unit_test(test_writer_excludes_both),
+        cmocka_unit_test(test_mixed_load_never_overlaps),
+        cmocka_unit_test(test_waiting_writer_keeps_new_readers_out),
+        cmocka_unit_test(test_reentrant),
+        cmocka_unit_test(test_expired_reader_frees_the_writer),
+        cmocka_unit_test(test_expired_writer_is_fenced),
+        cmocka_unit_test(test_expired_writer_frees_the_reader),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
