@@ -161,14 +161,23 @@ put down "{\"stock\":$N,\"segments\":16}"
 grouped() { rcli xinfo groups seckill:events 2>/dev/null | grep -qx seckill-sink; }
 wait_until 30 grouped || die "capacity: the sink made no group on the new SKU's stream"
 proc_stop pg "$dir" 10 INT
-x0=$(rcli xlen seckill:events) # the shard's stream, shared: what it held before
+# events() : the events in the stream: an entry carries a commit's, one field o each
+# (inventory/lua/outbox.lua)
+events() {
+    rcli EVAL "local n = 0
+        for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do
+          for i = 1, #e[2], 2 do if e[2][i] == 'o' then n = n + 1 end end
+        end
+        return n" 1 seckill:events
+}
+x0=$(events) # the shard's stream, shared: what it held before
 m0=$(used)
 sell down "$N"
 m1=$(used)
 n=$(orders_of down)
-xlen=$(($(rcli xlen seckill:events) - x0))
+xlen=$(($(events) - x0))
 pel=$(rcli xpending seckill:events seckill-sink | head -1)
-say_ events_waiting "$xlen" "events in the stream, $n orders, PostgreSQL down ($pel of them delivered to the sink, its batch tried again)"
+say_ events_waiting "$xlen" "events in the stream ($(rcli xlen seckill:events) entries), $n orders, PostgreSQL down ($pel entries delivered to the sink, its batch tried again)"
 say_ redis_bytes_per_event "$(per "$(mem_usage seckill:events)" "$xlen")" "bytes (MEMORY USAGE of the stream)"
 say_ redis_bytes_per_order_pg_down "$(per $((m1 - m0)) "$n")" "bytes (used_memory: the order and its event)"
 t0=${EPOCHREALTIME/./}

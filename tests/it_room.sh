@@ -294,7 +294,9 @@ check "ivy reserves the unit" test -n "$oid" -a "$oid" != null
 check "joe's poll: paused (no unit left, one pending)" wait_until 5 state_is "$B" res joe paused
 curl -s -o /dev/null -X POST --data '{"user_id":"ivy"}' "$A/orders/$oid/cancel"
 check "ivy cancels: the unit is back, joe admitted" wait_until 5 state_is "$B" res joe admitted
-jp=$(poll "$A" res joe | jq -r .pass)
+# (B said admitted; A learns it from the pacer's news a tick later: its pass then)
+joe_pass() { jp=$(poll "$A" res joe | jq -r '.pass // empty'); [[ -n $jp ]]; }
+check "... and A gives joe his pass (within 5 s)" wait_until 5 joe_pass
 # An instance that saw the SKU sold out may say so from memory for up to a second
 # after a unit came back (invariant 8): joe, admitted, tries again meanwhile.
 joe_orders() {
