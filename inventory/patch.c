@@ -28,12 +28,12 @@ void inv_patch_lock_key(const char *sku, char *buf, size_t len)
     snprintf(buf, len, "%srw", k.lock);
 }
 
-/* SECKILL_TEST_PATCH_UNLOCKED=1 (tests only, docs/testing.md): the change
- * takes no write lock, to show that the books no longer balance without it
- * (it_patch_load). */
-static int unlocked_for_tests(void)
+/* SECKILL_TEST_PATCH_DIRECT=1 (tests only, docs/testing.md): the change
+ * writes the stock hash itself, not the back hash, and takes no write lock:
+ * what it_patch_load shows the books do then. */
+static int direct_for_tests(void)
 {
-    const char *v = getenv("SECKILL_TEST_PATCH_UNLOCKED");
+    const char *v = getenv("SECKILL_TEST_PATCH_DIRECT");
     return v && strcmp(v, "1") == 0;
 }
 
@@ -51,10 +51,21 @@ static inv_status patch_run(struct inv_session *s, const char *sku,
     if (p->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", p->ends_ms);
     const char *paused = p->paused < 0 ? "" : p->paused ? "1" : "0";
-    const char *argv[] = {k.meta,          k.stock, k.init, k.avail, k.back,
-                          fence_key,       add,     take,   paused,  ends,
-                          SOLDOUT_CHANNEL, sku,     token};
-    redisReply *r = rconn_eval(s->rc, &patch_script, 6, 7, argv, NULL);
+    const char *argv[] = {k.meta,
+                          k.stock,
+                          k.init,
+                          k.avail,
+                          k.back,
+                          fence_key,
+                          add,
+                          take,
+                          paused,
+                          ends,
+                          SOLDOUT_CHANNEL,
+                          sku,
+                          token,
+                          direct_for_tests() ? "1" : ""};
+    redisReply *r = rconn_eval(s->rc, &patch_script, 6, 8, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
         switch (inv_reply_ll(r->element[0], 0)) {
@@ -92,7 +103,7 @@ inv_status inv_sku_patch(struct inv_session *s, const char *sku,
     char key[128], fence_key[160], token[LOCK_FENCE_TEXT] = "0";
     inv_patch_lock_key(sku, key, sizeof(key));
     lock_fence_key(key, fence_key, sizeof(fence_key));
-    if (!l || unlocked_for_tests()) {
+    if (!l || direct_for_tests()) {
         inv_status st = patch_run(s, sku, p, fence_key, "0", withdrawn);
         if (st == INV_OK && p->add > 0)
             soldout_forget(s->inv->cfg.soldout);

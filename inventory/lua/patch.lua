@@ -13,11 +13,19 @@
 -- paused: '1', '0' or '' (unchanged), [4] ends_ms ('' unchanged), [5] the
 -- reset channel (SOLDOUT_CHANNEL: an add makes every instance forget the SKU
 -- sold out), [6] the SKU, [7] the write grant's fencing token, '0' unfenced
--- (atomic mode).
+-- (atomic mode), [8] '1': the units go straight into the stock hash (tests
+-- only, SECKILL_TEST_PATCH_DIRECT: what a change without the back hash
+-- does, it_patch_load), else ''.
 -- Added units are spread over the segments as PUT spreads its stock (segment
 -- i gets n / K, the first n % K one more); withdrawn ones come from the
--- segments' stock, the fullest first, never from units sold or pending, nor
--- from units given back and not yet folded in (they are still on their way).
+-- segments' unsold units (stock plus given back), the fullest first, never
+-- from units sold or pending.
+-- The units go through the back hash (back.lua), as a cancel's do, never
+-- into the stock hash: a segment's lock holder writes its stock as what it
+-- read minus what it took, so a change written into the stock meanwhile
+-- would be overwritten; the next writer of the segment folds the back hash
+-- in (its value then, read in its commit). A withdrawal is a negative entry
+-- there: at most stock + back, so no fold makes a segment negative.
 -- meta's added and withdrawn count what every change did: the books balance
 -- against initial + added - withdrawn (invariant 11).
 -- Returns {1, withdrawn} done; {-1} unknown SKU; {-2} fenced off (a writer
@@ -39,16 +47,20 @@ end
 local add, want = tonumber(ARGV[1] ~= '' and ARGV[1] or '0'),
     tonumber(ARGV[2] ~= '' and ARGV[2] or '0')
 -- every segment's stock and init read and checked before the first write
-local stock, init = {}, {}
+local stock, back, init = {}, {}, {}
 if add > 0 or want > 0 then
   local segs = {}
   for i = 0, k - 1 do segs[i + 1] = tostring(i) end
   local s = redis.call('HMGET', KEYS[2], unpack(segs))
+  local b = redis.call('HMGET', KEYS[5], unpack(segs))
   local n = redis.call('HMGET', KEYS[3], unpack(segs))
   for i = 1, k do
-    stock[i], init[i] = int_of(s[i] or '0'), int_of(n[i] or '0')
+    stock[i], back[i], init[i] = int_of(s[i] or '0'), int_of(b[i] or '0'),
+        int_of(n[i] or '0')
     if not stock[i] then return malformed(KEYS[2], segs[i]) end
+    if not back[i] then return malformed(KEYS[5], segs[i]) end
     if not init[i] then return malformed(KEYS[3], segs[i]) end
+    stock[i] = stock[i] + back[i] -- unsold: what the segment holds
   end
 end
 if ARGV[3] == '1' then
@@ -60,7 +72,16 @@ if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'ends_ms', ARGV[4]) end
 local remaining = tonumber(meta[2] or '0')
 local function put(i, units)
   stock[i], init[i] = stock[i] + units, init[i] + units
-  redis.call('HSET', KEYS[2], i - 1, stock[i])
+  if ARGV[8] == '1' then
+    redis.call('HSET', KEYS[2], i - 1, stock[i] - back[i])
+  else
+    back[i] = back[i] + units
+    if back[i] == 0 then
+      redis.call('HDEL', KEYS[5], i - 1)
+    else
+      redis.call('HSET', KEYS[5], i - 1, back[i])
+    end
+  end
   redis.call('HSET', KEYS[3], i - 1, init[i])
   if stock[i] > 0 then
     redis.call('ZADD', KEYS[4], stock[i], i - 1)
