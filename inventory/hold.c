@@ -82,6 +82,7 @@ static void batch_outcomes(struct inv *inv, struct inv_hold *h, const redisReply
             break;
         case -10:
         case -11:
+        case -12:
             st =
                 inv_window_refusal(inv_reply_ll(r->element[2 * i], 0), first, &o->window);
             break;

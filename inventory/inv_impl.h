@@ -234,8 +234,8 @@ void inv_order_placed(struct inv *inv, int gene, struct inv_order *o,
                       const redisReply *pay_by);
 /* The sale window's refusal in a script's answer (inventory/lua/window.lua):
  * code -10, detail "<starts_ms> <wait_ms>", is INV_NOT_STARTED with *w set;
- * -11 is INV_SALE_ENDED; any other code INV_PENDING (not the window's: the
- * answer is read on). */
+ * -11 is INV_SALE_ENDED; -12 INV_PAUSED (the merchant's PATCH); any other code
+ * INV_PENDING (not the window's: the answer is read on). */
 inv_status inv_window_refusal(long long code, const redisReply *detail,
                               struct inv_window *w);
 /* The refusals the commit scripts share ({-4} the limit, {-8} the key's

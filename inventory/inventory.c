@@ -311,6 +311,8 @@ inv_status inv_window_refusal(long long code, const redisReply *detail,
 {
     if (code == -11)
         return INV_SALE_ENDED;
+    if (code == -12)
+        return INV_PAUSED;
     if (code != -10)
         return INV_PENDING;
     w->starts_ms = w->wait_ms = 0;
@@ -403,6 +405,9 @@ void inv_count_outcome(struct inv *inv, inv_status st)
         break;
     case INV_SALE_ENDED:
         count(&c->sale_ended);
+        break;
+    case INV_PAUSED:
+        count(&c->paused);
         break;
     default:
         break;

@@ -127,13 +127,17 @@ typedef enum {
     INV_GONE, /* a pay's or a cancel's order, or a replay's first order, has no record
                  in Redis: never placed, or settled and gone (--order-retention, its
                  SKU retired): the system of record may have it (order->id) */
-    INV_MALFORMED,  /* a value the script reads in Redis is malformed (order->
-                       malformed names it): nothing was written; answered as
-                       unavailable */
-    INV_NO_ROOM,    /* a waiting room's call on a SKU without one (room.h) */
-    INV_PENDING,    /* a ticket still on its way: not decided yet */
-    INV_EXISTS,     /* PUT, no reset, of a SKU with orders: nothing written */
-    INV_BAD_CURSOR, /* a listing's cursor that no page gave */
+    INV_MALFORMED,   /* a value the script reads in Redis is malformed (order->
+                        malformed names it): nothing was written; answered as
+                        unavailable */
+    INV_NO_ROOM,     /* a waiting room's call on a SKU without one (room.h) */
+    INV_PENDING,     /* a ticket still on its way: not decided yet */
+    INV_EXISTS,      /* PUT, no reset, of a SKU with orders: nothing written */
+    INV_BAD_CURSOR,  /* a listing's cursor that no page gave */
+    INV_PAUSED,      /* the merchant paused the SKU's sale (PATCH): nothing placed */
+    INV_BAD_WINDOW,  /* PATCH: ends_at not after the sale's starts_at; nothing written */
+    INV_UNSUPPORTED, /* PATCH on a Redis Cluster, or under a lock mode without a
+                        read-write lock (setnx, redlock): nothing written */
 } inv_status;
 
 struct inv_config {
@@ -230,6 +234,8 @@ struct inv_sku_report {
     long long starts_ms, ends_ms;      /* the sale window; 0: none */
     long long pay_ms;                  /* the payment window; 0: none */
     long long pending, paid, returned; /* units */
+    long long added, withdrawn; /* by PATCH: the books are initial + added - withdrawn */
+    int paused;                 /* PATCH paused the sale */
     struct inv_room_spec room;         /* the waiting room; rate_per_s 0: none */
     int limit;
     int nsegments;
@@ -240,6 +246,8 @@ struct inv_audit {
     char sku[INV_ID_MAX + 1];
     long long initial, orders, sold, oversold, limit_breaches, duplicate_order_ids;
     long long remaining; /* the stock left in its segments (with units given back) */
+    long long added, withdrawn; /* by PATCH (meta's): sold + remaining must be
+                                   initial + added - withdrawn */
     /* Reservations, from the records and the life list ("<id> <state>"):
      * units pending, paid and given back; orders cancelled and expired; orders
      * whose life says two ends (paid and cancelled or expired, or paid twice)
@@ -279,7 +287,8 @@ struct inv_audit {
     X(idem_mismatch, "idempotency_mismatch", NULL,                                       \
       "Orders whose Idempotency-Key was used before for another user or qty.")           \
     X(not_started, "not_started", NULL, "Orders before the sale's starts_at.")           \
-    X(sale_ended, "sale_ended", NULL, "Orders at or after the sale's ends_at.")
+    X(sale_ended, "sale_ended", NULL, "Orders at or after the sale's ends_at.")          \
+    X(paused, "paused", NULL, "Orders while the merchant paused the sale (PATCH).")
 /* What else befell orders; in /stats' "orders" too. */
 #define INV_ORDER_COUNTERS(X)                                                            \
     X(spilled, "spilled", "seckill_orders_spilled_total",                                \
@@ -502,6 +511,26 @@ inv_status inv_audit(struct inv_session *s, const char *sku, struct inv_audit *o
  * INV_NOT_SETTLED (nothing written on one Redis; on a cluster the shards
  * that were settled are retired: a repeat finishes), INV_UNAVAILABLE. */
 inv_status inv_sku_retire(struct inv_session *s, const char *sku);
+
+/* A merchant's change (PATCH /skus/{sku}, inventory/patch.c): add > 0 units
+ * to put on sale, withdraw > 0 units to take off (up to that many unsold),
+ * paused 1 or 0 (-1 unchanged), ends_ms > 0 the new end of the sale (0
+ * unchanged). */
+struct inv_patch {
+    long long add, withdraw, ends_ms;
+    int paused;
+};
+/* Applies p to sku in one script, under the write side of the SKU's
+ * read-write lock (inv_patch_lock_key) in the lock-guarded modes; *withdrawn
+ * the units taken off. INV_OK, INV_NOT_FOUND, INV_BAD_WINDOW, INV_BUSY (the
+ * write side not had within its wait, or fenced off), INV_MALFORMED,
+ * INV_UNSUPPORTED, INV_UNAVAILABLE (the script may have run). Nothing is
+ * written on a refusal. One Redis only. */
+inv_status inv_sku_patch(struct inv_session *s, const char *sku,
+                         const struct inv_patch *p, long long *withdrawn);
+/* The key of sku's read-write lock: its segment locks' prefix + "rw", in
+ * the SKU's slot. */
+void inv_patch_lock_key(const char *sku, char *buf, size_t len);
 
 /* True when Redis answers PING. */
 int inv_ping(struct inv_session *s);

@@ -235,10 +235,11 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     if (rpipe_begin(&p, s->rc) != RCONN_OK)
         return INV_UNAVAILABLE;
     rpipe_appendf(&p, "MULTI");
-    rpipe_appendf(&p,
-                  "HMGET %s initial segments limit sold orders starts_ms ends_ms pay_ms "
-                  "pending paid returned room_rate room_max room_ttl",
-                  k.meta);
+    rpipe_appendf(
+        &p,
+        "HMGET %s initial segments limit sold orders starts_ms ends_ms pay_ms "
+        "pending paid returned room_rate room_max room_ttl added withdrawn paused",
+        k.meta);
     rpipe_appendf(&p, "HGETALL %s", k.stock);
     rpipe_appendf(&p, "HGETALL %s", k.init);
     rpipe_appendf(&p, "HGETALL %s", k.sold);
@@ -250,7 +251,7 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
     redisReply **e = snap->element;
     redisReply *m = e[0];
     inv_status st = INV_OK;
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 14 ||
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 17 ||
         m->element[0]->type != REDIS_REPLY_STRING) {
         st = INV_NOT_FOUND;
     } else {
@@ -272,7 +273,11 @@ inv_status inv_sku_get_shard(struct inv_session *s, const char *sku,
         out->room.rate_per_s = inv_reply_ll(m->element[11], 0);
         out->room.max_active = inv_reply_ll(m->element[12], 0);
         out->room.pass_ttl_ms = inv_reply_ll(m->element[13], 0);
-        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+        out->added = inv_reply_ll(m->element[14], 0);
+        out->withdrawn = inv_reply_ll(m->element[15], 0);
+        out->paused = inv_reply_ll(m->element[16], 0) == 1;
+        long long books = out->initial + out->added - out->withdrawn;
+        out->oversold = out->sold > books ? out->sold - books : 0;
         memset(out->segments, 0, sizeof(out->segments[0]) * (size_t)out->nsegments);
         report_values(e[1], out, offsetof(struct inv_segment_report, remaining));
         report_values(e[2], out, offsetof(struct inv_segment_report, initial));
@@ -391,6 +396,7 @@ static int cmp_u64(const void *a, const void *b)
  * grows within an epoch, so its first `records` are stable afterwards. */
 struct audit_snap {
     long long initial, limit, sold, orders, remaining, records, lives;
+    long long added, withdrawn;                /* by PATCH */
     long long pay_ms, pending, paid, returned; /* meta's counters of reservations */
     int segments;
     long long *seg_sold, *seg_stock, *seg_indexed; /* [segments]; -1: not indexed */
@@ -412,7 +418,7 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
     rpipe_appendf(&p, "MULTI");
     rpipe_appendf(&p,
                   "HMGET %s initial limit sold orders remaining segments pay_ms pending "
-                  "paid returned",
+                  "paid returned added withdrawn",
                   k->meta);
     rpipe_appendf(&p, "LLEN %s", k->orders);
     rpipe_appendf(&p, "HGETALL %s", k->sold);
@@ -426,7 +432,7 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
         return INV_UNAVAILABLE;
     redisReply **e = snap->element, *m = e[0];
     inv_status st = INV_NOT_FOUND;
-    if (m->type == REDIS_REPLY_ARRAY && m->elements == 10 &&
+    if (m->type == REDIS_REPLY_ARRAY && m->elements == 12 &&
         m->element[0]->type == REDIS_REPLY_STRING) {
         a->initial = inv_reply_ll(m->element[0], 0);
         a->limit = inv_reply_ll(m->element[1], 1);
@@ -441,6 +447,8 @@ static inv_status audit_snapshot(struct inv_session *s, const struct sku_keys *k
         a->pending = inv_reply_ll(m->element[7], 0);
         a->paid = inv_reply_ll(m->element[8], 0);
         a->returned = inv_reply_ll(m->element[9], 0);
+        a->added = inv_reply_ll(m->element[10], 0);
+        a->withdrawn = inv_reply_ll(m->element[11], 0);
         a->lives = inv_reply_ll(e[5], 0);
         size_t n = (size_t)(a->segments > 0 ? a->segments : 1);
         a->seg_sold = xcalloc(n, sizeof(long long));
@@ -614,6 +622,9 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
     memset(out, 0, sizeof(*out));
     snprintf(out->sku, sizeof(out->sku), "%s", sku);
     out->initial = a.initial;
+    out->added = a.added;
+    out->withdrawn = a.withdrawn;
+    long long books = a.initial + a.added - a.withdrawn; /* invariant 11 */
     for (int i = 0; i < a.segments; i++)
         out->remaining += a.seg_stock[i];
     long long n = a.records;
@@ -651,11 +662,11 @@ inv_status inv_audit_shard(struct inv_session *s, const char *sku, struct inv_au
             if (json_integer_value(units) > a.limit)
                 out->limit_breaches++;
         }
-        out->oversold = out->sold > out->initial ? out->sold - out->initial : 0;
+        out->oversold = out->sold > books ? out->sold - books : 0;
         out->consistent = out->oversold == 0 && out->limit_breaches == 0 &&
                           out->duplicate_order_ids == 0 && unreadable == 0 &&
                           out->sold == a.sold && out->orders == a.orders &&
-                          out->sold + out->remaining == out->initial &&
+                          out->sold + out->remaining == books &&
                           audit_segments_agree(&a, seg_units, out->remaining) &&
                           out->state_conflicts == 0 && out->returned_twice == 0 &&
                           out->pending == a.pending && out->paid == a.paid &&

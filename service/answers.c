@@ -47,6 +47,19 @@ void svc_inv_error(struct svc_response *res, inv_status st)
     case INV_SALE_ENDED:
         svc_error(res, 409, "sale_ended", "the sale has ended");
         break;
+    case INV_BAD_WINDOW:
+        svc_error(res, 400, "bad_request",
+                  "ends_at must be after the sale's starts_at; nothing was changed");
+        break;
+    case INV_UNSUPPORTED:
+        svc_error(
+            res, 501, "not_implemented",
+            "PATCH needs one Redis and a lock mode with a read-write lock (redis, zk, "
+            "pg, local, none) or the atomic mode; nothing was changed");
+        break;
+    case INV_PAUSED:
+        svc_error(res, 409, "paused", "the merchant paused the sale; nothing was placed");
+        break;
     case INV_NOT_PENDING:
         svc_error(res, 409, "not_pending",
                   "the order is final: its SKU has no payment window");

@@ -302,3 +302,40 @@ req_status req_order_id_parse(const char *text, uint64_t *id)
     *id = v;
     return REQ_OK;
 }
+
+req_status req_parse_patch(const char *body, size_t len, struct inv_patch *out,
+                           char *detail, size_t detail_len)
+{
+    json_t *root = load_object(body, len, detail, detail_len);
+    if (!root)
+        return REQ_INVALID;
+    static const char *const known[] = {"add", "withdraw", "paused", "ends_at", NULL};
+    memset(out, 0, sizeof(*out));
+    out->paused = -1;
+    json_t *paused = json_object_get(root, "paused"),
+           *ends = json_object_get(root, "ends_at");
+    req_status rc = REQ_INVALID;
+    if (fields_known(root, known, detail, detail_len) != REQ_OK)
+        ; /* detail names it */
+    else if (json_object_size(root) == 0)
+        snprintf(detail, detail_len,
+                 "a PATCH needs at least one of add, withdraw, paused, ends_at");
+    else if (int_field(root, "add", 1, INV_MAX_STOCK, &out->add, detail, detail_len) !=
+                 REQ_OK ||
+             int_field(root, "withdraw", 1, INV_MAX_STOCK, &out->withdraw, detail,
+                       detail_len) != REQ_OK)
+        ; /* detail says which */
+    else if (paused && !json_is_boolean(paused))
+        snprintf(detail, detail_len, "paused must be true or false");
+    else if (ends && json_is_null(ends))
+        snprintf(
+            detail, detail_len,
+            "ends_at must be an RFC 3339 date-time: a PATCH moves the end of a sale, "
+            "it does not remove it");
+    else if (time_field(root, "ends_at", &out->ends_ms, detail, detail_len) == REQ_OK)
+        rc = REQ_OK;
+    if (rc == REQ_OK && paused)
+        out->paused = json_is_true(paused);
+    json_decref(root);
+    return rc;
+}

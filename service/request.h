@@ -49,6 +49,14 @@ req_status req_parse_order(const char *body, size_t len, struct req_order *out,
 req_status req_parse_sku(const char *body, size_t len, int default_segments,
                          struct req_sku *out, char *detail, size_t detail_len);
 
+/* Parses a PATCH body {"add": N, "withdraw": N, "paused": true/false,
+ * "ends_at": T1} into *out (inventory.h's struct inv_patch): at least one
+ * field, no other; add and withdraw 1..INV_MAX_STOCK, paused a boolean,
+ * ends_at an RFC 3339 date-time (not null: a PATCH moves the end, never
+ * removes it). REQ_INVALID with detail. */
+req_status req_parse_patch(const char *body, size_t len, struct inv_patch *out,
+                           char *detail, size_t detail_len);
+
 /* Parses a cancel body {"user_id": "..."} (the buyer's, required) into
  * user_id (user_len >= INV_ID_MAX + 1). REQ_INVALID with detail. */
 req_status req_parse_cancel(const char *body, size_t len, char *user_id, size_t user_len,

@@ -213,11 +213,10 @@ static void h_sku_list(const struct svc_request *req, struct svc_response *res)
             st = one;
             break;
         }
-        /* paused: no PATCH in this build, nothing pauses a sale */
         json_t *sku =
             json_pack("{s:s, s:I, s:I, s:I, s:b}", "sku", names[i], "remaining",
                       (json_int_t)report.remaining, "sold", (json_int_t)report.sold,
-                      "pending", (json_int_t)report.pending, "paused", 0);
+                      "pending", (json_int_t)report.pending, "paused", report.paused);
         json_object_set_new(sku, "starts_at", time_or_null(report.starts_ms));
         json_object_set_new(sku, "ends_at", time_or_null(report.ends_ms));
         json_array_append_new(skus, sku);
@@ -248,7 +247,7 @@ static void h_sku_delete(const struct svc_request *req, struct svc_response *res
     res->text = strdup("");
 }
 
-static void h_sku_get(const struct svc_request *req, struct svc_response *res)
+void svc_sku_get(const struct svc_request *req, struct svc_response *res)
 {
     if (!svc_sku_param_ok(req, res))
         return;
@@ -276,6 +275,9 @@ static void h_sku_get(const struct svc_request *req, struct svc_response *res)
         "paid", (json_int_t)report.paid, "returned", (json_int_t)report.returned,
         "per_user_limit", report.limit, "pay_within_ms", (json_int_t)report.pay_ms,
         "segments", segs);
+    json_object_set_new(res->json, "added_total", json_integer(report.added));
+    json_object_set_new(res->json, "withdrawn_total", json_integer(report.withdrawn));
+    json_object_set_new(res->json, "paused", json_boolean(report.paused));
     svc_time_set(res->json, "starts_at", report.starts_ms);
     svc_time_set(res->json, "ends_at", report.ends_ms);
     room_set(res->json, &report.room);
@@ -602,6 +604,8 @@ static void h_audit(const struct svc_request *req, struct svc_response *res)
         (json_int_t)a.cancelled, "expired", (json_int_t)a.expired, "returned",
         (json_int_t)a.returned, "state_conflicts", (json_int_t)a.state_conflicts,
         "returned_twice", (json_int_t)a.returned_twice, "consistent", a.consistent);
+    json_object_set_new(res->json, "added", json_integer(a.added));
+    json_object_set_new(res->json, "withdrawn", json_integer(a.withdrawn));
     if (req->app->store)
         json_object_set_new(res->json, "store", audit_store(req->app->store, &a));
 }
@@ -654,7 +658,8 @@ static void h_metrics(const struct svc_request *req, struct svc_response *res);
 static struct svc_route routes[] = {
     {"GET", "/skus", "sku_list", h_sku_list, ROUTE_ADMIN | ROUTE_WAITS},
     {"PUT", "/skus/*", "sku_put", h_sku_put, ROUTE_ADMIN | ROUTE_WAITS},
-    {"GET", "/skus/*", "sku_get", h_sku_get, ROUTE_WAITS},
+    {"GET", "/skus/*", "sku_get", svc_sku_get, ROUTE_WAITS},
+    {"PATCH", "/skus/*", "sku_patch", svc_sku_patch, ROUTE_ADMIN | ROUTE_WAITS},
     {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
     {"POST", "/skus/*/queue", "queue_post", svc_queue_post, ROUTE_WAITS},

@@ -56,6 +56,11 @@ struct svc_response {
 
 typedef void (*svc_handler)(const struct svc_request *req, struct svc_response *res);
 
+/* GET /skus/{sku}: the SKU's report (routes.c); PATCH answers with it too. */
+void svc_sku_get(const struct svc_request *req, struct svc_response *res);
+/* PATCH /skus/{sku} (admin): a merchant's change of a live sale (sku_patch.c). */
+void svc_sku_patch(const struct svc_request *req, struct svc_response *res);
+
 #define ROUTE_ADMIN 1
 /* The handler waits on Redis: it runs on the main thread, never on an
  * event loop (waiters.c; the connection is suspended meanwhile). */

@@ -21,7 +21,7 @@
 -- {-5, per-user limit, remaining} sold out (fewer than qty remain), {-6}
 -- unknown SKU, {-7} qty above the limit, {-8} Idempotency-Key used for
 -- another user or qty, {-9} the order's record exists already, the sale window's
--- {-10, ...} or {-11, ''} (window.lua), {-17, '<key> <field>'} a value it
+-- {-10, ...}, {-11, ''} or {-12, ''} paused (window.lua), {-17, '<key> <field>'} a value it
 -- computes with is malformed (malformed.lua: meta's numbers, the user's
 -- count in buyers, the Idempotency-Key's record, a segment's stock, units
 -- given back or sold). Writes nothing unless {1}: every check comes before
@@ -36,7 +36,8 @@
 --#include "window.lua"
 --#include "back.lua"
 local meta, bad = meta_get(KEYS[1], 'segments', 'limit', 'remaining', 'starts_ms',
-                           'ends_ms', 'pay_ms', 'outbox', 'sold', 'orders', 'pending')
+                           'ends_ms', 'pay_ms', 'outbox', 'sold', 'orders', 'pending',
+                           'paused')
 if not meta then return bad end
 if not meta[1] then return {-6} end
 if tonumber(meta[1]) < 1 then return malformed(KEYS[1], 'segments') end
@@ -48,7 +49,7 @@ local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
 local pay = tonumber(meta[6] or '0')
 local now = pay > 0 and now_ms() or nil
-local shut = window_shut(meta[4], meta[5], now)
+local shut = window_shut(meta[4], meta[5], now, meta[11])
 if shut then return shut end
 local t = tally()
 t.bought[ARGV[3]] = bought(KEYS[4], ARGV[3])

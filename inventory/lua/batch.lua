@@ -26,8 +26,8 @@
 -- fewer than qty remain in the SKU, detail the per-user limit; -3 idempotent
 -- replay, detail the first id; -4 per-user limit reached; -7 qty above the
 -- limit; -8 Idempotency-Key used for another user or qty; -9 the order's
--- record exists already (the id was issued twice: draw another); -10 and -11 the
--- sale window (window.lua) refused every order but replays; -17 the user's
+-- record exists already (the id was issued twice: draw another); -10, -11 and
+-- -12 (paused) the sale window (window.lua) refused every order but replays; -17 the user's
 -- count in buyers or the Idempotency-Key's record is malformed, detail
 -- '<key> <field>' (malformed.lua). Only placed orders write. {-17, '<key>
 -- <field>'} for the whole batch: a value of the SKU or the segment that it
@@ -45,7 +45,7 @@
 --#include "back.lua"
 --#include "fence.lua"
 local meta, bad = meta_get(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
-                           'outbox', 'remaining', 'sold', 'orders', 'pending')
+                           'outbox', 'remaining', 'sold', 'orders', 'pending', 'paused')
 if not meta then return bad end
 if meta[1] ~= ARGV[1] then return {-1} end
 if ARGV[4] ~= '0' and not fence_holds(KEYS[6], ARGV[4]) then return {-2} end
@@ -60,7 +60,7 @@ local limit = tonumber(meta[2])
 local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
 local by = now and string.format('%d', now + pay)
-local shut = window_shut(meta[3], meta[4], now)
+local shut = window_shut(meta[3], meta[4], now, meta[11])
 local n = (#ARGV - 5) / 5
 local t = tally()
 local users, have = {}, t.bought

@@ -20,7 +20,7 @@
 -- was granted to someone else since), {-3, first order id} idempotent replay,
 -- {-4} per-user limit reached, {-8} Idempotency-Key used for another user or
 -- qty, {-9} the order's record exists already (the id was issued twice: draw
--- another), the sale window's {-10, ...} or {-11, ''} (window.lua), {-17,
+-- another), the sale window's {-10, ...}, {-11, ''} or {-12, ''} paused (window.lua), {-17,
 -- '<key> <field>'} a value it computes with is malformed (malformed.lua:
 -- meta's numbers, the user's count in buyers, the Idempotency-Key's record,
 -- a part's stock, units given back or sold). Writes nothing unless {1}:
@@ -36,7 +36,7 @@
 --#include "back.lua"
 --#include "fence.lua"
 local meta, bad = meta_get(KEYS[1], 'epoch', 'limit', 'starts_ms', 'ends_ms', 'pay_ms',
-                           'outbox', 'remaining', 'sold', 'orders', 'pending')
+                           'outbox', 'remaining', 'sold', 'orders', 'pending', 'paused')
 if not meta then return bad end
 if meta[1] ~= ARGV[1] then return {-1} end
 local n = tonumber(ARGV[7])
@@ -49,7 +49,7 @@ local seen = idem_seen(KEYS[7], ARGV[6], ARGV[3], ARGV[2])
 if seen then return seen end
 local pay = tonumber(meta[5] or '0')
 local now = pay > 0 and now_ms() or nil
-local shut = window_shut(meta[3], meta[4], now)
+local shut = window_shut(meta[3], meta[4], now, meta[11])
 if shut then return shut end
 local qty = tonumber(ARGV[2])
 local limit = tonumber(meta[2])

@@ -9,7 +9,7 @@
 -- Returns {-1} for an unknown SKU, {-8} when the Idempotency-Key was used for
 -- another user or qty, {-17, '<key> <field>'} when a value it reads is
 -- malformed (malformed.lua: meta's numbers, the user's count in buyers, the
--- Idempotency-Key's record, home's stock or units given back), the sale window's {-10, ...} or {-11, ''} (window.lua)
+-- Idempotency-Key's record, home's stock or units given back), the sale window's {-10, ...}, {-11, ''} or {-12, ''} paused (window.lua)
 -- unless the order is a replay, else {segments, limit, epoch, bought, first order id
 -- or '', home, remaining, initial stock, form, ...}: with form 0, the candidate segments
 -- that held at least qty, home first, then others chosen by the routing
@@ -23,7 +23,7 @@
 --#include "stock.lua"
 --#include "window.lua"
 local meta, bad = meta_get(KEYS[1], 'segments', 'limit', 'epoch', 'remaining', 'initial',
-                           'starts_ms', 'ends_ms')
+                           'starts_ms', 'ends_ms', 'paused')
 if not meta then return bad end
 if not meta[1] then return {-1} end
 if tonumber(meta[1]) < 1 then return malformed(KEYS[1], 'segments') end
@@ -31,7 +31,7 @@ if not meta[2] then return malformed(KEYS[1], 'limit') end
 local seen = idem_seen(KEYS[4], ARGV[4], ARGV[3], ARGV[2])
 if seen and seen[1] ~= -3 then return seen end
 if not seen then
-  local shut = window_shut(meta[6], meta[7])
+  local shut = window_shut(meta[6], meta[7], nil, meta[8])
   if shut then return shut end
 end
 local k, qty, most = tonumber(meta[1]), tonumber(ARGV[2]), tonumber(ARGV[5])

@@ -78,6 +78,7 @@ end
 redis.call('HSET', KEYS[1], 'initial', ARGV[1], 'segments', k, 'limit', ARGV[3],
            'sold', 0, 'orders', 0, 'remaining', ARGV[1], 'pay_ms', ARGV[10 + k],
            'pending', 0, 'paid', 0, 'returned', 0, 'cancelled', 0, 'expired', 0)
+redis.call('HDEL', KEYS[1], 'paused', 'added', 'withdrawn') -- PATCH's (patch.lua)
 redis.call('ZREM', KEYS[14], ARGV[5 + k])
 for i, field in ipairs({'starts_ms', 'ends_ms'}) do
   if ARGV[7 + k + i] == '' then

@@ -1,0 +1,126 @@
+/* patch.c: a merchant's change of a live sale (PATCH /skus/{sku}): units
+ * added or withdrawn, the sale paused or resumed, its ends_at moved, in one
+ * script (inventory/lua/patch.lua). In the lock-guarded modes under the write
+ * side of the SKU's read-write lock, whose read side every segment hold takes
+ * in the same round trip as its segment lock (hold.c, lock/lua/rw_read.lua):
+ * the change waits for the holds in progress and keeps new ones out, so no
+ * commit writes a stock it read before the change. The atomic mode takes no
+ * lock: its orders and the change are each one script. Callers: the admin
+ * route (service/sku_patch.c), on a thread that may block, as PUT's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inv_impl.h"
+
+extern const struct rscript_source lua_inventory_patch;
+/* inventory/lua/patch.lua: the change itself. */
+static struct rscript patch_script = RSCRIPT_INIT("inv_patch", lua_inventory_patch);
+
+/* How long a change waits for the write side: the holds in progress end
+ * within a commit's time; the bound is for a lock service in trouble. */
+#define PATCH_WAIT_MS 5000
+
+void inv_patch_lock_key(const char *sku, char *buf, size_t len)
+{
+    struct sku_keys k;
+    inv_keys_init(&k, sku, -1);
+    snprintf(buf, len, "%srw", k.lock);
+}
+
+/* SECKILL_TEST_PATCH_DIRECT=1 (tests only, docs/testing.md): the change
+ * writes the stock hash itself, not the back hash, and takes no write lock:
+ * what it_patch_load shows the books do then. */
+static int direct_for_tests(void)
+{
+    const char *v = getenv("SECKILL_TEST_PATCH_DIRECT");
+    return v && strcmp(v, "1") == 0;
+}
+
+static inv_status patch_run(struct inv_session *s, const char *sku,
+                            const struct inv_patch *p, const char *fence_key,
+                            const char *token, long long *withdrawn)
+{
+    struct sku_keys k;
+    inv_keys_init(&k, sku, -1);
+    char add[24] = "", take[24] = "", ends[24] = "";
+    if (p->add > 0)
+        snprintf(add, sizeof(add), "%lld", p->add);
+    if (p->withdraw > 0)
+        snprintf(take, sizeof(take), "%lld", p->withdraw);
+    if (p->ends_ms > 0)
+        snprintf(ends, sizeof(ends), "%lld", p->ends_ms);
+    const char *paused = p->paused < 0 ? "" : p->paused ? "1" : "0";
+    const char *argv[] = {k.meta,
+                          k.stock,
+                          k.init,
+                          k.avail,
+                          k.back,
+                          fence_key,
+                          add,
+                          take,
+                          paused,
+                          ends,
+                          SOLDOUT_CHANNEL,
+                          sku,
+                          token,
+                          direct_for_tests() ? "1" : ""};
+    redisReply *r = rconn_eval(s->rc, &patch_script, 6, 8, argv, NULL);
+    inv_status st = INV_UNAVAILABLE;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
+        switch (inv_reply_ll(r->element[0], 0)) {
+        case 1:
+            *withdrawn = r->elements > 1 ? inv_reply_ll(r->element[1], 0) : 0;
+            st = INV_OK;
+            break;
+        case -1:
+            st = INV_NOT_FOUND;
+            break;
+        case -2:
+            st = INV_BUSY;
+            break;
+        case -13:
+            st = INV_BAD_WINDOW;
+            break;
+        case -17:
+            st = INV_MALFORMED;
+            break;
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    return st;
+}
+
+inv_status inv_sku_patch(struct inv_session *s, const char *sku,
+                         const struct inv_patch *p, long long *withdrawn)
+{
+    *withdrawn = 0;
+    if (s->cl)
+        return INV_UNSUPPORTED; /* a cluster's shards: not in this slice */
+    rconn_check(s->rc);
+    struct lock *l = s->inv->cfg.lock;
+    char key[128], fence_key[160], token[LOCK_FENCE_TEXT] = "0";
+    inv_patch_lock_key(sku, key, sizeof(key));
+    lock_fence_key(key, fence_key, sizeof(fence_key));
+    if (!l || direct_for_tests()) {
+        inv_status st = patch_run(s, sku, p, fence_key, "0", withdrawn);
+        if (st == INV_OK && p->add > 0)
+            soldout_forget(s->inv->cfg.soldout);
+        return st;
+    }
+    if (!lock_rw_supported(l))
+        return INV_UNSUPPORTED;
+    struct lock_grant g;
+    lock_status ls = lock_rw_acquire(s->lock, key, LOCK_WRITE, PATCH_WAIT_MS, &g);
+    if (ls == LOCK_BUSY)
+        return INV_BUSY;
+    if (ls != LOCK_ACQUIRED)
+        return INV_UNAVAILABLE;
+    inv_fence_text(s->inv, &g, token, sizeof(token));
+    inv_status st = patch_run(s, sku, p, fence_key, token, withdrawn);
+    lock_release(s->lock, key, &g);
+    if (st == INV_OK && p->add > 0)
+        soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */
+    return st;
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Integration: PATCH /skus/{sku}, a merchant's change of a live sale (issue 49), on one
+# Redis in the redis lock mode (two instances, "one" and "two") and in the atomic mode
+# ("atom", its own SKU: modes that guard the stock differently must not share one).
+# - Refusals: a body that is not an object, no field, an unknown field, add or
+#   withdraw not an integer in 1..10^9, paused not a boolean, ends_at not RFC 3339 or
+#   null, ends_at not after starts_at: 400; an unknown SKU: 404. Nothing changes.
+# - add spreads its units over the segments; withdraw takes unsold units only (never
+#   a pending one) and says how many; GET and the audit carry added and withdrawn and
+#   the audit balances sold + remaining = initial + added - withdrawn.
+# - A SKU withdrawn to nothing is sold out at the other instance (its sold-out memory
+#   notes it); an add there makes it sell again (the reset channel's message).
+# - paused: the other instance answers 409 paused at its very next order (the commit
+#   scripts refuse: no memory to wait for); a cancel of a pending order goes on;
+#   unpaused, orders are placed again.
+# - ends_at moved into the past ends the sale (409 sale_ended); moved on, it reopens.
+set -uo pipefail
+# shellcheck source=tests/lib.sh
+source "$(dirname "$0")/lib.sh"
+it_begin patch redis-server redis-cli curl jq
+
+start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
+rport=$STARTED_PORT
+start_instance one "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4
+ONE=$STARTED_URL
+start_instance two "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 4
+TWO=$STARTED_URL
+start_instance atom "$dir" --redis "127.0.0.1:$rport" --lock atomic --segments 4
+ATOM=$STARTED_URL
+
+# patch URL SKU BODY: "status body" (the body compact)
+patch() {
+    curl -s --max-time 20 -w '\n%{http_code}' -X PATCH "$1/skus/$2" -d "$3" |
+        { read -r body; read -r code; echo "$code $(jq -c . <<<"$body" 2>/dev/null)"; }
+}
+state() { # URL SKU: what a refusal must leave alone
+    curl -s "$1/skus/$2" |
+        jq -c '[.initial, .remaining, .added_total, .withdrawn_total, .paused, .ends_at]'
+}
+code_of() { cut -d' ' -f1 <<<"$1"; }
+rfc() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%SZ; }
+
+for sku_url in "p $ONE" "pa $ATOM"; do
+    read -r sku url <<<"$sku_url"
+    expect "PUT $sku" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$url/skus/$sku" \
+        -d '{"stock":100,"segments":4,"per_user_limit":5,"pay_within_ms":600000}')"
+    before=$(state "$url" "$sku")
+    for body in '[1]' '{}' '{"bogus":1}' '{"add":0}' '{"add":-3}' '{"add":"5"}' \
+        '{"add":1.5}' '{"add":1000000001}' '{"withdraw":0}' '{"paused":1}' \
+        '{"paused":"true"}' '{"ends_at":null}' '{"ends_at":"tomorrow"}' \
+        '{"add":5,"paused":"no"}' '{"add":5' ''; do
+        out=$(patch "$url" "$sku" "$body")
+        expect "$sku: PATCH $body is a 400 bad_request" "400 bad_request" \
+            "$(code_of "$out") $(jq -r .error <<<"${out#* }")"
+    done
+    expect "$sku: PATCH of an unknown SKU is a 404" 404 "$(code_of "$(patch "$url" nope '{"add":5}')")"
+    expect "$sku: the refusals changed nothing" "$before" "$(state "$url" "$sku")"
+
+    out=$(patch "$url" "$sku" '{"add":10}')
+    expect "$sku: add 10 answers the SKU" "200 110 110 10 0" \
+        "$(code_of "$out") $(jq -r '"\(.remaining) \([.segments[].initial] | add) \(.added_total) \(.withdrawn)"' <<<"${out#* }")"
+    expect "$sku: ... spread over the segments" "28 28 27 27" \
+        "$(jq -r '[.segments[].initial] | map(tostring) | join(" ")' <<<"${out#* }")"
+    for i in 1 2 3; do
+        expect "$sku: order $i" 201 "$(it_order "$url" "$sku" "u$i" 1 | cut -d' ' -f1)"
+    done
+    pending=$(it_order "$url" "$sku" u4 2 | cut -d' ' -f2)
+    check "$sku: a pending order of 2 ($pending)" test "$pending" != -
+    out=$(patch "$url" "$sku" '{"withdraw":1000}')
+    expect "$sku: withdraw 1000 takes the 105 unsold units, never a pending one" \
+        "200 105 0 5 105" \
+        "$(code_of "$out") $(jq -r '"\(.withdrawn) \(.remaining) \(.sold) \(.withdrawn_total)"' <<<"${out#* }")"
+    expect "$sku: sold out" "409 sold_out" "$(it_order "$url" "$sku" u5 1 | cut -d' ' -f1,3)"
+    expect "$sku: withdrawing from nothing withdraws 0" "200 0" \
+        "$(patch "$url" "$sku" '{"withdraw":3}' | jq -rs '"\(.[0]) \(.[1].withdrawn)"' 2>/dev/null ||
+           true)"
+    expect "$sku: the cancel gives 2 back" 200 "$(curl -s -o /dev/null -w '%{http_code}' \
+        -X POST "$url/orders/$pending/cancel" -d '{"user_id":"u4"}')"
+    audit=$(curl -s "$url/skus/$sku/audit")
+    expect "$sku: the audit balances initial + added - withdrawn" "true 100 10 105 3 2" \
+        "$(jq -r '"\(.consistent) \(.initial) \(.added) \(.withdrawn) \(.sold) \(.remaining)"' <<<"$audit")"
+done
+
+# ---- the other instance knows at once -----------------------------------------------
+expect "two: p sold out (noted in its memory)" "409 sold_out" \
+    "$(it_order "$TWO" p w1 3 | cut -d' ' -f1,3)"
+expect "one: add 20" 200 "$(code_of "$(patch "$ONE" p '{"add":20}')")"
+sells() { [[ $(it_order "$TWO" p "w$RANDOM" 1 | cut -d' ' -f1) == 201 ]]; }
+# Slack: one pub/sub hop; 5 s for a busy machine.
+check "two: sells again after the add (its memory forgot)" wait_until 5 sells
+pending=$(it_order "$TWO" p w-pend 1 | cut -d' ' -f2)
+expect "one: pause" "200 true" "$(patch "$ONE" p '{"paused":true}' | { read -r c b; echo "$c $(jq .paused <<<"$b")"; })"
+expect "two: 409 paused at its next order" "409 paused" "$(it_order "$TWO" p w-p1 1 | cut -d' ' -f1,3)"
+expect "two: 409 paused for a qty of several segments too" "409 paused" \
+    "$(it_order "$TWO" p w-p2 5 | cut -d' ' -f1,3)"
+expect "two: a cancel goes on while paused" 200 "$(curl -s -o /dev/null -w '%{http_code}' \
+    -X POST "$TWO/orders/$pending/cancel" -d '{"user_id":"w-pend"}')"
+expect "GET /skus lists p paused" true "$(curl -s "$ONE/skus" | jq '.skus[] | select(.sku == "p") | .paused')"
+expect "one: unpause" 200 "$(code_of "$(patch "$ONE" p '{"paused":false}')")"
+expect "two: orders again" 201 "$(it_order "$TWO" p w-p3 1 | cut -d' ' -f1)"
+expect "atom: pause" 200 "$(code_of "$(patch "$ATOM" pa '{"paused":true,"add":4}')")"
+expect "atom: 409 paused" "409 paused" "$(it_order "$ATOM" pa a-p1 1 | cut -d' ' -f1,3)"
+expect "atom: unpause" 200 "$(code_of "$(patch "$ATOM" pa '{"paused":false}')")"
+expect "atom: orders again" 201 "$(it_order "$ATOM" pa a-p2 1 | cut -d' ' -f1)"
+
+# ---- ends_at ------------------------------------------------------------------------
+now=$(date +%s)
+expect "one: ends_at moved into the past" 200 "$(code_of "$(patch "$ONE" p "{\"ends_at\":\"$(rfc $((now - 5)))\"}")")"
+expect "two: 409 sale_ended" "409 sale_ended" "$(it_order "$TWO" p w-e1 1 | cut -d' ' -f1,3)"
+expect "one: ends_at moved on" "200 $(rfc $((now + 3600)))" \
+    "$(patch "$ONE" p "{\"ends_at\":\"$(rfc $((now + 3600)))\"}" | { read -r c b; echo "$c $(jq -r .ends_at <<<"$b")"; })"
+expect "two: orders again" 201 "$(it_order "$TWO" p w-e2 1 | cut -d' ' -f1)"
+expect "PUT q, starting in an hour" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$ONE/skus/q" \
+    -d "{\"stock\":10,\"starts_at\":\"$(rfc $((now + 3600)))\"}")"
+before=$(state "$ONE" q)
+out=$(patch "$ONE" q "{\"ends_at\":\"$(rfc $((now + 60)))\",\"add\":5}")
+expect "q: ends_at before starts_at is a 400" "400 bad_request" "$(code_of "$out") $(jq -r .error <<<"${out#* }")"
+expect "q: ... and nothing changed, the add neither" "$before" "$(state "$ONE" q)"
+for sku_url in "p $ONE" "pa $ATOM"; do
+    read -r sku url <<<"$sku_url"
+    expect "$sku: the audit balances at the end" true "$(curl -s "$url/skus/$sku/audit" | jq .consistent)"
+done
+checks_finish
