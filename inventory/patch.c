@@ -1,12 +1,12 @@
 /* patch.c: a merchant's change of a live sale (PATCH /skus/{sku}): units
  * added or withdrawn, the sale paused or resumed, its ends_at moved, in one
- * script (inventory/lua/patch.lua). In the lock-guarded modes under the write
- * side of the SKU's read-write lock, whose read side every segment hold takes
- * in the same round trip as its segment lock (hold.c, lock/lua/rw_read.lua):
- * the change waits for the holds in progress and keeps new ones out, so no
- * commit writes a stock it read before the change. The atomic mode takes no
- * lock: its orders and the change are each one script. Callers: the admin
- * route (service/sku_patch.c), on a thread that may block, as PUT's. */
+ * script (inventory/lua/patch.lua). Units go through the segments' back hash,
+ * which every commit folds in its own step, so no commit writes over them (a
+ * holder's stock read stays its own). In the lock-guarded modes that have a
+ * read-write lock the change takes the SKU's write side, which excludes other
+ * changes; the segment holds do not take the read side yet (docs/design.md,
+ * "Which side each path takes"). The atomic mode takes no lock. Callers: the
+ * admin route (service/sku_patch.c), on a thread that may block, as PUT's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -15,7 +15,7 @@
 #include "app.h"
 
 /* Status codes counted per route; anything else counts as "other". */
-#define ROUTE_NCODES 15
+#define ROUTE_NCODES 16
 extern const int route_codes[ROUTE_NCODES]; /* last entry 0 = other */
 #define ROUTE_NBUCKETS 13
 extern const double route_bucket_s[ROUTE_NBUCKETS - 1]; /* last bucket +Inf */

@@ -29,6 +29,10 @@ start_faultproxy proxy "$dir" "$REDIS_PORT" --drop-after-arg order: || { echo "p
 start_instance --ready-secs 10 lossy "$dir" --redis "127.0.0.1:$STARTED_PORT" --segments 4 \
     --admin-token "$ADMIN_TOKEN" --lock redis || { echo "lossy not ready"; exit 1; }
 export LOST_BASE=$STARTED_URL
+# a lock mode without a read-write lock: PATCH answers 501 there
+start_instance --ready-secs 10 setnx "$dir" --redis "127.0.0.1:$REDIS_PORT" --segments 4 \
+    --admin-token "$ADMIN_TOKEN" --lock setnx || { echo "setnx not ready"; exit 1; }
+export SETNX_BASE=$STARTED_URL
 export CONTRACT_DOC=$ROOT/docs/openapi.yaml CONTRACT_API_MD=$ROOT/docs/api.md
 export CONTRACT_STATE=$dir/contract.json
 

@@ -137,7 +137,7 @@ expect "... and every SKU there is: one page of 1000 lists the same" \
 # --- routing
 answer "wrong method" "405 method_not_allowed/string" POST /skus/tv
 allow=$(curl -s -o /dev/null -D - -X POST "$base/skus/tv" | tr -d '\r' | awk -F': ' 'tolower($1)=="allow"{print $2}')
-expect "405 names the allowed methods" "PUT, GET, HEAD, DELETE" "$allow"
+expect "405 names the allowed methods" "PUT, GET, HEAD, PATCH, DELETE" "$allow"
 answer "unknown path" "404 not_found/string" GET /nothing/here
 answer "unknown order" "404 not_found/string" GET /orders/12345
 answer "malformed order id" "400 bad_request/string" GET /orders/12x

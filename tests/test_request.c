@@ -343,7 +343,7 @@ static void test_routes(void **state)
 
     char allow[64];
     svc_route_allowed("/skus/x", allow, sizeof(allow));
-    assert_string_equal(allow, "PUT, GET, HEAD, DELETE");
+    assert_string_equal(allow, "PUT, GET, HEAD, PATCH, DELETE");
 }
 
 int main(void)

@@ -335,6 +335,10 @@ const phases = {
     await run(env("LOST_BASE"), [
       { name: "commit answer lost", method: "POST", path: "/skus/lost/orders", headers: { "Idempotency-Key": "lost-1" }, body: '{"user_id":"lou"}', status: 503, error: "outcome_unknown", also: (b) => b.order_id ? null : "no order_id" },
     ]);
+    // setnx has no read-write lock for a merchant's change
+    await run(env("SETNX_BASE"), [
+      { name: "PATCH under setnx", method: "PATCH", path: "/skus/lost", headers: admin(), body: '{"paused":true}', status: 501, error: "not_implemented" },
+    ]);
   },
   // Reservations: pay, cancel and their refusals. After the lost phase: its proxy
   // loses the answer of the first command naming an order key, which a sweep of a
