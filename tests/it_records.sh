@@ -8,7 +8,9 @@
 # command by command (INFO commandstats, reset before each), are the same. On 9e3478e
 # (a key and an HSET per record, an HGET per Idempotency-Key) the 32 made 31 more HSETs
 # and 31 more HGETs. The 32 records are one hash's fields, each readable as the service
-# reads it (rec_read.lua), and the batch's events are one stream entry.
+# reads it (rec_read.lua), and the batch's events are one stream entry. The sweep too:
+# due.lua expiring 1 reservation and 20 makes the same calls (9e3478e: an HMGET and an
+# HSET per record).
 #
 # Records of the layout before (a hash of its own, order:<id>, fields by name) are still
 # read and changed: three reservations turned back into it by hand; GET answers each
@@ -129,6 +131,29 @@ expect "the batch's events: one stream entry (two, with the batch of 1)" "2" \
     "$(rcli XLEN seckill:events)"
 expect "a replay of the batch: every order answered by its key (-3)" "-3" \
     "$(batch 32 7000000002000000000)"
+
+# The sweep's calls do not grow with the orders it expires either: due.lua by hand for
+# the batch of 1's reservation, then for 20 of the 32's (their pay_by made 1 first);
+# on 9e3478e an HMGET and an HSET per record
+due() { # ID...: due.lua for them, its first answer (the orders it expired)
+    local keys=() id
+    for id in "$@"; do keys+=("$(it_rec_key "$id")"); done
+    rcli --eval "$gen/due.lua" "sk:$T:meta" "sk:$T:stock" "sk:$T:sold" "sk:$T:buyers" \
+        "sk:$T:back" "sk:$T:due" "sk:$T:life" "sk:$T:avail" seckill:events seckill:due \
+        "${keys[@]}" , seckill:reset b "$@" | head -1
+}
+twenty=()
+for ((i = 0; i < 20; i++)); do twenty+=($((7000000002000000000 + i))); done
+for id in 7000000001000000000 "${twenty[@]}"; do it_rec_set "$rport" "$id" pay_by 1 >/dev/null; done
+rcli CONFIG RESETSTAT >/dev/null
+expect "the sweep of 1: expired" "1" "$(due 7000000001000000000)"
+one=$(calls)
+rcli CONFIG RESETSTAT >/dev/null
+expect "the sweep of 20: expired" "20" "$(due "${twenty[@]}")"
+many=$(calls)
+expect "... with the calls the sweep of 1 made" "$one" "$many"
+expect "... each record expired in its hash" "expired expired" \
+    "$(it_rec "$rport" 7000000001000000000 state) $(it_rec "$rport" 7000000002000000019 state)"
 
 # ---- the atomic mode's group commit -----------------------------------------------
 start_instance at "$dir" --redis "127.0.0.1:$rport" --lock atomic --threads 1 || exit 1

@@ -7,9 +7,9 @@
 -- copy, build/gen/inventory/lua/due.lua.
 -- KEYS[1] meta, [2] stock, [3] sold, [4] buyers, [5] back, [6] due, [7] life,
 -- [8] avail, [9] events, [10] the deadline index of the SKU's shard,
--- [11..10+n] the record of each order named (every key it touches is
--- declared: on a cluster, one a slot move carried away is asked for again
--- before anything runs).
+-- [11..10+n] the hash of the record of each order named (rec.lua; read with
+-- one HMGET per hash; every key it touches is declared: on a cluster, one a
+-- slot move carried away is asked for again before anything runs).
 -- ARGV[1] the reset channel, [2] the SKU, [3..2+n] the orders' ids (the
 -- sweep read them from the due set, up to its pay_by now).
 -- All or nothing: every record is read and checked before the first write.
@@ -30,9 +30,15 @@
 local now = now_ms()
 local k = life_keys(1, ARGV[2])
 local take, gone, bad = {}, {}, 0
+local recs -- every record at once: one HMGET per hash
+do
+  local keys, ids = {}, {}
+  for i = 3, #ARGV do keys[#keys + 1], ids[#ids + 1] = KEYS[8 + i], ARGV[i] end
+  recs = rec_get_all(keys, ids)
+end
 for i = 3, #ARGV do
   local id, okey = ARGV[i], KEYS[8 + i]
-  local o = give_read(okey, id)
+  local o = give_of(recs[id])
   if o.state ~= 'pending' then
     gone[#gone + 1] = id -- paid, cancelled or expired meanwhile, or gone with a reset
   elseif not o.by then

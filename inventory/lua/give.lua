@@ -14,7 +14,8 @@
 -- (give_read: nil when it is malformed, and then nothing is written for it),
 -- and so is every value of the SKU the end computes with (give_write).
 -- give_read(okey, id) -> o: the record of id in its hash okey (rec.lua),
--- read once for the whole script: {state,
+-- read once for the whole script (give_of(r): the same of a record read
+-- already, rec_get's or rec_get_all's): {state,
 -- by (its pay_by, a number, or nil), user, qtext (its qty as stored, nil: no
 -- such order), qty, parts = {{seg, units}...}, seg (the first part's segment, as
 -- its segment field) and spread (its segments field; nil: one), for its events,
@@ -44,8 +45,8 @@ local function life_keys(first, sku)
   end
   return k
 end
-local function give_read(okey, id)
-  local o = rec_get(okey, id) or {}
+local function give_of(o)
+  o = o or {}
   local r = {state = o.state, by = tonumber(o.pay_by or ''), user = o.user_id, qtext = o.qty,
              qty = tonumber(o.qty or ''), parts = {}, spread = o.segments, ok = false,
              rec = o}
@@ -63,6 +64,9 @@ local function give_read(okey, id)
   r.seg = r.parts[1] and r.parts[1][1]
   r.ok = sum == qty
   return r
+end
+local function give_read(okey, id)
+  return give_of(rec_get(okey, id))
 end
 local function give_tally()
   return {units = {}, segs = {}, qty = 0, states = {}, user_qty = {}, users = {}, ids = {},

@@ -27,6 +27,9 @@
 -- read too, when the hash has none: r.old names its key then, which the
 -- record's next write deletes (rec_put: the record moves into its hash, and
 -- counts open there when its SKU has an outbox: its final event is on its way).
+-- rec_get_all(keys, ids): id -> the record of ids[i] in hash keys[i] (as
+-- rec_get's; absent: none), one HMGET per hash (and rec_get's own reads for
+-- the records it did not find there: the layout before).
 -- rec_text(r): the record's value.
 -- rec_exist(keys, ids): the set of ids[i] whose record is in hash keys[i]
 -- already, one HMGET per hash.
@@ -105,6 +108,21 @@ local function rec_exist(keys, ids)
     end
   end
   return found
+end
+local function rec_get_all(keys, ids)
+  local by, order = rec_group(keys, ids)
+  local out = {}
+  for _, key in ipairs(order) do
+    local l = by[key]
+    for j, v in ipairs(redis.call('HMGET', key, unpack(l))) do
+      if v then
+        out[l[j]] = rec_parse(v)
+      else
+        out[l[j]] = rec_get(key, l[j]) -- not there: maybe of the layout before
+      end
+    end
+  end
+  return out
 end
 local function rec_put(w, key, id, text, open, old)
   local l = w[key]
