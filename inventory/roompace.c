@@ -541,8 +541,8 @@ void inv_rooms_free(struct inv_rooms *r)
     if (!r)
         return;
     inv_rooms_detach(r);
-    for (int i = 0; i < r->nrooms; i++)
-        free(r->rooms[i].batch);
+    while (r->nrooms > 0)
+        room_drop(r, r->nrooms - 1); /* each room's buffers */
     pthread_rwlock_destroy(&r->mu);
     free(r->seeds);
     free(r->password);

@@ -490,8 +490,8 @@ static const struct option_spec options[] = {
      "(0..10000000)",
      opt_work},
     {"batch", "N", "32",
-     "most queued orders one lock hold serves (atomic: most script calls one write "
-     "carries); 1: one order per hold (1..1024)",
+     "most queued orders one lock hold serves (atomic on one Redis: one group "
+     "commit's script); 1: one order per hold (1..1024)",
      opt_batch},
     {"min-replicas-acked", "N", "1 when the data Redis has replicas, else 0",
      "a 201 is answered only after N replicas acknowledged the order (WAIT); "

@@ -8,10 +8,11 @@
 #   added and withdrawn the sums of the PATCH answers, remaining 0, never oversold
 #   (the audit, recomputed from the records, is consistent), and the 201s the buyers
 #   got are the orders recorded;
-# - the same sale, SKU D, with the changes made by an instance that writes the stock
-#   hash itself (SECKILL_TEST_PATCH_DIRECT, tests only): a change lands while a
-#   segment's holder has read the stock, the holder's commit writes over it, and the
-#   books no longer balance (the audit says so). This is what the back hash prevents.
+# - one hold and one change made to meet (below): with the change made by an instance
+#   that writes the stock hash itself (SECKILL_TEST_PATCH_DIRECT, tests only) the
+#   holder's commit writes over it and the books no longer balance (the audit says
+#   so); made by the service, through the back hash, they balance. This is what the
+#   back hash prevents.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -74,10 +75,36 @@ expect "L: never oversold, the audit consistent" "0 true" \
     "$(jq -r '"\(.oversold) \(.consistent)"' <<<"$audit")"
 expect "L: the buyers' 201s are the units sold" "$ok201" "$(jq .sold <<<"$audit")"
 
-sale D "$DIRECT"
-audit=$(curl -s "${urls[1]}/skus/D/audit")
-echo "D (changes written into the stock hash): books $((400 + added - withdrawn))," \
-    "audit $(jq -c '{sold, remaining, added, withdrawn, consistent}' <<<"$audit")"
-expect "D: without the back hash a holder's commit overwrote a change: the books do not balance" \
-    false "$(jq -r '.sold + .remaining == .initial + .added - .withdrawn' <<<"$audit")"
+# D and B, one hold and one change, made to meet: an instance whose holds work 3 s
+# (--work-us) places an order, and once its hold has the segment's lock (and so has read
+# the stock: the read goes with the acquire) a change adds 100 units. Made by the
+# instance that writes the stock hash itself (D), the holder's commit writes over the
+# 100: the books no longer balance. Made by the service (B), they go through the back
+# hash, which the commit folds in: they balance. Slack: the change takes milliseconds of
+# the hold's 3 s, waited for by condition.
+start_instance slow "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 1 \
+    --work-us 3000000
+SLOW=$STARTED_URL
+met() { # SKU PATCHER: the order on SLOW, the change on PATCHER during its hold
+    local sku=$1 patcher=$2 order
+    expect "PUT $sku" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$SLOW/skus/$sku" \
+        -d '{"stock":10,"segments":1}')"
+    curl -s -o "$dir/met.$sku" -w '%{http_code}' -X POST -d '{"user_id":"m1"}' \
+        "$SLOW/skus/$sku/orders" >"$dir/met.$sku.code" &
+    order=$!
+    held() { (($(redis-cli -p "$rport" EXISTS "sk:{$sku}:lock:0") == 1)); }
+    check "$sku: the order's hold has the lock (within 10 s)" wait_until 10 held
+    expect "$sku: a change of 100 units during the hold" "200" \
+        "$(curl -s -o /dev/null -w '%{http_code}' -X PATCH "$patcher/skus/$sku" -d '{"add":100}')"
+    wait "$order"
+    expect "$sku: the order placed" "201" "$(cat "$dir/met.$sku.code")"
+    audit=$(curl -s "$SLOW/skus/$sku/audit")
+    echo "$sku: audit $(jq -c '{initial, sold, remaining, added, withdrawn, consistent}' <<<"$audit")"
+}
+met D "$DIRECT"
+expect "D: without the back hash the holder's commit wrote over the change: the books do not balance" \
+    "false" "$(jq -r '.sold + .remaining == .initial + .added - .withdrawn' <<<"$audit")"
+met B "${urls[0]}"
+expect "B: through the back hash the change is kept: sold 1, remaining 109 of 110" \
+    "true 1 109" "$(jq -r '"\(.sold + .remaining == .initial + .added - .withdrawn) \(.sold) \(.remaining)"' <<<"$audit")"
 checks_finish
