@@ -113,7 +113,7 @@ static void test_writer_excludes_both(void **state)
 struct mixed {
     struct lock *lock;
     const char *key;
-    atomic_int readers, writers, overlaps, failures, shared;
+    struct rw_tally t;
 };
 
 static void *mixed_worker(void *arg)
@@ -124,26 +124,7 @@ static void *mixed_worker(void *arg)
     unsigned int seed = (unsigned int)(uintptr_t)&seed;
     for (int i = 0; i < 60; i++) {
         lock_side side = rand_r(&seed) % 5 == 0 ? LOCK_WRITE : LOCK_READ;
-        struct lock_grant g;
-        if (lock_rw_acquire(s, m->key, side, 10000, &g) != LOCK_ACQUIRED) {
-            m->failures++;
-            continue;
-        }
-        if (side == LOCK_WRITE) {
-            if (++m->writers != 1 || m->readers != 0)
-                m->overlaps++;
-            clock_sleep_us(300); /* the critical section's work */
-            m->writers--;
-        } else {
-            if (++m->readers > 1)
-                m->shared++;
-            if (m->writers != 0)
-                m->overlaps++;
-            clock_sleep_us(300);
-            m->readers--;
-        }
-        if (lock_release(s, m->key, &g) != LOCK_RELEASED)
-            m->failures++;
+        rw_tally_round(s, m->key, side, 10000, &m->t);
     }
     lock_session_free(s);
     rconn_free(rc);
@@ -161,10 +142,10 @@ static void test_mixed_load_never_overlaps(void **state)
         pthread_create(&t[i], NULL, mixed_worker, &m);
     for (int i = 0; i < 6; i++)
         pthread_join(t[i], NULL);
-    printf("mixed: %d overlaps, %d failures, %d reads shared\n", m.overlaps, m.failures,
-           m.shared);
-    assert_int_equal(m.overlaps, 0);
-    assert_int_equal(m.failures, 0);
+    printf("mixed: %d overlaps, %d failures, %d reads shared\n", m.t.overlaps,
+           m.t.failures, m.t.shared);
+    assert_int_equal(m.t.overlaps, 0);
+    assert_int_equal(m.t.failures, 0);
     test_sessions_close(&p);
 }
 

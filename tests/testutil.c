@@ -835,3 +835,28 @@ const struct redisReply *test_entry_of(struct test_entry *e, const char *fields)
     e->arr = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = n, .element = e->ptrs};
     return &e->arr;
 }
+
+void rw_tally_round(struct lock_session *s, const char *key, lock_side side, int wait_ms,
+                    struct rw_tally *t)
+{
+    struct lock_grant g;
+    if (lock_rw_acquire(s, key, side, wait_ms, &g) != LOCK_ACQUIRED) {
+        t->failures++;
+        return;
+    }
+    if (side == LOCK_WRITE) {
+        if (++t->writers != 1 || t->readers != 0)
+            t->overlaps++;
+        clock_sleep_us(300); /* the critical section's work */
+        t->writers--;
+    } else {
+        if (++t->readers > 1)
+            t->shared++;
+        if (t->writers != 0)
+            t->overlaps++;
+        clock_sleep_us(300);
+        t->readers--;
+    }
+    if (lock_release(s, key, &g) != LOCK_RELEASED)
+        t->failures++;
+}

@@ -192,4 +192,16 @@ struct test_entry {
 };
 const struct redisReply *test_entry_of(struct test_entry *e, const char *fields);
 
+/* A read-write lock's mixed load (test_rwlock_*): what the workers of one test
+ * saw, shared by them. */
+struct rw_tally {
+    atomic_int readers, writers, overlaps, failures, shared;
+};
+/* One round of a mixed load: side of key on s (waiting at most wait_ms), then
+ * 300 us of the critical section's work, counted in t: an overlap when a writer
+ * meets anyone or a reader a writer, shared when readers meet, a failure when
+ * the acquire or the release does not answer as it should. */
+void rw_tally_round(struct lock_session *s, const char *key, lock_side side, int wait_ms,
+                    struct rw_tally *t);
+
 #endif
