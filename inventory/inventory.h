@@ -399,7 +399,6 @@ struct inv_ticket {
     int xfer;      /* not an order: a step of a transfer of units between
                       shards (engine_refill.c), never counted as an answer */
     inv_end end;   /* not an order: a pay or a cancel of order.id (inv_end_open) */
-    int end_step;  /* its step: 0 the record's read, 1 the script */
 };
 
 /* Fills t for an order of qty units of sku for user_id; idem_key (may be

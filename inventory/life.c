@@ -63,21 +63,13 @@ static void life_count(struct inv *inv, long long code, long long units,
 
 /* ---- a pay or a cancel on an event loop ------------------------------------
  *
- * A machine of one ticket (inv_end_open), driven by the loop's engine like
- * the atomic mode's (path.h): t->end_step says where it is.
- *
- *   state   in flight                          when it answered
- *   ------  ---------------------------------  --------------------------------
- *   READ    HMGET of the order's record (for   SCRIPT; or over (t final: no
- *           its SKU, whose keys the script     such order, no answer)
- *           takes), on the shard its id names
- *   SCRIPT  pay.lua or cancel.lua: checks the  over: t final (its INV_OK once
- *           state and changes it in one step   the engine has the replicas'
- *                                              acknowledgement, ack.h); the
- *                                              script lost: SCRIPT again */
-
-/* The two states (t->end_step). */
-enum { END_READ = 0, END_SCRIPT };
+ * One call, driven by the loop's engine like the atomic mode's (path.h):
+ * pay.lua or cancel.lua, on the shard the order's id names, reads the order's
+ * record, learns its SKU from it (whose keys it names itself: give.lua's
+ * life_keys_of), checks its state and changes it in one step, and answers
+ * with the record as it read it. Over when it answers: t final (its INV_OK
+ * once the engine has the replicas' acknowledgement, ack.h); the script lost:
+ * sent again. */
 
 void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *arg)
 {
@@ -91,7 +83,7 @@ void inv_end_open(struct inv_ticket *t, inv_end end, uint64_t id, const char *ar
     t->home = t->seg = -1;
 }
 
-/* Sends t's step (t->end_step; a try counted). */
+/* Sends t's script (a try counted). */
 static inv_do end_send(struct inv_ticket *t, const struct inv_conns *cs, aconn_cb *cb,
                        void *arg)
 {
@@ -102,40 +94,21 @@ static inv_do end_send(struct inv_ticket *t, const struct inv_conns *cs, aconn_c
     uint64_t id = t->order.id;
     t->gene = cs->cluster ? orderid_gene_of(id) : -1;
     struct sku_keys k;
-    inv_keys_init(&k, t->order.sku, t->gene);
+    inv_keys_init(&k, "", t->gene);
     char idt[24], okey[64];
     snprintf(idt, sizeof(idt), "%" PRIu64, id);
     inv_record_key(okey, sizeof(okey), k.order, idt);
-    int slot = cs->cluster ? cluster_gene_slot(t->gene) : -1;
-    rconn_status rc;
-    if (t->end_step == END_READ) {
-        const char *argv[] = {okey,      idt,        "sku",   "user_id", "qty",
-                              "segment", "segments", "state", "pay_by"};
-        rc = cs->cluster
-                 ? acluster_eval(cs->cluster, slot, cb, arg, &inv_rec_read_script, 1, 9,
-                                 argv)
-                 : aconn_eval(cs->data, cb, arg, &inv_rec_read_script, 1, 9, argv);
-    } else {
-        struct rscript *script = t->end == INV_END_PAY ? &pay_script : &cancel_script;
-        const char *argv[] = {okey,
-                              k.meta,
-                              k.stock,
-                              k.sold,
-                              k.buyers,
-                              k.back,
-                              k.due,
-                              k.life,
-                              k.avail,
-                              k.events,
-                              idt,
-                              t->end == INV_END_PAY ? t->idem_key : t->user_id,
-                              SOLDOUT_CHANNEL,
-                              t->order.sku};
-        int argc = (int)(sizeof(argv) / sizeof(argv[0]));
-        rc = cs->cluster
-                 ? acluster_eval(cs->cluster, slot, cb, arg, script, 10, argc, argv)
-                 : aconn_eval(cs->data, cb, arg, script, 10, argc, argv);
-    }
+    struct rscript *script = t->end == INV_END_PAY ? &pay_script : &cancel_script;
+    const char *argv[] = {okey,
+                          k.events,
+                          idt,
+                          t->end == INV_END_PAY ? t->idem_key : t->user_id,
+                          SOLDOUT_CHANNEL,
+                          cs->cluster ? cluster_gene_tag(t->gene) : ""};
+    int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+    rconn_status rc = cs->cluster ? acluster_eval(cs->cluster, cluster_gene_slot(t->gene),
+                                                  cb, arg, script, 2, argc, argv)
+                                  : aconn_eval(cs->data, cb, arg, script, 2, argc, argv);
     if (rc != RCONN_OK) {
         t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
         return INV_DO_OVER;
@@ -156,9 +129,17 @@ static void end_scripted(struct inv *inv, struct inv_ticket *t, const redisReply
         t->st = INV_GONE;
         return;
     }
-    if (code == -17) { /* its record: nothing written */
+    /* the record as the script read it: the order the answer shows (and a
+       malformed value's log names its SKU) */
+    inv_status st =
+        r->elements > 4 ? inv_order_read(r->element[4], t->order.id, &t->order) : INV_OK;
+    if (code == -17) { /* its record, or a value of its SKU: nothing written */
         count(&inv->counters.malformed);
         t->st = inv_malformed(&t->order, r->elements > 1 ? r->element[1] : NULL);
+        return;
+    }
+    if (st != INV_OK) {
+        t->st = st == INV_NOT_FOUND ? INV_GONE : st;
         return;
     }
     if (units > 0) /* this instance at once; the others by the message */
@@ -184,7 +165,6 @@ inv_do inv_end_start(struct inv *inv, struct inv_ticket *t, const struct inv_con
                      aconn_cb *cb, void *arg)
 {
     (void)inv;
-    t->end_step = END_READ;
     return end_send(t, cs, cb, arg);
 }
 
@@ -192,23 +172,13 @@ inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_
                         aconn_cb *cb, void *arg, aconn_result res, const redisReply *r)
 {
     if (res != ACONN_REPLY) { /* the script may have run when it was lost */
-        t->st = t->end_step == END_SCRIPT && res == ACONN_LOST ? INV_OUTCOME_UNKNOWN
-                                                               : INV_UNAVAILABLE;
+        t->st = res == ACONN_LOST ? INV_OUTCOME_UNKNOWN : INV_UNAVAILABLE;
         return INV_DO_OVER;
     }
     if (rconn_is_noscript(r)) /* the connection loads it again first */
         return end_send(t, cs, cb, arg);
-    if (t->end_step == END_SCRIPT) {
-        end_scripted(inv, t, r);
-        return INV_DO_OVER;
-    }
-    inv_status st = inv_order_read(r, t->order.id, &t->order);
-    if (st != INV_OK) {
-        t->st = st == INV_NOT_FOUND ? INV_GONE : st;
-        return INV_DO_OVER;
-    }
-    t->end_step = END_SCRIPT;
-    return end_send(t, cs, cb, arg);
+    end_scripted(inv, t, r);
+    return INV_DO_OVER;
 }
 
 /* ---- the sweep ----------------------------------------------------------- */

@@ -21,7 +21,6 @@ void inv_ticket_clear(struct inv_ticket *t)
     t->refills = t->hops = t->xfer = 0;
     t->link = 0;
     t->end = INV_END_NONE;
-    t->end_step = 0;
     t->way = INV_WAY_NONE;
 }
 

@@ -18,6 +18,9 @@
 # old key gone), and a PUT ?reset=true deletes the third's old key. Fails on a build that
 # reads only the hashes (GET 404, pay 404).
 #
+# A pay and a cancel are one call each: the script reads the record and learns its SKU
+# (MONITOR: no rec_read.lua before pay.lua; on c8a0f31, one).
+#
 # The atomic mode's group commit: an instance with --lock atomic under 32 connections
 # (wrk, 2 s) on a SKU of one segment sells with fewer scripts than orders (a segment's
 # queued orders in one batch.lua call); on 9e3478e, one atomic.lua call an order (and
@@ -76,6 +79,41 @@ expect "PUT ?reset=true of old: 200" "200" "$(curl -s -o /dev/null -w '%{http_co
     -d '{"stock":10,"segments":2}' "$U/skus/old?reset=true")"
 expect "... cid's old record gone with the others" "0 0 0" \
     "$(rcli EXISTS "order:${olds[2]}") $(it_rec_exists "$rport" "${olds[2]}") $(it_rec_exists "$rport" "${olds[0]}")"
+
+# ---- a pay and a cancel: one call each ---------------------------------------------
+# The script reads the record and names its SKU's keys from it: no read of the record
+# (rec_read.lua) first, the pay's one EVALSHA of pay.lua (MONITOR over the pay, until a
+# marker after it; on c8a0f31 a rec_read.lua then a pay.lua).
+sha_of() { sha1sum <"$gen/$1" | cut -c1-40; }
+# evalshas CMD...: the EVALSHAs of rec_read, pay and cancel Redis ran over CMD
+evalshas() {
+    local mon="$dir/monitor.$RANDOM" mpid marker="mark-$RANDOM"
+    redis-cli -p "$rport" MONITOR >"$mon" &
+    mpid=$!
+    monitoring() { grep -q '^OK' "$mon"; }
+    wait_until 10 monitoring || { kill "$mpid"; echo "no monitor"; return; }
+    "$@" >/dev/null
+    rcli ECHO "$marker" >/dev/null
+    marked() { grep -q "$marker" "$mon"; }
+    wait_until 10 marked
+    kill "$mpid"
+    wait "$mpid" 2>/dev/null
+    echo "$(grep -c "$(sha_of rec_read.lua)" "$mon") $(grep -c "$(sha_of pay.lua)" "$mon") $(grep -c "$(sha_of cancel.lua)" "$mon")"
+}
+expect "PUT pc: a payment window" "201" "$(curl -s -o /dev/null -w '%{http_code}' \
+    -X PUT -d '{"stock":10,"segments":2,"per_user_limit":1,"pay_within_ms":600000}' \
+    "$U/skus/pc")"
+pays=()
+for u in pat quin; do
+    pays+=("$(curl -s -X POST -d "{\"user_id\":\"$u\"}" "$U/skus/pc/orders" | jq -r .order_id)")
+done
+pay_it() { curl -sf -X POST -d '{}' "$U/orders/${pays[0]}/pay"; }
+cancel_it() { curl -sf -X POST -d '{"user_id":"quin"}' "$U/orders/${pays[1]}/cancel"; }
+expect "a pay: one pay.lua, no read of the record first (rec_read pay cancel)" "0 1 0" \
+    "$(evalshas pay_it)"
+expect "... paid" "paid" "$(it_rec "$rport" "${pays[0]}" state)"
+expect "a cancel: one cancel.lua" "0 0 1" "$(evalshas cancel_it)"
+expect "... cancelled" "cancelled" "$(it_rec "$rport" "${pays[1]}" state)"
 
 # ---- a batch's calls -------------------------------------------------------------
 T='{b}'

@@ -4,7 +4,8 @@
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/cancel.lua.
 -- KEYS as pay.lua's. ARGV[1] order id, [2] the buyer's user id, [3] the
--- reset channel, [4] the SKU.
+-- reset channel, [4] as pay.lua's (the SKU is the record's). Its answers carry the
+-- record as pay.lua's do, but {-15}'s (nothing said of another user's order).
 -- Returns {1, units} cancelled now (units given back), {2, 0} cancelled
 -- before, {-1} no such order, {-15} another user's order (nothing said of
 -- it), {-12} not pending (placed: final), {-16} paid, {-14, units} expired
@@ -21,15 +22,23 @@
 local o = give_read(KEYS[1], ARGV[1])
 if not o.qtext then return {-1} end
 if o.user ~= ARGV[2] then return {-15} end
+local sku = o.rec.sku
+if not sku or sku == '' then return {-17, KEYS[1]} end
+local seen = rec_seen(o.rec)
+local function answer(a)
+  for i = #a + 1, 4 do a[i] = false end
+  a[5] = seen
+  return a
+end
 local state = o.state or 'placed'
-if state == 'cancelled' then return {2, 0} end
-if state == 'placed' then return {-12} end
-if state == 'paid' then return {-16} end
-if state == 'expired' then return {-14, 0} end
-local k = life_keys(2, ARGV[4])
-if not o.by or not o.ok then return {-17, KEYS[1]} end
+if state == 'cancelled' then return answer({2, 0}) end
+if state == 'placed' then return answer({-12}) end
+if state == 'paid' then return answer({-16}) end
+if state == 'expired' then return answer({-14, 0}) end
+local k = life_keys_of(sku, ARGV[4], KEYS[2])
+if not o.by or not o.ok then return answer({-17, KEYS[1]}) end
 local late = now_ms() >= o.by
 local units, bad = give_back(k, KEYS[1], ARGV[1], late and 'expired' or 'cancelled', o)
-if not units then return bad end
-redis.call('PUBLISH', ARGV[3], ARGV[4])
-return {late and -14 or 1, units}
+if not units then return answer(bad) end
+redis.call('PUBLISH', ARGV[3], sku)
+return answer({late and -14 or 1, units})

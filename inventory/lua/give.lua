@@ -36,12 +36,27 @@
 -- three for one order, o its give_read (ok): its units, or nil and
 -- malformed's answer (nothing written).
 -- life_keys(first, sku): such a k from KEYS[first .. first + 8], named in
--- that order (each script that gives back passes them so).
+-- that order (the sweep passes them so).
+-- life_keys_of(sku, gtag, events): such a k named from the SKU's name as
+-- inv_keys_init names them: 'sk:{<sku>}:<name>' on one Redis (gtag ''), else
+-- 'sk:{<gtag>}:<sku>:<name>', gtag the tag of the gene the order's id carries,
+-- so that on a Redis Cluster they hash to the slot of the order's record, the
+-- script's first KEY; events the shard's outbox stream (a KEY of the script). A
+-- pay or a cancel learns its SKU from the record in the same script, and so
+-- is one call, not a read of the record and then the script.
 local function life_keys(first, sku)
   local k = {sku = sku}
   for i, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail',
                          'events'}) do
     k[name] = KEYS[first + i - 1]
+  end
+  return k
+end
+local function life_keys_of(sku, gtag, events)
+  local tag = gtag == '' and ('{' .. sku .. '}') or ('{' .. gtag .. '}:' .. sku)
+  local k = {sku = sku, events = events}
+  for _, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail'}) do
+    k[name] = 'sk:' .. tag .. ':' .. name
   end
   return k
 end

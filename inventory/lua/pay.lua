@@ -3,10 +3,13 @@
 -- decides, not the sweep: then it expires here, its units go back).
 -- Includes pieces, so it needs the build: `redis-cli --eval` the assembled
 -- copy, build/gen/inventory/lua/pay.lua.
--- KEYS[1] the hash of the order's record (rec.lua), [2] meta, [3] stock, [4] sold, [5] buyers, [6] back,
--- [7] due, [8] life, [9] avail, [10] events (the order's SKU's).
+-- KEYS[1] the hash of the order's record (rec.lua), [2] its shard's outbox stream.
 -- ARGV[1] order id, [2] payment id or '', [3] the reset channel
--- (SOLDOUT_CHANNEL), [4] the SKU.
+-- (SOLDOUT_CHANNEL), [4] '' on one Redis, else the tag of the gene of the
+-- order's id: the SKU's keys are named from the record's SKU (give.lua's
+-- life_keys_of), so a pay is one call.
+-- Every answer but {-1} (and {-17, key} of a record without its SKU) has the record as it was read (rec.lua's
+-- rec_seen) for its fifth element, what comes before it padded with false.
 -- Returns {1, 0, payment id, paid_at} paid now, {2, 0, payment id, paid_at}
 -- paid before, by this payment id or by a pay that names none (a pay names
 -- the order's payment, or none: a repeat), {-16, 0, payment id} paid before
@@ -25,35 +28,43 @@
 --#include "give.lua"
 local o = give_read(KEYS[1], ARGV[1])
 if not o.qtext then return {-1} end
+local sku = o.rec.sku
+if not sku or sku == '' then return {-17, KEYS[1]} end
+local seen = rec_seen(o.rec)
+local function answer(a)
+  for i = #a + 1, 4 do a[i] = false end
+  a[5] = seen
+  return a
+end
 local state = o.state or 'placed'
 if state == 'paid' then
   local id = o.rec.payment_id or ''
-  if ARGV[2] ~= '' and ARGV[2] ~= id then return {-16, 0, id} end
-  return {2, 0, id, o.rec.paid_at or ''}
+  if ARGV[2] ~= '' and ARGV[2] ~= id then return answer({-16, 0, id}) end
+  return answer({2, 0, id, o.rec.paid_at or ''})
 end
-if state == 'placed' then return {-12} end
-if state == 'cancelled' then return {-13} end
-if state == 'expired' then return {-14, 0} end
-local k = life_keys(2, ARGV[4])
+if state == 'placed' then return answer({-12}) end
+if state == 'cancelled' then return answer({-13}) end
+if state == 'expired' then return answer({-14, 0}) end
+local k = life_keys_of(sku, ARGV[4], KEYS[2])
 local qty = o.qty
-if not o.by or not o.ok then return {-17, KEYS[1]} end
+if not o.by or not o.ok then return answer({-17, KEYS[1]}) end
 if now_ms() >= o.by then
   local units, bad = give_back(k, KEYS[1], ARGV[1], 'expired', o)
-  if not units then return bad end
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
-  return {-14, units}
+  if not units then return answer(bad) end
+  redis.call('PUBLISH', ARGV[3], sku)
+  return answer({-14, units})
 end
-local meta, bad = meta_get(KEYS[2], 'pending', 'paid', 'outbox')
-if not meta then return bad end
+local meta, bad = meta_get(k.meta, 'pending', 'paid', 'outbox')
+if not meta then return answer(bad) end
 local at = string.format('%d', now_ms())
 o.rec.state, o.rec.paid_at, o.rec.payment_id = 'paid', at, ARGV[2] ~= '' and ARGV[2] or nil
 local w = {}
 rec_put(w, KEYS[1], ARGV[1], rec_text(o.rec), o.rec.old and meta[3] and true, o.rec.old)
 rec_write(w)
-redis.call('ZREM', KEYS[7], ARGV[1])
-redis.call('HINCRBY', KEYS[2], 'pending', -qty)
-redis.call('HINCRBY', KEYS[2], 'paid', qty)
-redis.call('RPUSH', KEYS[8], ARGV[1] .. ' paid')
-outbox_add(KEYS[10], meta[3], ARGV[1], 'paid', ARGV[4], o.user, o.qtext, o.seg, o.spread,
+redis.call('ZREM', k.due, ARGV[1])
+redis.call('HINCRBY', k.meta, 'pending', -qty)
+redis.call('HINCRBY', k.meta, 'paid', qty)
+redis.call('RPUSH', k.life, ARGV[1] .. ' paid')
+outbox_add(k.events, meta[3], ARGV[1], 'paid', sku, o.user, o.qtext, o.seg, o.spread,
            't', at, ARGV[2] ~= '' and 'p' or nil, ARGV[2])
-return {1, 0, ARGV[2], at}
+return answer({1, 0, ARGV[2], at})

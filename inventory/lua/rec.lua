@@ -74,6 +74,14 @@ local function rec_get(key, id)
   for i = 1, #f, 2 do r[f[i]] = f[i + 1] end
   return r
 end
+-- rec_seen(r): the first seven fields of r (sku .. pay_by) as a list, false for
+-- a missing one: what rec_read.lua answers for them, so that C reads both alike
+-- (inv_order_read).
+local function rec_seen(r)
+  local f = {}
+  for i = 1, 7 do f[i] = r[REC_FIELDS[i]] or false end
+  return f
+end
 local function rec_text(r)
   local f, last = {}, 0
   for i, name in ipairs(REC_FIELDS) do
