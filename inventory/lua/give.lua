@@ -31,7 +31,7 @@
 -- answers malformed's {-17,
 -- '<key> <field>'} for one that is not a number, nothing written; else it
 -- writes each order's own (its state, one HSET per hash; its event), then the sums (each
--- segment's back, avail and sold, meta's counters, the buyers, the due set,
+-- segment's back, avail and sold, meta's counters (one HSET), the buyers, the due set,
 -- the life list), and answers nil. give_back(k, okey, id, state, o) is the
 -- three for one order, o its give_read (ok): its units, or nil and
 -- malformed's answer (nothing written).
@@ -142,14 +142,16 @@ local function give_write(g, k)
     redis.call('HSET', k.back, seg, back[i] + u)
     redis.call('ZADD', k.avail, stock[i] + back[i] + u, seg)
   end
+  -- meta's sums one HSET, from the values read and checked above
   local q = g.qty
-  redis.call('HINCRBY', k.meta, 'remaining', q)
-  redis.call('HINCRBY', k.meta, 'sold', -q)
-  redis.call('HINCRBY', k.meta, 'pending', -q)
-  redis.call('HINCRBY', k.meta, 'returned', q)
+  local function plus(i, d) return (tonumber(meta[i] or '0') or 0) + d end
+  local sums = {'remaining', plus(1, q), 'sold', plus(2, -q), 'pending', plus(3, -q),
+                'returned', plus(4, q)}
   for state, n in pairs(g.states) do
-    redis.call('HINCRBY', k.meta, state, n)
+    sums[#sums + 1] = state
+    sums[#sums + 1] = plus(state == 'cancelled' and 5 or 6, n)
   end
+  redis.call('HSET', k.meta, unpack(sums))
   local keep, gone = {}, {}
   for i, u in ipairs(g.users) do
     local left = had[i] - g.user_qty[u]
