@@ -24,12 +24,7 @@ if not o.qtext then return {-1} end
 if o.user ~= ARGV[2] then return {-15} end
 local sku = o.rec.sku
 if not sku or sku == '' then return {-17, KEYS[1]} end
-local seen = rec_seen(o.rec)
-local function answer(a)
-  for i = #a + 1, 4 do a[i] = false end
-  a[5] = seen
-  return a
-end
+local answer = give_answer(o.rec)
 local state = o.state or 'placed'
 if state == 'cancelled' then return answer({2, 0}) end
 if state == 'placed' then return answer({-12}) end

@@ -80,6 +80,17 @@ local function give_of(o)
   r.ok = sum == qty
   return r
 end
+-- give_answer(rec): a function that makes a pay's or a cancel's answer of its
+-- list: padded with false to four elements, the record rec as read (rec.lua's
+-- rec_seen, taken now: before the script changes it) the fifth.
+local function give_answer(rec)
+  local seen = rec_seen(rec)
+  return function(a)
+    for i = #a + 1, 4 do a[i] = false end
+    a[5] = seen
+    return a
+  end
+end
 local function give_read(okey, id)
   return give_of(rec_get(okey, id))
 end

@@ -30,12 +30,7 @@ local o = give_read(KEYS[1], ARGV[1])
 if not o.qtext then return {-1} end
 local sku = o.rec.sku
 if not sku or sku == '' then return {-17, KEYS[1]} end
-local seen = rec_seen(o.rec)
-local function answer(a)
-  for i = #a + 1, 4 do a[i] = false end
-  a[5] = seen
-  return a
-end
+local answer = give_answer(o.rec)
 local state = o.state or 'placed'
 if state == 'paid' then
   local id = o.rec.payment_id or ''
