@@ -49,6 +49,10 @@ CONNECTIONS=32
 WRK_SECS=60        # wrk's cap; a sale stops once sold out (see end_sale)
 SOLD_OUT_SEEN=300  # sold_out answers the instances gave before wrk is stopped
 AFTER_KILL=500     # ensemble: units sold after the leader died
+# ensemble: its stock, 4x the others': at 3 instances the units go by the thousand a
+# second, and under make test-stress the poll that sees 100 sold came after all 3,000
+# were (the kill then came after the sale); 12,000 take 4x as long to go
+ENSEMBLE_STOCK=12000
 OUTAGE_CLIENTS=6
 OUTAGE_SESSION_MS=2000 # the instances' ZooKeeper session in the outage scenario
 OUTAGE_WAIT_MS=1000    # their --wait-ms
@@ -155,6 +159,7 @@ node_mode() { # NAME
 }
 
 scenario_ensemble() {
+    local STOCK=$ENSEMBLE_STOCK # seen by sale_checks and the rest (bash's scoping)
     echo "# ensemble: zk over 3 ZooKeeper nodes, 3 instances + nginx, stock $STOCK in" \
         "$SEGMENTS segments, ${WORK_US}us of work, wrk -c$CONNECTIONS; the leader killed mid-sale"
     cluster_up ensemble --instances 3 --lb nginx --lock zk --zk-nodes 3 -- \
