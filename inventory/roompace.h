@@ -70,6 +70,10 @@ struct inv_room_view {
     long long news_ms;  /* Redis's clock at the last news read */
     double rate;        /* places admitted a second, measured over the last 10 s */
     long long skipped;  /* places skipped as abandoned so far */
+    /* admissions left before the room can admit no more (units that remain
+     * beyond the live passes) and the whole tokens banked, at news_ms; -1:
+     * not published (a pacer of an older build) */
+    long long to_admit, tokens;
     /* for the place asked: the Redis time it was admitted at (its pass
      * expires spec.pass_ttl_ms later); 0 when not admitted or not known */
     long long admitted_at_ms;

@@ -24,6 +24,10 @@
 #   less what the instances' background duties sent in a quiet window as long.
 # - Truth: paused while no unit is left and a reservation is pending; open again once
 #   it is cancelled; sold_out for every waiting buyer once sold out for good.
+# - Near a sell-out waiting buyers poll sooner: once every unit left is covered by a
+#   live pass (a sell-out may come with the next order), a buyer far back is told
+#   poll_after_ms 500, not the 2000 its wait would give; while paused, 500 too; far
+#   from a sell-out (1000 units at 1 a second) the same place is told 2000.
 # Timing: every wait is a condition waited on (wait_until), with a bound of seconds.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -309,7 +313,26 @@ joe=$(jq -r .order_id "$dir/joe.json")
 check "joe reserves it ($(cat "$dir/joe.json"))" test -n "$joe" -a "$joe" != null
 expect "kim joins late" 202 "$(join "$B" res kim)"
 check "... paused while joe's reservation is pending" wait_until 5 state_is "$B" res kim paused
+expect "... told to poll after 500 ms (a payment may end the sale)" 500 \
+    "$(poll "$B" res kim | jq -r .poll_after_ms)"
 expect "joe pays" paid "$(curl -s -X POST "$A/orders/$joe/pay" | jq -r .state)"
 check "... every waiting buyer's poll: sold_out" wait_until 5 state_is "$B" res kim sold_out
+
+# ---- near a sell-out: poll sooner ------------------------------------------------------
+# 1 a second: the 5th in line waits ~4 s, which alone would give poll_after_ms 2000
+expect "SKU near: 1 unit, 1 a second" 201 \
+    "$(put near '{"stock": 1, "room": {"rate_per_s": 1, "max_active": 1}}')"
+expect "SKU far: 1000 units, 1 a second" 201 \
+    "$(put far '{"stock": 1000, "room": {"rate_per_s": 1, "max_active": 1000}}')"
+for i in 0 1 2 3 4; do join "$A" near "n$i" >/dev/null; join "$A" far "n$i" >/dev/null; done
+check "n0 admitted to near (within 5 s: a second's token)" wait_until 5 state_is "$B" near n0 admitted
+check "... and to far" wait_until 5 state_is "$B" far n0 admitted
+# B read the admission and what is left to admit in the same news entry
+expect "near: n4 waits, told to poll after 500 ms (the one unit is n0's pass's)" "waiting 500" \
+    "$(poll "$B" near n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
+expect "far: n4 waits, told to poll after 2000 ms (999 units to admit at 1 a second)" \
+    "waiting 2000" "$(poll "$B" far n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
+expect "n0 buys near's unit" "ok -" "$(order "$A" near n0 "$(poll "$A" near n0 | jq -r .pass)")"
+check "... n4's poll: sold_out" wait_until 5 state_is "$B" near n4 sold_out
 
 checks_finish
