@@ -124,6 +124,9 @@ def main():
     for a in ("starts", "rate", "stock", "instances", "spread-ms"):
         ap.add_argument("--" + a, type=int, required=True)
     ap.add_argument("--check", type=int, default=0)
+    ap.add_argument("--cpu", default="", help="instances and nginx CPU s: i0,i1,l0,l1")
+    ap.add_argument("--polls", default="", help="the client's polls a second")
+    ap.add_argument("--killed", default="", help="'I MS': instance I killed at Redis ms")
     o = ap.parse_args()
 
     b = buyers_of(o.buyers)
@@ -187,6 +190,36 @@ def main():
             w[(at - a0) // 1000] = w.get((at - a0) // 1000, 0) + k
         windows = [w.get(s, 0) for s in range(max(w) + 1)]
     live_max = max((e["l"] for e in news), default=0)
+    # admissions per 10 s window from the first tick on, that tick's (the banked
+    # second's burst at the start) left out; whole windows only
+    windows10 = []
+    if admits:
+        a0 = admits[0][0]
+        last = admits[-1][0]
+        k = 0
+        while a0 + (k + 1) * 10000 <= last:
+            lo, hi = a0 + k * 10000, a0 + (k + 1) * 10000
+            windows10.append(sum(c for at, c in admits[1:] if lo <= at < hi))
+            k += 1
+    killed = None
+    if o.killed:
+        ki, kms = (int(x) for x in o.killed.split())
+        # the gap: the last admission before the kill to the first after it
+        before = [at for at, _ in admits if at <= kms]
+        after = [(at, c) for at, c in admits if at > kms]
+        killed = {"instance": ki, "after_start_ms": kms - o.starts,
+                  "gap_ms": after[0][0] - before[-1] if before and after else None,
+                  "first_batch_after": after[0][1] if after else None,
+                  "window": (kms - admits[0][0]) // 10000 if admits else None}
+    polls_s = {}
+    if o.polls and os.path.exists(o.polls):
+        for line in open(o.polls):
+            sec, k = line.split()
+            polls_s[int(sec)] = int(k)
+    cpu = None
+    if o.cpu:
+        i0, i1, l0, l1 = (float(x) for x in o.cpu.split(","))
+        cpu = {"instances_s": round(i1 - i0, 2), "nginx_s": round(l1 - l0, 2)}
 
     # fairness: the places (the order the pacer admits in; each ticket's, which the
     # queue in Redis no longer holds for the buyers it skipped once they stopped
@@ -232,14 +265,17 @@ def main():
         "client_queue_ms_p99": pct([r["queued_max"] for r in b], 99),
         "client_queue_ms_max": max(r["queued_max"] for r in b),
         "polls": polls, "polls_per_buyer": round(polls / n, 2), "errors": errors,
-        "sale_ms": s1 - s0,
+        "sale_ms": s1 - s0, "polls_per_s_max": max(polls_s.values(), default=None),
+        "polls_per_s": [polls_s.get(k, 0) for k in range(max(polls_s, default=-1) + 1)],
+        "cpu": cpu,
         "redis": {"sent_per_buyer": round(sent_total / n, 3),
                   "joins_per_buyer": round(joins / n, 3), "sent": sent_by,
                   "calls_per_buyer": round(per_buyer, 3), "calls_in_sale": sale_total,
                   "calls_background": round(background)},
         "admission": {"admitted": admitted_total, "rate_measured": rate_measured
                       and round(rate_measured, 2), "per_second": windows,
-                      "windows_over_rate": over_rate, "live_passes_max": live_max},
+                      "windows_over_rate": over_rate, "live_passes_max": live_max,
+                      "per_10s": windows10, "killed": killed},
         "fairness": {"prequeue_spearman_rho": rho and round(rho, 4),
                      "post_pairs": npost_pairs, "post_pairs_late_over_100ms": late_pairs,
                      "post_pairs_out_of_order": any_pairs,
@@ -274,6 +310,18 @@ def main():
     print("  admitted       %d; %s a second after the first tick (rate %d); per second %s; "
           "windows over rate + burst: %d; live passes at most %d" % (
               admitted_total, a["rate_measured"], o.rate, windows, over_rate, live_max))
+    if windows10:
+        print("  per 10 s       %s admitted (the start's burst left out; rate x 10 = %d): %s" % (
+            windows10, 10 * o.rate, " ".join("%+.1f%%" % (100 * (w - 10 * o.rate) / (10 * o.rate))
+                                             for w in windows10)))
+    if killed:
+        print("  pacer killed   instance %d at %d ms after starts_at (in 10 s window %s): no "
+              "admission for %s ms around it, then %s at once" % (
+                  killed["instance"], killed["after_start_ms"], killed["window"],
+                  killed["gap_ms"], killed["first_batch_after"]))
+    print("  polls          %s a second at most (client); %s" % (
+        rep["polls_per_s_max"], "instances' CPU %.2f s, nginx's %.2f s over the sale's %d ms" % (
+            cpu["instances_s"], cpu["nginx_s"], s1 - s0) if cpu else "CPU not measured"))
     print("  fairness       pre-queue rho(arrival, place) %s over %d; after the start %s of "
           "%d pairs out of arrival order by > 100 ms (%s at all); admitted not the first "
           "places: %d" % (f["prequeue_spearman_rho"], len(pre), frac(late_pairs, npost_pairs),

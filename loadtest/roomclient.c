@@ -27,7 +27,9 @@
  * the longest a poll or an order of the buyer waited here for a connection (what the
  * client, not the service, added to its times); ticket: the ticket's payload (base64url
  * of "t|epoch|place|rank|sku|user", inventory/roomtoken.c), "-" for none. A summary
- * line goes to stderr. Exit 0; 1 when a buyer was unfinished; 2 on a usage error. */
+ * line goes to stderr, and OUT.polls the polls sent in each second from the first
+ * buyer's arrival ("second polls" lines). Exit 0; 1 when a buyer was unfinished; 2 on a
+ * usage error. */
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/buffer.h>
@@ -64,6 +66,9 @@ static struct event_base *base;
 static struct pool joins, others;
 static int nconns, done, nbuyers;
 static const char *host, *sku;
+#define SECONDS_MAX 300               /* the run's limit */
+static int polls_in[SECONDS_MAX + 1]; /* polls sent in each second of the run */
+static long long t_start;
 
 static long long now_ms(void)
 {
@@ -150,6 +155,8 @@ static void send_now(struct buyer *b, int conn)
     } else {
         snprintf(uri, sizeof(uri), "/skus/%s/queue/%s", sku, b->ticket);
         b->polls++;
+        long long sec = (b->sent - t_start) / 1000;
+        polls_in[sec < 0 ? 0 : sec > SECONDS_MAX ? SECONDS_MAX : sec]++;
     }
     struct pool *p = pool_of(b);
     b->conn = conn;
@@ -274,6 +281,7 @@ int main(int argc, char **argv)
             p->idle[p->nidle++] = c;
         }
     }
+    t_start = now_ms() + 100; /* the first buyer's arrival */
     struct buyer *bs = calloc((size_t)nbuyers, sizeof(*bs));
     for (int i = 0; i < nbuyers; i++) {
         bs[i].i = i;
@@ -301,6 +309,14 @@ int main(int argc, char **argv)
                 b->ticket ? b->ticket : "-");
     }
     fclose(out);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.polls", argv[7]);
+    FILE *pf = fopen(path, "w");
+    for (int s = 0; pf && s <= SECONDS_MAX; s++)
+        if (polls_in[s])
+            fprintf(pf, "%d %d\n", s, polls_in[s]);
+    if (pf)
+        fclose(pf);
     fprintf(stderr, "roomclient: %d buyers, %d polls, %d errors, %d unfinished\n",
             nbuyers, polls, errors, unfinished);
     return unfinished ? 1 : 0;
