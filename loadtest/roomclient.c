@@ -21,11 +21,13 @@
  *
  *   i join_sent join_answered position admitted order_sent order_answered order_status
  *   end soldout_answered soldout_sent last_wait_sent polls errors queued_max ticket
+ *   soldout_held
  *
  * end: bought (201), refused (another order answer), sold_out, expired, unfinished;
  * last_wait_sent: when the last poll answered waiting or paused was sent; queued_max:
  * the longest a poll or an order of the buyer waited here for a connection (what the
- * client, not the service, added to its times); ticket: the ticket's payload (base64url
+ * client, not the service, added to its times); soldout_held: how long the request that
+ * said sold_out waited here for a connection; ticket: the ticket's payload (base64url
  * of "t|epoch|place|rank|sku|user", inventory/roomtoken.c), "-" for none. A summary
  * line goes to stderr, and OUT.polls the polls sent in each second from the first
  * buyer's arrival ("second polls" lines). Exit 0; 1 when a buyer was unfinished; 2 on a
@@ -49,6 +51,7 @@ struct buyer {
     struct event *timer;
     long long join_sent, join_answered, position, admitted, order_sent, order_answered;
     long long soldout_answered, soldout_sent, last_wait_sent, sent, queued, queued_max;
+    long long soldout_held; /* how long the client held the request that said sold_out */
     int order_status, polls, errors, conn;
     const char *end;
     struct buyer *next; /* in its pool's queue */
@@ -230,6 +233,7 @@ static void on_answer(struct evhttp_request *req, void *arg)
     } else if (strcmp(state, "sold_out") == 0) {
         b->soldout_answered = t;
         b->soldout_sent = b->sent;
+        b->soldout_held = b->sent - b->queued;
         finish(b, "sold_out");
     } else if (strcmp(state, "waiting") == 0 || strcmp(state, "paused") == 0) {
         b->last_wait_sent = b->sent;
@@ -301,12 +305,12 @@ int main(int argc, char **argv)
         errors += b->errors;
         fprintf(out,
                 "%d\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%d\t%s\t%lld\t%lld\t%lld\t%d\t%"
-                "d\t%lld\t%.*s\n",
+                "d\t%lld\t%.*s\t%lld\n",
                 b->i, b->join_sent, b->join_answered, b->position, b->admitted,
                 b->order_sent, b->order_answered, b->order_status, b->end,
                 b->soldout_answered, b->soldout_sent, b->last_wait_sent, b->polls,
                 b->errors, b->queued_max, b->ticket ? (int)strcspn(b->ticket, ".") : 1,
-                b->ticket ? b->ticket : "-");
+                b->ticket ? b->ticket : "-", b->soldout_held);
     }
     fclose(out);
     char path[4096];
