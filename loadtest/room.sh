@@ -7,7 +7,9 @@
 #
 #   --buyers N        buyers, one process of loadtest/roomclient.c on one event loop (20000)
 #   --stock N         units of the SKU, per-user limit 1 (300)
-#   --rate R          the room's rate_per_s (30); max_active is R too
+#   --rate R          the room's rate_per_s (30)
+#   --max-active A    the room's max_active (R): with A = R a second of buyers slow to
+#                     order holds the admissions back (live passes at max_active)
 #   --spread-ms S     the buyers arrive evenly over S ms (4000)
 #   --before F        the share of that spread before starts_at, 0..1 (0.5)
 #   --instances N     instances behind nginx (3)
@@ -44,13 +46,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/loadtest/lib.sh"
 
 buyers=20000 stock=300 rate=30 spread=4000 before=0.5 instances=3 conns=64 lock=atomic
-out="" check="" keep=0 kill_pacer="" extra=()
+out="" check="" keep=0 kill_pacer="" max_active="" extra=()
 need() { [[ $# -ge 2 ]] || die "$1 needs a value"; }
 while (($#)); do
     case $1 in
     --buyers) need "$@"; buyers=$2; shift 2 ;;
     --stock) need "$@"; stock=$2; shift 2 ;;
     --rate) need "$@"; rate=$2; shift 2 ;;
+    --max-active) need "$@"; max_active=$2; shift 2 ;;
     --spread-ms) need "$@"; spread=$2; shift 2 ;;
     --before) need "$@"; before=$2; shift 2 ;;
     --instances) need "$@"; instances=$2; shift 2 ;;
@@ -65,8 +68,9 @@ while (($#)); do
     *) die "unknown option '$1' (loadtest/room.sh --help)" ;;
     esac
 done
-for v in buyers stock rate instances conns; do
-    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--$v must be a whole number > 0 (got '${!v}')"
+max_active=${max_active:-$rate}
+for v in buyers stock rate max_active instances conns; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v//_/-} must be a whole number > 0 (got '${!v}')"
 done
 [[ $spread =~ ^[0-9]+$ ]] || die "--spread-ms must be a whole number of ms (got '$spread')"
 [[ $before =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || die "--before must be in 0..1 (got '$before')"
@@ -124,7 +128,7 @@ now=$(redis_ms)
 client_at=$((now + quiet_ms + 1000))
 before_ms=$(python3 -c "print(round($spread * $before))")
 starts=$((client_at + 100 + before_ms)) # the client's first buyer arrives 100 ms in
-put_sku "$sku" "$stock" 16 ",\"starts_at\":\"$(rfc "$starts")\",\"room\":{\"rate_per_s\":$rate,\"max_active\":$rate,\"pass_ttl_ms\":30000}" ||
+put_sku "$sku" "$stock" 16 ",\"starts_at\":\"$(rfc "$starts")\",\"room\":{\"rate_per_s\":$rate,\"max_active\":$max_active,\"pass_ttl_ms\":30000}" ||
     die "PUT /skus/$sku refused"
 
 STEP=2
