@@ -77,6 +77,7 @@ struct inv_room_view {
      * beyond the live passes) and the whole tokens banked, at news_ms; -1:
      * not published (a pacer of an older build) */
     long long to_admit, tokens;
+    long long starts_ms; /* the sale's start (Redis ms); 0: none; -1: not published */
     /* for the place asked: the Redis time it was admitted at (its pass
      * expires spec.pass_ttl_ms later); 0 when not admitted or not known */
     long long admitted_at_ms;

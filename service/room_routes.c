@@ -56,15 +56,21 @@ int svc_pass_admits(const struct svc_request *req, const char *user,
 /* The soonest the room v could be sold out, in ms from now (Redis's clock):
  * every unit left beyond the live passes must first be admitted, at most the
  * tokens banked at once and rate_per_s a second after (a unit that comes back
- * or a slower pace only makes it later); 0 while paused (a pending unit paid
- * ends it) or once nothing is left to admit (a pass holder's order may end
- * it); -1 when the pacer does not publish what is left (an older build). */
+ * or a slower pace only makes it later), and none before the sale's start;
+ * 0 while paused (a pending unit paid ends it) or once nothing is left to
+ * admit (a pass holder's order may end it); -1 when the pacer does not
+ * publish what is left (an older build). */
 static long long soldout_soonest_ms(const struct inv_room_view *v, long long now)
 {
     if (v->state == INV_ROOM_PAUSED)
         return 0;
     if (v->to_admit < 0 || v->tokens < 0 || v->spec.rate_per_s <= 0)
         return -1;
+    if (v->state == INV_ROOM_BEFORE && v->starts_ms > now) {
+        /* nothing sells before the start; then the second's burst banked by it */
+        long long left = v->to_admit - v->spec.rate_per_s;
+        return v->starts_ms - now + (left > 0 ? left * 1000 / v->spec.rate_per_s : 0);
+    }
     long long left = v->to_admit - v->tokens;
     if (left <= 0)
         return 0;

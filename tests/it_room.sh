@@ -27,7 +27,9 @@
 # - Near a sell-out waiting buyers poll sooner: once every unit left is covered by a
 #   live pass (a sell-out may come with the next order), a buyer far back is told
 #   poll_after_ms 500, not the 2000 its wait would give; while paused, 500 too; far
-#   from a sell-out (1000 units at 1 a second) the same place is told 2000.
+#   from a sell-out (1000 units at 1 a second) the same place is told 2000, and so is
+#   a pre-queue's last place of a 1-unit sale that starts in a minute (nothing sells
+#   before the start).
 # Timing: every wait is a condition waited on (wait_until), with a bound of seconds.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -332,6 +334,20 @@ expect "near: n4 waits, told to poll after 500 ms (the one unit is n0's pass's)"
     "$(poll "$B" near n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
 expect "far: n4 waits, told to poll after 2000 ms (999 units to admit at 1 a second)" \
     "waiting 2000" "$(poll "$B" far n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
+# a sale of 1 unit at 1 a second that starts in a minute: 20 in its pre-queue
+start_later=$(($(redis_ms) / 1000 * 1000 + 60000))
+expect "SKU later: 1 unit, 1 a second, starts in a minute" 201 \
+    "$(put later "{\"stock\": 1, \"starts_at\": \"$(rfc "$start_later")\", \"room\": {\"rate_per_s\": 1, \"max_active\": 1}}")"
+for i in $(seq 1 20); do join "$A" later "l$i" >/dev/null; done
+later_known() { [[ $(curl -s "$B/metrics" | awk '$1 == "seckill_room_waiting{sku=\"later\"}" { print $2 }') == 20 ]]; }
+check "B read the pacer's news of the 20 (within 5 s)" wait_until 5 later_known
+most=0
+for i in $(seq 1 20); do
+    p=$(poll "$B" later "l$i" | jq -r .poll_after_ms)
+    ((p > most)) && most=$p
+done
+expect "the last of the pre-queue is told 2000 ms (no sale before the start, a minute away)" \
+    2000 "$most"
 expect "n0 buys near's unit" "ok -" "$(order "$A" near n0 "$(poll "$A" near n0 | jq -r .pass)")"
 check "... n4's poll: sold_out" wait_until 5 state_is "$B" near n4 sold_out
 

@@ -28,7 +28,8 @@
 -- x skipped so far, u the units that could still be sold beyond the live
 -- passes (remaining - live, at least 0: the admissions left before the room can
 -- admit no more) and o the whole tokens banked after this tick (admissions the
--- room may make at once), from which the instances bound how soon a sell-out
+-- room may make at once), f the sale's start (Redis ms, 0 for none), from
+-- which the instances bound how soon a sell-out
 -- can come (service/room_routes.c: a waiting buyer then polls sooner), and k
 -- the places skipped in this tick (space-separated; absent when none), which
 -- the instances keep to answer their polls expired.
@@ -117,7 +118,8 @@ if n > 0 or #gone > 0 or state ~= g[7] or now - news_ms >= 1000 then
   local entry = {'e', epoch, 'n', admitted, 'b', n > 0 and before or cursor, 'c', cursor,
                  'at', string.format('%d', now), 's', state, 'w', waiting, 'p', pre,
                  'l', live, 'r', rate, 't', ttl, 'x', skipped,
-                 'u', math.max(0, remaining - live), 'o', math.floor(tokens)}
+                 'u', math.max(0, remaining - live), 'o', math.floor(tokens),
+                 'f', string.format('%d', starts)}
   if #gone > 0 then
     entry[#entry + 1] = 'k'
     entry[#entry + 1] = table.concat(gone, ' ')
