@@ -71,7 +71,7 @@ static long long soldout_soonest_ms(const struct inv_room_view *v, long long now
         long long left = v->to_admit - v->spec.rate_per_s;
         return v->starts_ms - now + (left > 0 ? left * 1000 / v->spec.rate_per_s : 0);
     }
-    long long left = v->to_admit - v->tokens;
+    long long left = v->to_admit - v->tokens - 1; /* o is the tokens' floor */
     if (left <= 0)
         return 0;
     long long ms = left * 1000 / v->spec.rate_per_s - (now - v->news_ms);

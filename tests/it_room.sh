@@ -27,7 +27,7 @@
 # - Near a sell-out waiting buyers poll sooner: once every unit left is covered by a
 #   live pass (a sell-out may come with the next order), a buyer far back is told
 #   poll_after_ms 500, not the 2000 its wait would give; while paused, 500 too; far
-#   from a sell-out (1000 units at 1 a second) the same place is told 2000, and so is
+#   from a sell-out (1000 units at 1 a second) a buyer 60 places back is told 2000, and so is
 #   a pre-queue's last place of a 1-unit sale that starts in a minute (nothing sells
 #   before the start).
 # Timing: every wait is a condition waited on (wait_until), with a bound of seconds.
@@ -326,14 +326,19 @@ expect "SKU near: 1 unit, 1 a second" 201 \
     "$(put near '{"stock": 1, "room": {"rate_per_s": 1, "max_active": 1}}')"
 expect "SKU far: 1000 units, 1 a second" 201 \
     "$(put far '{"stock": 1000, "room": {"rate_per_s": 1, "max_active": 1000}}')"
-for i in 0 1 2 3 4; do join "$A" near "n$i" >/dev/null; join "$A" far "n$i" >/dev/null; done
+for i in 0 1 2 3 4; do join "$A" near "n$i" >/dev/null; done
+# far: n0, then 60 more (the last ~60 s back at 1 a second, however slow this test)
+join "$A" far n0 >/dev/null
+joins_cfg far f 59 >"$dir/far.cfg"
+curl -s -K "$dir/far.cfg"
+join "$A" far f60 >/dev/null
 check "n0 admitted to near (within 5 s: a second's token)" wait_until 5 state_is "$B" near n0 admitted
 check "... and to far" wait_until 5 state_is "$B" far n0 admitted
 # B read the admission and what is left to admit in the same news entry
 expect "near: n4 waits, told to poll after 500 ms (the one unit is n0's pass's)" "waiting 500" \
     "$(poll "$B" near n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
-expect "far: n4 waits, told to poll after 2000 ms (999 units to admit at 1 a second)" \
-    "waiting 2000" "$(poll "$B" far n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
+expect "far: the last waits, told to poll after 2000 ms (999 units to admit at 1 a second)" \
+    "waiting 2000" "$(poll "$B" far f60 | jq -r '"\(.state) \(.poll_after_ms)"')"
 # a sale of 1 unit at 1 a second that starts in a minute: 20 in its pre-queue
 start_later=$(($(redis_ms) / 1000 * 1000 + 60000))
 expect "SKU later: 1 unit, 1 a second, starts in a minute" 201 \
