@@ -90,6 +90,7 @@ static struct room *room_get(struct inv_rooms *r, const char *sku)
     memset(rm, 0, sizeof(*rm));
     snprintf(rm->sku, sizeof(rm->sku), "%s", sku);
     rm->v.cursor = -1;
+    rm->v.to_admit = rm->v.tokens = rm->v.starts_ms = -1;
     rm->polled = xmalloc(INV_ROOM_POLLS_MAX * sizeof(*rm->polled));
     return rm;
 }
@@ -208,7 +209,8 @@ static size_t skipped_below(const struct room *rm, long long place)
 /* One news entry's fields (f v f v ...) applied to rm; write lock held. */
 static void news_apply(struct room *rm, const redisReply *fields)
 {
-    long long e = -1, n = -1, b = -1, c = -1, at = -1, w = -1, p = -1, l = -1, x = -1;
+    long long e = -1, n = -1, b = -1, c = -1, at = -1, w = -1, p = -1, l = -1, x = -1,
+              u = -1, o = -1, st = -1;
     const char *s = "", *k = NULL;
     for (size_t i = 0; i + 1 < fields->elements; i += 2) {
         const redisReply *f = fields->element[i], *v = fields->element[i + 1];
@@ -248,6 +250,15 @@ static void news_apply(struct room *rm, const redisReply *fields)
         case 'k':
             k = v->str;
             break;
+        case 'u':
+            u = number(v);
+            break;
+        case 'o':
+            o = number(v);
+            break;
+        case 'f':
+            st = number(v);
+            break;
         default:
             break;
         }
@@ -282,6 +293,9 @@ static void news_apply(struct room *rm, const redisReply *fields)
     rm->v.pre = p >= 0 ? p : rm->v.pre;
     rm->v.live = l >= 0 ? l : rm->v.live;
     rm->v.news_ms = at;
+    rm->v.to_admit = u;
+    rm->v.tokens = o;
+    rm->v.starts_ms = st;
 }
 
 /* Drops the batches whose passes are over (and 10 s more), keeping the

@@ -32,9 +32,12 @@
 #include "rconn.h"
 
 #define INV_ROOM_TICK_MS 100
-#define INV_ROOM_LEASE_MS                                                                \
-    2000 /* the pacer's lease: a dead pacer's successor                                  \
-            paces within this */
+/* The pacer's lease: a dead pacer's successor paces within this and a tick.
+ * Short enough that the one second's burst the tokens bank covers the whole
+ * gap (800 ms + a tick of 100 ms): the rate loses nothing when the pacer dies
+ * (loadtest/room.sh --kill-pacer; a longer gap would lose its excess, as
+ * admitting it after would break invariant 12's one second's burst). */
+#define INV_ROOM_LEASE_MS 800
 #define INV_ROOM_LEASE_KEY "seckill:{rooms}:pacer" /* in INV_ROOMS_KEY's slot */
 #define INV_ROOMS_MAX 256 /* rooms known at once; more are not served */
 /* A place not polled for this long is abandoned (5 times the longest
@@ -70,6 +73,11 @@ struct inv_room_view {
     long long news_ms;  /* Redis's clock at the last news read */
     double rate;        /* places admitted a second, measured over the last 10 s */
     long long skipped;  /* places skipped as abandoned so far */
+    /* admissions left before the room can admit no more (units that remain
+     * beyond the live passes) and the whole tokens banked, at news_ms; -1:
+     * not published (a pacer of an older build) */
+    long long to_admit, tokens;
+    long long starts_ms; /* the sale's start (Redis ms); 0: none; -1: not published */
     /* for the place asked: the Redis time it was admitted at (its pass
      * expires spec.pass_ttl_ms later); 0 when not admitted or not known */
     long long admitted_at_ms;

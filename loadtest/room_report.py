@@ -13,7 +13,7 @@ import sys
 
 COLS = ("i join_sent join_answered position admitted order_sent order_answered "
         "order_status end soldout_answered soldout_sent last_wait_sent polls errors "
-        "queued_max ticket").split()
+        "queued_max ticket soldout_held").split()
 PRE_MAX = 10**15  # room_join.lua: a pre-queue place is a draw below 10^15
 
 
@@ -23,6 +23,7 @@ def buyers_of(path):
         for line in f:
             v = line.rstrip("\n").split("\t")
             r = dict(zip(COLS, v))
+            r.setdefault("soldout_held", "0")  # a client before the column
             for k in COLS:
                 if k not in ("end", "ticket"):
                     r[k] = int(r[k])
@@ -124,6 +125,9 @@ def main():
     for a in ("starts", "rate", "stock", "instances", "spread-ms"):
         ap.add_argument("--" + a, type=int, required=True)
     ap.add_argument("--check", type=int, default=0)
+    ap.add_argument("--cpu", default="", help="instances and nginx CPU s: i0,i1,l0,l1")
+    ap.add_argument("--polls", default="", help="the client's polls a second")
+    ap.add_argument("--killed", default="", help="'I MS': instance I killed at Redis ms")
     o = ap.parse_args()
 
     b = buyers_of(o.buyers)
@@ -187,6 +191,36 @@ def main():
             w[(at - a0) // 1000] = w.get((at - a0) // 1000, 0) + k
         windows = [w.get(s, 0) for s in range(max(w) + 1)]
     live_max = max((e["l"] for e in news), default=0)
+    # admissions per 10 s window from the first tick on, that tick's (the banked
+    # second's burst at the start) left out; whole windows only
+    windows10 = []
+    if admits:
+        a0 = admits[0][0]
+        last = admits[-1][0]
+        k = 0
+        while a0 + (k + 1) * 10000 <= last:
+            lo, hi = a0 + k * 10000, a0 + (k + 1) * 10000
+            windows10.append(sum(c for at, c in admits[1:] if lo <= at < hi))
+            k += 1
+    killed = None
+    if o.killed:
+        ki, kms = (int(x) for x in o.killed.split())
+        # the gap: the last admission before the kill to the first after it
+        before = [at for at, _ in admits if at <= kms]
+        after = [(at, c) for at, c in admits if at > kms]
+        killed = {"instance": ki, "after_start_ms": kms - o.starts,
+                  "gap_ms": after[0][0] - before[-1] if before and after else None,
+                  "first_batch_after": after[0][1] if after else None,
+                  "window": (kms - admits[0][0]) // 10000 if admits else None}
+    polls_s = {}
+    if o.polls and os.path.exists(o.polls):
+        for line in open(o.polls):
+            sec, k = line.split()
+            polls_s[int(sec)] = int(k)
+    cpu = None
+    if o.cpu:
+        i0, i1, l0, l1 = (float(x) for x in o.cpu.split(","))
+        cpu = {"instances_s": round(i1 - i0, 2), "nginx_s": round(l1 - l0, 2)}
 
     # fairness: the places (the order the pacer admits in; each ticket's, which the
     # queue in Redis no longer holds for the buyers it skipped once they stopped
@@ -217,7 +251,15 @@ def main():
     # the truth about the stock: the last unit sold, then each waiting buyer's sold_out
     sold_at = [r["order_answered"] for r in b if r["end"] == "bought"]
     last_sale = max(sold_at) if sold_at else 0
-    know = [r["soldout_answered"] - last_sale for r in b if r["end"] == "sold_out"]
+    # waiting then: joined (answered) before it; a buyer whose join came later (the
+    # client's join queue on a busy machine) was not waiting, and its join says sold_out
+    know = [r["soldout_answered"] - last_sale for r in b
+            if r["end"] == "sold_out" and 0 < r["join_answered"] <= last_sale]
+    # the same less what the client held that poll for a connection: what a browser,
+    # which has its own, would see
+    know_net = [r["soldout_answered"] - r["soldout_held"] - last_sale for r in b
+                if r["end"] == "sold_out" and 0 < r["join_answered"] <= last_sale]
+    joined_after = sum(1 for r in b if r["end"] == "sold_out" and r["join_answered"] > last_sale)
     stale = max((r["last_wait_sent"] - last_sale for r in b), default=0) if last_sale else None
 
     rep = {
@@ -232,21 +274,25 @@ def main():
         "client_queue_ms_p99": pct([r["queued_max"] for r in b], 99),
         "client_queue_ms_max": max(r["queued_max"] for r in b),
         "polls": polls, "polls_per_buyer": round(polls / n, 2), "errors": errors,
-        "sale_ms": s1 - s0,
+        "sale_ms": s1 - s0, "polls_per_s_max": max(polls_s.values(), default=None),
+        "polls_per_s": [polls_s.get(k, 0) for k in range(max(polls_s, default=-1) + 1)],
+        "cpu": cpu,
         "redis": {"sent_per_buyer": round(sent_total / n, 3),
                   "joins_per_buyer": round(joins / n, 3), "sent": sent_by,
                   "calls_per_buyer": round(per_buyer, 3), "calls_in_sale": sale_total,
                   "calls_background": round(background)},
         "admission": {"admitted": admitted_total, "rate_measured": rate_measured
                       and round(rate_measured, 2), "per_second": windows,
-                      "windows_over_rate": over_rate, "live_passes_max": live_max},
+                      "windows_over_rate": over_rate, "live_passes_max": live_max,
+                      "per_10s": windows10, "killed": killed},
         "fairness": {"prequeue_spearman_rho": rho and round(rho, 4),
                      "post_pairs": npost_pairs, "post_pairs_late_over_100ms": late_pairs,
                      "post_pairs_out_of_order": any_pairs,
                      "admitted_not_first_places": admitted_out_of_place},
-        "soldout": {"waiting_at_last_sale": len(know),
+        "soldout": {"waiting_at_last_sale": len(know), "joined_after_last_sale": joined_after,
                     "know_ms_p50": pct(know, 50), "know_ms_p99": pct(know, 99),
                     "know_ms_max": max(know) if know else None,
+                    "know_ms_p99_less_client_hold": pct(know_net, 99),
                     "last_waiting_poll_sent_after_ms": stale},
     }
     json.dump(rep, open(o.out, "w"), indent=1)
@@ -274,14 +320,28 @@ def main():
     print("  admitted       %d; %s a second after the first tick (rate %d); per second %s; "
           "windows over rate + burst: %d; live passes at most %d" % (
               admitted_total, a["rate_measured"], o.rate, windows, over_rate, live_max))
+    if windows10:
+        print("  per 10 s       %s admitted (the start's burst left out; rate x 10 = %d): %s" % (
+            windows10, 10 * o.rate, " ".join("%+.1f%%" % (100 * (w - 10 * o.rate) / (10 * o.rate))
+                                             for w in windows10)))
+    if killed:
+        print("  pacer killed   instance %d at %d ms after starts_at (in 10 s window %s): no "
+              "admission for %s ms around it, then %s at once" % (
+                  killed["instance"], killed["after_start_ms"], killed["window"],
+                  killed["gap_ms"], killed["first_batch_after"]))
+    print("  polls          %s a second at most (client); %s" % (
+        rep["polls_per_s_max"], "instances' CPU %.2f s, nginx's %.2f s over the sale's %d ms" % (
+            cpu["instances_s"], cpu["nginx_s"], s1 - s0) if cpu else "CPU not measured"))
     print("  fairness       pre-queue rho(arrival, place) %s over %d; after the start %s of "
           "%d pairs out of arrival order by > 100 ms (%s at all); admitted not the first "
           "places: %d" % (f["prequeue_spearman_rho"], len(pre), frac(late_pairs, npost_pairs),
                           npost_pairs, frac(any_pairs, npost_pairs), admitted_out_of_place))
     print("  sold out known %d waiting buyers told sold_out p50 %s ms, p99 %s ms, max %s ms "
-          "after the last unit sold; the last poll still answered waiting was sent %s ms "
-          "after it" % (len(know), s["know_ms_p50"], s["know_ms_p99"], s["know_ms_max"],
-                        stale))
+          "after the last unit sold (p99 %s ms less the time the client held that poll for a "
+          "connection; %d more joined after it: their join said so); the last poll still "
+          "answered waiting was sent %s ms after it" % (
+              len(know), s["know_ms_p50"], s["know_ms_p99"], s["know_ms_max"],
+              s["know_ms_p99_less_client_hold"], joined_after, stale))
 
     if not o.check:
         return 0

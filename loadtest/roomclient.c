@@ -21,13 +21,17 @@
  *
  *   i join_sent join_answered position admitted order_sent order_answered order_status
  *   end soldout_answered soldout_sent last_wait_sent polls errors queued_max ticket
+ *   soldout_held
  *
  * end: bought (201), refused (another order answer), sold_out, expired, unfinished;
  * last_wait_sent: when the last poll answered waiting or paused was sent; queued_max:
  * the longest a poll or an order of the buyer waited here for a connection (what the
- * client, not the service, added to its times); ticket: the ticket's payload (base64url
+ * client, not the service, added to its times); soldout_held: how long the request that
+ * said sold_out waited here for a connection; ticket: the ticket's payload (base64url
  * of "t|epoch|place|rank|sku|user", inventory/roomtoken.c), "-" for none. A summary
- * line goes to stderr. Exit 0; 1 when a buyer was unfinished; 2 on a usage error. */
+ * line goes to stderr, and OUT.polls the polls sent in each second from the first
+ * buyer's arrival ("second polls" lines). Exit 0; 1 when a buyer was unfinished; 2 on a
+ * usage error. */
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/buffer.h>
@@ -47,6 +51,7 @@ struct buyer {
     struct event *timer;
     long long join_sent, join_answered, position, admitted, order_sent, order_answered;
     long long soldout_answered, soldout_sent, last_wait_sent, sent, queued, queued_max;
+    long long soldout_held; /* how long the client held the request that said sold_out */
     int order_status, polls, errors, conn;
     const char *end;
     struct buyer *next; /* in its pool's queue */
@@ -64,6 +69,9 @@ static struct event_base *base;
 static struct pool joins, others;
 static int nconns, done, nbuyers;
 static const char *host, *sku;
+#define SECONDS_MAX 300               /* the run's limit */
+static int polls_in[SECONDS_MAX + 1]; /* polls sent in each second of the run */
+static long long t_start;
 
 static long long now_ms(void)
 {
@@ -150,6 +158,8 @@ static void send_now(struct buyer *b, int conn)
     } else {
         snprintf(uri, sizeof(uri), "/skus/%s/queue/%s", sku, b->ticket);
         b->polls++;
+        long long sec = (b->sent - t_start) / 1000;
+        polls_in[sec < 0 ? 0 : sec > SECONDS_MAX ? SECONDS_MAX : sec]++;
     }
     struct pool *p = pool_of(b);
     b->conn = conn;
@@ -223,6 +233,7 @@ static void on_answer(struct evhttp_request *req, void *arg)
     } else if (strcmp(state, "sold_out") == 0) {
         b->soldout_answered = t;
         b->soldout_sent = b->sent;
+        b->soldout_held = b->sent - b->queued;
         finish(b, "sold_out");
     } else if (strcmp(state, "waiting") == 0 || strcmp(state, "paused") == 0) {
         b->last_wait_sent = b->sent;
@@ -274,6 +285,7 @@ int main(int argc, char **argv)
             p->idle[p->nidle++] = c;
         }
     }
+    t_start = now_ms() + 100; /* the first buyer's arrival */
     struct buyer *bs = calloc((size_t)nbuyers, sizeof(*bs));
     for (int i = 0; i < nbuyers; i++) {
         bs[i].i = i;
@@ -293,14 +305,22 @@ int main(int argc, char **argv)
         errors += b->errors;
         fprintf(out,
                 "%d\t%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%d\t%s\t%lld\t%lld\t%lld\t%d\t%"
-                "d\t%lld\t%.*s\n",
+                "d\t%lld\t%.*s\t%lld\n",
                 b->i, b->join_sent, b->join_answered, b->position, b->admitted,
                 b->order_sent, b->order_answered, b->order_status, b->end,
                 b->soldout_answered, b->soldout_sent, b->last_wait_sent, b->polls,
                 b->errors, b->queued_max, b->ticket ? (int)strcspn(b->ticket, ".") : 1,
-                b->ticket ? b->ticket : "-");
+                b->ticket ? b->ticket : "-", b->soldout_held);
     }
     fclose(out);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.polls", argv[7]);
+    FILE *pf = fopen(path, "w");
+    for (int s = 0; pf && s <= SECONDS_MAX; s++)
+        if (polls_in[s])
+            fprintf(pf, "%d %d\n", s, polls_in[s]);
+    if (pf)
+        fclose(pf);
     fprintf(stderr, "roomclient: %d buyers, %d polls, %d errors, %d unfinished\n",
             nbuyers, polls, errors, unfinished);
     return unfinished ? 1 : 0;

@@ -12,6 +12,11 @@
 
 #define POLL_MIN_MS 500
 #define POLL_MAX_MS 2000
+/* A waiting buyer polls again at most this long after the soonest moment the
+ * SKU could sell out (soldout_soonest_ms): with the instances' delay in
+ * learning it (a tick of 100 ms and the news read: ~140 ms measured) and the
+ * poll's own time, every waiting buyer hears of a sell-out within a second. */
+#define POLL_NEAR_MS 500
 
 /* svc_pass_admits: room_routes.h. */
 int svc_pass_admits(const struct svc_request *req, const char *user,
@@ -46,6 +51,31 @@ int svc_pass_admits(const struct svc_request *req, const char *user,
     };
     svc_error(res, 403, "not_admitted", why[st]);
     return 0;
+}
+
+/* The soonest the room v could be sold out, in ms from now (Redis's clock):
+ * every unit left beyond the live passes must first be admitted, at most the
+ * tokens banked at once and rate_per_s a second after (a unit that comes back
+ * or a slower pace only makes it later), and none before the sale's start;
+ * 0 while paused (a pending unit paid ends it) or once nothing is left to
+ * admit (a pass holder's order may end it); -1 when the pacer does not
+ * publish what is left (an older build). */
+static long long soldout_soonest_ms(const struct inv_room_view *v, long long now)
+{
+    if (v->state == INV_ROOM_PAUSED)
+        return 0;
+    if (v->to_admit < 0 || v->tokens < 0 || v->spec.rate_per_s <= 0)
+        return -1;
+    if (v->state == INV_ROOM_BEFORE && v->starts_ms > now) {
+        /* nothing sells before the start; then the second's burst banked by it */
+        long long left = v->to_admit - v->spec.rate_per_s;
+        return v->starts_ms - now + (left > 0 ? left * 1000 / v->spec.rate_per_s : 0);
+    }
+    long long left = v->to_admit - v->tokens - 1; /* o is the tokens' floor */
+    if (left <= 0)
+        return 0;
+    long long ms = left * 1000 / v->spec.rate_per_s - (now - v->news_ms);
+    return ms > 0 ? ms : 0;
 }
 
 /* The answer to a join or a poll of ticket t: {"state", "position", "eta_ms",
@@ -96,6 +126,11 @@ static void room_answer(const struct svc_request *req, const struct room_ticket 
         poll = eta / 2 < POLL_MIN_MS   ? POLL_MIN_MS
                : eta / 2 > POLL_MAX_MS ? POLL_MAX_MS
                                        : eta / 2;
+        /* near a possible sell-out, sooner: the next poll comes at most
+         * POLL_NEAR_MS after it */
+        long long soonest = soldout_soonest_ms(&v, now);
+        if (soonest >= 0 && soonest + POLL_NEAR_MS < poll)
+            poll = soonest + POLL_NEAR_MS;
     }
     res->status = status;
     res->json = json_pack("{s:s, s:I, s:I, s:I}", "state", state, "position",

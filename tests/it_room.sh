@@ -16,7 +16,7 @@
 #   measured on Redis's clock (TIME); at least a third of rate x elapsed (generous for
 #   a busy machine: a tick late by up to a second loses nothing, the tokens accrue on
 #   Redis's clock). max_active bounds the unused passes. One instance paces.
-# - The pacer stopped: the other instance takes the lease within its 2 s and the room
+# - The pacer stopped: the other instance takes the lease within its 0.8 s and the room
 #   goes on; the first, started again, does not pace beside it.
 # - Order: the pre-queue (joined before starts_at) is admitted in an order that is not
 #   the join order; those who joined after are admitted in join order, after it.
@@ -24,6 +24,12 @@
 #   less what the instances' background duties sent in a quiet window as long.
 # - Truth: paused while no unit is left and a reservation is pending; open again once
 #   it is cancelled; sold_out for every waiting buyer once sold out for good.
+# - Near a sell-out waiting buyers poll sooner: once every unit left is covered by a
+#   live pass (a sell-out may come with the next order), a buyer far back is told
+#   poll_after_ms 500, not the 2000 its wait would give; while paused, 500 too; far
+#   from a sell-out (1000 units at 1 a second) a buyer 60 places back is told 2000, and so is
+#   a pre-queue's last place of a 1-unit sale that starts in a minute (nothing sells
+#   before the start).
 # Timing: every wait is a condition waited on (wait_until), with a bound of seconds.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -225,7 +231,7 @@ curl -s -K "$dir/relay.cfg"
 proc_stop "$pacer" "$dir" 5 # SIGTERM: it drains; its lease is left to expire
 relay_n() { rcli HGET 'sk:{relay}:room' admitted; }
 took() { [[ $(metric "$other_url" seckill_room_pacer) == 1 ]]; }
-check "the pacer $pacer stopped: $other holds the lease within 2 s (+1 s slack)" wait_until 3 took
+check "the pacer $pacer stopped: $other holds the lease within 0.8 s (+2.2 s slack)" wait_until 3 took
 before=$(relay_n)
 moved() { (($(relay_n) > before + 10)); }
 check "... and the room goes on being admitted" wait_until 5 moved
@@ -309,7 +315,45 @@ joe=$(jq -r .order_id "$dir/joe.json")
 check "joe reserves it ($(cat "$dir/joe.json"))" test -n "$joe" -a "$joe" != null
 expect "kim joins late" 202 "$(join "$B" res kim)"
 check "... paused while joe's reservation is pending" wait_until 5 state_is "$B" res kim paused
+expect "... told to poll after 500 ms (a payment may end the sale)" 500 \
+    "$(poll "$B" res kim | jq -r .poll_after_ms)"
 expect "joe pays" paid "$(curl -s -X POST "$A/orders/$joe/pay" | jq -r .state)"
 check "... every waiting buyer's poll: sold_out" wait_until 5 state_is "$B" res kim sold_out
+
+# ---- near a sell-out: poll sooner ------------------------------------------------------
+# 1 a second: the 5th in line waits ~4 s, which alone would give poll_after_ms 2000
+expect "SKU near: 1 unit, 1 a second" 201 \
+    "$(put near '{"stock": 1, "room": {"rate_per_s": 1, "max_active": 1}}')"
+expect "SKU far: 1000 units, 1 a second" 201 \
+    "$(put far '{"stock": 1000, "room": {"rate_per_s": 1, "max_active": 1000}}')"
+for i in 0 1 2 3 4; do join "$A" near "n$i" >/dev/null; done
+# far: n0, then 60 more (the last ~60 s back at 1 a second, however slow this test)
+join "$A" far n0 >/dev/null
+joins_cfg far f 59 >"$dir/far.cfg"
+curl -s -K "$dir/far.cfg"
+join "$A" far f60 >/dev/null
+check "n0 admitted to near (within 5 s: a second's token)" wait_until 5 state_is "$B" near n0 admitted
+check "... and to far" wait_until 5 state_is "$B" far n0 admitted
+# B read the admission and what is left to admit in the same news entry
+expect "near: n4 waits, told to poll after 500 ms (the one unit is n0's pass's)" "waiting 500" \
+    "$(poll "$B" near n4 | jq -r '"\(.state) \(.poll_after_ms)"')"
+expect "far: the last waits, told to poll after 2000 ms (999 units to admit at 1 a second)" \
+    "waiting 2000" "$(poll "$B" far f60 | jq -r '"\(.state) \(.poll_after_ms)"')"
+# a sale of 1 unit at 1 a second that starts in a minute: 20 in its pre-queue
+start_later=$(($(redis_ms) / 1000 * 1000 + 60000))
+expect "SKU later: 1 unit, 1 a second, starts in a minute" 201 \
+    "$(put later "{\"stock\": 1, \"starts_at\": \"$(rfc "$start_later")\", \"room\": {\"rate_per_s\": 1, \"max_active\": 1}}")"
+for i in $(seq 1 20); do join "$A" later "l$i" >/dev/null; done
+later_known() { [[ $(curl -s "$B/metrics" | awk '$1 == "seckill_room_waiting{sku=\"later\"}" { print $2 }') == 20 ]]; }
+check "B read the pacer's news of the 20 (within 5 s)" wait_until 5 later_known
+most=0
+for i in $(seq 1 20); do
+    p=$(poll "$B" later "l$i" | jq -r .poll_after_ms)
+    ((p > most)) && most=$p
+done
+expect "the last of the pre-queue is told 2000 ms (no sale before the start, a minute away)" \
+    2000 "$most"
+expect "n0 buys near's unit" "ok -" "$(order "$A" near n0 "$(poll "$A" near n0 | jq -r .pass)")"
+check "... n4's poll: sold_out" wait_until 5 state_is "$B" near n4 sold_out
 
 checks_finish

@@ -10,12 +10,14 @@
 # - the rate: in no window between two of the pacer's news entries (on Redis's clock)
 #   more admitted than 20 x its length + 20 (one second banked) + 1 (a tick's rounding);
 # - the admitted are the queue's first places (no one passed over);
-# - every buyer waiting at the last sale told sold_out within 5 s of it. A waiting
-#   buyer polls every 2 s at most (POLL_MAX_MS), and an instance learns the sell-out
-#   within two of the rooms' 100 ms ticks: 2.2 s when idle (the demo: max 2.14 s); the
-#   rest is slack for a machine whose cores stress-ng takes. A sell-out an instance never
-#   learnt would show as no sold_out at all (the client ends unfinished after 300 s),
-#   one learnt a poll late as 4 s.
+# - every buyer waiting at the last sale (joined before it) told sold_out within 5 s of
+#   it, and at least 100 were waiting then (the check is not empty: on a busy machine
+#   many of the 2,000 joins come after the sell-out, whose answer says sold_out). A
+#   waiting buyer polls every 2 s at most (POLL_MAX_MS), every 500 ms near a sell-out,
+#   and an instance learns the sell-out within two of the rooms' 100 ms ticks: under
+#   1 s when idle, 2.2 s if the buyers polled at the longest; the rest is slack for a
+#   machine whose cores stress-ng takes. A sell-out an instance never learnt would
+#   show as no sold_out at all (the client ends unfinished after 300 s).
 # Timing: the room waits on conditions; the quiet window of 3 s is the measurement
 # itself. Under a minute.
 set -uo pipefail
@@ -42,7 +44,7 @@ expect "one join sent per buyer" 1 "$(jq .redis.joins_per_buyer "$r")"
 expect "no window admitted over the rate" 0 "$(jq .admission.windows_over_rate "$r")"
 check "every waiting buyer told sold_out within 5 s of the last sale" \
     test "$(jq '.soldout.know_ms_max // 99999' "$r")" -le 5000
-check "... and some were waiting then (the check is not empty)" \
-    test "$(jq .soldout.waiting_at_last_sale "$r")" -gt 1000
+check "... and at least 100 were waiting then (the check is not empty)" \
+    test "$(jq .soldout.waiting_at_last_sale "$r")" -ge 100
 
 checks_finish

@@ -25,8 +25,17 @@
 -- ('' for none), at (Redis ms of this tick: the admission time of the places
 -- in (b, c] when b ~= c), s state,
 -- w waiting, p pre-queue joiners, l live passes, r rate_per_s, t pass_ttl_ms,
--- x skipped so far, and k the places skipped in this tick (space-separated;
--- absent when none), which the instances keep to answer their polls expired.
+-- x skipped so far, u the units that could still be sold beyond the live
+-- passes (remaining - live, at least 0: the admissions left before the room can
+-- admit no more) and o the whole tokens banked after this tick (admissions the
+-- room may make at once), f the sale's start (Redis ms, 0 for none), from
+-- which the instances bound how soon a sell-out
+-- can come (service/room_routes.c: a waiting buyer then polls sooner), and k
+-- the places skipped in this tick (space-separated; absent when none), which
+-- the instances keep to answer their polls expired.
+-- u only falls through an admission (a pass holder's order takes one unit and
+-- one live pass), which publishes an entry: the last entry's u is never above
+-- the truth by an admission the instances have not read.
 -- Returns {0} when the lease is not ours (nothing done), {-1} when the SKU or
 -- its room is gone (taken off the registry), else {1, places admitted now}.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0} end
@@ -108,7 +117,9 @@ if n > 0 or #gone > 0 or state ~= g[7] or now - news_ms >= 1000 then
   local pre = redis.call('ZCOUNT', KEYS[3], '-inf', '(1000000000000000')
   local entry = {'e', epoch, 'n', admitted, 'b', n > 0 and before or cursor, 'c', cursor,
                  'at', string.format('%d', now), 's', state, 'w', waiting, 'p', pre,
-                 'l', live, 'r', rate, 't', ttl, 'x', skipped}
+                 'l', live, 'r', rate, 't', ttl, 'x', skipped,
+                 'u', math.max(0, remaining - live), 'o', math.floor(tokens),
+                 'f', string.format('%d', starts)}
   if #gone > 0 then
     entry[#entry + 1] = 'k'
     entry[#entry + 1] = table.concat(gone, ' ')
