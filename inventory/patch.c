@@ -51,21 +51,11 @@ static inv_status patch_run(struct inv_session *s, const char *sku,
     if (p->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", p->ends_ms);
     const char *paused = p->paused < 0 ? "" : p->paused ? "1" : "0";
-    const char *argv[] = {k.meta,
-                          k.stock,
-                          k.init,
-                          k.avail,
-                          k.back,
-                          fence_key,
-                          add,
-                          take,
-                          paused,
-                          ends,
-                          SOLDOUT_CHANNEL,
-                          sku,
-                          token,
-                          direct_for_tests() ? "1" : ""};
-    redisReply *r = rconn_eval(s->rc, &patch_script, 6, 8, argv, NULL);
+    const char *argv[] = {
+        k.meta,    k.stock,         k.init, k.avail, k.back,
+        fence_key, k.events,        add,    take,    paused,
+        ends,      SOLDOUT_CHANNEL, sku,    token,   direct_for_tests() ? "1" : ""};
+    redisReply *r = rconn_eval(s->rc, &patch_script, 7, 8, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
         switch (inv_reply_ll(r->element[0], 0)) {
