@@ -112,7 +112,7 @@
 #   --quick      the short pass CI runs (make chaos CHAOS_QUICK=1): every fault once,
 #                against one safe mode each, so that every safe mode meets at least two
 #                faults, plus none under the pause (the harness must still see an
-#                oversell), and three lifecycle cells; 17 runs instead of 126 per
+#                oversell), and three lifecycle cells; 17 runs instead of 130 per
 #                repetition
 #   CHAOS_REPS   repetitions (default 10)
 #   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
