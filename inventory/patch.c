@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "inv_impl.h"
 
@@ -37,6 +38,23 @@ static int direct_for_tests(void)
     return v && strcmp(v, "1") == 0;
 }
 
+/* The write side granted (tests only, docs/testing.md): SECKILL_TEST_CRASH
+ * "patch-locked" kills the process here, holding it; SECKILL_TEST_PATCH_HOLD_MS
+ * keeps it that long before the script, so that a test can freeze the
+ * process while it holds it (loadtest/chaos.sh, the midsale cell). The
+ * caller's thread may block (as PUT's). */
+static void granted_for_tests(const struct inv *inv)
+{
+    inv_crash_point(inv, "patch-locked");
+    const char *v = getenv("SECKILL_TEST_PATCH_HOLD_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms > 0 && ms <= 60000) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
+}
+
 static inv_status patch_run(struct inv_session *s, const char *sku,
                             const struct inv_patch *p, const char *fence_key,
                             const char *token, long long *withdrawn)
@@ -51,21 +69,11 @@ static inv_status patch_run(struct inv_session *s, const char *sku,
     if (p->ends_ms > 0)
         snprintf(ends, sizeof(ends), "%lld", p->ends_ms);
     const char *paused = p->paused < 0 ? "" : p->paused ? "1" : "0";
-    const char *argv[] = {k.meta,
-                          k.stock,
-                          k.init,
-                          k.avail,
-                          k.back,
-                          fence_key,
-                          add,
-                          take,
-                          paused,
-                          ends,
-                          SOLDOUT_CHANNEL,
-                          sku,
-                          token,
-                          direct_for_tests() ? "1" : ""};
-    redisReply *r = rconn_eval(s->rc, &patch_script, 6, 8, argv, NULL);
+    const char *argv[] = {
+        k.meta,    k.stock,         k.init, k.avail, k.back,
+        fence_key, k.events,        add,    take,    paused,
+        ends,      SOLDOUT_CHANNEL, sku,    token,   direct_for_tests() ? "1" : ""};
+    redisReply *r = rconn_eval(s->rc, &patch_script, 7, 8, argv, NULL);
     inv_status st = INV_UNAVAILABLE;
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) {
         switch (inv_reply_ll(r->element[0], 0)) {
@@ -118,7 +126,9 @@ inv_status inv_sku_patch(struct inv_session *s, const char *sku,
     if (ls != LOCK_ACQUIRED)
         return INV_UNAVAILABLE;
     inv_fence_text(s->inv, &g, token, sizeof(token));
+    granted_for_tests(s->inv);
     inv_status st = patch_run(s, sku, p, fence_key, token, withdrawn);
+    inv_crash_point(s->inv, "patch-written"); /* done, the write side still held */
     lock_release(s->lock, key, &g);
     if (st == INV_OK && p->add > 0)
         soldout_forget(s->inv->cfg.soldout); /* at once here; others by the message */

@@ -48,6 +48,26 @@
 #   cluster-migrate on a Redis Cluster: the slot of segment 0's shard moved to another
 #                   master by hand (SETSLOT IMPORTING/MIGRATING, MIGRATE its keys, then
 #                   SETSLOT NODE on every master)
+#   midsale         the merchant's changes during the sale (PATCH /skus/{sku}; modes with
+#                   a read-write lock: redis, zk, pg, and redis-nofence, where the stale
+#                   change must pass; the cluster with --postgres): 4
+#                   restocks of 20 and 4 withdrawals of 10 from seckill-3; then the
+#                   changer paused past its lease: a restock of 50 sent to seckill-1, which
+#                   keeps the write side 400 ms before its script
+#                   (SECKILL_TEST_PATCH_HOLD_MS), SIGSTOPped 150 ms in, for 5 leases;
+#                   meanwhile a restock of 30 from seckill-3 takes the write side once the
+#                   lease ran out; SIGCONT: the stale writer's script must be fenced off;
+#                   then the changer killed mid-change: a withdrawal of 10 sent to
+#                   seckill-2, which dies (SECKILL_TEST_CRASH) holding the write side
+#                   before its script or after it (drawn), and a withdrawal of 10 from
+#                   seckill-3 after it; seckill-2 started again. Its checks (with the
+#                   others'; oversell against initial + added - withdrawn):
+#     fence         the stale writer's change answered 200 (or its units in the books)
+#     changes       the audit's added or withdrawn is not what the changes answered 200
+#                   (plus, at most, the killed one's)
+#     books         sold + remaining is not initial + added - withdrawn (the audit's)
+#     takeover      a change after the pause or the kill not answered 200 (the write
+#                   side not had again once the lease ran out)
 #
 # The lifecycle (rows life-*): a SKU of 300 units (LIFE_STOCK) with a payment window of
 # 1 s (PAY_MS). A buyer whose order is pending pays it (70%), cancels it (10%), each at
@@ -92,7 +112,7 @@
 #   --quick      the short pass CI runs (make chaos CHAOS_QUICK=1): every fault once,
 #                against one safe mode each, so that every safe mode meets at least two
 #                faults, plus none under the pause (the harness must still see an
-#                oversell), and three lifecycle cells; 17 runs instead of 126 per
+#                oversell), and three lifecycle cells; 17 runs instead of 130 per
 #                repetition
 #   CHAOS_REPS   repetitions (default 10)
 #   CHAOS_PACE_MS  each client loop's least time between orders (default 80)
@@ -118,6 +138,7 @@ reps=${CHAOS_REPS:-10}
 faults=kill-instance,pause-holder,kill-redis,net-slow-cut,clock-step,redlock-nodes,zk-expire,zk-restart,zk-node-kill,pg-restart,cluster-master-kill,cluster-migrate
 faults+=,life-kill-instance,life-pause-holder,life-kill-redis,life-net-slow-cut,life-clock-step,life-redlock-nodes,life-zk-expire,life-zk-restart,life-zk-node-kill,life-pg-restart,life-cluster-master-kill,life-cluster-migrate
 faults+=,life-kill-sweeper,life-pause-sweeper,life-redis-restart,life-deadline-pays
+faults+=,midsale
 modes=setnx,redis,redlock,zk,pg,atomic,none,local,redis-nofence,pg-nofence
 QUICK_PAIRS=kill-instance:redis,pause-holder:redis,pause-holder:none,kill-redis:setnx,net-slow-cut:atomic,clock-step:redlock,redlock-nodes:redlock,zk-expire:zk,zk-restart:zk,zk-node-kill:zk,cluster-master-kill:setnx,cluster-migrate:atomic,life-pause-sweeper:redis,life-redis-restart:atomic,life-cluster-master-kill:zk,pg-restart:pg,pause-holder:pg
 pairs=""
@@ -177,6 +198,9 @@ fault_modes() {
     cluster-master-kill | cluster-migrate) echo "$SAFE" ;; # each runs on a Redis Cluster
     life-kill-sweeper | life-pause-sweeper | life-redis-restart | life-deadline-pays) echo "$SAFE" ;;
     life-*) fault_modes "${1#life-}" ;;
+    # the modes with a read-write lock (PATCH's write side); redis-nofence: the stale
+    # writer's change must go through there, or the harness does not see it
+    midsale) echo "redis zk pg redis-nofence" ;;
     esac
 }
 life_fault() { [[ $1 == life-* ]]; }
@@ -195,6 +219,7 @@ fault_up_flags() {
     zk-restart) echo "--zk-nodes 1" ;;
     zk-node-kill) echo "--zk-nodes 3" ;;
     cluster-*) echo "--redis-cluster 3" ;;
+    midsale) echo "--postgres" ;; # each change an event: the store check counts them
     esac
 }
 # fault_seckill_flags FAULT: the extra seckill flags the fault needs (after the mode's)
@@ -368,6 +393,7 @@ fault_prepare() {
         start_faultproxy netproxy "$CUR_CLUSTER" "$REDIS_PORT" --slow-ms 100 || return 1
         instance_again seckill-1 "127.0.0.1:$STARTED_PORT"
         ;;
+    midsale) midsale_prepare ;;
     clock-step)
         echo "+0" >"$run/faketime"
         instance_again seckill-1 "" LD_PRELOAD="$FAKETIME_LIB" \
@@ -573,6 +599,102 @@ fault_cluster_migrate() {
         echo "slot $slot served by $(shard_name "$dst") after $(ms_since "$t0") ms"
 }
 
+# ---- the merchant's changes during the sale (midsale) --------------------------------
+
+MIDSALE_HOLD_MS=400 # how long seckill-1 keeps the write side before its script
+# midsale_prepare: seckill-1 keeps the write side MIDSALE_HOLD_MS before its script;
+# seckill-2 dies holding it (before its script or after it, drawn); its command line
+# without that kept for its restart.
+midsale_prepare() {
+    local pid where=patch-locked
+    ((RANDOM % 2)) && where=patch-written
+    pid=$(cat "$CUR_CLUSTER/seckill-2.pid")
+    cp "/proc/$pid/cmdline" "$run/seckill-2.plain"
+    instance_again seckill-1 "" SECKILL_TEST_PATCH_HOLD_MS=$MIDSALE_HOLD_MS || return 1
+    instance_again seckill-2 "" SECKILL_TEST_CRASH=$where || return 1
+    echo "$where" >"$run/midsale.crash"
+}
+
+# midsale_patch NAME KIND UNITS ROLE: one change (KIND add or withdraw) sent to
+# instance NAME; appends "ROLE KIND UNITS CODE WITHDRAWN" to $run/patches (CODE 000:
+# no answer; WITHDRAWN the answer's, 0 without one).
+midsale_patch() {
+    local code w=0
+    code=$(curl -s --max-time 10 -o "$run/patch.$4" -w '%{http_code}' -X PATCH         "$(instance_url "$1")/skus/chaos" -d "{\"$2\":$3}") || code=000
+    [[ $code == 200 && $2 == withdraw ]] && w=$(jq -r '.withdrawn // 0' "$run/patch.$4")
+    echo "$4 $2 $3 $code $w" >>"$run/patches"
+}
+
+# The write side's mode in the data Redis now (redis mode; "-" elsewhere, or free).
+midsale_rw() {
+    local m
+    m=$(redis-cli -p "$REDIS_PORT" hget "sk:{chaos}:lock:rw" mode 2>/dev/null)
+    echo "${m:--}"
+}
+
+fault_midsale() {
+    local pid stale t0 i
+    : >"$run/patches"
+    for i in 1 2 3 4; do
+        midsale_patch seckill-3 add 20 "restock$i"
+        midsale_patch seckill-3 withdraw 10 "withdraw$i"
+    done
+    echo "4 restocks, 4 withdrawals ($(remaining) units left)"
+    # the changer paused past its lease
+    pid=$(cat "$CUR_CLUSTER/seckill-1.pid")
+    t0=$(date +%s%N)
+    midsale_patch seckill-1 add 50 stale &
+    stale=$!
+    sleep 0.15 # inside its MIDSALE_HOLD_MS (curl starts and the grant takes ms)
+    midsale_rw >"$run/midsale.held"
+    kill -STOP "$pid"
+    echo "stopped seckill-1 holding the write side ($(cat "$run/midsale.held"))"
+    midsale_patch seckill-3 add 30 takeover
+    echo "seckill-3's restock answered $(awk '$1 == "takeover" { print $4 }' "$run/patches") $(ms_since "$t0") ms after"
+    sleep "$(awk -v t="$TTL_MS" -v e="$(ms_since "$t0")" 'BEGIN { s = (5 * t - e) / 1000; print (s > 0 ? s : 0) }')"
+    kill -CONT "$pid"
+    wait "$stale"
+    echo "continued seckill-1: its change answered $(awk '$1 == "stale" { print $4 }' "$run/patches")"
+    # the changer killed mid-change
+    midsale_patch seckill-2 withdraw 10 killed
+    wait_until 10 proc_dead seckill-2 "$CUR_CLUSTER" &&
+        echo "seckill-2 died $(cat "$run/midsale.crash") (answered $(awk '$1 == "killed" { print $4 }' "$run/patches"))"
+    midsale_patch seckill-3 withdraw 10 after
+    echo "seckill-3's withdrawal after it answered $(awk '$1 == "after" { print $4 }' "$run/patches")"
+    instance_restart seckill-2 "$run/seckill-2.plain" && echo "restarted seckill-2"
+}
+
+# midsale_checks AUDIT: the midsale violations (see the top) as JSON, from $run/patches
+# and the audit.
+midsale_checks() {
+    # held: the write side as the data Redis showed it at the stop (redis mode; the
+    # others keep it elsewhere: taken as held, the stop lands 150 ms into 400)
+    local held
+    held=$(cat "$run/midsale.held" 2>/dev/null)
+    [[ $mode == redis ]] || held=write
+    awk -v held="$held" '
+        { role = $1; kind = $2; units = $3; code = $4; w = $5 }
+        code == 200 && kind == "add" { ok_add += units }
+        code == 200 && kind == "withdraw" { ok_w += w }
+        code == "000" && kind == "add" { unk_add += units }
+        code == "000" && kind == "withdraw" { unk_w += units }
+        role == "stale" { stale = code }
+        (role == "takeover" || role == "after") && code != 200 { blocked++ }
+        END {
+            printf "{\"ok_add\":%d,\"ok_withdrawn\":%d,\"unknown_add\":%d,\"unknown_withdraw\":%d,", ok_add, ok_w, unk_add, unk_w
+            printf "\"stale_code\":\"%s\",\"held\":\"%s\",\"blocked\":%d}\n", stale, held, blocked
+        }' "$run/patches" |
+        jq -c --argjson a "$1" '. as $p | {
+            fence: (if $p.stale_code == "200" and $p.held == "write" then 1 else 0 end),
+            changes: (if (($a.added // -1) < $p.ok_add) or (($a.added // -1) > $p.ok_add + $p.unknown_add)
+                         or (($a.withdrawn // -1) < $p.ok_withdrawn)
+                         or (($a.withdrawn // -1) > $p.ok_withdrawn + $p.unknown_withdraw)
+                      then 1 else 0 end),
+            books: (if ($a.sold // -1) + ($a.remaining // -1) ==
+                       ($a.initial // 0) + ($a.added // 0) - ($a.withdrawn // 0) then 0 else 1 end),
+            takeover: $p.blocked, patches: $p}'
+}
+
 # ---- one run -----------------------------------------------------------------------
 
 sku_json() { curl -s --max-time 5 "$LB_URL/skus/chaos" || true; }
@@ -682,8 +804,9 @@ check_run() {
         lost=$((acked - $(wc -l <"$run/states")))
     fi
     ((life)) && lifej=$(life_checks)
-    local storej='{}'
+    local storej='{}' midj='{}'
     [[ -n ${PG_URL:-} ]] && storej=$(store_check)
+    [[ $fault == midsale ]] && midj=$(midsale_checks "$audit")
     jq -cn --arg fault "$fault" --arg mode "$mode" --argjson rep "$rep" \
         --argjson seed "$run_seed" --argjson at_ms "$at_ms" --arg fault_log "$fault_log" \
         --argjson stock "$stock" --argjson acked "$acked" --argjson ids "$ids" \
@@ -691,12 +814,16 @@ check_run() {
         --arg retried "$(awk '$5 > 1 { n++ } END { print n + 0 }' "$run/answers")" \
         --argjson audit "$audit" --argjson sku "$skuj" --argjson seen "$seen" \
         --argjson life "$lifej" --argjson lifecycle "$life" --argjson store "$storej" \
+        --argjson midsale "${midj:-{\}}" \
         --argjson answers "$(awk '{ k = $1 ~ /^[0-9]+$/ ? $1 "/" $4 : $1 " " $2 "/" $5; n[k]++ } END { printf "{"; s=""; for (k in n) { printf "%s\"%s\":%d", s, k, n[k]; s="," } printf "}" }' "$run/answers")" '
         ($audit.sold // -1) as $sold |
+        # the books: the merchant changes (midsale) move the stock
+        ($stock + ($audit.added // 0) - ($audit.withdrawn // 0)) as $stock |
         {fault: $fault, mode: $mode, rep: $rep, seed: $seed, fault_at_ms: $at_ms,
          fault_log: $fault_log, stock: $stock, acked_ids: $ids, answers: $answers,
          audit: $audit, remaining: ($sku.remaining // null), seen: $seen,
          retried: ($retried | tonumber), life: $life, store: $store,
+         midsale: $midsale.patches,
          violations: ({
            # with the lifecycle a unit is sold again once it came back: count the paid
            oversell: ([(if $lifecycle == 1 then ($life.paid_ids // 0) else $ids end) - $stock,
@@ -707,7 +834,7 @@ check_run() {
            duplicate: (($keys - $ids) + ($audit.duplicate_order_ids // 0)),
            audit: (if $audit.consistent == true then 0 else 1 end),
            store: ((if $store.matches == false then 1 else 0 end) + ($store.twice // 0))
-         } + (if $lifecycle == 1 then {
+         } + ($midsale | del(.patches)) + (if $lifecycle == 1 then {
            unsettled: (($sku.pending // 0) + ([$stock - ($audit.paid // 0) - ($sku.remaining // 0), 0] | max)),
            paid_lost: ($life.paid_lost // 0), cancel_lost: ($life.cancel_lost // 0),
            expired_kept: ($life.expired_kept // 0), pay_split: ($life.pay_split // 0),

@@ -77,6 +77,13 @@
 #                             master-kill, pause, kill: no violation
 #   cluster-nowait            the same with --min-replicas-acked 0, under
 #                             master-partition: the checker must find lost orders
+#   midsale                   redis under every fault, with a merchant changing the
+#                             sale meanwhile (changer below): restocks of 30 and
+#                             withdrawals of 10 by turns, each to an instance drawn
+#                             at random, every 0.5-2 s until the buyers stop; stock
+#                             T * 30, so that the sale sells out and restocks sell
+#                             again. The changes are in the history (f "change"): the
+#                             checker holds the orders to the stock they make
 # The cluster rows read no fences: fences.py reads the MONITOR of one data Redis, and
 # a cluster's fences, on whichever node was a shard's master, would be the ones a
 # deposed master took and dropped as well as the kept ones (fence_order unchecked).
@@ -99,6 +106,7 @@ source loadtest/jepsen/rcluster.sh
 
 T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" out=""
 ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec cluster cluster-nowait"
+ALL_ROWS+=" midsale"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
 QUICK_ROWS="redis life-redis nofence everysec cluster-nowait"
@@ -160,7 +168,7 @@ PG_PORT=5432
 # CLUSTER (1: the data store is a Redis Cluster) and ACKED (--min-replicas-acked).
 row_config() {
     MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT="" LEASE_MS=$TTL_MS
-    CLUSTER=0 ACKED=""
+    CLUSTER=0 ACKED="" CHANGES=0
     FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
     [[ -n $FAKETIME_LIB ]] && FAULTS+=" clock"
     NODES="db s1 s2 s3 cl"
@@ -180,6 +188,7 @@ row_config() {
     # has no replica would resolve the default to 0
     cluster) MODE=redis CLUSTER=1 ACKED=1 FAULTS="master-partition master-kill pause kill${FAKETIME_LIB:+ clock}" ;;
     cluster-nowait) MODE=redis CLUSTER=1 ACKED=0 FAULTS=master-partition EXPECT=lost ;;
+    midsale) MODE=redis CHANGES=1 ;;
     esac
     if [[ -n $ONLY_FAULTS ]]; then
         local f kept=""
@@ -305,6 +314,62 @@ client_start() { # DIR C SKU
         CHAOS_HISTORY=$dir/history.$c.jsonl \
         net_start cl "client-$c" "$dir" "$CLIENT" "$c" "$PORT" "/skus/$3/orders" "$dir/stop" \
         "$PACE_MS" "${life[@]}"
+}
+
+# ---- the merchant's changes (row midsale) ---------------------------------------------
+
+CHANGER_PROCESS=100 # the changer's process number in the history (the buyers': 1-6)
+CHANGER_PID=""      # the run's changer while it runs (stopped by cleanup)
+# change_history DIR TYPE TIME_US BODY [STATUS ERROR WITHDRAWN]: one line of the
+# changer's history (DIR/history.changes.jsonl), BODY its "add" and "withdraw" fields
+change_history() {
+    local t="${3:0:-3}.${3: -3}" line
+    line="{\"process\":$CHANGER_PROCESS,\"type\":\"$2\",\"f\":\"change\",\"time\":$t,$4"
+    [[ $2 == invoke ]] || line+=",\"status\":$5,\"error\":$6,\"withdrawn\":$7"
+    echo "$line}" >>"$1/history.changes.jsonl"
+}
+
+# change_one DIR N: the changer's N-th change (even: a restock of 30, odd: a withdrawal
+# of 10) sent to an instance drawn at random, recorded: ok for a 200, fail for an
+# answer that changed nothing (503 busy: a stale writer fenced off or the write side
+# not had; 4xx, 501), info for anything else (no answer, 503 unavailable, 502, 504).
+change_one() {
+    local dir=$1 n=$2 i=$((RANDOM % 3 + 1)) body req out code err type withdrawn=null
+    if ((n % 2 == 0)); then
+        body='"add":30,"withdraw":0' req='{"add":30}'
+    else
+        body='"add":0,"withdraw":10' req='{"withdraw":10}'
+    fi
+    change_history "$dir" invoke "${EPOCHREALTIME/./}" "$body"
+    out=$(net_exec cl curl -s --max-time 10 -w '\n%{http_code}' -X PATCH \
+        -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+        -d "$req" "$(instance_url "$i")/skus/jepsen" 2>/dev/null) || true
+    code=${out##*$'\n'}
+    [[ $code =~ ^[0-9]{3}$ ]] && code=$((10#$code)) || code=0 # 000: no answer
+    err=$(jq -c '.error // null' <<<"${out%$'\n'*}" 2>/dev/null) || err=null
+    [[ -n $err ]] || err=null
+    case $code in
+    200) type=ok withdrawn=$(jq -r '.withdrawn // 0' <<<"${out%$'\n'*}" 2>/dev/null) ;;
+    4?? | 501) type=fail ;;
+    503) if [[ $err == '"busy"' ]]; then type=fail; else type=info; fi ;;
+    *) type=info ;;
+    esac
+    [[ $type == ok && ! $withdrawn =~ ^[0-9]+$ ]] && withdrawn=0
+    change_history "$dir" "$type" "${EPOCHREALTIME/./}" "$body" "$code" "$err" "$withdrawn"
+}
+
+# changer DIR SEED: changes every 0.5-2 s until DIR/stop appears (run in the
+# background; the buyers' stop ends it)
+changer() {
+    local dir=$1 n=0
+    RANDOM=$2
+    : >"$dir/history.changes.jsonl"
+    sleep 1 # the buyers first
+    while [[ ! -e $dir/stop ]]; do
+        change_one "$dir" "$n"
+        n=$((n + 1))
+        sleep "0.$((500 + RANDOM % 1500))"
+    done
 }
 
 # ---- faults ------------------------------------------------------------------------
@@ -534,6 +599,7 @@ run_one() { # ROW REP
     mkdir -p "$dir"
     stock=${STOCK:-$((T * 60))}
     ((LIFE)) && stock=${STOCK:-$((T * 20))}
+    ((CHANGES)) && stock=${STOCK:-$((T * 30))}
     schedule "$seed" >"$dir/schedule"
     : >"$dir/faults.log"
     local nodes
@@ -563,6 +629,10 @@ run_one() { # ROW REP
     wait_until 30 all_ready || { echo "$row #$rep: instances not ready (see $dir/s*.log)"; return 1; }
     put_sku jepsen "$stock" || { echo "$row #$rep: PUT /skus/jepsen failed"; return 1; }
     for c in $(seq "$LOOPS"); do client_start "$dir" "$c" jepsen; done
+    if ((CHANGES)); then
+        changer "$dir" "$seed" >"$dir/changer.log" 2>&1 &
+        CHANGER_PID=$!
+    fi
     t0=$(now_ms)
     play "$dir" "$t0"
     heal_all "$dir" >>"$dir/faults.log" 2>&1
@@ -571,6 +641,10 @@ run_one() { # ROW REP
     sleep "$RECOVER_S" # the buyers' recovery time, measured by the clock on purpose
     touch "$dir/stop"
     wait_until 30 clients_done "$dir" || echo "$row #$rep: a buyer did not stop" >&2
+    if [[ -n $CHANGER_PID ]]; then
+        wait "$CHANGER_PID" # its last change: 10 s at most
+        CHANGER_PID=""
+    fi
     cat "$dir"/history.*.jsonl >"$dir/history.jsonl"
     if ((CLUSTER)); then
         echo "fences: not read on a Redis Cluster" >"$dir/fences.log"
@@ -599,6 +673,7 @@ cleanup() {
     local rc=$?
     # PostgreSQL first, by SIGINT (net_down's SIGTERM is a smart shutdown: it would
     # wait for the instances' connections)
+    [[ -n $CHANGER_PID ]] && kill "$CHANGER_PID" 2>/dev/null
     [[ -n $RUN_DIR ]] && pg_gone "$RUN_DIR"
     [[ -n $NET_DIR ]] && net_down "$NET_DIR"
     exit "$rc"

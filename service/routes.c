@@ -549,19 +549,26 @@ static void h_order_cancel(const struct svc_request *req, struct svc_response *r
 }
 
 /* The audit's store block (--postgres): the SKU's orders and units by state
- * in PostgreSQL against the records in Redis (a), the events not yet there,
- * and whether the two agree. The database unreadable: its orders and
- * by_state null, matches false, and why. */
+ * in PostgreSQL against the records in Redis (a), the merchants' changes
+ * there (units added and withdrawn) against meta's, the stock left by
+ * PostgreSQL's books (initial + added - withdrawn - the units placed,
+ * pending and paid) against the segments', the events not yet there, and
+ * whether the two agree. The database unreadable: its orders, by_state and
+ * the changes' figures null, matches false, and why. */
 static json_t *audit_store(struct svc_store *db, const struct inv_audit *a)
 {
     long long orders[INV_NSTATES], units[INV_NSTATES];
+    struct store_stock stock;
     char err[256] = "";
-    int ok =
-        svc_store_counts(db, a->sku, a->generation, orders, units, err, sizeof(err)) == 0;
+    int ok = svc_store_counts(db, a->sku, a->generation, orders, units, &stock, err,
+                              sizeof(err)) == 0;
     json_t *store = json_pack("{s:I}", "lag_events", (json_int_t)a->outbox_lag);
     if (!ok) {
         json_object_set_new(store, "orders", json_null());
         json_object_set_new(store, "by_state", json_null());
+        const char *unread[] = {"changes", "added", "withdrawn", "remaining"};
+        for (size_t i = 0; i < sizeof(unread) / sizeof(unread[0]); i++)
+            json_object_set_new(store, unread[i], json_null());
         json_object_set_new(store, "matches", json_false());
         json_object_set_new(store, "error", json_string(err));
         return store;
@@ -576,8 +583,18 @@ static json_t *audit_store(struct svc_store *db, const struct inv_audit *a)
         total += orders[st];
         matches &= orders[st] == a->state_orders[st] && units[st] == a->state_units[st];
     }
+    /* invariant 11 by the database's books: what is not sold nor held is left */
+    long long left = a->initial + stock.added - stock.withdrawn -
+                     units[INV_STATE_PLACED] - units[INV_STATE_PENDING] -
+                     units[INV_STATE_PAID];
+    matches &= stock.added == a->added && stock.withdrawn == a->withdrawn &&
+               left == a->remaining;
     json_object_set_new(store, "orders", json_integer(total));
     json_object_set_new(store, "by_state", by);
+    json_object_set_new(store, "changes", json_integer(stock.changes));
+    json_object_set_new(store, "added", json_integer(stock.added));
+    json_object_set_new(store, "withdrawn", json_integer(stock.withdrawn));
+    json_object_set_new(store, "remaining", json_integer(left));
     json_object_set_new(store, "matches", json_boolean(matches && a->generation[0]));
     return store;
 }

@@ -60,6 +60,16 @@ const char SINK_SCHEMA_SQL[] =
     "    ADD COLUMN IF NOT EXISTS segments text; "
     "  INSERT INTO seckill_schema (version) VALUES (3) ON CONFLICT DO NOTHING; "
     "END IF; "
+    /* 4: the merchants' changes (PATCH /skus/{sku}: outbox_stock), the stock's
+     * history: initial + sum(added) - sum(withdrawn) is what the books of a
+     * SKU's generation balance against */
+    "CREATE TABLE IF NOT EXISTS seckill_stock_events (stream text NOT NULL, "
+    "  event_id text NOT NULL, sku text NOT NULL, generation text NOT NULL, "
+    "  added bigint NOT NULL, withdrawn bigint NOT NULL, paused boolean, "
+    "  ends_at timestamptz, at timestamptz NOT NULL, PRIMARY KEY (stream, event_id)); "
+    "CREATE INDEX IF NOT EXISTS seckill_stock_events_sku "
+    "  ON seckill_stock_events (sku, generation); "
+    "INSERT INTO seckill_schema (version) VALUES (4) ON CONFLICT DO NOTHING; "
     "END $$";
 
 /* Where a round is. */

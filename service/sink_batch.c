@@ -10,7 +10,10 @@
 #include "sink.h"
 #include "xalloc.h"
 
-/* The events new to the database are recorded, and each order takes the
+/* A merchant's change (c: outbox_stock) goes to seckill_stock_events, once
+ * (keyed by its stream and id, as an order's event: applied again, nothing
+ * changes); the order's events are the rest. The events new to the database
+ * are recorded, and each order takes the
  * furthest state among them, only forward (rank: placed and pending 1, the
  * ends 2). Only a pending event carries pay_by (b): the row takes it from
  * whichever of the batch's new events has it, and a row that has none yet
@@ -21,10 +24,15 @@
 const char SINK_APPLY_SQL[] =
     "WITH ev AS (SELECT * FROM json_to_recordset($1::json) AS e(x text, i text, "
     "  o bigint, s text, k text, u text, q int, g text, b bigint, p text, e int, "
-    "  m text, t bigint)), "
+    "  m text, t bigint, c text, a bigint, w bigint, z int, n bigint)), "
+    "stock AS (INSERT INTO seckill_stock_events (stream, event_id, sku, generation, "
+    "  added, withdrawn, paused, ends_at, at) "
+    "  SELECT x, i, k, g, a, w, z = 1, to_timestamp(n / 1000.0), "
+    "  to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev WHERE c IS NOT NULL "
+    "  ON CONFLICT DO NOTHING), "
     "fresh AS (INSERT INTO seckill_events (stream, event_id, order_id, state, at) "
     "  SELECT x, i, o, s, to_timestamp(split_part(i, '-', 1)::bigint / 1000.0) FROM ev "
-    "  ON CONFLICT DO NOTHING RETURNING stream, event_id), "
+    "  WHERE c IS NULL ON CONFLICT DO NOTHING RETURNING stream, event_id), "
     "latest AS (SELECT DISTINCT ON (ev.o) ev.*, "
     "  max(ev.b) OVER (PARTITION BY ev.o) AS pb, "
     "  max(ev.e) OVER (PARTITION BY ev.o) AS pe, "
@@ -240,11 +248,8 @@ static void batch_room(struct sink_batch *b)
     b->settles = xrealloc(b->settles, sizeof(*b->settles) * (size_t)b->cap);
 }
 
-/* The k-th event of entry id (k from 0), its fields v (by EVENT_FIELDS), f
- * the entry's (for a dead letter). */
-static void event_add(struct sink_batch *b, int si, const char *key, const char *id,
-                      int k, const char *const v[EVENT_NFIELDS],
-                      const struct redisReply *f)
+/* The k-th event of entry id (k from 0): its place in the batch. */
+static void event_place(struct sink_batch *b, int si, const char *id, int k)
 {
     batch_room(b);
     b->stream[b->n] = si;
@@ -255,25 +260,88 @@ static void event_add(struct sink_batch *b, int si, const char *key, const char 
         snprintf(b->eid[b->n], sizeof(b->eid[0]), "%s/%d", id, k);
     b->settles[b->n][0] = '\0';
     b->n++;
-    if (!event_valid(v) || !json_plain(key) || !json_plain(id)) {
-        /* the skipped come first among the dead letters (sink_batch_unkill) */
-        dead_add(b, b->n - 1, key, fields_text(f), "not an event of the outbox scripts");
-        b->skipped++;
-        return;
-    }
-    if (inv_state_parse(v[1]) != INV_STATE_PENDING) /* placed, paid, cancelled, expired */
-        snprintf(b->settles[b->n - 1], sizeof(b->settles[0]), "%s", v[0]);
+}
+
+/* The last event placed is not valid: f (the entry's fields) a dead letter;
+ * the skipped come first among the dead letters (sink_batch_unkill). */
+static void event_skip(struct sink_batch *b, const char *key, const struct redisReply *f)
+{
+    dead_add(b, b->n - 1, key, fields_text(f), "not an event of the outbox scripts");
+    b->skipped++;
+}
+
+/* The last event placed, valid, as a row: its stream and id, then v's fields
+ * named by names (those set). */
+static void event_row(struct sink_batch *b, const char *key, const char *names,
+                      const char *const *v)
+{
     rows_put(b, b->valid ? ",{" : "[{", 2);
     b->row[b->valid][0] = b->len - 1;
     b->row_event[b->valid] = b->n - 1;
     rows_field(b, 'x', key, 1);
     rows_field(b, 'i', b->eid[b->n - 1], 0);
-    for (size_t i = 0; i < EVENT_NFIELDS; i++)
+    for (size_t i = 0; names[i]; i++)
         if (v[i])
-            rows_field(b, EVENT_FIELDS[i], v[i], 0);
+            rows_field(b, names[i], v[i], 0);
     rows_put(b, "}", 1);
     b->row[b->valid][1] = b->len;
     b->valid++;
+}
+
+/* The k-th event of entry id (k from 0), its fields v (by EVENT_FIELDS), f
+ * the entry's (for a dead letter). */
+static void event_add(struct sink_batch *b, int si, const char *key, const char *id,
+                      int k, const char *const v[EVENT_NFIELDS],
+                      const struct redisReply *f)
+{
+    event_place(b, si, id, k);
+    if (!event_valid(v) || !json_plain(key) || !json_plain(id)) {
+        event_skip(b, key, f);
+        return;
+    }
+    if (inv_state_parse(v[1]) != INV_STATE_PENDING) /* placed, paid, cancelled, expired */
+        snprintf(b->settles[b->n - 1], sizeof(b->settles[0]), "%s", v[0]);
+    event_row(b, key, EVENT_FIELDS, v);
+}
+
+/* A merchant's change's fields (outbox_stock): the kind, SKU, generation,
+ * units added and withdrawn, paused, ends_ms. */
+static const char STOCK_FIELDS[] = "ckgawzn";
+#define STOCK_NFIELDS (sizeof(STOCK_FIELDS) - 1)
+
+/* True when v (by STOCK_FIELDS) is a change outbox_stock writes. */
+static int stock_valid(const char *const v[STOCK_NFIELDS])
+{
+    for (size_t i = 0; i < STOCK_NFIELDS; i++)
+        if ((i < 5 && !v[i]) || (v[i] && !json_plain(v[i])))
+            return 0;
+    return strcmp(v[0], "stock") == 0 && digits(v[3]) && digits(v[4]) &&
+           (!v[5] || strcmp(v[5], "0") == 0 || strcmp(v[5], "1") == 0) &&
+           (!v[6] || digits(v[6]));
+}
+
+/* Entry id of stream si, a merchant's change (its first field c): one event. */
+static void stock_add(struct sink_batch *b, int si, const char *key, const char *id,
+                      const struct redisReply *f)
+{
+    const char *v[STOCK_NFIELDS] = {0};
+    int other = 0; /* a field outbox_stock does not write: not its entry */
+    for (size_t j = 0; j + 1 < f->elements; j += 2) {
+        const redisReply *name = f->element[j], *val = f->element[j + 1];
+        const char *at = name->type == REDIS_REPLY_STRING && name->len == 1
+                             ? strchr(STOCK_FIELDS, name->str[0])
+                             : NULL;
+        if (!at || !*at || val->type != REDIS_REPLY_STRING ||
+            strlen(val->str) != val->len)
+            other = 1;
+        else
+            v[at - STOCK_FIELDS] = val->str;
+    }
+    event_place(b, si, id, 0);
+    if (other || !stock_valid(v) || !json_plain(key) || !json_plain(id))
+        event_skip(b, key, f);
+    else
+        event_row(b, key, STOCK_FIELDS, v);
 }
 
 /* To be written when valid, acknowledged in any case: an entry carries one
@@ -285,6 +353,12 @@ void sink_batch_add(struct sink_batch *b, int si, const char *key, const char *i
 {
     const char *v[EVENT_NFIELDS] = {0};
     int k = 0, any = 0;
+    if (f && f->type == REDIS_REPLY_ARRAY && f->elements >= 2 &&
+        f->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(f->element[0]->str, "c") == 0) {
+        stock_add(b, si, key, id, f);
+        return;
+    }
     for (size_t j = 0; f && f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2) {
         const redisReply *name = f->element[j], *val = f->element[j + 1];
         if (name->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING ||

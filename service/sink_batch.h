@@ -5,7 +5,9 @@
  *
  * An event is what inventory/lua/outbox.lua appends: fields of one letter
  * (o order, s state, k SKU, u user, q units, g generation, b pay_by, p payment
- * id, e segment, m segments). One that is not (a field missing, a number
+ * id, e segment, m segments), or a merchant's change (outbox_stock: c
+ * first, then k SKU, g generation, a added, w withdrawn, z paused, n ends_ms),
+ * which goes to seckill_stock_events. One that is not (a field missing, a number
  * that is not one, a state no script writes, text JSON would have to escape)
  * would fail the transaction every time: it is not written, but counted
  * (skipped) and kept as a dead letter, and acknowledged like the rest. So is

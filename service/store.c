@@ -104,17 +104,31 @@ static PGresult *store_query(struct svc_store *st, const char *sql, int nparams,
 
 int svc_store_counts(struct svc_store *st, const char *sku, const char *generation,
                      long long orders[INV_NSTATES], long long units[INV_NSTATES],
-                     char *err, size_t errlen)
+                     struct store_stock *stock, char *err, size_t errlen)
 {
     memset(orders, 0, sizeof(long long) * INV_NSTATES);
     memset(units, 0, sizeof(long long) * INV_NSTATES);
+    struct store_stock none;
+    if (!stock)
+        stock = &none;
+    memset(stock, 0, sizeof(*stock));
     const char *params[] = {sku, generation};
+    /* the changes' row has no state (NULL): count, added, withdrawn */
     PGresult *r = store_query(st,
-                              "SELECT state, count(*), coalesce(sum(qty), 0) FROM "
+                              "SELECT state, count(*), coalesce(sum(qty), 0), 0 FROM "
                               "seckill_orders WHERE sku = $1 AND generation = $2 "
-                              "GROUP BY state",
+                              "GROUP BY state UNION ALL SELECT NULL, count(*), "
+                              "coalesce(sum(added), 0), coalesce(sum(withdrawn), 0) "
+                              "FROM seckill_stock_events WHERE sku = $1 AND "
+                              "generation = $2",
                               2, params, err, errlen);
     for (int i = 0; r && i < PQntuples(r); i++) {
+        if (PQgetisnull(r, i, 0)) {
+            stock->changes = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+            stock->added = strtoll(PQgetvalue(r, i, 2), NULL, 10);
+            stock->withdrawn = strtoll(PQgetvalue(r, i, 3), NULL, 10);
+            continue;
+        }
         inv_state s = inv_state_parse(PQgetvalue(r, i, 0));
         orders[s] += strtoll(PQgetvalue(r, i, 1), NULL, 10);
         units[s] += strtoll(PQgetvalue(r, i, 2), NULL, 10);

@@ -31,12 +31,20 @@ typedef enum {
     STORE_UNAVAILABLE, /* the database could not be read: err says why */
 } store_status;
 
-/* The orders of sku's generation in the database by state (inv_state): what
- * the audit's store block compares with the records in Redis. 0, or -1 with
- * why in err when the database could not be read. */
+/* What the database has of sku's generation: the count of the merchants'
+ * changes of its stock (seckill_stock_events) and the units they added and
+ * withdrew. */
+struct store_stock {
+    long long changes, added, withdrawn;
+};
+
+/* The orders of sku's generation in the database by state (inv_state), and
+ * its stock's changes (stock; NULL: not asked), in one statement (one
+ * snapshot): what the audit's store block compares with the records in Redis.
+ * 0, or -1 with why in err when the database could not be read. */
 int svc_store_counts(struct svc_store *st, const char *sku, const char *generation,
                      long long orders[INV_NSTATES], long long units[INV_NSTATES],
-                     char *err, size_t errlen);
+                     struct store_stock *stock, char *err, size_t errlen);
 
 /* Order id as its row says, into out (as inv_order_fill: segment -1 for a row
  * whose every event came before schema 3, which had no segments). */

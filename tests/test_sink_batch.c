@@ -266,6 +266,40 @@ static void test_segments_and_settled(void **state)
     sink_batch_free(&b);
 }
 
+/* A merchant's change (outbox_stock: its first field c) is one row of its
+ * own with its fields, settling no order; one that is not the script's (a
+ * kind it does not write, units missing or not a number, paused not 0 or 1,
+ * an o among them: not an order's event either) is a dead letter. */
+static void test_stock_changes(void **state)
+{
+    (void)state;
+    struct sink_batch b = {0};
+    add(&b, 0, "1700000000000-0", "c=stock k=tv g=7 a=20 w=0");
+    add(&b, 0, "1700000000001-0", "c=stock k=tv g=7 a=0 w=3 z=1 n=1700000009000");
+    add(&b, 0, "1700000000002-0", "c=price k=tv g=7 a=0 w=3");
+    add(&b, 0, "1700000000003-0", "c=stock k=tv g=7 a=5");
+    add(&b, 0, "1700000000004-0", "c=stock k=tv g=7 a=x w=0");
+    add(&b, 0, "1700000000005-0", "c=stock k=tv g=7 a=1 w=0 z=yes");
+    add(&b, 0, "1700000000006-0", "c=stock o=41 s=placed k=tv u=ann q=1 g=7 a=1 w=0");
+    assert_int_equal(b.n, 7);
+    assert_int_equal(b.valid, 2);
+    assert_int_equal(b.skipped, 5);
+    json_t *rows = json_loads(sink_batch_close(&b), 0, NULL);
+    assert_int_equal(json_array_size(rows), 2);
+    assert_string_equal(field(rows, 0, "c"), "stock");
+    assert_string_equal(field(rows, 0, "a"), "20");
+    assert_null(field(rows, 0, "z"));
+    assert_null(field(rows, 0, "o"));
+    assert_string_equal(field(rows, 1, "w"), "3");
+    assert_string_equal(field(rows, 1, "z"), "1");
+    assert_string_equal(field(rows, 1, "n"), "1700000009000");
+    assert_string_equal(field(rows, 1, "i"), "1700000000001-0");
+    json_decref(rows);
+    assert_null(sink_batch_settled(&b, 0));
+    assert_null(sink_batch_settled(&b, 1));
+    sink_batch_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_reopen_grow_clear),
         cmocka_unit_test(test_dead_letters),
         cmocka_unit_test(test_segments_and_settled),
+        cmocka_unit_test(test_stock_changes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,10 @@
  *     events arrive in, also for a row made before schema 3; the migration
  *     from schema 2 keeps the rows; and the row reads back (store.h) as the
  *     order GET /orders/{id} answers: pay_by to the millisecond, a row
- *     without segments as not known, an order never stored, a database away. */
+ *     without segments as not known, an order never stored, a database away;
+ *   - a merchant's change (PATCH's event, schema 4) in a batch with orders'
+ *     events is stored once, applied again (a claim after a crash) changes
+ *     nothing, and the store reads a generation's changes as their sums. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -374,7 +377,7 @@ static void test_schema_2_to_3(void **state)
     free(quiet);
     assert_string_equal(sql("SELECT string_agg(version::text, ',' ORDER BY version) FROM "
                             "seckill_schema"),
-                        "1,2,3");
+                        "1,2,3,4");
     assert_string_equal(segments_of(304), "- -");
     assert_string_equal(order_row(304), "placed - -");
 }
@@ -425,6 +428,48 @@ static void test_store_reads_an_order(void **state)
     svc_store_free(st);
 }
 
+/* A merchant's changes (outbox_stock: c first) among orders' events in one
+ * batch: each is a row of seckill_stock_events, the orders' rows are made as
+ * ever; the batch applied again (a claim after a crash between commit and
+ * acknowledgement) changes nothing; the store reads the generation's changes
+ * as their sums in the same statement as its orders. */
+static void test_stock_changes_once(void **state)
+{
+    (void)state;
+    const char *ids[] = {"1700000000000-40", "1700000000500-40", "1700000001000-40",
+                         "1700000002000-40"};
+    const char *f[] = {
+        "c=stock k=rs g=7 a=20 w=0", "o=401 s=placed k=rs u=ann q=2 g=7 e=0",
+        "c=stock k=rs g=7 a=0 w=5 z=1 n=1700000009000", "c=stock k=rs g=6 a=100 w=0"};
+    for (int round = 0; round < 2; round++) {
+        apply(4, ids, f, NULL);
+        assert_string_equal(
+            sql("SELECT count(*) || ' ' || sum(added) || ' ' || "
+                "sum(withdrawn) FROM seckill_stock_events WHERE sku = 'rs' "
+                "AND generation = '7'"),
+            "2 20 5");
+        assert_string_equal(order_row(401), "placed - -");
+    }
+    assert_string_equal(sql("SELECT paused || ' ' || (extract(epoch FROM ends_at) * "
+                            "1000)::bigint FROM seckill_stock_events WHERE event_id = "
+                            "'1700000001000-40'"),
+                        "true 1700000009000");
+    struct svc_store *st = svc_store_new(pg.url);
+    long long orders[INV_NSTATES], units[INV_NSTATES];
+    struct store_stock stock;
+    char err[256];
+    assert_int_equal(
+        svc_store_counts(st, "rs", "7", orders, units, &stock, err, sizeof(err)), 0);
+    assert_int_equal(stock.changes, 2);
+    assert_int_equal(stock.added, 20);
+    assert_int_equal(stock.withdrawn, 5);
+    assert_int_equal(units[INV_STATE_PLACED], 2);
+    assert_int_equal(
+        svc_store_counts(st, "rs", "8", orders, units, &stock, err, sizeof(err)), 0);
+    assert_int_equal(stock.changes, 0);
+    svc_store_free(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -437,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_segments_whatever_the_order),
         cmocka_unit_test(test_schema_2_to_3),
         cmocka_unit_test(test_store_reads_an_order),
+        cmocka_unit_test(test_stock_changes_once),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -29,6 +29,13 @@
 -- Lua's unpack has a stack of 8,000).
 -- outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, name,
 -- value, name2, value2): one event, written at once.
+-- outbox_stock(stream, gen, sku, added, withdrawn, paused, ends_ms): a
+-- merchant's change of the SKU's stock or sale (patch.lua), one entry of its
+-- own whose first field is c (not o: the sink tells the two kinds by it):
+-- c=stock k=sku g=gen a=units added w=units withdrawn, then z=paused ('1' or
+-- '0') and n=ends_ms when the change set them. Its identity in the database
+-- is the entry's (stream, id), as an order's event's: applied twice, it
+-- changes nothing. When gen is set; else nothing.
 local OUTBOX_FIELDS = 1024
 local function outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value,
                             name2, value2)
@@ -67,4 +74,11 @@ local function outbox_add(stream, gen, id, state, sku, user, qty, seg, spread, n
   local f = {}
   outbox_event(f, gen, id, state, sku, user, qty, seg, spread, name, value, name2, value2)
   outbox_write(stream, f)
+end
+local function outbox_stock(stream, gen, sku, added, withdrawn, paused, ends_ms)
+  if not gen then return end
+  local f = {'c', 'stock', 'k', sku, 'g', gen, 'a', added, 'w', withdrawn}
+  if paused ~= '' then f[#f + 1], f[#f + 2] = 'z', paused end
+  if ends_ms ~= '' then f[#f + 1], f[#f + 2] = 'n', ends_ms end
+  redis.call('XADD', stream, '*', unpack(f))
 end

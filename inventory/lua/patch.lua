@@ -28,14 +28,20 @@
 -- there: at most stock + back, so no fold makes a segment negative.
 -- meta's added and withdrawn count what every change did: the books balance
 -- against initial + added - withdrawn (invariant 11).
+-- With an outbox (meta's outbox field, the SKU's generation in PostgreSQL),
+-- the change is one event in the SKU's stream, written here with it
+-- (outbox_stock: the units added and withdrawn, the pause, the end), so that
+-- PostgreSQL keeps the stock's history; a change that changed nothing (a
+-- withdrawal that found no unsold unit, and nothing else) writes none.
 -- Returns {1, withdrawn} done; {-1} unknown SKU; {-2} fenced off (a writer
 -- whose lease ran out; nothing written); {-13, starts_ms} ends_ms not after
 -- the sale's starts_at; {-17, '<key> <field>'} a value it reads is malformed.
 -- Nothing is written unless {1}.
 --#include "malformed.lua"
 --#include "fence.lua"
+--#include "outbox.lua"
 local meta, bad = meta_get(KEYS[1], 'segments', 'remaining', 'added', 'withdrawn',
-                           'starts_ms')
+                           'starts_ms', 'outbox')
 if not meta then return bad end
 if not meta[1] then return {-1} end
 local k = tonumber(meta[1])
@@ -111,4 +117,7 @@ while took < want do
 end
 if took > 0 then redis.call('HINCRBY', KEYS[1], 'withdrawn', took) end
 if add > 0 or took > 0 then redis.call('HSET', KEYS[1], 'remaining', remaining) end
+if add > 0 or took > 0 or ARGV[3] ~= '' or ARGV[4] ~= '' then
+  outbox_stock(KEYS[7], meta[6], ARGV[6], add, took, ARGV[3], ARGV[4])
+end
 return {1, took}

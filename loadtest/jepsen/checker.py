@@ -36,6 +36,15 @@ clock, shared by history.jsonl and run.json's faults):
                    is a new invoke/completion pair with the same key.
                  pay / cancel: "order_id" (cancel also "user") on the invoke; the
                    completion adds "status" and "error".
+                 change: a merchant's change of the stock (PATCH /skus/{sku}): "add"
+                   and "withdraw" (units asked, integers >= 0) on the invoke; the
+                   completion adds "status", "error" and "withdrawn" (the units the
+                   200 says it took, else null). ok: answered 200; fail: refused
+                   (a stale writer fenced off, the write side not had); info: no
+                   answer. The stock the checks hold the orders to is then the
+                   initial one plus what was added less what was withdrawn, bounded
+                   at each moment by what the changes' invokes and completions allow
+                   (Stock below).
   final.json     {"orders": {order_id: {"state", "user_id", "qty"} or null (404)},
                   "sku": the body of GET /skus/{sku}}; orders names every order_id
                  of the history.
@@ -46,7 +55,8 @@ The recorder types each completion: ok for a 201 (order) or 200 (pay, cancel); f
 for an answer that changed nothing (409, 422, 400/403/404, 503 busy or unavailable);
 info for 503 outcome_unknown, 502, 504 and no answer. The checker reads "error":
 an order's "sold_out", a pay's or cancel's "expired". It assumes the history holds
-every client of the SKU, and that run.json's stock is the SKU's whole stock.
+every client of the SKU, and that run.json's stock is the SKU's whole stock at the
+start (the merchant's changes in the history move it: Stock).
 """
 import argparse
 import bisect
@@ -83,6 +93,9 @@ class Op:
     order_id: str = None
     status: int = None
     error: str = None
+    add: int = 0               # change: units asked to add
+    withdraw: int = 0          # change: units asked to withdraw
+    withdrawn: int = None      # change: units its 200 says it took
 
 
 # --- reading the run directory
@@ -168,15 +181,19 @@ def load_history(path):
         process = need(where, e, "process", is_int, "an integer")
         kind = need(where, e, "type", lambda v: v in ("invoke", "ok", "fail", "info"),
                     "invoke, ok, fail or info")
-        f = need(where, e, "f", lambda v: v in ("order", "pay", "cancel"),
-                 "order, pay or cancel")
+        f = need(where, e, "f", lambda v: v in ("order", "pay", "cancel", "change"),
+                 "order, pay, cancel or change")
         time = need(where, e, "time", is_number, "a time in ms")
         if kind == "invoke":
             if process in open_ops:
                 raise InputError(f"{where}: process {process} invokes again before its "
                                  f"operation of line {open_ops[process].line} completed")
             op = Op(line=n, process=process, f=f, invoke=time)
-            if f == "order":
+            if f == "change":
+                op.add, op.withdraw = (need(where, e, name, lambda v: is_int(v) and v >= 0,
+                                            "an integer >= 0", 0)
+                                       for name in ("add", "withdraw"))
+            elif f == "order":
                 op.key = need(where, e, "key", optional_str, "a string or null", None)
                 op.user = need(where, e, "user", lambda v: isinstance(v, str), "a string")
                 op.qty = need(where, e, "qty", lambda v: is_int(v) and v > 0,
@@ -206,6 +223,12 @@ def load_history(path):
                                None)
             if kind == "ok" and op.order_id is None:
                 raise InputError(f"{where}: an ok order without an order_id")
+        if f == "change":
+            op.withdrawn = need(where, e, "withdrawn",
+                                lambda v: v is None or (is_int(v) and v >= 0),
+                                "an integer >= 0 or null", None)
+            if kind == "ok" and op.withdraw and op.withdrawn is None:
+                raise InputError(f"{where}: an ok withdrawal without \"withdrawn\"")
     return ops
 
 
@@ -288,6 +311,8 @@ class Index:
                 if op.type == "ok":
                     self.acks[op.order_id].append(op)
                 continue
+            if op.f == "change":  # the stock's (Stock), no order's
+                continue
             if op.type == "ok":
                 (self.pays if op.f == "pay" else self.cancels)[op.order_id].append(op)
             if op.f == "cancel" and op.type != "fail":
@@ -303,6 +328,74 @@ class Index:
         sweep did before), or None."""
         answers = self.cancels.get(oid, []) + self.expired.get(oid, [])
         return min((op.complete for op in answers), default=None)
+
+
+class Stock:
+    """The stock the orders are held to, moved by the merchant's changes (f "change"):
+    the initial stock plus the units added less the units withdrawn. A change happened
+    somewhere between its invoke and its completion, if at all, so at a moment t:
+    - at most: the initial stock, every add that did not definitely fail invoked by t,
+      less the units each withdrawal answered 200 says it took, once completed by t;
+    - at least, anywhere in [t0, t1]: the initial stock, every add answered 200 by t0,
+      less every withdrawal that did not definitely fail invoked by t1 (a 200's units,
+      else those asked);
+    and at the end (at_most(inf)) every add that may have happened, less what the 200s
+    withdrew. Without changes both are the initial stock."""
+
+    def __init__(self, run):
+        self.initial = run.config["stock"]
+        changes = [op for op in run.ops if op.f == "change"]
+        self.times = sorted({t for op in changes for t in (op.invoke, op.complete)
+                             if t is not None})
+        ups = [(op.invoke, op.add) for op in changes if op.type != "fail" and op.add]
+        downs = [(op.complete, op.withdrawn) for op in changes
+                 if op.type == "ok" and op.withdrawn]
+        self._max = self._steps(ups, downs)
+        self._min_up = self._sums([(op.complete, op.add) for op in changes
+                                   if op.type == "ok" and op.add])
+        self._min_down = self._sums([(op.invoke, (op.withdrawn or 0) if op.type == "ok"
+                                      else op.withdraw) for op in changes
+                                     if op.type != "fail"])
+
+    @staticmethod
+    def _sums(moves):
+        """([times], [units moved up to and with each time]) of moves (time, units)."""
+        times, sums, total = [], [], 0
+        for t, u in sorted(moves):
+            total += u
+            times.append(t)
+            sums.append(total)
+        return times, sums
+
+    def _steps(self, ups, downs):
+        """([times], [stock from each time on]) of the initial stock, ups added and
+        downs taken away (each (time, units))."""
+        moves = sorted([(t, u) for t, u in ups] + [(t, -u) for t, u in downs])
+        times, level, stock = [], [], self.initial
+        for t, u in moves:
+            stock += u
+            if times and times[-1] == t:
+                level[-1] = stock
+            else:
+                times.append(t)
+                level.append(stock)
+        return times, level
+
+    @staticmethod
+    def _at(steps, t):
+        times, level = steps
+        i = bisect.bisect_right(times, t)
+        return level[i - 1] if i else None
+
+    def at_most(self, t=math.inf):
+        v = self._at(self._max, t)
+        return self.initial if v is None else v
+
+    def at_least(self, t0, t1):
+        """The least stock anywhere in [t0, t1]: the adds answered 200 by t0, less the
+        withdrawals that may have come by t1."""
+        up, down = self._at(self._min_up, t0), self._at(self._min_down, t1)
+        return self.initial + (up or 0) - (down or 0)
 
 
 def key_group(op):
@@ -357,20 +450,25 @@ def certainly_held(run, ix):
 
 def peaks(intervals, cap):
     """Each moment the units of intervals [(from, until, qty, label)] held at once rise
-    above cap (once per excursion): [(time, units, labels held)]."""
+    above cap (once per excursion): [(time, units, labels held)]. cap is a number, or
+    a Stock (at each moment its at_most; its changes' times are moments too)."""
     events = sorted([(s, 1, q, label) for s, u, q, label in intervals]
-                    + [(u, 0, q, label) for s, u, q, label in intervals if u != math.inf])
+                    + [(u, 0, q, label) for s, u, q, label in intervals if u != math.inf]
+                    + [(t, 0, 0, None) for t in getattr(cap, "times", [])])
     held, units, over, out = {}, 0, False, []
     for t, starts, q, label in events:   # at one time, ends (0) before starts (1)
-        if starts:
+        if label is None:                # a change's moment: the cap may move
+            pass
+        elif starts:
             held[label] = q
             units += q
         else:
             held.pop(label, None)
             units -= q
-        if units > cap and not over:
+        limit = cap.at_most(t) if isinstance(cap, Stock) else cap
+        if units > limit and not over:
             out.append((t, units, sorted(held)))
-        over = units > cap
+        over = units > limit
     return out
 
 
@@ -414,18 +512,22 @@ def check_oversell(run, ix):
     stale lock holder's write makes) even when the stock has not run out yet.
     Sound: each sum counts only units that were provably held together (a paid order
     can never give its units back), and units on their way back (an expired order not
-    yet swept) are in neither of (d)'s terms, so they can only make it smaller."""
-    stock, out = run.config["stock"], []
+    yet swept) are in neither of (d)'s terms, so they can only make it smaller. With
+    the merchant's changes in the history the stock is the most they allow (Stock):
+    at the end every add that may have happened less the 200s' withdrawals; in (b) at
+    each moment."""
+    stocks = Stock(run)
+    stock, out = stocks.at_most(), []   # at the end: the most the changes allow
     live = [oid for oid, o in run.final.items() if o and o["state"] in LIVE]
     units = units_live = sum(run.final[oid]["qty"] for oid in live)
     if units > stock:
         out.append({"time_ms": None, "what": f"at the end: {units} units in {len(live)} "
                     f"placed/pending/paid orders > stock {stock}"})
     intervals = [(s, u, q, oid) for s, u, q, _, oid in certainly_held(run, ix)]
-    for t, units, held in peaks(intervals, stock):
+    for t, units, held in peaks(intervals, stocks):
         out.append({"time_ms": t, "order_ids": held[:20],
-                    "what": f"at {sec(t)}: {units} units certainly held > stock {stock}: "
-                            f"orders {labels(held)}"})
+                    "what": f"at {sec(t)}: {units} units certainly held > stock "
+                            f"{stocks.at_most(t)}: orders {labels(held)}"})
     remaining = run.sku.get("remaining")
     if is_int(remaining) and units_live + remaining > stock:
         out.append({"time_ms": None, "what": f"at the end: {units_live} units in live "
@@ -453,8 +555,10 @@ def check_stale_sold_out(run, ix):
       200 or a 409 expired completed (the change and the return are one script, at or
       before that completion) by i - staleness_ms: the service promises no sold_out
       from staleness_ms after a return. Without a payment window nothing returns.
+    The stock then is the least the merchant's changes allow between i and c (Stock:
+    the adds answered 200 by i, less every withdrawal that may have come by c).
     So a flagged sold_out was wrong in every serialisation the history allows."""
-    stock, lifecycle = run.config["stock"], run.config["pay_within_ms"] > 0
+    stocks, lifecycle = Stock(run), run.config["pay_within_ms"] > 0
     held = []  # (from, returned_at or inf, qty)
     for ops in ix.by_key.values():
         tried = [op for op in ops if op.type != "fail"]
@@ -488,6 +592,9 @@ def check_stale_sold_out(run, ix):
         cutoff = op.invoke - run.config["staleness_ms"]
         possibly = (started[bisect.bisect_right(start_times, op.complete)]
                     - gone[bisect.bisect_left(return_times, cutoff)])
+        # the least stock while it was decided: the adds done by its invoke, less
+        # every withdrawal that may have come by its completion
+        stock = stocks.at_least(op.invoke, op.complete)
         if stock - possibly >= op.qty:
             out.append({"time_ms": op.complete, "key": op.key, "user": op.user,
                         "what": f"sold_out at {sec(op.complete)} (invoked {sec(op.invoke)},"
@@ -651,7 +758,8 @@ def check(run):
     ops = {"total": len(run.ops)}
     for t in ("ok", "fail", "info"):
         ops[t] = sum(op.type == t for op in run.ops)
-    ops["by_f"] = {f: sum(op.f == f for op in run.ops) for f in ("order", "pay", "cancel")}
+    ops["by_f"] = {f: sum(op.f == f for op in run.ops)
+                   for f in ("order", "pay", "cancel", "change")}
     ops["never_completed"] = sum(op.complete is None for op in run.ops)
     return {"ops": ops, "violations": {k: len(v) for k, v in found.items()},
             "examples": {k: v[:EXAMPLES] for k, v in found.items()},

@@ -53,6 +53,17 @@ class History:
         return self._add(process, "cancel", start, end, dict(order_id=order_id, user=user),
                          kind, dict(status=status, error=error))
 
+    def change(self, process, start, end, add=0, withdraw=0, kind="ok", withdrawn=None,
+               status=None, error=None):
+        """A merchant's change (PATCH): a 200 takes withdrawn units (default: all
+        asked)."""
+        status = status if status is not None else {"ok": 200, "info": 0}.get(kind, 503)
+        if kind == "ok" and withdraw and withdrawn is None:
+            withdrawn = withdraw
+        return self._add(process, "change", start, end, dict(add=add, withdraw=withdraw),
+                         kind, dict(status=status, error=error,
+                                    withdrawn=withdrawn if kind == "ok" else None))
+
     def lines(self):
         ordered = sorted(enumerate(self.events), key=lambda e: (e[1]["time"], e[0]))
         return [json.dumps(e) for _, e in ordered]
@@ -240,6 +251,79 @@ class CheckerTest(unittest.TestCase):
         status, out, _ = self.run_checker()
         self.assertEqual(self.violations(), {"oversell": 2})     # the end, and the pays
         self.assertIn("2 units in 2 orders with a pay answered 200 > stock 1", out)
+
+    # --- the merchant's changes (f "change"): the stock they move
+
+    def test_restock_sells_more(self):
+        """Stock 1, a restock of 1 answered 200 before the second order: two units
+        held is within the books, at the end and at every moment."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.change(9, 12, 18, add=1)
+        h.order(2, 20, 30, "k2", "u2", order_id="2")
+        self.write(h, {"1": order("placed", "u1"), "2": order("placed", "u2")},
+                   remaining=0)
+        self.assertEqual(self.violations(), {})
+
+    def test_restock_that_failed_is_no_stock(self):
+        """The same restock refused (a stale writer fenced off: 503): the second order
+        oversold, at the end and from its 201 on."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.change(9, 12, 18, add=1, kind="fail", error="busy")
+        h.order(2, 20, 30, "k2", "u2", order_id="2")
+        self.write(h, {"1": order("placed", "u1"), "2": order("placed", "u2")})
+        self.assertEqual(self.violations(), {"oversell": 2})
+
+    def test_restock_without_answer_may_have_happened(self):
+        """A restock with no answer (its instance killed mid-change) may have been
+        made: no oversell for it; the order before it answered still counts."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.change(9, 12, 18, add=1, kind="info")
+        h.order(2, 20, 30, "k2", "u2", order_id="2")
+        self.write(h, {"1": order("placed", "u1"), "2": order("placed", "u2")})
+        self.assertEqual(self.violations(), {})
+
+    def test_oversell_after_withdrawal(self):
+        """Stock 3, 2 units withdrawn (answered 200) while one is sold: a second and
+        a third unit sold after the withdrawal completed exceed the books (1) in the
+        middle; the end too, with the units the SKU says remain."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.change(9, 20, 30, withdraw=2)
+        h.order(2, 40, 50, "k2", "u2", order_id="2")
+        self.write(h, {"1": order("placed", "u1"), "2": order("placed", "u2")}, stock=3,
+                   remaining=0)
+        status, out, _ = self.run_checker()
+        self.assertEqual(self.violations(), {"oversell": 3})    # the end twice, the middle
+        self.assertIn("at 0.050 s: 2 units certainly held > stock 1", out)
+        # withdrawn 1 only (the answer says so): within the books
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.change(9, 20, 30, withdraw=2, withdrawn=1)
+        h.order(2, 40, 50, "k2", "u2", order_id="2")
+        self.write(h, {"1": order("placed", "u1"), "2": order("placed", "u2")}, stock=3,
+                   remaining=0)
+        self.assertEqual(self.violations(), {})
+
+    def test_withdrawal_makes_sold_out_right(self):
+        """Stock 2, one sold, one withdrawn: a sold_out after the withdrawal was
+        invoked is right; one before it, wrong; a sold_out while a restock was under
+        way is right (it may not have been made yet), one after its 200, wrong."""
+        h = History().order(1, 0, 10, "k1", "u1", order_id="1")
+        h.order(2, 12, 18, "k2", "u2", "fail", error="sold_out")     # wrong: 1 left
+        h.change(9, 20, 30, withdraw=1)
+        h.order(2, 25, 35, "k3", "u3", "fail", error="sold_out")     # right
+        h.change(9, 40, 60, add=1)
+        h.order(2, 45, 55, "k4", "u4", "fail", error="sold_out")     # right: under way
+        h.order(2, 70, 80, "k5", "u5", "fail", error="sold_out")     # wrong: 1 added
+        self.write(h, {"1": order("placed", "u1")}, stock=2)
+        self.assertEqual(self.violations(), {"stale_sold_out": 2})
+
+    def test_malformed_change(self):
+        for line in ('{"process":9,"type":"invoke","f":"change","time":1,"add":-1}',
+                     '{"process":9,"type":"invoke","f":"change","time":1,"withdraw":2}\n'
+                     '{"process":9,"type":"ok","f":"change","time":2,"withdraw":2,'
+                     '"status":200}'):
+            with self.subTest(line=line):
+                self.write(line.split("\n"), {})
+                self.assertEqual(self.run_checker()[0], 2)
 
     def test_stale_sold_out(self):
         h = History().order(1, 0, 10, "k1", "u1", order_id="1")
