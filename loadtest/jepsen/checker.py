@@ -4,7 +4,8 @@
 Reads the client operations a run recorded against one SKU and the state read back
 after the faults healed, and reports each violated invariant by kind (lost, oversell,
 stale_sold_out, limit, duplicate_id, idempotency, pay_lost, paid_returned,
-paid_after_return, cancel_lost, fence_order), with a count and up to 5 examples.
+paid_after_return, cancel_lost, fence_order; a SKU with a waiting room also room_rate,
+room_active, room_order, pass_theft), with a count and up to 5 examples.
 Python 3 standard library only.
 
     checker.py RUN_DIR [--json OUT] [--chart OUT.svg] [--expect-invalid KIND[,KIND]]
@@ -22,18 +23,28 @@ clock, shared by history.jsonl and run.json's faults):
   run.json       {"sku": str, "stock": int, "per_user_limit": int,
                   "pay_within_ms": int (0: no payment window, default 0),
                   "staleness_ms": number (default 1000), "mode": str, "seed": int,
-                  "faults": [{"kind": str, "target": str, "start": ms, "end": ms}]}
+                  "faults": [{"kind": str, "target": str, "start": ms, "end": ms}],
+                  "room": {"rate_per_s", "max_active", "pass_ttl_ms"} (the SKU's waiting
+                  room; null or absent: none)}
   history.jsonl  one JSON object a line; a process (one client loop) does one operation
                  at a time: an "invoke" line, then one completion of that process: "ok",
                  "fail" (definitely did not happen) or "info" (may have happened). An
                  invoke left without a completion at the end counts as info.
                  Every line: "process": int, "type": invoke|ok|fail|info,
-                 "f": order|pay|cancel, "time": ms.
+                 "f": order|pay|cancel|change|join|poll, "time": ms.
                  order: "key" (the Idempotency-Key, or null), "user", "qty" on the
                    invoke; the completion adds "status" (HTTP status, 0: no answer),
                    "error" (the body's error, or null) and "order_id" (on 201 and on
                    503 outcome_unknown, else null). A retry of an indeterminate order
-                   is a new invoke/completion pair with the same key.
+                   is a new invoke/completion pair with the same key. On a SKU with a
+                   room, "pass" on the invoke: the Seckill-Pass it sent.
+                 join / poll (the waiting room): "user" on the invoke; the completion
+                   adds "status", "error", "ticket" (a join's), "state" and "pass"
+                   (a poll's once admitted; null when absent). A ticket's payload
+                   (base64url before its first ".") is "t|epoch|place|rank|sku|user",
+                   a pass's "p|epoch|expires_ms|sku|user" (inventory/roomtoken.c):
+                   the checks read places and admissions (expires_ms less pass_ttl_ms,
+                   Redis's clock) from them.
                  pay / cancel: "order_id" (cancel also "user") on the invoke; the
                    completion adds "status" and "error".
                  change: a merchant's change of the stock (PATCH /skus/{sku}): "add"
