@@ -19,6 +19,9 @@
 #   flap I         I cut from Redis and healed again every 200-500 ms
 #   pause I        SIGSTOP instance I for 2-6 lock leases (zk: sessions), then SIGCONT
 #   kill I         kill -9 instance I, started again when the fault ends
+#   pacer-pause, pacer-kill  (row room) pause or kill the instance that holds the
+#                  waiting rooms' pacer lease when the fault starts (its /metrics says
+#                  seckill_room_pacer 1; none found: one drawn at random)
 #   redis-kill     kill -9 the data Redis, started again on its AOF
 #   lose-tail      the data Redis loses what its AOF had not made durable: the AOF's
 #                  size is noted where the policy's last fsync is (appendfsync always:
@@ -84,6 +87,16 @@
 #                             T * 30, so that the sale sells out and restocks sell
 #                             again. The changes are in the history (f "change"): the
 #                             checker holds the orders to the stock they make
+#   room                      redis with a waiting room (ROOM_* below: 15 a second,
+#                             20 live passes, passes of 2 s, the sale 5 s after the
+#                             PUT) under cut, isolate, pause, kill, pacer-pause,
+#                             pacer-kill, redis-kill and clock: the buyers join, poll
+#                             and buy with their passes (chaosclient's CHAOS_ROOM),
+#                             one in 5 walks away with its pass, one in 10 first
+#                             lets a thief try it (403); stock T * 8, sold out near
+#                             the end. The checker's room rules (room_rate,
+#                             room_active, room_order, pass_theft) and the stock
+#                             rules must find nothing
 # The cluster rows read no fences: fences.py reads the MONITOR of one data Redis, and
 # a cluster's fences, on whichever node was a shard's master, would be the ones a
 # deposed master took and dropped as well as the kept ones (fence_order unchecked).

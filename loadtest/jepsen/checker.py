@@ -917,6 +917,26 @@ def check_pass_theft(run, ix):
     return out
 
 
+def room_stats(run):
+    """What the room rules saw, so that a clean run shows they were not idle:
+    admissions, the least slack of any window under room_rate's bound (0: a window
+    exactly at it), the most live passes at an admission, orders refused 403."""
+    room = run.config.get("room")
+    if not room:
+        return None
+    rate, ttl, most = room["rate_per_s"], room["pass_ttl_ms"], room["max_active"]
+    adm = admissions(run)
+    times = sorted(e - ttl for _, e in adm)
+    slack = min((rate * (b - times[i]) / 1000 + rate - (j - i + 1)
+                 for j, b in enumerate(times) for i in range(j + 1)), default=None)
+    used, passes = used_from(run), sorted((e - ttl, e, u) for u, e in adm)
+    peak = max((sum(1 for a, e, u in passes if a <= t < e and used.get(u, math.inf) > t)
+                for t in {a for a, _, _ in passes}), default=0)
+    return {"admissions": len(adm), "rate_slack": slack, "peak_live": peak,
+            "max_active": most,
+            "refused_403": sum(op.f == "order" and op.status == 403 for op in run.ops)}
+
+
 CHECKS = {"lost": check_lost, "oversell": check_oversell,
           "stale_sold_out": check_stale_sold_out, "limit": check_limit,
           "duplicate_id": check_duplicate_id, "idempotency": check_idempotency,
@@ -938,7 +958,8 @@ def check(run):
     ops["by_f"] = {f: sum(op.f == f for op in run.ops)
                    for f in ("order", "pay", "cancel", "change", "join", "poll")}
     ops["never_completed"] = sum(op.complete is None for op in run.ops)
-    return {"ops": ops, "violations": {k: len(v) for k, v in found.items()},
+    return {"ops": ops, "room": room_stats(run),
+            "violations": {k: len(v) for k, v in found.items()},
             "examples": {k: v[:EXAMPLES] for k, v in found.items()},
             "valid": not any(found.values())}
 
@@ -953,6 +974,11 @@ def print_report(report):
             print(f"{kind} ({counts[kind]}):")
             for example in report["examples"][kind]:
                 print(f"  {example['what']}")
+    room = report.get("room")
+    if room:
+        print(f"checker: room: {room['admissions']} admissions, the densest window "
+              f"{room['rate_slack']} under room_rate's bound, at most {room['peak_live']} "
+              f"of {room['max_active']} passes live, {room['refused_403']} orders refused 403")
     bad = [k for k in KINDS if counts[k]]
     print("checker: valid" if not bad else f"checker: INVALID ({', '.join(bad)})")
 

@@ -512,6 +512,12 @@ class CheckerTest(unittest.TestCase):
     def test_room_valid(self):
         self.write(self.room_run(), {"1": order("placed", "a")}, stock=6, room=self.ROOM)
         self.assertEqual(self.violations(), {})
+        # what the rules saw: the bank of 2 at 1000 is a window at the bound (slack 0),
+        # 2 passes live at most (a's at 1000 is used from its order at 1120: b and c at
+        # 1500), the thief's 403
+        report = checker.check(checker.load_run(self.dir))
+        self.assertEqual(report["room"], {"admissions": 6, "rate_slack": 0, "peak_live": 2,
+                                          "max_active": 3, "refused_403": 1})
 
     def test_room_rate(self):
         room = dict(self.ROOM, max_active=10)
