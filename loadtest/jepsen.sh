@@ -93,7 +93,7 @@
 #                             pacer-kill, redis-kill and clock: the buyers join, poll
 #                             and buy with their passes (chaosclient's CHAOS_ROOM),
 #                             one in 5 walks away with its pass, one in 10 first
-#                             lets a thief try it (403); stock T * 8, sold out near
+#                             lets a thief try it (403); stock T * 6, sold out before
 #                             the end. The checker's room rules (room_rate,
 #                             room_active, room_order, pass_theft) and the stock
 #                             rules must find nothing
@@ -649,8 +649,8 @@ run_one() { # ROW REP
     stock=${STOCK:-$((T * 60))}
     ((LIFE)) && stock=${STOCK:-$((T * 20))}
     ((CHANGES)) && stock=${STOCK:-$((T * 30))}
-    # the room's: sold out near the end (the rate's admissions, one in 5 unused)
-    ((ROOM)) && stock=${STOCK:-$((T * 8))}
+    # the room's: sold out two thirds in (the rate's admissions, one in 5 unused)
+    ((ROOM)) && stock=${STOCK:-$((T * 6))}
     schedule "$seed" >"$dir/schedule"
     : >"$dir/faults.log"
     local nodes
