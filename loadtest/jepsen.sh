@@ -463,8 +463,10 @@ fault_start() { # DIR KIND TARGET
     pause) kill -STOP "$(cat "$dir/s$t.pid")" ;;
     kill) proc_stop "s$t" "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     pacer-pause | pacer-kill)
-        PACER_HIT=$(pacer_of) || PACER_HIT=$((RANDOM % 3 + 1))
-        echo "the pacer: s$PACER_HIT"
+        if PACER_HIT=$(pacer_of); then echo "the pacer: s$PACER_HIT"; else
+            PACER_HIT=$((RANDOM % 3 + 1))
+            echo "no pacer found: s$PACER_HIT drawn"
+        fi
         fault_start "$dir" "${kind#pacer-}" "$PACER_HIT" ;;
     redis-kill) proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     lose-tail) TAIL_SIZE=$(stat -c %s "$(aof_incr "$dir")") ;;
