@@ -46,6 +46,16 @@
  * nothing (the order may or may not have been made); fail every other answer.
  * The client the matrix ran with before (curl forked per order) cost ~57 ms of CPU per
  * order; on 2 cores that, not the service, set the pace of the sale.
+ * CHAOS_ROOM=WALK_PCT,THIEF_PCT: the waiting room's buyers instead (PATH's SKU has a
+ * room): a new user uC-N joins (POST /skus/{sku}/queue) every PACE_MS and polls its
+ * ticket as poll_after_ms says, one request at a time across this process's buyers;
+ * once admitted it orders with its pass (Seckill-Pass, key kC-N) or, WALK_PCT in 100,
+ * walks away with it unused; THIEF_PCT in 100 first order as user uC-xN (key kC-xN)
+ * with that pass, which must be refused 403 not_admitted. Sold out or expired: done.
+ * The history gains "f":"join" and "f":"poll" ("user"; the completion's "status",
+ * "error", "ticket", "state", "pass", "pass_expires_at" (null when absent),
+ * "position", "poll_after_ms" (-1 when absent); ok for 202 / 200), and an order's
+ * "pass" (the one it sent). A poll is tried once (a buyer polls again anyway).
  * Exit 0, or 2 on a usage error. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -196,6 +206,18 @@ static void field(const char *body, const char *name, char *out, size_t len)
     out[i] = '\0';
 }
 
+/* The integer value of "name":N in a flat JSON body, or -1 without. */
+static long long number(const char *body, const char *name)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\":", name);
+    const char *p = strstr(body, pat);
+    return p && (p[strlen(pat)] == '-' ||
+                 (p[strlen(pat)] >= '0' && p[strlen(pat)] <= '9'))
+               ? atoll(p + strlen(pat))
+               : -1;
+}
+
 static int undecided(int status, const char *err)
 {
     if (status == 0 || status == 502 || status == 504)
@@ -207,10 +229,12 @@ static int undecided(int status, const char *err)
 /* One request as the history names it (CHAOS_HISTORY). */
 struct op {
     int process;
-    const char *f;   /* order, pay, cancel */
+    const char *f;   /* order, pay, cancel, join, poll */
     const char *key; /* an order's Idempotency-Key */
     const char *user;
-    const char *id; /* a pay's or cancel's order */
+    const char *id;   /* a pay's or cancel's order */
+    const char *pass; /* an order's Seckill-Pass (room mode) */
+    int ok;           /* the status that is ok (0: 201 for an order, else 200) */
 };
 
 static FILE *history;
@@ -228,6 +252,8 @@ static void hist_head(const struct op *o, const char *type)
         fprintf(history, ",\"user\":\"%s\"", o->user);
     if (o->id)
         fprintf(history, ",\"order_id\":\"%s\"", o->id);
+    if (o->pass)
+        fprintf(history, ",\"pass\":\"%s\"", o->pass);
 }
 
 static void hist_invoke(const struct op *o)
@@ -244,11 +270,25 @@ static void hist_invoke(const struct op *o)
  * not. */
 static const char *outcome(const struct op *o, int status, const char *err)
 {
-    if (status == (o->key ? 201 : 200))
+    if (status == (o->ok ? o->ok : o->key ? 201 : 200))
         return "ok";
     if (status == 503 && !strcmp(err, "unavailable"))
         return "fail";
     return undecided(status, err) ? "info" : "fail";
+}
+
+/* A join's or poll's answer in the history: its ticket, state, pass and
+ * pass_expires_at (null when absent), position and poll_after_ms (-1). */
+static void hist_room(const char *body)
+{
+    static const char *names[] = {"ticket", "state", "pass", "pass_expires_at"};
+    char v[512];
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++) {
+        field(body, names[i], v, sizeof(v));
+        fprintf(history, strcmp(v, "-") ? ",\"%s\":\"%s\"" : ",\"%s\":null", names[i], v);
+    }
+    fprintf(history, ",\"position\":%lld,\"poll_after_ms\":%lld",
+            number(body, "position"), number(body, "poll_after_ms"));
 }
 
 static void hist_complete(const struct op *o, const struct answer *a, const char *err)
@@ -266,6 +306,8 @@ static void hist_complete(const struct op *o, const struct answer *a, const char
     if (o->key)
         fprintf(history, strcmp(id, "-") ? ",\"order_id\":\"%s\"" : ",\"order_id\":null",
                 id);
+    if (o->ok) /* a join's or poll's: what the room said */
+        hist_room(a->body);
     fputs("}\n", history);
     fflush(history);
 }
@@ -320,17 +362,26 @@ static int exchange(struct conn *c, const char *req, size_t len, struct answer *
 
 static const char *token; /* CHAOS_TOKEN: the admin token, for the pays */
 
-/* A POST of body to path as an HTTP/1.1 request into req; its length. */
+/* A POST of body to path (a GET when body is NULL) as an HTTP/1.1 request into req,
+ * with a Seckill-Pass when pass is not NULL; its length. */
+static size_t request(char *req, size_t cap, const char *path, const char *key,
+                      const char *pass, const char *body)
+{
+    int n = snprintf(req, cap,
+                     "%s %s HTTP/1.1\r\nHost: chaos\r\n%s%s%s%s%s%s%s%s%s"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     body ? "POST" : "GET", path, key ? "Idempotency-Key: " : "",
+                     key ? key : "", key ? "\r\n" : "",
+                     token ? "Authorization: Bearer " : "", token ? token : "",
+                     token ? "\r\n" : "", pass ? "Seckill-Pass: " : "", pass ? pass : "",
+                     pass ? "\r\n" : "", body ? strlen(body) : 0, body ? body : "");
+    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
 static size_t post(char *req, size_t cap, const char *path, const char *key,
                    const char *body)
 {
-    int n = snprintf(req, cap,
-                     "POST %s HTTP/1.1\r\nHost: chaos\r\n%s%s%s%s%s%s"
-                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     path, key ? "Idempotency-Key: " : "", key ? key : "",
-                     key ? "\r\n" : "", token ? "Authorization: Bearer " : "",
-                     token ? token : "", token ? "\r\n" : "", strlen(body), body);
-    return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    return request(req, cap, path, key, NULL, body);
 }
 
 /* pay_by (RFC 3339, util/rfc3339.c) as wall milliseconds; -1 when it is none. */
@@ -497,6 +548,112 @@ static int next_action(void)
     return best;
 }
 
+/* ---- room mode (CHAOS_ROOM) ---- */
+
+#define BUYERS_MAX 2048
+
+/* A buyer of the waiting room: joined, polling until admitted or turned away. */
+struct buyer {
+    long n;            /* user uC-N */
+    char ticket[256];  /* "" once done */
+    long long poll_at; /* monotonic ms */
+};
+
+static struct buyer buyers[BUYERS_MAX];
+static int nbuyers;
+
+/* An order of user (key) with pass over c; its line. The status. */
+static int room_order(struct conn *c, const char *path, const char *user, const char *key,
+                      const char *pass)
+{
+    static struct answer a;
+    char body[96], req[1024], err[48], id[32];
+    snprintf(body, sizeof(body), "{\"user_id\":\"%s\"}", user);
+    size_t len = request(req, sizeof(req), path, key, pass, body);
+    struct op o = {
+        .process = process, .f = "order", .key = key, .user = user, .pass = pass};
+    int tries = exchange(c, req, len, &a, 0, err, sizeof(err), &o);
+    field(a.body, "order_id", id, sizeof(id));
+    printf("%03d %s %s %s %d\n", a.status, key, id, err, tries);
+    return a.status;
+}
+
+/* Buyer b's poll over c: admitted, it buys with its pass (or walks away, walk_pct in
+ * 100); a thief (thief_pct in 100) first orders as user uC-xN with that pass, which
+ * must be refused 403. Waiting or paused: polled again as told; else done. */
+static void room_poll(struct conn *c, const char *base, struct buyer *b, int walk_pct,
+                      int thief_pct)
+{
+    static struct answer a;
+    char path[512], req[1024], err[48], state[16], pass[512], user[40];
+    snprintf(path, sizeof(path), "%s/queue/%s", base, b->ticket);
+    size_t len = request(req, sizeof(req), path, NULL, NULL, NULL);
+    user_of(b->n, user, sizeof(user));
+    struct op o = {.process = process, .f = "poll", .user = user, .ok = 200};
+    hist_invoke(&o);
+    exchange_once(c, req, len, &a);
+    field(a.body, "error", err, sizeof(err));
+    hist_complete(&o, &a, err);
+    field(a.body, "state", state, sizeof(state));
+    long long after = number(a.body, "poll_after_ms");
+    if (a.status != 200 || !strcmp(state, "waiting") || !strcmp(state, "paused")) {
+        b->poll_at = now_ms() + (a.status == 200 && after > 0 ? after : 500);
+        return;
+    }
+    b->ticket[0] = '\0'; /* done: admitted, sold out or expired */
+    if (strcmp(state, "admitted") != 0 || draw(100) < (unsigned)walk_pct)
+        return;
+    field(a.body, "pass", pass, sizeof(pass));
+    char opath[512], key[48], thief[40];
+    snprintf(opath, sizeof(opath), "%s/orders", base);
+    if (draw(100) < (unsigned)thief_pct) {
+        snprintf(thief, sizeof(thief), "u%s-x%ld", client, b->n);
+        snprintf(key, sizeof(key), "k%s-x%ld", client, b->n);
+        room_order(c, opath, thief, key, pass);
+    }
+    snprintf(key, sizeof(key), "k%s-%ld", client, b->n);
+    room_order(c, opath, user, key, pass);
+}
+
+/* The room mode: a new buyer joins every pace ms (POST BASE/queue, asked again while
+ * undecided), each polls as told; until stop exists. */
+static void room_run(struct conn *c, const char *base, const char *stop, long long pace,
+                     int walk_pct, int thief_pct)
+{
+    static struct answer a;
+    long long next_join = now_ms();
+    for (long n = 1; access(stop, F_OK) != 0;) {
+        struct buyer *due = NULL;
+        for (int i = 0; i < nbuyers; i++)
+            if (buyers[i].ticket[0] && (!due || buyers[i].poll_at < due->poll_at))
+                due = &buyers[i];
+        if (due && due->poll_at <= now_ms()) {
+            room_poll(c, base, due, walk_pct, thief_pct);
+            continue;
+        }
+        if (now_ms() < next_join || nbuyers == BUYERS_MAX) {
+            sleep_ms(due && due->poll_at < next_join ? due->poll_at - now_ms() : 5);
+            continue;
+        }
+        next_join = now_ms() + pace;
+        char path[512], req[1024], err[48], user[40], body[96];
+        struct buyer *b = &buyers[nbuyers];
+        b->n = n++;
+        user_of(b->n, user, sizeof(user));
+        snprintf(path, sizeof(path), "%s/queue", base);
+        snprintf(body, sizeof(body), "{\"user_id\":\"%s\"}", user);
+        size_t len = post(req, sizeof(req), path, NULL, body);
+        struct op o = {.process = process, .f = "join", .user = user, .ok = 202};
+        exchange(c, req, len, &a, 0, err, sizeof(err), &o);
+        field(a.body, "ticket", b->ticket, sizeof(b->ticket));
+        if (a.status != 202 || !strcmp(b->ticket, "-"))
+            continue; /* not joined: no buyer */
+        long long after = number(a.body, "poll_after_ms");
+        b->poll_at = now_ms() + (after > 0 ? after : 500);
+        nbuyers++;
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6 && argc != 9) {
@@ -534,6 +691,20 @@ int main(int argc, char **argv)
     if (env && *env && !(history = fopen(env, "a"))) {
         perror(env);
         return 2;
+    }
+    env = getenv("CHAOS_ROOM");
+    if (env && *env) {
+        char base[256];
+        snprintf(base, sizeof(base), "%s", path);
+        char *tail = strstr(base, "/orders");
+        if (tail)
+            *tail = '\0';
+        room_run(&conn, base, stop, pace, atoi(env),
+                 strchr(env, ',') ? atoi(strchr(env, ',') + 1) : 0);
+        conn_drop(&conn);
+        if (history)
+            fclose(history);
+        return 0;
     }
     static struct answer a;
     long long next_order = now_ms(), window = 0;

@@ -19,6 +19,9 @@
 #   flap I         I cut from Redis and healed again every 200-500 ms
 #   pause I        SIGSTOP instance I for 2-6 lock leases (zk: sessions), then SIGCONT
 #   kill I         kill -9 instance I, started again when the fault ends
+#   pacer-pause, pacer-kill  (row room) pause or kill the instance that holds the
+#                  waiting rooms' pacer lease when the fault starts (its /metrics says
+#                  seckill_room_pacer 1; none found: one drawn at random)
 #   redis-kill     kill -9 the data Redis, started again on its AOF
 #   lose-tail      the data Redis loses what its AOF had not made durable: the AOF's
 #                  size is noted where the policy's last fsync is (appendfsync always:
@@ -84,6 +87,16 @@
 #                             T * 30, so that the sale sells out and restocks sell
 #                             again. The changes are in the history (f "change"): the
 #                             checker holds the orders to the stock they make
+#   room                      redis with a waiting room (ROOM_* below: 15 a second,
+#                             20 live passes, passes of 2 s, the sale 5 s after the
+#                             PUT) under cut, isolate, pause, kill, pacer-pause,
+#                             pacer-kill, redis-kill and clock: the buyers join, poll
+#                             and buy with their passes (chaosclient's CHAOS_ROOM),
+#                             one in 5 walks away with its pass, one in 10 first
+#                             lets a thief try it (403); stock T * 6, sold out before
+#                             the end. The checker's room rules (room_rate,
+#                             room_active, room_order, pass_theft) and the stock
+#                             rules must find nothing
 # The cluster rows read no fences: fences.py reads the MONITOR of one data Redis, and
 # a cluster's fences, on whichever node was a shard's master, would be the ones a
 # deposed master took and dropped as well as the kept ones (fence_order unchecked).
@@ -106,7 +119,7 @@ source loadtest/jepsen/rcluster.sh
 
 T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" out=""
 ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec cluster cluster-nowait"
-ALL_ROWS+=" midsale"
+ALL_ROWS+=" midsale room"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
 QUICK_ROWS="redis life-redis nofence everysec cluster-nowait"
@@ -159,6 +172,13 @@ RECOVER_S=5     # the buyers go on this long once every fault healed
 ZK_PORT=2181    # each ZooKeeper node's client port (quorum 2888, election 3888)
 ZK_SESSION_MS=1500 # zk's session timeout, its lease: a cut or a pause of 2 s expires it
 PG_PORT=5432
+# the room row's waiting room: 15 admissions a second, 20 live passes at most, each
+# for 2 s; the sale starts 5 s after the SKU is made (the buyers join a pre-queue
+# first); 6 buyers join a new user each every 200 ms (30 a second, twice the rate),
+# one in 5 walks away with its pass unused (so that max_active binds), one in 10
+# first tries another user's pass (a thief: 403)
+ROOM_RATE=15 ROOM_MAX=20 ROOM_TTL_MS=2000 ROOM_START_S=5 ROOM_JOIN_MS=200 ROOM_CLIENT=20,10
+ROOM_STARTS_MS=0
 
 # ---- rows ---------------------------------------------------------------------------
 
@@ -168,7 +188,7 @@ PG_PORT=5432
 # CLUSTER (1: the data store is a Redis Cluster) and ACKED (--min-replicas-acked).
 row_config() {
     MODE=$1 FSYNC=always LIFE=0 WORK_US=2000 FENCING=on EXPECT="" LEASE_MS=$TTL_MS
-    CLUSTER=0 ACKED="" CHANGES=0
+    CLUSTER=0 ACKED="" CHANGES=0 ROOM=0
     FAULTS="cut oneway-out oneway-in isolate flap pause kill redis-kill lose-tail"
     [[ -n $FAKETIME_LIB ]] && FAULTS+=" clock"
     NODES="db s1 s2 s3 cl"
@@ -189,6 +209,9 @@ row_config() {
     cluster) MODE=redis CLUSTER=1 ACKED=1 FAULTS="master-partition master-kill pause kill${FAKETIME_LIB:+ clock}" ;;
     cluster-nowait) MODE=redis CLUSTER=1 ACKED=0 FAULTS=master-partition EXPECT=lost ;;
     midsale) MODE=redis CHANGES=1 ;;
+    room)
+        MODE=redis ROOM=1
+        FAULTS="cut isolate pause kill pacer-pause pacer-kill redis-kill${FAKETIME_LIB:+ clock}" ;;
     esac
     if [[ -n $ONLY_FAULTS ]]; then
         local f kept=""
@@ -300,6 +323,10 @@ all_ready() { local i; for i in 1 2 3; do instance_ready "$i" || return 1; done;
 put_sku() { # SKU STOCK
     local extra=""
     ((LIFE)) && extra=',"pay_within_ms":1000'
+    if ((ROOM)); then
+        extra=",\"starts_at\":\"$(date -u -d "@$((ROOM_STARTS_MS / 1000)).$(printf %03d $((ROOM_STARTS_MS % 1000)))" +%Y-%m-%dT%H:%M:%S.%3NZ)\""
+        extra+=",\"room\":{\"rate_per_s\":$ROOM_RATE,\"max_active\":$ROOM_MAX,\"pass_ttl_ms\":$ROOM_TTL_MS}"
+    fi
     net_exec cl curl -sf -o /dev/null --max-time 10 -X PUT -H 'Content-Type: application/json' \
         -H "Authorization: Bearer $TOKEN" \
         -d "{\"stock\":$2,\"segments\":$SEGMENTS,\"per_user_limit\":$LIMIT$extra}" \
@@ -307,13 +334,15 @@ put_sku() { # SKU STOCK
 }
 
 client_start() { # DIR C SKU
-    local dir=$1 c=$2 i=$((($2 - 1) % 3 + 1)) users=0 life=()
+    local dir=$1 c=$2 i=$((($2 - 1) % 3 + 1)) users=0 life=() room="" pace=$PACE_MS
     ((c > 3)) && users=40
     ((LIFE)) && life=(70 10 -)
-    CHAOS_HOST=$(net_addr "s$i") CHAOS_TOKEN=$TOKEN CHAOS_USERS=$users \
+    # the room's buyers: a new one joins every ROOM_JOIN_MS, fresh users each
+    ((ROOM)) && room=$ROOM_CLIENT users=0 pace=$ROOM_JOIN_MS
+    CHAOS_HOST=$(net_addr "s$i") CHAOS_TOKEN=$TOKEN CHAOS_USERS=$users CHAOS_ROOM=$room \
         CHAOS_HISTORY=$dir/history.$c.jsonl \
         net_start cl "client-$c" "$dir" "$CLIENT" "$c" "$PORT" "/skus/$3/orders" "$dir/stop" \
-        "$PACE_MS" "${life[@]}"
+        "$pace" "${life[@]}"
 }
 
 # ---- the merchant's changes (row midsale) ---------------------------------------------
@@ -405,7 +434,17 @@ aof_incr() { # DIR: the AOF file Redis appends to now
     echo "$d/$(awk '$6 == "i" { f = $2 } END { print f }' "$d"/*.manifest)"
 }
 
-TAIL_SIZE="" ZK_LEADER_CUT=""
+TAIL_SIZE="" ZK_LEADER_CUT="" PACER_HIT=""
+# pacer_of: the instance holding the rooms' pacer lease (its /metrics says
+# seckill_room_pacer 1), asked from the buyers' node
+pacer_of() {
+    local i
+    for i in 1 2 3; do
+        net_exec cl curl -s --max-time 1 "$(instance_url "$i")/metrics" 2>/dev/null |
+            grep -q '^seckill_room_pacer 1$' && { echo "$i"; return 0; }
+    done
+    return 1
+}
 fault_start() { # DIR KIND TARGET
     local dir=$1 kind=$2 t=$3
     case $kind in
@@ -423,6 +462,12 @@ fault_start() { # DIR KIND TARGET
     pg-restart) pg_stop "$dir" ;;
     pause) kill -STOP "$(cat "$dir/s$t.pid")" ;;
     kill) proc_stop "s$t" "$dir" 1 KILL >/dev/null 2>&1 || true ;;
+    pacer-pause | pacer-kill)
+        if PACER_HIT=$(pacer_of); then echo "the pacer: s$PACER_HIT"; else
+            PACER_HIT=$((RANDOM % 3 + 1))
+            echo "no pacer found: s$PACER_HIT drawn"
+        fi
+        fault_start "$dir" "${kind#pacer-}" "$PACER_HIT" ;;
     redis-kill) proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true ;;
     lose-tail) TAIL_SIZE=$(stat -c %s "$(aof_incr "$dir")") ;;
     clock-back) echo "-10" >"$dir/faketime.$t" ;;
@@ -443,6 +488,7 @@ fault_end() { # DIR KIND TARGET
     pg-restart) pg_start "$dir" ;;
     pause) kill -CONT "$(cat "$dir/s$t.pid")" ;;
     kill) instance_start "$dir" "$t" ;;
+    pacer-pause | pacer-kill) fault_end "$dir" "${kind#pacer-}" "$PACER_HIT" ;;
     redis-kill) redis_start "$dir" ;;
     lose-tail)
         proc_stop redis "$dir" 1 KILL >/dev/null 2>&1 || true
@@ -471,6 +517,7 @@ schedule() {
         kind=${kinds[RANDOM % ${#kinds[@]}]}
         case $kind in
         redis-kill | lose-tail) target=db ;;
+        pacer-*) target=pacer ;;
         lock-cut) target=$((RANDOM % 3 + 1)) ;;
         master-partition) target=shard$((RANDOM % 3 + 1))@s$((RANDOM % 3 + 1)) ;;
         master-kill) target=shard$((RANDOM % 3 + 1)) ;;
@@ -480,7 +527,7 @@ schedule() {
         *) target=$((RANDOM % 3 + 1)) ;;
         esac
         d=$((1000 + RANDOM % 4000))
-        [[ $kind == pause ]] && d=$((LEASE_MS * (2 + RANDOM % 5)))
+        [[ $kind == pause || $kind == pacer-pause ]] && d=$((LEASE_MS * (2 + RANDOM % 5)))
         # a leader cut off steps down after syncLimit (2.5 s), the others elect then
         [[ $kind == zk-leader ]] && d=$((4000 + RANDOM % 3000))
         [[ $kind == lose-tail && $FSYNC == everysec ]] && d=$((1000 + RANDOM % 1000))
@@ -497,6 +544,8 @@ schedule() {
             ((s < t + d && e > t)) || continue
             n=$((n + 1))
             [[ $x == "$target" || $x == db || $target == db ]] && busy=1
+            # the pacer is whichever instance holds the lease then: busy with each
+            [[ $x == pacer && $target == [0-9] || $target == pacer && $x == [0-9] ]] && busy=1
             # one master fault at a time (an instance's fault may meet one: on the
             # instance left with a cut-off master, it takes that master's writers away)
             [[ $k == master-* && $kind == master-* ]] && busy=1
@@ -568,9 +617,11 @@ clients_done() { local c; for c in $(seq "$LOOPS"); do ! proc_alive "client-$c" 
 # run_json DIR ROW SEED STOCK: DIR/run.json, the faults' times from faults.log
 run_json() {
     local dir=$1
-    python3 - "$dir" "$2" "$3" "$4" "$LIMIT" "$((LIFE ? 1000 : 0))" <<'PY'
+    local room=null
+    ((ROOM)) && room="{\"rate_per_s\":$ROOM_RATE,\"max_active\":$ROOM_MAX,\"pass_ttl_ms\":$ROOM_TTL_MS,\"starts_ms\":$ROOM_STARTS_MS}"
+    python3 - "$dir" "$2" "$3" "$4" "$LIMIT" "$((LIFE ? 1000 : 0))" "$room" <<'PY'
 import json, sys
-d, row, seed, stock, limit, pay = sys.argv[1:]
+d, row, seed, stock, limit, pay, room = sys.argv[1:]
 faults, open_ = [], {}
 for line in open(f"{d}/faults.log"):
     w = line.split()
@@ -583,7 +634,7 @@ for line in open(f"{d}/faults.log"):
         faults.append({"kind": kind, "target": target, "start": open_.pop((kind, target)), "end": float(t)})
 json.dump({"sku": "jepsen", "stock": int(stock), "per_user_limit": int(limit),
            "pay_within_ms": int(pay), "staleness_ms": 1000, "mode": row, "seed": int(seed),
-           "faults": faults}, open(f"{d}/run.json", "w"))
+           "faults": faults, "room": json.loads(room)}, open(f"{d}/run.json", "w"))
 PY
 }
 
@@ -600,6 +651,8 @@ run_one() { # ROW REP
     stock=${STOCK:-$((T * 60))}
     ((LIFE)) && stock=${STOCK:-$((T * 20))}
     ((CHANGES)) && stock=${STOCK:-$((T * 30))}
+    # the room's: sold out two thirds in (the rate's admissions, one in 5 unused)
+    ((ROOM)) && stock=${STOCK:-$((T * 6))}
     schedule "$seed" >"$dir/schedule"
     : >"$dir/faults.log"
     local nodes
@@ -627,6 +680,7 @@ run_one() { # ROW REP
     fi
     for c in 1 2 3; do instance_start "$dir" "$c"; done
     wait_until 30 all_ready || { echo "$row #$rep: instances not ready (see $dir/s*.log)"; return 1; }
+    ROOM_STARTS_MS=$(($(now_ms) + ROOM_START_S * 1000))
     put_sku jepsen "$stock" || { echo "$row #$rep: PUT /skus/jepsen failed"; return 1; }
     for c in $(seq "$LOOPS"); do client_start "$dir" "$c" jepsen; done
     if ((CHANGES)); then

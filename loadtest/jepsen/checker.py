@@ -4,7 +4,8 @@
 Reads the client operations a run recorded against one SKU and the state read back
 after the faults healed, and reports each violated invariant by kind (lost, oversell,
 stale_sold_out, limit, duplicate_id, idempotency, pay_lost, paid_returned,
-paid_after_return, cancel_lost, fence_order), with a count and up to 5 examples.
+paid_after_return, cancel_lost, fence_order; a SKU with a waiting room also room_rate,
+room_active, room_order, pass_theft), with a count and up to 5 examples.
 Python 3 standard library only.
 
     checker.py RUN_DIR [--json OUT] [--chart OUT.svg] [--expect-invalid KIND[,KIND]]
@@ -22,18 +23,28 @@ clock, shared by history.jsonl and run.json's faults):
   run.json       {"sku": str, "stock": int, "per_user_limit": int,
                   "pay_within_ms": int (0: no payment window, default 0),
                   "staleness_ms": number (default 1000), "mode": str, "seed": int,
-                  "faults": [{"kind": str, "target": str, "start": ms, "end": ms}]}
+                  "faults": [{"kind": str, "target": str, "start": ms, "end": ms}],
+                  "room": {"rate_per_s", "max_active", "pass_ttl_ms"} (the SKU's waiting
+                  room; null or absent: none)}
   history.jsonl  one JSON object a line; a process (one client loop) does one operation
                  at a time: an "invoke" line, then one completion of that process: "ok",
                  "fail" (definitely did not happen) or "info" (may have happened). An
                  invoke left without a completion at the end counts as info.
                  Every line: "process": int, "type": invoke|ok|fail|info,
-                 "f": order|pay|cancel, "time": ms.
+                 "f": order|pay|cancel|change|join|poll, "time": ms.
                  order: "key" (the Idempotency-Key, or null), "user", "qty" on the
                    invoke; the completion adds "status" (HTTP status, 0: no answer),
                    "error" (the body's error, or null) and "order_id" (on 201 and on
                    503 outcome_unknown, else null). A retry of an indeterminate order
-                   is a new invoke/completion pair with the same key.
+                   is a new invoke/completion pair with the same key. On a SKU with a
+                   room, "pass" on the invoke: the Seckill-Pass it sent.
+                 join / poll (the waiting room): "user" on the invoke; the completion
+                   adds "status", "error", "ticket" (a join's), "state" and "pass"
+                   (a poll's once admitted; null when absent). A ticket's payload
+                   (base64url before its first ".") is "t|epoch|place|rank|sku|user",
+                   a pass's "p|epoch|expires_ms|sku|user" (inventory/roomtoken.c):
+                   the checks read places and admissions (expires_ms less pass_ttl_ms,
+                   Redis's clock) from them.
                  pay / cancel: "order_id" (cancel also "user") on the invoke; the
                    completion adds "status" and "error".
                  change: a merchant's change of the stock (PATCH /skus/{sku}): "add"
@@ -68,7 +79,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 KINDS = ("lost", "oversell", "stale_sold_out", "limit", "duplicate_id", "idempotency",
-         "pay_lost", "paid_returned", "paid_after_return", "cancel_lost", "fence_order")
+         "pay_lost", "paid_returned", "paid_after_return", "cancel_lost", "fence_order",
+         "room_rate", "room_active", "room_order", "pass_theft")
 LIVE = ("placed", "pending", "paid")      # states whose units are held
 RETURNED = ("cancelled", "expired")       # states whose units came back
 EXAMPLES = 5                              # examples shown per kind
@@ -96,6 +108,9 @@ class Op:
     add: int = 0               # change: units asked to add
     withdraw: int = 0          # change: units asked to withdraw
     withdrawn: int = None      # change: units its 200 says it took
+    pass_: str = None          # order: the Seckill-Pass sent; poll: the pass answered
+    ticket: str = None         # join: the ticket answered
+    state: str = None          # join, poll: the room's state answered
 
 
 # --- reading the run directory
@@ -169,7 +184,20 @@ def load_config(path):
                               "an integer >= 0", 0),
         "staleness_ms": need(path, c, "staleness_ms", lambda v: is_number(v) and v >= 0,
                              "a number >= 0", 1000),
-        "mode": c.get("mode", ""), "seed": c.get("seed", 0), "faults": faults}
+        "mode": c.get("mode", ""), "seed": c.get("seed", 0), "faults": faults,
+        "room": load_room(path, c)}
+
+
+def load_room(path, c):
+    """run.json's "room" ({"rate_per_s", "max_active", "pass_ttl_ms"}), or None."""
+    room = c.get("room")
+    if room is None:
+        return None
+    if not isinstance(room, dict):
+        raise InputError(f"{path}: \"room\" must be an object or null")
+    for name in ("rate_per_s", "max_active", "pass_ttl_ms"):
+        need(f"{path}: room", room, name, lambda v: is_int(v) and v > 0, "an integer > 0")
+    return room
 
 
 def load_history(path):
@@ -181,8 +209,9 @@ def load_history(path):
         process = need(where, e, "process", is_int, "an integer")
         kind = need(where, e, "type", lambda v: v in ("invoke", "ok", "fail", "info"),
                     "invoke, ok, fail or info")
-        f = need(where, e, "f", lambda v: v in ("order", "pay", "cancel", "change"),
-                 "order, pay, cancel or change")
+        f = need(where, e, "f", lambda v: v in ("order", "pay", "cancel", "change",
+                                                "join", "poll"),
+                 "order, pay, cancel, change, join or poll")
         time = need(where, e, "time", is_number, "a time in ms")
         if kind == "invoke":
             if process in open_ops:
@@ -193,7 +222,10 @@ def load_history(path):
                 op.add, op.withdraw = (need(where, e, name, lambda v: is_int(v) and v >= 0,
                                             "an integer >= 0", 0)
                                        for name in ("add", "withdraw"))
+            elif f in ("join", "poll"):
+                op.user = need(where, e, "user", lambda v: isinstance(v, str), "a string")
             elif f == "order":
+                op.pass_ = need(where, e, "pass", optional_str, "a string or null", None)
                 op.key = need(where, e, "key", optional_str, "a string or null", None)
                 op.user = need(where, e, "user", lambda v: isinstance(v, str), "a string")
                 op.qty = need(where, e, "qty", lambda v: is_int(v) and v > 0,
@@ -223,6 +255,10 @@ def load_history(path):
                                None)
             if kind == "ok" and op.order_id is None:
                 raise InputError(f"{where}: an ok order without an order_id")
+        if f in ("join", "poll"):
+            op.ticket, op.state, op.pass_ = (need(where, e, name, optional_str,
+                                                  "a string or null", None)
+                                             for name in ("ticket", "state", "pass"))
         if f == "change":
             op.withdrawn = need(where, e, "withdrawn",
                                 lambda v: v is None or (is_int(v) and v >= 0),
@@ -311,7 +347,7 @@ class Index:
                 if op.type == "ok":
                     self.acks[op.order_id].append(op)
                 continue
-            if op.f == "change":  # the stock's (Stock), no order's
+            if op.f in ("change", "join", "poll"):  # the stock's (Stock), the room's
                 continue
             if op.type == "ok":
                 (self.pays if op.f == "pay" else self.cancels)[op.order_id].append(op)
@@ -742,12 +778,173 @@ def check_fence_order(run, ix):
     return out
 
 
+# --- the waiting room (run.json's "room"; join and poll in the history)
+
+def token_fields(token, kind):
+    """The fields of a ticket ("t": epoch, place, rank, sku, user) or a pass ("p":
+    epoch, expires_ms, sku, user): the base64url payload before the first dot, "|"
+    separated, its numbers as ints; None when it is not one (inventory/roomtoken.c)."""
+    import base64
+    if not isinstance(token, str) or "." not in token:
+        return None
+    head = token.split(".", 1)[0]
+    try:
+        text = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    n = 5 if kind == "t" else 4  # fields after the kind; the user may hold "|"
+    f = text.split("|", n)
+    if len(f) != n + 1 or f[0] != kind or not all(x.lstrip("-").isdigit()
+                                                   for x in f[1:n - 1]):
+        return None
+    return [int(x) for x in f[1:n - 1]] + f[n - 1:]
+
+
+def admissions(run):
+    """{(user, expires_ms)}: the passes the polls were answered, each one admission at
+    expires_ms - pass_ttl_ms on Redis's clock (room_pace.lua: a pass's expiry is its
+    admission's tick plus pass_ttl_ms)."""
+    out = set()
+    for op in run.ops:
+        if op.f == "poll" and op.type == "ok" and op.pass_:
+            p = token_fields(op.pass_, "p")
+            if p:
+                out.add((p[3], p[1]))
+    return out
+
+
+def check_room_rate(run, ix):
+    """Across the instances the room admits at most rate_per_s a second, one second's
+    worth banked: in any window [a, b] of admission times, at most rate * (b - a) / 1000
+    + rate admissions (room_pace.lua's token bucket, capped at rate tokens; + 1 for the
+    rounding of a pacer's fractional tokens). Admission times are Redis's (the pass's
+    expiry less pass_ttl_ms), so no client clock enters; passes never seen by a poll are
+    not counted, which can only hide a breach. Sound: each pass seen is an admission."""
+    room = run.config.get("room")
+    if not room:
+        return []
+    rate, ttl = room["rate_per_s"], room["pass_ttl_ms"]
+    times = sorted(e - ttl for _, e in admissions(run))
+    out = []
+    for j, b in enumerate(times):
+        worst = None
+        for i in range(j + 1):
+            allowed = rate * (b - times[i]) / 1000 + rate + 1
+            if j - i + 1 > allowed and (worst is None or j - i + 1 - allowed > worst[0]):
+                worst = (j - i + 1 - allowed, i)
+        if worst:
+            i = worst[1]
+            out.append({"time_ms": b, "what": f"{j - i + 1} admissions from {sec(times[i])} "
+                        f"to {sec(b)} (Redis time) > {rate}/s x {sec(b - times[i])} + a "
+                        f"second's {rate} + 1"})
+    return out
+
+
+def used_from(run):
+    """user -> the first invoke of an order of theirs that may have been placed (not
+    definitely failed): from then on their pass may count as used."""
+    first = {}
+    for op in run.ops:
+        if op.f == "order" and op.type != "fail":
+            first[op.user] = min(first.get(op.user, math.inf), op.invoke)
+    return first
+
+
+def check_room_active(run, ix):
+    """At most max_active passes are live at once: admitted, not expired (live over
+    [admission, expiry), Redis's clock) and not used. A pass counts as certainly unused
+    until its user's first order that may have been placed was invoked (an undecided
+    order may have bought: from its invoke the pass is not counted). Checked at each
+    admission, where the count can rise. Sound: every pass counted was live there."""
+    room = run.config.get("room")
+    if not room:
+        return []
+    most, ttl, used = room["max_active"], room["pass_ttl_ms"], used_from(run)
+    passes = sorted((e - ttl, e, user) for user, e in admissions(run))
+    out = []
+    for t in sorted({a for a, _, _ in passes}):
+        live = [user for a, e, user in passes if a <= t < e and used.get(user, math.inf) > t]
+        if len(live) > most:
+            out.append({"time_ms": t, "what": f"at {sec(t)} (Redis time): {len(live)} live "
+                        f"unused passes > max_active {most}: users {labels(sorted(live))}"})
+    return out
+
+
+def check_room_order(run, ix):
+    """The room admits in the order of places (the pre-queue's drawn, then arrival):
+    no place admitted before a lower one that was admitted later (a place skipped as
+    abandoned is never admitted, so both admitted means neither was skipped). Places
+    from the users' tickets (join), admission times from their passes."""
+    room = run.config.get("room")
+    if not room:
+        return []
+    place = {}
+    for op in run.ops:
+        if op.f == "join" and op.type == "ok":
+            t = token_fields(op.ticket, "t")
+            if t:
+                place[t[4]] = t[1]
+    ttl = room["pass_ttl_ms"]
+    got = sorted((place[user], e - ttl, user) for user, e in admissions(run) if user in place)
+    out, latest = [], None  # latest: the lower place admitted latest so far
+    for p, a, user in got:
+        if latest and latest[1] > a:
+            out.append({"time_ms": a, "user": user,
+                        "what": f"user {user}'s place {p} admitted at {sec(a)}, before "
+                                f"user {latest[2]}'s place {latest[0]} admitted at "
+                                f"{sec(latest[1])}"})
+        if latest is None or a > latest[1]:
+            latest = (p, a, user)
+    return out
+
+
+def check_pass_theft(run, ix):
+    """A pass serves its own user: no order of a SKU with a room is answered 201 with
+    another user's pass, or with none (403 not_admitted is the answer). Sound: the
+    history has the pass each order sent."""
+    if not run.config.get("room"):
+        return []
+    out = []
+    for op in run.ops:
+        if op.f != "order" or op.type != "ok":
+            continue
+        p = token_fields(op.pass_, "p")
+        if p is None or p[3] != op.user:
+            whose = f"user {p[3]}'s pass" if p else "no pass"
+            out.append({"time_ms": op.complete, "user": op.user, "key": op.key,
+                        "what": f"order {op.order_id} of user {op.user} (key {op.key}) "
+                                f"answered 201 at {sec(op.complete)} with {whose}"})
+    return out
+
+
+def room_stats(run):
+    """What the room rules saw, so that a clean run shows they were not idle:
+    admissions, the least slack of any window under room_rate's bound (0: a window
+    exactly at it), the most live passes at an admission, orders refused 403."""
+    room = run.config.get("room")
+    if not room:
+        return None
+    rate, ttl, most = room["rate_per_s"], room["pass_ttl_ms"], room["max_active"]
+    adm = admissions(run)
+    times = sorted(e - ttl for _, e in adm)
+    slack = min((rate * (b - times[i]) / 1000 + rate - (j - i + 1)
+                 for j, b in enumerate(times) for i in range(j + 1)), default=None)
+    used, passes = used_from(run), sorted((e - ttl, e, u) for u, e in adm)
+    peak = max((sum(1 for a, e, u in passes if a <= t < e and used.get(u, math.inf) > t)
+                for t in {a for a, _, _ in passes}), default=0)
+    return {"admissions": len(adm), "rate_slack": slack, "peak_live": peak,
+            "max_active": most,
+            "refused_403": sum(op.f == "order" and op.status == 403 for op in run.ops)}
+
+
 CHECKS = {"lost": check_lost, "oversell": check_oversell,
           "stale_sold_out": check_stale_sold_out, "limit": check_limit,
           "duplicate_id": check_duplicate_id, "idempotency": check_idempotency,
           "pay_lost": check_pay_lost, "paid_returned": check_paid_returned,
           "paid_after_return": check_paid_after_return, "cancel_lost": check_cancel_lost,
-          "fence_order": check_fence_order}
+          "fence_order": check_fence_order, "room_rate": check_room_rate,
+          "room_active": check_room_active, "room_order": check_room_order,
+          "pass_theft": check_pass_theft}
 assert tuple(CHECKS) == KINDS
 
 
@@ -759,9 +956,10 @@ def check(run):
     for t in ("ok", "fail", "info"):
         ops[t] = sum(op.type == t for op in run.ops)
     ops["by_f"] = {f: sum(op.f == f for op in run.ops)
-                   for f in ("order", "pay", "cancel", "change")}
+                   for f in ("order", "pay", "cancel", "change", "join", "poll")}
     ops["never_completed"] = sum(op.complete is None for op in run.ops)
-    return {"ops": ops, "violations": {k: len(v) for k, v in found.items()},
+    return {"ops": ops, "room": room_stats(run),
+            "violations": {k: len(v) for k, v in found.items()},
             "examples": {k: v[:EXAMPLES] for k, v in found.items()},
             "valid": not any(found.values())}
 
@@ -776,6 +974,11 @@ def print_report(report):
             print(f"{kind} ({counts[kind]}):")
             for example in report["examples"][kind]:
                 print(f"  {example['what']}")
+    room = report.get("room")
+    if room:
+        print(f"checker: room: {room['admissions']} admissions, the densest window "
+              f"{room['rate_slack']} under room_rate's bound, at most {room['peak_live']} "
+              f"of {room['max_active']} passes live, {room['refused_403']} orders refused 403")
     bad = [k for k in KINDS if counts[k]]
     print("checker: valid" if not bad else f"checker: INVALID ({', '.join(bad)})")
 

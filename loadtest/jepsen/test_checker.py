@@ -7,6 +7,7 @@ and --chart as the header of checker.py says. From the repository's root:
 
     python3 -m unittest loadtest/jepsen/test_checker.py
 """
+import base64
 import contextlib
 import importlib.util
 import io
@@ -39,10 +40,27 @@ class History:
         return self
 
     def order(self, process, start, end, key, user, kind="ok", order_id=None, status=None,
-              error=None, qty=1):
+              error=None, qty=1, pass_=None):
         status = status if status is not None else {"ok": 201, "info": 0}.get(kind, 409)
-        return self._add(process, "order", start, end, dict(key=key, user=user, qty=qty),
+        fields = dict(key=key, user=user, qty=qty)
+        if pass_ is not None:
+            fields["pass"] = pass_
+        return self._add(process, "order", start, end, fields,
                          kind, dict(status=status, error=error, order_id=order_id))
+
+    def join(self, process, start, end, user, place, kind="ok"):
+        """A join of the waiting room answered 202 with a ticket for place."""
+        ticket = token(f"t|1|{place}|{place - 1}|tv|{user}")
+        return self._add(process, "join", start, end, dict(user=user), kind,
+                         dict(status=202, error=None, ticket=ticket, state="waiting",
+                              pass_=None))
+
+    def poll(self, process, start, end, user, expires_ms=None):
+        """A poll: admitted with a pass expiring at expires_ms (Redis ms), or waiting."""
+        got = (dict(state="admitted", pass_=pass_of(user, expires_ms)) if expires_ms
+               else dict(state="waiting", pass_=None))
+        return self._add(process, "poll", start, end, dict(user=user), "ok",
+                         dict(status=200, error=None, ticket=None, **got))
 
     def pay(self, process, start, end, order_id, kind="ok", status=200, error=None):
         return self._add(process, "pay", start, end, dict(order_id=order_id), kind,
@@ -66,7 +84,18 @@ class History:
 
     def lines(self):
         ordered = sorted(enumerate(self.events), key=lambda e: (e[1]["time"], e[0]))
-        return [json.dumps(e) for _, e in ordered]
+        return [json.dumps({k.rstrip("_"): v for k, v in e.items()}) for _, e in ordered]
+
+
+def token(payload):
+    """A ticket or pass as inventory/roomtoken.c writes one (its kid and mac made up:
+    the checker reads the payload only)."""
+    body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+    return f"{body}.0a2fad17.{'m' * 43}"
+
+
+def pass_of(user, expires_ms):
+    return token(f"p|1|{expires_ms}|tv|{user}")
 
 
 def order(state, user, qty=1):
@@ -459,6 +488,90 @@ class CheckerTest(unittest.TestCase):
         status, out, _ = self.run_checker()
         self.assertEqual(self.violations(), {"fence_order": 2})
         self.assertIn("segment 0: token 4:b (fences.jsonl line 3) accepted after 5:a", out)
+
+    # --- the waiting room (run.json's room; join, poll, an order's pass)
+
+    ROOM = {"rate_per_s": 2, "max_active": 3, "pass_ttl_ms": 1000}
+
+    def room_run(self):
+        """A room of 2 a second (2 banked), 3 live passes at most, passes of 1 s: users
+        a-f join at places 10-60 and are admitted in that order at 1000 (the banked two),
+        1500, 2000, 2500 and 3000 (Redis ms); a buys with its pass, after a thief x
+        tried it (403); the others walk away. Every window is within the rate: 6 in
+        [1000, 3000] <= 2 x 2 s + 2 + 1."""
+        h = History()
+        for i, user in enumerate("abcdef"):
+            h.join(i + 1, 10 * i, 10 * i + 5, user, 10 * (i + 1))
+        for i, (user, at) in enumerate(zip("abcdef", (1000, 1000, 1500, 2000, 2500, 3000))):
+            h.poll(i + 1, at + 10, at + 20, user, at + 1000)
+        h.order(1, 1100, 1110, "kx", "x", "fail", status=403, error="not_admitted",
+                pass_=pass_of("a", 2000))
+        h.order(1, 1120, 1130, "ka", "a", order_id="1", pass_=pass_of("a", 2000))
+        return h
+
+    def test_room_valid(self):
+        self.write(self.room_run(), {"1": order("placed", "a")}, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {})
+        # what the rules saw: the bank of 2 at 1000 is a window at the bound (slack 0),
+        # 2 passes live at most (a's at 1000 is used from its order at 1120: b and c at
+        # 1500), the thief's 403
+        report = checker.check(checker.load_run(self.dir))
+        self.assertEqual(report["room"], {"admissions": 6, "rate_slack": 0, "peak_live": 2,
+                                          "max_active": 3, "refused_403": 1})
+
+    def test_room_rate(self):
+        room = dict(self.ROOM, max_active=10)
+        h = self.room_run().join(7, 0, 5, "g", 1).poll(7, 1010, 1020, "g", 2000)
+        self.write(h, {"1": order("placed", "a")}, stock=6, room=room)
+        self.assertEqual(self.violations(), {}, "3 at once: the bank of 2 and 1 rounding")
+        h.join(8, 0, 5, "h", 2).poll(8, 1010, 1020, "h", 2000)
+        self.write(h, {"1": order("placed", "a")}, stock=6, room=room)
+        self.assertEqual(set(self.violations()), {"room_rate"})
+
+    def test_room_active(self):
+        # d admitted at 1500 beside c: 4 admissions in [1000, 1500] (within the rate),
+        # and a, b, c, d live and unused at 1500 > 3 (a's order is invoked at 1120)
+        h = self.room_run()
+        h.events = [e for e in h.events if not (e["f"] == "poll" and e["user"] == "d")]
+        h.poll(4, 1510, 1520, "d", 2500)
+        self.write(h, {"1": order("placed", "a")}, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {}, "a's order at 1120: its pass may be used")
+        h.events = [e for e in h.events if not (e["f"] == "order" and e["user"] == "a")]
+        self.write(h, {}, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {"room_active": 1})
+        # an undecided order may have bought: the pass is not counted from its invoke
+        h.order(1, 1120, 1130, "ka", "a", "info", pass_=pass_of("a", 2000))
+        self.write(h, {}, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {})
+
+    def test_room_order(self):
+        h = self.room_run()
+        h.events = [e for e in h.events if not (e["f"] == "poll" and e["user"] in "ef")]
+        h.poll(5, 2510, 2520, "e", 3500).poll(6, 2530, 2540, "f", 3500)  # both at 2500
+        self.write(h, {"1": order("placed", "a")}, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {}, "e and f in one tick: either way")
+        h.events = [e for e in h.events if not (e["f"] == "poll" and e["user"] in "ef")]
+        h.poll(5, 3010, 3020, "e", 4000).poll(6, 2510, 2520, "f", 3500)  # f before e
+        self.write(h, {"1": order("placed", "a")}, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {"room_order": 1})
+
+    def test_pass_theft(self):
+        h = self.room_run()
+        h.order(2, 1200, 1210, "kx2", "x", order_id="2", pass_=pass_of("a", 2000))
+        h.order(3, 1600, 1610, "ky", "y", order_id="3")  # no pass at all
+        final = {"1": order("placed", "a"), "2": order("placed", "x"),
+                 "3": order("placed", "y")}
+        self.write(h, final, stock=6, room=self.ROOM)
+        self.assertEqual(self.violations(), {"pass_theft": 2})
+        self.write(h, final, stock=6)  # no room: a pass is not needed
+        self.assertEqual(self.violations(), {})
+
+    def test_room_stock_rules_still_hold(self):
+        h = self.room_run().order(2, 1600, 1610, "kb", "b", order_id="2",
+                                  pass_=pass_of("b", 2000))
+        self.write(h, {"1": order("placed", "a"), "2": order("placed", "b")}, stock=1,
+                   room=self.ROOM)
+        self.assertEqual(set(self.violations()), {"oversell"})
 
     # --- malformed input, and --expect-invalid
 
