@@ -47,6 +47,7 @@ struct loop {
     pthread_mutex_t mu;
     int answered;             /* answers so far, under mu */
     int answers[LOOP_ORDERS]; /* per order, under mu */
+    int64_t took_us[LOOP_ORDERS]; /* per order, from its start to its answer */
     int n;                    /* orders submitted */
     struct inv_ticket t[LOOP_ORDERS];
 };
@@ -94,6 +95,7 @@ static void on_answer(struct inv_ticket *t)
     struct loop *l = t->owner;
     pthread_mutex_lock(&l->mu);
     l->answers[t - l->t]++;
+    l->took_us[t - l->t] = clock_now_us() - t->start_us;
     l->answered++;
     pthread_mutex_unlock(&l->mu);
 }
@@ -695,8 +697,14 @@ static void test_orders_of_several_segments_contend(void **state)
             if (l->t[i].st == INV_PLACED)
                 units += l->t[i].qty;
             else if (l->t[i].st != INV_SOLD_OUT)
-                fail_msg("%s: order %d status %d", modes[m], i, l->t[i].st);
+                fail_msg("%s: order %d status %d after %lld ms", modes[m], i, l->t[i].st,
+                         (long long)l->took_us[i] / 1000);
         }
+        int64_t slowest = 0;
+        for (int i = 0; i < l->n; i++)
+            slowest = l->took_us[i] > slowest ? l->took_us[i] : slowest;
+        print_message("%s: the slowest of %d orders answered in %lld ms\n", modes[m],
+                      l->n, (long long)slowest / 1000);
         if (units > 12 || units < 9) /* sold out while 4 remain: stranded */
             fail_msg("%s: %lld units placed of 12", modes[m], units);
         loop_free(l);
