@@ -44,20 +44,16 @@
 -- script's first KEY; events the shard's outbox stream (a KEY of the script). A
 -- pay or a cancel learns its SKU from the record in the same script, and so
 -- is one call, not a read of the record and then the script.
+local life_names = {'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail'}
 local function life_keys(first, sku)
-  local k = {sku = sku}
-  for i, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail',
-                         'events'}) do
-    k[name] = KEYS[first + i - 1]
-  end
+  local k = {sku = sku, events = KEYS[first + #life_names]}
+  for i, name in ipairs(life_names) do k[name] = KEYS[first + i - 1] end
   return k
 end
 local function life_keys_of(sku, gtag, events)
   local tag = gtag == '' and ('{' .. sku .. '}') or ('{' .. gtag .. '}:' .. sku)
   local k = {sku = sku, events = events}
-  for _, name in ipairs({'meta', 'stock', 'sold', 'buyers', 'back', 'due', 'life', 'avail'}) do
-    k[name] = 'sk:' .. tag .. ':' .. name
-  end
+  for _, name in ipairs(life_names) do k[name] = 'sk:' .. tag .. ':' .. name end
   return k
 end
 local function give_of(o)
@@ -155,12 +151,11 @@ local function give_write(g, k)
   end
   -- meta's sums one HSET, from the values read and checked above
   local q = g.qty
-  local function plus(i, d) return (tonumber(meta[i] or '0') or 0) + d end
-  local sums = {'remaining', plus(1, q), 'sold', plus(2, -q), 'pending', plus(3, -q),
-                'returned', plus(4, q)}
+  local sums = {'remaining', plus(meta[1], q), 'sold', plus(meta[2], -q), 'pending',
+                plus(meta[3], -q), 'returned', plus(meta[4], q)}
   for state, n in pairs(g.states) do
     sums[#sums + 1] = state
-    sums[#sums + 1] = plus(state == 'cancelled' and 5 or 6, n)
+    sums[#sums + 1] = plus(meta[state == 'cancelled' and 5 or 6], n)
   end
   redis.call('HSET', k.meta, unpack(sums))
   local keep, gone = {}, {}

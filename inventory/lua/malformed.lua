@@ -30,6 +30,9 @@ local function int_of(v)
   if v and #v < 19 and string.find(v, '^-?[1-9]%d*$') then return tonumber(v) end
   return nil
 end
+-- plus(v, d): v (as HMGET answered it, checked: false for none, counted 0)
+-- plus d: the new value of a sum the script writes with one HSET.
+local function plus(v, d) return (tonumber(v or '0') or 0) + d end
 local function malformed(key, field)
   return {-17, key .. ' ' .. field}
 end

@@ -57,8 +57,7 @@ local w = {}
 rec_put(w, KEYS[1], ARGV[1], rec_text(o.rec), o.rec.old and meta[3] and true, o.rec.old)
 rec_write(w)
 redis.call('ZREM', k.due, ARGV[1])
-redis.call('HSET', k.meta, 'pending', (tonumber(meta[1] or '0') or 0) - qty, 'paid',
-           (tonumber(meta[2] or '0') or 0) + qty)
+redis.call('HSET', k.meta, 'pending', plus(meta[1], -qty), 'paid', plus(meta[2], qty))
 redis.call('RPUSH', k.life, ARGV[1] .. ' paid')
 outbox_add(k.events, meta[3], ARGV[1], 'paid', sku, o.user, o.qtext, o.seg, o.spread,
            't', at, ARGV[2] ~= '' and 'p' or nil, ARGV[2])

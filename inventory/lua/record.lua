@@ -83,7 +83,6 @@ end
 local function tally_write(t, due, dues, sku, was)
   if t.orders == 0 then return end
   rec_write(t.w)
-  local function plus(v, d) return (tonumber(v or '0') or 0) + d end
   redis.call('HSET', KEYS[1], 'remaining', plus(was[1], t.remaining), 'sold',
              plus(was[2], t.units), 'orders', plus(was[3], t.orders), 'pending',
              plus(was[4], t.pending))
