@@ -149,11 +149,13 @@ static void on_acked(void *arg, struct inv_ticket *t)
  * (--min-replicas-acked): its commit came back on e->answering. So does a
  * replay: the first try of its Idempotency-Key may have been answered 503
  * outcome_unknown because no replica had it, and a 201 now must not say
- * otherwise (its record came back on e->answering, from the order's node). */
+ * otherwise (its record came back on e->answering, from the order's node).
+ * A pay or a cancel changed by its script waits too; a join does not (a
+ * place is no sale: room.h). */
 static void ticket_done(struct inv_engine *e, struct inv_ticket *t)
 {
-    int acks =
-        t->st == INV_PLACED || t->st == INV_REPLAYED || (t->end && t->st == INV_OK);
+    int acks = t->st == INV_PLACED || t->st == INV_REPLAYED ||
+               (t->end && t->end != INV_END_JOIN && t->st == INV_OK);
     if (!acks || !e->acked) {
         ticket_answer(e, t);
     } else if (e->acks) {
@@ -278,7 +280,7 @@ static void ticket_on(struct inv_engine *e, struct inv_ticket *t)
     }
 }
 
-/* ---- machines of one ticket: the atomic mode, a pay or a cancel ------------ */
+/* ---- machines of one ticket: the atomic mode, a pay, a cancel, a join ------ */
 
 /* Every answer of a command of ticket t's own machine: nothing for the driver
  * to do while it waits; over, t goes on (the reply's connection is the
@@ -287,8 +289,11 @@ static void on_ticket(void *arg, aconn_result res, redisReply *r)
 {
     struct inv_ticket *t = arg;
     struct inv_engine *e = t->engine;
-    inv_do next = t->end ? inv_end_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r)
-                         : inv_atomic_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r);
+    inv_do next = t->end == INV_END_JOIN
+                      ? inv_join_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r)
+                  : t->end
+                      ? inv_end_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r)
+                      : inv_atomic_on_reply(e->inv, t, &e->conns, on_ticket, t, res, r);
     if (next != INV_DO_OVER)
         return;
     e->answering = answered_by(e, res);
@@ -298,8 +303,10 @@ static void on_ticket(void *arg, aconn_result res, redisReply *r)
 
 static void ticket_start(struct inv_engine *e, struct inv_ticket *t)
 {
-    inv_do next = t->end ? inv_end_start(e->inv, t, &e->conns, on_ticket, t)
-                         : inv_atomic_start(e->inv, t, &e->conns, on_ticket, t);
+    inv_do next = t->end == INV_END_JOIN
+                      ? inv_join_start(e->inv, t, &e->conns, on_ticket, t)
+                  : t->end ? inv_end_start(e->inv, t, &e->conns, on_ticket, t)
+                           : inv_atomic_start(e->inv, t, &e->conns, on_ticket, t);
     if (next == INV_DO_OVER)
         ticket_on(e, t);
 }

@@ -359,12 +359,22 @@ void inv_batch_stats(const struct inv *inv, struct inv_batch_stats *out);
 struct inv_session *inv_session_new(struct inv *inv, struct rconn *rc);
 void inv_session_free(struct inv_session *s); /* NULL is a no-op */
 
-/* What a ticket that is not an order does to an order placed before. */
+/* What a ticket that is not an order does: to an order placed before, or
+ * in a SKU's waiting room. */
 typedef enum {
     INV_END_NONE = 0,
     INV_END_PAY,    /* pays it */
     INV_END_CANCEL, /* its buyer cancels it */
+    INV_END_JOIN,   /* its user joins the SKU's waiting room (room.h inv_join_open) */
 } inv_end;
+
+/* Where a user stands in a room's queue (room.h). */
+struct inv_room_place {
+    long long epoch; /* the SKU's: a reset starts another queue */
+    long long place; /* the score: a draw before the start, Redis's us after */
+    long long rank;  /* 0: first, when it first joined */
+    int joined;      /* 1: joined now; 0: had joined before */
+};
 
 /* ---- tickets: orders on their way through the runners ----------------------
  *
@@ -398,7 +408,10 @@ struct inv_ticket {
     int refills;   /* on a cluster: times units were brought to its shard */
     int xfer;      /* not an order: a step of a transfer of units between
                       shards (engine_refill.c), never counted as an answer */
-    inv_end end;   /* not an order: a pay or a cancel of order.id (inv_end_open) */
+    inv_end end;   /* not an order: a pay or a cancel of order.id (inv_end_open),
+                      or a join of the SKU's room (inv_join_open) */
+    long long draw;             /* a join's: its pre-queue draw */
+    struct inv_room_place room; /* a join's: the place it got */
 };
 
 /* Fills t for an order of qty units of sku for user_id; idem_key (may be

@@ -135,4 +135,13 @@ inv_do inv_end_start(struct inv *inv, struct inv_ticket *t, const struct inv_con
 inv_do inv_end_on_reply(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
                         aconn_cb *cb, void *arg, aconn_result res, const redisReply *r);
 
+/* The machine of a join ticket t (room.h inv_join_open), on the loop:
+ * room_join.lua on the master of the room's slot, sent again when its script
+ * was not loaded; OVER once it answered (t->st final, t->room its place). */
+inv_do inv_join_start(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                      aconn_cb *cb, void *arg);
+inv_do inv_join_on_reply(struct inv *inv, struct inv_ticket *t,
+                         const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                         aconn_result res, const redisReply *r);
+
 #endif

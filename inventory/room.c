@@ -1,4 +1,4 @@
-/* room.c: a waiting room's join and its shared key, blocking (room.h). */
+/* room.c: a waiting room's join, on the loop, and its shared key (room.h). */
 #include "room.h"
 
 #include <stdio.h>
@@ -6,9 +6,13 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "acluster.h"
+#include "aconn.h"
 #include "cluster.h"
 #include "inv_impl.h"
+#include "path.h"
 #include "rcluster.h"
+#include "text.h"
 
 extern const struct rscript_source lua_inventory_room_join;
 /* inventory/lua/room_join.lua: a user joins a room's queue. */
@@ -36,44 +40,73 @@ static long long reply_number(const redisReply *r)
     return *end || end == r->str ? -1 : v;
 }
 
-inv_status inv_room_join(struct inv_session *s, const char *sku, const char *user,
-                         long long draw, struct inv_room_place *out)
+void inv_join_open(struct inv_ticket *t, const char *sku, const char *user,
+                   long long draw)
 {
+    inv_ticket_clear(t);
+    t->end = INV_END_JOIN;
+    text_copy(t->sku, sizeof(t->sku), sku);
+    text_copy(t->user_id, sizeof(t->user_id), user);
+    t->draw = draw;
+    t->qty = 0;
+    t->home = t->seg = -1;
+}
+
+inv_do inv_join_start(struct inv *inv, struct inv_ticket *t, const struct inv_conns *cs,
+                      aconn_cb *cb, void *arg)
+{
+    (void)inv;
+    if (++t->tries > INV_TRIES) {
+        t->st = INV_UNAVAILABLE;
+        return INV_DO_OVER;
+    }
     char source[96], queue[96], room[96], ranks[96], seen[96], drawn[24];
     /* on one Redis the SKU's meta, on a cluster its directory: both in {sku} */
-    snprintf(source, sizeof(source), "sk:{%s}:%s", sku, s->cl ? "dir" : "meta");
-    snprintf(queue, sizeof(queue), "sk:{%s}:room:q", sku);
-    snprintf(room, sizeof(room), "sk:{%s}:room", sku);
-    snprintf(ranks, sizeof(ranks), "sk:{%s}:room:rank", sku);
-    snprintf(seen, sizeof(seen), "sk:{%s}:room:seen", sku);
-    snprintf(drawn, sizeof(drawn), "%lld", draw);
-    struct rconn *rc = slot_conn(s, source);
-    if (!rc)
-        return inv_shard_outcome(s, INV_UNAVAILABLE);
-    if (!s->cl)
-        rconn_check(rc);
-    const char *argv[] = {source, queue, room, ranks, seen, user, drawn};
-    redisReply *r = rconn_eval(rc, &join_script, 5, 2, argv, NULL);
-    inv_status st = INV_UNAVAILABLE;
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        r->element[0]->type == REDIS_REPLY_INTEGER) {
-        long long code = r->element[0]->integer;
-        if (code == -2)
-            st = INV_NOT_FOUND;
-        else if (code == -1)
-            st = INV_NO_ROOM;
-        else if (code == 1 && r->elements == 5) {
-            out->place = reply_number(r->element[1]);
-            out->rank = reply_number(r->element[2]);
-            out->epoch = reply_number(r->element[3]);
-            out->joined = reply_number(r->element[4]) == 1;
-            if (out->place >= 0 && out->rank >= 0 && out->epoch >= 0)
-                st = INV_OK;
-        }
+    snprintf(source, sizeof(source), "sk:{%s}:%s", t->sku, cs->cluster ? "dir" : "meta");
+    snprintf(queue, sizeof(queue), "sk:{%s}:room:q", t->sku);
+    snprintf(room, sizeof(room), "sk:{%s}:room", t->sku);
+    snprintf(ranks, sizeof(ranks), "sk:{%s}:room:rank", t->sku);
+    snprintf(seen, sizeof(seen), "sk:{%s}:room:seen", t->sku);
+    snprintf(drawn, sizeof(drawn), "%lld", t->draw);
+    const char *argv[] = {source, queue, room, ranks, seen, t->user_id, drawn};
+    int slot = cluster_keyslot(source, strlen(source));
+    rconn_status rc =
+        cs->cluster ? acluster_eval(cs->cluster, slot, cb, arg, &join_script, 5, 7, argv)
+                    : aconn_eval(cs->data, cb, arg, &join_script, 5, 7, argv);
+    if (rc != RCONN_OK) {
+        t->st = INV_UNAVAILABLE; /* nothing sent */
+        return INV_DO_OVER;
     }
-    if (r)
-        freeReplyObject(r);
-    return s->cl ? inv_shard_outcome(s, st) : st;
+    return INV_DO_AWAIT;
+}
+
+inv_do inv_join_on_reply(struct inv *inv, struct inv_ticket *t,
+                         const struct inv_conns *cs, aconn_cb *cb, void *arg,
+                         aconn_result res, const redisReply *r)
+{
+    t->st = INV_UNAVAILABLE; /* a join lost may have run: joining again finds it */
+    if (res != ACONN_REPLY)
+        return INV_DO_OVER;
+    if (rconn_is_noscript(r)) /* the connection loads it again first */
+        return inv_join_start(inv, t, cs, cb, arg);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER)
+        return INV_DO_OVER;
+    long long code = r->element[0]->integer;
+    if (code == -2) {
+        t->st = INV_NOT_FOUND;
+    } else if (code == -1) {
+        t->st = INV_NO_ROOM;
+    } else if (code == 1 && r->elements == 5) {
+        struct inv_room_place *p = &t->room;
+        p->place = reply_number(r->element[1]);
+        p->rank = reply_number(r->element[2]);
+        p->epoch = reply_number(r->element[3]);
+        p->joined = reply_number(r->element[4]) == 1;
+        if (p->place >= 0 && p->rank >= 0 && p->epoch >= 0)
+            t->st = INV_OK;
+    }
+    return INV_DO_OVER;
 }
 
 int inv_room_key_shared(struct inv_session *s, unsigned char *key, size_t cap)

@@ -1,6 +1,6 @@
 /* room: a SKU's waiting room in Redis (issue 48; docs/api.md, "Waiting
- * room"): a buyer's join, and the room key shared through Redis. Blocking,
- * on the calling thread's session (the main thread's waiting routes, start).
+ * room"): a buyer's join, on the loop's engine (path.h's machines), and the
+ * room key shared through Redis (blocking, at start).
  *
  * A room's keys are in the slot of {sku}: on one Redis beside the SKU's own,
  * on a Redis Cluster on the master of the SKU's directory (sk:{sku}:dir),
@@ -29,21 +29,15 @@
  * every later place (Redis's clock in microseconds) is above it. */
 #define INV_ROOM_DRAWS 1000000000000000LL
 
-/* Where a user stands in a room's queue. */
-struct inv_room_place {
-    long long epoch; /* the SKU's: a reset starts another queue */
-    long long place; /* the score: a draw before the start, Redis's us after */
-    long long rank;  /* 0: first, when it first joined */
-    int joined;      /* 1: joined now; 0: had joined before */
-};
-
-/* user joins sku's room, or finds the place it has: one command (room_join.lua).
- * draw: a uniform random integer in [0, INV_ROOM_DRAWS), used when the sale
- * has not started. INV_OK with *out; INV_NOT_FOUND for no such SKU;
- * INV_NO_ROOM for a SKU without a room; INV_UNAVAILABLE (nothing written, or
- * the join is unknown: joining again is safe). */
-inv_status inv_room_join(struct inv_session *s, const char *sku, const char *user,
-                         long long draw, struct inv_room_place *out);
+/* Fills t for a join of user to sku's room, or for finding the place it
+ * has, to hand to a loop's engine like an order (inv_engine_submit): one
+ * command (room_join.lua), pipelined with the loop's others. draw: a uniform
+ * random integer in [0, INV_ROOM_DRAWS), the place when the sale has not
+ * started. t->done once t->st is final: INV_OK with t->room; INV_NOT_FOUND
+ * for no such SKU; INV_NO_ROOM for a SKU without a room; INV_UNAVAILABLE
+ * (nothing written, or the join is unknown: joining again is safe). */
+void inv_join_open(struct inv_ticket *t, const char *sku, const char *user,
+                   long long draw);
 
 /* The shared room key (INV_ROOM_KEY) into key (cap >= 32): set to 32 bytes
  * of getrandom's when absent, then read, so that every instance reads the

@@ -215,7 +215,7 @@ static enum MHD_Result answer_resumed(struct svc_app *app, struct MHD_Connection
             return MHD_YES;
     }
     struct svc_response res = {0};
-    svc_order_finish(&st->ticket, &res);
+    svc_order_finish(app, &st->ticket, &res);
     return answer(conn, st, method, &res);
 }
 
@@ -440,14 +440,14 @@ static void answer_lost(const struct conn_state *st, enum MHD_RequestTermination
  * MHD_REQUEST_TERMINATED_WITH_ERROR). The socket is still open here (its
  * shutdown and close come after this callback): the answer is written on it
  * directly, counted and logged as undelivered when the socket refuses it. */
-static void answer_closing(struct MHD_Connection *conn, struct conn_state *st,
-                           enum MHD_RequestTerminationCode toe)
+static void answer_closing(const struct svc_app *app, struct MHD_Connection *conn,
+                           struct conn_state *st, enum MHD_RequestTerminationCode toe)
 {
     struct svc_response res = {0};
     if (st->pending == PENDING_WAITER)
         res = st->res;
     else
-        svc_order_finish(&st->ticket, &res);
+        svc_order_finish(app, &st->ticket, &res);
     st->pending = PENDING_NONE;
     svc_route_count(st->route ? st->route : svc_route_unmatched(), res.status,
                     clock_now_us() - st->start_us);
@@ -478,7 +478,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!st)
         return;
     if (st->pending != PENDING_NONE)
-        answer_closing(conn, st, toe);
+        answer_closing(app, conn, st, toe);
     else if (st->answered && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         answer_lost(st, toe); /* queued, not sent whole */
     free(st);

@@ -81,10 +81,9 @@ static long long soldout_soonest_ms(const struct inv_room_view *v, long long now
 /* The answer to a join or a poll of ticket t: {"state", "position", "eta_ms",
  * "poll_after_ms"}, and once admitted "pass" and "pass_expires_at"; from what
  * this instance knows of the room only. */
-static void room_answer(const struct svc_request *req, const struct room_ticket *t,
+static void room_answer(const struct svc_app *app, const struct room_ticket *t,
                         int status, struct svc_response *res)
 {
-    struct svc_app *app = req->app;
     struct inv_room_view v;
     if (!inv_rooms_view(app->rooms, t->sku, t->place, &v)) {
         if (status == 202) { /* Redis has the room; this instance learns it next tick */
@@ -160,8 +159,8 @@ static long long room_draw(void)
     return (long long)(v % (uint64_t)INV_ROOM_DRAWS);
 }
 
-/* POST /skus/{sku}/queue: the user joins the room (one Redis command), or
- * finds its place again; 202 with its signed ticket. */
+/* POST /skus/{sku}/queue: the user joins the room, or finds its place
+ * again: a join ticket for the loop's engine (svc_join_finish answers). */
 void svc_queue_post(const struct svc_request *req, struct svc_response *res)
 {
     if (!svc_sku_param_ok(req, res))
@@ -176,23 +175,27 @@ void svc_queue_post(const struct svc_request *req, struct svc_response *res)
     }
     if (!svc_buyer_is(buyer, user, res)) /* with buyer tokens: the buyer's own place */
         return;
-    struct inv_room_place place;
-    inv_status st =
-        inv_room_join(req->worker->inv, req->params[0], user, room_draw(), &place);
-    if (st != INV_OK) {
-        svc_inv_error(res, st);
+    inv_join_open(req->ticket, req->params[0], user, room_draw());
+    res->pending = 1;
+}
+
+void svc_join_finish(const struct svc_app *app, const struct inv_ticket *j,
+                     struct svc_response *res)
+{
+    if (j->st != INV_OK) {
+        svc_inv_error(res, j->st);
         return;
     }
     struct room_ticket t = {
-        .epoch = place.epoch, .place = place.place, .rank = place.rank};
-    snprintf(t.sku, sizeof(t.sku), "%s", req->params[0]);
-    snprintf(t.user, sizeof(t.user), "%s", user);
+        .epoch = j->room.epoch, .place = j->room.place, .rank = j->room.rank};
+    snprintf(t.sku, sizeof(t.sku), "%s", j->sku);
+    snprintf(t.user, sizeof(t.user), "%s", j->user_id);
     char ticket[ROOM_TOKEN_MAX + 1];
-    if (room_ticket_sign(req->app->room_key, &t, ticket, sizeof(ticket)) == 0) {
+    if (room_ticket_sign(app->room_key, &t, ticket, sizeof(ticket)) == 0) {
         svc_error(res, 503, "unavailable", "the ticket could not be signed");
         return;
     }
-    room_answer(req, &t, 202, res);
+    room_answer(app, &t, 202, res);
     if (res->json && res->status == 202)
         json_object_set_new(res->json, "ticket", json_string(ticket));
 }
@@ -226,5 +229,5 @@ void svc_queue_get(const struct svc_request *req, struct svc_response *res)
                   "with another key, or another SKU's)");
         return;
     }
-    room_answer(req, &t, 200, res);
+    room_answer(req->app, &t, 200, res);
 }

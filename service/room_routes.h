@@ -16,9 +16,15 @@
 int svc_pass_admits(const struct svc_request *req, const char *user,
                     struct svc_response *res);
 
-/* POST /skus/{sku}/queue: joins the room (one Redis command, blocking: a
- * ROUTE_WAITS route), or finds the user's place again; 202 with the ticket. */
+/* POST /skus/{sku}/queue: joins the room, or finds the user's place again:
+ * one Redis command, on the loop's engine (res->pending, req->ticket a join:
+ * room.h), pipelined with the loop's others; svc_join_finish answers. */
 void svc_queue_post(const struct svc_request *req, struct svc_response *res);
+
+/* The answer of join ticket j, done: 202 with its signed ticket and where
+ * it stands, or the join's refusal. */
+void svc_join_finish(const struct svc_app *app, const struct inv_ticket *j,
+                     struct svc_response *res);
 
 /* GET /skus/{sku}/queue/{ticket}: where the ticket stands, from memory. */
 void svc_queue_get(const struct svc_request *req, struct svc_response *res);

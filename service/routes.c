@@ -395,8 +395,13 @@ static void paid_error(struct svc_response *res, inv_status st, inv_end end,
                             o->payment_id[0] ? json_string(o->payment_id) : json_null());
 }
 
-void svc_order_finish(const struct inv_ticket *t, struct svc_response *res)
+void svc_order_finish(const struct svc_app *app, const struct inv_ticket *t,
+                      struct svc_response *res)
 {
+    if (t->end == INV_END_JOIN) {
+        svc_join_finish(app, t, res);
+        return;
+    }
     if (t->st == INV_MALFORMED)
         malformed_log(t);
     if (!t->end) {
@@ -679,7 +684,7 @@ static struct svc_route routes[] = {
     {"PATCH", "/skus/*", "sku_patch", svc_sku_patch, ROUTE_ADMIN | ROUTE_WAITS},
     {"DELETE", "/skus/*", "sku_delete", h_sku_delete, ROUTE_ADMIN | ROUTE_WAITS},
     {"POST", "/skus/*/orders", "order_post", h_order_post, 0},
-    {"POST", "/skus/*/queue", "queue_post", svc_queue_post, ROUTE_WAITS},
+    {"POST", "/skus/*/queue", "queue_post", svc_queue_post, 0},
     {"GET", "/skus/*/queue/*", "queue_get", svc_queue_get, 0},
     {"GET", "/skus/*/room", "room_page", svc_room_get, 0},
     {"GET", "/skus/*/audit", "audit", h_audit, ROUTE_WAITS | ROUTE_SHARED},

@@ -99,8 +99,10 @@ struct svc_route *svc_route_unmatched(void);
 void svc_route_run(struct svc_route *r, const struct svc_request *req,
                    struct svc_response *res);
 
-/* Fills res with the answer of an order whose ticket is done. */
-void svc_order_finish(const struct inv_ticket *t, struct svc_response *res);
+/* Fills res with the answer of an order (or a pay, a cancel, a join) whose
+ * ticket is done. */
+void svc_order_finish(const struct svc_app *app, const struct inv_ticket *t,
+                      struct svc_response *res);
 /* The same for a ticket done INV_GONE (req->ticket: a pay's, a cancel's, a
  * replay's order without a record in Redis), from the order's row in the
  * system of record (req->app->store), as pay.lua, cancel.lua and a replay

@@ -30,6 +30,8 @@
 #   from a sell-out (1000 units at 1 a second) a buyer 60 places back is told 2000, and so is
 #   a pre-queue's last place of a 1-unit sale that starts in a minute (nothing sells
 #   before the start).
+# - A join waits for nothing but its own command: while a merchant's change waits on the
+#   main thread for its lock, a join on the same instance is answered at once.
 # Timing: every wait is a condition waited on (wait_until), with a bound of seconds.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
@@ -360,5 +362,28 @@ expect "the last of the pre-queue is told 2000 ms (no sale before the start, a m
     2000 "$most"
 expect "n0 buys near's unit" "ok -" "$(order "$A" near n0 "$(poll "$A" near n0 | jq -r .pass)")"
 check "... n4's poll: sold_out" wait_until 5 state_is "$B" near n4 sold_out
+
+# ---- a join waits for nothing but its own command ----------------------------------
+# A merchant's change runs on the main thread and waits there (up to 5 s) for the
+# write side of its SKU's lock. Joins are the event loop's: they go on meanwhile.
+# (When joins ran on the main thread too, each waited behind the change: 5 s.)
+expect "SKU stall: a room" 201 "$(put stall '{"stock": 10, "room": {"rate_per_s": 5}}')"
+# a reader that never lets go (30 s), as a hold on a stopped instance would
+rcli HSET "sk:{stall}:lock:rw" mode read ghost 1 >/dev/null
+rcli PEXPIRE "sk:{stall}:lock:rw" 30000 >/dev/null
+curl -s -o "$dir/stall.patch" -w '%{http_code}' -X PATCH --data '{"add": 1}' \
+    "$A/skus/stall" >"$dir/stall.code" &
+patcher=$!
+waits() { [[ $(rcli EXISTS "sk:{stall}:lock:rw:writer") == 1 ]]; }
+check "the change waits for the write side (its intent in Redis, within 5 s)" wait_until 5 waits
+t0=$(date +%s%N)
+# 2 s: the join itself takes a few ms; the change keeps the main thread 5 s
+expect "a join meanwhile on the same instance: 202 at once" 202 \
+    "$(curl -s -o /dev/null --max-time 2 -w '%{http_code}' -X POST --data '{"user_id":"s1"}' \
+        "$A/skus/stall/queue")"
+echo "the join took $((($(date +%s%N) - t0) / 1000000)) ms beside the waiting change"
+wait "$patcher"
+expect "... the change, the lock never freed: 503 after its wait" 503 "$(cat "$dir/stall.code")"
+expect "... and nothing added" "10 0" "$(curl -s "$A/skus/stall" | jq -r '"\(.remaining) \(.added_total)"')"
 
 checks_finish
