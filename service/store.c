@@ -1,7 +1,9 @@
 #include "store.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,13 @@
 /* A query that takes longer is cancelled by the database: a route that waits
  * on it holds the main thread. */
 #define STORE_STATEMENT_TIMEOUT "5s"
+/* The most a query (or the set-up of a connection) waits for the database's
+ * answer: the statement timeout and a second. A server that says nothing for
+ * that long is stalled (stopped, or cut off without a reset, when the kernel
+ * would wait for minutes): its connection is dropped and the route answers
+ * 503, instead of the main thread, and every route behind it, waiting for as
+ * long as the stall lasts. */
+#define STORE_DEADLINE_MS 6000
 
 struct svc_store {
     char *conninfo;
@@ -42,6 +51,41 @@ void svc_store_free(struct svc_store *st)
     free(st);
 }
 
+/* The result of sql with params on c, waited for until deadline_us
+ * (clock_now_us); the last result when there are several. NULL when it could
+ * not be sent, the connection failed, or the deadline came first (*late set:
+ * the connection must not be used again). */
+static PGresult *exec_by(PGconn *c, const char *sql, int nparams,
+                         const char *const *params, int64_t deadline_us, int *late)
+{
+    *late = 0;
+    if (!PQsendQueryParams(c, sql, nparams, NULL, params, NULL, NULL, 0))
+        return NULL;
+    PGresult *last = NULL;
+    for (;;) {
+        while (
+            PQisBusy(c)) { /* PQgetResult would block: wait, but not past the deadline */
+            int64_t left_us = deadline_us - clock_now_us();
+            if (left_us <= 0) {
+                *late = 1;
+                PQclear(last);
+                return NULL;
+            }
+            struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+            int n = poll(&p, 1, (int)((left_us + 999) / 1000));
+            if ((n < 0 && errno != EINTR) || (n > 0 && !PQconsumeInput(c))) {
+                PQclear(last);
+                return NULL;
+            }
+        }
+        PGresult *r = PQgetResult(c);
+        if (!r)
+            return last;
+        PQclear(last);
+        last = r;
+    }
+}
+
 /* The connection, made (again) when it is not up; NULL with why in err when
  * it cannot be, or was not within STORE_BACKOFF_MS. Under st->mu. */
 static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
@@ -59,8 +103,10 @@ static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
     const char *vals[] = {st->conninfo, "2", NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1); /* dbname expands conninfo */
     PGresult *r = NULL;
+    int late = 0;
     if (PQstatus(c) == CONNECTION_OK)
-        r = PQexec(c, "SET statement_timeout = '" STORE_STATEMENT_TIMEOUT "'");
+        r = exec_by(c, "SET statement_timeout = '" STORE_STATEMENT_TIMEOUT "'", 0, NULL,
+                    clock_now_us() + (int64_t)STORE_DEADLINE_MS * 1000, &late);
     if (r && PQresultStatus(r) == PGRES_COMMAND_OK) {
         PQclear(r);
         st->conn = c;
@@ -68,8 +114,11 @@ static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
         return c;
     }
     PQclear(r);
-    snprintf(st->why, sizeof(st->why), "%.*s", (int)strcspn(PQerrorMessage(c), "\n"),
-             PQerrorMessage(c));
+    if (late)
+        snprintf(st->why, sizeof(st->why), "no answer within %d ms", STORE_DEADLINE_MS);
+    else
+        snprintf(st->why, sizeof(st->why), "%.*s", (int)strcspn(PQerrorMessage(c), "\n"),
+                 PQerrorMessage(c));
     PQfinish(c);
     st->retry_us = clock_now_us() + (int64_t)STORE_BACKOFF_MS * 1000;
     snprintf(err, errlen, "%s", st->why);
@@ -78,7 +127,9 @@ static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
 
 /* The rows of sql with params (the caller clears them), or NULL with why in
  * err. A connection found broken by the query (the database restarted) is made
- * again and the query sent once more. Takes st->mu. */
+ * again and the query sent once more; one that did not answer by
+ * STORE_DEADLINE_MS is dropped, and none is tried for STORE_BACKOFF_MS. Takes
+ * st->mu. */
 static PGresult *store_query(struct svc_store *st, const char *sql, int nparams,
                              const char *const *params, char *err, size_t errlen)
 {
@@ -88,12 +139,27 @@ static PGresult *store_query(struct svc_store *st, const char *sql, int nparams,
         PGconn *c = store_conn(st, err, errlen);
         if (!c)
             break;
-        PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+        int late;
+        PGresult *r = exec_by(c, sql, nparams, params,
+                              clock_now_us() + (int64_t)STORE_DEADLINE_MS * 1000, &late);
         if (PQresultStatus(r) == PGRES_TUPLES_OK) {
             rows = r;
             break;
         }
-        apg_result_error(r, err, errlen);
+        if (late) { /* stalled: not waited for again before the back-off */
+            snprintf(st->why, sizeof(st->why), "no answer within %d ms",
+                     STORE_DEADLINE_MS);
+            snprintf(err, errlen, "%s", st->why);
+            PQfinish(c);
+            st->conn = NULL;
+            st->retry_us = clock_now_us() + (int64_t)STORE_BACKOFF_MS * 1000;
+            break;
+        }
+        if (r)
+            apg_result_error(r, err, errlen);
+        else
+            snprintf(err, errlen, "%.*s", (int)strcspn(PQerrorMessage(c), "\n"),
+                     PQerrorMessage(c));
         PQclear(r);
         if (PQstatus(c) == CONNECTION_OK)
             break;

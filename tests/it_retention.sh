@@ -10,7 +10,8 @@
 #   - a pending order keeps its record (no expiry: it is not settled);
 #   - PostgreSQL down: a settled order whose event has not reached it keeps its record
 #     (no expiry set) until it has; GET of a gone record answers 503 unavailable, of a
-#     record still in Redis 200;
+#     record still in Redis 200; PostgreSQL stalled (SIGSTOP): such a GET answers 503
+#     after the store's 6 s deadline, and the main thread serves other routes after it;
 #   - after DELETE /skus/{sku}, the same JSON again; an id never placed: 404;
 #   - pay, cancel and an Idempotency-Key's replay of an order whose record is gone:
 #     what docs/api.md says (a paid one's payment_id and paid_at kept; a pay with
@@ -156,6 +157,28 @@ check "PostgreSQL back: the record leaves Redis once stored" wait_until 20 gone 
 was[$f3]='{"order_id":"'$f3'","sku":"fin","user_id":"fc","qty":1,"segment":'$(
     psql -X -q -tA "$PG_URL" -c "select segment from seckill_orders where order_id = $f3")',"state":"placed"}'
 check "... and GET answers it from PostgreSQL" same "$f3"
+
+# PostgreSQL stalled: every process of it stopped (SIGSTOP), its connections open, so
+# nothing answers and nothing resets. A GET of a record gone from Redis waits on the
+# main thread for the store's answer at most STORE_DEADLINE_MS (6 s), then 503; the
+# main thread is free after it (/metrics, a route that waits there too, answers). Before
+# the deadline the GET, and every waiting route behind it, hung as long as the stall.
+pg_pids=()
+read -ra pg_pids <<<"$(cat "$dir/pg/pg.pid") $(pgrep -P "$(cat "$dir/pg/pg.pid")" | tr '\n' ' ')"
+on_exit() { kill -CONT "${pg_pids[@]}" 2>/dev/null || true; }
+kill -STOP "${pg_pids[@]}"
+t0=$(date +%s%N)
+# 20 s: the 6 s deadline and 14 s of slack for a busy machine
+got=$(curl -s --max-time 20 -o /dev/null -w '%{http_code}' "$U/orders/$p1")
+ms=$((($(date +%s%N) - t0) / 1000000))
+echo "PostgreSQL stalled: GET of a record gone answered $got after $ms ms"
+expect "GET of a record gone, PostgreSQL stalled: 503 after the store's deadline ($ms ms)" \
+    "503" "$got"
+expect "... /metrics, on the same main thread, answers at once after it" "200" \
+    "$(code --max-time 5 "$U/metrics")"
+kill -CONT "${pg_pids[@]}"
+check "PostgreSQL going on: GET answers it from PostgreSQL again (within 10 s)" \
+    wait_until 10 same "$p1"
 
 # retired: the same answers
 expect "DELETE /skus/res: 204" "204" "$(code -X DELETE "$U/skus/res")"
