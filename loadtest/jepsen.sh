@@ -122,7 +122,7 @@ ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec clus
 ALL_ROWS+=" midsale room"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
-QUICK_ROWS="redis life-redis nofence everysec cluster-nowait"
+QUICK_ROWS="redis life-redis nofence everysec cluster-nowait room"
 while (($#)); do
     case $1 in
     --time) T=$2; shift 2 ;;
