@@ -268,13 +268,13 @@ soak: deps
 
 # libFuzzer (clang) over request parsing and validation, bounded in time.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = service/request.c service/routes.c service/answers.c service/room_routes.c service/room_page.c service/buyer.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c \
-	service/log.c service/version.c $(wildcard util/*.c redis/*.c lock/*.c inventory/*.c) $(LUA_C)
+FUZZ_SRC = service/request.c service/routes.c service/answers.c service/room_routes.c service/room_page.c service/buyer.c service/metrics.c service/durability.c service/conns.c service/health.c service/reach.c service/store.c service/sku_patch.c service/sink.c service/sink_batch.c \
+	service/log.c service/version.c $(wildcard util/*.c redis/*.c pg/*.c lock/*.c inventory/*.c) $(LUA_C)
 build/fuzz/fuzz_request: fuzz/fuzz_request.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	$(say) FUZZ $@
 	$(Q)clang $(STD) -g -O1 -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) $(ZK_CFLAGS) -Iutil -Iredis \
-		-Ilock -Iinventory -Iservice -o $@ $^ $(PKG_LIBS) $(ZK_LIBS) -lm
+		-Ilock -Ipg -Iinventory -Iservice -o $@ $^ $(PKG_LIBS) $(ZK_LIBS) -lm
 
 fuzz:
 	@DEPS_EXTRA="clang libclang-rt-14-dev" scripts/deps.sh
