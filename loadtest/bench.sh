@@ -16,6 +16,11 @@
 #   --out DIR          where bench.json and bench.png go
 #                      (results/bench-<time>/, results/bench-latest links to it)
 #   --no-chart, --keep skip the chart; keep the clusters' logs under DIR/clusters/
+#   --redis-quota PCT  hold the data Redis to PCT% of one core (a cgroup v1 cpu quota:
+#                      2.5 ms of each 10 ms period at 25), so that Redis, not the
+#                      instances, nginx and wrk that share its cores, is what saturates:
+#                      its µs per order then are what one saturated core spends (issue
+#                      47's saturation run of the whole order path; BENCH_REDIS_QUOTA)
 #
 # Set-up: per system one cluster from scripts/cluster.sh (a data Redis with its default
 # AOF policy, 3 lock nodes for redlock, one ZooKeeper server for zk, one PostgreSQL for
@@ -105,6 +110,7 @@ while (($#)); do
     --out) out=${2:?"$1 needs a value"}; shift 2 ;;
     --no-chart) chart=0; shift ;;
     --keep) keep=1; shift ;;
+    --redis-quota) redis_quota=${2:?"$1 needs a value"}; shift 2 ;;
     -h | --help) usage 0 ;;
     *) log "unknown option $1"; usage ;;
     esac
@@ -118,6 +124,28 @@ for d in "$d_s1" "$d_s2" "$d_cont" "$d_warm"; do
     [[ $d =~ ^[0-9]+[smh]?$ ]] || die "durations are whole wrk durations (4s, 1m), got '$d'"
 done
 lt_require jq wrk curl redis-cli nginx awk
+redis_quota=${redis_quota:-${BENCH_REDIS_QUOTA:-0}}
+if ! [[ $redis_quota =~ ^[0-9]+$ ]] || ((redis_quota > 100)); then
+    die "--redis-quota is a whole percentage of one core, 0..100 (0: none), got '$redis_quota'"
+fi
+# The cgroup that holds the data Redis to its quota (cgroup v1's cpu controller),
+# made at the first cluster and removed on exit.
+QUOTA_CG=/sys/fs/cgroup/cpu/seckill-bench.$$
+quota_hold() { # DIR: the data Redis of the cluster in DIR into the quota's cgroup
+    ((redis_quota > 0)) || return 0
+    local pid
+    read -r pid <"$1/redis.pid" || die "no $1/redis.pid to hold to the quota"
+    [[ -d $QUOTA_CG ]] || mkdir "$QUOTA_CG" || die "cannot make $QUOTA_CG (cgroup v1 cpu)"
+    echo 10000 >"$QUOTA_CG/cpu.cfs_period_us"
+    echo $((redis_quota * 100)) >"$QUOTA_CG/cpu.cfs_quota_us"
+    echo "$pid" >"$QUOTA_CG/cgroup.procs"
+}
+lt_on_exit() { # the quota's cgroup emptied (its Redis back at the root) and removed
+    [[ -d $QUOTA_CG ]] || return 0
+    local pid
+    while read -r pid; do echo "$pid" >/sys/fs/cgroup/cpu/cgroup.procs; done <"$QUOTA_CG/cgroup.procs"
+    rmdir "$QUOTA_CG"
+}
 BIN=$(seckill_bin)
 CLK_TCK=$(getconf CLK_TCK)
 
@@ -445,7 +473,9 @@ cluster_up() {
         progress "$id ($kind): cluster did not start: $UP_ERROR"
         return 1
     fi
+    quota_hold "$dir"
     local what="redis, $INSTANCES instances, nginx"
+    ((redis_quota == 0)) || what="redis held to ${redis_quota}% of a core, $INSTANCES instances, nginx"
     [[ -z $LOCK_NODES ]] || what+=", $(tr ',' '\n' <<<"$LOCK_NODES" | wc -l) lock nodes"
     [[ -z ${ZK_NAMES:-} ]] || what+=", ZooKeeper ($ZK_NAMES)"
     ((!CANNED)) || what="nginx, $INSTANCES canned 201 upstreams"
