@@ -63,8 +63,8 @@ static PGresult *exec_by(PGconn *c, const char *sql, int nparams,
         return NULL;
     PGresult *last = NULL;
     for (;;) {
-        while (
-            PQisBusy(c)) { /* PQgetResult would block: wait, but not past the deadline */
+        /* while PQgetResult would block: wait, but not past the deadline */
+        while (PQisBusy(c)) {
             int64_t left_us = deadline_us - clock_now_us();
             if (left_us <= 0) {
                 *late = 1;
