@@ -91,10 +91,8 @@ static inv_do atomic_send(struct inv *inv, struct inv_ticket *t, const struct in
     struct atomic_call call;
     atomic_call_init(&call, &k, t->sku, t->user_id, t->qty, t->idem_key, t->order.id);
     t->seen = soldout_generation(inv->cfg.soldout);
-    rconn_status rc =
-        cs->cluster ? acluster_eval(cs->cluster, cluster_gene_slot(t->gene), cb, arg,
-                                    &atomic_script, 12, 18, call.argv)
-                    : aconn_eval(cs->data, cb, arg, &atomic_script, 12, 18, call.argv);
+    rconn_status rc = inv_ticket_eval(cs, cluster_gene_slot(t->gene), cb, arg,
+                                      &atomic_script, 12, 18, call.argv);
     if (rc != RCONN_OK) {
         inv_ticket_finish(inv, t, INV_UNAVAILABLE); /* Redis is down: at once */
         return INV_DO_OVER;

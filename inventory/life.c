@@ -106,9 +106,8 @@ static inv_do end_send(struct inv_ticket *t, const struct inv_conns *cs, aconn_c
                           SOLDOUT_CHANNEL,
                           cs->cluster ? cluster_gene_tag(t->gene) : ""};
     int argc = (int)(sizeof(argv) / sizeof(argv[0]));
-    rconn_status rc = cs->cluster ? acluster_eval(cs->cluster, cluster_gene_slot(t->gene),
-                                                  cb, arg, script, 2, argc, argv)
-                                  : aconn_eval(cs->data, cb, arg, script, 2, argc, argv);
+    rconn_status rc =
+        inv_ticket_eval(cs, cluster_gene_slot(t->gene), cb, arg, script, 2, argc, argv);
     if (rc != RCONN_OK) {
         t->st = INV_UNAVAILABLE; /* nothing sent this step: the last one's stands */
         return INV_DO_OVER;

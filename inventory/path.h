@@ -126,6 +126,12 @@ inv_do inv_atomic_on_reply(struct inv *inv, struct inv_ticket *t,
                            const struct inv_conns *cs, aconn_cb *cb, void *arg,
                            aconn_result res, const redisReply *r);
 
+/* Sends a one-ticket machine's script (ticket.c): on a Redis Cluster to the
+ * master of slot, else to the data Redis; cb(arg, ...) gets its answer. */
+rconn_status inv_ticket_eval(const struct inv_conns *cs, int slot, aconn_cb *cb,
+                             void *arg, struct rscript *script, int nkeys, int argc,
+                             const char **argv);
+
 /* The machine of a pay or cancel ticket t (inv_end_open), on the loop: the
  * order's record read, then the script; each answer (res, r: aconn_cb's) to
  * inv_end_on_reply, which sends the next step (AWAIT) or ends t (OVER: t->st

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "acluster.h"
 #include "aconn.h"
 #include "cluster.h"
 #include "inv_impl.h"
@@ -69,10 +68,8 @@ inv_do inv_join_start(struct inv *inv, struct inv_ticket *t, const struct inv_co
     snprintf(seen, sizeof(seen), "sk:{%s}:room:seen", t->sku);
     snprintf(drawn, sizeof(drawn), "%lld", t->draw);
     const char *argv[] = {source, queue, room, ranks, seen, t->user_id, drawn};
-    int slot = cluster_keyslot(source, strlen(source));
-    rconn_status rc =
-        cs->cluster ? acluster_eval(cs->cluster, slot, cb, arg, &join_script, 5, 7, argv)
-                    : aconn_eval(cs->data, cb, arg, &join_script, 5, 7, argv);
+    rconn_status rc = inv_ticket_eval(cs, cluster_keyslot(source, strlen(source)), cb,
+                                      arg, &join_script, 5, 7, argv);
     if (rc != RCONN_OK) {
         t->st = INV_UNAVAILABLE; /* nothing sent */
         return INV_DO_OVER;

@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "acluster.h"
+#include "aconn.h"
 #include "cluster.h"
 #include "inv_impl.h"
+#include "path.h"
 #include "text.h"
 
 /* ---- opening a ticket --------------------------------------------------- */
@@ -100,4 +103,13 @@ void inv_tickets_finish(struct inv *inv, struct inv_ticket **t, int n, inv_statu
 {
     for (int i = 0; i < n; i++)
         inv_ticket_finish(inv, t[i], st);
+}
+
+rconn_status inv_ticket_eval(const struct inv_conns *cs, int slot, aconn_cb *cb,
+                             void *arg, struct rscript *script, int nkeys, int argc,
+                             const char **argv)
+{
+    return cs->cluster
+               ? acluster_eval(cs->cluster, slot, cb, arg, script, nkeys, argc, argv)
+               : aconn_eval(cs->data, cb, arg, script, nkeys, argc, argv);
 }
