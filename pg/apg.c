@@ -48,14 +48,18 @@ static void on_io(evutil_socket_t fd, short what, void *arg);
 
 static void set_err(struct apg *c, const char *why)
 {
-    snprintf(c->errstr, sizeof(c->errstr), "%.*s", (int)strcspn(why, "\n"), why);
+    apg_line(why, c->errstr, sizeof(c->errstr));
+}
+
+const char *apg_line(const char *m, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*s", (int)strcspn(m, "\n"), m);
+    return buf;
 }
 
 const char *apg_result_error(const PGresult *r, char *buf, size_t len)
 {
-    const char *m = r ? PQresultErrorMessage(r) : "";
-    snprintf(buf, len, "%.*s", (int)strcspn(m, "\n"), m);
-    return buf;
+    return apg_line(r ? PQresultErrorMessage(r) : "", buf, len);
 }
 
 /* Waits on the socket for what (EV_READ, EV_WRITE or both): a new event when

@@ -78,6 +78,9 @@ int apg_pending(const struct apg *c);
 /* Why the connection last failed ("" if it never did). */
 const char *apg_errstr(const struct apg *c);
 
+/* The first line of libpq's message m into buf (len bytes), for logs: buf. */
+const char *apg_line(const char *m, char *buf, size_t len);
+
 /* The first line of a result's error message ("" for none), for logs. */
 const char *apg_result_error(const PGresult *r, char *buf, size_t len);
 

@@ -117,8 +117,7 @@ static PGconn *store_conn(struct svc_store *st, char *err, size_t errlen)
     if (late)
         snprintf(st->why, sizeof(st->why), "no answer within %d ms", STORE_DEADLINE_MS);
     else
-        snprintf(st->why, sizeof(st->why), "%.*s", (int)strcspn(PQerrorMessage(c), "\n"),
-                 PQerrorMessage(c));
+        apg_line(PQerrorMessage(c), st->why, sizeof(st->why));
     PQfinish(c);
     st->retry_us = clock_now_us() + (int64_t)STORE_BACKOFF_MS * 1000;
     snprintf(err, errlen, "%s", st->why);
@@ -158,8 +157,7 @@ static PGresult *store_query(struct svc_store *st, const char *sql, int nparams,
         if (r)
             apg_result_error(r, err, errlen);
         else
-            snprintf(err, errlen, "%.*s", (int)strcspn(PQerrorMessage(c), "\n"),
-                     PQerrorMessage(c));
+            apg_line(PQerrorMessage(c), err, errlen);
         PQclear(r);
         if (PQstatus(c) == CONNECTION_OK)
             break;
