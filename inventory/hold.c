@@ -113,6 +113,12 @@ static int hold_prepare(struct inv *inv, struct inv_hold *h, struct inv_ticket *
     h->seg = seg;
     h->gene = t[0]->gene;
     snprintf(h->lkey, sizeof(h->lkey), "%s%d", k.lock, seg);
+    /* The read side of the SKU's lock goes with the segment's grant: a
+     * merchant's change (patch.c) waits for the holds in progress. Not on a
+     * cluster, whose changes are refused (the keys are in the shards' slots). */
+    h->rwkey[0] = '\0';
+    if (!inv->cfg.cluster)
+        snprintf(h->rwkey, sizeof(h->rwkey), "%srw", k.lock);
     text_copy(h->epoch, sizeof(h->epoch), layout->epoch);
     h->seen = soldout_generation(inv->cfg.soldout);
     return 1;
@@ -437,6 +443,7 @@ inv_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
     if (!s->lock)
         return commit_unlocked(s, h);
     lock_step_init(&h->step);
+    lock_step_read_of(&h->step, h->rwkey[0] ? h->rwkey : NULL);
     return inv_hold_attempt(s, h);
 }
 

@@ -55,6 +55,8 @@ struct inv_hold {
     int n, seg;
     int gene; /* the segment's shard (a cluster's), or -1 */
     char lkey[128];
+    char rwkey[128]; /* the SKU's read-write lock, whose read side a grant of
+                        lkey takes (lock_step_read_of); "" on a cluster */
     struct lock_grant g;
     long long stock; /* the segment's stock hash, read under the lock */
     long long back;  /* its units given back meanwhile, not folded yet (back.lua) */

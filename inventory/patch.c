@@ -4,8 +4,10 @@
  * which every commit folds in its own step, so no commit writes over them (a
  * holder's stock read stays its own). In the lock-guarded modes that have a
  * read-write lock the change takes the SKU's write side, which excludes other
- * changes; the segment holds do not take the read side yet (docs/design.md,
- * "Which side each path takes"). The atomic mode takes no lock. Callers: the
+ * changes and, in the redis mode, waits for the segment holds in progress
+ * (each takes the read side with its segment's lock: hold.c) while keeping
+ * new ones out (docs/design.md, "Which side each path takes"). The atomic
+ * mode takes no lock. Callers: the
  * admin route (service/sku_patch.c), on a thread that may block, as PUT's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +102,21 @@ static inv_status patch_run(struct inv_session *s, const char *sku,
     return st;
 }
 
+/* The SKU's segments (0 when unknown: the change finds no SKU): their locks
+ * are the readers of its read-write lock (hold.c takes the read side with
+ * each). The layout cache's, else meta's. */
+static int segments_of(struct inv_session *s, const char *sku, const struct sku_keys *k)
+{
+    struct sku_layout known;
+    if (inv_layout_get(s->inv, sku, &known) == 0)
+        return known.segments;
+    redisReply *r = rconn_command(s->rc, "HGET %s segments", k->meta);
+    long long n = r && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    if (r)
+        freeReplyObject(r);
+    return n > 0 && n <= INV_MAX_SEGMENTS ? (int)n : 0;
+}
+
 inv_status inv_sku_patch(struct inv_session *s, const char *sku,
                          const struct inv_patch *p, long long *withdrawn)
 {
@@ -119,8 +136,11 @@ inv_status inv_sku_patch(struct inv_session *s, const char *sku,
     }
     if (!lock_rw_supported(l))
         return INV_UNSUPPORTED;
+    struct sku_keys k;
+    inv_keys_init(&k, sku, -1);
     struct lock_grant g;
-    lock_status ls = lock_rw_acquire(s->lock, key, LOCK_WRITE, PATCH_WAIT_MS, &g);
+    lock_status ls = lock_rw_write_over(s->lock, key, k.lock, segments_of(s, sku, &k),
+                                        PATCH_WAIT_MS, &g);
     if (ls == LOCK_BUSY)
         return INV_BUSY;
     if (ls != LOCK_ACQUIRED)

@@ -283,6 +283,14 @@ void lock_step_init(struct lock_step *st)
     st->backoff_us = 0;
     st->first_us = clock_now_us();
     st->side = LOCK_EXCLUSIVE;
+    st->rw = NULL;
+    st->readers = NULL;
+    st->nreaders[0] = '\0';
+}
+
+void lock_step_read_of(struct lock_step *st, const char *rw)
+{
+    st->rw = rw;
 }
 
 void lock_step_clear(struct lock_step *st, int phase)
@@ -354,8 +362,10 @@ static void step_ended(struct lock *l, struct lock_step *st, lock_status res,
                        struct lock_grant *g)
 {
     g->contended = st->contended;
-    if (res == LOCK_ACQUIRED)
+    if (res == LOCK_ACQUIRED) {
         g->side = st->side;
+        g->rw = st->side == LOCK_EXCLUSIVE ? st->rw : NULL;
+    }
     acquire_ended(l, res, clock_now_us() - st->first_us, g);
 }
 
@@ -438,6 +448,7 @@ void lock_release_step(struct lock_session *s, const char *key, struct lock_gran
 {
     lock_step_clear(st, 0);
     st->g = g;
+    st->rw = g->rw;
     s->lock->be->release_cmd(s->impl, key, g, st);
 }
 
@@ -568,14 +579,23 @@ static lock_status handoff(struct lock_session *s, const char *key, struct lock_
     return res;
 }
 
-/* An acquire of side of key, waiting at most wait_ms. */
+/* An acquire of side of key, waiting at most wait_ms: an exclusive lock
+ * that reads the read-write lock rw (lock_step_read_of) when rw is set, a
+ * write side that waits for n readers "<readers>i" too (lock_rw_write_over)
+ * when readers is. */
 static lock_status acquire(struct lock_session *s, const char *key, lock_side side,
-                           int wait_ms, struct lock_grant *g)
+                           const char *rw, const char *readers, int n, int wait_ms,
+                           struct lock_grant *g)
 {
     int64_t deadline = clock_now_us() + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
     struct lock_step st;
     lock_step_init(&st);
     st.side = side;
+    st.rw = rw;
+    if (readers) {
+        st.readers = readers;
+        snprintf(st.nreaders, sizeof(st.nreaders), "%d", n);
+    }
     for (;;) {
         try_step(s, key, deadline, &st);
         lock_status res;
@@ -598,7 +618,13 @@ static lock_status acquire(struct lock_session *s, const char *key, lock_side si
 lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
                          struct lock_grant *g)
 {
-    return acquire(s, key, LOCK_EXCLUSIVE, wait_ms, g);
+    return acquire(s, key, LOCK_EXCLUSIVE, NULL, NULL, 0, wait_ms, g);
+}
+
+lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const char *rw,
+                                 int wait_ms, struct lock_grant *g)
+{
+    return acquire(s, key, LOCK_EXCLUSIVE, rw, NULL, 0, wait_ms, g);
 }
 
 /* ---- the read-write lock: the same steps, with a side ------------------------ */
@@ -615,7 +641,18 @@ lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side s
         bump(&s->lock->counters.errors);
         return LOCK_ERROR;
     }
-    return acquire(s, key, side, wait_ms, g);
+    return acquire(s, key, side, NULL, NULL, 0, wait_ms, g);
+}
+
+lock_status lock_rw_write_over(struct lock_session *s, const char *key,
+                               const char *readers, int n, int wait_ms,
+                               struct lock_grant *g)
+{
+    if (!lock_rw_supported(s->lock)) {
+        bump(&s->lock->counters.errors);
+        return LOCK_ERROR;
+    }
+    return acquire(s, key, LOCK_WRITE, NULL, readers, n, wait_ms, g);
 }
 
 int lock_rw_try_step(struct lock_session *s, const char *key, lock_side side, int wait_ms,

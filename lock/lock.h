@@ -56,6 +56,8 @@ struct lock_grant {
     int contended;          /* 1 when the first attempt found it taken */
     void *holder;           /* backend-private (watchdog entry, redlock nodes, ...) */
     lock_side side;         /* what it holds; its release lets go of that */
+    const char *rw;         /* the read-write lock an exclusive grant reads
+                               (lock_step_read_of), NULL: none; borrowed */
 };
 
 /* zk: what a waiting contender watches. */
@@ -272,6 +274,12 @@ struct lock_step {
     int async;            /* done elsewhere: lock_step_start (see above) */
     void *job;            /* the mode's, while one is started */
     lock_side side;       /* what the acquire takes (lock_rw_try_step) */
+    /* An exclusive lock that is also a reader of a read-write lock
+     * (lock_step_read_of), or a write side that waits for such locks
+     * (lock_rw_write_over); kept by lock_step_clear. */
+    const char *rw;      /* the read-write lock's key; NULL: none */
+    const char *readers; /* write side: the readers' prefix; NULL: none */
+    char nreaders[12];   /* and how many ("<readers>0".."<readers>N-1") */
 };
 
 /* The lock nodes of l's mode (redlock; lock_config's, borrowed), their
@@ -281,6 +289,19 @@ int lock_nodes(const struct lock *l, const struct rconn_addr **nodes,
                const char **password, int *timeout_ms);
 /* Begins an acquire in st. */
 void lock_step_init(struct lock_step *st);
+/* As lock_acquire, the lock a reader of the read-write lock rw as
+ * lock_step_read_of says; lock_release lets go of both. */
+lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const char *rw,
+                                 int wait_ms, struct lock_grant *g);
+/* Makes the exclusive lock st acquires a reader of the read-write lock rw
+ * (redis; other modes ignore it): its grant also waits while a writer of rw
+ * holds it or waits for it (LOCK_BUSY, polling: st->retry_us), and its
+ * release hands the lock to no waiter while one does (they poll too). The
+ * write side counts such a lock as a reader only when told its name
+ * (lock_rw_write_over). rw is borrowed until the release is over: st keeps
+ * it through lock_try_step, the grant names it, and lock_release_step takes
+ * it from there. The plain lock's and rw's keys are in one slot. */
+void lock_step_read_of(struct lock_step *st, const char *rw);
 /* Fills st with an attempt on key that waits (in the lock's queue, or by
  * polling) while wait_ms (>= 0) is left. Returns 1. */
 int lock_try_step(struct lock_session *s, const char *key, int wait_ms,
@@ -374,6 +395,14 @@ int lock_rw_supported(const struct lock *l);
  * once for a mode without a read-write lock or side LOCK_EXCLUSIVE. */
 lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side side,
                             int wait_ms, struct lock_grant *g);
+
+/* As lock_rw_acquire's write side, which also waits until none of the
+ * exclusive locks "<readers>0".."<readers>N-1" (n of them) is held: the
+ * readers that take the read side with their own grant (lock_step_read_of).
+ * redis; other modes take the write side alone. */
+lock_status lock_rw_write_over(struct lock_session *s, const char *key,
+                               const char *readers, int n, int wait_ms,
+                               struct lock_grant *g);
 
 /* As lock_try_step, for side of key: the attempt of a read-write lock, then
  * lock_step_answer and lock_try_done as for the plain lock (it polls: a

@@ -113,25 +113,36 @@ static void redis_session_free(void *session)
 
 /* ---- acquire / release ---------------------------------------------------- */
 
-/* The acquire script's arguments for key (see lock/lua/redis_acquire.lua):
- * its keys written to bufs, the wait and the queue entry the caller's. */
-static void acquire_argv(struct redis_session *s, const char *key, char bufs[3][KEY_MAX],
-                         const char *wait_arg, const char *entry, const char *argv[10])
+/* The keys of rw, the read-write lock that a plain lock reads (lock.h
+ * lock_step_read_of), behind the script's own keys at k: the hash and the
+ * writer's intent (its name in buf). Returns how many: 0 without rw. */
+static int read_of_keys(const char *rw, char *buf, const char **k)
 {
+    if (!rw)
+        return 0;
+    snprintf(buf, KEY_MAX, "%s:writer", rw);
+    k[0] = rw;
+    k[1] = buf;
+    return 2;
+}
+
+/* The acquire script's arguments for key (see lock/lua/redis_acquire.lua):
+ * its keys written to st->buf, the wait and the queue entry the caller's;
+ * with st->rw the read-write lock's two keys too. Returns the keys' count. */
+static int acquire_argv(struct redis_session *s, const char *key, struct lock_step *st)
+{
+    char(*bufs)[KEY_MAX] = st->buf;
     lock_fence_key(key, bufs[0], KEY_MAX);
     snprintf(bufs[1], KEY_MAX, "%s:queue", key);
     snprintf(bufs[2], KEY_MAX, "%s:grant:%s", key, s->owner);
-    const char *v[] = {key,
-                       bufs[0],
-                       bufs[1],
-                       bufs[2],
-                       s->owner,
-                       s->st->ttl_arg,
-                       s->st->fencing ? "1" : "0",
-                       wait_arg,
-                       entry,
-                       redis_lease_find(s, key) ? "1" : "0"};
-    memcpy(argv, v, sizeof(v));
+    const char **a = st->argv;
+    const char *k[] = {key, bufs[0], bufs[1], bufs[2]};
+    memcpy(a, k, sizeof(k));
+    int nkeys = 4 + read_of_keys(st->rw, bufs[3], a + 4);
+    const char *v[] = {s->owner, s->st->ttl_arg, s->st->fencing ? "1" : "0",
+                       st->wait, st->entry,      redis_lease_find(s, key) ? "1" : "0"};
+    memcpy(a + nkeys, v, sizeof(v));
+    return nkeys;
 }
 
 /* Reads the acquire script's answer r: *kind (1 granted, 2 re-entered, 0
@@ -151,21 +162,25 @@ static int acquire_answer(const redisReply *r, long long *kind, long long *value
     return 1;
 }
 
-/* The release script's arguments for key and g, in bufs (3 x KEY_MAX). */
-static void release_argv(struct redis_session *s, const char *key,
-                         const struct lock_grant *g, char bufs[3][KEY_MAX],
-                         const char *argv[7])
+/* The release script's arguments for key and g, in st->buf and st->argv;
+ * with st->rw the read-write lock's two keys too. Returns the keys' count. */
+static int release_argv(struct redis_session *s, const char *key,
+                        const struct lock_grant *g, struct lock_step *st)
 {
+    char(*bufs)[KEY_MAX] = st->buf;
     lock_fence_key(key, bufs[0], KEY_MAX);
     snprintf(bufs[1], KEY_MAX, "%s:queue", key);
     snprintf(bufs[2], KEY_MAX, "%s:grant:", key);
-    argv[0] = key;
-    argv[1] = bufs[0];
-    argv[2] = bufs[1];
-    argv[3] = g->token;
-    argv[4] = s->st->ttl_arg;
-    argv[5] = s->st->fencing ? "1" : "0";
-    argv[6] = bufs[2];
+    const char **a = st->argv;
+    a[0] = key;
+    a[1] = bufs[0];
+    a[2] = bufs[1];
+    int nkeys = 3 + read_of_keys(st->rw, bufs[3], a + 3);
+    a[nkeys] = g->token;
+    a[nkeys + 1] = s->st->ttl_arg;
+    a[nkeys + 2] = s->st->fencing ? "1" : "0";
+    a[nkeys + 3] = bufs[2];
+    return nkeys;
 }
 
 /* ---- steps ---------------------------------------------------------------- */
@@ -178,9 +193,9 @@ static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
         rwlock_redis_try_cmd(session, key, st);
         return;
     }
-    acquire_argv(session, key, st->buf, st->wait, st->entry, st->argv);
+    int nkeys = acquire_argv(session, key, st);
     st->cmd[0] = (struct rcmd){
-        .script = &acquire_script, .nkeys = 4, .argc = 10, .argv = st->argv};
+        .script = &acquire_script, .nkeys = nkeys, .argc = nkeys + 6, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
     st->last = 1;
@@ -205,8 +220,9 @@ static void redis_step_answer(void *session, const char *key, struct lock_step *
     memset(&st->grant, 0, sizeof(st->grant));
     if (!acquire_answer(r, &kind, &value, st->entry, sizeof(st->entry))) {
         st->res = LOCK_ERROR;
-    } else if (kind == 0) {
+    } else if (kind <= 0) { /* -1: free, but a writer of st->rw is there */
         st->pttl_ms = value;
+        st->val[0] = kind;
         st->res = LOCK_BUSY;
     } else {
         redis_grant_fill(session, key, kind == 2, value, st->start_us, &st->grant);
@@ -245,6 +261,8 @@ static lock_status redis_try_done(void *session, const char *key, struct lock_st
         return rwlock_redis_try_done(session, st, g);
     if (st->res == LOCK_ACQUIRED)
         *g = st->grant;
+    else if (st->res == LOCK_BUSY && st->val[0] < 0) /* a writer: poll till it is done */
+        st->retry_us = lock_step_backoff(st, RW_POLL_FIRST_US, RW_POLL_MAX_US, NULL);
     return st->res;
 }
 
@@ -275,6 +293,10 @@ static lock_status redis_handoff_answer(void *session, const char *key,
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[1]->type != REDIS_REPLY_STRING)
         return LOCK_BUSY;
+    if (strcmp(r->element[1]->str, "w") == 0) { /* woken for a writer, not granted */
+        st->entry[0] = '\0';                    /* the release took it off the queue */
+        return LOCK_BUSY;
+    }
     /* A grant handed over cannot predate the attempt that queued: its lease
      * counts from that attempt's start. */
     redis_grant_fill(session, key, 0, atoll(r->element[1]->str), st->start_us, g);
@@ -290,9 +312,9 @@ static void redis_release_cmd(void *session, const char *key, struct lock_grant 
         rwlock_redis_release_cmd(session, key, g, st);
         return;
     }
-    release_argv(session, key, g, st->buf, st->argv);
-    st->cmd[0] =
-        (struct rcmd){.script = &release_script, .nkeys = 3, .argc = 7, .argv = st->argv};
+    int nkeys = release_argv(session, key, g, st);
+    st->cmd[0] = (struct rcmd){
+        .script = &release_script, .nkeys = nkeys, .argc = nkeys + 4, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
     st->phase = REDIS_PHASE_RELEASE;

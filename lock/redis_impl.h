@@ -23,6 +23,11 @@ struct redis_session {
     char owner[33];
 };
 
+/* A wait that polls, for a writer (the read-write lock's, or its intent that
+ * keeps a reader's plain lock out): a pause from 1 ms, doubling, to 20 ms. */
+#define RW_POLL_FIRST_US 1000
+#define RW_POLL_MAX_US 20000
+
 /* The phases of the steps (lock_step.phase). */
 enum { REDIS_PHASE_TRY, REDIS_PHASE_RELEASE, REDIS_PHASE_LEAVE };
 

@@ -39,10 +39,6 @@ static struct rscript write_script = /* lock/lua/rw_write_acquire.lua */
 static struct rscript release_script = /* lock/lua/rw_release.lua */
     RSCRIPT_INIT("rw_release", lua_lock_rw_release);
 
-/* A waiting attempt's pause: from 1 ms, doubling, to POLL_MAX_US. */
-#define POLL_FIRST_US 1000
-#define POLL_MAX_US 20000
-
 int rwlock_redis_read_args(void *session, const char *key, struct lock_rw_args *a)
 {
     struct redis_session *s = session;
@@ -71,8 +67,13 @@ void rwlock_redis_try_cmd(struct redis_session *s, const char *key, struct lock_
         st->argv[4] = s->st->ttl_arg;
         st->argv[5] = s->st->fencing ? "1" : "0";
         st->argv[6] = st->wait;
+        int argc = 7;
+        if (st->readers) { /* the plain locks that read it (lock_rw_write_over) */
+            st->argv[argc++] = st->readers;
+            st->argv[argc++] = st->nreaders;
+        }
         st->cmd[0] = (struct rcmd){
-            .script = &write_script, .nkeys = 3, .argc = 7, .argv = st->argv};
+            .script = &write_script, .nkeys = 3, .argc = argc, .argv = st->argv};
     }
     st->node[0] = -1;
     st->ncmd = 1;
@@ -111,7 +112,7 @@ lock_status rwlock_redis_try_done(struct redis_session *s, struct lock_step *st,
     if (st->res == LOCK_ACQUIRED)
         *g = st->grant;
     else if (st->res == LOCK_BUSY) /* lock.c bounds it by the wait left */
-        st->retry_us = lock_step_backoff(st, POLL_FIRST_US, POLL_MAX_US, NULL);
+        st->retry_us = lock_step_backoff(st, RW_POLL_FIRST_US, RW_POLL_MAX_US, NULL);
     return st->res;
 }
 

@@ -116,6 +116,31 @@ before=$(state "$ONE" q)
 out=$(patch "$ONE" q "{\"ends_at\":\"$(rfc $((now + 60)))\",\"add\":5}")
 expect "q: ends_at before starts_at is a 400" "400 bad_request" "$(code_of "$out") $(jq -r .error <<<"${out#* }")"
 expect "q: ... and nothing changed, the add neither" "$before" "$(state "$ONE" q)"
+# ---- the write side waits for the holds in progress ----------------------------------
+# slow's holds last 2 s (--work-us: the orders' work, under the segment's lock). A change
+# sent while one is in progress is granted its write side only once that hold is over,
+# so its answer already counts the hold's order; made without waiting (the read side not
+# taken with the segment's lock), it answers within milliseconds, the order not placed.
+start_instance slow "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 1 --work-us 2000000
+SLOW=$STARTED_URL
+expect "PUT pw, one segment" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$SLOW/skus/pw" \
+    -d '{"stock":10,"segments":1}')"
+held() { [[ $(redis-cli -p "$rport" EXISTS 'sk:{pw}:lock:0') == 1 ]]; }
+it_order "$SLOW" pw h1 1 >"$dir/pw-order" &
+opid=$!
+# Slack: the order reaches its hold in milliseconds; 5 s for a busy machine. The hold
+# then lasts 2 s, far longer than the PATCH needs to reach Redis.
+check "slow: a hold of pw's segment in progress" wait_until 5 held
+t0=$(date +%s%N)
+out=$(patch "$ONE" pw '{"add":5}')
+took_ms=$((($(date +%s%N) - t0) / 1000000))
+wait "$opid"
+echo "# pw: the change took ${took_ms} ms (what was left of the hold's 2 s, and its poll)"
+expect "pw: the order of the hold is placed" 201 "$(cut -d' ' -f1 "$dir/pw-order")"
+expect "pw: the change waited for the hold (${took_ms} ms): its answer counts the order" \
+    "200 1 14" "$(code_of "$out") $(jq -r '"\(.sold) \(.remaining)"' <<<"${out#* }")"
+expect "pw: the audit balances" true "$(curl -s "$ONE/skus/pw/audit" | jq .consistent)"
+
 for sku_url in "p $ONE" "pa $ATOM"; do
     read -r sku url <<<"$sku_url"
     expect "$sku: the audit balances at the end" true "$(curl -s "$url/skus/$sku/audit" | jq .consistent)"

@@ -2,7 +2,8 @@
  * read-write lock", lock/rwlock_redis.c) against a real redis-server:
  * readers share, a writer excludes both sides, a waiting writer keeps new
  * readers out, reentrancy, leases that run out, the writer's fencing token,
- * and the read side taken inside a caller's own script. */
+ * the read side taken inside a caller's own script, and plain locks that are
+ * readers (a SKU's segment locks: lock_step_read_of, lock_rw_write_over). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -475,6 +476,115 @@ static void test_read_side_in_own_script(void **state)
     test_sessions_close(&p);
 }
 
+/* ---- plain locks that are readers (lock_step_read_of: the segment holds) --- */
+
+#define SEG_RW "{seg}:lock:rw"
+#define SEG_PREFIX "{seg}:lock:"
+
+/* A segment's lock taken with the SKU's read side excludes the writer that
+ * counts it (lock_rw_write_over); the writer's hold keeps new segment grants
+ * out; a plain lock that is no reader is not refused. */
+static void test_segment_locks_are_readers(void **state)
+{
+    (void)state;
+    struct test_sessions p;
+    open_sessions(&p, SEG_RW, 5000, 3);
+    test_lock_key_del(admin, SEG_PREFIX "0");
+    test_lock_key_del(admin, SEG_PREFIX "1");
+    struct lock_grant a, b, w;
+    expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, &a), LOCK_ACQUIRED,
+           "segment 0's lock");
+    expect(lock_rw_write_over(p.s[1], SEG_RW, SEG_PREFIX, 2, 0, &w), LOCK_BUSY,
+           "the writer while segment 0 is held");
+    expect(lock_rw_acquire(p.s[1], SEG_RW, LOCK_WRITE, 0, &w), LOCK_ACQUIRED,
+           "a writer that counts no segment (the hash alone is free)");
+    expect(lock_release(p.s[1], SEG_RW, &w), LOCK_RELEASED, "its release");
+    expect(lock_release(p.s[0], SEG_PREFIX "0", &a), LOCK_RELEASED,
+           "segment 0's release");
+    expect(lock_rw_write_over(p.s[1], SEG_RW, SEG_PREFIX, 2, 0, &w), LOCK_ACQUIRED,
+           "the writer once no segment is held");
+    assert_true(w.fence > 0);
+    expect(lock_acquire_read_of(p.s[2], SEG_PREFIX "1", SEG_RW, 0, &b), LOCK_BUSY,
+           "segment 1's lock while the writer holds");
+    assert_int_equal(admin_integer("EXISTS %s", SEG_PREFIX "1"), 0); /* nothing taken */
+    expect(lock_acquire(p.s[2], SEG_PREFIX "1", 0, &b), LOCK_ACQUIRED,
+           "the same lock taken as no reader");
+    expect(lock_release(p.s[2], SEG_PREFIX "1", &b), LOCK_RELEASED, "its release");
+    expect(lock_release(p.s[1], SEG_RW, &w), LOCK_RELEASED, "the writer's release");
+    expect(lock_acquire_read_of(p.s[2], SEG_PREFIX "1", SEG_RW, 0, &b), LOCK_ACQUIRED,
+           "segment 1's lock once the writer is done");
+    expect(lock_release(p.s[2], SEG_PREFIX "1", &b), LOCK_RELEASED, "its release");
+    test_sessions_close(&p);
+}
+
+/* A segment's waiter, queued for its hand-off. */
+struct seg_waiter {
+    struct lock_session *s;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+    atomic_int done;
+};
+
+static void *seg_waiter_run(void *arg)
+{
+    struct seg_waiter *sw = arg;
+    sw->res = lock_acquire_read_of(sw->s, SEG_PREFIX "0", SEG_RW, 10000, &sw->g);
+    sw->acquired_us = clock_now_us();
+    sw->done = 1;
+    return NULL;
+}
+
+static void *writer_over_run(void *arg)
+{
+    struct waiting_writer *w = arg;
+    w->res = lock_rw_write_over(w->s, w->key, SEG_PREFIX, 1, 10000, &w->g);
+    w->acquired_us = clock_now_us();
+    return NULL;
+}
+
+static int queued(void *arg)
+{
+    (void)arg;
+    return admin_integer("LLEN %s", SEG_PREFIX "0:queue") == 1;
+}
+
+/* Writer preference over a segment's queue: the holder's release, with a
+ * writer waiting, hands the lock to nobody (else the queue would pass it
+ * from hold to hold while the writer waits); the woken waiter gets it once
+ * the writer is done. */
+static void test_waiting_writer_gets_in_before_queued_segment(void **state)
+{
+    (void)state;
+    struct test_sessions p;
+    open_sessions(&p, SEG_RW, 5000, 3);
+    test_lock_key_del(admin, SEG_PREFIX "0");
+    struct lock_grant a;
+    expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, &a), LOCK_ACQUIRED,
+           "segment 0's lock");
+    struct seg_waiter sw = {.s = p.s[2]};
+    pthread_t ts, tw;
+    pthread_create(&ts, NULL, seg_waiter_run, &sw);
+    assert_true(test_wait_for(queued, NULL, 5000)); /* in the queue for a hand-off */
+    struct waiting_writer w = {.s = p.s[1], .key = SEG_RW};
+    pthread_create(&tw, NULL, writer_over_run, &w);
+    assert_true(test_wait_for(intent_left, (void *)SEG_RW, 5000));
+    expect(lock_release(p.s[0], SEG_PREFIX "0", &a), LOCK_RELEASED,
+           "the holder's release");
+    pthread_join(tw, NULL);
+    expect(w.res, LOCK_ACQUIRED, "the waiting writer");
+    assert_false(sw.done); /* woken, not granted: it polls while the writer holds */
+    assert_int_equal(admin_integer("EXISTS %s", SEG_PREFIX "0"), 0);
+    int64_t released_us = clock_now_us();
+    expect(lock_release(p.s[1], SEG_RW, &w.g), LOCK_RELEASED, "the writer's release");
+    pthread_join(ts, NULL);
+    expect(sw.res, LOCK_ACQUIRED, "the segment's waiter, after the writer");
+    /* Slack: its polls come every 20 ms at most; 500 ms for a busy machine. */
+    assert_true(sw.acquired_us - released_us < 500000);
+    expect(lock_release(p.s[2], SEG_PREFIX "0", &sw.g), LOCK_RELEASED, "its release");
+    test_sessions_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -489,6 +599,8 @@ int main(void)
         cmocka_unit_test(test_watchdog_renews_both_sides),
         cmocka_unit_test(test_token_fences_a_stale_writer),
         cmocka_unit_test(test_read_side_in_own_script),
+        cmocka_unit_test(test_segment_locks_are_readers),
+        cmocka_unit_test(test_waiting_writer_gets_in_before_queued_segment),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -3,6 +3,9 @@
 -- copy, build/gen/lock/lua/redis_acquire.lua.
 -- KEYS[1] lock hash, KEYS[2] fence key (fence.lua), KEYS[3] wait queue, KEYS[4] the
 -- caller's grant list.
+-- KEYS[5], KEYS[6], when given: the hash and the writer's intent of a
+-- read-write lock (rw_read.lua) whose read side this lock is: a new grant is
+-- refused while a writer holds it or waits for it, and the caller polls.
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens,
 -- ARGV[4] ms the caller will wait (0: it will not, and leaves the queue),
 -- ARGV[5] the caller's queue entry from an earlier attempt or "", ARGV[6] "1"
@@ -16,6 +19,7 @@
 -- expiry (PEXPIRE ... GT would not do: it takes the fresh list's missing TTL
 -- for an infinite one and never sets any).
 --#include "fence.lua"
+--#include "rw_read.lua"
 -- A new grant to ARGV[1]: its entry out of the queue, one hold, a fresh lease.
 local function grant()
   if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
@@ -26,10 +30,18 @@ local function grant()
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 then
+  local writer = KEYS[6] and rw_writer_pttl(KEYS[5], KEYS[6])
+  if writer then
+    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
+    return {-1, writer, ''}
+  end
   return grant()
 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   local handed = redis.call('LPOP', KEYS[4])
+  while handed == 'w' do -- a wake for a writer (redis_release.lua), not a grant
+    handed = redis.call('LPOP', KEYS[4])
+  end
   if handed then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(handed), ''}

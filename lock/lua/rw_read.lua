@@ -75,3 +75,12 @@ end
 local function rw_read_drop(hash, owner)
   return rw_drop(hash, owner, 'r')
 end
+-- rw_writer_pttl(hash, writer): the lease left of a writer that holds the
+-- lock or waits for it (its intent), nil when there is none: what keeps a
+-- plain lock that is the read side of hash (a segment lock: redis_acquire.lua,
+-- redis_release.lua) from being granted or handed over.
+local function rw_writer_pttl(hash, writer)
+  if redis.call('EXISTS', writer) == 1 then return redis.call('PTTL', writer) end
+  if redis.call('HGET', hash, 'mode') == 'write' then return redis.call('PTTL', hash) end
+  return nil
+end
