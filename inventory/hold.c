@@ -443,7 +443,7 @@ inv_do inv_hold_start(struct inv_session *s, struct inv_hold *h,
     if (!s->lock)
         return commit_unlocked(s, h);
     lock_step_init(&h->step);
-    lock_step_read_of(&h->step, h->rwkey[0] ? h->rwkey : NULL);
+    lock_step_read_of(&h->step, h->rwkey[0] ? h->rwkey : NULL, h->reading);
     return inv_hold_attempt(s, h);
 }
 
@@ -733,6 +733,7 @@ void inv_hold_init(struct inv_hold *h, int seg)
     h->n = 0;
     h->seg = seg;
     h->layout = NULL;
+    h->reading = 0;
 }
 
 void inv_hold_drop(struct inv_session *s, struct inv_hold *h)

@@ -57,6 +57,8 @@ struct inv_hold {
     char lkey[128];
     char rwkey[128]; /* the SKU's read-write lock, whose read side a grant of
                         lkey takes (lock_step_read_of); "" on a cluster */
+    int reading;     /* the caller holds another segment of the SKU (an order of
+                        several: single.c), so a waiting writer does not refuse it */
     struct lock_grant g;
     long long stock; /* the segment's stock hash, read under the lock */
     long long back;  /* its units given back meanwhile, not folded yet (back.lua) */

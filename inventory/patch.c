@@ -102,19 +102,24 @@ static inv_status patch_run(struct inv_session *s, const char *sku,
     return st;
 }
 
-/* The SKU's segments (0 when unknown: the change finds no SKU): their locks
- * are the readers of its read-write lock (hold.c takes the read side with
- * each). The layout cache's, else meta's. */
-static int segments_of(struct inv_session *s, const char *sku, const struct sku_keys *k)
+/* The SKU's segments as meta says now (0: no such SKU, the change finds
+ * none; -1: Redis did not answer): their locks are the readers of its
+ * read-write lock (hold.c takes the read side with each). Not the layout
+ * cache's: an instance keeps a layout until a commit of its own sees the SKU
+ * reset, and a count too small would leave holds on the other segments out. */
+static int segments_of(struct inv_session *s, const struct sku_keys *k)
 {
-    struct sku_layout known;
-    if (inv_layout_get(s->inv, sku, &known) == 0)
-        return known.segments;
     redisReply *r = rconn_command(s->rc, "HGET %s segments", k->meta);
-    long long n = r && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    int n = -1;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        long long v = strtoll(r->str, NULL, 10);
+        n = v > 0 && v <= INV_MAX_SEGMENTS ? (int)v : 0;
+    } else if (r && r->type == REDIS_REPLY_NIL) {
+        n = 0;
+    }
     if (r)
         freeReplyObject(r);
-    return n > 0 && n <= INV_MAX_SEGMENTS ? (int)n : 0;
+    return n;
 }
 
 inv_status inv_sku_patch(struct inv_session *s, const char *sku,
@@ -138,9 +143,12 @@ inv_status inv_sku_patch(struct inv_session *s, const char *sku,
         return INV_UNSUPPORTED;
     struct sku_keys k;
     inv_keys_init(&k, sku, -1);
+    int segments = segments_of(s, &k);
+    if (segments < 0)
+        return INV_UNAVAILABLE; /* nothing taken, nothing changed */
     struct lock_grant g;
-    lock_status ls = lock_rw_write_over(s->lock, key, k.lock, segments_of(s, sku, &k),
-                                        PATCH_WAIT_MS, &g);
+    lock_status ls =
+        lock_rw_write_over(s->lock, key, k.lock, segments, PATCH_WAIT_MS, &g);
     if (ls == LOCK_BUSY)
         return INV_BUSY;
     if (ls != LOCK_ACQUIRED)

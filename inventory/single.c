@@ -173,6 +173,8 @@ static inv_do part_lock(struct inv_single *m, int i)
     m->state = SINGLE_LOCKING;
     m->cur = i;
     p->take = 0;
+    /* parts 0..i-1 held: a writer that waits for them must not hold i back */
+    p->h.reading = i > 0;
     return part_do(m, p,
                    inv_hold_start(m->s, &p->h, m->tv, 1, p->h.seg, 0, m->cs, on_part, p));
 }

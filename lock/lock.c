@@ -284,13 +284,15 @@ void lock_step_init(struct lock_step *st)
     st->first_us = clock_now_us();
     st->side = LOCK_EXCLUSIVE;
     st->rw = NULL;
+    st->rw_held = 0;
     st->readers = NULL;
     st->nreaders[0] = '\0';
 }
 
-void lock_step_read_of(struct lock_step *st, const char *rw)
+void lock_step_read_of(struct lock_step *st, const char *rw, int held)
 {
     st->rw = rw;
+    st->rw_held = held;
 }
 
 void lock_step_clear(struct lock_step *st, int phase)
@@ -580,18 +582,18 @@ static lock_status handoff(struct lock_session *s, const char *key, struct lock_
 }
 
 /* An acquire of side of key, waiting at most wait_ms: an exclusive lock
- * that reads the read-write lock rw (lock_step_read_of) when rw is set, a
+ * that reads the read-write lock rw (lock_step_read_of, with held) when rw is set, a
  * write side that waits for n readers "<readers>i" too (lock_rw_write_over)
  * when readers is. */
 static lock_status acquire(struct lock_session *s, const char *key, lock_side side,
-                           const char *rw, const char *readers, int n, int wait_ms,
-                           struct lock_grant *g)
+                           const char *rw, int held, const char *readers, int n,
+                           int wait_ms, struct lock_grant *g)
 {
     int64_t deadline = clock_now_us() + (int64_t)(wait_ms > 0 ? wait_ms : 0) * 1000;
     struct lock_step st;
     lock_step_init(&st);
     st.side = side;
-    st.rw = rw;
+    lock_step_read_of(&st, rw, held);
     if (readers) {
         st.readers = readers;
         snprintf(st.nreaders, sizeof(st.nreaders), "%d", n);
@@ -618,13 +620,13 @@ static lock_status acquire(struct lock_session *s, const char *key, lock_side si
 lock_status lock_acquire(struct lock_session *s, const char *key, int wait_ms,
                          struct lock_grant *g)
 {
-    return acquire(s, key, LOCK_EXCLUSIVE, NULL, NULL, 0, wait_ms, g);
+    return acquire(s, key, LOCK_EXCLUSIVE, NULL, 0, NULL, 0, wait_ms, g);
 }
 
 lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const char *rw,
-                                 int wait_ms, struct lock_grant *g)
+                                 int held, int wait_ms, struct lock_grant *g)
 {
-    return acquire(s, key, LOCK_EXCLUSIVE, rw, NULL, 0, wait_ms, g);
+    return acquire(s, key, LOCK_EXCLUSIVE, rw, held, NULL, 0, wait_ms, g);
 }
 
 /* ---- the read-write lock: the same steps, with a side ------------------------ */
@@ -641,7 +643,7 @@ lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side s
         bump(&s->lock->counters.errors);
         return LOCK_ERROR;
     }
-    return acquire(s, key, side, NULL, NULL, 0, wait_ms, g);
+    return acquire(s, key, side, NULL, 0, NULL, 0, wait_ms, g);
 }
 
 lock_status lock_rw_write_over(struct lock_session *s, const char *key,
@@ -652,7 +654,7 @@ lock_status lock_rw_write_over(struct lock_session *s, const char *key,
         bump(&s->lock->counters.errors);
         return LOCK_ERROR;
     }
-    return acquire(s, key, LOCK_WRITE, NULL, readers, n, wait_ms, g);
+    return acquire(s, key, LOCK_WRITE, NULL, 0, readers, n, wait_ms, g);
 }
 
 int lock_rw_try_step(struct lock_session *s, const char *key, lock_side side, int wait_ms,

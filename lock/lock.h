@@ -278,6 +278,7 @@ struct lock_step {
      * (lock_step_read_of), or a write side that waits for such locks
      * (lock_rw_write_over); kept by lock_step_clear. */
     const char *rw;      /* the read-write lock's key; NULL: none */
+    int rw_held;         /* the caller holds another lock that reads rw */
     const char *readers; /* write side: the readers' prefix; NULL: none */
     char nreaders[12];   /* and how many ("<readers>0".."<readers>N-1") */
 };
@@ -290,18 +291,21 @@ int lock_nodes(const struct lock *l, const struct rconn_addr **nodes,
 /* Begins an acquire in st. */
 void lock_step_init(struct lock_step *st);
 /* As lock_acquire, the lock a reader of the read-write lock rw as
- * lock_step_read_of says; lock_release lets go of both. */
+ * lock_step_read_of(rw, held) says; lock_release lets go of both. */
 lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const char *rw,
-                                 int wait_ms, struct lock_grant *g);
+                                 int held, int wait_ms, struct lock_grant *g);
 /* Makes the exclusive lock st acquires a reader of the read-write lock rw
  * (redis; other modes ignore it): its grant also waits while a writer of rw
- * holds it or waits for it (LOCK_BUSY, polling: st->retry_us), and its
+ * holds it or waits for it (LOCK_BUSY, polling: st->retry_us), unless held
+ * is set: the caller holds another lock that reads rw already (the writer
+ * waits for that one, and would wait for ever for a caller that waited for
+ * it: an order of several segments takes them one after the other); and its
  * release hands the lock to no waiter while one does (they poll too). The
  * write side counts such a lock as a reader only when told its name
  * (lock_rw_write_over). rw is borrowed until the release is over: st keeps
  * it through lock_try_step, the grant names it, and lock_release_step takes
  * it from there. The plain lock's and rw's keys are in one slot. */
-void lock_step_read_of(struct lock_step *st, const char *rw);
+void lock_step_read_of(struct lock_step *st, const char *rw, int held);
 /* Fills st with an attempt on key that waits (in the lock's queue, or by
  * polling) while wait_ms (>= 0) is left. Returns 1. */
 int lock_try_step(struct lock_session *s, const char *key, int wait_ms,

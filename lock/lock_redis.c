@@ -128,7 +128,8 @@ static int read_of_keys(const char *rw, char *buf, const char **k)
 
 /* The acquire script's arguments for key (see lock/lua/redis_acquire.lua):
  * its keys written to st->buf, the wait and the queue entry the caller's;
- * with st->rw the read-write lock's two keys too. Returns the keys' count. */
+ * with st->rw the read-write lock's two keys too (and ARGV[7], st->rw_held,
+ * which the script reads only then). Returns the keys' count. */
 static int acquire_argv(struct redis_session *s, const char *key, struct lock_step *st)
 {
     char(*bufs)[KEY_MAX] = st->buf;
@@ -139,8 +140,13 @@ static int acquire_argv(struct redis_session *s, const char *key, struct lock_st
     const char *k[] = {key, bufs[0], bufs[1], bufs[2]};
     memcpy(a, k, sizeof(k));
     int nkeys = 4 + read_of_keys(st->rw, bufs[3], a + 4);
-    const char *v[] = {s->owner, s->st->ttl_arg, s->st->fencing ? "1" : "0",
-                       st->wait, st->entry,      redis_lease_find(s, key) ? "1" : "0"};
+    const char *v[] = {s->owner,
+                       s->st->ttl_arg,
+                       s->st->fencing ? "1" : "0",
+                       st->wait,
+                       st->entry,
+                       redis_lease_find(s, key) ? "1" : "0",
+                       st->rw_held ? "1" : "0"};
     memcpy(a + nkeys, v, sizeof(v));
     return nkeys;
 }
@@ -195,7 +201,7 @@ static void redis_try_cmd(void *session, const char *key, struct lock_step *st)
     }
     int nkeys = acquire_argv(session, key, st);
     st->cmd[0] = (struct rcmd){
-        .script = &acquire_script, .nkeys = nkeys, .argc = nkeys + 6, .argv = st->argv};
+        .script = &acquire_script, .nkeys = nkeys, .argc = nkeys + 7, .argv = st->argv};
     st->node[0] = -1;
     st->ncmd = 1;
     st->last = 1;

@@ -141,6 +141,35 @@ expect "pw: the change waited for the hold (${took_ms} ms): its answer counts th
     "200 1 14" "$(code_of "$out") $(jq -r '"\(.sold) \(.remaining)"' <<<"${out#* }")"
 expect "pw: the audit balances" true "$(curl -s "$ONE/skus/pw/audit" | jq .consistent)"
 
+# ---- an order of several segments is not held back by the writer that waits for it -----
+# multi (--wait-ms 3000) sells pm: 2 segments of 2 units; an order of 3 takes segment 0's
+# lock, then waits for segment 1's, which the test holds (a hold of another process,
+# written into Redis). A change comes and waits for segment 0; the test lets segment 1
+# go. The order's next attempt (at its deadline: nobody hands the lock over) must get
+# segment 1 although a writer waits: the writer waits for the order's segment 0, so
+# refusing the order would leave both waiting until the order gave up (503 busy).
+start_instance multi "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 2 --wait-ms 3000
+MULTI=$STARTED_URL
+expect "PUT pm, 2 segments of 2" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+    "$MULTI/skus/pm" -d '{"stock":4,"segments":2,"per_user_limit":3}')"
+redis-cli -p "$rport" HSET 'sk:{pm}:lock:1' someone-else 1 >/dev/null
+redis-cli -p "$rport" PEXPIRE 'sk:{pm}:lock:1' 60000 >/dev/null
+it_order "$MULTI" pm m1 3 >"$dir/pm-order" &
+opid=$!
+queued() { [[ $(redis-cli -p "$rport" LLEN 'sk:{pm}:lock:1:queue') -ge 1 ]]; }
+# Slack: the order takes segment 0 and queues for 1 in milliseconds; 5 s for a busy
+# machine (segment 1 stays held until the test lets it go).
+check "pm: the order holds segment 0 and waits for segment 1" wait_until 5 queued
+patch "$ONE" pm '{"add":2}' >"$dir/pm-patch" &
+ppid=$!
+intent() { [[ $(redis-cli -p "$rport" EXISTS 'sk:{pm}:lock:rw:writer') == 1 ]]; }
+check "pm: the change waits (its intent is there)" wait_until 5 intent
+redis-cli -p "$rport" DEL 'sk:{pm}:lock:1' >/dev/null
+wait "$opid" "$ppid"
+expect "pm: the order of 3 over both segments is placed" 201 "$(cut -d' ' -f1 "$dir/pm-order")"
+expect "pm: the change comes after it: 3 sold, 1 + 2 left" "200 3 3" \
+    "$(read -r c b <"$dir/pm-patch"; echo "$c $(jq -r '"\(.sold) \(.remaining)"' <<<"$b")")"
+
 for sku_url in "p $ONE" "pa $ATOM"; do
     read -r sku url <<<"$sku_url"
     expect "$sku: the audit balances at the end" true "$(curl -s "$url/skus/$sku/audit" | jq .consistent)"

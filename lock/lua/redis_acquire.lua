@@ -4,15 +4,25 @@
 -- KEYS[1] lock hash, KEYS[2] fence key (fence.lua), KEYS[3] wait queue, KEYS[4] the
 -- caller's grant list.
 -- KEYS[5], KEYS[6], when given: the hash and the writer's intent of a
--- read-write lock (rw_read.lua) whose read side this lock is: a new grant is
--- refused while a writer holds it or waits for it, and the caller polls.
+-- read-write lock (rw_read.lua) whose read side this lock is: while a writer
+-- holds it or waits for it, an attempt is refused (a free key, a re-entry, a
+-- taken key: the caller polls; only a grant a release handed over is picked
+-- up), unless ARGV[7] is "1": the caller holds another lock that reads it (an
+-- order of several segments, whose next part the writer waits for anyway).
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] "1" to take fencing tokens,
 -- ARGV[4] ms the caller will wait (0: it will not, and leaves the queue),
 -- ARGV[5] the caller's queue entry from an earlier attempt or "", ARGV[6] "1"
--- when the caller's session holds a grant of the key (re-entry).
+-- when the caller's session holds a grant of the key (re-entry), ARGV[7]
+-- (with KEYS[5]) as above.
 -- Returns {1, fence, ""} for a new grant (also one handed over earlier, whose
 -- lease then starts again: it counts from the pick-up), {2, fence, ""} when
--- the owner re-entered, {0, holder's PTTL, queue entry} when taken.
+-- the owner re-entered, {0, holder's PTTL, queue entry} when taken, {-1,
+-- the writer's PTTL, ""} when a writer of KEYS[5] holds or waits (out of the
+-- queue: no release hands it over while the writer is there).
+-- The caller's grant list holds nothing of use but a grant handed over with
+-- the key: whenever the key is not the caller's, what is in it is stale (a
+-- grant whose lease ran out, a wake "w" that came after its wait) and is
+-- dropped before the caller queues or polls, so that no later wait pops it.
 -- A grant leaves in the queue any entry of ARGV[1]'s other than ARGV[5] (one
 -- that a failed attempt left): the release script skips those. The queue lives
 -- until its latest deadline plus a lease: a new entry only ever extends its
@@ -29,15 +39,8 @@ local function grant()
   return {1, 0, ''}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 then
-  local writer = KEYS[6] and rw_writer_pttl(KEYS[5], KEYS[6])
-  if writer then
-    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
-    return {-1, writer, ''}
-  end
-  return grant()
-end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+local mine = pttl ~= -2 and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+if mine then
   local handed = redis.call('LPOP', KEYS[4])
   while handed == 'w' do -- a wake for a writer (redis_release.lua), not a grant
     handed = redis.call('LPOP', KEYS[4])
@@ -46,6 +49,19 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return {1, tonumber(handed), ''}
   end
+end
+if KEYS[6] and ARGV[7] ~= '1' then
+  local writer = rw_writer_pttl(KEYS[5], KEYS[6])
+  if writer then
+    if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
+    if not mine then redis.call('DEL', KEYS[4]) end
+    return {-1, writer, ''}
+  end
+end
+if pttl == -2 then
+  return grant()
+end
+if mine then
   if ARGV[6] ~= '1' then
     -- ours, but the session keeps no grant of it: a release lost with
     -- Redis (crash, timeout). A new grant, not a re-entry.
@@ -63,6 +79,7 @@ if ARGV[4] == '0' then
   if entry ~= '' then redis.call('LREM', KEYS[3], 1, entry) end
   entry = ''
 elseif entry == '' then
+  redis.call('DEL', KEYS[4]) -- stale (above): this wait pops only what comes for it
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   entry = (now + tonumber(ARGV[4])) .. ':' .. ARGV[1]
