@@ -481,6 +481,14 @@ static void test_read_side_in_own_script(void **state)
 #define SEG_RW "{seg}:lock:rw"
 #define SEG_PREFIX "{seg}:lock:"
 
+/* open_sessions on the SKU's read-write lock, its two segment locks free. */
+static void open_seg_sessions(struct test_sessions *p, int n)
+{
+    open_sessions(p, SEG_RW, 5000, n);
+    test_lock_key_del(admin, SEG_PREFIX "0");
+    test_lock_key_del(admin, SEG_PREFIX "1");
+}
+
 /* A segment's lock taken with the SKU's read side excludes the writer that
  * counts it (lock_rw_write_over); the writer's hold keeps new segment grants
  * out; a plain lock that is no reader is not refused. */
@@ -488,9 +496,7 @@ static void test_segment_locks_are_readers(void **state)
 {
     (void)state;
     struct test_sessions p;
-    open_sessions(&p, SEG_RW, 5000, 3);
-    test_lock_key_del(admin, SEG_PREFIX "0");
-    test_lock_key_del(admin, SEG_PREFIX "1");
+    open_seg_sessions(&p, 3);
     struct lock_grant a, b, w;
     expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, 0, &a), LOCK_ACQUIRED,
            "segment 0's lock");
@@ -557,8 +563,7 @@ static void test_waiting_writer_gets_in_before_queued_segment(void **state)
 {
     (void)state;
     struct test_sessions p;
-    open_sessions(&p, SEG_RW, 5000, 3);
-    test_lock_key_del(admin, SEG_PREFIX "0");
+    open_seg_sessions(&p, 3);
     struct lock_grant a;
     expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, 0, &a), LOCK_ACQUIRED,
            "segment 0's lock");
@@ -659,9 +664,7 @@ static void test_held_reader_takes_next_segment(void **state)
 {
     (void)state;
     struct test_sessions p;
-    open_sessions(&p, SEG_RW, 5000, 2);
-    test_lock_key_del(admin, SEG_PREFIX "0");
-    test_lock_key_del(admin, SEG_PREFIX "1");
+    open_seg_sessions(&p, 2);
     struct lock_grant a, b;
     expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, 0, &a), LOCK_ACQUIRED,
            "segment 0's lock");
