@@ -295,8 +295,9 @@ void lock_step_init(struct lock_step *st);
 lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const char *rw,
                                  int held, int wait_ms, struct lock_grant *g);
 /* Makes the exclusive lock st acquires a reader of the read-write lock rw
- * (redis; other modes ignore it): its grant also waits while a writer of rw
- * holds it or waits for it (LOCK_BUSY, polling: st->retry_us), unless held
+ * (redis, pg; other modes ignore it): its grant also waits while a writer of
+ * rw holds it or waits for it (redis: LOCK_BUSY, polling: st->retry_us; pg:
+ * asleep until the writer's release NOTIFYs its key), unless held
  * is set: the caller holds another lock that reads rw already (the writer
  * waits for that one, and would wait for ever for a caller that waited for
  * it: an order of several segments takes them one after the other); and its
@@ -403,7 +404,8 @@ lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side s
 /* As lock_rw_acquire's write side, which also waits until none of the
  * exclusive locks "<readers>0".."<readers>N-1" (n of them) is held: the
  * readers that take the read side with their own grant (lock_step_read_of).
- * redis; other modes take the write side alone. */
+ * redis (the write side polls) and pg (it marks their rows, and a release of
+ * one wakes it); other modes take the write side alone. */
 lock_status lock_rw_write_over(struct lock_session *s, const char *key,
                                const char *readers, int n, int wait_ms,
                                struct lock_grant *g);

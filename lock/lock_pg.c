@@ -65,6 +65,17 @@
  * for its own read like any other (no upgrade). The writer's token is the
  * version; a read grant has none.
  *
+ * Plain locks as readers (lock_step_read_of, lock_rw_write_over): a plain
+ * lock that reads a read-write lock is refused while its own row carries a
+ * writer's mark (writer_until), and the write side over such readers marks
+ * their rows in its attempt, which it grants only when none of them is held
+ * (pg_sql.c, over): both write the reader's row, so its row lock orders
+ * them, with no statement more on the reader's path. The writer's job is
+ * woken by its readers' releases (their keys' notifications) as well as its
+ * own key's; a reader kept out sleeps until the writer's release NOTIFYs its
+ * key, or its mark runs out. A reader that holds another reader of the same
+ * lock already (held) is not refused: the writer waits for it anyway.
+ *
  * Steps for an event loop (lock.h: st->async), done on the caller's own
  * loop: a lock_session's first step gives it the two asynchronous connections
  * of that loop's base (pg/apg.h), shared by every session on the loop, one for
@@ -115,19 +126,18 @@
 /* ---- answers ---------------------------------------------------------------- */
 
 /* What an acquire's answer says. */
-enum pg_try { PG_TRY_GRANTED, PG_TRY_TAKEN, PG_TRY_NO_ROW, PG_TRY_FAILED };
+enum pg_try { PG_TRY_GRANTED, PG_TRY_TAKEN, PG_TRY_NO_ROW, PG_TRY_SCHEMA, PG_TRY_FAILED };
 
 /* Reads the answer r of an attempt (pg_sql.h, acquire): GRANTED with
  * *version; TAKEN with *left_ms, the holder's lease left on the database's
- * clock (-1: unknown); NO_ROW (the key has no row yet); FAILED (an error: a
- * missing table is remembered in *ready, to be made again). */
-static enum pg_try try_read(_Atomic int *ready, const PGresult *r, uint64_t *version,
-                            long long *left_ms)
+ * clock (-1: unknown); NO_ROW (the key has no row yet); SCHEMA (a table or
+ * a column is missing: to be made again); FAILED (any other error). */
+static enum pg_try try_read(const PGresult *r, uint64_t *version, long long *left_ms)
 {
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 || PQnfields(r) != 3) {
         const char *code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        if (code && strcmp(code, "42P01") == 0) /* undefined_table */
-            atomic_store(ready, 0);
+        if (code && (strcmp(code, "42P01") == 0 || strcmp(code, "42703") == 0))
+            return PG_TRY_SCHEMA; /* undefined_table, undefined_column */
         return PG_TRY_FAILED;
     }
     if (!PQgetisnull(r, 0, 0)) {
@@ -174,12 +184,16 @@ struct pg_job {
     char token[33];
     char version[24]; /* a release's */
     lock_side side;   /* an acquire's, or the released hold's: its statements */
+    int reads;        /* a plain lock that reads a read-write lock (pg_sql_reading) */
+    char *readers;    /* a write side's readers' prefix (pg_sql_over), NULL: none */
+    char nreaders[12]; /* and their count */
     char intent[16];  /* a write attempt's intent lease, ms (pg_sql.h) */
     uint64_t granted; /* the version an acquire got */
     int64_t sent_us;  /* when the last attempt left: the lease counts from it */
     int64_t deadline_us;
     int release; /* a release, not an acquire */
     int contended, inserted;
+    int remade;   /* an attempt found a table or a column missing: made again */
     int notified; /* the key was notified while the attempt was in flight */
     int asleep;   /* counted in watch_waiters */
     struct event *timer;
@@ -199,6 +213,7 @@ static void job_put(struct pg_job *j)
     if (j->timer)
         event_free(j->timer);
     free(j->key);
+    free(j->readers);
     free(j);
 }
 
@@ -217,17 +232,28 @@ static void ignore(void *arg, apg_outcome res, PGresult *r)
     (void)arg, (void)res, (void)r;
 }
 
-/* Sends the owner-checked release of side of key's row held by token (and a
- * writer's intent), unwaited, on the loop's connection (nothing when NULL, or
- * closing). 1 when sent. */
-static int let_go(struct pg_loop *loop, const char *key, const char *token,
-                  lock_side side)
+/* The statements of j's attempts and of its hold. */
+static const struct pg_sql *job_sql(const struct pg_job *j)
+{
+    return j->reads ? pg_sql_reading() : j->readers ? pg_sql_over() : pg_sql_of(j->side);
+}
+
+/* Sends sql's owner-checked let_go of key's row held by token (and a
+ * writer's intent; readers, n: its readers' marks), unwaited, on the loop's
+ * connection (nothing when NULL, or closing). 1 when sent. */
+static int let_go(struct pg_loop *loop, const struct pg_sql *sql, const char *key,
+                  const char *token, const char *readers, const char *n)
 {
     if (!loop || loop->closing)
         return 0;
-    const char *params[] = {key, token};
-    return apg_query(loop->aconn, ignore, NULL, pg_sql_of(side)->let_go, 2, params) ==
+    const char *params[] = {key, token, readers, n};
+    return apg_query(loop->aconn, ignore, NULL, sql->let_go, 2 + 2 * sql->segs, params) ==
            APG_OK;
+}
+
+static int job_let_go(struct pg_job *j)
+{
+    return let_go(j->loop, job_sql(j), j->key, j->token, j->readers, j->nreaders);
 }
 
 /* The table flag of side's table. */
@@ -264,7 +290,7 @@ static void finish(struct pg_job *j, lock_status res)
     if (!release && j->token[0] &&
         ((j->cancelled && res == LOCK_ACQUIRED) ||
          (j->side == LOCK_WRITE && res != LOCK_ACQUIRED)))
-        let_go(j->loop, j->key, j->token, j->side);
+        job_let_go(j);
 }
 
 static void on_table(void *arg, apg_outcome res, PGresult *r)
@@ -294,17 +320,22 @@ static void attempt(struct pg_job *j)
 {
     struct pg_loop *lp = j->loop;
     struct pg_state *st = lp->st;
-    const struct pg_sql *sql = pg_sql_of(j->side);
+    const struct pg_sql *sql = job_sql(j);
     j->phase = PJ_TRY;
     j->notified = 0;
     _Atomic int *ready = table_ready(st, j->side);
     if (!atomic_load(ready))
         apg_query(lp->aconn, on_table, ready, sql->table, 0, NULL);
+    if (sql->segs && !atomic_load(&st->table_ready)) /* the readers' table too */
+        apg_query(lp->aconn, on_table, &st->table_ready, pg_sql_of(LOCK_EXCLUSIVE)->table,
+                  0, NULL);
     j->sent_us = clock_now_us();
     snprintf(j->intent, sizeof(j->intent), "%lld", (long long)intent_ms(j, j->sent_us));
-    const char *params[] = {j->key, j->token, st->ttl_text, j->intent};
+    const char *params[] = {j->key,    j->token,   st->ttl_text,
+                            j->intent, j->readers, j->nreaders};
     if (j->inserted == 1) {
-        apg_query(lp->aconn, ignore, NULL, sql->row, 1, params);
+        const char *row[] = {j->key, j->readers, j->nreaders};
+        apg_query(lp->aconn, ignore, NULL, sql->row, 1 + 2 * sql->segs, row);
         j->inserted = 2;
     }
     j->refs++;
@@ -339,20 +370,26 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
     struct pg_job *j = arg;
     uint64_t version = 0;
     long long left_ms = -1;
-    _Atomic int *ready = table_ready(j->loop->st, j->side);
-    enum pg_try t =
-        res == APG_RESULT ? try_read(ready, r, &version, &left_ms) : PG_TRY_FAILED;
+    struct pg_state *st = j->loop->st;
+    enum pg_try t = res == APG_RESULT ? try_read(r, &version, &left_ms) : PG_TRY_FAILED;
+    if (t == PG_TRY_SCHEMA) { /* both tables made again (each statement is idempotent) */
+        atomic_store(&st->table_ready, 0);
+        atomic_store(&st->rw_table_ready, 0);
+    }
     if (j->phase != PJ_TRY) { /* over meanwhile (given up): nobody takes it */
         if (t == PG_TRY_GRANTED || res == APG_LOST || j->side == LOCK_WRITE)
-            let_go(j->loop, j->key, j->token, j->side);
+            job_let_go(j);
     } else if (t == PG_TRY_GRANTED) {
         j->granted = version;
         finish(j, LOCK_ACQUIRED);
     } else if (res == APG_LOST) { /* it may have taken the row: let go */
         finish(j, LOCK_ERROR);
-        let_go(j->loop, j->key, j->token, j->side);
+        job_let_go(j);
     } else if (t == PG_TRY_NO_ROW && !j->inserted) {
         j->inserted = 1;
+        attempt(j);
+    } else if (t == PG_TRY_SCHEMA && !j->remade) { /* once more, behind the tables */
+        j->remade = 1;
         attempt(j);
     } else if (t != PG_TRY_TAKEN) {
         finish(j, LOCK_ERROR);
@@ -361,7 +398,7 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
         if (clock_now_us() >= j->deadline_us) {
             finish(j, LOCK_BUSY);
         } else if (j->notified) { /* released after our snapshot, maybe */
-            lock_count_wakeup(j->loop->st->counters);
+            lock_count_wakeup(st->counters);
             attempt(j);
         } else {
             sleep_job(j, left_ms);
@@ -400,6 +437,19 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
         attempt(j);
 }
 
+/* key is one of the readers a write side j waits for: "<prefix><i>". */
+static int reader_of(const struct pg_job *j, const char *key)
+{
+    if (!j->readers)
+        return 0;
+    size_t n = strlen(j->readers);
+    if (strncmp(key, j->readers, n) != 0 || !key[n])
+        return 0;
+    char *end;
+    long i = strtol(key + n, &end, 10);
+    return !*end && i >= 0 && i < atol(j->nreaders);
+}
+
 /* A notification (key: its payload), or the listener LISTENing again or lost
  * (key NULL): the key's waiters try again, those in flight once more after
  * a "taken"; those that waited for the listener make their first attempt. */
@@ -417,7 +467,7 @@ static void on_notify(void *arg, const char *channel, const char *payload)
     struct pg_job **woken = xcalloc((size_t)n, sizeof(*woken));
     n = 0;
     for (struct pg_job *j = lp->jobs; j; j = j->next) {
-        if (key && strcmp(j->key, key) != 0)
+        if (key && strcmp(j->key, key) != 0 && !reader_of(j, key))
             continue;
         j->refs++;
         woken[n++] = j;
@@ -492,7 +542,8 @@ static lock_status release_in_memory(struct pg_session *s, const char *key,
     if (pg_hold_leave(h, g->side) > 0)
         return alive ? LOCK_RELEASED : LOCK_NOT_HELD;
     lock_status res = LOCK_NOT_HELD;
-    if (alive && send && let_go(s->loop, h->key, h->token, h->side))
+    if (alive && send &&
+        let_go(s->loop, pg_hold_sql(h), h->key, h->token, h->readers, h->nreaders))
         res = LOCK_RELEASED;
     pg_hold_free(h); /* else its lease runs out, not renewed any more */
     return res;
@@ -534,6 +585,13 @@ static void pg_step_start(void *session, const char *key, struct lock_step *st,
     st->job = j;
     j->release = st->phase == PHASE_RELEASE;
     j->side = j->release ? ((struct pg_hold *)st->g->holder)->side : st->side;
+    if (!j->release && st->side == LOCK_EXCLUSIVE)
+        j->reads = st->rw && !st->rw_held; /* else held: the writer waits for it anyway */
+    if (!j->release && st->side == LOCK_WRITE && st->readers) {
+        j->readers = xstrdup(st->readers);
+        snprintf(j->nreaders, sizeof(j->nreaders), "%s", st->nreaders);
+        j->inserted = 1; /* the readers' rows first: a mark needs its row */
+    }
     int on = conns_on(s, base);
     j->loop = s->loop; /* on a failure another loop's: only finish() and take() use it */
     if (!on) {
@@ -547,10 +605,11 @@ static void pg_step_start(void *session, const char *key, struct lock_step *st,
         snprintf(j->token, sizeof(j->token), "%s", h->token);
         snprintf(j->version, sizeof(j->version), "%" PRIu64, h->version);
         pg_hold_releasing(s->st, h);
-        const char *params[] = {j->key, j->token, j->version};
+        const char *params[] = {j->key, j->token, j->version, h->readers, h->nreaders};
         j->refs++;
-        const char *sql = pg_sql_of(h->side)->release;
-        if (apg_query(j->loop->aconn, released, j, sql, 3, params) != APG_OK) {
+        const struct pg_sql *sql = pg_hold_sql(h);
+        if (apg_query(j->loop->aconn, released, j, sql->release, 3 + 2 * sql->segs,
+                      params) != APG_OK) {
             j->refs--;
             finish(j, LOCK_ERROR);
         }
@@ -596,6 +655,8 @@ static lock_status pg_try_done(void *session, const char *key, struct lock_step 
     if (finished && res == LOCK_ACQUIRED) {
         struct pg_hold *h =
             pg_hold_new(s, key, st->side, j->token, j->granted, j->sent_us);
+        if (j->readers)
+            pg_hold_readers(h, j->readers, j->nreaders);
         pg_grant_fill(s->st, h, st->side, j->contended, g);
     }
     st->contended |= j->contended;
@@ -612,7 +673,7 @@ static void pg_step_cancel(void *session, struct lock_step *st)
         j->finished && j->res == LOCK_ACQUIRED && j->phase == PJ_DONE && j->granted > 0;
     take(j); /* an answer still to come is let go when it grants */
     if (granted)
-        let_go(j->loop, j->key, j->token, j->side);
+        job_let_go(j);
     job_put(j);
 }
 

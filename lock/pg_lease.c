@@ -79,6 +79,17 @@ struct pg_hold *pg_hold_new(struct pg_session *s, const char *key, lock_side sid
     return h;
 }
 
+void pg_hold_readers(struct pg_hold *h, const char *prefix, const char *n)
+{
+    h->readers = xstrdup(prefix);
+    snprintf(h->nreaders, sizeof(h->nreaders), "%s", n);
+}
+
+const struct pg_sql *pg_hold_sql(const struct pg_hold *h)
+{
+    return h->readers ? pg_sql_over() : pg_sql_of(h->side);
+}
+
 void pg_hold_free(struct pg_hold *h)
 {
     struct pg_state *st = h->owner->st;
@@ -97,6 +108,7 @@ void pg_hold_free(struct pg_hold *h)
     }
     pthread_mutex_unlock(&st->mu);
     free(h->key);
+    free(h->readers);
     free(h);
 }
 
@@ -211,8 +223,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     struct pg_state *st = arg;
     struct {
-        char key[256], token[33], version[24];
-        lock_side side;
+        char key[256], token[33], version[24], readers[256], nreaders[12];
+        const struct pg_sql *sql;
     } due[PG_RENEW_MAX];
     struct pg_renewal *rns[PG_RENEW_MAX];
     int n = 0, lost = 0;
@@ -223,14 +235,18 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         if (h->renewing || h->releasing || h->valid_until_us <= now ||
             now - h->renewed_us < period ||
             now - h->acquired_us >= (int64_t)st->max_lease_ms * 1000 ||
-            strlen(h->key) >= sizeof(due[n].key))
+            strlen(h->key) >= sizeof(due[n].key) ||
+            (h->readers && strlen(h->readers) >= sizeof(due[n].readers)))
             continue;
         h->renewing = 1;
         h->renewed_us = now;
         snprintf(due[n].key, sizeof(due[n].key), "%s", h->key);
         snprintf(due[n].token, sizeof(due[n].token), "%s", h->token);
         snprintf(due[n].version, sizeof(due[n].version), "%" PRIu64, h->version);
-        due[n].side = h->side;
+        due[n].sql = pg_hold_sql(h);
+        snprintf(due[n].readers, sizeof(due[n].readers), "%s",
+                 h->readers ? h->readers : "");
+        snprintf(due[n].nreaders, sizeof(due[n].nreaders), "%s", h->nreaders);
         rns[n] = xcalloc(1, sizeof(*rns[n]));
         rns[n]->st = st;
         rns[n]->sent_us = now;
@@ -241,11 +257,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     while (lost-- > 0)
         lock_count_lost(st->counters);
     for (int i = 0; i < n; i++) {
-        const char *params[] = {due[i].key, due[i].token, due[i].version, st->ttl_text};
-        /* an owner- and version-checked extension of a lease not run out:
-         * a row answered, renewed; none, lost */
-        const char *sql = pg_sql_of(due[i].side)->renew;
-        if (apg_query(st->wd_conn, on_renewed, rns[i], sql, 4, params) != APG_OK)
+        const char *params[] = {due[i].key,   due[i].token,   due[i].version,
+                                st->ttl_text, due[i].readers, due[i].nreaders};
+        /* an owner- and version-checked extension of a lease not run out
+         * (and of its readers' marks): a row answered, renewed; none, lost */
+        const struct pg_sql *sql = due[i].sql;
+        if (apg_query(st->wd_conn, on_renewed, rns[i], sql->renew, 4 + 2 * sql->segs,
+                      params) != APG_OK)
             on_renewed(rns[i], APG_NOT_SENT, NULL); /* again at the next tick */
     }
 }

@@ -33,6 +33,8 @@ struct pg_hold {
     int depth;    /* grants not yet released (session thread only) */
     int reads;    /* a write hold's read grants (session thread only) */
     lock_side side; /* its row's table and what it holds there (pg_sql.h) */
+    char *readers;  /* a write side's readers' prefix (pg_sql_over), NULL: none */
+    char nreaders[12]; /* and their count */
     int detached; /* found lost by an acquire that made a new hold */
     /* under st->mu: */
     int64_t valid_until_us; /* the lease as known here; 0: lost */
@@ -81,6 +83,11 @@ int pg_hold_grants(const struct pg_hold *h);
  * sent at sent_us; on the watchdog's list. */
 struct pg_hold *pg_hold_new(struct pg_session *s, const char *key, lock_side side,
                             const char *token, uint64_t version, int64_t sent_us);
+/* h is a write side over the readers "<prefix>0".."<prefix>(n - 1)": its
+ * release and renewals mark them too (pg_sql_over). */
+void pg_hold_readers(struct pg_hold *h, const char *prefix, const char *n);
+/* The statements of h's release and renewals. */
+const struct pg_sql *pg_hold_sql(const struct pg_hold *h);
 /* Off its lists and freed; its lease runs out, not renewed any more. */
 void pg_hold_free(struct pg_hold *h);
 /* 1 while h's lease is known valid; a lease found run out while held is

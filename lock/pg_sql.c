@@ -31,7 +31,17 @@
  *   (unless another writer's is live) for a short lease each attempt
  *   renews: new readers are refused while it lives (writer preference).
  * A release, and a writer's intent let go, NOTIFY the key as the plain
- * lock's release does, waking readers and writers alike. */
+ * lock's release does, waking readers and writers alike.
+ *
+ * Plain locks that are readers of a read-write lock (a SKU's segment locks,
+ * lock_step_read_of) keep the read side in their own row: seckill_locks has
+ * writer_until, added where an older build made the table without it. A
+ * write side over them (lock_rw_write_over: over, below) marks their rows,
+ * and such a lock's attempt (reader) is refused while its row's mark runs.
+ * The mark is on the reader's own row, not in the read-write lock's: a
+ * reader's UPDATE that read another table could miss a writer that
+ * committed after its snapshot (write skew under READ COMMITTED); two
+ * UPDATEs of one row cannot. */
 #include "pg_sql.h"
 
 #include "pg_lease.h" /* PG_CHANNEL */
@@ -42,10 +52,32 @@
 #define MS "* interval '1 millisecond'"
 #define NOTIFY "RETURNING pg_notify('" PG_CHANNEL "', key)"
 
+/* The plain lock's table, and its writer_until where a table made before it
+ * has none (a column nothing of an older build names): one statement, which
+ * takes no lock on a table that has the column. */
+#define PLAIN_TABLE                                                                      \
+    "DO $d$ BEGIN CREATE TABLE IF NOT EXISTS seckill_locks (key text PRIMARY KEY, "      \
+    "owner text, expires_at timestamptz, version bigint NOT NULL DEFAULT 0, "            \
+    "writer_until timestamptz); "                                                        \
+    "IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "                        \
+    "'seckill_locks'::regclass AND attname = 'writer_until' AND NOT attisdropped) "      \
+    "THEN ALTER TABLE seckill_locks ADD COLUMN IF NOT EXISTS writer_until timestamptz; " \
+    "END IF; END $d$"
+#define PLAIN_ROW "INSERT INTO seckill_locks (key) VALUES ($1) ON CONFLICT DO NOTHING"
+#define PLAIN_RELEASE                                                                    \
+    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "                          \
+    "WHERE key = $1 AND owner = $2 AND version = $3::bigint " NOTIFY
+#define PLAIN_LET_GO                                                                     \
+    "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "                          \
+    "WHERE key = $1 AND owner = $2 " NOTIFY
+#define PLAIN_RENEW                                                                      \
+    "UPDATE seckill_locks SET expires_at = now() + $4::int " MS " "                      \
+    "WHERE key = $1 AND owner = $2 AND version = $3::bigint "                            \
+    "AND expires_at >= now() RETURNING version"
+
 static const struct pg_sql plain = {
-    .table = "CREATE TABLE IF NOT EXISTS seckill_locks (key text PRIMARY KEY, "
-             "owner text, expires_at timestamptz, version bigint NOT NULL DEFAULT 0)",
-    .row = "INSERT INTO seckill_locks (key) VALUES ($1) ON CONFLICT DO NOTHING",
+    .table = PLAIN_TABLE,
+    .row = PLAIN_ROW,
     .acquire =
         "WITH prev AS (SELECT owner, expires_at FROM seckill_locks WHERE key = $1), "
         "got AS (UPDATE seckill_locks SET owner = $2, "
@@ -57,13 +89,39 @@ static const struct pg_sql plain = {
         "(SELECT ceil(extract(epoch FROM expires_at - now()) * 1000)::bigint "
         "FROM prev WHERE owner IS NOT NULL)",
     .nparams = 3,
-    .release = "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-               "WHERE key = $1 AND owner = $2 AND version = $3::bigint " NOTIFY,
-    .let_go = "UPDATE seckill_locks SET owner = NULL, expires_at = NULL "
-              "WHERE key = $1 AND owner = $2 " NOTIFY,
-    .renew = "UPDATE seckill_locks SET expires_at = now() + $4::int " MS " "
-             "WHERE key = $1 AND owner = $2 AND version = $3::bigint "
-             "AND expires_at >= now() RETURNING version",
+    .release = PLAIN_RELEASE,
+    .let_go = PLAIN_LET_GO,
+    .renew = PLAIN_RENEW,
+};
+
+/* The plain lock as a reader of a read-write lock (lock_step_read_of): also
+ * refused while its row's writer_until runs, which a writer that waits for
+ * it or holds sets (over, below) in the same row: the writer's statement and
+ * this one are ordered by the row's lock, and whichever comes second reads
+ * the first one's row (READ COMMITTED reads an UPDATE's condition again on
+ * the row a concurrent one left). Its own earlier try's grant (owner = $2)
+ * is its already. */
+static const struct pg_sql reader = {
+    .table = PLAIN_TABLE,
+    .row = PLAIN_ROW,
+    .acquire =
+        "WITH prev AS (SELECT owner, expires_at, writer_until FROM seckill_locks "
+        "WHERE key = $1), "
+        "got AS (UPDATE seckill_locks SET owner = $2, "
+        "expires_at = now() + $3::int " MS ", "
+        "version = greatest(version + 1, " CLOCK_US ") "
+        "WHERE key = $1 AND (owner IS NULL OR expires_at < now() OR owner = $2) "
+        "AND (writer_until IS NULL OR writer_until < now() OR owner = $2) "
+        "RETURNING version) "
+        "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
+        "(SELECT ceil(extract(epoch FROM greatest("
+        "CASE WHEN owner IS NOT NULL THEN expires_at END, "
+        "CASE WHEN writer_until >= now() THEN writer_until END) - now()) * 1000)::bigint "
+        "FROM prev)",
+    .nparams = 3,
+    .release = PLAIN_RELEASE,
+    .let_go = PLAIN_LET_GO,
+    .renew = PLAIN_RENEW,
 };
 
 #define RW_TABLE                                                                         \
@@ -73,6 +131,8 @@ static const struct pg_sql plain = {
 #define RW_ROW "INSERT INTO seckill_rwlocks (key) VALUES ($1) ON CONFLICT DO NOTHING"
 /* A reader's lease still runs (e: a member of readers). */
 #define LIVE "(e.v)::bigint >= " NOW_US
+/* A plain lock's row is held. */
+#define HELD "owner IS NOT NULL AND expires_at >= now()"
 
 static const struct pg_sql read_side = {
     .table = RW_TABLE,
@@ -142,7 +202,122 @@ static const struct pg_sql write_side = {
              "AND writer_expires >= now() RETURNING version",
 };
 
+/* The plain locks "<$p>0".."<$p>($n - 1)": the readers a write side counts. */
+#define SEGS(p, n)                                                                       \
+    "(SELECT " p "::text || i FROM generate_series(0, " n "::int - 1) AS i)"
+#define NOTIFY_KEY(t) "pg_notify('" PG_CHANNEL "', " t "key)"
+/* What a writer's release leaves on its readers' rows (rel: the released
+ * row): another writer's intent, or nothing. */
+#define MARK_LEFT                                                                        \
+    "(SELECT CASE WHEN intent IS NOT NULL AND intent_expires >= now() "                  \
+    "THEN intent_expires END FROM rel)"
+
+/* The write side over readers that are plain locks (lock_rw_write_over):
+ * the write side's statements, each also on the readers' rows, which it
+ * locks after the key's row (every statement here takes them in that order,
+ * a reader only its own row: no deadlock). An attempt locks the readers'
+ * rows, is granted only when none is held, and marks them (writer_until)
+ * for its lease when granted, for its intent when it waits: a reader's
+ * attempt is refused while the mark runs (reader, above). The watchdog's
+ * renewal moves the marks on with the lease; a release takes them off (to
+ * another writer's intent, when one waits) and NOTIFYs each reader's key; a
+ * writer that ends without its grant leaves them to run out with its intent
+ * (another writer's may have raised them). */
+static const struct pg_sql over = {
+    .table = RW_TABLE,
+    .row = "WITH r AS (INSERT INTO seckill_locks (key) SELECT k FROM " SEGS(
+        "$2", "$3") " AS s(k) ON CONFLICT DO NOTHING) " RW_ROW,
+    .acquire =
+        "WITH prev AS (SELECT writer_expires, readers FROM seckill_rwlocks "
+        "WHERE key = $1 FOR UPDATE), "
+        "lk AS (SELECT count(*) FILTER (WHERE " HELD ") AS busy, "
+        "max(expires_at) FILTER (WHERE " HELD ") AS until FROM "
+        "(SELECT owner, expires_at FROM seckill_locks WHERE key IN " SEGS(
+            "$5",
+            "$6") " AND EXISTS (SELECT 1 FROM prev) ORDER BY key FOR UPDATE) AS s), "
+                  "got AS (UPDATE seckill_rwlocks SET writer = $2, "
+                  "writer_expires = now() + $3::int " MS ", "
+                  "version = greatest(version + 1, " CLOCK_US "), readers = '{}', "
+                  "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
+                  "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires "
+                  "END "
+                  "WHERE key = $1 AND (writer IS NULL OR writer_expires < now() OR "
+                  "writer = $2) "
+                  "AND NOT EXISTS (SELECT 1 FROM jsonb_each(readers) AS e(k, v) "
+                  "WHERE " LIVE ") "
+                  "AND (SELECT busy FROM lk) = 0 RETURNING version), "
+                  "wait AS (UPDATE seckill_rwlocks SET intent = $2, "
+                  "intent_expires = now() + $4::int " MS " "
+                  "WHERE key = $1 AND $4::int > 0 AND NOT EXISTS (SELECT 1 FROM got) "
+                  "AND (intent IS NULL OR intent_expires < now() OR intent = $2) "
+                  "RETURNING 1), "
+                  "marks AS (UPDATE seckill_locks SET writer_until = "
+                  "greatest(writer_until, now() + "
+                  "CASE WHEN EXISTS (SELECT 1 FROM got) THEN $3::int ELSE $4::int END " MS
+                  ") "
+                  "WHERE key IN " SEGS(
+                      "$5",
+                      "$6") " AND EXISTS (SELECT 1 FROM prev) "
+                            "AND (EXISTS (SELECT 1 FROM got) OR $4::int > 0) RETURNING "
+                            "1) "
+                            "SELECT (SELECT version FROM got), (SELECT count(*) FROM "
+                            "prev), "
+                            "(SELECT ceil(greatest("
+                            "CASE WHEN writer_expires >= now() "
+                            "THEN extract(epoch FROM writer_expires - now()) * 1000 END, "
+                            "(SELECT max((e.v)::bigint) - " NOW_US
+                            " FROM jsonb_each(readers) AS e(k, v) "
+                            "WHERE " LIVE ") / 1000.0, "
+                            "(SELECT extract(epoch FROM until - now()) * 1000 FROM "
+                            "lk)))::bigint FROM prev)",
+    .nparams = 6,
+    .release =
+        "WITH rel AS (UPDATE seckill_rwlocks SET writer = NULL, writer_expires = NULL "
+        "WHERE key = $1 AND writer = $2 AND version = $3::bigint "
+        "RETURNING key, intent, intent_expires, " NOTIFY_KEY(
+            "") "), "
+                "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
+                "WHERE key IN " SEGS("$4", "$5") " AND EXISTS (SELECT 1 FROM rel) "
+                                                 "RETURNING " NOTIFY_KEY(
+                                                     "") ") "
+                                                         "SELECT 1 FROM rel",
+    .let_go =
+        "WITH rel AS (UPDATE seckill_rwlocks AS t SET "
+        "writer = CASE WHEN t.writer = $2 THEN NULL ELSE t.writer END, "
+        "writer_expires = CASE WHEN t.writer = $2 THEN NULL ELSE t.writer_expires END, "
+        "intent = CASE WHEN t.intent = $2 THEN NULL ELSE t.intent END, "
+        "intent_expires = CASE WHEN t.intent = $2 THEN NULL ELSE t.intent_expires END "
+        "FROM (SELECT writer AS was FROM seckill_rwlocks WHERE key = $1 FOR UPDATE) AS o "
+        "WHERE t.key = $1 AND (t.writer = $2 OR t.intent = $2) "
+        "RETURNING o.was, t.key, t.intent, t.intent_expires, " NOTIFY_KEY(
+            "t.") "), "
+                  "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
+                  "WHERE key IN " SEGS("$3", "$4") " AND (SELECT was FROM rel) = $2 "
+                                                   "RETURNING " NOTIFY_KEY(
+                                                       "") ") "
+                                                           "SELECT 1 FROM rel",
+    .renew =
+        "WITH rn AS (UPDATE seckill_rwlocks SET writer_expires = now() + $4::int " MS " "
+        "WHERE key = $1 AND writer = $2 AND version = $3::bigint "
+        "AND writer_expires >= now() RETURNING version, writer_expires), "
+        "mk AS (UPDATE seckill_locks SET writer_until = greatest(writer_until, "
+        "(SELECT writer_expires FROM rn)) WHERE key IN " SEGS(
+            "$5", "$6") " AND EXISTS (SELECT 1 FROM rn)) "
+                        "SELECT version FROM rn",
+    .segs = 1,
+};
+
 const struct pg_sql *pg_sql_of(lock_side side)
 {
     return side == LOCK_READ ? &read_side : side == LOCK_WRITE ? &write_side : &plain;
+}
+
+const struct pg_sql *pg_sql_reading(void)
+{
+    return &reader;
+}
+
+const struct pg_sql *pg_sql_over(void)
+{
+    return &over;
 }

@@ -33,9 +33,19 @@ struct pg_sql {
     /* The watchdog's renewal of a lease not run out: $1 key, $2 owner, $3
      * version, $4 the lease in ms; a row when renewed. */
     const char *renew;
+    /* 1: every statement but table takes two more parameters, last: the
+     * readers' prefix and their count (lock_rw_write_over); row takes $1
+     * key, $2 prefix, $3 count. */
+    int segs;
 };
 
 /* The statements of side (LOCK_EXCLUSIVE: the plain lock). */
 const struct pg_sql *pg_sql_of(lock_side side);
+/* The plain lock's, as a reader of a read-write lock (lock_step_read_of):
+ * refused while a writer's mark on its row runs. */
+const struct pg_sql *pg_sql_reading(void);
+/* The write side's, over plain locks that are its readers
+ * (lock_rw_write_over): segs. */
+const struct pg_sql *pg_sql_over(void);
 
 #endif

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration: PATCH /skus/{sku}, a merchant's change of a live sale (issue 49), on one
 # Redis in the redis lock mode (two instances, "one" and "two") and in the atomic mode
-# ("atom", its own SKU: modes that guard the stock differently must not share one).
+# ("atom", its own SKU: modes that guard the stock differently must not share one), and
+# in the pg lock mode for the write side's wait ("pgslow", "pgone").
 # - Refusals: a body that is not an object, no field, an unknown field, add or
 #   withdraw not an integer in 1..10^9, paused not a boolean, ends_at not RFC 3339 or
 #   null, ends_at not after starts_at: 400; an unknown SKU: 404. Nothing changes.
@@ -17,7 +18,7 @@
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-it_begin patch redis-server redis-cli curl jq
+it_begin patch redis-server redis-cli curl jq psql pg_isready initdb
 
 start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
 rport=$STARTED_PORT
@@ -117,29 +118,49 @@ out=$(patch "$ONE" q "{\"ends_at\":\"$(rfc $((now + 60)))\",\"add\":5}")
 expect "q: ends_at before starts_at is a 400" "400 bad_request" "$(code_of "$out") $(jq -r .error <<<"${out#* }")"
 expect "q: ... and nothing changed, the add neither" "$before" "$(state "$ONE" q)"
 # ---- the write side waits for the holds in progress ----------------------------------
-# slow's holds last 2 s (--work-us: the orders' work, under the segment's lock). A change
-# sent while one is in progress is granted its write side only once that hold is over,
-# so its answer already counts the hold's order; made without waiting (the read side not
-# taken with the segment's lock), it answers within milliseconds, the order not placed.
+# A slow instance's holds last 2 s (--work-us: the orders' work, under the segment's
+# lock). A change sent while one is in progress is granted its write side only once that
+# hold is over, so its answer already counts the hold's order; made without waiting (the
+# read side not taken with the segment's lock), it answers within milliseconds, the
+# order not placed.
+# change_during_hold SKU HOLDER CHANGER HELD: a hold of SKU's one segment at HOLDER
+# (HELD says when it is in progress), a change of SKU sent to CHANGER meanwhile
+change_during_hold() {
+    local sku=$1 holder=$2 changer=$3 held=$4 opid out t0 took_ms
+    expect "PUT $sku, one segment" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+        "$holder/skus/$sku" -d '{"stock":10,"segments":1}')"
+    it_order "$holder" "$sku" h1 1 >"$dir/$sku-order" &
+    opid=$!
+    # Slack: the order reaches its hold in milliseconds; 5 s for a busy machine. The
+    # hold then lasts 2 s, far longer than the PATCH needs to reach the lock.
+    check "$sku: a hold of its segment in progress" wait_until 5 "$held"
+    t0=$(date +%s%N)
+    out=$(patch "$changer" "$sku" '{"add":5}')
+    took_ms=$((($(date +%s%N) - t0) / 1000000))
+    wait "$opid"
+    echo "# $sku: the change took ${took_ms} ms (what was left of the hold's 2 s)"
+    expect "$sku: the order of the hold is placed" 201 "$(cut -d' ' -f1 "$dir/$sku-order")"
+    expect "$sku: the change waited for the hold (${took_ms} ms): its answer counts the order" \
+        "200 1 14" "$(code_of "$out") $(jq -r '"\(.sold) \(.remaining)"' <<<"${out#* }")"
+    expect "$sku: the audit balances" true "$(curl -s "$changer/skus/$sku/audit" | jq .consistent)"
+}
 start_instance slow "$dir" --redis "127.0.0.1:$rport" --lock redis --segments 1 --work-us 2000000
-SLOW=$STARTED_URL
-expect "PUT pw, one segment" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$SLOW/skus/pw" \
-    -d '{"stock":10,"segments":1}')"
 held() { [[ $(redis-cli -p "$rport" EXISTS 'sk:{pw}:lock:0') == 1 ]]; }
-it_order "$SLOW" pw h1 1 >"$dir/pw-order" &
-opid=$!
-# Slack: the order reaches its hold in milliseconds; 5 s for a busy machine. The hold
-# then lasts 2 s, far longer than the PATCH needs to reach Redis.
-check "slow: a hold of pw's segment in progress" wait_until 5 held
-t0=$(date +%s%N)
-out=$(patch "$ONE" pw '{"add":5}')
-took_ms=$((($(date +%s%N) - t0) / 1000000))
-wait "$opid"
-echo "# pw: the change took ${took_ms} ms (what was left of the hold's 2 s, and its poll)"
-expect "pw: the order of the hold is placed" 201 "$(cut -d' ' -f1 "$dir/pw-order")"
-expect "pw: the change waited for the hold (${took_ms} ms): its answer counts the order" \
-    "200 1 14" "$(code_of "$out") $(jq -r '"\(.sold) \(.remaining)"' <<<"${out#* }")"
-expect "pw: the audit balances" true "$(curl -s "$ONE/skus/pw/audit" | jq .consistent)"
+change_during_hold pw "$STARTED_URL" "$ONE" held
+
+# The same in the pg lock mode: a segment's hold is its row in seckill_locks, the change
+# marks the rows it waits for (lock/pg_sql.c, over).
+start_pg "$dir" || { echo "postgres did not start"; exit 1; }
+PG_URL=$(pg_url "$STARTED_PORT")
+start_instance pgslow "$dir" --redis "127.0.0.1:$rport" --lock pg --postgres "$PG_URL" \
+    --segments 1 --work-us 2000000
+PGSLOW=$STARTED_URL
+start_instance pgone "$dir" --redis "127.0.0.1:$rport" --lock pg --postgres "$PG_URL" --segments 1
+pg_held() {
+    [[ $(psql -X -q -tA "$PG_URL" -c "SELECT count(*) FROM seckill_locks WHERE
+        key = 'sk:{pgw}:lock:0' AND owner IS NOT NULL AND expires_at > now()") == 1 ]]
+}
+change_during_hold pgw "$PGSLOW" "$STARTED_URL" pg_held
 
 # ---- an order of several segments is not held back by the writer that waits for it -----
 # multi (--wait-ms 3000) sells pm: 2 segments of 2 units; an order of 3 takes segment 0's

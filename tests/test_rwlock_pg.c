@@ -556,11 +556,278 @@ static void test_watchdog_renews_both_sides(void **state)
     pg_lock_free(l, 1);
 }
 
+/* ---- segment locks as readers (lock_step_read_of, lock_rw_write_over) ------- */
+
+#define SEG_RW "seg:rw"
+#define SEG_PREFIX "seg:"
+
+/* 1 when key's plain row carries a writer's mark that still runs. */
+static int marked(const char *key)
+{
+    char q[256];
+    snprintf(q, sizeof(q),
+             "SELECT coalesce(writer_until >= now(), false) FROM seckill_locks "
+             "WHERE key = '%s'",
+             key);
+    return strcmp(sql(q), "t") == 0;
+}
+
+static int seg1_marked(void *arg)
+{
+    (void)arg;
+    return marked(SEG_PREFIX "1");
+}
+
+/* A segment's lock taken as a reader excludes the writer that counts it; the
+ * writer's hold keeps new segment grants out; a plain lock that is no reader
+ * is not refused; the writer's release lets them in. */
+static void test_segment_locks_are_readers(void **state)
+{
+    (void)state;
+    struct lock *l = pg_lock(5000, 1);
+    struct lock_session *a = lock_session_new(l, NULL), *w = lock_session_new(l, NULL),
+                        *b = lock_session_new(l, NULL);
+    struct lock_grant ga, gw, gb;
+    expect(lock_acquire_read_of(a, SEG_PREFIX "0", SEG_RW, 0, 0, &ga), LOCK_ACQUIRED,
+           "segment 0's lock");
+    expect(lock_rw_write_over(w, SEG_RW, SEG_PREFIX, 2, 0, &gw), LOCK_BUSY,
+           "the writer while segment 0 is held");
+    expect(lock_rw_acquire(w, SEG_RW, LOCK_WRITE, 0, &gw), LOCK_ACQUIRED,
+           "a writer that counts no segment");
+    expect(lock_release(w, SEG_RW, &gw), LOCK_RELEASED, "its release");
+    expect(lock_release(a, SEG_PREFIX "0", &ga), LOCK_RELEASED, "segment 0's release");
+    expect(lock_rw_write_over(w, SEG_RW, SEG_PREFIX, 2, 0, &gw), LOCK_ACQUIRED,
+           "the writer once no segment is held");
+    assert_true(gw.fence > 0);
+    expect(lock_acquire_read_of(b, SEG_PREFIX "1", SEG_RW, 0, 0, &gb), LOCK_BUSY,
+           "segment 1's lock while the writer holds");
+    assert_string_equal(sql("SELECT coalesce(owner, 'free') FROM seckill_locks "
+                            "WHERE key = '" SEG_PREFIX "1'"),
+                        "free"); /* nothing taken */
+    expect(lock_acquire(b, SEG_PREFIX "1", 0, &gb), LOCK_ACQUIRED,
+           "the same lock taken as no reader");
+    expect(lock_release(b, SEG_PREFIX "1", &gb), LOCK_RELEASED, "its release");
+    expect(lock_release(w, SEG_RW, &gw), LOCK_RELEASED, "the writer's release");
+    assert_false(marked(SEG_PREFIX "1"));
+    expect(lock_acquire_read_of(b, SEG_PREFIX "1", SEG_RW, 0, 0, &gb), LOCK_ACQUIRED,
+           "segment 1's lock once the writer is done");
+    expect(lock_release(b, SEG_PREFIX "1", &gb), LOCK_RELEASED, "its release");
+    lock_session_free(a);
+    lock_session_free(w);
+    lock_session_free(b);
+    pg_lock_free(l, 1);
+}
+
+/* lock_rw_write_over on its own thread. */
+struct over_writer {
+    struct lock_session *s;
+    int wait_ms;
+    pthread_t thread;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+};
+
+static void *over_writer_main(void *arg)
+{
+    struct over_writer *o = arg;
+    o->res = lock_rw_write_over(o->s, SEG_RW, SEG_PREFIX, 2, o->wait_ms, &o->g);
+    o->acquired_us = clock_now_us();
+    return NULL;
+}
+
+/* A segment reader on its own thread. */
+struct seg_reader {
+    struct lock_session *s;
+    const char *key;
+    pthread_t thread;
+    atomic_int done;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+};
+
+static void *seg_reader_main(void *arg)
+{
+    struct seg_reader *r = arg;
+    r->res = lock_acquire_read_of(r->s, r->key, SEG_RW, 0, 10000, &r->g);
+    r->acquired_us = clock_now_us();
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+/* A writer waiting for a segment's hold marks every segment: a new segment
+ * reader is refused (one that will not wait: busy; one that waits: asleep),
+ * the holder finishes, the writer gets in at its release (NOTIFY: the 10 s
+ * lease would wake it seconds later), and the waiting reader once the
+ * writer's release takes the marks off. */
+static void test_waiting_writer_keeps_segment_readers_out(void **state)
+{
+    (void)state;
+    struct lock *l = pg_lock(10000, 1);
+    struct lock_session *a = lock_session_new(l, NULL), *w = lock_session_new(l, NULL),
+                        *b = lock_session_new(l, NULL), *c = lock_session_new(l, NULL);
+    struct lock_grant ga, gb;
+    expect(lock_acquire_read_of(a, SEG_PREFIX "0", SEG_RW, 0, 0, &ga), LOCK_ACQUIRED,
+           "segment 0's lock");
+    struct over_writer o = {.s = w, .wait_ms = 10000};
+    pthread_create(&o.thread, NULL, over_writer_main, &o);
+    assert_true(test_wait_for(seg1_marked, NULL, 10000)); /* its intent, on segment 1 */
+    expect(lock_acquire_read_of(b, SEG_PREFIX "1", SEG_RW, 0, 0, &gb), LOCK_BUSY,
+           "a new reader of segment 1 while the writer waits");
+    struct seg_reader r = {.s = c, .key = SEG_PREFIX "1"};
+    pthread_create(&r.thread, NULL, seg_reader_main, &r);
+    wait_asleep(l, 2); /* the writer and the reader */
+    int64_t released_us = clock_now_us();
+    expect(lock_release(a, SEG_PREFIX "0", &ga), LOCK_RELEASED, "segment 0's release");
+    pthread_join(o.thread, NULL);
+    expect(o.res, LOCK_ACQUIRED, "the waiting writer");
+    /* Slack: woken by the release's NOTIFY; 2 s for a busy machine, well
+     * under the lease (10 s) that would wake it otherwise. */
+    assert_true(o.acquired_us - released_us < 2000000);
+    assert_false(atomic_load(&r.done)); /* still kept out while the writer holds */
+    released_us = clock_now_us();
+    expect(lock_release(w, SEG_RW, &o.g), LOCK_RELEASED, "the writer's release");
+    pthread_join(r.thread, NULL);
+    expect(r.res, LOCK_ACQUIRED, "the segment's reader, after the writer");
+    assert_true(r.acquired_us - released_us < 2000000); /* the same slack */
+    expect(lock_release(c, SEG_PREFIX "1", &r.g), LOCK_RELEASED, "its release");
+    assert_int_equal(stats_of(l).watch_waiters, 0);
+    lock_session_free(a);
+    lock_session_free(w);
+    lock_session_free(b);
+    lock_session_free(c);
+    pg_lock_free(l, 1);
+}
+
+/* An order of several segments holds one and takes the next while a writer
+ * waits for the first: the next one is not refused (held), or both would
+ * wait until the order gave up. */
+static void test_held_reader_takes_next_segment(void **state)
+{
+    (void)state;
+    struct lock *l = pg_lock(10000, 1);
+    struct lock_session *a = lock_session_new(l, NULL), *w = lock_session_new(l, NULL);
+    struct lock_grant g0, g1;
+    expect(lock_acquire_read_of(a, SEG_PREFIX "0", SEG_RW, 0, 0, &g0), LOCK_ACQUIRED,
+           "segment 0's lock");
+    struct over_writer o = {.s = w, .wait_ms = 10000};
+    pthread_create(&o.thread, NULL, over_writer_main, &o);
+    assert_true(test_wait_for(seg1_marked, NULL, 10000));
+    expect(lock_acquire_read_of(a, SEG_PREFIX "1", SEG_RW, 0, 0, &g1), LOCK_BUSY,
+           "segment 1 as a new reader while the writer waits");
+    expect(lock_acquire_read_of(a, SEG_PREFIX "1", SEG_RW, 1, 0, &g1), LOCK_ACQUIRED,
+           "segment 1 by the holder of segment 0");
+    expect(lock_release(a, SEG_PREFIX "1", &g1), LOCK_RELEASED, "segment 1's release");
+    expect(lock_release(a, SEG_PREFIX "0", &g0), LOCK_RELEASED, "segment 0's release");
+    pthread_join(o.thread, NULL);
+    expect(o.res, LOCK_ACQUIRED, "the writer, after both");
+    expect(lock_release(w, SEG_RW, &o.g), LOCK_RELEASED, "the writer's release");
+    lock_session_free(a);
+    lock_session_free(w);
+    pg_lock_free(l, 1);
+}
+
+/* The writer's marks live as long as its lease: the watchdog's renewals move
+ * them on (a hold of three leases keeps segment readers out to its end),
+ * and a writer that gives up leaves them to its intent, which runs out. */
+static void test_marks_follow_the_writers_lease(void **state)
+{
+    (void)state;
+    struct lock *l = pg_lock(600, 1);
+    struct lock_session *w = lock_session_new(l, NULL), *b = lock_session_new(l, NULL);
+    struct lock_grant gw, gb;
+    expect(lock_rw_write_over(w, SEG_RW, SEG_PREFIX, 2, 0, &gw), LOCK_ACQUIRED,
+           "the writer");
+    int64_t until = clock_now_us() + 1800000; /* three leases */
+    while (clock_now_us() < until) {
+        expect(lock_acquire_read_of(b, SEG_PREFIX "1", SEG_RW, 0, 0, &gb), LOCK_BUSY,
+               "a segment reader while the writer holds, renewed");
+        clock_sleep_us(100000); /* a probe every 100 ms; what is waited for is time */
+    }
+    assert_true(lock_valid_until_us(w, &gw) > clock_now_us());
+    expect(lock_release(w, SEG_RW, &gw), LOCK_RELEASED, "the writer's release");
+    expect(lock_acquire_read_of(b, SEG_PREFIX "1", SEG_RW, 0, 0, &gb), LOCK_ACQUIRED,
+           "a segment reader once it is released");
+    /* A writer that waits 300 ms for it and gives up: its marks run out with
+     * its intent (its wait and 100 ms), long before a lease would. */
+    expect(lock_rw_write_over(w, SEG_RW, SEG_PREFIX, 2, 300, &gw), LOCK_BUSY,
+           "a writer that gives up");
+    struct lock_grant g0;
+    struct lock_session *c = lock_session_new(l, NULL);
+    int64_t gave_up_us = clock_now_us();
+    expect(lock_acquire_read_of(c, SEG_PREFIX "0", SEG_RW, 0, 5000, &g0), LOCK_ACQUIRED,
+           "another segment's reader after it gave up");
+    /* Slack: its intent runs 100 ms past its wait; the reader sleeps until
+     * the mark's end; 1 s for a busy machine, under the lease of 600 ms x 3. */
+    assert_true(clock_now_us() - gave_up_us < 1000000);
+    expect(lock_release(c, SEG_PREFIX "0", &g0), LOCK_RELEASED, "its release");
+    expect(lock_release(b, SEG_PREFIX "1", &gb), LOCK_RELEASED, "segment 1's release");
+    lock_session_free(c);
+    lock_session_free(w);
+    lock_session_free(b);
+    pg_lock_free(l, 1);
+}
+
+/* Threads on sessions of their own (as processes are), segment readers and
+ * writers over them: a writer is never inside with a reader or a writer. */
+struct seg_mixed {
+    struct lock *lock;
+    atomic_int next, readers, writers, overlaps, failures;
+};
+
+static void *seg_mixed_worker(void *arg)
+{
+    struct seg_mixed *m = arg;
+    int me = atomic_fetch_add(&m->next, 1);
+    struct lock_session *s = lock_session_new(m->lock, NULL);
+    unsigned int seed = (unsigned int)me * 7919u + 1u;
+    for (int i = 0; i < 25; i++) {
+        struct lock_grant g;
+        char key[32];
+        int writer = rand_r(&seed) % 5 == 0;
+        snprintf(key, sizeof(key), SEG_PREFIX "%d", (int)(rand_r(&seed) % 2));
+        lock_status res = writer ? lock_rw_write_over(s, SEG_RW, SEG_PREFIX, 2, 20000, &g)
+                                 : lock_acquire_read_of(s, key, SEG_RW, 0, 20000, &g);
+        if (res != LOCK_ACQUIRED) {
+            atomic_fetch_add(&m->failures, 1);
+            continue;
+        }
+        atomic_int *mine = writer ? &m->writers : &m->readers;
+        atomic_fetch_add(mine, 1);
+        if (atomic_load(&m->writers) > (writer ? 1 : 0) ||
+            (writer && atomic_load(&m->readers) > 0))
+            atomic_fetch_add(&m->overlaps, 1);
+        clock_sleep_us(2000); /* inside: what another could overlap */
+        atomic_fetch_sub(mine, 1);
+        lock_release(s, writer ? SEG_RW : key, &g);
+    }
+    lock_session_free(s);
+    return NULL;
+}
+
+static void test_segment_load_never_overlaps(void **state)
+{
+    (void)state;
+    struct seg_mixed m = {.lock = pg_lock(5000, 1)};
+    pthread_t t[6];
+    for (int i = 0; i < 6; i++)
+        pthread_create(&t[i], NULL, seg_mixed_worker, &m);
+    for (int i = 0; i < 6; i++)
+        pthread_join(t[i], NULL);
+    printf("segments: %d overlaps, %d failures\n", atomic_load(&m.overlaps),
+           atomic_load(&m.failures));
+    assert_int_equal(atomic_load(&m.overlaps), 0);
+    assert_int_equal(atomic_load(&m.failures), 0);
+    pg_lock_free(m.lock, 1);
+}
+
 /* ---- the tables ------------------------------------------------------------------- */
 
-/* The plain lock's table as an older build made it is used as it is (the
- * read-write lock never alters it), and the read-write lock's own table is
- * made when missing, also once dropped under a running lock. */
+/* The plain lock's table as an older build made it gets the column of a
+ * writer's marks (nothing of the older build names it), also when made again
+ * under a running lock, and the read-write lock's own table is made when
+ * missing, also once dropped under a running lock. */
 static void test_tables(void **state)
 {
     (void)state;
@@ -578,7 +845,15 @@ static void test_tables(void **state)
     expect(lock_release(s, "t:plain", &p), LOCK_RELEASED, "the plain lock's release");
     assert_string_equal(sql("SELECT count(*) FROM information_schema.columns "
                             "WHERE table_name = 'seckill_locks'"),
-                        "4");
+                        "5"); /* its four, and writer_until added */
+    /* Made again as an older build made it, under the running lock: the
+     * reader's attempt that finds the column missing adds it and tries again. */
+    sql("DROP TABLE seckill_locks");
+    sql("CREATE TABLE seckill_locks (key text PRIMARY KEY, owner text, "
+        "expires_at timestamptz, version bigint NOT NULL DEFAULT 0)");
+    expect(lock_acquire_read_of(s, "t:seg0", "t:segrw", 0, 0, &p), LOCK_ACQUIRED,
+           "a segment reader on the older table");
+    expect(lock_release(s, "t:seg0", &p), LOCK_RELEASED, "its release");
     sql("DROP TABLE seckill_rwlocks");
     lock_status res = lock_rw_acquire(s, "t:rw", LOCK_WRITE, 0, &w);
     if (res == LOCK_ERROR) /* the attempt that found it gone: made again */
@@ -603,6 +878,11 @@ int main(void)
         cmocka_unit_test(test_stale_writer_is_fenced),
         cmocka_unit_test(test_stale_writer_release_touches_nothing),
         cmocka_unit_test(test_watchdog_renews_both_sides),
+        cmocka_unit_test(test_segment_locks_are_readers),
+        cmocka_unit_test(test_waiting_writer_keeps_segment_readers_out),
+        cmocka_unit_test(test_held_reader_takes_next_segment),
+        cmocka_unit_test(test_marks_follow_the_writers_lease),
+        cmocka_unit_test(test_segment_load_never_overlaps),
         cmocka_unit_test(test_tables),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
