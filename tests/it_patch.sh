@@ -14,10 +14,12 @@
 #   scripts refuse: no memory to wait for); a cancel of a pending order goes on;
 #   unpaused, orders are placed again.
 # - ends_at moved into the past ends the sale (409 sale_ended); moved on, it reopens.
+# - A change waits for a segment's hold in progress (its lock a reader of the SKU's
+#   read-write lock), in the redis mode and in the zk mode (one ZooKeeper server).
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-it_begin patch redis-server redis-cli curl jq
+it_begin patch redis-server redis-cli curl jq java
 
 start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
 rport=$STARTED_PORT
@@ -140,6 +142,35 @@ expect "pw: the order of the hold is placed" 201 "$(cut -d' ' -f1 "$dir/pw-order
 expect "pw: the change waited for the hold (${took_ms} ms): its answer counts the order" \
     "200 1 14" "$(code_of "$out") $(jq -r '"\(.sold) \(.remaining)"' <<<"${out#* }")"
 expect "pw: the audit balances" true "$(curl -s "$ONE/skus/pw/audit" | jq .consistent)"
+
+# The same in the zk mode: slowzk holds pz's one segment for 2 s, and zkb (another
+# process, its own ZooKeeper session) sends the change, whose write side waits for that
+# hold (its segment lock a reader of the SKU's read-write lock, lock/zk_steps.c).
+start_zk "$dir" 1 || { echo "zookeeper did not start (see $dir/zk-1.log)"; exit 1; }
+zk=$STARTED_NODES
+start_instance slowzk "$dir" --redis "127.0.0.1:$rport" --lock zk --zk "$zk" --segments 1 \
+    --work-us 2000000
+SLOWZK=$STARTED_URL
+start_instance zkb "$dir" --redis "127.0.0.1:$rport" --lock zk --zk "$zk" --segments 1
+ZKB=$STARTED_URL
+expect "PUT pz, one segment" 201 "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$SLOWZK/skus/pz" \
+    -d '{"stock":10,"segments":1}')"
+acquired() { curl -s "$SLOWZK/metrics" | awk '$1 == "seckill_lock_acquisitions_total" { print $2 }'; }
+a0=$(acquired)
+zk_held() { (($(acquired) > a0)); }
+it_order "$SLOWZK" pz z1 1 >"$dir/pz-order" &
+opid=$!
+# Slack as for pw: the hold is granted in milliseconds; 5 s for a busy machine.
+check "slowzk: a hold of pz's segment in progress" wait_until 5 zk_held
+t0=$(date +%s%N)
+out=$(patch "$ZKB" pz '{"add":5}')
+took_ms=$((($(date +%s%N) - t0) / 1000000))
+wait "$opid"
+echo "# pz: the change took ${took_ms} ms (what was left of the hold's 2 s, and its poll)"
+expect "pz: the order of the hold is placed" 201 "$(cut -d' ' -f1 "$dir/pz-order")"
+expect "pz: the change waited for the hold (${took_ms} ms): its answer counts the order" \
+    "200 1 14" "$(code_of "$out") $(jq -r '"\(.sold) \(.remaining)"' <<<"${out#* }")"
+expect "pz: the audit balances" true "$(curl -s "$ZKB/skus/pz/audit" | jq .consistent)"
 
 # ---- an order of several segments is not held back by the writer that waits for it -----
 # multi (--wait-ms 3000) sells pm: 2 segments of 2 units; an order of 3 takes segment 0's
