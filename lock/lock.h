@@ -295,13 +295,15 @@ void lock_step_init(struct lock_step *st);
 lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const char *rw,
                                  int held, int wait_ms, struct lock_grant *g);
 /* Makes the exclusive lock st acquires a reader of the read-write lock rw
- * (redis, pg; other modes ignore it): its grant also waits while a writer of
- * rw holds it or waits for it (redis: LOCK_BUSY, polling: st->retry_us; pg:
- * asleep until the writer's release NOTIFYs its key), unless held
+ * (redis, zk, pg; other modes ignore it): its grant also waits while a
+ * writer of rw holds it or waits for it (redis, zk: LOCK_BUSY, polling:
+ * st->retry_us; pg: asleep until the writer's release NOTIFYs its key), unless held
  * is set: the caller holds another lock that reads rw already (the writer
  * waits for that one, and would wait for ever for a caller that waited for
- * it: an order of several segments takes them one after the other); and its
- * release hands the lock to no waiter while one does (they poll too). The
+ * it: an order of several segments takes them one after the other). In
+ * redis its release hands the lock to no waiter while a writer is there
+ * (they poll too); in zk a waiter is asked once, as its node is made: one
+ * queued came before the writer, which waits for it. The
  * write side counts such a lock as a reader only when told its name
  * (lock_rw_write_over). rw is borrowed until the release is over: st keeps
  * it through lock_try_step, the grant names it, and lock_release_step takes
@@ -404,8 +406,9 @@ lock_status lock_rw_acquire(struct lock_session *s, const char *key, lock_side s
 /* As lock_rw_acquire's write side, which also waits until none of the
  * exclusive locks "<readers>0".."<readers>N-1" (n of them) is held: the
  * readers that take the read side with their own grant (lock_step_read_of).
- * redis (the write side polls) and pg (it marks their rows, and a release of
- * one wakes it); other modes take the write side alone. */
+ * redis, zk (readers younger than its waiting write node gave way to it and
+ * are not counted) and pg (it marks their rows, and a release of one wakes
+ * it); other modes take the write side alone. */
 lock_status lock_rw_write_over(struct lock_session *s, const char *key,
                                const char *readers, int n, int wait_ms,
                                struct lock_grant *g);

@@ -56,6 +56,12 @@
  * any other (no upgrade). The writer's token is its node's czxid; a read
  * grant has none.
  *
+ * Segment locks as readers (lock.h: lock_step_read_of, lock_rw_write_over):
+ * a plain lock may read a read-write lock, and a write side wait for such
+ * readers; zk_steps.c has the recipe. A re-entry of a plain lock is granted
+ * in memory without looking for a writer: the order path never re-enters a
+ * segment (one hold per segment per loop), so none is let in past a writer.
+ *
  * Session expiry: every hold of that session is lost (counted once each, in
  * leases_lost): lock_valid_until_us answers 0 and release LOCK_NOT_HELD. The
  * next acquire opens a new session (zookeeper_init again). While disconnected,
@@ -88,6 +94,10 @@
 /* The longest parent path: room for "/_c_<guid>-lock-<10 digits>" after it. */
 #define ZK_PARENT_MAX (ZK_PATH_MAX - 64)
 #define ZK_DEFAULT_SESSION_MS 3000
+/* A segment lock refused while a writer holds or waits polls (redis_impl.h's
+ * RW_POLL_*). */
+#define ZK_READ_POLL_FIRST_US 1000
+#define ZK_READ_POLL_MAX_US 20000
 
 /* One key held by one lock_session on one side (its node's kind), perhaps
  * re-entered. */
@@ -299,11 +309,20 @@ static void zk_step_start(void *session, const char *key, struct lock_step *st,
             zk_job_release(j, h->conn, h->node, h->guid);
         return;
     }
-    char parent[ZK_PATH_MAX];
-    if (key_path(key, parent, sizeof(parent)) != 0)
+    char parent[ZK_PATH_MAX], rw[ZK_PATH_MAX], readers[ZK_PATH_MAX];
+    int n = st->readers ? atoi(st->nreaders) : 0;
+    if (key_path(key, parent, sizeof(parent)) != 0 ||
+        (st->rw && st->side == LOCK_EXCLUSIVE && key_path(st->rw, rw, sizeof(rw)) != 0) ||
+        (n > 0 && (key_path(st->readers, readers, sizeof(readers)) != 0 ||
+                   strlen(readers) + 11 > ZK_PARENT_MAX))) { /* room for "<i>" */
         zk_job_end(j, LOCK_ERROR);
-    else
-        zk_job_acquire(j, parent, st->side, st->deadline_us);
+        return;
+    }
+    if (st->rw && st->side == LOCK_EXCLUSIVE)
+        zk_job_read_of(j, rw, st->rw_held);
+    if (n > 0 && st->side == LOCK_WRITE)
+        zk_job_write_over(j, readers, n);
+    zk_job_acquire(j, parent, st->side, st->deadline_us);
 }
 
 static lock_status zk_try_done(void *session, const char *key, struct lock_step *st,
@@ -322,6 +341,9 @@ static lock_status zk_try_done(void *session, const char *key, struct lock_step 
     }
     st->job = NULL;
     lock_status res = zk_job_take(j);
+    if (res == LOCK_BUSY && j->writer_seen) /* a reader kept out: polls */
+        st->retry_us =
+            lock_step_backoff(st, ZK_READ_POLL_FIRST_US, ZK_READ_POLL_MAX_US, NULL);
     if (res == LOCK_ACQUIRED) {
         struct zk_hold *h =
             hold_new(s, key, st->side, j->conn, j->czxid, j->guid, j->node);

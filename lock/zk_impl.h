@@ -18,7 +18,10 @@ enum zk_phase {
     ZS_CREATE,
     ZS_FIND,
     ZS_STAT,
+    ZS_RWCHECK,
     ZS_LIST,
+    ZS_READERS,
+    ZS_PAUSE,
     ZS_WATCH,
     ZS_WAIT,
     ZS_DELETE,
@@ -44,6 +47,19 @@ struct zk_job {
     int release;  /* a release: the delete of node (DELETE), not an acquire */
     lock_side side; /* an acquire's: which node it makes, which it waits for */
     int watching; /* w is on the conn's list */
+    /* A plain lock that reads a read-write lock (zk_job_read_of): */
+    char rw_parent[ZK_PATH_MAX]; /* the read-write lock's node; "" none */
+    int held;                    /* the caller reads it already: no look */
+    int rw_checked;              /* our node's look for a writer is done */
+    int rw_asked;                /* the looks in flight */
+    int writer_seen;             /* busy: a writer was there (it polls) */
+    /* A write side that waits for such readers (zk_job_write_over): */
+    char readers[ZK_PATH_MAX]; /* their nodes' prefix: "<readers><i>" */
+    int nreaders;
+    int asked, answered; /* READERS: requests in flight, lists answered */
+    int old_readers;     /* READERS: readers found that keep us out */
+    int readers_rc;      /* READERS: the first failure, ZOK none */
+    int64_t poll_us;     /* PAUSE: the last pause */
     struct zk_waiter w;
     char parent[ZK_PATH_MAX], guid[33], node[ZK_PATH_MAX], pred[ZK_PATH_MAX];
     int64_t czxid, deadline_us, hard_us;
@@ -60,6 +76,16 @@ struct zk_job *zk_job_new(struct zk_state *st, struct event_base *base,
                           lock_step_cb *done, void *arg);
 /* Ends j before it started, with res: done is called as after a run. */
 void zk_job_end(struct zk_job *j, lock_status res);
+/* Makes j's acquire (a plain lock) a reader of the read-write lock whose
+ * node is rw_parent: refused (busy, j->writer_seen) when a writer's node is
+ * there as ours is made; held: the caller reads it already, no look, and
+ * our node is marked as such a reader (ZK_HELD_SUFFIX). Before
+ * zk_job_acquire. */
+void zk_job_read_of(struct zk_job *j, const char *rw_parent, int held);
+/* Makes j's acquire (a write side) wait, once its turn came, until no
+ * reader "<readers><i>" (i < n, the nodes' paths) older than its node, or
+ * marked held, is there. Before zk_job_acquire. */
+void zk_job_write_over(struct zk_job *j, const char *readers, int n);
 /* Starts j as an acquire of side under parent (a fresh guid), on st's
  * current session, waiting until deadline_us (its requests get at least a
  * floor). */

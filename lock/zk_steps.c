@@ -14,12 +14,20 @@
  *   phase     in flight                       then
  *   CONNECT   nothing: a timer (not connected) PARENTS/CREATE, FIND, or LIST
  *   PARENTS   a create of a parent level      the next level, then CREATE
- *   CREATE    the create of our node          LIST (or PARENTS: parent gone;
- *                                             CONNECT: its answer lost)
+ *   CREATE    the create of our node          LIST, or RWCHECK (a reader of a
+ *                                             read-write lock); PARENTS: parent
+ *                                             gone; CONNECT: its answer lost
  *   FIND      the children, for our guid      STAT (found), CREATE (none)
- *   STAT      our node's czxid                LIST
- *   LIST      the children                    DONE (held), WATCH (or WAIT,
- *                                             watching all), DONE (busy)
+ *   STAT      our node's czxid                LIST (or RWCHECK)
+ *   RWCHECK   the read-write lock's children  LIST (no writer), DONE (busy:
+ *                                             a writer; the caller polls)
+ *   LIST      the children                    DONE (held), READERS (a writer
+ *                                             over readers: our turn), WATCH
+ *                                             (or WAIT, watching all), DONE
+ *                                             (busy)
+ *   READERS   the readers' children, czxids   DONE (none older than us),
+ *                                             PAUSE
+ *   PAUSE     nothing: a timer (1 ms .. 20 ms) LIST
  *   WATCH     the watch on the predecessor    WAIT, or LIST (it went)
  *   WAIT      nothing: the watch (a wake job) LIST
  *   DELETE    a release's delete of our node  DONE
@@ -32,6 +40,24 @@
  * readers between share), so a waiting writer's node keeps out every reader
  * that comes after it (writer preference). Plain and read-write nodes never
  * wait for each other: a key is one or the other (lock.h).
+ *
+ * Segment locks as readers (lock.h: lock_step_read_of, lock_rw_write_over):
+ * a plain lock that reads a read-write lock lists that lock's node right
+ * behind the create of its own, in the same pipeline (a zhandle answers in
+ * order: no round trip more), and finding a "-write-" child there gives up
+ * (its node deleted, busy: the caller polls, 1 ms doubling to 20 ms). Once
+ * queued it is not asked again: its node is older than the writer's, which
+ * waits for it. One whose caller reads already (held) does not look, and
+ * its node is "-held-". A writer over readers, its turn come (LIST), lists
+ * each reader's node and asks each child's czxid (READERS, pipelined): a
+ * child older than our node, or "-held-", keeps it waiting (PAUSE, then
+ * LIST again), its node kept: that node is what keeps new readers out.
+ * Younger children are ignored: each was made after ours, so its list of
+ * the read-write lock came after ours too and saw it (ZooKeeper applies
+ * writes in zxid order, and a client reads after its own writes), and it
+ * goes away; counting them would let a stream of them starve the writer.
+ * A plain lock's re-entry (lock_zk.c, in memory) asks nothing: the order
+ * path never re-enters a segment (one hold per segment per loop).
  *
  * Protected mode (Curator's): a create whose answer was lost with the
  * connection may have made our node. Once reconnected (the same session) the
@@ -66,30 +92,39 @@
 #define ZK_STEP_FLOOR_MS 200
 #define ZK_STEP_RECONNECT_US 20000 /* a look at the connection while it is down */
 #define ZK_SEQ_DIGITS 10
+/* A writer's pause while readers older than it hold (as redis_impl.h's
+ * RW_POLL_*), and a refused reader's before its next attempt. */
+#define ZK_READERS_POLL_FIRST_US 1000
+#define ZK_READERS_POLL_MAX_US 20000
 
 /* ---- the recipe's pieces ------------------------------------------------ */
 
-/* The node kinds and the suffix each one's name carries. */
+/* The node kinds and the suffix each one's name carries: a plain lock's node
+ * is "-held-" when its caller reads the same read-write lock already
+ * (zk_job_read_of), which a writer counts whatever its age. */
 static const struct {
     const char *suffix;
     lock_side side;
+    int held;
 } node_kinds[] = {
-    {ZK_NODE_SUFFIX, LOCK_EXCLUSIVE},
-    {ZK_READ_SUFFIX, LOCK_READ},
-    {ZK_WRITE_SUFFIX, LOCK_WRITE},
+    {ZK_NODE_SUFFIX, LOCK_EXCLUSIVE, 0},
+    {ZK_HELD_SUFFIX, LOCK_EXCLUSIVE, 1},
+    {ZK_READ_SUFFIX, LOCK_READ, 0},
+    {ZK_WRITE_SUFFIX, LOCK_WRITE, 0},
 };
 
-static const char *node_suffix(lock_side side)
+static const char *node_suffix(lock_side side, int held)
 {
     for (size_t i = 0; i < sizeof(node_kinds) / sizeof(node_kinds[0]); i++)
-        if (node_kinds[i].side == side)
+        if (node_kinds[i].side == side && node_kinds[i].held == held)
             return node_kinds[i].suffix;
     return ZK_NODE_SUFFIX;
 }
 
-/* The sequence number of one of our node names, and its kind in *side; -1
- * for any other name. */
-static long long node_seq(const char *name, lock_side *side)
+/* The sequence number of one of our node names, its kind in *side and
+ * whether it is a held reader's in *held (NULL: not wanted); -1 for any
+ * other name. */
+static long long node_seq(const char *name, lock_side *side, int *held)
 {
     size_t len = strlen(name);
     if (strncmp(name, ZK_GUID_PREFIX, strlen(ZK_GUID_PREFIX)) != 0 || len < ZK_SEQ_DIGITS)
@@ -111,6 +146,8 @@ static long long node_seq(const char *name, lock_side *side)
         seq = seq * 10 + (*p - '0');
     }
     *side = node_kinds[kind].side;
+    if (held)
+        *held = node_kinds[kind].held;
     return seq;
 }
 
@@ -141,7 +178,7 @@ static int predecessor(struct zk_conn *c, char **kids, int n, const char *parent
     lock_side kind;
     for (int i = 0; i < n; i++) {
         if (strcmp(kids[i], mine) == 0) {
-            my_seq = node_seq(mine, &kind);
+            my_seq = node_seq(mine, &kind, NULL);
         } else if (zk_has_guid(kids[i], guid)) {
             /* A second node of this attempt: a create whose answer was lost
              * and that reached the server after FIND looked. No guid for the
@@ -154,7 +191,7 @@ static int predecessor(struct zk_conn *c, char **kids, int n, const char *parent
         }
     }
     for (int i = 0; i < n && my_seq >= 0; i++) {
-        long long seq = node_seq(kids[i], &kind);
+        long long seq = node_seq(kids[i], &kind, NULL);
         if (seq >= 0 && seq < my_seq && seq > best_seq && waits_for(side, kind)) {
             best_seq = seq;
             best = i;
@@ -268,6 +305,28 @@ static void refused(struct zk_job *j, int rc)
 
 static void list(struct zk_job *j);
 static void parents_next(struct zk_job *j);
+static void rw_check(struct zk_job *j);
+static void rw_ask(struct zk_job *j);
+static void readers_check(struct zk_job *j);
+
+/* True when j is a reader of a read-write lock that looks for its writer. */
+static int reads_rw(const struct zk_job *j)
+{
+    return j->rw_parent[0] && !j->held;
+}
+
+/* Our node is made (or found): a reader of a read-write lock looks for a
+ * writer first (the look sent behind the create already: sent), then the
+ * children are listed. */
+static void made(struct zk_job *j, int sent)
+{
+    if (!reads_rw(j) || j->rw_checked)
+        list(j);
+    else if (sent)
+        j->phase = ZS_RWCHECK; /* its answer comes next */
+    else
+        rw_check(j);
+}
 
 static void create_done(int rc, const char *path, const struct Stat *stat,
                         const void *data)
@@ -281,7 +340,7 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
     } else if (rc == ZOK && path && stat && stat->czxid > 0) {
         snprintf(j->node, sizeof(j->node), "%s", path);
         j->czxid = stat->czxid;
-        list(j);
+        made(j, 1);
     } else if (rc == ZNONODE && !j->parent_again) { /* deleted since we made it */
         j->parent_again = 1;
         zk_parent_remember(j->st, j->parent, 0);
@@ -304,11 +363,15 @@ static void create(struct zk_job *j)
 {
     char path[ZK_PATH_MAX];
     snprintf(path, sizeof(path), "%s/" ZK_GUID_PREFIX "%s%s", j->parent, j->guid,
-             node_suffix(j->side));
+             node_suffix(j->side, j->held));
     j->phase = ZS_CREATE;
+    j->rw_checked = 0; /* a new node: its own look */
     job_ref(j);
-    refused(j, zoo_acreate2(j->conn->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
-                            ZOO_EPHEMERAL_SEQUENTIAL, create_done, j));
+    int rc = zoo_acreate2(j->conn->zh, path, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                          ZOO_EPHEMERAL_SEQUENTIAL, create_done, j);
+    refused(j, rc);
+    if (rc == ZOK && reads_rw(j)) /* in the same pipeline: no round trip */
+        rw_ask(j);
 }
 
 static void stat_done(int rc, const struct Stat *stat, const void *data)
@@ -318,7 +381,7 @@ static void stat_done(int rc, const struct Stat *stat, const void *data)
         if (rc == ZOK && stat && stat->czxid > 0) {
             j->czxid = stat->czxid;
             j->lost_create = 0;
-            list(j);
+            made(j, 0);
         } else if (rc == ZNONODE) { /* gone meanwhile: a new one */
             j->node[0] = '\0';
             j->lost_create = 0;
@@ -507,6 +570,8 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
                 resume(j);
             else
                 finish(j, LOCK_ERROR);
+        } else if (!j->pred[0] && j->nreaders > 0) {
+            readers_check(j); /* our turn: the readers that came before us */
         } else if (!j->pred[0]) {
             finish(j, LOCK_ACQUIRED);
         } else {
@@ -542,6 +607,172 @@ static void list(struct zk_job *j)
     }
 }
 
+/* ---- segment locks as readers (lock.h: lock_step_read_of) -------------- */
+
+static void rw_listed(int rc, const struct String_vector *kids, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    j->rw_asked--;
+    if (j->phase != ZS_RWCHECK || j->rw_asked > 0) { /* not the last look */
+        job_put(j);
+        return;
+    }
+    if (rc == ZOK || rc == ZNONODE) { /* no node: no writer */
+        int writer = 0;
+        lock_side kind;
+        for (int i = 0; rc == ZOK && kids && i < kids->count && !writer; i++)
+            writer = node_seq(kids->data[i], &kind, NULL) >= 0 && kind == LOCK_WRITE;
+        if (writer) { /* it counts us or waits for us to go: we go */
+            j->contended = 1;
+            j->writer_seen = 1;
+            finish(j, LOCK_BUSY); /* our node deleted */
+        } else {
+            j->rw_checked = 1;
+            list(j);
+        }
+    } else if (rc == ZCONNECTIONLOSS) {
+        later(j); /* looks again once back */
+    } else {
+        finish(j, LOCK_ERROR);
+    }
+    job_put(j);
+}
+
+/* Lists the read-write lock's node: its writer's node, if any. Sent right
+ * behind the create of ours, it reads after our node is made. */
+static void rw_ask(struct zk_job *j)
+{
+    j->rw_asked++;
+    job_ref(j);
+    int rc = zoo_aget_children(j->conn->zh, j->rw_parent, 0, rw_listed, j);
+    if (rc != ZOK)
+        j->rw_asked--;
+    refused(j, rc);
+}
+
+/* The look on its own: our node was found (FIND), or the first look's
+ * answer was lost. */
+static void rw_check(struct zk_job *j)
+{
+    j->phase = ZS_RWCHECK;
+    rw_ask(j);
+}
+
+/* The readers' round is over: granted, or a pause and our turn again. */
+static void readers_over(struct zk_job *j)
+{
+    if (j->readers_rc == ZCONNECTIONLOSS) {
+        later(j); /* lists again once back */
+    } else if (j->readers_rc != ZOK) {
+        finish(j, LOCK_ERROR);
+    } else if (!j->old_readers) {
+        finish(j, LOCK_ACQUIRED);
+    } else {
+        j->contended = 1;
+        if (clock_now_us() >= j->deadline_us) {
+            finish(j, LOCK_BUSY);
+            return;
+        }
+        j->poll_us = j->poll_us ? j->poll_us * 2 : ZK_READERS_POLL_FIRST_US;
+        if (j->poll_us > ZK_READERS_POLL_MAX_US)
+            j->poll_us = ZK_READERS_POLL_MAX_US;
+        j->phase = ZS_PAUSE; /* then resume: our node listed, the readers */
+        struct timeval tv = {0, (suseconds_t)j->poll_us};
+        evtimer_add(j->retry, &tv);
+    }
+}
+
+/* One answer of the round less in flight. */
+static void readers_answered(struct zk_job *j)
+{
+    if (--j->asked == 0 && j->phase == ZS_READERS)
+        readers_over(j);
+}
+
+static void reader_stat(int rc, const struct Stat *stat, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    if (j->phase == ZS_READERS) {
+        if (rc == ZOK && stat && stat->czxid < j->czxid)
+            j->old_readers++; /* made before ours: it may not have seen us */
+        else if (rc != ZOK && rc != ZNONODE && j->readers_rc == ZOK)
+            j->readers_rc = rc;
+    }
+    readers_answered(j);
+    job_put(j);
+}
+
+/* Asks for path's czxid; 0 when refused (the first failure noted). */
+static int reader_ask(struct zk_job *j, const char *path)
+{
+    j->asked++;
+    job_ref(j);
+    int rc = zoo_aexists(j->conn->zh, path, 0, reader_stat, j);
+    if (rc == ZOK)
+        return 1;
+    j->asked--;
+    j->readers_rc = j->readers_rc == ZOK ? rc : j->readers_rc;
+    job_put(j);
+    return 0;
+}
+
+/* The children of reader i (answers come in the order asked: the lists of
+ * a round are all sent before any of them answers). A held reader's node
+ * counts whatever its age; another's czxid is asked. */
+static void readers_listed(int rc, const struct String_vector *kids, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    int i = j->answered++;
+    if (j->phase == ZS_READERS && rc == ZOK && kids) {
+        lock_side kind;
+        int held;
+        for (int k = 0; k < kids->count; k++) {
+            if (node_seq(kids->data[k], &kind, &held) < 0 || kind != LOCK_EXCLUSIVE)
+                continue;
+            if (held) {
+                j->old_readers++;
+                continue;
+            }
+            char path[ZK_PATH_MAX];
+            snprintf(path, sizeof(path), "%s%d/%s", j->readers, i, kids->data[k]);
+            if (!reader_ask(j, path))
+                break;
+        }
+    } else if (j->phase == ZS_READERS && rc != ZNONODE && j->readers_rc == ZOK) {
+        j->readers_rc = rc;
+    }
+    readers_answered(j);
+    job_put(j);
+}
+
+/* Our turn on the read-write lock: granted once no reader that came before
+ * our node (or that holds another segment already) is there. Readers whose
+ * node is younger than ours saw ours (they list the read-write lock after
+ * their create: zxid order) and go away; counting them would let a stream
+ * of them starve us. */
+static void readers_check(struct zk_job *j)
+{
+    unwatch(j); /* watching all: no sleep on the children now */
+    j->phase = ZS_READERS;
+    j->answered = j->old_readers = 0;
+    j->readers_rc = ZOK;
+    j->asked = 1; /* ours, until all are sent */
+    for (int i = 0; i < j->nreaders; i++) {
+        char path[ZK_PATH_MAX];
+        snprintf(path, sizeof(path), "%s%d", j->readers, i);
+        j->asked++;
+        job_ref(j);
+        int rc = zoo_aget_children(j->conn->zh, path, 0, readers_listed, j);
+        if (rc != ZOK) {
+            j->asked--;
+            j->readers_rc = rc;
+            job_put(j);
+            break;
+        }
+    }
+    readers_answered(j);
+}
+
 /* Goes on from where the job is, once connected. */
 static void resume(struct zk_job *j)
 {
@@ -561,7 +792,7 @@ static void resume(struct zk_job *j)
         j->level = 0;
         parents_next(j);
     } else {
-        list(j);
+        made(j, 0);
     }
 }
 
@@ -693,6 +924,18 @@ static void run(struct zk_job *j)
 {
     job_ref(j);
     zk_loop_post(j->st->loop, start_job, j);
+}
+
+void zk_job_read_of(struct zk_job *j, const char *rw_parent, int held)
+{
+    snprintf(j->rw_parent, sizeof(j->rw_parent), "%s", rw_parent);
+    j->held = held;
+}
+
+void zk_job_write_over(struct zk_job *j, const char *readers, int n)
+{
+    snprintf(j->readers, sizeof(j->readers), "%s", readers);
+    j->nreaders = n;
 }
 
 void zk_job_acquire(struct zk_job *j, const char *parent, lock_side side,

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Integration: PATCH /skus/{sku}, a merchant's change of a live sale (issue 49), on one
 # Redis in the redis lock mode (two instances, "one" and "two") and in the atomic mode
-# ("atom", its own SKU: modes that guard the stock differently must not share one), and
-# in the pg lock mode for the write side's wait ("pgslow", "pgone").
+# ("atom", its own SKU: modes that guard the stock differently must not share one).
 # - Refusals: a body that is not an object, no field, an unknown field, add or
 #   withdraw not an integer in 1..10^9, paused not a boolean, ends_at not RFC 3339 or
 #   null, ends_at not after starts_at: 400; an unknown SKU: 404. Nothing changes.
@@ -15,10 +14,13 @@
 #   scripts refuse: no memory to wait for); a cancel of a pending order goes on;
 #   unpaused, orders are placed again.
 # - ends_at moved into the past ends the sale (409 sale_ended); moved on, it reopens.
+# - A change waits for a segment's hold in progress (its lock a reader of the SKU's
+#   read-write lock), in the redis, pg (one PostgreSQL) and zk (one ZooKeeper server)
+#   modes.
 set -uo pipefail
 # shellcheck source=tests/lib.sh
 source "$(dirname "$0")/lib.sh"
-it_begin patch redis-server redis-cli curl jq psql pg_isready initdb
+it_begin patch redis-server redis-cli curl jq psql pg_isready initdb java
 
 start_redis redis "$dir" no || { echo "redis did not start"; exit 1; }
 rport=$STARTED_PORT
@@ -161,6 +163,20 @@ pg_held() {
         key = 'sk:{pgw}:lock:0' AND owner IS NOT NULL AND expires_at > now()") == 1 ]]
 }
 change_during_hold pgw "$PGSLOW" "$STARTED_URL" pg_held
+
+# The same in the zk mode: slowzk holds pz's one segment, and zkb (another process, its
+# own ZooKeeper session) sends the change, whose write side waits for that hold (its
+# segment lock a reader of the SKU's read-write lock, lock/zk_steps.c).
+start_zk "$dir" 1 || { echo "zookeeper did not start (see $dir/zk-1.log)"; exit 1; }
+zk=$STARTED_NODES
+start_instance slowzk "$dir" --redis "127.0.0.1:$rport" --lock zk --zk "$zk" --segments 1 \
+    --work-us 2000000
+SLOWZK=$STARTED_URL
+acquired() { curl -s "$SLOWZK/metrics" | awk '$1 == "seckill_lock_acquisitions_total" { print $2 }'; }
+a0=$(acquired)
+zk_held() { (($(acquired) > a0)); }
+start_instance zkb "$dir" --redis "127.0.0.1:$rport" --lock zk --zk "$zk" --segments 1
+change_during_hold pz "$SLOWZK" "$STARTED_URL" zk_held
 
 # ---- an order of several segments is not held back by the writer that waits for it -----
 # multi (--wait-ms 3000) sells pm: 2 segments of 2 units; an order of 3 takes segment 0's

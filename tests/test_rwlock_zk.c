@@ -479,6 +479,275 @@ static void test_expired_writer_frees_the_reader(void **state)
     session_expires("rw:dead-writer2", LOCK_WRITE, LOCK_READ);
 }
 
+/* ---- segment locks as readers (lock_step_read_of, lock_rw_write_over) ---- */
+
+/* A SKU's locks as inventory/hold.c names them: its segments' plain locks
+ * "<prefix><i>" and its read-write lock "<prefix>rw". Each test its own SKU. */
+struct sku {
+    char prefix[32], rw[40], seg[5][40];
+};
+
+static void sku_init(struct sku *k, const char *name)
+{
+    snprintf(k->prefix, sizeof(k->prefix), "{%s}:lock:", name);
+    snprintf(k->rw, sizeof(k->rw), "%srw", k->prefix);
+    for (int i = 0; i < 5; i++)
+        snprintf(k->seg[i], sizeof(k->seg[i]), "%s%d", k->prefix, i);
+}
+
+/* A writer over the SKU's first n segments, on its own thread. */
+struct writer_over {
+    struct lock_session *s;
+    const struct sku *k;
+    int n, wait_ms;
+    pthread_t thread;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+    atomic_int done;
+};
+
+static void *writer_over_run(void *arg)
+{
+    struct writer_over *w = arg;
+    w->res = lock_rw_write_over(w->s, w->k->rw, w->k->prefix, w->n, w->wait_ms, &w->g);
+    w->acquired_us = clock_now_us();
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void writer_over_start(struct writer_over *w, struct lock_session *s,
+                              const struct sku *k, int n, int wait_ms)
+{
+    memset(w, 0, sizeof(*w));
+    w->s = s;
+    w->k = k;
+    w->n = n;
+    w->wait_ms = wait_ms;
+    assert_int_equal(pthread_create(&w->thread, NULL, writer_over_run, w), 0);
+}
+
+static int writer_over_done(void *arg)
+{
+    return atomic_load(&((struct writer_over *)arg)->done);
+}
+
+struct probe {
+    struct lock_session *s;
+    const struct sku *k;
+};
+
+/* True once a new reader of the SKU is refused: a writer's node is there.
+ * The reader takes segment 4, which no writer here counts, and lets it go
+ * at once when granted (no writer yet). */
+static int readers_refused(void *arg)
+{
+    struct probe *p = arg;
+    struct lock_grant g;
+    lock_status res = lock_acquire_read_of(p->s, p->k->seg[4], p->k->rw, 0, 0, &g);
+    if (res == LOCK_ACQUIRED)
+        lock_release(p->s, p->k->seg[4], &g);
+    return res == LOCK_BUSY;
+}
+
+/* Waits until a writer's node keeps new readers out. */
+static void wait_writer_there(struct lock_session *s, const struct sku *k)
+{
+    struct probe p = {s, k};
+    if (!test_wait_for(readers_refused, &p, 20000))
+        fail_msg("no writer keeps new readers of %s out within 20 s", k->rw);
+}
+
+/* A segment's lock taken with the SKU's read side excludes the writer that
+ * counts it (lock_rw_write_over); the writer's hold keeps new segment grants
+ * out (nothing left behind: a plain lock of the same segment is free); a
+ * plain lock that is no reader is not refused. */
+static void test_segment_locks_are_readers(void **state)
+{
+    (void)state;
+    struct sku k;
+    sku_init(&k, "segs");
+    struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS);
+    struct lock_session *r = lock_session_new(la, NULL), *w = lock_session_new(lb, NULL),
+                        *n = lock_session_new(la, NULL);
+    struct lock_grant a, b, g;
+    expect(lock_acquire_read_of(r, k.seg[0], k.rw, 0, TRY_MS, &a), LOCK_ACQUIRED,
+           "segment 0's lock");
+    expect(lock_rw_write_over(w, k.rw, k.prefix, 2, TRY_MS, &g), LOCK_BUSY,
+           "the writer while segment 0 is held");
+    expect(lock_rw_acquire(w, k.rw, LOCK_WRITE, TRY_MS, &g), LOCK_ACQUIRED,
+           "a writer that counts no segment (the read-write lock alone is free)");
+    expect(lock_release(w, k.rw, &g), LOCK_RELEASED, "its release");
+    expect(lock_release(r, k.seg[0], &a), LOCK_RELEASED, "segment 0's release");
+    expect(lock_rw_write_over(w, k.rw, k.prefix, 2, TRY_MS, &g), LOCK_ACQUIRED,
+           "the writer once no segment is held");
+    assert_true(g.fence > 0);
+    expect(lock_acquire_read_of(n, k.seg[1], k.rw, 0, TRY_MS, &b), LOCK_BUSY,
+           "segment 1's lock while the writer holds");
+    expect(lock_acquire(n, k.seg[1], 0, &b), LOCK_ACQUIRED,
+           "the same lock taken as no reader (no node of the refused one left)");
+    expect(lock_release(n, k.seg[1], &b), LOCK_RELEASED, "its release");
+    expect(lock_release(w, k.rw, &g), LOCK_RELEASED, "the writer's release");
+    expect(lock_acquire_read_of(n, k.seg[1], k.rw, 0, TRY_MS, &b), LOCK_ACQUIRED,
+           "segment 1's lock once the writer is done");
+    expect(lock_release(n, k.seg[1], &b), LOCK_RELEASED, "its release");
+    lock_session_free(r);
+    lock_session_free(w);
+    lock_session_free(n);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* An order of several segments holds one and takes the next while a writer
+ * waits for the first: the next one is not refused (held), or both would
+ * wait until the order gave up; and the writer counts it though its node is
+ * younger than the writer's (its "-held-" name), so it gets in only once
+ * both are released. */
+static void test_held_reader_takes_next_segment(void **state)
+{
+    (void)state;
+    struct sku k;
+    sku_init(&k, "held");
+    struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS);
+    struct lock_session *r = lock_session_new(la, NULL), *ws = lock_session_new(lb, NULL),
+                        *p = lock_session_new(lb, NULL);
+    struct lock_grant a, b;
+    expect(lock_acquire_read_of(r, k.seg[0], k.rw, 0, TRY_MS, &a), LOCK_ACQUIRED,
+           "segment 0's lock");
+    struct writer_over w;
+    writer_over_start(&w, ws, &k, 2, 20000);
+    wait_writer_there(p, &k);
+    expect(lock_acquire_read_of(r, k.seg[1], k.rw, 0, TRY_MS, &b), LOCK_BUSY,
+           "segment 1 as a new reader while the writer waits");
+    expect(lock_acquire_read_of(r, k.seg[1], k.rw, 1, TRY_MS, &b), LOCK_ACQUIRED,
+           "segment 1 by the holder of segment 0");
+    expect(lock_release(r, k.seg[0], &a), LOCK_RELEASED, "segment 0's release");
+    /* Counting segment 1's lock by its age alone, the writer would be in
+     * within a poll (20 ms) and a few round trips of the release: 1 s of
+     * them, which a busy machine may stretch (then this passes wrongly, never
+     * fails wrongly). */
+    assert_false(test_wait_for(writer_over_done, &w, 1000));
+    int64_t released_us = clock_now_us();
+    expect(lock_release(r, k.seg[1], &b), LOCK_RELEASED, "segment 1's release");
+    pthread_join(w.thread, NULL);
+    expect(w.res, LOCK_ACQUIRED, "the writer, after both");
+    assert_true(w.acquired_us >= released_us);
+    expect(lock_release(ws, k.rw, &w.g), LOCK_RELEASED, "the writer's release");
+    lock_session_free(r);
+    lock_session_free(ws);
+    lock_session_free(p);
+    lock_free(la);
+    lock_free(lb);
+}
+
+/* A session of its own process that takes its segment's lock as a reader
+ * again and again, at once (no wait, no pause): a stream of short-lived
+ * nodes under the segment's lock node while a writer waits. */
+struct churner {
+    struct lock *l;
+    const struct sku *k;
+    int seg;
+    pthread_t thread;
+    atomic_int stop;
+    atomic_int refused;  /* attempts refused (a writer was there) */
+    atomic_int late;     /* grants after a refusal: while a writer was there */
+    atomic_int failures; /* errors */
+};
+
+static void *churner_run(void *arg)
+{
+    struct churner *c = arg;
+    struct lock_session *s = lock_session_new(c->l, NULL);
+    const char *key = c->k->seg[c->seg];
+    while (!atomic_load(&c->stop)) {
+        struct lock_grant g;
+        lock_status res = lock_acquire_read_of(s, key, c->k->rw, 0, 0, &g);
+        if (res == LOCK_ACQUIRED) {
+            if (atomic_load(&c->refused) > 0)
+                atomic_fetch_add(&c->late, 1);
+            lock_release(s, key, &g);
+        } else if (res == LOCK_BUSY) {
+            atomic_fetch_add(&c->refused, 1);
+        } else {
+            atomic_fetch_add(&c->failures, 1);
+        }
+    }
+    lock_session_free(s);
+    return NULL;
+}
+
+static int churners_refused(void *arg)
+{
+    struct churner *c = arg;
+    return atomic_load(&c[0].refused) > 0 && atomic_load(&c[1].refused) > 0;
+}
+
+/* A waiting writer keeps new segment readers out and gets in once the older
+ * hold is released, though two other processes keep trying their segments'
+ * locks in a loop all along: their nodes, younger than the writer's, come
+ * and go under the segment lock nodes it lists, and it does not wait for
+ * them (else a stream of them would starve it). A loop on a machine this
+ * size makes them too sparse to starve a writer that counted them, so one
+ * young node also stays there: a plain lock of segment 3 taken after the
+ * writer's node, standing in for a refused reader whose node is still
+ * there (its delete on its way, or lost with the connection and left to
+ * the orphan sweep); the writer gets in beside it. Once a churner was
+ * refused it is never granted again while the writer waits or holds: its
+ * next node comes after the writer's. */
+static void test_waiting_writer_is_not_starved_by_segment_readers(void **state)
+{
+    (void)state;
+    struct sku k;
+    sku_init(&k, "churn");
+    struct lock *lr = zk_lock(hosts, SESSION_MS), *lw = zk_lock(hosts, SESSION_MS);
+    struct lock_session *r = lock_session_new(lr, NULL), *ws = lock_session_new(lw, NULL);
+    struct lock_grant a;
+    expect(lock_acquire_read_of(r, k.seg[0], k.rw, 0, TRY_MS, &a), LOCK_ACQUIRED,
+           "segment 0's lock: the older hold");
+    struct churner c[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&c[i], 0, sizeof(c[i]));
+        c[i].l = zk_lock(hosts, SESSION_MS);
+        c[i].k = &k;
+        c[i].seg = i + 1;
+        assert_int_equal(pthread_create(&c[i].thread, NULL, churner_run, &c[i]), 0);
+    }
+    struct writer_over w;
+    writer_over_start(&w, ws, &k, 4, 20000);
+    if (!test_wait_for(churners_refused, c, 20000))
+        fail_msg("the churners were not refused within 20 s (%d, %d)",
+                 atomic_load(&c[0].refused), atomic_load(&c[1].refused));
+    struct lock_grant young;
+    expect(lock_acquire(r, k.seg[3], TRY_MS, &young), LOCK_ACQUIRED,
+           "segment 3's lock as no reader, after the writer's node");
+    /* The writer waits for the older hold: still out 200 ms later (it would
+     * be in within a poll and a round trip if it did not). */
+    assert_false(test_wait_for(writer_over_done, &w, 200));
+    int64_t released_us = clock_now_us();
+    expect(lock_release(r, k.seg[0], &a), LOCK_RELEASED, "the older hold's release");
+    pthread_join(w.thread, NULL);
+    expect(w.res, LOCK_ACQUIRED, "the writer, while the churners go on");
+    /* Slack: a poll (20 ms at most) and two round trips; 5 s for a busy
+     * machine's JVM. Starved, it would be busy at its wait's end (20 s). */
+    assert_true(w.acquired_us - released_us < 5000000);
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&c[i].stop, 1);
+        pthread_join(c[i].thread, NULL);
+    }
+    printf("churners: refused %d and %d times, late grants %d and %d, errors %d and %d\n",
+           c[0].refused, c[1].refused, c[0].late, c[1].late, c[0].failures,
+           c[1].failures);
+    assert_int_equal(c[0].late + c[1].late, 0);
+    expect(lock_release(ws, k.rw, &w.g), LOCK_RELEASED, "the writer's release");
+    expect(lock_release(r, k.seg[3], &young), LOCK_RELEASED, "segment 3's release");
+    for (int i = 0; i < 2; i++)
+        lock_free(c[i].l);
+    lock_session_free(r);
+    lock_session_free(ws);
+    lock_free(lr);
+    lock_free(lw);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +759,9 @@ int main(void)
         cmocka_unit_test(test_expired_reader_frees_the_writer),
         cmocka_unit_test(test_expired_writer_is_fenced),
         cmocka_unit_test(test_expired_writer_frees_the_reader),
+        cmocka_unit_test(test_segment_locks_are_readers),
+        cmocka_unit_test(test_held_reader_takes_next_segment),
+        cmocka_unit_test(test_waiting_writer_is_not_starved_by_segment_readers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
