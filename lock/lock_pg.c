@@ -390,6 +390,8 @@ static void on_try(void *arg, apg_outcome res, PGresult *r)
         attempt(j);
     } else if (t == PG_TRY_SCHEMA && !j->remade) { /* once more, behind the tables */
         j->remade = 1;
+        if (j->readers)
+            j->inserted = 1; /* and the rows, in tables made anew */
         attempt(j);
     } else if (t != PG_TRY_TAKEN) {
         finish(j, LOCK_ERROR);

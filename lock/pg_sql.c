@@ -111,7 +111,8 @@ static const struct pg_sql reader = {
         "expires_at = now() + $3::int " MS ", "
         "version = greatest(version + 1, " CLOCK_US ") "
         "WHERE key = $1 AND (owner IS NULL OR expires_at < now() OR owner = $2) "
-        "AND (writer_until IS NULL OR writer_until < now() OR owner = $2) "
+        "AND (writer_until IS NULL OR writer_until < now() "
+        "OR (owner = $2 AND expires_at >= now())) "
         "RETURNING version) "
         "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
         "(SELECT ceil(extract(epoch FROM greatest("
@@ -206,106 +207,98 @@ static const struct pg_sql write_side = {
 #define SEGS(p, n)                                                                       \
     "(SELECT " p "::text || i FROM generate_series(0, " n "::int - 1) AS i)"
 #define NOTIFY_KEY(t) "pg_notify('" PG_CHANNEL "', " t "key)"
-/* What a writer's release leaves on its readers' rows (rel: the released
- * row): another writer's intent, or nothing. */
+/* What a writer's release or let_go leaves on its readers' rows (rel: the
+ * key's row as it left it): the lease of a writer that holds, or the intent
+ * of one that waits, or nothing. Exact: a mark above them is of a writer
+ * that no longer holds or waits. */
 #define MARK_LEFT                                                                        \
-    "(SELECT CASE WHEN intent IS NOT NULL AND intent_expires >= now() "                  \
-    "THEN intent_expires END FROM rel)"
+    "(SELECT greatest(CASE WHEN writer IS NOT NULL AND writer_expires >= now() "         \
+    "THEN writer_expires END, CASE WHEN intent IS NOT NULL AND intent_expires >= now() " \
+    "THEN intent_expires END) FROM rel)"
 
 /* The write side over readers that are plain locks (lock_rw_write_over):
  * the write side's statements, each also on the readers' rows, which it
- * locks after the key's row (every statement here takes them in that order,
- * a reader only its own row: no deadlock). An attempt locks the readers'
- * rows, is granted only when none is held, and marks them (writer_until)
- * for its lease when granted, for its intent when it waits: a reader's
- * attempt is refused while the mark runs (reader, above). The watchdog's
- * renewal moves the marks on with the lease; a release takes them off (to
- * another writer's intent, when one waits) and NOTIFYs each reader's key; a
- * writer that ends without its grant leaves them to run out with its intent
- * (another writer's may have raised them). */
+ * locks after the key's row. An attempt locks the readers' rows, is granted
+ * only when none is held, and marks them (writer_until) for its lease when
+ * granted, for its intent when it waits: a reader's attempt is refused
+ * while the mark runs (reader, above). The watchdog's renewal moves the
+ * marks on with the lease; a release, and a let_go (a writer that ends
+ * without its grant, or a grant nobody took), set them to what is left of
+ * the writers (another's lease or intent: MARK_LEFT) and NOTIFY each
+ * reader's key. Every statement here locks the key's row before the
+ * readers' (an attempt's readers only once prev has it; a release's, a
+ * let_go's and a renewal's once rel or rn changed it): writers of one key
+ * take turns on that row, and a reader locks only its own row, so no two
+ * of them wait for each other round a ring. */
+/* clang-format off */
 static const struct pg_sql over = {
     .table = RW_TABLE,
-    .row = "WITH r AS (INSERT INTO seckill_locks (key) SELECT k FROM " SEGS(
-        "$2", "$3") " AS s(k) ON CONFLICT DO NOTHING) " RW_ROW,
+    .row = "WITH r AS (INSERT INTO seckill_locks (key) SELECT k FROM " SEGS("$2", "$3")
+           " AS s(k) ON CONFLICT DO NOTHING) " RW_ROW,
     .acquire =
         "WITH prev AS (SELECT writer_expires, readers FROM seckill_rwlocks "
         "WHERE key = $1 FOR UPDATE), "
         "lk AS (SELECT count(*) FILTER (WHERE " HELD ") AS busy, "
         "max(expires_at) FILTER (WHERE " HELD ") AS until FROM "
-        "(SELECT owner, expires_at FROM seckill_locks WHERE key IN " SEGS(
-            "$5",
-            "$6") " AND EXISTS (SELECT 1 FROM prev) ORDER BY key FOR UPDATE) AS s), "
-                  "got AS (UPDATE seckill_rwlocks SET writer = $2, "
-                  "writer_expires = now() + $3::int " MS ", "
-                  "version = greatest(version + 1, " CLOCK_US "), readers = '{}', "
-                  "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
-                  "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires "
-                  "END "
-                  "WHERE key = $1 AND (writer IS NULL OR writer_expires < now() OR "
-                  "writer = $2) "
-                  "AND NOT EXISTS (SELECT 1 FROM jsonb_each(readers) AS e(k, v) "
-                  "WHERE " LIVE ") "
-                  "AND (SELECT busy FROM lk) = 0 RETURNING version), "
-                  "wait AS (UPDATE seckill_rwlocks SET intent = $2, "
-                  "intent_expires = now() + $4::int " MS " "
-                  "WHERE key = $1 AND $4::int > 0 AND NOT EXISTS (SELECT 1 FROM got) "
-                  "AND (intent IS NULL OR intent_expires < now() OR intent = $2) "
-                  "RETURNING 1), "
-                  "marks AS (UPDATE seckill_locks SET writer_until = "
-                  "greatest(writer_until, now() + "
-                  "CASE WHEN EXISTS (SELECT 1 FROM got) THEN $3::int ELSE $4::int END " MS
-                  ") "
-                  "WHERE key IN " SEGS(
-                      "$5",
-                      "$6") " AND EXISTS (SELECT 1 FROM prev) "
-                            "AND (EXISTS (SELECT 1 FROM got) OR $4::int > 0) RETURNING "
-                            "1) "
-                            "SELECT (SELECT version FROM got), (SELECT count(*) FROM "
-                            "prev), "
-                            "(SELECT ceil(greatest("
-                            "CASE WHEN writer_expires >= now() "
-                            "THEN extract(epoch FROM writer_expires - now()) * 1000 END, "
-                            "(SELECT max((e.v)::bigint) - " NOW_US
-                            " FROM jsonb_each(readers) AS e(k, v) "
-                            "WHERE " LIVE ") / 1000.0, "
-                            "(SELECT extract(epoch FROM until - now()) * 1000 FROM "
-                            "lk)))::bigint FROM prev)",
+        "(SELECT owner, expires_at FROM seckill_locks WHERE key IN " SEGS("$5", "$6")
+        " AND EXISTS (SELECT 1 FROM prev) ORDER BY key FOR UPDATE) AS s), "
+        "got AS (UPDATE seckill_rwlocks SET writer = $2, "
+        "writer_expires = now() + $3::int " MS ", "
+        "version = greatest(version + 1, " CLOCK_US "), readers = '{}', "
+        "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
+        "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "
+        "WHERE key = $1 AND (writer IS NULL OR writer_expires < now() OR writer = $2) "
+        "AND NOT EXISTS (SELECT 1 FROM jsonb_each(readers) AS e(k, v) WHERE " LIVE ") "
+        "AND (SELECT busy FROM lk) = 0 RETURNING version), "
+        "wait AS (UPDATE seckill_rwlocks SET intent = $2, "
+        "intent_expires = now() + $4::int " MS " "
+        "WHERE key = $1 AND $4::int > 0 AND NOT EXISTS (SELECT 1 FROM got) "
+        "AND (intent IS NULL OR intent_expires < now() OR intent = $2) RETURNING 1), "
+        "marks AS (UPDATE seckill_locks SET writer_until = greatest(writer_until, now() + "
+        "CASE WHEN EXISTS (SELECT 1 FROM got) THEN $3::int ELSE $4::int END " MS ") "
+        "WHERE key IN " SEGS("$5", "$6") " AND EXISTS (SELECT 1 FROM prev) "
+        "AND (EXISTS (SELECT 1 FROM got) OR $4::int > 0) RETURNING 1) "
+        "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
+        "(SELECT ceil(greatest("
+        "CASE WHEN writer_expires >= now() "
+        "THEN extract(epoch FROM writer_expires - now()) * 1000 END, "
+        "(SELECT max((e.v)::bigint) - " NOW_US " FROM jsonb_each(readers) AS e(k, v) "
+        "WHERE " LIVE ") / 1000.0, "
+        "(SELECT extract(epoch FROM until - now()) * 1000 FROM lk)))::bigint FROM prev)",
     .nparams = 6,
     .release =
         "WITH rel AS (UPDATE seckill_rwlocks SET writer = NULL, writer_expires = NULL "
         "WHERE key = $1 AND writer = $2 AND version = $3::bigint "
-        "RETURNING key, intent, intent_expires, " NOTIFY_KEY(
-            "") "), "
-                "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
-                "WHERE key IN " SEGS("$4", "$5") " AND EXISTS (SELECT 1 FROM rel) "
-                                                 "RETURNING " NOTIFY_KEY(
-                                                     "") ") "
-                                                         "SELECT 1 FROM rel",
+        "RETURNING key, writer, writer_expires, intent, intent_expires, "
+        NOTIFY_KEY("") "), "
+        "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
+        "WHERE key IN " SEGS("$4", "$5") " AND EXISTS (SELECT 1 FROM rel) "
+        "RETURNING " NOTIFY_KEY("") ") "
+        "SELECT 1 FROM rel",
     .let_go =
-        "WITH rel AS (UPDATE seckill_rwlocks AS t SET "
-        "writer = CASE WHEN t.writer = $2 THEN NULL ELSE t.writer END, "
-        "writer_expires = CASE WHEN t.writer = $2 THEN NULL ELSE t.writer_expires END, "
-        "intent = CASE WHEN t.intent = $2 THEN NULL ELSE t.intent END, "
-        "intent_expires = CASE WHEN t.intent = $2 THEN NULL ELSE t.intent_expires END "
-        "FROM (SELECT writer AS was FROM seckill_rwlocks WHERE key = $1 FOR UPDATE) AS o "
-        "WHERE t.key = $1 AND (t.writer = $2 OR t.intent = $2) "
-        "RETURNING o.was, t.key, t.intent, t.intent_expires, " NOTIFY_KEY(
-            "t.") "), "
-                  "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
-                  "WHERE key IN " SEGS("$3", "$4") " AND (SELECT was FROM rel) = $2 "
-                                                   "RETURNING " NOTIFY_KEY(
-                                                       "") ") "
-                                                           "SELECT 1 FROM rel",
+        "WITH rel AS (UPDATE seckill_rwlocks SET "
+        "writer = CASE WHEN writer = $2 THEN NULL ELSE writer END, "
+        "writer_expires = CASE WHEN writer = $2 THEN NULL ELSE writer_expires END, "
+        "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
+        "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "
+        "WHERE key = $1 AND (writer = $2 OR intent = $2) "
+        "RETURNING key, writer, writer_expires, intent, intent_expires, "
+        NOTIFY_KEY("") "), "
+        "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
+        "WHERE key IN " SEGS("$3", "$4") " AND EXISTS (SELECT 1 FROM rel) "
+        "RETURNING " NOTIFY_KEY("") ") "
+        "SELECT 1 FROM rel",
     .renew =
         "WITH rn AS (UPDATE seckill_rwlocks SET writer_expires = now() + $4::int " MS " "
         "WHERE key = $1 AND writer = $2 AND version = $3::bigint "
         "AND writer_expires >= now() RETURNING version, writer_expires), "
         "mk AS (UPDATE seckill_locks SET writer_until = greatest(writer_until, "
-        "(SELECT writer_expires FROM rn)) WHERE key IN " SEGS(
-            "$5", "$6") " AND EXISTS (SELECT 1 FROM rn)) "
-                        "SELECT version FROM rn",
+        "(SELECT writer_expires FROM rn)) WHERE key IN " SEGS("$5", "$6")
+        " AND EXISTS (SELECT 1 FROM rn)) "
+        "SELECT version FROM rn",
     .segs = 1,
 };
+/* clang-format on */
 
 const struct pg_sql *pg_sql_of(lock_side side)
 {

@@ -29,15 +29,16 @@ struct zk_loop;
 #define ZK_ROOT "/seckill"
 #define ZK_LOCKS ZK_ROOT "/locks"
 #define ZK_PATH_MAX 1024
-/* Our node names are "_c_<guid>-lock-<seq>" (guid: 32 characters), or
- * "_c_<guid>-held-<seq>" for a plain lock that reads a read-write lock whose
- * caller holds another reader of it already (zk_steps.c); those of the
+/* Our node names are "_c_<guid>-lock-<seq>" (guid: 32 characters, lower
+ * case hex; its first one ZK_HELD_MARK for a plain lock that reads a
+ * read-write lock whose caller holds another reader of it already,
+ * zk_steps.c: a name every build parses as a plain lock's); those of the
  * read-write lock "_c_<guid>-read-<seq>" and "_c_<guid>-write-<seq>". */
 #define ZK_GUID_PREFIX "_c_"
 #define ZK_NODE_SUFFIX "-lock-"
 #define ZK_READ_SUFFIX "-read-"
 #define ZK_WRITE_SUFFIX "-write-"
-#define ZK_HELD_SUFFIX "-held-"
+#define ZK_HELD_MARK 'h' /* no hex digit */
 #define ZK_PARENT_BUCKETS 256
 
 struct zk_state;

@@ -79,7 +79,7 @@ void zk_job_end(struct zk_job *j, lock_status res);
 /* Makes j's acquire (a plain lock) a reader of the read-write lock whose
  * node is rw_parent: refused (busy, j->writer_seen) when a writer's node is
  * there as ours is made; held: the caller reads it already, no look, and
- * our node is marked as such a reader (ZK_HELD_SUFFIX). Before
+ * our node is marked as such a reader (ZK_HELD_MARK). Before
  * zk_job_acquire. */
 void zk_job_read_of(struct zk_job *j, const char *rw_parent, int held);
 /* Makes j's acquire (a write side) wait, once its turn came, until no

@@ -48,16 +48,15 @@
  * (its node deleted, busy: the caller polls, 1 ms doubling to 20 ms). Once
  * queued it is not asked again: its node is older than the writer's, which
  * waits for it. One whose caller reads already (held) does not look, and
- * its node is "-held-". A writer over readers, its turn come (LIST), lists
- * each reader's node and asks each child's czxid (READERS, pipelined): a
- * child older than our node, or "-held-", keeps it waiting (PAUSE, then
- * LIST again), its node kept: that node is what keeps new readers out.
- * Younger children are ignored: each was made after ours, so its list of
- * the read-write lock came after ours too and saw it (ZooKeeper applies
- * writes in zxid order, and a client reads after its own writes), and it
- * goes away; counting them would let a stream of them starve the writer.
- * A plain lock's re-entry (lock_zk.c, in memory) asks nothing: the order
- * path never re-enters a segment (one hold per segment per loop).
+ * its node's guid is marked (ZK_HELD_MARK). A writer over readers, its turn come (LIST),
+ * lists each reader's node and asks each child's czxid (READERS, pipelined): a child
+ * older than our node, or marked held, keeps it waiting (PAUSE, then LIST again), its
+ * node kept: that node is what keeps new readers out. Younger children are ignored: each
+ * was made after ours, so its list of the read-write lock came after ours too and saw it
+ * (ZooKeeper applies writes in zxid order, and a client reads after its own writes), and
+ * it goes away; counting them would let a stream of them starve the writer. A plain
+ * lock's re-entry (lock_zk.c, in memory) asks nothing: the order path never re-enters a
+ * segment (one hold per segment per loop).
  *
  * Protected mode (Curator's): a create whose answer was lost with the
  * connection may have made our node. Once reconnected (the same session) the
@@ -99,24 +98,25 @@
 
 /* ---- the recipe's pieces ------------------------------------------------ */
 
-/* The node kinds and the suffix each one's name carries: a plain lock's node
- * is "-held-" when its caller reads the same read-write lock already
- * (zk_job_read_of), which a writer counts whatever its age. */
+/* The node kinds and the suffix each one's name carries. A plain lock's
+ * node whose caller reads the same read-write lock already (zk_job_read_of),
+ * which a writer counts whatever its age, carries ZK_HELD_MARK as its
+ * guid's first character: a suffix of its own would be a name that an
+ * earlier build does not parse, and skips as nobody's (two holders, during
+ * a rolling upgrade). */
 static const struct {
     const char *suffix;
     lock_side side;
-    int held;
 } node_kinds[] = {
-    {ZK_NODE_SUFFIX, LOCK_EXCLUSIVE, 0},
-    {ZK_HELD_SUFFIX, LOCK_EXCLUSIVE, 1},
-    {ZK_READ_SUFFIX, LOCK_READ, 0},
-    {ZK_WRITE_SUFFIX, LOCK_WRITE, 0},
+    {ZK_NODE_SUFFIX, LOCK_EXCLUSIVE},
+    {ZK_READ_SUFFIX, LOCK_READ},
+    {ZK_WRITE_SUFFIX, LOCK_WRITE},
 };
 
-static const char *node_suffix(lock_side side, int held)
+static const char *node_suffix(lock_side side)
 {
     for (size_t i = 0; i < sizeof(node_kinds) / sizeof(node_kinds[0]); i++)
-        if (node_kinds[i].side == side && node_kinds[i].held == held)
+        if (node_kinds[i].side == side)
             return node_kinds[i].suffix;
     return ZK_NODE_SUFFIX;
 }
@@ -147,7 +147,7 @@ static long long node_seq(const char *name, lock_side *side, int *held)
     }
     *side = node_kinds[kind].side;
     if (held)
-        *held = node_kinds[kind].held;
+        *held = *side == LOCK_EXCLUSIVE && name[strlen(ZK_GUID_PREFIX)] == ZK_HELD_MARK;
     return seq;
 }
 
@@ -362,8 +362,10 @@ static void create_done(int rc, const char *path, const struct Stat *stat,
 static void create(struct zk_job *j)
 {
     char path[ZK_PATH_MAX];
+    if (j->held)
+        j->guid[0] = ZK_HELD_MARK; /* before the name, FIND and the sweep use it */
     snprintf(path, sizeof(path), "%s/" ZK_GUID_PREFIX "%s%s", j->parent, j->guid,
-             node_suffix(j->side, j->held));
+             node_suffix(j->side));
     j->phase = ZS_CREATE;
     j->rw_checked = 0; /* a new node: its own look */
     job_ref(j);

@@ -601,7 +601,7 @@ static void test_segment_locks_are_readers(void **state)
 /* An order of several segments holds one and takes the next while a writer
  * waits for the first: the next one is not refused (held), or both would
  * wait until the order gave up; and the writer counts it though its node is
- * younger than the writer's (its "-held-" name), so it gets in only once
+ * younger than the writer's (its guid marked held), so it gets in only once
  * both are released. */
 static void test_held_reader_takes_next_segment(void **state)
 {
