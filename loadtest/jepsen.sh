@@ -87,6 +87,9 @@
 #                             T * 30, so that the sale sells out and restocks sell
 #                             again. The changes are in the history (f "change"): the
 #                             checker holds the orders to the stock they make
+#   midsale-zk, midsale-pg    the same in the zk and pg rows (their faults, their
+#                             lock's segment holds the readers of the change's
+#                             write side)
 #   room                      redis with a waiting room (ROOM_* below: 15 a second,
 #                             20 live passes, passes of 2 s, the sale 5 s after the
 #                             PUT) under cut, isolate, pause, kill, pacer-pause,
@@ -119,7 +122,7 @@ source loadtest/jepsen/rcluster.sh
 
 T=30 RUNS=1 SEED=$((RANDOM * 32768 + RANDOM)) ROWS="" STOCK="" ONLY_FAULTS="" out=""
 ALL_ROWS="redis atomic redlock zk pg life-redis none local nofence everysec cluster cluster-nowait"
-ALL_ROWS+=" midsale room"
+ALL_ROWS+=" midsale midsale-zk midsale-pg room"
 # CI's: one safe row of each kind of store and lifecycle, and each way of losing data
 # the checker must see
 QUICK_ROWS="redis life-redis nofence everysec cluster-nowait room"
@@ -209,6 +212,7 @@ row_config() {
     cluster) MODE=redis CLUSTER=1 ACKED=1 FAULTS="master-partition master-kill pause kill${FAKETIME_LIB:+ clock}" ;;
     cluster-nowait) MODE=redis CLUSTER=1 ACKED=0 FAULTS=master-partition EXPECT=lost ;;
     midsale) MODE=redis CHANGES=1 ;;
+    midsale-zk | midsale-pg) row_config "${1#midsale-}"; CHANGES=1 ;;
     room)
         MODE=redis ROOM=1
         FAULTS="cut isolate pause kill pacer-pause pacer-kill redis-kill${FAKETIME_LIB:+ clock}" ;;

@@ -302,8 +302,8 @@ lock_status lock_acquire_read_of(struct lock_session *s, const char *key, const 
  * waits for that one, and would wait for ever for a caller that waited for
  * it: an order of several segments takes them one after the other). In
  * redis its release hands the lock to no waiter while a writer is there
- * (they poll too); in zk a waiter is asked once, as its node is made: one
- * queued came before the writer, which waits for it. The
+ * (they poll too); in zk a waiter looks again with each list of its queue
+ * and makes way (polls) when a writer came. The
  * write side counts such a lock as a reader only when told its name
  * (lock_rw_write_over). rw is borrowed until the release is over: st keeps
  * it through lock_try_step, the grant names it, and lock_release_step takes

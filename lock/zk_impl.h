@@ -53,6 +53,8 @@ struct zk_job {
     int rw_checked;              /* our node's look for a writer is done */
     int rw_asked;                /* the looks in flight */
     int writer_seen;             /* busy: a writer was there (it polls) */
+    int rw_fresh;                /* the look was just done: the next list needs none */
+    int rw_writer;               /* the look sent with the last list saw a writer */
     /* A write side that waits for such readers (zk_job_write_over): */
     char readers[ZK_PATH_MAX]; /* their nodes' prefix: "<readers><i>" */
     int nreaders;

@@ -46,17 +46,20 @@
  * behind the create of its own, in the same pipeline (a zhandle answers in
  * order: no round trip more), and finding a "-write-" child there gives up
  * (its node deleted, busy: the caller polls, 1 ms doubling to 20 ms). Once
- * queued it is not asked again: its node is older than the writer's, which
- * waits for it. One whose caller reads already (held) does not look, and
- * its node's guid is marked (ZK_HELD_MARK). A writer over readers, its turn come (LIST),
- * lists each reader's node and asks each child's czxid (READERS, pipelined): a child
- * older than our node, or marked held, keeps it waiting (PAUSE, then LIST again), its
- * node kept: that node is what keeps new readers out. Younger children are ignored: each
- * was made after ours, so its list of the read-write lock came after ours too and saw it
- * (ZooKeeper applies writes in zxid order, and a client reads after its own writes), and
- * it goes away; counting them would let a stream of them starve the writer. A plain
- * lock's re-entry (lock_zk.c, in memory) asks nothing: the order path never re-enters a
- * segment (one hold per segment per loop).
+ * queued, it looks again with each list of its queue (the look sent before
+ * the list, answered first: no round trip more) and makes way the same way
+ * when a writer came meanwhile, so that the writer waits for the hold in
+ * progress only, not for the whole queue before its node (which it would
+ * have to: those nodes are older). One whose caller reads already (held) does not look,
+ * and its node's guid is marked (ZK_HELD_MARK). A writer over readers, its turn come
+ * (LIST), lists each reader's node and asks each child's czxid (READERS, pipelined): a
+ * child older than our node, or marked held, keeps it waiting (PAUSE, then LIST again),
+ * its node kept: that node is what keeps new readers out. Younger children are ignored:
+ * each was made after ours, so its list of the read-write lock came after ours too and
+ * saw it (ZooKeeper applies writes in zxid order, and a client reads after its own
+ * writes), and it goes away; counting them would let a stream of them starve the writer.
+ * A plain lock's re-entry (lock_zk.c, in memory) asks nothing: the order path never
+ * re-enters a segment (one hold per segment per loop).
  *
  * Protected mode (Curator's): a create whose answer was lost with the
  * connection may have made our node. Once reconnected (the same session) the
@@ -559,7 +562,12 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
         return;
     }
     int herd = j->watching; /* the children's watch came with the list */
-    if (rc == ZOK) {
+    if (rc == ZOK && j->rw_writer) { /* a writer came while we queued: make way */
+        unwatch(j);
+        j->contended = 1;
+        j->writer_seen = 1;
+        finish(j, LOCK_BUSY); /* our node deleted */
+    } else if (rc == ZOK) {
         char *none[1];
         int n = kids ? kids->count : 0;
         rc = predecessor(j->conn, n ? kids->data : none, n, j->parent, j->node, j->side,
@@ -597,9 +605,18 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
 /* Lists the children; watching all (the herd), it also watches them in the
  * same request, and a waiter sleeps on that watch (WAIT) instead of a
  * predecessor's. */
+static void rw_relooked(int rc, const struct String_vector *kids, const void *data);
+
 static void list(struct zk_job *j)
 {
     j->phase = ZS_LIST;
+    j->rw_writer = 0;
+    if (reads_rw(j) && !j->rw_fresh) { /* a queued reader: answered before the list */
+        job_ref(j);
+        if (zoo_aget_children(j->conn->zh, j->rw_parent, 0, rw_relooked, j) != ZOK)
+            job_put(j); /* the list's own request tells what went wrong */
+    }
+    j->rw_fresh = 0;
     job_ref(j);
     if (j->st->watch == LOCK_ZK_WATCH_ALL) {
         watch_on(j, j->parent);
@@ -630,6 +647,7 @@ static void rw_listed(int rc, const struct String_vector *kids, const void *data
             finish(j, LOCK_BUSY); /* our node deleted */
         } else {
             j->rw_checked = 1;
+            j->rw_fresh = 1;
             list(j);
         }
     } else if (rc == ZCONNECTIONLOSS) {
@@ -637,6 +655,18 @@ static void rw_listed(int rc, const struct String_vector *kids, const void *data
     } else {
         finish(j, LOCK_ERROR);
     }
+    job_put(j);
+}
+
+/* The look a queued reader sends with each list of its queue (list): a
+ * writer there, and it makes way at once (list_done) rather than hold the
+ * writer back for the whole queue before it. */
+static void rw_relooked(int rc, const struct String_vector *kids, const void *data)
+{
+    struct zk_job *j = (struct zk_job *)data;
+    lock_side kind;
+    for (int i = 0; rc == ZOK && kids && i < kids->count && !j->rw_writer; i++)
+        j->rw_writer = node_seq(kids->data[i], &kind, NULL) >= 0 && kind == LOCK_WRITE;
     job_put(j);
 }
 

@@ -640,6 +640,70 @@ static void test_held_reader_takes_next_segment(void **state)
     lock_free(lb);
 }
 
+/* A segment reader that waits in its segment's queue. */
+struct queued_reader {
+    struct lock_session *s;
+    const struct sku *k;
+    pthread_t thread;
+    atomic_int done;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+};
+
+static void *queued_reader_run(void *arg)
+{
+    struct queued_reader *q = arg;
+    q->res = lock_acquire_read_of(q->s, q->k->seg[0], q->k->rw, 0, 20000, &q->g);
+    q->acquired_us = clock_now_us();
+    atomic_store(&q->done, 1);
+    return NULL;
+}
+
+/* Writer preference over a segment's queue: a reader queued for segment 0
+ * before the writer came makes way once its turn comes (the look it sends
+ * with its list sees the writer's node), so the writer waits for the hold
+ * in progress only, not for the queue before it; the reader gets in once
+ * the writer is done (it polls). */
+static void test_queued_reader_makes_way_for_the_writer(void **state)
+{
+    (void)state;
+    struct sku k;
+    sku_init(&k, "queue");
+    struct lock *la = zk_lock(hosts, SESSION_MS), *lb = zk_lock(hosts, SESSION_MS),
+                *lc = zk_lock(hosts, SESSION_MS);
+    struct lock_session *r = lock_session_new(la, NULL), *ws = lock_session_new(lb, NULL),
+                        *p = lock_session_new(lb, NULL), *qs = lock_session_new(lc, NULL);
+    struct lock_grant a;
+    expect(lock_acquire_read_of(r, k.seg[0], k.rw, 0, TRY_MS, &a), LOCK_ACQUIRED,
+           "segment 0's lock");
+    struct queued_reader q = {.s = qs, .k = &k};
+    assert_int_equal(pthread_create(&q.thread, NULL, queued_reader_run, &q), 0);
+    wait_asleep(lc, 1); /* queued: its node made, its predecessor watched */
+    struct writer_over w;
+    writer_over_start(&w, ws, &k, 2, 20000);
+    wait_writer_there(p, &k);
+    expect(lock_release(r, k.seg[0], &a), LOCK_RELEASED, "segment 0's release");
+    pthread_join(w.thread, NULL);
+    expect(w.res, LOCK_ACQUIRED, "the writer, before the queued reader");
+    assert_false(
+        atomic_load(&q.done)); /* it made way, and polls while the writer holds */
+    int64_t released_us = clock_now_us();
+    expect(lock_release(ws, k.rw, &w.g), LOCK_RELEASED, "the writer's release");
+    pthread_join(q.thread, NULL);
+    expect(q.res, LOCK_ACQUIRED, "the queued reader, after the writer");
+    /* Slack: its polls come every 20 ms at most; 2 s for a busy machine. */
+    assert_true(q.acquired_us - released_us < 2000000);
+    expect(lock_release(qs, k.seg[0], &q.g), LOCK_RELEASED, "its release");
+    lock_session_free(r);
+    lock_session_free(ws);
+    lock_session_free(p);
+    lock_session_free(qs);
+    lock_free(la);
+    lock_free(lb);
+    lock_free(lc);
+}
+
 /* A session of its own process that takes its segment's lock as a reader
  * again and again, at once (no wait, no pause): a stream of short-lived
  * nodes under the segment's lock node while a writer waits. */
@@ -761,6 +825,7 @@ int main(void)
         cmocka_unit_test(test_expired_writer_frees_the_reader),
         cmocka_unit_test(test_segment_locks_are_readers),
         cmocka_unit_test(test_held_reader_takes_next_segment),
+        cmocka_unit_test(test_queued_reader_makes_way_for_the_writer),
         cmocka_unit_test(test_waiting_writer_is_not_starved_by_segment_readers),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
