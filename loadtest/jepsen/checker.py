@@ -60,7 +60,8 @@ clock, shared by history.jsonl and run.json's faults):
                   "sku": the body of GET /skus/{sku}}; orders names every order_id
                  of the history.
   fences.jsonl   optional: the fencing tokens the store accepted, in that order,
-                 {"segment": int, "token": "<n>:<owner>" or a decimal integer}.
+                 {"segment": int, "token": "<n>:<owner>", "<n>@pg" or a decimal
+                 integer}.
 
 The recorder types each completion: ok for a 201 (order) or 200 (pay, cancel); fail
 for an answer that changed nothing (409, 422, 400/403/404, 503 busy or unavailable);
@@ -286,11 +287,12 @@ def load_final(path):
 
 
 def token_number(token):
-    """The integer a fencing token orders by: n of "<n>:<owner>", or the token itself."""
+    """The integer a fencing token orders by: n of "<n>:<owner>" (redis) or of "<n>@pg"
+    (the pg lock's version), or the token itself (zk's czxid)."""
     text = str(token) if is_int(token) else token
     if not isinstance(text, str):
         return None
-    head = text.split(":", 1)[0]
+    head = text[:-len("@pg")] if text.endswith("@pg") else text.split(":", 1)[0]
     return int(head) if head.isdigit() else None
 
 
@@ -303,8 +305,8 @@ def load_fences(path):
         segment = need(f"{path}:{n}", e, "segment", is_int, "an integer")
         number = token_number(e.get("token"))
         if number is None:
-            raise InputError(f"{path}:{n}: \"token\" must be \"<n>:<owner>\" or a decimal "
-                             f"integer, not {json.dumps(e.get('token'))}")
+            raise InputError(f"{path}:{n}: \"token\" must be \"<n>:<owner>\", \"<n>@pg\" or "
+                             f"a decimal integer, not {json.dumps(e.get('token'))}")
         fences.append((n, segment, e["token"], number))
     return fences
 

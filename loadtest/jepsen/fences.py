@@ -9,7 +9,7 @@ as the server loads it (build/gen/inventory/lua/batch.lua), whose SHA1 names it 
 feed. Writes OUT, one JSON line per fenced batch Redis let through, in the order Redis
 ran them, as loadtest/jepsen/checker.py reads it:
 
-    {"segment": S, "token": "<n>:<owner>" or a czxid, "time": Redis's time in ms}
+    {"segment": S, "token": "<n>:<owner>", "<n>@pg" or a czxid, "time": Redis's time in ms}
 
 How a batch is known to have passed its fence, without the service's word: Redis
 feeds MONITOR a script's EVALSHA and then each call the script makes ("[0 lua]"

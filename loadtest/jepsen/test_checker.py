@@ -483,10 +483,13 @@ class CheckerTest(unittest.TestCase):
     def test_fence_order(self):
         h = History().order(1, 0, 10, "k1", "u1", order_id="1")
         fences = [(0, "5:a"), (0, "5:a"), (0, "4:b"), (1, "9:x"), (1, "10:y"),
-                  (2, "18446744073709551617"), (2, "9007199254740993"), (3, "3")]
+                  (2, "18446744073709551617"), (2, "9007199254740993"), (3, "3"),
+                  (4, "1795993963245284@pg"), (4, "1795993963245918@pg"),
+                  (5, "20@pg"), (5, "19@pg")]
         self.write(h, {"1": order("placed", "u1")}, fences=fences)
         status, out, _ = self.run_checker()
-        self.assertEqual(self.violations(), {"fence_order": 2})
+        self.assertEqual(self.violations(), {"fence_order": 3})
+        self.assertIn("segment 5: token 19@pg", out)
         self.assertIn("segment 0: token 4:b (fences.jsonl line 3) accepted after 5:a", out)
 
     # --- the waiting room (run.json's room; join, poll, an order's pass)
