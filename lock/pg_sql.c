@@ -163,41 +163,51 @@ static const struct pg_sql read_side = {
              "AND (readers ->> $2::text)::bigint >= " NOW_US " RETURNING version",
 };
 
+/* The write side's pieces, its own statements' and over's (below): the
+ * grant's SET; its condition on the key's row (cond: the readers' of over);
+ * wait, which leaves the intent (only when got did not take the row: two
+ * updates of one row in one statement); the lease left of the writer and of
+ * the readers in the row (prev); the let-go's SET and condition. */
+#define WRITE_GOT(cond)                                                                  \
+    "got AS (UPDATE seckill_rwlocks SET writer = $2, "                                   \
+    "writer_expires = now() + $3::int " MS ", "                                          \
+    "version = greatest(version + 1, " CLOCK_US "), readers = '{}', "                    \
+    "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "                         \
+    "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "          \
+    "WHERE key = $1 AND (writer IS NULL OR writer_expires < now() OR writer = $2) "      \
+    "AND NOT EXISTS (SELECT 1 FROM jsonb_each(readers) AS e(k, v) WHERE " LIVE ") " cond \
+    "RETURNING version), "
+#define WRITE_WAIT                                                                       \
+    "wait AS (UPDATE seckill_rwlocks SET intent = $2, "                                  \
+    "intent_expires = now() + $4::int " MS " "                                           \
+    "WHERE key = $1 AND $4::int > 0 AND NOT EXISTS (SELECT 1 FROM got) "                 \
+    "AND (intent IS NULL OR intent_expires < now() OR intent = $2) RETURNING 1) "
+#define WRITE_LEFT                                                                       \
+    "CASE WHEN writer_expires >= now() "                                                 \
+    "THEN extract(epoch FROM writer_expires - now()) * 1000 END, "                       \
+    "(SELECT max((e.v)::bigint) - " NOW_US " FROM jsonb_each(readers) AS e(k, v) "       \
+    "WHERE " LIVE ") / 1000.0"
+#define WRITE_LET_GO                                                                     \
+    "UPDATE seckill_rwlocks SET "                                                        \
+    "writer = CASE WHEN writer = $2 THEN NULL ELSE writer END, "                         \
+    "writer_expires = CASE WHEN writer = $2 THEN NULL ELSE writer_expires END, "         \
+    "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "                         \
+    "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "          \
+    "WHERE key = $1 AND (writer = $2 OR intent = $2) "
+
 /* Two updates of one row in one statement: got takes it, wait (only when got
  * did not) leaves the intent. */
 static const struct pg_sql write_side = {
     .table = RW_TABLE,
     .row = RW_ROW,
-    .acquire =
-        "WITH prev AS (SELECT writer_expires, readers FROM seckill_rwlocks "
-        "WHERE key = $1), "
-        "got AS (UPDATE seckill_rwlocks SET writer = $2, "
-        "writer_expires = now() + $3::int " MS ", "
-        "version = greatest(version + 1, " CLOCK_US "), readers = '{}', "
-        "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
-        "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "
-        "WHERE key = $1 AND (writer IS NULL OR writer_expires < now() OR writer = $2) "
-        "AND NOT EXISTS (SELECT 1 FROM jsonb_each(readers) AS e(k, v) WHERE " LIVE ") "
-        "RETURNING version), "
-        "wait AS (UPDATE seckill_rwlocks SET intent = $2, "
-        "intent_expires = now() + $4::int " MS " "
-        "WHERE key = $1 AND $4::int > 0 AND NOT EXISTS (SELECT 1 FROM got) "
-        "AND (intent IS NULL OR intent_expires < now() OR intent = $2) RETURNING 1) "
-        "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
-        "(SELECT ceil(greatest("
-        "CASE WHEN writer_expires >= now() "
-        "THEN extract(epoch FROM writer_expires - now()) * 1000 END, "
-        "(SELECT max((e.v)::bigint) - " NOW_US " FROM jsonb_each(readers) AS e(k, v) "
-        "WHERE " LIVE ") / 1000.0))::bigint FROM prev)",
+    .acquire = "WITH prev AS (SELECT writer_expires, readers FROM seckill_rwlocks "
+               "WHERE key = $1), " WRITE_GOT("") WRITE_WAIT
+    "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
+    "(SELECT ceil(greatest(" WRITE_LEFT "))::bigint FROM prev)",
     .nparams = 4,
     .release = "UPDATE seckill_rwlocks SET writer = NULL, writer_expires = NULL "
                "WHERE key = $1 AND writer = $2 AND version = $3::bigint " NOTIFY,
-    .let_go = "UPDATE seckill_rwlocks SET "
-              "writer = CASE WHEN writer = $2 THEN NULL ELSE writer END, "
-              "writer_expires = CASE WHEN writer = $2 THEN NULL ELSE writer_expires END, "
-              "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
-              "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "
-              "WHERE key = $1 AND (writer = $2 OR intent = $2) " NOTIFY,
+    .let_go = WRITE_LET_GO NOTIFY,
     .renew = "UPDATE seckill_rwlocks SET writer_expires = now() + $4::int " MS " "
              "WHERE key = $1 AND writer = $2 AND version = $3::bigint "
              "AND writer_expires >= now() RETURNING version",
@@ -215,6 +225,14 @@ static const struct pg_sql write_side = {
     "(SELECT greatest(CASE WHEN writer IS NOT NULL AND writer_expires >= now() "         \
     "THEN writer_expires END, CASE WHEN intent IS NOT NULL AND intent_expires >= now() " \
     "THEN intent_expires END) FROM rel)"
+/* The end of a release's or a let-go's statement, after its UPDATE of the
+ * key's row (rel): the readers' rows ("<$p>0".."<$p>($n - 1)") marked down to
+ * MARK_LEFT, and every key NOTIFYed; a row when the key's row changed. */
+#define OFF_MARKS(p, n)                                                                  \
+    "RETURNING key, writer, writer_expires, intent, intent_expires, " NOTIFY_KEY(        \
+        "") "), clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "          \
+            "WHERE key IN " SEGS(p, n) " AND EXISTS (SELECT 1 FROM rel) "                \
+                                       "RETURNING " NOTIFY_KEY("") ") SELECT 1 FROM rel"
 
 /* The write side over readers that are plain locks (lock_rw_write_over):
  * the write side's statements, each also on the readers' rows, which it
@@ -242,52 +260,21 @@ static const struct pg_sql over = {
         "max(expires_at) FILTER (WHERE " HELD ") AS until FROM "
         "(SELECT owner, expires_at FROM seckill_locks WHERE key IN " SEGS("$5", "$6")
         " AND EXISTS (SELECT 1 FROM prev) ORDER BY key FOR UPDATE) AS s), "
-        "got AS (UPDATE seckill_rwlocks SET writer = $2, "
-        "writer_expires = now() + $3::int " MS ", "
-        "version = greatest(version + 1, " CLOCK_US "), readers = '{}', "
-        "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
-        "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "
-        "WHERE key = $1 AND (writer IS NULL OR writer_expires < now() OR writer = $2) "
-        "AND NOT EXISTS (SELECT 1 FROM jsonb_each(readers) AS e(k, v) WHERE " LIVE ") "
-        "AND (SELECT busy FROM lk) = 0 RETURNING version), "
-        "wait AS (UPDATE seckill_rwlocks SET intent = $2, "
-        "intent_expires = now() + $4::int " MS " "
-        "WHERE key = $1 AND $4::int > 0 AND NOT EXISTS (SELECT 1 FROM got) "
-        "AND (intent IS NULL OR intent_expires < now() OR intent = $2) RETURNING 1), "
+        WRITE_GOT("AND (SELECT busy FROM lk) = 0 ") WRITE_WAIT ", "
         "marks AS (UPDATE seckill_locks SET writer_until = greatest(writer_until, now() + "
         "CASE WHEN EXISTS (SELECT 1 FROM got) THEN $3::int ELSE $4::int END " MS ") "
         "WHERE key IN " SEGS("$5", "$6") " AND EXISTS (SELECT 1 FROM prev) "
         "AND (EXISTS (SELECT 1 FROM got) OR $4::int > 0) RETURNING 1) "
         "SELECT (SELECT version FROM got), (SELECT count(*) FROM prev), "
-        "(SELECT ceil(greatest("
-        "CASE WHEN writer_expires >= now() "
-        "THEN extract(epoch FROM writer_expires - now()) * 1000 END, "
-        "(SELECT max((e.v)::bigint) - " NOW_US " FROM jsonb_each(readers) AS e(k, v) "
-        "WHERE " LIVE ") / 1000.0, "
+        "(SELECT ceil(greatest(" WRITE_LEFT ", "
         "(SELECT extract(epoch FROM until - now()) * 1000 FROM lk)))::bigint FROM prev)",
     .nparams = 6,
     .release =
         "WITH rel AS (UPDATE seckill_rwlocks SET writer = NULL, writer_expires = NULL "
         "WHERE key = $1 AND writer = $2 AND version = $3::bigint "
-        "RETURNING key, writer, writer_expires, intent, intent_expires, "
-        NOTIFY_KEY("") "), "
-        "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
-        "WHERE key IN " SEGS("$4", "$5") " AND EXISTS (SELECT 1 FROM rel) "
-        "RETURNING " NOTIFY_KEY("") ") "
-        "SELECT 1 FROM rel",
+        OFF_MARKS("$4", "$5"),
     .let_go =
-        "WITH rel AS (UPDATE seckill_rwlocks SET "
-        "writer = CASE WHEN writer = $2 THEN NULL ELSE writer END, "
-        "writer_expires = CASE WHEN writer = $2 THEN NULL ELSE writer_expires END, "
-        "intent = CASE WHEN intent = $2 THEN NULL ELSE intent END, "
-        "intent_expires = CASE WHEN intent = $2 THEN NULL ELSE intent_expires END "
-        "WHERE key = $1 AND (writer = $2 OR intent = $2) "
-        "RETURNING key, writer, writer_expires, intent, intent_expires, "
-        NOTIFY_KEY("") "), "
-        "clr AS (UPDATE seckill_locks SET writer_until = " MARK_LEFT " "
-        "WHERE key IN " SEGS("$3", "$4") " AND EXISTS (SELECT 1 FROM rel) "
-        "RETURNING " NOTIFY_KEY("") ") "
-        "SELECT 1 FROM rel",
+        "WITH rel AS (" WRITE_LET_GO OFF_MARKS("$3", "$4"),
     .renew =
         "WITH rn AS (UPDATE seckill_rwlocks SET writer_expires = now() + $4::int " MS " "
         "WHERE key = $1 AND writer = $2 AND version = $3::bigint "

@@ -60,6 +60,9 @@ struct zk_job {
     int nreaders;
     int asked, answered; /* READERS: requests in flight, lists answered */
     int old_readers;     /* READERS: readers found that keep us out */
+    char **asked_paths;  /* READERS: the nodes whose czxid is asked, in order */
+    int asked_paths_n, asked_paths_cap, asked_paths_next;
+    char blocker[ZK_PATH_MAX]; /* READERS: one of the readers that keep us out */
     int readers_rc;      /* READERS: the first failure, ZOK none */
     int64_t poll_us;     /* PAUSE: the last pause */
     struct zk_waiter w;

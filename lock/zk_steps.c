@@ -26,9 +26,11 @@
  *                                             (or WAIT, watching all), DONE
  *                                             (busy)
  *   READERS   the readers' children, czxids   DONE (none older than us),
- *                                             PAUSE
+ *                                             WATCH (one of them), PAUSE
+ *                                             (none known by name)
  *   PAUSE     nothing: a timer (1 ms .. 20 ms) LIST
  *   WATCH     the watch on the predecessor    WAIT, or LIST (it went)
+ *             (or a reader that keeps us out)
  *   WAIT      nothing: the watch (a wake job) LIST
  *   DELETE    a release's delete of our node  DONE
  *   DONE      requests may still answer: each is undone (node deleted)
@@ -53,13 +55,14 @@
  * have to: those nodes are older). One whose caller reads already (held) does not look,
  * and its node's guid is marked (ZK_HELD_MARK). A writer over readers, its turn come
  * (LIST), lists each reader's node and asks each child's czxid (READERS, pipelined): a
- * child older than our node, or marked held, keeps it waiting (PAUSE, then LIST again),
- * its node kept: that node is what keeps new readers out. Younger children are ignored:
- * each was made after ours, so its list of the read-write lock came after ours too and
- * saw it (ZooKeeper applies writes in zxid order, and a client reads after its own
- * writes), and it goes away; counting them would let a stream of them starve the writer.
- * A plain lock's re-entry (lock_zk.c, in memory) asks nothing: the order path never
- * re-enters a segment (one hold per segment per loop).
+ * child older than our node, or marked held, keeps it waiting: asleep on a
+ * watch of one such node (WATCH, WAIT), then LIST again, its node kept: that node is what
+ * keeps new readers out. Younger children are ignored: each was made after ours, so its
+ * list of the read-write lock came after ours too and saw it (ZooKeeper applies writes in
+ * zxid order, and a client reads after its own writes), and it goes away; counting them
+ * would let a stream of them starve the writer. A plain lock's re-entry (lock_zk.c, in
+ * memory) asks nothing: the order path never re-enters a segment (one hold per segment
+ * per loop).
  *
  * Protected mode (Curator's): a create whose answer was lost with the
  * connection may have made our node. Once reconnected (the same session) the
@@ -223,6 +226,9 @@ static void job_put(struct zk_job *j)
     if (!last)
         return;
     zk_conn_put(j->conn);
+    for (int i = 0; i < j->asked_paths_n; i++)
+        free(j->asked_paths[i]);
+    free(j->asked_paths);
     pthread_mutex_lock(&j->st->mu);
     if (--j->st->steps == 0)
         pthread_cond_broadcast(&j->st->steps_gone);
@@ -699,6 +705,10 @@ static void readers_over(struct zk_job *j)
         finish(j, LOCK_ERROR);
     } else if (!j->old_readers) {
         finish(j, LOCK_ACQUIRED);
+    } else if (j->blocker[0]) { /* asleep on its node until it goes, then again */
+        j->contended = 1;
+        snprintf(j->pred, sizeof(j->pred), "%s", j->blocker);
+        watch(j);
     } else {
         j->contended = 1;
         if (clock_now_us() >= j->deadline_us) {
@@ -724,10 +734,13 @@ static void readers_answered(struct zk_job *j)
 static void reader_stat(int rc, const struct Stat *stat, const void *data)
 {
     struct zk_job *j = (struct zk_job *)data;
+    int i = j->asked_paths_next++; /* answers come in the order asked */
     if (j->phase == ZS_READERS) {
-        if (rc == ZOK && stat && stat->czxid < j->czxid)
+        if (rc == ZOK && stat && stat->czxid < j->czxid) {
             j->old_readers++; /* made before ours: it may not have seen us */
-        else if (rc != ZOK && rc != ZNONODE && j->readers_rc == ZOK)
+            if (!j->blocker[0] && i < j->asked_paths_n)
+                snprintf(j->blocker, sizeof(j->blocker), "%s", j->asked_paths[i]);
+        } else if (rc != ZOK && rc != ZNONODE && j->readers_rc == ZOK)
             j->readers_rc = rc;
     }
     readers_answered(j);
@@ -740,8 +753,15 @@ static int reader_ask(struct zk_job *j, const char *path)
     j->asked++;
     job_ref(j);
     int rc = zoo_aexists(j->conn->zh, path, 0, reader_stat, j);
-    if (rc == ZOK)
+    if (rc == ZOK) {
+        if (j->asked_paths_n == j->asked_paths_cap) {
+            j->asked_paths_cap = j->asked_paths_cap ? 2 * j->asked_paths_cap : 8;
+            j->asked_paths = xrealloc(j->asked_paths, (size_t)j->asked_paths_cap *
+                                                          sizeof(*j->asked_paths));
+        }
+        j->asked_paths[j->asked_paths_n++] = xstrdup(path);
         return 1;
+    }
     j->asked--;
     j->readers_rc = j->readers_rc == ZOK ? rc : j->readers_rc;
     job_put(j);
@@ -761,12 +781,14 @@ static void readers_listed(int rc, const struct String_vector *kids, const void 
         for (int k = 0; k < kids->count; k++) {
             if (node_seq(kids->data[k], &kind, &held) < 0 || kind != LOCK_EXCLUSIVE)
                 continue;
-            if (held) {
-                j->old_readers++;
-                continue;
-            }
             char path[ZK_PATH_MAX];
             snprintf(path, sizeof(path), "%s%d/%s", j->readers, i, kids->data[k]);
+            if (held) {
+                j->old_readers++;
+                if (!j->blocker[0])
+                    snprintf(j->blocker, sizeof(j->blocker), "%s", path);
+                continue;
+            }
             if (!reader_ask(j, path))
                 break;
         }
@@ -787,6 +809,10 @@ static void readers_check(struct zk_job *j)
     unwatch(j); /* watching all: no sleep on the children now */
     j->phase = ZS_READERS;
     j->answered = j->old_readers = 0;
+    for (int i = 0; i < j->asked_paths_n; i++)
+        free(j->asked_paths[i]);
+    j->asked_paths_n = j->asked_paths_next = 0;
+    j->blocker[0] = '\0';
     j->readers_rc = ZOK;
     j->asked = 1; /* ours, until all are sent */
     for (int i = 0; i < j->nreaders; i++) {
