@@ -317,6 +317,7 @@ static void parents_next(struct zk_job *j);
 static void rw_check(struct zk_job *j);
 static void rw_ask(struct zk_job *j);
 static void readers_check(struct zk_job *j);
+static void make_way(struct zk_job *j);
 
 /* True when j is a reader of a read-write lock that looks for its writer. */
 static int reads_rw(const struct zk_job *j)
@@ -568,11 +569,9 @@ static void list_done(int rc, const struct String_vector *kids, const void *data
         return;
     }
     int herd = j->watching; /* the children's watch came with the list */
-    if (rc == ZOK && j->rw_writer) { /* a writer came while we queued: make way */
+    if (rc == ZOK && j->rw_writer) { /* a writer came while we queued */
         unwatch(j);
-        j->contended = 1;
-        j->writer_seen = 1;
-        finish(j, LOCK_BUSY); /* our node deleted */
+        make_way(j);
     } else if (rc == ZOK) {
         char *none[1];
         int n = kids ? kids->count : 0;
@@ -634,6 +633,26 @@ static void list(struct zk_job *j)
 
 /* ---- segment locks as readers (lock.h: lock_step_read_of) -------------- */
 
+/* True when the read-write lock's children (a look's answer rc, kids) hold
+ * a writer's node; ZNONODE (no such node) has none. */
+static int writer_there(int rc, const struct String_vector *kids)
+{
+    lock_side kind;
+    for (int i = 0; rc == ZOK && kids && i < kids->count; i++)
+        if (node_seq(kids->data[i], &kind, NULL) >= 0 && kind == LOCK_WRITE)
+            return 1;
+    return 0;
+}
+
+/* A reader that found a writer: it counts us or waits for us to go, so we
+ * go (our node deleted, busy: the caller polls). */
+static void make_way(struct zk_job *j)
+{
+    j->contended = 1;
+    j->writer_seen = 1;
+    finish(j, LOCK_BUSY);
+}
+
 static void rw_listed(int rc, const struct String_vector *kids, const void *data)
 {
     struct zk_job *j = (struct zk_job *)data;
@@ -642,15 +661,9 @@ static void rw_listed(int rc, const struct String_vector *kids, const void *data
         job_put(j);
         return;
     }
-    if (rc == ZOK || rc == ZNONODE) { /* no node: no writer */
-        int writer = 0;
-        lock_side kind;
-        for (int i = 0; rc == ZOK && kids && i < kids->count && !writer; i++)
-            writer = node_seq(kids->data[i], &kind, NULL) >= 0 && kind == LOCK_WRITE;
-        if (writer) { /* it counts us or waits for us to go: we go */
-            j->contended = 1;
-            j->writer_seen = 1;
-            finish(j, LOCK_BUSY); /* our node deleted */
+    if (rc == ZOK || rc == ZNONODE) {
+        if (writer_there(rc, kids)) {
+            make_way(j);
         } else {
             j->rw_checked = 1;
             j->rw_fresh = 1;
@@ -670,9 +683,7 @@ static void rw_listed(int rc, const struct String_vector *kids, const void *data
 static void rw_relooked(int rc, const struct String_vector *kids, const void *data)
 {
     struct zk_job *j = (struct zk_job *)data;
-    lock_side kind;
-    for (int i = 0; rc == ZOK && kids && i < kids->count && !j->rw_writer; i++)
-        j->rw_writer = node_seq(kids->data[i], &kind, NULL) >= 0 && kind == LOCK_WRITE;
+    j->rw_writer = writer_there(rc, kids);
     job_put(j);
 }
 
