@@ -618,44 +618,6 @@ static void test_segment_locks_are_readers(void **state)
     pg_lock_free(l, 1);
 }
 
-/* lock_rw_write_over on its own thread. */
-struct over_writer {
-    struct lock_session *s;
-    int wait_ms;
-    pthread_t thread;
-    lock_status res;
-    struct lock_grant g;
-    int64_t acquired_us;
-};
-
-static void *over_writer_main(void *arg)
-{
-    struct over_writer *o = arg;
-    o->res = lock_rw_write_over(o->s, SEG_RW, SEG_PREFIX, 2, o->wait_ms, &o->g);
-    o->acquired_us = clock_now_us();
-    return NULL;
-}
-
-/* A segment reader on its own thread. */
-struct seg_reader {
-    struct lock_session *s;
-    const char *key;
-    pthread_t thread;
-    atomic_int done;
-    lock_status res;
-    struct lock_grant g;
-    int64_t acquired_us;
-};
-
-static void *seg_reader_main(void *arg)
-{
-    struct seg_reader *r = arg;
-    r->res = lock_acquire_read_of(r->s, r->key, SEG_RW, 0, 10000, &r->g);
-    r->acquired_us = clock_now_us();
-    atomic_store(&r->done, 1);
-    return NULL;
-}
-
 /* A writer waiting for a segment's hold marks every segment: a new segment
  * reader is refused (one that will not wait: busy; one that waits: asleep),
  * the holder finishes, the writer gets in at its release (NOTIFY: the 10 s
@@ -670,13 +632,13 @@ static void test_waiting_writer_keeps_segment_readers_out(void **state)
     struct lock_grant ga, gb;
     expect(lock_acquire_read_of(a, SEG_PREFIX "0", SEG_RW, 0, 0, &ga), LOCK_ACQUIRED,
            "segment 0's lock");
-    struct over_writer o = {.s = w, .wait_ms = 10000};
-    pthread_create(&o.thread, NULL, over_writer_main, &o);
+    struct test_acquirer o;
+    test_write_over_start(&o, w, SEG_RW, SEG_PREFIX, 2, 10000);
     assert_true(test_wait_for(seg1_marked, NULL, 10000)); /* its intent, on segment 1 */
     expect(lock_acquire_read_of(b, SEG_PREFIX "1", SEG_RW, 0, 0, &gb), LOCK_BUSY,
            "a new reader of segment 1 while the writer waits");
-    struct seg_reader r = {.s = c, .key = SEG_PREFIX "1"};
-    pthread_create(&r.thread, NULL, seg_reader_main, &r);
+    struct test_acquirer r;
+    test_read_of_start(&r, c, SEG_PREFIX "1", SEG_RW, 10000);
     wait_asleep(l, 2); /* the writer and the reader */
     int64_t released_us = clock_now_us();
     expect(lock_release(a, SEG_PREFIX "0", &ga), LOCK_RELEASED, "segment 0's release");
@@ -711,8 +673,8 @@ static void test_held_reader_takes_next_segment(void **state)
     struct lock_grant g0, g1;
     expect(lock_acquire_read_of(a, SEG_PREFIX "0", SEG_RW, 0, 0, &g0), LOCK_ACQUIRED,
            "segment 0's lock");
-    struct over_writer o = {.s = w, .wait_ms = 10000};
-    pthread_create(&o.thread, NULL, over_writer_main, &o);
+    struct test_acquirer o;
+    test_write_over_start(&o, w, SEG_RW, SEG_PREFIX, 2, 10000);
     assert_true(test_wait_for(seg1_marked, NULL, 10000));
     expect(lock_acquire_read_of(a, SEG_PREFIX "1", SEG_RW, 0, 0, &g1), LOCK_BUSY,
            "segment 1 as a new reader while the writer waits");

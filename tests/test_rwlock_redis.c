@@ -523,32 +523,6 @@ static void test_segment_locks_are_readers(void **state)
     test_sessions_close(&p);
 }
 
-/* A segment's waiter, queued for its hand-off. */
-struct seg_waiter {
-    struct lock_session *s;
-    lock_status res;
-    struct lock_grant g;
-    int64_t acquired_us;
-    atomic_int done;
-};
-
-static void *seg_waiter_run(void *arg)
-{
-    struct seg_waiter *sw = arg;
-    sw->res = lock_acquire_read_of(sw->s, SEG_PREFIX "0", SEG_RW, 0, 10000, &sw->g);
-    sw->acquired_us = clock_now_us();
-    sw->done = 1;
-    return NULL;
-}
-
-static void *writer_over_run(void *arg)
-{
-    struct waiting_writer *w = arg;
-    w->res = lock_rw_write_over(w->s, w->key, SEG_PREFIX, 1, 10000, &w->g);
-    w->acquired_us = clock_now_us();
-    return NULL;
-}
-
 static int queued(void *arg)
 {
     (void)arg;
@@ -567,22 +541,21 @@ static void test_waiting_writer_gets_in_before_queued_segment(void **state)
     struct lock_grant a;
     expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, 0, &a), LOCK_ACQUIRED,
            "segment 0's lock");
-    struct seg_waiter sw = {.s = p.s[2]};
-    pthread_t ts, tw;
-    pthread_create(&ts, NULL, seg_waiter_run, &sw);
+    struct test_acquirer sw;
+    test_read_of_start(&sw, p.s[2], SEG_PREFIX "0", SEG_RW, 10000);
     assert_true(test_wait_for(queued, NULL, 5000)); /* in the queue for a hand-off */
-    struct waiting_writer w = {.s = p.s[1], .key = SEG_RW};
-    pthread_create(&tw, NULL, writer_over_run, &w);
+    struct test_acquirer w;
+    test_write_over_start(&w, p.s[1], SEG_RW, SEG_PREFIX, 1, 10000);
     assert_true(test_wait_for(intent_left, (void *)SEG_RW, 5000));
     expect(lock_release(p.s[0], SEG_PREFIX "0", &a), LOCK_RELEASED,
            "the holder's release");
-    pthread_join(tw, NULL);
+    pthread_join(w.thread, NULL);
     expect(w.res, LOCK_ACQUIRED, "the waiting writer");
     assert_false(sw.done); /* woken, not granted: it polls while the writer holds */
     assert_int_equal(admin_integer("EXISTS %s", SEG_PREFIX "0"), 0);
     int64_t released_us = clock_now_us();
     expect(lock_release(p.s[1], SEG_RW, &w.g), LOCK_RELEASED, "the writer's release");
-    pthread_join(ts, NULL);
+    pthread_join(sw.thread, NULL);
     expect(sw.res, LOCK_ACQUIRED, "the segment's waiter, after the writer");
     /* Slack: its polls come every 20 ms at most; 500 ms for a busy machine. */
     assert_true(sw.acquired_us - released_us < 500000);
@@ -668,9 +641,8 @@ static void test_held_reader_takes_next_segment(void **state)
     struct lock_grant a, b;
     expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "0", SEG_RW, 0, 0, &a), LOCK_ACQUIRED,
            "segment 0's lock");
-    struct waiting_writer w = {.s = p.s[1], .key = SEG_RW};
-    pthread_t tw;
-    pthread_create(&tw, NULL, writer_over_run, &w);
+    struct test_acquirer w;
+    test_write_over_start(&w, p.s[1], SEG_RW, SEG_PREFIX, 1, 10000);
     assert_true(test_wait_for(intent_left, (void *)SEG_RW, 5000));
     expect(lock_acquire_read_of(p.s[0], SEG_PREFIX "1", SEG_RW, 0, 0, &b), LOCK_BUSY,
            "segment 1 as a new reader while the writer waits");
@@ -680,7 +652,7 @@ static void test_held_reader_takes_next_segment(void **state)
            "segment 1's release");
     expect(lock_release(p.s[0], SEG_PREFIX "0", &a), LOCK_RELEASED,
            "segment 0's release");
-    pthread_join(tw, NULL);
+    pthread_join(w.thread, NULL);
     expect(w.res, LOCK_ACQUIRED, "the writer, after both");
     expect(lock_release(p.s[1], SEG_RW, &w.g), LOCK_RELEASED, "the writer's release");
     test_sessions_close(&p);

@@ -495,43 +495,6 @@ static void sku_init(struct sku *k, const char *name)
         snprintf(k->seg[i], sizeof(k->seg[i]), "%s%d", k->prefix, i);
 }
 
-/* A writer over the SKU's first n segments, on its own thread. */
-struct writer_over {
-    struct lock_session *s;
-    const struct sku *k;
-    int n, wait_ms;
-    pthread_t thread;
-    lock_status res;
-    struct lock_grant g;
-    int64_t acquired_us;
-    atomic_int done;
-};
-
-static void *writer_over_run(void *arg)
-{
-    struct writer_over *w = arg;
-    w->res = lock_rw_write_over(w->s, w->k->rw, w->k->prefix, w->n, w->wait_ms, &w->g);
-    w->acquired_us = clock_now_us();
-    atomic_store(&w->done, 1);
-    return NULL;
-}
-
-static void writer_over_start(struct writer_over *w, struct lock_session *s,
-                              const struct sku *k, int n, int wait_ms)
-{
-    memset(w, 0, sizeof(*w));
-    w->s = s;
-    w->k = k;
-    w->n = n;
-    w->wait_ms = wait_ms;
-    assert_int_equal(pthread_create(&w->thread, NULL, writer_over_run, w), 0);
-}
-
-static int writer_over_done(void *arg)
-{
-    return atomic_load(&((struct writer_over *)arg)->done);
-}
-
 struct probe {
     struct lock_session *s;
     const struct sku *k;
@@ -614,8 +577,8 @@ static void test_held_reader_takes_next_segment(void **state)
     struct lock_grant a, b;
     expect(lock_acquire_read_of(r, k.seg[0], k.rw, 0, TRY_MS, &a), LOCK_ACQUIRED,
            "segment 0's lock");
-    struct writer_over w;
-    writer_over_start(&w, ws, &k, 2, 20000);
+    struct test_acquirer w;
+    test_write_over_start(&w, ws, k.rw, k.prefix, 2, 20000);
     wait_writer_there(p, &k);
     expect(lock_acquire_read_of(r, k.seg[1], k.rw, 0, TRY_MS, &b), LOCK_BUSY,
            "segment 1 as a new reader while the writer waits");
@@ -626,7 +589,7 @@ static void test_held_reader_takes_next_segment(void **state)
      * within a poll (20 ms) and a few round trips of the release: 1 s of
      * them, which a busy machine may stretch (then this passes wrongly, never
      * fails wrongly). */
-    assert_false(test_wait_for(writer_over_done, &w, 1000));
+    assert_false(test_wait_for(test_acquirer_done, &w, 1000));
     int64_t released_us = clock_now_us();
     expect(lock_release(r, k.seg[1], &b), LOCK_RELEASED, "segment 1's release");
     pthread_join(w.thread, NULL);
@@ -638,26 +601,6 @@ static void test_held_reader_takes_next_segment(void **state)
     lock_session_free(p);
     lock_free(la);
     lock_free(lb);
-}
-
-/* A segment reader that waits in its segment's queue. */
-struct queued_reader {
-    struct lock_session *s;
-    const struct sku *k;
-    pthread_t thread;
-    atomic_int done;
-    lock_status res;
-    struct lock_grant g;
-    int64_t acquired_us;
-};
-
-static void *queued_reader_run(void *arg)
-{
-    struct queued_reader *q = arg;
-    q->res = lock_acquire_read_of(q->s, q->k->seg[0], q->k->rw, 0, 20000, &q->g);
-    q->acquired_us = clock_now_us();
-    atomic_store(&q->done, 1);
-    return NULL;
 }
 
 /* Writer preference over a segment's queue: a reader queued for segment 0
@@ -677,11 +620,11 @@ static void test_queued_reader_makes_way_for_the_writer(void **state)
     struct lock_grant a;
     expect(lock_acquire_read_of(r, k.seg[0], k.rw, 0, TRY_MS, &a), LOCK_ACQUIRED,
            "segment 0's lock");
-    struct queued_reader q = {.s = qs, .k = &k};
-    assert_int_equal(pthread_create(&q.thread, NULL, queued_reader_run, &q), 0);
+    struct test_acquirer q;
+    test_read_of_start(&q, qs, k.seg[0], k.rw, 20000);
     wait_asleep(lc, 1); /* queued: its node made, its predecessor watched */
-    struct writer_over w;
-    writer_over_start(&w, ws, &k, 2, 20000);
+    struct test_acquirer w;
+    test_write_over_start(&w, ws, k.rw, k.prefix, 2, 20000);
     wait_writer_there(p, &k);
     expect(lock_release(r, k.seg[0], &a), LOCK_RELEASED, "segment 0's release");
     pthread_join(w.thread, NULL);
@@ -776,8 +719,8 @@ static void test_waiting_writer_is_not_starved_by_segment_readers(void **state)
         c[i].seg = i + 1;
         assert_int_equal(pthread_create(&c[i].thread, NULL, churner_run, &c[i]), 0);
     }
-    struct writer_over w;
-    writer_over_start(&w, ws, &k, 4, 20000);
+    struct test_acquirer w;
+    test_write_over_start(&w, ws, k.rw, k.prefix, 4, 20000);
     if (!test_wait_for(churners_refused, c, 20000))
         fail_msg("the churners were not refused within 20 s (%d, %d)",
                  atomic_load(&c[0].refused), atomic_load(&c[1].refused));
@@ -786,7 +729,7 @@ static void test_waiting_writer_is_not_starved_by_segment_readers(void **state)
            "segment 3's lock as no reader, after the writer's node");
     /* The writer waits for the older hold: still out 200 ms later (it would
      * be in within a poll and a round trip if it did not). */
-    assert_false(test_wait_for(writer_over_done, &w, 200));
+    assert_false(test_wait_for(test_acquirer_done, &w, 200));
     int64_t released_us = clock_now_us();
     expect(lock_release(r, k.seg[0], &a), LOCK_RELEASED, "the older hold's release");
     pthread_join(w.thread, NULL);

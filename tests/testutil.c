@@ -860,3 +860,48 @@ void rw_tally_round(struct lock_session *s, const char *key, lock_side side, int
     if (lock_release(s, key, &g) != LOCK_RELEASED)
         t->failures++;
 }
+
+static void *acquirer_run(void *arg)
+{
+    struct test_acquirer *a = arg;
+    a->res = a->readers
+                 ? lock_rw_write_over(a->s, a->rw, a->readers, a->n, a->wait_ms, &a->g)
+                 : lock_acquire_read_of(a->s, a->key, a->rw, 0, a->wait_ms, &a->g);
+    a->acquired_us = clock_now_us();
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void acquirer_start(struct test_acquirer *a)
+{
+    assert_int_equal(pthread_create(&a->thread, NULL, acquirer_run, a), 0);
+}
+
+void test_read_of_start(struct test_acquirer *a, struct lock_session *s, const char *key,
+                        const char *rw, int wait_ms)
+{
+    memset(a, 0, sizeof(*a));
+    a->s = s;
+    a->key = key;
+    a->rw = rw;
+    a->wait_ms = wait_ms;
+    acquirer_start(a);
+}
+
+void test_write_over_start(struct test_acquirer *a, struct lock_session *s,
+                           const char *rw, const char *readers, int n, int wait_ms)
+{
+    memset(a, 0, sizeof(*a));
+    a->s = s;
+    a->key = rw;
+    a->rw = rw;
+    a->readers = readers;
+    a->n = n;
+    a->wait_ms = wait_ms;
+    acquirer_start(a);
+}
+
+int test_acquirer_done(void *a)
+{
+    return atomic_load(&((struct test_acquirer *)a)->done);
+}

@@ -204,4 +204,27 @@ struct rw_tally {
 void rw_tally_round(struct lock_session *s, const char *key, lock_side side, int wait_ms,
                     struct rw_tally *t);
 
+/* An acquire on a thread of its own (test_rwlock_*): of the plain lock key as
+ * a reader of rw (test_read_of_start: lock_acquire_read_of, not held), or of
+ * rw's write side over the n plain locks "<readers>0".. that read it
+ * (test_write_over_start: lock_rw_write_over). The thread sets res, g and
+ * acquired_us (the monotonic time the acquire answered), then done; the
+ * caller joins thread. The strings are borrowed until then. */
+struct test_acquirer {
+    struct lock_session *s;
+    const char *key, *rw, *readers;
+    int n, wait_ms;
+    pthread_t thread;
+    atomic_int done;
+    lock_status res;
+    struct lock_grant g;
+    int64_t acquired_us;
+};
+void test_read_of_start(struct test_acquirer *a, struct lock_session *s, const char *key,
+                        const char *rw, int wait_ms);
+void test_write_over_start(struct test_acquirer *a, struct lock_session *s,
+                           const char *rw, const char *readers, int n, int wait_ms);
+/* For test_wait_for: a's acquire answered. */
+int test_acquirer_done(void *a);
+
 #endif
