@@ -72,9 +72,10 @@
  *
  * Bounds: a timer at the wait's end (at least ZK_STEP_FLOOR_MS after the
  * start, so that a try gets its round trips) ends any phase: busy while
- * ZooKeeper is connected and we were waiting our turn (a predecessor seen),
- * else an error. A lost connection waits for the reconnect (same session:
- * our node stays); an expired session ends it (the node went with it).
+ * ZooKeeper is connected and we were waiting our turn (a predecessor seen) or
+ * only trying (a wait shorter than the floor), else an error. A lost connection waits for
+ * the reconnect (same session: our node stays); an expired session ends it (the node went
+ * with it).
  *
  * Lifetime: a job is shared by the caller and the zk loop, and freed by the
  * last reference (refs under st->mu): the caller's (until zk_job_take or
@@ -894,10 +895,15 @@ static void on_bound(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&j->st->mu);
     struct zk_conn *c = j->conn;
     job_ref(j);
+    /* A try (its wait shorter than the floor) not answered by then, on a connected
+     * session, is busy too: it asked for the lock now, and did not get it. (A loop
+     * that holds other segments tries the next one; on a busy machine ZooKeeper's
+     * answers took longer than the floor, and the order answered 503 unavailable.) */
+    int tried = j->deadline_us < j->hard_us;
     if (j->release) /* no answer to the delete: the session's fate tells */
         finish(j, zk_conn_expired(c) ? LOCK_NOT_HELD : LOCK_ERROR);
     else
-        finish(j, j->contended && connected ? LOCK_BUSY : LOCK_ERROR);
+        finish(j, (j->contended || tried) && connected ? LOCK_BUSY : LOCK_ERROR);
     zk_conn_arm(c);
     job_put(j);
 }

@@ -1240,6 +1240,47 @@ static void test_bound_while_listing_again_is_busy(void **state)
     test_proxy_stop(&proxy);
 }
 
+/* A try (wait 0) of a free lock that ZooKeeper answers later than the try's
+ * floor (200 ms), on a connected session, is busy, not an error: it asked for
+ * the lock now and did not get it. (A loop that holds a segment tries the next
+ * one so: on a busy machine, an order of several segments answered 503
+ * unavailable.) The proxy slows each chunk by N ms each way, so the create's
+ * answer comes 2N after it was sent; the try answers at its floor, and its node,
+ * made late, is deleted. Slack: N = 600 ms leaves a second between the floor
+ * and the answer for a loaded machine's timer. */
+static void test_try_on_slow_zookeeper_is_busy(void **state)
+{
+    (void)state;
+    const int slow_ms = 600;
+    struct test_proxy proxy;
+    test_proxy_start_slow(&proxy, zk.port, slow_ms);
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
+    struct lock *l = zk_lock(via, 20000);
+    struct lock_session *s = lock_session_new(l, NULL);
+    struct lock_grant g;
+    /* connected, and the lock's nodes made, before the network slows */
+    assert_int_equal(lock_acquire(s, "t:slowtry", 5000, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(s, "t:slowtry", &g), LOCK_RELEASED);
+
+    kill(proxy.pid, SIGUSR1);
+    int64_t t0 = clock_now_us();
+    lock_status st = lock_acquire(s, "t:slowtry", 0, &g);
+    int64_t took_ms = (clock_now_us() - t0) / 1000;
+    if (st != LOCK_BUSY)
+        fail_msg("a try on a slow ZooKeeper: status %d after %lld ms, not busy", st,
+                 (long long)took_ms);
+    if (took_ms >= 2 * slow_ms)
+        fail_msg("the try answered after %lld ms, not at its floor", (long long)took_ms);
+    kill(proxy.pid, SIGHUP);
+    wait_children("t:slowtry", 0); /* its node, unwanted, is deleted */
+    assert_int_equal(lock_acquire(s, "t:slowtry", 5000, &g), LOCK_ACQUIRED);
+    assert_int_equal(lock_release(s, "t:slowtry", &g), LOCK_RELEASED);
+    lock_session_free(s);
+    lock_free(l);
+    test_proxy_stop(&proxy);
+}
+
 /* ZooKeeper killed: acquires answer LOCK_ERROR within their wait, a holder's
  * validity is the session timeout from the disconnection; restarted on its
  * data: the session lived through it (the hold releases normally) and
@@ -1370,6 +1411,7 @@ int main(void)
         cmocka_unit_test(test_lost_create_answer),
         cmocka_unit_test(test_session_expiry),
         cmocka_unit_test(test_bound_while_listing_again_is_busy),
+        cmocka_unit_test(test_try_on_slow_zookeeper_is_busy),
         cmocka_unit_test(test_zookeeper_down_and_back),
         cmocka_unit_test(test_step_release_lost_leaves_no_node),
     };
