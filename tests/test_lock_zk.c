@@ -190,6 +190,14 @@ static struct lock *direct_lock(void)
     return zk_lock(hosts, SESSION_MS);
 }
 
+/* A lock that reaches ZooKeeper through proxy p. */
+static struct lock *proxied_lock(const struct test_proxy *p, int session_ms)
+{
+    char via[64];
+    snprintf(via, sizeof(via), "127.0.0.1:%d", p->port);
+    return zk_lock(via, session_ms);
+}
+
 static void parent_of_key(const char *key, char *out, size_t len)
 {
     snprintf(out, len, "%s/%s", LOCKS, key);
@@ -1078,9 +1086,7 @@ static void test_lost_create_answer(void **state)
     (void)state;
     struct test_proxy proxy;
     test_proxy_start_bytes(&proxy, zk.port, "t:cut/_c_");
-    char via[64];
-    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
-    struct lock *l = zk_lock(via, SESSION_MS);
+    struct lock *l = proxied_lock(&proxy, SESSION_MS);
     struct lock_session *s = lock_session_new(l, NULL);
     struct lock_grant g;
     /* a first hold through the proxy, untouched: the connection is up */
@@ -1148,9 +1154,7 @@ static void test_session_expiry(void **state)
     const int session_ms = 1000;
     struct test_proxy proxy;
     test_proxy_start_bytes(&proxy, zk.port, NULL);
-    char via[64];
-    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
-    struct lock *l = zk_lock(via, session_ms), *other = direct_lock();
+    struct lock *l = proxied_lock(&proxy, session_ms), *other = direct_lock();
     struct lock_session *s = lock_session_new(l, NULL),
                         *so = lock_session_new(other, NULL);
     struct lock_grant g, go;
@@ -1211,9 +1215,7 @@ static void test_bound_while_listing_again_is_busy(void **state)
     const int slow_ms = 1000, wait_ms = 4 * slow_ms;
     struct test_proxy proxy;
     test_proxy_start_slow(&proxy, zk.port, slow_ms);
-    char via[64];
-    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
-    struct lock *la = direct_lock(), *lb = zk_lock(via, 20000);
+    struct lock *la = direct_lock(), *lb = proxied_lock(&proxy, 20000);
     struct queue2 q;
     int64_t t0 = clock_now_us(); /* B starts its wait after this */
     queue2_start(&q, la, lb, "t:relist", wait_ms, 1);
@@ -1254,9 +1256,7 @@ static void test_try_on_slow_zookeeper_is_busy(void **state)
     const int slow_ms = 600;
     struct test_proxy proxy;
     test_proxy_start_slow(&proxy, zk.port, slow_ms);
-    char via[64];
-    snprintf(via, sizeof(via), "127.0.0.1:%d", proxy.port);
-    struct lock *l = zk_lock(via, 20000);
+    struct lock *l = proxied_lock(&proxy, 20000);
     struct lock_session *s = lock_session_new(l, NULL);
     struct lock_grant g;
     /* connected, and the lock's nodes made, before the network slows */
