@@ -73,9 +73,9 @@
  * Bounds: a timer at the wait's end (at least ZK_STEP_FLOOR_MS after the
  * start, so that a try gets its round trips) ends any phase: busy while
  * ZooKeeper is connected and we were waiting our turn (a predecessor seen) or
- * only trying (a wait shorter than the floor), else an error. A lost connection waits for
- * the reconnect (same session: our node stays); an expired session ends it (the node went
- * with it).
+ * only trying (a wait shorter than the floor), else an error. A lost
+ * connection waits for the reconnect (same session: our node stays); an
+ * expired session ends it (the node went with it).
  *
  * Lifetime: a job is shared by the caller and the zk loop, and freed by the
  * last reference (refs under st->mu): the caller's (until zk_job_take or

@@ -54,7 +54,6 @@ expect "the faked clocks are in force (ahead's Date header is an hour on)" 1 \
 
 redis_ms() { rcli TIME | { read -r s; read -r us; echo $((s * 1000 + us / 1000)); }; }
 rfc() { date -u -d "@$(($1 / 1000))" +%Y-%m-%dT%H:%M:%SZ; } # whole seconds
-now_ms() { date +%s%3N; }
 
 # order URL USER [KEY] [QTY]: "status error starts_at retry-after order_id", for SKU
 # w, or wa through the atomic instance
